@@ -1,0 +1,1000 @@
+package io.kvpool;
+
+import io.kvpool.SlotStateMachine.Event;
+import io.kvpool.storage.FillMode;
+import io.kvpool.storage.HostPageStorage;
+import io.kvpool.storage.PageStorage;
+
+import java.lang.foreign.MemorySegment;
+import java.util.Arrays;
+import java.util.EnumSet;
+import java.util.Objects;
+import java.util.Optional;
+import java.util.Set;
+import java.util.concurrent.atomic.LongAdder;
+import java.util.function.BiFunction;
+import java.util.function.IntConsumer;
+
+/**
+ * A paged KV-cache pool: a fixed number of pages in a {@link PageStorage}, handed out as
+ * generation-tagged {@link PageHandle handles}, shared by refcount, protected from remote writers by
+ * writer pins, and admitted by a reservation-based admission that answers with a typed
+ * {@link Admission.Decision} and never a placeholder.
+ *
+ * <h2>Structure</h2>
+ * <pre>
+ *   SlotTable       one state word per slot (generation | phase | refcount); the only place states change,
+ *                   through SlotStateMachine, lock-free (CAS)
+ *   ReturnStack     slots that became FREE on any thread, pushed lock-free
+ *   FreePages       the allocator's plain free stack + LRU of cached free pages     ┐
+ *   PrefixCache     content hash → slot, with the full key for verification         ├ guarded by the pool lock
+ *   reservations    pages promised to admitted requests (reserved ≤ free)           ┘
+ *   PageStorage     the bytes; knows nothing of handles or states
+ * </pre>
+ *
+ * <h2>Threads</h2>
+ * <ul>
+ *   <li><b>Thread-safe and lock-free</b> (any thread, e.g. transfer threads): {@link #retain},
+ *       {@link #release}, {@link #pinWriter}, {@link #commitReceive}, {@link #beginDrain}, {@link #drained},
+ *       {@link #quarantine}, {@link #releaseQuarantine}, {@link #tryTransition}, {@link #validate},
+ *       {@link #page}, {@link #state}. Each is linearizable at the single CAS of its slot's state word.
+ *       A transition that frees a page fills it and pushes it to the return stack without taking the lock.</li>
+ *   <li><b>Thread-safe, serialized by the pool lock</b> (typically the scheduler thread): admission
+ *       ({@link #admit}, {@link #tryReserve}, {@link #openSequence}, {@link #cancelReservation}),
+ *       page allocation by {@link Sequence}s, {@link #snapshot}, {@link #verifyAccounting}, {@link #close}.</li>
+ *   <li>A {@link Sequence} is not thread-safe: one thread at a time, handed over with a happens-before edge.</li>
+ * </ul>
+ *
+ * <h2>Accounting</h2>
+ * At every quiescent point {@code free + owned + receiving + draining + quarantined + retired == capacity}
+ * and {@code reserved ≤ free} ({@link #verifyAccounting()} checks this and that every FREE slot is in
+ * exactly one free structure). {@code retired} is zero in practice (see {@link PageHandle}).
+ */
+public final class KvPool implements AutoCloseable {
+
+    private static final System.Logger LOG = System.getLogger("io.kvpool");
+
+    private final KvLayout layout;
+    private final int capacity;
+    private final PageStorage storage;
+    private final SlotTable slots;
+    private final ReturnStack returned;
+    private final FreePages freePages;
+    private final PrefixCache prefix;
+    private final long maxContextTokens;
+    private final ReservationPolicy reservationPolicy;
+    private final FillMode fillMode;
+    private final Set<Safeguard> disabled;
+    private final boolean rejectOverCapacity;
+    private final Object lock = new Object();
+    private final IntConsumer takeReturned = this::takeReturned;
+    private final LongAdder staleRefused = new LongAdder();
+    private final LongAdder quarantineEvents = new LongAdder();
+    private volatile boolean closed;
+    private volatile String closeReport;
+
+    // ---- guarded by lock ----
+    private long reserved;
+    private long retired;
+    private long allocations;
+    private long prefixHits;
+    private long evictions;
+    private long rejectedContextTooLong;
+    private long rejectedExceedsPool;
+    private long retryLater;
+    private long openSequences;
+    private long openReservations;
+    private final int[] resPages;
+    private final long[] resTokens;
+    private final int[] resGeneration;
+    private final int[] resFreeStack;
+    private int resFreeTop;
+    // scratch for the numbers of the last admission decision (read under the same lock hold)
+    private long lastNeeded;
+    private long lastAvailable;
+    private long lastAdmittedTokens;
+
+    private KvPool(Builder b, int pages, long maxContext) {
+        this.layout = b.layout;
+        this.capacity = pages;
+        this.maxContextTokens = maxContext;
+        this.reservationPolicy = b.reservationPolicy;
+        this.disabled = b.disabled.isEmpty() ? Set.of() : Set.copyOf(b.disabled);
+        this.fillMode = disabled.contains(Safeguard.FREE_PAGE_FILL) ? FillMode.NONE : b.fillMode;
+        this.rejectOverCapacity = !disabled.contains(Safeguard.ADMISSION_REJECTION);
+        this.storage = Objects.requireNonNull(b.storageFactory.apply(layout, pages), "storage factory returned null");
+        if (storage.pageCount() != pages || !storage.layout().equals(layout)) {
+            storage.close();
+            throw new IllegalArgumentException("storage factory returned " + storage.pageCount() + " pages of " + storage.layout()
+                + ", asked for " + pages + " pages of " + layout);
+        }
+        this.slots = new SlotTable(SlotWords.ofArray(pages), !disabled.contains(Safeguard.GENERATION_CHECK));
+        this.returned = new ReturnStack(pages);
+        this.freePages = new FreePages(pages);
+        this.prefix = new PrefixCache(pages, layout.tokensPerPage());
+        for (int s = pages - 1; s >= 0; s--) {
+            freePages.pushPlain(s); // slot 0 on top
+        }
+        this.resPages = new int[b.maxReservations];
+        this.resTokens = new long[b.maxReservations];
+        this.resGeneration = new int[b.maxReservations];
+        this.resFreeStack = new int[b.maxReservations];
+        Arrays.fill(resPages, -1);
+        for (int i = 0; i < b.maxReservations; i++) {
+            resFreeStack[i] = b.maxReservations - 1 - i;
+        }
+        this.resFreeTop = b.maxReservations;
+        if (!disabled.isEmpty()) {
+            LOG.log(System.Logger.Level.ERROR, "UNSAFE kvpool built with safeguards DISABLED: " + disabled
+                + " — for tests and incident replays only; this pool can leak one request's KV to another");
+        }
+    }
+
+    /**
+     * @param layout the page layout
+     * @return a builder; set a size ({@link Builder#pages} or {@link Builder#byteBudget}) and
+     *         {@link Builder#maxContextTokens}
+     */
+    public static Builder builder(KvLayout layout) {
+        return new Builder(layout);
+    }
+
+    // ------------------------------------------------------------------------------------------------
+    // Properties
+
+    /** @return the layout */
+    public KvLayout layout() {
+        return layout;
+    }
+
+    /** @return the number of pages */
+    public int capacity() {
+        return capacity;
+    }
+
+    /** @return the storage holding the pages' bytes */
+    public PageStorage storage() {
+        return storage;
+    }
+
+    /** @return the max context (after clamping, if {@link ContextPolicy#CLAMP} applied) */
+    public long maxContextTokens() {
+        return maxContextTokens;
+    }
+
+    /** @return the fill applied to freed pages */
+    public FillMode fillMode() {
+        return fillMode;
+    }
+
+    /** @return the safeguards disabled for testing (empty for every production pool) */
+    public Set<Safeguard> disabledSafeguards() {
+        return disabled;
+    }
+
+    /** @return whether {@link #close()} was called */
+    public boolean isClosed() {
+        return closed;
+    }
+
+    // ------------------------------------------------------------------------------------------------
+    // Handles (lock-free, any thread)
+
+    /**
+     * Applies an event to the page a handle names, without throwing or allocating.
+     *
+     * @return the slot's new state word (≥ 0; decode with {@link SlotStateMachine#state(long)} etc.), or
+     *         {@link PageHandle#STALE}, {@link PageHandle#INVALID}, {@link PageHandle#ILLEGAL_STATE},
+     *         {@link PageHandle#REFCOUNT_OVERFLOW}. Stale and invalid handles are counted.
+     * @throws IllegalArgumentException for {@link Event#ALLOCATE}, which only the pool itself issues
+     * @throws IllegalStateException    if the pool is closed
+     */
+    public long tryTransition(long handle, Event event) {
+        ensureOpen();
+        if (event == Event.ALLOCATE) {
+            throw new IllegalArgumentException("ALLOCATE is issued by the pool's allocator only");
+        }
+        final long word = slots.apply(handle, event);
+        if (word < 0) {
+            if (word == PageHandle.STALE || word == PageHandle.INVALID) {
+                staleRefused.increment();
+            }
+            return word;
+        }
+        if (event == Event.QUARANTINE) {
+            quarantineEvents.increment();
+        }
+        if (SlotStateMachine.phase(word) == SlotStateMachine.FREE) {
+            onBecameFree(PageHandle.slot(handle));
+        }
+        return word;
+    }
+
+    private long transition(long handle, Event event) {
+        final long word = tryTransition(handle, event);
+        if (word < 0) {
+            throw refusal(handle, word, event);
+        }
+        return word;
+    }
+
+    private RuntimeException refusal(long handle, long code, Event event) {
+        final String what = event == null ? "access" : event.toString();
+        if (code == PageHandle.INVALID) {
+            return new StaleHandleException(handle, what + " refused: " + PageHandle.toString(handle)
+                + " is not a page handle of this pool (capacity " + capacity + ")");
+        }
+        final int slot = PageHandle.slot(handle);
+        final long now = slots.wordVolatile(slot);
+        if (code == PageHandle.STALE) {
+            return new StaleHandleException(handle, what + " refused: stale handle " + PageHandle.toString(handle)
+                + "; slot " + slot + " is now " + SlotStateMachine.describe(now));
+        }
+        if (code == PageHandle.REFCOUNT_OVERFLOW) {
+            return new IllegalStateException(what + " refused: " + PageHandle.toString(handle) + " already has "
+                + SlotStateMachine.MAX_REFCOUNT + " references");
+        }
+        return new IllegalSlotTransitionException(slot, now, event, null);
+    }
+
+    /** Adds a reference to an OWNED page. @throws StaleHandleException if the handle is stale */
+    public void retain(long handle) {
+        transition(handle, Event.RETAIN);
+    }
+
+    /**
+     * Drops a reference. The page becomes FREE (filled, and returned to the free list) only when this was
+     * the last reference and no writer pin holds it.
+     *
+     * @return whether this call freed the page
+     */
+    public boolean release(long handle) {
+        return SlotStateMachine.phase(transition(handle, Event.RELEASE)) == SlotStateMachine.FREE;
+    }
+
+    /**
+     * Pins an unshared, unpublished OWNED page as the target of remote writes (RECEIVING). While pinned
+     * the page cannot become FREE, whatever happens to its references.
+     */
+    public void pinWriter(long handle) {
+        final long v = slots.validate(handle);
+        if (v >= 0) {
+            synchronized (lock) {
+                if (prefix.isPublished((int) v)) {
+                    throw new IllegalSlotTransitionException((int) v, slots.wordVolatile((int) v), Event.PIN_WRITER,
+                        "page holds a published prefix and is immutable");
+                }
+            }
+        }
+        transition(handle, Event.PIN_WRITER);
+    }
+
+    /** The transfer into the page was verified: RECEIVING → OWNED (or FREE if no reference is left). */
+    public void commitReceive(long handle) {
+        transition(handle, Event.COMMIT_RECEIVE);
+    }
+
+    /** The transfer failed or was aborted: RECEIVING → DRAINING, waiting for the sender's confirmation. */
+    public void beginDrain(long handle) {
+        transition(handle, Event.BEGIN_DRAIN);
+    }
+
+    /** Every expected sender confirmed its writes are over: DRAINING → OWNED, or FREE if no reference is left. */
+    public void drained(long handle) {
+        transition(handle, Event.DRAINED);
+    }
+
+    /** No drain confirmation in time, or the peer was lost: RECEIVING/DRAINING → QUARANTINED. Never freed on a timer. */
+    public void quarantine(long handle) {
+        transition(handle, Event.QUARANTINE);
+    }
+
+    /** The transport proved the peer can no longer write: QUARANTINED → OWNED, or FREE if no reference is left. */
+    public void releaseQuarantine(long handle) {
+        transition(handle, Event.RELEASE_QUARANTINE);
+    }
+
+    /**
+     * @return the slot index if the handle is current and its page accessible (OWNED or RECEIVING), else
+     *         {@link PageHandle#STALE}, {@link PageHandle#INVALID} or {@link PageHandle#ILLEGAL_STATE}
+     *         (stale and invalid handles are counted). Allocation-free.
+     */
+    public long validate(long handle) {
+        ensureOpen();
+        final long v = slots.validate(handle);
+        if (v == PageHandle.STALE || v == PageHandle.INVALID) {
+            staleRefused.increment();
+        }
+        return v;
+    }
+
+    /**
+     * @return the page's bytes (host storage only), after checking the handle is current and its page
+     *         OWNED or RECEIVING. The caller must hold a reference (or the writer pin) while using them.
+     * @throws StaleHandleException          if the handle is stale or invalid
+     * @throws IllegalSlotTransitionException if the page is DRAINING or QUARANTINED
+     */
+    public MemorySegment page(long handle) {
+        final long v = validate(handle);
+        if (v < 0) {
+            throw refusal(handle, v, null);
+        }
+        return storage.hostPage((int) v);
+    }
+
+    /**
+     * @return the first token in {@code [fromToken, toToken)} of the handle's page that still holds the
+     *         free-page canary, or -1 (see {@link PageStorage#firstCanaryToken})
+     */
+    public int firstCanaryToken(long handle, int fromToken, int toToken) {
+        final long v = validate(handle);
+        if (v < 0) {
+            throw refusal(handle, v, null);
+        }
+        return storage.firstCanaryToken((int) v, fromToken, toToken);
+    }
+
+    /** @return the state of the page a handle names, or {@code null} if the handle is stale or invalid */
+    public SlotState state(long handle) {
+        ensureOpen();
+        if (!PageHandle.isHandle(handle) || PageHandle.slot(handle) >= capacity) {
+            return null;
+        }
+        final long word = slots.wordVolatile(PageHandle.slot(handle));
+        final int phase = SlotStateMachine.phase(word);
+        if (phase == SlotStateMachine.FREE || phase == SlotStateMachine.RETIRED
+            || SlotStateMachine.generation(word) != PageHandle.generation(handle)) {
+            return null;
+        }
+        return SlotStateMachine.state(word);
+    }
+
+    /** @return the state of a slot now (for monitoring and tests) */
+    public SlotState stateOfSlot(int slot) {
+        Objects.checkIndex(slot, capacity);
+        return SlotStateMachine.state(slots.wordVolatile(slot));
+    }
+
+    /** @return the refcount of a slot now (for monitoring and tests) */
+    public int refcountOfSlot(int slot) {
+        Objects.checkIndex(slot, capacity);
+        return SlotStateMachine.refcount(slots.wordVolatile(slot));
+    }
+
+    private void onBecameFree(int slot) {
+        // The last releaser's CAS is ordered after every earlier CAS on this word, including the publisher's
+        // own release, so a page's "published" mark set under the lock while it was owned is visible here.
+        if (!prefix.isPublished(slot)) {
+            storage.fill(slot, fillMode);
+        }
+        returned.push(slot);
+    }
+
+    // ------------------------------------------------------------------------------------------------
+    // Admission (pool lock)
+
+    /**
+     * Admits a request of {@code promptTokens} prompt tokens that may generate {@code maxNewTokens} more.
+     *
+     * @return the decision; on {@link Admission.Decision#ADMITTED} it carries a new {@link Sequence} with a
+     *         reservation for every page the request can need ({@link ReservationPolicy#FULL})
+     * @throws IllegalArgumentException if {@code promptTokens < 1} or {@code maxNewTokens < 0}
+     */
+    public Admission admit(int promptTokens, int maxNewTokens) {
+        checkRequest(promptTokens, maxNewTokens);
+        synchronized (lock) {
+            final long code = reserveLocked(promptTokens, maxNewTokens);
+            if (code < 0) {
+                return rejection(code, promptTokens, maxNewTokens);
+            }
+            final Sequence seq = newSequenceLocked((int) lastNeeded, lastAdmittedTokens, 0, false);
+            return new Admission(Admission.Decision.ADMITTED, seq, (long) promptTokens + maxNewTokens, maxContextTokens,
+                lastNeeded, lastAvailable, capacity - retired);
+        }
+    }
+
+    /**
+     * Admits a request and attaches the longest cached prefix of its prompt: full pages published under
+     * the same {@code cacheSalt} with the same token ids. At most {@code (prompt − 1) / tokensPerPage}
+     * pages are attached, so at least the last prompt token is always computed (its logits are needed).
+     * Admission reserves as if nothing were cached and returns the reservation of every page it shares,
+     * so a cache hit never makes a request fail later.
+     *
+     * @param promptTokenIds the prompt's token ids (length ≥ 1)
+     * @param maxNewTokens   tokens the request may generate, ≥ 0
+     * @param cacheSalt      the tenant's cache namespace; {@link PrefixHash#SHARED_SALT} only for opted-in sharing
+     * @return the decision; an admitted sequence's {@link Sequence#tokenCount()} is the number of cached tokens
+     */
+    public Admission admit(int[] promptTokenIds, int maxNewTokens, long cacheSalt) {
+        Objects.requireNonNull(promptTokenIds, "promptTokenIds");
+        final int prompt = promptTokenIds.length;
+        checkRequest(prompt, maxNewTokens);
+        final int tpp = layout.tokensPerPage();
+        synchronized (lock) {
+            final long code = reserveLocked(prompt, maxNewTokens);
+            if (code < 0) {
+                return rejection(code, prompt, maxNewTokens);
+            }
+            final Sequence seq = newSequenceLocked((int) lastNeeded, lastAdmittedTokens, cacheSalt, true);
+            final int maxPages = (prompt - 1) / tpp;
+            long parent = PrefixHash.ROOT;
+            int matched = 0;
+            while (matched < maxPages) {
+                final long h = PrefixHash.of(parent, cacheSalt, promptTokenIds, matched * tpp, tpp);
+                final int slot = prefix.lookup(h, parent, cacheSalt, promptTokenIds, matched * tpp);
+                if (slot < 0 || !attachLocked(slot, seq)) {
+                    break;
+                }
+                seq.attachedPublished(h);
+                parent = h;
+                matched++;
+            }
+            seq.setTokenCountAfterAttach(matched * tpp);
+            return new Admission(Admission.Decision.ADMITTED, seq, (long) prompt + maxNewTokens, maxContextTokens,
+                lastNeeded, lastAvailable, capacity - retired);
+        }
+    }
+
+    /**
+     * Allocation-free admission: reserves the pages a request can need and returns a reservation id to
+     * pass to {@link #openSequence} (or {@link #cancelReservation}).
+     *
+     * @return a reservation id ({@code > 0}), or {@link Admission#CONTEXT_TOO_LONG},
+     *         {@link Admission#EXCEEDS_POOL}, {@link Admission#RETRY_LATER}
+     * @throws IllegalArgumentException if {@code promptTokens < 1} or {@code maxNewTokens < 0}
+     */
+    public long tryReserve(int promptTokens, int maxNewTokens) {
+        checkRequest(promptTokens, maxNewTokens);
+        synchronized (lock) {
+            final long code = reserveLocked(promptTokens, maxNewTokens);
+            if (code < 0) {
+                return code;
+            }
+            if (resFreeTop == 0) {
+                reserved -= lastNeeded;
+                retryLater++;
+                return Admission.RETRY_LATER;
+            }
+            final int idx = resFreeStack[--resFreeTop];
+            int gen = resGeneration[idx] + 1;
+            if (gen <= 0) {
+                gen = 1;
+            }
+            resGeneration[idx] = gen;
+            resPages[idx] = (int) lastNeeded;
+            resTokens[idx] = lastAdmittedTokens;
+            openReservations++;
+            return ((long) gen << 32) | idx;
+        }
+    }
+
+    /**
+     * Turns a reservation from {@link #tryReserve} into a sequence that owns it.
+     *
+     * @throws IllegalArgumentException if the id is unknown, already opened or cancelled
+     */
+    public Sequence openSequence(long reservationId) {
+        synchronized (lock) {
+            final int idx = takeReservationLocked(reservationId);
+            final Sequence seq = newSequenceLocked(resPages[idx], resTokens[idx], 0, false);
+            resPages[idx] = -1;
+            return seq;
+        }
+    }
+
+    /**
+     * Returns a reservation's pages to the pool.
+     *
+     * @throws IllegalArgumentException if the id is unknown, already opened or cancelled
+     */
+    public void cancelReservation(long reservationId) {
+        synchronized (lock) {
+            final int idx = takeReservationLocked(reservationId);
+            reserved -= resPages[idx];
+            resPages[idx] = -1;
+        }
+    }
+
+    private int takeReservationLocked(long reservationId) {
+        ensureOpen();
+        final int idx = (int) reservationId;
+        final int gen = (int) (reservationId >>> 32);
+        if (reservationId <= 0 || idx < 0 || idx >= resPages.length || resGeneration[idx] != gen || resPages[idx] < 0) {
+            throw new IllegalArgumentException("unknown, opened or cancelled reservation id " + reservationId);
+        }
+        resFreeStack[resFreeTop++] = idx;
+        openReservations--;
+        return idx;
+    }
+
+    private static void checkRequest(int promptTokens, int maxNewTokens) {
+        if (promptTokens < 1) {
+            throw new IllegalArgumentException("promptTokens must be ≥ 1, was " + promptTokens);
+        }
+        if (maxNewTokens < 0) {
+            throw new IllegalArgumentException("maxNewTokens must be ≥ 0, was " + maxNewTokens);
+        }
+    }
+
+    /** Decides and, when admitted, adds the pages to {@code reserved}. @return pages reserved, or a negative code */
+    private long reserveLocked(int promptTokens, int maxNewTokens) {
+        ensureOpen();
+        drainReturnedLocked();
+        final long tokens = (long) promptTokens + maxNewTokens;
+        lastAdmittedTokens = reservationPolicy == ReservationPolicy.FULL ? tokens : promptTokens;
+        final long inService = capacity - retired;
+        long needed = layout.pagesFor(reservationPolicy == ReservationPolicy.FULL ? tokens : promptTokens);
+        lastNeeded = needed;
+        lastAvailable = freeLocked() - reserved;
+        if (tokens > maxContextTokens || needed > inService) {
+            if (rejectOverCapacity) {
+                if (tokens > maxContextTokens) {
+                    rejectedContextTooLong++;
+                    return Admission.CONTEXT_TOO_LONG;
+                }
+                rejectedExceedsPool++;
+                return Admission.EXCEEDS_POOL;
+            }
+            // Safeguard.ADMISSION_REJECTION disabled: the 2026 incident's one-token placeholder.
+            needed = 1;
+            lastNeeded = 1;
+            lastAdmittedTokens = 1;
+        }
+        if (needed > lastAvailable) {
+            retryLater++;
+            return Admission.RETRY_LATER;
+        }
+        reserved += needed;
+        return needed;
+    }
+
+    private Admission rejection(long code, int prompt, int maxNew) {
+        final Admission.Decision d = code == Admission.CONTEXT_TOO_LONG ? Admission.Decision.REJECTED_CONTEXT_TOO_LONG
+            : code == Admission.EXCEEDS_POOL ? Admission.Decision.REJECTED_EXCEEDS_POOL : Admission.Decision.RETRY_LATER;
+        return new Admission(d, null, (long) prompt + maxNew, maxContextTokens, lastNeeded, lastAvailable, capacity - retired);
+    }
+
+    private Sequence newSequenceLocked(int reservedPages, long admittedTokens, long salt, boolean hasSalt) {
+        openSequences++;
+        return new Sequence(this, reservedPages, admittedTokens, salt, hasSalt);
+    }
+
+    // ------------------------------------------------------------------------------------------------
+    // Allocation (pool lock), called by Sequence
+
+    /**
+     * Allocates {@code count} pages for a sequence: first from its reservation, then from unreserved free
+     * pages. All or nothing.
+     *
+     * @param out receives the handles, at {@code out[0..count)}
+     * @throws PoolExhaustedException if the unreserved part cannot be had; nothing is allocated then
+     */
+    void allocateFor(Sequence seq, int count, long[] out) {
+        synchronized (lock) {
+            ensureOpen();
+            final int fromReservation = Math.min(count, seq.reservedPages);
+            final int unreserved = count - fromReservation;
+            if (unreserved > 0) {
+                drainReturnedLocked();
+                final long available = freeLocked() - reserved;
+                if (unreserved > available) {
+                    throw new PoolExhaustedException("sequence needs " + count + " more pages, " + fromReservation
+                        + " of them reserved; the pool has " + Math.max(0, available) + " free unreserved pages for the other "
+                        + unreserved + " (capacity " + capacity + ", free " + freeLocked() + ", reserved " + reserved + ")");
+                }
+            }
+            int got = 0;
+            for (; got < count; got++) {
+                final long handle = takeFreePageLocked();
+                if (handle < 0) {
+                    break;
+                }
+                out[got] = handle;
+            }
+            if (got < count) { // only possible when slots retired under us
+                for (int i = 0; i < got; i++) {
+                    tryTransition(out[i], Event.RELEASE);
+                }
+                throw new PoolExhaustedException("pool ran out of pages while allocating " + count + " (retired " + retired + ")");
+            }
+            seq.reservedPages -= fromReservation;
+            reserved -= fromReservation;
+        }
+    }
+
+    /** Tries to add up to {@code pages} to a sequence's reservation from free unreserved pages. @return pages added */
+    int topUpReservation(Sequence seq, int pages) {
+        synchronized (lock) {
+            ensureOpen();
+            drainReturnedLocked();
+            final int add = (int) Math.max(0, Math.min(pages, freeLocked() - reserved));
+            reserved += add;
+            seq.reservedPages += add;
+            return add;
+        }
+    }
+
+    /** Reserves pages for a fork: {@code forParent} more for the parent and {@code forChild} for the child. */
+    void reserveForFork(Sequence parent, int forParent, int forChild) {
+        synchronized (lock) {
+            ensureOpen();
+            drainReturnedLocked();
+            final long available = freeLocked() - reserved;
+            if (forParent + forChild > available) {
+                throw new PoolExhaustedException("fork needs " + (forParent + forChild) + " pages reserved (" + forChild
+                    + " for the child's growth, " + forParent + " for copy-on-write of the shared last page); "
+                    + Math.max(0, available) + " are free and unreserved");
+            }
+            reserved += forParent + forChild;
+            parent.reservedPages += forParent;
+            openSequences++;
+        }
+    }
+
+    /** Returns a closing sequence's unused reservation. */
+    void sequenceClosed(Sequence seq) {
+        synchronized (lock) {
+            reserved -= seq.reservedPages;
+            seq.reservedPages = 0;
+            openSequences--;
+        }
+    }
+
+    /** Publishes a sequence's full pages {@code [from, to)}; see {@link Sequence#publish}. */
+    void publish(Sequence seq, int[] tokenIds, int from, int to, long salt) {
+        final int tpp = layout.tokensPerPage();
+        synchronized (lock) {
+            ensureOpen();
+            long parent = from == 0 ? PrefixHash.ROOT : seq.pageHash(from - 1);
+            for (int i = from; i < to; i++) {
+                final long handle = seq.pageHandle(i);
+                final long word = slots.wordVolatile(PageHandle.slot(handle));
+                if (SlotStateMachine.phase(word) != SlotStateMachine.OWNED
+                    || SlotStateMachine.generation(word) != PageHandle.generation(handle)) {
+                    throw new IllegalSlotTransitionException(PageHandle.slot(handle), word, null,
+                        "only OWNED pages can be published (page " + i + " of the sequence)");
+                }
+                parent = prefix.publish(PageHandle.slot(handle), parent, salt, tokenIds, i * tpp);
+                seq.setPageHash(i, parent);
+            }
+        }
+    }
+
+    /** @return whether the slot holds a published prefix (pool lock) */
+    boolean isPublished(int slot) {
+        synchronized (lock) {
+            return prefix.isPublished(slot);
+        }
+    }
+
+    private boolean attachLocked(int slot, Sequence seq) {
+        final long word = slots.wordVolatile(slot);
+        if (SlotStateMachine.phase(word) == SlotStateMachine.OWNED) {
+            final long handle = PageHandle.of(slot, SlotStateMachine.generation(word));
+            if (slots.apply(handle, Event.RETAIN) >= 0) {
+                seq.addAttachedPage(handle);
+                prefixHits++;
+                if (seq.reservedPages > 0) { // shared, not taken from the free pages: return its reservation
+                    seq.reservedPages--;
+                    reserved--;
+                }
+                return true;
+            }
+        }
+        drainReturnedLocked(); // it may have been freed a moment ago and still be on its way to the LRU
+        if (!freePages.isCached(slot)) {
+            return false;
+        }
+        freePages.removeCached(slot);
+        final long next = slots.allocate(slot);
+        if (next < 0) {
+            throw new IllegalStateException("internal: cached free slot " + slot + " was not FREE");
+        }
+        if (SlotStateMachine.phase(next) == SlotStateMachine.RETIRED) {
+            prefix.unpublish(slot);
+            retired++;
+            return false;
+        }
+        allocations++;
+        prefixHits++;
+        seq.addAttachedPage(PageHandle.of(slot, SlotStateMachine.generation(next)));
+        seq.reservedPages--; // revived from the free pages: it consumes one reserved page
+        reserved--;
+        return true;
+    }
+
+    /** @return the handle of a freshly allocated page (OWNED, refcount 1), or -1 if no page is left */
+    private long takeFreePageLocked() {
+        while (true) {
+            int slot = freePages.popPlain();
+            if (slot < 0) {
+                if (drainReturnedLocked() > 0) {
+                    continue;
+                }
+                slot = freePages.evictLru();
+                if (slot < 0) {
+                    return -1;
+                }
+                prefix.unpublish(slot);
+                evictions++;
+                storage.fill(slot, fillMode);
+            }
+            final long word = slots.allocate(slot);
+            if (word < 0) {
+                throw new IllegalStateException("internal: free list held slot " + slot + " in state "
+                    + SlotStateMachine.describe(slots.wordVolatile(slot)));
+            }
+            if (SlotStateMachine.phase(word) == SlotStateMachine.RETIRED) {
+                retired++;
+                continue;
+            }
+            allocations++;
+            return PageHandle.of(slot, SlotStateMachine.generation(word));
+        }
+    }
+
+    private int drainReturnedLocked() {
+        return returned.drain(takeReturned);
+    }
+
+    private void takeReturned(int slot) {
+        if (prefix.isPublished(slot)) {
+            freePages.pushCached(slot);
+        } else {
+            freePages.pushPlain(slot);
+        }
+    }
+
+    private long freeLocked() {
+        return freePages.size() + (long) returned.sizeVolatile();
+    }
+
+    // ------------------------------------------------------------------------------------------------
+    // Accounting and close
+
+    /** @return page counts by state and the counters (see {@link PoolSnapshot} for when they are exact) */
+    public PoolSnapshot snapshot() {
+        synchronized (lock) {
+            return snapshotLocked();
+        }
+    }
+
+    private PoolSnapshot snapshotLocked() {
+        final long[] byState = new long[SlotState.values().length];
+        for (int s = 0; s < capacity; s++) {
+            byState[SlotStateMachine.phase(slots.wordVolatile(s))]++;
+        }
+        return new PoolSnapshot(capacity, byState[SlotStateMachine.FREE], byState[SlotStateMachine.OWNED],
+            byState[SlotStateMachine.RECEIVING], byState[SlotStateMachine.DRAINING], byState[SlotStateMachine.QUARANTINED],
+            byState[SlotStateMachine.RETIRED], reserved, freePages.cachedSize(), prefix.size(), openSequences, openReservations,
+            allocations, prefixHits, evictions, rejectedContextTooLong, rejectedExceedsPool, retryLater, staleRefused.sum(),
+            quarantineEvents.sum());
+    }
+
+    /**
+     * Checks the accounting invariants. Call only at a quiescent point (no operation in flight on any
+     * thread): every FREE slot is in exactly one free structure and nothing else is; the state counts add
+     * up to the capacity; {@code 0 ≤ reserved ≤ free}.
+     *
+     * @return the snapshot that was checked
+     * @throws IllegalStateException describing the first violation
+     */
+    public PoolSnapshot verifyAccounting() {
+        synchronized (lock) {
+            drainReturnedLocked();
+            final PoolSnapshot snap = snapshotLocked();
+            if (!snap.balanced()) {
+                throw new IllegalStateException("accounting does not balance: " + snap);
+            }
+            final byte[] seen = new byte[capacity];
+            final int[] plain = new int[capacity];
+            int n = 0;
+            for (int s; (s = freePages.popPlain()) >= 0; ) {
+                plain[n++] = s;
+            }
+            for (int i = n - 1; i >= 0; i--) {
+                freePages.pushPlain(plain[i]);
+                seen[plain[i]]++;
+            }
+            for (int s = 0; s < capacity; s++) {
+                if (freePages.isCached(s)) {
+                    seen[s]++;
+                    if (!prefix.isPublished(s)) {
+                        throw new IllegalStateException("cached free slot " + s + " holds no published prefix");
+                    }
+                }
+            }
+            for (int s = 0; s < capacity; s++) {
+                final boolean free = SlotStateMachine.phase(slots.wordVolatile(s)) == SlotStateMachine.FREE;
+                if (seen[s] != (free ? 1 : 0)) {
+                    throw new IllegalStateException("slot " + s + " is " + SlotStateMachine.describe(slots.wordVolatile(s))
+                        + " but appears " + seen[s] + " times in the free structures");
+                }
+            }
+            if (freePages.size() != snap.free()) {
+                throw new IllegalStateException("free structures hold " + freePages.size() + " pages but " + snap.free() + " slots are FREE");
+            }
+            return snap;
+        }
+    }
+
+    /** @return the report written by {@link #close()} if anything was outstanding, else empty */
+    public Optional<String> closeReport() {
+        return Optional.ofNullable(closeReport);
+    }
+
+    /**
+     * Closes the pool. Idempotent. Outstanding pages, sequences and reservations are reported loudly (an
+     * ERROR log with counts by state, also available from {@link #closeReport()}). Memory is released
+     * unless pages are still pinned for remote writes (RECEIVING, DRAINING, QUARANTINED): then a peer may
+     * still write into it, so the storage is deliberately left allocated and the report says so.
+     * Every other operation on a closed pool throws {@link IllegalStateException}.
+     */
+    @Override
+    public void close() {
+        final PoolSnapshot snap;
+        synchronized (lock) {
+            if (closed) {
+                return;
+            }
+            closed = true;
+            drainReturnedLocked();
+            snap = snapshotLocked();
+        }
+        final long pinned = snap.receiving() + snap.draining() + snap.quarantined();
+        if (snap.inUse() > 0 || snap.openSequences() > 0 || snap.openReservations() > 0) {
+            final String report = "kvpool closed with outstanding pages: " + snap.inUse() + " of " + capacity + " in use (owned "
+                + snap.owned() + ", receiving " + snap.receiving() + ", draining " + snap.draining() + ", quarantined "
+                + snap.quarantined() + "), " + snap.openSequences() + " open sequences, " + snap.openReservations()
+                + " open reservations, " + snap.reserved() + " pages reserved"
+                + (pinned > 0 ? "; " + pinned + " pages are pinned for remote writes, so the storage is NOT released (a peer may still write into it)" : "");
+            closeReport = report;
+            LOG.log(System.Logger.Level.ERROR, report);
+        }
+        if (pinned == 0) {
+            storage.close();
+        }
+    }
+
+    private void ensureOpen() {
+        if (closed) {
+            throw new IllegalStateException("kvpool is closed");
+        }
+    }
+
+    @Override
+    public String toString() {
+        return "KvPool[" + capacity + " pages of " + layout + ", max context " + maxContextTokens + " tokens"
+            + (disabled.isEmpty() ? "" : ", UNSAFE: safeguards disabled " + disabled) + "]";
+    }
+
+    // ------------------------------------------------------------------------------------------------
+
+    /** Builds a {@link KvPool}; runs the startup capacity check. */
+    public static final class Builder {
+        private final KvLayout layout;
+        private long pages = -1;
+        private long byteBudget = -1;
+        private long maxContextTokens = -1;
+        private ContextPolicy contextPolicy = ContextPolicy.FAIL;
+        private ReservationPolicy reservationPolicy = ReservationPolicy.FULL;
+        private FillMode fillMode = FillMode.CANARY;
+        private int maxReservations = 4096;
+        private BiFunction<KvLayout, Integer, PageStorage> storageFactory = HostPageStorage::allocate;
+        private final EnumSet<Safeguard> disabled = EnumSet.noneOf(Safeguard.class);
+
+        private Builder(KvLayout layout) {
+            this.layout = Objects.requireNonNull(layout, "layout");
+        }
+
+        /** Sizes the pool as a number of pages (1 .. {@link PageHandle#MAX_SLOT} + 1). */
+        public Builder pages(long pages) {
+            this.pages = pages;
+            this.byteBudget = -1;
+            return this;
+        }
+
+        /** Sizes the pool as the most pages that fit in {@code bytes}. */
+        public Builder byteBudget(long bytes) {
+            this.byteBudget = bytes;
+            this.pages = -1;
+            return this;
+        }
+
+        /** The max context (prompt + generated tokens) the deployment advertises for one request. Required. */
+        public Builder maxContextTokens(long tokens) {
+            this.maxContextTokens = tokens;
+            return this;
+        }
+
+        /** What to do when the pool cannot hold the advertised context ({@link ContextPolicy#FAIL} by default). */
+        public Builder contextPolicy(ContextPolicy policy) {
+            this.contextPolicy = Objects.requireNonNull(policy);
+            return this;
+        }
+
+        /** How much admission reserves ({@link ReservationPolicy#FULL} by default). */
+        public Builder reservationPolicy(ReservationPolicy policy) {
+            this.reservationPolicy = Objects.requireNonNull(policy);
+            return this;
+        }
+
+        /** What freed pages are filled with ({@link FillMode#CANARY} by default). */
+        public Builder fillMode(FillMode mode) {
+            this.fillMode = Objects.requireNonNull(mode);
+            return this;
+        }
+
+        /** How many {@link KvPool#tryReserve} reservations may be open at once (4096 by default). */
+        public Builder maxReservations(int n) {
+            if (n < 1) {
+                throw new IllegalArgumentException("maxReservations must be ≥ 1, was " + n);
+            }
+            this.maxReservations = n;
+            return this;
+        }
+
+        /** Where pages live: {@code (layout, pages) → storage}; host memory ({@link HostPageStorage}) by default. */
+        public Builder storage(BiFunction<KvLayout, Integer, PageStorage> factory) {
+            this.storageFactory = Objects.requireNonNull(factory);
+            return this;
+        }
+
+        /**
+         * <b>Testing only.</b> Turns safeguards off so a test can prove each one is what stops a leak. The
+         * pool logs an ERROR at startup and names them in {@link KvPool#toString()}.
+         */
+        public Builder unsafeDisable(Safeguard... safeguards) {
+            for (Safeguard s : safeguards) {
+                disabled.add(Objects.requireNonNull(s));
+            }
+            return this;
+        }
+
+        /**
+         * @return the pool
+         * @throws IllegalArgumentException if the size or max context is missing or out of range
+         * @throws PoolCapacityException    if the pool cannot hold the advertised context for one request
+         *                                  and the policy is {@link ContextPolicy#FAIL}
+         */
+        public KvPool build() {
+            final long bytesPerPage = layout.bytesPerPage();
+            final long n;
+            if (pages >= 0) {
+                n = pages;
+            } else if (byteBudget >= 0) {
+                n = byteBudget / bytesPerPage;
+                if (n < 1) {
+                    throw new IllegalArgumentException("byte budget of " + byteBudget + " bytes holds no page of " + bytesPerPage
+                        + " bytes (" + layout + ")");
+                }
+            } else {
+                throw new IllegalArgumentException("set the pool size with pages(n) or byteBudget(bytes)");
+            }
+            if (n < 1 || n > PageHandle.MAX_SLOT + 1L) {
+                throw new IllegalArgumentException("a pool has 1.." + (PageHandle.MAX_SLOT + 1L) + " pages, asked for " + n);
+            }
+            if (maxContextTokens < 1) {
+                throw new IllegalArgumentException(maxContextTokens == -1
+                    ? "set maxContextTokens(n): the context length the deployment advertises"
+                    : "maxContextTokens must be ≥ 1, was " + maxContextTokens);
+            }
+            final long poolTokens = Math.multiplyExact(n, (long) layout.tokensPerPage());
+            long context = maxContextTokens;
+            if (context > poolTokens) {
+                final String numbers = String.format(
+                    "advertised max context of %,d tokens exceeds what this pool can hold for one request: %,d tokens "
+                        + "(%,d pages × %,d tokens/page, %,d bytes)", context, poolTokens, n, layout.tokensPerPage(), n * bytesPerPage);
+                if (contextPolicy == ContextPolicy.FAIL) {
+                    throw new PoolCapacityException(context, poolTokens, numbers + String.format(
+                        "; the largest safe context is %,d tokens. Lower the advertised context, give the pool more memory "
+                            + "(at least %,d bytes), or opt in to ContextPolicy.CLAMP", poolTokens,
+                        Math.multiplyExact(layout.pagesFor(context), bytesPerPage)));
+                }
+                LOG.log(System.Logger.Level.WARNING, numbers + String.format("; clamping the max context to %,d tokens", poolTokens));
+                context = poolTokens;
+            }
+            return new KvPool(this, (int) n, context);
+        }
+    }
+}

@@ -1,0 +1,78 @@
+package io.kvpool;
+
+/**
+ * A point-in-time view of a pool's page states and counters. The page counts are read slot by slot
+ * without stopping other threads, so they are exact only at a quiescent point (no operation in flight);
+ * {@link #balanced()} is the accounting invariant that must hold there.
+ *
+ * @param capacity                 pages the pool was built with
+ * @param free                     FREE pages (including cached free pages that still hold a prefix)
+ * @param owned                    OWNED pages
+ * @param receiving                RECEIVING pages
+ * @param draining                 DRAINING pages
+ * @param quarantined              QUARANTINED pages
+ * @param retired                  RETIRED pages (generation exhausted; out of service)
+ * @param reserved                 pages reserved for admitted requests and not yet allocated
+ * @param cachedFree               FREE pages that still hold a published prefix (evicted LRU first-come)
+ * @param publishedPrefixes        pages in the prefix index (free or not)
+ * @param openSequences            sequences not yet closed
+ * @param openReservations         reservations from {@link KvPool#tryReserve} not yet opened or cancelled
+ * @param allocations              times a slot left FREE (fresh allocation or revival of a cached page)
+ * @param prefixHits               pages attached from the prefix cache
+ * @param evictions                cached pages evicted to satisfy an allocation
+ * @param rejectedContextTooLong   admissions refused with REJECTED_CONTEXT_TOO_LONG
+ * @param rejectedExceedsPool      admissions refused with REJECTED_EXCEEDS_POOL
+ * @param retryLater               admissions answered RETRY_LATER
+ * @param staleHandlesRefused      operations refused because their handle was stale or invalid
+ * @param quarantineEvents         pages that entered QUARANTINED
+ */
+public record PoolSnapshot(
+    long capacity,
+    long free,
+    long owned,
+    long receiving,
+    long draining,
+    long quarantined,
+    long retired,
+    long reserved,
+    long cachedFree,
+    long publishedPrefixes,
+    long openSequences,
+    long openReservations,
+    long allocations,
+    long prefixHits,
+    long evictions,
+    long rejectedContextTooLong,
+    long rejectedExceedsPool,
+    long retryLater,
+    long staleHandlesRefused,
+    long quarantineEvents) {
+
+    /** @return pages not FREE and not RETIRED */
+    public long inUse() {
+        return owned + receiving + draining + quarantined;
+    }
+
+    /** @return pages returned to FREE so far: every allocation not still in use (exact at quiescence) */
+    public long pagesFreed() {
+        return allocations - inUse();
+    }
+
+    /**
+     * @return whether {@code free + owned + receiving + draining + quarantined + retired == capacity} and
+     *         {@code 0 ≤ reserved ≤ free}
+     */
+    public boolean balanced() {
+        return free + owned + receiving + draining + quarantined + retired == capacity && reserved >= 0 && reserved <= free;
+    }
+
+    @Override
+    public String toString() {
+        return "capacity=" + capacity + " free=" + free + " (cached " + cachedFree + ") owned=" + owned
+            + " receiving=" + receiving + " draining=" + draining + " quarantined=" + quarantined + " retired=" + retired
+            + " reserved=" + reserved + " sequences=" + openSequences + " reservations=" + openReservations
+            + " | allocations=" + allocations + " prefixHits=" + prefixHits + " evictions=" + evictions
+            + " rejected{contextTooLong=" + rejectedContextTooLong + ", exceedsPool=" + rejectedExceedsPool
+            + ", retryLater=" + retryLater + "} staleRefused=" + staleHandlesRefused + " quarantineEvents=" + quarantineEvents;
+    }
+}

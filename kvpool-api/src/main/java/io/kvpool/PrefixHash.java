@@ -1,0 +1,58 @@
+package io.kvpool;
+
+/**
+ * Chained content hash of full pages, as in vLLM: a page's hash covers its parent page's hash, a cache
+ * salt and the page's token ids, so equal hashes mean equal prefixes up to and including that page.
+ *
+ * <h2>Algorithm (stable across processes and versions of this class; bump {@link #VERSION} to change)</h2>
+ * <pre>
+ *   h = fmix64(parent ^ 0x9E3779B97F4A7C15)
+ *   h = fmix64(h ^ salt)
+ *   for each token t at index i of the page:  h = fmix64(h ^ ((i &lt;&lt; 32) | (t &amp; 0xFFFFFFFF)))
+ *   fmix64 = MurmurHash3's 64-bit finaliser
+ * </pre>
+ * The first page's parent is {@link #ROOT}. A 64-bit hash can collide (and an adversary can search for
+ * collisions), so the cache never trusts it alone: a lookup also compares the stored parent hash, salt
+ * and every token id before it shares a page.
+ *
+ * <p>The salt is how tenants stay apart: give each tenant its own salt and no two tenants ever share a
+ * page; use {@link #SHARED_SALT} only for content that tenants opt in to sharing (a public system prompt).
+ */
+public final class PrefixHash {
+
+    /** Version of the algorithm above. */
+    public static final int VERSION = 1;
+    /** Parent hash of a sequence's first page. */
+    public static final long ROOT = 0x6B7670_6F6F6C01L;
+    /** The salt for content every tenant has opted in to share. */
+    public static final long SHARED_SALT = 0L;
+
+    private PrefixHash() {
+    }
+
+    /**
+     * @param parent the previous page's hash, or {@link #ROOT}
+     * @param salt   the cache namespace (tenant)
+     * @param tokens token ids
+     * @param from   index of the page's first token in {@code tokens}
+     * @param count  tokens in the page
+     * @return the page's hash
+     */
+    public static long of(long parent, long salt, int[] tokens, int from, int count) {
+        long h = fmix64(parent ^ 0x9E3779B97F4A7C15L);
+        h = fmix64(h ^ salt);
+        for (int i = 0; i < count; i++) {
+            h = fmix64(h ^ (((long) i << 32) | (tokens[from + i] & 0xFFFFFFFFL)));
+        }
+        return h;
+    }
+
+    static long fmix64(long k) {
+        k ^= k >>> 33;
+        k *= 0xff51afd7ed558ccdL;
+        k ^= k >>> 33;
+        k *= 0xc4ceb9fe1a85ec53L;
+        k ^= k >>> 33;
+        return k;
+    }
+}

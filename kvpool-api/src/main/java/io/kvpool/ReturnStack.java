@@ -1,0 +1,75 @@
+package io.kvpool;
+
+import java.lang.invoke.MethodHandles;
+import java.lang.invoke.VarHandle;
+
+/**
+ * Pages that became FREE on any thread wait here until the allocator takes them all at once. A
+ * multi-producer, single-consumer intrusive stack: producers push with one CAS; the consumer (the
+ * allocator, under the pool lock) takes the whole stack with one {@code getAndSet}. Because nothing pops
+ * a single element, the classic ABA problem of Treiber stacks cannot arise.
+ *
+ * <pre>
+ *  head (one long):  [ count (32 bits) | top slot + 1 (32 bits, 0 = empty) ]
+ *  next[slot]:       the slot below it, or -1
+ * </pre>
+ * Keeping the count in the head makes {@link #sizeVolatile()} exact at every linearization point.
+ */
+final class ReturnStack {
+
+    private static final VarHandle HEAD;
+
+    static {
+        try {
+            HEAD = MethodHandles.lookup().findVarHandle(ReturnStack.class, "head", long.class);
+        } catch (ReflectiveOperationException e) {
+            throw new ExceptionInInitializerError(e);
+        }
+    }
+
+    private final int[] next;
+    @SuppressWarnings("unused") // accessed through HEAD
+    private volatile long head;
+
+    ReturnStack(int capacity) {
+        this.next = new int[capacity];
+    }
+
+    /** Pushes a slot that just became FREE. Thread-safe, lock-free. */
+    void push(int slot) {
+        while (true) {
+            final long h = (long) HEAD.getVolatile(this);
+            next[slot] = (int) h - 1; // plain store, published by the CAS below
+            final long n = (((h >>> 32) + 1) << 32) | (slot + 1L);
+            if (HEAD.compareAndSet(this, h, n)) {
+                return;
+            }
+        }
+    }
+
+    /** @return the number of slots waiting */
+    int sizeVolatile() {
+        return (int) ((long) HEAD.getVolatile(this) >>> 32);
+    }
+
+    /**
+     * Takes every waiting slot. Single consumer only (the pool lock).
+     *
+     * @param sink receives each slot, most recently pushed first
+     * @return the number of slots taken
+     */
+    int drain(java.util.function.IntConsumer sink) {
+        if ((long) HEAD.getVolatile(this) == 0L) {
+            return 0;
+        }
+        final long h = (long) HEAD.getAndSet(this, 0L);
+        final int count = (int) (h >>> 32);
+        int slot = (int) h - 1;
+        for (int i = 0; i < count; i++) {
+            final int below = next[slot];
+            sink.accept(slot);
+            slot = below;
+        }
+        return count;
+    }
+}

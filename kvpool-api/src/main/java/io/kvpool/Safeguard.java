@@ -1,0 +1,18 @@
+package io.kvpool;
+
+/**
+ * Safeguards that can be switched off with {@link KvPool.Builder#unsafeDisable}, <b>only</b> so tests and
+ * the incident replay can prove that each safeguard is what stops a leak. A pool built with any of them
+ * off logs an error at startup and says so in {@link KvPool#toString()}. Never disable one in production.
+ */
+public enum Safeguard {
+    /** Refuse handles whose generation differs from their slot's. Off: a stale handle reaches the slot's next tenant. */
+    GENERATION_CHECK,
+    /** Fill freed pages (see {@link io.kvpool.storage.FillMode}). Off: freed pages keep their tenant's bytes. */
+    FREE_PAGE_FILL,
+    /**
+     * Reject requests that cannot fit. Off: an over-capacity request is admitted as a one-token placeholder
+     * (the 2026 incident's mechanism) — its sequence holds one page whatever it asked for.
+     */
+    ADMISSION_REJECTION
+}

@@ -1,0 +1,365 @@
+package io.kvpool;
+
+import java.lang.foreign.MemorySegment;
+import java.lang.foreign.ValueLayout;
+import java.util.Arrays;
+import java.util.Objects;
+
+/**
+ * One request's KV: a block table of pages, a token count, and the reservation admission granted it.
+ *
+ * <ul>
+ *   <li>{@link #append(int)} grows the sequence, allocating pages from its reservation (then from
+ *       unreserved free pages); if the last page is partially filled and shared (by a fork, or because it
+ *       holds a published prefix) it is copied first — copy-on-write — so no other owner sees the write.</li>
+ *   <li>{@link #truncate(int)} shrinks it, releasing pages past the new end.</li>
+ *   <li>{@link #fork()} creates a sequence sharing every page (refcount + 1 each).</li>
+ *   <li>{@link #publish} offers its full pages to the prefix cache.</li>
+ *   <li>{@link #close()} releases every reference and the unused reservation. Idempotent.</li>
+ * </ul>
+ * The block table is available without allocation: {@link #pageIndex(int)}, {@link #copyBlockTable} and
+ * {@link #writeBlockTable} (for a kernel's int32 table in native or pinned memory).
+ *
+ * <p><b>Not thread-safe.</b> Use a sequence from one thread at a time; hand it to another thread with a
+ * happens-before edge (a queue, a lock). Pages it holds may meanwhile be pinned, drained or released by
+ * transfer threads through {@link KvPool}, which is safe.
+ */
+public final class Sequence implements AutoCloseable {
+
+    private final KvPool pool;
+    private final int tokensPerPage;
+    private long[] handles;
+    private int[] blockTable;
+    private long[] pageHashes;
+    private int pageCount;
+    private int tokenCount;
+    private final long admittedTokens;
+    private final int cachedTokens;
+    private long salt;
+    private boolean hasSalt;
+    private int publishedPages;
+    private boolean lastPageImmutable;
+    private boolean closed;
+    /** Pages reserved for this sequence and not yet allocated. Guarded by the pool lock when changed. */
+    int reservedPages;
+
+    Sequence(KvPool pool, int reservedPages, long admittedTokens, long salt, boolean hasSalt) {
+        this(pool, reservedPages, admittedTokens, salt, hasSalt, 8, 0);
+    }
+
+    private Sequence(KvPool pool, int reservedPages, long admittedTokens, long salt, boolean hasSalt, int initialPages,
+                     int cachedTokens) {
+        this.pool = pool;
+        this.tokensPerPage = pool.layout().tokensPerPage();
+        this.reservedPages = reservedPages;
+        this.admittedTokens = admittedTokens;
+        this.salt = salt;
+        this.hasSalt = hasSalt;
+        this.handles = new long[initialPages];
+        this.blockTable = new int[initialPages];
+        this.pageHashes = new long[initialPages];
+        this.cachedTokens = cachedTokens;
+    }
+
+    // ---- queries ----
+
+    /** @return tokens held */
+    public int tokenCount() {
+        return tokenCount;
+    }
+
+    /** @return pages in the block table, {@code ceil(tokenCount / tokensPerPage)} */
+    public int pageCount() {
+        return pageCount;
+    }
+
+    /** @return tokens the admission guaranteed pages for (prompt + max new tokens, under the FULL policy) */
+    public long admittedTokens() {
+        return admittedTokens;
+    }
+
+    /** @return pages still reserved for this sequence */
+    public int reservedPages() {
+        return reservedPages;
+    }
+
+    /** @return whether {@link #close()} was called */
+    public boolean isClosed() {
+        return closed;
+    }
+
+    /** @return the pool */
+    public KvPool pool() {
+        return pool;
+    }
+
+    /**
+     * @param i page number within the sequence, {@code 0 ≤ i < pageCount()}
+     * @return the slot index of that page (the block-table entry a kernel uses)
+     */
+    public int pageIndex(int i) {
+        Objects.checkIndex(i, pageCount);
+        return blockTable[i];
+    }
+
+    /** @return the generation-tagged handle of page {@code i} */
+    public long pageHandle(int i) {
+        Objects.checkIndex(i, pageCount);
+        return handles[i];
+    }
+
+    /** Copies the block table (slot indices) into {@code dst[offset ..]}. @return {@link #pageCount()} */
+    public int copyBlockTable(int[] dst, int offset) {
+        Objects.checkFromIndexSize(offset, pageCount, dst.length);
+        System.arraycopy(blockTable, 0, dst, offset, pageCount);
+        return pageCount;
+    }
+
+    /** Writes the block table as little-endian int32 into {@code dst} at byte {@code offset}. @return {@link #pageCount()} */
+    public int writeBlockTable(MemorySegment dst, long offset) {
+        MemorySegment.copy(blockTable, 0, dst, ValueLayout.JAVA_INT_UNALIGNED.withOrder(java.nio.ByteOrder.LITTLE_ENDIAN), offset, pageCount);
+        return pageCount;
+    }
+
+    /** @return the bytes of page {@code i} (host storage), after the pool checks its handle */
+    public MemorySegment page(int i) {
+        return pool.page(pageHandle(i));
+    }
+
+    // ---- changes ----
+
+    /**
+     * Adds {@code n} tokens, allocating pages as needed (copy-on-write of a shared partial last page
+     * first). All or nothing: on an exception nothing changed.
+     *
+     * @throws IllegalArgumentException if {@code n < 0} or the result would exceed the pool's max context
+     * @throws PoolExhaustedException   if pages beyond the reservation are needed and none are free
+     * @throws IllegalStateException    if the sequence or pool is closed
+     */
+    public void append(int n) {
+        ensureOpen();
+        if (n < 0) {
+            throw new IllegalArgumentException("n must be ≥ 0, was " + n);
+        }
+        final long target = (long) tokenCount + n;
+        if (target > pool.maxContextTokens()) {
+            throw new IllegalArgumentException("appending " + n + " tokens to " + tokenCount + " would exceed the max context of "
+                + pool.maxContextTokens() + " tokens");
+        }
+        if (n == 0) {
+            return;
+        }
+        final boolean partial = tokenCount % tokensPerPage != 0;
+        final boolean cow = partial && (lastPageImmutable || pool.refcountOfSlot(blockTable[pageCount - 1]) > 1);
+        final int newPages = (int) (pool.layout().pagesFor(target) - pageCount);
+        final int allocate = newPages + (cow ? 1 : 0);
+        if (allocate > 0) {
+            final long[] got = new long[allocate];
+            pool.allocateFor(this, allocate, got);
+            int k = 0;
+            if (cow) {
+                final long fresh = got[k++];
+                final long old = handles[pageCount - 1];
+                pool.storage().copyPages(new int[] {PageHandle.slot(old)}, 0, new int[] {PageHandle.slot(fresh)}, 0, 1);
+                handles[pageCount - 1] = fresh;
+                blockTable[pageCount - 1] = PageHandle.slot(fresh);
+                lastPageImmutable = false;
+                if (publishedPages > pageCount - 1) {
+                    publishedPages = pageCount - 1;
+                }
+                pool.release(old);
+            }
+            for (; k < allocate; k++) {
+                addPage(got[k]);
+            }
+        }
+        tokenCount = (int) target;
+    }
+
+    /**
+     * Shrinks the sequence to {@code n} tokens, releasing pages past the new end (last page first). The
+     * reservation is topped up again, as far as free pages allow, so the sequence can regrow to the
+     * tokens it was admitted for.
+     *
+     * @throws IllegalArgumentException if {@code n < 0} or {@code n > tokenCount()}
+     */
+    public void truncate(int n) {
+        ensureOpen();
+        if (n < 0 || n > tokenCount) {
+            throw new IllegalArgumentException("truncate to " + n + " tokens: must be in 0.." + tokenCount);
+        }
+        final int keep = (int) pool.layout().pagesFor(n);
+        final int dropped = pageCount - keep;
+        for (int i = pageCount - 1; i >= keep; i--) {
+            final long h = handles[i];
+            handles[i] = 0;
+            pageCount--;
+            pool.release(h);
+        }
+        tokenCount = n;
+        publishedPages = Math.min(publishedPages, keep);
+        if (n % tokensPerPage != 0 && keep > 0) {
+            // the new last page is partial; if it holds a published (shared, immutable) prefix, appending must copy it
+            lastPageImmutable = keep <= publishedPages || pool.isPublished(blockTable[keep - 1]);
+            if (keep <= publishedPages) {
+                publishedPages = keep - 1;
+            }
+        }
+        if (dropped > 0) {
+            final long want = Math.max(0, pool.layout().pagesFor(admittedTokens) - pageCount) + (lastPageImmutable ? 1 : 0);
+            if (want > reservedPages) {
+                pool.topUpReservation(this, (int) (want - reservedPages));
+            }
+        }
+    }
+
+    /**
+     * Creates a sequence that shares every page of this one (each page's refcount + 1) and can grow to
+     * the same admitted size: it gets its own reservation, and this sequence gets one more page if the
+     * shared last page is partial (whichever appends first copies it).
+     *
+     * @throws PoolExhaustedException if that reservation cannot be had
+     * @throws IllegalStateException  if this sequence is closed or a page is not OWNED (e.g. still receiving)
+     */
+    public Sequence fork() {
+        ensureOpen();
+        final boolean partial = tokenCount % tokensPerPage != 0;
+        final int cowPage = partial ? 1 : 0;
+        final int growth = (int) Math.max(0, pool.layout().pagesFor(admittedTokens) - pageCount);
+        pool.reserveForFork(this, cowPage, growth + cowPage);
+        final Sequence child = new Sequence(pool, growth + cowPage, admittedTokens, salt, hasSalt,
+            Math.max(8, handles.length), 0);
+        int retained = 0;
+        try {
+            for (; retained < pageCount; retained++) {
+                pool.retain(handles[retained]);
+            }
+        } catch (RuntimeException e) {
+            for (int i = 0; i < retained; i++) {
+                pool.release(handles[i]);
+            }
+            pool.sequenceClosed(child);
+            child.closed = true;
+            throw e;
+        }
+        System.arraycopy(handles, 0, child.handles, 0, pageCount);
+        System.arraycopy(blockTable, 0, child.blockTable, 0, pageCount);
+        System.arraycopy(pageHashes, 0, child.pageHashes, 0, pageCount);
+        child.pageCount = pageCount;
+        child.tokenCount = tokenCount;
+        child.publishedPages = publishedPages;
+        child.lastPageImmutable = lastPageImmutable;
+        return child;
+    }
+
+    /**
+     * Publishes every full page not yet published to the prefix cache, keyed by the chained hash of its
+     * token ids under {@code cacheSalt} (see {@link PrefixHash}). Published pages are immutable: a later
+     * append into one copies it first.
+     *
+     * @param tokenIds  the sequence's token ids from its first token, at least {@code tokenCount()} rounded
+     *                  down to full pages
+     * @param cacheSalt the tenant's cache namespace; must equal the salt the sequence was admitted with, if any
+     */
+    public void publish(int[] tokenIds, long cacheSalt) {
+        ensureOpen();
+        Objects.requireNonNull(tokenIds, "tokenIds");
+        if (hasSalt && cacheSalt != salt) {
+            throw new IllegalArgumentException("sequence belongs to cache salt " + salt + ", cannot publish under " + cacheSalt);
+        }
+        final int full = tokenCount / tokensPerPage;
+        if (tokenIds.length < full * tokensPerPage) {
+            throw new IllegalArgumentException("need token ids for " + full * tokensPerPage + " tokens (" + full
+                + " full pages), got " + tokenIds.length);
+        }
+        if (full > publishedPages) {
+            pool.publish(this, tokenIds, publishedPages, full, cacheSalt);
+            publishedPages = full;
+            salt = cacheSalt;
+            hasSalt = true;
+        }
+    }
+
+    /** @return pages of this sequence known to be in the prefix cache (published or attached) */
+    public int publishedPages() {
+        return publishedPages;
+    }
+
+    /**
+     * Releases every page reference (last page first, so the tail of a cached prefix is evicted before
+     * its head) and the unused reservation. Idempotent; does nothing once the pool is closed.
+     */
+    @Override
+    public void close() {
+        if (closed) {
+            return;
+        }
+        closed = true;
+        if (pool.isClosed()) {
+            return;
+        }
+        RuntimeException first = null;
+        for (int i = pageCount - 1; i >= 0; i--) {
+            try {
+                pool.release(handles[i]);
+            } catch (RuntimeException e) {
+                if (first == null) {
+                    first = e;
+                }
+            }
+        }
+        pageCount = 0;
+        tokenCount = 0;
+        pool.sequenceClosed(this);
+        if (first != null) {
+            throw first;
+        }
+    }
+
+    @Override
+    public String toString() {
+        return "Sequence[tokens=" + tokenCount + ", pages=" + pageCount + ", reserved=" + reservedPages
+            + (closed ? ", closed" : "") + "]";
+    }
+
+    // ---- pool-side helpers ----
+
+    void addPage(long handle) {
+        if (pageCount == handles.length) {
+            final int n = Math.max(8, handles.length * 2);
+            handles = Arrays.copyOf(handles, n);
+            blockTable = Arrays.copyOf(blockTable, n);
+            pageHashes = Arrays.copyOf(pageHashes, n);
+        }
+        handles[pageCount] = handle;
+        blockTable[pageCount] = PageHandle.slot(handle);
+        pageCount++;
+    }
+
+    void addAttachedPage(long handle) {
+        addPage(handle);
+    }
+
+    void attachedPublished(long hash) {
+        pageHashes[pageCount - 1] = hash;
+        publishedPages = pageCount;
+    }
+
+    void setTokenCountAfterAttach(int tokens) {
+        tokenCount = tokens;
+    }
+
+    long pageHash(int i) {
+        return pageHashes[i];
+    }
+
+    void setPageHash(int i, long hash) {
+        pageHashes[i] = hash;
+    }
+
+    private void ensureOpen() {
+        if (closed) {
+            throw new IllegalStateException("sequence is closed");
+        }
+    }
+}

@@ -1,0 +1,185 @@
+package io.kvpool;
+
+/**
+ * The slot state machine: the one place that decides which transitions a page slot may take. Its
+ * functions are pure: they map a slot's current <em>state word</em> and an event to the next state word
+ * or to a negative result code, so they can be applied atomically with one compare-and-set by
+ * {@link SlotTable} and checked exhaustively in tests.
+ *
+ * <h2>State word</h2>
+ * <pre>
+ *   63 62                                   25 24    22 21                  0
+ *  +--+---------------------------------------+--------+---------------------+
+ *  | 0|       generation (38 bits)            | phase  |   refcount (22 bits) |
+ *  +--+---------------------------------------+--------+---------------------+
+ *   phase: 0 FREE, 1 OWNED, 2 RECEIVING, 3 DRAINING, 4 QUARANTINED, 5 RETIRED
+ * </pre>
+ * Generation, phase and refcount live in one word so that "is this handle current?" and "change the
+ * state" are a single atomic step: no operation can act on a handle whose slot was reused between the
+ * check and the change.
+ *
+ * <h2>Transitions</h2>
+ * Rows are the current phase, columns the event; {@code r} is the refcount. "stale" means the event is
+ * refused with {@link PageHandle#STALE} (the handle's generation differs from the slot's, or the slot is
+ * FREE/RETIRED, i.e. the handle's tenancy is over). "illegal" means {@link PageHandle#ILLEGAL_STATE}; the
+ * pool turns it into an {@link IllegalSlotTransitionException} naming slot, generation and state.
+ * <pre>
+ *               ALLOCATE      RETAIN   RELEASE           PIN_WRITER  COMMIT_RECEIVE    BEGIN_DRAIN  DRAINED           QUARANTINE   RELEASE_QUARANTINE
+ *  FREE         OWNED(1),g+1  stale    stale             stale       stale             stale        stale             stale        stale
+ *               (RETIRED if g = MAX_GENERATION)
+ *  OWNED(r)     illegal       OWNED    r>1: OWNED(r-1)   r=1:        illegal           illegal      illegal           illegal      illegal
+ *                             (r+1)    r=1: FREE         RECEIVING(1)
+ *                                                        r>1: illegal
+ *  RECEIVING(r) illegal       illegal  r≥1: RECEIVING    illegal     r≥1: OWNED(r)     DRAINING(r)  illegal           QUARANTINED  illegal
+ *                                      (r-1); r=0: ill.              r=0: FREE                                        (r)
+ *  DRAINING(r)  illegal       illegal  r≥1: DRAINING     illegal     illegal           illegal      r≥1: OWNED(r)     QUARANTINED  illegal
+ *                                      (r-1); r=0: ill.                                             r=0: FREE         (r)
+ *  QUARANTINED  illegal       illegal  r≥1: QUARANTINED  illegal     illegal           illegal      illegal           illegal      r≥1: OWNED(r)
+ *  (r)                                 (r-1); r=0: ill.                                                                            r=0: FREE
+ *  RETIRED      illegal       stale    stale             stale       stale             stale        stale             stale        stale
+ * </pre>
+ * Consequences, each tested:
+ * <ul>
+ *   <li>a page reaches FREE only with refcount 0 <em>and</em> no writer pin (RECEIVING, DRAINING and
+ *       QUARANTINED are the pinned phases; releasing the last reference there leaves the pin holding it);</li>
+ *   <li>only an unshared page (refcount 1) can be pinned for writing: shared pages are immutable;</li>
+ *   <li>QUARANTINED leaves only through RELEASE_QUARANTINE, which the transport sends once the peer can
+ *       no longer write; nothing here reacts to time;</li>
+ *   <li>the generation changes exactly when a slot leaves FREE, so every tenancy has its own generation;</li>
+ *   <li>exactly one event can take a given tenancy to FREE (one CAS wins), so a page is returned to the
+ *       free list at most once per tenancy.</li>
+ * </ul>
+ */
+public final class SlotStateMachine {
+
+    /** Events a slot reacts to; see the table in the class comment. */
+    public enum Event {
+        /** Take a FREE slot into service (allocation, or revival of a cached page). Needs no handle. */
+        ALLOCATE,
+        /** Add a reference (fork, prefix attachment). */
+        RETAIN,
+        /** Drop a reference. */
+        RELEASE,
+        /** Pin the page as the target of remote writes. */
+        PIN_WRITER,
+        /** The transfer into the page completed and was verified: drop the writer pin. */
+        COMMIT_RECEIVE,
+        /** The transfer failed or was aborted: wait for the sender's drain confirmation. */
+        BEGIN_DRAIN,
+        /** The sender confirmed every write it posted reached a terminal state: drop the writer pin. */
+        DRAINED,
+        /** No confirmation arrived (or the peer was lost): hold the page until the peer provably cannot write. */
+        QUARANTINE,
+        /** The transport proved the peer can no longer write (endpoint torn down, registration revoked). */
+        RELEASE_QUARANTINE
+    }
+
+    /** Largest refcount a page can have. */
+    public static final int MAX_REFCOUNT = (1 << 22) - 1;
+
+    static final int PHASE_SHIFT = 22;
+    static final int GENERATION_SHIFT = 25;
+    static final long RC_MASK = MAX_REFCOUNT;
+    static final long PHASE_MASK = 0x7L << PHASE_SHIFT;
+
+    static final int FREE = 0;
+    static final int OWNED = 1;
+    static final int RECEIVING = 2;
+    static final int DRAINING = 3;
+    static final int QUARANTINED = 4;
+    static final int RETIRED = 5;
+
+    private static final SlotState[] STATES = SlotState.values();
+
+    private SlotStateMachine() {
+    }
+
+    /** @return a state word from its parts */
+    static long word(long generation, int phase, int refcount) {
+        return (generation << GENERATION_SHIFT) | ((long) phase << PHASE_SHIFT) | refcount;
+    }
+
+    /** @return the generation field of a state word */
+    public static long generation(long word) {
+        return word >>> GENERATION_SHIFT;
+    }
+
+    /** @return the phase field of a state word as an int constant */
+    static int phase(long word) {
+        return (int) ((word & PHASE_MASK) >>> PHASE_SHIFT);
+    }
+
+    /** @return the state a word denotes */
+    public static SlotState state(long word) {
+        return STATES[phase(word)];
+    }
+
+    /** @return the refcount field of a state word */
+    public static int refcount(long word) {
+        return (int) (word & RC_MASK);
+    }
+
+    /** @return whether the word denotes a writer-pinned phase (RECEIVING, DRAINING, QUARANTINED) */
+    static boolean pinned(int phase) {
+        return phase == RECEIVING || phase == DRAINING || phase == QUARANTINED;
+    }
+
+    /**
+     * Applies one event to a state word.
+     *
+     * @param word             the slot's current state word
+     * @param handleGeneration the generation of the handle the event came with (ignored for ALLOCATE)
+     * @param event            the event
+     * @return the next state word (≥ 0), or {@link PageHandle#STALE}, {@link PageHandle#ILLEGAL_STATE} or
+     *         {@link PageHandle#REFCOUNT_OVERFLOW}
+     */
+    public static long next(long word, long handleGeneration, Event event) {
+        final int phase = phase(word);
+        final long gen = generation(word);
+        final int rc = refcount(word);
+        if (event == Event.ALLOCATE) {
+            if (phase != FREE) {
+                return PageHandle.ILLEGAL_STATE;
+            }
+            return gen >= PageHandle.MAX_GENERATION ? word(gen, RETIRED, 0) : word(gen + 1, OWNED, 1);
+        }
+        if (phase == FREE || phase == RETIRED || gen != handleGeneration) {
+            return PageHandle.STALE;
+        }
+        switch (event) {
+            case RETAIN:
+                if (phase != OWNED) {
+                    return PageHandle.ILLEGAL_STATE;
+                }
+                return rc == MAX_REFCOUNT ? PageHandle.REFCOUNT_OVERFLOW : word + 1;
+            case RELEASE:
+                if (phase == OWNED) {
+                    return rc == 1 ? word(gen, FREE, 0) : word - 1;
+                }
+                return rc == 0 ? PageHandle.ILLEGAL_STATE : word - 1; // pinned: the pin keeps the page
+            case PIN_WRITER:
+                return phase == OWNED && rc == 1 ? word(gen, RECEIVING, rc) : PageHandle.ILLEGAL_STATE;
+            case COMMIT_RECEIVE:
+                return phase == RECEIVING ? unpinned(gen, rc) : PageHandle.ILLEGAL_STATE;
+            case BEGIN_DRAIN:
+                return phase == RECEIVING ? word(gen, DRAINING, rc) : PageHandle.ILLEGAL_STATE;
+            case DRAINED:
+                return phase == DRAINING ? unpinned(gen, rc) : PageHandle.ILLEGAL_STATE;
+            case QUARANTINE:
+                return phase == RECEIVING || phase == DRAINING ? word(gen, QUARANTINED, rc) : PageHandle.ILLEGAL_STATE;
+            case RELEASE_QUARANTINE:
+                return phase == QUARANTINED ? unpinned(gen, rc) : PageHandle.ILLEGAL_STATE;
+            default:
+                throw new AssertionError(event);
+        }
+    }
+
+    private static long unpinned(long gen, int rc) {
+        return rc == 0 ? word(gen, FREE, 0) : word(gen, OWNED, rc);
+    }
+
+    /** @return a readable form of a state word, e.g. {@code OWNED(gen=3, refs=2)} */
+    public static String describe(long word) {
+        return state(word) + "(gen=" + generation(word) + ", refs=" + refcount(word) + ")";
+    }
+}

@@ -1,0 +1,109 @@
+package io.kvpool;
+
+import io.kvpool.SlotStateMachine.Event;
+
+/**
+ * The state words of every slot of a pool, changed only through {@link SlotStateMachine#next}: each
+ * operation reads a slot's word, computes the next one and installs it with a single compare-and-set,
+ * retrying if another thread changed the word in between. Every method is thread-safe, lock-free and
+ * linearizable at its successful CAS (or at its last read, when it returns a result code).
+ */
+final class SlotTable {
+
+    private final SlotWords words;
+    private final boolean checkGeneration;
+
+    /**
+     * @param words           the word storage
+     * @param checkGeneration {@code false} only when {@link Safeguard#GENERATION_CHECK} was disabled for a test
+     */
+    SlotTable(SlotWords words, boolean checkGeneration) {
+        this.words = words;
+        this.checkGeneration = checkGeneration;
+    }
+
+    int capacity() {
+        return words.length();
+    }
+
+    /** @return the slot's current state word (volatile read) */
+    long wordVolatile(int slot) {
+        return words.getVolatile(slot);
+    }
+
+    /**
+     * Applies a handle-carrying event.
+     *
+     * @return the new state word (≥ 0), or a negative {@link PageHandle} result code
+     */
+    long apply(long handle, Event event) {
+        if (!PageHandle.isHandle(handle) || PageHandle.slot(handle) >= words.length()) {
+            return PageHandle.INVALID;
+        }
+        final int slot = PageHandle.slot(handle);
+        final long handleGeneration = PageHandle.generation(handle);
+        while (true) {
+            final long word = words.getVolatile(slot);
+            final long gen = checkGeneration ? handleGeneration : SlotStateMachine.generation(word);
+            final long next = SlotStateMachine.next(word, gen, event);
+            if (next < 0 || words.compareAndSet(slot, word, next)) {
+                return next;
+            }
+        }
+    }
+
+    /**
+     * Takes a FREE slot into service. Only the allocator calls this, for a slot it has just removed from
+     * the free structures, so it races with nobody that could change a FREE word.
+     *
+     * @return the new state word: OWNED with refcount 1 and the next generation, or RETIRED; or
+     *         {@link PageHandle#ILLEGAL_STATE} if the slot was not FREE (an allocator bug)
+     */
+    long allocate(int slot) {
+        while (true) {
+            final long word = words.getVolatile(slot);
+            final long next = SlotStateMachine.next(word, 0, Event.ALLOCATE);
+            if (next < 0 || words.compareAndSet(slot, word, next)) {
+                return next;
+            }
+        }
+    }
+
+    /**
+     * Checks that a handle is current and its page may be accessed (OWNED, or RECEIVING for the writer).
+     *
+     * @return the slot index, or a negative {@link PageHandle} result code
+     */
+    long validate(long handle) {
+        if (!PageHandle.isHandle(handle) || PageHandle.slot(handle) >= words.length()) {
+            return PageHandle.INVALID;
+        }
+        final int slot = PageHandle.slot(handle);
+        final long word = words.getVolatile(slot);
+        final int phase = SlotStateMachine.phase(word);
+        if (phase == SlotStateMachine.FREE || phase == SlotStateMachine.RETIRED
+            || (checkGeneration && SlotStateMachine.generation(word) != PageHandle.generation(handle))) {
+            return PageHandle.STALE;
+        }
+        if (phase != SlotStateMachine.OWNED && phase != SlotStateMachine.RECEIVING) {
+            return PageHandle.ILLEGAL_STATE;
+        }
+        return slot;
+    }
+
+    /** @return the handle for the slot's current tenancy (the caller knows it is in service) */
+    long currentHandle(int slot) {
+        return PageHandle.of(slot, SlotStateMachine.generation(words.getVolatile(slot)));
+    }
+
+    /** Test hook: sets the generation of a FREE slot, e.g. to just below {@link PageHandle#MAX_GENERATION}. */
+    void forceGenerationOfFreeSlot(int slot, long generation) {
+        final long word = words.getVolatile(slot);
+        if (SlotStateMachine.phase(word) != SlotStateMachine.FREE) {
+            throw new IllegalStateException("slot " + slot + " is not FREE: " + SlotStateMachine.describe(word));
+        }
+        if (!words.compareAndSet(slot, word, SlotStateMachine.word(generation, SlotStateMachine.FREE, 0))) {
+            throw new IllegalStateException("slot " + slot + " changed concurrently");
+        }
+    }
+}

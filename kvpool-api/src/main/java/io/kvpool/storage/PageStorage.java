@@ -1,0 +1,74 @@
+package io.kvpool.storage;
+
+import io.kvpool.KvLayout;
+
+import java.lang.foreign.MemorySegment;
+
+/**
+ * Where a pool's pages live: host memory ({@link HostPageStorage}), device memory (issue #4), or a
+ * mapped file shared with another process (issue #3). The pool owns the <em>bookkeeping</em> of pages
+ * (states, handles, refcounts); a storage owns only their <em>bytes</em> and never sees a handle: every
+ * method takes slot indices that the pool has already validated.
+ *
+ * <p>Device memory cannot be a {@link MemorySegment} the JVM dereferences, so the SPI speaks in slot
+ * indices and raw addresses ({@link #address}); only host-accessible storages return segments from
+ * {@link #hostPage}. Page copies take index lists so a device backend can do a whole batch in one
+ * kernel launch rather than one driver call per page.
+ *
+ * <p>Thread-safety: implementations must allow concurrent calls on <em>different</em> pages; the pool
+ * never issues concurrent calls on the same page except reads.
+ */
+public interface PageStorage extends AutoCloseable {
+
+    /**
+     * The canary pattern, as eight bytes repeated over a page: the byte at page offset {@code o} is
+     * {@code (byte) (CANARY >>> (8 * (o & 7)))} (little-endian order of this long).
+     */
+    long CANARY = 0x0DF0FECAEFBEADDEL; // bytes DE AD BE EF CA FE F0 0D
+
+    /** @return the layout of the pages */
+    KvLayout layout();
+
+    /** @return the number of pages */
+    int pageCount();
+
+    /** @return whether {@link #hostPage} gives access to the bytes from Java */
+    boolean isHostAccessible();
+
+    /**
+     * @param page slot index
+     * @return a segment over the page's bytes, laid out as {@link KvLayout} describes for host pages
+     * @throws UnsupportedOperationException if the storage is not host-accessible
+     */
+    MemorySegment hostPage(int page);
+
+    /**
+     * @param page  slot index
+     * @param layer layer index
+     * @param kv    0 for K, 1 for V
+     * @return the native address (host or device) of the first token's vector of that page, layer and K/V;
+     *         the page's other tokens follow contiguously, {@link KvLayout#bytesPerTokenVector()} apart
+     */
+    long address(int page, int layer, int kv);
+
+    /** Writes the fill pattern into every byte of a page ({@link FillMode#NONE} does nothing). */
+    void fill(int page, FillMode mode);
+
+    /**
+     * @return the first token in {@code [fromToken, toToken)} of the page for which <em>any</em> vector
+     *         (any layer, K or V) still holds the canary pattern, or -1 if none does. A partially written
+     *         token (some layers missing) is therefore caught. Vectors shorter than 8 bytes can match
+     *         the canary by chance; use layouts with ≥ 8-byte vectors where that matters.
+     */
+    int firstCanaryToken(int page, int fromToken, int toToken);
+
+    /**
+     * Copies whole pages: {@code dst[dstOff + i] ← src[srcOff + i]} for {@code i < count}, as one batch.
+     * Sources and destinations must not overlap.
+     */
+    void copyPages(int[] src, int srcOff, int[] dst, int dstOff, int count);
+
+    /** Releases the memory. Idempotent. Using the storage afterwards throws {@link IllegalStateException}. */
+    @Override
+    void close();
+}

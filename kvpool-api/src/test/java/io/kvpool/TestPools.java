@@ -1,0 +1,20 @@
+package io.kvpool;
+
+import io.kvpool.storage.FillMode;
+
+/** Small pools for tests. */
+final class TestPools {
+    /** 2 layers × 2 heads × 4 dim × FP16 × 4 tokens/page: 16-byte vectors, 256-byte pages. */
+    static final KvLayout SMALL = new KvLayout(2, 2, 4, DType.FP16, 4);
+
+    private TestPools() {
+    }
+
+    static KvPool pool(int pages) {
+        return KvPool.builder(SMALL).pages(pages).maxContextTokens((long) pages * SMALL.tokensPerPage()).build();
+    }
+
+    static KvPool.Builder builder(int pages) {
+        return KvPool.builder(SMALL).pages(pages).maxContextTokens((long) pages * SMALL.tokensPerPage()).fillMode(FillMode.CANARY);
+    }
+}
