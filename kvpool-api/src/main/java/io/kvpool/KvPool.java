@@ -602,6 +602,27 @@ public final class KvPool implements AutoCloseable {
         }
     }
 
+    /**
+     * Allocates one page outside any sequence (e.g. a staging buffer), from the free pages that no
+     * admitted request has reserved. The caller owns the returned reference and frees it with
+     * {@link #release}. Allocation-free.
+     *
+     * @return the handle of an OWNED page with refcount 1, or {@link PageHandle#EXHAUSTED}
+     */
+    public long tryAllocate() {
+        synchronized (lock) {
+            ensureOpen();
+            if (freePages.size() == 0) {
+                drainReturnedLocked();
+            }
+            if (freeLocked() - reserved < 1) {
+                return PageHandle.EXHAUSTED;
+            }
+            final long handle = takeFreePageLocked();
+            return handle < 0 ? PageHandle.EXHAUSTED : handle;
+        }
+    }
+
     /** Tries to add up to {@code pages} to a sequence's reservation from free unreserved pages. @return pages added */
     int topUpReservation(Sequence seq, int pages) {
         synchronized (lock) {

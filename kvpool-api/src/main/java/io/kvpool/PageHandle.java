@@ -48,6 +48,9 @@ public final class PageHandle {
     /** Result code: the page's reference count would exceed {@link SlotStateMachine#MAX_REFCOUNT}. */
     public static final long REFCOUNT_OVERFLOW = -4L;
 
+    /** Result code: no free, unreserved page is left. */
+    public static final long EXHAUSTED = -5L;
+
     private static final long SLOT_MASK = (1L << SLOT_BITS) - 1;
 
     private PageHandle() {
@@ -93,6 +96,8 @@ public final class PageHandle {
             return "ILLEGAL_STATE";
         } else if (handle == REFCOUNT_OVERFLOW) {
             return "REFCOUNT_OVERFLOW";
+        } else if (handle == EXHAUSTED) {
+            return "EXHAUSTED";
         } else if (!isHandle(handle)) {
             return "not-a-handle(" + handle + ")";
         }
