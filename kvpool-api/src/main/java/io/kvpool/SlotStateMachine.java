@@ -146,6 +146,9 @@ public final class SlotStateMachine {
         if (phase == FREE || phase == RETIRED || gen != handleGeneration) {
             return PageHandle.STALE;
         }
+        if (phase == OWNED && rc == 0) {
+            return PageHandle.ILLEGAL_STATE; // unreachable by construction; never let a corrupt word borrow into the phase bits
+        }
         switch (event) {
             case RETAIN:
                 if (phase != OWNED) {
