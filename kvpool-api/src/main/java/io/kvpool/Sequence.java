@@ -361,5 +361,8 @@ public final class Sequence implements AutoCloseable {
         if (closed) {
             throw new IllegalStateException("sequence is closed");
         }
+        if (pool.isClosed()) {
+            throw new IllegalStateException("kvpool is closed");
+        }
     }
 }

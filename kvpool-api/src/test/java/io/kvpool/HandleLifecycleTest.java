@@ -1,0 +1,216 @@
+package io.kvpool;
+
+import io.kvpool.storage.FillMode;
+import io.kvpool.storage.PageStorage;
+import org.junit.jupiter.api.Test;
+
+import java.lang.foreign.MemorySegment;
+import java.lang.foreign.ValueLayout;
+
+import static org.junit.jupiter.api.Assertions.*;
+
+/** Handles, generations, writer pins, canary fill and close. */
+class HandleLifecycleTest {
+
+    @Test
+    void aStaleHandleIsRefusedAndCountedOnEveryPath() {
+        try (KvPool pool = TestPools.pool(1)) {
+            final long first = pool.tryAllocate();
+            assertTrue(pool.release(first));
+            final long second = pool.tryAllocate();
+            assertEquals(PageHandle.slot(first), PageHandle.slot(second), "one slot, reused");
+            assertEquals(PageHandle.generation(first) + 1, PageHandle.generation(second));
+
+            final StaleHandleException e = assertThrows(StaleHandleException.class, () -> pool.release(first));
+            assertEquals(first, e.handle());
+            assertTrue(e.getMessage().contains("stale handle page[slot=0, gen=1]") && e.getMessage().contains("OWNED(gen=2"), e.getMessage());
+            assertThrows(StaleHandleException.class, () -> pool.retain(first));
+            assertThrows(StaleHandleException.class, () -> pool.pinWriter(first));
+            assertThrows(StaleHandleException.class, () -> pool.page(first));
+            assertEquals(PageHandle.STALE, pool.validate(first));
+            assertEquals(PageHandle.STALE, pool.tryTransition(first, SlotStateMachine.Event.RELEASE));
+            assertNull(pool.state(first));
+            assertEquals(SlotState.OWNED, pool.state(second));
+            assertEquals(1, pool.refcountOfSlot(0), "the new tenant's refcount is untouched");
+            assertEquals(6, pool.snapshot().staleHandlesRefused(), "six refusals; state() is a query and counts nothing");
+            pool.release(second);
+            pool.verifyAccounting();
+        }
+    }
+
+    @Test
+    void invalidHandlesAreRefused() {
+        try (KvPool pool = TestPools.pool(2)) {
+            for (long bad : new long[] {0, -1, 5, PageHandle.of(2, 1), PageHandle.of(PageHandle.MAX_SLOT, 1)}) {
+                assertEquals(PageHandle.INVALID, pool.validate(bad), PageHandle.toString(bad));
+                assertThrows(StaleHandleException.class, () -> pool.release(bad));
+            }
+            assertThrows(IllegalArgumentException.class, () -> pool.tryTransition(PageHandle.of(0, 1), SlotStateMachine.Event.ALLOCATE));
+            pool.verifyAccounting();
+        }
+    }
+
+    @Test
+    void doubleReleaseIsRefusedAndTheAccountingStillBalances() {
+        try (KvPool pool = TestPools.pool(2)) {
+            final long h = pool.tryAllocate();
+            pool.retain(h);
+            assertFalse(pool.release(h));
+            assertTrue(pool.release(h));
+            assertThrows(StaleHandleException.class, () -> pool.release(h));
+            final PoolSnapshot s = pool.verifyAccounting();
+            assertEquals(2, s.free());
+            assertEquals(1, s.pagesFreed());
+        }
+    }
+
+    @Test
+    void aPinnedPageOutlivesItsLastReferenceUntilDrained() {
+        try (KvPool pool = TestPools.pool(2)) {
+            final long h = pool.tryAllocate();
+            pool.pinWriter(h);
+            assertEquals(SlotState.RECEIVING, pool.state(h));
+            assertFalse(pool.release(h), "the writer pin keeps the page");
+            assertEquals(SlotState.RECEIVING, pool.state(h));
+            assertEquals(0, pool.refcountOfSlot(PageHandle.slot(h)));
+            assertThrows(IllegalSlotTransitionException.class, () -> pool.release(h), "no reference left to release");
+            pool.beginDrain(h);
+            assertEquals(1, pool.snapshot().draining());
+            assertThrows(StaleHandleException.class, () -> pool.page(PageHandle.of(PageHandle.slot(h), 99)));
+            final IllegalSlotTransitionException notAccessible = assertThrows(IllegalSlotTransitionException.class, () -> pool.page(h));
+            assertEquals(SlotState.DRAINING, notAccessible.state());
+            pool.drained(h);
+            assertNull(pool.state(h), "drained with no reference: FREE");
+            final PoolSnapshot s = pool.verifyAccounting();
+            assertEquals(2, s.free());
+        }
+    }
+
+    @Test
+    void quarantineHoldsUntilExplicitlyReleased() {
+        try (KvPool pool = TestPools.pool(2)) {
+            final long h = pool.tryAllocate();
+            pool.pinWriter(h);
+            pool.beginDrain(h);
+            pool.quarantine(h);
+            pool.release(h);
+            assertEquals(SlotState.QUARANTINED, pool.state(h));
+            for (SlotStateMachine.Event e : SlotStateMachine.Event.values()) {
+                if (e != SlotStateMachine.Event.RELEASE_QUARANTINE && e != SlotStateMachine.Event.ALLOCATE) {
+                    final long r = pool.tryTransition(h, e);
+                    assertTrue(r < 0 || SlotStateMachine.state(r) == SlotState.QUARANTINED, e + " must not leave quarantine");
+                }
+            }
+            final IllegalSlotTransitionException ex = assertThrows(IllegalSlotTransitionException.class, () -> pool.drained(h));
+            assertTrue(ex.getMessage().contains("slot " + PageHandle.slot(h)) && ex.getMessage().contains("QUARANTINED")
+                && ex.getMessage().contains("generation " + PageHandle.generation(h)), ex.getMessage());
+            assertEquals(1, pool.snapshot().quarantined());
+            assertEquals(1, pool.snapshot().quarantineEvents());
+            pool.releaseQuarantine(h);
+            assertEquals(2, pool.verifyAccounting().free());
+        }
+    }
+
+    @Test
+    void sharedOrPublishedPagesCannotBePinnedForWriting() {
+        try (KvPool pool = TestPools.pool(4)) {
+            final long h = pool.tryAllocate();
+            pool.retain(h);
+            assertThrows(IllegalSlotTransitionException.class, () -> pool.pinWriter(h));
+            pool.release(h);
+            pool.release(h);
+            final Sequence s = pool.admit(new int[] {1, 2, 3, 4, 5}, 0, 9).sequence();
+            s.append(5);
+            s.publish(new int[] {1, 2, 3, 4, 5}, 9);
+            final IllegalSlotTransitionException e = assertThrows(IllegalSlotTransitionException.class, () -> pool.pinWriter(s.pageHandle(0)));
+            assertTrue(e.getMessage().contains("published"), e.getMessage());
+            s.close();
+            pool.verifyAccounting();
+        }
+    }
+
+    @Test
+    void freedPagesAreFilledAsConfigured() {
+        for (FillMode mode : FillMode.values()) {
+            try (KvPool pool = TestPools.builder(1).fillMode(mode).build()) {
+                final long h = pool.tryAllocate();
+                final MemorySegment page = pool.page(h);
+                page.fill((byte) 0x42);
+                assertEquals(-1, pool.firstCanaryToken(h, 0, 4));
+                pool.release(h);
+                final long next = pool.tryAllocate();
+                final MemorySegment again = pool.page(next);
+                switch (mode) {
+                    case CANARY -> {
+                        assertEquals(0, pool.firstCanaryToken(next, 0, 4));
+                        assertEquals(PageStorage.CANARY, again.get(ValueLayout.JAVA_LONG_UNALIGNED.withOrder(java.nio.ByteOrder.LITTLE_ENDIAN), 0));
+                    }
+                    case ZERO -> assertEquals(0, again.get(ValueLayout.JAVA_LONG_UNALIGNED, 0));
+                    case NONE -> assertEquals((byte) 0x42, again.get(ValueLayout.JAVA_BYTE, 0));
+                }
+                pool.release(next);
+            }
+        }
+    }
+
+    @Test
+    void aPartiallyWrittenTokenIsCaughtByTheCanaryCheck() {
+        try (KvPool pool = TestPools.pool(1)) {
+            final long h = pool.tryAllocate();
+            final MemorySegment page = pool.page(h);
+            final KvLayout l = pool.layout();
+            for (int layer = 0; layer < l.layers(); layer++) {
+                for (int kv = 0; kv < 2; kv++) {
+                    for (int t = 0; t < 3; t++) {
+                        if (!(t == 1 && layer == 1 && kv == 1)) { // token 1 misses layer 1's V
+                            page.asSlice(l.offset(layer, kv, t), l.bytesPerTokenVector()).fill((byte) 7);
+                        }
+                    }
+                }
+            }
+            assertEquals(-1, pool.firstCanaryToken(h, 0, 1));
+            assertEquals(1, pool.firstCanaryToken(h, 0, 3));
+            assertEquals(2, pool.firstCanaryToken(h, 2, 3) == -1 ? 2 : -2, "token 2 is fully written");
+            assertEquals(3, pool.firstCanaryToken(h, 2, 4));
+            pool.release(h);
+        }
+    }
+
+    @Test
+    void closeIsIdempotentReportsLeaksAndRefusesUse() {
+        final KvPool pool = TestPools.pool(4);
+        final Sequence s = pool.admit(5, 3).sequence();
+        s.append(5);
+        final long loose = pool.tryAllocate();
+        pool.close();
+        pool.close();
+        final String report = pool.closeReport().orElseThrow();
+        assertTrue(report.contains("3 of 4 in use") && report.contains("owned 3") && report.contains("1 open sequences"), report);
+        assertThrows(IllegalStateException.class, () -> pool.admit(1, 1));
+        assertThrows(IllegalStateException.class, () -> pool.release(loose));
+        assertThrows(IllegalStateException.class, pool::tryAllocate);
+        assertThrows(IllegalStateException.class, () -> s.append(1));
+        assertThrows(IllegalStateException.class, () -> pool.storage().hostPage(0), "memory released");
+        s.close(); // after the pool: quietly nothing
+        assertTrue(s.isClosed());
+    }
+
+    @Test
+    void closeWithPinnedPagesKeepsTheMemory() {
+        final KvPool pool = TestPools.pool(2);
+        final long h = pool.tryAllocate();
+        pool.pinWriter(h);
+        pool.close();
+        assertTrue(pool.closeReport().orElseThrow().contains("NOT released"));
+        assertNotNull(pool.storage().hostPage(PageHandle.slot(h)), "a peer may still write: memory stays mapped");
+        pool.storage().close();
+    }
+
+    @Test
+    void aCleanCloseReportsNothing() {
+        final KvPool pool = TestPools.pool(2);
+        pool.admit(3, 1).sequence().close();
+        pool.close();
+        assertTrue(pool.closeReport().isEmpty());
+    }
+}
