@@ -776,6 +776,7 @@ public final class KvPool implements AutoCloseable {
     /** @return page counts by state and the counters (see {@link PoolSnapshot} for when they are exact) */
     public PoolSnapshot snapshot() {
         synchronized (lock) {
+            drainReturnedLocked();
             return snapshotLocked();
         }
     }

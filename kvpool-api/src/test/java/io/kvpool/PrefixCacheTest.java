@@ -1,0 +1,198 @@
+package io.kvpool;
+
+import org.junit.jupiter.api.Test;
+
+import java.util.stream.IntStream;
+
+import static io.kvpool.TokenTags.readSequence;
+import static io.kvpool.TokenTags.tag;
+import static io.kvpool.TokenTags.writeSequence;
+import static org.junit.jupiter.api.Assertions.*;
+
+/** Publishing, attaching, tenant separation by salt, LRU eviction, collision safety. */
+class PrefixCacheTest {
+
+    private static int[] tokens(int n, int seed) {
+        return IntStream.range(0, n).map(i -> seed * 1000 + i).toArray();
+    }
+
+    private static Sequence prefill(KvPool pool, int[] prompt, long salt, long owner) {
+        final Sequence s = pool.admit(prompt, 0, salt).sequence();
+        final int cached = s.tokenCount();
+        s.append(prompt.length - cached);
+        writeSequence(s, owner, cached, prompt.length);
+        s.publish(prompt, salt);
+        return s;
+    }
+
+    @Test
+    void aSecondRequestWithTheSamePrefixAttachesItsFullPages() {
+        try (KvPool pool = TestPools.pool(16)) {
+            final int[] prompt = tokens(10, 1); // 2 full pages + 2 tokens
+            final Sequence a = prefill(pool, prompt, 7, 1);
+            assertEquals(2, a.publishedPages());
+            final Sequence b = pool.admit(prompt, 4, 7).sequence();
+            assertEquals(8, b.tokenCount(), "two full pages attached");
+            assertEquals(a.pageIndex(0), b.pageIndex(0));
+            assertEquals(a.pageIndex(1), b.pageIndex(1));
+            for (int t = 0; t < 8; t++) {
+                assertEquals(tag(1, t), readSequence(b, t));
+            }
+            assertEquals(2, pool.snapshot().prefixHits());
+            // reservation: 4 pages for 14 tokens, two shared → 2 left
+            assertEquals(2, b.reservedPages());
+            a.close();
+            b.close();
+            pool.verifyAccounting();
+        }
+    }
+
+    @Test
+    void theLastPromptTokenIsNeverTakenFromTheCache() {
+        try (KvPool pool = TestPools.pool(16)) {
+            final int[] prompt = tokens(8, 2); // exactly 2 pages
+            prefill(pool, prompt, 0, 1).close();
+            final Sequence b = pool.admit(prompt, 0, 0).sequence();
+            assertEquals(4, b.tokenCount(), "only (8 - 1) / 4 = 1 page attached");
+            b.close();
+        }
+    }
+
+    @Test
+    void tenantsWithDifferentSaltsNeverShare() {
+        try (KvPool pool = TestPools.pool(16)) {
+            final int[] prompt = tokens(9, 3);
+            final Sequence a = prefill(pool, prompt, 100, 1);
+            final Sequence b = pool.admit(prompt, 0, 200).sequence();
+            assertEquals(0, b.tokenCount());
+            final Sequence c = pool.admit(prompt, 0, 100).sequence();
+            assertEquals(8, c.tokenCount());
+            assertThrows(IllegalArgumentException.class, () -> c.publish(prompt, 200), "a sequence keeps its salt");
+            a.close();
+            b.close();
+            c.close();
+        }
+    }
+
+    @Test
+    void unreferencedCachedPagesAreRevivedWithANewGeneration() {
+        try (KvPool pool = TestPools.pool(16)) {
+            final int[] prompt = tokens(9, 4);
+            final Sequence a = prefill(pool, prompt, 0, 1);
+            final long oldHandle = a.pageHandle(0);
+            a.close();
+            PoolSnapshot s = pool.verifyAccounting();
+            assertEquals(2, s.cachedFree());
+            assertEquals(16, s.free());
+            final Sequence b = pool.admit(prompt, 0, 0).sequence();
+            assertEquals(8, b.tokenCount());
+            assertEquals(PageHandle.slot(oldHandle), b.pageIndex(0));
+            assertNotEquals(oldHandle, b.pageHandle(0), "revival is a new tenancy");
+            assertThrows(StaleHandleException.class, () -> pool.release(oldHandle));
+            assertEquals(tag(1, 3), readSequence(b, 3), "cached content survived while free");
+            b.close();
+            pool.verifyAccounting();
+        }
+    }
+
+    @Test
+    void cachedPagesAreEvictedLeastRecentlyUsedFirstAndOnlyWhenNeeded() {
+        try (KvPool pool = TestPools.pool(4)) {
+            final int[] p1 = tokens(5, 5);
+            final int[] p2 = tokens(5, 6);
+            prefill(pool, p1, 0, 1).close(); // cached page A (older)
+            prefill(pool, p2, 0, 2).close(); // cached page B (newer)
+            assertEquals(2, pool.snapshot().cachedFree());
+            final Sequence filler = pool.admit(8, 0).sequence();
+            filler.append(8); // 2 plain free pages were available: no eviction yet
+            assertEquals(0, pool.snapshot().evictions());
+            assertEquals(2, pool.snapshot().cachedFree());
+            filler.close();
+            final Sequence big = pool.admit(12, 0).sequence();
+            big.append(12); // needs 3 pages: 2 plain, then evicts the LRU cached page (p1's)
+            assertEquals(1, pool.snapshot().evictions());
+            big.close();
+            final Sequence again1 = pool.admit(p1, 0, 0).sequence();
+            assertEquals(0, again1.tokenCount(), "p1's page, the least recently used, was evicted");
+            again1.close();
+            final Sequence again2 = pool.admit(p2, 0, 0).sequence();
+            assertEquals(4, again2.tokenCount(), "p2's page is still cached");
+            again2.close();
+            pool.verifyAccounting();
+        }
+    }
+
+    @Test
+    void anEvictedPageIsFilledBeforeItsNextTenantSeesIt() {
+        try (KvPool pool = TestPools.pool(2)) {
+            final int[] p = tokens(5, 7);
+            final Sequence a = pool.admit(p, 0, 0).sequence();
+            a.append(5);
+            writeSequence(a, 1, 0, 5);
+            a.publish(p, 0);
+            final int cachedSlot = a.pageIndex(0);
+            a.close();
+            final long plain = pool.tryAllocate();
+            assertNotEquals(cachedSlot, PageHandle.slot(plain), "plain free pages go first");
+            assertEquals(0, pool.snapshot().evictions());
+            final long h = pool.tryAllocate();
+            assertEquals(cachedSlot, PageHandle.slot(h));
+            assertEquals(1, pool.snapshot().evictions());
+            assertEquals(0, pool.firstCanaryToken(h, 0, 4), "evicted cached KV was overwritten with the canary");
+            pool.release(h);
+            pool.release(plain);
+        }
+    }
+
+    @Test
+    void aHashCollisionNeverSharesDifferentContent() {
+        final PrefixCache cache = new PrefixCache(4, 2);
+        final int[] a = {1, 2};
+        final int[] b = {3, 4};
+        final long h = cache.publish(0, PrefixHash.ROOT, 9, a, 0);
+        assertEquals(0, cache.lookup(h, PrefixHash.ROOT, 9, a, 0));
+        // pretend b hashed to the same value: the stored key (tokens, salt, parent) must still refuse it
+        assertEquals(-1, cache.lookup(h, PrefixHash.ROOT, 9, b, 0));
+        assertEquals(-1, cache.lookup(h, PrefixHash.ROOT, 10, a, 0));
+        assertEquals(-1, cache.lookup(h, 12345, 9, a, 0));
+        cache.unpublish(0);
+        assertEquals(-1, cache.lookup(h, PrefixHash.ROOT, 9, a, 0));
+    }
+
+    @Test
+    void theHashIsTheDocumentedChain() {
+        final int[] t = {5, 6, 7};
+        long h = PrefixHash.fmix64(PrefixHash.ROOT ^ 0x9E3779B97F4A7C15L);
+        h = PrefixHash.fmix64(h ^ 42);
+        for (int i = 0; i < 3; i++) {
+            h = PrefixHash.fmix64(h ^ (((long) i << 32) | t[i]));
+        }
+        assertEquals(h, PrefixHash.of(PrefixHash.ROOT, 42, t, 0, 3));
+        assertNotEquals(PrefixHash.of(PrefixHash.ROOT, 42, new int[] {6, 5, 7}, 0, 3), h, "order matters");
+        assertNotEquals(PrefixHash.of(1, 42, t, 0, 3), h, "parent matters");
+    }
+
+    @Test
+    void truncatingIntoAPublishedPageCopiesItBeforeTheNextWrite() {
+        try (KvPool pool = TestPools.pool(8)) {
+            final int[] p = tokens(8, 8);
+            final Sequence a = pool.admit(p, 4, 0).sequence();
+            a.append(8);
+            writeSequence(a, 1, 0, 8);
+            a.publish(p, 0);
+            final int publishedSlot = a.pageIndex(1);
+            a.truncate(6); // page 1 becomes partial but holds a published prefix
+            a.append(1);
+            assertNotEquals(publishedSlot, a.pageIndex(1), "copy-on-write of an immutable page");
+            writeSequence(a, 9, 6, 7);
+            a.close();
+            final Sequence b = pool.admit(tokens(9, 8), 0, 0).sequence();
+            assertEquals(8, b.tokenCount());
+            for (int t = 0; t < 8; t++) {
+                assertEquals(tag(1, t), readSequence(b, t), "the cache still serves the original prefix, token " + t);
+            }
+            b.close();
+            pool.verifyAccounting();
+        }
+    }
+}
