@@ -108,7 +108,7 @@ public final class KvPool implements AutoCloseable {
             throw new IllegalArgumentException("storage factory returned " + storage.pageCount() + " pages of " + storage.layout()
                 + ", asked for " + pages + " pages of " + layout);
         }
-        this.slots = new SlotTable(SlotWords.ofArray(pages), !disabled.contains(Safeguard.GENERATION_CHECK));
+        this.slots = new SlotTable(b.slotWords.apply(pages), !disabled.contains(Safeguard.GENERATION_CHECK));
         this.returned = new ReturnStack(pages);
         this.freePages = new FreePages(pages);
         this.prefix = new PrefixCache(pages, layout.tokensPerPage());
@@ -904,6 +904,8 @@ public final class KvPool implements AutoCloseable {
         private int maxReservations = 4096;
         private BiFunction<KvLayout, Integer, PageStorage> storageFactory = HostPageStorage::allocate;
         private final EnumSet<Safeguard> disabled = EnumSet.noneOf(Safeguard.class);
+        /** Test hook: the memory of the state words (a test substitutes a deliberately broken one). */
+        java.util.function.IntFunction<SlotWords> slotWords = SlotWords::ofArray;
 
         private Builder(KvLayout layout) {
             this.layout = Objects.requireNonNull(layout, "layout");

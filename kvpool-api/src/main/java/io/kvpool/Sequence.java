@@ -130,7 +130,10 @@ public final class Sequence implements AutoCloseable {
 
     /**
      * Adds {@code n} tokens, allocating pages as needed (copy-on-write of a shared partial last page
-     * first). All or nothing: on an exception nothing changed.
+     * first). All or nothing: on an exception nothing changed. The admission's reservation covers the
+     * pages for the admitted tokens and the copy-on-write after a {@link #fork()}; a copy forced because
+     * someone else took a reference to the partial last page with {@link KvPool#retain} is not covered
+     * and comes from unreserved free pages.
      *
      * @throws IllegalArgumentException if {@code n < 0} or the result would exceed the pool's max context
      * @throws PoolExhaustedException   if pages beyond the reservation are needed and none are free
@@ -178,8 +181,11 @@ public final class Sequence implements AutoCloseable {
 
     /**
      * Shrinks the sequence to {@code n} tokens, releasing pages past the new end (last page first). The
-     * reservation is topped up again, as far as free pages allow, so the sequence can regrow to the
-     * tokens it was admitted for.
+     * reservation is topped up again so the sequence can regrow to the tokens it was admitted for. A
+     * released page that another owner still shares does not return to the free pages, so re-reserving
+     * it needs a free unreserved page; if none is left the growth guarantee shrinks by that page, and a
+     * later append past it may throw {@link PoolExhaustedException}. Truncating pages only this sequence
+     * holds never weakens the guarantee.
      *
      * @throws IllegalArgumentException if {@code n < 0} or {@code n > tokenCount()}
      */
@@ -206,7 +212,9 @@ public final class Sequence implements AutoCloseable {
             }
         }
         if (dropped > 0) {
-            final long want = Math.max(0, pool.layout().pagesFor(admittedTokens) - pageCount) + (lastPageImmutable ? 1 : 0);
+            final boolean cowNext = n % tokensPerPage != 0 && keep > 0
+                && (lastPageImmutable || pool.refcountOfSlot(blockTable[keep - 1]) > 1);
+            final long want = Math.max(0, pool.layout().pagesFor(admittedTokens) - pageCount) + (cowNext ? 1 : 0);
             if (want > reservedPages) {
                 pool.topUpReservation(this, (int) (want - reservedPages));
             }
