@@ -98,7 +98,7 @@ public final class Admission {
     /** @return a one-line explanation with the numbers, suitable for an error response */
     public String message() {
         return switch (decision) {
-            case ADMITTED -> "admitted: " + requestedTokens + " tokens, " + pagesNeeded + " pages reserved";
+            case ADMITTED -> requestedTokens + " tokens, " + pagesNeeded + " pages reserved";
             case REJECTED_CONTEXT_TOO_LONG -> "request of " + requestedTokens + " tokens (prompt + max new tokens) exceeds the max context of "
                 + maxContextTokens + " tokens";
             case REJECTED_EXCEEDS_POOL -> "request needs " + pagesNeeded + " pages but the pool has only " + pagesInService

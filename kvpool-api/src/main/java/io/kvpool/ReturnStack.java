@@ -28,11 +28,13 @@ final class ReturnStack {
     }
 
     private final int[] next;
+    private final int[] scratch; // consumer-only
     @SuppressWarnings("unused") // accessed through HEAD
     private volatile long head;
 
     ReturnStack(int capacity) {
         this.next = new int[capacity];
+        this.scratch = new int[capacity];
     }
 
     /** Pushes a slot that just became FREE. Thread-safe, lock-free. */
@@ -55,7 +57,8 @@ final class ReturnStack {
     /**
      * Takes every waiting slot. Single consumer only (the pool lock).
      *
-     * @param sink receives each slot, most recently pushed first
+     * @param sink receives each slot in the order they were pushed (oldest first), so a LIFO free list
+     *             reuses the most recently freed page first and an LRU sees releases in their real order
      * @return the number of slots taken
      */
     int drain(java.util.function.IntConsumer sink) {
@@ -65,10 +68,12 @@ final class ReturnStack {
         final long h = (long) HEAD.getAndSet(this, 0L);
         final int count = (int) (h >>> 32);
         int slot = (int) h - 1;
+        for (int i = count - 1; i >= 0; i--) {
+            scratch[i] = slot;
+            slot = next[slot];
+        }
         for (int i = 0; i < count; i++) {
-            final int below = next[slot];
-            sink.accept(slot);
-            slot = below;
+            sink.accept(scratch[i]);
         }
         return count;
     }

@@ -155,7 +155,7 @@ class ConcurrentStressTest {
                 }
             }
         }
-        if (failure.get() == null && (transferOps.get() != handedOver || handedOver < iterations / 20)) {
+        if (failure.get() == null && (transferOps.get() != handedOver || handedOver < Math.min(2_000, iterations / 20))) {
             return new AssertionError("transfer threads completed " + transferOps.get() + " of " + handedOver + " hand-overs");
         }
         return failure.get();
