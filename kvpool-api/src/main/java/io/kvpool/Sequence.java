@@ -34,7 +34,6 @@ public final class Sequence implements AutoCloseable {
     private int pageCount;
     private int tokenCount;
     private final long admittedTokens;
-    private final int cachedTokens;
     private long salt;
     private boolean hasSalt;
     private int publishedPages;
@@ -44,11 +43,11 @@ public final class Sequence implements AutoCloseable {
     int reservedPages;
 
     Sequence(KvPool pool, int reservedPages, long admittedTokens, long salt, boolean hasSalt) {
-        this(pool, reservedPages, admittedTokens, salt, hasSalt, 8, 0);
+        // the reservation is the number of pages the admitted tokens need: size the block table once
+        this(pool, reservedPages, admittedTokens, salt, hasSalt, Math.max(4, reservedPages));
     }
 
-    private Sequence(KvPool pool, int reservedPages, long admittedTokens, long salt, boolean hasSalt, int initialPages,
-                     int cachedTokens) {
+    private Sequence(KvPool pool, int reservedPages, long admittedTokens, long salt, boolean hasSalt, int initialPages) {
         this.pool = pool;
         this.tokensPerPage = pool.layout().tokensPerPage();
         this.reservedPages = reservedPages;
@@ -58,7 +57,6 @@ public final class Sequence implements AutoCloseable {
         this.handles = new long[initialPages];
         this.blockTable = new int[initialPages];
         this.pageHashes = new long[initialPages];
-        this.cachedTokens = cachedTokens;
     }
 
     // ---- queries ----
@@ -236,7 +234,7 @@ public final class Sequence implements AutoCloseable {
         final int growth = (int) Math.max(0, pool.layout().pagesFor(admittedTokens) - pageCount);
         pool.reserveForFork(this, cowPage, growth + cowPage);
         final Sequence child = new Sequence(pool, growth + cowPage, admittedTokens, salt, hasSalt,
-            Math.max(8, handles.length), 0);
+            Math.max(4, pageCount + growth));
         int retained = 0;
         try {
             for (; retained < pageCount; retained++) {

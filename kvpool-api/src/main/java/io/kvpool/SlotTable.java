@@ -53,20 +53,22 @@ final class SlotTable {
     }
 
     /**
-     * Takes a FREE slot into service. Only the allocator calls this, for a slot it has just removed from
-     * the free structures, so it races with nobody that could change a FREE word.
+     * Takes a FREE slot into service. Only the allocator calls this, under the pool lock, for a slot it has
+     * just removed from the free structures. No other thread can change a FREE word: every handle event on
+     * a FREE slot is refused (STALE) without a write, and a thread still holding an older word of this
+     * slot fails its CAS because the generation differs. So a release-store suffices where a CAS would
+     * cost an atomic instruction on the hot path; it publishes the new tenancy before the handle escapes.
      *
      * @return the new state word: OWNED with refcount 1 and the next generation, or RETIRED; or
      *         {@link PageHandle#ILLEGAL_STATE} if the slot was not FREE (an allocator bug)
      */
     long allocate(int slot) {
-        while (true) {
-            final long word = words.getVolatile(slot);
-            final long next = SlotStateMachine.next(word, 0, Event.ALLOCATE);
-            if (next < 0 || words.compareAndSet(slot, word, next)) {
-                return next;
-            }
+        final long word = words.getVolatile(slot);
+        final long next = SlotStateMachine.next(word, 0, Event.ALLOCATE);
+        if (next >= 0) {
+            words.setRelease(slot, next);
         }
+        return next;
     }
 
     /**

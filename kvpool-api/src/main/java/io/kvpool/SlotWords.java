@@ -15,6 +15,9 @@ interface SlotWords {
     /** Atomically sets the word at {@code i} to {@code update} if it equals {@code expected} (volatile semantics). */
     boolean compareAndSet(int i, long expected, long update);
 
+    /** Sets the word at {@code i} with release semantics (ordered after every earlier access of this thread). */
+    void setRelease(int i, long value);
+
     /** @return the number of words */
     int length();
 
@@ -40,6 +43,11 @@ interface SlotWords {
         @Override
         public boolean compareAndSet(int i, long expected, long update) {
             return WORDS.compareAndSet(words, i, expected, update);
+        }
+
+        @Override
+        public void setRelease(int i, long value) {
+            WORDS.setRelease(words, i, value);
         }
 
         @Override

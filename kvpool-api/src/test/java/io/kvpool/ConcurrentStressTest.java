@@ -203,6 +203,11 @@ class ConcurrentStressTest {
         }
 
         @Override
+        public void setRelease(int i, long value) {
+            words[i] = value;
+        }
+
+        @Override
         public int length() {
             return words.length;
         }

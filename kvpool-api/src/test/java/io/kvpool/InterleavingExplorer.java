@@ -51,6 +51,12 @@ final class InterleavingExplorer {
         }
 
         @Override
+        public void setRelease(int i, long value) {
+            explorer.yieldPoint();
+            words[i] = value;
+        }
+
+        @Override
         public int length() {
             return words.length;
         }
