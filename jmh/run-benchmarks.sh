@@ -5,7 +5,7 @@
 #   jmh/results/<name>.md     the exact command, the machine, and the Markdown table (jmh/tools/jmh_table.py)
 #
 # usage: jmh/run-benchmarks.sh [JMH run options]
-#   default options: -f 1 -wi 2 -i 3 -w 1s -r 1s   (short; raise them on a quiet machine)
+#   default options: -f 1 -wi 2 -i 5 -w 1s -r 1s   (short; raise them on a quiet machine)
 #   RESULT_NAME=... names the result files (default: UTC timestamp)
 # Always added: the benchmark regex io.kvpool.jmh, -prof gc (allocation per op), -rf json.
 set -euo pipefail
@@ -13,7 +13,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 name=${RESULT_NAME:-$(date -u +%Y%m%dT%H%M%SZ)}
 opts=("$@")
-(( ${#opts[@]} )) || opts=(-f 1 -wi 2 -i 3 -w 1s -r 1s)
+(( ${#opts[@]} )) || opts=(-f 1 -wi 2 -i 5 -w 1s -r 1s)
 out=jmh/results
 mkdir -p "$out"
 json=$out/$name.json
