@@ -681,11 +681,18 @@ public final class KvPool implements AutoCloseable {
         }
     }
 
-    /** @return whether the slot holds a published prefix (pool lock) */
-    boolean isPublished(int slot) {
-        synchronized (lock) {
-            return prefix.isPublished(slot);
-        }
+    /**
+     * Decides copy-on-write for a page the calling sequence holds and is about to write: copy if anyone
+     * else holds it (refcount > 1) or if it holds a published prefix, which is immutable whoever holds it.
+     * Decided now, never remembered: a page may be published by another holder after this sequence last
+     * looked (a fork's parent publishes and leaves).
+     *
+     * <p>No lock is needed for the published mark: with refcount 1 only the caller holds the page, so no
+     * one can publish or unpublish it concurrently, and every earlier publication by another holder
+     * happened before that holder's release, which the volatile read of the state word below observes.
+     */
+    boolean mustCopyBeforeWrite(int slot) {
+        return SlotStateMachine.refcount(slots.wordVolatile(slot)) > 1 || prefix.isPublished(slot);
     }
 
     private boolean attachLocked(int slot, Sequence seq) {

@@ -37,7 +37,6 @@ public final class Sequence implements AutoCloseable {
     private long salt;
     private boolean hasSalt;
     private int publishedPages;
-    private boolean lastPageImmutable;
     private boolean closed;
     /** Pages reserved for this sequence and not yet allocated. Guarded by the pool lock when changed. */
     int reservedPages;
@@ -151,7 +150,7 @@ public final class Sequence implements AutoCloseable {
             return;
         }
         final boolean partial = tokenCount % tokensPerPage != 0;
-        final boolean cow = partial && (lastPageImmutable || pool.refcountOfSlot(blockTable[pageCount - 1]) > 1);
+        final boolean cow = partial && pool.mustCopyBeforeWrite(blockTable[pageCount - 1]);
         final int newPages = (int) (pool.layout().pagesFor(target) - pageCount);
         final int allocate = newPages + (cow ? 1 : 0);
         if (allocate > 0) {
@@ -164,7 +163,6 @@ public final class Sequence implements AutoCloseable {
                 pool.storage().copyPages(new int[] {PageHandle.slot(old)}, 0, new int[] {PageHandle.slot(fresh)}, 0, 1);
                 handles[pageCount - 1] = fresh;
                 blockTable[pageCount - 1] = PageHandle.slot(fresh);
-                lastPageImmutable = false;
                 if (publishedPages > pageCount - 1) {
                     publishedPages = pageCount - 1;
                 }
@@ -202,16 +200,12 @@ public final class Sequence implements AutoCloseable {
         }
         tokenCount = n;
         publishedPages = Math.min(publishedPages, keep);
-        if (n % tokensPerPage != 0 && keep > 0) {
-            // the new last page is partial; if it holds a published (shared, immutable) prefix, appending must copy it
-            lastPageImmutable = keep <= publishedPages || pool.isPublished(blockTable[keep - 1]);
-            if (keep <= publishedPages) {
-                publishedPages = keep - 1;
-            }
+        final boolean partialLast = n % tokensPerPage != 0 && keep > 0;
+        if (partialLast && keep <= publishedPages) {
+            publishedPages = keep - 1; // the partial page is no longer a full page of ours; the copy will be republished
         }
         if (dropped > 0) {
-            final boolean cowNext = n % tokensPerPage != 0 && keep > 0
-                && (lastPageImmutable || pool.refcountOfSlot(blockTable[keep - 1]) > 1);
+            final boolean cowNext = partialLast && pool.mustCopyBeforeWrite(blockTable[keep - 1]);
             final long want = Math.max(0, pool.layout().pagesFor(admittedTokens) - pageCount) + (cowNext ? 1 : 0);
             if (want > reservedPages) {
                 pool.topUpReservation(this, (int) (want - reservedPages));
@@ -254,7 +248,6 @@ public final class Sequence implements AutoCloseable {
         child.pageCount = pageCount;
         child.tokenCount = tokenCount;
         child.publishedPages = publishedPages;
-        child.lastPageImmutable = lastPageImmutable;
         return child;
     }
 
