@@ -85,8 +85,11 @@ class ConcurrentStressTest {
         try {
             for (int i = 0; i < iterations && failure.get() == null; i++) {
                 final int op = rnd.nextInt(100);
-                if (op < 20 || live.isEmpty()) {
-                    final Admission a = pool.admit(1 + rnd.nextInt(40), rnd.nextInt(24));
+                if (live.size() > 16) {
+                    // keep the pool under pressure but not saturated, so loose pins can still be allocated
+                    live.remove(rnd.nextInt(live.size())).close();
+                } else if (op < 20 || live.isEmpty()) {
+                    final Admission a = pool.admit(1 + rnd.nextInt(24), rnd.nextInt(16));
                     if (a.admitted()) {
                         final Sequence s = a.sequence();
                         s.append((int) Math.min(s.admittedTokens(), 1 + rnd.nextInt(40)));
