@@ -258,15 +258,18 @@ public final class KvPool implements AutoCloseable {
      */
     public void pinWriter(long handle) {
         final long v = slots.validate(handle);
-        if (v >= 0) {
-            synchronized (lock) {
-                if (prefix.isPublished((int) v)) {
-                    throw new IllegalSlotTransitionException((int) v, slots.wordVolatile((int) v), Event.PIN_WRITER,
-                        "page holds a published prefix and is immutable");
-                }
-            }
+        if (v < 0) {
+            transition(handle, Event.PIN_WRITER); // throws with the reason
+            return;
         }
-        transition(handle, Event.PIN_WRITER);
+        // under the lock, so that no publication can slip between the check and the pin
+        synchronized (lock) {
+            if (prefix.isPublished((int) v)) {
+                throw new IllegalSlotTransitionException((int) v, slots.wordVolatile((int) v), Event.PIN_WRITER,
+                    "page holds a published prefix and is immutable");
+            }
+            transition(handle, Event.PIN_WRITER);
+        }
     }
 
     /** The transfer into the page was verified: RECEIVING → OWNED (or FREE if no reference is left). */
