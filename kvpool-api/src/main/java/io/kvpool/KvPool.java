@@ -66,7 +66,7 @@ public final class KvPool implements AutoCloseable {
     private final FillMode fillMode;
     private final Set<Safeguard> disabled;
     private final boolean rejectOverCapacity;
-    private final Object lock = new Object();
+    private final AllocatorLock lock = new AllocatorLock();
     private final IntConsumer takeReturned = this::takeReturned;
     private final LongAdder staleRefused = new LongAdder();
     private final LongAdder quarantineEvents = new LongAdder();
@@ -263,12 +263,15 @@ public final class KvPool implements AutoCloseable {
             return;
         }
         // under the lock, so that no publication can slip between the check and the pin
-        synchronized (lock) {
+        lock.lock();
+        try {
             if (prefix.isPublished((int) v)) {
                 throw new IllegalSlotTransitionException((int) v, slots.wordVolatile((int) v), Event.PIN_WRITER,
                     "page holds a published prefix and is immutable");
             }
             transition(handle, Event.PIN_WRITER);
+        } finally {
+            lock.unlock();
         }
     }
 
@@ -385,7 +388,8 @@ public final class KvPool implements AutoCloseable {
      */
     public Admission admit(int promptTokens, int maxNewTokens) {
         checkRequest(promptTokens, maxNewTokens);
-        synchronized (lock) {
+        lock.lock();
+        try {
             final long code = reserveLocked(promptTokens, maxNewTokens);
             if (code < 0) {
                 return rejection(code, promptTokens, maxNewTokens);
@@ -393,6 +397,8 @@ public final class KvPool implements AutoCloseable {
             final Sequence seq = newSequenceLocked((int) lastNeeded, lastAdmittedTokens, 0, false);
             return new Admission(Admission.Decision.ADMITTED, seq, (long) promptTokens + maxNewTokens, maxContextTokens,
                 lastNeeded, lastAvailable, capacity - retired);
+        } finally {
+            lock.unlock();
         }
     }
 
@@ -413,7 +419,8 @@ public final class KvPool implements AutoCloseable {
         final int prompt = promptTokenIds.length;
         checkRequest(prompt, maxNewTokens);
         final int tpp = layout.tokensPerPage();
-        synchronized (lock) {
+        lock.lock();
+        try {
             final long code = reserveLocked(prompt, maxNewTokens);
             if (code < 0) {
                 return rejection(code, prompt, maxNewTokens);
@@ -435,6 +442,8 @@ public final class KvPool implements AutoCloseable {
             seq.setTokenCountAfterAttach(matched * tpp);
             return new Admission(Admission.Decision.ADMITTED, seq, (long) prompt + maxNewTokens, maxContextTokens,
                 lastNeeded, lastAvailable, capacity - retired);
+        } finally {
+            lock.unlock();
         }
     }
 
@@ -448,7 +457,8 @@ public final class KvPool implements AutoCloseable {
      */
     public long tryReserve(int promptTokens, int maxNewTokens) {
         checkRequest(promptTokens, maxNewTokens);
-        synchronized (lock) {
+        lock.lock();
+        try {
             final long code = reserveLocked(promptTokens, maxNewTokens);
             if (code < 0) {
                 return code;
@@ -468,6 +478,8 @@ public final class KvPool implements AutoCloseable {
             resTokens[idx] = lastAdmittedTokens;
             openReservations++;
             return ((long) gen << 32) | idx;
+        } finally {
+            lock.unlock();
         }
     }
 
@@ -477,11 +489,14 @@ public final class KvPool implements AutoCloseable {
      * @throws IllegalArgumentException if the id is unknown, already opened or cancelled
      */
     public Sequence openSequence(long reservationId) {
-        synchronized (lock) {
+        lock.lock();
+        try {
             final int idx = takeReservationLocked(reservationId);
             final Sequence seq = newSequenceLocked(resPages[idx], resTokens[idx], 0, false);
             resPages[idx] = -1;
             return seq;
+        } finally {
+            lock.unlock();
         }
     }
 
@@ -491,10 +506,13 @@ public final class KvPool implements AutoCloseable {
      * @throws IllegalArgumentException if the id is unknown, already opened or cancelled
      */
     public void cancelReservation(long reservationId) {
-        synchronized (lock) {
+        lock.lock();
+        try {
             final int idx = takeReservationLocked(reservationId);
             reserved -= resPages[idx];
             resPages[idx] = -1;
+        } finally {
+            lock.unlock();
         }
     }
 
@@ -573,7 +591,8 @@ public final class KvPool implements AutoCloseable {
      * @throws PoolExhaustedException if the unreserved part cannot be had; nothing is allocated then
      */
     void allocateFor(Sequence seq, int count, long[] out) {
-        synchronized (lock) {
+        lock.lock();
+        try {
             ensureOpen();
             final int fromReservation = Math.min(count, seq.reservedPages);
             final int unreserved = count - fromReservation;
@@ -602,6 +621,8 @@ public final class KvPool implements AutoCloseable {
             }
             seq.reservedPages -= fromReservation;
             reserved -= fromReservation;
+        } finally {
+            lock.unlock();
         }
     }
 
@@ -613,7 +634,8 @@ public final class KvPool implements AutoCloseable {
      * @return the handle of an OWNED page with refcount 1, or {@link PageHandle#EXHAUSTED}
      */
     public long tryAllocate() {
-        synchronized (lock) {
+        lock.lock();
+        try {
             ensureOpen();
             if (freePages.size() == 0) {
                 drainReturnedLocked();
@@ -623,24 +645,30 @@ public final class KvPool implements AutoCloseable {
             }
             final long handle = takeFreePageLocked();
             return handle < 0 ? PageHandle.EXHAUSTED : handle;
+        } finally {
+            lock.unlock();
         }
     }
 
     /** Tries to add up to {@code pages} to a sequence's reservation from free unreserved pages. @return pages added */
     int topUpReservation(Sequence seq, int pages) {
-        synchronized (lock) {
+        lock.lock();
+        try {
             ensureOpen();
             drainReturnedLocked();
             final int add = (int) Math.max(0, Math.min(pages, freeLocked() - reserved));
             reserved += add;
             seq.reservedPages += add;
             return add;
+        } finally {
+            lock.unlock();
         }
     }
 
     /** Reserves pages for a fork: {@code forParent} more for the parent and {@code forChild} for the child. */
     void reserveForFork(Sequence parent, int forParent, int forChild) {
-        synchronized (lock) {
+        lock.lock();
+        try {
             ensureOpen();
             drainReturnedLocked();
             final long available = freeLocked() - reserved;
@@ -652,22 +680,28 @@ public final class KvPool implements AutoCloseable {
             reserved += forParent + forChild;
             parent.reservedPages += forParent;
             openSequences++;
+        } finally {
+            lock.unlock();
         }
     }
 
     /** Returns a closing sequence's unused reservation. */
     void sequenceClosed(Sequence seq) {
-        synchronized (lock) {
+        lock.lock();
+        try {
             reserved -= seq.reservedPages;
             seq.reservedPages = 0;
             openSequences--;
+        } finally {
+            lock.unlock();
         }
     }
 
     /** Publishes a sequence's full pages {@code [from, to)}; see {@link Sequence#publish}. */
     void publish(Sequence seq, int[] tokenIds, int from, int to, long salt) {
         final int tpp = layout.tokensPerPage();
-        synchronized (lock) {
+        lock.lock();
+        try {
             ensureOpen();
             long parent = from == 0 ? PrefixHash.ROOT : seq.pageHash(from - 1);
             for (int i = from; i < to; i++) {
@@ -681,6 +715,8 @@ public final class KvPool implements AutoCloseable {
                 parent = prefix.publish(PageHandle.slot(handle), parent, salt, tokenIds, i * tpp);
                 seq.setPageHash(i, parent);
             }
+        } finally {
+            lock.unlock();
         }
     }
 
@@ -785,9 +821,12 @@ public final class KvPool implements AutoCloseable {
 
     /** @return page counts by state and the counters (see {@link PoolSnapshot} for when they are exact) */
     public PoolSnapshot snapshot() {
-        synchronized (lock) {
+        lock.lock();
+        try {
             drainReturnedLocked();
             return snapshotLocked();
+        } finally {
+            lock.unlock();
         }
     }
 
@@ -812,7 +851,8 @@ public final class KvPool implements AutoCloseable {
      * @throws IllegalStateException describing the first violation
      */
     public PoolSnapshot verifyAccounting() {
-        synchronized (lock) {
+        lock.lock();
+        try {
             drainReturnedLocked();
             final PoolSnapshot snap = snapshotLocked();
             if (!snap.balanced()) {
@@ -847,6 +887,8 @@ public final class KvPool implements AutoCloseable {
                 throw new IllegalStateException("free structures hold " + freePages.size() + " pages but " + snap.free() + " slots are FREE");
             }
             return snap;
+        } finally {
+            lock.unlock();
         }
     }
 
@@ -865,13 +907,16 @@ public final class KvPool implements AutoCloseable {
     @Override
     public void close() {
         final PoolSnapshot snap;
-        synchronized (lock) {
+        lock.lock();
+        try {
             if (closed) {
                 return;
             }
             closed = true;
             drainReturnedLocked();
             snap = snapshotLocked();
+        } finally {
+            lock.unlock();
         }
         final long pinned = snap.receiving() + snap.draining() + snap.quarantined();
         if (snap.inUse() > 0 || snap.openSequences() > 0 || snap.openReservations() > 0) {
