@@ -1,5 +1,6 @@
 package io.kvpool;
 
+import net.jqwik.api.Example;
 import net.jqwik.api.lifecycle.AroundPropertyHook;
 import net.jqwik.api.lifecycle.PropagationMode;
 import net.jqwik.api.lifecycle.PropertyExecutionResult;
@@ -9,7 +10,7 @@ import net.jqwik.api.lifecycle.PropertyLifecycleContext;
 /**
  * Lets a longer run override the tries of kvpool's properties: {@code -Dkvpool.props.tries=5000}
  * (e.g. {@code ./dev mvn test -pl kvpool-api -Dtest='*Properties' -Dkvpool.props.tries=5000}).
- * Without it each property keeps the modest count in its annotation, sized for CI.
+ * Without it each property keeps the modest count in its annotation, sized for CI. Examples run once.
  */
 public final class PropsTries implements AroundPropertyHook {
 
@@ -23,7 +24,7 @@ public final class PropsTries implements AroundPropertyHook {
     @Override
     public PropertyExecutionResult aroundProperty(PropertyLifecycleContext context, PropertyExecutor property) {
         final Integer tries = Integer.getInteger(PROPERTY);
-        if (tries != null && tries > 0) {
+        if (tries != null && tries > 0 && !context.targetMethod().isAnnotationPresent(Example.class)) {
             context.attributes().setTries(tries);
         }
         return property.execute();
