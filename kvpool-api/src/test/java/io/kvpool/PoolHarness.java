@@ -374,30 +374,43 @@ final class PoolHarness implements AutoCloseable {
         final int lastSlot = partial ? PageHandle.slot(s.handles.get(pages - 1)) : -1;
         final boolean lastShared = partial && refs[lastSlot] > 1;
         final boolean lastPublished = partial && pubKey[lastSlot] != null;
-        final boolean cow = partial && (s.immutable || lastShared);
+        // copy-on-write is required for a shared or published partial last page; it is allowed (not required)
+        // where the pool's conservative "last page immutable" flag asks for it
+        final boolean required = lastShared || lastPublished;
+        final boolean allowed = required || (partial && s.immutable);
         final int newPages = (int) (layout.pagesFor(tc + (long) n) - pages);
-        final int allocate = newPages + (cow ? 1 : 0);
-        final int fromReservation = Math.min(allocate, s.reserved);
-        final int unreserved = allocate - fromReservation;
-        if (unreserved > 0 && unreserved > free() - reserved()) {
-            expectThrows(PoolExhaustedException.class, () -> q.append(n), "append beyond the reservation with no free page");
+        final int plainBefore = plainFree();
+        final long available = free() - reserved();
+        try {
+            q.append(n);
+        } catch (PoolExhaustedException e) {
             log("  -> PoolExhaustedException");
             event("append exhausted");
+            if (!exhausts(s, newPages + (allowed ? 1 : 0), available)) {
+                throw fail(Kind.MODEL, s + " append of " + n + " refused although " + available + " free unreserved page(s) and "
+                    + s.reserved + " reserved suffice for " + newPages + " new page(s)" + (allowed ? " and a copy" : ""), e);
+            }
             expectUnchanged(s, "exhausted append");
             return;
+        } catch (RuntimeException e) {
+            throw fail(Kind.MODEL, "append threw unexpectedly: " + e, e);
         }
-        final int plainBefore = plainFree();
-        call("append", () -> q.append(n));
         if (q.pageCount() != pages + newPages) {
             throw fail(Kind.MODEL, s + " has " + q.pageCount() + " pages after append, model expected " + (pages + newPages));
         }
         final boolean copied = partial && q.pageHandle(pages - 1) != s.handles.get(pages - 1);
-        if (!copied && (lastShared || lastPublished)) {
+        if (!copied && required) {
             throw fail(Kind.COPY_ON_WRITE, s + " appended into its partial last page (slot " + lastSlot + ") without copy-on-write although it is "
                 + (lastShared ? "shared (refcount " + refs[lastSlot] + ")" : "a published prefix page (key salt " + pubKey[lastSlot].salt() + ")"));
         }
-        if (copied != cow) {
-            throw fail(Kind.MODEL, s + " append: copy-on-write " + copied + ", model expected " + cow);
+        if (copied && !allowed) {
+            throw fail(Kind.MODEL, s + " append copied its last page (slot " + lastSlot + ") which is neither shared, published nor truncated into");
+        }
+        final int allocate = newPages + (copied ? 1 : 0);
+        final int fromReservation = Math.min(allocate, s.reserved);
+        if (exhausts(s, allocate, available)) {
+            throw fail(Kind.MODEL, s + " append of " + n + " was not refused: it needed " + allocate + " page(s), " + s.reserved
+                + " reserved and " + available + " free unreserved");
         }
         final List<Long> fresh = new ArrayList<>();
         if (copied) {
@@ -430,6 +443,12 @@ final class PoolHarness implements AutoCloseable {
         }
     }
 
+    /** @return whether allocating {@code pages} pages beyond the sequence's reservation exceeds the free unreserved pages */
+    private static boolean exhausts(Seq s, int pages, long available) {
+        final int unreserved = pages - Math.min(pages, s.reserved);
+        return unreserved > 0 && unreserved > available;
+    }
+
     private void truncate(Truncate t) {
         final Seq s = pick(t.pick());
         if (s == null) {
@@ -453,8 +472,14 @@ final class PoolHarness implements AutoCloseable {
         s.ids.subList(n, tc).clear();
         s.writers.subList(n, tc).clear();
         s.published = Math.min(s.published, keep);
+        // Whether appending must copy the new partial last page: it holds (or the sequence counts it as) a
+        // published prefix. The pool keeps this flag across a later truncation to a page boundary, where it
+        // no longer applies (see PrefixCacheProperties); s.immutable mirrors the pool's flag, "exact" is the
+        // flag as it should be. Either is accepted below: a copy is allowed where the pool's flag asks for one.
+        boolean exact = false;
         if (n % tpp != 0 && keep > 0) {
-            s.immutable = keep <= s.published || pubKey[PageHandle.slot(s.handles.get(keep - 1))] != null;
+            exact = keep <= s.published || pubKey[PageHandle.slot(s.handles.get(keep - 1))] != null;
+            s.immutable = exact;
             if (refs[PageHandle.slot(s.handles.get(keep - 1))] > 1) {
                 event("truncate into a shared page");
             }
@@ -463,11 +488,22 @@ final class PoolHarness implements AutoCloseable {
             }
         }
         if (dropped > 0) {
-            final long want = Math.max(0, layout.pagesFor(s.admitted) - keep) + (s.immutable ? 1 : 0);
-            if (want > s.reserved) {
-                s.reserved += (int) Math.max(0, Math.min(want - s.reserved, free() - reserved()));
+            // the reservation is topped up (as far as free pages allow) to regrow to the admitted tokens, plus a copy
+            final long available = free() - reserved();
+            final int topUp = topUp(s, keep, s.immutable, available);
+            final int topUpExact = topUp(s, keep, exact, available);
+            final int actual = s.seq.reservedPages() - s.reserved;
+            if (actual != topUp && actual != topUpExact) {
+                throw fail(Kind.MODEL, s + " reservation topped up by " + actual + " after truncating to " + n + ", model expected " + topUp
+                    + (topUp == topUpExact ? "" : " or " + topUpExact) + " (reserved " + s.reserved + ", available " + available + ")");
             }
+            s.reserved += actual;
         }
+    }
+
+    private int topUp(Seq s, int keep, boolean copy, long available) {
+        final long want = Math.max(0, layout.pagesFor(s.admitted) - keep) + (copy ? 1 : 0);
+        return want > s.reserved ? (int) Math.max(0, Math.min(want - s.reserved, available)) : 0;
     }
 
     private void fork(Fork f) {
