@@ -453,7 +453,7 @@ class AdmissionProperties {
     void randomSearchFindsTheDisabledAdmissionRejection() {
         final int[] found = {0};
         KvPoolStatefulProperties.quietly(() -> {
-            final Arbitrary<Req> any = Arbitraries.frequencyOf(weightedRequests().toArray(Tuple.Tuple2[]::new));
+            final Arbitrary<Req> any = Arbitraries.frequencyOf(weightedRequests());
             for (int run = 0; run < 100 && found[0] == 0; run++) {
                 final List<Req> reqs = any.list().ofMinSize(1).ofMaxSize(60).sample();
                 final AssertionError e = run(model(TestPools.builder(8).maxContextTokens(20).unsafeDisable(Safeguard.ADMISSION_REJECTION),

@@ -225,7 +225,7 @@ class KvPoolStatefulProperties {
             final int[] found = {0, Integer.MAX_VALUE};
             quietly(() -> {
                 for (int run = 0; run < 200 && found[0] < 3; run++) {
-                    final Arbitrary<Op> anyOp = Arbitraries.frequencyOf(weightedOps().toArray(Tuple.Tuple2[]::new));
+                    final Arbitrary<Op> anyOp = Arbitraries.frequencyOf(weightedOps());
                     final List<Op> ops = anyOp.list().ofMinSize(1).ofMaxSize(MAX_STEPS).sample();
                     final Violation v = run(harness(TestPools.builder(8).unsafeDisable(off).build()), ops.toArray(Op[]::new));
                     if (v != null && v.kind == expected) {

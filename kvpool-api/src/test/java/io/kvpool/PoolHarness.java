@@ -225,10 +225,6 @@ final class PoolHarness implements AutoCloseable {
         };
     }
 
-    List<String> log() {
-        return log;
-    }
-
     // ---------------------------------------------------------------------------------------------
     // Applying operations
 
@@ -344,6 +340,14 @@ final class PoolHarness implements AutoCloseable {
             s.published = m + 1;
         }
         log("  attached " + s.handles.size() + " cached page(s)");
+        for (int i = s.handles.size(); i < s.seq.pageCount(); i++) {
+            final int slot = s.seq.pageIndex(i);
+            if (pubKey[slot] == null || pubKey[slot].salt() != salt || !pubKey[slot].tokens().equals(key(salt, ids, (i + 1) * tpp).tokens())) {
+                throw fail(Kind.SHARING, s + " (salt " + salt + ") attached slot " + slot + " as page " + i + ", which is "
+                    + (pubKey[slot] == null ? "not a published prefix" : "published under salt " + pubKey[slot].salt()
+                        + (pubKey[slot].salt() == salt ? " for other tokens" : "")) + ": " + holders(slot));
+            }
+        }
         if (s.seq.tokenCount() != s.tokens() || s.seq.pageCount() != s.handles.size()) {
             throw fail(Kind.MODEL, s + " attached " + s.seq.tokenCount() + " tokens in " + s.seq.pageCount() + " pages, model expected "
                 + s.tokens() + " tokens in " + s.handles.size());
