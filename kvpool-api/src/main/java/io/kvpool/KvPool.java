@@ -685,6 +685,18 @@ public final class KvPool implements AutoCloseable {
         }
     }
 
+    /** Gives back {@code pages} of a sequence's reservation (a failed fork undoing its copy-on-write page). */
+    void returnReservation(Sequence seq, int pages) {
+        lock.lock();
+        try {
+            final int n = Math.min(pages, seq.reservedPages);
+            seq.reservedPages -= n;
+            reserved -= n;
+        } finally {
+            lock.unlock();
+        }
+    }
+
     /** Returns a closing sequence's unused reservation. */
     void sequenceClosed(Sequence seq) {
         lock.lock();

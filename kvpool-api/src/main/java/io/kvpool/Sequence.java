@@ -238,6 +238,7 @@ public final class Sequence implements AutoCloseable {
             for (int i = 0; i < retained; i++) {
                 pool.release(handles[i]);
             }
+            pool.returnReservation(this, cowPage);
             pool.sequenceClosed(child);
             child.closed = true;
             throw e;

@@ -141,7 +141,6 @@ final class PoolHarness implements AutoCloseable {
         boolean hasSalt;
         long salt;
         int published;
-        boolean immutable; // mirrors the pool's "last page immutable" flag, to predict its copy-on-write
 
         Seq(int id, Sequence seq, int doc) {
             this.id = id;
@@ -378,10 +377,9 @@ final class PoolHarness implements AutoCloseable {
         final int lastSlot = partial ? PageHandle.slot(s.handles.get(pages - 1)) : -1;
         final boolean lastShared = partial && refs[lastSlot] > 1;
         final boolean lastPublished = partial && pubKey[lastSlot] != null;
-        // copy-on-write is required for a shared or published partial last page; it is allowed (not required)
-        // where the pool's conservative "last page immutable" flag asks for it
+        // copy-on-write is required for a shared or published partial last page, and for nothing else
         final boolean required = lastShared || lastPublished;
-        final boolean allowed = required || (partial && s.immutable);
+        final boolean allowed = required;
         final int newPages = (int) (layout.pagesFor(tc + (long) n) - pages);
         final int plainBefore = plainFree();
         final long available = free() - reserved();
@@ -428,7 +426,6 @@ final class PoolHarness implements AutoCloseable {
             final long old = s.handles.get(pages - 1);
             s.handles.set(pages - 1, fresh.get(0));
             s.acq.set(pages - 1, new Acq(How.ALLOC, s.id, 0, null));
-            s.immutable = false;
             s.published = Math.min(s.published, pages - 1);
             release(old);
             event(lastShared ? "copy-on-write shared" : lastPublished ? "copy-on-write published" : "copy-on-write unneeded");
@@ -476,15 +473,13 @@ final class PoolHarness implements AutoCloseable {
         s.ids.subList(n, tc).clear();
         s.writers.subList(n, tc).clear();
         s.published = Math.min(s.published, keep);
-        // Whether appending must copy the new partial last page: it holds (or the sequence counts it as) a
-        // published prefix. The pool keeps this flag across a later truncation to a page boundary, where it
-        // no longer applies (see PrefixCacheProperties); s.immutable mirrors the pool's flag, "exact" is the
-        // flag as it should be. Either is accepted below: a copy is allowed where the pool's flag asks for one.
-        boolean exact = false;
+        // Whether the next append must copy the new partial last page: someone else holds it, or it holds a
+        // published prefix. Truncate re-reserves a page for that copy.
+        boolean copyNext = false;
         if (n % tpp != 0 && keep > 0) {
-            exact = keep <= s.published || pubKey[PageHandle.slot(s.handles.get(keep - 1))] != null;
-            s.immutable = exact;
-            if (refs[PageHandle.slot(s.handles.get(keep - 1))] > 1) {
+            final int last = PageHandle.slot(s.handles.get(keep - 1));
+            copyNext = refs[last] > 1 || pubKey[last] != null;
+            if (refs[last] > 1) {
                 event("truncate into a shared page");
             }
             if (keep <= s.published) {
@@ -494,12 +489,11 @@ final class PoolHarness implements AutoCloseable {
         if (dropped > 0) {
             // the reservation is topped up (as far as free pages allow) to regrow to the admitted tokens, plus a copy
             final long available = free() - reserved();
-            final int topUp = topUp(s, keep, s.immutable, available);
-            final int topUpExact = topUp(s, keep, exact, available);
+            final int topUp = topUp(s, keep, copyNext, available);
             final int actual = s.seq.reservedPages() - s.reserved;
-            if (actual != topUp && actual != topUpExact) {
+            if (actual != topUp) {
                 throw fail(Kind.MODEL, s + " reservation topped up by " + actual + " after truncating to " + n + ", model expected " + topUp
-                    + (topUp == topUpExact ? "" : " or " + topUpExact) + " (reserved " + s.reserved + ", available " + available + ")");
+                    + " (reserved " + s.reserved + ", available " + available + ")");
             }
             s.reserved += actual;
         }
@@ -534,7 +528,6 @@ final class PoolHarness implements AutoCloseable {
         c.hasSalt = p.hasSalt;
         c.salt = p.salt;
         c.published = p.published;
-        c.immutable = p.immutable;
         c.ids.addAll(p.ids);
         c.writers.addAll(p.writers);
         c.heritage.addAll(p.heritage);
