@@ -370,7 +370,7 @@ public final class KvPool implements AutoCloseable {
     private void onBecameFree(int slot) {
         // The last releaser's CAS is ordered after every earlier CAS on this word, including the publisher's
         // own release, so a page's "published" mark set under the lock while it was owned is visible here.
-        if (!prefix.isPublished(slot)) {
+        if (fillMode != FillMode.NONE && !prefix.isPublished(slot)) {
             storage.fill(slot, fillMode);
         }
         returned.push(slot);
