@@ -761,7 +761,7 @@ public final class KvPool implements AutoCloseable {
             }
         }
         drainReturnedLocked(); // it may have been freed a moment ago and still be on its way to the LRU
-        if (!freePages.isCached(slot)) {
+        if (!freePages.isCached(slot) || seq.reservedPages == 0) { // reviving takes a free page: only against the reservation
             return false;
         }
         freePages.removeCached(slot);

@@ -41,9 +41,13 @@ public final class Sequence implements AutoCloseable {
     /** Pages reserved for this sequence and not yet allocated. Guarded by the pool lock when changed. */
     int reservedPages;
 
+    private static final long[] NO_LONGS = new long[0];
+    private static final int[] NO_INTS = new int[0];
+
     Sequence(KvPool pool, int reservedPages, long admittedTokens, long salt, boolean hasSalt) {
-        // the reservation is the number of pages the admitted tokens need: size the block table once
-        this(pool, reservedPages, admittedTokens, salt, hasSalt, Math.max(4, reservedPages));
+        // no page yet: the block table is sized on the first page (see addPage), so admitting and
+        // closing a request that never gets a page allocates no table at all
+        this(pool, reservedPages, admittedTokens, salt, hasSalt, 0);
     }
 
     private Sequence(KvPool pool, int reservedPages, long admittedTokens, long salt, boolean hasSalt, int initialPages) {
@@ -53,9 +57,9 @@ public final class Sequence implements AutoCloseable {
         this.admittedTokens = admittedTokens;
         this.salt = salt;
         this.hasSalt = hasSalt;
-        this.handles = new long[initialPages];
-        this.blockTable = new int[initialPages];
-        this.pageHashes = new long[initialPages];
+        this.handles = initialPages == 0 ? NO_LONGS : new long[initialPages];
+        this.blockTable = initialPages == 0 ? NO_INTS : new int[initialPages];
+        this.pageHashes = initialPages == 0 ? NO_LONGS : new long[initialPages];
     }
 
     // ---- queries ----
@@ -228,7 +232,7 @@ public final class Sequence implements AutoCloseable {
         final int growth = (int) Math.max(0, pool.layout().pagesFor(admittedTokens) - pageCount);
         pool.reserveForFork(this, cowPage, growth + cowPage);
         final Sequence child = new Sequence(pool, growth + cowPage, admittedTokens, salt, hasSalt,
-            Math.max(4, pageCount + growth));
+            Math.max(4, pageCount + growth + cowPage));
         int retained = 0;
         try {
             for (; retained < pageCount; retained++) {
@@ -326,7 +330,10 @@ public final class Sequence implements AutoCloseable {
 
     void addPage(long handle) {
         if (pageCount == handles.length) {
-            final int n = Math.max(8, handles.length * 2);
+            // first growth: room for every page the admitted tokens need (plus a copy-on-write), so a
+            // sequence that stays within its admission never grows its table again
+            final long admittedPages = pool.layout().pagesFor(admittedTokens) + 1;
+            final int n = (int) Math.max(Math.max(8, handles.length * 2L), Math.min(admittedPages, PageHandle.MAX_SLOT + 1L));
             handles = Arrays.copyOf(handles, n);
             blockTable = Arrays.copyOf(blockTable, n);
             pageHashes = Arrays.copyOf(pageHashes, n);
