@@ -70,12 +70,14 @@ public final class KvPool implements AutoCloseable {
     private final IntConsumer takeReturned = this::takeReturned;
     private final LongAdder staleRefused = new LongAdder();
     private final LongAdder quarantineEvents = new LongAdder();
+    private final java.util.concurrent.atomic.AtomicLong retired = new java.util.concurrent.atomic.AtomicLong();
+    private final org.agrona.collections.IntArrayList evicted = new org.agrona.collections.IntArrayList(); // under lock
+    private volatile boolean storageRetained; // closed, but pages were pinned: storage kept until the last unpin
     private volatile boolean closed;
     private volatile String closeReport;
 
     // ---- guarded by lock ----
     private long reserved;
-    private long retired;
     private long allocations;
     private long prefixHits;
     private long evictions;
@@ -102,12 +104,6 @@ public final class KvPool implements AutoCloseable {
         this.disabled = b.disabled.isEmpty() ? Set.of() : Set.copyOf(b.disabled);
         this.fillMode = disabled.contains(Safeguard.FREE_PAGE_FILL) ? FillMode.NONE : b.fillMode;
         this.rejectOverCapacity = !disabled.contains(Safeguard.ADMISSION_REJECTION);
-        this.storage = Objects.requireNonNull(b.storageFactory.apply(layout, pages), "storage factory returned null");
-        if (storage.pageCount() != pages || !storage.layout().equals(layout)) {
-            storage.close();
-            throw new IllegalArgumentException("storage factory returned " + storage.pageCount() + " pages of " + storage.layout()
-                + ", asked for " + pages + " pages of " + layout);
-        }
         this.slots = new SlotTable(b.slotWords.apply(pages), !disabled.contains(Safeguard.GENERATION_CHECK));
         this.returned = new ReturnStack(pages);
         this.freePages = new FreePages(pages);
@@ -124,6 +120,13 @@ public final class KvPool implements AutoCloseable {
             resFreeStack[i] = b.maxReservations - 1 - i;
         }
         this.resFreeTop = b.maxReservations;
+        // the storage last: every bookkeeping structure above is heap and cannot leak it if it fails
+        this.storage = Objects.requireNonNull(b.storageFactory.apply(layout, pages), "storage factory returned null");
+        if (storage.pageCount() != pages || !storage.layout().equals(layout)) {
+            storage.close();
+            throw new IllegalArgumentException("storage factory returned " + storage.pageCount() + " pages of " + storage.layout()
+                + ", asked for " + pages + " pages of " + layout);
+        }
         if (!disabled.isEmpty()) {
             LOG.log(System.Logger.Level.ERROR, "UNSAFE kvpool built with safeguards DISABLED: " + disabled
                 + " — for tests and incident replays only; this pool can leak one request's KV to another");
@@ -187,27 +190,69 @@ public final class KvPool implements AutoCloseable {
      *         {@link PageHandle#STALE}, {@link PageHandle#INVALID}, {@link PageHandle#ILLEGAL_STATE},
      *         {@link PageHandle#REFCOUNT_OVERFLOW}. Stale and invalid handles are counted.
      * @throws IllegalArgumentException for {@link Event#ALLOCATE}, which only the pool itself issues
-     * @throws IllegalStateException    if the pool is closed
+     * @throws IllegalStateException    if the pool is closed (after a close that kept the storage because
+     *                                  pages were pinned, the events that wind pins down — RELEASE,
+     *                                  BEGIN_DRAIN, QUARANTINE, COMMIT_RECEIVE, DRAINED, RELEASE_QUARANTINE —
+     *                                  are still accepted, and the last unpin releases the storage)
      */
     public long tryTransition(long handle, Event event) {
-        ensureOpen();
         if (event == Event.ALLOCATE) {
             throw new IllegalArgumentException("ALLOCATE is issued by the pool's allocator only");
         }
+        if (event == Event.PIN_WRITER) {
+            return tryPinWriter(handle);
+        }
+        if (closed && (!storageRetained || event == Event.RETAIN)) {
+            throw new IllegalStateException("kvpool is closed");
+        }
         final long word = slots.apply(handle, event);
         if (word < 0) {
-            if (word == PageHandle.STALE || word == PageHandle.INVALID) {
-                staleRefused.increment();
-            }
+            countRefusal(word);
             return word;
         }
         if (event == Event.QUARANTINE) {
             quarantineEvents.increment();
         }
-        if (SlotStateMachine.phase(word) == SlotStateMachine.FREE) {
+        final int phase = SlotStateMachine.phase(word);
+        if (phase == SlotStateMachine.FREE) {
             onBecameFree(PageHandle.slot(handle));
+        } else if (phase == SlotStateMachine.RETIRED) {
+            retired.incrementAndGet();
+        }
+        if (closed) {
+            afterCloseTransition();
         }
         return word;
+    }
+
+    private void countRefusal(long code) {
+        if (code == PageHandle.STALE || code == PageHandle.INVALID) {
+            staleRefused.increment();
+        }
+    }
+
+    /**
+     * PIN_WRITER under the pool lock: no publication can slip between the "not published" check and the
+     * pin, and no pin can appear after {@link #close()} counted the pinned pages.
+     */
+    private long tryPinWriter(long handle) {
+        lock.lock();
+        try {
+            ensureOpen();
+            final long slot = slots.validate(handle);
+            if (slot < 0) {
+                countRefusal(slot);
+                return slot;
+            }
+            if (prefix.isPublished((int) slot)) {
+                return PageHandle.ILLEGAL_STATE;
+            }
+            final long word = slots.apply(handle, Event.PIN_WRITER);
+            countRefusal(word);
+            return word;
+        } finally {
+            lock.unlock();
+        }
     }
 
     private long transition(long handle, Event event) {
@@ -243,8 +288,9 @@ public final class KvPool implements AutoCloseable {
     }
 
     /**
-     * Drops a reference. The page becomes FREE (filled, and returned to the free list) only when this was
-     * the last reference and no writer pin holds it.
+     * Drops a reference. The page becomes FREE only when this was the last reference and no writer pin
+     * holds it; it is then filled (see {@link FillMode}) and returned to the free pages — unless it holds
+     * a published prefix, which stays intact and reusable until it is evicted (and filled then).
      *
      * @return whether this call freed the page
      */
@@ -254,22 +300,25 @@ public final class KvPool implements AutoCloseable {
 
     /**
      * Pins an unshared, unpublished OWNED page as the target of remote writes (RECEIVING). While pinned
-     * the page cannot become FREE, whatever happens to its references.
+     * the page cannot become FREE, whatever happens to its references. Unlike the other handle
+     * operations this one takes the pool lock (briefly), to check the page holds no published prefix.
      */
     public void pinWriter(long handle) {
-        final long v = slots.validate(handle);
-        if (v < 0) {
-            transition(handle, Event.PIN_WRITER); // throws with the reason
-            return;
+        final long word = tryPinWriter(handle);
+        if (word < 0) {
+            final RuntimeException e = refusal(handle, word, Event.PIN_WRITER);
+            if (e instanceof IllegalSlotTransitionException && slots.validate(handle) >= 0 && isPublishedLocked(PageHandle.slot(handle))) {
+                throw new IllegalSlotTransitionException(PageHandle.slot(handle), slots.wordVolatile(PageHandle.slot(handle)),
+                    Event.PIN_WRITER, "page holds a published prefix and is immutable");
+            }
+            throw e;
         }
-        // under the lock, so that no publication can slip between the check and the pin
+    }
+
+    private boolean isPublishedLocked(int slot) {
         lock.lock();
         try {
-            if (prefix.isPublished((int) v)) {
-                throw new IllegalSlotTransitionException((int) v, slots.wordVolatile((int) v), Event.PIN_WRITER,
-                    "page holds a published prefix and is immutable");
-            }
-            transition(handle, Event.PIN_WRITER);
+            return prefix.isPublished(slot);
         } finally {
             lock.unlock();
         }
@@ -368,12 +417,42 @@ public final class KvPool implements AutoCloseable {
     }
 
     private void onBecameFree(int slot) {
+        if (closed) {
+            return; // nothing will allocate again; the storage is (being) released
+        }
         // The last releaser's CAS is ordered after every earlier CAS on this word, including the publisher's
         // own release, so a page's "published" mark set under the lock while it was owned is visible here.
         if (fillMode != FillMode.NONE && !prefix.isPublished(slot)) {
-            storage.fill(slot, fillMode);
+            try {
+                storage.fill(slot, fillMode);
+            } catch (IllegalStateException storageClosed) {
+                if (!closed) {
+                    throw storageClosed;
+                }
+                return; // the pool closed while this page was being freed: the release itself took effect
+            }
         }
         returned.push(slot);
+    }
+
+    /** After a close that kept the storage for pinned pages: release it once no page is pinned any more. */
+    private void afterCloseTransition() {
+        lock.lock();
+        try {
+            if (!storageRetained) {
+                return;
+            }
+            for (int s = 0; s < capacity; s++) {
+                if (SlotStateMachine.pinned(SlotStateMachine.phase(slots.wordVolatile(s)))) {
+                    return;
+                }
+            }
+            storageRetained = false;
+            storage.close();
+            LOG.log(System.Logger.Level.INFO, "kvpool: the last page pinned for remote writes was released after close; storage released");
+        } finally {
+            lock.unlock();
+        }
     }
 
     // ------------------------------------------------------------------------------------------------
@@ -396,7 +475,7 @@ public final class KvPool implements AutoCloseable {
             }
             final Sequence seq = newSequenceLocked((int) lastNeeded, lastAdmittedTokens, 0, false);
             return new Admission(Admission.Decision.ADMITTED, seq, (long) promptTokens + maxNewTokens, maxContextTokens,
-                lastNeeded, lastAvailable, capacity - retired);
+                lastNeeded, lastAvailable, capacity - retired.get());
         } finally {
             lock.unlock();
         }
@@ -441,7 +520,7 @@ public final class KvPool implements AutoCloseable {
             }
             seq.setTokenCountAfterAttach(matched * tpp);
             return new Admission(Admission.Decision.ADMITTED, seq, (long) prompt + maxNewTokens, maxContextTokens,
-                lastNeeded, lastAvailable, capacity - retired);
+                lastNeeded, lastAvailable, capacity - retired.get());
         } finally {
             lock.unlock();
         }
@@ -543,7 +622,7 @@ public final class KvPool implements AutoCloseable {
         drainReturnedLocked();
         final long tokens = (long) promptTokens + maxNewTokens;
         lastAdmittedTokens = reservationPolicy == ReservationPolicy.FULL ? tokens : promptTokens;
-        final long inService = capacity - retired;
+        final long inService = capacity - retired.get();
         long needed = layout.pagesFor(reservationPolicy == ReservationPolicy.FULL ? tokens : promptTokens);
         lastNeeded = needed;
         lastAvailable = freeLocked() - reserved;
@@ -572,7 +651,7 @@ public final class KvPool implements AutoCloseable {
     private Admission rejection(long code, int prompt, int maxNew) {
         final Admission.Decision d = code == Admission.CONTEXT_TOO_LONG ? Admission.Decision.REJECTED_CONTEXT_TOO_LONG
             : code == Admission.EXCEEDS_POOL ? Admission.Decision.REJECTED_EXCEEDS_POOL : Admission.Decision.RETRY_LATER;
-        return new Admission(d, null, (long) prompt + maxNew, maxContextTokens, lastNeeded, lastAvailable, capacity - retired);
+        return new Admission(d, null, (long) prompt + maxNew, maxContextTokens, lastNeeded, lastAvailable, capacity - retired.get());
     }
 
     private Sequence newSequenceLocked(int reservedPages, long admittedTokens, long salt, boolean hasSalt) {
@@ -591,6 +670,7 @@ public final class KvPool implements AutoCloseable {
      * @throws PoolExhaustedException if the unreserved part cannot be had; nothing is allocated then
      */
     void allocateFor(Sequence seq, int count, long[] out) {
+        final int[] toFill;
         lock.lock();
         try {
             ensureOpen();
@@ -614,15 +694,41 @@ public final class KvPool implements AutoCloseable {
                 out[got] = handle;
             }
             if (got < count) { // only possible when slots retired under us
+                evicted.clear(); // released below: the free path fills them
                 for (int i = 0; i < got; i++) {
                     tryTransition(out[i], Event.RELEASE);
                 }
-                throw new PoolExhaustedException("pool ran out of pages while allocating " + count + " (retired " + retired + ")");
+                throw new PoolExhaustedException("pool ran out of pages while allocating " + count + " (retired " + retired.get() + ")");
             }
             seq.reservedPages -= fromReservation;
             reserved -= fromReservation;
+            toFill = takeEvictedLocked();
         } finally {
             lock.unlock();
+        }
+        fillEvicted(toFill);
+    }
+
+    /** @return the slots evicted from the cache by this critical section (to fill after unlocking), or null */
+    private int[] takeEvictedLocked() {
+        if (evicted.isEmpty()) {
+            return null;
+        }
+        final int[] slotsToFill = evicted.toIntArray();
+        evicted.clear();
+        return slotsToFill;
+    }
+
+    /**
+     * Fills pages just evicted from the prefix cache, outside the lock (a 2 MiB fill must not stall the
+     * transfer threads that take it): they are OWNED by the caller's new tenancy, whose handles have
+     * not escaped yet, so nobody else can touch them.
+     */
+    private void fillEvicted(int[] slotsToFill) {
+        if (slotsToFill != null) {
+            for (int slot : slotsToFill) {
+                storage.fill(slot, fillMode);
+            }
         }
     }
 
@@ -634,6 +740,8 @@ public final class KvPool implements AutoCloseable {
      * @return the handle of an OWNED page with refcount 1, or {@link PageHandle#EXHAUSTED}
      */
     public long tryAllocate() {
+        final long handle;
+        int evictedSlot = -1;
         lock.lock();
         try {
             ensureOpen();
@@ -643,11 +751,18 @@ public final class KvPool implements AutoCloseable {
             if (freeLocked() - reserved < 1) {
                 return PageHandle.EXHAUSTED;
             }
-            final long handle = takeFreePageLocked();
-            return handle < 0 ? PageHandle.EXHAUSTED : handle;
+            handle = takeFreePageLocked();
+            if (!evicted.isEmpty()) {
+                evictedSlot = evicted.getInt(0);
+                evicted.clear();
+            }
         } finally {
             lock.unlock();
         }
+        if (evictedSlot >= 0) {
+            storage.fill(evictedSlot, fillMode);
+        }
+        return handle < 0 ? PageHandle.EXHAUSTED : handle;
     }
 
     /** Tries to add up to {@code pages} to a sequence's reservation from free unreserved pages. @return pages added */
@@ -665,8 +780,12 @@ public final class KvPool implements AutoCloseable {
         }
     }
 
-    /** Reserves pages for a fork: {@code forParent} more for the parent and {@code forChild} for the child. */
-    void reserveForFork(Sequence parent, int forParent, int forChild) {
+    /**
+     * Reserves pages for a fork: {@code forParent} more for the parent and {@code forChild} for the child.
+     *
+     * @return {@code forParent}
+     */
+    int reserveForFork(Sequence parent, int forParent, int forChild) {
         lock.lock();
         try {
             ensureOpen();
@@ -680,6 +799,7 @@ public final class KvPool implements AutoCloseable {
             reserved += forParent + forChild;
             parent.reservedPages += forParent;
             openSequences++;
+            return forParent;
         } finally {
             lock.unlock();
         }
@@ -724,6 +844,7 @@ public final class KvPool implements AutoCloseable {
                     throw new IllegalSlotTransitionException(PageHandle.slot(handle), word, null,
                         "only OWNED pages can be published (page " + i + " of the sequence)");
                 }
+
                 parent = prefix.publish(PageHandle.slot(handle), parent, salt, tokenIds, i * tpp);
                 seq.setPageHash(i, parent);
             }
@@ -771,7 +892,7 @@ public final class KvPool implements AutoCloseable {
         }
         if (SlotStateMachine.phase(next) == SlotStateMachine.RETIRED) {
             prefix.unpublish(slot);
-            retired++;
+            retired.incrementAndGet();
             return false;
         }
         allocations++;
@@ -796,7 +917,9 @@ public final class KvPool implements AutoCloseable {
                 }
                 prefix.unpublish(slot);
                 evictions++;
-                storage.fill(slot, fillMode);
+                if (fillMode != FillMode.NONE) {
+                    evicted.addInt(slot); // filled by the caller after the lock is released, before the handle escapes
+                }
             }
             final long word = slots.allocate(slot);
             if (word < 0) {
@@ -804,7 +927,7 @@ public final class KvPool implements AutoCloseable {
                     + SlotStateMachine.describe(slots.wordVolatile(slot)));
             }
             if (SlotStateMachine.phase(word) == SlotStateMachine.RETIRED) {
-                retired++;
+                retired.incrementAndGet();
                 continue;
             }
             allocations++;
@@ -942,6 +1065,9 @@ public final class KvPool implements AutoCloseable {
         }
         if (pinned == 0) {
             storage.close();
+        } else {
+            storageRetained = true;
+            afterCloseTransition(); // in case the pins were wound down while the report was written
         }
     }
 

@@ -21,7 +21,7 @@ final class PrefixCache {
     private final long[] hash;
     private final long[] parent;
     private final long[] salt;
-    private final int[] tokens;
+    private final int[][] tokens; // per slot, allocated on first publication: heap grows with what is published
 
     PrefixCache(int capacity, int tokensPerPage) {
         this.tokensPerPage = tokensPerPage;
@@ -29,7 +29,7 @@ final class PrefixCache {
         this.hash = new long[capacity];
         this.parent = new long[capacity];
         this.salt = new long[capacity];
-        this.tokens = new int[Math.multiplyExact(capacity, tokensPerPage)];
+        this.tokens = new int[capacity][];
     }
 
     int size() {
@@ -55,7 +55,10 @@ final class PrefixCache {
         hash[slot] = h;
         parent[slot] = parentHash;
         salt[slot] = pageSalt;
-        System.arraycopy(ids, from, tokens, slot * tokensPerPage, tokensPerPage);
+        if (tokens[slot] == null) {
+            tokens[slot] = new int[tokensPerPage];
+        }
+        System.arraycopy(ids, from, tokens[slot], 0, tokensPerPage);
         index.put(h, slot);
         return h;
     }
@@ -67,9 +70,8 @@ final class PrefixCache {
             return -1;
         }
         final int slot = (int) found;
-        final int base = slot * tokensPerPage;
         if (parent[slot] != parentHash || salt[slot] != pageSalt
-            || !Arrays.equals(tokens, base, base + tokensPerPage, ids, from, from + tokensPerPage)) {
+            || !Arrays.equals(tokens[slot], 0, tokensPerPage, ids, from, from + tokensPerPage)) {
             return -1; // a 64-bit collision: different content under the same hash
         }
         return slot;

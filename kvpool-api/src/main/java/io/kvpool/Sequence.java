@@ -1,5 +1,7 @@
 package io.kvpool;
 
+import io.kvpool.storage.FillMode;
+
 import java.lang.foreign.MemorySegment;
 import java.lang.foreign.ValueLayout;
 import java.util.Arrays;
@@ -164,7 +166,14 @@ public final class Sequence implements AutoCloseable {
             if (cow) {
                 final long fresh = got[k++];
                 final long old = handles[pageCount - 1];
-                pool.storage().copyPages(new int[] {PageHandle.slot(old)}, 0, new int[] {PageHandle.slot(fresh)}, 0, 1);
+                try {
+                    pool.storage().copyPages(new int[] {PageHandle.slot(old)}, 0, new int[] {PageHandle.slot(fresh)}, 0, 1);
+                } catch (RuntimeException e) {
+                    for (long h : got) {
+                        pool.tryTransition(h, SlotStateMachine.Event.RELEASE); // all or nothing
+                    }
+                    throw e;
+                }
                 handles[pageCount - 1] = fresh;
                 blockTable[pageCount - 1] = PageHandle.slot(fresh);
                 if (publishedPages > pageCount - 1) {
@@ -208,8 +217,8 @@ public final class Sequence implements AutoCloseable {
         if (partialLast && keep <= publishedPages) {
             publishedPages = keep - 1; // the partial page is no longer a full page of ours; the copy will be republished
         }
-        if (dropped > 0) {
-            final boolean cowNext = partialLast && pool.mustCopyBeforeWrite(blockTable[keep - 1]);
+        final boolean cowNext = partialLast && pool.mustCopyBeforeWrite(blockTable[keep - 1]);
+        if (dropped > 0 || cowNext) {
             final long want = Math.max(0, pool.layout().pagesFor(admittedTokens) - pageCount) + (cowNext ? 1 : 0);
             if (want > reservedPages) {
                 pool.topUpReservation(this, (int) (want - reservedPages));
@@ -230,7 +239,10 @@ public final class Sequence implements AutoCloseable {
         final boolean partial = tokenCount % tokensPerPage != 0;
         final int cowPage = partial ? 1 : 0;
         final int growth = (int) Math.max(0, pool.layout().pagesFor(admittedTokens) - pageCount);
-        pool.reserveForFork(this, cowPage, growth + cowPage);
+        // the parent's copy-on-write credit: added only if its reservation does not already cover its growth
+        // plus one copy, so a parent forked (and its children closed) many times never accumulates credits
+        final int parentCredit = Math.max(0, Math.min(cowPage, growth + cowPage - reservedPages));
+        final int parentAdded = pool.reserveForFork(this, parentCredit, growth + cowPage);
         final Sequence child = new Sequence(pool, growth + cowPage, admittedTokens, salt, hasSalt,
             Math.max(4, pageCount + growth + cowPage));
         int retained = 0;
@@ -242,7 +254,7 @@ public final class Sequence implements AutoCloseable {
             for (int i = 0; i < retained; i++) {
                 pool.release(handles[i]);
             }
-            pool.returnReservation(this, cowPage);
+            pool.returnReservation(this, parentAdded);
             pool.sequenceClosed(child);
             child.closed = true;
             throw e;
@@ -264,6 +276,8 @@ public final class Sequence implements AutoCloseable {
      * @param tokenIds  the sequence's token ids from its first token, at least {@code tokenCount()} rounded
      *                  down to full pages
      * @param cacheSalt the tenant's cache namespace; must equal the salt the sequence was admitted with, if any
+     * @throws IllegalStateException with {@link FillMode#CANARY}, if a page to publish still holds the
+     *                               canary somewhere (its KV was never written, entirely or for some layer)
      */
     public void publish(int[] tokenIds, long cacheSalt) {
         ensureOpen();
@@ -277,6 +291,15 @@ public final class Sequence implements AutoCloseable {
                 + " full pages), got " + tokenIds.length);
         }
         if (full > publishedPages) {
+            if (pool.fillMode() == FillMode.CANARY) { // outside the pool lock: these pages are ours and stable
+                for (int i = publishedPages; i < full; i++) {
+                    final int unwritten = pool.firstCanaryToken(handles[i], 0, tokensPerPage);
+                    if (unwritten >= 0) {
+                        throw new IllegalStateException("page " + i + " (slot " + blockTable[i] + ") still holds the free-page canary at token "
+                            + unwritten + ": write its KV before publishing it, or another request would attach unwritten pages");
+                    }
+                }
+            }
             pool.publish(this, tokenIds, publishedPages, full, cacheSalt);
             publishedPages = full;
             salt = cacheSalt;

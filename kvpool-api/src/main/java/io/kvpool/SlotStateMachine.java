@@ -38,6 +38,11 @@ package io.kvpool;
  *  (r)                                 (r-1); r=0: ill.                                                                            r=0: FREE
  *  RETIRED      illegal       stale    stale             stale       stale             stale        stale             stale        stale
  * </pre>
+ * Every arrow into FREE above goes to RETIRED instead when the generation is
+ * {@link PageHandle#MAX_GENERATION}: a tenancy that cannot be followed by a new generation ends the
+ * slot's service, so the page never counts as free (and never as reservable). ALLOCATE's own rule for a
+ * FREE slot at the maximum is a fallback that ordinary operation never reaches.
+ *
  * Consequences, each tested:
  * <ul>
  *   <li>a page reaches FREE only with refcount 0 <em>and</em> no writer pin (RECEIVING, DRAINING and
@@ -157,7 +162,7 @@ public final class SlotStateMachine {
                 return rc == MAX_REFCOUNT ? PageHandle.REFCOUNT_OVERFLOW : word + 1;
             case RELEASE:
                 if (phase == OWNED) {
-                    return rc == 1 ? word(gen, FREE, 0) : word - 1;
+                    return rc == 1 ? freed(gen) : word - 1;
                 }
                 return rc == 0 ? PageHandle.ILLEGAL_STATE : word - 1; // pinned: the pin keeps the page
             case PIN_WRITER:
@@ -178,7 +183,12 @@ public final class SlotStateMachine {
     }
 
     private static long unpinned(long gen, int rc) {
-        return rc == 0 ? word(gen, FREE, 0) : word(gen, OWNED, rc);
+        return rc == 0 ? freed(gen) : word(gen, OWNED, rc);
+    }
+
+    /** The end of a tenancy: FREE, or RETIRED if the generation cannot be bumped again. */
+    private static long freed(long gen) {
+        return gen >= PageHandle.MAX_GENERATION ? word(gen, RETIRED, 0) : word(gen, FREE, 0);
     }
 
     /** @return a readable form of a state word, e.g. {@code OWNED(gen=3, refs=2)} */

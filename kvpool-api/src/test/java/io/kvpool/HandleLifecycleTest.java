@@ -121,6 +121,12 @@ class HandleLifecycleTest {
             pool.release(h);
             final Sequence s = pool.admit(new int[] {1, 2, 3, 4, 5}, 0, 9).sequence();
             s.append(5);
+            final IllegalStateException unwritten = assertThrows(IllegalStateException.class, () -> s.publish(new int[] {1, 2, 3, 4, 5}, 9));
+            assertTrue(unwritten.getMessage().contains("canary at token 0"), unwritten.getMessage());
+            TokenTags.writeSequence(s, 1, 0, 3);
+            final IllegalStateException partly = assertThrows(IllegalStateException.class, () -> s.publish(new int[] {1, 2, 3, 4, 5}, 9));
+            assertTrue(partly.getMessage().contains("canary at token 3"), partly.getMessage());
+            TokenTags.writeSequence(s, 1, 3, 5);
             s.publish(new int[] {1, 2, 3, 4, 5}, 9);
             final IllegalSlotTransitionException e = assertThrows(IllegalSlotTransitionException.class, () -> pool.pinWriter(s.pageHandle(0)));
             assertTrue(e.getMessage().contains("published"), e.getMessage());

@@ -486,7 +486,7 @@ final class PoolHarness implements AutoCloseable {
                 s.published = keep - 1;
             }
         }
-        if (dropped > 0) {
+        if (dropped > 0 || copyNext) {
             // the reservation is topped up (as far as free pages allow) to regrow to the admitted tokens, plus a copy
             final long available = free() - reserved();
             final int topUp = topUp(s, keep, copyNext, available);
@@ -511,7 +511,9 @@ final class PoolHarness implements AutoCloseable {
         }
         final int cowPage = p.tokens() % tpp != 0 ? 1 : 0;
         final int growth = (int) Math.max(0, layout.pagesFor(p.admitted) - p.handles.size());
-        if (2 * cowPage + growth > free() - reserved()) {
+        // the parent gets a copy-on-write credit only if its reservation does not already cover growth + copy
+        final int parentCredit = Math.max(0, Math.min(cowPage, growth + cowPage - p.reserved));
+        if (parentCredit + cowPage + growth > free() - reserved()) {
             log("fork(" + p + ") -> PoolExhaustedException");
             event("fork exhausted");
             expectThrows(PoolExhaustedException.class, p.seq::fork, "fork without pages to reserve");
@@ -522,7 +524,7 @@ final class PoolHarness implements AutoCloseable {
         final Seq c = new Seq(nextId++, child, p.doc);
         log(c + " = fork(" + p + ")");
         event("fork");
-        p.reserved += cowPage;
+        p.reserved += parentCredit;
         c.reserved = growth + cowPage;
         c.admitted = p.admitted;
         c.hasSalt = p.hasSalt;

@@ -58,6 +58,7 @@ class PrefixCacheProperties {
         try (KvPool pool = TestPools.pool(4)) {
             final Sequence s1 = pool.admit(4, 0).sequence();
             s1.append(4);
+            TokenTags.writeSequence(s1, 1, 0, 4); // every vector written, so publish accepts the page
             for (int t = 0; t < TPP; t++) {
                 mark(s1.page(0), t, 0x10 + t); // s1's KV for tokens 0..3
             }
@@ -98,6 +99,7 @@ class PrefixCacheProperties {
         try (KvPool pool = TestPools.pool(pages + 1)) {
             final Sequence s = pool.admit(ids, 0, SALT).sequence();
             s.append(prompt);
+            TokenTags.writeSequence(s, 1, 0, prompt);
             s.publish(ids, SALT);
             s.close();                            // `pages` cached free pages, one plain free page
             final long[] loose = new long[evicted + 1];
@@ -127,6 +129,7 @@ class PrefixCacheProperties {
         try (KvPool pool = TestPools.pool(8)) {
             final Sequence s = pool.admit(6, 0).sequence();
             s.append(6);
+            TokenTags.writeSequence(s, 1, 0, 6);
             s.publish(new int[] {1, 2, 3, 4, 5, 6}, SALT);
             s.truncate(2);  // into the published page: the next append must copy it
             s.truncate(0);  // ... but now that page is gone
