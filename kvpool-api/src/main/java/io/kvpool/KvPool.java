@@ -35,13 +35,16 @@ import java.util.function.IntConsumer;
  * <h2>Threads</h2>
  * <ul>
  *   <li><b>Thread-safe and lock-free</b> (any thread, e.g. transfer threads): {@link #retain},
- *       {@link #release}, {@link #pinWriter}, {@link #commitReceive}, {@link #beginDrain}, {@link #drained},
- *       {@link #quarantine}, {@link #releaseQuarantine}, {@link #tryTransition}, {@link #validate},
- *       {@link #page}, {@link #state}. Each is linearizable at the single CAS of its slot's state word.
- *       A transition that frees a page fills it and pushes it to the return stack without taking the lock.</li>
+ *       {@link #release}, {@link #commitReceive}, {@link #beginDrain}, {@link #drained},
+ *       {@link #quarantine}, {@link #releaseQuarantine}, {@link #tryTransition} (except PIN_WRITER),
+ *       {@link #validate}, {@link #page}, {@link #state}. Each is linearizable at the single CAS of its
+ *       slot's state word (or its read, for queries). A transition that frees a page fills it and pushes it
+ *       to the return stack without taking the lock.</li>
  *   <li><b>Thread-safe, serialized by the pool lock</b> (typically the scheduler thread): admission
  *       ({@link #admit}, {@link #tryReserve}, {@link #openSequence}, {@link #cancelReservation}),
- *       page allocation by {@link Sequence}s, {@link #snapshot}, {@link #verifyAccounting}, {@link #close}.</li>
+ *       allocation ({@link #tryAllocate} and by {@link Sequence}s), {@link #pinWriter} (held only for the
+ *       "not published" check and the CAS), {@link #snapshot}, {@link #verifyAccounting}, {@link #close}.
+ *       Critical sections are short: page fills (canary) happen outside the lock.</li>
  *   <li>A {@link Sequence} is not thread-safe: one thread at a time, handed over with a happens-before edge.</li>
  * </ul>
  *
