@@ -189,6 +189,7 @@ public final class KvPool implements AutoCloseable {
     /**
      * Applies an event to the page a handle names, without throwing or allocating.
      *
+     * @param handle the page's handle
      * @return the slot's new state word (≥ 0; decode with {@link SlotStateMachine#state(long)} etc.), or
      *         {@link PageHandle#STALE}, {@link PageHandle#INVALID}, {@link PageHandle#ILLEGAL_STATE},
      *         {@link PageHandle#REFCOUNT_OVERFLOW}. Stale and invalid handles are counted.
@@ -285,7 +286,13 @@ public final class KvPool implements AutoCloseable {
         return new IllegalSlotTransitionException(slot, now, event, null);
     }
 
-    /** Adds a reference to an OWNED page. @throws StaleHandleException if the handle is stale */
+    /**
+     * Adds a reference to an OWNED page.
+     *
+     * @param handle the page's handle
+     * @throws StaleHandleException          if the handle is stale or not a handle of this pool
+     * @throws IllegalSlotTransitionException if the page's state does not allow the event (see {@link SlotStateMachine})
+     */
     public void retain(long handle) {
         transition(handle, Event.RETAIN);
     }
@@ -295,7 +302,10 @@ public final class KvPool implements AutoCloseable {
      * holds it; it is then filled (see {@link FillMode}) and returned to the free pages — unless it holds
      * a published prefix, which stays intact and reusable until it is evicted (and filled then).
      *
+     * @param handle the page's handle
      * @return whether this call freed the page
+     * @throws StaleHandleException          if the handle is stale or not a handle of this pool
+     * @throws IllegalSlotTransitionException if the page's state does not allow the event (see {@link SlotStateMachine})
      */
     public boolean release(long handle) {
         return SlotStateMachine.phase(transition(handle, Event.RELEASE)) == SlotStateMachine.FREE;
@@ -305,6 +315,10 @@ public final class KvPool implements AutoCloseable {
      * Pins an unshared, unpublished OWNED page as the target of remote writes (RECEIVING). While pinned
      * the page cannot become FREE, whatever happens to its references. Unlike the other handle
      * operations this one takes the pool lock (briefly), to check the page holds no published prefix.
+     *
+     * @param handle the page's handle
+     * @throws StaleHandleException          if the handle is stale or not a handle of this pool
+     * @throws IllegalSlotTransitionException if the page's state does not allow the event (see {@link SlotStateMachine})
      */
     public void pinWriter(long handle) {
         final long word = tryPinWriter(handle);
@@ -327,32 +341,63 @@ public final class KvPool implements AutoCloseable {
         }
     }
 
-    /** The transfer into the page was verified: RECEIVING → OWNED (or FREE if no reference is left). */
+    /**
+     * The transfer into the page was verified: RECEIVING → OWNED (or FREE if no reference is left).
+     *
+     * @param handle the page's handle
+     * @throws StaleHandleException          if the handle is stale or not a handle of this pool
+     * @throws IllegalSlotTransitionException if the page's state does not allow the event (see {@link SlotStateMachine})
+     */
     public void commitReceive(long handle) {
         transition(handle, Event.COMMIT_RECEIVE);
     }
 
-    /** The transfer failed or was aborted: RECEIVING → DRAINING, waiting for the sender's confirmation. */
+    /**
+     * The transfer failed or was aborted: RECEIVING → DRAINING, waiting for the sender's confirmation.
+     *
+     * @param handle the page's handle
+     * @throws StaleHandleException          if the handle is stale or not a handle of this pool
+     * @throws IllegalSlotTransitionException if the page's state does not allow the event (see {@link SlotStateMachine})
+     */
     public void beginDrain(long handle) {
         transition(handle, Event.BEGIN_DRAIN);
     }
 
-    /** Every expected sender confirmed its writes are over: DRAINING → OWNED, or FREE if no reference is left. */
+    /**
+     * Every expected sender confirmed its writes are over: DRAINING → OWNED, or FREE if no reference is left.
+     *
+     * @param handle the page's handle
+     * @throws StaleHandleException          if the handle is stale or not a handle of this pool
+     * @throws IllegalSlotTransitionException if the page's state does not allow the event (see {@link SlotStateMachine})
+     */
     public void drained(long handle) {
         transition(handle, Event.DRAINED);
     }
 
-    /** No drain confirmation in time, or the peer was lost: RECEIVING/DRAINING → QUARANTINED. Never freed on a timer. */
+    /**
+     * No drain confirmation in time, or the peer was lost: RECEIVING/DRAINING → QUARANTINED. Never freed on a timer.
+     *
+     * @param handle the page's handle
+     * @throws StaleHandleException          if the handle is stale or not a handle of this pool
+     * @throws IllegalSlotTransitionException if the page's state does not allow the event (see {@link SlotStateMachine})
+     */
     public void quarantine(long handle) {
         transition(handle, Event.QUARANTINE);
     }
 
-    /** The transport proved the peer can no longer write: QUARANTINED → OWNED, or FREE if no reference is left. */
+    /**
+     * The transport proved the peer can no longer write: QUARANTINED → OWNED, or FREE if no reference is left.
+     *
+     * @param handle the page's handle
+     * @throws StaleHandleException          if the handle is stale or not a handle of this pool
+     * @throws IllegalSlotTransitionException if the page's state does not allow the event (see {@link SlotStateMachine})
+     */
     public void releaseQuarantine(long handle) {
         transition(handle, Event.RELEASE_QUARANTINE);
     }
 
     /**
+     * @param handle the page's handle
      * @return the slot index if the handle is current and its page accessible (OWNED or RECEIVING), else
      *         {@link PageHandle#STALE}, {@link PageHandle#INVALID} or {@link PageHandle#ILLEGAL_STATE}
      *         (stale and invalid handles are counted). Allocation-free.
@@ -367,6 +412,7 @@ public final class KvPool implements AutoCloseable {
     }
 
     /**
+     * @param handle the page's handle
      * @return the page's bytes (host storage only), after checking the handle is current and its page
      *         OWNED or RECEIVING. The caller must hold a reference (or the writer pin) while using them.
      * @throws StaleHandleException          if the handle is stale or invalid
@@ -381,6 +427,7 @@ public final class KvPool implements AutoCloseable {
     }
 
     /**
+     * @param handle the page's handle
      * @return the first token in {@code [fromToken, toToken)} of the handle's page that still holds the
      *         free-page canary, or -1 (see {@link PageStorage#firstCanaryToken})
      */
@@ -392,7 +439,11 @@ public final class KvPool implements AutoCloseable {
         return storage.firstCanaryToken((int) v, fromToken, toToken);
     }
 
-    /** @return the state of the page a handle names, or {@code null} if the handle is stale or invalid */
+    /**
+     * @return the state of the page a handle names, or {@code null} if the handle is stale or invalid
+     *
+     * @param handle the page's handle
+     */
     public SlotState state(long handle) {
         ensureOpen();
         if (!PageHandle.isHandle(handle) || PageHandle.slot(handle) >= capacity) {
