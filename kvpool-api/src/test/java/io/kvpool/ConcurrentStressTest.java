@@ -28,6 +28,19 @@ class ConcurrentStressTest {
     private record Pinned(long handle, int plan) {
     }
 
+    /** Hand-overs not yet taken by a transfer thread, at most (bounds the pages their backlog holds). */
+    private static final int MAX_IN_FLIGHT = 32;
+
+    /**
+     * Waits while the transfer threads' backlog is at its bound, so the pages it holds stay bounded and
+     * every hand-over the seed asks for happens, however the threads are scheduled (only time varies).
+     */
+    private static void awaitBacklog(ConcurrentLinkedQueue<?> a, ConcurrentLinkedQueue<?> b, AtomicReference<Throwable> failure) {
+        while (a.size() + b.size() >= MAX_IN_FLIGHT && failure.get() == null) {
+            Thread.yield();
+        }
+    }
+
     /** Runs the stress; @return the first failure seen on any thread, or null. */
     static Throwable stress(KvPool pool, int iterations, long seed) throws InterruptedException {
         final ConcurrentLinkedQueue<Long> extraRefs = new ConcurrentLinkedQueue<>();
@@ -118,6 +131,7 @@ class ConcurrentStressTest {
                     s.truncate(rnd.nextInt(s.tokenCount() + 1));
                     truncated.add(s);
                 } else if (op < 70) {
+                    awaitBacklog(extraRefs, pinned, failure);
                     // hand an extra reference of a page to a transfer thread, which drops it concurrently
                     final Sequence s = live.get(rnd.nextInt(live.size()));
                     // (full pages only: an outside reference to the partial last page would force a copy-on-write
@@ -130,6 +144,7 @@ class ConcurrentStressTest {
                         handedOver++;
                     }
                 } else if (op < 85) {
+                    awaitBacklog(extraRefs, pinned, failure);
                     // a loose page pinned for receiving; the scheduler drops its only reference right after
                     // handing the pin over, racing with the transfer thread's commit/drain/quarantine
                     final long h = pool.tryAllocate();
@@ -158,8 +173,9 @@ class ConcurrentStressTest {
                 }
             }
         }
-        if (failure.get() == null && (transferOps.get() != handedOver || handedOver < Math.min(2_000, iterations / 20))) {
-            return new AssertionError("transfer threads completed " + transferOps.get() + " of " + handedOver + " hand-overs");
+        if (failure.get() == null && (transferOps.get() != handedOver || handedOver < iterations / 10)) {
+            return new AssertionError("transfer threads completed " + transferOps.get() + " of " + handedOver + " hand-overs; "
+                + live.size() + " live sequences; pool " + pool.snapshot());
         }
         return failure.get();
     }

@@ -16,6 +16,7 @@ import org.openjdk.jmh.annotations.State;
 import org.openjdk.jmh.annotations.TearDown;
 
 import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicLongArray;
 
 /**
  * Alloc + free of one page, single-threaded: {@link KvPool#tryAllocate()} + {@link KvPool#release(long)}
@@ -114,5 +115,27 @@ public class PageAllocBenchmark {
         final int p = s.baseline.allocate();
         s.baseline.release(p);
         return p;
+    }
+
+    /**
+     * The floor under {@code kvpool_alloc_free}: the three uncontended CAS instructions an alloc+free pair
+     * needs (pool lock, the release's state word, the return-stack push), on three different cache lines,
+     * and nothing else. Not a competitor: it shows how much of the pair is the atomics themselves.
+     */
+    @State(Scope.Thread)
+    public static class Atomics {
+        final AtomicLongArray words = new AtomicLongArray(64); // slots 0, 16, 32: 128 bytes apart
+    }
+
+    @Benchmark
+    public long floor_three_cas(Atomics a) {
+        final AtomicLongArray w = a.words;
+        final long x = w.get(0);
+        w.compareAndSet(0, x, x + 1);
+        final long y = w.get(16);
+        w.compareAndSet(16, y, y + 1);
+        final long z = w.get(32);
+        w.compareAndSet(32, z, z + 1);
+        return x + y + z;
     }
 }
