@@ -64,6 +64,7 @@ def main(path):
         runs = json.load(f)
     rows = {}
     order = []
+    others = []  # reference measurements that have no kvpool/baseline pair (e.g. floor_three_cas)
     for r in runs:
         fq = r["benchmark"]
         cls, method = fq.split(".")[-2], fq.split(".")[-1]
@@ -71,6 +72,10 @@ def main(path):
             continue
         side, op = method.split("_", 1)
         if side not in ("kvpool", "baseline"):
+            pm = r["primaryMetric"]
+            err = pm.get("scoreError")
+            err = None if err in (None, "NaN") else float(err)
+            others.append((f"{cls}.{method}", float(pm["score"]), err))
             continue
         params = ", ".join(f"{k}={v}" for k, v in sorted((r.get("params") or {}).items()))
         key = (cls, op, params)
@@ -99,6 +104,10 @@ def main(path):
               f"{fmt_time(b and b['score'], b and b['error'])} | {ratio} | {fmt_alloc(k and k['alloc'])} | "
               f"{fmt_alloc(b and b['alloc'])} | {goal or '—'} |")
     print()
+    for name, score, err in others:
+        print(f"Reference (not a comparison): `{name}` {fmt_time(score, err)} ns/op.")
+    if others:
+        print()
     print("Times: JMH average time, ± the 99.9% confidence half-width. baseline ÷ kvpool > 1 means kvpool is faster. "
           f"B/op: gc.alloc.rate.norm from -prof gc (below {ALLOC_FREE_MAX_B:g} B/op shown as 0).")
 
