@@ -6,9 +6,31 @@ import static org.junit.jupiter.api.Assertions.*;
 
 class AllocatorLockTest {
 
-    /** A counter incremented non-atomically (read, add, write) inside whatever "lock" is given. */
+    /**
+     * A counter incremented non-atomically (read, add, write) inside whatever "lock" is given. Opaque
+     * accesses keep the JIT from holding the value in a register for a whole loop, so unguarded threads
+     * really race on memory.
+     */
     private static final class Counter {
-        long value;
+        private static final java.lang.invoke.VarHandle VALUE;
+
+        static {
+            try {
+                VALUE = java.lang.invoke.MethodHandles.lookup().findVarHandle(Counter.class, "value", long.class);
+            } catch (ReflectiveOperationException e) {
+                throw new ExceptionInInitializerError(e);
+            }
+        }
+
+        private long value;
+
+        long get() {
+            return (long) VALUE.getOpaque(this);
+        }
+
+        void set(long v) {
+            VALUE.setOpaque(this, v);
+        }
     }
 
     private interface Guard {
@@ -18,23 +40,31 @@ class AllocatorLockTest {
     private static long hammer(Guard guard, int threads, int perThread) throws InterruptedException {
         final Counter c = new Counter();
         final Thread[] ts = new Thread[threads];
+        final java.util.concurrent.CountDownLatch go = new java.util.concurrent.CountDownLatch(1);
         for (int t = 0; t < threads; t++) {
             ts[t] = Thread.ofPlatform().start(() -> {
+                try {
+                    go.await(); // all threads start together, so they overlap
+                } catch (InterruptedException e) {
+                    Thread.currentThread().interrupt();
+                    return;
+                }
                 for (int i = 0; i < perThread; i++) {
                     guard.run(() -> {
-                        final long v = c.value;
-                        if ((v & 1023) == 0) {
-                            Thread.onSpinWait(); // widen the window now and then
+                        final long v = c.get();
+                        if ((v & 255) == 0) {
+                            Thread.yield(); // widen the window now and then
                         }
-                        c.value = v + 1;
+                        c.set(v + 1);
                     });
                 }
             });
         }
+        go.countDown();
         for (Thread t : ts) {
             t.join();
         }
-        return c.value;
+        return c.get();
     }
 
     @Test
