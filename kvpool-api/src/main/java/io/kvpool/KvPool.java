@@ -72,6 +72,7 @@ public final class KvPool implements AutoCloseable {
     private final AllocatorLock lock = new AllocatorLock();
     private final IntConsumer takeReturned = this::takeReturned;
     private final LongAdder staleRefused = new LongAdder();
+    private final AllocatorCache cache;
     private final LongAdder quarantineEvents = new LongAdder();
     private final java.util.concurrent.atomic.AtomicLong retired = new java.util.concurrent.atomic.AtomicLong();
     private final org.agrona.collections.IntArrayList evicted = new org.agrona.collections.IntArrayList(); // under lock
@@ -109,6 +110,7 @@ public final class KvPool implements AutoCloseable {
         this.rejectOverCapacity = !disabled.contains(Safeguard.ADMISSION_REJECTION);
         this.slots = new SlotTable(b.slotWords.apply(pages), !disabled.contains(Safeguard.GENERATION_CHECK));
         this.returned = new ReturnStack(pages);
+        this.cache = new AllocatorCache(Math.min(b.threadCache, pages));
         this.freePages = new FreePages(pages);
         this.prefix = new PrefixCache(pages, layout.tokensPerPage());
         for (int s = pages - 1; s >= 0; s--) {
@@ -476,7 +478,8 @@ public final class KvPool implements AutoCloseable {
         }
         // The last releaser's CAS is ordered after every earlier CAS on this word, including the publisher's
         // own release, so a page's "published" mark set under the lock while it was owned is visible here.
-        if (fillMode != FillMode.NONE && !prefix.isPublished(slot)) {
+        final boolean published = prefix.isPublished(slot);
+        if (fillMode != FillMode.NONE && !published) {
             try {
                 storage.fill(slot, fillMode);
             } catch (IllegalStateException storageClosed) {
@@ -486,7 +489,9 @@ public final class KvPool implements AutoCloseable {
                 return; // the pool closed while this page was being freed: the release itself took effect
             }
         }
-        returned.push(slot);
+        if (published || !cache.isOwner() || !cache.push(slot)) {
+            returned.push(slot);
+        }
     }
 
     /** After a close that kept the storage for pinned pages: release it once no page is pinned any more. */
@@ -728,6 +733,8 @@ public final class KvPool implements AutoCloseable {
         lock.lock();
         try {
             ensureOpen();
+            cache.bindIfUnowned();
+            cache.flush(takeReturned); // the owner's cached pages first (LIFO: cache-hot)
             final int fromReservation = Math.min(count, seq.reservedPages);
             final int unreserved = count - fromReservation;
             if (unreserved > 0) {
@@ -794,11 +801,29 @@ public final class KvPool implements AutoCloseable {
      * @return the handle of an OWNED page with refcount 1, or {@link PageHandle#EXHAUSTED}
      */
     public long tryAllocate() {
+        if (cache.isOwner() && !closed) {
+            // the allocator thread's own freed pages: no lock, no reservation check (admission never counted them)
+            final int slot = cache.pop();
+            if (slot >= 0) {
+                final long word = slots.allocate(slot);
+                if (word >= 0 && SlotStateMachine.phase(word) == SlotStateMachine.OWNED) {
+                    cache.countAllocation();
+                    return PageHandle.of(slot, SlotStateMachine.generation(word));
+                }
+                if (word >= 0) {
+                    retired.incrementAndGet(); // retired at allocation (only reachable through a test hook)
+                } else {
+                    throw new IllegalStateException("internal: the allocator cache held slot " + slot + " in state "
+                        + SlotStateMachine.describe(slots.wordVolatile(slot)));
+                }
+            }
+        }
         final long handle;
         int evictedSlot = -1;
         lock.lock();
         try {
             ensureOpen();
+            cache.bindIfUnowned();
             if (freePages.size() == 0) {
                 drainReturnedLocked();
             }
@@ -989,8 +1014,14 @@ public final class KvPool implements AutoCloseable {
         }
     }
 
+    /**
+     * Moves every page freed since the last call into the free structures: the return stack, and the
+     * allocator cache when the caller owns it (or its owner has died).
+     *
+     * @return pages moved
+     */
     private int drainReturnedLocked() {
-        return returned.drain(takeReturned);
+        return returned.drain(takeReturned) + cache.flush(takeReturned);
     }
 
     private void takeReturned(int slot) {
@@ -1027,7 +1058,7 @@ public final class KvPool implements AutoCloseable {
         return new PoolSnapshot(capacity, byState[SlotStateMachine.FREE], byState[SlotStateMachine.OWNED],
             byState[SlotStateMachine.RECEIVING], byState[SlotStateMachine.DRAINING], byState[SlotStateMachine.QUARANTINED],
             byState[SlotStateMachine.RETIRED], reserved, freePages.cachedSize(), prefix.size(), openSequences, openReservations,
-            allocations, prefixHits, evictions, rejectedContextTooLong, rejectedExceedsPool, retryLater, staleRefused.sum(),
+            allocations + cache.allocationsQuiescent(), prefixHits, evictions, rejectedContextTooLong, rejectedExceedsPool, retryLater, staleRefused.sum(),
             quarantineEvents.sum());
     }
 
@@ -1057,6 +1088,7 @@ public final class KvPool implements AutoCloseable {
                 freePages.pushPlain(plain[i]);
                 seen[plain[i]]++;
             }
+            cache.forEachQuiescent(s -> seen[s]++); // a live owner's cache, when checked from another thread
             for (int s = 0; s < capacity; s++) {
                 if (freePages.isCached(s)) {
                     seen[s]++;
@@ -1072,8 +1104,9 @@ public final class KvPool implements AutoCloseable {
                         + " but appears " + seen[s] + " times in the free structures");
                 }
             }
-            if (freePages.size() != snap.free()) {
-                throw new IllegalStateException("free structures hold " + freePages.size() + " pages but " + snap.free() + " slots are FREE");
+            if (freePages.size() + cache.sizeQuiescent() != snap.free()) {
+                throw new IllegalStateException("free structures hold " + freePages.size() + " pages and the allocator cache "
+                    + cache.sizeQuiescent() + " but " + snap.free() + " slots are FREE");
             }
             return snap;
         } finally {
@@ -1149,6 +1182,7 @@ public final class KvPool implements AutoCloseable {
         private ReservationPolicy reservationPolicy = ReservationPolicy.FULL;
         private FillMode fillMode = FillMode.CANARY;
         private int maxReservations = 4096;
+        private int threadCache = 32;
         private BiFunction<KvLayout, Integer, PageStorage> storageFactory = HostPageStorage::allocate;
         private final EnumSet<Safeguard> disabled = EnumSet.noneOf(Safeguard.class);
         /** Test hook: the memory of the state words (a test substitutes a deliberately broken one). */
@@ -1202,6 +1236,19 @@ public final class KvPool implements AutoCloseable {
                 throw new IllegalArgumentException("maxReservations must be ≥ 1, was " + n);
             }
             this.maxReservations = n;
+            return this;
+        }
+
+        /**
+         * Pages the allocator thread keeps for itself (see {@link AllocatorCache}): it frees into and
+         * allocates from them without the pool lock. 32 by default; 0 turns the cache off. Other threads'
+         * admissions may miss up to this many free pages while they sit there.
+         */
+        public Builder threadCache(int pages) {
+            if (pages < 0) {
+                throw new IllegalArgumentException("threadCache must be ≥ 0, was " + pages);
+            }
+            this.threadCache = pages;
             return this;
         }
 
