@@ -37,6 +37,7 @@ final class AllocatorCache {
     private final int[] slots;
     private int size;          // owner-confined
     private long allocations;  // owner-confined; read by snapshots at quiescent points
+    private volatile boolean flushRequested; // set by a thread that came up short; cleared by the flush
     @SuppressWarnings("unused") // accessed through OWNER
     private volatile Thread owner;
 
@@ -58,6 +59,18 @@ final class AllocatorCache {
         if (slots.length > 0 && owner == null) {
             OWNER.compareAndSet(this, null, Thread.currentThread());
         }
+    }
+
+    /** Asks the owner to hand its cached pages back to the free structures at its next allocation or free. */
+    void requestFlush() {
+        if (slots.length > 0 && owner != null) {
+            flushRequested = true;
+        }
+    }
+
+    /** @return whether another thread asked for the cache back (the owner then bypasses it until flushed) */
+    boolean flushRequested() {
+        return flushRequested;
     }
 
     /** Owner only. @return a cached FREE slot, or -1 */
@@ -94,6 +107,7 @@ final class AllocatorCache {
         if (!mine && o.isAlive()) {
             return 0; // a live owner's cache is its own
         }
+        flushRequested = false;
         final int n = size;
         for (int i = 0; i < n; i++) {
             sink.accept(slots[i]); // oldest first, so the most recently freed ends on top of a LIFO

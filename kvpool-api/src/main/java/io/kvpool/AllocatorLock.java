@@ -57,6 +57,15 @@ final class AllocatorLock {
         }
     }
 
+    /** @return whether the lock was free and is now held by the caller; never waits, never reports re-entry */
+    boolean tryLock() {
+        if ((int) STATE.getVolatile(this) == 0 && STATE.compareAndSet(this, 0, 1)) {
+            owner = Thread.currentThread();
+            return true;
+        }
+        return false;
+    }
+
     void unlock() {
         owner = null;
         STATE.setRelease(this, 0);

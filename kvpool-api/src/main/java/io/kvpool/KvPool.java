@@ -79,6 +79,7 @@ public final class KvPool implements AutoCloseable {
     private final java.util.concurrent.atomic.AtomicLong retired = new java.util.concurrent.atomic.AtomicLong();
     private final org.agrona.collections.IntArrayList evicted = new org.agrona.collections.IntArrayList(); // under lock
     private volatile boolean storageRetained; // closed, but pages were pinned: storage kept until the last unpin
+    private final java.util.concurrent.atomic.AtomicLong pinnedAfterClose = new java.util.concurrent.atomic.AtomicLong();
     private volatile boolean closed;
     private volatile String closeReport;
 
@@ -226,9 +227,17 @@ public final class KvPool implements AutoCloseable {
             onBecameFree(PageHandle.slot(handle));
         } else if (phase == SlotStateMachine.RETIRED) {
             retired.incrementAndGet();
+            if (prefix.isPublished(PageHandle.slot(handle))) {
+                lock.lock();
+                try {
+                    prefix.unpublish(PageHandle.slot(handle)); // a retired page can never be attached again
+                } finally {
+                    lock.unlock();
+                }
+            }
         }
-        if (closed) {
-            afterCloseTransition();
+        if (closed && (event == Event.COMMIT_RECEIVE || event == Event.DRAINED || event == Event.RELEASE_QUARANTINE)) {
+            afterCloseTransition(word);
         }
         return word;
     }
@@ -491,13 +500,33 @@ public final class KvPool implements AutoCloseable {
                 return; // the pool closed while this page was being freed: the release itself took effect
             }
         }
-        if (published || !cache.isOwner() || !cache.push(slot)) {
+        if (published || !cache.isOwner() || cache.flushRequested() || !cache.push(slot)) {
             returned.push(slot);
+            if (cache.isOwner() && cache.flushRequested() && lock.tryLock()) { // never waits, never re-enters
+                try {
+                    cache.flush(takeReturned);
+                } finally {
+                    lock.unlock();
+                }
+            }
         }
     }
 
-    /** After a close that kept the storage for pinned pages: release it once no page is pinned any more. */
-    private void afterCloseTransition() {
+    /**
+     * After close, an event that may have unpinned a page counts down the pages that were pinned at close;
+     * at zero (or below: a thread racing the close may count a page the snapshot did not, which only makes
+     * this run early), an exact scan decides whether the storage can be released. A page counted at close
+     * is unpinned by a CAS that follows close's snapshot, so its thread sees {@code closed}: the count can
+     * run ahead, never behind, and the last unpin always triggers the scan.
+     */
+    private void afterCloseTransition(long word) {
+        if (!SlotStateMachine.pinned(SlotStateMachine.phase(word)) && pinnedAfterClose.decrementAndGet() <= 0) {
+            releaseStorageIfUnpinned();
+        }
+    }
+
+    /** Releases the storage kept at close once no page is pinned (an exact scan, under the lock). */
+    private void releaseStorageIfUnpinned() {
         lock.lock();
         try {
             if (!storageRetained) {
@@ -510,7 +539,6 @@ public final class KvPool implements AutoCloseable {
             }
             storageRetained = false;
             storage.close();
-            LOG.log(System.Logger.Level.INFO, "kvpool: the last page pinned for remote writes was released after close; storage released");
         } finally {
             lock.unlock();
         }
@@ -703,6 +731,9 @@ public final class KvPool implements AutoCloseable {
         }
         if (needed > lastAvailable) {
             retryLater++;
+            if (!cache.isOwner()) {
+                cache.requestFlush(); // the allocator thread may be sitting on free pages: ask it to hand them back
+            }
             return Admission.RETRY_LATER;
         }
         reserved += needed;
@@ -761,6 +792,7 @@ public final class KvPool implements AutoCloseable {
                 for (int i = 0; i < got; i++) {
                     tryTransition(out[i], Event.RELEASE);
                 }
+                cache.flush(takeReturned); // back where admission counts them (the owner may have cached them)
                 throw new PoolExhaustedException("pool ran out of pages while allocating " + count + " (retired " + retired.get() + ")");
             }
             seq.reservedPages -= fromReservation;
@@ -801,9 +833,11 @@ public final class KvPool implements AutoCloseable {
      * {@link #release}. Allocation-free.
      *
      * @return the handle of an OWNED page with refcount 1, or {@link PageHandle#EXHAUSTED}
+     * @throws IllegalStateException if the pool is closed (a call racing with {@link #close()} on the
+     *                               allocator thread may still return a handle; every use of it throws)
      */
     public long tryAllocate() {
-        if (cache.isOwner() && !closed) {
+        if (cache.isOwner() && !closed && !cache.flushRequested()) {
             // the allocator thread's own freed pages: no lock, no reservation check (admission never counted them)
             final int slot = cache.pop();
             if (slot >= 0) {
@@ -821,29 +855,45 @@ public final class KvPool implements AutoCloseable {
             }
         }
         final long handle;
-        int evictedSlot = -1;
+        final int[] toFill;
         lock.lock();
         try {
             ensureOpen();
             cache.bindIfUnowned();
-            if (freePages.size() == 0) {
-                drainReturnedLocked();
+            if (freePages.size() == 0 || cache.flushRequested()) {
+                drainReturnedLocked(); // (the owner hands its cache back here when asked)
             }
             if (freeLocked() - reserved < 1) {
+                if (!cache.isOwner()) {
+                    cache.requestFlush();
+                }
                 return PageHandle.EXHAUSTED;
             }
             handle = takeFreePageLocked();
-            if (!evicted.isEmpty()) {
-                evictedSlot = evicted.getInt(0);
-                evicted.clear();
+            toFill = takeEvictedLocked();
+            if (handle < 0 && !cache.isOwner()) {
+                cache.requestFlush(); // the allocator thread may be sitting on free pages: ask it to hand them back
             }
         } finally {
             lock.unlock();
         }
-        if (evictedSlot >= 0) {
-            storage.fill(evictedSlot, fillMode);
-        }
+        fillEvicted(toFill);
         return handle < 0 ? PageHandle.EXHAUSTED : handle;
+    }
+
+    /**
+     * Hands the calling thread's allocator cache (see {@link Builder#threadCache}) back to the free
+     * pages, where every thread's admission sees them; e.g. before the allocator thread goes idle.
+     * Does nothing on other threads or without a cache.
+     */
+    public void flushAllocatorCache() {
+        lock.lock();
+        try {
+            ensureOpen();
+            cache.flush(takeReturned);
+        } finally {
+            lock.unlock();
+        }
     }
 
     /** Tries to add up to {@code pages} to a sequence's reservation from free unreserved pages. @return pages added */
@@ -1136,9 +1186,13 @@ public final class KvPool implements AutoCloseable {
             if (closed) {
                 return;
             }
+            // Provisionally retained, and written before `closed`, so an unpin event racing with close is
+            // accepted from the first moment `closed` is visible (never refused in a window).
+            storageRetained = true;
             closed = true;
             drainReturnedLocked();
             snap = snapshotLocked();
+            pinnedAfterClose.set(snap.receiving() + snap.draining() + snap.quarantined());
         } finally {
             lock.unlock();
         }
@@ -1152,12 +1206,7 @@ public final class KvPool implements AutoCloseable {
             closeReport = report;
             LOG.log(System.Logger.Level.ERROR, report);
         }
-        if (pinned == 0) {
-            storage.close();
-        } else {
-            storageRetained = true;
-            afterCloseTransition(); // in case the pins were wound down while the report was written
-        }
+        releaseStorageIfUnpinned(); // now, or with the last unpin event
     }
 
     private void ensureOpen() {
@@ -1184,7 +1233,7 @@ public final class KvPool implements AutoCloseable {
         private ReservationPolicy reservationPolicy = ReservationPolicy.FULL;
         private FillMode fillMode = FillMode.CANARY;
         private int maxReservations = 4096;
-        private int threadCache = 32;
+        private int threadCache = 0;
         private BiFunction<KvLayout, Integer, PageStorage> storageFactory = HostPageStorage::allocate;
         private final EnumSet<Safeguard> disabled = EnumSet.noneOf(Safeguard.class);
         /** Test hook: the memory of the state words (a test substitutes a deliberately broken one). */
@@ -1242,9 +1291,14 @@ public final class KvPool implements AutoCloseable {
         }
 
         /**
-         * Pages the allocator thread keeps for itself (see {@link AllocatorCache}): it frees into and
-         * allocates from them without the pool lock. 32 by default; 0 turns the cache off. Other threads'
-         * admissions may miss up to this many free pages while they sit there.
+         * Opt-in for a server whose allocations come from one thread (a scheduler): that thread — the first
+         * to allocate — keeps up to {@code pages} of the pages it frees in a thread-confined cache and
+         * allocates from it without the pool lock (see {@link AllocatorCache}; alloc+free then costs one
+         * CAS instead of three). Off (0) by default. While the owner lives, admissions and allocations on
+         * <em>other</em> threads do not see the cached pages; when one of them comes up short it asks the
+         * owner to hand its cache back, which the owner does on its next allocation or free, and the owner
+         * can do so itself with {@link KvPool#flushAllocatorCache()}. The owner's own admissions always
+         * see them. 32 is a good size.
          */
         public Builder threadCache(int pages) {
             if (pages < 0) {

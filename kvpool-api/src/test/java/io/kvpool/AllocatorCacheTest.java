@@ -68,6 +68,49 @@ class AllocatorCacheTest {
     }
 
     @Test
+    void aThreadThatComesUpShortGetsTheIdleOwnersCacheBack() throws Exception {
+        try (KvPool pool = TestPools.builder(4).threadCache(4).build()) {
+            final long a = pool.tryAllocate();
+            final long b = pool.tryAllocate();
+            pool.release(a);
+            pool.release(b); // two pages in this (owner) thread's cache
+            final Object[] first = new Object[1];
+            Thread.ofPlatform().start(() -> first[0] = pool.admit(16, 0).decision()).join();
+            assertEquals(Admission.Decision.RETRY_LATER, first[0], "the cached pages are the owner's");
+            final long c = pool.tryAllocate(); // the owner's next allocation hands the cache back first
+            final Object[] second = new Object[1];
+            Thread.ofPlatform().start(() -> {
+                final Admission all = pool.admit(12, 0); // the 3 pages not held by the owner: all must be visible
+                second[0] = all.decision();
+                if (all.admitted()) {
+                    all.sequence().close();
+                }
+            }).join();
+            assertEquals(Admission.Decision.ADMITTED, second[0]);
+            pool.release(c);
+            pool.verifyAccounting();
+        }
+    }
+
+    @Test
+    void theOwnerCanHandItsCacheBackExplicitly() throws Exception {
+        try (KvPool pool = TestPools.builder(4).threadCache(4).build()) {
+            final long a = pool.tryAllocate();
+            pool.release(a);
+            pool.flushAllocatorCache();
+            final Object[] decision = new Object[1];
+            Thread.ofPlatform().start(() -> {
+                final Admission all = pool.admit(16, 0);
+                decision[0] = all.decision();
+                if (all.admitted()) {
+                    all.sequence().close();
+                }
+            }).join();
+            assertEquals(Admission.Decision.ADMITTED, decision[0]);
+        }
+    }
+
+    @Test
     void theCacheOfADeadOwnerIsAdopted() throws Exception {
         try (KvPool pool = TestPools.builder(4).threadCache(4).build()) {
             final Thread owner = Thread.ofPlatform().start(() -> {

@@ -36,8 +36,8 @@ class IsolationTest {
 
     @ParameterizedTest
     @ValueSource(longs = {7, 8})
-    void noLeakWithoutTheAllocatorCacheEither(long seed) {
-        try (KvPool pool = TestPools.builder(40).maxContextTokens(64).threadCache(0).build()) {
+    void noLeakWithTheAllocatorCacheEither(long seed) {
+        try (KvPool pool = TestPools.builder(40).maxContextTokens(64).threadCache(8).build()) {
             final IsolationHarness.Result r = new IsolationHarness(pool, seed).run(STEPS);
             assertEquals(0, r.leaks(), r.firstLeak());
             assertEquals(0, pool.verifyAccounting().inUse());

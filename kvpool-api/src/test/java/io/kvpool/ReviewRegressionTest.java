@@ -99,4 +99,22 @@ class ReviewRegressionTest {
             assertEquals(Admission.Decision.REJECTED_EXCEEDS_POOL, pool.admit(5, 0).decision(), "one page left in service");
         }
     }
+
+    @Test
+    void aRetiredPublishedPageLeavesThePrefixIndex() {
+        try (KvPool pool = TestPools.pool(2)) {
+            AdmissionTest.slots(pool).forceGenerationOfFreeSlot(0, PageHandle.MAX_GENERATION - 1);
+            final int[] ids = {1, 2, 3, 4, 5};
+            final Sequence s = pool.admit(ids, 0, 0).sequence();
+            s.append(5);
+            assertEquals(0, s.pageIndex(0));
+            TokenTags.writeSequence(s, 1, 0, 5);
+            s.publish(ids, 0);
+            assertEquals(1, pool.snapshot().publishedPrefixes());
+            s.close(); // slot 0's last tenancy ends: RETIRED, and out of the index
+            final PoolSnapshot snap = pool.verifyAccounting();
+            assertEquals(1, snap.retired());
+            assertEquals(0, snap.publishedPrefixes());
+        }
+    }
 }
