@@ -37,6 +37,7 @@ def goal_admission(k, b):
 
 GOALS = {
     ("PageAllocBenchmark", "alloc_free"): goal_alloc_free,
+    ("PageAllocBenchmark", "alloc_free_cached"): goal_alloc_free,
     ("AdmissionBenchmark", "reserve_cancel"): goal_admission,
 }
 
