@@ -18,9 +18,11 @@ import java.util.function.IntConsumer;
  * admission never promises them: {@code reserved ≤ free} keeps holding, and taking one needs no
  * reservation check. The owner empties the cache into the free structures whenever it takes the pool
  * lock for a decision that needs an exact free count (admission, reservations, snapshots, close), so
- * its own admissions always see every free page. Other threads' admissions may miss at most
- * {@code capacity} pages that sit here; if the owner dies, the next locked operation adopts them (a
- * thread's termination happens-before another thread seeing it dead).
+ * its own admissions always see every free page. Another thread's admission or allocation that comes up
+ * short while pages sit here sets {@link #requestFlush()}: the owner then bypasses the cache and hands it
+ * back at its next allocation (or free, when the lock is free at that moment). If the owner dies, the next locked operation adopts its pages (a
+ * thread's termination happens-before another thread seeing it dead). Opt-in
+ * ({@link KvPool.Builder#threadCache}): it pays off when one thread does the allocating.
  */
 final class AllocatorCache {
 

@@ -26,8 +26,8 @@ import java.util.function.IntConsumer;
  *   SlotTable       one state word per slot (generation | phase | refcount); the only place states change,
  *                   through SlotStateMachine, lock-free (CAS)
  *   ReturnStack     slots that became FREE on any thread, pushed lock-free
- *   AllocatorCache  up to 32 FREE slots confined to the allocator thread: it frees into and allocates
- *                   from them with no lock (one CAS per alloc+free pair: the release's)
+ *   AllocatorCache  opt-in: a few FREE slots confined to the allocator thread, which frees into and
+ *                   allocates from them with no lock (one CAS per alloc+free pair: the release's)
  *   FreePages       the allocator's plain free stack + LRU of cached free pages     ┐
  *   PrefixCache     content hash → slot, with the full key for verification         ├ guarded by the pool lock
  *   reservations    pages promised to admitted requests (reserved ≤ free)           ┘
