@@ -1003,7 +1003,7 @@ public final class KvPool implements AutoCloseable {
         if (SlotStateMachine.phase(word) == SlotStateMachine.OWNED) {
             final long handle = PageHandle.of(slot, SlotStateMachine.generation(word));
             if (slots.apply(handle, Event.RETAIN) >= 0) {
-                seq.addAttachedPage(handle);
+                seq.addPage(handle);
                 prefixHits++;
                 if (seq.reservedPages > 0) { // shared, not taken from the free pages: return its reservation
                     seq.reservedPages--;
@@ -1028,7 +1028,7 @@ public final class KvPool implements AutoCloseable {
         }
         allocations++;
         prefixHits++;
-        seq.addAttachedPage(PageHandle.of(slot, SlotStateMachine.generation(next)));
+        seq.addPage(PageHandle.of(slot, SlotStateMachine.generation(next)));
         seq.reservedPages--; // revived from the free pages: it consumes one reserved page
         reserved--;
         return true;

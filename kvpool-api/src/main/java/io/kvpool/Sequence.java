@@ -366,10 +366,6 @@ public final class Sequence implements AutoCloseable {
         pageCount++;
     }
 
-    void addAttachedPage(long handle) {
-        addPage(handle);
-    }
-
     void attachedPublished(long hash) {
         pageHashes[pageCount - 1] = hash;
         publishedPages = pageCount;

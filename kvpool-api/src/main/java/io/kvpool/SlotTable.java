@@ -93,11 +93,6 @@ final class SlotTable {
         return slot;
     }
 
-    /** @return the handle for the slot's current tenancy (the caller knows it is in service) */
-    long currentHandle(int slot) {
-        return PageHandle.of(slot, SlotStateMachine.generation(words.getVolatile(slot)));
-    }
-
     /** Test hook: sets the generation of a FREE slot, e.g. to just below {@link PageHandle#MAX_GENERATION}. */
     void forceGenerationOfFreeSlot(int slot, long generation) {
         final long word = words.getVolatile(slot);

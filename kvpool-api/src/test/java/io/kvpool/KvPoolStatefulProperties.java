@@ -195,7 +195,7 @@ class KvPoolStatefulProperties {
         final Sequence s1 = h.live.get(0).seq;
         final Sequence s2 = h.live.get(1).seq;
         h.pool.retain(s1.pageHandle(0));
-        s2.addAttachedPage(s1.pageHandle(0));
+        s2.addPage(s1.pageHandle(0));
         s2.setTokenCountAfterAttach(8);
         final Violation v = assertThrows(Violation.class, h::check);
         h.close();
