@@ -418,10 +418,17 @@ public final class KvPool implements AutoCloseable {
     public long validate(long handle) {
         ensureOpen();
         final long v = slots.validate(handle);
-        if (v == PageHandle.STALE || v == PageHandle.INVALID) {
-            staleRefused.increment();
-        }
+        countRefusal(v);
         return v;
+    }
+
+    /** @return the slot of a current, accessible page, or throws the refusal {@link #validate} describes */
+    private int accessibleSlot(long handle) {
+        final long v = validate(handle);
+        if (v < 0) {
+            throw refusal(handle, v, null);
+        }
+        return (int) v;
     }
 
     /**
@@ -432,11 +439,7 @@ public final class KvPool implements AutoCloseable {
      * @throws IllegalSlotTransitionException if the page is DRAINING or QUARANTINED
      */
     public MemorySegment page(long handle) {
-        final long v = validate(handle);
-        if (v < 0) {
-            throw refusal(handle, v, null);
-        }
-        return storage.hostPage((int) v);
+        return storage.hostPage(accessibleSlot(handle));
     }
 
     /**
@@ -445,17 +448,12 @@ public final class KvPool implements AutoCloseable {
      *         free-page canary, or -1 (see {@link PageStorage#firstCanaryToken})
      */
     public int firstCanaryToken(long handle, int fromToken, int toToken) {
-        final long v = validate(handle);
-        if (v < 0) {
-            throw refusal(handle, v, null);
-        }
-        return storage.firstCanaryToken((int) v, fromToken, toToken);
+        return storage.firstCanaryToken(accessibleSlot(handle), fromToken, toToken);
     }
 
     /**
-     * @return the state of the page a handle names, or {@code null} if the handle is stale or invalid
-     *
      * @param handle the page's handle
+     * @return the state of the page a handle names, or {@code null} if the handle is stale or invalid
      */
     public SlotState state(long handle) {
         ensureOpen();
@@ -714,7 +712,7 @@ public final class KvPool implements AutoCloseable {
         final long inService = capacity - retired.get();
         long needed = layout.pagesFor(reservationPolicy == ReservationPolicy.FULL ? tokens : promptTokens);
         lastNeeded = needed;
-        lastAvailable = freeLocked() - reserved;
+        lastAvailable = unreservedLocked();
         if (tokens > maxContextTokens || needed > inService) {
             if (rejectOverCapacity) {
                 if (tokens > maxContextTokens) {
@@ -772,7 +770,7 @@ public final class KvPool implements AutoCloseable {
             final int unreserved = count - fromReservation;
             if (unreserved > 0) {
                 drainReturnedLocked();
-                final long available = freeLocked() - reserved;
+                final long available = unreservedLocked();
                 if (unreserved > available) {
                     throw new PoolExhaustedException("sequence needs " + count + " more pages, " + fromReservation
                         + " of them reserved; the pool has " + Math.max(0, available) + " free unreserved pages for the other "
@@ -863,7 +861,7 @@ public final class KvPool implements AutoCloseable {
             if (freePages.size() == 0 || cache.flushRequested()) {
                 drainReturnedLocked(); // (the owner hands its cache back here when asked)
             }
-            if (freeLocked() - reserved < 1) {
+            if (unreservedLocked() < 1) {
                 if (!cache.isOwner()) {
                     cache.requestFlush();
                 }
@@ -902,7 +900,7 @@ public final class KvPool implements AutoCloseable {
         try {
             ensureOpen();
             drainReturnedLocked();
-            final int add = (int) Math.max(0, Math.min(pages, freeLocked() - reserved));
+            final int add = (int) Math.max(0, Math.min(pages, unreservedLocked()));
             reserved += add;
             seq.reservedPages += add;
             return add;
@@ -921,7 +919,7 @@ public final class KvPool implements AutoCloseable {
         try {
             ensureOpen();
             drainReturnedLocked();
-            final long available = freeLocked() - reserved;
+            final long available = unreservedLocked();
             if (forParent + forChild > available) {
                 throw new PoolExhaustedException("fork needs " + (forParent + forChild) + " pages reserved (" + forChild
                     + " for the child's growth, " + forParent + " for copy-on-write of the shared last page); "
@@ -1082,6 +1080,11 @@ public final class KvPool implements AutoCloseable {
         } else {
             freePages.pushPlain(slot);
         }
+    }
+
+    /** @return free pages no admission has promised (may be negative only through retirement) */
+    private long unreservedLocked() {
+        return freeLocked() - reserved;
     }
 
     private long freeLocked() {

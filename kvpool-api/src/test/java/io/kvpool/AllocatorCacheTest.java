@@ -74,19 +74,10 @@ class AllocatorCacheTest {
             final long b = pool.tryAllocate();
             pool.release(a);
             pool.release(b); // two pages in this (owner) thread's cache
-            final Object[] first = new Object[1];
-            Thread.ofPlatform().start(() -> first[0] = pool.admit(16, 0).decision()).join();
-            assertEquals(Admission.Decision.RETRY_LATER, first[0], "the cached pages are the owner's");
+            assertEquals(Admission.Decision.RETRY_LATER, admitOnAnotherThread(pool, 16), "the cached pages are the owner's");
             final long c = pool.tryAllocate(); // the owner's next allocation hands the cache back first
-            final Object[] second = new Object[1];
-            Thread.ofPlatform().start(() -> {
-                final Admission all = pool.admit(12, 0); // the 3 pages not held by the owner: all must be visible
-                second[0] = all.decision();
-                if (all.admitted()) {
-                    all.sequence().close();
-                }
-            }).join();
-            assertEquals(Admission.Decision.ADMITTED, second[0]);
+            // the 3 pages not held by the owner: all must be visible
+            assertEquals(Admission.Decision.ADMITTED, admitOnAnotherThread(pool, 12));
             pool.release(c);
             pool.verifyAccounting();
         }
@@ -98,15 +89,7 @@ class AllocatorCacheTest {
             final long a = pool.tryAllocate();
             pool.release(a);
             pool.flushAllocatorCache();
-            final Object[] decision = new Object[1];
-            Thread.ofPlatform().start(() -> {
-                final Admission all = pool.admit(16, 0);
-                decision[0] = all.decision();
-                if (all.admitted()) {
-                    all.sequence().close();
-                }
-            }).join();
-            assertEquals(Admission.Decision.ADMITTED, decision[0]);
+            assertEquals(Admission.Decision.ADMITTED, admitOnAnotherThread(pool, 16));
         }
     }
 
@@ -138,5 +121,18 @@ class AllocatorCacheTest {
             assertEquals(4, pool.verifyAccounting().free());
         }
         assertThrows(IllegalArgumentException.class, () -> TestPools.builder(4).threadCache(-1));
+    }
+
+    /** Admits {@code tokens} prompt tokens on a fresh thread (closing the sequence if admitted). */
+    private static Admission.Decision admitOnAnotherThread(KvPool pool, int tokens) throws InterruptedException {
+        final Admission.Decision[] decision = new Admission.Decision[1];
+        Thread.ofPlatform().start(() -> {
+            final Admission a = pool.admit(tokens, 0);
+            decision[0] = a.decision();
+            if (a.admitted()) {
+                a.sequence().close();
+            }
+        }).join();
+        return decision[0];
     }
 }
