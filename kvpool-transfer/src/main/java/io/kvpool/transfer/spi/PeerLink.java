@@ -1,0 +1,111 @@
+package io.kvpool.transfer.spi;
+
+import io.kvpool.storage.PageStorage;
+
+/**
+ * The transport SPI: one connection to one peer, carrying control frames and one-sided page writes.
+ * A transport (in-JVM simulation, shared memory, UCX) is a way of making {@code PeerLink}s; the transfer
+ * protocol ({@link io.kvpool.transfer.TransferReceiver}, {@link io.kvpool.transfer.TransferSender}) is
+ * written against this interface only.
+ *
+ * <h2>Semantics every implementation must keep</h2>
+ * <ul>
+ *   <li><b>Writes are one-sided and may land late.</b> A write lands in the receiver's memory at some
+ *       point after {@link #putBatch}; until the receiver {@link #tearDown tears the link down} or
+ *       {@link Registration#revoke revokes} the registration (and either returns {@code true}), a write may
+ *       still land, even after the sender reported it failed or gave up.</li>
+ *   <li><b>A write's completion is not delivery.</b> {@link LinkListener#onWriteDone} with {@link #OK}
+ *       means only that the source bytes may be reused (UCX semantics). Delivery of every write posted
+ *       before a {@link #flush} is proven only by {@link LinkListener#onFlushDone} with {@code ok}.</li>
+ *   <li><b>Every posted write reaches exactly one terminal state</b> ({@link #OK}, {@link #FAILED},
+ *       {@link #CANCELED}), reported once through {@link #poll} — also after {@link #cancelWrites} and
+ *       after the link failed. A transport that cannot guarantee this for some writes must never report
+ *       them, so the sender never claims a drain it cannot prove.</li>
+ *   <li><b>Threading.</b> Not thread-safe: one owner thread calls every method; events are delivered
+ *       only from {@link #poll}, on that thread.</li>
+ * </ul>
+ */
+public interface PeerLink extends AutoCloseable {
+
+    /** Terminal write status: the source may be reused (not proof of delivery). */
+    int OK = 0;
+    /** Terminal write status: the write failed; it may still have landed, in part or whole. */
+    int FAILED = 1;
+    /** Terminal write status: cancelled before it was posted to the wire, or cancelled by a forced close. */
+    int CANCELED = 2;
+
+    /** @return a short description for logs and messages, e.g. {@code "sim:prefill-0→decode-1"} */
+    String describe();
+
+    /** @return whether the link is up; after a failure or close every call but {@link #poll}, {@link #tearDown} and {@link #close} throws */
+    boolean isUp();
+
+    // ---- control channel ----
+
+    /**
+     * Queues one encoded control frame ({@link io.kvpool.transfer.wire.WireCodec#encode}); frames on a link
+     * are delivered in order, each at most once (a transport may lose them only when the link fails).
+     *
+     * @throws LinkFailedException if the link is down
+     */
+    void send(byte[] frame);
+
+    /**
+     * Delivers pending events to the listener: received frames, write and flush completions, and a link
+     * failure. Never blocks.
+     *
+     * @param limit most events to deliver
+     * @return events delivered
+     */
+    int poll(LinkListener listener, int limit);
+
+    // ---- receiver side ----
+
+    /**
+     * Lets the peer write the given pages of a local storage, for one transfer.
+     *
+     * @param storage the receiver pool's storage
+     * @param slots   the destination slots, in the order the descriptor lists them
+     * @return the registration; its {@link Registration#key()} goes into the descriptor
+     */
+    Registration register(PageStorage storage, int[] slots);
+
+    /**
+     * Closes the peer's endpoint on this side so that no write from it can land any more, including
+     * writes already in flight. Idempotent.
+     *
+     * @return whether that is now proven (some transports prove it only later, e.g. once the peer process
+     *         is gone; call again)
+     */
+    boolean tearDown();
+
+    // ---- sender side ----
+
+    /**
+     * @param regionKey a descriptor's {@link io.kvpool.transfer.wire.Message.Descriptor#regionKey()}
+     * @param pages     how many destination pages the descriptor lists
+     * @return a handle to address those pages with {@link #putBatch}
+     * @throws LinkFailedException if the key is not valid for this link
+     */
+    RemoteRegion attach(byte[] regionKey, int pages);
+
+    /**
+     * Posts one-sided writes of whole pages: {@code region[dst[off+i]] ← source[src[off+i]]}. Each write
+     * reports its terminal state later with token {@code firstToken + i}.
+     */
+    void putBatch(RemoteRegion region, int[] dst, PageStorage source, int[] src, int off, int count, long firstToken);
+
+    /** Asks for proof of delivery of every write posted on this link so far; answered by {@link LinkListener#onFlushDone}. */
+    void flush(long token);
+
+    /**
+     * Cancels the writes that can still be cancelled (not yet on the wire); every posted write still
+     * reaches a terminal state through {@link #poll}. A transport that can only cancel by force-closing
+     * the endpoint does so (and the link goes down).
+     */
+    void cancelWrites();
+
+    /** Closes the link; pending writes end {@link #CANCELED}. Idempotent. */
+    @Override
+    void close();
+}

@@ -1,0 +1,13 @@
+package io.kvpool.transfer.wire;
+
+import io.kvpool.transfer.TransferException;
+
+/** A control frame that does not decode exactly; the link that carried it must be closed. */
+public final class MalformedMessageException extends TransferException {
+    private static final long serialVersionUID = 1L;
+
+    /** @param message what is wrong, with the offending values */
+    public MalformedMessageException(String message) {
+        super(message);
+    }
+}

@@ -1,0 +1,144 @@
+package io.kvpool.transfer.wire;
+
+import io.kvpool.transfer.PeerIdentity;
+
+import java.util.Arrays;
+import java.util.Objects;
+
+/** The control messages (see {@link WireFormat} for their encoding). */
+public sealed interface Message {
+
+    /** @return the type code */
+    int type();
+
+    /** A peer's identity, sent first by both sides of a link. */
+    record Hello(PeerIdentity identity) implements Message {
+        public Hello {
+            Objects.requireNonNull(identity, "identity");
+        }
+
+        @Override
+        public int type() {
+            return WireFormat.HELLO;
+        }
+    }
+
+    /** The sender of this refuses the link; the reason names both sides' values. */
+    record Refuse(String reason) implements Message {
+        public Refuse {
+            Objects.requireNonNull(reason, "reason");
+        }
+
+        @Override
+        public int type() {
+            return WireFormat.REFUSE;
+        }
+    }
+
+    /**
+     * Receiver → senders: where to write one request's KV.
+     *
+     * @param requestId         the request (keys the checksums)
+     * @param transferId        the receiver's transfer slot ("room"), reused across requests
+     * @param generation        bumped each time the transfer slot is reused; acks must carry it
+     * @param expectedTokens    the exact number of tokens the receiver will accept
+     * @param layoutFingerprint the receiver pool's layout
+     * @param senders           how many senders write into this transfer (each covers a page range, see
+     *                          {@link io.kvpool.transfer.TransferPlan#firstPage})
+     * @param pageHandles       the destination pages' generation-tagged handles, in logical order
+     * @param regionKey         transport-specific bytes that let the sender address the pages
+     */
+    record Descriptor(long requestId, long transferId, int generation, int expectedTokens, long layoutFingerprint,
+                      int senders, long[] pageHandles, byte[] regionKey) implements Message {
+        public Descriptor {
+            Objects.requireNonNull(pageHandles, "pageHandles");
+            Objects.requireNonNull(regionKey, "regionKey");
+        }
+
+        @Override
+        public int type() {
+            return WireFormat.DESCRIPTOR;
+        }
+
+        @Override
+        public boolean equals(Object o) {
+            return o instanceof Descriptor d && requestId == d.requestId && transferId == d.transferId
+                && generation == d.generation && expectedTokens == d.expectedTokens
+                && layoutFingerprint == d.layoutFingerprint && senders == d.senders
+                && Arrays.equals(pageHandles, d.pageHandles) && Arrays.equals(regionKey, d.regionKey);
+        }
+
+        @Override
+        public int hashCode() {
+            return Objects.hash(requestId, transferId, generation, expectedTokens, layoutFingerprint, senders,
+                Arrays.hashCode(pageHandles), Arrays.hashCode(regionKey));
+        }
+
+        @Override
+        public String toString() {
+            return "Descriptor[request=" + requestId + ", transfer=" + transferId + "/" + generation + ", tokens="
+                + expectedTokens + ", pages=" + pageHandles.length + ", senders=" + senders + "]";
+        }
+    }
+
+    /**
+     * Sender → receiver: this sender's writes are all delivered (flushed).
+     *
+     * @param checksums per-page checksums for pages {@code firstPage ..}, or {@code null} if the sender
+     *                  computes none
+     * @param posted    writes the sender posted for this transfer
+     * @param succeeded of those, completed successfully
+     * @param failed    of those, completed with an error
+     */
+    record Completion(long transferId, int generation, int senderRank, int tokenCount, int firstPage, int[] checksums,
+                      long posted, long succeeded, long failed) implements Message {
+        @Override
+        public int type() {
+            return WireFormat.COMPLETION;
+        }
+
+        @Override
+        public boolean equals(Object o) {
+            return o instanceof Completion c && transferId == c.transferId && generation == c.generation
+                && senderRank == c.senderRank && tokenCount == c.tokenCount && firstPage == c.firstPage
+                && Arrays.equals(checksums, c.checksums) && posted == c.posted && succeeded == c.succeeded
+                && failed == c.failed;
+        }
+
+        @Override
+        public int hashCode() {
+            return Objects.hash(transferId, generation, senderRank, tokenCount, firstPage, Arrays.hashCode(checksums),
+                posted, succeeded, failed);
+        }
+
+        @Override
+        public String toString() {
+            return "Completion[transfer=" + transferId + "/" + generation + ", rank=" + senderRank + ", tokens="
+                + tokenCount + ", firstPage=" + firstPage + ", checksums=" + (checksums == null ? "none" : checksums.length)
+                + ", posted=" + posted + ", ok=" + succeeded + ", failed=" + failed + "]";
+        }
+    }
+
+    /** Either side (or a router): stop this transfer. */
+    record Abort(long transferId, int generation, int reason, String detail) implements Message {
+        /** Reason codes. */
+        public static final int REQUESTED = 1, SENDER_FAILED = 2, RECEIVER_FAILED = 3, TIMEOUT = 4, UNKNOWN_TRANSFER = 5;
+
+        public Abort {
+            Objects.requireNonNull(detail, "detail");
+        }
+
+        @Override
+        public int type() {
+            return WireFormat.ABORT;
+        }
+    }
+
+    /** Sender → receiver: every write this sender posted for the transfer reached a terminal state. */
+    record Drained(long transferId, int generation, int senderRank, long posted, long succeeded, long failed) implements Message {
+        @Override
+        public int type() {
+            return WireFormat.DRAINED;
+        }
+    }
+}
