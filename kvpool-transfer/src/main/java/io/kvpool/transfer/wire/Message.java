@@ -45,11 +45,12 @@ public sealed interface Message {
      * @param layoutFingerprint the receiver pool's layout
      * @param senders           how many senders write into this transfer (each covers a page range, see
      *                          {@link io.kvpool.transfer.TransferPlan#firstPage})
+     * @param senderRank        which of them this descriptor is for
      * @param pageHandles       the destination pages' generation-tagged handles, in logical order
      * @param regionKey         transport-specific bytes that let the sender address the pages
      */
     record Descriptor(long requestId, long transferId, int generation, int expectedTokens, long layoutFingerprint,
-                      int senders, long[] pageHandles, byte[] regionKey) implements Message {
+                      int senders, int senderRank, long[] pageHandles, byte[] regionKey) implements Message {
         public Descriptor {
             Objects.requireNonNull(pageHandles, "pageHandles");
             Objects.requireNonNull(regionKey, "regionKey");
@@ -64,20 +65,20 @@ public sealed interface Message {
         public boolean equals(Object o) {
             return o instanceof Descriptor d && requestId == d.requestId && transferId == d.transferId
                 && generation == d.generation && expectedTokens == d.expectedTokens
-                && layoutFingerprint == d.layoutFingerprint && senders == d.senders
+                && layoutFingerprint == d.layoutFingerprint && senders == d.senders && senderRank == d.senderRank
                 && Arrays.equals(pageHandles, d.pageHandles) && Arrays.equals(regionKey, d.regionKey);
         }
 
         @Override
         public int hashCode() {
-            return Objects.hash(requestId, transferId, generation, expectedTokens, layoutFingerprint, senders,
+            return Objects.hash(requestId, transferId, generation, expectedTokens, layoutFingerprint, senders, senderRank,
                 Arrays.hashCode(pageHandles), Arrays.hashCode(regionKey));
         }
 
         @Override
         public String toString() {
             return "Descriptor[request=" + requestId + ", transfer=" + transferId + "/" + generation + ", tokens="
-                + expectedTokens + ", pages=" + pageHandles.length + ", senders=" + senders + "]";
+                + expectedTokens + ", pages=" + pageHandles.length + ", rank=" + senderRank + "/" + senders + "]";
         }
     }
 

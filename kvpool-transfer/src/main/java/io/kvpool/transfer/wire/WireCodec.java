@@ -34,7 +34,7 @@ public final class WireCodec {
                     throw new IllegalArgumentException("regionKey is " + d.regionKey().length + " bytes, at most " + MAX_KEY_BYTES);
                 }
                 body.putLong(d.requestId()).putLong(d.transferId()).putInt(d.generation()).putInt(d.expectedTokens())
-                    .putLong(d.layoutFingerprint()).putInt(d.senders()).putInt(d.pageHandles().length);
+                    .putLong(d.layoutFingerprint()).putInt(d.senders()).putInt(d.senderRank()).putInt(d.pageHandles().length);
                 for (long h : d.pageHandles()) {
                     body.putLong(h);
                 }
@@ -71,7 +71,7 @@ public final class WireCodec {
             case Message.Hello h -> 4 + 8 + strLen(h.identity().modelId()) + strLen(h.identity().environment())
                 + strLen(h.identity().buildVersion());
             case Message.Refuse r -> strLen(truncate(r.reason()));
-            case Message.Descriptor d -> 8 + 8 + 4 + 4 + 8 + 4 + 4 + 8 * d.pageHandles().length + 4 + d.regionKey().length;
+            case Message.Descriptor d -> 8 + 8 + 4 + 4 + 8 + 4 + 4 + 4 + 8 * d.pageHandles().length + 4 + d.regionKey().length;
             case Message.Completion c -> 8 + 4 + 4 + 4 + 4 + 1 + 4 + 4 * (c.checksums() == null ? 0 : c.checksums().length) + 24;
             case Message.Abort a -> 8 + 4 + 4 + strLen(truncate(a.detail()));
             case Message.Drained d -> 8 + 4 + 4 + 24;
@@ -139,13 +139,14 @@ public final class WireCodec {
                     final int tokens = b.getInt();
                     final long fp = b.getLong();
                     final int senders = b.getInt();
+                    final int rank = b.getInt();
                     final long[] handles = new long[count(b, "pageHandles", MAX_ARRAY, 8)];
                     for (int i = 0; i < handles.length; i++) {
                         handles[i] = b.getLong();
                     }
                     final byte[] key = new byte[count(b, "regionKey", MAX_KEY_BYTES, 1)];
                     b.get(key);
-                    yield new Message.Descriptor(requestId, transferId, generation, tokens, fp, senders, handles, key);
+                    yield new Message.Descriptor(requestId, transferId, generation, tokens, fp, senders, rank, handles, key);
                 }
                 case COMPLETION -> {
                     final long transferId = b.getLong();

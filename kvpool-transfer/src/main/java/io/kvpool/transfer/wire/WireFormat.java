@@ -15,7 +15,7 @@ package io.kvpool.transfer.wire;
  *   1 HELLO       i32 protocolVersion, i64 layoutFingerprint, str modelId, str environment, str buildVersion
  *   2 REFUSE      str reason
  *   3 DESCRIPTOR  i64 requestId, i64 transferId, i32 generation, i32 expectedTokens, i64 layoutFingerprint,
- *                 i32 senders, i64[] pageHandles, u8[] regionKey
+ *                 i32 senders, i32 senderRank, i64[] pageHandles, u8[] regionKey
  *   4 COMPLETION  i64 transferId, i32 generation, i32 senderRank, i32 tokenCount, i32 firstPage,
  *                 u8 checksumsPresent (0|1), i32[] checksums, i64 posted, i64 succeeded, i64 failed
  *   5 ABORT       i64 transferId, i32 generation, i32 reason (see Abort), str detail
@@ -37,12 +37,12 @@ public final class WireFormat {
     public static final int VERSION = 1;
     /** Bytes before the body. */
     public static final int HEADER_BYTES = 8;
-    /** Largest body accepted (a descriptor of 64 Ki pages fits). */
+    /** Largest body accepted (a descriptor of {@link #MAX_ARRAY} pages with the largest key fits). */
     public static final int MAX_BODY_BYTES = 1 << 20;
     /** Longest array accepted (pages per descriptor, checksums per completion). */
     public static final int MAX_ARRAY = 65_536;
-    /** Longest region key accepted. */
-    public static final int MAX_KEY_BYTES = 4096;
+    /** Longest region key accepted: room for a slot list of {@link #MAX_ARRAY} int32s plus 1 KiB of transport data. */
+    public static final int MAX_KEY_BYTES = 4 * MAX_ARRAY + 1024;
 
     /** Type codes. */
     public static final int HELLO = 1, REFUSE = 2, DESCRIPTOR = 3, COMPLETION = 4, ABORT = 5, DRAINED = 6;

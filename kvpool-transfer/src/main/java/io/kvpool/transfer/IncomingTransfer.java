@@ -1,0 +1,130 @@
+package io.kvpool.transfer;
+
+import io.kvpool.Admission;
+import io.kvpool.Sequence;
+import io.kvpool.transfer.spi.Registration;
+
+/**
+ * One request's KV arriving at a {@link TransferReceiver}: its state, and on commit the sequence decode
+ * may use. Read from the receiver's thread (or after a happens-before edge from it).
+ */
+public final class IncomingTransfer {
+
+    /** Where a transfer stands; see the protocol in {@link TransferReceiver}. */
+    public enum State {
+        /** Admission refused it, or no transfer slot or sender was available; no page was allocated. */
+        REJECTED,
+        /** Pages pinned RECEIVING, descriptor sent, waiting for every sender's completion. */
+        RECEIVING,
+        /** Verified and committed: {@link #sequence()} is ready for decode and belongs to the caller. */
+        COMMITTED,
+        /** Failed; pages DRAINING until every sender confirms its writes ended. */
+        DRAINING,
+        /** Failed, unconfirmed by the deadline or a peer was lost; pages QUARANTINED until the transport proves no write can land. */
+        QUARANTINED,
+        /** Failed, and its pages were freed (drained, or released from quarantine). */
+        RELEASED
+    }
+
+    final long requestId;
+    final int promptTokens;
+    final int maxNewTokens;
+    final int[] senderPeers;
+    final long startedAt;
+    State state;
+    FailureReason failure;
+    String message;
+    Admission admission;
+    Sequence sequence;
+    long[] handles;
+    int transferId = -1;
+    int generation;
+    int expectedTokens;
+    Registration[] registrations;
+    boolean[] completed;
+    boolean[] confirmed;
+    int[] checksums;
+    boolean checksumsMissing;
+    int[] tokenCounts;
+    long deadline;
+    long holdStartedAt;
+    boolean sequenceTaken;
+    ReceiverMetrics.Outcome outcome;
+
+    IncomingTransfer(long requestId, int promptTokens, int maxNewTokens, int[] senderPeers, long now) {
+        this.requestId = requestId;
+        this.promptTokens = promptTokens;
+        this.maxNewTokens = maxNewTokens;
+        this.senderPeers = senderPeers.clone();
+        this.startedAt = now;
+    }
+
+    /** @return the request */
+    public long requestId() {
+        return requestId;
+    }
+
+    /** @return where it stands */
+    public State state() {
+        return state;
+    }
+
+    /** @return whether it reached a state it never leaves (COMMITTED, REJECTED, RELEASED) */
+    public boolean isTerminal() {
+        return state == State.COMMITTED || state == State.REJECTED || state == State.RELEASED;
+    }
+
+    /** @return why it failed, or {@code null} if it did not (yet) */
+    public FailureReason failure() {
+        return failure;
+    }
+
+    /** @return the failure's explanation with the numbers, or {@code null} */
+    public String message() {
+        return message;
+    }
+
+    /** @return the admission decision ({@code null} if the request never reached admission) */
+    public Admission admission() {
+        return admission;
+    }
+
+    /** @return the tokens the receiver expects (and commits), 0 before admission */
+    public int expectedTokens() {
+        return expectedTokens;
+    }
+
+    /** @return the transfer slot ({@code -1} if none was assigned) and its generation */
+    public int transferId() {
+        return transferId;
+    }
+
+    /** @return the generation of the transfer slot for this transfer */
+    public int generation() {
+        return generation;
+    }
+
+    /** @return how the deferred release ended, or {@code null} if it did not (or there was none) */
+    public ReceiverMetrics.Outcome outcome() {
+        return outcome;
+    }
+
+    /**
+     * @return the committed sequence, now the caller's (close it when decode is done)
+     * @throws IllegalStateException if the transfer is not COMMITTED
+     */
+    public Sequence sequence() {
+        if (state != State.COMMITTED) {
+            throw new IllegalStateException("transfer of request " + requestId + " is " + state
+                + (failure == null ? "" : " (" + failure + ": " + message + ")") + ", not COMMITTED");
+        }
+        sequenceTaken = true;
+        return sequence;
+    }
+
+    @Override
+    public String toString() {
+        return "IncomingTransfer[request=" + requestId + ", transfer=" + transferId + "/" + generation + ", tokens="
+            + expectedTokens + ", " + state + (failure == null ? "" : ", " + failure + ": " + message) + "]";
+    }
+}

@@ -1,0 +1,196 @@
+package io.kvpool.transfer;
+
+import io.kvpool.transfer.spi.LinkListener;
+import io.kvpool.transfer.spi.PeerLink;
+import io.kvpool.transfer.wire.MalformedMessageException;
+import io.kvpool.transfer.wire.Message;
+import io.kvpool.transfer.wire.WireCodec;
+
+import java.nio.ByteBuffer;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Objects;
+import java.util.concurrent.atomic.LongAdder;
+
+/**
+ * What both engines share: peers, the handshake (peer pre-check), strict decoding, and the duty cycle
+ * that polls every link. Single-threaded: every method runs on the engine's owner thread.
+ */
+abstract class TransferEndpoint implements LinkListener, AutoCloseable {
+
+    private static final int POLL_LIMIT = 256;
+
+    final PeerIdentity identity;
+    final NanoClock clock;
+    final List<Peer> peers = new ArrayList<>();
+    final LongAdder malformedFrames = new LongAdder();
+    final LongAdder refusedPeers = new LongAdder();
+    boolean closed;
+
+    TransferEndpoint(PeerIdentity identity, NanoClock clock) {
+        this.identity = Objects.requireNonNull(identity, "identity");
+        this.clock = Objects.requireNonNull(clock, "clock");
+    }
+
+    /**
+     * Adds a link and starts its handshake (our HELLO goes out at once). Nothing but HELLO/REFUSE is
+     * accepted on it until the peer's identity has been checked.
+     *
+     * @return the peer's id, its index for {@link #peer(int)}
+     */
+    public int addPeer(PeerLink link) {
+        ensureOpen();
+        final Peer p = new Peer(peers.size(), Objects.requireNonNull(link, "link"));
+        peers.add(p);
+        try {
+            link.send(WireCodec.encode(new Message.Hello(identity)));
+        } catch (RuntimeException e) {
+            fail(p, Peer.State.FAILED, "could not send HELLO: " + e.getMessage());
+        }
+        return p.id;
+    }
+
+    /** @return the peer with that id */
+    public Peer peer(int id) {
+        return peers.get(id);
+    }
+
+    /** @return frames that did not decode (each closed its link) */
+    public long malformedFrames() {
+        return malformedFrames.sum();
+    }
+
+    /** @return links refused in the handshake (by either side) */
+    public long refusedPeers() {
+        return refusedPeers.sum();
+    }
+
+    /**
+     * One duty cycle: polls every link, then checks deadlines.
+     *
+     * @return work done (events handled), 0 when idle
+     */
+    public int doWork() {
+        if (closed) {
+            return 0;
+        }
+        int work = 0;
+        for (int i = 0; i < peers.size(); i++) {
+            work += peers.get(i).link.poll(this, POLL_LIMIT);
+        }
+        return work + onDuty(clock.nanoTime());
+    }
+
+    /** Deadlines and other time-driven work. @return work done */
+    abstract int onDuty(long now);
+
+    /** A decoded message from a peer whose handshake passed. */
+    abstract void onMessage(Peer peer, Message m);
+
+    /** The peer can no longer be used (failed, refused, malformed frame). Called once. */
+    abstract void onPeerDown(Peer peer);
+
+    @Override
+    public final void onFrame(PeerLink link, ByteBuffer frame) {
+        final Peer p = peerOf(link);
+        if (p == null || p.state == Peer.State.FAILED || p.state == Peer.State.REFUSED) {
+            return;
+        }
+        final Message m;
+        try {
+            m = WireCodec.decode(frame);
+        } catch (MalformedMessageException e) {
+            malformedFrames.increment();
+            fail(p, Peer.State.FAILED, "malformed frame: " + e.getMessage());
+            return;
+        }
+        if (p.state == Peer.State.HANDSHAKE) {
+            switch (m) {
+                case Message.Hello h -> {
+                    p.remote = h.identity();
+                    final List<String> mismatches = identity.mismatches(h.identity());
+                    if (mismatches.isEmpty()) {
+                        p.state = Peer.State.UP;
+                    } else {
+                        final String reason = new PeerMismatchException(identity, h.identity(), mismatches).getMessage();
+                        try {
+                            p.link.send(WireCodec.encode(new Message.Refuse(reason)));
+                        } catch (RuntimeException ignored) {
+                            // the link is going down anyway
+                        }
+                        fail(p, Peer.State.REFUSED, reason);
+                    }
+                }
+                case Message.Refuse r -> fail(p, Peer.State.REFUSED, "refused by the peer: " + r.reason());
+                default -> {
+                    malformedFrames.increment();
+                    fail(p, Peer.State.FAILED, "protocol error: " + m.getClass().getSimpleName() + " before the handshake");
+                }
+            }
+            return;
+        }
+        switch (m) {
+            case Message.Hello h -> {
+                malformedFrames.increment();
+                fail(p, Peer.State.FAILED, "protocol error: a second HELLO");
+            }
+            case Message.Refuse r -> fail(p, Peer.State.REFUSED, "refused by the peer: " + r.reason());
+            default -> onMessage(p, m);
+        }
+    }
+
+    @Override
+    public final void onLinkFailed(PeerLink link, String reason) {
+        final Peer p = peerOf(link);
+        if (p != null && (p.state == Peer.State.HANDSHAKE || p.state == Peer.State.UP)) {
+            fail(p, Peer.State.FAILED, "link failed: " + reason);
+        }
+    }
+
+    /** Takes a peer down once: records why, closes its link, tells the subclass. */
+    final void fail(Peer p, Peer.State state, String why) {
+        if (p.state == Peer.State.FAILED || p.state == Peer.State.REFUSED) {
+            return;
+        }
+        p.state = state;
+        p.failure = why;
+        if (state == Peer.State.REFUSED) {
+            refusedPeers.increment();
+        }
+        try {
+            p.link.close();
+        } catch (RuntimeException ignored) {
+            // closing is best effort; tearDown() is what proves anything
+        }
+        onPeerDown(p);
+    }
+
+    final Peer peerOf(PeerLink link) {
+        for (int i = 0; i < peers.size(); i++) {
+            if (peers.get(i).link == link) {
+                return peers.get(i);
+            }
+        }
+        return null;
+    }
+
+    /** Sends a message if the peer is up; a failed send takes the peer down. @return whether it was sent */
+    final boolean send(Peer p, Message m) {
+        if (!p.isUp()) {
+            return false;
+        }
+        try {
+            p.link.send(WireCodec.encode(m));
+            return true;
+        } catch (RuntimeException e) {
+            fail(p, Peer.State.FAILED, "send failed: " + e.getMessage());
+            return false;
+        }
+    }
+
+    final void ensureOpen() {
+        if (closed) {
+            throw new IllegalStateException(getClass().getSimpleName() + " is closed");
+        }
+    }
+}

@@ -1,0 +1,796 @@
+package io.kvpool.transfer;
+
+import io.kvpool.Admission;
+import io.kvpool.KvLayout;
+import io.kvpool.KvPool;
+import io.kvpool.PageHandle;
+import io.kvpool.Sequence;
+import io.kvpool.transfer.spi.PeerLink;
+import io.kvpool.transfer.spi.Registration;
+import io.kvpool.transfer.wire.Message;
+
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.EnumSet;
+import java.util.List;
+import java.util.Objects;
+import java.util.Set;
+
+/**
+ * The decode side of the transfer protocol (drawn in full in the {@link io.kvpool.transfer package
+ * comment}): admits a request, pins destination pages, publishes descriptors, verifies completions,
+ * commits — or holds a failed transfer's pages until every sender confirmed its writes ended.
+ *
+ * <h2>A transfer's states</h2>
+ * <pre>
+ *  start() ──admission refuses / no slot / no sender up──────────────────────────────▶ REJECTED
+ *     │ admitted: append tokens, pin every page RECEIVING, register, DESCRIPTOR → each sender
+ *     ▼
+ *  RECEIVING ──a COMPLETION from every sender, then length ✓ canary ✓ checksums ✓──▶ COMMITTED
+ *     │ a check fails · ABORT or DRAINED from a sender · abort() · deadline · sender lost
+ *     │ (pages → DRAINING, the sequence is closed: only the writer pins hold the pages;
+ *     │  ABORT → every sender that has not confirmed)
+ *     ▼
+ *  DRAINING ──DRAINED (this generation) from every unconfirmed sender──▶ RELEASED   outcome=drained
+ *     │ drain deadline (outcome=timeout) · an unconfirmed sender's link fails (outcome=error)
+ *     ▼ (pages → QUARANTINED)
+ *  QUARANTINED ──for every unconfirmed sender: registration revoked or link torn down, proven──▶ RELEASED
+ * </pre>
+ * A sender whose valid COMPLETION arrived counts as confirmed: it sends one only after a flush proved
+ * every write it posted was delivered. Nothing here frees a page on a timer.
+ *
+ * <h2>Acknowledgements that are ignored (and counted in {@link ReceiverMetrics})</h2>
+ * Completions and DRAINEDs are keyed by transfer slot <em>and</em> generation and accepted only from the
+ * link of the sender of that rank: one for a generation not registered yet (before registration), for an
+ * older generation (stale: a reused slot is never released by its previous tenant's ack), a second from
+ * the same rank (duplicate), from another link (wrong peer), a DRAINED whose counts do not add up
+ * (inconsistent), and any ack after the transfer left RECEIVING/DRAINING (late).
+ *
+ * <p><b>Threading:</b> single-threaded; {@link #start}, {@link #abort}, {@link #doWork} and the
+ * {@link IncomingTransfer} getters run on one owner thread. {@link #metrics()} may be read from any thread.
+ */
+public final class TransferReceiver extends TransferEndpoint {
+
+    private static final System.Logger LOG = System.getLogger("io.kvpool.transfer");
+
+    private final KvPool pool;
+    private final KvLayout layout;
+    private final long completionTimeoutNanos;
+    private final long drainTimeoutNanos;
+    private final boolean checksums;
+    private final boolean tearDownOnTimeout;
+    private final Set<TransferSafeguard> disabled;
+    private final IncomingTransfer[] slots;
+    private final int[] slotGeneration;
+    private final List<IncomingTransfer> active = new ArrayList<>();
+    private final List<IncomingTransfer> scratch = new ArrayList<>();
+    private final ReceiverMetrics metrics = new ReceiverMetrics();
+    private int nextSlotHint;
+
+    private TransferReceiver(Builder b) {
+        super(b.identity, b.clock);
+        this.pool = b.pool;
+        this.layout = pool.layout();
+        if (b.identity.layoutFingerprint() != layout.fingerprint()) {
+            throw new IllegalArgumentException("identity's layout fingerprint " + PeerIdentity.hex(b.identity.layoutFingerprint())
+                + " is not the pool's " + PeerIdentity.hex(layout.fingerprint()) + " (" + layout + ")");
+        }
+        this.completionTimeoutNanos = b.completionTimeout.toNanos();
+        this.drainTimeoutNanos = b.drainTimeout.toNanos();
+        this.checksums = b.checksums;
+        this.tearDownOnTimeout = b.tearDownOnTimeout;
+        this.disabled = b.disabled.isEmpty() ? Set.of() : Set.copyOf(b.disabled);
+        this.slots = new IncomingTransfer[b.maxTransfers];
+        this.slotGeneration = new int[b.maxTransfers];
+        if (!disabled.isEmpty()) {
+            LOG.log(System.Logger.Level.ERROR, "UNSAFE transfer receiver built with safeguards DISABLED: " + disabled
+                + " — for tests and incident replays only; it can hand one request's KV to another");
+        }
+    }
+
+    /**
+     * @param pool     the decode pool the KV is received into (host-accessible storage for checksums)
+     * @param identity this side's identity; its layout fingerprint must be the pool's
+     * @return a builder
+     */
+    public static Builder builder(KvPool pool, PeerIdentity identity) {
+        return new Builder(pool, identity);
+    }
+
+    /** @return the counters and gauges */
+    public ReceiverMetrics metrics() {
+        return metrics;
+    }
+
+    /** @return the pool */
+    public KvPool pool() {
+        return pool;
+    }
+
+    /** @return the transfers not yet in a terminal state */
+    public int activeTransfers() {
+        return active.size();
+    }
+
+    /** @return the safeguards switched off (empty in production) */
+    public Set<TransferSafeguard> disabledSafeguards() {
+        return disabled;
+    }
+
+    private boolean on(TransferSafeguard s) {
+        return !disabled.contains(s);
+    }
+
+    // ---------------------------------------------------------------------------------------------
+    // start
+
+    /**
+     * Admits a request and asks its senders for its KV.
+     *
+     * @param requestId    the request (keys checksums; must be the id the senders were offered)
+     * @param promptTokens the tokens whose KV the senders hold (the receiver expects exactly these)
+     * @param maxNewTokens tokens decode may add (admission reserves pages for them)
+     * @param senderPeers  the peer ids (from {@link #addPeer}) of the senders, rank 0 first; each writes a
+     *                     contiguous share of the pages ({@link TransferPlan})
+     * @return the transfer: REJECTED (with the admission's typed decision or the reason), or RECEIVING
+     */
+    public IncomingTransfer start(long requestId, int promptTokens, int maxNewTokens, int... senderPeers) {
+        ensureOpen();
+        final long now = clock.nanoTime();
+        metrics.started.increment();
+        final IncomingTransfer t = new IncomingTransfer(requestId, promptTokens, maxNewTokens, senderPeers, now);
+        if (senderPeers.length == 0) {
+            throw new IllegalArgumentException("a transfer needs at least one sender");
+        }
+        for (int id : senderPeers) {
+            if (id < 0 || id >= peers.size()) {
+                throw new IllegalArgumentException("no peer " + id + " (" + peers.size() + " peers)");
+            }
+            if (!peers.get(id).isUp()) {
+                return reject(t, FailureReason.PEER_LOST, "sender " + peers.get(id) + " is not up");
+            }
+        }
+        final int slot = freeSlot();
+        if (slot < 0) {
+            return reject(t, FailureReason.REJECTED, "all " + slots.length + " transfer slots are busy; retry later");
+        }
+        final Admission a = pool.admit(promptTokens, maxNewTokens);
+        t.admission = a;
+        if (!a.admitted()) {
+            return reject(t, FailureReason.REJECTED, a.message());
+        }
+        final Sequence seq = a.sequence();
+        // Admission (or, with ADMISSION_REJECTION off, its placeholder) decides what we can take: the
+        // placeholder admits one token, and so the receiver expects one — exactly the incident's stub.
+        final int expected = (int) Math.min(promptTokens, a.sequence().admittedTokens());
+        try {
+            seq.append(expected);
+        } catch (RuntimeException e) {
+            seq.close();
+            return reject(t, FailureReason.REJECTED, "could not allocate " + layout.pagesFor(expected) + " pages for "
+                + expected + " tokens: " + e.getMessage());
+        }
+        final long[] handles = new long[seq.pageCount()];
+        int pinned = 0;
+        try {
+            for (; pinned < handles.length; pinned++) {
+                handles[pinned] = seq.pageHandle(pinned);
+                pool.pinWriter(handles[pinned]);
+            }
+        } catch (RuntimeException e) {
+            for (int i = 0; i < pinned; i++) {
+                pool.beginDrain(handles[i]); // nothing was registered: no writer can exist yet
+                pool.drained(handles[i]);
+            }
+            seq.close();
+            throw e;
+        }
+        t.sequence = seq;
+        t.handles = handles;
+        t.expectedTokens = expected;
+        t.transferId = slot;
+        t.generation = ++slotGeneration[slot];
+        slots[slot] = t;
+        final int n = senderPeers.length;
+        t.registrations = new Registration[n];
+        t.completed = new boolean[n];
+        t.confirmed = new boolean[n];
+        t.tokenCounts = new int[n];
+        t.checksums = new int[handles.length];
+        t.state = IncomingTransfer.State.RECEIVING;
+        t.deadline = now + completionTimeoutNanos;
+        active.add(t);
+        final int[] slotsOf = new int[handles.length];
+        for (int i = 0; i < handles.length; i++) {
+            slotsOf[i] = PageHandle.slot(handles[i]);
+        }
+        for (int r = 0; r < n; r++) {
+            final Peer p = peers.get(senderPeers[r]);
+            final int from = TransferPlan.firstPage(handles.length, n, r);
+            final int to = TransferPlan.firstPage(handles.length, n, r + 1);
+            try {
+                t.registrations[r] = p.link.register(pool.storage(), Arrays.copyOfRange(slotsOf, from, to));
+            } catch (RuntimeException e) {
+                fail(t, FailureReason.PEER_LOST, "could not register " + (to - from) + " pages on " + p + ": " + e.getMessage(), now);
+                return t;
+            }
+            send(p, new Message.Descriptor(requestId, slot, t.generation, expected, layout.fingerprint(), n, r, handles,
+                t.registrations[r].key()));
+        }
+        return t;
+    }
+
+    private IncomingTransfer reject(IncomingTransfer t, FailureReason reason, String message) {
+        t.state = IncomingTransfer.State.REJECTED;
+        t.failure = reason;
+        t.message = message;
+        metrics.failures.get(reason).increment();
+        return t;
+    }
+
+    private int freeSlot() {
+        for (int i = 0; i < slots.length; i++) {
+            final int s = (nextSlotHint + i) % slots.length;
+            if (slots[s] == null) {
+                nextSlotHint = s + 1;
+                return s;
+            }
+        }
+        return -1;
+    }
+
+    /**
+     * Aborts a transfer that has not committed: its pages go DRAINING and its senders are told to stop.
+     * Does nothing to a transfer that already committed, failed or was rejected.
+     *
+     * @return whether this call failed the transfer
+     */
+    public boolean abort(IncomingTransfer t, String why) {
+        ensureOpen();
+        if (t.state != IncomingTransfer.State.RECEIVING) {
+            return false;
+        }
+        fail(t, FailureReason.ABORTED, "aborted: " + why, clock.nanoTime());
+        return true;
+    }
+
+    // ---------------------------------------------------------------------------------------------
+    // messages
+
+    @Override
+    void onMessage(Peer p, Message m) {
+        switch (m) {
+            case Message.Completion c -> onCompletion(p, c);
+            case Message.Drained d -> onDrained(p, d);
+            case Message.Abort a -> {
+                final IncomingTransfer t = current(p, a.transferId(), a.generation(), -1);
+                if (t != null && t.state == IncomingTransfer.State.RECEIVING) {
+                    fail(t, FailureReason.SENDER_ABORTED, "sender " + p.id + " aborted (reason " + a.reason() + "): " + a.detail(),
+                        clock.nanoTime());
+                }
+            }
+            default -> {
+                malformedFrames.increment();
+                fail(p, Peer.State.FAILED, "protocol error: a receiver does not accept " + m.getClass().getSimpleName());
+            }
+        }
+    }
+
+    /**
+     * @return the transfer an ack names if it is current and {@code rank} (≥ 0) is that peer's; else
+     *         {@code null}, counted as the reason it was ignored
+     */
+    private IncomingTransfer current(Peer p, long transferId, int generation, int rank) {
+        if (transferId < 0 || transferId >= slots.length) {
+            metrics.ackBeforeRegistration.increment();
+            return null;
+        }
+        final int slot = (int) transferId;
+        final int gen = slotGeneration[slot];
+        if (generation > gen || gen == 0) {
+            metrics.ackBeforeRegistration.increment();
+            return null;
+        }
+        if (generation < gen) {
+            metrics.ackStaleGeneration.increment();
+            return null;
+        }
+        final IncomingTransfer t = slots[slot];
+        if (t == null) {
+            metrics.ackLate.increment(); // the current generation already ended
+            return null;
+        }
+        if (rank >= 0) {
+            if (rank >= t.senderPeers.length || t.senderPeers[rank] != p.id) {
+                metrics.ackWrongPeer.increment();
+                return null;
+            }
+        } else if (rankOf(t, p) < 0) {
+            metrics.ackWrongPeer.increment();
+            return null;
+        }
+        return t;
+    }
+
+    private static int rankOf(IncomingTransfer t, Peer p) {
+        for (int r = 0; r < t.senderPeers.length; r++) {
+            if (t.senderPeers[r] == p.id) {
+                return r;
+            }
+        }
+        return -1;
+    }
+
+    private void onCompletion(Peer p, Message.Completion c) {
+        final IncomingTransfer t = current(p, c.transferId(), c.generation(), c.senderRank());
+        if (t == null) {
+            return;
+        }
+        final int r = c.senderRank();
+        if (t.completed[r] || t.confirmed[r]) {
+            metrics.ackDuplicate.increment();
+            return;
+        }
+        if (t.state != IncomingTransfer.State.RECEIVING) {
+            // a failed transfer: a completion still proves this sender's writes were all delivered
+            if (t.state == IncomingTransfer.State.DRAINING && c.posted() == c.succeeded() && c.failed() == 0) {
+                confirm(t, r);
+            } else {
+                metrics.ackLate.increment();
+            }
+            return;
+        }
+        final long now = clock.nanoTime();
+        final int pages = t.handles.length;
+        final int from = TransferPlan.firstPage(pages, t.senderPeers.length, r);
+        final int to = TransferPlan.firstPage(pages, t.senderPeers.length, r + 1);
+        t.completed[r] = true;
+        if (c.posted() != c.succeeded() || c.failed() != 0) {
+            fail(t, FailureReason.BAD_COMPLETION, "sender " + r + " completed with " + c.failed() + " failed of " + c.posted()
+                + " posted writes (" + c.succeeded() + " succeeded)", now);
+            return;
+        }
+        t.confirmed[r] = true; // every write it posted was delivered and is over
+        if (c.firstPage() != from) {
+            fail(t, FailureReason.BAD_COMPLETION, "sender " + r + " covered pages from " + c.firstPage() + ", its share is ["
+                + from + ", " + to + ")", now);
+            return;
+        }
+        if (c.checksums() == null) {
+            t.checksumsMissing = true;
+        } else if (c.checksums().length > to - from) {
+            fail(t, FailureReason.BAD_COMPLETION, "sender " + r + " sent " + c.checksums().length + " checksums for "
+                + (to - from) + " pages", now);
+            return;
+        } else {
+            System.arraycopy(c.checksums(), 0, t.checksums, from, c.checksums().length);
+            if (c.checksums().length < to - from) {
+                // a short sender checksums only the pages it has; the length check (or, with it off, the
+                // checksum of a page it never covered) decides
+                for (int i = from + c.checksums().length; i < to; i++) {
+                    t.checksums[i] = 0;
+                }
+            }
+        }
+        t.tokenCounts[r] = c.tokenCount();
+        for (boolean done : t.completed) {
+            if (!done) {
+                return;
+            }
+        }
+        verifyAndCommit(t, now);
+    }
+
+    private void verifyAndCommit(IncomingTransfer t, long now) {
+        if (on(TransferSafeguard.LENGTH_CHECK)) {
+            for (int r = 0; r < t.tokenCounts.length; r++) {
+                if (t.tokenCounts[r] != t.expectedTokens) {
+                    fail(t, FailureReason.LENGTH_MISMATCH, "sender " + r + " transferred " + t.tokenCounts[r] + " tokens, expected "
+                        + t.expectedTokens, now);
+                    return;
+                }
+            }
+        }
+        final int tpp = layout.tokensPerPage();
+        if (on(TransferSafeguard.CANARY_CHECK) && pool.fillMode() == io.kvpool.storage.FillMode.CANARY) {
+            for (int i = 0; i < t.handles.length; i++) {
+                final int valid = Math.min(tpp, t.expectedTokens - i * tpp);
+                final int token = pool.firstCanaryToken(t.handles[i], 0, valid);
+                if (token >= 0) {
+                    fail(t, FailureReason.CANARY, "page " + i + " (token " + (i * tpp + token) + " of " + t.expectedTokens
+                        + ") still holds the free-page canary: its KV was never written", now);
+                    return;
+                }
+            }
+        }
+        if (checksums && on(TransferSafeguard.CHECKSUM)) {
+            if (t.checksumsMissing) {
+                fail(t, FailureReason.BAD_COMPLETION, "a sender sent no checksums and this receiver requires them", now);
+                return;
+            }
+            for (int i = 0; i < t.handles.length; i++) {
+                final int got = KvChecksum.of(layout, pool.page(t.handles[i]), t.requestId, i, t.expectedTokens);
+                if (got != t.checksums[i]) {
+                    fail(t, FailureReason.CHECKSUM_MISMATCH, "page " + i + " of " + t.handles.length + ": checksum 0x"
+                        + Integer.toHexString(got) + " received, sender's 0x" + Integer.toHexString(t.checksums[i]), now);
+                    return;
+                }
+            }
+        }
+        for (long h : t.handles) {
+            pool.commitReceive(h);
+        }
+        closeRegistrations(t);
+        t.state = IncomingTransfer.State.COMMITTED;
+        end(t);
+        metrics.committed.increment();
+    }
+
+    private void onDrained(Peer p, Message.Drained d) {
+        if (d.senderRank() == -1) {
+            // "nothing of mine is in flight for this transfer": for every rank this link holds
+            final IncomingTransfer t = current(p, d.transferId(), d.generation(), -1);
+            if (t != null && d.posted() == 0 && d.succeeded() == 0 && d.failed() == 0) {
+                for (int r = 0; r < t.senderPeers.length; r++) {
+                    if (t.senderPeers[r] == p.id && !t.confirmed[r]) {
+                        drainedFrom(t, r, d);
+                    }
+                }
+            } else if (t != null) {
+                metrics.ackInconsistent.increment();
+            }
+            return;
+        }
+        final IncomingTransfer t = current(p, d.transferId(), d.generation(), d.senderRank());
+        if (t == null) {
+            return;
+        }
+        final int r = d.senderRank();
+        if (t.confirmed[r]) {
+            metrics.ackDuplicate.increment();
+            return;
+        }
+        if (d.posted() != d.succeeded() + d.failed() || d.posted() < 0 || d.succeeded() < 0 || d.failed() < 0) {
+            metrics.ackInconsistent.increment(); // not a proof that its writes are over
+            return;
+        }
+        drainedFrom(t, r, d);
+    }
+
+    private void drainedFrom(IncomingTransfer t, int r, Message.Drained d) {
+        switch (t.state) {
+            case RECEIVING -> {
+                fail(t, FailureReason.SENDER_ABORTED, "sender " + r + " stopped (posted " + d.posted() + ", " + d.failed()
+                    + " failed) without completing", clock.nanoTime());
+                if (t.state == IncomingTransfer.State.DRAINING) {
+                    confirm(t, r);
+                }
+            }
+            case DRAINING -> confirm(t, r);
+            default -> metrics.ackLate.increment(); // quarantined: only the transport's proof releases it
+        }
+    }
+
+    private void confirm(IncomingTransfer t, int rank) {
+        t.confirmed[rank] = true;
+        for (boolean c : t.confirmed) {
+            if (!c) {
+                return;
+            }
+        }
+        releaseDrained(t, ReceiverMetrics.Outcome.DRAINED, clock.nanoTime());
+    }
+
+    // ---------------------------------------------------------------------------------------------
+    // failure, drain, quarantine
+
+    private void fail(IncomingTransfer t, FailureReason reason, String message, long now) {
+        if (t.state != IncomingTransfer.State.RECEIVING) {
+            return;
+        }
+        t.failure = reason;
+        t.message = message;
+        metrics.failures.get(reason).increment();
+        for (long h : t.handles) {
+            pool.beginDrain(h);
+        }
+        t.sequence.close(); // only the writer pins hold the pages now
+        t.state = IncomingTransfer.State.DRAINING;
+        t.holdStartedAt = now;
+        t.deadline = now + drainTimeoutNanos;
+        metrics.heldPages.addAndGet(t.handles.length);
+        for (int r = 0; r < t.senderPeers.length; r++) {
+            if (!t.confirmed[r]) {
+                send(peers.get(t.senderPeers[r]), new Message.Abort(t.transferId, t.generation,
+                    reason == FailureReason.ABORTED ? Message.Abort.REQUESTED : Message.Abort.RECEIVER_FAILED, message));
+            }
+        }
+        if (!on(TransferSafeguard.DRAIN_WAIT)) {
+            releaseDrained(t, ReceiverMetrics.Outcome.DRAINED, now); // UNSAFE: writes may still be in flight
+            return;
+        }
+        boolean all = true;
+        for (int r = 0; r < t.senderPeers.length; r++) {
+            if (!t.confirmed[r]) {
+                all = false;
+                if (!peers.get(t.senderPeers[r]).isUp()) {
+                    quarantine(t, ReceiverMetrics.Outcome.ERROR, now);
+                    return;
+                }
+            }
+        }
+        if (all) {
+            releaseDrained(t, ReceiverMetrics.Outcome.DRAINED, now);
+        }
+    }
+
+    private void releaseDrained(IncomingTransfer t, ReceiverMetrics.Outcome outcome, long now) {
+        for (long h : t.handles) {
+            pool.drained(h);
+        }
+        closeRegistrations(t);
+        released(t, outcome, now);
+    }
+
+    private void quarantine(IncomingTransfer t, ReceiverMetrics.Outcome outcome, long now) {
+        if (!on(TransferSafeguard.QUARANTINE_ON_TIMEOUT)) {
+            releaseDrained(t, outcome, now); // UNSAFE: freed on the timer alone; a frozen peer's writes may land later
+            return;
+        }
+        for (long h : t.handles) {
+            pool.quarantine(h);
+        }
+        t.state = IncomingTransfer.State.QUARANTINED;
+        t.outcome = outcome;
+        metrics.deferredRelease.get(outcome).increment();
+        metrics.quarantinedPages.addAndGet(t.handles.length);
+        LOG.log(System.Logger.Level.WARNING, "transfer " + t.transferId + "/" + t.generation + " of request " + t.requestId
+            + ": " + t.handles.length + " pages QUARANTINED (" + outcome + ", " + t.failure + ": " + t.message
+            + "); held until the transport proves no write can land");
+        tryReleaseQuarantine(t, now);
+    }
+
+    /** @return whether the quarantine ended */
+    private boolean tryReleaseQuarantine(IncomingTransfer t, long now) {
+        for (int r = 0; r < t.senderPeers.length; r++) {
+            if (t.confirmed[r]) {
+                continue;
+            }
+            final Peer p = peers.get(t.senderPeers[r]);
+            if (t.registrations[r] != null && t.registrations[r].revoke()) {
+                t.confirmed[r] = true;
+                continue;
+            }
+            if (p.tornDown || ((tearDownOnTimeout || !p.isUp()) && tearDown(p))) {
+                t.confirmed[r] = true;
+                continue;
+            }
+            return false;
+        }
+        for (long h : t.handles) {
+            pool.releaseQuarantine(h);
+        }
+        metrics.quarantinedPages.addAndGet(-t.handles.length);
+        metrics.quarantineReleases.increment();
+        closeRegistrations(t);
+        released(t, t.outcome, now);
+        return true;
+    }
+
+    private boolean tearDown(Peer p) {
+        if (p.tornDown) {
+            return true;
+        }
+        if (p.state == Peer.State.UP) {
+            fail(p, Peer.State.FAILED, "torn down by the receiver: a transfer's writes were not confirmed in time");
+        }
+        p.tornDown = p.link.tearDown();
+        return p.tornDown;
+    }
+
+    /**
+     * Tears down a peer's link (every transfer with it fails) and, once the transport proves the peer can
+     * no longer write, releases what it held in quarantine.
+     *
+     * @return whether the teardown is proven
+     */
+    public boolean tearDownPeer(int peerId) {
+        ensureOpen();
+        final boolean proven = tearDown(peers.get(peerId));
+        onDuty(clock.nanoTime());
+        return proven;
+    }
+
+    private void released(IncomingTransfer t, ReceiverMetrics.Outcome outcome, long now) {
+        if (t.state != IncomingTransfer.State.QUARANTINED) {
+            metrics.deferredRelease.get(outcome).increment();
+            t.outcome = outcome;
+        }
+        t.state = IncomingTransfer.State.RELEASED;
+        metrics.heldPages.addAndGet(-t.handles.length);
+        metrics.holdEnded(now - t.holdStartedAt);
+        end(t);
+    }
+
+    private void end(IncomingTransfer t) {
+        slots[t.transferId] = null;
+        active.remove(t);
+    }
+
+    private static void closeRegistrations(IncomingTransfer t) {
+        for (Registration reg : t.registrations) {
+            if (reg != null) {
+                try {
+                    reg.close();
+                } catch (RuntimeException ignored) {
+                    // ending a registration is best effort; the pages' states are what protect them
+                }
+            }
+        }
+    }
+
+    @Override
+    int onDuty(long now) {
+        int work = 0;
+        scratch.clear();
+        scratch.addAll(active); // releasing one transfer can end others (a teardown): iterate a copy
+        for (int i = 0; i < scratch.size(); i++) {
+            final IncomingTransfer t = scratch.get(i);
+            switch (t.state) {
+                case RECEIVING -> {
+                    if (now - t.deadline >= 0) {
+                        fail(t, FailureReason.TIMEOUT, "no completion from every sender within "
+                            + Duration.ofNanos(completionTimeoutNanos).toMillis() + " ms", now);
+                        work++;
+                    }
+                }
+                case DRAINING -> {
+                    if (now - t.deadline >= 0) {
+                        quarantine(t, ReceiverMetrics.Outcome.TIMEOUT, now);
+                        work++;
+                    }
+                }
+                case QUARANTINED -> work += tryReleaseQuarantine(t, now) ? 1 : 0;
+                default -> {
+                }
+            }
+        }
+        return work;
+    }
+
+    @Override
+    void onPeerDown(Peer p) {
+        final long now = clock.nanoTime();
+        for (IncomingTransfer t : active.toArray(new IncomingTransfer[0])) {
+            final int r = rankOf(t, p);
+            if (r < 0 || t.confirmed[r]) {
+                continue;
+            }
+            if (t.state == IncomingTransfer.State.RECEIVING) {
+                fail(t, FailureReason.PEER_LOST, "sender " + r + " lost: " + p.failure, now);
+            } else if (t.state == IncomingTransfer.State.DRAINING) {
+                quarantine(t, ReceiverMetrics.Outcome.ERROR, now);
+            }
+        }
+    }
+
+    @Override
+    public void onWriteDone(PeerLink link, long token, int status) {
+        // receivers post no writes
+    }
+
+    @Override
+    public void onFlushDone(PeerLink link, long token, boolean ok) {
+        // receivers post no flushes
+    }
+
+    /**
+     * Closes the receiver: fails every transfer still RECEIVING (its pages go DRAINING) and closes the
+     * links. Pages still DRAINING or QUARANTINED stay pinned in the pool, so its close report names them;
+     * nothing is freed without proof. Idempotent.
+     */
+    @Override
+    public void close() {
+        if (closed) {
+            return;
+        }
+        final long now = clock.nanoTime();
+        for (IncomingTransfer t : active.toArray(new IncomingTransfer[0])) {
+            fail(t, FailureReason.ABORTED, "receiver closed", now);
+        }
+        closed = true;
+        for (Peer p : peers) {
+            try {
+                p.link.close();
+            } catch (RuntimeException ignored) {
+                // best effort
+            }
+        }
+    }
+
+    @Override
+    public String toString() {
+        return "TransferReceiver[" + identity.environment() + ", " + peers.size() + " peers, " + active.size() + " active"
+            + (disabled.isEmpty() ? "" : ", UNSAFE: disabled " + disabled) + "]";
+    }
+
+    /** Builds a {@link TransferReceiver}. */
+    public static final class Builder {
+        private final KvPool pool;
+        private final PeerIdentity identity;
+        private NanoClock clock = NanoClock.SYSTEM;
+        private Duration completionTimeout = Duration.ofSeconds(30);
+        private Duration drainTimeout = Duration.ofSeconds(30);
+        private boolean checksums = true;
+        private boolean tearDownOnTimeout = true;
+        private int maxTransfers = 1024;
+        private final EnumSet<TransferSafeguard> disabled = EnumSet.noneOf(TransferSafeguard.class);
+
+        private Builder(KvPool pool, PeerIdentity identity) {
+            this.pool = Objects.requireNonNull(pool, "pool");
+            this.identity = Objects.requireNonNull(identity, "identity");
+        }
+
+        /** The clock deadlines are measured on (default {@link NanoClock#SYSTEM}). */
+        public Builder clock(NanoClock clock) {
+            this.clock = Objects.requireNonNull(clock, "clock");
+            return this;
+        }
+
+        /** How long a transfer may stay RECEIVING before it fails with {@link FailureReason#TIMEOUT} (default 30 s). */
+        public Builder completionTimeout(Duration d) {
+            this.completionTimeout = positive("completionTimeout", d);
+            return this;
+        }
+
+        /** How long a failed transfer waits for DRAINED before its pages are quarantined (default 30 s). */
+        public Builder drainTimeout(Duration d) {
+            this.drainTimeout = positive("drainTimeout", d);
+            return this;
+        }
+
+        /** Whether commits require matching checksums (default true; senders must then send them). */
+        public Builder checksums(boolean on) {
+            this.checksums = on;
+            return this;
+        }
+
+        /**
+         * Whether a drain timeout tears down the unconfirmed peer's link so its quarantined pages can be
+         * released once the transport proves the teardown (default true). With false, quarantined pages
+         * wait for a revocable registration or {@link #tearDownPeer}.
+         */
+        public Builder tearDownOnTimeout(boolean on) {
+            this.tearDownOnTimeout = on;
+            return this;
+        }
+
+        /** Transfer slots (concurrent transfers), default 1024. */
+        public Builder maxTransfers(int n) {
+            if (n < 1) {
+                throw new IllegalArgumentException("maxTransfers must be ≥ 1, was " + n);
+            }
+            this.maxTransfers = n;
+            return this;
+        }
+
+        /** Switches safeguards off. For tests and incident replays only: logged as an error. */
+        public Builder unsafeDisable(TransferSafeguard... safeguards) {
+            disabled.addAll(Arrays.asList(safeguards));
+            return this;
+        }
+
+        /** @return the receiver */
+        public TransferReceiver build() {
+            return new TransferReceiver(this);
+        }
+
+        static Duration positive(String name, Duration d) {
+            if (d == null || d.isNegative() || d.isZero()) {
+                throw new IllegalArgumentException(name + " must be positive, was " + d);
+            }
+            return d;
+        }
+    }
+}

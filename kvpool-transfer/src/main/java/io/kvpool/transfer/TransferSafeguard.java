@@ -1,0 +1,29 @@
+package io.kvpool.transfer;
+
+/**
+ * Transfer-side safeguards that can be switched off, <b>only</b> so tests and the incident replay can show
+ * each is what stops a leak or a corrupted read (the pool's own are {@link io.kvpool.Safeguard}). An engine
+ * built with any of them off logs an error at startup and says so in its {@code toString()}.
+ */
+public enum TransferSafeguard {
+    /**
+     * Hold a failed transfer's pages DRAINING until every sender confirms its writes ended. Off: the pages
+     * are freed at once, and writes still in flight land in the pages' next tenant.
+     */
+    DRAIN_WAIT,
+    /**
+     * When no drain confirmation arrives by the deadline (or the peer is lost), quarantine the pages until
+     * the transport proves the peer can no longer write. Off: they are freed on the timer alone (the
+     * early SGLang behaviour), and a frozen peer's late writes land in the next tenant's pages.
+     */
+    QUARANTINE_ON_TIMEOUT,
+    /**
+     * Commit only if the completion's token count equals the expected count. Off: a short transfer (a
+     * one-token placeholder) commits, and decode reads pages nothing was written into.
+     */
+    LENGTH_CHECK,
+    /** Commit only if no received page still holds the free-page canary. Off: unwritten KV reaches decode. */
+    CANARY_CHECK,
+    /** Commit only if every page's position-keyed checksum matches the sender's. Off: corrupted or misplaced KV reaches decode. */
+    CHECKSUM
+}

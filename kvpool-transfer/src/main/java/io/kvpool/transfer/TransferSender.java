@@ -1,0 +1,549 @@
+package io.kvpool.transfer;
+
+import io.kvpool.KvLayout;
+import io.kvpool.KvPool;
+import io.kvpool.PageHandle;
+import io.kvpool.Sequence;
+import io.kvpool.transfer.spi.PeerLink;
+import io.kvpool.transfer.wire.Message;
+import org.agrona.collections.Int2ObjectHashMap;
+import org.agrona.collections.Long2ObjectHashMap;
+
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Objects;
+import java.util.concurrent.atomic.LongAdder;
+
+/**
+ * The prefill side of the transfer protocol (drawn in full in the {@link io.kvpool.transfer package
+ * comment}): writes a request's pages one-sidedly into the destinations a receiver's descriptor names,
+ * in bounded batches, proves delivery with a flush, and sends a completion with checksums — or, once it
+ * failed or was aborted, stops posting and confirms DRAINED only when every write it posted has reached
+ * a terminal state.
+ *
+ * <h2>A transfer's states</h2>
+ * <pre>
+ *  offer() ─▶ WAITING ──DESCRIPTOR (matched by request id; may come first)──▶ WRITING
+ *  WRITING ──every page posted (≤ maxPagesInFlight at a time) and completed OK──▶ FLUSHING
+ *  FLUSHING ──flush proves delivery──▶ COMPLETION sent ─▶ COMPLETED
+ *  WRITING / FLUSHING ──a write or flush fails · ABORT received · abort() · link lost──▶ FAILING
+ *      (marked failed FIRST: nothing more is posted; ABORT → receiver unless it asked)
+ *  FAILING ──every posted write terminal (OK, FAILED or CANCELED)──▶ DRAINED(posted, ok, failed) sent ─▶ DRAINED
+ *      a deadline passes first: the transport force-cancels (cancelWrites); still wait for terminal states
+ * </pre>
+ * One failed write never makes a transfer drained while its other writes are in flight. The source
+ * pages are retained from {@link #offer} until every write reading them ended, so a source page is never
+ * reused while the transport may still read it.
+ *
+ * <p><b>Threading:</b> single-threaded, like {@link TransferReceiver}.
+ */
+public final class TransferSender extends TransferEndpoint {
+
+    private static final long FLUSH = 0xFFFF_FFFFL;
+
+    private final KvPool pool;
+    private final KvLayout layout;
+    private final int maxPagesInFlight;
+    private final boolean checksums;
+    private final long drainDeadlineNanos;
+    private final Long2ObjectHashMap<OutgoingTransfer> offers = new Long2ObjectHashMap<>();
+    private final Long2ObjectHashMap<PendingDescriptor> early = new Long2ObjectHashMap<>();
+    private final Int2ObjectHashMap<OutgoingTransfer> bySerial = new Int2ObjectHashMap<>();
+    private final List<OutgoingTransfer> active = new ArrayList<>();
+    private final List<OutgoingTransfer> scratch = new ArrayList<>();
+    private int nextSerial;
+    private long inFlight;
+    final LongAdder completed = new LongAdder();
+    final LongAdder drainedSent = new LongAdder();
+    final LongAdder writesPosted = new LongAdder();
+    final LongAdder writesFailed = new LongAdder();
+    final LongAdder forcedCancels = new LongAdder();
+
+    private record PendingDescriptor(Peer peer, Message.Descriptor d) {
+    }
+
+    private TransferSender(Builder b) {
+        super(b.identity, b.clock);
+        this.pool = b.pool;
+        this.layout = pool.layout();
+        if (b.identity.layoutFingerprint() != layout.fingerprint()) {
+            throw new IllegalArgumentException("identity's layout fingerprint " + PeerIdentity.hex(b.identity.layoutFingerprint())
+                + " is not the pool's " + PeerIdentity.hex(layout.fingerprint()) + " (" + layout + ")");
+        }
+        this.maxPagesInFlight = b.maxPagesInFlight;
+        this.checksums = b.checksums;
+        this.drainDeadlineNanos = b.drainDeadline.toNanos();
+    }
+
+    /**
+     * @param pool     the prefill pool the KV is read from
+     * @param identity this side's identity; its layout fingerprint must be the pool's
+     * @return a builder
+     */
+    public static Builder builder(KvPool pool, PeerIdentity identity) {
+        return new Builder(pool, identity);
+    }
+
+    /** @return transfers completed */
+    public long completedTransfers() {
+        return completed.sum();
+    }
+
+    /** @return DRAINED confirmations sent */
+    public long drainedSent() {
+        return drainedSent.sum();
+    }
+
+    /** @return writes posted */
+    public long writesPosted() {
+        return writesPosted.sum();
+    }
+
+    /** @return writes that failed or were cancelled */
+    public long writesFailed() {
+        return writesFailed.sum();
+    }
+
+    /** @return times a drain deadline made the transport force-cancel writes */
+    public long forcedCancels() {
+        return forcedCancels.sum();
+    }
+
+    /** @return pages being written now (across transfers) */
+    public long pagesInFlight() {
+        return inFlight;
+    }
+
+    /** @return transfers not yet COMPLETED or DRAINED (WAITING ones included) */
+    public int activeTransfers() {
+        return offers.size();
+    }
+
+    /**
+     * Offers a request's KV for transfer. Retains every page of the sequence (the caller may close it at
+     * once); the references are dropped when the transfer is over.
+     *
+     * @param requestId the request; the receiver's descriptor names it
+     * @param source    the prefill sequence holding the KV of its {@link Sequence#tokenCount()} tokens
+     * @return the transfer
+     */
+    public OutgoingTransfer offer(long requestId, Sequence source) {
+        ensureOpen();
+        if (source.pool() != pool) {
+            throw new IllegalArgumentException("the sequence belongs to another pool");
+        }
+        final long[] handles = new long[source.pageCount()];
+        for (int i = 0; i < handles.length; i++) {
+            handles[i] = source.pageHandle(i);
+        }
+        return offer(requestId, handles, source.tokenCount());
+    }
+
+    /**
+     * Offers KV held in pages by handle. Retains each page (the handles must be current OWNED pages of
+     * this sender's pool).
+     *
+     * @param requestId  the request
+     * @param handles    the pages, in logical order; {@code ceil(tokenCount / tokensPerPage)} of them
+     * @param tokenCount tokens of KV they hold
+     * @return the transfer
+     */
+    public OutgoingTransfer offer(long requestId, long[] handles, int tokenCount) {
+        ensureOpen();
+        if (offers.containsKey(requestId)) {
+            throw new IllegalStateException("request " + requestId + " is already offered");
+        }
+        if (handles.length != layout.pagesFor(tokenCount)) {
+            throw new IllegalArgumentException(tokenCount + " tokens need " + layout.pagesFor(tokenCount) + " pages, got "
+                + handles.length);
+        }
+        int retained = 0;
+        try {
+            for (; retained < handles.length; retained++) {
+                pool.retain(handles[retained]);
+            }
+        } catch (RuntimeException e) {
+            for (int i = 0; i < retained; i++) {
+                pool.release(handles[i]);
+            }
+            throw e;
+        }
+        final OutgoingTransfer t = new OutgoingTransfer(requestId, handles.clone(), tokenCount, nextSerial++);
+        offers.put(requestId, t);
+        bySerial.put(t.serial, t);
+        final PendingDescriptor pd = early.remove(requestId);
+        if (pd != null) {
+            begin(t, pd.peer, pd.d);
+        }
+        return t;
+    }
+
+    /**
+     * Aborts a transfer: nothing more is posted, the receiver is told, and DRAINED follows once every
+     * posted write ended. Does nothing to a transfer that is COMPLETED or already failing.
+     *
+     * @return whether this call failed it
+     */
+    public boolean abort(OutgoingTransfer t, String why) {
+        ensureOpen();
+        if (t.state == OutgoingTransfer.State.WAITING) {
+            t.failure = "aborted before a descriptor arrived: " + why;
+            t.state = OutgoingTransfer.State.FAILING;
+            active.add(t);
+            return true;
+        }
+        if (t.state != OutgoingTransfer.State.WRITING && t.state != OutgoingTransfer.State.FLUSHING) {
+            return false;
+        }
+        fail(t, "aborted: " + why, true, Message.Abort.REQUESTED);
+        return true;
+    }
+
+    // ---------------------------------------------------------------------------------------------
+
+    @Override
+    void onMessage(Peer p, Message m) {
+        switch (m) {
+            case Message.Descriptor d -> onDescriptor(p, d);
+            case Message.Abort a -> onAbort(p, a);
+            default -> {
+                malformedFrames.increment();
+                fail(p, Peer.State.FAILED, "protocol error: a sender does not accept " + m.getClass().getSimpleName());
+            }
+        }
+    }
+
+    private void onDescriptor(Peer p, Message.Descriptor d) {
+        final String bad = d.layoutFingerprint() != layout.fingerprint()
+            ? "layout fingerprint " + PeerIdentity.hex(d.layoutFingerprint()) + " is not this sender's " + PeerIdentity.hex(layout.fingerprint())
+            : d.senders() < 1 || d.senderRank() < 0 || d.senderRank() >= d.senders()
+            ? "rank " + d.senderRank() + " of " + d.senders() + " senders"
+            : d.pageHandles().length == 0 || d.pageHandles().length != layout.pagesFor(d.expectedTokens())
+            ? d.pageHandles().length + " pages for " + d.expectedTokens() + " tokens" : null;
+        if (bad != null) {
+            refuse(p, d.transferId(), d.generation(), d.senderRank(), "bad descriptor: " + bad);
+            return;
+        }
+        final OutgoingTransfer t = offers.get(d.requestId());
+        if (t == null) {
+            final PendingDescriptor old = early.put(d.requestId(), new PendingDescriptor(p, d));
+            if (old != null) {
+                refuse(old.peer, old.d.transferId(), old.d.generation(), old.d.senderRank(), "superseded by a newer descriptor");
+            }
+            return;
+        }
+        if (t.state != OutgoingTransfer.State.WAITING) {
+            refuse(p, d.transferId(), d.generation(), d.senderRank(), "request " + d.requestId() + " is already " + t.state);
+            return;
+        }
+        begin(t, p, d);
+    }
+
+    /** Refuses a descriptor: ABORT, then DRAINED with nothing posted (true: nothing was). */
+    private void refuse(Peer p, long transferId, int generation, int rank, String why) {
+        send(p, new Message.Abort(transferId, generation, Message.Abort.SENDER_FAILED, why));
+        send(p, new Message.Drained(transferId, generation, rank, 0, 0, 0));
+    }
+
+    private void begin(OutgoingTransfer t, Peer p, Message.Descriptor d) {
+        t.peer = p;
+        t.transferId = d.transferId();
+        t.generation = d.generation();
+        t.rank = d.senderRank();
+        t.senders = d.senders();
+        final int pages = d.pageHandles().length;
+        t.firstPage = TransferPlan.firstPage(pages, d.senders(), d.senderRank());
+        t.endPage = TransferPlan.firstPage(pages, d.senders(), d.senderRank() + 1);
+        t.nextPage = t.firstPage;
+        t.state = OutgoingTransfer.State.WRITING;
+        active.add(t);
+        if (!p.isUp()) {
+            fail(t, "link down: " + p.failure, false, 0);
+            return;
+        }
+        try {
+            t.region = p.link.attach(d.regionKey(), t.endPage - t.firstPage);
+        } catch (RuntimeException e) {
+            fail(t, "could not attach the region: " + e.getMessage(), true, Message.Abort.SENDER_FAILED);
+            return;
+        }
+        pump(t);
+    }
+
+    private void onAbort(Peer p, Message.Abort a) {
+        final OutgoingTransfer t = find(p, a.transferId(), a.generation());
+        if (t != null) {
+            if (t.state == OutgoingTransfer.State.WRITING || t.state == OutgoingTransfer.State.FLUSHING) {
+                fail(t, "aborted by the receiver (reason " + a.reason() + "): " + a.detail(), false, 0);
+            }
+            return; // FAILING: its DRAINED follows once every posted write ended
+        }
+        for (PendingDescriptor pd : early.values()) {
+            if (pd.peer == p && pd.d.transferId() == a.transferId() && pd.d.generation() == a.generation()) {
+                early.remove(pd.d.requestId());
+                break;
+            }
+        }
+        // Never started here (descriptor lost or early), or already over: nothing of ours is in flight for
+        // it on this link. Rank -1 says so for every rank this link holds.
+        send(p, new Message.Drained(a.transferId(), a.generation(), -1, 0, 0, 0));
+    }
+
+    private OutgoingTransfer find(Peer p, long transferId, int generation) {
+        for (int i = 0; i < active.size(); i++) {
+            final OutgoingTransfer t = active.get(i);
+            if (t.peer == p && t.transferId == transferId && t.generation == generation) {
+                return t;
+            }
+        }
+        return null;
+    }
+
+    /** Posts as many pages as the in-flight bound allows; on the last completion, flushes. */
+    private void pump(OutgoingTransfer t) {
+        if (t.state != OutgoingTransfer.State.WRITING) {
+            return;
+        }
+        final int have = t.sourceHandles.length;
+        final int end = Math.min(t.endPage, have);
+        final int room = (int) Math.min(maxPagesInFlight - inFlight, end - t.nextPage);
+        if (room > 0) {
+            final int[] dst = new int[room];
+            final int[] src = new int[room];
+            for (int i = 0; i < room; i++) {
+                final int page = t.nextPage + i;
+                final long v = pool.validate(t.sourceHandles[page]);
+                if (v < 0) {
+                    fail(t, "source page " + page + " is no longer valid (code " + v + ")", true, Message.Abort.SENDER_FAILED);
+                    return;
+                }
+                dst[i] = page - t.firstPage;
+                src[i] = (int) v;
+            }
+            try {
+                t.peer.link.putBatch(t.region, dst, pool.storage(), src, 0, room, ((long) t.serial << 32) | t.nextPage);
+            } catch (RuntimeException e) {
+                fail(t, "putBatch failed: " + e.getMessage(), true, Message.Abort.SENDER_FAILED);
+                return;
+            }
+            t.nextPage += room;
+            t.posted += room;
+            inFlight += room;
+            writesPosted.add(room);
+        }
+        if (t.nextPage == end && t.succeeded == t.posted) {
+            t.state = OutgoingTransfer.State.FLUSHING;
+            try {
+                t.peer.link.flush(((long) t.serial << 32) | FLUSH);
+            } catch (RuntimeException e) {
+                fail(t, "flush failed: " + e.getMessage(), true, Message.Abort.SENDER_FAILED);
+            }
+        }
+    }
+
+    @Override
+    public void onWriteDone(PeerLink link, long token, int status) {
+        final OutgoingTransfer t = bySerial.get((int) (token >>> 32));
+        if (t == null) {
+            return;
+        }
+        inFlight--;
+        if (status == PeerLink.OK) {
+            t.succeeded++;
+        } else {
+            t.failed++;
+            writesFailed.increment();
+            if (t.state == OutgoingTransfer.State.WRITING || t.state == OutgoingTransfer.State.FLUSHING) {
+                fail(t, "write of page " + (int) token + " " + (status == PeerLink.CANCELED ? "cancelled" : "failed"), true,
+                    Message.Abort.SENDER_FAILED);
+            }
+        }
+        if (t.state == OutgoingTransfer.State.WRITING) {
+            pump(t);
+        } else if (t.state == OutgoingTransfer.State.FAILING) {
+            maybeDrained(t);
+        }
+    }
+
+    @Override
+    public void onFlushDone(PeerLink link, long token, boolean ok) {
+        final OutgoingTransfer t = bySerial.get((int) (token >>> 32));
+        if (t == null || t.state != OutgoingTransfer.State.FLUSHING) {
+            return;
+        }
+        if (!ok) {
+            fail(t, "flush did not prove delivery", true, Message.Abort.SENDER_FAILED);
+            return;
+        }
+        final int end = Math.min(t.endPage, t.sourceHandles.length);
+        int[] cs = null;
+        if (checksums) {
+            cs = new int[end - t.firstPage];
+            for (int p = t.firstPage; p < end; p++) {
+                cs[p - t.firstPage] = KvChecksum.of(layout, pool.page(t.sourceHandles[p]), t.requestId, p, t.tokenCount);
+            }
+        }
+        send(t.peer, new Message.Completion(t.transferId, t.generation, t.rank, t.tokenCount, t.firstPage, cs, t.posted,
+            t.succeeded, t.failed));
+        t.state = OutgoingTransfer.State.COMPLETED;
+        completed.increment();
+        finish(t);
+    }
+
+    /** Marks the transfer failed first (no new writes), tells the receiver, then waits for terminal states. */
+    private void fail(OutgoingTransfer t, String why, boolean tellReceiver, int reason) {
+        t.state = OutgoingTransfer.State.FAILING;
+        t.failure = why;
+        t.deadline = clock.nanoTime() + drainDeadlineNanos;
+        if (tellReceiver && t.peer != null) {
+            send(t.peer, new Message.Abort(t.transferId, t.generation, reason, why));
+        }
+        maybeDrained(t);
+    }
+
+    private void maybeDrained(OutgoingTransfer t) {
+        if (t.state != OutgoingTransfer.State.FAILING || t.succeeded + t.failed != t.posted) {
+            return;
+        }
+        if (t.peer != null && send(t.peer, new Message.Drained(t.transferId, t.generation, t.rank, t.posted, t.succeeded, t.failed))) {
+            drainedSent.increment();
+        }
+        t.state = OutgoingTransfer.State.DRAINED;
+        finish(t);
+    }
+
+    /** Every write ended: drop the source references. */
+    private void finish(OutgoingTransfer t) {
+        if (!t.sourceReleased) {
+            t.sourceReleased = true;
+            for (long h : t.sourceHandles) {
+                pool.release(h);
+            }
+        }
+        offers.remove(t.requestId);
+        bySerial.remove(t.serial);
+        active.remove(t);
+    }
+
+    @Override
+    int onDuty(long now) {
+        int work = 0;
+        scratch.clear();
+        scratch.addAll(active);
+        for (int i = 0; i < scratch.size(); i++) {
+            final OutgoingTransfer t = scratch.get(i);
+            if (t.state == OutgoingTransfer.State.FAILING && !t.forced && now - t.deadline >= 0 && t.peer != null) {
+                t.forced = true;
+                forcedCancels.increment();
+                try {
+                    t.peer.link.cancelWrites();
+                } catch (RuntimeException ignored) {
+                    // the transport still owes terminal states
+                }
+                work++;
+            } else if (t.state == OutgoingTransfer.State.WRITING) {
+                final long before = t.posted;
+                pump(t);
+                work += (int) (t.posted - before);
+            }
+            if (t.state == OutgoingTransfer.State.FAILING) {
+                maybeDrained(t);
+            }
+        }
+        return work;
+    }
+
+    @Override
+    void onPeerDown(Peer p) {
+        for (OutgoingTransfer t : active.toArray(new OutgoingTransfer[0])) {
+            if (t.peer == p && (t.state == OutgoingTransfer.State.WRITING || t.state == OutgoingTransfer.State.FLUSHING)) {
+                fail(t, "link lost: " + p.failure, false, 0);
+            }
+        }
+        early.values().removeIf(pd -> pd.peer == p);
+    }
+
+    /**
+     * Closes the sender: aborts every transfer and closes the links. Source pages of writes that have
+     * not ended stay retained (a transport may still read them). Idempotent.
+     */
+    @Override
+    public void close() {
+        if (closed) {
+            return;
+        }
+        for (OutgoingTransfer t : active.toArray(new OutgoingTransfer[0])) {
+            if (t.state == OutgoingTransfer.State.WRITING || t.state == OutgoingTransfer.State.FLUSHING) {
+                fail(t, "sender closed", true, Message.Abort.SENDER_FAILED);
+            }
+        }
+        for (OutgoingTransfer t : offers.values().toArray(new OutgoingTransfer[0])) {
+            if (t.state == OutgoingTransfer.State.WAITING) {
+                t.state = OutgoingTransfer.State.DRAINED;
+                t.failure = "sender closed before a descriptor arrived";
+                finish(t);
+            }
+        }
+        closed = true;
+        for (Peer p : peers) {
+            try {
+                p.link.close();
+            } catch (RuntimeException ignored) {
+                // best effort
+            }
+        }
+    }
+
+    @Override
+    public String toString() {
+        return "TransferSender[" + identity.environment() + ", " + peers.size() + " peers, " + offers.size() + " offered]";
+    }
+
+    /** Builds a {@link TransferSender}. */
+    public static final class Builder {
+        private final KvPool pool;
+        private final PeerIdentity identity;
+        private NanoClock clock = NanoClock.SYSTEM;
+        private int maxPagesInFlight = 64;
+        private boolean checksums = true;
+        private Duration drainDeadline = Duration.ofSeconds(10);
+
+        private Builder(KvPool pool, PeerIdentity identity) {
+            this.pool = Objects.requireNonNull(pool, "pool");
+            this.identity = Objects.requireNonNull(identity, "identity");
+        }
+
+        /** The clock deadlines are measured on (default {@link NanoClock#SYSTEM}). */
+        public Builder clock(NanoClock clock) {
+            this.clock = Objects.requireNonNull(clock, "clock");
+            return this;
+        }
+
+        /** The most pages being written at once, across transfers (default 64). */
+        public Builder maxPagesInFlight(int n) {
+            if (n < 1) {
+                throw new IllegalArgumentException("maxPagesInFlight must be ≥ 1, was " + n);
+            }
+            this.maxPagesInFlight = n;
+            return this;
+        }
+
+        /** Whether completions carry checksums (default true; receivers require them by default). */
+        public Builder checksums(boolean on) {
+            this.checksums = on;
+            return this;
+        }
+
+        /** How long a failing transfer waits for its writes' terminal states before force-cancelling them (default 10 s). */
+        public Builder drainDeadline(Duration d) {
+            this.drainDeadline = TransferReceiver.Builder.positive("drainDeadline", d);
+            return this;
+        }
+
+        /** @return the sender */
+        public TransferSender build() {
+            return new TransferSender(this);
+        }
+    }
+}

@@ -1,0 +1,58 @@
+package io.kvpool.transfer.sim;
+
+/**
+ * What a {@link SimNetwork} does wrong, and how often. Probabilities are per write or per control frame.
+ * {@link #NONE} is a perfect network with small random delays.
+ *
+ * @param minWriteDelayNanos  a write lands at least this long after it is posted
+ * @param maxWriteDelayNanos  and at most this long (uniform; writes overtake each other)
+ * @param writeFail           a write completes FAILED; half of those land anyway (a failed write may have landed)
+ * @param lostWrite           a write completes OK, its flush succeeds, and it never lands (a transport bug: ucx.md saw 72)
+ * @param misdirectedWrite    a write lands in another page of the same registration (the checksum's case)
+ * @param corruptedWrite      a write lands with one byte flipped
+ * @param stragglerWrite      a write lands very late: between {@code stragglerMinNanos} and {@code stragglerMaxNanos}
+ *                            after posting, and its completion waits as long (a frozen peer)
+ * @param stragglerMinNanos   see {@code stragglerWrite}
+ * @param stragglerMaxNanos   see {@code stragglerWrite}
+ * @param frameLoss           a control frame is lost
+ * @param frameDuplicate      a control frame is delivered twice
+ * @param maxFrameDelayNanos  control frames take up to this long (in order per direction)
+ */
+public record SimFaults(long minWriteDelayNanos, long maxWriteDelayNanos, double writeFail, double lostWrite,
+                        double misdirectedWrite, double corruptedWrite, double stragglerWrite, long stragglerMinNanos,
+                        long stragglerMaxNanos, double frameLoss, double frameDuplicate, long maxFrameDelayNanos) {
+
+    /** A perfect network: writes land within 1–50 µs, frames within 20 µs. */
+    public static final SimFaults NONE = new SimFaults(1_000, 50_000, 0, 0, 0, 0, 0, 0, 0, 0, 0, 20_000);
+
+    /** Validates ranges. */
+    public SimFaults {
+        if (minWriteDelayNanos < 0 || maxWriteDelayNanos < minWriteDelayNanos || stragglerMaxNanos < stragglerMinNanos
+            || maxFrameDelayNanos < 0) {
+            throw new IllegalArgumentException("bad delays: " + this);
+        }
+        for (double p : new double[] {writeFail, lostWrite, misdirectedWrite, corruptedWrite, stragglerWrite, frameLoss, frameDuplicate}) {
+            if (p < 0 || p > 1) {
+                throw new IllegalArgumentException("probabilities must be in [0, 1]: " + this);
+            }
+        }
+    }
+
+    /** @return a copy with these write-fault probabilities */
+    public SimFaults withWrites(double fail, double lost, double misdirected, double corrupted) {
+        return new SimFaults(minWriteDelayNanos, maxWriteDelayNanos, fail, lost, misdirected, corrupted, stragglerWrite,
+            stragglerMinNanos, stragglerMaxNanos, frameLoss, frameDuplicate, maxFrameDelayNanos);
+    }
+
+    /** @return a copy with stragglers: probability and delay range */
+    public SimFaults withStragglers(double p, long minNanos, long maxNanos) {
+        return new SimFaults(minWriteDelayNanos, maxWriteDelayNanos, writeFail, lostWrite, misdirectedWrite, corruptedWrite, p,
+            minNanos, maxNanos, frameLoss, frameDuplicate, maxFrameDelayNanos);
+    }
+
+    /** @return a copy with these control-frame faults */
+    public SimFaults withFrames(double loss, double duplicate) {
+        return new SimFaults(minWriteDelayNanos, maxWriteDelayNanos, writeFail, lostWrite, misdirectedWrite, corruptedWrite,
+            stragglerWrite, stragglerMinNanos, stragglerMaxNanos, loss, duplicate, maxFrameDelayNanos);
+    }
+}

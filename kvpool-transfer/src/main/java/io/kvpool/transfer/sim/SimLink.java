@@ -1,0 +1,284 @@
+package io.kvpool.transfer.sim;
+
+import io.kvpool.storage.PageStorage;
+import io.kvpool.transfer.spi.LinkFailedException;
+import io.kvpool.transfer.spi.LinkListener;
+import io.kvpool.transfer.spi.PeerLink;
+import io.kvpool.transfer.spi.Registration;
+import io.kvpool.transfer.spi.RemoteRegion;
+
+import java.lang.foreign.ValueLayout;
+import java.nio.ByteBuffer;
+import java.util.ArrayDeque;
+import java.util.LinkedHashMap;
+import java.util.Map;
+
+/** One end of a {@link SimNetwork} link. */
+public final class SimLink implements PeerLink {
+
+    private final SimNetwork net;
+    private final String name;
+    private final boolean revocable;
+    SimLink peer;
+    private final ArrayDeque<Object> ready = new ArrayDeque<>();
+    private final Map<Long, PendingWrite> pending = new LinkedHashMap<>();
+    private long writeSeq;
+    private long lastFrameAt;
+    private boolean up = true;
+    boolean crashed;
+    boolean tornDown;
+    private boolean closed;
+    private boolean failureQueued;
+    private boolean windowFailed;
+    private long windowLastLanding;
+
+    private record FrameEvent(byte[] frame) {
+    }
+
+    private record WriteEvent(long token, int status) {
+    }
+
+    private record FlushEvent(long token, boolean ok) {
+    }
+
+    private record FailEvent(String reason) {
+    }
+
+    private static final class PendingWrite {
+        final long token;
+        boolean done;
+
+        PendingWrite(long token) {
+            this.token = token;
+        }
+    }
+
+    private record Remote(SimRegistration reg) implements RemoteRegion {
+        @Override
+        public int pages() {
+            return reg.slots.length;
+        }
+    }
+
+    SimLink(SimNetwork net, String name, boolean revocable) {
+        this.net = net;
+        this.name = name;
+        this.revocable = revocable;
+    }
+
+    @Override
+    public String describe() {
+        return "sim:" + name;
+    }
+
+    @Override
+    public boolean isUp() {
+        return up;
+    }
+
+    /** @return writes posted here whose terminal state has not been reported yet */
+    public int pendingWrites() {
+        return pending.size();
+    }
+
+    private void requireUp() {
+        if (!up) {
+            throw new LinkFailedException(describe() + " is down");
+        }
+    }
+
+    @Override
+    public void send(byte[] frame) {
+        requireUp();
+        final SimFaults f = net.faults();
+        if (f.frameLoss() > 0 && net.random().nextDouble() < f.frameLoss()) {
+            return;
+        }
+        final int copies = f.frameDuplicate() > 0 && net.random().nextDouble() < f.frameDuplicate() ? 2 : 1;
+        final byte[] copy = frame.clone();
+        for (int i = 0; i < copies; i++) {
+            lastFrameAt = Math.max(lastFrameAt, net.now() + net.delay(f.maxFrameDelayNanos())); // in order, like a stream
+            final SimLink to = peer;
+            net.schedule(lastFrameAt, () -> {
+                if (!to.closed && !to.crashed) {
+                    to.ready.add(new FrameEvent(copy));
+                }
+            });
+        }
+    }
+
+    @Override
+    public int poll(LinkListener listener, int limit) {
+        int n = 0;
+        while (n < limit && !ready.isEmpty()) {
+            final Object e = ready.poll();
+            n++;
+            switch (e) {
+                case FrameEvent fe -> listener.onFrame(this, ByteBuffer.wrap(fe.frame()));
+                case WriteEvent we -> listener.onWriteDone(this, we.token(), we.status());
+                case FlushEvent fl -> listener.onFlushDone(this, fl.token(), fl.ok());
+                case FailEvent fa -> listener.onLinkFailed(this, fa.reason());
+                default -> throw new AssertionError(e);
+            }
+        }
+        return n;
+    }
+
+    @Override
+    public Registration register(PageStorage storage, int[] slots) {
+        requireUp();
+        return net.register(this, storage, slots, revocable);
+    }
+
+    @Override
+    public boolean tearDown() {
+        tornDown = true;
+        close();
+        return true;
+    }
+
+    @Override
+    public RemoteRegion attach(byte[] regionKey, int pages) {
+        requireUp();
+        if (regionKey.length != 8) {
+            throw new LinkFailedException(describe() + ": region key of " + regionKey.length + " bytes, expected 8");
+        }
+        final SimRegistration reg = net.registration(ByteBuffer.wrap(regionKey).getLong());
+        if (reg == null || reg.owner != peer) {
+            throw new LinkFailedException(describe() + ": region key names no registration of this link's peer");
+        }
+        if (reg.slots.length != pages) {
+            throw new LinkFailedException(describe() + ": the registration has " + reg.slots.length + " pages, asked for " + pages);
+        }
+        return new Remote(reg);
+    }
+
+    @Override
+    public void putBatch(RemoteRegion region, int[] dst, PageStorage source, int[] src, int off, int count, long firstToken) {
+        requireUp();
+        final SimRegistration reg = ((Remote) region).reg;
+        final SimFaults f = net.faults();
+        for (int i = 0; i < count; i++) {
+            final int dstIndex = dst[off + i];
+            if (dstIndex < 0 || dstIndex >= reg.slots.length) {
+                throw new IndexOutOfBoundsException("destination page " + dstIndex + " of a " + reg.slots.length + "-page region");
+            }
+            final byte[] bytes = source.hostPage(src[off + i]).toArray(ValueLayout.JAVA_BYTE); // read at post time
+            final long token = firstToken + i;
+            final double r = net.random().nextDouble();
+            double edge = 0;
+            final boolean fail = r < (edge += f.writeFail());
+            final boolean lost = !fail && r < (edge += f.lostWrite());
+            final boolean misdirect = !fail && !lost && r < (edge += f.misdirectedWrite());
+            final boolean corrupt = !fail && !lost && !misdirect && r < (edge += f.corruptedWrite());
+            final boolean straggle = net.random().nextDouble() < f.stragglerWrite();
+            final long landAt;
+            final long doneAt;
+            if (straggle) {
+                landAt = net.now() + f.stragglerMinNanos() + net.delay(f.stragglerMaxNanos() - f.stragglerMinNanos());
+                doneAt = landAt;
+            } else {
+                landAt = net.now() + net.writeDelay();
+                doneAt = net.now() + net.writeDelay(); // completion is not delivery: either may come first
+            }
+            int target = dstIndex;
+            if (misdirect && reg.slots.length > 1) {
+                target = (dstIndex + 1 + net.random().nextInt(reg.slots.length - 1)) % reg.slots.length;
+            } else if (misdirect || corrupt) {
+                bytes[net.random().nextInt(bytes.length)] ^= (byte) 0x5A;
+            }
+            if (!lost && (!fail || net.random().nextBoolean())) {
+                final int t = target;
+                net.schedule(landAt, () -> net.land(reg, t, bytes));
+            }
+            final PendingWrite pw = new PendingWrite(token);
+            final long id = writeSeq++;
+            pending.put(id, pw);
+            final int status = fail ? FAILED : OK;
+            net.schedule(doneAt, () -> complete(id, status));
+            windowFailed |= fail;
+            windowLastLanding = Math.max(windowLastLanding, Math.max(landAt, doneAt));
+        }
+    }
+
+    private void complete(long id, int status) {
+        final PendingWrite pw = pending.remove(id);
+        if (pw == null || pw.done) {
+            return;
+        }
+        pw.done = true;
+        if (!crashed) {
+            ready.add(new WriteEvent(pw.token, status));
+        }
+    }
+
+    @Override
+    public void flush(long token) {
+        requireUp();
+        final boolean failed = windowFailed;
+        final long at = Math.max(net.now(), windowLastLanding) + 1;
+        windowFailed = false;
+        net.schedule(at, () -> {
+            if (!crashed && !closed) {
+                ready.add(new FlushEvent(token, up && !failed));
+            }
+        });
+    }
+
+    @Override
+    public void cancelWrites() {
+        // like UCX's closeNonBlockingForce: every pending request ends CANCELED, the endpoint goes down,
+        // and bytes already on the wire may still land unless the receiver tears down its side
+        cancelPending();
+        if (up) {
+            down("writes force-cancelled");
+            final SimLink other = peer;
+            net.schedule(net.now() + net.delay(net.faults().maxFrameDelayNanos()), () -> other.failFromPeer("peer force-closed"));
+        }
+    }
+
+    private void cancelPending() {
+        for (PendingWrite pw : pending.values()) {
+            if (!pw.done) {
+                pw.done = true;
+                ready.add(new WriteEvent(pw.token, CANCELED));
+            }
+        }
+        pending.clear();
+    }
+
+    void down(String reason) {
+        up = false;
+    }
+
+    void failFromPeer(String reason) {
+        if (crashed || closed) {
+            return;
+        }
+        up = false;
+        if (!failureQueued) {
+            failureQueued = true;
+            ready.add(new FailEvent(reason));
+        }
+    }
+
+    @Override
+    public void close() {
+        if (closed) {
+            return;
+        }
+        cancelPending();
+        final boolean wasUp = up;
+        up = false;
+        closed = true;
+        if (wasUp) {
+            final SimLink other = peer;
+            net.schedule(net.now() + net.delay(net.faults().maxFrameDelayNanos()), () -> other.failFromPeer("peer closed"));
+        }
+    }
+
+    @Override
+    public String toString() {
+        return describe();
+    }
+}
