@@ -126,6 +126,18 @@ public final class ShmLink implements PeerLink {
         return peer == null ? -1 : peer.pid();
     }
 
+    /**
+     * @return the layout of the peer's pool file (the pages {@link #putBatch} writes)
+     * @throws LinkFailedException if the link is not ready or the peer exposes no pool
+     */
+    public io.kvpool.KvLayout remoteLayout() {
+        ensureReady();
+        if (remote == null) {
+            throw new LinkFailedException(describe() + ": the peer exposes no pool");
+        }
+        return remote.layout();
+    }
+
     /** @return why the link failed, or {@code null} if it has not */
     public String failureReason() {
         return failure;
