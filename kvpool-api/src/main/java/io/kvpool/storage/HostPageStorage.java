@@ -28,9 +28,14 @@ public final class HostPageStorage implements PageStorage {
     private final Arena arena;
     private final MemorySegment all;
     private final MemorySegment canaryPage;
+    private final Runnable onClose;
     private volatile boolean closed;
 
     private HostPageStorage(KvLayout layout, int pages) {
+        this(layout, pages, null, true, null);
+    }
+
+    private HostPageStorage(KvLayout layout, int pages, MemorySegment external, boolean canaryFill, Runnable onClose) {
         if (pages < 1) {
             throw new IllegalArgumentException("a storage needs at least 1 page, was " + pages);
         }
@@ -43,9 +48,14 @@ public final class HostPageStorage implements PageStorage {
         } catch (ArithmeticException e) {
             throw new IllegalArgumentException(pages + " pages of " + pageBytes + " bytes overflow a long", e);
         }
+        if (external != null && external.byteSize() < total) {
+            throw new IllegalArgumentException("segment of " + external.byteSize() + " bytes cannot hold " + pages
+                + " pages of " + pageBytes + " bytes (" + total + " bytes)");
+        }
+        this.onClose = onClose;
         this.arena = Arena.ofShared();
         try {
-            this.all = arena.allocate(total, ALIGNMENT);
+            this.all = external != null ? external.asSlice(0, total) : arena.allocate(total, ALIGNMENT);
             this.canaryPage = arena.allocate(pageBytes, ALIGNMENT);
         } catch (OutOfMemoryError | IllegalArgumentException e) {
             arena.close();
@@ -55,8 +65,10 @@ public final class HostPageStorage implements PageStorage {
         for (long o = 0; o < pageBytes; o++) {
             canaryPage.set(ValueLayout.JAVA_BYTE, o, canaryByte(o));
         }
-        for (int p = 0; p < pages; p++) {
-            fill(p, FillMode.CANARY);
+        if (canaryFill) {
+            for (int p = 0; p < pages; p++) {
+                fill(p, FillMode.CANARY);
+            }
         }
     }
 
@@ -69,6 +81,26 @@ public final class HostPageStorage implements PageStorage {
      */
     public static HostPageStorage allocate(KvLayout layout, int pages) {
         return new HostPageStorage(layout, pages);
+    }
+
+    /**
+     * Host storage over memory the caller provides and owns, e.g. a file mapping shared with another
+     * process: page {@code p} at offset {@code p × bytesPerPage} of {@code segment}. Fill, canary and copy
+     * behave exactly as for {@link #allocate}. Closing the storage makes it refuse further use and then
+     * runs {@code onClose} once (which should release the segment's memory); the segment itself is
+     * never freed by this class.
+     *
+     * @param layout     the page layout
+     * @param pages      number of pages, ≥ 1
+     * @param segment    at least {@code pages × bytesPerPage} bytes
+     * @param canaryFill whether to fill every page with the canary now ({@code false} keeps the current
+     *                   bytes, e.g. when attaching to pages another process already owns)
+     * @param onClose    run once by the first {@link #close()}, or {@code null}
+     * @return the storage
+     * @throws IllegalArgumentException if the segment is too small
+     */
+    public static HostPageStorage over(KvLayout layout, int pages, MemorySegment segment, boolean canaryFill, Runnable onClose) {
+        return new HostPageStorage(layout, pages, Objects.requireNonNull(segment, "segment"), canaryFill, onClose);
     }
 
     static byte canaryByte(long pageOffset) {
@@ -167,7 +199,13 @@ public final class HostPageStorage implements PageStorage {
             synchronized (this) {
                 if (!closed) {
                     closed = true;
-                    arena.close();
+                    try {
+                        arena.close();
+                    } finally {
+                        if (onClose != null) {
+                            onClose.run();
+                        }
+                    }
                 }
             }
         }

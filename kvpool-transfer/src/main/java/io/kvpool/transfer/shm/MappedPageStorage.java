@@ -1,0 +1,339 @@
+package io.kvpool.transfer.shm;
+
+import io.kvpool.DType;
+import io.kvpool.KvLayout;
+import io.kvpool.storage.FillMode;
+import io.kvpool.storage.HostPageStorage;
+import io.kvpool.storage.PageStorage;
+import io.kvpool.transfer.TransferException;
+
+import java.io.IOException;
+import java.io.UncheckedIOException;
+import java.lang.foreign.Arena;
+import java.lang.foreign.MemorySegment;
+import java.lang.foreign.ValueLayout;
+import java.lang.invoke.VarHandle;
+import java.nio.channels.FileChannel;
+import java.nio.file.FileSystems;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.nio.file.StandardOpenOption;
+import java.nio.file.attribute.PosixFilePermissions;
+import java.security.SecureRandom;
+import java.util.Objects;
+
+/**
+ * Pages in a file mapped into memory, so that another process on the same host can map the same file
+ * and write pages directly (the shared-memory transport, {@link ShmLink}). Put the file on a tmpfs
+ * ({@code /dev/shm}) so the pages never go to disk.
+ *
+ * <h2>File layout (all integers little-endian)</h2>
+ * <pre>
+ *  offset 0     header page ({@value #HEADER_BYTES} bytes)
+ *     0  u64 magic {@link #MAGIC}        (written last, after a full fence: a mapper never sees a half header)
+ *     8  i32 format version {@link #FORMAT_VERSION}
+ *    12  i32 page count
+ *    16  i64 layout fingerprint ({@link KvLayout#fingerprint()})
+ *    24  i64 bytes per page
+ *    32  i32 layers, i32 kvHeads, i32 headDim, i32 dtype ordinal, i32 tokensPerPage
+ *    56  i64 file identity (random, chosen at creation; region keys carry it)
+ *    64  i64 pid of the creating process
+ *  offset 4096  page 0, then page p at 4096 + p × bytesPerPage
+ * </pre>
+ *
+ * Page bytes, fill, canary and copy behave exactly as {@link HostPageStorage} (this class delegates to
+ * one over the mapped pages). The receiver {@link #create creates} the file and owns it (closing unmaps
+ * it and deletes the file); a sender {@link #map maps} an existing file, after checking its header, and
+ * closing only unmaps its own view. Another process's mapping stays valid until that process unmaps it
+ * or exits: closing never revokes a peer's access (see {@link ShmLink#tearDown()}).
+ */
+public final class MappedPageStorage implements PageStorage {
+
+    /** First eight bytes of the file: "KVPOOLSH" read as a little-endian long. */
+    public static final long MAGIC = 0x48534C4F4F50564BL;
+    /** Version of the file layout above. */
+    public static final int FORMAT_VERSION = 1;
+    /** Bytes before page 0 (one 4 KiB page, so page 0 is 4096-aligned in every mapping). */
+    public static final long HEADER_BYTES = 4096;
+
+    private static final long OFF_MAGIC = 0, OFF_VERSION = 8, OFF_PAGES = 12, OFF_FINGERPRINT = 16, OFF_PAGE_BYTES = 24,
+        OFF_LAYERS = 32, OFF_KV_HEADS = 36, OFF_HEAD_DIM = 40, OFF_DTYPE = 44, OFF_TPP = 48, OFF_IDENTITY = 56, OFF_PID = 64;
+    private static final ValueLayout.OfLong LONG = ValueLayout.JAVA_LONG_UNALIGNED.withOrder(java.nio.ByteOrder.LITTLE_ENDIAN);
+    private static final ValueLayout.OfInt INT = ValueLayout.JAVA_INT_UNALIGNED.withOrder(java.nio.ByteOrder.LITTLE_ENDIAN);
+
+    private final Path file;
+    private final boolean owner;
+    private final long identity;
+    private final long creatorPid;
+    private final MemorySegment mapping;
+    private final HostPageStorage pages;
+
+    private MappedPageStorage(Path file, boolean owner, long identity, long creatorPid, MemorySegment mapping, HostPageStorage pages) {
+        this.file = file;
+        this.owner = owner;
+        this.identity = identity;
+        this.creatorPid = creatorPid;
+        this.mapping = mapping;
+        this.pages = pages;
+    }
+
+    /**
+     * Creates (or replaces) the file, maps it, fills every page with the canary and writes the header.
+     * The file is readable and writable by its owner only (where the file system supports POSIX
+     * permissions). Usable as a pool's storage factory:
+     * {@code KvPool.builder(layout).storage((l, n) -> MappedPageStorage.create(path, l, n))}.
+     *
+     * @param file   where to create the file (on tmpfs, ideally)
+     * @param layout the page layout
+     * @param pages  number of pages, ≥ 1
+     * @return the storage, owning the file
+     * @throws IllegalArgumentException if {@code pages < 1} or the size overflows
+     * @throws UncheckedIOException     if the file cannot be created or mapped
+     */
+    public static MappedPageStorage create(Path file, KvLayout layout, int pages) {
+        Objects.requireNonNull(file, "file");
+        Objects.requireNonNull(layout, "layout");
+        if (pages < 1) {
+            throw new IllegalArgumentException("a storage needs at least 1 page, was " + pages);
+        }
+        final long size = fileSize(layout.bytesPerPage(), pages);
+        final Arena arena = Arena.ofShared();
+        try {
+            Files.deleteIfExists(file);
+            if (FileSystems.getDefault().supportedFileAttributeViews().contains("posix")) {
+                Files.createFile(file, PosixFilePermissions.asFileAttribute(PosixFilePermissions.fromString("rw-------")));
+            } else {
+                Files.createFile(file);
+            }
+            final MemorySegment mapping;
+            try (FileChannel ch = FileChannel.open(file, StandardOpenOption.READ, StandardOpenOption.WRITE)) {
+                mapping = ch.map(FileChannel.MapMode.READ_WRITE, 0, size, arena);
+            }
+            final long identity = new SecureRandom().nextLong() | 1; // never 0 (0 means "no pool" in the bootstrap)
+            final long pid = ProcessHandle.current().pid();
+            final HostPageStorage host = HostPageStorage.over(layout, pages, mapping.asSlice(HEADER_BYTES), true,
+                closer(arena, file, true));
+            mapping.set(INT, OFF_VERSION, FORMAT_VERSION);
+            mapping.set(INT, OFF_PAGES, pages);
+            mapping.set(LONG, OFF_FINGERPRINT, layout.fingerprint());
+            mapping.set(LONG, OFF_PAGE_BYTES, layout.bytesPerPage());
+            mapping.set(INT, OFF_LAYERS, layout.layers());
+            mapping.set(INT, OFF_KV_HEADS, layout.kvHeads());
+            mapping.set(INT, OFF_HEAD_DIM, layout.headDim());
+            mapping.set(INT, OFF_DTYPE, layout.dtype().ordinal());
+            mapping.set(INT, OFF_TPP, layout.tokensPerPage());
+            mapping.set(LONG, OFF_IDENTITY, identity);
+            mapping.set(LONG, OFF_PID, pid);
+            VarHandle.fullFence();
+            mapping.set(LONG, OFF_MAGIC, MAGIC);
+            return new MappedPageStorage(file, true, identity, pid, mapping, host);
+        } catch (IOException e) {
+            closeQuietly(arena);
+            throw new UncheckedIOException("cannot create the mapped pool file " + file + " of " + size + " bytes ("
+                + pages + " pages of " + layout.bytesPerPage() + " bytes): " + e.getMessage(), e);
+        } catch (RuntimeException | Error e) {
+            closeQuietly(arena);
+            throw e;
+        }
+    }
+
+    /**
+     * Maps an existing pool file read-write (the sender's view), taking the layout from its header.
+     * Nothing is filled: the pages keep the receiver's bytes.
+     *
+     * @param file a file made by {@link #create}
+     * @return a storage over the same pages; closing it only unmaps this view
+     * @throws TransferException    if the header is not a valid pool header, or the file size does not match it
+     * @throws UncheckedIOException if the file cannot be opened or mapped
+     */
+    public static MappedPageStorage map(Path file) {
+        return map(file, null);
+    }
+
+    /**
+     * Like {@link #map(Path)}, and also checks the file holds pages of the expected layout.
+     *
+     * @param file     a file made by {@link #create}
+     * @param expected the layout the caller will write, or {@code null} to accept the file's
+     * @return a storage over the same pages
+     * @throws TransferException    if the header is invalid or its layout fingerprint differs from
+     *                              {@code expected}'s (the message names both fingerprints)
+     * @throws UncheckedIOException if the file cannot be opened or mapped
+     */
+    public static MappedPageStorage map(Path file, KvLayout expected) {
+        Objects.requireNonNull(file, "file");
+        final Arena arena = Arena.ofShared();
+        try {
+            final MemorySegment mapping;
+            try (FileChannel ch = FileChannel.open(file, StandardOpenOption.READ, StandardOpenOption.WRITE)) {
+                final long size = ch.size();
+                if (size < HEADER_BYTES) {
+                    throw new TransferException("mapped pool file " + file + " has " + size + " bytes, less than its "
+                        + HEADER_BYTES + "-byte header");
+                }
+                mapping = ch.map(FileChannel.MapMode.READ_WRITE, 0, size, arena);
+            }
+            final long magic = mapping.get(LONG, OFF_MAGIC);
+            if (magic != MAGIC) {
+                throw new TransferException("file " + file + " is not a kvpool mapped pool: magic 0x" + Long.toHexString(magic)
+                    + ", expected 0x" + Long.toHexString(MAGIC));
+            }
+            VarHandle.fullFence();
+            final int version = mapping.get(INT, OFF_VERSION);
+            if (version != FORMAT_VERSION) {
+                throw new TransferException("mapped pool file " + file + " has format version " + version + ", this side reads "
+                    + FORMAT_VERSION);
+            }
+            final long fingerprint = mapping.get(LONG, OFF_FINGERPRINT);
+            if (expected != null && fingerprint != expected.fingerprint()) {
+                throw new TransferException("mapped pool file " + file + " holds layout fingerprint 0x" + Long.toHexString(fingerprint)
+                    + ", expected 0x" + Long.toHexString(expected.fingerprint()) + " (" + expected + ")");
+            }
+            final int dtype = mapping.get(INT, OFF_DTYPE);
+            if (dtype < 0 || dtype >= DType.values().length) {
+                throw new TransferException("mapped pool file " + file + " names dtype " + dtype + ", only 0.."
+                    + (DType.values().length - 1) + " exist");
+            }
+            final KvLayout layout;
+            try {
+                layout = new KvLayout(mapping.get(INT, OFF_LAYERS), mapping.get(INT, OFF_KV_HEADS), mapping.get(INT, OFF_HEAD_DIM),
+                    DType.values()[dtype], mapping.get(INT, OFF_TPP));
+            } catch (IllegalArgumentException e) {
+                throw new TransferException("mapped pool file " + file + " holds an invalid layout: " + e.getMessage(), e);
+            }
+            if (layout.fingerprint() != fingerprint) {
+                throw new TransferException("mapped pool file " + file + " holds layout fingerprint 0x" + Long.toHexString(fingerprint)
+                    + " but its layout fields (" + layout + ") fingerprint 0x" + Long.toHexString(layout.fingerprint()));
+            }
+            final int pages = mapping.get(INT, OFF_PAGES);
+            final long pageBytes = mapping.get(LONG, OFF_PAGE_BYTES);
+            if (pages < 1 || pageBytes != layout.bytesPerPage()) {
+                throw new TransferException("mapped pool file " + file + " declares " + pages + " pages of " + pageBytes
+                    + " bytes, its layout has " + layout.bytesPerPage() + " bytes per page");
+            }
+            final long want = fileSize(pageBytes, pages);
+            if (mapping.byteSize() != want) {
+                throw new TransferException("mapped pool file " + file + " has " + mapping.byteSize() + " bytes, its header ("
+                    + pages + " pages of " + pageBytes + " bytes) needs " + want);
+            }
+            final HostPageStorage host = HostPageStorage.over(layout, pages, mapping.asSlice(HEADER_BYTES), false,
+                closer(arena, file, false));
+            return new MappedPageStorage(file, false, mapping.get(LONG, OFF_IDENTITY), mapping.get(LONG, OFF_PID), mapping, host);
+        } catch (IOException e) {
+            closeQuietly(arena);
+            throw new UncheckedIOException("cannot map pool file " + file + ": " + e.getMessage(), e);
+        } catch (RuntimeException | Error e) {
+            closeQuietly(arena);
+            throw e;
+        }
+    }
+
+    private static long fileSize(long pageBytes, int pages) {
+        try {
+            return Math.addExact(HEADER_BYTES, Math.multiplyExact(pageBytes, (long) pages));
+        } catch (ArithmeticException e) {
+            throw new IllegalArgumentException(pages + " pages of " + pageBytes + " bytes overflow a long", e);
+        }
+    }
+
+    private static Runnable closer(Arena arena, Path file, boolean delete) {
+        return () -> {
+            arena.close();
+            if (delete) {
+                try {
+                    Files.deleteIfExists(file);
+                } catch (IOException ignored) {
+                    // best effort: the mapping is gone either way
+                }
+            }
+        };
+    }
+
+    private static void closeQuietly(Arena arena) {
+        try {
+            arena.close();
+        } catch (IllegalStateException ignored) {
+            // already closed by a storage that took it over
+        }
+    }
+
+    /** @return the mapped file */
+    public Path file() {
+        return file;
+    }
+
+    /** @return whether this storage created the file (the receiver's) rather than mapped it */
+    public boolean isOwner() {
+        return owner;
+    }
+
+    /** @return the random identity written into the header at creation; region keys carry it */
+    public long identity() {
+        return identity;
+    }
+
+    /** @return the pid of the process that created the file */
+    public long creatorPid() {
+        return creatorPid;
+    }
+
+    /**
+     * @return the segment over all pages (page {@code p} at {@code p × bytesPerPage}), without the header
+     * @throws IllegalStateException if closed
+     */
+    public MemorySegment segment() {
+        return pages.segment();
+    }
+
+    @Override
+    public KvLayout layout() {
+        return pages.layout();
+    }
+
+    @Override
+    public int pageCount() {
+        return pages.pageCount();
+    }
+
+    @Override
+    public boolean isHostAccessible() {
+        return true;
+    }
+
+    @Override
+    public MemorySegment hostPage(int page) {
+        return pages.hostPage(page);
+    }
+
+    @Override
+    public long address(int page, int layer, int kv) {
+        return pages.address(page, layer, kv);
+    }
+
+    @Override
+    public void fill(int page, FillMode mode) {
+        pages.fill(page, mode);
+    }
+
+    @Override
+    public int firstCanaryToken(int page, int fromToken, int toToken) {
+        return pages.firstCanaryToken(page, fromToken, toToken);
+    }
+
+    @Override
+    public void copyPages(int[] src, int srcOff, int[] dst, int dstOff, int count) {
+        pages.copyPages(src, srcOff, dst, dstOff, count);
+    }
+
+    /** Unmaps this process's view (and, for the owner, deletes the file). Idempotent; use afterwards throws {@link IllegalStateException}. */
+    @Override
+    public void close() {
+        pages.close();
+    }
+
+    @Override
+    public String toString() {
+        return "MappedPageStorage[" + file + ", " + pageCount() + " pages, " + (owner ? "owner" : "mapped") + ", identity 0x"
+            + Long.toHexString(identity) + "]";
+    }
+}

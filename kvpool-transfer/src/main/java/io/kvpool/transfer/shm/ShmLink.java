@@ -1,0 +1,629 @@
+package io.kvpool.transfer.shm;
+
+import io.kvpool.storage.PageStorage;
+import io.kvpool.transfer.TransferException;
+import io.kvpool.transfer.spi.LinkFailedException;
+import io.kvpool.transfer.spi.LinkListener;
+import io.kvpool.transfer.spi.PeerLink;
+import io.kvpool.transfer.spi.Registration;
+import io.kvpool.transfer.spi.RemoteRegion;
+import io.kvpool.transfer.wire.MalformedMessageException;
+import io.kvpool.transfer.wire.WireCodec;
+import io.kvpool.transfer.wire.WireFormat;
+
+import java.io.IOException;
+import java.lang.foreign.MemorySegment;
+import java.lang.invoke.VarHandle;
+import java.nio.ByteBuffer;
+import java.nio.ByteOrder;
+import java.nio.channels.SocketChannel;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.time.Instant;
+import java.util.ArrayDeque;
+import java.util.Arrays;
+import java.util.Objects;
+import java.util.Optional;
+
+/**
+ * A {@link PeerLink} between two processes on one host: control frames over a Unix domain socket,
+ * page writes as plain memory copies into the receiver's pool file, which the sender maps
+ * ({@link MappedPageStorage}). Made by {@link ShmTransport#connect} (sender) and
+ * {@link ShmListener#accept} (receiver).
+ *
+ * <h2>How it keeps the {@link PeerLink} semantics</h2>
+ * <ul>
+ *   <li><b>Bootstrap.</b> Before any kvpool frame each side sends its pid and, if it exposes a pool,
+ *       the path and identity of its pool file. A receiver reveals its path only after it has the
+ *       peer's pid, and refuses a peer whose pid is not a live process it can see (another pid
+ *       namespace), because it could then never prove that peer gone.</li>
+ *   <li><b>Writes</b> ({@link #putBatch}) are synchronous {@link MemorySegment#copy} calls from the source
+ *       page into the mapped destination page: truly one-sided (the receiver does nothing). Each reaches
+ *       its terminal state ({@link #OK}, or {@link #FAILED} if the copy itself threw) before
+ *       {@code putBatch} returns and is reported by the next {@link #poll}.</li>
+ *   <li><b>Flush</b> is a full fence: every write before it is in the shared memory, visible to the
+ *       receiver; {@link LinkListener#onFlushDone} reports it through {@link #poll}.</li>
+ *   <li><b>No revocation.</b> The peer's mapping covers the whole pool file and cannot be taken away:
+ *       {@link Registration#revoke()} returns {@code false}, and {@link #tearDown()} returns {@code true}
+ *       only once the peer process is gone (its mappings died with it). A peer that forked a child
+ *       holding the mapping is not tracked: run senders that do not fork.</li>
+ *   <li><b>Trust.</b> Region keys limit which slots <em>this</em> code writes, but a peer process can
+ *       write any page of the file it mapped: the shared-memory transport is for peers that are equally
+ *       trusted (same host, same user; the file is created {@code rw-------}).</li>
+ * </ul>
+ * Not thread-safe: one owner thread calls every method; events come only from {@link #poll}.
+ */
+public final class ShmLink implements PeerLink {
+
+    private static final int KEY_MAGIC = 0x4B4D4853; // "SHMK"
+    private static final int KEY_FIXED_BYTES = 4 + 8 + 4 + 4;
+    /** Most slots one registration can list (its key must fit {@link WireFormat#MAX_KEY_BYTES}). */
+    public static final int MAX_REGISTERED_SLOTS = (WireFormat.MAX_KEY_BYTES - KEY_FIXED_BYTES) / 4;
+
+    private static final int EV_WRITE = 1, EV_FLUSH = 2;
+
+    private record Event(int kind, long token, int status) {
+    }
+
+    private final SocketChannel channel;
+    private final String socketName;
+    private final MappedPageStorage local;
+    private final long selfPid = ProcessHandle.current().pid();
+    private final ArrayDeque<ByteBuffer> out = new ArrayDeque<>();
+    private final ArrayDeque<Event> events = new ArrayDeque<>();
+    private ByteBuffer in = ByteBuffer.allocate(64 * 1024);
+    private int readPos;
+    private boolean ownBootstrapSent;
+    private Bootstrap peer;
+    private Optional<Instant> peerStart = Optional.empty();
+    private MappedPageStorage remote;
+    private int nextRegistration = 1;
+    private String failure;          // non-null once the link failed
+    private boolean failureDelivered;
+    private boolean tornDown;
+    private boolean closed;
+
+    /**
+     * @param bootstrapFirst whether to send our bootstrap now (connector) or only after the peer's
+     *                       arrived (listener, so the path is revealed only to a peer whose pid we know)
+     */
+    ShmLink(SocketChannel channel, String socketName, MappedPageStorage local, boolean bootstrapFirst) {
+        this.channel = Objects.requireNonNull(channel, "channel");
+        this.socketName = socketName;
+        this.local = local;
+        if (bootstrapFirst) {
+            queueOwnBootstrap();
+        }
+    }
+
+    private void queueOwnBootstrap() {
+        final Bootstrap own = local == null ? new Bootstrap(selfPid, 0, "")
+            : new Bootstrap(selfPid, local.identity(), local.file().toAbsolutePath().toString());
+        out.add(ByteBuffer.wrap(own.encode()));
+        ownBootstrapSent = true;
+        flushOut();
+    }
+
+    // ---- state ----
+
+    @Override
+    public String describe() {
+        return "shm:" + socketName + "[pid " + selfPid + "↔" + (peer == null ? "?" : Long.toString(peer.pid())) + "]";
+    }
+
+    @Override
+    public boolean isUp() {
+        return failure == null && !closed && !tornDown;
+    }
+
+    /** @return whether the bootstrap exchange is complete (the peer's pid and pool file are known) */
+    public boolean isReady() {
+        return peer != null;
+    }
+
+    /** @return the peer's pid, or -1 before the bootstrap arrived */
+    public long peerPid() {
+        return peer == null ? -1 : peer.pid();
+    }
+
+    /**
+     * @return the layout of the peer's pool file (the pages {@link #putBatch} writes)
+     * @throws LinkFailedException if the link is not ready or the peer exposes no pool
+     */
+    public io.kvpool.KvLayout remoteLayout() {
+        ensureReady();
+        if (remote == null) {
+            throw new LinkFailedException(describe() + ": the peer exposes no pool");
+        }
+        return remote.layout();
+    }
+
+    /** @return why the link failed, or {@code null} if it has not */
+    public String failureReason() {
+        return failure;
+    }
+
+    private void ensureUp() {
+        if (closed) {
+            throw new LinkFailedException(describe() + " is closed");
+        }
+        if (tornDown) {
+            throw new LinkFailedException(describe() + " was torn down");
+        }
+        if (failure != null) {
+            throw new LinkFailedException(describe() + " failed: " + failure);
+        }
+    }
+
+    private void ensureReady() {
+        ensureUp();
+        if (peer == null) {
+            throw new LinkFailedException(describe() + ": the bootstrap exchange is not complete yet (poll until isReady())");
+        }
+    }
+
+    private void fail(String reason) {
+        if (failure != null || closed || tornDown) {
+            return;
+        }
+        failure = reason;
+        closeChannel();
+    }
+
+    private void closeChannel() {
+        try {
+            channel.close();
+        } catch (IOException ignored) {
+            // closing: nothing more to do with the socket
+        }
+        out.clear();
+    }
+
+    // ---- control channel ----
+
+    @Override
+    public void send(byte[] frame) {
+        ensureUp();
+        Objects.requireNonNull(frame, "frame");
+        if (frame.length < WireFormat.HEADER_BYTES) {
+            throw new IllegalArgumentException("frame of " + frame.length + " bytes is shorter than the "
+                + WireFormat.HEADER_BYTES + "-byte header");
+        }
+        final int body = WireCodec.bodyLength(ByteBuffer.wrap(frame));
+        if (body != frame.length - WireFormat.HEADER_BYTES) {
+            throw new IllegalArgumentException("frame header declares a " + body + "-byte body, the array carries "
+                + (frame.length - WireFormat.HEADER_BYTES));
+        }
+        out.add(ByteBuffer.wrap(frame.clone()));
+        flushOut();
+    }
+
+    private void flushOut() {
+        if (failure != null || closed || tornDown) {
+            return;
+        }
+        try {
+            while (!out.isEmpty()) {
+                final ByteBuffer b = out.peek();
+                channel.write(b);
+                if (b.hasRemaining()) {
+                    return; // socket buffer full: the rest goes out on a later poll
+                }
+                out.poll();
+            }
+        } catch (IOException e) {
+            fail("socket write failed: " + e);
+        }
+    }
+
+    private void readIn() {
+        if (failure != null || closed || tornDown) {
+            return;
+        }
+        try {
+            while (in.hasRemaining()) {
+                final int r = channel.read(in);
+                if (r < 0) {
+                    fail("peer closed the socket (EOF)");
+                    return;
+                }
+                if (r == 0) {
+                    return;
+                }
+            }
+        } catch (IOException e) {
+            fail("socket read failed: " + e);
+        }
+    }
+
+    /** Sends queued bytes, reads what arrived and completes the bootstrap if it can. Never blocks. */
+    void progress() {
+        flushOut();
+        readIn();
+        if (peer == null && (failure == null || in.position() > 0)) {
+            tryBootstrap();
+        }
+    }
+
+    private void tryBootstrap() {
+        final int len;
+        final Bootstrap b;
+        try {
+            len = Bootstrap.length(in);
+            if (len < 0 || in.position() < len) {
+                return;
+            }
+            b = Bootstrap.decode(in, len);
+        } catch (TransferException e) {
+            failHard(e.getMessage());
+            return;
+        }
+        final Optional<ProcessHandle> ph = ProcessHandle.of(b.pid());
+        if (ph.isEmpty() || !ph.get().isAlive()) {
+            failHard("peer claims pid " + b.pid() + ", which is not a live process here (another pid namespace?): "
+                + "its death could never be proven, so the link is refused");
+            return;
+        }
+        if (b.identity() != 0) {
+            try {
+                final MappedPageStorage m = MappedPageStorage.map(Path.of(b.poolFile()));
+                if (m.identity() != b.identity()) {
+                    m.close();
+                    failHard("peer's pool file " + b.poolFile() + " has identity 0x" + Long.toHexString(m.identity())
+                        + ", the peer announced 0x" + Long.toHexString(b.identity()));
+                    return;
+                }
+                remote = m;
+            } catch (RuntimeException e) {
+                failHard("cannot map the peer's pool file " + b.poolFile() + ": " + e.getMessage());
+                return;
+            }
+        }
+        peer = b;
+        peerStart = ph.get().info().startInstant();
+        readPos = len;
+        if (!ownBootstrapSent) {
+            queueOwnBootstrap();
+        }
+    }
+
+    /** A failure before or during the bootstrap: nothing buffered may be delivered as a frame. */
+    private void failHard(String reason) {
+        in.clear();
+        readPos = 0;
+        fail(reason);
+    }
+
+    @Override
+    public int poll(LinkListener listener, int limit) {
+        Objects.requireNonNull(listener, "listener");
+        int n = 0;
+        while (n < limit && !events.isEmpty()) {
+            final Event e = events.poll();
+            if (e.kind() == EV_WRITE) {
+                listener.onWriteDone(this, e.token(), e.status());
+            } else {
+                listener.onFlushDone(this, e.token(), e.status() == OK);
+            }
+            n++;
+        }
+        if (n >= limit) {
+            return n;
+        }
+        progress();
+        while (n < limit && peer != null && !closed) {
+            final int avail = in.position() - readPos;
+            if (avail < WireFormat.HEADER_BYTES) {
+                break;
+            }
+            final int body;
+            try {
+                body = WireCodec.bodyLength(in.duplicate().limit(in.position()).position(readPos));
+            } catch (MalformedMessageException e) {
+                failHard("malformed frame header from the peer: " + e.getMessage());
+                break;
+            }
+            final int frameBytes = WireFormat.HEADER_BYTES + body;
+            if (avail < frameBytes) {
+                if (frameBytes > in.capacity() - readPos) {
+                    grow(frameBytes);
+                    readIn();
+                    continue;
+                }
+                break;
+            }
+            final ByteBuffer frame = in.duplicate().limit(readPos + frameBytes).position(readPos).slice()
+                .order(ByteOrder.LITTLE_ENDIAN).asReadOnlyBuffer();
+            readPos += frameBytes;
+            listener.onFrame(this, frame);
+            n++;
+            if (avail - frameBytes < WireFormat.HEADER_BYTES && failure == null && !closed && !tornDown) {
+                compact();
+                readIn();
+            }
+        }
+        if (failure != null || closed || tornDown) {
+            // nothing more will be read: a partial frame left in the buffer is dropped with the link
+        } else {
+            compact();
+        }
+        if (n < limit && failure != null && !failureDelivered && !hasCompleteFrame()) {
+            failureDelivered = true;
+            listener.onLinkFailed(this, describe() + ": " + failure);
+            n++;
+        }
+        return n;
+    }
+
+    private boolean hasCompleteFrame() {
+        if (peer == null) {
+            return false;
+        }
+        final int avail = in.position() - readPos;
+        if (avail < WireFormat.HEADER_BYTES) {
+            return false;
+        }
+        try {
+            return avail >= WireFormat.HEADER_BYTES + WireCodec.bodyLength(in.duplicate().limit(in.position()).position(readPos));
+        } catch (MalformedMessageException e) {
+            return false;
+        }
+    }
+
+    private void compact() {
+        if (readPos > 0) {
+            in.limit(in.position()).position(readPos);
+            in.compact();
+            readPos = 0;
+        }
+    }
+
+    private void grow(int frameBytes) {
+        compact();
+        final ByteBuffer bigger = ByteBuffer.allocate(Math.max(frameBytes, in.capacity() * 2));
+        in.flip();
+        bigger.put(in);
+        in = bigger;
+    }
+
+    // ---- receiver side ----
+
+    /**
+     * Exposes slots of this side's pool file to the peer.
+     *
+     * @param storage must be the {@link MappedPageStorage} this link announced to the peer
+     * @param slots   distinct slots, at most {@link #MAX_REGISTERED_SLOTS}
+     * @throws LinkFailedException      if the link is down or this side exposes no pool
+     * @throws IllegalArgumentException if the storage is another one, or a slot is out of range or repeated
+     */
+    @Override
+    public Registration register(PageStorage storage, int[] slots) {
+        ensureUp();
+        if (local == null) {
+            throw new LinkFailedException(describe() + " exposes no mapped pool: create the link with one to receive");
+        }
+        if (storage != local) {
+            throw new IllegalArgumentException("register needs the mapped storage this link exposes (" + local + "), got " + storage);
+        }
+        if (slots.length > MAX_REGISTERED_SLOTS) {
+            throw new IllegalArgumentException(slots.length + " slots in one registration, at most " + MAX_REGISTERED_SLOTS
+                + " fit a " + WireFormat.MAX_KEY_BYTES + "-byte region key");
+        }
+        final int[] sorted = slots.clone();
+        Arrays.sort(sorted);
+        for (int i = 0; i < sorted.length; i++) {
+            Objects.checkIndex(sorted[i], local.pageCount());
+            if (i > 0 && sorted[i] == sorted[i - 1]) {
+                throw new IllegalArgumentException("slot " + sorted[i] + " is registered twice");
+            }
+        }
+        final int id = nextRegistration++;
+        final ByteBuffer key = ByteBuffer.allocate(KEY_FIXED_BYTES + 4 * slots.length).order(ByteOrder.LITTLE_ENDIAN);
+        key.putInt(KEY_MAGIC).putLong(local.identity()).putInt(id).putInt(slots.length);
+        for (int s : slots) {
+            key.putInt(s);
+        }
+        return new ShmRegistration(key.array());
+    }
+
+    /** A registration of the shared-memory transport: its pages can never be revoked. */
+    private static final class ShmRegistration implements Registration {
+        private final byte[] key;
+
+        ShmRegistration(byte[] key) {
+            this.key = key;
+        }
+
+        @Override
+        public byte[] key() {
+            return key.clone();
+        }
+
+        /** @return {@code false}: the peer's mapping of the pool file cannot be taken back (only {@link ShmLink#tearDown()} can prove an end) */
+        @Override
+        public boolean revoke() {
+            return false;
+        }
+
+        @Override
+        public void close() {
+            // nothing to release: the mapping is the whole pool file, owned by the storage
+        }
+    }
+
+    /**
+     * Closes the socket, then proves whether the peer can still write: {@code true} only once the peer
+     * process is gone (no such process, not alive, a zombie, or a different process now holding its pid),
+     * since its mapping of the pool file dies only with it. Returns {@code false} while it lives (call
+     * again later), always when the peer is this very process, and when this side exposed a pool but the
+     * peer's pid never arrived. A side that exposes no pool has nothing to protect: {@code true}.
+     */
+    @Override
+    public boolean tearDown() {
+        if (!tornDown) {
+            tornDown = true;
+            closeChannel();
+        }
+        if (local == null) {
+            return true;
+        }
+        if (peer == null || peer.pid() == selfPid) {
+            return false;
+        }
+        return processGone(peer.pid(), peerStart);
+    }
+
+    static boolean processGone(long pid, Optional<Instant> start) {
+        final Optional<ProcessHandle> ph = ProcessHandle.of(pid);
+        if (ph.isEmpty() || !ph.get().isAlive()) {
+            return true;
+        }
+        final Optional<Instant> now = ph.get().info().startInstant();
+        if (start.isPresent() && now.isPresent() && !start.get().equals(now.get())) {
+            return true; // the pid was reused by another process
+        }
+        try { // a zombie (killed, not yet reaped) has no memory left, but some JDKs report it alive
+            final String stat = Files.readString(Path.of("/proc/" + pid + "/stat"));
+            final int paren = stat.lastIndexOf(')');
+            if (paren > 0 && paren + 2 < stat.length()) {
+                final char state = stat.charAt(paren + 2);
+                return state == 'Z' || state == 'X';
+            }
+        } catch (IOException | RuntimeException e) {
+            return ProcessHandle.of(pid).isEmpty(); // no /proc (not Linux) or the process just went away
+        }
+        return false;
+    }
+
+    // ---- sender side ----
+
+    /**
+     * @throws LinkFailedException if the link is down, not ready, the peer exposes no pool, or the key is
+     *                             not a key of the peer's pool file or lists another number of pages
+     */
+    @Override
+    public RemoteRegion attach(byte[] regionKey, int pages) {
+        ensureReady();
+        if (remote == null) {
+            throw new LinkFailedException(describe() + ": the peer exposes no pool to write into");
+        }
+        final ByteBuffer k = ByteBuffer.wrap(regionKey).order(ByteOrder.LITTLE_ENDIAN);
+        if (regionKey.length < KEY_FIXED_BYTES || k.getInt() != KEY_MAGIC) {
+            throw new LinkFailedException(describe() + ": region key of " + regionKey.length + " bytes is not a shm key");
+        }
+        final long identity = k.getLong();
+        final int id = k.getInt();
+        final int count = k.getInt();
+        if (identity != remote.identity()) {
+            throw new LinkFailedException(describe() + ": region key " + id + " is for pool file identity 0x" + Long.toHexString(identity)
+                + ", this link maps 0x" + Long.toHexString(remote.identity()) + " (" + remote.file() + ")");
+        }
+        if (count < 0 || regionKey.length != KEY_FIXED_BYTES + 4L * count) {
+            throw new LinkFailedException(describe() + ": region key " + id + " lists " + count + " slots in "
+                + regionKey.length + " bytes");
+        }
+        if (count != pages) {
+            throw new LinkFailedException(describe() + ": region key " + id + " lists " + count + " pages, the descriptor " + pages);
+        }
+        final int[] slots = new int[count];
+        for (int i = 0; i < count; i++) {
+            slots[i] = k.getInt();
+            if (slots[i] < 0 || slots[i] >= remote.pageCount()) {
+                throw new LinkFailedException(describe() + ": region key " + id + " lists slot " + slots[i] + ", the pool file has "
+                    + remote.pageCount() + " pages");
+            }
+        }
+        return new Region(this, slots);
+    }
+
+    private record Region(ShmLink link, int[] slots) implements RemoteRegion {
+        @Override
+        public int pages() {
+            return slots.length;
+        }
+
+        @Override
+        public String toString() {
+            return "shm region of " + slots.length + " pages";
+        }
+    }
+
+    /**
+     * Copies each source page into its destination slot of the peer's pool file, now. Everything is
+     * checked before the first copy, so an exception means nothing was posted. Each write then reports
+     * {@link #OK}, or {@link #FAILED} if its copy threw (e.g. the source was closed meanwhile).
+     *
+     * @throws LinkFailedException      if the link is down
+     * @throws IllegalArgumentException if the region is not from this link, the source is not host
+     *                                  accessible or has another page layout
+     * @throws IndexOutOfBoundsException if an index is out of range
+     */
+    @Override
+    public void putBatch(RemoteRegion region, int[] dst, PageStorage source, int[] src, int off, int count, long firstToken) {
+        ensureReady();
+        if (!(region instanceof Region r) || r.link() != this) {
+            throw new IllegalArgumentException("region " + region + " was not attached on " + describe());
+        }
+        if (!source.isHostAccessible()) {
+            throw new IllegalArgumentException("shm writes copy from host memory; source storage " + source + " is not host accessible");
+        }
+        if (source.layout().fingerprint() != remote.layout().fingerprint()) {
+            throw new IllegalArgumentException("source layout " + source.layout() + " (fingerprint 0x"
+                + Long.toHexString(source.layout().fingerprint()) + ") differs from the peer's " + remote.layout()
+                + " (fingerprint 0x" + Long.toHexString(remote.layout().fingerprint()) + ")");
+        }
+        Objects.checkFromIndexSize(off, count, dst.length);
+        Objects.checkFromIndexSize(off, count, src.length);
+        for (int i = off; i < off + count; i++) {
+            Objects.checkIndex(dst[i], r.slots().length);
+            Objects.checkIndex(src[i], source.pageCount());
+        }
+        final MemorySegment dstAll = remote.segment();
+        final long pageBytes = remote.layout().bytesPerPage();
+        for (int i = 0; i < count; i++) {
+            int status;
+            try {
+                MemorySegment.copy(source.hostPage(src[off + i]), 0, dstAll, r.slots()[dst[off + i]] * pageBytes, pageBytes);
+                status = OK;
+            } catch (RuntimeException e) {
+                status = FAILED; // may have landed in part, as FAILED allows
+            }
+            events.add(new Event(EV_WRITE, firstToken + i, status));
+        }
+    }
+
+    /** A full fence: every copy before it is visible in the shared memory; reported {@code ok} through {@link #poll}. */
+    @Override
+    public void flush(long token) {
+        ensureUp();
+        VarHandle.fullFence();
+        events.add(new Event(EV_FLUSH, token, OK));
+    }
+
+    /** Nothing to cancel: every write completed inside {@link #putBatch} and its terminal state is already queued. */
+    @Override
+    public void cancelWrites() {
+        // writes are synchronous memory copies: none is ever pending
+    }
+
+    /**
+     * Closes the socket and this side's mapping of the peer's pool file. Idempotent. Queued completions
+     * (all writes are already terminal) are still delivered by {@link #poll}.
+     */
+    @Override
+    public void close() {
+        if (closed) {
+            return;
+        }
+        closed = true;
+        closeChannel();
+        if (remote != null) {
+            remote.close();
+        }
+    }
+
+    @Override
+    public String toString() {
+        return describe();
+    }
+}

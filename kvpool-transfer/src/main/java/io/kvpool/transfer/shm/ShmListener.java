@@ -1,0 +1,114 @@
+package io.kvpool.transfer.shm;
+
+import java.io.IOException;
+import java.io.UncheckedIOException;
+import java.net.StandardProtocolFamily;
+import java.net.UnixDomainSocketAddress;
+import java.nio.channels.ServerSocketChannel;
+import java.nio.channels.SocketChannel;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.util.ArrayList;
+import java.util.Iterator;
+import java.util.List;
+import java.util.Objects;
+
+/**
+ * The receiver's end of the shared-memory transport: a Unix domain socket that accepts sender links
+ * without blocking ({@link ShmTransport#listen}). Not thread-safe: one owner thread calls {@link #accept}.
+ */
+public final class ShmListener implements AutoCloseable {
+
+    private final Path socketPath;
+    private final MappedPageStorage pool;
+    private final ServerSocketChannel server;
+    private final List<ShmLink> pending = new ArrayList<>();
+    private String lastRejection;
+    private boolean closed;
+
+    ShmListener(Path socketPath, MappedPageStorage pool) {
+        this.socketPath = Objects.requireNonNull(socketPath, "socketPath");
+        this.pool = Objects.requireNonNull(pool, "pool");
+        if (!pool.isOwner()) {
+            throw new IllegalArgumentException("a listener exposes the pool file it created; " + pool + " is a mapping of another's");
+        }
+        try {
+            server = ServerSocketChannel.open(StandardProtocolFamily.UNIX);
+            try {
+                server.bind(UnixDomainSocketAddress.of(socketPath));
+                server.configureBlocking(false);
+            } catch (IOException | RuntimeException e) {
+                server.close();
+                throw e;
+            }
+        } catch (IOException e) {
+            throw new UncheckedIOException("cannot listen on unix socket " + socketPath + ": " + e.getMessage(), e);
+        }
+    }
+
+    /**
+     * Accepts waiting connections and advances their bootstrap exchange. Never blocks.
+     *
+     * @return a link whose peer has sent its bootstrap (pid known, our pool file announced to it), or
+     *         {@code null} if none is ready yet; a peer whose bootstrap is invalid is dropped (see
+     *         {@link #lastRejection()})
+     * @throws IllegalStateException if the listener is closed
+     */
+    public ShmLink accept() {
+        if (closed) {
+            throw new IllegalStateException("shm listener on " + socketPath + " is closed");
+        }
+        try {
+            for (SocketChannel c; (c = server.accept()) != null; ) {
+                c.configureBlocking(false);
+                pending.add(new ShmLink(c, socketPath.toString(), pool, false));
+            }
+        } catch (IOException e) {
+            throw new UncheckedIOException("accept on unix socket " + socketPath + " failed: " + e.getMessage(), e);
+        }
+        for (Iterator<ShmLink> it = pending.iterator(); it.hasNext(); ) {
+            final ShmLink link = it.next();
+            link.progress();
+            if (link.failureReason() != null) {
+                it.remove();
+                lastRejection = link.failureReason();
+                link.close();
+            } else if (link.isReady()) {
+                it.remove();
+                return link;
+            }
+        }
+        return null;
+    }
+
+    /** @return why the last peer was dropped during its bootstrap, or {@code null} */
+    public String lastRejection() {
+        return lastRejection;
+    }
+
+    /** @return the socket path */
+    public Path socketPath() {
+        return socketPath;
+    }
+
+    /** Stops listening, drops connections still in their bootstrap and deletes the socket file. Idempotent. Accepted links stay open. */
+    @Override
+    public void close() {
+        if (closed) {
+            return;
+        }
+        closed = true;
+        pending.forEach(ShmLink::close);
+        pending.clear();
+        try {
+            server.close();
+        } catch (IOException ignored) {
+            // closing
+        }
+        try {
+            Files.deleteIfExists(socketPath);
+        } catch (IOException ignored) {
+            // best effort
+        }
+    }
+}

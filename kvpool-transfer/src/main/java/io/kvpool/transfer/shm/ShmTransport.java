@@ -1,0 +1,84 @@
+package io.kvpool.transfer.shm;
+
+import io.kvpool.transfer.spi.LinkFailedException;
+
+import java.io.IOException;
+import java.net.StandardProtocolFamily;
+import java.net.UnixDomainSocketAddress;
+import java.nio.channels.SocketChannel;
+import java.nio.file.Path;
+import java.util.Objects;
+
+/**
+ * The shared-memory transport: {@link ShmLink}s between processes on one host. The receiver (decode)
+ * keeps its pool in a {@link MappedPageStorage} and {@link #listen listens} on a Unix domain socket;
+ * a sender (prefill) {@link #connect connects}, learns the pool file's path in the bootstrap exchange,
+ * maps it and writes pages with plain memory copies.
+ *
+ * <pre>{@code
+ * // receiver
+ * KvPool pool = KvPool.builder(layout).pages(n).storage((l, p) -> MappedPageStorage.create(file, l, p)).build();
+ * ShmListener listener = ShmTransport.listen(socket, (MappedPageStorage) pool.storage());
+ * ShmLink link = listener.accept();           // null until a sender's bootstrap arrived; never blocks
+ * // sender
+ * ShmLink link = ShmTransport.connect(socket); // then poll until link.isReady()
+ * }</pre>
+ */
+public final class ShmTransport {
+    private ShmTransport() {
+    }
+
+    /**
+     * Binds a Unix domain socket (the path must not exist yet) that exposes {@code pool} to the peers
+     * that connect.
+     *
+     * @param socketPath where to bind
+     * @param pool       the receiver pool's storage, created by {@link MappedPageStorage#create}
+     * @return the listener
+     * @throws java.io.UncheckedIOException if the socket cannot be bound
+     */
+    public static ShmListener listen(Path socketPath, MappedPageStorage pool) {
+        return new ShmListener(socketPath, pool);
+    }
+
+    /**
+     * Connects as a sender that exposes no pool of its own. The connection itself does not wait for the
+     * listener to accept; the bootstrap exchange completes in {@link ShmLink#poll}
+     * ({@link ShmLink#isReady()}).
+     *
+     * @param socketPath the receiver's socket
+     * @return the link
+     * @throws LinkFailedException if nothing listens there
+     */
+    public static ShmLink connect(Path socketPath) {
+        return connect(socketPath, null);
+    }
+
+    /**
+     * Connects, optionally exposing a pool of this side to the peer too.
+     *
+     * @param socketPath the peer's socket
+     * @param localPool  this side's pool (created by {@link MappedPageStorage#create}), or {@code null}
+     * @return the link
+     * @throws LinkFailedException if nothing listens there
+     */
+    public static ShmLink connect(Path socketPath, MappedPageStorage localPool) {
+        Objects.requireNonNull(socketPath, "socketPath");
+        SocketChannel ch = null;
+        try {
+            ch = SocketChannel.open(StandardProtocolFamily.UNIX);
+            ch.connect(UnixDomainSocketAddress.of(socketPath)); // a unix-socket connect completes at once (or fails)
+            ch.configureBlocking(false);
+            return new ShmLink(ch, socketPath.toString(), localPool, true);
+        } catch (IOException e) {
+            if (ch != null) {
+                try {
+                    ch.close();
+                } catch (IOException ignored) {
+                    // failing anyway
+                }
+            }
+            throw new LinkFailedException("cannot connect to shm listener at " + socketPath + ": " + e, e);
+        }
+    }
+}

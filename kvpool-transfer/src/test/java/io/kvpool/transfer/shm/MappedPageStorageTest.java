@@ -1,0 +1,149 @@
+package io.kvpool.transfer.shm;
+
+import io.kvpool.DType;
+import io.kvpool.KvLayout;
+import io.kvpool.KvPool;
+import io.kvpool.storage.FillMode;
+import io.kvpool.storage.PageStorage;
+import io.kvpool.transfer.TransferException;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.Timeout;
+import org.junit.jupiter.api.io.TempDir;
+
+import java.lang.foreign.MemorySegment;
+import java.lang.foreign.ValueLayout;
+import java.nio.file.Files;
+import java.nio.file.Path;
+
+import static org.junit.jupiter.api.Assertions.*;
+
+@Timeout(20)
+class MappedPageStorageTest {
+
+    static final KvLayout LAYOUT = new KvLayout(2, 2, 8, DType.FP16, 16); // 2048 B/page
+    static final KvLayout OTHER = new KvLayout(2, 2, 8, DType.BF16, 16);  // same size, another fingerprint
+
+    @TempDir
+    Path dir;
+
+    static byte canary(long o) {
+        return (byte) (PageStorage.CANARY >>> (8 * (o & 7)));
+    }
+
+    static void assertCanaryPage(PageStorage s, int page) {
+        final MemorySegment p = s.hostPage(page);
+        for (long o = 0; o < p.byteSize(); o++) {
+            assertEquals(canary(o), p.get(ValueLayout.JAVA_BYTE, o), "page " + page + " byte " + o);
+        }
+    }
+
+    @Test
+    void createFillsCanaryAndPagesFollowTheHeader() throws Exception {
+        final Path f = dir.resolve("pool");
+        try (MappedPageStorage s = MappedPageStorage.create(f, LAYOUT, 5)) {
+            assertEquals(5, s.pageCount());
+            assertEquals(LAYOUT, s.layout());
+            assertTrue(s.isHostAccessible());
+            assertEquals(MappedPageStorage.HEADER_BYTES + 5 * LAYOUT.bytesPerPage(), Files.size(f));
+            for (int p = 0; p < 5; p++) {
+                assertCanaryPage(s, p);
+                assertEquals(0, s.firstCanaryToken(p, 0, LAYOUT.tokensPerPage()));
+            }
+            assertEquals(0, s.segment().address() % 4096, "page 0 is 4096-aligned");
+            // token 3 of page 2 written in every layer/kv: firstCanaryToken skips exactly that token
+            for (int l = 0; l < LAYOUT.layers(); l++) {
+                for (int kv = 0; kv < 2; kv++) {
+                    s.hostPage(2).asSlice(LAYOUT.offset(l, kv, 0), LAYOUT.bytesPerTokenVector()).fill((byte) 1);
+                }
+            }
+            assertEquals(1, s.firstCanaryToken(2, 0, LAYOUT.tokensPerPage()));
+            s.fill(2, FillMode.ZERO);
+            assertEquals(-1, s.firstCanaryToken(2, 0, LAYOUT.tokensPerPage()));
+            for (long o = 0; o < LAYOUT.bytesPerPage(); o++) {
+                assertEquals(0, s.hostPage(2).get(ValueLayout.JAVA_BYTE, o));
+            }
+            s.hostPage(1).fill((byte) 0x42);
+            s.copyPages(new int[] {1}, 0, new int[] {4}, 0, 1);
+            assertEquals(-1L, s.hostPage(4).mismatch(s.hostPage(1)));
+            s.fill(4, FillMode.CANARY);
+            assertCanaryPage(s, 4);
+            assertCanaryPage(s, 3); // untouched pages stay canary
+        }
+        assertFalse(Files.exists(f), "the owner deletes the file on close");
+    }
+
+    @Test
+    void aSecondMappingSharesTheBytesAndChecksTheHeader() {
+        final Path f = dir.resolve("pool");
+        try (MappedPageStorage owner = MappedPageStorage.create(f, LAYOUT, 3);
+             MappedPageStorage view = MappedPageStorage.map(f, LAYOUT)) {
+            assertFalse(view.isOwner());
+            assertEquals(owner.identity(), view.identity());
+            assertEquals(LAYOUT, view.layout());
+            assertEquals(3, view.pageCount());
+            assertCanaryPage(view, 1); // mapping does not fill
+            view.hostPage(1).fill((byte) 7);
+            assertEquals(7, owner.hostPage(1).get(ValueLayout.JAVA_BYTE, LAYOUT.bytesPerPage() - 1));
+            assertCanaryPage(owner, 0);
+            assertCanaryPage(owner, 2);
+            view.close();
+            assertCanaryPage(owner, 0); // closing the view leaves the owner's mapping alone
+        }
+    }
+
+    @Test
+    void mappingRefusesAnotherLayoutNamingBothFingerprints() {
+        final Path f = dir.resolve("pool");
+        try (MappedPageStorage owner = MappedPageStorage.create(f, LAYOUT, 3)) {
+            final TransferException e = assertThrows(TransferException.class, () -> MappedPageStorage.map(f, OTHER));
+            assertTrue(e.getMessage().contains(Long.toHexString(LAYOUT.fingerprint())), e.getMessage());
+            assertTrue(e.getMessage().contains(Long.toHexString(OTHER.fingerprint())), e.getMessage());
+        }
+    }
+
+    @Test
+    void mappingRefusesFilesThatAreNotPools() throws Exception {
+        final Path small = dir.resolve("small");
+        Files.write(small, new byte[100]);
+        assertTrue(assertThrows(TransferException.class, () -> MappedPageStorage.map(small)).getMessage().contains("100 bytes"));
+        final Path garbage = dir.resolve("garbage");
+        Files.write(garbage, new byte[8192]);
+        assertTrue(assertThrows(TransferException.class, () -> MappedPageStorage.map(garbage)).getMessage().contains("magic"));
+        // a pool file cut short: the header's page count no longer matches the size
+        final Path f = dir.resolve("pool");
+        try (MappedPageStorage owner = MappedPageStorage.create(f, LAYOUT, 3)) {
+            final Path copy = dir.resolve("truncated");
+            Files.write(copy, java.util.Arrays.copyOf(Files.readAllBytes(f), (int) (Files.size(f) - LAYOUT.bytesPerPage())));
+            final TransferException e = assertThrows(TransferException.class, () -> MappedPageStorage.map(copy));
+            assertTrue(e.getMessage().contains("3 pages of 2048 bytes"), e.getMessage());
+        }
+    }
+
+    @Test
+    void closeIsIdempotentAndUseAfterCloseThrows() {
+        final MappedPageStorage s = MappedPageStorage.create(dir.resolve("pool"), LAYOUT, 2);
+        final MemorySegment page = s.hostPage(0);
+        s.close();
+        s.close();
+        assertThrows(IllegalStateException.class, () -> s.hostPage(0));
+        assertThrows(IllegalStateException.class, () -> s.fill(0, FillMode.CANARY));
+        assertThrows(IllegalStateException.class, () -> s.firstCanaryToken(0, 0, 1));
+        assertThrows(IllegalStateException.class, () -> page.get(ValueLayout.JAVA_BYTE, 0), "the mapping is gone");
+    }
+
+    @Test
+    void servesAsAPoolsStorage() {
+        final Path f = dir.resolve("pool");
+        try (KvPool pool = KvPool.builder(LAYOUT).pages(4).maxContextTokens(64).storage((l, n) -> MappedPageStorage.create(f, l, n)).build()) {
+            final MappedPageStorage s = assertInstanceOf(MappedPageStorage.class, pool.storage());
+            final long h = pool.tryAllocate();
+            pool.page(h).fill((byte) 3);
+            try (MappedPageStorage view = MappedPageStorage.map(f)) {
+                assertEquals(3, view.hostPage(io.kvpool.PageHandle.slot(h)).get(ValueLayout.JAVA_BYTE, 0));
+            }
+            assertTrue(pool.release(h));
+            assertCanaryPage(s, io.kvpool.PageHandle.slot(h)); // the pool refilled the freed page in the file
+        }
+        assertFalse(Files.exists(f));
+    }
+}

@@ -1,0 +1,308 @@
+package io.kvpool.transfer.shm;
+
+import io.kvpool.DType;
+import io.kvpool.KvLayout;
+import io.kvpool.storage.HostPageStorage;
+import io.kvpool.storage.PageStorage;
+import io.kvpool.transfer.spi.LinkFailedException;
+import io.kvpool.transfer.spi.LinkListener;
+import io.kvpool.transfer.spi.PeerLink;
+import io.kvpool.transfer.spi.Registration;
+import io.kvpool.transfer.spi.RemoteRegion;
+import io.kvpool.transfer.wire.Message;
+import io.kvpool.transfer.wire.WireCodec;
+import org.junit.jupiter.api.AfterEach;
+import org.junit.jupiter.api.BeforeEach;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.Timeout;
+import org.junit.jupiter.api.io.TempDir;
+
+import java.io.IOException;
+import java.lang.foreign.ValueLayout;
+import java.net.StandardProtocolFamily;
+import java.net.UnixDomainSocketAddress;
+import java.nio.ByteBuffer;
+import java.nio.channels.SocketChannel;
+import java.nio.file.Path;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.function.BooleanSupplier;
+
+import static org.junit.jupiter.api.Assertions.*;
+
+@Timeout(20)
+class ShmLinkTest {
+
+    static final KvLayout LAYOUT = MappedPageStorageTest.LAYOUT;
+
+    @TempDir
+    Path dir;
+    MappedPageStorage pool;
+    ShmListener listener;
+    final List<AutoCloseable> toClose = new ArrayList<>();
+
+    /** Records every event. */
+    static final class Recorder implements LinkListener {
+        final List<Message> frames = new ArrayList<>();
+        final List<long[]> writes = new ArrayList<>();
+        final List<Object[]> flushes = new ArrayList<>();
+        final List<String> failures = new ArrayList<>();
+
+        @Override
+        public void onFrame(PeerLink link, ByteBuffer frame) {
+            frames.add(WireCodec.decode(frame));
+        }
+
+        @Override
+        public void onWriteDone(PeerLink link, long token, int status) {
+            writes.add(new long[] {token, status});
+        }
+
+        @Override
+        public void onFlushDone(PeerLink link, long token, boolean ok) {
+            flushes.add(new Object[] {token, ok});
+        }
+
+        @Override
+        public void onLinkFailed(PeerLink link, String reason) {
+            failures.add(reason);
+        }
+    }
+
+    @BeforeEach
+    void setUp() {
+        pool = MappedPageStorage.create(dir.resolve("pool"), LAYOUT, 8);
+        listener = ShmTransport.listen(dir.resolve("sock"), pool);
+    }
+
+    @AfterEach
+    void tearDownAll() throws Exception {
+        for (AutoCloseable c : toClose) {
+            c.close();
+        }
+        listener.close();
+        pool.close();
+    }
+
+    static void await(String what, BooleanSupplier cond, Runnable pump) {
+        final long deadline = System.nanoTime() + 5_000_000_000L;
+        while (!cond.getAsBoolean()) {
+            if (System.nanoTime() > deadline) {
+                fail("timed out waiting for " + what);
+            }
+            pump.run();
+            Thread.onSpinWait();
+        }
+    }
+
+    /** Connects a sender link and accepts its receiver end, both ready. */
+    ShmLink[] pair() {
+        final ShmLink sender = ShmTransport.connect(dir.resolve("sock"));
+        toClose.add(sender);
+        final ShmLink[] receiver = new ShmLink[1];
+        final Recorder sink = new Recorder();
+        await("bootstrap", () -> receiver[0] != null && sender.isReady(), () -> {
+            if (receiver[0] == null) {
+                receiver[0] = listener.accept();
+            }
+            sender.poll(sink, 100);
+        });
+        toClose.add(receiver[0]);
+        assertTrue(sink.frames.isEmpty() && sink.failures.isEmpty());
+        assertEquals(ProcessHandle.current().pid(), receiver[0].peerPid());
+        return new ShmLink[] {sender, receiver[0]};
+    }
+
+    /** A raw socket peer that sent a valid sender bootstrap, and the receiver link the listener made for it. */
+    record Raw(SocketChannel ch, ShmLink link) {
+    }
+
+    Raw raw() throws IOException {
+        final SocketChannel ch = SocketChannel.open(StandardProtocolFamily.UNIX);
+        ch.connect(UnixDomainSocketAddress.of(dir.resolve("sock")));
+        toClose.add(ch);
+        ch.write(ByteBuffer.wrap(new Bootstrap(ProcessHandle.current().pid(), 0, "").encode()));
+        final ShmLink[] link = new ShmLink[1];
+        await("accept", () -> link[0] != null, () -> link[0] = listener.accept());
+        toClose.add(link[0]);
+        // the receiver announces its pool file only now that it knows our pid
+        final ByteBuffer in = ByteBuffer.allocate(Bootstrap.FIXED_BYTES + Bootstrap.MAX_PATH_BYTES);
+        while (Bootstrap.length(in) < 0 || in.position() < Bootstrap.length(in)) {
+            ch.read(in);
+        }
+        final Bootstrap theirs = Bootstrap.decode(in, Bootstrap.length(in));
+        assertEquals(new Bootstrap(ProcessHandle.current().pid(), pool.identity(), pool.file().toAbsolutePath().toString()), theirs);
+        return new Raw(ch, link[0]);
+    }
+
+    @Test
+    void framesArriveInOrderBothWaysIncludingFramesLargerThanTheBuffer() {
+        final ShmLink[] p = pair();
+        final List<Message> sent = new ArrayList<>();
+        for (int i = 0; i < 300; i++) {
+            final Message m = switch (i % 3) {
+                case 0 -> new Message.Drained(i, i * 7, 1, i, i, 0);
+                case 1 -> new Message.Abort(i, 2, Message.Abort.TIMEOUT, "detail " + "x".repeat(i % 200));
+                default -> new Message.Descriptor(i, i, 3, 16, LAYOUT.fingerprint(), 1,
+                    new long[i == 2 ? 20_000 : i % 50], new byte[i % 100]); // 160 KB once: more than the 64 KiB buffer
+            };
+            sent.add(m);
+            p[0].send(WireCodec.encode(m));
+        }
+        final Recorder r = new Recorder();
+        await("300 frames", () -> r.frames.size() == 300, () -> {
+            p[0].poll(new Recorder(), 10);
+            p[1].poll(r, 7); // a small limit: the rest waits for the next poll
+        });
+        assertEquals(sent, r.frames);
+        assertTrue(r.failures.isEmpty(), r.failures::toString);
+        p[1].send(WireCodec.encode(new Message.Refuse("back")));
+        final Recorder back = new Recorder();
+        await("reply", () -> back.frames.size() == 1, () -> p[0].poll(back, 10));
+        assertEquals(new Message.Refuse("back"), back.frames.get(0));
+    }
+
+    @Test
+    void partialReadsAreReassembled() throws IOException {
+        final Raw raw = raw();
+        final byte[] f1 = WireCodec.encode(new Message.Abort(1, 1, Message.Abort.REQUESTED, "first"));
+        final byte[] f2 = WireCodec.encode(new Message.Drained(2, 2, 0, 3, 3, 0));
+        final Recorder r = new Recorder();
+        for (int i = 0; i < f1.length - 1; i++) {
+            raw.ch().write(ByteBuffer.wrap(f1, i, 1));
+            raw.link().poll(r, 10);
+            assertEquals(0, r.frames.size(), "no frame before its last byte (sent " + (i + 1) + " of " + f1.length + ")");
+        }
+        final ByteBuffer rest = ByteBuffer.allocate(1 + f2.length + 5).put(f1, f1.length - 1, 1).put(f2).put(f1, 0, 5).flip();
+        raw.ch().write(rest);
+        await("two frames", () -> r.frames.size() == 2, () -> raw.link().poll(r, 10));
+        assertEquals(List.of(WireCodec.decode(f1), WireCodec.decode(f2)), r.frames);
+        raw.ch().write(ByteBuffer.wrap(f1, 5, f1.length - 5));
+        await("third frame", () -> r.frames.size() == 3, () -> raw.link().poll(r, 10));
+        assertEquals(WireCodec.decode(f1), r.frames.get(2));
+        assertTrue(r.failures.isEmpty());
+    }
+
+    @Test
+    void aMalformedHeaderFailsTheLinkOnce() throws IOException {
+        final Raw raw = raw();
+        final byte[] good = WireCodec.encode(new Message.Drained(2, 2, 0, 3, 3, 0));
+        final byte[] bad = good.clone();
+        bad[0] ^= 0x55; // magic
+        raw.ch().write(ByteBuffer.wrap(good));
+        raw.ch().write(ByteBuffer.wrap(bad));
+        final Recorder r = new Recorder();
+        await("failure", () -> !r.failures.isEmpty(), () -> raw.link().poll(r, 10));
+        assertEquals(1, r.frames.size(), "the good frame before the bad one is delivered");
+        assertTrue(r.failures.get(0).contains("bad magic"), r.failures.get(0));
+        assertFalse(raw.link().isUp());
+        for (int i = 0; i < 5; i++) {
+            raw.link().poll(r, 10);
+        }
+        assertEquals(1, r.failures.size(), "delivered once");
+        final LinkFailedException e = assertThrows(LinkFailedException.class, () -> raw.link().send(good));
+        assertTrue(e.getMessage().contains("bad magic"), e.getMessage());
+        // and the peer sees the socket closed
+        final ByteBuffer b = ByteBuffer.allocate(64);
+        int n;
+        while ((n = raw.ch().read(b)) > 0) {
+            b.clear();
+        }
+        assertEquals(-1, n);
+    }
+
+    @Test
+    void anOversizeBodyIsRefusedBeforeBuffering() throws IOException {
+        final Raw raw = raw();
+        final ByteBuffer h = ByteBuffer.allocate(8).order(java.nio.ByteOrder.LITTLE_ENDIAN)
+            .putShort((short) 0x564B).put((byte) 1).put((byte) 3).putInt(Integer.MAX_VALUE).flip();
+        raw.ch().write(h);
+        final Recorder r = new Recorder();
+        await("failure", () -> !r.failures.isEmpty(), () -> raw.link().poll(r, 10));
+        assertTrue(r.failures.get(0).contains("exceeds the limit"), r.failures.get(0));
+    }
+
+    @Test
+    void peerEofFailsTheLinkOnceAfterTheFramesBeforeIt() throws IOException {
+        final Raw raw = raw();
+        raw.ch().write(ByteBuffer.wrap(WireCodec.encode(new Message.Drained(2, 2, 0, 3, 3, 0))));
+        raw.ch().close();
+        final Recorder r = new Recorder();
+        await("failure", () -> !r.failures.isEmpty(), () -> raw.link().poll(r, 10));
+        assertEquals(1, r.frames.size());
+        assertTrue(r.failures.get(0).contains("EOF"), r.failures.get(0));
+        raw.link().poll(r, 10);
+        assertEquals(1, r.failures.size());
+    }
+
+    @Test
+    void aBadBootstrapIsDroppedByTheListener() throws IOException {
+        final SocketChannel ch = SocketChannel.open(StandardProtocolFamily.UNIX);
+        toClose.add(ch);
+        ch.connect(UnixDomainSocketAddress.of(dir.resolve("sock")));
+        ch.write(ByteBuffer.wrap(new byte[32]));
+        await("rejection", () -> listener.lastRejection() != null, () -> assertNull(listener.accept()));
+        assertTrue(listener.lastRejection().contains("magic"), listener.lastRejection());
+        // a peer claiming a pid that is no process here is refused too
+        final SocketChannel ch2 = SocketChannel.open(StandardProtocolFamily.UNIX);
+        toClose.add(ch2);
+        ch2.connect(UnixDomainSocketAddress.of(dir.resolve("sock")));
+        ch2.write(ByteBuffer.wrap(new Bootstrap(Integer.MAX_VALUE - 1, 0, "").encode()));
+        await("pid rejection", () -> listener.lastRejection().contains("pid"), () -> assertNull(listener.accept()));
+    }
+
+    @Test
+    void writesLandInTheRegisteredSlotsOnlyAndEachReportsOnce() {
+        final ShmLink[] p = pair();
+        final ShmLink sender = p[0], receiver = p[1];
+        final int[] slots = {5, 2, 6};
+        final Registration reg = receiver.register(pool, slots);
+        final RemoteRegion region = sender.attach(reg.key(), 3);
+        assertEquals(3, region.pages());
+        try (HostPageStorage src = HostPageStorage.allocate(LAYOUT, 3)) {
+            for (int i = 0; i < 3; i++) {
+                src.hostPage(i).fill((byte) (0x10 + i));
+            }
+            sender.putBatch(region, new int[] {2, 0, 1}, src, new int[] {0, 1, 2}, 0, 3, 100);
+            sender.flush(7);
+            final Recorder r = new Recorder();
+            await("completions", () -> r.flushes.size() == 1, () -> sender.poll(r, 2));
+            assertEquals(3, r.writes.size());
+            for (int i = 0; i < 3; i++) {
+                assertArrayEquals(new long[] {100 + i, PeerLink.OK}, r.writes.get(i));
+            }
+            assertArrayEquals(new Object[] {7L, true}, r.flushes.get(0));
+            // region page 2 = slot 6 ← src 0; region 0 = slot 5 ← src 1; region 1 = slot 2 ← src 2
+            assertEquals(-1L, pool.hostPage(6).mismatch(src.hostPage(0)));
+            assertEquals(-1L, pool.hostPage(5).mismatch(src.hostPage(1)));
+            assertEquals(-1L, pool.hostPage(2).mismatch(src.hostPage(2)));
+            for (int s : new int[] {0, 1, 3, 4, 7}) {
+                MappedPageStorageTest.assertCanaryPage(pool, s);
+            }
+            // bad uses are refused before anything is posted
+            assertThrows(IndexOutOfBoundsException.class,
+                () -> sender.putBatch(region, new int[] {3}, src, new int[] {0}, 0, 1, 200));
+            try (HostPageStorage other = HostPageStorage.allocate(MappedPageStorageTest.OTHER, 1)) {
+                final IllegalArgumentException e = assertThrows(IllegalArgumentException.class,
+                    () -> sender.putBatch(region, new int[] {0}, other, new int[] {0}, 0, 1, 200));
+                assertTrue(e.getMessage().contains(Long.toHexString(MappedPageStorageTest.OTHER.fingerprint())), e.getMessage());
+            }
+            sender.poll(r, 100);
+            assertEquals(3, r.writes.size(), "refused batches post nothing");
+        }
+        assertTrue(assertThrows(LinkFailedException.class, () -> sender.attach(reg.key(), 4)).getMessage().contains("3 pages"));
+        final byte[] forged = reg.key();
+        forged[5] ^= 1; // file identity
+        assertTrue(assertThrows(LinkFailedException.class, () -> sender.attach(forged, 3)).getMessage().contains("identity"));
+        assertThrows(IllegalArgumentException.class, () -> receiver.register(pool, new int[] {1, 1}));
+        assertThrows(IndexOutOfBoundsException.class, () -> receiver.register(pool, new int[] {8}));
+        assertFalse(reg.revoke(), "mapped memory cannot be revoked");
+        assertFalse(receiver.tearDown(), "the peer is this very process: never proven gone");
+        assertFalse(receiver.tearDown());
+        assertFalse(receiver.isUp());
+        sender.cancelWrites();
+        sender.close();
+        sender.close();
+        assertThrows(LinkFailedException.class, () -> sender.flush(1));
+    }
+}
