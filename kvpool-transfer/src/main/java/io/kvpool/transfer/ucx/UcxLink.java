@@ -1,0 +1,554 @@
+package io.kvpool.transfer.ucx;
+
+import io.kvpool.storage.PageStorage;
+import io.kvpool.transfer.spi.LinkFailedException;
+import io.kvpool.transfer.spi.LinkListener;
+import io.kvpool.transfer.spi.PeerLink;
+import io.kvpool.transfer.spi.Registration;
+import io.kvpool.transfer.spi.RemoteRegion;
+import io.kvpool.transfer.wire.WireCodec;
+import io.kvpool.transfer.wire.WireFormat;
+import org.openucx.jucx.UcxCallback;
+import org.openucx.jucx.ucp.UcpEndpoint;
+import org.openucx.jucx.ucp.UcpEndpointParams;
+import org.openucx.jucx.ucp.UcpMemory;
+import org.openucx.jucx.ucp.UcpRemoteKey;
+import org.openucx.jucx.ucp.UcpRequest;
+import org.openucx.jucx.ucs.UcsConstants;
+
+import java.nio.ByteBuffer;
+import java.nio.ByteOrder;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Objects;
+import java.util.concurrent.ConcurrentLinkedQueue;
+import java.util.concurrent.TimeUnit;
+
+/**
+ * A {@link PeerLink} over one UCX endpoint, made by {@link UcxTransport#connect}.
+ *
+ * <ul>
+ *   <li>Control frames travel as tagged messages on the endpoint, each frame one message (UCX keeps their
+ *       order per endpoint and tag); one receive is posted at a time, into a buffer of the largest frame.</li>
+ *   <li>{@link #register} exposes the whole storage (registered once per storage by the transport); the key
+ *       carries the packed rkey, the base address, the page size and the slots, so a well-behaved sender
+ *       only ever addresses the listed slots. UCX cannot restrict access to those slots, and
+ *       {@link Registration#revoke} returns {@code false}: deregistration does not revoke remote access on
+ *       tcp/shm ({@code ucx.md}).</li>
+ *   <li>{@link #putBatch} posts one {@code putNonBlocking} per page; its callback is the write's terminal
+ *       state. {@link #flush} is {@code flushNonBlocking} on the endpoint, the only proof of delivery.</li>
+ *   <li>{@link #cancelWrites} force-closes the endpoint ({@code closeNonBlockingForce}): every pending
+ *       request ends (canceled), the control channel goes with it, the link goes down and
+ *       {@link LinkListener#onLinkFailed} reports it.</li>
+ *   <li>{@link #tearDown} force-closes this side's endpoint to the peer and waits until UCX reports it closed.</li>
+ * </ul>
+ * Events are queued by the transport's UCX thread and delivered only by {@link #poll} on the caller's thread.
+ */
+public final class UcxLink implements PeerLink {
+
+    private static final int KEY_MAGIC = 0x4B584355; // "UCXK" little-endian
+    private static final int KEY_FIXED_BYTES = 4 + 8 + 8 + 4 + 4 + 4;
+    private static final int MAX_FRAME = WireFormat.HEADER_BYTES + WireFormat.MAX_BODY_BYTES;
+    private static final long CLOSE_WAIT_NANOS = TimeUnit.SECONDS.toNanos(5);
+
+    private final UcxTransport transport;
+    private final String label;
+    private final long recvTag;
+    private final long sendTag;
+    private final ConcurrentLinkedQueue<Event> events = new ConcurrentLinkedQueue<>();
+    private volatile boolean up = true;
+    private volatile boolean endpointClosed;
+    private volatile boolean closed;
+    private volatile String downReason = "closed";
+
+    // ---- UCX-thread state ----
+    private UcpEndpoint ep;
+    private UcpRequest closeRequest;
+    private boolean failed;
+    private final ByteBuffer recvBuffer = ByteBuffer.allocateDirect(MAX_FRAME);
+    private UcpRequest recvRequest;
+    private final List<UcpRemoteKey> remoteKeys = new ArrayList<>();
+    private long outstandingWrites;
+
+    private record Event(int kind, long token, int status, byte[] frame, String reason) {
+        static final int FRAME = 0, WRITE = 1, FLUSH = 2, FAILED = 3;
+    }
+
+    UcxLink(UcxTransport transport, String label, long recvTag, long sendTag) {
+        this.transport = transport;
+        this.label = Objects.requireNonNull(label, "label");
+        this.recvTag = recvTag;
+        this.sendTag = sendTag;
+    }
+
+    /** Owner thread: creates the endpoint (failure detection on) and posts the first receive. */
+    void start(byte[] peerAddress) {
+        final ByteBuffer addr = ByteBuffer.allocateDirect(peerAddress.length).put(peerAddress).flip();
+        ep = transport.worker().newEndpoint(new UcpEndpointParams()
+            .setUcpAddress(addr)
+            .setPeerErrorHandlingMode()
+            .setName(label)
+            .setErrorHandler((endpoint, status, message) -> {
+                if (closeRequest == null) {
+                    fail("UCX endpoint error " + status + " (" + message + ")");
+                }
+            }));
+        postRecv();
+    }
+
+    // ---- PeerLink ----
+
+    @Override
+    public String describe() {
+        return "ucx:" + label;
+    }
+
+    @Override
+    public boolean isUp() {
+        return up;
+    }
+
+    @Override
+    public void send(byte[] frame) {
+        ensureUp("send a frame");
+        if (frame.length < WireFormat.HEADER_BYTES || frame.length > MAX_FRAME) {
+            throw new IllegalArgumentException(describe() + ": frame of " + frame.length + " bytes, expected "
+                + WireFormat.HEADER_BYTES + ".." + MAX_FRAME);
+        }
+        final int body = WireCodec.bodyLength(ByteBuffer.wrap(frame));
+        if (body != frame.length - WireFormat.HEADER_BYTES) {
+            throw new IllegalArgumentException(describe() + ": frame header declares a " + body + "-byte body, array carries "
+                + (frame.length - WireFormat.HEADER_BYTES));
+        }
+        final ByteBuffer buf = ByteBuffer.allocateDirect(frame.length).put(frame).flip();
+        transport.execute(() -> {
+            if (endpointDead()) {
+                return; // a frame may be lost only when the link failed (it has)
+            }
+            try {
+                ep.sendTaggedNonBlocking(buf, sendTag, new UcxCallback() {
+                    @Override
+                    public void onSuccess(UcpRequest request) {
+                        keep(buf);
+                    }
+
+                    @Override
+                    public void onError(int status, String message) {
+                        fail("control frame of " + frame.length + " bytes not sent: UCX status " + status + " (" + message + ")");
+                    }
+                });
+            } catch (RuntimeException e) {
+                fail("control frame of " + frame.length + " bytes not sent: " + e.getMessage());
+            }
+        });
+    }
+
+    private static void keep(Object o) {
+        // the buffer must stay reachable until UCX is done with it; the callback's capture does that
+        Objects.requireNonNull(o);
+    }
+
+    @Override
+    public int poll(LinkListener listener, int limit) {
+        int n = 0;
+        Event e;
+        while (n < limit && (e = events.poll()) != null) {
+            switch (e.kind) {
+                case Event.FRAME -> listener.onFrame(this, ByteBuffer.wrap(e.frame).asReadOnlyBuffer());
+                case Event.WRITE -> listener.onWriteDone(this, e.token, e.status);
+                case Event.FLUSH -> listener.onFlushDone(this, e.token, e.status == OK);
+                case Event.FAILED -> listener.onLinkFailed(this, e.reason);
+                default -> throw new AssertionError(e.kind);
+            }
+            n++;
+        }
+        return n;
+    }
+
+    // ---- receiver side ----
+
+    @Override
+    public Registration register(PageStorage storage, int[] slots) {
+        ensureUp("register");
+        if (!storage.isHostAccessible()) {
+            throw new IllegalArgumentException(describe() + ": UCX registers host memory only; " + storage.getClass().getSimpleName()
+                + " is not host-accessible");
+        }
+        final int storagePages = storage.pageCount();
+        for (int i = 0; i < slots.length; i++) {
+            if (slots[i] < 0 || slots[i] >= storagePages) {
+                throw new IllegalArgumentException(describe() + ": slot " + slots[i] + " at index " + i + " is outside 0.."
+                    + (storagePages - 1));
+            }
+        }
+        final int keyBytes;
+        final byte[][] rkeyAndBase = transport.call(() -> {
+            final UcpMemory m = transport.registration(storage);
+            final ByteBuffer rk = m.getRemoteKeyBuffer();
+            final byte[] b = new byte[rk.remaining()];
+            rk.duplicate().get(b);
+            return new byte[][] {b, ByteBuffer.allocate(8).order(ByteOrder.LITTLE_ENDIAN).putLong(m.getAddress()).array()};
+        });
+        final byte[] rkey = rkeyAndBase[0];
+        final long base = ByteBuffer.wrap(rkeyAndBase[1]).order(ByteOrder.LITTLE_ENDIAN).getLong();
+        keyBytes = KEY_FIXED_BYTES + 4 * slots.length + rkey.length;
+        if (keyBytes > WireFormat.MAX_KEY_BYTES) {
+            throw new IllegalArgumentException(describe() + ": a key for " + slots.length + " slots and a " + rkey.length
+                + "-byte rkey needs " + keyBytes + " bytes, the wire allows " + WireFormat.MAX_KEY_BYTES
+                + " (at most " + (WireFormat.MAX_KEY_BYTES - KEY_FIXED_BYTES - rkey.length) / 4 + " slots per registration)");
+        }
+        final ByteBuffer k = ByteBuffer.allocate(keyBytes).order(ByteOrder.LITTLE_ENDIAN);
+        k.putInt(KEY_MAGIC).putLong(base).putLong(storage.layout().bytesPerPage()).putInt(storagePages).putInt(slots.length);
+        for (int s : slots) {
+            k.putInt(s);
+        }
+        k.putInt(rkey.length).put(rkey);
+        final byte[] key = k.array();
+        return new Registration() {
+            @Override
+            public byte[] key() {
+                return key.clone();
+            }
+
+            @Override
+            public boolean revoke() {
+                return false; // deregistration does not revoke remote access on tcp/shm (ucx.md); tearDown does
+            }
+
+            @Override
+            public void close() {
+                // the storage stays registered (once per storage) until the transport closes
+            }
+        };
+    }
+
+    @Override
+    public boolean tearDown() {
+        up = false;
+        if (endpointClosed) {
+            return true;
+        }
+        if (transport.isOwnerThread()) {
+            closeOnOwner(System.nanoTime() + CLOSE_WAIT_NANOS);
+        } else {
+            try {
+                transport.call(() -> {
+                    closeOnOwner(System.nanoTime() + CLOSE_WAIT_NANOS);
+                    return null;
+                });
+            } catch (RuntimeException e) {
+                return endpointClosed; // transport gone: its shutdown closed the endpoint (or will)
+            }
+        }
+        return endpointClosed;
+    }
+
+    // ---- sender side ----
+
+    private record UcxRegion(UcxLink link, UcpRemoteKey rkey, long base, long pageBytes, int[] slots) implements RemoteRegion {
+        @Override
+        public int pages() {
+            return slots.length;
+        }
+    }
+
+    @Override
+    public RemoteRegion attach(byte[] regionKey, int pages) {
+        ensureUp("attach");
+        final ByteBuffer k = ByteBuffer.wrap(regionKey).order(ByteOrder.LITTLE_ENDIAN);
+        final long base, pageBytes;
+        final int[] slots;
+        final byte[] rkey;
+        try {
+            final int magic = k.getInt();
+            if (magic != KEY_MAGIC) {
+                throw new LinkFailedException(describe() + ": region key has magic 0x" + Integer.toHexString(magic)
+                    + ", expected 0x" + Integer.toHexString(KEY_MAGIC) + " (not a UCX key)");
+            }
+            base = k.getLong();
+            pageBytes = k.getLong();
+            final int storagePages = k.getInt();
+            final int n = k.getInt();
+            if (n != pages || n < 0 || n > k.remaining() / 4) {
+                throw new LinkFailedException(describe() + ": region key lists " + n + " slots, the descriptor " + pages + " pages");
+            }
+            slots = new int[n];
+            for (int i = 0; i < n; i++) {
+                slots[i] = k.getInt();
+                if (slots[i] < 0 || slots[i] >= storagePages) {
+                    throw new LinkFailedException(describe() + ": region key slot " + slots[i] + " outside 0.." + (storagePages - 1));
+                }
+            }
+            final int len = k.getInt();
+            if (len < 1 || len != k.remaining()) {
+                throw new LinkFailedException(describe() + ": region key declares a " + len + "-byte rkey, " + k.remaining() + " bytes left");
+            }
+            rkey = new byte[len];
+            k.get(rkey);
+        } catch (java.nio.BufferUnderflowException e) {
+            throw new LinkFailedException(describe() + ": region key of " + regionKey.length + " bytes ends inside its fields");
+        }
+        if (pageBytes < 1) {
+            throw new LinkFailedException(describe() + ": region key page size " + pageBytes);
+        }
+        final ByteBuffer rb = ByteBuffer.allocateDirect(rkey.length).put(rkey).flip();
+        final UcpRemoteKey remote = transport.call(() -> {
+            if (endpointDead()) {
+                throw new LinkFailedException(describe() + " is down");
+            }
+            final UcpRemoteKey r = ep.unpackRemoteKey(rb);
+            remoteKeys.add(r);
+            return r;
+        });
+        return new UcxRegion(this, remote, base, pageBytes, slots);
+    }
+
+    @Override
+    public void putBatch(RemoteRegion region, int[] dst, PageStorage source, int[] src, int off, int count, long firstToken) {
+        ensureUp("putBatch");
+        if (!(region instanceof UcxRegion r) || r.link != this) {
+            throw new IllegalArgumentException(describe() + ": region " + region + " was not attached on this link");
+        }
+        if (!source.isHostAccessible()) {
+            throw new IllegalArgumentException(describe() + ": UCX writes from host memory only; " + source.getClass().getSimpleName()
+                + " is not host-accessible");
+        }
+        if (source.layout().bytesPerPage() != r.pageBytes) {
+            throw new IllegalArgumentException(describe() + ": source pages are " + source.layout().bytesPerPage()
+                + " bytes, destination pages " + r.pageBytes);
+        }
+        Objects.checkFromIndexSize(off, count, dst.length);
+        Objects.checkFromIndexSize(off, count, src.length);
+        final long[] local = new long[count];
+        final long[] remote = new long[count];
+        for (int i = 0; i < count; i++) {
+            final int d = dst[off + i];
+            if (d < 0 || d >= r.slots.length) {
+                throw new IllegalArgumentException(describe() + ": destination page " + d + " outside the region's 0.."
+                    + (r.slots.length - 1));
+            }
+            local[i] = source.hostPage(src[off + i]).address();
+            remote[i] = r.base + r.slots[d] * r.pageBytes;
+        }
+        final long size = r.pageBytes;
+        transport.execute(() -> postPuts(r.rkey, local, remote, size, firstToken));
+    }
+
+    private final class WriteCallback extends UcxCallback {
+        private final long token;
+        private boolean done;
+
+        WriteCallback(long token) {
+            this.token = token;
+        }
+
+        @Override
+        public void onSuccess(UcpRequest request) {
+            finish(OK);
+        }
+
+        @Override
+        public void onError(int status, String message) {
+            finish(status == UcsConstants.STATUS.UCS_ERR_CANCELED ? CANCELED : FAILED);
+        }
+
+        void finish(int status) {
+            if (!done) {
+                done = true;
+                outstandingWrites--;
+                events.add(new Event(Event.WRITE, token, status, null, null));
+            }
+        }
+    }
+
+    private void postPuts(UcpRemoteKey rkey, long[] local, long[] remote, long size, long firstToken) {
+        for (int i = 0; i < local.length; i++) {
+            final WriteCallback cb = new WriteCallback(firstToken + i);
+            outstandingWrites++;
+            if (endpointDead()) {
+                cb.finish(CANCELED); // never posted
+                continue;
+            }
+            try {
+                ep.putNonBlocking(local[i], size, remote[i], rkey, cb);
+            } catch (RuntimeException e) {
+                cb.finish(FAILED); // UCX refused it at once (no-op if its callback already reported)
+            }
+        }
+    }
+
+    @Override
+    public void flush(long token) {
+        ensureUp("flush");
+        transport.execute(() -> {
+            if (endpointDead()) {
+                events.add(new Event(Event.FLUSH, token, FAILED, null, null));
+                return;
+            }
+            final boolean[] done = new boolean[1];
+            final UcxCallback cb = new UcxCallback() {
+                @Override
+                public void onSuccess(UcpRequest request) {
+                    report(OK);
+                }
+
+                @Override
+                public void onError(int status, String message) {
+                    report(FAILED);
+                }
+
+                private void report(int status) {
+                    if (!done[0]) {
+                        done[0] = true;
+                        events.add(new Event(Event.FLUSH, token, status, null, null));
+                    }
+                }
+            };
+            try {
+                ep.flushNonBlocking(cb);
+            } catch (RuntimeException e) {
+                cb.onError(UcsConstants.STATUS.UCS_ERR_IO_ERROR, e.getMessage());
+            }
+        });
+    }
+
+    @Override
+    public void cancelWrites() {
+        if (endpointClosed) {
+            return;
+        }
+        up = false;
+        transport.execute(() -> {
+            forceClose();
+            fail("writes canceled: endpoint force-closed by cancelWrites()");
+        });
+    }
+
+    @Override
+    public void close() {
+        if (closed) {
+            return;
+        }
+        closed = true;
+        tearDown();
+    }
+
+    // ---- UCX thread ----
+
+    private boolean endpointDead() {
+        return failed || closeRequest != null || ep == null;
+    }
+
+    private void fail(String reason) {
+        up = false;
+        if (!failed) {
+            downReason = reason;
+            failed = true;
+            events.add(new Event(Event.FAILED, 0, 0, null, describe() + ": " + reason));
+        }
+    }
+
+    private void postRecv() {
+        if (closeRequest != null) {
+            return;
+        }
+        recvBuffer.clear();
+        try {
+            recvRequest = transport.worker().recvTaggedNonBlocking(recvBuffer, recvTag, -1L, new UcxCallback() {
+                @Override
+                public void onSuccess(UcpRequest request) {
+                    onFrameReceived(request.getRecvSize());
+                }
+
+                @Override
+                public void onError(int status, String message) {
+                    if (closeRequest == null) {
+                        fail("control receive failed: UCX status " + status + " (" + message + ")");
+                    }
+                }
+            });
+        } catch (RuntimeException e) {
+            fail("cannot post a control receive: " + e.getMessage());
+        }
+    }
+
+    private void onFrameReceived(long reportedSize) {
+        // JUCX 1.12.1 reports a receive size of 0 for a receive that completed inside its post (the message
+        // was already waiting); the frame header gives the length, checked against the size when there is one
+        final int body;
+        try {
+            body = WireCodec.bodyLength(recvBuffer.duplicate().clear());
+        } catch (RuntimeException e) {
+            fail("malformed control frame header (" + reportedSize + " bytes reported): " + e.getMessage());
+            return;
+        }
+        final int size = WireFormat.HEADER_BYTES + body;
+        if (reportedSize != 0 && reportedSize != size) {
+            fail("control frame header declares a " + body + "-byte body, the message carried " + reportedSize + " bytes");
+            return;
+        }
+        final byte[] frame = new byte[size];
+        recvBuffer.get(0, frame);
+        events.add(new Event(Event.FRAME, 0, 0, frame, null));
+        // repost outside this callback (a receive that completes at once would recurse)
+        transport.execute(this::postRecv);
+    }
+
+    private void forceClose() {
+        if (closeRequest == null && ep != null) {
+            try {
+                closeRequest = ep.closeNonBlockingForce();
+            } catch (RuntimeException e) {
+                System.err.println(describe() + ": force close failed: " + e);
+                closeRequest = null;
+                endpointClosed = true;
+            }
+        }
+    }
+
+    /** Owner thread: force-closes the endpoint and progresses until UCX reports it closed (or the deadline). */
+    void closeOnOwner(long deadlineNanos) {
+        up = false;
+        forceClose();
+        if (closeRequest != null && transport.progressUntil(closeRequest::isCompleted, deadlineNanos)) {
+            transport.progressUntil(() -> outstandingWrites == 0, deadlineNanos);
+            finishClose();
+        }
+    }
+
+    private void finishClose() {
+        if (endpointClosed && remoteKeys.isEmpty()) {
+            return;
+        }
+        endpointClosed = true;
+        if (recvRequest != null && !recvRequest.isCompleted()) {
+            try {
+                transport.worker().cancelRequest(recvRequest);
+            } catch (RuntimeException e) {
+                System.err.println(describe() + ": cancel of the control receive failed: " + e);
+            }
+        }
+        for (UcpRemoteKey k : remoteKeys) {
+            k.close();
+        }
+        remoteKeys.clear();
+    }
+
+    /** Owner thread, after each progress round: notices an endpoint close that completed in the background. */
+    void afterProgress() {
+        if (closeRequest != null && !endpointClosed && closeRequest.isCompleted() && outstandingWrites == 0) {
+            finishClose();
+        }
+    }
+
+    private void ensureUp(String what) {
+        if (!up) {
+            throw new LinkFailedException(describe() + " is down (" + downReason + "); cannot " + what);
+        }
+    }
+
+    @Override
+    public String toString() {
+        return describe() + (up ? "" : " (down)");
+    }
+}

@@ -1,0 +1,387 @@
+package io.kvpool.transfer.ucx;
+
+import io.kvpool.storage.PageStorage;
+import io.kvpool.transfer.TransferException;
+import io.kvpool.transfer.spi.LinkFailedException;
+import org.openucx.jucx.ucp.UcpContext;
+import org.openucx.jucx.ucp.UcpMemMapParams;
+import org.openucx.jucx.ucp.UcpMemory;
+import org.openucx.jucx.ucp.UcpParams;
+import org.openucx.jucx.ucp.UcpWorker;
+import org.openucx.jucx.ucp.UcpWorkerParams;
+
+import java.io.DataInputStream;
+import java.io.DataOutputStream;
+import java.io.IOException;
+import java.lang.foreign.MemorySegment;
+import java.net.Socket;
+import java.nio.ByteBuffer;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.IdentityHashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.Objects;
+import java.util.Optional;
+import java.util.concurrent.Callable;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.ConcurrentLinkedQueue;
+import java.util.concurrent.ExecutionException;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.TimeoutException;
+import java.util.concurrent.atomic.AtomicLong;
+import java.util.concurrent.locks.LockSupport;
+
+/**
+ * The UCX transport: one {@link UcpContext}, one {@link UcpWorker} and the one thread that owns them
+ * (a {@code UcpWorker} is not thread-safe, see {@code ucx.md}). Every UCX call of every {@link UcxLink}
+ * made by this transport runs on that thread, fed by a command queue; the thread also calls
+ * {@code worker.progress()} (over tcp the receiver must progress for one-sided puts to land). UCX
+ * callbacks run inside {@code progress()} on that thread and only queue events; listeners run only from
+ * {@link UcxLink#poll} on the link owner's thread.
+ *
+ * <h2>Bootstrap</h2>
+ * {@link #connect} exchanges worker addresses (and the tag each side receives control frames on) over
+ * an already connected TCP socket, e.g. on loopback; both sides call it, in either order. The socket is
+ * used for nothing else and the caller closes it afterwards. Endpoints are created with peer error
+ * handling (failure detection on), which restricts UCX 1.13.1 to its tcp transport.
+ *
+ * <h2>Registrations</h2>
+ * Each storage is registered with UCX once, as a whole, on its first {@link UcxLink#register} and kept
+ * until this transport closes; close the transport before the storages it registered.
+ */
+public final class UcxTransport implements AutoCloseable {
+
+    private static final long PARK_NANOS = 20_000;
+    private static final int SPINS_BEFORE_PARK = 200;
+    private static final Duration CALL_TIMEOUT = Duration.ofSeconds(10);
+
+    private final String name;
+    private final UcpContext context;
+    private final UcpWorker worker;
+    private final Thread thread;
+    private final ConcurrentLinkedQueue<Runnable> commands = new ConcurrentLinkedQueue<>();
+    private final AtomicLong nextTag = new AtomicLong(1);
+    /** UCX-thread only. */
+    private final Map<PageStorage, UcpMemory> registered = new IdentityHashMap<>();
+    /** UCX-thread only. */
+    private final List<UcxLink> links = new ArrayList<>();
+    private volatile boolean running = true;
+    private volatile boolean closed;
+    private final CompletableFuture<Void> stopped = new CompletableFuture<>();
+
+    private UcxTransport(String name) {
+        this.name = Objects.requireNonNull(name, "name");
+        final UcpContext ctx;
+        try {
+            ctx = new UcpContext(new UcpParams().requestTagFeature().requestRmaFeature());
+        } catch (LinkageError e) {
+            throw new UcxUnavailableException("UCX transport '" + name + "' cannot load UCX: " + e, e);
+        }
+        this.context = ctx;
+        try {
+            this.worker = ctx.newWorker(new UcpWorkerParams());
+        } catch (RuntimeException e) {
+            ctx.close();
+            throw new TransferException("UCX transport '" + name + "': cannot create a worker: " + e.getMessage(), e);
+        }
+        this.thread = Thread.ofPlatform().daemon().name("ucx-" + name).unstarted(this::loop);
+        thread.start();
+    }
+
+    /**
+     * Opens a transport: creates the UCX context and worker and starts the owner thread.
+     *
+     * @param name for thread names and messages
+     * @return the transport
+     * @throws UcxUnavailableException if UCX (libucp) cannot be loaded
+     */
+    public static UcxTransport open(String name) {
+        return new UcxTransport(name);
+    }
+
+    /**
+     * Checks whether UCX can be loaded here, without keeping anything open.
+     *
+     * @return empty if UCX works, else why not (e.g. the {@link UnsatisfiedLinkError} text)
+     */
+    public static Optional<String> unavailableReason() {
+        try {
+            new UcxTransport("probe").close();
+            return Optional.empty();
+        } catch (UcxUnavailableException e) {
+            return Optional.of(e.getMessage());
+        } catch (RuntimeException | LinkageError e) {
+            return Optional.of("UCX does not work here: " + e);
+        }
+    }
+
+    /** @return the name given to {@link #open} */
+    public String name() {
+        return name;
+    }
+
+    /**
+     * Makes a link to the peer at the other end of {@code socket}: both sides write their worker address
+     * and receive tag, read the peer's, and create an endpoint to the peer's worker with failure detection.
+     *
+     * @param socket  a connected socket to the peer (left open; the caller closes it)
+     * @param label   names the link in {@link UcxLink#describe()}, e.g. {@code "prefill-0→decode-1"}
+     * @param timeout how long to wait for the peer's half of the exchange
+     * @return the link, up
+     * @throws LinkFailedException if the exchange fails or times out
+     */
+    public UcxLink connect(Socket socket, String label, Duration timeout) {
+        ensureOpen();
+        final long myTag = nextTag.getAndIncrement();
+        final byte[] myAddress = call(() -> {
+            final ByteBuffer a = worker.getAddress();
+            final byte[] b = new byte[a.remaining()];
+            a.duplicate().get(b);
+            return b;
+        });
+        final byte[] peerAddress;
+        final long peerTag;
+        try {
+            socket.setSoTimeout((int) Math.max(1, Math.min(Integer.MAX_VALUE, timeout.toMillis())));
+            final DataOutputStream out = new DataOutputStream(socket.getOutputStream());
+            out.writeInt(MAGIC);
+            out.writeLong(myTag);
+            out.writeInt(myAddress.length);
+            out.write(myAddress);
+            out.flush();
+            final DataInputStream in = new DataInputStream(socket.getInputStream());
+            final int magic = in.readInt();
+            if (magic != MAGIC) {
+                throw new LinkFailedException("UCX bootstrap of '" + label + "': bad magic 0x" + Integer.toHexString(magic)
+                    + " from " + socket.getRemoteSocketAddress() + ", expected 0x" + Integer.toHexString(MAGIC));
+            }
+            peerTag = in.readLong();
+            final int len = in.readInt();
+            if (len < 1 || len > MAX_ADDRESS_BYTES) {
+                throw new LinkFailedException("UCX bootstrap of '" + label + "': worker address of " + len
+                    + " bytes from " + socket.getRemoteSocketAddress() + ", expected 1.." + MAX_ADDRESS_BYTES);
+            }
+            peerAddress = new byte[len];
+            in.readFully(peerAddress);
+        } catch (IOException e) {
+            throw new LinkFailedException("UCX bootstrap of '" + label + "' with " + socket.getRemoteSocketAddress()
+                + " failed after up to " + timeout.toMillis() + " ms: " + e, e);
+        }
+        final UcxLink link = new UcxLink(this, label, myTag, peerTag);
+        call(() -> {
+            link.start(peerAddress);
+            links.add(link);
+            return null;
+        });
+        return link;
+    }
+
+    private static final int MAGIC = 0x55435831; // "UCX1"
+    private static final int MAX_ADDRESS_BYTES = 64 * 1024;
+
+    // ---- owner thread ----
+
+    UcpWorker worker() {
+        return worker;
+    }
+
+    boolean isOwnerThread() {
+        return Thread.currentThread() == thread;
+    }
+
+    /** Queues a command for the owner thread (runs in queue order). */
+    void execute(Runnable r) {
+        if (!running) {
+            throw new LinkFailedException("UCX transport '" + name + "' is closed");
+        }
+        commands.add(r);
+        LockSupport.unpark(thread);
+    }
+
+    /** Runs a command on the owner thread and waits for its result. */
+    <T> T call(Callable<T> c) {
+        return call(c, CALL_TIMEOUT);
+    }
+
+    <T> T call(Callable<T> c, Duration timeout) {
+        if (isOwnerThread()) {
+            try {
+                return c.call();
+            } catch (RuntimeException e) {
+                throw e;
+            } catch (Exception e) {
+                throw new TransferException("UCX transport '" + name + "': " + e, e);
+            }
+        }
+        final CompletableFuture<T> f = new CompletableFuture<>();
+        execute(() -> {
+            try {
+                f.complete(c.call());
+            } catch (Throwable t) {
+                f.completeExceptionally(t);
+            }
+        });
+        try {
+            return f.get(timeout.toMillis(), TimeUnit.MILLISECONDS);
+        } catch (ExecutionException e) {
+            if (e.getCause() instanceof RuntimeException r) {
+                throw r;
+            }
+            throw new TransferException("UCX transport '" + name + "': " + e.getCause(), e.getCause());
+        } catch (TimeoutException e) {
+            throw new TransferException("UCX transport '" + name + "': no answer from the UCX thread within "
+                + timeout.toMillis() + " ms");
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+            throw new TransferException("UCX transport '" + name + "': interrupted while waiting for the UCX thread");
+        }
+    }
+
+    /** Owner thread: the storage's registration, made on first use (the whole storage, once). */
+    UcpMemory registration(PageStorage storage) {
+        UcpMemory m = registered.get(storage);
+        if (m == null) {
+            final int pages = storage.pageCount();
+            final long pageBytes = storage.layout().bytesPerPage();
+            final MemorySegment first = storage.hostPage(0);
+            final MemorySegment last = storage.hostPage(pages - 1);
+            if (last.address() != first.address() + (pages - 1) * pageBytes) {
+                throw new IllegalArgumentException("UCX transport '" + name + "' needs contiguous pages: page " + (pages - 1)
+                    + " is at 0x" + Long.toHexString(last.address()) + ", expected 0x"
+                    + Long.toHexString(first.address() + (pages - 1) * pageBytes));
+            }
+            m = context.memoryMap(new UcpMemMapParams().setAddress(first.address()).setLength(pages * pageBytes));
+            registered.put(storage, m);
+        }
+        return m;
+    }
+
+    private void loop() {
+        int idle = 0;
+        try {
+            while (running) {
+                int work = 0;
+                Runnable r;
+                while ((r = commands.poll()) != null) {
+                    runCommand(r);
+                    work++;
+                }
+                final int progressed = progressOnce();
+                if (progressed > 0) {
+                    for (UcxLink l : links) {
+                        l.afterProgress();
+                    }
+                }
+                work += progressed;
+                if (work == 0) {
+                    if (++idle > SPINS_BEFORE_PARK) {
+                        LockSupport.parkNanos(PARK_NANOS);
+                    } else {
+                        Thread.onSpinWait();
+                    }
+                } else {
+                    idle = 0;
+                }
+            }
+            shutdown();
+        } finally {
+            stopped.complete(null);
+        }
+    }
+
+    private void runCommand(Runnable r) {
+        try {
+            r.run();
+        } catch (Throwable t) {
+            // commands report their own failures; this is a bug guard, never let the owner thread die
+            System.err.println("UCX transport '" + name + "': command failed: " + t);
+        }
+    }
+
+    int progressOnce() {
+        int n = 0;
+        try {
+            while (worker.progress() != 0 && n < 10_000) {
+                n++;
+            }
+        } catch (Exception e) {
+            System.err.println("UCX transport '" + name + "': progress failed: " + e);
+        }
+        return n;
+    }
+
+    /** Owner thread: progress until {@code done} or the deadline. */
+    boolean progressUntil(java.util.function.BooleanSupplier done, long deadlineNanos) {
+        while (!done.getAsBoolean()) {
+            if (System.nanoTime() - deadlineNanos > 0) {
+                return false;
+            }
+            if (progressOnce() == 0) {
+                Thread.onSpinWait();
+            }
+        }
+        return true;
+    }
+
+    private void shutdown() {
+        Runnable r;
+        while ((r = commands.poll()) != null) {
+            runCommand(r);
+        }
+        final long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(5);
+        for (UcxLink l : links) {
+            l.closeOnOwner(deadline);
+        }
+        // deregister every UcpMemory before the context closes, or the JVM aborts (ucx.md)
+        for (UcpMemory m : registered.values()) {
+            try {
+                m.deregister();
+            } catch (RuntimeException e) {
+                System.err.println("UCX transport '" + name + "': deregister failed: " + e);
+            }
+        }
+        registered.clear();
+        worker.close();
+        context.close();
+    }
+
+    private void ensureOpen() {
+        if (closed) {
+            throw new LinkFailedException("UCX transport '" + name + "' is closed");
+        }
+    }
+
+    /**
+     * Closes every link (force-closing its endpoint, so pending writes end canceled), deregisters all memory,
+     * closes the worker and the context and stops the owner thread. Idempotent; waits up to 10 s.
+     */
+    @Override
+    public void close() {
+        if (closed) {
+            return;
+        }
+        synchronized (this) {
+            if (closed) {
+                return;
+            }
+            closed = true;
+        }
+        running = false;
+        LockSupport.unpark(thread);
+        if (Thread.currentThread() != thread) {
+            try {
+                stopped.get(10, TimeUnit.SECONDS);
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+            } catch (ExecutionException | TimeoutException e) {
+                throw new TransferException("UCX transport '" + name + "': owner thread did not stop within 10 s");
+            }
+        }
+    }
+
+    @Override
+    public String toString() {
+        return "UcxTransport[" + name + (closed ? ", closed" : "") + "]";
+    }
+}
