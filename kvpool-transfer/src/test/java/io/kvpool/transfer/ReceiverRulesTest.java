@@ -1,0 +1,380 @@
+package io.kvpool.transfer;
+
+import io.kvpool.KvPool;
+import io.kvpool.PageHandle;
+import io.kvpool.SlotState;
+import io.kvpool.transfer.wire.Message;
+import org.junit.jupiter.api.AfterEach;
+import org.junit.jupiter.api.BeforeEach;
+import org.junit.jupiter.api.Test;
+
+import java.lang.foreign.MemorySegment;
+import java.time.Duration;
+import java.util.List;
+import java.util.function.UnaryOperator;
+
+import static org.junit.jupiter.api.Assertions.*;
+
+/**
+ * Each rule of the receiver's side of the protocol, driven step by step through {@link ScriptedLink}s
+ * standing in for the senders.
+ */
+class ReceiverRulesTest {
+
+    static final long REQ = 7;
+    ManualClock clock;
+    KvPool pool;
+    TransferReceiver rx;
+    ScriptedLink a;
+    ScriptedLink b;
+    int pa;
+    int pb;
+
+    @BeforeEach
+    void setUp() {
+        setUp(x -> x);
+    }
+
+    void setUp(UnaryOperator<TransferReceiver.Builder> custom) {
+        if (rx != null) {
+            tearDown();
+        }
+        clock = new ManualClock();
+        pool = Kv.pool(32);
+        rx = custom.apply(TransferReceiver.builder(pool, Kv.identity()).clock(clock)
+            .completionTimeout(Duration.ofMillis(100)).drainTimeout(Duration.ofMillis(100))).build();
+        a = new ScriptedLink().hello(Kv.identity());
+        b = new ScriptedLink().hello(Kv.identity());
+        pa = rx.addPeer(a);
+        pb = rx.addPeer(b);
+        rx.doWork();
+        assertTrue(rx.peer(pa).isUp() && rx.peer(pb).isUp());
+    }
+
+    @AfterEach
+    void tearDown() {
+        rx.close();
+        pool.close();
+        rx = null;
+    }
+
+    /** The one-sided writes of a sender: request REQ's KV into the registered slots, pages [from, to). */
+    static int[] deliver(KvPool pool, ScriptedLink link, int registration, int firstPage, int tokens) {
+        final int[] slots = link.registrations.get(registration).slots;
+        final int tpp = Kv.LAYOUT.tokensPerPage();
+        final int[] checksums = new int[slots.length];
+        for (int i = 0; i < slots.length; i++) {
+            final MemorySegment page = pool.storage().hostPage(slots[i]);
+            final int p = firstPage + i;
+            for (int t = p * tpp; t < Math.min(tokens, (p + 1) * tpp); t++) {
+                for (int layer = 0; layer < Kv.LAYOUT.layers(); layer++) {
+                    for (int kv = 0; kv < 2; kv++) {
+                        final long off = Kv.LAYOUT.offset(layer, kv, t % tpp);
+                        page.set(Kv.LONG, off, REQ);
+                        page.set(Kv.LONG, off + 8, Kv.position(layer, kv, t));
+                    }
+                }
+            }
+            checksums[i] = p * tpp < tokens ? KvChecksum.of(Kv.LAYOUT, page, REQ, p, tokens) : 0;
+        }
+        return checksums;
+    }
+
+    Message.Completion completion(IncomingTransfer t, int rank, int tokens, int firstPage, int[] cs) {
+        return new Message.Completion(t.transferId(), t.generation(), rank, tokens, firstPage, cs, cs.length, cs.length, 0);
+    }
+
+    List<SlotState> states(IncomingTransfer t, Message.Descriptor d) {
+        return java.util.Arrays.stream(d.pageHandles()).mapToObj(h -> pool.stateOfSlot(PageHandle.slot(h))).toList();
+    }
+
+    IncomingTransfer startOne(int tokens) {
+        final IncomingTransfer t = rx.start(REQ, tokens, 0, pa);
+        assertEquals(IncomingTransfer.State.RECEIVING, t.state(), t::toString);
+        return t;
+    }
+
+    @Test
+    void aValidCompletionCommitsAndThePagesBecomeTheCallers() {
+        final IncomingTransfer t = startOne(10);
+        final Message.Descriptor d = a.sent(Message.Descriptor.class).getFirst();
+        assertEquals(10, d.expectedTokens());
+        assertEquals(3, d.pageHandles().length);
+        assertEquals(List.of(SlotState.RECEIVING, SlotState.RECEIVING, SlotState.RECEIVING), states(t, d));
+        a.inject(completion(t, 0, 10, 0, deliver(pool, a, 0, 0, 10)));
+        rx.doWork();
+        assertEquals(IncomingTransfer.State.COMMITTED, t.state(), t::toString);
+        assertEquals(List.of(SlotState.OWNED, SlotState.OWNED, SlotState.OWNED), states(t, d));
+        assertTrue(a.registrations.getFirst().closed);
+        try (var seq = t.sequence()) {
+            assertEquals(Kv.Finding.OK, Kv.check(seq, REQ, 10));
+        }
+        assertTrue(pool.verifyAccounting().balanced());
+    }
+
+    @Test
+    void admissionRejectsBeforeAnyHandoff() {
+        final var before = pool.snapshot();
+        final IncomingTransfer t = rx.start(REQ, 32 * 4 + 1, 0, pa);
+        assertEquals(IncomingTransfer.State.REJECTED, t.state());
+        assertEquals(FailureReason.REJECTED, t.failure());
+        assertEquals(io.kvpool.Admission.Decision.REJECTED_CONTEXT_TOO_LONG, t.admission().decision());
+        assertTrue(t.message().contains("129"), t.message());
+        assertTrue(a.sent(Message.Descriptor.class).isEmpty(), "no descriptor may leave for a rejected request");
+        assertEquals(before.free(), pool.snapshot().free());
+    }
+
+    @Test
+    void aPlaceholderCompletionNeverCommits() {
+        final IncomingTransfer t = startOne(10);
+        final int[] cs = deliver(pool, a, 0, 0, 1); // the one-token stub: page 0, one token
+        a.inject(new Message.Completion(t.transferId(), t.generation(), 0, 1, 0, new int[] {cs[0]}, 1, 1, 0));
+        rx.doWork();
+        assertEquals(FailureReason.LENGTH_MISMATCH, t.failure(), t::toString);
+        assertTrue(t.message().contains("1 tokens, expected 10"), t.message());
+        // the completion proved the sender's writes are over: drained at once, pages FREE, never decoded
+        assertEquals(IncomingTransfer.State.RELEASED, t.state());
+        assertEquals(ReceiverMetrics.Outcome.DRAINED, t.outcome());
+        assertThrows(IllegalStateException.class, t::sequence);
+        assertTrue(pool.verifyAccounting().balanced());
+        assertEquals(0, pool.snapshot().owned());
+    }
+
+    @Test
+    void aChecksumMismatchFailsNamingThePage() {
+        final IncomingTransfer t = startOne(10);
+        final int[] cs = deliver(pool, a, 0, 0, 10);
+        final int slot1 = a.registrations.getFirst().slots[1];
+        final MemorySegment p1 = pool.storage().hostPage(slot1);
+        p1.set(java.lang.foreign.ValueLayout.JAVA_BYTE, 17, (byte) (p1.get(java.lang.foreign.ValueLayout.JAVA_BYTE, 17) ^ 1));
+        a.inject(completion(t, 0, 10, 0, cs));
+        rx.doWork();
+        assertEquals(FailureReason.CHECKSUM_MISMATCH, t.failure(), t::toString);
+        assertTrue(t.message().startsWith("page 1 of 3"), t.message());
+    }
+
+    @Test
+    void aPageStillHoldingTheCanaryFails() {
+        final IncomingTransfer t = startOne(10);
+        final int[] cs = deliver(pool, a, 0, 0, 10);
+        pool.storage().fill(a.registrations.getFirst().slots[2], io.kvpool.storage.FillMode.CANARY); // page 2 never landed
+        a.inject(completion(t, 0, 10, 0, cs));
+        rx.doWork();
+        assertEquals(FailureReason.CANARY, t.failure(), t::toString);
+        assertTrue(t.message().contains("token 8 of 10"), t.message());
+    }
+
+    @Test
+    void completionsWithoutChecksumsOrWithFailedWritesAreRefused() {
+        IncomingTransfer t = startOne(10);
+        deliver(pool, a, 0, 0, 10);
+        a.inject(new Message.Completion(t.transferId(), t.generation(), 0, 10, 0, null, 3, 3, 0));
+        rx.doWork();
+        assertEquals(FailureReason.BAD_COMPLETION, t.failure());
+        t = startOne(10);
+        final int[] cs = deliver(pool, a, 1, 0, 10);
+        a.inject(new Message.Completion(t.transferId(), t.generation(), 0, 10, 0, cs, 3, 2, 1));
+        rx.doWork();
+        assertEquals(FailureReason.BAD_COMPLETION, t.failure());
+        assertTrue(t.message().contains("1 failed of 3"), t.message());
+    }
+
+    @Test
+    void anAckBeforeRegistrationIsIgnoredAndCounted() {
+        a.inject(new Message.Drained(0, 1, 0, 0, 0, 0)); // slot 0 was never registered
+        rx.doWork();
+        assertEquals(1, rx.metrics().ackBeforeRegistration());
+        final IncomingTransfer t = startOne(10);
+        a.inject(new Message.Drained(t.transferId(), t.generation() + 1, 0, 0, 0, 0)); // a generation not registered yet
+        rx.doWork();
+        assertEquals(2, rx.metrics().ackBeforeRegistration());
+        assertEquals(IncomingTransfer.State.RECEIVING, t.state());
+        rx.abort(t, "test");
+        rx.doWork();
+        assertEquals(IncomingTransfer.State.DRAINING, t.state(), "an early ack must not have counted");
+    }
+
+    @Test
+    void theSameSenderAckingTwiceCountsOnce() {
+        final IncomingTransfer t = rx.start(REQ, 10, 0, pa, pb);
+        assertEquals(IncomingTransfer.State.RECEIVING, t.state());
+        rx.abort(t, "router abort");
+        assertEquals(IncomingTransfer.State.DRAINING, t.state());
+        assertEquals(1, a.sent(Message.Abort.class).size());
+        assertEquals(1, b.sent(Message.Abort.class).size());
+        a.inject(new Message.Drained(t.transferId(), t.generation(), 0, 2, 2, 0));
+        a.inject(new Message.Drained(t.transferId(), t.generation(), 0, 2, 2, 0));
+        rx.doWork();
+        assertEquals(1, rx.metrics().ackDuplicate());
+        assertEquals(IncomingTransfer.State.DRAINING, t.state(), "rank 1 has not confirmed: two acks from rank 0 are not two senders");
+        final Message.Descriptor d = a.sent(Message.Descriptor.class).getFirst();
+        assertTrue(states(t, d).stream().allMatch(s -> s == SlotState.DRAINING), () -> states(t, d).toString());
+        b.inject(new Message.Drained(t.transferId(), t.generation(), 1, 1, 0, 1));
+        rx.doWork();
+        assertEquals(IncomingTransfer.State.RELEASED, t.state());
+        assertEquals(ReceiverMetrics.Outcome.DRAINED, t.outcome());
+        assertEquals(1, rx.metrics().deferredRelease(ReceiverMetrics.Outcome.DRAINED));
+        assertTrue(pool.verifyAccounting().balanced());
+    }
+
+    @Test
+    void anAckFromAnotherLinkOrWithBadCountsIsIgnored() {
+        final IncomingTransfer t = rx.start(REQ, 10, 0, pa, pb);
+        rx.abort(t, "x");
+        b.inject(new Message.Drained(t.transferId(), t.generation(), 0, 0, 0, 0)); // rank 0 is a's
+        a.inject(new Message.Drained(t.transferId(), t.generation(), 0, 5, 3, 1)); // 3 + 1 ≠ 5
+        rx.doWork();
+        assertEquals(1, rx.metrics().ackWrongPeer());
+        assertEquals(1, rx.metrics().ackInconsistent());
+        assertEquals(IncomingTransfer.State.DRAINING, t.state());
+    }
+
+    @Test
+    void aStaleGenerationAckNeverReleasesTheSlotsNextTenant() {
+        setUp(x -> x.maxTransfers(1));
+        final IncomingTransfer first = startOne(10);
+        rx.abort(first, "x");
+        a.inject(new Message.Drained(first.transferId(), first.generation(), 0, 0, 0, 0));
+        rx.doWork();
+        assertEquals(IncomingTransfer.State.RELEASED, first.state());
+        final IncomingTransfer second = startOne(10);
+        assertEquals(first.transferId(), second.transferId(), "one slot: reused");
+        assertEquals(first.generation() + 1, second.generation());
+        rx.abort(second, "y");
+        // the first tenant's ack, duplicated or delayed, arrives now
+        a.inject(new Message.Drained(first.transferId(), first.generation(), 0, 0, 0, 0));
+        a.inject(new Message.Completion(first.transferId(), first.generation(), 0, 10, 0, new int[3], 3, 3, 0));
+        rx.doWork();
+        assertEquals(2, rx.metrics().ackStaleGeneration());
+        assertEquals(IncomingTransfer.State.DRAINING, second.state(), "a previous generation's ack released the next tenant");
+    }
+
+    @Test
+    void aFailedTransferHoldsItsPagesUntilDrained() {
+        final IncomingTransfer t = startOne(10);
+        final Message.Descriptor d = a.sent(Message.Descriptor.class).getFirst();
+        rx.abort(t, "x");
+        clock.advanceMillis(50);
+        rx.doWork();
+        assertEquals(IncomingTransfer.State.DRAINING, t.state());
+        assertEquals(3, rx.metrics().heldPages());
+        assertTrue(states(t, d).stream().allMatch(s -> s == SlotState.DRAINING));
+        assertEquals(29, pool.snapshot().free(), "held pages are not free");
+        a.inject(new Message.Drained(t.transferId(), t.generation(), 0, 3, 3, 0));
+        rx.doWork();
+        assertEquals(IncomingTransfer.State.RELEASED, t.state());
+        assertEquals(0, rx.metrics().heldPages());
+        assertEquals(32, pool.snapshot().free());
+        assertEquals(50_000_000L, rx.metrics().holdNanosMax());
+    }
+
+    @Test
+    void withoutTheDrainWaitAFailedTransfersPagesAreFreedWhileWritesMayBeInFlight() {
+        setUp(x -> x.unsafeDisable(TransferSafeguard.DRAIN_WAIT));
+        final IncomingTransfer t = startOne(10);
+        rx.abort(t, "x");
+        assertEquals(IncomingTransfer.State.RELEASED, t.state(), "the switch must remove the wait, or the hunter's control proves nothing");
+        assertEquals(32, pool.snapshot().free());
+    }
+
+    @Test
+    void aTimeoutQuarantinesAndOnlyTheTransportsProofReleases() {
+        final IncomingTransfer t = startOne(10);
+        final Message.Descriptor d = a.sent(Message.Descriptor.class).getFirst();
+        clock.advanceMillis(100);
+        rx.doWork();
+        assertEquals(FailureReason.TIMEOUT, t.failure());
+        assertEquals(IncomingTransfer.State.DRAINING, t.state());
+        assertEquals(1, a.sent(Message.Abort.class).size(), "the sender is told to stop");
+        clock.advanceMillis(100);
+        rx.doWork();
+        assertEquals(IncomingTransfer.State.QUARANTINED, t.state());
+        assertEquals(1, rx.metrics().deferredRelease(ReceiverMetrics.Outcome.TIMEOUT));
+        assertTrue(states(t, d).stream().allMatch(s -> s == SlotState.QUARANTINED));
+        assertTrue(a.tearDowns > 0, "a peer that did not drain in time is torn down");
+        // the transport cannot prove it yet (e.g. the peer process still exists): an hour changes nothing
+        for (int i = 0; i < 60; i++) {
+            clock.advanceMillis(60_000);
+            rx.doWork();
+        }
+        a.inject(new Message.Drained(t.transferId(), t.generation(), 0, 3, 3, 0)); // too late to count
+        rx.doWork();
+        assertEquals(IncomingTransfer.State.QUARANTINED, t.state());
+        assertEquals(3, rx.metrics().quarantinedPages());
+        assertEquals(29, pool.snapshot().free());
+        a.tearDownProves = true;
+        rx.doWork();
+        assertEquals(IncomingTransfer.State.RELEASED, t.state());
+        assertEquals(1, rx.metrics().quarantineReleases());
+        assertEquals(0, rx.metrics().quarantinedPages());
+        assertEquals(32, pool.snapshot().free());
+        assertTrue(pool.verifyAccounting().balanced());
+    }
+
+    @Test
+    void aRevocableRegistrationEndsTheQuarantineWithoutTearingThePeerDown() {
+        setUp(x -> x.tearDownOnTimeout(false));
+        a.revocable = true;
+        final IncomingTransfer t = startOne(10);
+        clock.advanceMillis(100);
+        rx.doWork();
+        clock.advanceMillis(100);
+        rx.doWork();
+        assertEquals(IncomingTransfer.State.RELEASED, t.state());
+        assertEquals(ReceiverMetrics.Outcome.TIMEOUT, t.outcome());
+        assertEquals(0, a.tearDowns);
+        assertTrue(rx.peer(pa).isUp());
+    }
+
+    @Test
+    void withoutQuarantineATimeoutFreesThePagesOnTheTimerAlone() {
+        setUp(x -> x.unsafeDisable(TransferSafeguard.QUARANTINE_ON_TIMEOUT));
+        final IncomingTransfer t = startOne(10);
+        clock.advanceMillis(100);
+        rx.doWork();
+        clock.advanceMillis(100);
+        rx.doWork();
+        assertEquals(IncomingTransfer.State.RELEASED, t.state());
+        assertEquals(32, pool.snapshot().free());
+    }
+
+    @Test
+    void aLostSenderQuarantinesAtOnceUntilTheTeardownIsProven() {
+        final IncomingTransfer t = startOne(10);
+        a.failLink("connection reset");
+        rx.doWork();
+        assertEquals(FailureReason.PEER_LOST, t.failure());
+        assertEquals(IncomingTransfer.State.QUARANTINED, t.state());
+        assertEquals(ReceiverMetrics.Outcome.ERROR, t.outcome());
+        assertEquals(1, rx.metrics().deferredRelease(ReceiverMetrics.Outcome.ERROR));
+        rx.doWork();
+        assertEquals(IncomingTransfer.State.QUARANTINED, t.state());
+        a.tearDownProves = true;
+        rx.doWork();
+        assertEquals(IncomingTransfer.State.RELEASED, t.state());
+        assertTrue(pool.verifyAccounting().balanced());
+    }
+
+    @Test
+    void aSenderThatStopsOnItsOwnFailsTheTransferAndItsDrainedCounts() {
+        final IncomingTransfer t = startOne(10);
+        a.inject(new Message.Abort(t.transferId(), t.generation(), Message.Abort.SENDER_FAILED, "write failed"));
+        a.inject(new Message.Drained(t.transferId(), t.generation(), 0, 3, 2, 1));
+        rx.doWork();
+        assertEquals(FailureReason.SENDER_ABORTED, t.failure());
+        assertEquals(IncomingTransfer.State.RELEASED, t.state());
+        assertTrue(pool.verifyAccounting().balanced());
+    }
+
+    @Test
+    void metricsRenderInThePrometheusFormat() {
+        final IncomingTransfer t = startOne(10);
+        rx.abort(t, "x");
+        a.inject(new Message.Drained(t.transferId(), t.generation(), 0, 0, 0, 0));
+        rx.doWork();
+        final String text = rx.metrics().toPrometheus();
+        assertTrue(text.contains("kvpool_deferred_release_total{outcome=\"drained\"} 1"), text);
+        assertTrue(text.contains("kvpool_deferred_release_total{outcome=\"timeout\"} 0"), text);
+        assertTrue(text.contains("kvpool_transfers_failed_total{reason=\"aborted\"} 1"), text);
+    }
+}
