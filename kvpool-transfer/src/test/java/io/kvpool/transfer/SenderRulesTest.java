@@ -1,0 +1,216 @@
+package io.kvpool.transfer;
+
+import io.kvpool.KvPool;
+import io.kvpool.PageHandle;
+import io.kvpool.Sequence;
+import io.kvpool.SlotState;
+import io.kvpool.transfer.spi.PeerLink;
+import io.kvpool.transfer.wire.Message;
+import org.junit.jupiter.api.AfterEach;
+import org.junit.jupiter.api.BeforeEach;
+import org.junit.jupiter.api.Test;
+
+import java.time.Duration;
+import java.util.List;
+
+import static org.junit.jupiter.api.Assertions.*;
+
+/** Each rule of the sender's side, driven step by step: the test is the receiver and the transport. */
+class SenderRulesTest {
+
+    static final long REQ = 11;
+    ManualClock clock;
+    KvPool pool;
+    TransferSender tx;
+    ScriptedLink link;
+    long[] sourceHandles;
+
+    @BeforeEach
+    void setUp() {
+        clock = new ManualClock();
+        pool = Kv.pool(32);
+        tx = TransferSender.builder(pool, Kv.identity()).clock(clock).maxPagesInFlight(2)
+            .drainDeadline(Duration.ofMillis(100)).build();
+        link = new ScriptedLink().hello(Kv.identity());
+        tx.addPeer(link);
+        tx.doWork();
+    }
+
+    @AfterEach
+    void tearDown() {
+        tx.close();
+        pool.close();
+    }
+
+    /** Prefill: a sequence of {@code tokens} tokens of KV, offered, then closed by its owner. */
+    OutgoingTransfer offer(int tokens) {
+        final Sequence s = pool.admit(tokens, 0).sequence();
+        s.append(tokens);
+        Kv.write(s, REQ);
+        sourceHandles = new long[s.pageCount()];
+        for (int i = 0; i < sourceHandles.length; i++) {
+            sourceHandles[i] = s.pageHandle(i);
+        }
+        final OutgoingTransfer t = tx.offer(REQ, s);
+        s.close(); // the sender's references keep the pages
+        return t;
+    }
+
+    Message.Descriptor descriptor(int tokens) {
+        final int pages = (int) Kv.LAYOUT.pagesFor(tokens);
+        return new Message.Descriptor(REQ, 3, 9, tokens, Kv.LAYOUT.fingerprint(), 1, 0, new long[pages], new byte[1]);
+    }
+
+    List<SlotState> sourceStates() {
+        return java.util.Arrays.stream(sourceHandles).mapToObj(h -> pool.stateOfSlot(PageHandle.slot(h))).toList();
+    }
+
+    @Test
+    void writesGoInBoundedBatchesThenAFlushThenTheCompletion() {
+        final OutgoingTransfer t = offer(20); // 5 pages
+        link.inject(descriptor(20));
+        tx.doWork();
+        assertEquals(OutgoingTransfer.State.WRITING, t.state());
+        assertEquals(2, link.postedTokens.size(), "at most 2 pages in flight");
+        for (int round = 0; round < 10 && link.flushTokens.isEmpty(); round++) {
+            final int done = link.postedTokens.size();
+            for (long tok : link.postedTokens.subList(done - Math.min(2, done - (int) t.succeeded()), done)) {
+                link.completeWrite(tok, PeerLink.OK);
+            }
+            tx.doWork();
+            assertTrue(tx.pagesInFlight() <= 2, "in flight " + tx.pagesInFlight());
+        }
+        assertEquals(5, link.postedTokens.size());
+        assertEquals(OutgoingTransfer.State.FLUSHING, t.state());
+        assertTrue(link.sent(Message.Completion.class).isEmpty(), "no completion before the flush proves delivery");
+        final int expected4 = KvChecksum.of(Kv.LAYOUT, pool.storage().hostPage(PageHandle.slot(sourceHandles[4])), REQ, 4, 20);
+        link.completeFlush(link.flushTokens.getFirst(), true);
+        tx.doWork();
+        assertEquals(OutgoingTransfer.State.COMPLETED, t.state());
+        final Message.Completion c = link.sent(Message.Completion.class).getFirst();
+        assertEquals(20, c.tokenCount());
+        assertEquals(5, c.checksums().length);
+        assertEquals(5, c.posted());
+        assertEquals(5, c.succeeded());
+        assertEquals(expected4, c.checksums()[4]);
+        assertTrue(sourceStates().stream().allMatch(s -> s == SlotState.FREE), "source pages released after completion");
+        assertTrue(pool.verifyAccounting().balanced());
+    }
+
+    @Test
+    void oneFailedWriteDoesNotDrainWhileOthersAreInFlight() {
+        final OutgoingTransfer t = offer(8); // 2 pages, both posted at once
+        link.inject(descriptor(8));
+        tx.doWork();
+        assertEquals(2, link.postedTokens.size());
+        link.completeWrite(link.postedTokens.get(0), PeerLink.FAILED);
+        tx.doWork();
+        assertEquals(OutgoingTransfer.State.FAILING, t.state());
+        assertEquals(1, link.sent(Message.Abort.class).size(), "the receiver is told at once");
+        assertTrue(link.sent(Message.Drained.class).isEmpty(), "DRAINED while a write is still in flight");
+        assertTrue(sourceStates().stream().allMatch(s -> s == SlotState.OWNED), "sources still read by the transport");
+        clock.advanceMillis(50);
+        tx.doWork();
+        assertTrue(link.sent(Message.Drained.class).isEmpty());
+        link.completeWrite(link.postedTokens.get(1), PeerLink.OK);
+        tx.doWork();
+        final List<Message.Drained> d = link.sent(Message.Drained.class);
+        assertEquals(1, d.size());
+        assertEquals(new Message.Drained(3, 9, 0, 2, 1, 1), d.getFirst());
+        assertEquals(OutgoingTransfer.State.DRAINED, t.state());
+        assertTrue(pool.verifyAccounting().balanced());
+    }
+
+    @Test
+    void anAbortStopsNewWritesFirstThenDrains() {
+        final OutgoingTransfer t = offer(20);
+        link.inject(descriptor(20));
+        tx.doWork();
+        assertEquals(2, link.postedTokens.size());
+        link.inject(new Message.Abort(3, 9, Message.Abort.REQUESTED, "router"));
+        link.completeWrite(link.postedTokens.get(0), PeerLink.OK);
+        tx.doWork();
+        assertEquals(OutgoingTransfer.State.FAILING, t.state());
+        assertEquals(2, link.postedTokens.size(), "a write was posted after the abort");
+        assertTrue(link.sent(Message.Abort.class).isEmpty(), "the receiver asked; no ABORT back");
+        link.completeWrite(link.postedTokens.get(1), PeerLink.CANCELED);
+        tx.doWork();
+        assertEquals(new Message.Drained(3, 9, 0, 2, 1, 1), link.sent(Message.Drained.class).getFirst());
+    }
+
+    @Test
+    void aFailedFlushFailsTheTransfer() {
+        final OutgoingTransfer t = offer(4);
+        link.inject(descriptor(4));
+        tx.doWork();
+        link.completeWrite(link.postedTokens.getFirst(), PeerLink.OK);
+        tx.doWork();
+        link.completeFlush(link.flushTokens.getFirst(), false);
+        tx.doWork();
+        assertTrue(link.sent(Message.Completion.class).isEmpty());
+        assertEquals(OutgoingTransfer.State.DRAINED, t.state());
+        assertEquals(new Message.Drained(3, 9, 0, 1, 1, 0), link.sent(Message.Drained.class).getFirst());
+    }
+
+    @Test
+    void aDrainDeadlineForceCancelsButStillWaitsForTerminalStates() {
+        final OutgoingTransfer t = offer(8);
+        link.inject(descriptor(8));
+        tx.doWork();
+        tx.abort(t, "test");
+        clock.advanceMillis(99);
+        tx.doWork();
+        assertEquals(0, link.cancels);
+        clock.advanceMillis(1);
+        tx.doWork();
+        tx.doWork();
+        assertEquals(1, link.cancels, "force-cancel once at the deadline");
+        assertTrue(link.sent(Message.Drained.class).isEmpty(), "cancel requested is not cancel done");
+        link.completeWrite(link.postedTokens.get(0), PeerLink.CANCELED);
+        link.completeWrite(link.postedTokens.get(1), PeerLink.CANCELED);
+        tx.doWork();
+        assertEquals(new Message.Drained(3, 9, 0, 2, 0, 2), link.sent(Message.Drained.class).getFirst());
+        assertEquals(1, tx.forcedCancels());
+    }
+
+    @Test
+    void aDescriptorMayArriveBeforeTheOffer() {
+        link.inject(descriptor(4));
+        tx.doWork();
+        assertTrue(link.postedTokens.isEmpty());
+        offer(4);
+        assertEquals(1, link.postedTokens.size());
+    }
+
+    @Test
+    void anAbortForATransferNeverStartedHereIsAnsweredDrainedWithNothingPosted() {
+        link.inject(new Message.Abort(5, 2, Message.Abort.REQUESTED, "descriptor lost"));
+        tx.doWork();
+        assertEquals(new Message.Drained(5, 2, -1, 0, 0, 0), link.sent(Message.Drained.class).getFirst());
+    }
+
+    @Test
+    void aDescriptorForAnotherLayoutIsRefused() {
+        final OutgoingTransfer t = offer(4);
+        link.inject(new Message.Descriptor(REQ, 3, 9, 4, 0xBAD, 1, 0, new long[1], new byte[1]));
+        tx.doWork();
+        assertEquals(OutgoingTransfer.State.WAITING, t.state());
+        assertTrue(link.postedTokens.isEmpty());
+        assertTrue(link.sent(Message.Abort.class).getFirst().detail().contains("0xbad"));
+        assertEquals(new Message.Drained(3, 9, 0, 0, 0, 0), link.sent(Message.Drained.class).getFirst());
+    }
+
+    @Test
+    void aShortSenderWritesWhatItHasAndSaysSo() {
+        // the receiver expects 20 tokens; this prefill holds 5 (the incident's stub would hold 1)
+        offer(5);
+        link.inject(descriptor(20));
+        tx.doWork();
+        assertEquals(2, link.postedTokens.size(), "5 tokens are 2 pages, not 5");
+        link.postedTokens.forEach(tok -> link.completeWrite(tok, PeerLink.OK));
+        tx.doWork();
+        link.completeFlush(link.flushTokens.getFirst(), true);
+        tx.doWork();
+        assertEquals(5, link.sent(Message.Completion.class).getFirst().tokenCount(), "the receiver's length check needs the truth");
+    }
+}
