@@ -34,6 +34,8 @@ public final class Peer {
     String failure;
     PeerIdentity remote;
     boolean tornDown;
+    /** Transfers with writes that may still report on this link (a sender's); a down link is polled while > 0. */
+    int users;
 
     Peer(int id, PeerLink link) {
         this.id = id;

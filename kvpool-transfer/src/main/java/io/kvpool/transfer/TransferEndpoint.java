@@ -76,7 +76,10 @@ abstract class TransferEndpoint implements LinkListener, AutoCloseable {
         }
         int work = 0;
         for (int i = 0; i < peers.size(); i++) {
-            work += peers.get(i).link.poll(this, POLL_LIMIT);
+            final Peer p = peers.get(i);
+            if (p.state == Peer.State.HANDSHAKE || p.state == Peer.State.UP || p.users > 0) {
+                work += p.link.poll(this, POLL_LIMIT); // a down link still owes its writes' terminal states
+            }
         }
         return work + onDuty(clock.nanoTime());
     }

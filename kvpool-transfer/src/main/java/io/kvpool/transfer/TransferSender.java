@@ -47,6 +47,7 @@ public final class TransferSender extends TransferEndpoint {
     private final int maxPagesInFlight;
     private final boolean checksums;
     private final long drainDeadlineNanos;
+    private final long descriptorTimeoutNanos;
     private final Long2ObjectHashMap<OutgoingTransfer> offers = new Long2ObjectHashMap<>();
     private final Long2ObjectHashMap<PendingDescriptor> early = new Long2ObjectHashMap<>();
     private final Int2ObjectHashMap<OutgoingTransfer> bySerial = new Int2ObjectHashMap<>();
@@ -74,6 +75,7 @@ public final class TransferSender extends TransferEndpoint {
         this.maxPagesInFlight = b.maxPagesInFlight;
         this.checksums = b.checksums;
         this.drainDeadlineNanos = b.drainDeadline.toNanos();
+        this.descriptorTimeoutNanos = b.descriptorTimeout.toNanos();
     }
 
     /**
@@ -118,6 +120,11 @@ public final class TransferSender extends TransferEndpoint {
     /** @return transfers not yet COMPLETED or DRAINED (WAITING ones included) */
     public int activeTransfers() {
         return offers.size();
+    }
+
+    /** @return the transfers not yet over, for diagnostics */
+    public List<OutgoingTransfer> openTransfers() {
+        return List.copyOf(offers.values());
     }
 
     /**
@@ -172,6 +179,8 @@ public final class TransferSender extends TransferEndpoint {
         final OutgoingTransfer t = new OutgoingTransfer(requestId, handles.clone(), tokenCount, nextSerial++);
         offers.put(requestId, t);
         bySerial.put(t.serial, t);
+        t.deadline = clock.nanoTime() + descriptorTimeoutNanos;
+        active.add(t);
         final PendingDescriptor pd = early.remove(requestId);
         if (pd != null) {
             begin(t, pd.peer, pd.d);
@@ -190,7 +199,7 @@ public final class TransferSender extends TransferEndpoint {
         if (t.state == OutgoingTransfer.State.WAITING) {
             t.failure = "aborted before a descriptor arrived: " + why;
             t.state = OutgoingTransfer.State.FAILING;
-            active.add(t);
+            maybeDrained(t); // nothing was posted
             return true;
         }
         if (t.state != OutgoingTransfer.State.WRITING && t.state != OutgoingTransfer.State.FLUSHING) {
@@ -248,6 +257,7 @@ public final class TransferSender extends TransferEndpoint {
 
     private void begin(OutgoingTransfer t, Peer p, Message.Descriptor d) {
         t.peer = p;
+        p.users++;
         t.transferId = d.transferId();
         t.generation = d.generation();
         t.rank = d.senderRank();
@@ -257,7 +267,6 @@ public final class TransferSender extends TransferEndpoint {
         t.endPage = TransferPlan.firstPage(pages, d.senders(), d.senderRank() + 1);
         t.nextPage = t.firstPage;
         t.state = OutgoingTransfer.State.WRITING;
-        active.add(t);
         if (!p.isUp()) {
             fail(t, "link down: " + p.failure, false, 0);
             return;
@@ -421,6 +430,9 @@ public final class TransferSender extends TransferEndpoint {
                 pool.release(h);
             }
         }
+        if (t.peer != null) {
+            t.peer.users--;
+        }
         offers.remove(t.requestId);
         bySerial.remove(t.serial);
         active.remove(t);
@@ -433,6 +445,13 @@ public final class TransferSender extends TransferEndpoint {
         scratch.addAll(active);
         for (int i = 0; i < scratch.size(); i++) {
             final OutgoingTransfer t = scratch.get(i);
+            if (t.state == OutgoingTransfer.State.WAITING && now - t.deadline >= 0) {
+                t.failure = "no descriptor within " + Duration.ofNanos(descriptorTimeoutNanos).toMillis() + " ms";
+                t.state = OutgoingTransfer.State.FAILING;
+                maybeDrained(t);
+                work++;
+                continue;
+            }
             if (t.state == OutgoingTransfer.State.FAILING && !t.forced && now - t.deadline >= 0 && t.peer != null) {
                 t.forced = true;
                 forcedCancels.increment();
@@ -508,6 +527,7 @@ public final class TransferSender extends TransferEndpoint {
         private int maxPagesInFlight = 64;
         private boolean checksums = true;
         private Duration drainDeadline = Duration.ofSeconds(10);
+        private Duration descriptorTimeout = Duration.ofSeconds(60);
 
         private Builder(KvPool pool, PeerIdentity identity) {
             this.pool = Objects.requireNonNull(pool, "pool");
@@ -538,6 +558,12 @@ public final class TransferSender extends TransferEndpoint {
         /** How long a failing transfer waits for its writes' terminal states before force-cancelling them (default 10 s). */
         public Builder drainDeadline(Duration d) {
             this.drainDeadline = TransferReceiver.Builder.positive("drainDeadline", d);
+            return this;
+        }
+
+        /** How long an offer waits for the receiver's descriptor before it is dropped and its pages released (default 60 s). */
+        public Builder descriptorTimeout(Duration d) {
+            this.descriptorTimeout = TransferReceiver.Builder.positive("descriptorTimeout", d);
             return this;
         }
 

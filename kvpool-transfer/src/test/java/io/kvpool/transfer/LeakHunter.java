@@ -1,0 +1,542 @@
+package io.kvpool.transfer;
+
+import io.kvpool.KvPool;
+import io.kvpool.PageHandle;
+import io.kvpool.Safeguard;
+import io.kvpool.Sequence;
+import io.kvpool.StaleHandleException;
+import io.kvpool.IllegalSlotTransitionException;
+import io.kvpool.storage.FillMode;
+import io.kvpool.transfer.sim.SimFaults;
+import io.kvpool.transfer.sim.SimLink;
+import io.kvpool.transfer.sim.SimNetwork;
+
+import java.lang.foreign.MemorySegment;
+import java.time.Duration;
+import java.util.ArrayDeque;
+import java.util.ArrayList;
+import java.util.EnumSet;
+import java.util.List;
+import java.util.SplittableRandom;
+
+/**
+ * The leak hunter: a disaggregated cluster (prefill nodes → decode nodes) on a {@link SimNetwork}, where
+ * many tenants' requests move KV that embeds their request id and position ({@link Kv}), through random
+ * aborts, failed, lost, misdirected, corrupted and straggling writes, lost and duplicated control frames,
+ * link failures, prefill crashes and over-capacity requests. Decode reads every token of every committed
+ * sequence before releasing it, and some readers keep using their handles after release (an abort racing
+ * a decode step). Everything is deterministic under the seed.
+ *
+ * <p>It reports:
+ * <ul>
+ *   <li><b>leaks</b> — a reader saw another request's KV (foreign bytes);</li>
+ *   <li><b>corrupted reads</b> — a reader saw canary, zeros, misplaced KV, or a committed context shorter
+ *       than the request's (the incident's placeholder), or a stale handle was served;</li>
+ *   <li>and at quiescence, whether every pool's accounting balances with every page free.</li>
+ * </ul>
+ *
+ * <p>Prefill-side faults model the bugs the receiver's checks exist for: a prefill that holds fewer tokens
+ * than it announced (the length check's case), and one that never wrote some of its KV (the canary's).
+ */
+final class LeakHunter {
+
+    /** What to run. */
+    static final class Config {
+        long seed = 1;
+        int transfers = 100_000;
+        int prefillNodes = 2;
+        int decodeNodes = 2;
+        int prefillPages = 1024;  // 4,096 tokens: requests above that are over capacity for prefill
+        int decodePages = 4096;   // 16,384 tokens
+        int maxPrompt = 40;
+        double overCapacity = 0.002;
+        double twoSenders = 0.15;
+        double truncatedPrefill = 0.002;
+        double unwrittenPrefill = 0.002;
+        double routerAbort = 0.01;
+        double senderAbort = 0.003;
+        double prefillCrash = 0.00002;
+        double staleProbe = 0.2;
+        int arrivalsPerStep = 1;
+        int maxHoldSteps = 1_000; // decode holds a committed sequence up to 10 ms
+        boolean decodeSizedByRouter = false; // the incident: decode preallocates for the original request
+        FillMode decodeFill = FillMode.CANARY;
+        boolean checksums = true;
+        EnumSet<Safeguard> poolOff = EnumSet.noneOf(Safeguard.class);
+        EnumSet<TransferSafeguard> transferOff = EnumSet.noneOf(TransferSafeguard.class);
+        SimFaults faults = SimFaults.NONE.withWrites(0.002, 0.0005, 0.0005, 0.0005)
+            .withStragglers(0.0001, 30_000_000, 80_000_000).withFrames(0.0005, 0.002);
+    }
+
+    /** What it found. */
+    static final class Report {
+        long transfers;
+        long committed;
+        long rejected;
+        long readsVerified;
+        long leaks;
+        long corrupted;
+        long staleServed;
+        long truncated;
+        long crashes;
+        long settleSteps;
+        long lateWritesLanded;
+        long lateWritesDropped;
+        boolean balanced;
+        String accounting = "";
+        final List<String> examples = new ArrayList<>();
+        final StringBuilder metrics = new StringBuilder();
+
+        void example(String s) {
+            if (examples.size() < 5) {
+                examples.add(s);
+            }
+        }
+
+        @Override
+        public String toString() {
+            return "transfers=" + transfers + " committed=" + committed + " rejected=" + rejected + " reads=" + readsVerified
+                + " LEAKS=" + leaks + " CORRUPTED=" + corrupted + " (stale served " + staleServed + ", truncated " + truncated
+                + ") crashes=" + crashes + " settle=" + settleSteps + " balanced=" + balanced + " " + accounting + " examples=" + examples;
+        }
+    }
+
+    // ---- the cluster ----
+
+    private final Config cfg;
+    private final SplittableRandom rnd;
+    private final SimNetwork net;
+    private final Report report = new Report();
+    private final PrefillNode[] prefills;
+    private final DecodeNode[] decodes;
+    private final List<Request> inFlight = new ArrayList<>();
+    private final ArrayDeque<Request> retry = new ArrayDeque<>();
+    private final List<Held> held = new ArrayList<>();
+    private final List<Probe> probes = new ArrayList<>();
+    private long nextRequestId = 1;
+    private long step;
+    private int crashGeneration;
+
+    private final class PrefillNode {
+        final int index;
+        KvPool pool;
+        TransferSender sender;
+        final SimLink[] ends;     // ends[d]: this node's end of the link to decode d
+        final int[] senderPeer;   // peer id of decode d in this sender
+        final int[] receiverPeer; // peer id of this node in decode d's receiver
+
+        PrefillNode(int index) {
+            this.index = index;
+            this.ends = new SimLink[cfg.decodeNodes];
+            this.senderPeer = new int[cfg.decodeNodes];
+            this.receiverPeer = new int[cfg.decodeNodes];
+            boot();
+        }
+
+        void boot() {
+            pool = KvPool.builder(Kv.LAYOUT).pages(cfg.prefillPages).maxContextTokens(cfg.prefillPages * 4L)
+                .unsafeDisable(cfg.poolOff.stream().filter(s -> s == Safeguard.ADMISSION_REJECTION).toArray(Safeguard[]::new))
+                .build();
+            sender = TransferSender.builder(pool, Kv.identity()).clock(net.clock()).maxPagesInFlight(256)
+                .checksums(cfg.checksums).drainDeadline(Duration.ofMillis(30)).descriptorTimeout(Duration.ofMillis(100)).build();
+            for (int d = 0; d < cfg.decodeNodes; d++) {
+                connect(d);
+            }
+        }
+
+        void connect(int d) {
+            final SimLink[] l = net.connect("prefill-" + index + "." + crashGeneration, "decode-" + d, (index + d) % 2 == 0);
+            ends[d] = l[0];
+            senderPeer[d] = sender.addPeer(l[0]);
+            receiverPeer[d] = decodes[d].receiver.addPeer(l[1]);
+        }
+
+        boolean linkUp(int d) {
+            return sender.peer(senderPeer[d]).isUp() && decodes[d].receiver.peer(receiverPeer[d]).isUp();
+        }
+
+        boolean linkDead(int d) {
+            final Peer a = sender.peer(senderPeer[d]);
+            final Peer b = decodes[d].receiver.peer(receiverPeer[d]);
+            return a.state() == Peer.State.FAILED || a.state() == Peer.State.REFUSED
+                || b.state() == Peer.State.FAILED || b.state() == Peer.State.REFUSED;
+        }
+    }
+
+    private final class DecodeNode {
+        final KvPool pool;
+        final TransferReceiver receiver;
+
+        DecodeNode(int index) {
+            pool = KvPool.builder(Kv.LAYOUT).pages(cfg.decodePages).maxContextTokens(cfg.decodePages * 4L).fillMode(cfg.decodeFill)
+                .unsafeDisable(cfg.poolOff.toArray(new Safeguard[0])).build();
+            receiver = TransferReceiver.builder(pool, Kv.identity()).clock(net.clock()).checksums(cfg.checksums)
+                .completionTimeout(Duration.ofMillis(20)).drainTimeout(Duration.ofMillis(20)).maxTransfers(4096)
+                .unsafeDisable(cfg.transferOff.toArray(new TransferSafeguard[0])).build();
+        }
+    }
+
+    private final class Request {
+        final long id;
+        final int prompt;          // the user's tokens: the truth decode must see
+        int announced;             // what prefill says it computed
+        int decodeNode;
+        int[] prefillNodes;
+        PrefillNode[] nodes;
+        OutgoingTransfer[] out;
+        IncomingTransfer in;
+        int attempts;
+
+        Request(long id, int prompt) {
+            this.id = id;
+            this.prompt = prompt;
+        }
+    }
+
+    private record Held(Request r, Sequence seq, long until, DecodeNode node) {
+    }
+
+    private record Probe(long requestId, long[] handles, int tokens, long at, DecodeNode node) {
+    }
+
+    LeakHunter(Config cfg) {
+        this.cfg = cfg;
+        this.rnd = new SplittableRandom(cfg.seed);
+        this.net = new SimNetwork(cfg.seed * 31 + 7, cfg.faults);
+        this.decodes = new DecodeNode[cfg.decodeNodes];
+        for (int d = 0; d < cfg.decodeNodes; d++) {
+            decodes[d] = new DecodeNode(d);
+        }
+        this.prefills = new PrefillNode[cfg.prefillNodes];
+        for (int p = 0; p < cfg.prefillNodes; p++) {
+            prefills[p] = new PrefillNode(p);
+        }
+    }
+
+    static Report hunt(Config cfg) {
+        return new LeakHunter(cfg).run();
+    }
+
+    Report run() {
+        while (report.transfers < cfg.transfers) {
+            for (int i = 0; i < cfg.arrivalsPerStep; i++) {
+                arrive();
+            }
+            chaos();
+            tick();
+        }
+        // quiescence: no new work; abort what waits, let every drain, quarantine and hold end
+        retry.forEach(this::withdraw);
+        retry.clear();
+        int settle = 0;
+        for (; settle < 200_000 && !quiet(); settle++) {
+            tick();
+        }
+        report.settleSteps = settle;
+        for (int i = 0; i < 10; i++) {
+            tick();
+        }
+        finish();
+        return report;
+    }
+
+    private boolean quiet() {
+        if (!inFlight.isEmpty() || !held.isEmpty() || !probes.isEmpty() || net.pendingEvents() > 0) {
+            return false;
+        }
+        for (DecodeNode d : decodes) {
+            if (d.receiver.activeTransfers() > 0) {
+                return false;
+            }
+        }
+        for (PrefillNode p : prefills) {
+            if (p.sender.activeTransfers() > 0) {
+                return false;
+            }
+        }
+        return true;
+    }
+
+    // ---- one step of 10 µs ----
+
+    private void tick() {
+        step++;
+        for (PrefillNode p : prefills) {
+            p.sender.doWork();
+        }
+        for (DecodeNode d : decodes) {
+            d.receiver.doWork();
+        }
+        net.advance(10_000);
+        reconnect();
+        progress();
+        readHeld();
+        probe();
+    }
+
+    private void reconnect() {
+        for (PrefillNode p : prefills) {
+            for (int d = 0; d < cfg.decodeNodes; d++) {
+                if (p.linkDead(d)) {
+                    // the old link stays with the engines until its transfers ended; a new one takes over
+                    decodes[d].receiver.tearDownPeer(p.receiverPeer[d]);
+                    p.connect(d);
+                }
+            }
+        }
+    }
+
+    private void arrive() {
+        final boolean over = rnd.nextDouble() < cfg.overCapacity;
+        final int prompt = over ? cfg.prefillPages * 4 + 1 + rnd.nextInt(40) : 1 + rnd.nextInt(cfg.maxPrompt);
+        final Request r = new Request(nextRequestId++, prompt);
+        r.decodeNode = rnd.nextInt(cfg.decodeNodes);
+        final int senders = cfg.prefillNodes > 1 && rnd.nextDouble() < cfg.twoSenders ? 2 : 1;
+        final int first = rnd.nextInt(cfg.prefillNodes);
+        r.prefillNodes = senders == 1 ? new int[] {first} : new int[] {first, (first + 1) % cfg.prefillNodes};
+        r.nodes = new PrefillNode[senders];
+        r.out = new OutgoingTransfer[senders];
+        // prefill: admit, compute (write the KV), offer
+        final boolean truncate = rnd.nextDouble() < cfg.truncatedPrefill;
+        final boolean unwritten = rnd.nextDouble() < cfg.unwrittenPrefill;
+        for (int k = 0; k < senders; k++) {
+            final PrefillNode p = prefills[r.prefillNodes[k]];
+            final io.kvpool.Admission a = p.pool.admit(prompt, 0);
+            if (!a.admitted()) {
+                report.rejected++; // refused with a typed reason before any handoff
+                for (int j = 0; j < k; j++) {
+                    prefills[r.prefillNodes[j]].sender.abort(r.out[j], "a co-sender refused the request");
+                }
+                return;
+            }
+            final Sequence s = a.sequence();
+            // the tokens admission let prefill compute: the prompt, or the placeholder's one token
+            r.announced = (int) Math.min(prompt, s.admittedTokens());
+            final int computed = truncate && r.announced > 1 ? 1 + rnd.nextInt(r.announced - 1) : r.announced;
+            try {
+                s.append(computed);
+            } catch (RuntimeException e) {
+                s.close();
+                report.rejected++;
+                for (int j = 0; j < k; j++) {
+                    prefills[r.prefillNodes[j]].sender.abort(r.out[j], "co-sender out of pages");
+                }
+                return;
+            }
+            Kv.write(s, r.id, unwritten && computed > 1 ? rnd.nextInt(computed) : computed);
+            r.out[k] = p.sender.offer(r.id, s);
+            r.nodes[k] = p;
+            s.close();
+        }
+        startDecode(r);
+    }
+
+    private void startDecode(Request r) {
+        final DecodeNode d = decodes[r.decodeNode];
+        final int[] peers = new int[r.prefillNodes.length];
+        for (int k = 0; k < peers.length; k++) {
+            final PrefillNode p = prefills[r.prefillNodes[k]];
+            if (p != r.nodes[k] || !p.linkUp(r.decodeNode)) {
+                requeue(r);
+                return;
+            }
+            peers[k] = p.receiverPeer[r.decodeNode];
+        }
+        final int tokens = cfg.decodeSizedByRouter ? r.prompt : r.announced;
+        final IncomingTransfer t = d.receiver.start(r.id, tokens, 4, peers);
+        if (t.state() == IncomingTransfer.State.REJECTED) {
+            if (t.admission() != null && t.admission().decision() == io.kvpool.Admission.Decision.RETRY_LATER
+                || t.failure() == FailureReason.PEER_LOST) {
+                requeue(r);
+            } else {
+                report.rejected++;
+                withdraw(r);
+            }
+            return;
+        }
+        r.in = t;
+        report.transfers++;
+        inFlight.add(r);
+    }
+
+    private void requeue(Request r) {
+        if (++r.attempts > 50) {
+            report.rejected++;
+            withdraw(r);
+        } else {
+            retry.add(r);
+        }
+    }
+
+    private void withdraw(Request r) {
+        for (int k = 0; k < r.out.length; k++) {
+            if (r.out[k] != null && r.nodes[k] == prefills[r.prefillNodes[k]] && !r.out[k].isDone()) {
+                r.nodes[k].sender.abort(r.out[k], "decode did not take it");
+            }
+        }
+    }
+
+    private void progress() {
+        for (int i = 0, n = retry.size(); i < n && i < 8; i++) {
+            startDecode(retry.poll());
+        }
+        for (int i = inFlight.size() - 1; i >= 0; i--) {
+            final Request r = inFlight.get(i);
+            final IncomingTransfer t = r.in;
+            if (t.state() == IncomingTransfer.State.RECEIVING) {
+                continue;
+            }
+            if (t.state() == IncomingTransfer.State.COMMITTED) {
+                report.committed++;
+                final Sequence seq = t.sequence();
+                held.add(new Held(r, seq, step + rnd.nextInt(cfg.maxHoldSteps), decodes[r.decodeNode]));
+                inFlight.remove(i);
+            } else {
+                // failed: the receiver holds the pages (DRAINING, QUARANTINED) until released; the router tells prefill
+                withdraw(r);
+                if (t.isTerminal()) {
+                    inFlight.remove(i);
+                }
+            }
+        }
+    }
+
+    private void chaos() {
+        if (!inFlight.isEmpty() && rnd.nextDouble() < cfg.routerAbort) {
+            final Request r = inFlight.get(rnd.nextInt(inFlight.size()));
+            decodes[r.decodeNode].receiver.abort(r.in, "router abort");
+        }
+        if (!inFlight.isEmpty() && rnd.nextDouble() < cfg.senderAbort) {
+            final Request r = inFlight.get(rnd.nextInt(inFlight.size()));
+            final int k = rnd.nextInt(r.out.length);
+            if (r.out[k] != null && r.nodes[k] == prefills[r.prefillNodes[k]]) {
+                r.nodes[k].sender.abort(r.out[k], "prefill abort");
+            }
+        }
+        if (rnd.nextDouble() < cfg.prefillCrash) {
+            crash(rnd.nextInt(cfg.prefillNodes));
+        }
+    }
+
+    /** A prefill process dies: its links fail, its posted writes may still land; a fresh node replaces it. */
+    private void crash(int index) {
+        report.crashes++;
+        crashGeneration++;
+        final PrefillNode p = prefills[index];
+        for (SimLink end : p.ends) {
+            net.crash(end);
+        }
+        prefills[index] = new PrefillNode(index);
+    }
+
+    // ---- decode reads ----
+
+    private void readHeld() {
+        for (int i = held.size() - 1; i >= 0; i--) {
+            final Held h = held.get(i);
+            if (h.until > step) {
+                continue;
+            }
+            held.remove(i);
+            verify(h);
+            final long[] handles = new long[h.seq.pageCount()];
+            for (int p = 0; p < handles.length; p++) {
+                handles[p] = h.seq.pageHandle(p);
+            }
+            final int tokens = h.seq.tokenCount();
+            h.seq.close();
+            if (rnd.nextDouble() < cfg.staleProbe) {
+                probes.add(new Probe(h.r.id, handles, tokens, step + 1 + rnd.nextInt(200), h.node));
+            }
+        }
+    }
+
+    private void verify(Held h) {
+        report.readsVerified++;
+        final Sequence seq = h.seq;
+        if (seq.tokenCount() < h.r.prompt) {
+            report.corrupted++;
+            report.truncated++;
+            report.example("request " + h.r.id + ": decode got a " + seq.tokenCount() + "-token context for a " + h.r.prompt
+                + "-token prompt");
+        }
+        final int n = Math.min(seq.tokenCount(), h.r.prompt);
+        for (int t = 0; t < n; t++) {
+            final Kv.Finding f = Kv.check(seq.page(t / Kv.LAYOUT.tokensPerPage()), h.r.id, t);
+            if (f != Kv.Finding.OK) {
+                record(f, "request " + h.r.id + " token " + t + " of " + n + ": " + f);
+                return;
+            }
+        }
+    }
+
+    private void record(Kv.Finding f, String what) {
+        if (f == Kv.Finding.FOREIGN) {
+            report.leaks++;
+        } else {
+            report.corrupted++;
+        }
+        report.example(what);
+    }
+
+    /** A decode step that still holds a released sequence's handles (an abort raced it) reads through them. */
+    private void probe() {
+        for (int i = probes.size() - 1; i >= 0; i--) {
+            final Probe p = probes.get(i);
+            if (p.at > step) {
+                continue;
+            }
+            probes.remove(i);
+            for (int page = 0; page < p.handles.length; page++) {
+                final MemorySegment seg;
+                try {
+                    seg = p.node.pool.page(p.handles[page]);
+                } catch (StaleHandleException | IllegalSlotTransitionException refused) {
+                    continue; // refused, as it must be
+                }
+                report.staleServed++;
+                final int tpp = Kv.LAYOUT.tokensPerPage();
+                Kv.Finding worst = Kv.Finding.OK;
+                for (int t = page * tpp; t < Math.min(p.tokens, (page + 1) * tpp); t++) {
+                    final Kv.Finding f = Kv.check(seg, p.requestId, t);
+                    if (f == Kv.Finding.FOREIGN) {
+                        worst = f;
+                        break;
+                    }
+                    if (f != Kv.Finding.OK) {
+                        worst = f;
+                    }
+                }
+                record(worst == Kv.Finding.OK ? Kv.Finding.MISPLACED : worst,
+                    "stale handle of request " + p.requestId + " page " + page + " was served: " + worst);
+                break;
+            }
+        }
+    }
+
+    private void finish() {
+        report.lateWritesLanded = net.landedWrites();
+        report.lateWritesDropped = net.droppedWrites();
+        boolean balanced = true;
+        final StringBuilder acc = new StringBuilder();
+        for (DecodeNode d : decodes) {
+            final var s = d.pool.snapshot();
+            final boolean ok = d.pool.verifyAccounting().balanced() && s.free() == d.pool.capacity();
+            balanced &= ok;
+            if (!ok) {
+                acc.append("decode ").append(s).append("; ");
+            }
+            report.metrics.append(d.receiver.metrics().toPrometheus());
+        }
+        for (PrefillNode p : prefills) {
+            final var s = p.pool.snapshot();
+            final boolean ok = p.pool.verifyAccounting().balanced() && s.free() == p.pool.capacity();
+            balanced &= ok;
+            if (!ok) {
+                acc.append("prefill ").append(s).append(" open=").append(p.sender.openTransfers().stream().limit(3).toList()).append("; ");
+            }
+        }
+        report.balanced = balanced;
+        report.accounting = acc.toString();
+    }
+}
