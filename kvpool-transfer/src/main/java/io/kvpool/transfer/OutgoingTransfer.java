@@ -42,6 +42,9 @@ public final class OutgoingTransfer {
     io.kvpool.transfer.spi.RemoteRegion region;
     long deadline;
     boolean forced;
+    boolean flushPending;
+    boolean flushAttempted;
+    boolean flushed;
     boolean sourceReleased;
 
     OutgoingTransfer(long requestId, long[] sourceHandles, int tokenCount, int serial) {

@@ -32,8 +32,9 @@ import java.util.Set;
  *     │ (pages → DRAINING, the sequence is closed: only the writer pins hold the pages;
  *     │  ABORT → every sender that has not confirmed)
  *     ▼
- *  DRAINING ──DRAINED (this generation) from every unconfirmed sender──▶ RELEASED   outcome=drained
- *     │ drain deadline (outcome=timeout) · an unconfirmed sender's link fails (outcome=error)
+ *  DRAINING ──DRAINED (this generation, every write proven) from every unconfirmed sender──▶ RELEASED   outcome=drained
+ *     │ drain deadline (outcome=timeout) · an unconfirmed sender's link fails, or its DRAINED reports
+ *     │ unproven writes, which may still land (outcome=error)
  *     ▼ (pages → QUARANTINED)
  *  QUARANTINED ──for every unconfirmed sender: registration revoked or link torn down, proven──▶ RELEASED
  * </pre>
@@ -455,7 +456,28 @@ public final class TransferReceiver extends TransferEndpoint {
             metrics.ackInconsistent.increment(); // not a proof that its writes are over
             return;
         }
+        if (d.failed() > 0) {
+            unproven(t, r, d);
+            return;
+        }
         drainedFrom(t, r, d);
+    }
+
+    /**
+     * A DRAINED with writes that failed or were not proven delivered: they may still land (ucx.md), so it
+     * proves nothing. The pages are quarantined until the transport proves this sender can no longer write.
+     */
+    private void unproven(IncomingTransfer t, int r, Message.Drained d) {
+        final long now = clock.nanoTime();
+        final String why = "sender " + r + " ended with " + d.failed() + " of " + d.posted() + " writes unproven; they may still land";
+        if (t.state == IncomingTransfer.State.RECEIVING) {
+            fail(t, FailureReason.SENDER_ABORTED, why, now);
+        }
+        if (t.state == IncomingTransfer.State.DRAINING) {
+            quarantine(t, ReceiverMetrics.Outcome.ERROR, now);
+        } else {
+            metrics.ackLate.increment();
+        }
     }
 
     private void drainedFrom(IncomingTransfer t, int r, Message.Drained d) {

@@ -29,10 +29,13 @@ import java.util.concurrent.atomic.LongAdder;
  *  FLUSHING ──flush proves delivery──▶ COMPLETION sent ─▶ COMPLETED
  *  WRITING / FLUSHING ──a write or flush fails · ABORT received · abort() · link lost──▶ FAILING
  *      (marked failed FIRST: nothing more is posted; ABORT → receiver unless it asked)
- *  FAILING ──every posted write terminal (OK, FAILED or CANCELED)──▶ DRAINED(posted, ok, failed) sent ─▶ DRAINED
- *      a deadline passes first: the transport force-cancels (cancelWrites); still wait for terminal states
+ *  FAILING ──every posted write terminal (OK, FAILED or CANCELED), then a flush──▶ DRAINED(posted, proven,
+ *      unproven) sent ─▶ DRAINED      (a deadline passes first: the transport force-cancels; still wait)
  * </pre>
- * One failed write never makes a transfer drained while its other writes are in flight. The source
+ * One failed write never makes a transfer drained while its other writes are in flight. A write that
+ * completed OK is proven delivered only by a flush, and one that failed or was cancelled may still land
+ * (ucx.md), so DRAINED says how many writes are proven; only {@code unproven = 0} lets the receiver free
+ * the pages — otherwise they stay quarantined until the transport proves the link can no longer write. The source
  * pages are retained from {@link #offer} until every write reading them ended, so a source page is never
  * reused while the transport may still read it.
  *
@@ -343,6 +346,8 @@ public final class TransferSender extends TransferEndpoint {
         }
         if (t.nextPage == end && t.succeeded == t.posted) {
             t.state = OutgoingTransfer.State.FLUSHING;
+            t.flushPending = true;
+            t.flushAttempted = true;
             try {
                 t.peer.link.flush(((long) t.serial << 32) | FLUSH);
             } catch (RuntimeException e) {
@@ -378,7 +383,18 @@ public final class TransferSender extends TransferEndpoint {
     @Override
     public void onFlushDone(PeerLink link, long token, boolean ok) {
         final OutgoingTransfer t = bySerial.get((int) (token >>> 32));
-        if (t == null || t.state != OutgoingTransfer.State.FLUSHING) {
+        if (t == null) {
+            return;
+        }
+        if (t.flushPending) {
+            t.flushPending = false;
+            t.flushed = ok;
+        }
+        if (t.state == OutgoingTransfer.State.FAILING) {
+            maybeDrained(t);
+            return;
+        }
+        if (t.state != OutgoingTransfer.State.FLUSHING) {
             return;
         }
         if (!ok) {
@@ -411,11 +427,32 @@ public final class TransferSender extends TransferEndpoint {
         maybeDrained(t);
     }
 
+    /**
+     * Sends DRAINED once every posted write is terminal — after a flush, so that the writes that completed
+     * OK are proven delivered and cannot land later. DRAINED's {@code succeeded} counts only proven writes;
+     * {@code failed} counts the rest (failed, cancelled, or OK but unproven), which may still land: the
+     * receiver must not free the pages on such a DRAINED.
+     */
     private void maybeDrained(OutgoingTransfer t) {
-        if (t.state != OutgoingTransfer.State.FAILING || t.succeeded + t.failed != t.posted) {
+        if (t.flushPending && (t.peer == null || !t.peer.isUp())) {
+            t.flushPending = false; // a link that is down proves nothing; do not wait for its answer
+            t.flushed = false;
+        }
+        if (t.state != OutgoingTransfer.State.FAILING || t.succeeded + t.failed != t.posted || t.flushPending) {
             return;
         }
-        if (t.peer != null && send(t.peer, new Message.Drained(t.transferId, t.generation, t.rank, t.posted, t.succeeded, t.failed))) {
+        if (t.succeeded > 0 && !t.flushed && !t.flushAttempted && t.peer != null && t.peer.isUp()) {
+            t.flushAttempted = true;
+            t.flushPending = true;
+            try {
+                t.peer.link.flush(((long) t.serial << 32) | FLUSH);
+                return;
+            } catch (RuntimeException e) {
+                t.flushPending = false;
+            }
+        }
+        final long proven = t.flushed ? t.succeeded : 0;
+        if (t.peer != null && send(t.peer, new Message.Drained(t.transferId, t.generation, t.rank, t.posted, proven, t.posted - proven))) {
             drainedSent.increment();
         }
         t.state = OutgoingTransfer.State.DRAINED;

@@ -62,6 +62,8 @@ final class LeakHunter {
         boolean decodeSizedByRouter = false; // the incident: decode preallocates for the original request
         FillMode decodeFill = FillMode.CANARY;
         boolean checksums = true;
+        Boolean revocableLinks = null;  // null: alternate (half like RDMA, half like UCX over tcp)
+        long senderDrainDeadlineMs = 30;
         EnumSet<Safeguard> poolOff = EnumSet.noneOf(Safeguard.class);
         EnumSet<TransferSafeguard> transferOff = EnumSet.noneOf(TransferSafeguard.class);
         SimFaults faults = SimFaults.NONE.withWrites(0.002, 0.0005, 0.0005, 0.0005)
@@ -80,11 +82,15 @@ final class LeakHunter {
         long truncated;
         long crashes;
         long settleSteps;
+        long staleRefused;
+        final java.util.EnumMap<FailureReason, Long> failures = new java.util.EnumMap<>(FailureReason.class);
+        final java.util.EnumMap<ReceiverMetrics.Outcome, Long> outcomes = new java.util.EnumMap<>(ReceiverMetrics.Outcome.class);
         long lateWritesLanded;
         long lateWritesDropped;
         boolean balanced;
         String accounting = "";
         final List<String> examples = new ArrayList<>();
+        final List<String> leakExamples = new ArrayList<>();
         final StringBuilder metrics = new StringBuilder();
 
         void example(String s) {
@@ -97,7 +103,8 @@ final class LeakHunter {
         public String toString() {
             return "transfers=" + transfers + " committed=" + committed + " rejected=" + rejected + " reads=" + readsVerified
                 + " LEAKS=" + leaks + " CORRUPTED=" + corrupted + " (stale served " + staleServed + ", truncated " + truncated
-                + ") crashes=" + crashes + " settle=" + settleSteps + " balanced=" + balanced + " " + accounting + " examples=" + examples;
+                + ") staleRefused=" + staleRefused + " failures=" + failures + " deferredRelease=" + outcomes
+                + " crashes=" + crashes + " settle=" + settleSteps + " balanced=" + balanced + " " + accounting + " leaks: " + leakExamples + " examples=" + examples;
         }
     }
 
@@ -138,14 +145,15 @@ final class LeakHunter {
                 .unsafeDisable(cfg.poolOff.stream().filter(s -> s == Safeguard.ADMISSION_REJECTION).toArray(Safeguard[]::new))
                 .build();
             sender = TransferSender.builder(pool, Kv.identity()).clock(net.clock()).maxPagesInFlight(256)
-                .checksums(cfg.checksums).drainDeadline(Duration.ofMillis(30)).descriptorTimeout(Duration.ofMillis(100)).build();
+                .checksums(cfg.checksums).drainDeadline(Duration.ofMillis(cfg.senderDrainDeadlineMs)).descriptorTimeout(Duration.ofMillis(100)).build();
             for (int d = 0; d < cfg.decodeNodes; d++) {
                 connect(d);
             }
         }
 
         void connect(int d) {
-            final SimLink[] l = net.connect("prefill-" + index + "." + crashGeneration, "decode-" + d, (index + d) % 2 == 0);
+            final SimLink[] l = net.connect("prefill-" + index + "." + crashGeneration, "decode-" + d,
+                cfg.revocableLinks != null ? cfg.revocableLinks : (index + d) % 2 == 0);
             ends[d] = l[0];
             senderPeer[d] = sender.addPeer(l[0]);
             receiverPeer[d] = decodes[d].receiver.addPeer(l[1]);
@@ -173,6 +181,7 @@ final class LeakHunter {
             receiver = TransferReceiver.builder(pool, Kv.identity()).clock(net.clock()).checksums(cfg.checksums)
                 .completionTimeout(Duration.ofMillis(20)).drainTimeout(Duration.ofMillis(20)).maxTransfers(4096)
                 .unsafeDisable(cfg.transferOff.toArray(new TransferSafeguard[0])).build();
+            prewarm(pool);
         }
     }
 
@@ -190,6 +199,31 @@ final class LeakHunter {
         Request(long id, int prompt) {
             this.id = id;
             this.prompt = prompt;
+        }
+    }
+
+    /**
+     * Earlier tenants used every page: each holds KV of a request that is long gone (ids from 1,000,000,000),
+     * then is freed — and filled, unless {@link Safeguard#FREE_PAGE_FILL} is off.
+     */
+    private static void prewarm(KvPool pool) {
+        final long[] handles = new long[pool.capacity()];
+        for (int i = 0; i < handles.length; i++) {
+            handles[i] = pool.tryAllocate();
+            final MemorySegment page = pool.page(handles[i]);
+            final long owner = 1_000_000_000L + i;
+            for (int t = 0; t < Kv.LAYOUT.tokensPerPage(); t++) {
+                for (int layer = 0; layer < Kv.LAYOUT.layers(); layer++) {
+                    for (int kv = 0; kv < 2; kv++) {
+                        final long off = Kv.LAYOUT.offset(layer, kv, t);
+                        page.set(Kv.LONG, off, owner);
+                        page.set(Kv.LONG, off + 8, Kv.position(layer, kv, t));
+                    }
+                }
+            }
+        }
+        for (long h : handles) {
+            pool.release(h);
         }
     }
 
@@ -461,18 +495,26 @@ final class LeakHunter {
                 + "-token prompt");
         }
         final int n = Math.min(seq.tokenCount(), h.r.prompt);
-        for (int t = 0; t < n; t++) {
+        Kv.Finding worst = Kv.Finding.OK;
+        int at = -1;
+        for (int t = 0; t < n && worst != Kv.Finding.FOREIGN; t++) {
             final Kv.Finding f = Kv.check(seq.page(t / Kv.LAYOUT.tokensPerPage()), h.r.id, t);
-            if (f != Kv.Finding.OK) {
-                record(f, "request " + h.r.id + " token " + t + " of " + n + ": " + f);
-                return;
+            if (f != Kv.Finding.OK && (worst == Kv.Finding.OK || f == Kv.Finding.FOREIGN)) {
+                worst = f;
+                at = t;
             }
+        }
+        if (worst != Kv.Finding.OK) {
+            record(worst, "request " + h.r.id + " token " + at + " of " + n + ": " + worst);
         }
     }
 
     private void record(Kv.Finding f, String what) {
         if (f == Kv.Finding.FOREIGN) {
             report.leaks++;
+            if (report.leakExamples.size() < 5) {
+                report.leakExamples.add(what);
+            }
         } else {
             report.corrupted++;
         }
@@ -492,6 +534,7 @@ final class LeakHunter {
                 try {
                     seg = p.node.pool.page(p.handles[page]);
                 } catch (StaleHandleException | IllegalSlotTransitionException refused) {
+                    report.staleRefused++;
                     continue; // refused, as it must be
                 }
                 report.staleServed++;
@@ -527,6 +570,12 @@ final class LeakHunter {
                 acc.append("decode ").append(s).append("; ");
             }
             report.metrics.append(d.receiver.metrics().toPrometheus());
+            for (FailureReason f : FailureReason.values()) {
+                report.failures.merge(f, d.receiver.metrics().failures(f), Long::sum);
+            }
+            for (ReceiverMetrics.Outcome o : ReceiverMetrics.Outcome.values()) {
+                report.outcomes.merge(o, d.receiver.metrics().deferredRelease(o), Long::sum);
+            }
         }
         for (PrefillNode p : prefills) {
             final var s = p.pool.snapshot();

@@ -1,20 +1,190 @@
 package io.kvpool.transfer;
 
+import io.kvpool.Safeguard;
+import io.kvpool.storage.FillMode;
 import org.junit.jupiter.api.Test;
+import org.junit.jupiter.params.ParameterizedTest;
+import org.junit.jupiter.params.provider.EnumSource;
+
+import java.util.EnumSet;
+import java.util.function.Consumer;
 
 import static org.junit.jupiter.api.Assertions.*;
 
+/**
+ * The leak hunter ({@link LeakHunter}) with every safeguard on must find nothing over ≥ 100,000 transfers
+ * of chaos; with any single safeguard off it must catch a leak or a corrupted read — so each safeguard is
+ * shown to be what stops its failure. Each control runs in a deployment where that safeguard is the last
+ * line of defence (said at each one): the layers overlap on purpose, and a control whose failure another
+ * layer also stops would prove nothing.
+ *
+ * <p>{@code -Dkvpool.hunter.transfers=N} sets the main run's length (default 100,000: about 20 s on 2 cores).
+ */
 class LeakHunterTest {
 
-    @Test
-    void smoke() {
+    static final int CONTROL_TRANSFERS = 10_000;
+
+    static LeakHunter.Report hunt(int transfers, Consumer<LeakHunter.Config> setup) {
         final LeakHunter.Config c = new LeakHunter.Config();
-        c.transfers = 20_000;
-        final long t0 = System.nanoTime();
-        final LeakHunter.Report r = LeakHunter.hunt(c);
-        System.out.println(r + " in " + (System.nanoTime() - t0) / 1_000_000 + " ms\n" + r.metrics);
+        c.transfers = transfers;
+        setup.accept(c);
+        return LeakHunter.hunt(c);
+    }
+
+    @Test
+    void aHundredThousandTransfersOfChaosShowNoForeignByteAndBalance() {
+        final int n = Integer.getInteger("kvpool.hunter.transfers", 100_000);
+        final LeakHunter.Report r = hunt(n, c -> { });
+        System.out.println("leak hunter: " + r);
         assertEquals(0, r.leaks, r::toString);
         assertEquals(0, r.corrupted, r::toString);
         assertTrue(r.balanced, r::toString);
+        assertTrue(r.transfers >= n);
+        assertTrue(r.committed > n / 2, () -> "too few commits to mean anything: " + r);
+        // the chaos reached every safeguard: each check refused something, drains and quarantines happened
+        for (FailureReason f : new FailureReason[] {FailureReason.LENGTH_MISMATCH, FailureReason.CANARY,
+            FailureReason.CHECKSUM_MISMATCH, FailureReason.SENDER_ABORTED, FailureReason.ABORTED, FailureReason.TIMEOUT,
+            FailureReason.PEER_LOST, FailureReason.REJECTED}) {
+            assertTrue(r.failures.get(f) > 0 || f == FailureReason.REJECTED && r.rejected > 0, () -> "no " + f + " in " + r);
+        }
+        for (ReceiverMetrics.Outcome o : ReceiverMetrics.Outcome.values()) {
+            assertTrue(r.outcomes.get(o) > 0, () -> "no deferred release ended " + o + ": " + r);
+        }
+        assertTrue(r.staleRefused > 0, () -> "no stale handle was refused: " + r);
+    }
+
+    static void assertCaught(LeakHunter.Report r) {
+        System.out.println("control: " + r);
+        assertTrue(r.leaks + r.corrupted > 0, () -> "the hunter caught nothing with the safeguard off: " + r);
+    }
+
+    @Test
+    void withoutTheGenerationCheckAStaleHandleReadsAnotherTenantsPage() {
+        // last line: a decode step that still holds an aborted request's handles reads after reuse
+        final LeakHunter.Report r = hunt(CONTROL_TRANSFERS, c -> c.poolOff = EnumSet.of(Safeguard.GENERATION_CHECK));
+        assertCaught(r);
+        assertTrue(r.leaks > 0, r::toString);
+    }
+
+    @Test
+    void withoutTheDrainWaitLateWritesLandInTheNextTenant() {
+        // last line: writes still in flight when a transfer fails (slow writes make the window wide)
+        final LeakHunter.Report r = hunt(CONTROL_TRANSFERS, c -> {
+            c.transferOff = EnumSet.of(TransferSafeguard.DRAIN_WAIT);
+            c.faults = c.faults.withStragglers(0.02, 1_000_000, 5_000_000);
+            c.routerAbort = 0.2;
+            c.revocableLinks = false;
+        });
+        assertCaught(r);
+    }
+
+    @Test
+    void withoutQuarantineAFrozenPeersWritesLandAfterTheTimeout() {
+        // last line: writes of a frozen peer that outlive the completion and drain deadlines, on links that
+        // cannot revoke, while the peer's link stays up
+        final LeakHunter.Report r = hunt(CONTROL_TRANSFERS, c -> {
+            c.transferOff = EnumSet.of(TransferSafeguard.QUARANTINE_ON_TIMEOUT);
+            c.faults = c.faults.withStragglers(0.002, 30_000_000, 80_000_000);
+            c.revocableLinks = false;
+            c.senderDrainDeadlineMs = 200; // the frozen sender does not give up (or crash) first: its link stays up
+        });
+        assertCaught(r);
+    }
+
+    @Test
+    void withoutTheLengthCheckAShortTransferCommits() {
+        // last line: ZERO fill (a supported mode) leaves the canary nothing to find in unwritten pages
+        final LeakHunter.Report r = hunt(CONTROL_TRANSFERS, c -> {
+            c.transferOff = EnumSet.of(TransferSafeguard.LENGTH_CHECK);
+            c.decodeFill = FillMode.ZERO;
+            c.truncatedPrefill = 0.01;
+        });
+        assertCaught(r);
+    }
+
+    @Test
+    void withoutTheCanaryKvThatWasNeverWrittenReachesDecode() {
+        // last line: a prefill that never wrote some KV; its checksums describe the unwritten bytes faithfully
+        final LeakHunter.Report r = hunt(CONTROL_TRANSFERS, c -> {
+            c.transferOff = EnumSet.of(TransferSafeguard.CANARY_CHECK);
+            c.unwrittenPrefill = 0.01;
+        });
+        assertCaught(r);
+    }
+
+    @Test
+    void withoutChecksumsCorruptedWritesReachDecode() {
+        // last line: a byte flipped in flight (no canary, right length)
+        final LeakHunter.Report r = hunt(CONTROL_TRANSFERS, c -> {
+            c.transferOff = EnumSet.of(TransferSafeguard.CHECKSUM);
+            c.faults = c.faults.withWrites(0.002, 0, 0, 0.01);
+        });
+        assertCaught(r);
+    }
+
+    @Test
+    void withoutAdmissionRejectionAnOverCapacityRequestBecomesAOneTokenPlaceholder() {
+        // last line: the placeholder's length is what prefill announces, so every later check agrees with it
+        final LeakHunter.Report r = hunt(CONTROL_TRANSFERS, c -> {
+            c.poolOff = EnumSet.of(Safeguard.ADMISSION_REJECTION);
+            c.overCapacity = 0.01;
+        });
+        assertCaught(r);
+        assertTrue(r.truncated > 0, r::toString);
+    }
+
+    /** The safeguards the 2026 incident's deployment lacked. */
+    static final EnumSet<Safeguard> INCIDENT_POOL = EnumSet.of(Safeguard.ADMISSION_REJECTION, Safeguard.FREE_PAGE_FILL);
+    static final EnumSet<TransferSafeguard> INCIDENT_TRANSFER =
+        EnumSet.of(TransferSafeguard.LENGTH_CHECK, TransferSafeguard.CANARY_CHECK, TransferSafeguard.CHECKSUM);
+
+    static void incident(LeakHunter.Config c) {
+        c.poolOff = EnumSet.copyOf(INCIDENT_POOL);
+        c.transferOff = EnumSet.copyOf(INCIDENT_TRANSFER);
+        c.decodeSizedByRouter = true; // decode preallocates for the original request
+        c.overCapacity = 0.01;
+        // only the incident's own failure: no other fault that the disabled checks would have caught
+        c.truncatedPrefill = 0;
+        c.unwrittenPrefill = 0;
+        c.faults = c.faults.withWrites(c.faults.writeFail(), 0, 0, 0);
+    }
+
+    @Test
+    void theIncidentReplayedLeaksOtherTenantsKv() {
+        // An over-capacity request becomes a one-token placeholder at prefill; decode, sized for the real
+        // request, takes the one-token transfer as complete and reads pages still holding earlier tenants' KV.
+        final LeakHunter.Report r = hunt(CONTROL_TRANSFERS, LeakHunterTest::incident);
+        System.out.println("incident: " + r);
+        assertTrue(r.leaks > 0, () -> "the incident did not reproduce: " + r);
+    }
+
+    @ParameterizedTest
+    @EnumSource(names = {"LENGTH_CHECK", "CHECKSUM"})
+    void theIncidentIsStoppedByTheLengthCheckOrTheChecksumAlone(TransferSafeguard restored) {
+        final LeakHunter.Report r = hunt(CONTROL_TRANSFERS, c -> {
+            incident(c);
+            c.transferOff.remove(restored);
+        });
+        assertEquals(0, r.leaks + r.corrupted, r::toString);
+    }
+
+    @Test
+    void theIncidentIsStoppedByAdmissionRejectionAlone() {
+        final LeakHunter.Report r = hunt(CONTROL_TRANSFERS, c -> {
+            incident(c);
+            c.poolOff.remove(Safeguard.ADMISSION_REJECTION);
+        });
+        assertEquals(0, r.leaks + r.corrupted, r::toString);
+    }
+
+    @Test
+    void freePageFillAloneTurnsTheIncidentsLeakIntoCanaryReads() {
+        // the fill removes the foreign bytes; the canary check (off here) is what would then refuse the commit
+        final LeakHunter.Report r = hunt(CONTROL_TRANSFERS, c -> {
+            incident(c);
+            c.poolOff.remove(Safeguard.FREE_PAGE_FILL);
+        });
+        assertEquals(0, r.leaks, r::toString);
+        assertTrue(r.corrupted > 0, r::toString);
     }
 }

@@ -209,7 +209,7 @@ class ReceiverRulesTest {
         assertEquals(IncomingTransfer.State.DRAINING, t.state(), "rank 1 has not confirmed: two acks from rank 0 are not two senders");
         final Message.Descriptor d = a.sent(Message.Descriptor.class).getFirst();
         assertTrue(states(t, d).stream().allMatch(s -> s == SlotState.DRAINING), () -> states(t, d).toString());
-        b.inject(new Message.Drained(t.transferId(), t.generation(), 1, 1, 0, 1));
+        b.inject(new Message.Drained(t.transferId(), t.generation(), 1, 1, 1, 0));
         rx.doWork();
         assertEquals(IncomingTransfer.State.RELEASED, t.state());
         assertEquals(ReceiverMetrics.Outcome.DRAINED, t.outcome());
@@ -358,10 +358,27 @@ class ReceiverRulesTest {
     @Test
     void aSenderThatStopsOnItsOwnFailsTheTransferAndItsDrainedCounts() {
         final IncomingTransfer t = startOne(10);
+        a.inject(new Message.Abort(t.transferId(), t.generation(), Message.Abort.SENDER_FAILED, "flush failed"));
+        a.inject(new Message.Drained(t.transferId(), t.generation(), 0, 3, 3, 0));
+        rx.doWork();
+        assertEquals(FailureReason.SENDER_ABORTED, t.failure());
+        assertEquals(IncomingTransfer.State.RELEASED, t.state());
+        assertTrue(pool.verifyAccounting().balanced());
+    }
+
+    @Test
+    void aDrainedWithUnprovenWritesIsNoProofAndQuarantines() {
+        // one write failed: a failed one-sided write may still land (ucx.md); only the transport can prove it won't
+        final IncomingTransfer t = startOne(10);
         a.inject(new Message.Abort(t.transferId(), t.generation(), Message.Abort.SENDER_FAILED, "write failed"));
         a.inject(new Message.Drained(t.transferId(), t.generation(), 0, 3, 2, 1));
         rx.doWork();
         assertEquals(FailureReason.SENDER_ABORTED, t.failure());
+        assertEquals(IncomingTransfer.State.QUARANTINED, t.state());
+        assertEquals(ReceiverMetrics.Outcome.ERROR, t.outcome());
+        assertEquals(29, pool.snapshot().free());
+        a.tearDownProves = true;
+        rx.doWork();
         assertEquals(IncomingTransfer.State.RELEASED, t.state());
         assertTrue(pool.verifyAccounting().balanced());
     }

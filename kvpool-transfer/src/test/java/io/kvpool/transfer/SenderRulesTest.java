@@ -114,9 +114,13 @@ class SenderRulesTest {
         assertTrue(link.sent(Message.Drained.class).isEmpty());
         link.completeWrite(link.postedTokens.get(1), PeerLink.OK);
         tx.doWork();
+        assertTrue(link.sent(Message.Drained.class).isEmpty(), "the OK write is not proven delivered before a flush");
+        assertEquals(1, link.flushTokens.size());
+        link.completeFlush(link.flushTokens.getFirst(), true);
+        tx.doWork();
         final List<Message.Drained> d = link.sent(Message.Drained.class);
         assertEquals(1, d.size());
-        assertEquals(new Message.Drained(3, 9, 0, 2, 1, 1), d.getFirst());
+        assertEquals(new Message.Drained(3, 9, 0, 2, 1, 1), d.getFirst(), "1 proven, 1 failed (it may still land)");
         assertEquals(OutgoingTransfer.State.DRAINED, t.state());
         assertTrue(pool.verifyAccounting().balanced());
     }
@@ -135,7 +139,9 @@ class SenderRulesTest {
         assertTrue(link.sent(Message.Abort.class).isEmpty(), "the receiver asked; no ABORT back");
         link.completeWrite(link.postedTokens.get(1), PeerLink.CANCELED);
         tx.doWork();
-        assertEquals(new Message.Drained(3, 9, 0, 2, 1, 1), link.sent(Message.Drained.class).getFirst());
+        link.completeFlush(link.flushTokens.getFirst(), false); // the flush cannot prove the OK write either
+        tx.doWork();
+        assertEquals(new Message.Drained(3, 9, 0, 2, 0, 2), link.sent(Message.Drained.class).getFirst());
     }
 
     @Test
@@ -149,7 +155,9 @@ class SenderRulesTest {
         tx.doWork();
         assertTrue(link.sent(Message.Completion.class).isEmpty());
         assertEquals(OutgoingTransfer.State.DRAINED, t.state());
-        assertEquals(new Message.Drained(3, 9, 0, 1, 1, 0), link.sent(Message.Drained.class).getFirst());
+        assertEquals(new Message.Drained(3, 9, 0, 1, 0, 1), link.sent(Message.Drained.class).getFirst(),
+            "an unproven write is reported as such");
+        assertEquals(1, link.flushTokens.size(), "a failed flush is not retried");
     }
 
     @Test

@@ -219,8 +219,8 @@ public final class SimLink implements PeerLink {
         final long at = Math.max(net.now(), windowLastLanding) + 1;
         windowFailed = false;
         net.schedule(at, () -> {
-            if (!crashed && !closed) {
-                ready.add(new FlushEvent(token, up && !failed));
+            if (!crashed) {
+                ready.add(new FlushEvent(token, up && !failed)); // a closed link still answers: not proven
             }
         });
     }

@@ -135,7 +135,12 @@ public sealed interface Message {
         }
     }
 
-    /** Sender → receiver: every write this sender posted for the transfer reached a terminal state. */
+    /**
+     * Sender → receiver: every write this sender posted for the transfer reached a terminal state.
+     * {@code succeeded} counts the writes proven delivered by a flush; {@code failed} the others (failed,
+     * cancelled, or unproven), which may still land — a DRAINED with {@code failed > 0} is no proof. Rank
+     * {@code -1} with zero counts means: nothing of this link's was ever in flight for the transfer.
+     */
     record Drained(long transferId, int generation, int senderRank, long posted, long succeeded, long failed) implements Message {
         @Override
         public int type() {
