@@ -528,6 +528,9 @@ public final class TransferReceiver extends TransferEndpoint {
                     reason == FailureReason.ABORTED ? Message.Abort.REQUESTED : Message.Abort.RECEIVER_FAILED, message));
             }
         }
+        if (t.state != IncomingTransfer.State.DRAINING) {
+            return; // an ABORT's failed send took its peer down, and onPeerDown already quarantined (maybe released) t
+        }
         if (!on(TransferSafeguard.DRAIN_WAIT)) {
             releaseDrained(t, ReceiverMetrics.Outcome.DRAINED, now); // UNSAFE: writes may still be in flight
             return;

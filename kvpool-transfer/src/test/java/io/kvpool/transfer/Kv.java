@@ -12,21 +12,22 @@ import java.lang.foreign.ValueLayout;
 /**
  * Synthetic KV for transfer tests: every 16-byte token vector holds {@code (requestId, position)} where
  * position = layer·2^48 | kv·2^40 | token, so a reader can tell its own KV from another request's
- * ("foreign"), from the canary, and from misplaced or missing KV.
+ * ("foreign"), from the canary, and from misplaced or missing KV. Public for the tests of the
+ * transports' packages (e.g. the shm two-process protocol test).
  */
-final class Kv {
+public final class Kv {
     private Kv() {
     }
 
     /** 2 layers × 1 head × 4 × FP32, 4 tokens per page: 16-byte vectors, 256-byte pages. */
-    static final KvLayout LAYOUT = new KvLayout(2, 1, 4, DType.FP32, 4);
+    public static final KvLayout LAYOUT = new KvLayout(2, 1, 4, DType.FP32, 4);
     static final ValueLayout.OfLong LONG = ValueLayout.JAVA_LONG_UNALIGNED;
 
-    static KvPool pool(int pages) {
+    public static KvPool pool(int pages) {
         return KvPool.builder(LAYOUT).pages(pages).maxContextTokens(pages * 4L).build();
     }
 
-    static PeerIdentity identity() {
+    public static PeerIdentity identity() {
         return PeerIdentity.of(LAYOUT, "test-model@r1", "test", "build-1");
     }
 
@@ -35,7 +36,7 @@ final class Kv {
     }
 
     /** Writes request {@code requestId}'s KV into every valid token of the sequence. */
-    static void write(Sequence seq, long requestId) {
+    public static void write(Sequence seq, long requestId) {
         write(seq, requestId, seq.tokenCount());
     }
 
@@ -55,12 +56,12 @@ final class Kv {
     }
 
     /** What a reader found in a sequence's KV. */
-    enum Finding {
+    public enum Finding {
         OK, FOREIGN, CANARY, MISPLACED
     }
 
     /** The first problem in tokens [0, tokens) of the sequence, or OK. */
-    static Finding check(Sequence seq, long requestId, int tokens) {
+    public static Finding check(Sequence seq, long requestId, int tokens) {
         final int tpp = LAYOUT.tokensPerPage();
         for (int token = 0; token < tokens; token++) {
             final Finding f = check(seq.page(token / tpp), requestId, token);
