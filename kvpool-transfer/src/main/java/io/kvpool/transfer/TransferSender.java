@@ -63,8 +63,53 @@ public final class TransferSender extends TransferEndpoint {
     final LongAdder writesPosted = new LongAdder();
     final LongAdder writesFailed = new LongAdder();
     final LongAdder forcedCancels = new LongAdder();
+    final LongAdder duplicateDescriptors = new LongAdder();
 
     private record PendingDescriptor(Peer peer, Message.Descriptor d) {
+    }
+
+    /**
+     * What this sender knows of a receiver's transfer slot: the newest generation it saw a descriptor for
+     * and, once that transfer is over, its counts — so an ABORT that arrives after the end is answered with
+     * the truth, never with "nothing in flight". One per slot of each receiver: bounded by its slot count.
+     */
+    private static final class SlotRecord {
+        int generation;
+        int rank;
+        boolean over;
+        long posted;
+        long proven;
+    }
+
+    private final Int2ObjectHashMap<Long2ObjectHashMap<SlotRecord>> slotRecords = new Int2ObjectHashMap<>();
+
+    private SlotRecord record(Peer p, long transferId, boolean create) {
+        Long2ObjectHashMap<SlotRecord> m = slotRecords.get(p.id);
+        if (m == null) {
+            if (!create) {
+                return null;
+            }
+            m = new Long2ObjectHashMap<>();
+            slotRecords.put(p.id, m);
+        }
+        SlotRecord r = m.get(transferId);
+        if (r == null && create) {
+            r = new SlotRecord();
+            m.put(transferId, r);
+        }
+        return r;
+    }
+
+    /** Notes a descriptor seen; {@code over} with counts when nothing of it can be in flight. */
+    private void seen(Peer p, long transferId, int generation, int rank, boolean over, long posted, long proven) {
+        final SlotRecord r = record(p, transferId, true);
+        if (generation >= r.generation) {
+            r.generation = generation;
+            r.rank = rank;
+            r.over = over;
+            r.posted = posted;
+            r.proven = proven;
+        }
     }
 
     private TransferSender(Builder b) {
@@ -113,6 +158,11 @@ public final class TransferSender extends TransferEndpoint {
     /** @return times a drain deadline made the transport force-cancel writes */
     public long forcedCancels() {
         return forcedCancels.sum();
+    }
+
+    /** @return descriptors received again for a transfer already known (duplicated frames), ignored */
+    public long duplicateDescriptors() {
+        return duplicateDescriptors.sum();
     }
 
     /** @return pages being written now (across transfers) */
@@ -239,21 +289,36 @@ public final class TransferSender extends TransferEndpoint {
         }
         final OutgoingTransfer t = offers.get(d.requestId());
         if (t == null) {
+            seen(p, d.transferId(), d.generation(), d.senderRank(), true, 0, 0); // nothing posted yet
             final PendingDescriptor old = early.put(d.requestId(), new PendingDescriptor(p, d));
-            if (old != null) {
+            if (old != null && !sameTransfer(old.peer, old.d, p, d)) {
                 refuse(old.peer, old.d.transferId(), old.d.generation(), old.d.senderRank(), "superseded by a newer descriptor");
+            } else if (old != null) {
+                duplicateDescriptors.increment();
             }
             return;
         }
         if (t.state != OutgoingTransfer.State.WAITING) {
+            if (t.peer == p && t.transferId == d.transferId() && t.generation == d.generation() && t.rank == d.senderRank()) {
+                // the same descriptor again (a duplicated frame): the transfer it names is ours and running.
+                // Refusing it would send DRAINED(nothing posted) for a transfer with writes in flight.
+                duplicateDescriptors.increment();
+                return;
+            }
             refuse(p, d.transferId(), d.generation(), d.senderRank(), "request " + d.requestId() + " is already " + t.state);
             return;
         }
         begin(t, p, d);
     }
 
+    private static boolean sameTransfer(Peer p1, Message.Descriptor d1, Peer p2, Message.Descriptor d2) {
+        return p1 == p2 && d1.transferId() == d2.transferId() && d1.generation() == d2.generation()
+            && d1.senderRank() == d2.senderRank();
+    }
+
     /** Refuses a descriptor: ABORT, then DRAINED with nothing posted (true: nothing was). */
     private void refuse(Peer p, long transferId, int generation, int rank, String why) {
+        seen(p, transferId, generation, rank, true, 0, 0);
         send(p, new Message.Abort(transferId, generation, Message.Abort.SENDER_FAILED, why));
         send(p, new Message.Drained(transferId, generation, rank, 0, 0, 0));
     }
@@ -261,6 +326,7 @@ public final class TransferSender extends TransferEndpoint {
     private void begin(OutgoingTransfer t, Peer p, Message.Descriptor d) {
         t.peer = p;
         p.users++;
+        seen(p, d.transferId(), d.generation(), d.senderRank(), false, 0, 0);
         t.transferId = d.transferId();
         t.generation = d.generation();
         t.rank = d.senderRank();
@@ -297,9 +363,16 @@ public final class TransferSender extends TransferEndpoint {
                 break;
             }
         }
-        // Never started here (descriptor lost or early), or already over: nothing of ours is in flight for
-        // it on this link. Rank -1 says so for every rank this link holds.
-        send(p, new Message.Drained(a.transferId(), a.generation(), -1, 0, 0, 0));
+        final SlotRecord r = record(p, a.transferId(), false);
+        if (r == null || r.generation < a.generation()) {
+            // never saw this generation (its descriptor was lost): nothing of ours was ever in flight for it.
+            // Rank -1 says so for every rank this link holds.
+            send(p, new Message.Drained(a.transferId(), a.generation(), -1, 0, 0, 0));
+        } else if (r.generation == a.generation() && r.over) {
+            // over already: repeat the truth (its DRAINED may have been lost)
+            send(p, new Message.Drained(a.transferId(), a.generation(), r.rank, r.posted, r.proven, r.posted - r.proven));
+        }
+        // an older generation's ABORT: stale, nothing to say
     }
 
     private OutgoingTransfer find(Peer p, long transferId, int generation) {
@@ -411,6 +484,7 @@ public final class TransferSender extends TransferEndpoint {
         }
         send(t.peer, new Message.Completion(t.transferId, t.generation, t.rank, t.tokenCount, t.firstPage, cs, t.posted,
             t.succeeded, t.failed));
+        seen(t.peer, t.transferId, t.generation, t.rank, true, t.posted, t.posted);
         t.state = OutgoingTransfer.State.COMPLETED;
         completed.increment();
         finish(t);
@@ -452,6 +526,9 @@ public final class TransferSender extends TransferEndpoint {
             }
         }
         final long proven = t.flushed ? t.succeeded : 0;
+        if (t.peer != null) {
+            seen(t.peer, t.transferId, t.generation, t.rank, true, t.posted, proven);
+        }
         if (t.peer != null && send(t.peer, new Message.Drained(t.transferId, t.generation, t.rank, t.posted, proven, t.posted - proven))) {
             drainedSent.increment();
         }

@@ -195,6 +195,7 @@ final class LeakHunter {
         OutgoingTransfer[] out;
         IncomingTransfer in;
         int attempts;
+        IncomingTransfer.State lastState;
 
         Request(long id, int prompt) {
             this.id = id;
@@ -390,6 +391,11 @@ final class LeakHunter {
         }
         r.in = t;
         report.transfers++;
+        if (r.id == TRACE) {
+            final Sequence dbg = null;
+            System.out.println("TRACE start " + r.id + " decode " + r.decodeNode + " tokens " + tokens + " prefills "
+                + java.util.Arrays.toString(r.prefillNodes) + " at " + net.now() + " " + t);
+        }
         inFlight.add(r);
     }
 
@@ -410,6 +416,8 @@ final class LeakHunter {
         }
     }
 
+    static final long TRACE = Long.getLong("kvpool.hunter.trace", -1);
+
     private void progress() {
         for (int i = 0, n = retry.size(); i < n && i < 8; i++) {
             startDecode(retry.poll());
@@ -417,6 +425,10 @@ final class LeakHunter {
         for (int i = inFlight.size() - 1; i >= 0; i--) {
             final Request r = inFlight.get(i);
             final IncomingTransfer t = r.in;
+            if (r.id == TRACE && t.state() != r.lastState) {
+                r.lastState = t.state();
+                System.out.println("TRACE " + r.id + " at " + net.now() + " " + t + " outs=" + java.util.Arrays.toString(r.out));
+            }
             if (t.state() == IncomingTransfer.State.RECEIVING) {
                 continue;
             }
@@ -505,7 +517,11 @@ final class LeakHunter {
             }
         }
         if (worst != Kv.Finding.OK) {
-            record(worst, "request " + h.r.id + " token " + at + " of " + n + ": " + worst);
+            final MemorySegment pg = seq.page(at / Kv.LAYOUT.tokensPerPage());
+            final long off = Kv.LAYOUT.offset(0, 0, at % Kv.LAYOUT.tokensPerPage());
+            record(worst, "request " + h.r.id + " token " + at + " of " + n + ": " + worst + " (holds request "
+                + pg.get(Kv.LONG, off) + " position 0x" + Long.toHexString(pg.get(Kv.LONG, off + 8)) + ", slot "
+                + seq.pageIndex(at / Kv.LAYOUT.tokensPerPage()) + " of decode " + h.r.decodeNode + ")");
         }
     }
 

@@ -182,6 +182,50 @@ class SenderRulesTest {
     }
 
     @Test
+    void aDuplicatedDescriptorIsIgnoredNotRefused() {
+        // found by the leak hunter: refusing the duplicate sent DRAINED(nothing posted) for the running
+        // transfer, and the receiver freed pages its writes were still landing in
+        final OutgoingTransfer t = offer(20);
+        link.inject(descriptor(20));
+        tx.doWork();
+        link.inject(descriptor(20));
+        tx.doWork();
+        assertEquals(OutgoingTransfer.State.WRITING, t.state());
+        assertTrue(link.sent(Message.Drained.class).isEmpty(), () -> link.sent.toString());
+        assertTrue(link.sent(Message.Abort.class).isEmpty());
+        assertEquals(1, tx.duplicateDescriptors());
+    }
+
+    @Test
+    void aDuplicatedEarlyDescriptorIsIgnoredToo() {
+        link.inject(descriptor(4));
+        link.inject(descriptor(4));
+        tx.doWork();
+        offer(4);
+        assertTrue(link.sent(Message.Drained.class).isEmpty(), () -> link.sent.toString());
+        assertEquals(1, link.postedTokens.size());
+    }
+
+    @Test
+    void anAbortAfterTheEndRepeatsTheTruthNotNothingInFlight() {
+        // found by the leak hunter's reasoning: a DRAINED with unproven writes may be lost; an ABORT for the
+        // finished transfer must not be answered "nothing posted"
+        final OutgoingTransfer t = offer(8);
+        link.inject(descriptor(8));
+        tx.doWork();
+        link.completeWrite(link.postedTokens.get(0), PeerLink.FAILED);
+        link.completeWrite(link.postedTokens.get(1), PeerLink.OK);
+        tx.doWork();
+        link.completeFlush(link.flushTokens.getFirst(), true);
+        tx.doWork();
+        assertEquals(OutgoingTransfer.State.DRAINED, t.state());
+        link.sent.clear();
+        link.inject(new Message.Abort(3, 9, Message.Abort.REQUESTED, "router"));
+        tx.doWork();
+        assertEquals(List.of(new Message.Drained(3, 9, 0, 2, 1, 1)), link.sent(Message.Drained.class));
+    }
+
+    @Test
     void aDescriptorMayArriveBeforeTheOffer() {
         link.inject(descriptor(4));
         tx.doWork();
