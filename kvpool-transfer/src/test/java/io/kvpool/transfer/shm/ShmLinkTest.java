@@ -143,7 +143,7 @@ class ShmLinkTest {
             final Message m = switch (i % 3) {
                 case 0 -> new Message.Drained(i, i * 7, 1, i, i, 0);
                 case 1 -> new Message.Abort(i, 2, Message.Abort.TIMEOUT, "detail " + "x".repeat(i % 200));
-                default -> new Message.Descriptor(i, i, 3, 16, LAYOUT.fingerprint(), 1,
+                default -> new Message.Descriptor(i, i, 3, 16, LAYOUT.fingerprint(), 1, 0,
                     new long[i == 2 ? 20_000 : i % 50], new byte[i % 100]); // 160 KB once: more than the 64 KiB buffer
             };
             sent.add(m);

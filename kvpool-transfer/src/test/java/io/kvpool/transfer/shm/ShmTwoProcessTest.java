@@ -63,7 +63,7 @@ class ShmTwoProcessTest {
                 try (ShmLink l = link) {
                     assertEquals(child.pid(), l.peerPid());
                     final Registration reg = l.register(storage, slots);
-                    l.send(WireCodec.encode(new Message.Descriptor(1, 7, 1, 3 * 16, storage.layout().fingerprint(), 1,
+                    l.send(WireCodec.encode(new Message.Descriptor(1, 7, 1, 3 * 16, storage.layout().fingerprint(), 1, 0,
                         target, reg.key())));
                     final List<Message> got = new ArrayList<>();
                     final LinkListener rec = new LinkListener() {

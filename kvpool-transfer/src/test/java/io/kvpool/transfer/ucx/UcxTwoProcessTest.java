@@ -91,7 +91,7 @@ class UcxTwoProcessTest {
         for (int i = 0; i < 3; i++) {
             link.send(note("p2c-" + i, i));
         }
-        link.send(WireCodec.encode(new Message.Descriptor(1, 5, 1, TRANSFER_PAGES * LAYOUT.tokensPerPage(), 0L, 1, handles, reg.key())));
+        link.send(WireCodec.encode(new Message.Descriptor(1, 5, 1, TRANSFER_PAGES * LAYOUT.tokensPerPage(), 0L, 1, 0, handles, reg.key())));
         return reg;
     }
 
