@@ -207,16 +207,24 @@ public final class WireCodec {
     }
 
     private static String truncate(String s) {
-        // reasons and details are for people: cut to the field limit rather than fail the send
-        byte[] u = s.getBytes(StandardCharsets.UTF_8);
-        if (u.length <= PeerIdentity.MAX_FIELD_BYTES) {
+        // reasons and details are for people: cut to the field limit rather than fail the send. One pass,
+        // whole code points only (never half a surrogate pair, which would go out as '?').
+        if (s.getBytes(StandardCharsets.UTF_8).length <= PeerIdentity.MAX_FIELD_BYTES) {
             return s;
         }
-        String t = s;
-        while (t.getBytes(StandardCharsets.UTF_8).length > PeerIdentity.MAX_FIELD_BYTES - 3) {
-            t = t.substring(0, t.length() - 1);
+        final int budget = PeerIdentity.MAX_FIELD_BYTES - 3;
+        int bytes = 0;
+        int end = 0;
+        while (end < s.length()) {
+            final int cp = s.codePointAt(end);
+            final int n = cp < 0x80 ? 1 : cp < 0x800 ? 2 : cp < 0x10000 ? 3 : 4; // a lone surrogate encodes as 1 ('?'): over-counted
+            if (bytes + n > budget) {
+                break;
+            }
+            bytes += n;
+            end += Character.charCount(cp);
         }
-        return t + "...";
+        return s.substring(0, end) + "...";
     }
 
     private static int strLen(String s) {
@@ -245,7 +253,10 @@ public final class WireCodec {
             return StandardCharsets.UTF_8.newDecoder().onMalformedInput(CodingErrorAction.REPORT)
                 .onUnmappableCharacter(CodingErrorAction.REPORT).decode(slice).toString();
         } catch (CharacterCodingException e) {
-            throw new MalformedMessageException("string is not valid UTF-8");
+            final byte[] u = new byte[Math.min(n, 32)];
+            slice.get(0, u);
+            throw new MalformedMessageException("string of " + n + " bytes is not valid UTF-8: "
+                + java.util.HexFormat.of().formatHex(u) + (n > u.length ? "..." : ""));
         }
     }
 }
