@@ -218,6 +218,9 @@ public final class TransferReceiver extends TransferEndpoint {
             }
             send(p, new Message.Descriptor(requestId, slot, t.generation, expected, layout.fingerprint(), n, r, handles,
                 t.registrations[r].key()));
+            if (t.state != IncomingTransfer.State.RECEIVING) {
+                return t; // the send took the peer down and failed the transfer: ask no other sender
+            }
         }
         return t;
     }

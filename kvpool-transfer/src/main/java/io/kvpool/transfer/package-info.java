@@ -1,5 +1,52 @@
 /**
- * Prefill-to-decode page transfer with the drain handshake. Placeholder: issue #3 builds this on the
- * writer-pin states of {@link io.kvpool.SlotStateMachine}.
+ * Prefill → decode page transfer: the protocol, its engines, and the transport SPI.
+ *
+ * <h2>The protocol (this comment is its one drawing)</h2>
+ * <pre>
+ *  decode (TransferReceiver)                                   prefill (TransferSender), rank r of n
+ *  ─────────────────────────                                   ────────────────────────────────────
+ *  link up ── HELLO(version, layout fingerprint, model, environment, build) ⇄ HELLO ── any mismatch:
+ *            REFUSE(both sides' values), link closed; nothing else is accepted before the HELLOs match
+ *
+ *  start(request, tokens): admission (typed rejection, never a placeholder) → append → pin every page
+ *  RECEIVING → register pages [first(r), first(r+1)) for each sender
+ *            ── DESCRIPTOR(request, slot, generation, tokens, layout, n, r, handles, region key) ──▶
+ *                                                              offer(request, sequence) (either order)
+ *            ◀══ one-sided writes, ≤ maxPagesInFlight at a time ══  putBatch … every write OK …
+ *                                                              flush: proves delivery of every write
+ *            ◀── COMPLETION(slot, generation, r, tokens, first page, checksums, posted, ok, failed) ──
+ *  every rank completed: tokens == expected? no page holds the canary? every checksum (keyed by
+ *  request, page, tokens — never by slot) matches? ── yes: commitReceive, sequence → decode
+ *                                                  └─ no: FAILED, drain path below
+ *
+ *  abort / failure (either side, any time before commit)
+ *            ── ABORT(slot, generation, reason) ──▶            marked FAILED first: nothing more posted
+ *  pages DRAINING; the sequence is closed                     wait until every posted write is terminal
+ *  (only the writer pins hold the pages)                      (OK / FAILED / CANCELED), then flush
+ *            ◀── DRAINED(slot, generation, r, posted, proven, unproven) ──
+ *  unproven == 0 from every unconfirmed rank → drained → FREE            (outcome drained)
+ *  unproven > 0, or a rank's link lost          → QUARANTINED            (outcome error)
+ *  no DRAINED by the drain deadline             → QUARANTINED            (outcome timeout)
+ *  QUARANTINED → FREE only when, for each unconfirmed rank, the transport proves no write can land:
+ *  the registration was revoked, or the peer's link was torn down on the receiver's side. Never a timer.
+ * </pre>
+ * Acknowledgements are keyed by transfer slot <em>and</em> generation and accepted only from the rank's
+ * own link; early, stale, duplicate, foreign-link and inconsistent ones are ignored and counted
+ * ({@link io.kvpool.transfer.ReceiverMetrics}). A sender that never saw a generation answers its ABORT
+ * with DRAINED(rank −1, nothing posted); one that finished repeats its true counts.
+ *
+ * <h2>Pieces</h2>
+ * <ul>
+ *   <li>{@link io.kvpool.transfer.TransferReceiver}, {@link io.kvpool.transfer.TransferSender}: the two
+ *       engines, single-threaded duty cycles ({@code doWork()}) over any number of links.</li>
+ *   <li>{@link io.kvpool.transfer.spi.PeerLink}: the transport SPI (control frames, register, put batch,
+ *       flush, cancel, tear down) with the semantics every transport keeps.</li>
+ *   <li>Transports: {@link io.kvpool.transfer.sim} (in-JVM, deterministic fault injection, for tests),
+ *       {@link io.kvpool.transfer.shm} (processes on one host through a mapped pool file),
+ *       {@link io.kvpool.transfer.ucx} (UCX via JUCX, for RDMA hosts).</li>
+ *   <li>{@link io.kvpool.transfer.wire}: the versioned, strictly decoded control messages.</li>
+ *   <li>{@link io.kvpool.transfer.KvChecksum}, {@link io.kvpool.transfer.PeerIdentity},
+ *       {@link io.kvpool.transfer.TransferSafeguard}, {@link io.kvpool.transfer.ReceiverMetrics}.</li>
+ * </ul>
  */
 package io.kvpool.transfer;

@@ -42,7 +42,7 @@ final class LeakHunter {
 
     /** What to run. */
     static final class Config {
-        long seed = 1;
+        long seed = Long.getLong("kvpool.hunter.seed", 1);
         int transfers = 100_000;
         int prefillNodes = 2;
         int decodeNodes = 2;

@@ -18,7 +18,10 @@ import static org.junit.jupiter.api.Assertions.*;
  * line of defence (said at each one): the layers overlap on purpose, and a control whose failure another
  * layer also stops would prove nothing.
  *
- * <p>{@code -Dkvpool.hunter.transfers=N} sets the main run's length (default 100,000: about 20 s on 2 cores).
+ * <p>{@code -Dkvpool.hunter.transfers=N} sets the main run's length (default 100,000: about 10 s on 2 cores)
+ * and {@code -Dkvpool.hunter.seed=S} the seed of every run (default 1), e.g. for a longer run:
+ * {@code ./dev test -pl kvpool-transfer -am -Dtest=LeakHunterTest -Dsurefire.failIfNoSpecifiedTests=false
+ * -Dkvpool.test.argLine="-Dkvpool.hunter.transfers=2000000 -Dkvpool.hunter.seed=7"}.
  */
 class LeakHunterTest {
 

@@ -90,4 +90,54 @@ class SimTransferTest {
             assertEquals(20, rig.receiver.metrics().committed());
         }
     }
+
+    /** Free pages of the decode pool that hold bytes other than the canary: a write landed after release. */
+    static int freePagesWithData(KvPool pool) {
+        int n = 0;
+        for (int slot = 0; slot < pool.capacity(); slot++) {
+            if (pool.stateOfSlot(slot) == SlotState.FREE
+                && pool.storage().firstCanaryToken(slot, 0, Kv.LAYOUT.tokensPerPage()) < 0) {
+                n++;
+            }
+        }
+        return n;
+    }
+
+    static int lateWrites(boolean quarantine) {
+        // every write of a frozen sender lands 60–80 ms after it was posted, long after the receiver's
+        // 20 ms completion and 20 ms drain deadlines; the link cannot revoke (like UCX over tcp)
+        final SimFaults frozen = SimFaults.NONE.withStragglers(1.0, 60_000_000, 80_000_000);
+        try (Rig rig = new Rig(3, frozen, false, 64, 64,
+            b -> quarantine ? b : b.unsafeDisable(TransferSafeguard.QUARANTINE_ON_TIMEOUT))) {
+            final Sequence src = rig.prefillRequest(1, 16);
+            rig.sender.offer(1, src);
+            src.close();
+            final IncomingTransfer t = rig.receiver.start(1, 16, 0, rig.peer);
+            rig.run(4_500); // 45 ms: timed out, drain deadline passed
+            assertEquals(FailureReason.TIMEOUT, t.failure(), t::toString);
+            if (quarantine) {
+                assertEquals(ReceiverMetrics.Outcome.TIMEOUT, t.outcome());
+                assertEquals(1, rig.receiver.metrics().quarantineReleases(), "released only after the link was torn down");
+            }
+            rig.net.drainAll(); // let every late write land (or be dropped)
+            rig.run(10);
+            assertEquals(IncomingTransfer.State.RELEASED, t.state());
+            assertTrue(rig.decode.verifyAccounting().balanced());
+            if (quarantine) {
+                assertEquals(4, rig.net.droppedWrites(), "the torn-down link's late writes must be dropped");
+            }
+            return freePagesWithData(rig.decode);
+        }
+    }
+
+    @Test
+    void aLateWriteAfterTheReceiverGaveUpLandsOnlyWhereNothingCanReadIt() {
+        assertEquals(0, lateWrites(true), "a late write landed in a page that was released");
+    }
+
+    @Test
+    void withoutQuarantineTheSameLateWritesLandInReleasedPages() {
+        // the control: the simulated network really delivers late writes into the pool's memory
+        assertEquals(4, lateWrites(false));
+    }
 }
