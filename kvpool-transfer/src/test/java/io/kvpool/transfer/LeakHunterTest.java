@@ -56,6 +56,16 @@ class LeakHunterTest {
         assertTrue(r.staleRefused > 0, () -> "no stale handle was refused: " + r);
     }
 
+    @Test
+    void theSameSeedReplaysTheSameRunAndAnotherSeedDoesNot() {
+        final LeakHunter.Report a = hunt(3_000, c -> c.seed = 42);
+        final LeakHunter.Report b = hunt(3_000, c -> c.seed = 42);
+        final LeakHunter.Report other = hunt(3_000, c -> c.seed = 43);
+        assertEquals(a.toString(), b.toString());
+        assertEquals(a.metrics.toString(), b.metrics.toString(), "every counter of every receiver replays");
+        assertNotEquals(a.metrics.toString(), other.metrics.toString(), "the seed must matter");
+    }
+
     static void assertCaught(LeakHunter.Report r) {
         System.out.println("control: " + r);
         assertTrue(r.leaks + r.corrupted > 0, () -> "the hunter caught nothing with the safeguard off: " + r);
