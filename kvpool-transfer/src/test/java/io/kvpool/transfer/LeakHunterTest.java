@@ -86,6 +86,7 @@ class LeakHunterTest {
             c.transferOff = EnumSet.of(TransferSafeguard.DRAIN_WAIT);
             c.faults = c.faults.withStragglers(0.02, 1_000_000, 5_000_000);
             c.routerAbort = 0.2;
+            c.decodePages = 256;
             c.revocableLinks = false;
         });
         assertCaught(r);
@@ -97,8 +98,10 @@ class LeakHunterTest {
         // cannot revoke, while the peer's link stays up
         final LeakHunter.Report r = hunt(CONTROL_TRANSFERS, c -> {
             c.transferOff = EnumSet.of(TransferSafeguard.QUARANTINE_ON_TIMEOUT);
-            c.faults = c.faults.withStragglers(0.002, 30_000_000, 80_000_000);
+            c.faults = c.faults.withStragglers(0.005, 30_000_000, 80_000_000);
             c.revocableLinks = false;
+            c.decodePages = 256; // a busy decode pool: a freed page soon holds another tenant's committed KV
+            c.maxHoldSteps = 4_000; // decode holds sequences up to 40 ms, as long as a straggler can be late
             c.senderDrainDeadlineMs = 200; // the frozen sender does not give up (or crash) first: its link stays up
         });
         assertCaught(r);
