@@ -20,7 +20,10 @@ public final class IncomingTransfer {
         COMMITTED,
         /** Failed; pages DRAINING until every sender confirms its writes ended. */
         DRAINING,
-        /** Failed, unconfirmed by the deadline or a peer was lost; pages QUARANTINED until the transport proves no write can land. */
+        /**
+         * Failed, and some sender did not prove its writes ended (drain deadline, lost link, or unproven
+         * writes reported); pages QUARANTINED until the transport proves no write can land.
+         */
         QUARANTINED,
         /** Failed, and its pages were freed (drained, or released from quarantine). */
         RELEASED
@@ -34,7 +37,7 @@ public final class IncomingTransfer {
     State state;
     FailureReason failure;
     String message;
-    Admission admission;
+    Admission.Decision admissionDecision;
     Sequence sequence;
     long[] handles;
     int transferId = -1;
@@ -43,12 +46,12 @@ public final class IncomingTransfer {
     Registration[] registrations;
     boolean[] completed;
     boolean[] confirmed;
+    boolean[] suspect;
     int[] checksums;
     boolean checksumsMissing;
     int[] tokenCounts;
     long deadline;
     long holdStartedAt;
-    boolean sequenceTaken;
     ReceiverMetrics.Outcome outcome;
 
     IncomingTransfer(long requestId, int promptTokens, int maxNewTokens, int[] senderPeers, long now) {
@@ -84,9 +87,12 @@ public final class IncomingTransfer {
         return message;
     }
 
-    /** @return the admission decision ({@code null} if the request never reached admission) */
-    public Admission admission() {
-        return admission;
+    /**
+     * @return the admission's decision ({@code null} if the request never reached admission); the
+     *         admitted sequence itself is reachable only through {@link #sequence()}, after commit
+     */
+    public Admission.Decision admissionDecision() {
+        return admissionDecision;
     }
 
     /** @return the tokens the receiver expects (and commits), 0 before admission */
@@ -118,7 +124,6 @@ public final class IncomingTransfer {
             throw new IllegalStateException("transfer of request " + requestId + " is " + state
                 + (failure == null ? "" : " (" + failure + ": " + message + ")") + ", not COMMITTED");
         }
-        sequenceTaken = true;
         return sequence;
     }
 

@@ -14,7 +14,10 @@ public final class OutgoingTransfer {
         WRITING,
         /** Every write completed; waiting for the flush that proves delivery. */
         FLUSHING,
-        /** COMPLETION sent: the receiver has everything. */
+        /**
+         * Every write proven delivered and the COMPLETION sent (if the link failed during that send, the
+         * receiver times out, and an ABORT from it is answered with the true counts).
+         */
         COMPLETED,
         /** Failed or aborted: no new writes; waiting until every posted write reached a terminal state. */
         FAILING,
@@ -46,6 +49,7 @@ public final class OutgoingTransfer {
     boolean flushAttempted;
     boolean flushed;
     boolean sourceReleased;
+    boolean finished;
 
     OutgoingTransfer(long requestId, long[] sourceHandles, int tokenCount, int serial) {
         this.requestId = requestId;

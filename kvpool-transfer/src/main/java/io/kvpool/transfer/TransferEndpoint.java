@@ -71,17 +71,22 @@ abstract class TransferEndpoint implements LinkListener, AutoCloseable {
      * @return work done (events handled), 0 when idle
      */
     public int doWork() {
-        if (closed) {
+        if (closed && !workAfterClose()) {
             return 0;
         }
         int work = 0;
         for (int i = 0; i < peers.size(); i++) {
             final Peer p = peers.get(i);
-            if (p.state == Peer.State.HANDSHAKE || p.state == Peer.State.UP || p.users > 0) {
+            if (!closed && (p.state == Peer.State.HANDSHAKE || p.state == Peer.State.UP) || p.users > 0) {
                 work += p.link.poll(this, POLL_LIMIT); // a down link still owes its writes' terminal states
             }
         }
         return work + onDuty(clock.nanoTime());
+    }
+
+    /** Whether {@link #doWork()} still has work after close (a sender waiting for its writes' terminal states). */
+    boolean workAfterClose() {
+        return false;
     }
 
     /** Deadlines and other time-driven work. @return work done */
@@ -182,8 +187,9 @@ abstract class TransferEndpoint implements LinkListener, AutoCloseable {
         if (!p.isUp()) {
             return false;
         }
+        final byte[] frame = WireCodec.encode(m); // a message that cannot be encoded is our bug, not the link's
         try {
-            p.link.send(WireCodec.encode(m));
+            p.link.send(frame);
             return true;
         } catch (RuntimeException e) {
             fail(p, Peer.State.FAILED, "send failed: " + e.getMessage());

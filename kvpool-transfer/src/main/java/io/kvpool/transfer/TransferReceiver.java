@@ -37,6 +37,8 @@ import java.util.Set;
  *     │ unproven writes, which may still land (outcome=error)
  *     ▼ (pages → QUARANTINED)
  *  QUARANTINED ──for every unconfirmed sender: registration revoked or link torn down, proven──▶ RELEASED
+ *     (a sender that caused the quarantine is a suspect: only that proof counts for it; the others may
+ *      still confirm with a proven DRAINED until the drain deadline — a healthy co-sender is not torn down)
  * </pre>
  * A sender whose valid COMPLETION arrived counts as confirmed: it sends one only after a flush proved
  * every write it posted was delivered. Nothing here frees a page on a timer.
@@ -80,6 +82,10 @@ public final class TransferReceiver extends TransferEndpoint {
         this.completionTimeoutNanos = b.completionTimeout.toNanos();
         this.drainTimeoutNanos = b.drainTimeout.toNanos();
         this.checksums = b.checksums;
+        if (checksums && !pool.storage().isHostAccessible()) {
+            throw new IllegalArgumentException("checksums are verified on host memory and " + pool.storage()
+                + " is not host-accessible; build with checksums(false) until a device checksum kernel exists (issue #4)");
+        }
         this.tearDownOnTimeout = b.tearDownOnTimeout;
         this.disabled = b.disabled.isEmpty() ? Set.of() : Set.copyOf(b.disabled);
         this.slots = new IncomingTransfer[b.maxTransfers];
@@ -144,9 +150,15 @@ public final class TransferReceiver extends TransferEndpoint {
         if (senderPeers.length == 0) {
             throw new IllegalArgumentException("a transfer needs at least one sender");
         }
-        for (int id : senderPeers) {
+        for (int i = 0; i < senderPeers.length; i++) {
+            final int id = senderPeers[i];
             if (id < 0 || id >= peers.size()) {
                 throw new IllegalArgumentException("no peer " + id + " (" + peers.size() + " peers)");
+            }
+            for (int j = 0; j < i; j++) {
+                if (senderPeers[j] == id) {
+                    throw new IllegalArgumentException("peer " + id + " is listed as sender " + j + " and " + i);
+                }
             }
             if (!peers.get(id).isUp()) {
                 return reject(t, FailureReason.PEER_LOST, "sender " + peers.get(id) + " is not up");
@@ -157,7 +169,7 @@ public final class TransferReceiver extends TransferEndpoint {
             return reject(t, FailureReason.REJECTED, "all " + slots.length + " transfer slots are busy; retry later");
         }
         final Admission a = pool.admit(promptTokens, maxNewTokens);
-        t.admission = a;
+        t.admissionDecision = a.decision();
         if (!a.admitted()) {
             return reject(t, FailureReason.REJECTED, a.message());
         }
@@ -197,6 +209,7 @@ public final class TransferReceiver extends TransferEndpoint {
         t.registrations = new Registration[n];
         t.completed = new boolean[n];
         t.confirmed = new boolean[n];
+        t.suspect = new boolean[n];
         t.tokenCounts = new int[n];
         t.checksums = new int[handles.length];
         t.state = IncomingTransfer.State.RECEIVING;
@@ -327,6 +340,10 @@ public final class TransferReceiver extends TransferEndpoint {
     }
 
     private void onCompletion(Peer p, Message.Completion c) {
+        if (c.senderRank() < 0 || c.posted() < 0 || c.succeeded() < 0 || c.failed() < 0) {
+            metrics.ackInconsistent.increment();
+            return;
+        }
         final IncomingTransfer t = current(p, c.transferId(), c.generation(), c.senderRank());
         if (t == null) {
             return;
@@ -337,9 +354,9 @@ public final class TransferReceiver extends TransferEndpoint {
             return;
         }
         if (t.state != IncomingTransfer.State.RECEIVING) {
-            // a failed transfer: a completion still proves this sender's writes were all delivered
-            if (t.state == IncomingTransfer.State.DRAINING && c.posted() == c.succeeded() && c.failed() == 0) {
-                confirm(t, r);
+            // a failed transfer: a completion still proves every write of this sender was delivered
+            if (c.posted() == c.succeeded() && c.failed() == 0) {
+                proven(t, r);
             } else {
                 metrics.ackLate.increment();
             }
@@ -356,6 +373,11 @@ public final class TransferReceiver extends TransferEndpoint {
             return;
         }
         t.confirmed[r] = true; // every write it posted was delivered and is over
+        if (c.tokenCount() >= t.expectedTokens && c.posted() != to - from) {
+            fail(t, FailureReason.BAD_COMPLETION, "sender " + r + " claims " + c.tokenCount() + " tokens but wrote "
+                + c.posted() + " of its " + (to - from) + " pages", now);
+            return;
+        }
         if (c.firstPage() != from) {
             fail(t, FailureReason.BAD_COMPLETION, "sender " + r + " covered pages from " + c.firstPage() + ", its share is ["
                 + from + ", " + to + ")", now);
@@ -432,6 +454,10 @@ public final class TransferReceiver extends TransferEndpoint {
     }
 
     private void onDrained(Peer p, Message.Drained d) {
+        if (d.senderRank() < -1) {
+            metrics.ackInconsistent.increment();
+            return;
+        }
         if (d.senderRank() == -1) {
             // "nothing of mine is in flight for this transfer": for every rank this link holds
             final IncomingTransfer t = current(p, d.transferId(), d.generation(), -1);
@@ -476,24 +502,36 @@ public final class TransferReceiver extends TransferEndpoint {
         if (t.state == IncomingTransfer.State.RECEIVING) {
             fail(t, FailureReason.SENDER_ABORTED, why, now);
         }
-        if (t.state == IncomingTransfer.State.DRAINING) {
-            quarantine(t, ReceiverMetrics.Outcome.ERROR, now);
-        } else {
-            metrics.ackLate.increment();
+        switch (t.state) {
+            case DRAINING -> quarantine(t, ReceiverMetrics.Outcome.ERROR, now, r);
+            case QUARANTINED -> t.suspect[r] = true;
+            default -> metrics.ackLate.increment();
         }
     }
 
     private void drainedFrom(IncomingTransfer t, int r, Message.Drained d) {
+        if (t.state == IncomingTransfer.State.RECEIVING) {
+            t.confirmed[r] = true; // first: failing asks only the others, and releases if none is left
+            fail(t, FailureReason.SENDER_ABORTED, "sender " + r + " stopped (posted " + d.posted() + ", " + d.failed()
+                + " failed) without completing", clock.nanoTime());
+            return;
+        }
+        proven(t, r);
+    }
+
+    /** Rank {@code r} proved every write it posted was delivered and is over. */
+    private void proven(IncomingTransfer t, int r) {
         switch (t.state) {
-            case RECEIVING -> {
-                fail(t, FailureReason.SENDER_ABORTED, "sender " + r + " stopped (posted " + d.posted() + ", " + d.failed()
-                    + " failed) without completing", clock.nanoTime());
-                if (t.state == IncomingTransfer.State.DRAINING) {
-                    confirm(t, r);
+            case DRAINING -> confirm(t, r);
+            case QUARANTINED -> {
+                if (t.suspect[r]) {
+                    metrics.ackLate.increment(); // it caused the quarantine: only the transport's proof counts
+                } else {
+                    t.confirmed[r] = true;
+                    tryReleaseQuarantine(t, clock.nanoTime());
                 }
             }
-            case DRAINING -> confirm(t, r);
-            default -> metrics.ackLate.increment(); // quarantined: only the transport's proof releases it
+            default -> metrics.ackLate.increment();
         }
     }
 
@@ -543,7 +581,7 @@ public final class TransferReceiver extends TransferEndpoint {
             if (!t.confirmed[r]) {
                 all = false;
                 if (!peers.get(t.senderPeers[r]).isUp()) {
-                    quarantine(t, ReceiverMetrics.Outcome.ERROR, now);
+                    quarantine(t, ReceiverMetrics.Outcome.ERROR, now, r);
                     return;
                 }
             }
@@ -561,10 +599,19 @@ public final class TransferReceiver extends TransferEndpoint {
         released(t, outcome, now);
     }
 
-    private void quarantine(IncomingTransfer t, ReceiverMetrics.Outcome outcome, long now) {
+    /**
+     * @param suspect the rank that caused it (its link is lost, or it reported unproven writes), or -1 for
+     *                every unconfirmed rank (the drain deadline passed)
+     */
+    private void quarantine(IncomingTransfer t, ReceiverMetrics.Outcome outcome, long now, int suspect) {
         if (!on(TransferSafeguard.QUARANTINE_ON_TIMEOUT)) {
-            releaseDrained(t, outcome, now); // UNSAFE: freed on the timer alone; a frozen peer's writes may land later
+            releaseDrained(t, outcome, now); // UNSAFE: freed without proof; writes may land later
             return;
+        }
+        for (int r = 0; r < t.senderPeers.length; r++) {
+            if (!t.confirmed[r] && (suspect < 0 || r == suspect || !peers.get(t.senderPeers[r]).isUp())) {
+                t.suspect[r] = true;
+            }
         }
         for (long h : t.handles) {
             pool.quarantine(h);
@@ -579,21 +626,39 @@ public final class TransferReceiver extends TransferEndpoint {
         tryReleaseQuarantine(t, now);
     }
 
-    /** @return whether the quarantine ended */
+    /**
+     * A quarantine ends when every unconfirmed rank is proven unable to write: its registration revoked,
+     * or its link torn down on this side. A suspect rank (it caused the quarantine) can only be proven so;
+     * the others may still confirm with a proven DRAINED until the drain deadline, after which they are
+     * suspects too.
+     *
+     * @return whether the quarantine ended
+     */
     private boolean tryReleaseQuarantine(IncomingTransfer t, long now) {
+        if (t.state != IncomingTransfer.State.QUARANTINED) {
+            return false;
+        }
+        boolean all = true;
         for (int r = 0; r < t.senderPeers.length; r++) {
             if (t.confirmed[r]) {
                 continue;
             }
             final Peer p = peers.get(t.senderPeers[r]);
+            if (!t.suspect[r] && (!p.isUp() || now - t.deadline >= 0)) {
+                t.suspect[r] = true;
+            }
             if (t.registrations[r] != null && t.registrations[r].revoke()) {
                 t.confirmed[r] = true;
-                continue;
-            }
-            if (p.tornDown || ((tearDownOnTimeout || !p.isUp()) && tearDown(p))) {
+            } else if (t.suspect[r] && (p.tornDown || (tearDownOnTimeout || !p.isUp()) && tearDown(p))) {
                 t.confirmed[r] = true;
-                continue;
+            } else {
+                all = false;
             }
+            if (t.state != IncomingTransfer.State.QUARANTINED) {
+                return true; // a teardown re-entered and ended it
+            }
+        }
+        if (!all) {
             return false;
         }
         for (long h : t.handles) {
@@ -611,7 +676,7 @@ public final class TransferReceiver extends TransferEndpoint {
             return true;
         }
         if (p.state == Peer.State.UP) {
-            fail(p, Peer.State.FAILED, "torn down by the receiver: a transfer's writes were not confirmed in time");
+            fail(p, Peer.State.FAILED, "torn down by the receiver: it did not prove that a failed transfer's writes ended");
         }
         p.tornDown = p.link.tearDown();
         return p.tornDown;
@@ -675,7 +740,7 @@ public final class TransferReceiver extends TransferEndpoint {
                 }
                 case DRAINING -> {
                     if (now - t.deadline >= 0) {
-                        quarantine(t, ReceiverMetrics.Outcome.TIMEOUT, now);
+                        quarantine(t, ReceiverMetrics.Outcome.TIMEOUT, now, -1);
                         work++;
                     }
                 }
@@ -698,7 +763,9 @@ public final class TransferReceiver extends TransferEndpoint {
             if (t.state == IncomingTransfer.State.RECEIVING) {
                 fail(t, FailureReason.PEER_LOST, "sender " + r + " lost: " + p.failure, now);
             } else if (t.state == IncomingTransfer.State.DRAINING) {
-                quarantine(t, ReceiverMetrics.Outcome.ERROR, now);
+                quarantine(t, ReceiverMetrics.Outcome.ERROR, now, r);
+            } else if (t.state == IncomingTransfer.State.QUARANTINED) {
+                t.suspect[r] = true;
             }
         }
     }
@@ -785,9 +852,10 @@ public final class TransferReceiver extends TransferEndpoint {
         }
 
         /**
-         * Whether a drain timeout tears down the unconfirmed peer's link so its quarantined pages can be
-         * released once the transport proves the teardown (default true). With false, quarantined pages
-         * wait for a revocable registration or {@link #tearDownPeer}.
+         * Whether the receiver tears down the link of a sender that did not prove its writes ended — it
+         * missed the drain deadline or reported unproven writes — so the quarantined pages can be released
+         * once the transport proves the teardown (default true). Every other transfer on that link fails
+         * too. With false, quarantined pages wait for a revocable registration or {@link #tearDownPeer}.
          */
         public Builder tearDownOnTimeout(boolean on) {
             this.tearDownOnTimeout = on;

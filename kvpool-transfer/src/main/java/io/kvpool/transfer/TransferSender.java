@@ -103,7 +103,7 @@ public final class TransferSender extends TransferEndpoint {
     /** Notes a descriptor seen; {@code over} with counts when nothing of it can be in flight. */
     private void seen(Peer p, long transferId, int generation, int rank, boolean over, long posted, long proven) {
         final SlotRecord r = record(p, transferId, true);
-        if (generation >= r.generation) {
+        if (generation > r.generation || generation == r.generation && (!r.over || posted >= r.posted)) {
             r.generation = generation;
             r.rank = rank;
             r.over = over;
@@ -287,33 +287,27 @@ public final class TransferSender extends TransferEndpoint {
             refuse(p, d.transferId(), d.generation(), d.senderRank(), "bad descriptor: " + bad);
             return;
         }
+        final SlotRecord known = record(p, d.transferId(), false);
+        if (known != null && known.generation >= d.generation()) {
+            // a copy of a descriptor already seen (duplicated or delayed frame), or an older one: the transfer
+            // it names is running, was refused or is over — acting on it again could only do harm
+            duplicateDescriptors.increment();
+            return;
+        }
         final OutgoingTransfer t = offers.get(d.requestId());
         if (t == null) {
             seen(p, d.transferId(), d.generation(), d.senderRank(), true, 0, 0); // nothing posted yet
             final PendingDescriptor old = early.put(d.requestId(), new PendingDescriptor(p, d));
-            if (old != null && !sameTransfer(old.peer, old.d, p, d)) {
+            if (old != null) {
                 refuse(old.peer, old.d.transferId(), old.d.generation(), old.d.senderRank(), "superseded by a newer descriptor");
-            } else if (old != null) {
-                duplicateDescriptors.increment();
             }
             return;
         }
         if (t.state != OutgoingTransfer.State.WAITING) {
-            if (t.peer == p && t.transferId == d.transferId() && t.generation == d.generation() && t.rank == d.senderRank()) {
-                // the same descriptor again (a duplicated frame): the transfer it names is ours and running.
-                // Refusing it would send DRAINED(nothing posted) for a transfer with writes in flight.
-                duplicateDescriptors.increment();
-                return;
-            }
             refuse(p, d.transferId(), d.generation(), d.senderRank(), "request " + d.requestId() + " is already " + t.state);
             return;
         }
         begin(t, p, d);
-    }
-
-    private static boolean sameTransfer(Peer p1, Message.Descriptor d1, Peer p2, Message.Descriptor d2) {
-        return p1 == p2 && d1.transferId() == d2.transferId() && d1.generation() == d2.generation()
-            && d1.senderRank() == d2.senderRank();
     }
 
     /** Refuses a descriptor: ABORT, then DRAINED with nothing posted (true: nothing was). */
@@ -482,12 +476,14 @@ public final class TransferSender extends TransferEndpoint {
                 cs[p - t.firstPage] = KvChecksum.of(layout, pool.page(t.sourceHandles[p]), t.requestId, p, t.tokenCount);
             }
         }
-        send(t.peer, new Message.Completion(t.transferId, t.generation, t.rank, t.tokenCount, t.firstPage, cs, t.posted,
-            t.succeeded, t.failed));
-        seen(t.peer, t.transferId, t.generation, t.rank, true, t.posted, t.posted);
+        // the transfer is over before the send: a send that fails takes the peer down re-entrantly, and
+        // that must find nothing left to fail (every write was flushed: an ABORT later gets the truth)
         t.state = OutgoingTransfer.State.COMPLETED;
+        seen(t.peer, t.transferId, t.generation, t.rank, true, t.posted, t.posted);
         completed.increment();
         finish(t);
+        send(t.peer, new Message.Completion(t.transferId, t.generation, t.rank, t.tokenCount, t.firstPage, cs, t.posted,
+            t.succeeded, t.failed));
     }
 
     /** Marks the transfer failed first (no new writes), tells the receiver, then waits for terminal states. */
@@ -538,6 +534,10 @@ public final class TransferSender extends TransferEndpoint {
 
     /** Every write ended: drop the source references. */
     private void finish(OutgoingTransfer t) {
+        if (t.finished) {
+            return;
+        }
+        t.finished = true;
         if (!t.sourceReleased) {
             t.sourceReleased = true;
             for (long h : t.sourceHandles) {
@@ -597,9 +597,16 @@ public final class TransferSender extends TransferEndpoint {
         early.values().removeIf(pd -> pd.peer == p);
     }
 
+    @Override
+    boolean workAfterClose() {
+        return true;
+    }
+
     /**
-     * Closes the sender: aborts every transfer and closes the links. Source pages of writes that have
-     * not ended stay retained (a transport may still read them). Idempotent.
+     * Closes the sender: aborts every transfer (the receivers are told) and closes the links. Source pages
+     * of writes that have not reported a terminal state stay retained, since a transport may still read
+     * them: keep calling {@link #doWork()} until {@link #activeTransfers()} is 0 to collect those states
+     * and release the pages. Idempotent.
      */
     @Override
     public void close() {
@@ -626,6 +633,7 @@ public final class TransferSender extends TransferEndpoint {
                 // best effort
             }
         }
+        doWork(); // collect what the closed links report at once
     }
 
     @Override

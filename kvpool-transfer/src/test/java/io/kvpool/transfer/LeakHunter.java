@@ -380,7 +380,7 @@ final class LeakHunter {
         final int tokens = cfg.decodeSizedByRouter ? r.prompt : r.announced;
         final IncomingTransfer t = d.receiver.start(r.id, tokens, 4, peers);
         if (t.state() == IncomingTransfer.State.REJECTED) {
-            if (t.admission() != null && t.admission().decision() == io.kvpool.Admission.Decision.RETRY_LATER
+            if (t.admissionDecision() == io.kvpool.Admission.Decision.RETRY_LATER
                 || t.failure() == FailureReason.PEER_LOST) {
                 requeue(r);
             } else {

@@ -110,7 +110,7 @@ class PeerHandshakeTest {
                 final IncomingTransfer t = p.receiver.start(1, 8, 4, p.receiverPeer);
                 assertEquals(IncomingTransfer.State.REJECTED, t.state(), t::toString);
                 assertEquals(FailureReason.PEER_LOST, t.failure());
-                assertNull(t.admission(), "admission must not be asked for a refused sender");
+                assertNull(t.admissionDecision(), "admission must not be asked for a refused sender");
                 assertEquals(before, p.decode.snapshot(), "the rejected start changed the pool");
                 assertEquals(0, p.receiver.activeTransfers());
             }

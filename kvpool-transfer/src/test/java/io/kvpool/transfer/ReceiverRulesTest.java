@@ -118,7 +118,7 @@ class ReceiverRulesTest {
         final IncomingTransfer t = rx.start(REQ, 32 * 4 + 1, 0, pa);
         assertEquals(IncomingTransfer.State.REJECTED, t.state());
         assertEquals(FailureReason.REJECTED, t.failure());
-        assertEquals(io.kvpool.Admission.Decision.REJECTED_CONTEXT_TOO_LONG, t.admission().decision());
+        assertEquals(io.kvpool.Admission.Decision.REJECTED_CONTEXT_TOO_LONG, t.admissionDecision());
         assertTrue(t.message().contains("129"), t.message());
         assertTrue(a.sent(Message.Descriptor.class).isEmpty(), "no descriptor may leave for a rejected request");
         assertEquals(before.free(), pool.snapshot().free());

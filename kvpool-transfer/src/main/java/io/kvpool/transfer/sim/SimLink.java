@@ -158,11 +158,13 @@ public final class SimLink implements PeerLink {
         requireUp();
         final SimRegistration reg = ((Remote) region).reg;
         final SimFaults f = net.faults();
+        for (int i = 0; i < count; i++) { // refuse a bad batch before posting any of it
+            if (dst[off + i] < 0 || dst[off + i] >= reg.slots.length) {
+                throw new IndexOutOfBoundsException("destination page " + dst[off + i] + " of a " + reg.slots.length + "-page region");
+            }
+        }
         for (int i = 0; i < count; i++) {
             final int dstIndex = dst[off + i];
-            if (dstIndex < 0 || dstIndex >= reg.slots.length) {
-                throw new IndexOutOfBoundsException("destination page " + dstIndex + " of a " + reg.slots.length + "-page region");
-            }
             final byte[] bytes = source.hostPage(src[off + i]).toArray(ValueLayout.JAVA_BYTE); // read at post time
             final long token = firstToken + i;
             final double r = net.random().nextDouble();

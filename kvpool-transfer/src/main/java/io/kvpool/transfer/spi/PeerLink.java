@@ -91,7 +91,8 @@ public interface PeerLink extends AutoCloseable {
 
     /**
      * Posts one-sided writes of whole pages: {@code region[dst[off+i]] ← source[src[off+i]]}. Each write
-     * reports its terminal state later with token {@code firstToken + i}.
+     * reports its terminal state later with token {@code firstToken + i}. A batch that is refused (bad
+     * index, link down) throws before any of its writes is posted.
      */
     void putBatch(RemoteRegion region, int[] dst, PageStorage source, int[] src, int off, int count, long firstToken);
 
