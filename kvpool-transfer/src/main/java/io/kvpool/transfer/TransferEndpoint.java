@@ -197,6 +197,17 @@ abstract class TransferEndpoint implements LinkListener, AutoCloseable {
         }
     }
 
+    /** Closes every peer's link, best effort (the pages' states, not the links, protect the memory). */
+    final void closeLinks() {
+        for (Peer p : peers) {
+            try {
+                p.link.close();
+            } catch (RuntimeException ignored) {
+                // best effort
+            }
+        }
+    }
+
     final void ensureOpen() {
         if (closed) {
             throw new IllegalStateException(getClass().getSimpleName() + " is closed");

@@ -795,13 +795,7 @@ public final class TransferReceiver extends TransferEndpoint {
             fail(t, FailureReason.ABORTED, "receiver closed", now);
         }
         closed = true;
-        for (Peer p : peers) {
-            try {
-                p.link.close();
-            } catch (RuntimeException ignored) {
-                // best effort
-            }
-        }
+        closeLinks();
     }
 
     @Override

@@ -626,13 +626,7 @@ public final class TransferSender extends TransferEndpoint {
             }
         }
         closed = true;
-        for (Peer p : peers) {
-            try {
-                p.link.close();
-            } catch (RuntimeException ignored) {
-                // best effort
-            }
-        }
+        closeLinks();
         doWork(); // collect what the closed links report at once
     }
 
