@@ -14,6 +14,7 @@ import org.openucx.jucx.ucp.UcpEndpointParams;
 import org.openucx.jucx.ucp.UcpMemory;
 import org.openucx.jucx.ucp.UcpRemoteKey;
 import org.openucx.jucx.ucp.UcpRequest;
+import org.openucx.jucx.ucp.UcpWorker;
 import org.openucx.jucx.ucs.UcsConstants;
 
 import java.nio.ByteBuffer;
@@ -40,7 +41,9 @@ import java.util.concurrent.TimeUnit;
  *   <li>{@link #cancelWrites} force-closes the endpoint ({@code closeNonBlockingForce}): every pending
  *       request ends (canceled), the control channel goes with it, the link goes down and
  *       {@link LinkListener#onLinkFailed} reports it.</li>
- *   <li>{@link #tearDown} force-closes this side's endpoint to the peer and waits until UCX reports it closed.</li>
+ *   <li>{@link #tearDown} force-closes this side's endpoint to the peer, waits until UCX reports it closed, and
+ *       then destroys the link's own worker: only that closes the connections the peer's puts arrive on
+ *       (closing the endpoint alone does not; see {@link UcxTransport}). It is proven once the worker is closed.</li>
  * </ul>
  * Events are queued by the transport's UCX thread and delivered only by {@link #poll} on the caller's thread.
  */
@@ -52,6 +55,8 @@ public final class UcxLink implements PeerLink {
     private static final long CLOSE_WAIT_NANOS = TimeUnit.SECONDS.toNanos(5);
 
     private final UcxTransport transport;
+    /** This link's own worker (UCX-thread only); {@code null} once closed. */
+    private UcpWorker worker;
     private final String label;
     private final long recvTag;
     private final long sendTag;
@@ -74,8 +79,9 @@ public final class UcxLink implements PeerLink {
         static final int FRAME = 0, WRITE = 1, FLUSH = 2, FAILED = 3;
     }
 
-    UcxLink(UcxTransport transport, String label, long recvTag, long sendTag) {
+    UcxLink(UcxTransport transport, UcpWorker worker, String label, long recvTag, long sendTag) {
         this.transport = transport;
+        this.worker = Objects.requireNonNull(worker, "worker");
         this.label = Objects.requireNonNull(label, "label");
         this.recvTag = recvTag;
         this.sendTag = sendTag;
@@ -84,7 +90,7 @@ public final class UcxLink implements PeerLink {
     /** Owner thread: creates the endpoint (failure detection on) and posts the first receive. */
     void start(byte[] peerAddress) {
         final ByteBuffer addr = ByteBuffer.allocateDirect(peerAddress.length).put(peerAddress).flip();
-        ep = transport.worker().newEndpoint(new UcpEndpointParams()
+        ep = worker.newEndpoint(new UcpEndpointParams()
             .setUcpAddress(addr)
             .setPeerErrorHandlingMode()
             .setName(label)
@@ -436,7 +442,7 @@ public final class UcxLink implements PeerLink {
     // ---- UCX thread ----
 
     private boolean endpointDead() {
-        return failed || closeRequest != null || ep == null;
+        return failed || closeRequest != null || ep == null || worker == null;
     }
 
     private void fail(String reason) {
@@ -454,7 +460,7 @@ public final class UcxLink implements PeerLink {
         }
         recvBuffer.clear();
         try {
-            recvRequest = transport.worker().recvTaggedNonBlocking(recvBuffer, recvTag, -1L, new UcxCallback() {
+            recvRequest = worker.recvTaggedNonBlocking(recvBuffer, recvTag, -1L, new UcxCallback() {
                 @Override
                 public void onSuccess(UcpRequest request) {
                     onFrameReceived(request.getRecvSize());
@@ -495,13 +501,17 @@ public final class UcxLink implements PeerLink {
     }
 
     private void forceClose() {
+        if (worker == null) {
+            return; // closed already, endpoint and all
+        }
         if (closeRequest == null && ep != null) {
             try {
                 closeRequest = ep.closeNonBlockingForce();
             } catch (RuntimeException e) {
                 System.err.println(describe() + ": force close failed: " + e);
                 closeRequest = null;
-                endpointClosed = true;
+                closeWorkerNow(); // the only other way to stop the peer's writes
+                return;
             }
         }
     }
@@ -517,13 +527,12 @@ public final class UcxLink implements PeerLink {
     }
 
     private void finishClose() {
-        if (endpointClosed && remoteKeys.isEmpty()) {
+        if (worker == null) {
             return;
         }
-        endpointClosed = true;
         if (recvRequest != null && !recvRequest.isCompleted()) {
             try {
-                transport.worker().cancelRequest(recvRequest);
+                worker.cancelRequest(recvRequest);
             } catch (RuntimeException e) {
                 System.err.println(describe() + ": cancel of the control receive failed: " + e);
             }
@@ -532,6 +541,42 @@ public final class UcxLink implements PeerLink {
             k.close();
         }
         remoteKeys.clear();
+        closeWorkerNow();
+    }
+
+    /** Owner thread, never inside progress(): destroys the worker, its connections and listening sockets. */
+    void closeWorkerNow() {
+        if (worker == null) {
+            return;
+        }
+        final UcpWorker w = worker;
+        worker = null;
+        try {
+            w.close();
+        } catch (RuntimeException e) {
+            System.err.println(describe() + ": closing the worker failed: " + e);
+        }
+        endpointClosed = true; // nothing from the peer can be applied any more
+    }
+
+    /** Owner thread: progresses this link's worker. @return progress calls that did something */
+    int progress() {
+        if (worker == null) {
+            return 0;
+        }
+        int n = 0;
+        try {
+            while (n < 10_000 && worker.progress() != 0) {
+                n++;
+            }
+        } catch (Exception e) {
+            System.err.println(describe() + ": progress failed: " + e);
+        }
+        return n;
+    }
+
+    boolean workerClosed() {
+        return worker == null;
     }
 
     /** Owner thread, after each progress round: notices an endpoint close that completed in the background. */

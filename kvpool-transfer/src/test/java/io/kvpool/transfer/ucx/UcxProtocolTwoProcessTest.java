@@ -486,6 +486,28 @@ class UcxProtocolTwoProcessTest {
             assertEquals(pages, d.pool.snapshot().quarantineEvents(), "every page of the transfer went through QUARANTINED");
             d.assertPoolClean();
 
+            // the fence: thaw the child; it reads the DESCRIPTOR (and, unless it notices the teardown first, posts every
+            // page into the slots we freed), then the ABORT, and drains — or its link fails. Whatever it does, nothing it
+            // writes may land: every page here is FREE and must still hold the canary. (Before UcxLink closed its worker
+            // on teardown, the thawed child flushed all 10 writes successfully and they landed in FREE pages.)
+            d.ctl("go");
+            d.resumeChild();
+            final long until = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(WAIT_MS);
+            while (!d.childLog().contains("ENDED") && !d.childLog().contains("RESULT") && d.child.isAlive()) {
+                assertTrue(System.nanoTime() < until, () -> "the thawed child's transfer did not end within " + WAIT_MS
+                    + " ms: " + d.childLog());
+                Thread.sleep(5);
+            }
+            Thread.sleep(50); // a write still in the sockets would have landed by now
+            final String log = d.childLog() + (d.child.isAlive() ? "" : " [child exited " + d.child.exitValue() + "]");
+            for (int slot = 0; slot < DECODE_PAGES; slot++) {
+                final int s = slot;
+                assertEquals(-1, UcxTestSupport.firstNonCanary(d.pool.storage(), slot),
+                    () -> "slot " + s + " (FREE) was written after the receiver tore the link down and released it: its first"
+                        + " vector says request " + d.pool.storage().hostPage(s).get(java.lang.foreign.ValueLayout.JAVA_LONG_UNALIGNED, 0)
+                        + "; child: " + log);
+            }
+            d.assertPoolClean();
         }
     }
 }
