@@ -43,7 +43,9 @@ import java.util.concurrent.TimeUnit;
  *       {@link LinkListener#onLinkFailed} reports it.</li>
  *   <li>{@link #tearDown} force-closes this side's endpoint to the peer, waits until UCX reports it closed, and
  *       then destroys the link's own worker: only that closes the connections the peer's puts arrive on
- *       (closing the endpoint alone does not; see {@link UcxTransport}). It is proven once the worker is closed.</li>
+ *       (closing the endpoint alone does not; see {@link UcxTransport}). It is proven once the worker is closed.
+ *       {@link #close} and {@link #cancelWrites} only force-close the endpoint; the worker then stays until a
+ *       {@code tearDown()} or the transport's close.</li>
  * </ul>
  * Events are queued by the transport's UCX thread and delivered only by {@link #poll} on the caller's thread.
  */
@@ -62,7 +64,10 @@ public final class UcxLink implements PeerLink {
     private final long sendTag;
     private final ConcurrentLinkedQueue<Event> events = new ConcurrentLinkedQueue<>();
     private volatile boolean up = true;
+    /** Proven: the worker is closed, nothing from the peer can be applied any more. */
     private volatile boolean endpointClosed;
+    /** {@link #tearDown} was asked: close the worker once the endpoint is closed (UCX thread reads it). */
+    private volatile boolean fence;
     private volatile boolean closed;
     private volatile String downReason = "closed";
 
@@ -73,7 +78,9 @@ public final class UcxLink implements PeerLink {
     private final ByteBuffer recvBuffer = ByteBuffer.allocateDirect(MAX_FRAME);
     private UcpRequest recvRequest;
     private final List<UcpRemoteKey> remoteKeys = new ArrayList<>();
+    private boolean remoteKeysClosed;
     private long outstandingWrites;
+    private int pendingFlushes;
 
     private record Event(int kind, long token, int status, byte[] frame, String reason) {
         static final int FRAME = 0, WRITE = 1, FLUSH = 2, FAILED = 3;
@@ -231,6 +238,7 @@ public final class UcxLink implements PeerLink {
     @Override
     public boolean tearDown() {
         up = false;
+        fence = true;
         if (endpointClosed) {
             return true;
         }
@@ -406,10 +414,12 @@ public final class UcxLink implements PeerLink {
                 private void report(int status) {
                     if (!done[0]) {
                         done[0] = true;
+                        pendingFlushes--;
                         events.add(new Event(Event.FLUSH, token, status, null, null));
                     }
                 }
             };
+            pendingFlushes++;
             try {
                 ep.flushNonBlocking(cb);
             } catch (RuntimeException e) {
@@ -436,7 +446,24 @@ public final class UcxLink implements PeerLink {
             return;
         }
         closed = true;
-        tearDown();
+        up = false;
+        if (endpointClosed) {
+            return;
+        }
+        // force-closes the endpoint and waits until UCX reports it closed (pending writes end canceled and are
+        // reported through poll); the worker stays until tearDown() or the transport closes: only tearDown() fences
+        if (transport.isOwnerThread()) {
+            closeOnOwner(System.nanoTime() + CLOSE_WAIT_NANOS);
+            return;
+        }
+        try {
+            transport.call(() -> {
+                closeOnOwner(System.nanoTime() + CLOSE_WAIT_NANOS);
+                return null;
+            });
+        } catch (RuntimeException e) {
+            // the transport is closed: its shutdown closed the endpoint and the worker
+        }
     }
 
     // ---- UCX thread ----
@@ -527,9 +554,14 @@ public final class UcxLink implements PeerLink {
     }
 
     private void finishClose() {
-        if (worker == null) {
+        if (worker == null || (remoteKeysClosed && !fence)) {
             return;
         }
+        if (remoteKeysClosed) {
+            closeWorkerNow();
+            return;
+        }
+        remoteKeysClosed = true;
         if (recvRequest != null && !recvRequest.isCompleted()) {
             try {
                 worker.cancelRequest(recvRequest);
@@ -541,7 +573,13 @@ public final class UcxLink implements PeerLink {
             k.close();
         }
         remoteKeys.clear();
-        closeWorkerNow();
+        if (fence) {
+            // Only a teardown destroys the worker. cancelWrites() and close() only force-close the endpoint (as
+            // before per-link workers): destroying the worker drops its connections abruptly, and a receiver still
+            // applying our puts then acks on a failed endpoint, which aborts it in UCX 1.13.1 ("ucp_request.inl:346
+            // Fatal: unexpected error: Endpoint timeout", ucx.md; UcxLinkInJvmTest's cancel case hit it 3 in 8).
+            closeWorkerNow();
+        }
     }
 
     /** Owner thread, never inside progress(): destroys the worker, its connections and listening sockets. */
@@ -575,13 +613,19 @@ public final class UcxLink implements PeerLink {
         return n;
     }
 
+    /** Owner thread: whether UCX owes this link a completion (a write or flush in flight): progress without parking. */
+    boolean busy() {
+        return worker != null && (outstandingWrites > 0 || pendingFlushes > 0);
+    }
+
     boolean workerClosed() {
         return worker == null;
     }
 
     /** Owner thread, after each progress round: notices an endpoint close that completed in the background. */
     void afterProgress() {
-        if (closeRequest != null && !endpointClosed && closeRequest.isCompleted() && outstandingWrites == 0) {
+        if (closeRequest != null && worker != null && (fence || !remoteKeysClosed) && closeRequest.isCompleted()
+            && outstandingWrites == 0) {
             finishClose();
         }
     }

@@ -500,6 +500,7 @@ class UcxProtocolTwoProcessTest {
             }
             Thread.sleep(50); // a write still in the sockets would have landed by now
             final String log = d.childLog() + (d.child.isAlive() ? "" : " [child exited " + d.child.exitValue() + "]");
+            System.out.println("frozen sender, thawed after the teardown: " + log.replace('\n', ' '));
             for (int slot = 0; slot < DECODE_PAGES; slot++) {
                 final int s = slot;
                 assertEquals(-1, UcxTestSupport.firstNonCanary(d.pool.storage(), slot),
