@@ -82,8 +82,45 @@ public final class UcxLink implements PeerLink {
     private long outstandingWrites;
     private int pendingFlushes;
 
-    private record Event(int kind, long token, int status, byte[] frame, String reason) {
-        static final int FRAME = 0, WRITE = 1, FLUSH = 2, FAILED = 3;
+    /** One event; WRITES carries the write completions of one progress round (tokens[i] ended statuses[i]). */
+    private record Event(int kind, long token, int status, byte[] frame, String reason, long[] tokens, int[] statuses) {
+        static final int FRAME = 0, WRITES = 1, FLUSH = 2, FAILED = 3;
+    }
+
+    // ---- UCX-thread: write completions of the current progress round, published as one WRITES event ----
+    private long[] doneTokens = new long[64];
+    private int[] doneStatuses = new int[64];
+    private int doneCount;
+    /** Completed callbacks, reused for the next puts (UCX thread only). */
+    private final java.util.ArrayDeque<WriteCallback> spareCallbacks = new java.util.ArrayDeque<>();
+
+    // ---- link owner's thread: a WRITES event partly delivered (poll's limit) ----
+    private Event partial;
+    private int partialNext;
+
+    /** UCX thread: queues an event after the write completions that came before it. */
+    private void event(Event e) {
+        publishWrites();
+        events.add(e);
+    }
+
+    /** UCX thread: publishes the buffered write completions as one event (one queue node instead of one per write). */
+    private void publishWrites() {
+        if (doneCount > 0) {
+            events.add(new Event(Event.WRITES, 0, 0, null, null, java.util.Arrays.copyOf(doneTokens, doneCount),
+                java.util.Arrays.copyOf(doneStatuses, doneCount)));
+            doneCount = 0;
+        }
+    }
+
+    private void writeDone(long token, int status) {
+        if (doneCount == doneTokens.length) {
+            doneTokens = java.util.Arrays.copyOf(doneTokens, doneCount * 2);
+            doneStatuses = java.util.Arrays.copyOf(doneStatuses, doneCount * 2);
+        }
+        doneTokens[doneCount] = token;
+        doneStatuses[doneCount] = status;
+        doneCount++;
     }
 
     UcxLink(UcxTransport transport, UcpWorker worker, String label, long recvTag, long sendTag) {
@@ -164,11 +201,32 @@ public final class UcxLink implements PeerLink {
     @Override
     public int poll(LinkListener listener, int limit) {
         int n = 0;
+        while (n < limit && partial != null) { // the rest of a WRITES event a previous poll's limit cut short
+            final Event w = partial;
+            final int i = partialNext++;
+            if (partialNext == w.tokens.length) {
+                partial = null;
+            }
+            listener.onWriteDone(this, w.tokens[i], w.statuses[i]);
+            n++;
+        }
         Event e;
         while (n < limit && (e = events.poll()) != null) {
             switch (e.kind) {
                 case Event.FRAME -> listener.onFrame(this, ByteBuffer.wrap(e.frame).asReadOnlyBuffer());
-                case Event.WRITE -> listener.onWriteDone(this, e.token, e.status);
+                case Event.WRITES -> {
+                    partial = e;
+                    partialNext = 0;
+                    while (n < limit && partial != null) {
+                        final int i = partialNext++;
+                        if (partialNext == e.tokens.length) {
+                            partial = null;
+                        }
+                        listener.onWriteDone(this, e.tokens[i], e.statuses[i]);
+                        n++;
+                    }
+                    continue; // counted per write
+                }
                 case Event.FLUSH -> listener.onFlushDone(this, e.token, e.status == OK);
                 case Event.FAILED -> listener.onLinkFailed(this, e.reason);
                 default -> throw new AssertionError(e.kind);
@@ -348,36 +406,45 @@ public final class UcxLink implements PeerLink {
         transport.execute(() -> postPuts(r.rkey, local, remote, size, firstToken));
     }
 
+    /** One put's terminal state. Reused once UCX has called it (UCX thread only; UCX calls it exactly once). */
     private final class WriteCallback extends UcxCallback {
-        private final long token;
+        private long token;
         private boolean done;
 
-        WriteCallback(long token) {
+        WriteCallback() {
+        }
+
+        WriteCallback reset(long token) {
             this.token = token;
+            this.done = false;
+            return this;
         }
 
         @Override
         public void onSuccess(UcpRequest request) {
             finish(OK);
+            spareCallbacks.push(this); // UCX is done with it
         }
 
         @Override
         public void onError(int status, String message) {
             finish(status == UcsConstants.STATUS.UCS_ERR_CANCELED ? CANCELED : FAILED);
+            spareCallbacks.push(this);
         }
 
         void finish(int status) {
             if (!done) {
                 done = true;
                 outstandingWrites--;
-                events.add(new Event(Event.WRITE, token, status, null, null));
+                writeDone(token, status);
             }
         }
     }
 
     private void postPuts(UcpRemoteKey rkey, long[] local, long[] remote, long size, long firstToken) {
         for (int i = 0; i < local.length; i++) {
-            final WriteCallback cb = new WriteCallback(firstToken + i);
+            final WriteCallback spare = spareCallbacks.poll();
+            final WriteCallback cb = (spare != null ? spare : new WriteCallback()).reset(firstToken + i);
             outstandingWrites++;
             if (endpointDead()) {
                 cb.finish(CANCELED); // never posted
@@ -386,9 +453,10 @@ public final class UcxLink implements PeerLink {
             try {
                 ep.putNonBlocking(local[i], size, remote[i], rkey, cb);
             } catch (RuntimeException e) {
-                cb.finish(FAILED); // UCX refused it at once (no-op if its callback already reported)
+                cb.finish(FAILED); // UCX refused it at once (no-op if its callback already reported); not reused
             }
         }
+        publishWrites(); // those that ended at once
     }
 
     @Override
@@ -396,7 +464,7 @@ public final class UcxLink implements PeerLink {
         ensureUp("flush");
         transport.execute(() -> {
             if (endpointDead()) {
-                events.add(new Event(Event.FLUSH, token, FAILED, null, null));
+                event(new Event(Event.FLUSH, token, FAILED, null, null, null, null));
                 return;
             }
             final boolean[] done = new boolean[1];
@@ -415,7 +483,7 @@ public final class UcxLink implements PeerLink {
                     if (!done[0]) {
                         done[0] = true;
                         pendingFlushes--;
-                        events.add(new Event(Event.FLUSH, token, status, null, null));
+                        event(new Event(Event.FLUSH, token, status, null, null, null, null));
                     }
                 }
             };
@@ -477,7 +545,7 @@ public final class UcxLink implements PeerLink {
         if (!failed) {
             downReason = reason;
             failed = true;
-            events.add(new Event(Event.FAILED, 0, 0, null, describe() + ": " + reason));
+            event(new Event(Event.FAILED, 0, 0, null, describe() + ": " + reason, null, null));
         }
     }
 
@@ -522,7 +590,7 @@ public final class UcxLink implements PeerLink {
         }
         final byte[] frame = new byte[size];
         recvBuffer.get(0, frame);
-        events.add(new Event(Event.FRAME, 0, 0, frame, null));
+        event(new Event(Event.FRAME, 0, 0, frame, null, null, null));
         // repost outside this callback (a receive that completes at once would recurse)
         transport.execute(this::postRecv);
     }
@@ -610,6 +678,7 @@ public final class UcxLink implements PeerLink {
         } catch (Exception e) {
             System.err.println(describe() + ": progress failed: " + e);
         }
+        publishWrites();
         return n;
     }
 
