@@ -62,10 +62,11 @@ import java.util.stream.IntStream;
  *       yields while it waits, as the transport's owner thread does with requests in flight. The {@code ucxLink} benchmark thread
  *       only polls for events and yields while there are none, as an engine's duty cycle idles, so that on
  *       2 cores it does not take a core from the two progressing threads (it used to busy-spin: a third busy
- *       thread, which alone cost {@code ucxLink} about a quarter of its throughput).</li>
+ *       thread on 2 cores).</li>
  *   <li><b>Only one side runs at a time:</b> each benchmark has its own {@link State} ({@link LinkSide},
  *       {@link RawSide}), so a fork measuring one does not also run the other's threads (it used to set up
- *       both: the {@code rawJucx} fork ran two idle transport threads, waking every ~50 µs, beside it).</li>
+ *       both: the {@code rawJucx} fork ran two idle transport threads, waking every ~50 µs, beside it, and the
+ *       {@code ucxLink} fork the raw receiver's thread).</li>
  * </ul>
  * On 2 cores expect ±20 % noise (see {@code ucx.md}); note the machine's load alongside any figure.
  */
