@@ -43,7 +43,9 @@ import static org.junit.jupiter.api.Assertions.*;
  * {@link UcxTransport}); a child JVM ({@link UcxPrefillMain}) is the prefill side (its own host pool, a
  * {@link io.kvpool.transfer.TransferSender} and transport). Real clocks; every wait is bounded and says what it
  * waited for. The receiver's link is wrapped ({@link Watched}) to see the pool at the moment the receiver closes
- * or tears it down, so the order "quarantined, then torn down, then released" is asserted, not inferred.
+ * or tears it down, so the order "quarantined, then torn down, then released" is asserted, not inferred. The
+ * frozen-sender case also checks the fence itself: the child, thawed after the receiver tore the link down and
+ * freed the pages, must not be able to write into them.
  * Skipped without UCX, failed when UCX is required ({@link UcxTestSupport#assumeUcx}).
  */
 @Timeout(value = 30, unit = TimeUnit.SECONDS)
@@ -177,7 +179,6 @@ class UcxProtocolTwoProcessTest {
         Watched link;
         IncomingTransfer watched;
         int peer = -1;
-        boolean stopped;
 
         Decode(String childEnvironment, String scenario, int requests, Duration completionTimeout, Duration drainTimeout)
             throws Exception {
@@ -250,14 +251,12 @@ class UcxProtocolTwoProcessTest {
             assertTrue(kill.waitFor(WAIT_MS, TimeUnit.MILLISECONDS), "kill -STOP did not finish");
             final String out = new String(kill.getInputStream().readAllBytes());
             assertEquals(0, kill.exitValue(), () -> "kill -STOP " + child.pid() + " failed: " + out);
-            stopped = true;
         }
 
         void resumeChild() throws Exception {
             final Process kill = new ProcessBuilder("kill", "-CONT", Long.toString(child.pid())).redirectErrorStream(true).start();
             assertTrue(kill.waitFor(WAIT_MS, TimeUnit.MILLISECONDS), "kill -CONT did not finish");
             assertEquals(0, kill.exitValue(), "kill -CONT " + child.pid() + " failed");
-            stopped = false;
         }
 
         /**
