@@ -14,6 +14,7 @@ import org.openucx.jucx.ucp.UcpEndpointParams;
 import org.openucx.jucx.ucp.UcpMemory;
 import org.openucx.jucx.ucp.UcpRemoteKey;
 import org.openucx.jucx.ucp.UcpRequest;
+import org.openucx.jucx.ucp.UcpWorker;
 import org.openucx.jucx.ucs.UcsConstants;
 
 import java.nio.ByteBuffer;
@@ -40,7 +41,11 @@ import java.util.concurrent.TimeUnit;
  *   <li>{@link #cancelWrites} force-closes the endpoint ({@code closeNonBlockingForce}): every pending
  *       request ends (canceled), the control channel goes with it, the link goes down and
  *       {@link LinkListener#onLinkFailed} reports it.</li>
- *   <li>{@link #tearDown} force-closes this side's endpoint to the peer and waits until UCX reports it closed.</li>
+ *   <li>{@link #tearDown} force-closes this side's endpoint to the peer, waits until UCX reports it closed, and
+ *       then destroys the link's own worker: only that closes the connections the peer's puts arrive on
+ *       (closing the endpoint alone does not; see {@link UcxTransport}). It is proven once the worker is closed.
+ *       {@link #close} and {@link #cancelWrites} only force-close the endpoint; the worker then stays until a
+ *       {@code tearDown()} or the transport's close.</li>
  * </ul>
  * Events are queued by the transport's UCX thread and delivered only by {@link #poll} on the caller's thread.
  */
@@ -52,12 +57,17 @@ public final class UcxLink implements PeerLink {
     private static final long CLOSE_WAIT_NANOS = TimeUnit.SECONDS.toNanos(5);
 
     private final UcxTransport transport;
+    /** This link's own worker (UCX-thread only); {@code null} once closed. */
+    private UcpWorker worker;
     private final String label;
     private final long recvTag;
     private final long sendTag;
     private final ConcurrentLinkedQueue<Event> events = new ConcurrentLinkedQueue<>();
     private volatile boolean up = true;
+    /** Proven: the worker is closed, nothing from the peer can be applied any more. */
     private volatile boolean endpointClosed;
+    /** {@link #tearDown} was asked: close the worker once the endpoint is closed (UCX thread reads it). */
+    private volatile boolean fence;
     private volatile boolean closed;
     private volatile String downReason = "closed";
 
@@ -68,14 +78,54 @@ public final class UcxLink implements PeerLink {
     private final ByteBuffer recvBuffer = ByteBuffer.allocateDirect(MAX_FRAME);
     private UcpRequest recvRequest;
     private final List<UcpRemoteKey> remoteKeys = new ArrayList<>();
+    private boolean remoteKeysClosed;
     private long outstandingWrites;
+    private int pendingFlushes;
 
-    private record Event(int kind, long token, int status, byte[] frame, String reason) {
-        static final int FRAME = 0, WRITE = 1, FLUSH = 2, FAILED = 3;
+    /** One event; WRITES carries the write completions of one progress round (tokens[i] ended statuses[i]). */
+    private record Event(int kind, long token, int status, byte[] frame, String reason, long[] tokens, int[] statuses) {
+        static final int FRAME = 0, WRITES = 1, FLUSH = 2, FAILED = 3;
     }
 
-    UcxLink(UcxTransport transport, String label, long recvTag, long sendTag) {
+    // ---- UCX-thread: write completions of the current progress round, published as one WRITES event ----
+    private long[] doneTokens = new long[64];
+    private int[] doneStatuses = new int[64];
+    private int doneCount;
+    /** Completed callbacks, reused for the next puts (UCX thread only). */
+    private final java.util.ArrayDeque<WriteCallback> spareCallbacks = new java.util.ArrayDeque<>();
+
+    // ---- link owner's thread: a WRITES event partly delivered (poll's limit) ----
+    private Event partial;
+    private int partialNext;
+
+    /** UCX thread: queues an event after the write completions that came before it. */
+    private void event(Event e) {
+        publishWrites();
+        events.add(e);
+    }
+
+    /** UCX thread: publishes the buffered write completions as one event (one queue node instead of one per write). */
+    private void publishWrites() {
+        if (doneCount > 0) {
+            events.add(new Event(Event.WRITES, 0, 0, null, null, java.util.Arrays.copyOf(doneTokens, doneCount),
+                java.util.Arrays.copyOf(doneStatuses, doneCount)));
+            doneCount = 0;
+        }
+    }
+
+    private void writeDone(long token, int status) {
+        if (doneCount == doneTokens.length) {
+            doneTokens = java.util.Arrays.copyOf(doneTokens, doneCount * 2);
+            doneStatuses = java.util.Arrays.copyOf(doneStatuses, doneCount * 2);
+        }
+        doneTokens[doneCount] = token;
+        doneStatuses[doneCount] = status;
+        doneCount++;
+    }
+
+    UcxLink(UcxTransport transport, UcpWorker worker, String label, long recvTag, long sendTag) {
         this.transport = transport;
+        this.worker = Objects.requireNonNull(worker, "worker");
         this.label = Objects.requireNonNull(label, "label");
         this.recvTag = recvTag;
         this.sendTag = sendTag;
@@ -84,7 +134,7 @@ public final class UcxLink implements PeerLink {
     /** Owner thread: creates the endpoint (failure detection on) and posts the first receive. */
     void start(byte[] peerAddress) {
         final ByteBuffer addr = ByteBuffer.allocateDirect(peerAddress.length).put(peerAddress).flip();
-        ep = transport.worker().newEndpoint(new UcpEndpointParams()
+        ep = worker.newEndpoint(new UcpEndpointParams()
             .setUcpAddress(addr)
             .setPeerErrorHandlingMode()
             .setName(label)
@@ -151,11 +201,32 @@ public final class UcxLink implements PeerLink {
     @Override
     public int poll(LinkListener listener, int limit) {
         int n = 0;
+        while (n < limit && partial != null) { // the rest of a WRITES event a previous poll's limit cut short
+            final Event w = partial;
+            final int i = partialNext++;
+            if (partialNext == w.tokens.length) {
+                partial = null;
+            }
+            listener.onWriteDone(this, w.tokens[i], w.statuses[i]);
+            n++;
+        }
         Event e;
         while (n < limit && (e = events.poll()) != null) {
             switch (e.kind) {
                 case Event.FRAME -> listener.onFrame(this, ByteBuffer.wrap(e.frame).asReadOnlyBuffer());
-                case Event.WRITE -> listener.onWriteDone(this, e.token, e.status);
+                case Event.WRITES -> {
+                    partial = e;
+                    partialNext = 0;
+                    while (n < limit && partial != null) {
+                        final int i = partialNext++;
+                        if (partialNext == e.tokens.length) {
+                            partial = null;
+                        }
+                        listener.onWriteDone(this, e.tokens[i], e.statuses[i]);
+                        n++;
+                    }
+                    continue; // counted per write
+                }
                 case Event.FLUSH -> listener.onFlushDone(this, e.token, e.status == OK);
                 case Event.FAILED -> listener.onLinkFailed(this, e.reason);
                 default -> throw new AssertionError(e.kind);
@@ -225,6 +296,7 @@ public final class UcxLink implements PeerLink {
     @Override
     public boolean tearDown() {
         up = false;
+        fence = true;
         if (endpointClosed) {
             return true;
         }
@@ -334,36 +406,45 @@ public final class UcxLink implements PeerLink {
         transport.execute(() -> postPuts(r.rkey, local, remote, size, firstToken));
     }
 
+    /** One put's terminal state. Reused once UCX has called it (UCX thread only; UCX calls it exactly once). */
     private final class WriteCallback extends UcxCallback {
-        private final long token;
+        private long token;
         private boolean done;
 
-        WriteCallback(long token) {
+        WriteCallback() {
+        }
+
+        WriteCallback reset(long token) {
             this.token = token;
+            this.done = false;
+            return this;
         }
 
         @Override
         public void onSuccess(UcpRequest request) {
             finish(OK);
+            spareCallbacks.push(this); // UCX is done with it
         }
 
         @Override
         public void onError(int status, String message) {
             finish(status == UcsConstants.STATUS.UCS_ERR_CANCELED ? CANCELED : FAILED);
+            spareCallbacks.push(this);
         }
 
         void finish(int status) {
             if (!done) {
                 done = true;
                 outstandingWrites--;
-                events.add(new Event(Event.WRITE, token, status, null, null));
+                writeDone(token, status);
             }
         }
     }
 
     private void postPuts(UcpRemoteKey rkey, long[] local, long[] remote, long size, long firstToken) {
         for (int i = 0; i < local.length; i++) {
-            final WriteCallback cb = new WriteCallback(firstToken + i);
+            final WriteCallback spare = spareCallbacks.poll();
+            final WriteCallback cb = (spare != null ? spare : new WriteCallback()).reset(firstToken + i);
             outstandingWrites++;
             if (endpointDead()) {
                 cb.finish(CANCELED); // never posted
@@ -372,9 +453,10 @@ public final class UcxLink implements PeerLink {
             try {
                 ep.putNonBlocking(local[i], size, remote[i], rkey, cb);
             } catch (RuntimeException e) {
-                cb.finish(FAILED); // UCX refused it at once (no-op if its callback already reported)
+                cb.finish(FAILED); // UCX refused it at once (no-op if its callback already reported); not reused
             }
         }
+        publishWrites(); // those that ended at once
     }
 
     @Override
@@ -382,7 +464,7 @@ public final class UcxLink implements PeerLink {
         ensureUp("flush");
         transport.execute(() -> {
             if (endpointDead()) {
-                events.add(new Event(Event.FLUSH, token, FAILED, null, null));
+                event(new Event(Event.FLUSH, token, FAILED, null, null, null, null));
                 return;
             }
             final boolean[] done = new boolean[1];
@@ -400,10 +482,12 @@ public final class UcxLink implements PeerLink {
                 private void report(int status) {
                     if (!done[0]) {
                         done[0] = true;
-                        events.add(new Event(Event.FLUSH, token, status, null, null));
+                        pendingFlushes--;
+                        event(new Event(Event.FLUSH, token, status, null, null, null, null));
                     }
                 }
             };
+            pendingFlushes++;
             try {
                 ep.flushNonBlocking(cb);
             } catch (RuntimeException e) {
@@ -430,13 +514,30 @@ public final class UcxLink implements PeerLink {
             return;
         }
         closed = true;
-        tearDown();
+        up = false;
+        if (endpointClosed) {
+            return;
+        }
+        // force-closes the endpoint and waits until UCX reports it closed (pending writes end canceled and are
+        // reported through poll); the worker stays until tearDown() or the transport closes: only tearDown() fences
+        if (transport.isOwnerThread()) {
+            closeOnOwner(System.nanoTime() + CLOSE_WAIT_NANOS);
+            return;
+        }
+        try {
+            transport.call(() -> {
+                closeOnOwner(System.nanoTime() + CLOSE_WAIT_NANOS);
+                return null;
+            });
+        } catch (RuntimeException e) {
+            // the transport is closed: its shutdown closed the endpoint and the worker
+        }
     }
 
     // ---- UCX thread ----
 
     private boolean endpointDead() {
-        return failed || closeRequest != null || ep == null;
+        return failed || closeRequest != null || ep == null || worker == null;
     }
 
     private void fail(String reason) {
@@ -444,7 +545,7 @@ public final class UcxLink implements PeerLink {
         if (!failed) {
             downReason = reason;
             failed = true;
-            events.add(new Event(Event.FAILED, 0, 0, null, describe() + ": " + reason));
+            event(new Event(Event.FAILED, 0, 0, null, describe() + ": " + reason, null, null));
         }
     }
 
@@ -454,7 +555,7 @@ public final class UcxLink implements PeerLink {
         }
         recvBuffer.clear();
         try {
-            recvRequest = transport.worker().recvTaggedNonBlocking(recvBuffer, recvTag, -1L, new UcxCallback() {
+            recvRequest = worker.recvTaggedNonBlocking(recvBuffer, recvTag, -1L, new UcxCallback() {
                 @Override
                 public void onSuccess(UcpRequest request) {
                     onFrameReceived(request.getRecvSize());
@@ -489,19 +590,23 @@ public final class UcxLink implements PeerLink {
         }
         final byte[] frame = new byte[size];
         recvBuffer.get(0, frame);
-        events.add(new Event(Event.FRAME, 0, 0, frame, null));
+        event(new Event(Event.FRAME, 0, 0, frame, null, null, null));
         // repost outside this callback (a receive that completes at once would recurse)
         transport.execute(this::postRecv);
     }
 
     private void forceClose() {
+        if (worker == null) {
+            return; // closed already, endpoint and all
+        }
         if (closeRequest == null && ep != null) {
             try {
                 closeRequest = ep.closeNonBlockingForce();
             } catch (RuntimeException e) {
                 System.err.println(describe() + ": force close failed: " + e);
                 closeRequest = null;
-                endpointClosed = true;
+                closeWorkerNow(); // the only other way to stop the peer's writes
+                return;
             }
         }
     }
@@ -517,13 +622,17 @@ public final class UcxLink implements PeerLink {
     }
 
     private void finishClose() {
-        if (endpointClosed && remoteKeys.isEmpty()) {
+        if (worker == null || (remoteKeysClosed && !fence)) {
             return;
         }
-        endpointClosed = true;
+        if (remoteKeysClosed) {
+            closeWorkerNow();
+            return;
+        }
+        remoteKeysClosed = true;
         if (recvRequest != null && !recvRequest.isCompleted()) {
             try {
-                transport.worker().cancelRequest(recvRequest);
+                worker.cancelRequest(recvRequest);
             } catch (RuntimeException e) {
                 System.err.println(describe() + ": cancel of the control receive failed: " + e);
             }
@@ -532,11 +641,60 @@ public final class UcxLink implements PeerLink {
             k.close();
         }
         remoteKeys.clear();
+        if (fence) {
+            // Only a teardown destroys the worker. cancelWrites() and close() only force-close the endpoint (as
+            // before per-link workers): destroying the worker drops its connections abruptly, and a receiver still
+            // applying our puts then acks on a failed endpoint, which aborts it in UCX 1.13.1 ("ucp_request.inl:346
+            // Fatal: unexpected error: Endpoint timeout", ucx.md; UcxLinkInJvmTest's cancel case hit it 3 in 8).
+            closeWorkerNow();
+        }
+    }
+
+    /** Owner thread, never inside progress(): destroys the worker, its connections and listening sockets. */
+    void closeWorkerNow() {
+        if (worker == null) {
+            return;
+        }
+        final UcpWorker w = worker;
+        worker = null;
+        try {
+            w.close();
+        } catch (RuntimeException e) {
+            System.err.println(describe() + ": closing the worker failed: " + e);
+        }
+        endpointClosed = true; // nothing from the peer can be applied any more
+    }
+
+    /** Owner thread: progresses this link's worker. @return progress calls that did something */
+    int progress() {
+        if (worker == null) {
+            return 0;
+        }
+        int n = 0;
+        try {
+            while (n < 10_000 && worker.progress() != 0) {
+                n++;
+            }
+        } catch (Exception e) {
+            System.err.println(describe() + ": progress failed: " + e);
+        }
+        publishWrites();
+        return n;
+    }
+
+    /** Owner thread: whether UCX owes this link a completion (a write or flush in flight): progress without parking. */
+    boolean busy() {
+        return worker != null && (outstandingWrites > 0 || pendingFlushes > 0);
+    }
+
+    boolean workerClosed() {
+        return worker == null;
     }
 
     /** Owner thread, after each progress round: notices an endpoint close that completed in the background. */
     void afterProgress() {
-        if (closeRequest != null && !endpointClosed && closeRequest.isCompleted() && outstandingWrites == 0) {
+        if (closeRequest != null && worker != null && (fence || !remoteKeysClosed) && closeRequest.isCompleted()
+            && outstandingWrites == 0) {
             finishClose();
         }
     }

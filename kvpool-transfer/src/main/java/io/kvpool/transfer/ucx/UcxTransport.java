@@ -33,12 +33,20 @@ import java.util.concurrent.atomic.AtomicLong;
 import java.util.concurrent.locks.LockSupport;
 
 /**
- * The UCX transport: one {@link UcpContext}, one {@link UcpWorker} and the one thread that owns them
- * (a {@code UcpWorker} is not thread-safe, see {@code ucx.md}). Every UCX call of every {@link UcxLink}
- * made by this transport runs on that thread, fed by a command queue; the thread also calls
- * {@code worker.progress()} (over tcp the receiver must progress for one-sided puts to land). UCX
- * callbacks run inside {@code progress()} on that thread and only queue events; listeners run only from
- * {@link UcxLink#poll} on the link owner's thread.
+ * The UCX transport: one {@link UcpContext}, one {@link UcpWorker} per link, and the one thread that owns
+ * them all (a {@code UcpWorker} is not thread-safe, see {@code ucx.md}). Every UCX call of every
+ * {@link UcxLink} made by this transport runs on that thread, fed by a command queue; the thread also calls
+ * {@code progress()} on every link's worker (over tcp the receiver must progress for one-sided puts to
+ * land). UCX callbacks run inside {@code progress()} on that thread and only queue events; listeners run
+ * only from {@link UcxLink#poll} on the link owner's thread.
+ *
+ * <h2>Why a worker per link</h2>
+ * Force-closing this side's endpoint does not stop the peer's puts: over tcp they arrive as messages on
+ * the peer's own connection to our worker, and our worker keeps applying them into registered memory
+ * ({@code UcxProtocolTwoProcessTest}: a frozen sender, thawed after the receiver had force-closed its
+ * endpoint and released the pages, flushed successfully and its bytes landed in FREE pages). Destroying
+ * the worker closes every connection and listening socket it has, so nothing from that peer can be applied
+ * any more: {@link UcxLink#tearDown} is proven only once the link's worker is closed.
  *
  * <h2>Bootstrap</h2>
  * {@link #connect} exchanges worker addresses (and the tag each side receives control frames on) over
@@ -58,7 +66,6 @@ public final class UcxTransport implements AutoCloseable {
 
     private final String name;
     private final UcpContext context;
-    private final UcpWorker worker;
     private final Thread thread;
     private final ConcurrentLinkedQueue<Runnable> commands = new ConcurrentLinkedQueue<>();
     private final AtomicLong nextTag = new AtomicLong(1);
@@ -80,7 +87,7 @@ public final class UcxTransport implements AutoCloseable {
         }
         this.context = ctx;
         try {
-            this.worker = ctx.newWorker(new UcpWorkerParams());
+            ctx.newWorker(new UcpWorkerParams()).close(); // a probe: fail here, not on the first connect
         } catch (RuntimeException e) {
             ctx.close();
             throw new TransferException("UCX transport '" + name + "': cannot create a worker: " + e.getMessage(), e);
@@ -122,8 +129,9 @@ public final class UcxTransport implements AutoCloseable {
     }
 
     /**
-     * Makes a link to the peer at the other end of {@code socket}: both sides write their worker address
-     * and receive tag, read the peer's, and create an endpoint to the peer's worker with failure detection.
+     * Makes a link to the peer at the other end of {@code socket}: creates the link's own worker, and both
+     * sides write its address and their receive tag, read the peer's, and create an endpoint to the peer's
+     * worker with failure detection.
      *
      * @param socket  a connected socket to the peer (left open; the caller closes it)
      * @param label   names the link in {@link UcxLink#describe()}, e.g. {@code "prefill-0→decode-1"}
@@ -134,12 +142,19 @@ public final class UcxTransport implements AutoCloseable {
     public UcxLink connect(Socket socket, String label, Duration timeout) {
         ensureOpen();
         final long myTag = nextTag.getAndIncrement();
-        final byte[] myAddress = call(() -> {
-            final ByteBuffer a = worker.getAddress();
-            final byte[] b = new byte[a.remaining()];
-            a.duplicate().get(b);
-            return b;
-        });
+        final UcpWorker worker = call(() -> context.newWorker(new UcpWorkerParams()));
+        final byte[] myAddress;
+        try {
+            myAddress = call(() -> {
+                final ByteBuffer a = worker.getAddress();
+                final byte[] b = new byte[a.remaining()];
+                a.duplicate().get(b);
+                return b;
+            });
+        } catch (RuntimeException e) {
+            closeWorker(worker);
+            throw e;
+        }
         final byte[] peerAddress;
         final long peerTag;
         try {
@@ -165,26 +180,37 @@ public final class UcxTransport implements AutoCloseable {
             peerAddress = new byte[len];
             in.readFully(peerAddress);
         } catch (IOException e) {
+            closeWorker(worker);
             throw new LinkFailedException("UCX bootstrap of '" + label + "' with " + socket.getRemoteSocketAddress()
                 + " failed after up to " + timeout.toMillis() + " ms: " + e, e);
+        } catch (RuntimeException e) {
+            closeWorker(worker);
+            throw e;
         }
-        final UcxLink link = new UcxLink(this, label, myTag, peerTag);
+        final UcxLink link = new UcxLink(this, worker, label, myTag, peerTag);
         call(() -> {
+            links.add(link); // progressed from now on; a failed start is closed like any link
             link.start(peerAddress);
-            links.add(link);
             return null;
         });
         return link;
+    }
+
+    private void closeWorker(UcpWorker w) {
+        try {
+            call(() -> {
+                w.close();
+                return null;
+            });
+        } catch (RuntimeException e) {
+            System.err.println("UCX transport '" + name + "': closing an unused worker failed: " + e);
+        }
     }
 
     private static final int MAGIC = 0x55435831; // "UCX1"
     private static final int MAX_ADDRESS_BYTES = 64 * 1024;
 
     // ---- owner thread ----
-
-    UcpWorker worker() {
-        return worker;
-    }
 
     boolean isOwnerThread() {
         return Thread.currentThread() == thread;
@@ -267,15 +293,28 @@ public final class UcxTransport implements AutoCloseable {
                     runCommand(r);
                     work++;
                 }
+                if (work > 0) {
+                    links.removeIf(UcxLink::workerClosed); // torn down by a command
+                }
                 final int progressed = progressOnce();
                 if (progressed > 0) {
-                    for (UcxLink l : links) {
-                        l.afterProgress();
+                    for (int i = 0; i < links.size(); i++) {
+                        links.get(i).afterProgress();
                     }
+                    links.removeIf(UcxLink::workerClosed);
                 }
                 work += progressed;
                 if (work == 0) {
-                    if (++idle > SPINS_BEFORE_PARK) {
+                    if (busy()) {
+                        // writes or flushes in flight: never park (a park delays their completion by its whole
+                        // length, ≥ 50 µs on Linux); spin, then yield so that an oversubscribed machine can run the
+                        // threads we wait for (the peer's, the caller's)
+                        if (++idle > SPINS_BEFORE_PARK) {
+                            Thread.yield();
+                        } else {
+                            Thread.onSpinWait();
+                        }
+                    } else if (++idle > SPINS_BEFORE_PARK) {
                         LockSupport.parkNanos(PARK_NANOS);
                     } else {
                         Thread.onSpinWait();
@@ -299,14 +338,20 @@ public final class UcxTransport implements AutoCloseable {
         }
     }
 
+    private boolean busy() {
+        for (int i = 0; i < links.size(); i++) {
+            if (links.get(i).busy()) {
+                return true;
+            }
+        }
+        return false;
+    }
+
+    /** Owner thread: progresses every open link's worker. @return progress calls that did something */
     int progressOnce() {
         int n = 0;
-        try {
-            while (worker.progress() != 0 && n < 10_000) {
-                n++;
-            }
-        } catch (Exception e) {
-            System.err.println("UCX transport '" + name + "': progress failed: " + e);
+        for (int i = 0; i < links.size(); i++) {
+            n += links.get(i).progress();
         }
         return n;
     }
@@ -333,6 +378,10 @@ public final class UcxTransport implements AutoCloseable {
         for (UcxLink l : links) {
             l.closeOnOwner(deadline);
         }
+        for (UcxLink l : links) {
+            l.closeWorkerNow(); // those whose close did not complete in time: the context must not outlive them
+        }
+        links.clear();
         // deregister every UcpMemory before the context closes, or the JVM aborts (ucx.md)
         for (UcpMemory m : registered.values()) {
             try {
@@ -342,7 +391,6 @@ public final class UcxTransport implements AutoCloseable {
             }
         }
         registered.clear();
-        worker.close();
         context.close();
     }
 

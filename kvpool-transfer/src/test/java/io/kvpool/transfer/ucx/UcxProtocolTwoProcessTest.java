@@ -1,0 +1,513 @@
+package io.kvpool.transfer.ucx;
+
+import io.kvpool.KvPool;
+import io.kvpool.PoolSnapshot;
+import io.kvpool.Sequence;
+import io.kvpool.SlotState;
+import io.kvpool.storage.PageStorage;
+import io.kvpool.transfer.FailureReason;
+import io.kvpool.transfer.IncomingTransfer;
+import io.kvpool.transfer.Kv;
+import io.kvpool.transfer.Peer;
+import io.kvpool.transfer.PeerIdentity;
+import io.kvpool.transfer.ReceiverMetrics;
+import io.kvpool.transfer.TransferReceiver;
+import io.kvpool.transfer.spi.LinkListener;
+import io.kvpool.transfer.spi.PeerLink;
+import io.kvpool.transfer.spi.Registration;
+import io.kvpool.transfer.spi.RemoteRegion;
+import org.junit.jupiter.api.BeforeEach;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.Timeout;
+import org.junit.jupiter.api.io.TempDir;
+
+import java.net.InetAddress;
+import java.net.ServerSocket;
+import java.net.Socket;
+import java.net.SocketTimeoutException;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.locks.LockSupport;
+import java.util.function.BooleanSupplier;
+
+import static org.junit.jupiter.api.Assertions.*;
+
+/**
+ * The transfer protocol across two processes over UCX on loopback — the cases of
+ * {@link io.kvpool.transfer.shm.ShmProtocolTwoProcessTest} on the transport where writes really are one-sided and
+ * may land late. This JVM is the decode side (a {@link KvPool} on host storage, a {@link TransferReceiver}, a
+ * {@link UcxTransport}); a child JVM ({@link UcxPrefillMain}) is the prefill side (its own host pool, a
+ * {@link io.kvpool.transfer.TransferSender} and transport). Real clocks; every wait is bounded and says what it
+ * waited for. The receiver's link is wrapped ({@link Watched}) to see the pool at the moment the receiver closes
+ * or tears it down, so the order "quarantined, then torn down, then released" is asserted, not inferred. The
+ * frozen-sender case also checks the fence itself: the child, thawed after the receiver tore the link down and
+ * freed the pages, must not be able to write into them.
+ * Skipped without UCX, failed when UCX is required ({@link UcxTestSupport#assumeUcx}).
+ */
+@Timeout(value = 30, unit = TimeUnit.SECONDS)
+class UcxProtocolTwoProcessTest {
+
+    private static final int DECODE_PAGES = 256;
+    private static final long WAIT_MS = 8_000;
+
+    @TempDir
+    Path dir;
+
+    @BeforeEach
+    void requireUcx() {
+        UcxTestSupport.assumeUcx();
+    }
+
+    /** What the pool and the watched transfer looked like when the receiver first closed / tore down the link. */
+    record Seen(PoolSnapshot pool, IncomingTransfer.State transfer, boolean childAlive) {
+    }
+
+    /** The receiver's link, delegating to the {@link UcxLink}; notes the pool when it is closed or torn down. */
+    final class Watched implements PeerLink {
+        final UcxLink link;
+        final Decode d;
+        Seen atClose, atTearDown;
+        Boolean firstProof;
+
+        Watched(UcxLink link, Decode d) {
+            this.link = link;
+            this.d = d;
+        }
+
+        private Seen seen() {
+            return new Seen(d.pool.snapshot(), d.watched == null ? null : d.watched.state(), d.child.isAlive());
+        }
+
+        @Override
+        public String describe() {
+            return link.describe();
+        }
+
+        @Override
+        public boolean isUp() {
+            return link.isUp();
+        }
+
+        @Override
+        public void send(byte[] frame) {
+            link.send(frame);
+        }
+
+        @Override
+        public int poll(LinkListener listener, int limit) {
+            // the engine knows its peers by link: events must name this wrapper, not the UcxLink inside
+            return link.poll(new LinkListener() {
+                @Override
+                public void onFrame(PeerLink l, java.nio.ByteBuffer frame) {
+                    listener.onFrame(Watched.this, frame);
+                }
+
+                @Override
+                public void onWriteDone(PeerLink l, long token, int status) {
+                    listener.onWriteDone(Watched.this, token, status);
+                }
+
+                @Override
+                public void onFlushDone(PeerLink l, long token, boolean ok) {
+                    listener.onFlushDone(Watched.this, token, ok);
+                }
+
+                @Override
+                public void onLinkFailed(PeerLink l, String reason) {
+                    listener.onLinkFailed(Watched.this, reason);
+                }
+            }, limit);
+        }
+
+        @Override
+        public Registration register(PageStorage storage, int[] slots) {
+            return link.register(storage, slots);
+        }
+
+        @Override
+        public boolean tearDown() {
+            if (atTearDown == null) {
+                atTearDown = seen();
+            }
+            final boolean proven = link.tearDown();
+            if (firstProof == null) {
+                firstProof = proven;
+            }
+            return proven;
+        }
+
+        @Override
+        public RemoteRegion attach(byte[] regionKey, int pages) {
+            return link.attach(regionKey, pages);
+        }
+
+        @Override
+        public void putBatch(RemoteRegion region, int[] dst, PageStorage source, int[] src, int off, int count, long firstToken) {
+            link.putBatch(region, dst, source, src, off, count, firstToken);
+        }
+
+        @Override
+        public void flush(long token) {
+            link.flush(token);
+        }
+
+        @Override
+        public void cancelWrites() {
+            link.cancelWrites();
+        }
+
+        @Override
+        public void close() {
+            if (atClose == null) {
+                atClose = seen();
+            }
+            link.close();
+        }
+    }
+
+    /** The decode process's side of one scenario, with the child it spawned. */
+    final class Decode implements AutoCloseable {
+        final Path log = dir.resolve("child.log");
+        final KvPool pool;
+        final UcxTransport transport;
+        final TransferReceiver receiver;
+        final Process child;
+        Watched link;
+        IncomingTransfer watched;
+        int peer = -1;
+
+        Decode(String childEnvironment, String scenario, int requests, Duration completionTimeout, Duration drainTimeout)
+            throws Exception {
+            pool = KvPool.builder(Kv.LAYOUT).pages(DECODE_PAGES).maxContextTokens(DECODE_PAGES * 4L).build();
+            transport = UcxTransport.open("decode");
+            receiver = TransferReceiver.builder(pool, PeerIdentity.of(Kv.LAYOUT, "test-model@r1", "production", "build-1"))
+                .completionTimeout(completionTimeout).drainTimeout(drainTimeout).build();
+            try (ServerSocket ss = new ServerSocket(0, 1, InetAddress.getLoopbackAddress())) {
+                ss.setSoTimeout((int) WAIT_MS);
+                child = new ProcessBuilder(Path.of(System.getProperty("java.home"), "bin", "java").toString(),
+                    "--enable-native-access=ALL-UNNAMED", "-Xmx64m", "-XX:TieredStopAtLevel=1",
+                    "-cp", System.getProperty("java.class.path"), UcxPrefillMain.class.getName(),
+                    Integer.toString(ss.getLocalPort()), dir.toString(), childEnvironment, scenario, Integer.toString(requests))
+                    .redirectErrorStream(true).redirectOutput(log.toFile()).start();
+                final Socket s;
+                try {
+                    s = ss.accept();
+                } catch (SocketTimeoutException e) {
+                    throw new AssertionError("the child never connected within " + WAIT_MS + " ms; child "
+                        + (child.isAlive() ? "alive" : "exited " + child.exitValue()) + ": " + childLog(), e);
+                }
+                try (s) {
+                    link = new Watched(transport.connect(s, "decode←prefill", Duration.ofMillis(WAIT_MS)), this);
+                }
+            }
+        }
+
+        /** Adds the child's link and runs the handshake until it is decided. */
+        Peer connect() {
+            peer = receiver.addPeer(link);
+            final Peer p = receiver.peer(peer);
+            drive(() -> p.state() != Peer.State.HANDSHAKE, "the handshake to end");
+            return p;
+        }
+
+        /** Runs the receiver's duty cycle until {@code done}, failing after {@link #WAIT_MS} with {@code what}. */
+        void drive(BooleanSupplier done, String what) {
+            final long deadline = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(WAIT_MS);
+            while (!done.getAsBoolean()) {
+                assertTrue(System.nanoTime() < deadline, () -> "timed out after " + WAIT_MS + " ms waiting for " + what + "; "
+                    + receiver + ", pool " + pool.snapshot() + "; child " + (child.isAlive() ? "alive" : "exited " + child.exitValue())
+                    + ": " + childLog());
+                if (receiver.doWork() == 0) {
+                    LockSupport.parkNanos(200_000);
+                }
+            }
+        }
+
+        /** Runs the duty cycle for {@code ms} (to show that nothing changes meanwhile). */
+        void idleFor(long ms) {
+            final long end = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(ms);
+            while (System.nanoTime() < end) {
+                if (receiver.doWork() == 0) {
+                    LockSupport.parkNanos(200_000);
+                }
+            }
+        }
+
+        void awaitCtl(String name) {
+            drive(() -> Files.exists(dir.resolve(name)), "the child's control file '" + name + "'");
+        }
+
+        void ctl(String name) throws Exception {
+            Files.createFile(dir.resolve(name));
+        }
+
+        /** Freezes the whole child process (its UCX thread too) with SIGSTOP. */
+        void freezeChild() throws Exception {
+            final Process kill = new ProcessBuilder("kill", "-STOP", Long.toString(child.pid())).redirectErrorStream(true).start();
+            assertTrue(kill.waitFor(WAIT_MS, TimeUnit.MILLISECONDS), "kill -STOP did not finish");
+            final String out = new String(kill.getInputStream().readAllBytes());
+            assertEquals(0, kill.exitValue(), () -> "kill -STOP " + child.pid() + " failed: " + out);
+        }
+
+        void resumeChild() throws Exception {
+            final Process kill = new ProcessBuilder("kill", "-CONT", Long.toString(child.pid())).redirectErrorStream(true).start();
+            assertTrue(kill.waitFor(WAIT_MS, TimeUnit.MILLISECONDS), "kill -CONT did not finish");
+            assertEquals(0, kill.exitValue(), "kill -CONT " + child.pid() + " failed");
+        }
+
+        /**
+         * Closes the receiver and this side's transport, as a decode process that shuts down would (the child sees its
+         * link fail, finishes and exits), and returns the child's RESULT line. Closing the receiver alone force-closes
+         * the endpoint, which UCX does not announce to a live peer: the child would not notice.
+         */
+        String finish() throws Exception {
+            receiver.close();
+            transport.close();
+            assertTrue(child.waitFor(WAIT_MS, TimeUnit.MILLISECONDS), () -> "child did not exit within " + WAIT_MS + " ms: " + childLog());
+            final String out = childLog();
+            assertEquals(0, child.exitValue(), () -> "the child's own pool is not clean: " + out);
+            return out.lines().filter(l -> l.startsWith("RESULT ")).findFirst()
+                .orElseGet(() -> fail("no RESULT line from the child: " + out));
+        }
+
+        String childLog() {
+            try {
+                return Files.readString(log);
+            } catch (Exception e) {
+                return "(no log: " + e + ")";
+            }
+        }
+
+        void assertPoolClean() {
+            final PoolSnapshot s = pool.verifyAccounting();
+            assertTrue(s.balanced(), s::toString);
+            assertEquals(0, s.inUse(), () -> "pages still in use: " + s);
+            assertEquals(DECODE_PAGES, s.free(), s::toString);
+        }
+
+        @Override
+        public void close() throws Exception {
+            receiver.close();
+            child.destroyForcibly(); // SIGKILL also ends a stopped process
+            child.waitFor(10, TimeUnit.SECONDS);
+            transport.close(); // before the pool: deregisters its storage
+            pool.close();
+        }
+    }
+
+    @Test
+    void transfersCommitAcrossProcessesWithEveryByteInPlace() throws Exception {
+        final int n = 12;
+        try (Decode d = new Decode("production", "serve", n, Duration.ofSeconds(5), Duration.ofSeconds(5))) {
+            assertEquals(Peer.State.UP, d.connect().state());
+            final List<IncomingTransfer> ts = new ArrayList<>();
+            for (long id = 1; id <= n; id++) { // all at once: concurrent transfers on one link
+                final IncomingTransfer t = d.receiver.start(id, UcxPrefillMain.tokens(id), 4, d.peer);
+                assertEquals(IncomingTransfer.State.RECEIVING, t.state(), t::toString);
+                ts.add(t);
+            }
+            d.drive(() -> ts.stream().allMatch(IncomingTransfer::isTerminal), "every transfer to end");
+            int pages = 0;
+            for (IncomingTransfer t : ts) {
+                assertEquals(IncomingTransfer.State.COMMITTED, t.state(), t::toString);
+                final int tokens = UcxPrefillMain.tokens(t.requestId());
+                try (Sequence got = t.sequence()) {
+                    assertEquals(tokens, got.tokenCount());
+                    assertEquals(Kv.Finding.OK, Kv.check(got, t.requestId(), tokens), t::toString);
+                    for (int i = 0; i < got.pageCount(); i++) {
+                        assertEquals(SlotState.OWNED, d.pool.state(got.pageHandle(i)));
+                    }
+                    pages += got.pageCount();
+                }
+            }
+            final ReceiverMetrics m = d.receiver.metrics();
+            assertEquals(n, m.started());
+            assertEquals(n, m.committed());
+            for (FailureReason r : FailureReason.values()) {
+                assertEquals(0, m.failures(r), r::toString);
+            }
+            assertEquals(0, m.heldPages());
+            assertEquals(0, d.pool.snapshot().quarantineEvents());
+            d.assertPoolClean();
+            final String result = d.finish();
+            assertTrue(result.contains(" completed=" + n + " drained=0 posted=" + pages + " failed=0 active=0 inUse=0 balanced=true"),
+                result);
+        }
+    }
+
+    @Test
+    void receiverAbortMidTransferHoldsThePagesUntilTheSendersDrained() throws Exception {
+        try (Decode d = new Decode("production", "gate", 1, Duration.ofSeconds(5), Duration.ofSeconds(5))) {
+            assertEquals(Peer.State.UP, d.connect().state());
+            d.awaitCtl("frozen"); // the child stopped polling: the descriptor will sit unread in its event queue
+            final int tokens = UcxPrefillMain.tokens(1), pages = (int) Kv.LAYOUT.pagesFor(tokens);
+            final IncomingTransfer t = d.receiver.start(1, tokens, 4, d.peer);
+            assertEquals(IncomingTransfer.State.RECEIVING, t.state(), t::toString);
+            assertEquals(pages, d.pool.snapshot().receiving());
+
+            assertTrue(d.receiver.abort(t, "test"));
+            assertEquals(IncomingTransfer.State.DRAINING, t.state(), t::toString);
+            assertEquals(FailureReason.ABORTED, t.failure());
+            d.idleFor(150); // the sender has not confirmed: nothing frees the pages on a timer
+            assertEquals(IncomingTransfer.State.DRAINING, t.state(), t::toString);
+            assertEquals(pages, d.pool.snapshot().draining(), () -> d.pool.snapshot().toString());
+            assertEquals(pages, d.receiver.metrics().heldPages());
+
+            d.ctl("go"); // the child reads DESCRIPTOR (and writes every page) and then ABORT, and drains
+            d.drive(t::isTerminal, "the aborted transfer to be released");
+            assertEquals(IncomingTransfer.State.RELEASED, t.state(), t::toString);
+            assertEquals(ReceiverMetrics.Outcome.DRAINED, t.outcome(), t::toString);
+            assertEquals(FailureReason.ABORTED, t.failure());
+            assertTrue(t.message().contains("test"), t.message());
+            final ReceiverMetrics m = d.receiver.metrics();
+            assertEquals(1, m.deferredRelease(ReceiverMetrics.Outcome.DRAINED));
+            assertEquals(0, m.deferredRelease(ReceiverMetrics.Outcome.ERROR) + m.deferredRelease(ReceiverMetrics.Outcome.TIMEOUT));
+            assertEquals(0, m.heldPages());
+            assertEquals(0, m.committed());
+            assertEquals(0, d.pool.snapshot().quarantineEvents(), "a proven drain needs no quarantine");
+            assertNull(d.link.atTearDown, "a proven drain needs no teardown");
+            d.assertPoolClean();
+            // the child wrote every page after the abort (into DRAINING pages), flushed, then confirmed DRAINED
+            final String result = d.finish();
+            assertTrue(result.contains(" completed=0 drained=1 posted=" + pages + " failed=0 active=0 inUse=0 balanced=true"),
+                result);
+        }
+    }
+
+    @Test
+    void identityMismatchRefusesBothSidesAndStartsNothing() throws Exception {
+        try (Decode d = new Decode("staging", "serve", 1, Duration.ofSeconds(5), Duration.ofSeconds(5))) {
+            final Peer p = d.connect();
+            assertEquals(Peer.State.REFUSED, p.state(), p::toString);
+            assertTrue(p.failure().contains("environment: local=production remote=staging"), p.failure());
+            assertEquals("staging", p.remote().environment());
+            assertEquals(1, d.receiver.refusedPeers());
+
+            final IncomingTransfer t = d.receiver.start(1, UcxPrefillMain.tokens(1), 4, d.peer);
+            assertEquals(IncomingTransfer.State.REJECTED, t.state(), t::toString);
+            assertEquals(FailureReason.PEER_LOST, t.failure());
+            assertEquals(1, d.receiver.metrics().failures(FailureReason.PEER_LOST));
+            assertEquals(0, d.pool.snapshot().inUse(), "no page was allocated");
+            d.assertPoolClean();
+
+            final String result = d.finish(); // the child ended on its own refusal
+            assertTrue(result.startsWith("RESULT peer=REFUSED completed=0 drained=0 posted=0 "), result);
+            assertTrue(result.contains("environment: local=staging remote=production"), result);
+        }
+    }
+
+    @Test
+    void killedSenderFailsPeerLostAndItsPagesAreReleasedOnlyThroughQuarantine() throws Exception {
+        try (Decode d = new Decode("production", "gate", 1, Duration.ofSeconds(5), Duration.ofSeconds(5))) {
+            assertEquals(Peer.State.UP, d.connect().state());
+            d.awaitCtl("frozen");
+            final int pages = (int) Kv.LAYOUT.pagesFor(UcxPrefillMain.tokens(1));
+            final IncomingTransfer t = d.receiver.start(1, UcxPrefillMain.tokens(1), 4, d.peer);
+            d.watched = t;
+            assertEquals(IncomingTransfer.State.RECEIVING, t.state(), t::toString);
+
+            d.child.destroyForcibly();
+            assertTrue(d.child.waitFor(WAIT_MS, TimeUnit.MILLISECONDS), "the killed child did not exit");
+            d.drive(t::isTerminal, "the transfer of the killed sender to end");
+            assertEquals(IncomingTransfer.State.RELEASED, t.state(), t::toString);
+            assertEquals(FailureReason.PEER_LOST, t.failure(), t::toString);
+            assertEquals(ReceiverMetrics.Outcome.ERROR, t.outcome(), t::toString);
+            assertEquals(Peer.State.FAILED, d.receiver.peer(d.peer).state());
+            // the receiver asked the transport for proof while the pages were QUARANTINED, and got it
+            final Seen s = d.link.atTearDown;
+            assertNotNull(s, "the receiver never asked the link to tear down");
+            assertEquals(IncomingTransfer.State.QUARANTINED, s.transfer());
+            assertEquals(pages, s.pool().quarantined(), () -> "at tearDown: " + s.pool());
+            assertEquals(Boolean.TRUE, d.link.firstProof, "UCX proves a teardown at once: the endpoint is closed");
+            final ReceiverMetrics m = d.receiver.metrics();
+            assertEquals(1, m.failures(FailureReason.PEER_LOST));
+            assertEquals(1, m.deferredRelease(ReceiverMetrics.Outcome.ERROR));
+            assertEquals(1, m.quarantineReleases(), "released from quarantine, once the teardown was proven");
+            assertEquals(0, m.quarantinedPages());
+            assertEquals(0, m.heldPages());
+            assertTrue(d.receiver.tearDownPeer(d.peer));
+            assertEquals(0, d.pool.snapshot().quarantined());
+            assertEquals(pages, d.pool.snapshot().quarantineEvents(), "every page of the transfer went through QUARANTINED");
+            d.assertPoolClean();
+        }
+    }
+
+    @Test
+    void frozenSenderTimesOutIntoQuarantineAndIsReleasedOnlyAfterTheReceiverTearsTheLinkDown() throws Exception {
+        final Duration completion = Duration.ofMillis(300), drain = Duration.ofMillis(300);
+        try (Decode d = new Decode("production", "gate", 1, completion, drain)) {
+            assertEquals(Peer.State.UP, d.connect().state());
+            d.awaitCtl("frozen");
+            d.freezeChild(); // SIGSTOP: its UCX thread stops too; it can neither write nor answer
+            final int pages = (int) Kv.LAYOUT.pagesFor(UcxPrefillMain.tokens(1));
+            final IncomingTransfer t = d.receiver.start(1, UcxPrefillMain.tokens(1), 4, d.peer);
+            d.watched = t;
+            assertEquals(IncomingTransfer.State.RECEIVING, t.state(), t::toString);
+
+            d.drive(() -> t.state() != IncomingTransfer.State.RECEIVING, "the completion timeout");
+            assertEquals(IncomingTransfer.State.DRAINING, t.state(), t::toString);
+            assertEquals(FailureReason.TIMEOUT, t.failure(), t::toString);
+            assertEquals(pages, d.pool.snapshot().draining(), () -> d.pool.snapshot().toString());
+            assertNull(d.link.atClose, "the link must not be closed before the drain timeout");
+            assertNull(d.link.atTearDown, "the link must not be torn down before the drain timeout");
+
+            d.drive(t::isTerminal, "the drain timeout, the quarantine and the teardown");
+            assertEquals(IncomingTransfer.State.RELEASED, t.state(), t::toString);
+            assertEquals(ReceiverMetrics.Outcome.TIMEOUT, t.outcome(), t::toString);
+            assertEquals(FailureReason.TIMEOUT, t.failure(), t::toString);
+            // the order: QUARANTINED first, then the receiver took the link down (the child still alive and frozen)
+            final Seen first = d.link.atClose != null ? d.link.atClose : d.link.atTearDown;
+            assertNotNull(first, "the receiver never closed or tore down the link");
+            assertEquals(IncomingTransfer.State.QUARANTINED, first.transfer(), "state when the link was first taken down");
+            assertEquals(pages, first.pool().quarantined(), () -> "pool when the link was first taken down: " + first.pool());
+            assertEquals(0, first.pool().draining(), () -> first.pool().toString());
+            assertTrue(first.childAlive(), "the release must come from the teardown, not from the child's death");
+            assertNotNull(d.link.atTearDown, "the receiver never asked the link to prove its teardown");
+            assertEquals(pages, d.link.atTearDown.pool().quarantined(), () -> "at tearDown: " + d.link.atTearDown.pool());
+            assertEquals(Boolean.TRUE, d.link.firstProof);
+            assertFalse(d.link.isUp());
+            assertTrue(d.child.isAlive(), "the child is frozen, not dead");
+            assertEquals(Peer.State.FAILED, d.receiver.peer(d.peer).state());
+            assertTrue(d.receiver.peer(d.peer).failure().contains("torn down"), d.receiver.peer(d.peer).failure());
+
+            final ReceiverMetrics m = d.receiver.metrics();
+            assertEquals(1, m.failures(FailureReason.TIMEOUT));
+            assertEquals(1, m.deferredRelease(ReceiverMetrics.Outcome.TIMEOUT));
+            assertEquals(0, m.deferredRelease(ReceiverMetrics.Outcome.DRAINED) + m.deferredRelease(ReceiverMetrics.Outcome.ERROR));
+            assertEquals(1, m.quarantineReleases());
+            assertEquals(0, m.quarantinedPages());
+            assertEquals(0, m.heldPages());
+            assertTrue(d.receiver.tearDownPeer(d.peer));
+            assertEquals(pages, d.pool.snapshot().quarantineEvents(), "every page of the transfer went through QUARANTINED");
+            d.assertPoolClean();
+
+            // the fence: thaw the child; it reads the DESCRIPTOR (and, unless it notices the teardown first, posts every
+            // page into the slots we freed), then the ABORT, and drains — or its link fails. Whatever it does, nothing it
+            // writes may land: every page here is FREE and must still hold the canary. (Before UcxLink closed its worker
+            // on teardown, the thawed child flushed all 10 writes successfully and they landed in FREE pages.)
+            d.ctl("go");
+            d.resumeChild();
+            final long until = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(WAIT_MS);
+            while (!d.childLog().contains("ENDED") && !d.childLog().contains("RESULT") && d.child.isAlive()) {
+                assertTrue(System.nanoTime() < until, () -> "the thawed child's transfer did not end within " + WAIT_MS
+                    + " ms: " + d.childLog());
+                Thread.sleep(5);
+            }
+            Thread.sleep(50); // a write still in the sockets would have landed by now
+            final String log = d.childLog() + (d.child.isAlive() ? "" : " [child exited " + d.child.exitValue() + "]");
+            System.out.println("frozen sender, thawed after the teardown: " + log.replace('\n', ' '));
+            for (int slot = 0; slot < DECODE_PAGES; slot++) {
+                final int s = slot;
+                assertEquals(-1, UcxTestSupport.firstNonCanary(d.pool.storage(), slot),
+                    () -> "slot " + s + " (FREE) was written after the receiver tore the link down and released it: its first"
+                        + " vector says request " + d.pool.storage().hostPage(s).get(java.lang.foreign.ValueLayout.JAVA_LONG_UNALIGNED, 0)
+                        + "; child: " + log);
+            }
+            d.assertPoolClean();
+        }
+    }
+}
