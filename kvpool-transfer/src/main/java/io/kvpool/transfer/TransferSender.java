@@ -122,6 +122,10 @@ public final class TransferSender extends TransferEndpoint {
         }
         this.maxPagesInFlight = b.maxPagesInFlight;
         this.checksums = b.checksums;
+        if (checksums && !pool.storage().isHostAccessible()) {
+            throw new IllegalArgumentException("checksums are computed on host memory and " + pool.storage()
+                + " is not host-accessible; build with checksums(false) until a device checksum kernel exists (issue #4)");
+        }
         this.drainDeadlineNanos = b.drainDeadline.toNanos();
         this.descriptorTimeoutNanos = b.descriptorTimeout.toNanos();
     }
@@ -277,6 +281,14 @@ public final class TransferSender extends TransferEndpoint {
     }
 
     private void onDescriptor(Peer p, Message.Descriptor d) {
+        // first: a copy must never be refused (a refusal answers DRAINED(nothing posted) for its generation)
+        final SlotRecord known = record(p, d.transferId(), false);
+        if (known != null && known.generation >= d.generation()) {
+            // a copy of a descriptor already seen (duplicated or delayed frame), or an older one: the transfer
+            // it names is running, was refused or is over — acting on it again could only do harm
+            duplicateDescriptors.increment();
+            return;
+        }
         final String bad = d.layoutFingerprint() != layout.fingerprint()
             ? "layout fingerprint " + PeerIdentity.hex(d.layoutFingerprint()) + " is not this sender's " + PeerIdentity.hex(layout.fingerprint())
             : d.senders() < 1 || d.senderRank() < 0 || d.senderRank() >= d.senders()
@@ -285,13 +297,6 @@ public final class TransferSender extends TransferEndpoint {
             ? d.pageHandles().length + " pages for " + d.expectedTokens() + " tokens" : null;
         if (bad != null) {
             refuse(p, d.transferId(), d.generation(), d.senderRank(), "bad descriptor: " + bad);
-            return;
-        }
-        final SlotRecord known = record(p, d.transferId(), false);
-        if (known != null && known.generation >= d.generation()) {
-            // a copy of a descriptor already seen (duplicated or delayed frame), or an older one: the transfer
-            // it names is running, was refused or is over — acting on it again could only do harm
-            duplicateDescriptors.increment();
             return;
         }
         final OutgoingTransfer t = offers.get(d.requestId());

@@ -266,4 +266,85 @@ class ProtocolReviewRegressionTest {
         final IllegalArgumentException e = assertThrows(IllegalArgumentException.class, () -> rx.start(REQ, 8, 0, pa, pa));
         assertTrue(e.getMessage().contains("sender 0 and 1"), e.getMessage());
     }
+
+    @Test
+    void aBadDescriptorThatCopiesARunningTransfersSlotIsIgnoredNotRefused() {
+        // was (second review): validation ran before the duplicate check, so a corrupted copy was refused
+        // with DRAINED(nothing posted) for the running generation
+        final ManualClock clock = new ManualClock();
+        final KvPool pool = Kv.pool(32);
+        final TransferSender tx = sender(pool, clock);
+        final ScriptedLink link = new ScriptedLink().hello(Kv.identity());
+        tx.addPeer(link);
+        tx.doWork();
+        offer(pool, tx, REQ, 8);
+        link.inject(new Message.Descriptor(REQ, 3, 9, 8, Kv.LAYOUT.fingerprint(), 1, 0, new long[2], new byte[1]));
+        tx.doWork();
+        link.inject(new Message.Descriptor(REQ, 3, 9, 8, 0xBAD, 1, 0, new long[2], new byte[1]));
+        tx.doWork();
+        assertTrue(link.sent(Message.Drained.class).isEmpty(), () -> link.sent.toString());
+        assertTrue(link.sent(Message.Abort.class).isEmpty());
+        assertEquals(OutgoingTransfer.State.WRITING, tx.openTransfers().getFirst().state());
+    }
+
+    @Test
+    void bothEnginesRefuseChecksumsOnStorageTheHostCannotRead() {
+        // was (second review): the sender accepted it and threw out of doWork() at its first flush
+        final KvPool pool = KvPool.builder(Kv.LAYOUT).pages(8).maxContextTokens(32)
+            .storage((l, n) -> new DeviceLikeStorage(io.kvpool.storage.HostPageStorage.allocate(l, n))).build();
+        final IllegalArgumentException s = assertThrows(IllegalArgumentException.class,
+            () -> TransferSender.builder(pool, Kv.identity()).build());
+        assertTrue(s.getMessage().contains("checksums(false)"), s.getMessage());
+        assertThrows(IllegalArgumentException.class, () -> TransferReceiver.builder(pool, Kv.identity()).build());
+        TransferSender.builder(pool, Kv.identity()).checksums(false).build().close();
+        pool.close();
+    }
+
+    /** Host storage that says it is not host-accessible, as device storage will. */
+    record DeviceLikeStorage(io.kvpool.storage.PageStorage inner) implements io.kvpool.storage.PageStorage {
+        @Override
+        public io.kvpool.KvLayout layout() {
+            return inner.layout();
+        }
+
+        @Override
+        public int pageCount() {
+            return inner.pageCount();
+        }
+
+        @Override
+        public boolean isHostAccessible() {
+            return false;
+        }
+
+        @Override
+        public java.lang.foreign.MemorySegment hostPage(int page) {
+            throw new UnsupportedOperationException("device memory");
+        }
+
+        @Override
+        public long address(int page, int layer, int kv) {
+            return inner.address(page, layer, kv);
+        }
+
+        @Override
+        public void fill(int page, io.kvpool.storage.FillMode mode) {
+            inner.fill(page, mode);
+        }
+
+        @Override
+        public int firstCanaryToken(int page, int fromToken, int toToken) {
+            return inner.firstCanaryToken(page, fromToken, toToken);
+        }
+
+        @Override
+        public void copyPages(int[] src, int srcOff, int[] dst, int dstOff, int count) {
+            inner.copyPages(src, srcOff, dst, dstOff, count);
+        }
+
+        @Override
+        public void close() {
+            inner.close();
+        }
+    }
 }

@@ -80,6 +80,9 @@ public final class UcxLink implements PeerLink {
     private final List<UcpRemoteKey> remoteKeys = new ArrayList<>();
     private boolean remoteKeysClosed;
     private long outstandingWrites;
+    /** UCX thread: puts posted and not yet reported, so a destroyed worker can still end each one. */
+    private final java.util.Set<WriteCallback> inFlight = java.util.Collections.newSetFromMap(new java.util.IdentityHashMap<>());
+    private boolean tearDownStarted;
     private int pendingFlushes;
 
     /** One event; WRITES carries the write completions of one progress round (tokens[i] ended statuses[i]). */
@@ -300,12 +303,16 @@ public final class UcxLink implements PeerLink {
         if (endpointClosed) {
             return true;
         }
+        // the first call waits (bounded) for the close; later calls only look again, so a receiver that
+        // retries every duty cycle is never stalled by a close that takes long
+        final long wait = tearDownStarted ? 0 : CLOSE_WAIT_NANOS;
+        tearDownStarted = true;
         if (transport.isOwnerThread()) {
-            closeOnOwner(System.nanoTime() + CLOSE_WAIT_NANOS);
+            closeOnOwner(System.nanoTime() + wait);
         } else {
             try {
                 transport.call(() -> {
-                    closeOnOwner(System.nanoTime() + CLOSE_WAIT_NANOS);
+                    closeOnOwner(System.nanoTime() + wait);
                     return null;
                 });
             } catch (RuntimeException e) {
@@ -436,6 +443,7 @@ public final class UcxLink implements PeerLink {
             if (!done) {
                 done = true;
                 outstandingWrites--;
+                inFlight.remove(this);
                 writeDone(token, status);
             }
         }
@@ -446,6 +454,7 @@ public final class UcxLink implements PeerLink {
             final WriteCallback spare = spareCallbacks.poll();
             final WriteCallback cb = (spare != null ? spare : new WriteCallback()).reset(firstToken + i);
             outstandingWrites++;
+            inFlight.add(cb);
             if (endpointDead()) {
                 cb.finish(CANCELED); // never posted
                 continue;
@@ -605,7 +614,9 @@ public final class UcxLink implements PeerLink {
             } catch (RuntimeException e) {
                 System.err.println(describe() + ": force close failed: " + e);
                 closeRequest = null;
-                closeWorkerNow(); // the only other way to stop the peer's writes
+                if (fence) {
+                    closeWorkerNow(); // a teardown: the only other way to stop the peer's writes
+                }
                 return;
             }
         }
@@ -657,12 +668,21 @@ public final class UcxLink implements PeerLink {
         }
         final UcpWorker w = worker;
         worker = null;
+        boolean closedOk = true;
         try {
             w.close();
         } catch (RuntimeException e) {
-            System.err.println(describe() + ": closing the worker failed: " + e);
+            closedOk = false;
+            System.err.println(describe() + ": closing the worker failed, so its teardown is NOT proven: " + e);
         }
-        endpointClosed = true; // nothing from the peer can be applied any more
+        publishWrites(); // completions that fired inside close()
+        for (WriteCallback cb : java.util.List.copyOf(inFlight)) {
+            cb.finish(CANCELED); // the worker is gone: this put will never report; it ends unproven
+        }
+        publishWrites();
+        if (closedOk) {
+            endpointClosed = true; // nothing from the peer can be applied any more
+        }
     }
 
     /** Owner thread: progresses this link's worker. @return progress calls that did something */

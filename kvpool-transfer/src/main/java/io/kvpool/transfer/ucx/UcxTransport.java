@@ -52,7 +52,8 @@ import java.util.concurrent.locks.LockSupport;
  * {@link #connect} exchanges worker addresses (and the tag each side receives control frames on) over
  * an already connected TCP socket, e.g. on loopback; both sides call it, in either order. The socket is
  * used for nothing else and the caller closes it afterwards. Endpoints are created with peer error
- * handling (failure detection on), which restricts UCX 1.13.1 to its tcp transport.
+ * handling (failure detection on), and the context allows only UCX's tcp transport ({@code TLS=tcp}):
+ * the teardown fence below is established for tcp only.
  *
  * <h2>Registrations</h2>
  * Each storage is registered with UCX once, as a whole, on its first {@link UcxLink#register} and kept
@@ -81,7 +82,10 @@ public final class UcxTransport implements AutoCloseable {
         this.name = Objects.requireNonNull(name, "name");
         final UcpContext ctx;
         try {
-            ctx = new UcpContext(new UcpParams().requestTagFeature().requestRmaFeature());
+            // tcp only: a link's teardown is proven by closing its worker, which fences a peer's puts because over
+            // tcp our worker is what applies them. Shared-memory or RDMA transports would write without it, so
+            // enabling them needs that fence re-established first (a destroyed QP, a revoked memory key).
+            ctx = new UcpContext(new UcpParams().requestTagFeature().requestRmaFeature().setConfig("TLS", "tcp"));
         } catch (LinkageError e) {
             throw new UcxUnavailableException("UCX transport '" + name + "' cannot load UCX: " + e, e);
         }
