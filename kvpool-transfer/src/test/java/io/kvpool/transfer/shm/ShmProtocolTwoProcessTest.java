@@ -4,6 +4,7 @@ import io.kvpool.KvPool;
 import io.kvpool.PoolSnapshot;
 import io.kvpool.Sequence;
 import io.kvpool.SlotState;
+import io.kvpool.transfer.ChildProcessDecode;
 import io.kvpool.transfer.FailureReason;
 import io.kvpool.transfer.IncomingTransfer;
 import io.kvpool.transfer.Kv;
@@ -35,32 +36,26 @@ import static org.junit.jupiter.api.Assertions.*;
 class ShmProtocolTwoProcessTest {
 
     private static final int DECODE_PAGES = 256;
-    private static final long WAIT_MS = 8_000;
+    private static final long WAIT_MS = ChildProcessDecode.WAIT_MS;
 
     @TempDir
     Path dir;
 
     /** The decode process's side of one scenario, with the child it spawned. */
-    final class Decode implements AutoCloseable {
-        final Path file = dir.resolve("pool"), sock = dir.resolve("sock"), log = dir.resolve("child.log");
-        final KvPool pool;
+    final class Decode extends ChildProcessDecode {
+        final Path sock;
         final ShmListener listener;
-        final TransferReceiver receiver;
-        final Process child;
         int peer = -1;
 
         Decode(String childEnvironment, String scenario, int requests, Duration completionTimeout, Duration drainTimeout)
             throws Exception {
-            pool = KvPool.builder(Kv.LAYOUT).pages(DECODE_PAGES).maxContextTokens(DECODE_PAGES * 4L)
-                .storage((l, n) -> MappedPageStorage.create(file, l, n)).build();
+            super(ShmProtocolTwoProcessTest.this.dir, KvPool.builder(Kv.LAYOUT).pages(DECODE_PAGES).maxContextTokens(DECODE_PAGES * 4L)
+                .storage((l, n) -> MappedPageStorage.create(ShmProtocolTwoProcessTest.this.dir.resolve("pool"), l, n)).build(),
+                completionTimeout, drainTimeout);
+            sock = dir.resolve("sock");
             listener = ShmTransport.listen(sock, (MappedPageStorage) pool.storage());
-            receiver = TransferReceiver.builder(pool, PeerIdentity.of(Kv.LAYOUT, "test-model@r1", "production", "build-1"))
-                .completionTimeout(completionTimeout).drainTimeout(drainTimeout).build();
-            child = new ProcessBuilder(Path.of(System.getProperty("java.home"), "bin", "java").toString(),
-                "-Xmx64m", "-XX:TieredStopAtLevel=1", "-cp", System.getProperty("java.class.path"),
-                ShmPrefillMain.class.getName(), sock.toString(), file.toString(), childEnvironment, scenario,
-                Integer.toString(requests))
-                .redirectErrorStream(true).redirectOutput(log.toFile()).start();
+            child = spawn(List.of(), ShmPrefillMain.class, sock.toString(), dir.resolve("pool").toString(), childEnvironment,
+                scenario, Integer.toString(requests));
         }
 
         /** Accepts the child's link, adds it and runs the handshake until it is decided. */
@@ -80,60 +75,17 @@ class ShmProtocolTwoProcessTest {
             return p;
         }
 
-        /** Runs the receiver's duty cycle until {@code done}, failing after {@link #WAIT_MS} with {@code what}. */
-        void drive(BooleanSupplier done, String what) {
-            final long deadline = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(WAIT_MS);
-            while (!done.getAsBoolean()) {
-                assertTrue(System.nanoTime() < deadline, () -> "timed out waiting for " + what + "; " + receiver + ", pool "
-                    + pool.snapshot() + "; child " + (child.isAlive() ? "alive" : "exited " + child.exitValue()) + ": " + childLog());
-                if (receiver.doWork() == 0) {
-                    LockSupport.parkNanos(200_000);
-                }
-            }
-        }
 
-        /** Runs the duty cycle for {@code ms} (to show that nothing changes meanwhile). */
-        void idleFor(long ms) {
-            final long end = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(ms);
-            while (System.nanoTime() < end) {
-                if (receiver.doWork() == 0) {
-                    LockSupport.parkNanos(200_000);
-                }
-            }
-        }
 
-        void awaitCtl(String name) {
-            drive(() -> Files.exists(dir.resolve(name)), "the child's control file '" + name + "'");
-        }
 
-        void ctl(String name) throws Exception {
-            Files.createFile(dir.resolve(name));
-        }
 
         /** Closes the receiver (the child sees its link fail, finishes and exits) and returns the child's RESULT line. */
         String finish() throws Exception {
             receiver.close();
-            assertTrue(child.waitFor(WAIT_MS, TimeUnit.MILLISECONDS), () -> "child did not exit: " + childLog());
-            final String out = childLog();
-            assertEquals(0, child.exitValue(), () -> "the child's own pool is not clean: " + out);
-            return out.lines().filter(l -> l.startsWith("RESULT ")).findFirst()
-                .orElseGet(() -> fail("no RESULT line from the child: " + out));
+            return childResult();
         }
 
-        String childLog() {
-            try {
-                return Files.readString(log);
-            } catch (Exception e) {
-                return "(no log: " + e + ")";
-            }
-        }
 
-        void assertPoolClean() {
-            final PoolSnapshot s = pool.verifyAccounting();
-            assertTrue(s.balanced(), s::toString);
-            assertEquals(0, s.inUse(), () -> "pages still in use: " + s);
-            assertEquals(DECODE_PAGES, s.free(), s::toString);
-        }
 
         @Override
         public void close() throws Exception {

@@ -5,6 +5,7 @@ import io.kvpool.PoolSnapshot;
 import io.kvpool.Sequence;
 import io.kvpool.SlotState;
 import io.kvpool.storage.PageStorage;
+import io.kvpool.transfer.ChildProcessDecode;
 import io.kvpool.transfer.FailureReason;
 import io.kvpool.transfer.IncomingTransfer;
 import io.kvpool.transfer.Kv;
@@ -52,7 +53,7 @@ import static org.junit.jupiter.api.Assertions.*;
 class UcxProtocolTwoProcessTest {
 
     private static final int DECODE_PAGES = 256;
-    private static final long WAIT_MS = 8_000;
+    private static final long WAIT_MS = ChildProcessDecode.WAIT_MS;
 
     @TempDir
     Path dir;
@@ -170,29 +171,21 @@ class UcxProtocolTwoProcessTest {
     }
 
     /** The decode process's side of one scenario, with the child it spawned. */
-    final class Decode implements AutoCloseable {
-        final Path log = dir.resolve("child.log");
-        final KvPool pool;
+    final class Decode extends ChildProcessDecode {
         final UcxTransport transport;
-        final TransferReceiver receiver;
-        final Process child;
         Watched link;
         IncomingTransfer watched;
         int peer = -1;
 
         Decode(String childEnvironment, String scenario, int requests, Duration completionTimeout, Duration drainTimeout)
             throws Exception {
-            pool = KvPool.builder(Kv.LAYOUT).pages(DECODE_PAGES).maxContextTokens(DECODE_PAGES * 4L).build();
+            super(UcxProtocolTwoProcessTest.this.dir, KvPool.builder(Kv.LAYOUT).pages(DECODE_PAGES).maxContextTokens(DECODE_PAGES * 4L).build(),
+                completionTimeout, drainTimeout);
             transport = UcxTransport.open("decode");
-            receiver = TransferReceiver.builder(pool, PeerIdentity.of(Kv.LAYOUT, "test-model@r1", "production", "build-1"))
-                .completionTimeout(completionTimeout).drainTimeout(drainTimeout).build();
             try (ServerSocket ss = new ServerSocket(0, 1, InetAddress.getLoopbackAddress())) {
                 ss.setSoTimeout((int) WAIT_MS);
-                child = new ProcessBuilder(Path.of(System.getProperty("java.home"), "bin", "java").toString(),
-                    "--enable-native-access=ALL-UNNAMED", "-Xmx64m", "-XX:TieredStopAtLevel=1",
-                    "-cp", System.getProperty("java.class.path"), UcxPrefillMain.class.getName(),
-                    Integer.toString(ss.getLocalPort()), dir.toString(), childEnvironment, scenario, Integer.toString(requests))
-                    .redirectErrorStream(true).redirectOutput(log.toFile()).start();
+                child = spawn(List.of("--enable-native-access=ALL-UNNAMED"), UcxPrefillMain.class,
+                    Integer.toString(ss.getLocalPort()), dir.toString(), childEnvironment, scenario, Integer.toString(requests));
                 final Socket s;
                 try {
                     s = ss.accept();
@@ -214,36 +207,9 @@ class UcxProtocolTwoProcessTest {
             return p;
         }
 
-        /** Runs the receiver's duty cycle until {@code done}, failing after {@link #WAIT_MS} with {@code what}. */
-        void drive(BooleanSupplier done, String what) {
-            final long deadline = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(WAIT_MS);
-            while (!done.getAsBoolean()) {
-                assertTrue(System.nanoTime() < deadline, () -> "timed out after " + WAIT_MS + " ms waiting for " + what + "; "
-                    + receiver + ", pool " + pool.snapshot() + "; child " + (child.isAlive() ? "alive" : "exited " + child.exitValue())
-                    + ": " + childLog());
-                if (receiver.doWork() == 0) {
-                    LockSupport.parkNanos(200_000);
-                }
-            }
-        }
 
-        /** Runs the duty cycle for {@code ms} (to show that nothing changes meanwhile). */
-        void idleFor(long ms) {
-            final long end = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(ms);
-            while (System.nanoTime() < end) {
-                if (receiver.doWork() == 0) {
-                    LockSupport.parkNanos(200_000);
-                }
-            }
-        }
 
-        void awaitCtl(String name) {
-            drive(() -> Files.exists(dir.resolve(name)), "the child's control file '" + name + "'");
-        }
 
-        void ctl(String name) throws Exception {
-            Files.createFile(dir.resolve(name));
-        }
 
         /** Freezes the whole child process (its UCX thread too) with SIGSTOP. */
         void freezeChild() throws Exception {
@@ -267,27 +233,10 @@ class UcxProtocolTwoProcessTest {
         String finish() throws Exception {
             receiver.close();
             transport.close();
-            assertTrue(child.waitFor(WAIT_MS, TimeUnit.MILLISECONDS), () -> "child did not exit within " + WAIT_MS + " ms: " + childLog());
-            final String out = childLog();
-            assertEquals(0, child.exitValue(), () -> "the child's own pool is not clean: " + out);
-            return out.lines().filter(l -> l.startsWith("RESULT ")).findFirst()
-                .orElseGet(() -> fail("no RESULT line from the child: " + out));
+            return childResult();
         }
 
-        String childLog() {
-            try {
-                return Files.readString(log);
-            } catch (Exception e) {
-                return "(no log: " + e + ")";
-            }
-        }
 
-        void assertPoolClean() {
-            final PoolSnapshot s = pool.verifyAccounting();
-            assertTrue(s.balanced(), s::toString);
-            assertEquals(0, s.inUse(), () -> "pages still in use: " + s);
-            assertEquals(DECODE_PAGES, s.free(), s::toString);
-        }
 
         @Override
         public void close() throws Exception {
