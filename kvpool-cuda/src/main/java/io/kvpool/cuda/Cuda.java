@@ -1,0 +1,63 @@
+package io.kvpool.cuda;
+
+import jcuda.driver.CUdevice;
+import jcuda.driver.JCudaDriver;
+
+/**
+ * Whether a CUDA device can be used here, and why not. Probed once: JCuda's natives must load (they need
+ * the driver's {@code libcuda.so.1}), {@code cuInit} must succeed and at least one device must exist.
+ * Tests use {@link #unavailableReason()} to skip with the reason (or to fail when
+ * {@code -Dkvpool.gpu.required=true}).
+ */
+public final class Cuda {
+    private Cuda() {
+    }
+
+    private static final String REASON = probe();
+
+    private static String probe() {
+        try {
+            JCudaDriver.setExceptionsEnabled(false);
+            final int init = JCudaDriver.cuInit(0);
+            if (init != 0) {
+                return "cuInit failed: " + jcuda.driver.CUresult.stringFor(init);
+            }
+            final int[] count = new int[1];
+            final int r = JCudaDriver.cuDeviceGetCount(count);
+            if (r != 0) {
+                return "cuDeviceGetCount failed: " + jcuda.driver.CUresult.stringFor(r);
+            }
+            return count[0] == 0 ? "no CUDA device found (cuDeviceGetCount = 0)" : null;
+        } catch (UnsatisfiedLinkError | NoClassDefFoundError | ExceptionInInitializerError e) {
+            return "JCuda's native libraries cannot load (no CUDA driver here?): " + e;
+        }
+    }
+
+    /** @return whether a device can be used */
+    public static boolean available() {
+        return REASON == null;
+    }
+
+    /** @return why no device can be used, or {@code null} if one can */
+    public static String unavailableReason() {
+        return REASON;
+    }
+
+    /** @throws IllegalStateException with the reason, if no device can be used */
+    static void requireAvailable() {
+        if (REASON != null) {
+            throw new IllegalStateException("CUDA is not available: " + REASON);
+        }
+    }
+
+    /** @return the device's name */
+    static String deviceName(CUdevice device) {
+        final byte[] name = new byte[256];
+        CudaException.check(JCudaDriver.cuDeviceGetName(name, name.length, device), "cuDeviceGetName");
+        int n = 0;
+        while (n < name.length && name[n] != 0) {
+            n++;
+        }
+        return new String(name, 0, n, java.nio.charset.StandardCharsets.UTF_8);
+    }
+}

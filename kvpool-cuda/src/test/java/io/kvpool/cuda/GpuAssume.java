@@ -1,0 +1,22 @@
+package io.kvpool.cuda;
+
+import org.junit.jupiter.api.Assumptions;
+
+import static org.junit.jupiter.api.Assertions.fail;
+
+/** GPU tests skip with the reason when no device can be used, and fail instead under {@code -Dkvpool.gpu.required=true}. */
+final class GpuAssume {
+    private GpuAssume() {
+    }
+
+    static void gpu() {
+        final String reason = Cuda.unavailableReason();
+        if (reason == null) {
+            return;
+        }
+        if (Boolean.getBoolean("kvpool.gpu.required")) {
+            fail("kvpool.gpu.required=true but " + reason);
+        }
+        Assumptions.abort("no GPU: " + reason);
+    }
+}
