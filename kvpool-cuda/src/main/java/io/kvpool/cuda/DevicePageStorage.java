@@ -11,8 +11,6 @@ import jcuda.driver.CUfunction;
 import jcuda.driver.CUmodule;
 import jcuda.driver.JCudaDriver;
 
-import java.io.IOException;
-import java.io.InputStream;
 import java.lang.foreign.MemorySegment;
 import java.util.Objects;
 
@@ -80,7 +78,7 @@ public final class DevicePageStorage implements PageStorage {
             CudaException.check(JCudaDriver.cuMemAlloc(s, scratchBytes), "cuMemAlloc(scratch " + scratchBytes + " bytes)");
             this.scratch = s;
             m = new CUmodule();
-            CudaException.check(JCudaDriver.cuModuleLoadData(m, fatbin()), "cuModuleLoadData(kvpool kernels)");
+            CudaException.check(JCudaDriver.cuModuleLoadData(m, Kernels.loadFatbin()), "cuModuleLoadData(kvpool kernels)");
             this.module = m;
             this.copyFn = function(m, Kernels.COPY_PAGES);
             this.fillFn = function(m, Kernels.FILL_PAGES);
@@ -144,17 +142,6 @@ public final class DevicePageStorage implements PageStorage {
         final CUfunction f = new CUfunction();
         CudaException.check(JCudaDriver.cuModuleGetFunction(f, m, name), "cuModuleGetFunction(" + name + ")");
         return f;
-    }
-
-    private static byte[] fatbin() {
-        try (InputStream in = DevicePageStorage.class.getResourceAsStream(Kernels.RESOURCE)) {
-            if (in == null) {
-                throw new IllegalStateException("kernel fatbin " + Kernels.RESOURCE + " is missing from the class path");
-            }
-            return in.readAllBytes();
-        } catch (IOException e) {
-            throw new IllegalStateException("cannot read " + Kernels.RESOURCE, e);
-        }
     }
 
     private void current() {
@@ -247,7 +234,7 @@ public final class DevicePageStorage implements PageStorage {
         current();
         upload(new int[] {page}, 0, 1, 0);
         final CUdeviceptr out = scratch.withByteOffset(32);
-        launch(canaryFn, Kernels.FIRST_CANARY_TOKEN, dl.planes() * (toToken - fromToken), Pointer.to(Pointer.to(scratch),
+        launch(canaryFn, Kernels.FIRST_CANARY_TOKEN, 1, Pointer.to( // one block per pagePointer.to(scratch),
             Pointer.to(new int[] {1}), Pointer.to(arena), Pointer.to(new long[] {dl.planeBytes()}), Pointer.to(new int[] {dl.planes()}),
             Pointer.to(new long[] {dl.pageStride()}), Pointer.to(new long[] {dl.layout().bytesPerTokenVector()}),
             Pointer.to(new int[] {fromToken}), Pointer.to(new int[] {toToken}), Pointer.to(new long[] {CANARY}), Pointer.to(out)));
