@@ -45,6 +45,8 @@ public final class DevicePageStorage implements PageStorage {
     private final CUfunction copyFn;
     private final CUfunction fillFn;
     private final CUfunction canaryFn;
+    private final CUfunction gatherFn;
+    private final CUfunction scatterFn;
     private final DevicePtr arena;
     private final long base;
     private final DevicePtr scratch; // index lists and results of one call at a time (guarded by this)
@@ -83,6 +85,8 @@ public final class DevicePageStorage implements PageStorage {
             this.copyFn = function(m, Kernels.COPY_PAGES);
             this.fillFn = function(m, Kernels.FILL_PAGES);
             this.canaryFn = function(m, Kernels.FIRST_CANARY_TOKEN);
+            this.gatherFn = function(m, Kernels.GATHER_PAGES);
+            this.scatterFn = function(m, Kernels.SCATTER_PAGES);
             ok = true;
             LOG.log(System.Logger.Level.INFO, "device pool: " + pages + " pages (" + dl.arenaBytes() + " bytes) on " + Cuda.deviceName(device)
                 + "; " + free[0] + " of " + total[0] + " bytes were free");
@@ -142,6 +146,11 @@ public final class DevicePageStorage implements PageStorage {
         final CUfunction f = new CUfunction();
         CudaException.check(JCudaDriver.cuModuleGetFunction(f, m, name), "cuModuleGetFunction(" + name + ")");
         return f;
+    }
+
+    /** Makes this storage's (primary) context current on the calling thread. */
+    void makeCurrent() {
+        current();
     }
 
     private void current() {
@@ -257,6 +266,39 @@ public final class DevicePageStorage implements PageStorage {
         launch(copyFn, Kernels.COPY_PAGES, count * dl.planes(), Pointer.to(Pointer.to(scratch), Pointer.to(scratch.withByteOffset(4L * count)),
             Pointer.to(new int[] {count}), Pointer.to(arena), Pointer.to(new long[] {dl.planeBytes()}), Pointer.to(new int[] {dl.planes()}),
             Pointer.to(new long[] {dl.pageStride()})));
+    }
+
+    /**
+     * Offloads pages to pinned host memory in one kernel launch: {@code to.page(toIndex + i) ← page(pages[off + i])}
+     * in the host layout. Synchronous.
+     */
+    public synchronized void offload(int[] pages, int off, int n, PinnedPageBuffer to, int toIndex) {
+        ensureOpen();
+        checkPages(pages, off, n);
+        Objects.checkFromIndexSize(toIndex, n, to.capacity());
+        if (n == 0) {
+            return;
+        }
+        current();
+        upload(pages, off, n, 0);
+        launch(gatherFn, Kernels.GATHER_PAGES, n * dl.planes(), Pointer.to(Pointer.to(scratch), Pointer.to(new int[] {n}),
+            Pointer.to(arena), Pointer.to(new long[] {dl.planeBytes()}), Pointer.to(new int[] {dl.planes()}),
+            Pointer.to(new long[] {dl.pageStride()}), Pointer.to(to.devicePage(toIndex))));
+    }
+
+    /** Restores pages from pinned host memory in one kernel launch: {@code page(pages[off + i]) ← from.page(fromIndex + i)}. Synchronous. */
+    public synchronized void restore(PinnedPageBuffer from, int fromIndex, int[] pages, int off, int n) {
+        ensureOpen();
+        checkPages(pages, off, n);
+        Objects.checkFromIndexSize(fromIndex, n, from.capacity());
+        if (n == 0) {
+            return;
+        }
+        current();
+        upload(pages, off, n, 0);
+        launch(scatterFn, Kernels.SCATTER_PAGES, n * dl.planes(), Pointer.to(Pointer.to(scratch), Pointer.to(new int[] {n}),
+            Pointer.to(arena), Pointer.to(new long[] {dl.planeBytes()}), Pointer.to(new int[] {dl.planes()}),
+            Pointer.to(new long[] {dl.pageStride()}), Pointer.to(from.devicePage(fromIndex))));
     }
 
     /** Copies page {@code page} into {@code dst} in the host page layout (one copy per plane: tests and debugging). */

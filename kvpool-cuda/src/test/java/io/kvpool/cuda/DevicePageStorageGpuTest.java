@@ -161,4 +161,34 @@ class DevicePageStorageGpuTest {
             () -> KvPool.builder(l).pages(pages).maxContextTokens(advertised).storage(DevicePageStorage::allocate).build());
         assertTrue(e.getMessage().contains(String.format("%,d", advertised)) || e.getMessage().contains(Long.toString(advertised)), e.getMessage());
     }
+
+    @Test
+    void offloadAndRestoreRoundTripThroughPinnedMemory() {
+        final SplittableRandom r = new SplittableRandom(13);
+        for (KvLayout l : LAYOUTS) {
+            final int pages = 12;
+            try (Arena arena = Arena.ofConfined(); DevicePageStorage dev = DevicePageStorage.allocate(l, pages);
+                 PinnedPageBuffer pinned = new PinnedPageBuffer(dev, 4)) {
+                final MemorySegment[] want = new MemorySegment[pages];
+                for (int p = 0; p < pages; p++) {
+                    want[p] = arena.allocate(l.bytesPerPage(), 16);
+                    random(want[p], r);
+                    dev.writePage(p, want[p]);
+                }
+                final int[] out = {7, 2, 11, 4};
+                dev.offload(out, 0, 4, pinned, 0);
+                for (int i = 0; i < 4; i++) {
+                    assertEquals(-1, want[out[i]].mismatch(pinned.page(i)), l + " offloaded page " + out[i]);
+                }
+                final int[] back = {0, 1, 9, 10};
+                dev.restore(pinned, 0, back, 0, 4);
+                for (int i = 0; i < 4; i++) {
+                    assertEquals(-1, want[out[i]].mismatch(read(dev, back[i], arena)), l + " restored into " + back[i]);
+                }
+                for (int p : new int[] {3, 5, 6, 8}) {
+                    assertEquals(-1, want[p].mismatch(read(dev, p, arena)), l + " untouched page " + p);
+                }
+            }
+        }
+    }
 }

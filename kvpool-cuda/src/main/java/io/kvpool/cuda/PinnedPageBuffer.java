@@ -1,0 +1,96 @@
+package io.kvpool.cuda;
+
+import io.kvpool.KvLayout;
+import jcuda.Pointer;
+import jcuda.driver.CUdeviceptr;
+import jcuda.driver.JCudaDriver;
+
+import java.lang.foreign.MemorySegment;
+import java.util.Objects;
+
+/**
+ * Pinned, device-mapped host memory holding pages in the host page layout ({@link KvLayout#offset}):
+ * where {@link DevicePageStorage#offload} puts pages and {@link DevicePageStorage#restore} takes them
+ * from, each in one kernel launch that reads or writes this memory directly over the bus. Allocated with
+ * {@code cuMemHostAlloc(PORTABLE | DEVICEMAP)}; Java sees it as a {@link MemorySegment}.
+ */
+public final class PinnedPageBuffer implements AutoCloseable {
+
+    /** A host pointer whose raw address can be read (JCuda keeps it protected). */
+    static final class HostPtr extends Pointer {
+        long address() {
+            return getNativePointer();
+        }
+    }
+
+    private final KvLayout layout;
+    private final int pages;
+    private final HostPtr host = new HostPtr();
+    private final CUdeviceptr device = new CUdeviceptr();
+    private final MemorySegment segment;
+    private boolean closed;
+
+    /**
+     * @param storage the device storage whose pages this buffer will hold (its layout and context)
+     * @param pages   how many pages it holds
+     */
+    public PinnedPageBuffer(DevicePageStorage storage, int pages) {
+        if (pages < 1) {
+            throw new IllegalArgumentException("pages must be ≥ 1, was " + pages);
+        }
+        this.layout = storage.layout();
+        this.pages = pages;
+        storage.makeCurrent();
+        final long bytes = Math.multiplyExact(layout.bytesPerPage(), (long) pages);
+        final int r = JCudaDriver.cuMemHostAlloc(host, bytes,
+            JCudaDriver.CU_MEMHOSTALLOC_PORTABLE | JCudaDriver.CU_MEMHOSTALLOC_DEVICEMAP);
+        if (r != 0) {
+            throw new CudaException("cuMemHostAlloc(" + bytes + " bytes)", r, pages + " pinned pages of " + layout);
+        }
+        final int d = JCudaDriver.cuMemHostGetDevicePointer(device, host, 0);
+        if (d != 0) {
+            JCudaDriver.cuMemFreeHost(host);
+            throw new CudaException("cuMemHostGetDevicePointer", d, "");
+        }
+        this.segment = MemorySegment.ofAddress(host.address()).reinterpret(bytes);
+    }
+
+    /** @return the layout of the pages */
+    public KvLayout layout() {
+        return layout;
+    }
+
+    /** @return how many pages it holds */
+    public int capacity() {
+        return pages;
+    }
+
+    /** @return page {@code i}, host layout */
+    public MemorySegment page(int i) {
+        ensureOpen();
+        Objects.checkIndex(i, pages);
+        return segment.asSlice(i * layout.bytesPerPage(), layout.bytesPerPage());
+    }
+
+    /** @return the device's view of page {@code i}'s first byte (for kernels) */
+    CUdeviceptr devicePage(int i) {
+        ensureOpen();
+        Objects.checkIndex(i, pages);
+        return device.withByteOffset(i * layout.bytesPerPage());
+    }
+
+    private void ensureOpen() {
+        if (closed) {
+            throw new IllegalStateException("pinned page buffer is closed");
+        }
+    }
+
+    /** Frees the pinned memory. Idempotent; segments from {@link #page} must not be used afterwards. */
+    @Override
+    public synchronized void close() {
+        if (!closed) {
+            closed = true;
+            JCudaDriver.cuMemFreeHost(host);
+        }
+    }
+}
