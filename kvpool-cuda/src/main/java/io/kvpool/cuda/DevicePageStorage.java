@@ -148,6 +148,12 @@ public final class DevicePageStorage implements PageStorage {
         return f;
     }
 
+    /** @return the arena's device pointer (for IPC export) */
+    CUdeviceptr arenaPointer() {
+        ensureOpen();
+        return arena;
+    }
+
     /** Makes this storage's (primary) context current on the calling thread. */
     void makeCurrent() {
         current();

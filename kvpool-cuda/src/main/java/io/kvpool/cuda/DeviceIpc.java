@@ -1,0 +1,166 @@
+package io.kvpool.cuda;
+
+import io.kvpool.KvLayout;
+import jcuda.Pointer;
+import jcuda.driver.CUcontext;
+import jcuda.driver.CUdevice;
+import jcuda.driver.CUdeviceptr;
+import jcuda.driver.CUipcMemHandle;
+import jcuda.driver.CUipcMem_flags;
+import jcuda.driver.JCudaDriver;
+
+import java.lang.foreign.MemorySegment;
+import java.lang.reflect.Field;
+import java.nio.ByteBuffer;
+import java.nio.ByteOrder;
+import java.util.Objects;
+
+/**
+ * CUDA IPC for device pools: a decode process exports its pool's arena ({@link #export}); a prefill
+ * process on the same node opens it ({@link #open}) and writes pages into it one-sidedly, at the
+ * addresses {@link DeviceLayout} defines.
+ *
+ * <h2>Handle format (little-endian)</h2>
+ * <pre>
+ *   0 u32 magic 'KVIP' · 4 u32 version 1 · 8 i64 layout fingerprint · 16 i32 pages · 20 i32 device ordinal
+ *   24 i64 arena bytes · 32 u8[64] cudaIpcMemHandle
+ * </pre>
+ * The opener checks the fingerprint against the layout it expects and refuses a mismatch naming both.
+ * Who may write into which pages, and when the exporter may reuse them, is the transfer protocol's job
+ * (issue #3): an opened arena is like a registration that cannot be revoked — only closing it in the
+ * writer's process (or that process ending) stops its writes.
+ */
+public final class DeviceIpc {
+    private DeviceIpc() {
+    }
+
+    static final int MAGIC = 0x5049564B; // "KVIP"
+    static final int VERSION = 1;
+    static final int HANDLE_BYTES = 64;
+    /** Length of an exported handle. */
+    public static final int EXPORT_BYTES = 32 + HANDLE_BYTES;
+
+    private static final Field RESERVED;
+
+    static {
+        try {
+            RESERVED = CUipcMemHandle.class.getDeclaredField("reserved");
+            RESERVED.setAccessible(true); // JCuda keeps the handle's bytes private; both sit in the unnamed module
+        } catch (ReflectiveOperationException e) {
+            throw new ExceptionInInitializerError(e);
+        }
+    }
+
+    private static byte[] bytes(CUipcMemHandle h) {
+        try {
+            return ((byte[]) RESERVED.get(h)).clone();
+        } catch (IllegalAccessException e) {
+            throw new IllegalStateException(e);
+        }
+    }
+
+    private static CUipcMemHandle handle(byte[] b) {
+        final CUipcMemHandle h = new CUipcMemHandle();
+        try {
+            RESERVED.set(h, b.clone());
+        } catch (IllegalAccessException e) {
+            throw new IllegalStateException(e);
+        }
+        return h;
+    }
+
+    /** @return a handle to the storage's arena that another process on this node can {@link #open} */
+    public static byte[] export(DevicePageStorage storage) {
+        storage.makeCurrent();
+        final CUipcMemHandle h = new CUipcMemHandle();
+        CudaException.check(JCudaDriver.cuIpcGetMemHandle(h, storage.arenaPointer()), "cuIpcGetMemHandle");
+        final DeviceLayout d = storage.deviceLayout();
+        final ByteBuffer b = ByteBuffer.allocate(EXPORT_BYTES).order(ByteOrder.LITTLE_ENDIAN);
+        b.putInt(MAGIC).putInt(VERSION).putLong(d.layout().fingerprint()).putInt(d.pages()).putInt(0).putLong(d.arenaBytes());
+        b.put(bytes(h));
+        return b.array();
+    }
+
+    /**
+     * Opens another process's exported arena.
+     *
+     * @param exported the bytes {@link #export} produced
+     * @param layout   the layout this process expects; a different fingerprint is refused
+     * @return the opened arena; close it to stop this process's access
+     */
+    public static OpenedArena open(byte[] exported, KvLayout layout) {
+        final ByteBuffer b = ByteBuffer.wrap(exported).order(ByteOrder.LITTLE_ENDIAN);
+        if (exported.length != EXPORT_BYTES || b.getInt() != MAGIC || b.getInt() != VERSION) {
+            throw new IllegalArgumentException("not a kvpool IPC handle (" + exported.length + " bytes)");
+        }
+        final long fp = b.getLong();
+        if (fp != layout.fingerprint()) {
+            throw new IllegalArgumentException("the exported pool's layout fingerprint 0x" + Long.toHexString(fp) + " is not this side's 0x"
+                + Long.toHexString(layout.fingerprint()) + " (" + layout + ")");
+        }
+        final int pages = b.getInt();
+        final int ordinal = b.getInt();
+        final long arenaBytes = b.getLong();
+        final byte[] raw = new byte[HANDLE_BYTES];
+        b.get(raw);
+        final DeviceLayout d = DeviceLayout.of(layout, pages);
+        if (d.arenaBytes() != arenaBytes) {
+            throw new IllegalArgumentException("exported arena of " + arenaBytes + " bytes; " + pages + " pages of " + layout + " are "
+                + d.arenaBytes());
+        }
+        Cuda.requireAvailable();
+        return new OpenedArena(d, ordinal, handle(raw));
+    }
+
+    /** Another process's arena, opened in this one. */
+    public static final class OpenedArena implements AutoCloseable {
+        private final DeviceLayout layout;
+        private final CUdevice device = new CUdevice();
+        private final CUcontext context = new CUcontext();
+        private final CUdeviceptr arena = new CUdeviceptr();
+        private boolean closed;
+
+        OpenedArena(DeviceLayout layout, int ordinal, CUipcMemHandle handle) {
+            this.layout = layout;
+            CudaException.check(JCudaDriver.cuDeviceGet(device, ordinal), "cuDeviceGet(" + ordinal + ")");
+            CudaException.check(JCudaDriver.cuDevicePrimaryCtxRetain(context, device), "cuDevicePrimaryCtxRetain");
+            CudaException.check(JCudaDriver.cuCtxSetCurrent(context), "cuCtxSetCurrent");
+            final int r = JCudaDriver.cuIpcOpenMemHandle(arena, handle, CUipcMem_flags.CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS);
+            if (r != 0) {
+                JCudaDriver.cuDevicePrimaryCtxRelease(device);
+                throw new CudaException("cuIpcOpenMemHandle", r, layout.arenaBytes() + "-byte arena of " + layout.pages() + " pages");
+            }
+        }
+
+        /** @return the arena layout */
+        public DeviceLayout layout() {
+            return layout;
+        }
+
+        /** Writes one page (host layout) into the other process's arena (per-plane copies: tests and debugging). */
+        public synchronized void writePage(int page, MemorySegment src) {
+            if (closed) {
+                throw new IllegalStateException("opened arena is closed");
+            }
+            Objects.checkIndex(page, layout.pages());
+            CudaException.check(JCudaDriver.cuCtxSetCurrent(context), "cuCtxSetCurrent");
+            final ByteBuffer bb = src.asSlice(0, layout.layout().bytesPerPage()).asByteBuffer();
+            for (int q = 0; q < layout.planes(); q++) {
+                CudaException.check(JCudaDriver.cuMemcpyHtoD(arena.withByteOffset(q * layout.planeBytes() + page * layout.pageStride()),
+                    Pointer.to(bb).withByteOffset(layout.hostOffset(q)), layout.pageStride()), "cuMemcpyHtoD(page " + page + ")");
+            }
+            CudaException.check(JCudaDriver.cuCtxSynchronize(), "cuCtxSynchronize");
+        }
+
+        /** Closes this process's mapping: after it returns, this process can no longer write. Idempotent. */
+        @Override
+        public synchronized void close() {
+            if (!closed) {
+                closed = true;
+                JCudaDriver.cuCtxSetCurrent(context);
+                JCudaDriver.cuIpcCloseMemHandle(arena);
+                JCudaDriver.cuDevicePrimaryCtxRelease(device);
+            }
+        }
+    }
+}
