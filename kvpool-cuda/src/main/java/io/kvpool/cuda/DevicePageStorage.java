@@ -249,7 +249,8 @@ public final class DevicePageStorage implements PageStorage {
         current();
         upload(new int[] {page}, 0, 1, 0);
         final CUdeviceptr out = scratch.withByteOffset(32);
-        launch(canaryFn, Kernels.FIRST_CANARY_TOKEN, 1, Pointer.to( // one block per pagePointer.to(scratch),
+        // one block per page (the kernel's design): one block for this one page
+        launch(canaryFn, Kernels.FIRST_CANARY_TOKEN, 1, Pointer.to(Pointer.to(scratch),
             Pointer.to(new int[] {1}), Pointer.to(arena), Pointer.to(new long[] {dl.planeBytes()}), Pointer.to(new int[] {dl.planes()}),
             Pointer.to(new long[] {dl.pageStride()}), Pointer.to(new long[] {dl.layout().bytesPerTokenVector()}),
             Pointer.to(new int[] {fromToken}), Pointer.to(new int[] {toToken}), Pointer.to(new long[] {CANARY}), Pointer.to(out)));
