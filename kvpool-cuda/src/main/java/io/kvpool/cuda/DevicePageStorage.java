@@ -25,7 +25,8 @@ import java.util.Objects;
  *
  * <p>Thread-safety: every call makes the primary context current on the calling thread and is
  * synchronous (it returns when the device is done), so calls on different pages from different threads
- * are safe, as the SPI requires.
+ * are safe, as the SPI requires. The one exception, {@link #copyPagesAsync}, is outside the SPI and
+ * exists to measure submission cost.
  */
 public final class DevicePageStorage implements PageStorage {
 
@@ -207,10 +208,15 @@ public final class DevicePageStorage implements PageStorage {
     }
 
     private void launch(CUfunction fn, String name, int work, Pointer params) {
+        launchAsync(fn, name, work, params);
+        CudaException.check(JCudaDriver.cuCtxSynchronize(), "cuCtxSynchronize after " + name);
+    }
+
+    /** Queues the kernel on the context's legacy default (NULL) stream and returns without waiting. */
+    private void launchAsync(CUfunction fn, String name, int work, Pointer params) {
         final int threads = 256;
         final int blocks = (int) Math.max(1, Math.min(65_535L * 16, (long) work));
         CudaException.check(JCudaDriver.cuLaunchKernel(fn, blocks, 1, 1, threads, 1, 1, 0, null, params, null), "cuLaunchKernel(" + name + ")");
-        CudaException.check(JCudaDriver.cuCtxSynchronize(), "cuCtxSynchronize after " + name);
     }
 
     private void checkPages(int[] pages, int off, int n) {
@@ -261,6 +267,24 @@ public final class DevicePageStorage implements PageStorage {
 
     @Override
     public synchronized void copyPages(int[] src, int srcOff, int[] dst, int dstOff, int count) {
+        copyPagesAsync(src, srcOff, dst, dstOff, count);
+        CudaException.check(JCudaDriver.cuCtxSynchronize(), "cuCtxSynchronize after " + Kernels.COPY_PAGES);
+    }
+
+    /**
+     * {@link #copyPages} without the final wait: uploads the two index lists (synchronous
+     * {@code cuMemcpyHtoD}s, which also wait for earlier work on the stream) and queues the one
+     * {@value Kernels#COPY_PAGES} launch on the primary context's legacy default (NULL) stream, then
+     * returns while the copy may still run. For measuring the host cost of submitting a batch
+     * ({@code BlockCopyBenchmark}), not for the pool's data path.
+     *
+     * <p>The copy is complete once {@link #synchronize()} (or any synchronous call of this storage,
+     * or {@code cuCtxSynchronize} on the primary context) returns. Work queued later on the NULL stream
+     * (including this storage's next call, whose index upload waits for it) runs after it, so reusing
+     * the scratch buffer is safe; the caller must not read or write the pages involved from another
+     * stream before synchronising.
+     */
+    public synchronized void copyPagesAsync(int[] src, int srcOff, int[] dst, int dstOff, int count) {
         ensureOpen();
         checkPages(src, srcOff, count);
         checkPages(dst, dstOff, count);
@@ -270,7 +294,7 @@ public final class DevicePageStorage implements PageStorage {
         current();
         upload(src, srcOff, count, 0);
         upload(dst, dstOff, count, 4L * count);
-        launch(copyFn, Kernels.COPY_PAGES, count * dl.planes(), Pointer.to(Pointer.to(scratch), Pointer.to(scratch.withByteOffset(4L * count)),
+        launchAsync(copyFn, Kernels.COPY_PAGES, count * dl.planes(), Pointer.to(Pointer.to(scratch), Pointer.to(scratch.withByteOffset(4L * count)),
             Pointer.to(new int[] {count}), Pointer.to(arena), Pointer.to(new long[] {dl.planeBytes()}), Pointer.to(new int[] {dl.planes()}),
             Pointer.to(new long[] {dl.pageStride()})));
     }
@@ -306,6 +330,13 @@ public final class DevicePageStorage implements PageStorage {
         launch(scatterFn, Kernels.SCATTER_PAGES, n * dl.planes(), Pointer.to(Pointer.to(scratch), Pointer.to(new int[] {n}),
             Pointer.to(arena), Pointer.to(new long[] {dl.planeBytes()}), Pointer.to(new int[] {dl.planes()}),
             Pointer.to(new long[] {dl.pageStride()}), Pointer.to(from.devicePage(fromIndex))));
+    }
+
+    /** Waits until all work queued on the primary context (e.g. by {@link #copyPagesAsync}) is done ({@code cuCtxSynchronize}). */
+    public synchronized void synchronize() {
+        ensureOpen();
+        current();
+        CudaException.check(JCudaDriver.cuCtxSynchronize(), "cuCtxSynchronize");
     }
 
     /** Copies page {@code page} into {@code dst} in the host page layout (one copy per plane: tests and debugging). */
