@@ -268,7 +268,9 @@ public final class DevicePageStorage implements PageStorage {
     @Override
     public synchronized void copyPages(int[] src, int srcOff, int[] dst, int dstOff, int count) {
         copyPagesAsync(src, srcOff, dst, dstOff, count);
-        CudaException.check(JCudaDriver.cuCtxSynchronize(), "cuCtxSynchronize after " + Kernels.COPY_PAGES);
+        if (count > 0) { // (an empty batch launched nothing and made no context current)
+            CudaException.check(JCudaDriver.cuCtxSynchronize(), "cuCtxSynchronize after " + Kernels.COPY_PAGES);
+        }
     }
 
     /**
