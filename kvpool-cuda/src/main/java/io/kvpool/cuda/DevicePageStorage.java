@@ -306,32 +306,27 @@ public final class DevicePageStorage implements PageStorage {
      * in the host layout. Synchronous.
      */
     public synchronized void offload(int[] pages, int off, int n, PinnedPageBuffer to, int toIndex) {
-        ensureOpen();
-        checkPages(pages, off, n);
-        Objects.checkFromIndexSize(toIndex, n, to.capacity());
-        if (n == 0) {
-            return;
-        }
-        current();
-        upload(pages, off, n, 0);
-        launch(gatherFn, Kernels.GATHER_PAGES, n * dl.planes(), Pointer.to(Pointer.to(scratch), Pointer.to(new int[] {n}),
-            Pointer.to(arena), Pointer.to(new long[] {dl.planeBytes()}), Pointer.to(new int[] {dl.planes()}),
-            Pointer.to(new long[] {dl.pageStride()}), Pointer.to(to.devicePage(toIndex))));
+        pinnedBatch(gatherFn, Kernels.GATHER_PAGES, pages, off, n, to, toIndex);
     }
 
     /** Restores pages from pinned host memory in one kernel launch: {@code page(pages[off + i]) ← from.page(fromIndex + i)}. Synchronous. */
     public synchronized void restore(PinnedPageBuffer from, int fromIndex, int[] pages, int off, int n) {
+        pinnedBatch(scatterFn, Kernels.SCATTER_PAGES, pages, off, n, from, fromIndex);
+    }
+
+    /** One gather or scatter launch between listed pages and consecutive pages of a pinned buffer (same parameters). */
+    private void pinnedBatch(CUfunction fn, String name, int[] pages, int off, int n, PinnedPageBuffer pinned, int index) {
         ensureOpen();
         checkPages(pages, off, n);
-        Objects.checkFromIndexSize(fromIndex, n, from.capacity());
+        Objects.checkFromIndexSize(index, n, pinned.capacity());
         if (n == 0) {
             return;
         }
         current();
         upload(pages, off, n, 0);
-        launch(scatterFn, Kernels.SCATTER_PAGES, n * dl.planes(), Pointer.to(Pointer.to(scratch), Pointer.to(new int[] {n}),
-            Pointer.to(arena), Pointer.to(new long[] {dl.planeBytes()}), Pointer.to(new int[] {dl.planes()}),
-            Pointer.to(new long[] {dl.pageStride()}), Pointer.to(from.devicePage(fromIndex))));
+        launch(fn, name, n * dl.planes(), Pointer.to(Pointer.to(scratch), Pointer.to(new int[] {n}), Pointer.to(arena),
+            Pointer.to(new long[] {dl.planeBytes()}), Pointer.to(new int[] {dl.planes()}), Pointer.to(new long[] {dl.pageStride()}),
+            Pointer.to(pinned.devicePage(index))));
     }
 
     /** Waits until all work queued on the primary context (e.g. by {@link #copyPagesAsync}) is done ({@code cuCtxSynchronize}). */
