@@ -329,6 +329,47 @@ public final class DevicePageStorage implements PageStorage {
             Pointer.to(pinned.devicePage(index))));
     }
 
+    /**
+     * Submits {@link #copyPages} as one launch on the caller's stream and returns at once. The index lists
+     * get their own device buffer, freed when the returned batch is closed, so batches on different
+     * streams may be in flight together; they must not share destination pages.
+     *
+     * @param stream a stream of this storage's (primary) context, or {@code null} for the legacy default stream
+     * @return the batch: poll, wait, then close it
+     */
+    public DeviceBatch submitCopy(int[] src, int srcOff, int[] dst, int dstOff, int count, jcuda.driver.CUstream stream) {
+        ensureOpen();
+        checkPages(src, srcOff, count);
+        checkPages(dst, dstOff, count);
+        current();
+        final CUdeviceptr idx = new CUdeviceptr();
+        CudaException.check(JCudaDriver.cuMemAlloc(idx, 8L * Math.max(1, count)), "cuMemAlloc(" + 8L * count + " bytes of indices)");
+        final jcuda.driver.CUevent done = new jcuda.driver.CUevent();
+        try {
+            CudaException.check(JCudaDriver.cuEventCreate(done, jcuda.driver.CUevent_flags.CU_EVENT_DISABLE_TIMING), "cuEventCreate");
+            if (count > 0) {
+                // off-heap (a Java array may move during an async copy); from pageable memory the driver stages
+                // the bytes before returning, so the buffer may be dropped at once (cuMemcpyHtoDAsync's contract)
+                final java.nio.ByteBuffer lists = java.nio.ByteBuffer.allocateDirect(8 * count).order(java.nio.ByteOrder.nativeOrder());
+                lists.asIntBuffer().put(src, srcOff, count).put(dst, dstOff, count);
+                CudaException.check(JCudaDriver.cuMemcpyHtoDAsync(idx, Pointer.to(lists), 8L * count, stream),
+                    "cuMemcpyHtoDAsync(" + 2 * count + " indices)");
+                final int blocks = (int) Math.max(1, Math.min(65_535L * 16, (long) count * dl.planes()));
+                CudaException.check(JCudaDriver.cuLaunchKernel(copyFn, blocks, 1, 1, 256, 1, 1, 0, stream,
+                    Pointer.to(Pointer.to(idx), Pointer.to(idx.withByteOffset(4L * count)), Pointer.to(new int[] {count}), Pointer.to(arena),
+                        Pointer.to(new long[] {dl.planeBytes()}), Pointer.to(new int[] {dl.planes()}), Pointer.to(new long[] {dl.pageStride()})),
+                    null), "cuLaunchKernel(" + Kernels.COPY_PAGES + ")");
+            }
+            CudaException.check(JCudaDriver.cuEventRecord(done, stream), "cuEventRecord");
+        } catch (RuntimeException e) {
+            JCudaDriver.cuStreamSynchronize(stream);
+            JCudaDriver.cuEventDestroy(done);
+            JCudaDriver.cuMemFree(idx);
+            throw e;
+        }
+        return new DeviceBatch(context, idx, done);
+    }
+
     /** Waits until all work queued on the primary context (e.g. by {@link #copyPagesAsync}) is done ({@code cuCtxSynchronize}). */
     public synchronized void synchronize() {
         ensureOpen();

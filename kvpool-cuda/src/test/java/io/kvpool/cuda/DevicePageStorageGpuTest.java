@@ -191,4 +191,38 @@ class DevicePageStorageGpuTest {
             }
         }
     }
+
+    @Test
+    void batchesOnTheirOwnStreamsCompleteWithTheSameResultAsTheHost() {
+        final SplittableRandom r = new SplittableRandom(17);
+        final KvLayout l = LAYOUTS[4];
+        final int pages = 32;
+        try (Arena arena = Arena.ofConfined(); DevicePageStorage dev = DevicePageStorage.allocate(l, pages);
+             HostPageStorage host = HostPageStorage.allocate(l, pages)) {
+            for (int p = 0; p < pages; p++) {
+                random(host.hostPage(p), r);
+                dev.writePage(p, host.hostPage(p));
+            }
+            final jcuda.driver.CUstream s1 = new jcuda.driver.CUstream();
+            final jcuda.driver.CUstream s2 = new jcuda.driver.CUstream();
+            jcuda.driver.JCudaDriver.cuStreamCreate(s1, 0);
+            jcuda.driver.JCudaDriver.cuStreamCreate(s2, 0);
+            final int[] a = {0, 1, 2, 3};
+            final int[] b = {16, 17, 18, 19};
+            final int[] c = {4, 5, 6, 7};
+            final int[] d = {20, 21, 22, 23};
+            try (DeviceBatch x = dev.submitCopy(a, 0, b, 0, 4, s1); DeviceBatch y = dev.submitCopy(c, 0, d, 0, 4, s2)) {
+                x.await();
+                y.await();
+                assertTrue(x.isDone() && y.isDone());
+            }
+            host.copyPages(a, 0, b, 0, 4);
+            host.copyPages(c, 0, d, 0, 4);
+            for (int p = 0; p < pages; p++) {
+                assertEquals(-1, host.hostPage(p).mismatch(read(dev, p, arena)), "page " + p);
+            }
+            jcuda.driver.JCudaDriver.cuStreamDestroy(s1);
+            jcuda.driver.JCudaDriver.cuStreamDestroy(s2);
+        }
+    }
 }
