@@ -5,12 +5,7 @@ import io.kvpool.KvLayout;
 import io.kvpool.cuda.Cuda;
 import io.kvpool.cuda.DeviceLayout;
 import io.kvpool.cuda.DevicePageStorage;
-import jcuda.driver.CUcontext;
-import jcuda.driver.CUdevice;
-import jcuda.driver.CUresult;
 import jcuda.driver.CUdeviceptr;
-import jcuda.driver.CUevent;
-import jcuda.driver.CUevent_flags;
 import jcuda.driver.JCudaDriver;
 import org.openjdk.jmh.annotations.AuxCounters;
 import org.openjdk.jmh.annotations.Benchmark;
@@ -148,8 +143,7 @@ public class BlockCopyBenchmark {
         return l;
     }
 
-    CUdevice device;
-    CUcontext context;
+    CudaBench cuda;
     DevicePageStorage pool;
     DeviceLayout dl;
     int n;            // pairs per batched op
@@ -159,8 +153,6 @@ public class BlockCopyBenchmark {
     long loopBytes;   // nLoop pages
     CUdeviceptr bufA, bufB;
     CUdeviceptr[][] loopSrc, loopDst; // [pair][plane]
-    CUevent start, stop;
-    final float[] ms = new float[1];
 
     @Setup(Level.Trial)
     public void setup() {
@@ -172,23 +164,10 @@ public class BlockCopyBenchmark {
         final int pages = n * 5 / 2;
         pool = DevicePageStorage.allocate(layout, pages);
         dl = pool.deviceLayout();
-        device = new CUdevice();
-        check(JCudaDriver.cuDeviceGet(device, 0), "cuDeviceGet");
-        context = new CUcontext();
-        check(JCudaDriver.cuDevicePrimaryCtxRetain(context, device), "cuDevicePrimaryCtxRetain");
-        current();
+        cuda = new CudaBench();
 
-        final int[] perm = new int[pages];
-        for (int i = 0; i < pages; i++) {
-            perm[i] = i;
-        }
         final Random rnd = new Random(4);
-        for (int i = pages - 1; i > 0; i--) {
-            final int j = rnd.nextInt(i + 1);
-            final int t = perm[i];
-            perm[i] = perm[j];
-            perm[j] = t;
-        }
+        final int[] perm = CudaBench.shuffled(pages, rnd);
         src = java.util.Arrays.copyOfRange(perm, 0, n);
         dst = java.util.Arrays.copyOfRange(perm, n, 2 * n);
         opBytes = (long) n * layout.bytesPerPage();
@@ -212,10 +191,6 @@ public class BlockCopyBenchmark {
             }
         }
 
-        start = new CUevent();
-        stop = new CUevent();
-        check(JCudaDriver.cuEventCreate(start, CUevent_flags.CU_EVENT_DEFAULT), "cuEventCreate");
-        check(JCudaDriver.cuEventCreate(stop, CUevent_flags.CU_EVENT_DEFAULT), "cuEventCreate");
 
         verifyOnePage(layout, rnd);
         System.out.println("BlockCopyBenchmark: " + layout + ", pool " + pages + " pages (" + (dl.arenaBytes() >> 20) + " MiB); batched/contiguous "
@@ -244,44 +219,35 @@ public class BlockCopyBenchmark {
 
     @Setup(Level.Iteration)
     public void current() {
-        check(JCudaDriver.cuCtxSetCurrent(context), "cuCtxSetCurrent");
+        cuda.current();
     }
 
     @TearDown(Level.Trial)
     public void tearDown() {
-        if (context == null) {
+        if (cuda == null) {
             return;
         }
-        current();
+        cuda.current();
         JCudaDriver.cuCtxSynchronize();
-        if (start != null) {
-            JCudaDriver.cuEventDestroy(start);
-            JCudaDriver.cuEventDestroy(stop);
-        }
         JCudaDriver.cuMemFree(bufA);
         JCudaDriver.cuMemFree(bufB);
         pool.close();
-        JCudaDriver.cuDevicePrimaryCtxRelease(device);
-        context = null;
+        cuda.close();
+        cuda = null;
     }
 
     private static void check(int result, String call) {
-        if (result != CUresult.CUDA_SUCCESS) {
-            throw new IllegalStateException(call + " failed: " + CUresult.stringFor(result));
-        }
+        CudaBench.check(result, call);
     }
 
     /** Records the stop event, waits for it and accounts the op. */
     private void finish(Rates r, long bytes, long submitNanos) {
-        check(JCudaDriver.cuEventRecord(stop, null), "cuEventRecord");
-        check(JCudaDriver.cuEventSynchronize(stop), "cuEventSynchronize");
-        check(JCudaDriver.cuEventElapsedTime(ms, start, stop), "cuEventElapsedTime");
-        r.add(bytes, ms[0], submitNanos);
+        r.add(bytes, cuda.stopMs(), submitNanos);
     }
 
     @Benchmark
     public void batched(Rates r) {
-        check(JCudaDriver.cuEventRecord(start, null), "cuEventRecord");
+        cuda.start();
         final long t0 = System.nanoTime();
         pool.copyPagesAsync(src, 0, dst, 0, n);
         final long t1 = System.nanoTime();
@@ -290,7 +256,7 @@ public class BlockCopyBenchmark {
 
     @Benchmark
     public void contiguous(Rates r) {
-        check(JCudaDriver.cuEventRecord(start, null), "cuEventRecord");
+        cuda.start();
         final long t0 = System.nanoTime();
         check(JCudaDriver.cuMemcpyDtoDAsync(bufB, bufA, opBytes, null), "cuMemcpyDtoDAsync");
         final long t1 = System.nanoTime();
@@ -301,7 +267,7 @@ public class BlockCopyBenchmark {
     public void perPageLoop(Rates r) {
         final long stride = dl.pageStride();
         final int planes = dl.planes();
-        check(JCudaDriver.cuEventRecord(start, null), "cuEventRecord");
+        cuda.start();
         final long t0 = System.nanoTime();
         for (int i = 0; i < nLoop; i++) {
             final CUdeviceptr[] s = loopSrc[i];

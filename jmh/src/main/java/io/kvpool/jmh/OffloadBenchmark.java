@@ -5,12 +5,7 @@ import io.kvpool.cuda.Cuda;
 import io.kvpool.cuda.DevicePageStorage;
 import io.kvpool.cuda.PinnedPageBuffer;
 import jcuda.Pointer;
-import jcuda.driver.CUcontext;
-import jcuda.driver.CUdevice;
 import jcuda.driver.CUdeviceptr;
-import jcuda.driver.CUevent;
-import jcuda.driver.CUevent_flags;
-import jcuda.driver.CUresult;
 import jcuda.driver.JCudaDriver;
 import org.openjdk.jmh.annotations.AuxCounters;
 import org.openjdk.jmh.annotations.Benchmark;
@@ -133,8 +128,7 @@ public class OffloadBenchmark {
         }
     }
 
-    CUdevice device;
-    CUcontext context;
+    CudaBench cuda;
     DevicePageStorage pool;
     PinnedPageBuffer pinned;   // offload target / restore source: n pages
     int n;                     // pages per op
@@ -142,8 +136,6 @@ public class OffloadBenchmark {
     long opBytes;              // n pages
     CUdeviceptr devBuf;        // contiguous device side
     Pointer hostBuf;           // contiguous pinned side
-    CUevent start, stop;
-    final float[] ms = new float[1];
 
     @Setup(Level.Trial)
     public void setup() {
@@ -154,23 +146,10 @@ public class OffloadBenchmark {
         n = (int) ((long) BATCH_MIB * 1024 * 1024 / layout.bytesPerPage());
         final int poolPages = 2 * n;
         pool = DevicePageStorage.allocate(layout, poolPages);
-        device = new CUdevice();
-        check(JCudaDriver.cuDeviceGet(device, 0), "cuDeviceGet");
-        context = new CUcontext();
-        check(JCudaDriver.cuDevicePrimaryCtxRetain(context, device), "cuDevicePrimaryCtxRetain");
-        current();
+        cuda = new CudaBench();
 
-        final int[] perm = new int[poolPages];
-        for (int i = 0; i < poolPages; i++) {
-            perm[i] = i;
-        }
         final Random rnd = new Random(4);
-        for (int i = poolPages - 1; i > 0; i--) {
-            final int j = rnd.nextInt(i + 1);
-            final int t = perm[i];
-            perm[i] = perm[j];
-            perm[j] = t;
-        }
+        final int[] perm = CudaBench.shuffled(poolPages, rnd);
         pages = Arrays.copyOfRange(perm, 0, n);
         opBytes = (long) n * layout.bytesPerPage();
 
@@ -184,10 +163,6 @@ public class OffloadBenchmark {
         // touch the pinned bytes once so no variant pays a first use
         check(JCudaDriver.cuMemcpyDtoH(hostBuf, devBuf, opBytes), "cuMemcpyDtoH");
 
-        start = new CUevent();
-        stop = new CUevent();
-        check(JCudaDriver.cuEventCreate(start, CUevent_flags.CU_EVENT_DEFAULT), "cuEventCreate");
-        check(JCudaDriver.cuEventCreate(stop, CUevent_flags.CU_EVENT_DEFAULT), "cuEventCreate");
 
         verifyOnePage(layout, rnd, perm[n]);
         System.out.println("OffloadBenchmark: " + layout + ", pool " + poolPages + " pages (" + (pool.deviceLayout().arenaBytes() >> 20)
@@ -221,20 +196,16 @@ public class OffloadBenchmark {
 
     @Setup(Level.Iteration)
     public void current() {
-        check(JCudaDriver.cuCtxSetCurrent(context), "cuCtxSetCurrent");
+        cuda.current();
     }
 
     @TearDown(Level.Trial)
     public void tearDown() {
-        if (context == null) {
+        if (cuda == null) {
             return;
         }
-        current();
+        cuda.current();
         JCudaDriver.cuCtxSynchronize();
-        if (start != null) {
-            JCudaDriver.cuEventDestroy(start);
-            JCudaDriver.cuEventDestroy(stop);
-        }
         if (hostBuf != null) {
             JCudaDriver.cuMemFreeHost(hostBuf);
         }
@@ -245,28 +216,23 @@ public class OffloadBenchmark {
             pinned.close();
         }
         pool.close();
-        JCudaDriver.cuDevicePrimaryCtxRelease(device);
-        context = null;
+        cuda.close();
+        cuda = null;
     }
 
     private static void check(int result, String call) {
-        if (result != CUresult.CUDA_SUCCESS) {
-            throw new IllegalStateException(call + " failed: " + CUresult.stringFor(result));
-        }
+        CudaBench.check(result, call);
     }
 
     /** Records the stop event, waits for it and accounts the op that started at host time {@code t0}. */
     private void finish(Rates r, long t0) {
-        check(JCudaDriver.cuEventRecord(stop, null), "cuEventRecord");
-        check(JCudaDriver.cuEventSynchronize(stop), "cuEventSynchronize");
-        final long t1 = System.nanoTime();
-        check(JCudaDriver.cuEventElapsedTime(ms, start, stop), "cuEventElapsedTime");
-        r.add(opBytes, ms[0], t1 - t0);
+        final float ms = cuda.stopMs();
+        r.add(opBytes, ms, System.nanoTime() - t0);
     }
 
     @Benchmark
     public void offload(Rates r) {
-        check(JCudaDriver.cuEventRecord(start, null), "cuEventRecord");
+        cuda.start();
         final long t0 = System.nanoTime();
         pool.offload(pages, 0, n, pinned, 0);
         finish(r, t0);
@@ -274,7 +240,7 @@ public class OffloadBenchmark {
 
     @Benchmark
     public void restore(Rates r) {
-        check(JCudaDriver.cuEventRecord(start, null), "cuEventRecord");
+        cuda.start();
         final long t0 = System.nanoTime();
         pool.restore(pinned, 0, pages, 0, n);
         finish(r, t0);
@@ -282,7 +248,7 @@ public class OffloadBenchmark {
 
     @Benchmark
     public void contiguousD2H(Rates r) {
-        check(JCudaDriver.cuEventRecord(start, null), "cuEventRecord");
+        cuda.start();
         final long t0 = System.nanoTime();
         check(JCudaDriver.cuMemcpyDtoHAsync(hostBuf, devBuf, opBytes, null), "cuMemcpyDtoHAsync");
         finish(r, t0);
@@ -290,7 +256,7 @@ public class OffloadBenchmark {
 
     @Benchmark
     public void contiguousH2D(Rates r) {
-        check(JCudaDriver.cuEventRecord(start, null), "cuEventRecord");
+        cuda.start();
         final long t0 = System.nanoTime();
         check(JCudaDriver.cuMemcpyHtoDAsync(devBuf, hostBuf, opBytes, null), "cuMemcpyHtoDAsync");
         finish(r, t0);
