@@ -7,7 +7,6 @@ import io.kvpool.transfer.shm.MappedPageStorage;
 import io.kvpool.transfer.shm.ShmLink;
 import io.kvpool.transfer.shm.ShmListener;
 import io.kvpool.transfer.shm.ShmTransport;
-import io.kvpool.transfer.spi.LinkListener;
 import io.kvpool.transfer.spi.PeerLink;
 import io.kvpool.transfer.spi.RemoteRegion;
 import org.openjdk.jmh.annotations.AuxCounters;
@@ -25,7 +24,6 @@ import org.openjdk.jmh.annotations.TearDown;
 
 import java.io.IOException;
 import java.lang.foreign.MemorySegment;
-import java.nio.ByteBuffer;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.concurrent.TimeUnit;
@@ -66,33 +64,8 @@ public class ShmTransferBenchmark {
     RemoteRegion region;
     MemorySegment destination;
     int[] slots, idx;
-    long pageBytes, token;
-    final Done done = new Done();
-
-    static final class Done implements LinkListener {
-        boolean flushed;
-
-        @Override
-        public void onFrame(PeerLink link, ByteBuffer frame) {
-        }
-
-        @Override
-        public void onWriteDone(PeerLink link, long token, int status) {
-            if (status != PeerLink.OK) {
-                throw new IllegalStateException("write " + token + " ended " + status);
-            }
-        }
-
-        @Override
-        public void onFlushDone(PeerLink link, long token, boolean ok) {
-            flushed = ok;
-        }
-
-        @Override
-        public void onLinkFailed(PeerLink link, String reason) {
-            throw new IllegalStateException(reason);
-        }
-    }
+    long pageBytes;
+    final RawFlush raw = new RawFlush();
 
     @Setup(Level.Trial)
     public void setUp() throws IOException {
@@ -113,7 +86,7 @@ public class ShmTransferBenchmark {
             if (receiver == null) {
                 receiver = listener.accept();
             }
-            sender.poll(done, 16);
+            sender.poll(raw, 16);
             if (System.nanoTime() > deadline) {
                 throw new IllegalStateException("bootstrap timed out");
             }
@@ -142,15 +115,9 @@ public class ShmTransferBenchmark {
 
     @Benchmark
     public long shm_putBatch_flush(Bytes b) {
-        done.flushed = false;
-        sender.putBatch(region, idx, source, idx, 0, PAGES, token);
-        token += PAGES;
-        sender.flush(token++);
-        while (!done.flushed) {
-            sender.poll(done, 256);
-        }
+        raw.putBatchAndFlush(sender, region, idx, source, idx, PAGES);
         b.bytes += PAGES * pageBytes;
-        return token;
+        return b.bytes;
     }
 
     @Benchmark

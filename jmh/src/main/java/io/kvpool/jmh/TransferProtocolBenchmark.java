@@ -15,7 +15,6 @@ import io.kvpool.transfer.shm.MappedPageStorage;
 import io.kvpool.transfer.shm.ShmLink;
 import io.kvpool.transfer.shm.ShmListener;
 import io.kvpool.transfer.shm.ShmTransport;
-import io.kvpool.transfer.spi.LinkListener;
 import io.kvpool.transfer.spi.PeerLink;
 import io.kvpool.transfer.spi.RemoteRegion;
 import org.openjdk.jmh.annotations.AuxCounters;
@@ -34,7 +33,6 @@ import org.openjdk.jmh.annotations.TearDown;
 import java.io.IOException;
 import java.lang.foreign.MemorySegment;
 import java.lang.foreign.ValueLayout;
-import java.nio.ByteBuffer;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.time.Duration;
@@ -98,7 +96,7 @@ public class TransferProtocolBenchmark {
     int peer;
     Sequence source;
     long[] sourceHandles;
-    long pageBytes, requestId = 1, token;
+    long pageBytes, requestId = 1;
 
     // the raw baselines: the same source pages, into pages of the decode pool held for them
     Sequence rawTarget;
@@ -106,33 +104,7 @@ public class TransferProtocolBenchmark {
     PageStorage sourceStorage;
     MemorySegment destination;
     int[] rawIdx, rawSrc, rawDstSlots;
-    final Done done = new Done();
-
-    static final class Done implements LinkListener {
-        boolean flushed;
-
-        @Override
-        public void onFrame(PeerLink link, ByteBuffer frame) {
-            throw new IllegalStateException("no frame expected on the raw path");
-        }
-
-        @Override
-        public void onWriteDone(PeerLink link, long token, int status) {
-            if (status != PeerLink.OK) {
-                throw new IllegalStateException("write " + token + " ended " + status);
-            }
-        }
-
-        @Override
-        public void onFlushDone(PeerLink link, long token, boolean ok) {
-            flushed = ok;
-        }
-
-        @Override
-        public void onLinkFailed(PeerLink link, String reason) {
-            throw new IllegalStateException(reason);
-        }
-    }
+    final RawFlush raw = new RawFlush();
 
     @Setup(Level.Trial)
     public void setUp() throws IOException {
@@ -159,7 +131,7 @@ public class TransferProtocolBenchmark {
             if (receiverLink == null) {
                 receiverLink = listener.accept();
             }
-            senderLink.poll(done, 16);
+            senderLink.poll(raw, 16);
             if (System.nanoTime() > deadline) {
                 throw new IllegalStateException("bootstrap timed out");
             }
@@ -237,15 +209,9 @@ public class TransferProtocolBenchmark {
 
     @Benchmark
     public long raw_putBatch_flush(Bytes b) {
-        done.flushed = false;
-        senderLink.putBatch(rawRegion, rawIdx, sourceStorage, rawSrc, 0, PAGES, token);
-        token += PAGES;
-        senderLink.flush(token++);
-        while (!done.flushed) {
-            senderLink.poll(done, 256);
-        }
+        raw.putBatchAndFlush(senderLink, rawRegion, rawIdx, sourceStorage, rawSrc, PAGES);
         b.bytes += PAGES * pageBytes;
-        return token;
+        return b.bytes;
     }
 
     @Benchmark
