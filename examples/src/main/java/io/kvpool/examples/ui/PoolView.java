@@ -1,0 +1,75 @@
+package io.kvpool.examples.ui;
+
+import io.kvpool.KvPool;
+import io.kvpool.PoolSnapshot;
+import io.kvpool.SlotState;
+
+import java.util.LinkedHashMap;
+import java.util.Map;
+import java.util.Objects;
+
+/**
+ * One pool as the live page shows it: its role, one character per page slot, and its counters.
+ *
+ * <p>{@code pages} holds one character per slot, slot 0 first:
+ * <pre>
+ *   F free   O owned   R receiving   D draining   Q quarantined   X retired
+ * </pre>
+ * The view is a copy taken at one moment; it holds no reference to the pool. In one JVM it is built
+ * with {@link #of}; a router whose roles run in other processes receives it as JSON from each role.
+ *
+ * @param role     "prefill" or "decode" (or any name the server gives the pool)
+ * @param capacity number of page slots
+ * @param pages    one state character per slot (length == capacity)
+ * @param counters the pool's {@link PoolSnapshot} fields by name, plus anything the role adds
+ */
+public record PoolView(String role, int capacity, String pages, Map<String, Long> counters) {
+
+    public PoolView {
+        Objects.requireNonNull(role, "role");
+        Objects.requireNonNull(pages, "pages");
+        if (pages.length() != capacity) {
+            throw new IllegalArgumentException("pages has " + pages.length() + " characters for a capacity of " + capacity);
+        }
+        counters = Map.copyOf(counters);
+    }
+
+    /** The character the page map uses for a state. */
+    public static char code(SlotState state) {
+        return switch (state) {
+            case FREE -> 'F';
+            case OWNED -> 'O';
+            case RECEIVING -> 'R';
+            case DRAINING -> 'D';
+            case QUARANTINED -> 'Q';
+            case RETIRED -> 'X';
+        };
+    }
+
+    /**
+     * Reads a pool's slot states and counters. Slots are read one by one without stopping the pool, so
+     * under load the map is a near-instant picture, not an atomic one (the counters come from one
+     * {@link KvPool#snapshot()}).
+     */
+    public static PoolView of(String role, KvPool pool) {
+        final int n = pool.capacity();
+        final StringBuilder sb = new StringBuilder(n);
+        for (int slot = 0; slot < n; slot++) {
+            sb.append(code(pool.stateOfSlot(slot)));
+        }
+        return new PoolView(role, n, sb.toString(), counters(pool.snapshot()));
+    }
+
+    /** A snapshot's fields by name, in declaration order. */
+    public static Map<String, Long> counters(PoolSnapshot s) {
+        final Map<String, Long> m = new LinkedHashMap<>();
+        for (var c : PoolSnapshot.class.getRecordComponents()) {
+            try {
+                m.put(c.getName(), (Long) c.getAccessor().invoke(s));
+            } catch (ReflectiveOperationException e) {
+                throw new IllegalStateException(e);
+            }
+        }
+        return m;
+    }
+}
