@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# Compiles src/main/cuda/kvpool_ipc_kernels.cu (the CUDA IPC transport's put kernel) into the committed fatbin
+#   src/main/resources/io/kvpool/cuda/ipc/kvpool_ipc_kernels.fatbin   (SASS sm_80, sm_90, sm_100; PTX compute_100)
+# and writes kvpool_ipc_kernels.properties beside it (source sha256, nvcc version, archs, kernel names).
+#
+# The GPU machines have no nvcc, so the fatbin is committed. This script does nothing when the
+# recorded source sha256 and flags already match (a normal build must not rewrite a committed
+# binary); --force rebuilds anyway. Run from anywhere: it works relative to its own directory.
+#
+#   kvpool-cuda/build-ipc-kernels.sh [--force]
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")"
+
+SRC=src/main/cuda/kvpool_ipc_kernels.cu
+OUT_DIR=src/main/resources/io/kvpool/cuda/ipc
+FATBIN=$OUT_DIR/kvpool_ipc_kernels.fatbin
+PROPS=$OUT_DIR/kvpool_ipc_kernels.properties
+NVCC=${NVCC:-nvcc}
+SASS_ARCHS="80 90 100"
+PTX_ARCH=100
+KERNELS="kvpool_ipc_put_pages"
+# --no-compress: device code stays plain, so the kernel names are readable in the fatbin (the test checks them)
+FLAGS="-fatbin -O3 -std=c++17 --no-compress"
+for a in $SASS_ARCHS; do
+  if [[ $a == "$PTX_ARCH" ]]; then
+    FLAGS+=" -gencode arch=compute_$a,code=[sm_$a,compute_$a]"
+  else
+    FLAGS+=" -gencode arch=compute_$a,code=sm_$a"
+  fi
+done
+
+force=0
+[[ ${1:-} == --force ]] && force=1
+
+sha=$(sha256sum "$SRC" | cut -d' ' -f1)
+prop() { sed -n "s/^$1=//p" "$PROPS" 2>/dev/null | head -n 1; }
+if (( ! force )) && [[ -s $FATBIN && $(prop source.sha256) == "$sha" && $(prop nvcc.flags) == "$FLAGS" ]]; then
+  echo "build-ipc-kernels: $FATBIN is up to date (source sha256 $sha)"
+  exit 0
+fi
+
+command -v "$NVCC" >/dev/null || { echo "build-ipc-kernels: $NVCC not found; needed because $SRC changed" >&2; exit 1; }
+version=$("$NVCC" --version | grep -m1 'release')
+mkdir -p "$OUT_DIR"
+tmp=$(mktemp "$OUT_DIR/.kvpool_ipc_kernels.XXXXXX")
+trap 'rm -f "$tmp"' EXIT
+# shellcheck disable=SC2086  # FLAGS is a word list on purpose
+"$NVCC" $FLAGS -o "$tmp" "$SRC"
+mv -f "$tmp" "$FATBIN"
+trap - EXIT
+
+sass_list=$(for a in $SASS_ARCHS; do printf 'sm_%s,' "$a"; done)
+kernel_list=$(echo $KERNELS | tr ' ' ',')
+{
+  echo "# Written by kvpool-cuda/build-ipc-kernels.sh: do not edit (IpcFatbinResourceTest checks it)"
+  echo "source=$SRC"
+  echo "source.sha256=$sha"
+  echo "nvcc.version=$version"
+  echo "nvcc.flags=$FLAGS"
+  echo "archs.sass=${sass_list%,}"
+  echo "archs.ptx=compute_$PTX_ARCH"
+  echo "kernels=$kernel_list"
+} > "$PROPS"
+echo "build-ipc-kernels: wrote $FATBIN ($(stat -c %s "$FATBIN") bytes) and $PROPS"
