@@ -473,6 +473,16 @@ public final class ShmLink implements PeerLink {
         return processGone(peer.pid(), peerStart);
     }
 
+    /**
+     * Whether the peer process is proven gone, by the same test as {@link #tearDown()}: no such process,
+     * not alive, a zombie, or its pid now held by a process that started at another instant than the one
+     * seen at the bootstrap. {@code false} before the bootstrap arrived and when the peer is this process.
+     * For transports that expose memory to the peer some other way and reuse this link for control frames.
+     */
+    public boolean peerProcessGone() {
+        return peer != null && peer.pid() != selfPid && processGone(peer.pid(), peerStart);
+    }
+
     static boolean processGone(long pid, Optional<Instant> start) {
         final Optional<ProcessHandle> ph = ProcessHandle.of(pid);
         if (ph.isEmpty() || !ph.get().isAlive()) {

@@ -26,10 +26,11 @@ public final class ShmListener implements AutoCloseable {
     private String lastRejection;
     private boolean closed;
 
+    /** @param pool the pool file exposed to every peer, or {@code null} for control frames only ({@link ShmTransport#listen(Path)}) */
     ShmListener(Path socketPath, MappedPageStorage pool) {
         this.socketPath = Objects.requireNonNull(socketPath, "socketPath");
-        this.pool = Objects.requireNonNull(pool, "pool");
-        if (!pool.isOwner()) {
+        this.pool = pool;
+        if (pool != null && !pool.isOwner()) {
             throw new IllegalArgumentException("a listener exposes the pool file it created; " + pool + " is a mapping of another's");
         }
         try {

@@ -42,6 +42,20 @@ public final class ShmTransport {
     }
 
     /**
+     * Binds a Unix domain socket for links that carry control frames only: this side exposes no pool
+     * file (its accepted links' {@link ShmLink#register} refuses). For transports that move the pages
+     * another way but reuse this framing, the bootstrap's pid check and {@link ShmLink#peerProcessGone()}
+     * (the CUDA IPC transport of {@code kvpool-cuda}).
+     *
+     * @param socketPath where to bind (must not exist yet)
+     * @return the listener
+     * @throws java.io.UncheckedIOException if the socket cannot be bound
+     */
+    public static ShmListener listen(Path socketPath) {
+        return new ShmListener(socketPath, null);
+    }
+
+    /**
      * Connects as a sender that exposes no pool of its own. The connection itself does not wait for the
      * listener to accept; the bootstrap exchange completes in {@link ShmLink#poll}
      * ({@link ShmLink#isReady()}).
