@@ -4,7 +4,6 @@ import io.kvpool.KvLayout;
 import jcuda.Pointer;
 import jcuda.driver.CUcontext;
 import jcuda.driver.CUdevice;
-import jcuda.driver.CUdeviceptr;
 import jcuda.driver.CUipcMemHandle;
 import jcuda.driver.CUipcMem_flags;
 import jcuda.driver.JCudaDriver;
@@ -117,7 +116,7 @@ public final class DeviceIpc {
         private final DeviceLayout layout;
         private final CUdevice device = new CUdevice();
         private final CUcontext context = new CUcontext();
-        private final CUdeviceptr arena = new CUdeviceptr();
+        private final DevicePageStorage.DevicePtr arena = new DevicePageStorage.DevicePtr();
         private boolean closed;
 
         OpenedArena(DeviceLayout layout, int ordinal, CUipcMemHandle handle) {
@@ -135,6 +134,19 @@ public final class DeviceIpc {
         /** @return the arena layout */
         public DeviceLayout layout() {
             return layout;
+        }
+
+        /**
+         * @return the opened arena's device address in this process (plane {@code q}, page {@code p} at
+         *         {@code + q * planeBytes + p * pageStride}), for kernels launched in the primary context of
+         *         the exported device; valid until {@link #close()}
+         * @throws IllegalStateException if closed
+         */
+        public synchronized long address() {
+            if (closed) {
+                throw new IllegalStateException("opened arena is closed");
+            }
+            return arena.address();
         }
 
         /** Writes one page (host layout) into the other process's arena (per-plane copies: tests and debugging). */

@@ -5,11 +5,11 @@ import org.junit.jupiter.api.Assumptions;
 import static org.junit.jupiter.api.Assertions.fail;
 
 /** GPU tests skip with the reason when no device can be used, and fail instead under {@code -Dkvpool.gpu.required=true}. */
-final class GpuAssume {
+public final class GpuAssume {
     private GpuAssume() {
     }
 
-    static void gpu() {
+    public static void gpu() {
         final String reason = Cuda.unavailableReason();
         if (reason == null) {
             return;

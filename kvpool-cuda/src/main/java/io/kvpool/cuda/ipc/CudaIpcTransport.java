@@ -1,0 +1,63 @@
+package io.kvpool.cuda.ipc;
+
+import io.kvpool.transfer.shm.ShmTransport;
+import io.kvpool.transfer.spi.LinkFailedException;
+
+import java.nio.file.Path;
+import java.util.Objects;
+import java.util.function.Supplier;
+
+/**
+ * The CUDA IPC transport: {@link CudaIpcLink}s between a prefill and a decode process on one node whose
+ * pools are {@link io.kvpool.cuda.DevicePageStorage}s. The decode side {@link #listen listens} on a Unix
+ * domain socket; a prefill side {@link #connect connects}; page writes go from the prefill GPU arena into
+ * the decode arena, which the prefill process opens through CUDA IPC.
+ *
+ * <pre>{@code
+ * // decode
+ * KvPool pool = KvPool.builder(layout).pages(n).storage(DevicePageStorage::allocate).build();
+ * TransferReceiver rx = TransferReceiver.builder(pool, me).checksums(false).build();
+ * CudaIpcListener listener = CudaIpcTransport.listen(socket);
+ * CudaIpcLink link = listener.accept();             // null until a prefill's bootstrap arrived; never blocks
+ * int prefill0 = rx.addPeer(link);
+ * // prefill
+ * TransferSender tx = TransferSender.builder(prefillPool, me).checksums(false).build();
+ * tx.addPeer(CudaIpcTransport.connect(socket));
+ * }</pre>
+ * Both pools must live on the same device (this process's primary context of it). Checksums must be off
+ * until a device checksum kernel exists.
+ */
+public final class CudaIpcTransport {
+    private CudaIpcTransport() {
+    }
+
+    /**
+     * Binds a Unix domain socket (the path must not exist yet) for prefill processes to connect to.
+     *
+     * @throws java.io.UncheckedIOException if the socket cannot be bound
+     */
+    public static CudaIpcListener listen(Path socketPath) {
+        return listen(socketPath, JCudaIpcEngine::new);
+    }
+
+    /**
+     * Connects to a decode process's listener. The bootstrap (pids) completes in {@link CudaIpcLink#poll};
+     * frames sent before are queued.
+     *
+     * @throws LinkFailedException if nothing listens there
+     */
+    public static CudaIpcLink connect(Path socketPath) {
+        return connect(socketPath, JCudaIpcEngine::new);
+    }
+
+    /** With another engine (tests: a host-memory one). */
+    static CudaIpcListener listen(Path socketPath, Supplier<IpcEngine> engines) {
+        Objects.requireNonNull(socketPath, "socketPath");
+        return new CudaIpcListener(ShmTransport.listen(socketPath), engines);
+    }
+
+    /** With another engine (tests: a host-memory one). */
+    static CudaIpcLink connect(Path socketPath, Supplier<IpcEngine> engines) {
+        return new CudaIpcLink(ShmTransport.connect(Objects.requireNonNull(socketPath, "socketPath")), engines);
+    }
+}

@@ -1,0 +1,312 @@
+package io.kvpool.cuda.ipc;
+
+import io.kvpool.KvLayout;
+import io.kvpool.cuda.Cuda;
+import io.kvpool.cuda.CudaException;
+import io.kvpool.cuda.DeviceIpc;
+import io.kvpool.cuda.DeviceLayout;
+import io.kvpool.cuda.DevicePageStorage;
+import io.kvpool.storage.PageStorage;
+import jcuda.Pointer;
+import jcuda.driver.CUcontext;
+import jcuda.driver.CUdevice;
+import jcuda.driver.CUdeviceptr;
+import jcuda.driver.CUevent;
+import jcuda.driver.CUevent_flags;
+import jcuda.driver.CUfunction;
+import jcuda.driver.CUmodule;
+import jcuda.driver.CUpointer_attribute;
+import jcuda.driver.CUresult;
+import jcuda.driver.CUstream;
+import jcuda.driver.CUstream_flags;
+import jcuda.driver.JCudaDriver;
+
+import java.nio.ByteBuffer;
+import java.nio.ByteOrder;
+import java.util.ArrayDeque;
+import java.util.ArrayList;
+import java.util.HashMap;
+import java.util.List;
+import java.util.Map;
+
+/**
+ * The CUDA engine of a {@link CudaIpcLink}, on JCuda's driver API, in the primary context of the device
+ * that holds the source pool (the context {@link DevicePageStorage} and the CUDA runtime use).
+ *
+ * <p>Per batch: the two index lists go from a reused direct buffer (pageable: {@code cuMemcpyHtoDAsync}
+ * stages it before returning) into a reused device buffer on the link's own non-blocking stream; then
+ * ONE {@value IpcKernels#PUT_PAGES} launch; then ONE event. Reusing one device index buffer is safe
+ * because the stream orders the next batch's upload after the previous batch's kernel. The buffer grows
+ * (after a stream synchronize) when a larger batch comes.
+ *
+ * <p>Source and destination must be on the same device: the peer's arena is opened
+ * ({@link DeviceIpc#open}) in the primary context of the exported device, and the kernel runs in the
+ * source's; a cross-device put is refused rather than relying on peer access.
+ */
+final class JCudaIpcEngine implements IpcEngine {
+
+    private static final int THREADS = 256;
+    private static final long MAX_BLOCKS = 65_535L * 16;
+    /** Where {@link DeviceIpc}'s handle keeps the exported device's ordinal (its documented format). */
+    private static final int HANDLE_ORDINAL_OFFSET = 20;
+
+    private record Opened(DeviceIpc.OpenedArena arena, int ordinal, long address) implements Mapping {
+        @Override
+        public int pages() {
+            return arena.layout().pages();
+        }
+
+        @Override
+        public long fingerprint() {
+            return arena.layout().layout().fingerprint();
+        }
+    }
+
+    private final List<Opened> opened = new ArrayList<>();
+    private final Map<Long, CUevent> inFlight = new HashMap<>();
+    private final ArrayDeque<CUevent> spareEvents = new ArrayDeque<>();
+    private long nextBatch;
+    private int ordinal = -1;
+    private CUdevice device;
+    private CUcontext context;
+    private CUmodule module;
+    private CUfunction putPages;
+    private CUstream stream;
+    private CUdeviceptr indices;
+    private int indexCapacity; // pages whose two index lists fit
+    private ByteBuffer staging;
+    private boolean closed;
+
+    JCudaIpcEngine() {
+        final String reason = Cuda.unavailableReason();
+        if (reason != null) {
+            throw new IllegalStateException("the CUDA IPC transport needs a CUDA device: " + reason);
+        }
+    }
+
+    private static void check(int result, String call) {
+        if (result != CUresult.CUDA_SUCCESS) {
+            throw new CudaException(call, result, "");
+        }
+    }
+
+    private void ensureOpen() {
+        if (closed) {
+            throw new IllegalStateException("CUDA IPC engine is closed");
+        }
+    }
+
+    @Override
+    public byte[] export(PageStorage storage) {
+        ensureOpen();
+        if (!(storage instanceof DevicePageStorage d)) {
+            throw new IllegalArgumentException("the CUDA IPC transport exposes a DevicePageStorage; " + storage + " is not one");
+        }
+        return DeviceIpc.export(d);
+    }
+
+    @Override
+    public Mapping open(byte[] handle, KvLayout layout) {
+        ensureOpen();
+        final DeviceIpc.OpenedArena a = DeviceIpc.open(handle, layout); // checks format, fingerprint and size
+        final int ord = ByteBuffer.wrap(handle).order(ByteOrder.LITTLE_ENDIAN).getInt(HANDLE_ORDINAL_OFFSET);
+        final Opened o = new Opened(a, ord, a.address());
+        opened.add(o);
+        return o;
+    }
+
+    /** Sets up context, module, stream on the source's device (once). */
+    private void setUp(int ord) {
+        if (ordinal >= 0) {
+            if (ord != ordinal) {
+                throw new IllegalArgumentException("this link copies from device " + ordinal + "; a source on device " + ord
+                    + " needs its own link");
+            }
+            return;
+        }
+        final CUdevice dev = new CUdevice();
+        check(JCudaDriver.cuDeviceGet(dev, ord), "cuDeviceGet(" + ord + ")");
+        final CUcontext ctx = new CUcontext();
+        check(JCudaDriver.cuDevicePrimaryCtxRetain(ctx, dev), "cuDevicePrimaryCtxRetain");
+        final CUmodule m = new CUmodule();
+        final CUstream s = new CUstream();
+        boolean ok = false;
+        try {
+            check(JCudaDriver.cuCtxSetCurrent(ctx), "cuCtxSetCurrent");
+            check(JCudaDriver.cuModuleLoadData(m, IpcKernels.loadFatbin()), "cuModuleLoadData(kvpool IPC kernels)");
+            final CUfunction f = new CUfunction();
+            check(JCudaDriver.cuModuleGetFunction(f, m, IpcKernels.PUT_PAGES), "cuModuleGetFunction(" + IpcKernels.PUT_PAGES + ")");
+            check(JCudaDriver.cuStreamCreate(s, CUstream_flags.CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+            device = dev;
+            context = ctx;
+            module = m;
+            putPages = f;
+            stream = s;
+            ordinal = ord;
+            ok = true;
+        } finally {
+            if (!ok) {
+                JCudaDriver.cuModuleUnload(m);
+                JCudaDriver.cuDevicePrimaryCtxRelease(dev);
+            }
+        }
+    }
+
+    private static int ordinalOf(long address) {
+        final int[] ord = new int[1];
+        check(JCudaDriver.cuPointerGetAttribute(Pointer.to(ord), CUpointer_attribute.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+            new CUdeviceptr().withByteOffset(address)), "cuPointerGetAttribute(DEVICE_ORDINAL of 0x" + Long.toHexString(address) + ")");
+        return ord[0];
+    }
+
+    @Override
+    public long submit(Mapping dst, PageStorage source, int[] srcPages, int[] dstPages, int count) {
+        ensureOpen();
+        if (!(source instanceof DevicePageStorage s)) {
+            throw new IllegalArgumentException("the CUDA IPC transport copies from a DevicePageStorage; " + source + " is not one");
+        }
+        final Opened o = (Opened) dst;
+        final DeviceLayout sl = s.deviceLayout();
+        final DeviceLayout dl = o.arena().layout();
+        if (sl.pageStride() != dl.pageStride() || sl.planes() != dl.planes()) {
+            throw new IllegalArgumentException("source arena (" + sl.planes() + " planes of " + sl.pageStride() + "-byte pages) and the peer's ("
+                + dl.planes() + " planes of " + dl.pageStride() + "-byte pages) differ");
+        }
+        final long srcBase = s.address(0, 0, 0);
+        final int srcOrdinal;
+        try {
+            srcOrdinal = ordinalOf(srcBase);
+            setUp(srcOrdinal);
+        } catch (CudaException e) {
+            throw new SubmitException(e.getMessage(), e.result(), false);
+        }
+        if (o.ordinal() != srcOrdinal) {
+            throw new IllegalArgumentException("the source pool is on device " + srcOrdinal + ", the peer's arena on device " + o.ordinal()
+                + ": cross-device CUDA IPC puts are not supported");
+        }
+        int r = JCudaDriver.cuCtxSetCurrent(context);
+        if (r != CUresult.CUDA_SUCCESS) {
+            throw new SubmitException("cuCtxSetCurrent failed: " + describe(r), r, false);
+        }
+        if (count > indexCapacity) {
+            grow(count);
+        }
+        staging.clear();
+        staging.asIntBuffer().put(srcPages, 0, count).put(dstPages, 0, count);
+        r = JCudaDriver.cuMemcpyHtoDAsync(indices, Pointer.to(staging), 8L * count, stream);
+        if (r != CUresult.CUDA_SUCCESS) {
+            throw new SubmitException("cuMemcpyHtoDAsync(" + 2 * count + " indices) failed: " + describe(r), r, false);
+        }
+        CUevent ev = spareEvents.poll();
+        if (ev == null) {
+            ev = new CUevent();
+            r = JCudaDriver.cuEventCreate(ev, CUevent_flags.CU_EVENT_DISABLE_TIMING);
+            if (r != CUresult.CUDA_SUCCESS) {
+                throw new SubmitException("cuEventCreate failed: " + describe(r), r, false);
+            }
+        }
+        final int blocks = (int) Math.max(1, Math.min(MAX_BLOCKS, (long) count * sl.planes()));
+        r = JCudaDriver.cuLaunchKernel(putPages, blocks, 1, 1, THREADS, 1, 1, 0, stream,
+            Pointer.to(Pointer.to(indices), Pointer.to(indices.withByteOffset(4L * count)), Pointer.to(new int[] {count}),
+                Pointer.to(new long[] {srcBase}), Pointer.to(new long[] {sl.planeBytes()}), Pointer.to(new long[] {o.address()}),
+                Pointer.to(new long[] {dl.planeBytes()}), Pointer.to(new int[] {sl.planes()}), Pointer.to(new long[] {sl.pageStride()})),
+            null);
+        if (r != CUresult.CUDA_SUCCESS) {
+            spareEvents.add(ev);
+            throw new SubmitException("cuLaunchKernel(" + IpcKernels.PUT_PAGES + ", " + count + " pages, " + blocks + " blocks) failed: "
+                + describe(r), r, false);
+        }
+        r = JCudaDriver.cuEventRecord(ev, stream);
+        if (r != CUresult.CUDA_SUCCESS) {
+            JCudaDriver.cuEventDestroy(ev);
+            throw new SubmitException("cuEventRecord after " + IpcKernels.PUT_PAGES + " (" + count + " pages) failed: " + describe(r), r, true);
+        }
+        final long id = nextBatch++;
+        inFlight.put(id, ev);
+        return id;
+    }
+
+    /** Makes room for {@code count} pages of index lists; the old device buffer may be read by queued kernels: synchronize first. */
+    private void grow(int count) {
+        final int cap = Math.max(count, Math.max(1024, Integer.highestOneBit(Math.max(1, count - 1)) << 1));
+        if (indices != null) {
+            final int r = JCudaDriver.cuStreamSynchronize(stream);
+            if (r != CUresult.CUDA_SUCCESS) {
+                throw new SubmitException("cuStreamSynchronize before growing the index buffer failed: " + describe(r), r, false);
+            }
+            JCudaDriver.cuMemFree(indices);
+            indices = null;
+            indexCapacity = 0;
+        }
+        final CUdeviceptr p = new CUdeviceptr();
+        final int r = JCudaDriver.cuMemAlloc(p, 8L * cap);
+        if (r != CUresult.CUDA_SUCCESS) {
+            throw new SubmitException("cuMemAlloc(" + 8L * cap + " bytes of index lists) failed: " + describe(r), r, false);
+        }
+        indices = p;
+        indexCapacity = cap;
+        staging = ByteBuffer.allocateDirect(8 * cap).order(ByteOrder.nativeOrder());
+    }
+
+    @Override
+    public int query(long batch) {
+        final CUevent ev = inFlight.get(batch);
+        if (ev == null) {
+            throw new IllegalArgumentException("no batch " + batch + " in flight");
+        }
+        final int r = JCudaDriver.cuCtxSetCurrent(context);
+        return r != CUresult.CUDA_SUCCESS ? r : JCudaDriver.cuEventQuery(ev);
+    }
+
+    @Override
+    public void release(long batch) {
+        final CUevent ev = inFlight.remove(batch);
+        if (ev != null) {
+            spareEvents.add(ev);
+        }
+    }
+
+    @Override
+    public int drain() {
+        if (stream == null || closed) {
+            return DONE;
+        }
+        final int r = JCudaDriver.cuCtxSetCurrent(context);
+        return r != CUresult.CUDA_SUCCESS ? r : JCudaDriver.cuStreamSynchronize(stream);
+    }
+
+    @Override
+    public String describe(int code) {
+        return CUresult.stringFor(code) + " (" + code + ")";
+    }
+
+    @Override
+    public void close() {
+        if (closed) {
+            return;
+        }
+        drain(); // nothing of ours runs after this: only now may the arenas be unmapped
+        closed = true;
+        for (Opened o : opened) {
+            o.arena().close(); // cuIpcCloseMemHandle: this process can no longer write into the peer's arena
+        }
+        opened.clear();
+        if (context != null) {
+            JCudaDriver.cuCtxSetCurrent(context);
+            for (CUevent ev : inFlight.values()) {
+                JCudaDriver.cuEventDestroy(ev);
+            }
+            for (CUevent ev : spareEvents) {
+                JCudaDriver.cuEventDestroy(ev);
+            }
+            inFlight.clear();
+            spareEvents.clear();
+            JCudaDriver.cuStreamDestroy(stream);
+            if (indices != null) {
+                JCudaDriver.cuMemFree(indices);
+            }
+            JCudaDriver.cuModuleUnload(module);
+            JCudaDriver.cuDevicePrimaryCtxRelease(device);
+        }
+    }
+}

@@ -1,0 +1,57 @@
+/**
+ * The CUDA IPC transport of {@code kvpool-transfer}'s SPI ({@link io.kvpool.transfer.spi.PeerLink}): a
+ * prefill and a decode process on one node, both pools in GPU memory
+ * ({@link io.kvpool.cuda.DevicePageStorage}), pages written one-sidedly from the prefill arena into the
+ * decode arena by a kernel the prefill process launches. Control frames use the shared-memory
+ * transport's Unix-socket framing ({@link io.kvpool.transfer.shm.ShmTransport#listen(java.nio.file.Path)},
+ * control only). The transfer protocol itself is drawn in {@code io.kvpool.transfer}'s package comment.
+ *
+ * <h2>Protocol and lifetime (this comment is its one drawing)</h2>
+ * <pre>
+ *  decode process (exporter)                                       prefill process (importer)
+ *  CudaIpcListener.accept()                                        CudaIpcTransport.connect(socket)
+ *  ───────────────────────                                         ────────────────────────────────
+ *  unix socket ◀── bootstrap(pid) ─────────────────────────────── (pid must be a live process here)
+ *              ─── bootstrap(pid) ───────────────────────────────▶
+ *              ⇄ HELLO / HELLO (kvpool frames from here on, in order, at most once)
+ *
+ *  register(pool storage, slots)
+ *    cuIpcGetMemHandle(arena) → 96-byte DeviceIpc handle (magic, version, layout fingerprint, pages,
+ *    device, arena bytes, cudaIpcMemHandle); exported := true
+ *              ── DESCRIPTOR(…, region key = "CIPK" v1 · handle · slots) ──▶  attach(key): checks the key
+ *                                                                 first putBatch for this handle:
+ *                                                                   DeviceIpc.open → cuIpcOpenMemHandle
+ *                                                                   (fingerprint checked; once per link+handle)
+ *                                                                 putBatch(n pages), on the link's stream:
+ *                                                                   cuMemcpyHtoDAsync(2n indices)
+ *    arena pages ◀═══════ kvpool_ipc_put_pages: ONE launch, n pages × all planes ══  cuLaunchKernel
+ *                                                                   cuEventRecord(e_k)      ── batch k posted
+ *                                                                 poll: cuEventQuery(e_oldest)
+ *                                                                   DONE  → n × onWriteDone(OK)
+ *                                                                   error → n × onWriteDone(FAILED), link down
+ *                                                                 flush: answered when every batch before it
+ *                                                                   is DONE (ok) — proves delivery
+ *                                                                 cancelWrites: recalls nothing (no CANCELED)
+ *              ◀── COMPLETION / DRAINED ──
+ *  commit, or DRAINING → QUARANTINED …
+ *
+ *  tearDown(): closes the socket               ─── EOF ───▶       link fails → close():
+ *    proven (true) only when the peer process is gone:              cuStreamSynchronize (every copy done,
+ *    its context, mapping and queued kernels died with it           true terminal states queued), then
+ *    (false while it lives; an exporter cannot revoke               cuIpcCloseMemHandle — a live, well-behaved
+ *    a mapping another process opened)                              peer unmaps here, but only its death
+ *                                                                   is a proof the exporter can check
+ * </pre>
+ *
+ * <h2>Pieces</h2>
+ * <ul>
+ *   <li>{@link io.kvpool.cuda.ipc.CudaIpcTransport}, {@link io.kvpool.cuda.ipc.CudaIpcListener}: making links.</li>
+ *   <li>{@link io.kvpool.cuda.ipc.CudaIpcLink}: the link's state machine (terminal states, flush, cancel,
+ *       teardown and its proof, errors), written against a package-private engine seam ({@code IpcEngine}:
+ *       export, open, submit one batch, query, drain, close) so that it is tested on the CPU with a
+ *       host-memory engine; {@code JCudaIpcEngine} is the CUDA one.</li>
+ *   <li>{@code RegionKey}: the region key's format. {@code IpcKernels}: the put kernel's committed fatbin
+ *       ({@code src/main/cuda/kvpool_ipc_kernels.cu}, {@code build-ipc-kernels.sh}).</li>
+ * </ul>
+ */
+package io.kvpool.cuda.ipc;
