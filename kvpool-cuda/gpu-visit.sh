@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One GPU visit, run ON the device machine from the repository root after shared/device/pack.sh
 # filled .gpu/ (device tool: carry [".gpu"], command `bash kvpool-cuda/gpu-visit.sh`, timeout ~540 s):
-#   1. kvpool-cuda's tests, GPU required, run from kvpool-cuda/ (about 1 min)
+#   1. kvpool-cuda's tests, GPU required, run from kvpool-cuda/ (about 1.5 min; io.kvpool.cuda includes its
+#      subpackage io.kvpool.cuda.ipc: the CUDA IPC transport's two-JVM tests, CudaIpcTwoProcessGpuTest)
 #   2. one JMH run of BlockCopyBenchmark (3 variants) and OffloadBenchmark (4 variants), 4 page sizes
 #      each: 28 forks, one at a time (about 4 min). To fit, warm-up is ONE 0.5 s iteration instead of the
 #      classes' two 1 s ones (measurement unchanged: three 1 s iterations). Memory, one fork at a time:
