@@ -177,8 +177,8 @@ public final class CudaIpcLink implements PeerLink {
     }
 
     /** Over a shared-memory control link, proving teardown by the peer process being gone. */
-    CudaIpcLink(ShmLink control, Supplier<IpcEngine> engineFactory) {
-        this(control, engineFactory, control::peerProcessGone, Set.of());
+    CudaIpcLink(ShmLink control, Supplier<IpcEngine> engineFactory, Set<Unsafe> unsafe) {
+        this(control, engineFactory, control::peerProcessGone, unsafe);
     }
 
     // ---- state ----

@@ -5,6 +5,7 @@ import io.kvpool.transfer.shm.ShmListener;
 
 import java.nio.file.Path;
 import java.util.Objects;
+import java.util.Set;
 import java.util.function.Supplier;
 
 /**
@@ -16,10 +17,12 @@ public final class CudaIpcListener implements AutoCloseable {
 
     private final ShmListener control;
     private final Supplier<IpcEngine> engines;
+    private final Set<CudaIpcLink.Unsafe> unsafe;
 
-    CudaIpcListener(ShmListener control, Supplier<IpcEngine> engines) {
+    CudaIpcListener(ShmListener control, Supplier<IpcEngine> engines, Set<CudaIpcLink.Unsafe> unsafe) {
         this.control = Objects.requireNonNull(control, "control");
         this.engines = Objects.requireNonNull(engines, "engines");
+        this.unsafe = Set.copyOf(unsafe);
     }
 
     /**
@@ -31,7 +34,7 @@ public final class CudaIpcListener implements AutoCloseable {
      */
     public CudaIpcLink accept() {
         final ShmLink l = control.accept();
-        return l == null ? null : new CudaIpcLink(l, engines);
+        return l == null ? null : new CudaIpcLink(l, engines, unsafe);
     }
 
     /** @return why the last peer was dropped during its bootstrap, or {@code null} */

@@ -5,6 +5,7 @@ import io.kvpool.transfer.spi.LinkFailedException;
 
 import java.nio.file.Path;
 import java.util.Objects;
+import java.util.Set;
 import java.util.function.Supplier;
 
 /**
@@ -26,6 +27,12 @@ import java.util.function.Supplier;
  * }</pre>
  * Both pools must live on the same device (this process's primary context of it). Checksums must be off
  * until a device checksum kernel exists.
+ *
+ * <p>Ordering: a put batch runs on the link's own non-blocking stream, so the prefill pages must be
+ * complete on the device when they are offered (the stream that computed them synchronized, as every
+ * {@link io.kvpool.cuda.DevicePageStorage} call is). On the decode side, the destination pages were
+ * prepared by synchronous storage calls before their descriptor left, and the decode side reads them only
+ * after the COMPLETION frame, which the prefill sends after a flush saw every batch's event complete.
  */
 public final class CudaIpcTransport {
     private CudaIpcTransport() {
@@ -37,7 +44,7 @@ public final class CudaIpcTransport {
      * @throws java.io.UncheckedIOException if the socket cannot be bound
      */
     public static CudaIpcListener listen(Path socketPath) {
-        return listen(socketPath, JCudaIpcEngine::new);
+        return listen(socketPath, JCudaIpcEngine::new, Set.of());
     }
 
     /**
@@ -50,14 +57,14 @@ public final class CudaIpcTransport {
         return connect(socketPath, JCudaIpcEngine::new);
     }
 
-    /** With another engine (tests: a host-memory one). */
-    static CudaIpcListener listen(Path socketPath, Supplier<IpcEngine> engines) {
+    /** With another engine (tests: a host-memory one) and test-only rule breakers (normally none). */
+    static CudaIpcListener listen(Path socketPath, Supplier<IpcEngine> engines, Set<CudaIpcLink.Unsafe> unsafe) {
         Objects.requireNonNull(socketPath, "socketPath");
-        return new CudaIpcListener(ShmTransport.listen(socketPath), engines);
+        return new CudaIpcListener(ShmTransport.listen(socketPath), engines, unsafe);
     }
 
     /** With another engine (tests: a host-memory one). */
     static CudaIpcLink connect(Path socketPath, Supplier<IpcEngine> engines) {
-        return new CudaIpcLink(ShmTransport.connect(Objects.requireNonNull(socketPath, "socketPath")), engines);
+        return new CudaIpcLink(ShmTransport.connect(Objects.requireNonNull(socketPath, "socketPath")), engines, Set.of());
     }
 }

@@ -64,6 +64,7 @@ final class JCudaIpcEngine implements IpcEngine {
 
     private final List<Opened> opened = new ArrayList<>();
     private final Map<Long, CUevent> inFlight = new HashMap<>();
+    private final Map<PageStorage, Integer> sourceOrdinals = new java.util.IdentityHashMap<>();
     private final ArrayDeque<CUevent> spareEvents = new ArrayDeque<>();
     private long nextBatch;
     private int ordinal = -1;
@@ -175,7 +176,12 @@ final class JCudaIpcEngine implements IpcEngine {
         final long srcBase = s.address(0, 0, 0);
         final int srcOrdinal;
         try {
-            srcOrdinal = ordinalOf(srcBase);
+            Integer known = sourceOrdinals.get(s);
+            if (known == null) {
+                known = ordinalOf(srcBase);
+                sourceOrdinals.put(s, known);
+            }
+            srcOrdinal = known;
             setUp(srcOrdinal);
         } catch (CudaException e) {
             throw new SubmitException(e.getMessage(), e.result(), false);

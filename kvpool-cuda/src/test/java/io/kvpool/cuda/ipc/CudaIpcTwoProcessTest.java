@@ -2,8 +2,16 @@ package io.kvpool.cuda.ipc;
 
 import io.kvpool.KvPool;
 import io.kvpool.transfer.shm.MappedPageStorage;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.Timeout;
+import org.opentest4j.AssertionFailedError;
 
 import java.util.List;
+import java.util.Set;
+import java.util.concurrent.TimeUnit;
+
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
 
 /**
  * {@link TwoProcessScenarios} without a GPU: the real {@link CudaIpcLink}s, control sockets, pid proofs and
@@ -27,5 +35,15 @@ class CudaIpcTwoProcessTest extends TwoProcessScenarios {
     @Override
     List<String> childJvmArgs() {
         return List.of();
+    }
+
+    /** The lost-link scenario catches a decode side that claims teardown while the importer lives. */
+    @Test
+    @Timeout(value = 60, unit = TimeUnit.SECONDS)
+    void aTearDownClaimedWhileTheImporterLivesIsCaught() {
+        decodeUnsafe = Set.of(CudaIpcLink.Unsafe.TEARDOWN_WITHOUT_PROOF);
+        final AssertionFailedError e = assertThrows(AssertionFailedError.class,
+            this::lostLinkToALiveImporterKeepsItsPagesQuarantinedUntilTheProcessIsGone);
+        assertTrue(e.getMessage().contains("expected: <QUARANTINED> but was: <RELEASED>"), e.getMessage());
     }
 }

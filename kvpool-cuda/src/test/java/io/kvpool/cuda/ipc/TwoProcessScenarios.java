@@ -19,6 +19,7 @@ import java.nio.file.Path;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
+import java.util.Set;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.locks.LockSupport;
 import java.util.function.BooleanSupplier;
@@ -38,6 +39,9 @@ abstract class TwoProcessScenarios {
 
     @TempDir
     Path dir;
+
+    /** Test-only rule breakers for the decode side's links (normally none). */
+    Set<CudaIpcLink.Unsafe> decodeUnsafe = Set.of();
 
     /** @return {@code "fake"} or {@code "cuda"} ({@link IpcPrefillMain}'s engine argument) */
     abstract String engine();
@@ -67,7 +71,7 @@ abstract class TwoProcessScenarios {
             pool = decodePool(128);
             receiver = TransferReceiver.builder(pool, IpcPrefillMain.identity(layout(), "production")).checksums(false)
                 .completionTimeout(completionTimeout).drainTimeout(drainTimeout).build();
-            listener = CudaIpcTransport.listen(sock, IpcPrefillMain.engines(engine()));
+            listener = CudaIpcTransport.listen(sock, IpcPrefillMain.engines(engine()), decodeUnsafe);
             final IpcEngine exporter = IpcPrefillMain.engines(engine()).get();
             Files.write(dir.resolve("handle"), exporter.export(pool.storage())); // for the child's "drop"
             exporter.close();
