@@ -153,10 +153,17 @@ final class JCudaIpcEngine implements IpcEngine {
         }
     }
 
-    private static int ordinalOf(long address) {
+    /** @return the device of the storage's arena ({@code cuPointerGetAttribute}; on a thread without a current context, once more after the storage made its own current) */
+    private static int ordinalOf(DevicePageStorage s) {
+        final long address = s.address(0, 0, 0);
         final int[] ord = new int[1];
-        check(JCudaDriver.cuPointerGetAttribute(Pointer.to(ord), CUpointer_attribute.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
-            new CUdeviceptr().withByteOffset(address)), "cuPointerGetAttribute(DEVICE_ORDINAL of 0x" + Long.toHexString(address) + ")");
+        final CUdeviceptr p = new CUdeviceptr().withByteOffset(address);
+        int r = JCudaDriver.cuPointerGetAttribute(Pointer.to(ord), CUpointer_attribute.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, p);
+        if (r == CUresult.CUDA_ERROR_INVALID_CONTEXT) {
+            s.synchronize(); // makes the storage's (primary) context current on this thread
+            r = JCudaDriver.cuPointerGetAttribute(Pointer.to(ord), CUpointer_attribute.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, p);
+        }
+        check(r, "cuPointerGetAttribute(DEVICE_ORDINAL of 0x" + Long.toHexString(address) + ")");
         return ord[0];
     }
 
@@ -178,7 +185,7 @@ final class JCudaIpcEngine implements IpcEngine {
         try {
             Integer known = sourceOrdinals.get(s);
             if (known == null) {
-                known = ordinalOf(srcBase);
+                known = ordinalOf(s);
                 sourceOrdinals.put(s, known);
             }
             srcOrdinal = known;
