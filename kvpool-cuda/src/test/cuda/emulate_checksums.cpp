@@ -1,5 +1,5 @@
 // CPU emulation of kvpool_page_checksums (src/main/cuda/kvpool_kernels.cu), compiled from the REAL
-// kernel source with g++ and run by PageChecksumKernelEmulationTest, which compares every result with
+// kernel source with g++ and run by KernelEmulationTest, which compares every result with
 // io.kvpool.transfer.KvChecksum computed in Java on the same bytes.
 //
 // Unlike emulate_kernels.cpp (threads run one after another, barriers are no-ops), a block here runs

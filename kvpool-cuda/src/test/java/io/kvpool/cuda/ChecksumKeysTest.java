@@ -19,7 +19,7 @@ class ChecksumKeysTest {
     @Test
     void aKeyFollowedByThePagesValidTokensPlaneByPlaneIsKvChecksumsInput() {
         final SplittableRandom r = new SplittableRandom(3);
-        for (KvLayout l : PageChecksumKernelEmulationTest.LAYOUTS) {
+        for (KvLayout l : KernelEmulationTest.LAYOUTS) {
             final int tpp = l.tokensPerPage();
             try (Arena a = Arena.ofConfined()) {
                 final MemorySegment page = a.allocate(l.bytesPerPage());
@@ -48,7 +48,7 @@ class ChecksumKeysTest {
 
     @Test
     void keysAreRefusedWhereKvChecksumRefusesThem() {
-        final KvLayout l = PageChecksumKernelEmulationTest.LAYOUTS[0];
+        final KvLayout l = KernelEmulationTest.LAYOUTS[0];
         try (Arena a = Arena.ofConfined()) {
             final MemorySegment page = a.allocate(l.bytesPerPage());
             for (int p = -1; p < 4; p++) {
@@ -77,7 +77,7 @@ class ChecksumKeysTest {
 
     @Test
     void capacityIsEnforcedAndClearReuses() {
-        final KvLayout l = PageChecksumKernelEmulationTest.LAYOUTS[0];
+        final KvLayout l = KernelEmulationTest.LAYOUTS[0];
         final ChecksumKeys k = ChecksumKeys.ofRequest(l, 5, 0, 2, 8);
         assertEquals(2, k.size());
         assertThrows(IllegalStateException.class, () -> k.add(5, 0, 8));

@@ -26,7 +26,7 @@ import static org.junit.jupiter.api.Assertions.*;
 
 /**
  * The checksum kernel on the device against {@link KvChecksum} on the host, on random pages: every layout of
- * {@link DevicePageStorageGpuTest} and of {@link PageChecksumKernelEmulationTest} (odd vectors and tokens per
+ * {@link DevicePageStorageGpuTest} and of {@link KernelEmulationTest} (odd vectors and tokens per
  * page) and a 2 MiB page (256 threads, 8 KiB chunks each), partial last pages, keys of two requests, the
  * synchronous and the stream form, and {@link DeviceChecksums} on a pool. Skips without a GPU (with the reason);
  * fails under {@code -Dkvpool.gpu.required=true}.
@@ -42,7 +42,7 @@ class DevicePageChecksumGpuTest {
 
     static List<KvLayout> layouts() {
         final List<KvLayout> all = new ArrayList<>(Arrays.asList(DevicePageStorageGpuTest.LAYOUTS));
-        all.addAll(Arrays.asList(PageChecksumKernelEmulationTest.LAYOUTS));
+        all.addAll(Arrays.asList(KernelEmulationTest.LAYOUTS));
         all.add(TWO_MIB);
         return all;
     }
@@ -116,7 +116,7 @@ class DevicePageChecksumGpuTest {
 
     @Test
     void theDeviceGivesKvChecksumTestsGoldenValue() {
-        final KvLayout l = PageChecksumKernelEmulationTest.LAYOUTS[0]; // KvChecksumTest's layout
+        final KvLayout l = KernelEmulationTest.LAYOUTS[0]; // KvChecksumTest's layout
         try (Arena arena = Arena.ofConfined(); DevicePageStorage dev = DevicePageStorage.allocate(l, 3)) {
             final MemorySegment page = arena.allocate(l.bytesPerPage(), 16);
             for (int i = 0; i < l.bytesPerPage(); i++) {

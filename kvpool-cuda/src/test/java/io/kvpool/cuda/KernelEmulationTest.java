@@ -28,7 +28,13 @@ import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 /**
- * The checksum kernel equals {@link KvChecksum} without a GPU: the REAL {@code kvpool_page_checksums}
+ * The kernels checked without a GPU, compiled from the REAL {@code .cu} source for the CPU with g++.
+ *
+ * <p>The other kernels (copy, gather, scatter, fill, first canary token): {@code src/test/cuda/emulate_kernels.cpp}
+ * runs each launch's threads one after another and compares with a byte-by-byte reference over several layouts,
+ * grid and block sizes ({@link #theOtherKernelsMatchTheirByteReference}).
+ *
+ * <p>The checksum kernel equals {@link KvChecksum}: the REAL {@code kvpool_page_checksums}
  * source is compiled for the CPU with g++ ({@code src/test/cuda/emulate_checksums.cpp}: CUDA builtins
  * shimmed, each block's threads run as real threads meeting at a real barrier) and run on pseudo-random
  * pages laid out as {@link DeviceLayout} lays out the arena; every result is compared with
@@ -42,13 +48,16 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
  * <p>Skips, saying so, where g++ is missing. What it cannot show: the GPU's memory model and timing, and
  * nvcc's code generation (that is {@code DevicePageStorageChecksumGpuTest}'s job on the GPU machine).
  */
-class PageChecksumKernelEmulationTest {
+class KernelEmulationTest {
 
     private static final Path SOURCE = Path.of("src/test/cuda/emulate_checksums.cpp");
     private static final Path WORK = Path.of("target/checksum-emulation");
-    /** The kernel as shipped, and with 16-byte chunks. */
+    private static final Path OTHER_KERNELS = Path.of("src/test/cuda/emulate_kernels.cpp");
+    /** The checksum kernel as shipped, and with 16-byte chunks. */
     private static Path shipped;
     private static Path smallChunks;
+    /** emulate_kernels.cpp's binary. */
+    private static Path others;
 
     /** grid, block, arena shift (bytes past a 16-byte boundary). */
     private static final int[][] LAUNCHES = {
@@ -67,18 +76,33 @@ class PageChecksumKernelEmulationTest {
         one.addAll(List.of("-o", shipped.toString(), SOURCE.toString()));
         final List<String> two = new ArrayList<>(flags);
         two.addAll(List.of("-DKVPOOL_CHECKSUM_MIN_CHUNK_LOG2=4", "-o", smallChunks.toString(), SOURCE.toString()));
-        // both at once (each takes a couple of seconds)
-        final java.util.concurrent.CompletableFuture<String> first = java.util.concurrent.CompletableFuture.supplyAsync(() -> {
-            try {
-                return run(one, null);
-            } catch (InterruptedException e) {
-                Thread.currentThread().interrupt();
-                return "interrupted";
-            }
-        });
-        final String err2 = run(two, null);
-        final String err1 = first.join();
-        assertTrue(err1 == null && err2 == null, () -> "compiling the kernel with g++ failed: " + (err1 != null ? err1 : err2));
+        others = WORK.resolve("emulate_kernels");
+        final List<String> three = new ArrayList<>(List.of("g++", "-O2", "-std=c++17", "-fno-strict-aliasing", "-Wall", "-Werror"));
+        three.addAll(List.of("-o", others.toString(), OTHER_KERNELS.toString()));
+        // all at once (each takes a couple of seconds)
+        final List<java.util.concurrent.CompletableFuture<String>> builds = new ArrayList<>();
+        for (List<String> cmd : List.of(one, two, three)) {
+            builds.add(java.util.concurrent.CompletableFuture.supplyAsync(() -> {
+                try {
+                    return run(cmd, null);
+                } catch (InterruptedException e) {
+                    Thread.currentThread().interrupt();
+                    return "interrupted";
+                }
+            }));
+        }
+        for (java.util.concurrent.CompletableFuture<String> b : builds) {
+            final String err = b.join();
+            assertTrue(err == null, () -> "compiling the kernels with g++ failed: " + err);
+        }
+    }
+
+    @Test
+    void theOtherKernelsMatchTheirByteReference() throws InterruptedException {
+        final StringBuilder out = new StringBuilder();
+        final String err = run(List.of(others.toAbsolutePath().toString()), out);
+        assertTrue(err == null, () -> "emulate_kernels.cpp reports failures: " + err);
+        assertEquals("OK (0 failures)", out.toString().strip());
     }
 
     /** @return null on exit 0, else what went wrong; stdout goes to {@code out} if given */
