@@ -4,7 +4,7 @@
 # and writes kvpool_kernels.properties beside it (source sha256, nvcc version, archs, kernel names).
 #
 # The GPU machines have no nvcc, so the fatbin is committed. This script does nothing when the
-# recorded source sha256 and flags already match (a normal build must not rewrite a committed
+# recorded source sha256, flags and kernel list already match (a normal build must not rewrite a committed
 # binary); --force rebuilds anyway. Run from anywhere: it works relative to its own directory.
 #
 #   kvpool-cuda/build-kernels.sh [--force]
@@ -18,7 +18,7 @@ PROPS=$OUT_DIR/kvpool_kernels.properties
 NVCC=${NVCC:-nvcc}
 SASS_ARCHS="80 90 100"
 PTX_ARCH=100
-KERNELS="kvpool_copy_pages kvpool_gather_pages kvpool_scatter_pages kvpool_fill_pages kvpool_first_canary_token"
+KERNELS="kvpool_copy_pages kvpool_gather_pages kvpool_scatter_pages kvpool_fill_pages kvpool_first_canary_token kvpool_page_checksums"
 # --no-compress: device code stays plain, so the kernel names are readable in the fatbin (the test checks them)
 FLAGS="-fatbin -O3 -std=c++17 --no-compress"
 for a in $SASS_ARCHS; do
@@ -33,8 +33,9 @@ force=0
 [[ ${1:-} == --force ]] && force=1
 
 sha=$(sha256sum "$SRC" | cut -d' ' -f1)
+kernel_list=$(echo $KERNELS | tr ' ' ',')
 prop() { sed -n "s/^$1=//p" "$PROPS" 2>/dev/null | head -n 1; }
-if (( ! force )) && [[ -s $FATBIN && $(prop source.sha256) == "$sha" && $(prop nvcc.flags) == "$FLAGS" ]]; then
+if (( ! force )) && [[ -s $FATBIN && $(prop source.sha256) == "$sha" && $(prop nvcc.flags) == "$FLAGS" && $(prop kernels) == "$kernel_list" ]]; then
   echo "build-kernels: $FATBIN is up to date (source sha256 $sha)"
   exit 0
 fi
@@ -50,7 +51,6 @@ mv -f "$tmp" "$FATBIN"
 trap - EXIT
 
 sass_list=$(for a in $SASS_ARCHS; do printf 'sm_%s,' "$a"; done)
-kernel_list=$(echo $KERNELS | tr ' ' ',')
 {
   echo "# Written by kvpool-cuda/build-kernels.sh: do not edit (FatbinResourceTest checks it)"
   echo "source=$SRC"

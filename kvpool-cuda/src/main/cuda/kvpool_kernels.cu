@@ -208,3 +208,191 @@ extern "C" __global__ void kvpool_first_canary_token(const int* pages, int n, co
         __syncthreads();
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// Position-keyed page checksums: exactly io.kvpool.transfer.KvChecksum, for a batch of pages.
+//
+// KvChecksum of logical page p of request r holding tokens [t0, t0 + v), v = min(tpp, tokenCount - t0):
+//   CRC32C( key ‖ body ),  key  = r i64 LE ‖ t0 i32 LE ‖ v i32 LE           (16 bytes, given per page)
+//                          body = for plane q = 0 .. planes-1 (layer-major, K then V: the host order):
+//                                   the S = v · tokenVectorBytes bytes at plane offset 0 of the page
+// i.e. the host page's planes in order, each cut to its first v tokens. B = planes · S body bytes.
+//
+// CRC32C is the JDK's java.util.zip.CRC32C: reflected Castagnoli polynomial 0x82F63B78, register
+// initialised to 0xFFFFFFFF, result xor 0xFFFFFFFF. Write f(c, M) for the register after feeding the
+// bytes M to a register holding c (table-driven, no final xor). Over GF(2), modulo P, with polynomials
+// in the reflected representation (bit 31 = x^0 ... bit 0 = x^31):
+//   f(c, M)      = c · x^(8|M|) ⊕ f(0, M)              (affine in c)
+//   f(0, A ‖ B)  = f(0, A) · x^(8|B|) ⊕ f(0, B)         (linear in the message)
+//   CRC32C(M)    = f(0xFFFFFFFF, M) ⊕ 0xFFFFFFFF
+// So the body can be cut into ranges hashed independently and combined by multiplying each partial
+// by x^(8 · bytes after it) ("CRC shift", crc32cMulMod) and xoring.
+//
+// One block per page (grid-stride over pages by blockIdx.x; any grid and block size is correct).
+// With T = blockDim.x threads, a chunk of C = 2^c bytes, C the smallest power of two >= max(512, B / T),
+// thread j hashes the body range that ENDS (T-1-j)·C bytes before the body's end:
+//
+//   body  |<------------------------------- B bytes -------------------------------->|
+//         |  j = T-3: ≤ C  |   j = T-2: C bytes   |   j = T-1: C bytes   |
+//                          lo                    hi = B - 1·C           B   (threads j with hi ≤ 0 idle)
+//
+// so every partial is shifted by a whole number m = T-1-j of chunks: x^(8·m·C) = the product of
+// x^(2^(3+c+k)) over the set bits k of m, read from a compile-time table (≤ log2(T) multiplications
+// per thread, no per-page setup). The thread whose range starts at body offset 0 starts its register
+// at f(0xFFFFFFFF, key) instead of 0, which puts the key (and the initial register) in front of the
+// body. The partials are xored through shared memory; thread 0 writes the result ⊕ 0xFFFFFFFF.
+// Ranges are split where they cross planes; inside a plane 16-byte-aligned stretches are read as
+// uint4 and hashed by slicing-by-8 (tables in shared memory, built per block), the rest byte by byte.
+
+#define KVPOOL_CRC32C_POLY 0x82F63B78u
+
+namespace {
+
+// a · b mod P, reflected representation (zlib's multmodp, over all 32 bits of a).
+__host__ __device__ constexpr unsigned crc32cMulMod(unsigned a, unsigned b) {
+    unsigned p = 0;
+    for (int i = 0; i < 32; i++) {
+        p ^= b & (0u - ((a >> (31 - i)) & 1u));               // a's coefficient of x^i
+        b = (b >> 1) ^ (KVPOOL_CRC32C_POLY & (0u - (b & 1u))); // b ·= x
+    }
+    return p;
+}
+
+struct Crc32cPowers { unsigned x2k[64]; }; // x2k[k] = x^(2^k) mod P
+
+constexpr Crc32cPowers crc32cPowers() {
+    Crc32cPowers t{};
+    unsigned p = 0x40000000u; // x^1
+    for (int k = 0; k < 64; k++) {
+        t.x2k[k] = p;
+        p = crc32cMulMod(p, p);
+    }
+    return t;
+}
+
+__constant__ Crc32cPowers kCrc32cPowers = crc32cPowers();
+
+// The smallest chunk a thread hashes: below it the ≤ log2(T) shift multiplications would cost more
+// than the bytes (a small page then keeps only some threads busy; other blocks fill the SM).
+#ifndef KVPOOL_CHECKSUM_MIN_CHUNK_LOG2
+#define KVPOOL_CHECKSUM_MIN_CHUNK_LOG2 9 // 512 bytes (the CPU emulation test also builds it with 16)
+#endif
+constexpr int kChecksumMinChunkLog2 = KVPOOL_CHECKSUM_MIN_CHUNK_LOG2;
+
+__device__ __forceinline__ unsigned crc32cByte(const unsigned (*t)[256], unsigned z, unsigned char b) {
+    return t[0][(z ^ b) & 0xFFu] ^ (z >> 8);
+}
+
+// Eight bytes, a = the register ⊕ bytes 0..3 (little-endian), b = bytes 4..7 (slicing-by-8).
+__device__ __forceinline__ unsigned crc32cSlice8(const unsigned (*t)[256], unsigned a, unsigned b) {
+    return t[7][a & 0xFFu] ^ t[6][(a >> 8) & 0xFFu] ^ t[5][(a >> 16) & 0xFFu] ^ t[4][a >> 24]
+         ^ t[3][b & 0xFFu] ^ t[2][(b >> 8) & 0xFFu] ^ t[1][(b >> 16) & 0xFFu] ^ t[0][b >> 24];
+}
+
+__device__ __forceinline__ unsigned crc32cVector(const unsigned (*t)[256], unsigned z, uint4 v) {
+    z = crc32cSlice8(t, z ^ v.x, v.y);
+    return crc32cSlice8(t, z ^ v.z, v.w);
+}
+
+// f(z, the len bytes at p): bytes up to a 16-byte boundary, then 64-byte steps (four independent
+// loads in flight), 16-byte steps, and the tail byte by byte.
+__device__ unsigned crc32cUpdate(const unsigned (*t)[256], unsigned z, const unsigned char* p, long long len) {
+    while (len > 0 && (reinterpret_cast<unsigned long long>(p) & 15ULL) != 0) {
+        z = crc32cByte(t, z, *p++);
+        len--;
+    }
+    for (; len >= 64; len -= 64, p += 64) {
+        const uint4* v = reinterpret_cast<const uint4*>(p);
+        const uint4 a = v[0], b = v[1], c = v[2], d = v[3];
+        z = crc32cVector(t, z, a);
+        z = crc32cVector(t, z, b);
+        z = crc32cVector(t, z, c);
+        z = crc32cVector(t, z, d);
+    }
+    for (; len >= 16; len -= 16, p += 16) {
+        z = crc32cVector(t, z, *reinterpret_cast<const uint4*>(p));
+    }
+    for (; len > 0; len--) {
+        z = crc32cByte(t, z, *p++);
+    }
+    return z;
+}
+
+} // namespace
+
+// out[i] = KvChecksum of page pages[i] under the 16-byte key at keys + 16·i (requestId i64 LE,
+// firstToken i32 LE, validTokens i32 LE: exactly the checksum's first 16 input bytes). validTokens
+// outside [1, tokensPerPage] (which the Java side refuses) gives out[i] = 0 without reading the page.
+extern "C" __global__ void kvpool_page_checksums(const int* pages, const unsigned char* keys, int n,
+                                                 const unsigned char* arena, long long planeBytes, int planes,
+                                                 long long pageStride, long long tokenVectorBytes, int tokensPerPage,
+                                                 unsigned int* out) {
+    __shared__ unsigned table[8][256]; // slicing-by-8: table[0] the byte table, table[k][e] = e shifted by k more bytes
+    __shared__ unsigned partial[1024]; // one per thread (blockDim.x <= 1024)
+    for (int e = threadIdx.x; e < 256; e += blockDim.x) {
+        unsigned c = static_cast<unsigned>(e);
+        for (int b = 0; b < 8; b++) c = (c >> 1) ^ (KVPOOL_CRC32C_POLY & (0u - (c & 1u)));
+        table[0][e] = c;
+    }
+    __syncthreads();
+    for (int e = threadIdx.x; e < 256; e += blockDim.x) {
+        unsigned c = table[0][e];
+        for (int k = 1; k < 8; k++) {
+            c = (c >> 8) ^ table[0][c & 0xFFu];
+            table[k][e] = c;
+        }
+    }
+    __syncthreads();
+    const unsigned (*t)[256] = table;
+    const long long T = blockDim.x;
+    const long long j = threadIdx.x;
+    for (int i = blockIdx.x; i < n; i += gridDim.x) { // uniform per block: the barriers below are safe
+        const unsigned char* key = keys + 16LL * i;
+        const int valid = static_cast<int>(static_cast<unsigned>(key[12]) | static_cast<unsigned>(key[13]) << 8
+                                           | static_cast<unsigned>(key[14]) << 16 | static_cast<unsigned>(key[15]) << 24);
+        if (valid < 1 || valid > tokensPerPage || planes <= 0 || tokenVectorBytes <= 0) { // uniform too
+            if (j == 0) out[i] = 0;
+            continue;
+        }
+        const long long S = valid * tokenVectorBytes; // body bytes per plane
+        const long long B = S * planes;               // body bytes
+        int c = kChecksumMinChunkLog2;
+        while ((T << c) < B) c++;
+        const long long C = 1LL << c;
+        const long long hi = B - (T - 1 - j) * C;
+        unsigned z = 0;
+        if (hi > 0) {
+            const long long lo = hi > C ? hi - C : 0;
+            if (lo == 0) { // the key and the initial register go in front of the body
+                z = 0xFFFFFFFFu;
+                for (int b = 0; b < 16; b++) z = crc32cByte(t, z, key[b]);
+            }
+            const unsigned char* page = arena + pages[i] * pageStride;
+            for (long long at = lo; at < hi;) {
+                const long long q = at / S;
+                const long long o = at - q * S;
+                const long long len = hi - at < S - o ? hi - at : S - o;
+                z = crc32cUpdate(t, z, page + q * planeBytes + o, len);
+                at += len;
+            }
+            int k = 3 + c; // x^(2^(3+c)) = x^(8·C): one chunk
+            for (long long m = T - 1 - j; m != 0; m >>= 1, k++) {
+                if (m & 1) z = crc32cMulMod(kCrc32cPowers.x2k[k], z);
+            }
+        }
+        partial[j] = z;
+        __syncthreads();
+        if (j < 32) { // thread j folds partials j, j+32, ...: it alone reads and writes those slots
+            unsigned x = 0;
+            for (long long k = j; k < T; k += 32) x ^= partial[k];
+            partial[j] = x;
+        }
+        __syncthreads();
+        if (j == 0) {
+            unsigned x = 0;
+            for (long long k = 0; k < 32 && k < T; k++) x ^= partial[k];
+            out[i] = x ^ 0xFFFFFFFFu;
+        }
+        __syncthreads(); // partial[] is reused by the next page
+    }
+}

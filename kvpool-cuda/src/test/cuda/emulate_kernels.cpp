@@ -3,6 +3,8 @@
 // uint4 and byte fallback paths, fill phase and first-canary answers against a byte-by-byte
 // reference over several layouts, grid and block sizes. It does NOT check concurrency (barriers,
 // the shared atomicMin with blockDim > 1): first_canary_token is emulated with one thread per block.
+// (kvpool_page_checksums, which needs real barriers, has its own emulator: emulate_checksums.cpp.)
+// Run by KernelEmulationTest#theOtherKernelsMatchTheirByteReference.
 //
 //   g++ -O2 -std=c++17 -o /tmp/emulate_kernels kvpool-cuda/src/test/cuda/emulate_kernels.cpp && /tmp/emulate_kernels
 
@@ -19,8 +21,10 @@ struct D3 { unsigned x = 0, y = 0, z = 0; };
 static D3 blockIdx, threadIdx, blockDim, gridDim;
 #define __global__
 #define __device__
+#define __host__
 #define __forceinline__ inline
 #define __shared__ static
+#define __constant__
 static inline void __syncthreads() {}
 static inline int atomicMin(int* a, int v) { int o = *a; if (v < o) *a = v; return o; }
 #include "../../main/cuda/kvpool_kernels.cu"

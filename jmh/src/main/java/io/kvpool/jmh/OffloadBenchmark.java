@@ -3,6 +3,7 @@ package io.kvpool.jmh;
 import io.kvpool.KvLayout;
 import io.kvpool.cuda.Cuda;
 import io.kvpool.cuda.DevicePageStorage;
+import io.kvpool.cuda.OffloadEngine;
 import io.kvpool.cuda.PinnedPageBuffer;
 import jcuda.Pointer;
 import jcuda.driver.CUdeviceptr;
@@ -42,6 +43,11 @@ import java.util.concurrent.TimeUnit;
  *   <li>{@code restore} (host &rarr; device): {@link DevicePageStorage#restore} of the same buffer into
  *       the same pages (one index upload, ONE {@code kvpool_scatter_pages} launch reading the mapped
  *       host memory, the wait);</li>
+ *   <li>{@code offloadMemcpyBatch}, {@code restoreMemcpyBatch}: the same with
+ *       {@link OffloadEngine#MEMCPY_BATCH}: ONE {@code cuMemcpyBatchAsync} of {@code N × 2·layers} copies of
+ *       one page-plane each (the copy engines move the bytes), on the storage's own stream (ordered with
+ *       the NULL stream the events are recorded on), then the wait. Issue #4: whichever of the kernel and
+ *       the batch copy measures faster becomes {@link OffloadEngine}'s default;</li>
  *   <li>{@code contiguousD2H}: one {@code cuMemcpyDtoHAsync} of the same {@code N} pages' bytes from a
  *       separate device buffer into a separate pinned buffer (also {@code cuMemHostAlloc(PORTABLE |
  *       DEVICEMAP)}), then wait: the copy engines' ceiling for offload;</li>
@@ -170,8 +176,14 @@ public class OffloadBenchmark {
             + " MiB, device buffer " + (opBytes >> 20) + " MiB");
     }
 
-    /** Offloads one random page, checks the pinned copy, restores it into a page outside the list, checks that. */
+    /** With each engine: offloads one random page, checks the pinned copy, restores it into a page outside the list, checks that. */
     private void verifyOnePage(KvLayout layout, Random rnd, int spare) {
+        for (OffloadEngine engine : OffloadEngine.values()) {
+            verifyOnePage(layout, rnd, spare, engine);
+        }
+    }
+
+    private void verifyOnePage(KvLayout layout, Random rnd, int spare, OffloadEngine engine) {
         try (Arena a = Arena.ofConfined()) {
             final long b = layout.bytesPerPage();
             final MemorySegment in = a.allocate(b, 16);
@@ -180,16 +192,16 @@ public class OffloadBenchmark {
                 in.set(ValueLayout.JAVA_LONG_UNALIGNED, i, rnd.nextLong());
             }
             pool.writePage(pages[0], in);
-            pool.offload(pages, 0, 1, pinned, 0);
+            pool.offload(pages, 0, 1, pinned, 0, engine);
             long mismatch = in.mismatch(pinned.page(0));
             if (mismatch != -1) {
-                throw new IllegalStateException("offload check failed: page " + pages[0] + " differs at byte " + mismatch);
+                throw new IllegalStateException(engine + " offload check failed: page " + pages[0] + " differs at byte " + mismatch);
             }
-            pool.restore(pinned, 0, new int[] {spare}, 0, 1);
+            pool.restore(pinned, 0, new int[] {spare}, 0, 1, engine);
             pool.readPage(spare, out);
             mismatch = in.mismatch(out);
             if (mismatch != -1) {
-                throw new IllegalStateException("restore check failed: page " + spare + " differs at byte " + mismatch);
+                throw new IllegalStateException(engine + " restore check failed: page " + spare + " differs at byte " + mismatch);
             }
         }
     }
@@ -243,6 +255,22 @@ public class OffloadBenchmark {
         cuda.start();
         final long t0 = System.nanoTime();
         pool.restore(pinned, 0, pages, 0, n);
+        finish(r, t0);
+    }
+
+    @Benchmark
+    public void offloadMemcpyBatch(Rates r) {
+        cuda.start();
+        final long t0 = System.nanoTime();
+        pool.offload(pages, 0, n, pinned, 0, OffloadEngine.MEMCPY_BATCH);
+        finish(r, t0);
+    }
+
+    @Benchmark
+    public void restoreMemcpyBatch(Rates r) {
+        cuda.start();
+        final long t0 = System.nanoTime();
+        pool.restore(pinned, 0, pages, 0, n, OffloadEngine.MEMCPY_BATCH);
         finish(r, t0);
     }
 

@@ -1,5 +1,6 @@
 package io.kvpool.cuda;
 
+import jcuda.Pointer;
 import jcuda.driver.CUcontext;
 import jcuda.driver.CUdeviceptr;
 import jcuda.driver.CUevent;
@@ -7,20 +8,23 @@ import jcuda.driver.CUresult;
 import jcuda.driver.JCudaDriver;
 
 /**
- * A batch of page operations submitted on a caller's stream ({@link DevicePageStorage#submitCopy}):
- * poll it with {@link #isDone()}, wait with {@link #await()}, and {@link #close()} it to free its index
- * lists (closing waits first). The pages it touches must not be used from another stream before it is done.
+ * A batch of page operations submitted on a caller's stream ({@link DevicePageStorage#submitCopy},
+ * {@link DevicePageStorage#submitFill submitFill}, {@link DevicePageStorage#submitOffload submitOffload},
+ * {@link DevicePageStorage#submitRestore submitRestore}; {@link ChecksumBatch} wraps one): poll it with
+ * {@link #isDone()}, wait with {@link #await()}, and {@link #close()} it to free its device buffer (index
+ * lists, results) and event (closing waits first). The pages it touches must not be used from another
+ * stream before it is done. Thread-safe.
  */
 public final class DeviceBatch implements AutoCloseable {
 
     private final CUcontext context;
-    private final CUdeviceptr indices;
+    private final CUdeviceptr buffer; // null for a batch that needed none
     private final CUevent done;
     private boolean closed;
 
-    DeviceBatch(CUcontext context, CUdeviceptr indices, CUevent done) {
+    DeviceBatch(CUcontext context, CUdeviceptr buffer, CUevent done) {
         this.context = context;
-        this.indices = indices;
+        this.buffer = buffer;
         this.done = done;
     }
 
@@ -47,7 +51,19 @@ public final class DeviceBatch implements AutoCloseable {
         CudaException.check(JCudaDriver.cuEventSynchronize(done), "cuEventSynchronize");
     }
 
-    /** Waits for the batch, then frees its index lists and event. Idempotent. */
+    /** Waits for the batch, then copies {@code dst.length} ints from its buffer at {@code offset} (one copy). */
+    synchronized void read(long offset, int[] dst) {
+        if (closed) {
+            throw new IllegalStateException("device batch is closed");
+        }
+        await();
+        if (dst.length > 0) {
+            CudaException.check(JCudaDriver.cuMemcpyDtoH(Pointer.to(dst), buffer.withByteOffset(offset), 4L * dst.length),
+                "cuMemcpyDtoH(" + dst.length + " results)");
+        }
+    }
+
+    /** Waits for the batch, then frees its device buffer and event. Idempotent. */
     @Override
     public synchronized void close() {
         if (closed) {
@@ -56,6 +72,8 @@ public final class DeviceBatch implements AutoCloseable {
         await();
         closed = true;
         JCudaDriver.cuEventDestroy(done);
-        JCudaDriver.cuMemFree(indices);
+        if (buffer != null) {
+            JCudaDriver.cuMemFree(buffer);
+        }
     }
 }

@@ -7,12 +7,19 @@ import jcuda.Pointer;
 import jcuda.driver.CUcontext;
 import jcuda.driver.CUdevice;
 import jcuda.driver.CUdeviceptr;
+import jcuda.driver.CUevent;
+import jcuda.driver.CUevent_flags;
 import jcuda.driver.CUfunction;
 import jcuda.driver.CUmodule;
+import jcuda.driver.CUstream;
+import jcuda.driver.CUstream_flags;
 import jcuda.driver.JCudaDriver;
 
 import java.lang.foreign.MemorySegment;
+import java.nio.ByteBuffer;
+import java.nio.ByteOrder;
 import java.util.Objects;
+import java.util.function.Consumer;
 
 /**
  * Pages in GPU memory: one arena laid out as {@link DeviceLayout} draws, managed through JCuda's driver
@@ -23,10 +30,15 @@ import java.util.Objects;
  * <p>Not host-accessible: {@link #hostPage} throws; {@link #readPage}/{@link #writePage} copy one page
  * to or from host memory (per-plane copies: for tests and debugging, not the data path).
  *
+ * <p>Position-keyed checksums ({@link io.kvpool.transfer.KvChecksum}) of a batch of pages are one launch too
+ * ({@link #checksums}); {@link DeviceChecksums} plugs them into kvpool-transfer's senders and receivers.
+ *
  * <p>Thread-safety: every call makes the primary context current on the calling thread and is
  * synchronous (it returns when the device is done), so calls on different pages from different threads
- * are safe, as the SPI requires. The one exception, {@link #copyPagesAsync}, is outside the SPI and
- * exists to measure submission cost.
+ * are safe, as the SPI requires. Exceptions: {@link #copyPagesAsync}, outside the SPI, exists to measure
+ * submission cost; the {@code submit*} methods ({@link #submitCopy}, {@link #submitFill},
+ * {@link #submitOffload}, {@link #submitRestore}, {@link #submitChecksums}) queue one batch on the caller's
+ * stream and return a completion to poll or wait on.
  */
 public final class DevicePageStorage implements PageStorage {
 
@@ -48,10 +60,12 @@ public final class DevicePageStorage implements PageStorage {
     private final CUfunction canaryFn;
     private final CUfunction gatherFn;
     private final CUfunction scatterFn;
+    private final CUfunction checksumFn;
     private final DevicePtr arena;
     private final long base;
     private final DevicePtr scratch; // index lists and results of one call at a time (guarded by this)
     private final long scratchBytes;
+    private CUstream ownStream; // created at the first synchronous MEMCPY_BATCH offload or restore (guarded by this)
     private volatile boolean closed;
 
     private DevicePageStorage(KvLayout layout, int pages, int ordinal) {
@@ -77,7 +91,7 @@ public final class DevicePageStorage implements PageStorage {
             }
             this.arena = a;
             this.base = a.address();
-            this.scratchBytes = 8L * pages + 64;
+            this.scratchBytes = 24L * pages + 64; // the largest call: a checksum batch's keys, slots and results
             CudaException.check(JCudaDriver.cuMemAlloc(s, scratchBytes), "cuMemAlloc(scratch " + scratchBytes + " bytes)");
             this.scratch = s;
             m = new CUmodule();
@@ -88,6 +102,7 @@ public final class DevicePageStorage implements PageStorage {
             this.canaryFn = function(m, Kernels.FIRST_CANARY_TOKEN);
             this.gatherFn = function(m, Kernels.GATHER_PAGES);
             this.scatterFn = function(m, Kernels.SCATTER_PAGES);
+            this.checksumFn = function(m, Kernels.PAGE_CHECKSUMS);
             ok = true;
             LOG.log(System.Logger.Level.INFO, "device pool: " + pages + " pages (" + dl.arenaBytes() + " bytes) on " + Cuda.deviceName(device)
                 + "; " + free[0] + " of " + total[0] + " bytes were free");
@@ -214,9 +229,17 @@ public final class DevicePageStorage implements PageStorage {
 
     /** Queues the kernel on the context's legacy default (NULL) stream and returns without waiting. */
     private void launchAsync(CUfunction fn, String name, int work, Pointer params) {
-        final int threads = 256;
-        final int blocks = (int) Math.max(1, Math.min(65_535L * 16, (long) work));
-        CudaException.check(JCudaDriver.cuLaunchKernel(fn, blocks, 1, 1, threads, 1, 1, 0, null, params, null), "cuLaunchKernel(" + name + ")");
+        enqueue(fn, name, blocks(work), 256, params, null);
+    }
+
+    /** @return blocks for {@code work} grid-stride items or pages (at least one; the kernels loop over the rest) */
+    private static int blocks(long work) {
+        return (int) Math.max(1, Math.min(65_535L * 16, work));
+    }
+
+    /** Queues one launch on {@code stream} ({@code null}: the legacy default stream) and returns without waiting. */
+    private static void enqueue(CUfunction fn, String name, int blocks, int threads, Pointer params, CUstream stream) {
+        CudaException.check(JCudaDriver.cuLaunchKernel(fn, blocks, 1, 1, threads, 1, 1, 0, stream, params, null), "cuLaunchKernel(" + name + ")");
     }
 
     private void checkPages(int[] pages, int off, int n) {
@@ -224,9 +247,47 @@ public final class DevicePageStorage implements PageStorage {
         for (int i = off; i < off + n; i++) {
             Objects.checkIndex(pages[i], dl.pages());
         }
-        if (8L * n + 64 > scratchBytes) {
+        if (n > dl.pages()) {
             throw new IllegalArgumentException(n + " pages in one call; at most " + dl.pages());
         }
+    }
+
+    private void checkPinned(PinnedPageBuffer pinned, int index, int n) {
+        if (!pinned.layout().equals(dl.layout())) {
+            throw new IllegalArgumentException("pinned buffer of " + pinned.layout() + " pages; this pool holds " + dl.layout());
+        }
+        Objects.checkFromIndexSize(index, n, pinned.capacity());
+    }
+
+    // ---------------------------------------------------------------------------------------------
+    // kernel parameters (C parameter order of kvpool_kernels.cu, see Kernels), shared by the
+    // synchronous calls (lists in the scratch buffer) and the submit* forms (lists in a batch's buffer)
+
+    private Pointer copyParams(CUdeviceptr src, CUdeviceptr dst, int n) {
+        return Pointer.to(Pointer.to(src), Pointer.to(dst), Pointer.to(new int[] {n}), Pointer.to(arena),
+            Pointer.to(new long[] {dl.planeBytes()}), Pointer.to(new int[] {dl.planes()}), Pointer.to(new long[] {dl.pageStride()}));
+    }
+
+    /** kvpool_fill_pages, and kvpool_gather_pages / kvpool_scatter_pages with {@code last} the pinned pages' device address. */
+    private Pointer listParams(CUdeviceptr pages, int n, Pointer last) {
+        return Pointer.to(Pointer.to(pages), Pointer.to(new int[] {n}), Pointer.to(arena), Pointer.to(new long[] {dl.planeBytes()}),
+            Pointer.to(new int[] {dl.planes()}), Pointer.to(new long[] {dl.pageStride()}), last);
+    }
+
+    private Pointer checksumParams(CUdeviceptr keys, CUdeviceptr slots, int n, CUdeviceptr out) {
+        return Pointer.to(Pointer.to(slots), Pointer.to(keys), Pointer.to(new int[] {n}), Pointer.to(arena),
+            Pointer.to(new long[] {dl.planeBytes()}), Pointer.to(new int[] {dl.planes()}), Pointer.to(new long[] {dl.pageStride()}),
+            Pointer.to(new long[] {dl.layout().bytesPerTokenVector()}), Pointer.to(new int[] {dl.layout().tokensPerPage()}), Pointer.to(out));
+    }
+
+    /** Threads per block of the checksum kernel: a 512-byte chunk each for a full page, 32 to 256. */
+    private int checksumThreads() {
+        final long pageBytes = dl.planes() * dl.pageStride();
+        int t = 32;
+        while (t < 256 && (long) t * 512 < pageBytes) {
+            t <<= 1;
+        }
+        return t;
     }
 
     @Override
@@ -238,10 +299,11 @@ public final class DevicePageStorage implements PageStorage {
         }
         current();
         upload(new int[] {page}, 0, 1, 0);
-        final long pattern = mode == FillMode.CANARY ? CANARY : 0L;
-        launch(fillFn, Kernels.FILL_PAGES, dl.planes(), Pointer.to(Pointer.to(scratch), Pointer.to(new int[] {1}), Pointer.to(arena),
-            Pointer.to(new long[] {dl.planeBytes()}), Pointer.to(new int[] {dl.planes()}), Pointer.to(new long[] {dl.pageStride()}),
-            Pointer.to(new long[] {pattern})));
+        launch(fillFn, Kernels.FILL_PAGES, dl.planes(), listParams(scratch, 1, Pointer.to(new long[] {pattern(mode)})));
+    }
+
+    private static long pattern(FillMode mode) {
+        return mode == FillMode.CANARY ? CANARY : 0L;
     }
 
     @Override
@@ -296,9 +358,7 @@ public final class DevicePageStorage implements PageStorage {
         current();
         upload(src, srcOff, count, 0);
         upload(dst, dstOff, count, 4L * count);
-        launchAsync(copyFn, Kernels.COPY_PAGES, count * dl.planes(), Pointer.to(Pointer.to(scratch), Pointer.to(scratch.withByteOffset(4L * count)),
-            Pointer.to(new int[] {count}), Pointer.to(arena), Pointer.to(new long[] {dl.planeBytes()}), Pointer.to(new int[] {dl.planes()}),
-            Pointer.to(new long[] {dl.pageStride()})));
+        launchAsync(copyFn, Kernels.COPY_PAGES, count * dl.planes(), copyParams(scratch, scratch.withByteOffset(4L * count), count));
     }
 
     /**
@@ -318,16 +378,130 @@ public final class DevicePageStorage implements PageStorage {
     private void pinnedBatch(CUfunction fn, String name, int[] pages, int off, int n, PinnedPageBuffer pinned, int index) {
         ensureOpen();
         checkPages(pages, off, n);
-        Objects.checkFromIndexSize(index, n, pinned.capacity());
+        checkPinned(pinned, index, n);
         if (n == 0) {
             return;
         }
         current();
         upload(pages, off, n, 0);
-        launch(fn, name, n * dl.planes(), Pointer.to(Pointer.to(scratch), Pointer.to(new int[] {n}), Pointer.to(arena),
-            Pointer.to(new long[] {dl.planeBytes()}), Pointer.to(new int[] {dl.planes()}), Pointer.to(new long[] {dl.pageStride()}),
-            Pointer.to(pinned.devicePage(index))));
+        launch(fn, name, n * dl.planes(), listParams(scratch, n, Pointer.to(pinned.devicePage(index))));
     }
+
+    /**
+     * Offloads pages to pinned host memory with the given engine: {@code to.page(toIndex + i) ← page(pages[off + i])}
+     * in the host layout, as ONE kernel launch ({@link OffloadEngine#KERNEL}, what {@link #offload(int[], int, int,
+     * PinnedPageBuffer, int)} does) or ONE {@code cuMemcpyBatchAsync} ({@link OffloadEngine#MEMCPY_BATCH}, on a
+     * stream of this storage's own that is ordered with the legacy default stream). Synchronous.
+     *
+     * @throws UnsupportedOperationException for {@code MEMCPY_BATCH} on a driver without {@code cuMemcpyBatchAsync}
+     */
+    public synchronized void offload(int[] pages, int off, int n, PinnedPageBuffer to, int toIndex, OffloadEngine engine) {
+        if (engine == OffloadEngine.KERNEL) {
+            offload(pages, off, n, to, toIndex);
+        } else {
+            memcpyBatch(true, pages, off, n, to, toIndex);
+        }
+    }
+
+    /**
+     * Restores pages from pinned host memory with the given engine: {@code page(pages[off + i]) ← from.page(fromIndex + i)}.
+     * Synchronous. See {@link #offload(int[], int, int, PinnedPageBuffer, int, OffloadEngine)}.
+     */
+    public synchronized void restore(PinnedPageBuffer from, int fromIndex, int[] pages, int off, int n, OffloadEngine engine) {
+        if (engine == OffloadEngine.KERNEL) {
+            restore(from, fromIndex, pages, off, n);
+        } else {
+            memcpyBatch(false, pages, off, n, from, fromIndex);
+        }
+    }
+
+    /** A synchronous MEMCPY_BATCH offload ({@code toHost}) or restore, on this storage's own stream (caller holds the lock). */
+    private void memcpyBatch(boolean toHost, int[] pages, int off, int n, PinnedPageBuffer pinned, int index) {
+        ensureOpen();
+        checkPages(pages, off, n);
+        checkPinned(pinned, index, n);
+        if (n == 0) {
+            return;
+        }
+        current();
+        if (ownStream == null) {
+            final CUstream s = new CUstream();
+            // a blocking stream: ordered with the legacy default stream that this storage's other calls use
+            CudaException.check(JCudaDriver.cuStreamCreate(s, CUstream_flags.CU_STREAM_DEFAULT), "cuStreamCreate");
+            ownStream = s;
+        }
+        enqueueMemcpyBatch(toHost, pages, off, n, pinned, index, ownStream);
+        CudaException.check(JCudaDriver.cuStreamSynchronize(ownStream), "cuStreamSynchronize after " + MemcpyBatch.symbol());
+    }
+
+    /** Queues ONE cuMemcpyBatchAsync of {@code n · planes} copies of {@code pageStride} bytes between the pages and the pinned pages. */
+    private void enqueueMemcpyBatch(boolean toHost, int[] pages, int off, int n, PinnedPageBuffer pinned, int index, CUstream stream) {
+        final int planes = dl.planes();
+        final int count = Math.multiplyExact(n, planes);
+        final long[] device = new long[count];
+        final long[] host = new long[count];
+        for (int i = 0; i < n; i++) {
+            final long page = base + pages[off + i] * dl.pageStride();
+            final long pinnedPage = pinned.hostAddress(index + i);
+            for (int q = 0; q < planes; q++) {
+                device[i * planes + q] = page + q * dl.planeBytes();
+                host[i * planes + q] = pinnedPage + dl.hostOffset(q);
+            }
+        }
+        final int r = MemcpyBatch.copy(toHost ? host : device, toHost ? device : host, count, dl.pageStride(), MemcpyBatch.nativePointer(stream));
+        if (r != 0) {
+            throw new CudaException(MemcpyBatch.symbol() + "(" + count + " copies of " + dl.pageStride() + " bytes)", r,
+                (toHost ? "offloading " : "restoring ") + n + " pages of " + dl.layout());
+        }
+    }
+
+    /**
+     * Position-keyed checksums of a batch of pages in ONE kernel launch: {@code out[outOff + i]} =
+     * {@link io.kvpool.transfer.KvChecksum#of KvChecksum.of}{@code (layout, page slots[off + i] in host layout, key i)}
+     * for {@code i < keys.size()}, bit for bit the host's value for the same bytes. Synchronous: two uploads (slots,
+     * keys), the launch, one copy of the results back.
+     *
+     * @param slots  slot indices (as {@link PageStorage} methods take them)
+     * @param keys   one key per page ({@link ChecksumKeys}: request id, logical page, token count), for this layout
+     * @throws IllegalArgumentException if the keys are for another layout or more than {@link #pageCount()}
+     */
+    public synchronized void checksums(int[] slots, int off, ChecksumKeys keys, int[] out, int outOff) {
+        ensureOpen();
+        final int n = checkKeys(slots, off, keys);
+        Objects.checkFromIndexSize(outOff, n, out.length);
+        if (n == 0) {
+            return;
+        }
+        current();
+        // scratch: [keys 16·n][slots 4·n][results 4·n]
+        CudaException.check(JCudaDriver.cuMemcpyHtoD(scratch, Pointer.to(keys.buffer()), (long) ChecksumKeys.BYTES * n),
+            "cuMemcpyHtoD(" + n + " checksum keys)");
+        upload(slots, off, n, (long) ChecksumKeys.BYTES * n);
+        final CUdeviceptr results = scratch.withByteOffset(20L * n);
+        enqueue(checksumFn, Kernels.PAGE_CHECKSUMS, blocks(n), checksumThreads(),
+            checksumParams(scratch, scratch.withByteOffset((long) ChecksumKeys.BYTES * n), n, results), null);
+        // a synchronous copy on the legacy default stream: it runs after the kernel
+        CudaException.check(JCudaDriver.cuMemcpyDtoH(Pointer.to(out).withByteOffset(4L * outOff), results, 4L * n),
+            "cuMemcpyDtoH(" + n + " checksums) after " + Kernels.PAGE_CHECKSUMS);
+    }
+
+    /** @return {@link #checksums(int[], int, ChecksumKeys, int[], int)} into a new array */
+    public int[] checksums(int[] slots, int off, ChecksumKeys keys) {
+        final int[] out = new int[keys.size()];
+        checksums(slots, off, keys, out, 0);
+        return out;
+    }
+
+    private int checkKeys(int[] slots, int off, ChecksumKeys keys) {
+        if (!keys.layout().equals(dl.layout())) {
+            throw new IllegalArgumentException("checksum keys for " + keys.layout() + "; this pool holds " + dl.layout());
+        }
+        checkPages(slots, off, keys.size());
+        return keys.size();
+    }
+
+    // ---------------------------------------------------------------------------------------------
+    // the submit* forms: one batch on the caller's stream, a completion to poll or wait on
 
     /**
      * Submits {@link #copyPages} as one launch on the caller's stream and returns at once. The index lists
@@ -337,37 +511,162 @@ public final class DevicePageStorage implements PageStorage {
      * @param stream a stream of this storage's (primary) context, or {@code null} for the legacy default stream
      * @return the batch: poll, wait, then close it
      */
-    public DeviceBatch submitCopy(int[] src, int srcOff, int[] dst, int dstOff, int count, jcuda.driver.CUstream stream) {
+    public DeviceBatch submitCopy(int[] src, int srcOff, int[] dst, int dstOff, int count, CUstream stream) {
         ensureOpen();
         checkPages(src, srcOff, count);
         checkPages(dst, dstOff, count);
-        current();
-        final CUdeviceptr idx = new CUdeviceptr();
-        CudaException.check(JCudaDriver.cuMemAlloc(idx, 8L * Math.max(1, count)), "cuMemAlloc(" + 8L * count + " bytes of indices)");
-        final jcuda.driver.CUevent done = new jcuda.driver.CUevent();
-        try {
-            CudaException.check(JCudaDriver.cuEventCreate(done, jcuda.driver.CUevent_flags.CU_EVENT_DISABLE_TIMING), "cuEventCreate");
+        final ByteBuffer lists = direct(8L * count);
+        lists.asIntBuffer().put(src, srcOff, count).put(dst, dstOff, count);
+        return submit(stream, lists, 0, idx -> {
             if (count > 0) {
-                // off-heap (a Java array may move during an async copy); from pageable memory the driver stages
-                // the bytes before returning, so the buffer may be dropped at once (cuMemcpyHtoDAsync's contract)
-                final java.nio.ByteBuffer lists = java.nio.ByteBuffer.allocateDirect(8 * count).order(java.nio.ByteOrder.nativeOrder());
-                lists.asIntBuffer().put(src, srcOff, count).put(dst, dstOff, count);
-                CudaException.check(JCudaDriver.cuMemcpyHtoDAsync(idx, Pointer.to(lists), 8L * count, stream),
-                    "cuMemcpyHtoDAsync(" + 2 * count + " indices)");
-                final int blocks = (int) Math.max(1, Math.min(65_535L * 16, (long) count * dl.planes()));
-                CudaException.check(JCudaDriver.cuLaunchKernel(copyFn, blocks, 1, 1, 256, 1, 1, 0, stream,
-                    Pointer.to(Pointer.to(idx), Pointer.to(idx.withByteOffset(4L * count)), Pointer.to(new int[] {count}), Pointer.to(arena),
-                        Pointer.to(new long[] {dl.planeBytes()}), Pointer.to(new int[] {dl.planes()}), Pointer.to(new long[] {dl.pageStride()})),
-                    null), "cuLaunchKernel(" + Kernels.COPY_PAGES + ")");
+                enqueue(copyFn, Kernels.COPY_PAGES, blocks((long) count * dl.planes()), 256,
+                    copyParams(idx, idx.withByteOffset(4L * count), count), stream);
             }
+        });
+    }
+
+    /**
+     * Submits a fill of {@code n} pages ({@link #fill} for a batch: the canary or zeros; {@link FillMode#NONE}
+     * enqueues nothing but the completion) as one launch on the caller's stream and returns at once.
+     *
+     * @param stream a stream of this storage's (primary) context, or {@code null} for the legacy default stream
+     * @return the batch: poll, wait, then close it
+     */
+    public DeviceBatch submitFill(int[] pages, int off, int n, FillMode mode, CUstream stream) {
+        ensureOpen();
+        checkPages(pages, off, n);
+        final int work = mode == FillMode.NONE ? 0 : n;
+        final ByteBuffer lists = direct(4L * work);
+        lists.asIntBuffer().put(pages, off, work);
+        return submit(stream, lists, 0, idx -> {
+            if (work > 0) {
+                enqueue(fillFn, Kernels.FILL_PAGES, blocks((long) work * dl.planes()), 256,
+                    listParams(idx, work, Pointer.to(new long[] {pattern(mode)})), stream);
+            }
+        });
+    }
+
+    /**
+     * Submits {@link #offload(int[], int, int, PinnedPageBuffer, int, OffloadEngine)} on the caller's stream and returns
+     * at once. The pinned pages must not be read before the batch is done.
+     *
+     * @param stream a stream of this storage's (primary) context; {@code null} (the legacy default stream) only for
+     *               {@link OffloadEngine#KERNEL}
+     * @return the batch: poll, wait, then close it
+     * @throws IllegalArgumentException for {@link OffloadEngine#MEMCPY_BATCH} on the legacy default stream
+     */
+    public DeviceBatch submitOffload(int[] pages, int off, int n, PinnedPageBuffer to, int toIndex, OffloadEngine engine, CUstream stream) {
+        return submitPinned(true, pages, off, n, to, toIndex, engine, stream);
+    }
+
+    /**
+     * Submits {@link #restore(PinnedPageBuffer, int, int[], int, int, OffloadEngine)} on the caller's stream and returns
+     * at once. The pinned pages must not be modified before the batch is done.
+     *
+     * @param stream a stream of this storage's (primary) context; {@code null} (the legacy default stream) only for
+     *               {@link OffloadEngine#KERNEL}
+     * @return the batch: poll, wait, then close it
+     * @throws IllegalArgumentException for {@link OffloadEngine#MEMCPY_BATCH} on the legacy default stream
+     */
+    public DeviceBatch submitRestore(PinnedPageBuffer from, int fromIndex, int[] pages, int off, int n, OffloadEngine engine, CUstream stream) {
+        return submitPinned(false, pages, off, n, from, fromIndex, engine, stream);
+    }
+
+    private DeviceBatch submitPinned(boolean toHost, int[] pages, int off, int n, PinnedPageBuffer pinned, int index, OffloadEngine engine,
+                                     CUstream stream) {
+        ensureOpen();
+        checkPages(pages, off, n);
+        checkPinned(pinned, index, n);
+        Objects.requireNonNull(engine, "engine");
+        if (engine == OffloadEngine.MEMCPY_BATCH) {
+            if (MemcpyBatch.nativePointer(stream) <= 1) {
+                throw new IllegalArgumentException("cuMemcpyBatchAsync cannot use the legacy default stream; pass a stream of your own");
+            }
+            return submit(stream, direct(0), 0, none -> {
+                if (n > 0) {
+                    enqueueMemcpyBatch(toHost, pages, off, n, pinned, index, stream);
+                }
+            });
+        }
+        final ByteBuffer lists = direct(4L * n);
+        lists.asIntBuffer().put(pages, off, n);
+        final CUfunction fn = toHost ? gatherFn : scatterFn;
+        final String name = toHost ? Kernels.GATHER_PAGES : Kernels.SCATTER_PAGES;
+        final CUdeviceptr pinnedPage = n > 0 ? pinned.devicePage(index) : null;
+        return submit(stream, lists, 0, idx -> {
+            if (n > 0) {
+                enqueue(fn, name, blocks((long) n * dl.planes()), 256, listParams(idx, n, Pointer.to(pinnedPage)), stream);
+            }
+        });
+    }
+
+    /**
+     * Submits {@link #checksums(int[], int, ChecksumKeys, int[], int)} as one launch on the caller's stream and returns at
+     * once; the results land in the batch's device buffer and are copied back once, by {@link ChecksumBatch#await()}.
+     *
+     * @param stream a stream of this storage's (primary) context, or {@code null} for the legacy default stream
+     * @return the batch: poll, wait for the checksums, then close it
+     */
+    public ChecksumBatch submitChecksums(int[] slots, int off, ChecksumKeys keys, CUstream stream) {
+        ensureOpen();
+        final int n = checkKeys(slots, off, keys);
+        // batch buffer: [keys 16·n][slots 4·n] then, at a 16-byte boundary, [results 4·n]
+        final ByteBuffer lists = direct(20L * n);
+        lists.put(keys.buffer()).asIntBuffer().put(slots, off, n);
+        final long results = align16(lists.capacity());
+        final DeviceBatch batch = submit(stream, lists, 4L * n, buf -> {
+            if (n > 0) {
+                enqueue(checksumFn, Kernels.PAGE_CHECKSUMS, blocks(n), checksumThreads(),
+                    checksumParams(buf, buf.withByteOffset((long) ChecksumKeys.BYTES * n), n, buf.withByteOffset(results)), stream);
+            }
+        });
+        return new ChecksumBatch(batch, results, n);
+    }
+
+    private static ByteBuffer direct(long bytes) {
+        return ByteBuffer.allocateDirect(Math.toIntExact(bytes)).order(ByteOrder.nativeOrder());
+    }
+
+    private static long align16(long bytes) {
+        return (bytes + 15) & ~15L;
+    }
+
+    /**
+     * The one way a batch goes onto a caller's stream (every {@code submit*} method): a device buffer of the batch's
+     * own holding {@code lists} (uploaded with {@code cuMemcpyHtoDAsync} from pageable memory, which the driver
+     * stages before returning, so the Java buffer may go) and then, at a 16-byte boundary, {@code resultBytes}; the
+     * batch's work, which {@code work} enqueues given that buffer ({@code null} when the batch needs none); and the
+     * completion event. On failure everything is released (after waiting for the stream) and the exception thrown.
+     */
+    private DeviceBatch submit(CUstream stream, ByteBuffer lists, long resultBytes, Consumer<CUdeviceptr> work) {
+        current();
+        final long bytes = align16(lists.capacity()) + resultBytes;
+        final CUdeviceptr buf = bytes == 0 ? null : new CUdeviceptr();
+        if (buf != null) {
+            CudaException.check(JCudaDriver.cuMemAlloc(buf, bytes), "cuMemAlloc(" + bytes + " bytes of batch lists)");
+        }
+        final CUevent done = new CUevent();
+        boolean event = false;
+        try {
+            CudaException.check(JCudaDriver.cuEventCreate(done, CUevent_flags.CU_EVENT_DISABLE_TIMING), "cuEventCreate");
+            event = true;
+            if (lists.capacity() > 0) {
+                CudaException.check(JCudaDriver.cuMemcpyHtoDAsync(buf, Pointer.to(lists.clear()), lists.capacity(), stream),
+                    "cuMemcpyHtoDAsync(" + lists.capacity() + " bytes of batch lists)");
+            }
+            work.accept(buf);
             CudaException.check(JCudaDriver.cuEventRecord(done, stream), "cuEventRecord");
         } catch (RuntimeException e) {
             JCudaDriver.cuStreamSynchronize(stream);
-            JCudaDriver.cuEventDestroy(done);
-            JCudaDriver.cuMemFree(idx);
+            if (event) {
+                JCudaDriver.cuEventDestroy(done);
+            }
+            if (buf != null) {
+                JCudaDriver.cuMemFree(buf);
+            }
             throw e;
         }
-        return new DeviceBatch(context, idx, done);
+        return new DeviceBatch(context, buf, done);
     }
 
     /** Waits until all work queued on the primary context (e.g. by {@link #copyPagesAsync}) is done ({@code cuCtxSynchronize}). */
@@ -409,6 +708,10 @@ public final class DevicePageStorage implements PageStorage {
         }
         closed = true;
         current();
+        if (ownStream != null) {
+            JCudaDriver.cuStreamSynchronize(ownStream);
+            JCudaDriver.cuStreamDestroy(ownStream);
+        }
         JCudaDriver.cuModuleUnload(module);
         JCudaDriver.cuMemFree(scratch);
         JCudaDriver.cuMemFree(arena);

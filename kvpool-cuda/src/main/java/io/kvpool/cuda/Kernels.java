@@ -63,6 +63,17 @@ import java.util.Properties;
  *       same answer as {@link io.kvpool.storage.HostPageStorage#firstCanaryToken}. One block per
  *       page (grid-stride over pages); the block's threads test the (token, plane) vectors and
  *       {@code atomicMin} a matching token into a shared int that the block initialises per page.</li>
+ *   <li>{@value #PAGE_CHECKSUMS}{@code (const int* pages, const unsigned char* keys, int n,
+ *       const unsigned char* arena, long long planeBytes, int planes, long long pageStride,
+ *       long long tokenVectorBytes, int tokensPerPage, unsigned int* out)}: {@code out[i]} = the
+ *       position-keyed checksum {@link io.kvpool.transfer.KvChecksum} of page {@code pages[i]} under the
+ *       16-byte key at {@code keys + 16 i} ({@link ChecksumKeys}: the checksum's first input bytes, whose
+ *       last four are the valid tokens {@code v}): CRC32C of the key and then, plane by plane in host order,
+ *       the page's first {@code v · tokenVectorBytes} bytes of that plane. A key with {@code v} outside
+ *       {@code [1, tokensPerPage]} gives 0 and reads nothing. One block per page (grid-stride over pages);
+ *       each thread hashes one range of the page (table-driven slicing-by-8, tables in shared memory) and
+ *       the partial CRCs are combined by multiplying each by {@code x^(8 · bytes after it)} mod the
+ *       polynomial and xoring; the derivation is drawn in the {@code .cu}.</li>
  * </ul>
  */
 public final class Kernels {
@@ -83,9 +94,12 @@ public final class Kernels {
     /** Batched search for the first canary token vector of each page. */
     public static final String FIRST_CANARY_TOKEN = "kvpool_first_canary_token";
 
+    /** Batched position-keyed page checksums ({@link io.kvpool.transfer.KvChecksum}). */
+    public static final String PAGE_CHECKSUMS = "kvpool_page_checksums";
+
     /** Every kernel name, in the order the properties file lists them. */
     public static final List<String> NAMES =
-            List.of(COPY_PAGES, GATHER_PAGES, SCATTER_PAGES, FILL_PAGES, FIRST_CANARY_TOKEN);
+            List.of(COPY_PAGES, GATHER_PAGES, SCATTER_PAGES, FILL_PAGES, FIRST_CANARY_TOKEN, PAGE_CHECKSUMS);
 
     private Kernels() {
     }

@@ -79,6 +79,13 @@ public final class PinnedPageBuffer implements AutoCloseable {
         return device.withByteOffset(i * layout.bytesPerPage());
     }
 
+    /** @return the host address of page {@code i}'s first byte (for {@code cuMemcpyBatchAsync}, which takes unified addresses) */
+    long hostAddress(int i) {
+        ensureOpen();
+        Objects.checkIndex(i, pages);
+        return host.address() + i * layout.bytesPerPage();
+    }
+
     private void ensureOpen() {
         if (closed) {
             throw new IllegalStateException("pinned page buffer is closed");

@@ -62,6 +62,7 @@ public final class TransferReceiver extends TransferEndpoint {
     private final long completionTimeoutNanos;
     private final long drainTimeoutNanos;
     private final boolean checksums;
+    private final PageChecksums checksummer;
     private final boolean tearDownOnTimeout;
     private final Set<TransferSafeguard> disabled;
     private final IncomingTransfer[] slots;
@@ -82,9 +83,10 @@ public final class TransferReceiver extends TransferEndpoint {
         this.completionTimeoutNanos = b.completionTimeout.toNanos();
         this.drainTimeoutNanos = b.drainTimeout.toNanos();
         this.checksums = b.checksums;
-        if (checksums && !pool.storage().isHostAccessible()) {
-            throw new IllegalArgumentException("checksums are verified on host memory and " + pool.storage()
-                + " is not host-accessible; build with checksums(false) until a device checksum kernel exists (issue #4)");
+        this.checksummer = b.checksummer;
+        if (checksums && !checksummer.supports(pool.storage())) {
+            throw new IllegalArgumentException("checksums are verified by " + checksummer + ", which cannot read " + pool.storage()
+                + "; build with checksums(PageChecksums) that can (kvpool-cuda's DeviceChecksums for device pools) or checksums(false)");
         }
         this.tearDownOnTimeout = b.tearDownOnTimeout;
         this.disabled = b.disabled.isEmpty() ? Set.of() : Set.copyOf(b.disabled);
@@ -97,7 +99,7 @@ public final class TransferReceiver extends TransferEndpoint {
     }
 
     /**
-     * @param pool     the decode pool the KV is received into (host-accessible storage for checksums)
+     * @param pool     the decode pool the KV is received into (host-accessible storage for the default checksums)
      * @param identity this side's identity; its layout fingerprint must be the pool's
      * @return a builder
      */
@@ -435,11 +437,12 @@ public final class TransferReceiver extends TransferEndpoint {
                 fail(t, FailureReason.BAD_COMPLETION, "a sender sent no checksums and this receiver requires them", now);
                 return;
             }
+            final int[] got = new int[t.handles.length];
+            checksummer.compute(pool, t.handles, 0, t.handles.length, t.requestId, t.expectedTokens, got);
             for (int i = 0; i < t.handles.length; i++) {
-                final int got = KvChecksum.of(layout, pool.page(t.handles[i]), t.requestId, i, t.expectedTokens);
-                if (got != t.checksums[i]) {
+                if (got[i] != t.checksums[i]) {
                     fail(t, FailureReason.CHECKSUM_MISMATCH, "page " + i + " of " + t.handles.length + ": checksum 0x"
-                        + Integer.toHexString(got) + " received, sender's 0x" + Integer.toHexString(t.checksums[i]), now);
+                        + Integer.toHexString(got[i]) + " received, sender's 0x" + Integer.toHexString(t.checksums[i]), now);
                     return;
                 }
             }
@@ -812,6 +815,7 @@ public final class TransferReceiver extends TransferEndpoint {
         private Duration completionTimeout = Duration.ofSeconds(30);
         private Duration drainTimeout = Duration.ofSeconds(30);
         private boolean checksums = true;
+        private PageChecksums checksummer = PageChecksums.HOST;
         private boolean tearDownOnTimeout = true;
         private int maxTransfers = 1024;
         private final EnumSet<TransferSafeguard> disabled = EnumSet.noneOf(TransferSafeguard.class);
@@ -842,6 +846,16 @@ public final class TransferReceiver extends TransferEndpoint {
         /** Whether commits require matching checksums (default true; senders must then send them). */
         public Builder checksums(boolean on) {
             this.checksums = on;
+            return this;
+        }
+
+        /**
+         * Commits require matching checksums, computed by {@code how} (default {@link PageChecksums#HOST}, which needs
+         * host-accessible storage; a device pool passes kvpool-cuda's {@code DeviceChecksums}). Switches checksums on.
+         */
+        public Builder checksums(PageChecksums how) {
+            this.checksummer = Objects.requireNonNull(how, "how");
+            this.checksums = true;
             return this;
         }
 

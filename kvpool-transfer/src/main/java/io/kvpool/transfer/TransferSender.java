@@ -49,6 +49,7 @@ public final class TransferSender extends TransferEndpoint {
     private final KvLayout layout;
     private final int maxPagesInFlight;
     private final boolean checksums;
+    private final PageChecksums checksummer;
     private final long drainDeadlineNanos;
     private final long descriptorTimeoutNanos;
     private final Long2ObjectHashMap<OutgoingTransfer> offers = new Long2ObjectHashMap<>();
@@ -122,9 +123,10 @@ public final class TransferSender extends TransferEndpoint {
         }
         this.maxPagesInFlight = b.maxPagesInFlight;
         this.checksums = b.checksums;
-        if (checksums && !pool.storage().isHostAccessible()) {
-            throw new IllegalArgumentException("checksums are computed on host memory and " + pool.storage()
-                + " is not host-accessible; build with checksums(false) until a device checksum kernel exists (issue #4)");
+        this.checksummer = b.checksummer;
+        if (checksums && !checksummer.supports(pool.storage())) {
+            throw new IllegalArgumentException("checksums are computed by " + checksummer + ", which cannot read " + pool.storage()
+                + "; build with checksums(PageChecksums) that can (kvpool-cuda's DeviceChecksums for device pools) or checksums(false)");
         }
         this.drainDeadlineNanos = b.drainDeadline.toNanos();
         this.descriptorTimeoutNanos = b.descriptorTimeout.toNanos();
@@ -477,9 +479,7 @@ public final class TransferSender extends TransferEndpoint {
         int[] cs = null;
         if (checksums) {
             cs = new int[end - t.firstPage];
-            for (int p = t.firstPage; p < end; p++) {
-                cs[p - t.firstPage] = KvChecksum.of(layout, pool.page(t.sourceHandles[p]), t.requestId, p, t.tokenCount);
-            }
+            checksummer.compute(pool, t.sourceHandles, t.firstPage, end, t.requestId, t.tokenCount, cs);
         }
         // the transfer is over before the send: a send that fails takes the peer down re-entrantly, and
         // that must find nothing left to fail (every write was flushed: an ABORT later gets the truth)
@@ -647,6 +647,7 @@ public final class TransferSender extends TransferEndpoint {
         private NanoClock clock = NanoClock.SYSTEM;
         private int maxPagesInFlight = 64;
         private boolean checksums = true;
+        private PageChecksums checksummer = PageChecksums.HOST;
         private Duration drainDeadline = Duration.ofSeconds(10);
         private Duration descriptorTimeout = Duration.ofSeconds(60);
 
@@ -673,6 +674,16 @@ public final class TransferSender extends TransferEndpoint {
         /** Whether completions carry checksums (default true; receivers require them by default). */
         public Builder checksums(boolean on) {
             this.checksums = on;
+            return this;
+        }
+
+        /**
+         * Completions carry checksums computed by {@code how} (default {@link PageChecksums#HOST}, which needs
+         * host-accessible storage; a device pool passes kvpool-cuda's {@code DeviceChecksums}). Switches checksums on.
+         */
+        public Builder checksums(PageChecksums how) {
+            this.checksummer = Objects.requireNonNull(how, "how");
+            this.checksums = true;
             return this;
         }
 

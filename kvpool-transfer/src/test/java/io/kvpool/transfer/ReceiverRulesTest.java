@@ -60,11 +60,16 @@ class ReceiverRulesTest {
 
     /** The one-sided writes of a sender: request REQ's KV into the registered slots, pages [from, to). */
     static int[] deliver(KvPool pool, ScriptedLink link, int registration, int firstPage, int tokens) {
+        return deliver(pool.storage(), link, registration, firstPage, tokens);
+    }
+
+    /** {@link #deliver(KvPool, ScriptedLink, int, int, int)} into the pages of a host-accessible storage. */
+    static int[] deliver(io.kvpool.storage.PageStorage storage, ScriptedLink link, int registration, int firstPage, int tokens) {
         final int[] slots = link.registrations.get(registration).slots;
         final int tpp = Kv.LAYOUT.tokensPerPage();
         final int[] checksums = new int[slots.length];
         for (int i = 0; i < slots.length; i++) {
-            final MemorySegment page = pool.storage().hostPage(slots[i]);
+            final MemorySegment page = storage.hostPage(slots[i]);
             final int p = firstPage + i;
             for (int t = p * tpp; t < Math.min(tokens, (p + 1) * tpp); t++) {
                 for (int layer = 0; layer < Kv.LAYOUT.layers(); layer++) {
