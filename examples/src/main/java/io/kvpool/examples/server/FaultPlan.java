@@ -9,8 +9,9 @@ package io.kvpool.examples.server;
  *   <li>delayed (45 %): held 1–20 ms before it is posted, and everything behind it on the link with it;</li>
  *   <li>or the link is dropped (10 %): the batch is refused and the link fails; prefill reconnects.</li>
  * </ul>
- * Decisions come from a {@link java.util.SplittableRandom} seeded with {@code seed}, drawn on the link's
- * owner thread, so one link's sequence of decisions is reproducible.
+ * Decisions come from a {@link java.util.SplittableRandom} seeded with {@code seed} and the link's number
+ * (a reconnected link draws a new sequence), drawn on the link's owner thread, so each link's sequence of
+ * decisions is reproducible.
  *
  * @param rate probability per batch, 0..1
  * @param seed the random seed

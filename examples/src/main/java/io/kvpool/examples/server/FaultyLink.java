@@ -70,13 +70,14 @@ final class FaultyLink implements PeerLink {
      * @param grants the grants shared with the decode role's links, or {@code null} when it is another process
      * @param faults what to inject ({@link FaultPlan#NONE} for nothing)
      * @param gate   the test hook, or {@code null}
+     * @param linkNumber which link of this role this is (0 first); mixed into the seed
      */
-    FaultyLink(PeerLink delegate, LocalGrants grants, FaultPlan faults, LinkGate gate) {
+    FaultyLink(PeerLink delegate, LocalGrants grants, FaultPlan faults, LinkGate gate, int linkNumber) {
         this.delegate = Objects.requireNonNull(delegate, "delegate");
         this.grants = grants;
         this.faults = Objects.requireNonNull(faults, "faults");
         this.gate = gate;
-        this.random = new SplittableRandom(faults.seed());
+        this.random = new SplittableRandom(faults.seed() * 0x9E3779B97F4A7C15L + linkNumber); // each reconnected link draws anew
     }
 
     /** @return faults injected so far on this link */
@@ -247,6 +248,9 @@ final class FaultyLink implements PeerLink {
 
     @Override
     public int poll(LinkListener listener, int limit) {
+        if (gate != null && gate.takeDrop()) {
+            drop("dropped by the test gate");
+        }
         release();
         int n = 0;
         while (n < limit && !events.isEmpty()) {

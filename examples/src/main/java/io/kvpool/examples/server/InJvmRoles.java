@@ -98,8 +98,9 @@ public final class InJvmRoles implements Roles {
                 () -> deleteQuietly(cleanupDir, socket, poolFile));
             final TransferSender sender = TransferSender.builder(prefillPool, identity)
                 .drainDeadline(cfg.transferTimeout()).descriptorTimeout(cfg.transferTimeout()).build();
+            final java.util.concurrent.atomic.AtomicInteger linkNumber = new java.util.concurrent.atomic.AtomicInteger();
             final PrefillRole prefill = new PrefillRole(prefillPool, sender,
-                () -> new FaultyLink(ShmTransport.connect(socket), grants, cfg.faults(), cfg.gate()),
+                () -> new FaultyLink(ShmTransport.connect(socket), grants, cfg.faults(), cfg.gate(), linkNumber.getAndIncrement()),
                 cfg.reconnectDelay(), cfg.transferTimeout());
             final InJvmRoles roles = new InJvmRoles(prefill, decode);
             roles.awaitLinked(linkTimeout);

@@ -6,12 +6,14 @@ import java.time.Duration;
  * <b>Test hook.</b> Holds the prefill side's page writes while closed: a write posted through a closed
  * gate (and everything behind it on the link) stays queued in {@link FaultyLink}, in flight from the
  * sender's point of view, until the gate opens. Lets a test make a client disconnect land in the middle of
- * a transfer deterministically, without sleeps. Thread-safe.
+ * a transfer deterministically, without sleeps. {@link #dropLink()} makes the link fail on its next poll.
+ * Thread-safe.
  */
 public final class LinkGate {
 
     private boolean closed;
     private long held;
+    private boolean drop;
 
     /** @return a gate, closed if {@code closed} */
     public static LinkGate create(boolean closed) {
@@ -56,6 +58,18 @@ public final class LinkGate {
             wait(Math.max(1, left / 1_000_000));
         }
         return true;
+    }
+
+    /** Makes the prefill side's current link fail on its next poll, as if the connection broke. */
+    public synchronized void dropLink() {
+        drop = true;
+    }
+
+    /** @return whether a drop was asked for since the last call */
+    synchronized boolean takeDrop() {
+        final boolean d = drop;
+        drop = false;
+        return d;
     }
 
     synchronized void noteHeld(int writes) {
