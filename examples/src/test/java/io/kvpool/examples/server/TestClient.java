@@ -108,15 +108,19 @@ final class TestClient {
         return s;
     }
 
-    /** Reads from a raw connection until {@code marker} appeared (or fails after the socket's timeout). */
-    static String readUntil(Socket s, String marker) throws IOException {
+    /**
+     * Reads from a raw connection until one of the markers appeared (or fails after the socket's timeout).
+     *
+     * @return everything read
+     */
+    static String readUntil(Socket s, String... markers) throws IOException {
         final InputStream in = s.getInputStream();
         final StringBuilder sb = new StringBuilder();
         final byte[] buf = new byte[4096];
-        while (!sb.toString().contains(marker)) {
+        while (java.util.Arrays.stream(markers).noneMatch(m -> sb.toString().contains(m))) {
             final int n = in.read(buf);
             if (n < 0) {
-                throw new IOException("connection closed before '" + marker + "'; got: " + sb);
+                throw new IOException("connection closed before " + java.util.Arrays.toString(markers) + "; got: " + sb);
             }
             sb.append(new String(buf, 0, n, StandardCharsets.UTF_8));
         }
