@@ -226,7 +226,7 @@ public final class KvServer implements AutoCloseable {
                 notFound(ex);
                 return;
             }
-            if (!ex.getRequestMethod().equals("GET") && !ex.getRequestMethod().equals("HEAD")) {
+            if (!ex.getRequestMethod().equals("GET")) {
                 ex.getResponseHeaders().set("Allow", "GET");
                 Http.sendError(ex, json, ApiError.of(405, "method_not_allowed", "method_not_allowed",
                     ex.getRequestMethod() + " /metrics is not allowed; use GET"));

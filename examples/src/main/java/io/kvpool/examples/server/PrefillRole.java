@@ -48,6 +48,7 @@ final class PrefillRole implements PrefillService {
     private int peer = -1;
     private long connectAt;
     private long connectedAt;
+    private long injectedSeen; // faults the current link had injected when last counted
 
     // ---- any thread ----
     private volatile int active;
@@ -196,8 +197,6 @@ final class PrefillRole implements PrefillService {
         }
         return 1;
     }
-
-    private long injectedSeen;
 
     /** On the duty thread, when it stops: abort what is in flight, collect the writes' terminal states, close. */
     private void shutdown() {
