@@ -448,16 +448,19 @@ public final class ServerConfig {
         private Builder() {
         }
 
+        /** Sets {@link ServerConfig#host()}. */
         public Builder host(String host) {
             this.host = host;
             return this;
         }
 
+        /** Sets {@link ServerConfig#port()}. */
         public Builder port(int port) {
             this.port = port;
             return this;
         }
 
+        /** Sets {@link ServerConfig#contextTokens()}. */
         public Builder contextTokens(long tokens) {
             this.contextTokens = tokens;
             return this;
@@ -470,66 +473,79 @@ public final class ServerConfig {
             return this;
         }
 
+        /** Sets {@link ServerConfig#prefillPages()}. */
         public Builder prefillPages(int pages) {
             this.prefillPages = pages;
             return this;
         }
 
+        /** Sets {@link ServerConfig#decodePages()}. */
         public Builder decodePages(int pages) {
             this.decodePages = pages;
             return this;
         }
 
+        /** Sets {@link ServerConfig#layout()}. */
         public Builder tokensPerPage(int n) {
             this.tokensPerPage = n;
             return this;
         }
 
+        /** Sets {@link ServerConfig#layout()}. */
         public Builder layers(int n) {
             this.layers = n;
             return this;
         }
 
+        /** Sets {@link ServerConfig#layout()}. */
         public Builder kvHeads(int n) {
             this.kvHeads = n;
             return this;
         }
 
+        /** Sets {@link ServerConfig#layout()}. */
         public Builder headDim(int n) {
             this.headDim = n;
             return this;
         }
 
+        /** Sets {@link ServerConfig#maxBodyBytes()}. */
         public Builder maxBodyBytes(int n) {
             this.maxBodyBytes = n;
             return this;
         }
 
+        /** Sets {@link ServerConfig#requestTimeout()}. */
         public Builder requestTimeout(Duration d) {
             this.requestTimeout = d;
             return this;
         }
 
+        /** Sets {@link ServerConfig#tokenDelay()}. */
         public Builder tokenDelay(Duration d) {
             this.tokenDelay = d;
             return this;
         }
 
+        /** Sets {@link ServerConfig#heartbeat()}. */
         public Builder heartbeat(Duration d) {
             this.heartbeat = d;
             return this;
         }
 
+        /** Sets {@link ServerConfig#transferTimeout()}. */
         public Builder transferTimeout(Duration d) {
             this.transferTimeout = d;
             return this;
         }
 
+        /** Sets {@link ServerConfig#reconnectDelay()}. */
         public Builder reconnectDelay(Duration d) {
             this.reconnectDelay = d;
             return this;
         }
 
+        /** Sets {@link ServerConfig#device()}. */
         public Builder device(Device d) {
             this.device = d;
             return this;
@@ -553,6 +569,7 @@ public final class ServerConfig {
             return this;
         }
 
+        /** Sets {@link ServerConfig#faults()}. */
         public Builder faults(FaultPlan f) {
             this.faults = f;
             return this;
@@ -564,6 +581,7 @@ public final class ServerConfig {
             return this;
         }
 
+        /** Sets {@link ServerConfig#workDir()}. */
         public Builder workDir(Path dir) {
             this.workDir = dir;
             return this;

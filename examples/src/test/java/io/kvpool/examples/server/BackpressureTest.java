@@ -25,7 +25,7 @@ class BackpressureTest {
     @Test
     void aRequestThatFitsButNotNowGets429WithTheNumbersAndRetryAfter() throws Exception {
         final LinkGate gate = LinkGate.create(true);
-        try (KvServer server = KvServer.start(ServerTests.small().prefillPages(40).gate(gate).build())) {
+        try (KvServer server = KvServer.start(ServerTests.held(gate).prefillPages(40).build())) {
             final TestClient client = new TestClient(server);
             final String first = words("a", 400); // 400 tokens: 25 of the prefill pool's 40 pages
             final CompletableFuture<HttpResponse<String>> held = HttpClient.newHttpClient().sendAsync(
@@ -58,7 +58,7 @@ class BackpressureTest {
     @Test
     void withoutALinkTheDecodeSideAnswers503AndNothingIsLeftBehind() throws Exception {
         final LinkGate gate = LinkGate.create(false);
-        try (KvServer server = KvServer.start(ServerTests.small().gate(gate).reconnectDelay(Duration.ofHours(1)).build())) {
+        try (KvServer server = KvServer.start(ServerTests.held(gate).reconnectDelay(Duration.ofHours(1)).build())) {
             final TestClient client = new TestClient(server);
             assertEquals(200, client.complete("alice", "before the link drops", 2, false).status());
             gate.dropLink();

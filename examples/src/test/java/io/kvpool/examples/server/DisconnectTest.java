@@ -26,7 +26,7 @@ class DisconnectTest {
     @Test
     void aClientGoneMidTransferAbortsBothRolesAndTheDecodePagesDrainBeforeTheyAreFree() throws Exception {
         final LinkGate gate = LinkGate.create(true);
-        try (KvServer server = KvServer.start(ServerTests.small().gate(gate).build())) {
+        try (KvServer server = KvServer.start(ServerTests.held(gate).build())) {
             final TestClient client = new TestClient(server);
             final String prompt = BackpressureTest.words("w", 100); // 100 tokens: 7 pages
             try (Socket s = client.openRaw("alice", prompt, 4, true)) {
@@ -83,7 +83,7 @@ class DisconnectTest {
         // The JDK's HTTP server cannot see a closed connection until it writes; a non-streamed response
         // writes once, at the end. The request runs to completion and every page is returned.
         final LinkGate gate = LinkGate.create(true);
-        try (KvServer server = KvServer.start(ServerTests.small().gate(gate).build())) {
+        try (KvServer server = KvServer.start(ServerTests.held(gate).build())) {
             final TestClient client = new TestClient(server);
             try (Socket s = client.openRaw("carol", BackpressureTest.words("c", 40), 3, false)) {
                 assertTrue(gate.awaitHeld(3, Duration.ofSeconds(10)));

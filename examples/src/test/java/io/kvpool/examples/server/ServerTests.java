@@ -14,11 +14,22 @@ final class ServerTests {
     private ServerTests() {
     }
 
+    /**
+     * Transfer deadlines for tests that hold a transfer's writes with a {@link LinkGate}: long enough that no
+     * deadline, however loaded the machine, ends the transfer before the test lets it go.
+     */
+    static final Duration HELD = Duration.ofSeconds(60);
+
     /** Small pools, no token delay, quick heartbeats, an ephemeral port. */
     static ServerConfig.Builder small() {
         return ServerConfig.builder().port(0).contextTokens(512).prefillPages(64).decodePages(128).tokensPerPage(16)
             .tokenDelay(Duration.ZERO).heartbeat(Duration.ofMillis(20)).transferTimeout(Duration.ofSeconds(5))
             .requestTimeout(Duration.ofSeconds(10)).reconnectDelay(Duration.ofMillis(20));
+    }
+
+    /** {@link #small()} with a gate on prefill's writes and {@link #HELD} deadlines. */
+    static ServerConfig.Builder held(LinkGate gate) {
+        return small().gate(gate).transferTimeout(HELD).requestTimeout(HELD);
     }
 
     /**
