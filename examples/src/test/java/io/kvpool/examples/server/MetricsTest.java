@@ -64,6 +64,14 @@ class MetricsTest {
             assertEquals(15, m.get("kvpool_role_events_total{role=\"decode\",event=\"generated_tokens\"}"));
             assertTrue(m.get("kvpool_sender_writes_posted_total") >= 5);
             assertTrue(m.keySet().stream().noneMatch(k -> k.startsWith("kvpool_unsafe_switch{")), "no unsafe switch is on");
+
+            // what the live page is fed: both pools' maps and the counters
+            final var live = server.liveState();
+            assertEquals(java.util.List.of("prefill", "decode"), live.pools().stream().map(p -> p.role()).toList());
+            assertEquals("F".repeat(64), live.pools().get(0).pages());
+            assertEquals("F".repeat(128), live.pools().get(1).pages());
+            assertEquals(5, live.counters().get("completed"));
+            assertEquals(5, live.counters().get("decode_transfers_committed"));
         }
     }
 }
