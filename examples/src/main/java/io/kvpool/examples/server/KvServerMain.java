@@ -52,6 +52,7 @@ public final class KvServerMain {
     private static void usage(PrintStream out, Map<String, Subcommand> commands) {
         out.println("usage: KvServerMain [subcommand] [options]   (./dev example [subcommand] [options])");
         commands.forEach((name, c) -> out.printf("  %-8s %s%n", name, c.summary()));
-        out.println("'serve' is the default; '<subcommand> --help' lists its options.");
+        out.println("'serve' is the default; '<subcommand> --help' lists a subcommand's options. serve's:");
+        out.print(ServerConfig.usage());
     }
 }
