@@ -17,9 +17,9 @@ import java.lang.foreign.ValueLayout;
  * A guided tour of a kvpool pool on host memory: startup check, admission, writing KV, prefix sharing
  * between requests of one tenant (and not across tenants), a fork with copy-on-write, a receive that is
  * aborted and drained, a stale handle refused, and the pool's accounting after each step.
- * Issue #5 replaces this with a disaggregated server.
+ * The disaggregated example server ({@code ./dev example}) is {@link io.kvpool.examples.server.KvServerMain}.
  *
- * <p>Run with {@code ./dev example}.
+ * <p>Run with {@code ./dev mvn -q exec:java -pl examples -Dexec.mainClass=io.kvpool.examples.Demo}.
  */
 public final class Demo {
 

@@ -1,0 +1,369 @@
+package io.kvpool.examples.server;
+
+import io.kvpool.Admission;
+import io.kvpool.KvPool;
+import io.kvpool.Sequence;
+import io.kvpool.examples.ui.PoolView;
+import io.kvpool.transfer.FailureReason;
+import io.kvpool.transfer.IncomingTransfer;
+import io.kvpool.transfer.TransferReceiver;
+import io.kvpool.transfer.shm.ShmLink;
+import io.kvpool.transfer.shm.ShmListener;
+
+import java.io.IOException;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.Objects;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.ExecutionException;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.TimeoutException;
+import java.util.concurrent.atomic.AtomicInteger;
+import java.util.concurrent.atomic.AtomicReference;
+import java.util.concurrent.atomic.LongAdder;
+
+/**
+ * The decode role in this JVM: its own pool (in a mapped file, which the shared-memory transport lets
+ * prefill write), a {@link TransferReceiver} on its own {@link DutyCycle} accepting prefill's links from
+ * a {@link ShmListener}, and the echo model's decode, run on the calling router thread once the KV
+ * committed.
+ *
+ * <pre>
+ *   router thread:  start() ──submit──▶ duty: receiver.start (admission, pin, DESCRIPTOR) → admission future
+ *                   abort()  ──submit──▶ duty: receiver.abort (pages DRAINING → drain handshake)
+ *   duty thread:    accept links · receiver.doWork() · COMMITTED → sequence handed over / failed → outcome
+ *   router thread:  generate(): read every page of the block table, rebuild the prompt, append tokens
+ * </pre>
+ * A committed sequence goes to exactly one owner: {@link DecodeCall#generate} or an abort, whichever takes
+ * it first (an atomic hand-over); the owner closes it.
+ */
+final class DecodeRole implements DecodeService {
+
+    static final String ROLE = "decode";
+    private static final System.Logger LOG = System.getLogger("io.kvpool.examples.server");
+
+    private final KvPool pool;
+    private final TransferReceiver receiver;
+    private final ShmListener listener;
+    private final LocalGrants grants;
+    private final Duration tokenDelay;
+    private final Runnable cleanup;
+    private final DutyCycle duty;
+
+    // ---- duty thread only ----
+    private final List<Integer> senders = new ArrayList<>();
+    private final List<Call> receiving = new ArrayList<>();
+    private int senderPeer = -1;
+
+    // ---- any thread ----
+    private volatile boolean ready;
+    private volatile int activeTransfers;
+    private final AtomicInteger heldSequences = new AtomicInteger();
+    private final java.util.Set<Call> handedOver = java.util.concurrent.ConcurrentHashMap.newKeySet();
+    private final LongAdder admitted = new LongAdder();
+    private final LongAdder rejected = new LongAdder();
+    private final LongAdder committed = new LongAdder();
+    private final LongAdder failed = new LongAdder();
+    private final LongAdder abortRequests = new LongAdder();
+    private final LongAdder abortedTransfers = new LongAdder();
+    private final LongAdder releasedUnused = new LongAdder();
+    private final LongAdder generated = new LongAdder();
+    private final LongAdder links = new LongAdder();
+    private volatile boolean closed;
+
+    /**
+     * @param pool     the decode pool, on the listener's mapped storage (owned: closed with the role)
+     * @param receiver the engine, on {@code pool} (owned)
+     * @param listener where prefill's links arrive (owned)
+     * @param grants   grants shared with a prefill role in this JVM, or {@code null}
+     * @param cleanup  run after everything is closed (e.g. delete the work directory)
+     */
+    DecodeRole(KvPool pool, TransferReceiver receiver, ShmListener listener, LocalGrants grants, Duration tokenDelay, Runnable cleanup) {
+        this.pool = Objects.requireNonNull(pool, "pool");
+        this.receiver = Objects.requireNonNull(receiver, "receiver");
+        this.listener = Objects.requireNonNull(listener, "listener");
+        this.grants = grants;
+        this.tokenDelay = Objects.requireNonNull(tokenDelay, "tokenDelay");
+        this.cleanup = Objects.requireNonNull(cleanup, "cleanup");
+        this.duty = new DutyCycle("kvpool-decode", this::work, this::shutdown);
+    }
+
+    /** @return the decode pool (for accounting checks) */
+    KvPool pool() {
+        return pool;
+    }
+
+    /** @return the receiver's metrics (readable from any thread) */
+    io.kvpool.transfer.ReceiverMetrics metrics() {
+        return receiver.metrics();
+    }
+
+    @Override
+    public DecodeCall start(long requestId, String tenant, int promptTokens, int maxNewTokens) {
+        if (closed) {
+            throw new IllegalStateException("decode role is closed");
+        }
+        final Call c = new Call(requestId, tenant, promptTokens, maxNewTokens);
+        duty.submit(() -> begin(c));
+        return c;
+    }
+
+    @Override
+    public boolean ready() {
+        return ready;
+    }
+
+    // ---- duty thread ----
+
+    private void begin(Call c) {
+        try {
+            if (senderPeer < 0) {
+                c.reject(new Rejection(ROLE, Rejection.Reason.UNAVAILABLE, "decode: no prefill link is up; retry later",
+                    numbers(c, null)), "no prefill link is up");
+                return;
+            }
+            final IncomingTransfer t = receiver.start(c.requestId, c.promptTokens, c.maxNewTokens, senderPeer);
+            if (t.state() == IncomingTransfer.State.REJECTED) {
+                c.reject(rejection(c, t), t.message());
+                return;
+            }
+            c.transfer = t;
+            receiving.add(c);
+            admitted.increment();
+            c.admission.complete(DecodeCall.Admitted.YES);
+        } catch (RuntimeException e) {
+            c.admission.completeExceptionally(e);
+            c.outcome.completeExceptionally(e);
+        }
+    }
+
+    private Rejection rejection(Call c, IncomingTransfer t) {
+        final Admission.Decision d = t.admissionDecision();
+        final Rejection.Reason reason;
+        if (t.failure() == FailureReason.PEER_LOST) {
+            reason = Rejection.Reason.UNAVAILABLE;
+        } else if (d == Admission.Decision.REJECTED_CONTEXT_TOO_LONG) {
+            reason = Rejection.Reason.CONTEXT_TOO_LONG;
+        } else if (d == Admission.Decision.REJECTED_EXCEEDS_POOL) {
+            reason = Rejection.Reason.EXCEEDS_POOL;
+        } else {
+            reason = Rejection.Reason.RETRY_LATER; // pages or transfer slots taken now
+        }
+        return new Rejection(ROLE, reason, "decode pool: " + t.message(), numbers(c, t));
+    }
+
+    private Map<String, Long> numbers(Call c, IncomingTransfer t) {
+        final Map<String, Long> n = new LinkedHashMap<>();
+        final long requested = (long) c.promptTokens + c.maxNewTokens;
+        n.put("requested_tokens", requested);
+        n.put("max_context_tokens", pool.maxContextTokens());
+        n.put("pages_needed", pool.layout().pagesFor(requested));
+        n.put("pages_in_service", (long) pool.capacity());
+        return n;
+    }
+
+    private void onAbort(Call c, String why) {
+        abortRequests.increment();
+        final IncomingTransfer t = c.transfer;
+        if (t != null && t.state() == IncomingTransfer.State.RECEIVING && receiver.abort(t, why)) {
+            abortedTransfers.increment();
+        }
+        if (c.release()) {
+            releasedUnused.increment();
+        }
+    }
+
+    private int work() {
+        int n = 0;
+        for (ShmLink l; (l = listener.accept()) != null; n++) {
+            senders.add(receiver.addPeer(new GrantingLink(l, grants)));
+            links.increment();
+        }
+        n += receiver.doWork();
+        senderPeer = -1;
+        for (int i = senders.size() - 1; i >= 0; i--) {
+            if (receiver.peer(senders.get(i)).isUp()) {
+                senderPeer = senders.get(i);
+                break;
+            }
+        }
+        ready = senderPeer >= 0;
+        for (int i = receiving.size() - 1; i >= 0; i--) {
+            final Call c = receiving.get(i);
+            final IncomingTransfer t = c.transfer;
+            if (t.state() == IncomingTransfer.State.RECEIVING) {
+                continue;
+            }
+            receiving.remove(i);
+            n++;
+            if (t.state() == IncomingTransfer.State.COMMITTED) {
+                committed.increment();
+                heldSequences.incrementAndGet();
+                c.committed.set(t.sequence()); // handed over: generate() or an abort takes it
+                handedOver.add(c);
+                c.outcome.complete(DecodeCall.TransferOutcome.COMMITTED);
+            } else {
+                failed.increment();
+                c.outcome.complete(new DecodeCall.TransferOutcome(false, String.valueOf(t.failure()), t.message()));
+            }
+        }
+        activeTransfers = receiver.activeTransfers();
+        return n;
+    }
+
+    private void shutdown() {
+        try {
+            receiver.close(); // transfers still receiving fail; their pages stay held until proven
+            for (Call c : receiving) {
+                c.outcome.complete(new DecodeCall.TransferOutcome(false, FailureReason.ABORTED.name(), "decode role closed"));
+            }
+            receiving.clear();
+        } finally {
+            listener.close();
+            ready = false;
+        }
+    }
+
+    @Override
+    public RoleStatus status() {
+        final Map<String, Long> c = new LinkedHashMap<>();
+        c.put("admitted", admitted.sum());
+        c.put("rejected", rejected.sum());
+        c.put("transfers_committed", committed.sum());
+        c.put("transfers_failed", failed.sum());
+        c.put("abort_requests", abortRequests.sum());
+        c.put("aborted_transfers", abortedTransfers.sum());
+        c.put("released_unused", releasedUnused.sum());
+        c.put("generated_tokens", generated.sum());
+        c.put("links_accepted", links.sum());
+        final String prom = receiver.metrics().toPrometheus()
+            + "# TYPE kvpool_receiver_active_transfers gauge\nkvpool_receiver_active_transfers " + activeTransfers
+            + "\n# TYPE kvpool_decode_held_sequences gauge\nkvpool_decode_held_sequences " + heldSequences.get()
+            + "\n# TYPE kvpool_receiver_link_up gauge\nkvpool_receiver_link_up " + (ready ? 1 : 0) + "\n";
+        return new RoleStatus(ROLE, PoolView.of(ROLE, pool), c, prom);
+    }
+
+    @Override
+    public int activeTransfers() {
+        return activeTransfers + heldSequences.get();
+    }
+
+    @Override
+    public void close() {
+        if (closed) {
+            return;
+        }
+        closed = true;
+        duty.close();
+        for (Call c : handedOver) {
+            c.release(); // committed, never decoded
+        }
+        pool.close(); // reports pages still held (and keeps their memory) if any transfer is still draining
+        cleanup.run();
+    }
+
+    @Override
+    public String toString() {
+        return "DecodeRole[" + pool + ", " + activeTransfers + " receiving, " + heldSequences.get() + " decoding, "
+            + (ready ? "ready" : "no prefill link") + "]";
+    }
+
+    /** One request on the decode side. */
+    private final class Call implements DecodeCall {
+        final long requestId;
+        final String tenant;
+        final int promptTokens;
+        final int maxNewTokens;
+        final CompletableFuture<Admitted> admission = new CompletableFuture<>();
+        final CompletableFuture<TransferOutcome> outcome = new CompletableFuture<>();
+        final AtomicReference<Sequence> committed = new AtomicReference<>();
+        volatile boolean aborted;
+        IncomingTransfer transfer; // duty thread
+
+        Call(long requestId, String tenant, int promptTokens, int maxNewTokens) {
+            this.requestId = requestId;
+            this.tenant = tenant;
+            this.promptTokens = promptTokens;
+            this.maxNewTokens = maxNewTokens;
+        }
+
+        /** Closes the committed sequence if nobody took it. @return whether this call closed it */
+        boolean release() {
+            final Sequence s = committed.getAndSet(null);
+            if (s == null) {
+                return false;
+            }
+            handedOver.remove(this);
+            s.close();
+            heldSequences.decrementAndGet();
+            return true;
+        }
+
+        void reject(Rejection r, String message) {
+            rejected.increment();
+            admission.complete(new Admitted(false, r));
+            outcome.complete(new TransferOutcome(false, FailureReason.REJECTED.name(), message));
+        }
+
+        @Override
+        public Admitted awaitAdmission(Duration timeout) throws InterruptedException {
+            return await(admission, timeout);
+        }
+
+        @Override
+        public TransferOutcome awaitTransfer(Duration timeout) throws InterruptedException {
+            return await(outcome, timeout);
+        }
+
+        private <T> T await(CompletableFuture<T> f, Duration timeout) throws InterruptedException {
+            try {
+                return f.get(timeout.toNanos(), TimeUnit.NANOSECONDS);
+            } catch (TimeoutException e) {
+                return null;
+            } catch (ExecutionException e) {
+                throw new IllegalStateException("decode role failed request " + requestId + ": " + e.getCause(), e.getCause());
+            }
+        }
+
+        @Override
+        public Generation generate(int maxTokens, EchoDecoder.TokenSink sink) throws IOException, InterruptedException {
+            final Sequence seq = committed.getAndSet(null);
+            handedOver.remove(this);
+            if (seq == null) {
+                throw new IllegalStateException("request " + requestId + " has no committed KV to decode ("
+                    + (aborted ? "aborted" : "transfer " + outcome.getNow(null)) + ")");
+            }
+            try {
+                final EchoKv kv = new EchoKv(pool.layout());
+                final EchoDecoder.Reconstruction r = EchoDecoder.reconstruct(kv, seq, Math.min(promptTokens, seq.tokenCount()));
+                final String text = EchoDecoder.generate(kv, seq, maxTokens, tenant, tokenDelay, token -> {
+                    if (aborted) {
+                        throw new IOException("request " + requestId + " was aborted");
+                    }
+                    sink.token(token);
+                    generated.increment();
+                });
+                return new Generation(text, maxTokens, r);
+            } finally {
+                seq.close();
+                heldSequences.decrementAndGet();
+            }
+        }
+
+        @Override
+        public void abort(String why) {
+            if (aborted) {
+                return;
+            }
+            aborted = true;
+            try {
+                duty.submit(() -> onAbort(this, why));
+            } catch (IllegalStateException closedAlready) {
+                LOG.log(System.Logger.Level.DEBUG, "abort of request " + requestId + " after close: " + why);
+            }
+        }
+    }
+}

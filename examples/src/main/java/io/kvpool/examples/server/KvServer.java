@@ -1,0 +1,276 @@
+package io.kvpool.examples.server;
+
+import com.fasterxml.jackson.databind.ObjectMapper;
+import com.sun.net.httpserver.HttpExchange;
+import com.sun.net.httpserver.HttpServer;
+import io.kvpool.KvPool;
+import io.kvpool.examples.ui.LivePage;
+import io.kvpool.examples.ui.LiveState;
+
+import java.io.IOException;
+import java.io.UncheckedIOException;
+import java.net.InetSocketAddress;
+import java.net.URI;
+import java.time.Duration;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.Objects;
+import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Executors;
+import java.util.concurrent.atomic.AtomicBoolean;
+
+/**
+ * The example server: an HTTP front ({@link HttpServer}, the JDK's own, one virtual thread per request)
+ * over a {@link Router} and two roles — by default {@link InJvmRoles}: prefill and decode in this JVM,
+ * each with its own pool and transfer engine, KV moving between them through the transfer protocol.
+ *
+ * <h2>Endpoints</h2>
+ * <ul>
+ *   <li>{@code POST /v1/completions} — {@link CompletionsHandler}</li>
+ *   <li>{@code GET /metrics} — Prometheus text ({@link PrometheusText})</li>
+ *   <li>{@code GET /} and {@code GET /api/state} — the live page ({@link LivePage}), fed by {@link #liveState()}</li>
+ * </ul>
+ *
+ * <pre>{@code
+ * try (KvServer server = KvServer.start(ServerConfig.builder().port(0).build())) {
+ *     URI uri = server.baseUri();                      // http://127.0.0.1:<port>/
+ *     ...
+ *     server.awaitQuiescence(Duration.ofSeconds(5));   // nothing in flight, every transfer over
+ *     server.prefillPool().verifyAccounting();
+ * }
+ * }</pre>
+ */
+public final class KvServer implements AutoCloseable {
+
+    private static final System.Logger LOG = System.getLogger("io.kvpool.examples.server");
+    private static final AtomicBoolean LIVE_PAGE_WARNED = new AtomicBoolean();
+
+    static {
+        // The JDK server leaves Nagle's algorithm on unless told otherwise; with a response written as headers
+        // then body, Nagle and the client's delayed ACK add ~40 ms to every request. Read once, when the JDK's
+        // server configuration loads: so set before the first HttpServer of this JVM (an explicit -D wins).
+        if (System.getProperty("sun.net.httpserver.nodelay") == null) {
+            System.setProperty("sun.net.httpserver.nodelay", "true");
+        }
+    }
+
+    private final ServerConfig config;
+    private final Roles roles;
+    private final Router router;
+    private final HttpServer http;
+    private final ExecutorService executor;
+    private final ObjectMapper json = new ObjectMapper();
+    private final CountDownLatch closedLatch = new CountDownLatch(1);
+    private boolean closed;
+
+    private KvServer(ServerConfig config, Roles roles) throws IOException {
+        this.config = config;
+        this.roles = roles;
+        this.router = new Router(config, roles.prefill(), roles.decode());
+        this.http = HttpServer.create(new InetSocketAddress(config.host(), config.port()), 256);
+        this.executor = Executors.newVirtualThreadPerTaskExecutor();
+        http.setExecutor(executor);
+        http.createContext(CompletionsHandler.PATH, new CompletionsHandler(router, json, config.maxBodyBytes()));
+        http.createContext("/v1/", this::notFound);
+        http.createContext("/metrics", this::metrics);
+        try {
+            LivePage.mount(http, this::liveState);
+        } catch (UnsupportedOperationException e) {
+            // TODO(#5): remove once the live page is merged
+            if (LIVE_PAGE_WARNED.compareAndSet(false, true)) {
+                LOG.log(System.Logger.Level.WARNING, "live page not available: " + e.getMessage());
+            }
+        }
+        http.start();
+    }
+
+    /**
+     * Starts the server with both roles in this JVM ({@link InJvmRoles}).
+     *
+     * @throws io.kvpool.PoolCapacityException if a pool cannot hold the advertised context (names both numbers)
+     * @throws IllegalArgumentException        for a configuration this build cannot run
+     * @throws UncheckedIOException            if the port cannot be bound
+     */
+    public static KvServer start(ServerConfig config) {
+        return start(config, InJvmRoles.start(config, Duration.ofSeconds(10)));
+    }
+
+    /**
+     * Starts the HTTP front over the given roles (which the server then owns and closes).
+     *
+     * @throws UncheckedIOException if the port cannot be bound (the roles are closed then)
+     */
+    public static KvServer start(ServerConfig config, Roles roles) {
+        Objects.requireNonNull(config, "config");
+        Objects.requireNonNull(roles, "roles");
+        if (config.unsafe()) {
+            LOG.log(System.Logger.Level.ERROR, "UNSAFE example server: safeguards OFF " + config.unsafeSwitches()
+                + " — for the incident replay only; responses can contain other tenants' data");
+        }
+        try {
+            return new KvServer(config, roles);
+        } catch (IOException | RuntimeException e) {
+            roles.close();
+            if (e instanceof IOException io) {
+                throw new UncheckedIOException("cannot serve HTTP on " + config.host() + ":" + config.port() + ": " + io.getMessage(), io);
+            }
+            throw (RuntimeException) e;
+        }
+    }
+
+    /** @return the configuration */
+    public ServerConfig config() {
+        return config;
+    }
+
+    /** @return the port the server listens on (the actual one when the configuration asked for 0) */
+    public int port() {
+        return http.getAddress().getPort();
+    }
+
+    /** @return {@code http://host:port/} */
+    public URI baseUri() {
+        final String host = config.host().contains(":") ? "[" + config.host() + "]" : config.host();
+        return URI.create("http://" + host + ":" + port() + "/");
+    }
+
+    /** @return the roles */
+    public Roles roles() {
+        return roles;
+    }
+
+    /**
+     * @return the prefill pool, for accounting checks
+     * @throws IllegalStateException if the roles are not in this JVM
+     */
+    public KvPool prefillPool() {
+        return inJvm().prefillPool();
+    }
+
+    /**
+     * @return the decode pool, for accounting checks
+     * @throws IllegalStateException if the roles are not in this JVM
+     */
+    public KvPool decodePool() {
+        return inJvm().decodePool();
+    }
+
+    private InJvmRoles inJvm() {
+        if (roles instanceof InJvmRoles r) {
+            return r;
+        }
+        throw new IllegalStateException("the roles are not in this JVM: " + roles);
+    }
+
+    /** @return the router's counters by name: requests, completed, aborted, timed_out, rejected, failed, in_flight */
+    public Map<String, Long> counters() {
+        final RouterCounters c = router.counters();
+        final Map<String, Long> m = new LinkedHashMap<>();
+        m.put("requests", c.requests.sum());
+        m.put("completed", c.completed.sum());
+        m.put("aborted", c.aborted.sum());
+        m.put("timed_out", c.timedOut.sum());
+        m.put("rejected", c.rejectedTotal());
+        m.put("failed", c.failedTotal());
+        m.put("in_flight", (long) c.inFlight.get());
+        return m;
+    }
+
+    /** @return both roles' status, prefill first */
+    public List<RoleStatus> roleStatus() {
+        return List.of(roles.prefill().status(), roles.decode().status());
+    }
+
+    /** @return what the live page shows: both pools and the counters (router's, then each role's prefixed by its name) */
+    public LiveState liveState() {
+        final List<RoleStatus> s = roleStatus();
+        final Map<String, Long> counters = new LinkedHashMap<>(counters());
+        for (RoleStatus r : s) {
+            r.counters().forEach((k, v) -> counters.put(r.role() + "_" + k, v));
+        }
+        return new LiveState(List.of(s.get(0).pool(), s.get(1).pool()), counters);
+    }
+
+    /** @return the {@code /metrics} text */
+    public String metricsText() {
+        return PrometheusText.render(router.counters(), roleStatus(), config);
+    }
+
+    /**
+     * Waits until no request is in flight and neither role has a transfer or a decoded sequence open: the
+     * point where both pools' accounting can be checked.
+     *
+     * @return whether that happened before the timeout
+     */
+    public boolean awaitQuiescence(Duration timeout) throws InterruptedException {
+        final long end = System.nanoTime() + timeout.toNanos();
+        while (router.counters().inFlight.get() > 0 || roles.prefill().activeTransfers() > 0 || roles.decode().activeTransfers() > 0) {
+            if (System.nanoTime() - end > 0) {
+                return false;
+            }
+            Thread.sleep(2);
+        }
+        return true;
+    }
+
+    /** Blocks until {@link #close()} finished. */
+    public void awaitClose() throws InterruptedException {
+        closedLatch.await();
+    }
+
+    private void metrics(HttpExchange ex) throws IOException {
+        try (ex) {
+            if (!ex.getRequestURI().getPath().equals("/metrics")) {
+                notFound(ex);
+                return;
+            }
+            if (!ex.getRequestMethod().equals("GET")) {
+                ex.getResponseHeaders().set("Allow", "GET");
+                Http.sendError(ex, json, ApiError.of(405, "method_not_allowed", "method_not_allowed",
+                    ex.getRequestMethod() + " /metrics is not allowed; use GET"));
+                return;
+            }
+            Http.send(ex, 200, "text/plain; version=0.0.4; charset=utf-8", Http.utf8(metricsText()));
+        }
+    }
+
+    private void notFound(HttpExchange ex) {
+        try (ex) {
+            Http.sendError(ex, json, ApiError.of(404, "not_found", "no_such_path", "no endpoint at " + ex.getRequestURI().getPath()));
+        }
+    }
+
+    /**
+     * Stops the HTTP server, aborts the requests in flight (paired), lets their transfers drain (up to 2 s),
+     * then closes the roles. Idempotent.
+     */
+    @Override
+    public void close() {
+        synchronized (this) {
+            if (closed) {
+                return;
+            }
+            closed = true;
+        }
+        try {
+            http.stop(0);
+            router.close();
+            try {
+                awaitQuiescence(Duration.ofSeconds(2));
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+            }
+            roles.close();
+            executor.shutdownNow();
+        } finally {
+            closedLatch.countDown();
+        }
+    }
+
+    @Override
+    public String toString() {
+        return "KvServer[" + baseUri() + ", " + roles + "]";
+    }
+}

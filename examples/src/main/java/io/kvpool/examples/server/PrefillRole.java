@@ -1,0 +1,254 @@
+package io.kvpool.examples.server;
+
+import io.kvpool.Admission;
+import io.kvpool.KvPool;
+import io.kvpool.Sequence;
+import io.kvpool.examples.ui.PoolView;
+import io.kvpool.transfer.OutgoingTransfer;
+import io.kvpool.transfer.Peer;
+import io.kvpool.transfer.TransferSender;
+import io.kvpool.transfer.spi.PeerLink;
+
+import java.time.Duration;
+import java.util.HashMap;
+import java.util.Iterator;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.Objects;
+import java.util.concurrent.atomic.LongAdder;
+import java.util.function.Supplier;
+
+/**
+ * The prefill role in this JVM: its own pool, the echo model's prefill, and a {@link TransferSender} on
+ * its own {@link DutyCycle}, linked to the decode role by a link from {@code connector} (reconnected
+ * after {@code reconnectDelay} whenever it fails).
+ *
+ * <pre>
+ *   router thread:  prefill() ─ admit (typed refusal) ─ append ─ write KV ─┐
+ *                   abort()  ──────────────────────────────────────────────┤ submit
+ *   duty thread:    offer / abort · sender.doWork() · retire finished transfers · reconnect
+ * </pre>
+ */
+final class PrefillRole implements PrefillService {
+
+    static final String ROLE = "prefill";
+    private static final System.Logger LOG = System.getLogger("io.kvpool.examples.server");
+
+    private final KvPool pool;
+    private final TransferSender sender;
+    private final Supplier<PeerLink> connector;
+    private final long reconnectNanos;
+    private final long handshakeNanos;
+    private final DutyCycle duty;
+
+    // ---- duty thread only ----
+    private final Map<Long, OutgoingTransfer> offers = new HashMap<>();
+    private PeerLink link;
+    private int peer = -1;
+    private long connectAt;
+    private long connectedAt;
+    private long injectedSeen; // faults the current link had injected when last counted
+
+    // ---- any thread ----
+    private volatile int active;
+    private volatile boolean linkUp;
+    private final LongAdder admitted = new LongAdder();
+    private final LongAdder rejected = new LongAdder();
+    private final LongAdder placeholders = new LongAdder();
+    private final LongAdder completed = new LongAdder();
+    private final LongAdder drained = new LongAdder();
+    private final LongAdder abortRequests = new LongAdder();
+    private final LongAdder abortedTransfers = new LongAdder();
+    private final LongAdder links = new LongAdder();
+    private final LongAdder injectedFaults = new LongAdder();
+    private volatile boolean closed;
+
+    /**
+     * @param pool      the prefill pool (owned: closed with the role)
+     * @param sender    the engine, on {@code pool} (owned)
+     * @param connector makes a new link to the decode role; called on the duty thread; may throw
+     *                  {@link io.kvpool.transfer.spi.LinkFailedException} when decode is not listening
+     */
+    PrefillRole(KvPool pool, TransferSender sender, Supplier<PeerLink> connector, Duration reconnectDelay, Duration handshakeTimeout) {
+        this.pool = Objects.requireNonNull(pool, "pool");
+        this.sender = Objects.requireNonNull(sender, "sender");
+        this.connector = Objects.requireNonNull(connector, "connector");
+        this.reconnectNanos = reconnectDelay.toNanos();
+        this.handshakeNanos = handshakeTimeout.toNanos();
+        this.connectAt = System.nanoTime();
+        this.duty = new DutyCycle("kvpool-prefill", this::work, this::shutdown);
+    }
+
+    /** @return the prefill pool (for accounting checks) */
+    KvPool pool() {
+        return pool;
+    }
+
+    /** @return whether the link to decode is up (handshake passed) */
+    boolean linkUp() {
+        return linkUp;
+    }
+
+    @Override
+    public Rejection prefill(long requestId, String tenant, List<byte[]> tokens) {
+        if (closed) {
+            throw new IllegalStateException("prefill role is closed");
+        }
+        final Admission a = pool.admit(tokens.size(), 0);
+        if (!a.admitted()) {
+            rejected.increment();
+            return Rejection.of(ROLE, a);
+        }
+        final Sequence seq = a.sequence();
+        try {
+            // what admission let prefill compute: the prompt — or, with the safeguard off, a one-token placeholder
+            final int computed = (int) Math.min(tokens.size(), seq.admittedTokens());
+            if (computed < tokens.size()) {
+                placeholders.increment();
+                LOG.log(System.Logger.Level.WARNING, "UNSAFE: request " + requestId + " of " + tokens.size()
+                    + " tokens became a " + computed + "-token placeholder (" + a.message() + ")");
+            }
+            seq.append(computed);
+            new EchoKv(pool.layout()).writePrompt(seq, tokens, computed, tenant);
+            duty.submit(() -> offer(requestId, seq));
+        } catch (RuntimeException e) {
+            seq.close();
+            throw e;
+        }
+        admitted.increment();
+        return null;
+    }
+
+    private void offer(long requestId, Sequence seq) {
+        try {
+            offers.put(requestId, sender.offer(requestId, seq)); // retains the pages for the transfer
+        } finally {
+            seq.close();
+        }
+    }
+
+    @Override
+    public void abort(long requestId, String why) {
+        duty.submit(() -> {
+            abortRequests.increment();
+            final OutgoingTransfer t = offers.get(requestId);
+            if (t != null && sender.abort(t, why)) {
+                abortedTransfers.increment();
+            }
+        });
+    }
+
+    private int work() {
+        int n = maintainLink();
+        n += sender.doWork();
+        if (!offers.isEmpty()) {
+            for (Iterator<OutgoingTransfer> it = offers.values().iterator(); it.hasNext(); ) {
+                final OutgoingTransfer t = it.next();
+                if (t.isDone()) {
+                    (t.state() == OutgoingTransfer.State.COMPLETED ? completed : drained).increment();
+                    it.remove();
+                    n++;
+                }
+            }
+        }
+        active = sender.activeTransfers();
+        return n;
+    }
+
+    /** Connects, and reconnects a link that failed or never finished its handshake. */
+    private int maintainLink() {
+        final Peer p = peer < 0 ? null : sender.peer(peer);
+        final long now = System.nanoTime();
+        if (p != null) {
+            if (link instanceof FaultyLink f) {
+                injectedFaults.add(f.injectedFaults() - injectedSeen);
+                injectedSeen = f.injectedFaults();
+            }
+            final boolean up = p.isUp();
+            linkUp = up;
+            final boolean dead = p.state() == Peer.State.FAILED || p.state() == Peer.State.REFUSED
+                || p.state() == Peer.State.HANDSHAKE && now - connectedAt > handshakeNanos;
+            if (!dead) {
+                return 0;
+            }
+            if (p.state() == Peer.State.HANDSHAKE) {
+                link.close();
+            }
+            LOG.log(System.Logger.Level.WARNING, "prefill: link to decode lost (" + p + "); reconnecting in "
+                + reconnectNanos / 1_000_000 + " ms");
+            peer = -1;
+            link = null;
+            connectAt = now + reconnectNanos;
+            return 1;
+        }
+        if (now - connectAt < 0) {
+            return 0;
+        }
+        try {
+            link = connector.get();
+            injectedSeen = 0;
+            peer = sender.addPeer(link);
+            connectedAt = now;
+            links.increment();
+        } catch (RuntimeException e) {
+            LOG.log(System.Logger.Level.DEBUG, "prefill: cannot connect to decode yet: " + e.getMessage());
+            connectAt = now + reconnectNanos;
+        }
+        return 1;
+    }
+
+    /** On the duty thread, when it stops: abort what is in flight, collect the writes' terminal states, close. */
+    private void shutdown() {
+        sender.close();
+        final long end = System.nanoTime() + 2_000_000_000L;
+        while (sender.activeTransfers() > 0 && System.nanoTime() - end < 0) {
+            if (sender.doWork() == 0) {
+                Thread.onSpinWait();
+            }
+        }
+        active = sender.activeTransfers();
+        linkUp = false;
+    }
+
+    @Override
+    public RoleStatus status() {
+        final Map<String, Long> c = new LinkedHashMap<>();
+        c.put("admitted", admitted.sum());
+        c.put("rejected", rejected.sum());
+        c.put("placeholders", placeholders.sum());
+        c.put("transfers_completed", completed.sum());
+        c.put("transfers_drained", drained.sum());
+        c.put("abort_requests", abortRequests.sum());
+        c.put("aborted_transfers", abortedTransfers.sum());
+        c.put("links_connected", links.sum());
+        c.put("injected_faults", injectedFaults.sum());
+        final String prom = "# TYPE kvpool_sender_writes_posted_total counter\nkvpool_sender_writes_posted_total " + sender.writesPosted()
+            + "\n# TYPE kvpool_sender_writes_failed_total counter\nkvpool_sender_writes_failed_total " + sender.writesFailed()
+            + "\n# TYPE kvpool_sender_forced_cancels_total counter\nkvpool_sender_forced_cancels_total " + sender.forcedCancels()
+            + "\n# TYPE kvpool_sender_drained_sent_total counter\nkvpool_sender_drained_sent_total " + sender.drainedSent()
+            + "\n# TYPE kvpool_sender_active_transfers gauge\nkvpool_sender_active_transfers " + active
+            + "\n# TYPE kvpool_sender_link_up gauge\nkvpool_sender_link_up " + (linkUp ? 1 : 0) + "\n";
+        return new RoleStatus(ROLE, PoolView.of(ROLE, pool), c, prom);
+    }
+
+    @Override
+    public int activeTransfers() {
+        return active;
+    }
+
+    @Override
+    public void close() {
+        if (closed) {
+            return;
+        }
+        closed = true;
+        duty.close();
+        pool.close();
+    }
+
+    @Override
+    public String toString() {
+        return "PrefillRole[" + pool + ", " + active + " active, link " + (linkUp ? "up" : "down") + "]";
+    }
+}

@@ -1,0 +1,218 @@
+package io.kvpool.examples.server;
+
+import java.io.IOException;
+import java.time.Duration;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.Objects;
+import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.atomic.AtomicLong;
+
+/**
+ * The router: one completion from tenant and prompt to generated text, knowing nothing of HTTP. It
+ * tokenizes, checks the advertised context, asks prefill to admit and compute, asks decode to admit and
+ * receive, waits for the transfer, and has decode generate. Every refusal is typed ({@link ApiError});
+ * and whenever a request ends without success — client gone, refusal, failed transfer, timeout — it
+ * aborts <b>both</b> roles for that request (paired aborts), so neither side keeps pages for it.
+ *
+ * <pre>
+ *   tokenize ─ context check (400) ─ prefill.prefill (typed refusal) ─ decode.start ─ admission (typed refusal)
+ *     ─ sink.admitted() ─ wait for the transfer (sink.heartbeat() while waiting) ─ generate (sink.token())
+ *   any IOException from the sink = the client is gone → decode.abort + prefill.abort → {@link ClientGone}
+ * </pre>
+ * Thread-safe: one call per request thread.
+ */
+final class Router implements AutoCloseable {
+
+    /** What the HTTP side does at each step; any {@link IOException} means the client is gone. */
+    interface Sink {
+        /** Both roles admitted request {@code requestId}: a streaming response sends its headers now. */
+        void admitted(long requestId) throws IOException;
+
+        /** Called every heartbeat while the transfer runs; a streaming response writes a keep-alive. */
+        void heartbeat() throws IOException;
+
+        /** One generated token. */
+        void token(String text) throws IOException;
+    }
+
+    /** The client went away; both roles were told to abort the request. */
+    static final class ClientGone extends Exception {
+        private static final long serialVersionUID = 1L;
+
+        ClientGone(long requestId, IOException cause) {
+            super("client of request " + requestId + " is gone: " + cause.getMessage(), cause);
+        }
+    }
+
+    /**
+     * A request as the HTTP side parsed it.
+     *
+     * @param prompt    the prompt text
+     * @param maxTokens tokens to generate, ≥ 0
+     * @param stream    whether the response streams
+     */
+    record Request(String prompt, int maxTokens, boolean stream) {
+    }
+
+    /**
+     * A finished completion.
+     *
+     * @param requestId    the router's id for it
+     * @param tenant       whose request it was
+     * @param promptTokens tokens of the prompt
+     * @param generation   what decode produced
+     */
+    record Completion(long requestId, String tenant, int promptTokens, DecodeCall.Generation generation) {
+    }
+
+    private final ServerConfig config;
+    private final PrefillService prefill;
+    private final DecodeService decode;
+    private final RouterCounters counters = new RouterCounters();
+    private final AtomicLong ids = new AtomicLong();
+    private final ConcurrentHashMap<Long, DecodeCall> inFlight = new ConcurrentHashMap<>();
+    private volatile boolean closed;
+
+    Router(ServerConfig config, PrefillService prefill, DecodeService decode) {
+        this.config = Objects.requireNonNull(config, "config");
+        this.prefill = Objects.requireNonNull(prefill, "prefill");
+        this.decode = Objects.requireNonNull(decode, "decode");
+    }
+
+    RouterCounters counters() {
+        return counters;
+    }
+
+    /**
+     * Runs one completion.
+     *
+     * @throws ApiError   a typed refusal or failure (nothing of the request is left in either pool, or
+     *                    what is left drains on its own)
+     * @throws ClientGone the sink failed: the client is gone, both roles were told to abort
+     */
+    Completion complete(String tenant, Request req, Sink sink) throws ApiError, ClientGone, InterruptedException {
+        counters.requests.increment();
+        final List<byte[]> tokens = EchoTokenizer.encode(req.prompt());
+        if (tokens.isEmpty()) {
+            throw ApiError.badRequest("empty_prompt", "prompt must contain at least one character");
+        }
+        final long requested = (long) tokens.size() + req.maxTokens();
+        if (requested > config.contextTokens()) {
+            final Map<String, Long> n = new LinkedHashMap<>();
+            n.put("prompt_tokens", (long) tokens.size());
+            n.put("max_tokens", (long) req.maxTokens());
+            n.put("requested_tokens", requested);
+            n.put("max_context_tokens", config.contextTokens());
+            throw reject(new Rejection("router", Rejection.Reason.CONTEXT_TOO_LONG, "request of " + requested
+                + " tokens (" + tokens.size() + " prompt + " + req.maxTokens() + " max_tokens) exceeds the max context of "
+                + config.contextTokens() + " tokens", n));
+        }
+        if (closed) {
+            throw unavailable("the server is shutting down");
+        }
+        final long id = ids.incrementAndGet();
+        counters.inFlight.incrementAndGet();
+        DecodeCall call = null;
+        boolean done = false;
+        try {
+            final Rejection refused;
+            try {
+                refused = prefill.prefill(id, tenant, tokens);
+            } catch (IllegalStateException e) {
+                throw unavailable("prefill role: " + e.getMessage());
+            }
+            if (refused != null) {
+                done = true; // nothing was offered
+                throw reject(refused);
+            }
+            try {
+                call = decode.start(id, tenant, tokens.size(), req.maxTokens());
+            } catch (IllegalStateException e) {
+                throw unavailable("decode role: " + e.getMessage());
+            }
+            inFlight.put(id, call);
+            final long deadline = System.nanoTime() + config.requestTimeout().toNanos();
+            DecodeCall.Admitted admitted;
+            while ((admitted = call.awaitAdmission(slice(deadline))) == null) {
+                if (System.nanoTime() - deadline >= 0) {
+                    throw timeout(id, "decode admission");
+                }
+            }
+            if (!admitted.admitted()) {
+                throw reject(admitted.rejection());
+            }
+            sink.admitted(id);
+            DecodeCall.TransferOutcome outcome;
+            while ((outcome = call.awaitTransfer(slice(deadline))) == null) {
+                if (System.nanoTime() - deadline >= 0) {
+                    throw timeout(id, "KV transfer");
+                }
+                sink.heartbeat();
+            }
+            if (!outcome.committed()) {
+                counters.failed(outcome.failure() == null ? "unknown" : outcome.failure().toLowerCase(java.util.Locale.ROOT));
+                throw ApiError.transferFailed(id, outcome);
+            }
+            final DecodeCall.Generation g = call.generate(req.maxTokens(), sink::token);
+            done = true;
+            counters.completed.increment();
+            return new Completion(id, tenant, tokens.size(), g);
+        } catch (IOException gone) {
+            counters.aborted.increment();
+            throw new ClientGone(id, gone);
+        } finally {
+            if (!done) {
+                // paired abort: whatever ended this request, neither role keeps anything for it
+                final String why = "request " + id + " ended without a completion";
+                if (call != null) {
+                    call.abort(why);
+                }
+                try {
+                    prefill.abort(id, why);
+                } catch (IllegalStateException closedAlready) {
+                    // the role is closing and aborts everything itself
+                }
+            }
+            if (call != null) {
+                inFlight.remove(id);
+            }
+            counters.inFlight.decrementAndGet();
+        }
+    }
+
+    private Duration slice(long deadline) {
+        final long left = deadline - System.nanoTime();
+        return Duration.ofNanos(Math.max(1, Math.min(left, config.heartbeat().toNanos())));
+    }
+
+    private ApiError reject(Rejection r) {
+        counters.rejected(r.role(), r.reason().name().toLowerCase(java.util.Locale.ROOT));
+        return ApiError.of(r);
+    }
+
+    private ApiError timeout(long id, String what) {
+        counters.timedOut.increment();
+        return new ApiError(504, "timeout", "request_timeout", what + " of request " + id + " did not finish within "
+            + config.requestTimeout().toMillis() + " ms", Map.of("request_id", id, "request_timeout_ms", config.requestTimeout().toMillis()), 0);
+    }
+
+    private static ApiError unavailable(String why) {
+        return new ApiError(503, "service_unavailable", "unavailable", why, Map.of(), 1);
+    }
+
+    /** Stops taking requests and aborts those in flight (their threads see the failure). Idempotent. */
+    @Override
+    public void close() {
+        closed = true;
+        inFlight.forEach((id, call) -> {
+            call.abort("server closing");
+            try {
+                prefill.abort(id, "server closing");
+            } catch (IllegalStateException ignored) {
+                // already closed
+            }
+        });
+    }
+}

@@ -1,0 +1,96 @@
+package io.kvpool.examples.server;
+
+import io.kvpool.PoolSnapshot;
+import io.kvpool.transfer.FailureReason;
+import io.kvpool.transfer.ReceiverMetrics;
+import org.junit.jupiter.api.Test;
+
+import java.net.Socket;
+import java.time.Duration;
+import java.util.Map;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+/**
+ * A client that goes away makes the router abort the request on <b>both</b> roles; a transfer cut short
+ * goes through the drain handshake before its pages are free. The disconnect is placed with the
+ * {@link LinkGate}: the transfer's writes are held (in flight) while the client vanishes.
+ */
+class DisconnectTest {
+
+    private static long role(KvServer s, int index, String counter) {
+        return s.roleStatus().get(index).counters().get(counter);
+    }
+
+    @Test
+    void aClientGoneMidTransferAbortsBothRolesAndTheDecodePagesDrainBeforeTheyAreFree() throws Exception {
+        final LinkGate gate = LinkGate.create(true);
+        try (KvServer server = KvServer.start(ServerTests.held(gate).build())) {
+            final TestClient client = new TestClient(server);
+            final String prompt = BackpressureTest.words("w", 100); // 100 tokens: 7 pages
+            try (Socket s = client.openRaw("alice", prompt, 4, true)) {
+                TestClient.readUntil(s, "admitted"); // both roles admitted it: the stream has started
+                assertTrue(gate.awaitHeld(7, Duration.ofSeconds(10)), "the transfer's writes were never posted");
+            } // the client vanishes while its KV is in flight
+
+            Await.until(() -> role(server, 0, "abort_requests") == 1 && role(server, 1, "abort_requests") == 1,
+                Duration.ofSeconds(10), () -> "both roles to be told to abort: " + server.roleStatus());
+            assertEquals(1, server.counters().get("aborted"));
+            // the decode side's pages wait for the sender's DRAINED: its writes are still in flight
+            final PoolSnapshot held = server.decodePool().snapshot();
+            assertEquals(7, held.draining(), held::toString);
+            assertEquals(0, held.free() + held.draining() - held.capacity(), held::toString);
+
+            gate.open(); // the writes complete (into pages nobody will read), the sender drains and confirms
+            ServerTests.assertBalanced(server);
+            final ReceiverMetrics m = ((InJvmRoles) server.roles()).receiverMetrics();
+            assertEquals(1, m.deferredRelease(ReceiverMetrics.Outcome.DRAINED), "the drain handshake released the pages");
+            assertEquals(0, m.deferredRelease(ReceiverMetrics.Outcome.TIMEOUT) + m.deferredRelease(ReceiverMetrics.Outcome.ERROR));
+            assertEquals(1, m.failures(FailureReason.ABORTED) + m.failures(FailureReason.SENDER_ABORTED));
+            assertEquals(0, m.committed());
+            final Map<String, Long> prefill = server.roleStatus().get(0).counters();
+            assertEquals(1, prefill.get("transfers_drained"), prefill::toString);
+            assertEquals(0, prefill.get("transfers_completed"), prefill::toString);
+
+            final String text = server.metricsText();
+            assertTrue(text.contains("kvpool_deferred_release_total{outcome=\"drained\"} 1"), text);
+            assertTrue(text.contains("kvpool_deferred_release_seconds_count 1"), text);
+            assertTrue(text.contains("kvpool_requests_aborted_total 1"), text);
+            assertTrue(Metrics.parse(text).get("kvpool_deferred_release_seconds_sum") > 0, text);
+        }
+    }
+
+    @Test
+    void aClientGoneMidStreamStopsDecodeAndAbortsBothRoles() throws Exception {
+        try (KvServer server = KvServer.start(ServerTests.small().tokenDelay(Duration.ofMillis(20)).build())) {
+            final TestClient client = new TestClient(server);
+            try (Socket s = client.openRaw("bob", "tell me a long story", 200, true)) {
+                TestClient.readUntil(s, "\"text\":"); // the first token arrived
+            }
+            Await.until(() -> role(server, 0, "abort_requests") == 1 && role(server, 1, "abort_requests") == 1,
+                Duration.ofSeconds(10), () -> "both roles to be told to abort: " + server.roleStatus());
+            ServerTests.assertBalanced(server);
+            assertEquals(1, server.counters().get("aborted"));
+            assertEquals(0, server.counters().get("completed"));
+            final long generated = role(server, 1, "generated_tokens");
+            assertTrue(generated >= 1 && generated < 200, () -> generated + " tokens generated for a client that left");
+        }
+    }
+
+    @Test
+    void aNonStreamedClientThatLeavesIsNoticedOnlyAtTheEndButLeavesNothingBehind() throws Exception {
+        // The JDK's HTTP server cannot see a closed connection until it writes; a non-streamed response
+        // writes once, at the end. The request runs to completion and every page is returned.
+        final LinkGate gate = LinkGate.create(true);
+        try (KvServer server = KvServer.start(ServerTests.held(gate).build())) {
+            final TestClient client = new TestClient(server);
+            try (Socket s = client.openRaw("carol", BackpressureTest.words("c", 40), 3, false)) {
+                assertTrue(gate.awaitHeld(3, Duration.ofSeconds(10)));
+            }
+            gate.open();
+            ServerTests.assertBalanced(server);
+            assertEquals(1, server.counters().get("completed"));
+        }
+    }
+}

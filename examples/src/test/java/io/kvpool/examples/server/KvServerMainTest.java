@@ -1,0 +1,61 @@
+package io.kvpool.examples.server;
+
+import io.kvpool.PoolCapacityException;
+import org.junit.jupiter.api.Test;
+
+import java.io.ByteArrayOutputStream;
+import java.io.PrintStream;
+import java.nio.charset.StandardCharsets;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+class KvServerMainTest {
+
+    private final ByteArrayOutputStream out = new ByteArrayOutputStream();
+    private final ByteArrayOutputStream err = new ByteArrayOutputStream();
+
+    private int run(String... args) throws Exception {
+        return KvServerMain.run(args, new PrintStream(out, true, StandardCharsets.UTF_8), new PrintStream(err, true, StandardCharsets.UTF_8));
+    }
+
+    private String err() {
+        return err.toString(StandardCharsets.UTF_8);
+    }
+
+    @Test
+    void aPoolSmallerThanTheAdvertisedContextRefusesToStartWithBothNumbers() throws Exception {
+        // 64 pages × 16 tokens = 1,024 tokens for an advertised 4,096
+        assertEquals(1, run("--port", "0", "--prefill-pages", "64", "--context", "4096"));
+        assertTrue(err().contains("refusing to start") && err().contains("4,096") && err().contains("1,024"), err());
+
+        final PoolCapacityException e = assertThrows(PoolCapacityException.class, () -> KvServer.start(ServerTests.small()
+            .contextTokens(4096).prefillPages(1024).decodePages(100).build()));
+        assertEquals(4096, e.advertisedContextTokens());
+        assertEquals(1600, e.poolTokens());
+        assertTrue(e.getMessage().contains("4,096") && e.getMessage().contains("1,600"), e::getMessage);
+    }
+
+    @Test
+    void theIncidentsPlaceholderSwitchLetsAnUndersizedPrefillPoolStartLoudly() throws Exception {
+        // with the switch the capacity check only warns (the 2026 configuration); the banner says UNSAFE
+        try (KvServer s = KvServer.start(ServerTests.small().contextTokens(512).prefillPages(8).unsafePlaceholderOnOverflow(true).build())) {
+            assertEquals(8, s.prefillPool().capacity());
+            ServeCommand.warnUnsafe(s.config(), new PrintStream(err, true, StandardCharsets.UTF_8));
+            assertTrue(err().contains("UNSAFE") && err().contains("--unsafe-placeholder-on-overflow"), err());
+        }
+    }
+
+    @Test
+    void usageErrorsExitWithTwo() throws Exception {
+        assertEquals(2, run("--port", "banana"));
+        assertTrue(err().contains("--port needs a whole number") && err().contains("options (defaults in brackets)"), err());
+        assertEquals(2, run("fly"));
+        assertTrue(err().contains("unknown subcommand 'fly'"), err());
+        assertEquals(0, run("--help"));
+        assertTrue(out.toString(StandardCharsets.UTF_8).contains("serve"), out::toString);
+        assertEquals(1, run("--port", "0", "--device", "cuda"));
+        assertTrue(err().contains("--device cuda is not wired into the example server yet"), err());
+    }
+}
