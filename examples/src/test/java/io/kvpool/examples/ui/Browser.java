@@ -1,12 +1,12 @@
 package io.kvpool.examples.ui;
 
-import org.junit.jupiter.api.Assumptions;
 import org.openqa.selenium.OutputType;
 import org.openqa.selenium.TakesScreenshot;
 import org.openqa.selenium.chrome.ChromeDriver;
 import org.openqa.selenium.chrome.ChromeDriverService;
 import org.openqa.selenium.chrome.ChromeOptions;
 import org.opentest4j.AssertionFailedError;
+import org.opentest4j.TestAbortedException;
 
 import java.io.IOException;
 import java.io.UncheckedIOException;
@@ -64,23 +64,40 @@ final class Browser implements AutoCloseable {
         return "true".equalsIgnoreCase(System.getenv("KVPOOL_BROWSER_REQUIRED")) || Boolean.getBoolean("kvpool.browser.required");
     }
 
-    /** Skips the test, or fails it when required, if Chromium or chromedriver is not installed. */
+    /** Skips the calling test, or fails it when required, if Chromium or chromedriver is not installed. */
     static void assumeInstalled() {
+        final List<String> missing = missing();
+        if (!missing.isEmpty() && !warned) {
+            warned = true; // surefire's summary shows only a count of skips: say why once on the console
+            System.err.println("WARNING: the live page's browser test " + (required() ? "FAILS" : "SKIPS") + ": " + missing);
+        }
+        decide(missing, required());
+    }
+
+    private static boolean warned;
+
+    /** @return the binaries that are not there or cannot be run, with why; empty when both are fine */
+    static List<String> missing() {
         final List<String> missing = new ArrayList<>();
         for (Path p : List.of(CHROMIUM, CHROMEDRIVER)) {
             if (!Files.isExecutable(p)) {
                 missing.add(p + (Files.exists(p) ? " (not executable)" : " (missing)"));
             }
         }
+        return missing;
+    }
+
+    /** The rule itself (tested on its own): missing + required fails, missing alone skips with the reason. */
+    static void decide(List<String> missing, boolean required) {
         if (missing.isEmpty()) {
             return;
         }
-        final String reason = "headless browser test needs Debian's chromium and chromium-driver: " + String.join(", ", missing)
+        final String reason = "the headless browser test needs Debian's chromium and chromium-driver: " + String.join(", ", missing)
             + " (.ci/run installs them: apt-get install chromium chromium-driver)";
-        if (required()) {
+        if (required) {
             throw new AssertionFailedError("KVPOOL_BROWSER_REQUIRED / kvpool.browser.required is set but " + reason);
         }
-        Assumptions.abort(reason);
+        throw new TestAbortedException("skipping: " + reason);
     }
 
     /** Starts chromedriver and a headless Chromium with a fresh profile; logs go to {@code target/chromedriver.log}. */

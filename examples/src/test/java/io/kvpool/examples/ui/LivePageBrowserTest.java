@@ -7,7 +7,6 @@ import io.kvpool.Sequence;
 import io.kvpool.SlotState;
 import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.AfterEach;
-import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.TestInfo;
@@ -59,12 +58,6 @@ class LivePageBrowserTest {
     private int[] setupSlots; // prefill: 5 pages, the last two receiving
     private Sequence firstSequence; // decode: 40 tokens, 10 pages
 
-    @BeforeAll
-    static void startBrowser() {
-        Browser.assumeInstalled();
-        browser = Browser.start();
-    }
-
     @AfterAll
     static void quitBrowser() {
         if (browser != null) {
@@ -74,6 +67,10 @@ class LivePageBrowserTest {
 
     @BeforeEach
     void startServer(TestInfo info) throws IOException {
+        Browser.assumeInstalled(); // per test, so a skip is reported on each test with its reason
+        if (browser == null) {
+            browser = Browser.start(); // one browser for the class, closed in @AfterAll
+        }
         testName = info.getTestMethod().orElseThrow().getName();
         prefill = new PoolScene(64);
         decode = new PoolScene(4096); // thousands of pages: the map must stay light
@@ -113,8 +110,12 @@ class LivePageBrowserTest {
                 browser.driver.get("about:blank"); // stop the page's polling before the next test's server
             }
         } finally {
-            prefill.close();
-            decode.close();
+            if (prefill != null) {
+                prefill.close();
+            }
+            if (decode != null) {
+                decode.close();
+            }
         }
     }
 
