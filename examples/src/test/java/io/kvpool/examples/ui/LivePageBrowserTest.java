@@ -43,7 +43,7 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
  * {@code target/live-page-FAILED-<test>.png} when a test fails.
  */
 class LivePageBrowserTest {
-    private static final Duration WAIT = Duration.ofSeconds(20);
+    private static final Duration WAIT = Duration.ofSeconds(30); // ends as soon as the page matches; generous for a loaded 2-core machine
     private static final ObjectMapper JSON = new ObjectMapper();
     private static final List<String> STATES = List.of("free", "owned", "receiving", "draining", "quarantined", "retired");
 
