@@ -1,7 +1,10 @@
 package io.kvpool.examples.ui;
 
+import java.util.Collections;
+import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.Objects;
 
 /**
  * Everything the live page shows at one moment: each pool's view and the server's counters
@@ -13,6 +16,19 @@ import java.util.Map;
 public record LiveState(List<PoolView> pools, Map<String, Long> counters) {
     public LiveState {
         pools = List.copyOf(pools);
-        counters = java.util.Collections.unmodifiableMap(new java.util.LinkedHashMap<>(counters));
+        counters = orderedCopy(counters, "server");
+    }
+
+    /** An unmodifiable copy that keeps the iteration order and refuses null names and values. */
+    static Map<String, Long> orderedCopy(Map<String, Long> counters, String owner) {
+        Objects.requireNonNull(counters, "counters");
+        final Map<String, Long> copy = new LinkedHashMap<>(counters.size() * 2);
+        counters.forEach((name, value) -> {
+            if (name == null || value == null) {
+                throw new NullPointerException(owner + " counter " + name + " = " + value + ": names and values must not be null");
+            }
+            copy.put(name, value);
+        });
+        return Collections.unmodifiableMap(copy);
     }
 }

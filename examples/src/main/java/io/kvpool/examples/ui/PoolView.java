@@ -21,9 +21,14 @@ import java.util.Objects;
  * @param role     "prefill" or "decode" (or any name the server gives the pool)
  * @param capacity number of page slots
  * @param pages    one state character per slot (length == capacity)
- * @param counters the pool's {@link PoolSnapshot} fields by name, plus anything the role adds
+ * @param counters the pool's {@link PoolSnapshot} fields by name, plus anything the role adds, in
+ *                 display order (kept)
+ * @throws IllegalArgumentException if {@code pages} is not {@code capacity} characters of {@link #CODES}
  */
 public record PoolView(String role, int capacity, String pages, Map<String, Long> counters) {
+
+    /** Every state's character, in {@link SlotState} order: {@code CODES.charAt(state.ordinal()) == code(state)}. */
+    public static final String CODES = "FORDQX";
 
     public PoolView {
         Objects.requireNonNull(role, "role");
@@ -31,7 +36,13 @@ public record PoolView(String role, int capacity, String pages, Map<String, Long
         if (pages.length() != capacity) {
             throw new IllegalArgumentException("pages has " + pages.length() + " characters for a capacity of " + capacity);
         }
-        counters = Map.copyOf(counters);
+        for (int i = 0; i < capacity; i++) {
+            if (CODES.indexOf(pages.charAt(i)) < 0) {
+                throw new IllegalArgumentException("pages[" + i + "] is '" + pages.charAt(i) + "' (U+"
+                    + String.format("%04X", (int) pages.charAt(i)) + "), not one of " + CODES);
+            }
+        }
+        counters = LiveState.orderedCopy(counters, "pool " + role);
     }
 
     /** The character the page map uses for a state. */
