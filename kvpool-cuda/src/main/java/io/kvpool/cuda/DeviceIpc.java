@@ -75,7 +75,7 @@ public final class DeviceIpc {
         CudaException.check(JCudaDriver.cuIpcGetMemHandle(h, storage.arenaPointer()), "cuIpcGetMemHandle");
         final DeviceLayout d = storage.deviceLayout();
         final ByteBuffer b = ByteBuffer.allocate(EXPORT_BYTES).order(ByteOrder.LITTLE_ENDIAN);
-        b.putInt(MAGIC).putInt(VERSION).putLong(d.layout().fingerprint()).putInt(d.pages()).putInt(0).putLong(d.arenaBytes());
+        b.putInt(MAGIC).putInt(VERSION).putLong(d.layout().fingerprint()).putInt(d.pages()).putInt(storage.deviceOrdinal()).putLong(d.arenaBytes());
         b.put(bytes(h));
         return b.array();
     }

@@ -27,6 +27,9 @@ import java.util.function.Consumer;
  * CUDA code, also uses). Fill, canary check and page copies are single kernel launches over index lists
  * ({@link Kernels}), never one driver call per page.
  *
+ * <p>Every page starts filled with the canary, as host storage does, so a page that was never written
+ * is caught by the canary checks.
+ *
  * <p>Not host-accessible: {@link #hostPage} throws; {@link #readPage}/{@link #writePage} copy one page
  * to or from host memory (per-plane copies: for tests and debugging, not the data path).
  *
@@ -66,10 +69,12 @@ public final class DevicePageStorage implements PageStorage {
     private final DevicePtr scratch; // index lists and results of one call at a time (guarded by this)
     private final long scratchBytes;
     private CUstream ownStream; // created at the first synchronous MEMCPY_BATCH offload or restore (guarded by this)
+    private final int ordinal;
     private volatile boolean closed;
 
     private DevicePageStorage(KvLayout layout, int pages, int ordinal) {
         Cuda.requireAvailable();
+        this.ordinal = ordinal;
         this.dl = DeviceLayout.of(layout, pages);
         this.device = new CUdevice();
         CudaException.check(JCudaDriver.cuDeviceGet(device, ordinal), "cuDeviceGet(" + ordinal + ")");
@@ -103,6 +108,7 @@ public final class DevicePageStorage implements PageStorage {
             this.gatherFn = function(m, Kernels.GATHER_PAGES);
             this.scatterFn = function(m, Kernels.SCATTER_PAGES);
             this.checksumFn = function(m, Kernels.PAGE_CHECKSUMS);
+            fillAllWithCanary(pages);
             ok = true;
             LOG.log(System.Logger.Level.INFO, "device pool: " + pages + " pages (" + dl.arenaBytes() + " bytes) on " + Cuda.deviceName(device)
                 + "; " + free[0] + " of " + total[0] + " bytes were free");
@@ -116,6 +122,20 @@ public final class DevicePageStorage implements PageStorage {
                 JCudaDriver.cuDevicePrimaryCtxRelease(device);
             }
         }
+    }
+
+    /**
+     * Every page starts holding the canary, as in {@code HostPageStorage}: the pool fills pages only when
+     * they are freed, so without this a never-used page would hold whatever {@code cuMemAlloc} returned
+     * (zeros) and the commit-time canary check could not see that it was never written. One launch.
+     */
+    private void fillAllWithCanary(int pages) {
+        final int[] all = new int[pages];
+        for (int p = 0; p < pages; p++) {
+            all[p] = p;
+        }
+        upload(all, 0, pages, 0);
+        launch(fillFn, Kernels.FILL_PAGES, (long) pages * dl.planes(), listParams(scratch, pages, Pointer.to(new long[] {CANARY})));
     }
 
     /**
@@ -175,6 +195,16 @@ public final class DevicePageStorage implements PageStorage {
         current();
     }
 
+    /** @return the device this storage lives on (for buffers that retain its primary context themselves) */
+    CUdevice device() {
+        return device;
+    }
+
+    /** @return the ordinal of that device ({@code cuDeviceGet}) */
+    int deviceOrdinal() {
+        return ordinal;
+    }
+
     private void current() {
         CudaException.check(JCudaDriver.cuCtxSetCurrent(context), "cuCtxSetCurrent");
     }
@@ -222,13 +252,13 @@ public final class DevicePageStorage implements PageStorage {
             "cuMemcpyHtoD(" + n + " indices)");
     }
 
-    private void launch(CUfunction fn, String name, int work, Pointer params) {
+    private void launch(CUfunction fn, String name, long work, Pointer params) {
         launchAsync(fn, name, work, params);
         CudaException.check(JCudaDriver.cuCtxSynchronize(), "cuCtxSynchronize after " + name);
     }
 
     /** Queues the kernel on the context's legacy default (NULL) stream and returns without waiting. */
-    private void launchAsync(CUfunction fn, String name, int work, Pointer params) {
+    private void launchAsync(CUfunction fn, String name, long work, Pointer params) {
         enqueue(fn, name, blocks(work), 256, params, null);
     }
 
@@ -358,7 +388,7 @@ public final class DevicePageStorage implements PageStorage {
         current();
         upload(src, srcOff, count, 0);
         upload(dst, dstOff, count, 4L * count);
-        launchAsync(copyFn, Kernels.COPY_PAGES, count * dl.planes(), copyParams(scratch, scratch.withByteOffset(4L * count), count));
+        launchAsync(copyFn, Kernels.COPY_PAGES, (long) count * dl.planes(), copyParams(scratch, scratch.withByteOffset(4L * count), count));
     }
 
     /**
@@ -384,7 +414,7 @@ public final class DevicePageStorage implements PageStorage {
         }
         current();
         upload(pages, off, n, 0);
-        launch(fn, name, n * dl.planes(), listParams(scratch, n, Pointer.to(pinned.devicePage(index))));
+        launch(fn, name, (long) n * dl.planes(), listParams(scratch, n, Pointer.to(pinned.devicePage(index))));
     }
 
     /**
@@ -698,6 +728,9 @@ public final class DevicePageStorage implements PageStorage {
             CudaException.check(JCudaDriver.cuMemcpyHtoD(arena.withByteOffset(q * dl.planeBytes() + page * dl.pageStride()),
                 Pointer.to(bb).withByteOffset(dl.hostOffset(q)), dl.pageStride()), "cuMemcpyHtoD(page " + page + ")");
         }
+        // From pageable memory cuMemcpyHtoD may return once the bytes are staged; work on other (non-blocking)
+        // streams, such as the CUDA IPC transport's, is not ordered after it. Return only when the page is there.
+        CudaException.check(JCudaDriver.cuCtxSynchronize(), "cuCtxSynchronize after writePage(" + page + ")");
     }
 
     /** Frees the arena, the module and the primary-context reference. Idempotent. */

@@ -28,6 +28,8 @@ public final class PinnedPageBuffer implements AutoCloseable {
     private final HostPtr host = new HostPtr();
     private final CUdeviceptr device = new CUdeviceptr();
     private final MemorySegment segment;
+    private final jcuda.driver.CUdevice owner;   // whose primary context this buffer retains until close
+    private final jcuda.driver.CUcontext context;
     private boolean closed;
 
     /**
@@ -40,16 +42,23 @@ public final class PinnedPageBuffer implements AutoCloseable {
         }
         this.layout = storage.layout();
         this.pages = pages;
-        storage.makeCurrent();
+        // Retain the primary context ourselves: the memory belongs to it, and close() may run after the
+        // storage closed (its release could otherwise reset the context under us) or on another thread.
+        this.owner = storage.device();
+        this.context = new jcuda.driver.CUcontext();
+        CudaException.check(JCudaDriver.cuDevicePrimaryCtxRetain(context, owner), "cuDevicePrimaryCtxRetain");
+        CudaException.check(JCudaDriver.cuCtxSetCurrent(context), "cuCtxSetCurrent");
         final long bytes = Math.multiplyExact(layout.bytesPerPage(), (long) pages);
         final int r = JCudaDriver.cuMemHostAlloc(host, bytes,
             JCudaDriver.CU_MEMHOSTALLOC_PORTABLE | JCudaDriver.CU_MEMHOSTALLOC_DEVICEMAP);
         if (r != 0) {
+            JCudaDriver.cuDevicePrimaryCtxRelease(owner);
             throw new CudaException("cuMemHostAlloc(" + bytes + " bytes)", r, pages + " pinned pages of " + layout);
         }
         final int d = JCudaDriver.cuMemHostGetDevicePointer(device, host, 0);
         if (d != 0) {
             JCudaDriver.cuMemFreeHost(host);
+            JCudaDriver.cuDevicePrimaryCtxRelease(owner);
             throw new CudaException("cuMemHostGetDevicePointer", d, "");
         }
         this.segment = MemorySegment.ofAddress(host.address()).reinterpret(bytes);
@@ -97,7 +106,12 @@ public final class PinnedPageBuffer implements AutoCloseable {
     public synchronized void close() {
         if (!closed) {
             closed = true;
-            JCudaDriver.cuMemFreeHost(host);
+            try {
+                CudaException.check(JCudaDriver.cuCtxSetCurrent(context), "cuCtxSetCurrent");
+                CudaException.check(JCudaDriver.cuMemFreeHost(host), "cuMemFreeHost(" + pages + " pinned pages)");
+            } finally {
+                JCudaDriver.cuDevicePrimaryCtxRelease(owner);
+            }
         }
     }
 }
