@@ -56,7 +56,7 @@ public record Mix(int tenants, int[] promptTokens, int[] maxTokens, double strea
 
     /** @return the request with this index */
     public Shot shot(long index) {
-        final SplittableRandom r = new SplittableRandom(seed * 0x9E3779B97F4A7C15L + index);
+        final SplittableRandom r = new SplittableRandom(fmix64(fmix64(seed) + fmix64(index ^ 0x5DEECE66DL)));
         final String tenant = Markers.tenant(r.nextInt(tenants));
         final double u = r.nextDouble();
         final boolean abort = r.nextDouble() < abortRatio / Math.max(1e-9, 1 - garbageRatio - overCapacityRatio);
@@ -80,6 +80,15 @@ public record Mix(int tenants, int[] promptTokens, int[] maxTokens, double strea
             return new Shot(index, tenant, Shot.Kind.NORMAL, prompt, n, max, true, r.nextInt(max), null);
         }
         return new Shot(index, tenant, Shot.Kind.NORMAL, prompt, n, max, streamDraw < streamRatio, -1, null);
+    }
+
+    /** MurmurHash3's 64-bit finalizer: nearby seeds and indexes give unrelated random streams. */
+    private static long fmix64(long k) {
+        k ^= k >>> 33;
+        k *= 0xff51afd7ed558ccdL;
+        k ^= k >>> 33;
+        k *= 0xc4ceb9fe1a85ec53L;
+        return k ^ (k >>> 33);
     }
 
     private static int between(SplittableRandom r, int[] range) {

@@ -63,10 +63,22 @@ public final class Replay {
      * @param ran          the configuration the server actually ran with
      * @param refusal      why the server refused {@code settings.server()}, or {@code null} if it started as asked
      * @param run          every request's outcome
-     * @param placeholders over-capacity requests the prefill role turned into placeholders
+     * @param prefill      the prefill role's counters after the run ({@code placeholders}, {@code injected_faults} …)
+     * @param server       the router's counters after the run ({@code requests}, {@code aborted} …)
      * @param pools        the pools after the run, at quiescence
      */
-    public record Result(Settings settings, ServerConfig ran, String refusal, LoadGenerator.Result run, long placeholders, PoolCheck pools) {
+    public record Result(Settings settings, ServerConfig ran, String refusal, LoadGenerator.Result run, Map<String, Long> prefill,
+                         Map<String, Long> server, PoolCheck pools) {
+
+        public Result {
+            prefill = Map.copyOf(prefill);
+            server = Map.copyOf(server);
+        }
+
+        /** @return over-capacity requests the prefill role turned into one-token placeholders (0 unless unsafe) */
+        public long placeholders() {
+            return prefill.getOrDefault("placeholders", 0L);
+        }
 
         /** @return responses that held another tenant's marker — 0 unless safeguards are off */
         public long foreignMarkers() {
@@ -113,8 +125,7 @@ public final class Replay {
                 r = LoadGenerator.run(client, s.mix(), s.clients(), s.requests(), null);
             }
             final PoolCheck pools = PoolCheck.of(running, Duration.ofSeconds(30));
-            final long placeholders = running.roleStatus().get(0).counters().getOrDefault("placeholders", 0L);
-            return new Result(s, config, refusal, r, placeholders, pools);
+            return new Result(s, config, refusal, r, running.roleStatus().get(0).counters(), running.counters(), pools);
         }
     }
 
@@ -129,6 +140,7 @@ public final class Replay {
         reasons(out, r, Outcome.Kind.FAILED, "failed");
         row(out, "aborted by the client (mid-request or mid-stream)", r.count(Outcome.Kind.ABORTED));
         row(out, "unexpected answers", r.count(Outcome.Kind.UNEXPECTED));
+        row(out, "transfer faults injected", r.prefill().getOrDefault("injected_faults", 0L));
         out.println(rule);
         row(out, "over-capacity requests turned into placeholders", r.placeholders());
         row(out, "completions whose KV is not exactly their prompt", r.run().kvMismatches());
