@@ -45,7 +45,7 @@ public final class LoadCommand implements Subcommand {
                                              pool and context; with --url: 4097-5120, over the default context]
               --garbage-ratio P              share of bad input (malformed JSON, max_tokens -1 or missing,
                                              prompt not text, no key, a body over the limit) [0.01]
-              --seed N                       seed of the request mix [1]
+              --seed N                       seed of the request mix (and of a started server's faults) [1]
               --timeout-ms N                 longest wait for one response [60000]
             server options (only without --url): any of 'serve --help', e.g. --token-delay-ms 0; --port is 0 here
             """;
@@ -59,7 +59,13 @@ public final class LoadCommand implements Subcommand {
     @Override
     public int run(String[] args, PrintStream out, PrintStream err) throws Exception {
         final Options o;
-        final ServerConfig config;
+        final ServerConfig config; // null with --url
+        final URI url;
+        final Mix mix;
+        final int clients;
+        final long requests;
+        final Duration duration;
+        final Duration timeout;
         try {
             o = Options.parse(args, FLAGS);
             if (o.help()) {
@@ -69,9 +75,18 @@ public final class LoadCommand implements Subcommand {
             if (o.has("--url") && !o.serverArgs().isEmpty()) {
                 throw new IllegalArgumentException("server options " + o.serverArgs() + " need a server of our own: drop --url");
             }
-            final List<String> serverArgs = new ArrayList<>(o.serverArgs());
-            serverArgs.addAll(0, List.of("--port", "0"));
+            final List<String> serverArgs = new ArrayList<>(List.of("--port", "0"));
+            if (o.has("--seed")) {
+                serverArgs.addAll(List.of("--seed", o.text("--seed", "1"))); // the injected faults' seed too
+            }
+            serverArgs.addAll(o.serverArgs());
             config = o.has("--url") ? null : ServerConfig.parse(serverArgs.toArray(new String[0]));
+            url = o.has("--url") ? url(o.text("--url", "")) : null;
+            mix = mix(o, config);
+            clients = (int) o.number("--clients", 32, 1, 10_000);
+            requests = o.number("--requests", 0, 0, Long.MAX_VALUE);
+            duration = requests > 0 ? null : o.duration("--duration", Duration.ofSeconds(10));
+            timeout = Duration.ofMillis(o.number("--timeout-ms", 60_000, 1, Integer.MAX_VALUE));
         } catch (IllegalArgumentException e) {
             err.println("error: " + e.getMessage());
             err.print(usage());
@@ -81,7 +96,7 @@ public final class LoadCommand implements Subcommand {
         try {
             final URI base;
             if (config == null) {
-                base = URI.create(o.text("--url", null).endsWith("/") ? o.text("--url", null) : o.text("--url", null) + "/");
+                base = url;
             } else {
                 if (config.unsafe()) {
                     Options.warnUnsafe(config, err);
@@ -94,22 +109,6 @@ public final class LoadCommand implements Subcommand {
                 }
                 base = server.baseUri();
                 out.println("server " + base + ": " + config);
-            }
-            final Mix mix;
-            final int clients;
-            final long requests;
-            final Duration duration;
-            final Duration timeout;
-            try {
-                mix = mix(o, config);
-                clients = (int) o.number("--clients", 32, 1, 10_000);
-                requests = o.number("--requests", 0, 0, Long.MAX_VALUE);
-                duration = requests > 0 ? null : o.duration("--duration", Duration.ofSeconds(10));
-                timeout = Duration.ofMillis(o.number("--timeout-ms", 60_000, 1, Integer.MAX_VALUE));
-            } catch (IllegalArgumentException e) {
-                err.println("error: " + e.getMessage());
-                err.print(usage());
-                return 2;
             }
             out.println("load: " + clients + " clients, " + (requests > 0 ? requests + " requests" : duration.toMillis() / 1000.0 + " s")
                 + " against " + base);
@@ -128,6 +127,20 @@ public final class LoadCommand implements Subcommand {
                 server.close();
             }
         }
+    }
+
+    /** @throws IllegalArgumentException unless an {@code http://host:port/} URL */
+    static URI url(String s) {
+        final URI u;
+        try {
+            u = URI.create(s.endsWith("/") ? s : s + "/");
+        } catch (IllegalArgumentException e) {
+            throw new IllegalArgumentException("--url is not a URL: '" + s + "'");
+        }
+        if (!"http".equals(u.getScheme()) || u.getHost() == null) {
+            throw new IllegalArgumentException("--url must be http://host:port/, was '" + s + "'");
+        }
+        return u;
     }
 
     /** The mix from the options; over-capacity prompts default to just over what {@code config}'s server can take. */

@@ -114,14 +114,37 @@ public record Mix(int tenants, int[] promptTokens, int[] maxTokens, double strea
         return sb.toString();
     }
 
+    /** @return a copy of {min, max} prompt tokens of a normal request */
+    @Override
+    public int[] promptTokens() {
+        return promptTokens.clone();
+    }
+
+    /** @return a copy of {min, max} of {@code max_tokens} */
+    @Override
+    public int[] maxTokens() {
+        return maxTokens.clone();
+    }
+
+    /** @return a copy of {min, max} prompt tokens of an over-capacity request */
+    @Override
+    public int[] overCapacityTokens() {
+        return overCapacityTokens.clone();
+    }
+
     @Override
     public boolean equals(Object o) {
-        return o instanceof Mix m && m.toString().equals(toString());
+        return o instanceof Mix m && tenants == m.tenants && java.util.Arrays.equals(promptTokens, m.promptTokens)
+            && java.util.Arrays.equals(maxTokens, m.maxTokens) && Double.compare(streamRatio, m.streamRatio) == 0
+            && Double.compare(abortRatio, m.abortRatio) == 0 && Double.compare(overCapacityRatio, m.overCapacityRatio) == 0
+            && java.util.Arrays.equals(overCapacityTokens, m.overCapacityTokens) && Double.compare(garbageRatio, m.garbageRatio) == 0
+            && maxBodyBytes == m.maxBodyBytes && seed == m.seed;
     }
 
     @Override
     public int hashCode() {
-        return toString().hashCode();
+        return java.util.Objects.hash(tenants, java.util.Arrays.hashCode(promptTokens), java.util.Arrays.hashCode(maxTokens), streamRatio,
+            abortRatio, overCapacityRatio, java.util.Arrays.hashCode(overCapacityTokens), garbageRatio, maxBodyBytes, seed);
     }
 
     @Override

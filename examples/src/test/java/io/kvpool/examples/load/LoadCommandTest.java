@@ -47,6 +47,8 @@ class LoadCommandTest {
         assertEquals(2, run("--url", "http://127.0.0.1:1/", "--context", "512"));
         assertTrue(err.toString(StandardCharsets.UTF_8).contains("need a server of our own"), err::toString);
         assertEquals(2, run("--stream-ratio", "2"));
+        assertEquals(2, run("--url", "ftp://127.0.0.1/"));
+        assertTrue(err.toString(StandardCharsets.UTF_8).contains("--url must be http://host:port/"), err::toString);
         assertEquals(0, run("--help"));
         assertTrue(out.toString(StandardCharsets.UTF_8).contains("--abort-ratio"));
         assertEquals(1, run("--requests", "1", "--context", "4096", "--prefill-pages", "8"));
