@@ -190,7 +190,15 @@ public final class CompletionClient implements AutoCloseable {
         if (g != Garbage.MISSING_KEY) {
             b.header("Authorization", "Bearer sk-" + s.tenant());
         }
-        final HttpResponse<String> r = http.send(b.build(), HttpResponse.BodyHandlers.ofString(StandardCharsets.UTF_8));
+        final HttpResponse<String> r;
+        try {
+            r = http.send(b.build(), HttpResponse.BodyHandlers.ofString(StandardCharsets.UTF_8));
+        } catch (IOException e) {
+            return new Outcome(s, Outcome.Kind.UNEXPECTED, 0, "client_error", -1, System.nanoTime() - t0, 0, Set.of(), List.of(), false,
+                g + " expected " + g.status() + " " + g.reason() + ", the connection failed instead"
+                    + (g == Garbage.HUGE_BODY || g == Garbage.HUGE_CHUNKED_BODY ? " (a server that closes with the body unread can reset it "
+                    + "before its answer is read)" : "") + ": " + e);
+        }
         final String reason = parse(r.body()).path("error").path("reason").asText(null);
         final boolean ok = r.statusCode() == g.status() && g.reason().equals(reason);
         return new Outcome(s, ok ? Outcome.Kind.GARBAGE_REFUSED : Outcome.Kind.UNEXPECTED, r.statusCode(), reason, -1,

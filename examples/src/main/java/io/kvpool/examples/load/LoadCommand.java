@@ -21,7 +21,7 @@ public final class LoadCommand implements Subcommand {
 
     private static final Set<String> FLAGS = Set.of("--url", "--clients", "--duration", "--requests", "--tenants", "--prompt-tokens",
         "--max-tokens", "--stream-ratio", "--abort-ratio", "--over-capacity-ratio", "--over-capacity-tokens", "--garbage-ratio",
-        "--seed", "--timeout-ms");
+        "--seed", "--timeout-ms", "--max-body-bytes");
 
     /** The usage text. */
     public static String usage() {
@@ -47,6 +47,8 @@ public final class LoadCommand implements Subcommand {
                                              prompt not text, no key, a body over the limit) [0.01]
               --seed N                       seed of the request mix (and of a started server's faults) [1]
               --timeout-ms N                 longest wait for one response [60000]
+              --max-body-bytes N             the server's body limit, for the over-limit bodies: passed to a
+                                             started server; with --url, the target's [1048576]
             server options (only without --url): any of 'serve --help', e.g. --token-delay-ms 0; --port is 0 here
             """;
     }
@@ -78,6 +80,9 @@ public final class LoadCommand implements Subcommand {
             final List<String> serverArgs = new ArrayList<>(List.of("--port", "0"));
             if (o.has("--seed")) {
                 serverArgs.addAll(List.of("--seed", o.text("--seed", "1"))); // the injected faults' seed too
+            }
+            if (o.has("--max-body-bytes")) {
+                serverArgs.addAll(List.of("--max-body-bytes", o.text("--max-body-bytes", "")));
             }
             serverArgs.addAll(o.serverArgs());
             config = o.has("--url") ? null : ServerConfig.parse(serverArgs.toArray(new String[0]));
@@ -113,7 +118,7 @@ public final class LoadCommand implements Subcommand {
             out.println("load: " + clients + " clients, " + (requests > 0 ? requests + " requests" : duration.toMillis() / 1000.0 + " s")
                 + " against " + base);
             final LoadGenerator.Result r;
-            try (CompletionClient client = new CompletionClient(base, timeout, config == null ? 1 << 20 : config.maxBodyBytes())) {
+            try (CompletionClient client = new CompletionClient(base, timeout, mix.maxBodyBytes())) {
                 r = LoadGenerator.run(client, mix, clients, requests, duration);
             }
             final PoolCheck pools = server != null ? PoolCheck.of(server, Duration.ofSeconds(30)) : PoolCheck.remote(base, Duration.ofSeconds(30));
@@ -150,6 +155,8 @@ public final class LoadCommand implements Subcommand {
         return new Mix((int) o.number("--tenants", 16, 1, Markers.MAX_TENANTS), o.range("--prompt-tokens", 8, 256, Mix.MIN_PROMPT_TOKENS, 1 << 20),
             maxTokens, o.ratio("--stream-ratio", 0.5), o.ratio("--abort-ratio", 0.05), o.ratio("--over-capacity-ratio", 0.02),
             o.range("--over-capacity-tokens", limit + 1, limit + Math.max(1, limit / 4), Mix.MIN_PROMPT_TOKENS, 1 << 24),
-            o.ratio("--garbage-ratio", 0.01), config == null ? 1 << 20 : config.maxBodyBytes(), o.number("--seed", 1, Long.MIN_VALUE, Long.MAX_VALUE));
+            o.ratio("--garbage-ratio", 0.01),
+            config != null ? config.maxBodyBytes() : (int) o.number("--max-body-bytes", 1 << 20, 64, Integer.MAX_VALUE - 1),
+            o.number("--seed", 1, Long.MIN_VALUE, Long.MAX_VALUE));
     }
 }

@@ -31,7 +31,8 @@ class LoadCommandTest {
     @Test
     void againstARunningServerItChecksThePoolsThroughMetrics() throws Exception {
         try (KvServer server = KvServer.start(LoadGeneratorTest.small().build())) {
-            assertEquals(0, run("--url", server.baseUri().toString(), "--requests", "80", "--clients", "8", "--over-capacity-tokens", "1100-1200"),
+            assertEquals(0, run("--url", server.baseUri().toString(), "--requests", "80", "--clients", "8", "--over-capacity-tokens", "1100-1200",
+                "--max-body-bytes", "65536", "--garbage-ratio", "0.1"),
                 () -> out + "\n" + err);
             final String o = out.toString(StandardCharsets.UTF_8);
             assertTrue(o.contains("(from /metrics)") && o.contains("verdict: clean"), o);
