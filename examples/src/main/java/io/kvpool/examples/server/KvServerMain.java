@@ -18,8 +18,8 @@ public final class KvServerMain {
     static Map<String, Subcommand> subcommands() {
         final Map<String, Subcommand> m = new LinkedHashMap<>();
         m.put("serve", new ServeCommand());
-        // m.put("replay", new ReplayCommand());  // the incident replay (issue #5, later)
-        // m.put("load", new LoadCommand());      // the load generator (issue #5, later)
+        m.put("replay", new io.kvpool.examples.replay.ReplayCommand());
+        m.put("load", new io.kvpool.examples.load.LoadCommand());
         return m;
     }
 

@@ -1,0 +1,233 @@
+package io.kvpool.examples.load;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.ObjectMapper;
+
+import java.io.BufferedReader;
+import java.io.ByteArrayInputStream;
+import java.io.IOException;
+import java.io.InputStream;
+import java.io.InputStreamReader;
+import java.net.URI;
+import java.net.http.HttpClient;
+import java.net.http.HttpRequest;
+import java.net.http.HttpResponse;
+import java.nio.charset.StandardCharsets;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Map;
+import java.util.Objects;
+import java.util.Set;
+
+/**
+ * Sends {@link Shot}s to {@code POST /v1/completions} with the JDK's {@link HttpClient} (HTTP/1.1, one
+ * connection per concurrent caller) and turns each answer into an {@link Outcome}: its class, latencies,
+ * tokens, and the leak checks — other tenants' {@link Markers} anywhere in what came back, and whether the
+ * KV the server read ({@code kvpool.kv_text}) is exactly the prompt that was sent.
+ *
+ * <p>A streamed response is read line by line as it arrives; an abort closes the response stream, which
+ * closes the connection, and the server notices at its next write (a heartbeat or a token) and aborts
+ * the request on both roles. Thread-safe: one client serves every caller thread.
+ */
+public final class CompletionClient implements AutoCloseable {
+
+    private static final ObjectMapper JSON = new ObjectMapper();
+
+    private final URI endpoint;
+    private final Duration timeout;
+    private final int maxBodyBytes;
+    private final HttpClient http;
+
+    /**
+     * @param base         the server, {@code http://host:port/}
+     * @param timeout      longest wait for one response
+     * @param maxBodyBytes the server's body limit (for the huge-body garbage)
+     */
+    public CompletionClient(URI base, Duration timeout, int maxBodyBytes) {
+        this.endpoint = Objects.requireNonNull(base, "base").resolve("/v1/completions");
+        this.timeout = Objects.requireNonNull(timeout, "timeout");
+        this.maxBodyBytes = maxBodyBytes;
+        this.http = HttpClient.newBuilder().version(HttpClient.Version.HTTP_1_1).connectTimeout(Duration.ofSeconds(5)).build();
+    }
+
+    /** @return the body of a completion request */
+    static String body(String prompt, int maxTokens, boolean stream) {
+        try {
+            return JSON.writeValueAsString(Map.of("prompt", prompt, "max_tokens", maxTokens, "stream", stream));
+        } catch (IOException e) {
+            throw new IllegalStateException(e);
+        }
+    }
+
+    /** Sends one request and waits for its end (or disconnects, as the shot says). Never throws for what the server does. */
+    public Outcome send(Shot s) throws InterruptedException {
+        final long t0 = System.nanoTime();
+        try {
+            if (s.kind() == Shot.Kind.GARBAGE) {
+                return garbage(s, t0);
+            }
+            final HttpRequest req = HttpRequest.newBuilder(endpoint).timeout(timeout).header("Authorization", "Bearer sk-" + s.tenant())
+                .header("Content-Type", "application/json")
+                .POST(HttpRequest.BodyPublishers.ofString(body(s.prompt(), s.maxTokens(), s.stream()))).build();
+            if (!s.stream()) {
+                final HttpResponse<String> r = http.send(req, HttpResponse.BodyHandlers.ofString(StandardCharsets.UTF_8));
+                return whole(s, r.statusCode(), r.body(), t0);
+            }
+            final HttpResponse<InputStream> r = http.send(req, HttpResponse.BodyHandlers.ofInputStream());
+            try (InputStream in = r.body()) { // closing it early closes the connection: the abort
+                if (r.statusCode() != 200) {
+                    return whole(s, r.statusCode(), new String(in.readAllBytes(), StandardCharsets.UTF_8), t0);
+                }
+                return stream(s, in, t0);
+            }
+        } catch (IOException | RuntimeException e) {
+            return new Outcome(s, Outcome.Kind.UNEXPECTED, 0, "client_error", -1, System.nanoTime() - t0, 0, Set.of(), List.of(), false,
+                e.toString());
+        }
+    }
+
+    /** A non-streamed answer (or a refused stream): JSON, a completion or an error. */
+    private Outcome whole(Shot s, int status, String body, long t0) {
+        final long total = System.nanoTime() - t0;
+        final Set<String> foreign = Markers.foreign(s.tenant(), body);
+        final JsonNode root = parse(body);
+        if (status == 200) {
+            final JsonNode kv = root.path("kvpool");
+            if (!kv.isObject()) {
+                return unexpected(s, 200, "no_kvpool_section", total, foreign, body);
+            }
+            final boolean mismatch = !s.prompt().equals(kv.path("kv_text").asText());
+            return new Outcome(s, Outcome.Kind.COMPLETED, 200, null, -1, total, root.path("usage").path("completion_tokens").asInt(),
+                foreign, tenants(kv), mismatch, mismatch ? cut(kv.path("kv_text").asText()) : null);
+        }
+        final JsonNode e = root.path("error");
+        final Outcome.Kind kind = switch (status) {
+            case 400, 413 -> Outcome.Kind.REJECTED;
+            case 429, 503 -> Outcome.Kind.RETRY_LATER;
+            case 500, 502, 504 -> Outcome.Kind.FAILED;
+            default -> Outcome.Kind.UNEXPECTED;
+        };
+        return new Outcome(s, kind, status, e.path("reason").asText("?"), -1, total, 0, foreign, List.of(), false,
+            e.path("message").asText(cut(body)));
+    }
+
+    /** A stream: comments, one chunk per token, a last chunk with {@code usage} and {@code kvpool}, {@code [DONE]}. */
+    private Outcome stream(Shot s, InputStream in, long t0) throws IOException {
+        final BufferedReader r = new BufferedReader(new InputStreamReader(in, StandardCharsets.UTF_8));
+        final StringBuilder text = new StringBuilder();
+        final StringBuilder raw = new StringBuilder();
+        long ttft = -1;
+        int tokens = 0;
+        JsonNode last = null;
+        JsonNode error = null;
+        for (String line; (line = r.readLine()) != null; ) {
+            if (line.startsWith(": admitted") && s.abortAfter() == 0) {
+                return aborted(s, t0, ttft, tokens, text);
+            }
+            if (!line.startsWith("data: ")) {
+                continue;
+            }
+            final String data = line.substring(6);
+            if (data.equals("[DONE]")) {
+                final long total = System.nanoTime() - t0;
+                raw.append(text);
+                final Set<String> foreign = Markers.foreign(s.tenant(), raw);
+                if (error != null) {
+                    final String type = error.path("type").asText();
+                    final Outcome.Kind kind = type.equals("rate_limit_error") || type.equals("service_unavailable")
+                        ? Outcome.Kind.RETRY_LATER : Outcome.Kind.FAILED;
+                    return new Outcome(s, kind, 200, error.path("reason").asText("?"), ttft, total, tokens, foreign, List.of(), false,
+                        error.path("message").asText());
+                }
+                final JsonNode kv = last == null ? JSON.missingNode() : last.path("kvpool");
+                if (!kv.isObject()) {
+                    return unexpected(s, 200, "no_kvpool_section", total, foreign, raw.toString());
+                }
+                final boolean mismatch = !s.prompt().equals(kv.path("kv_text").asText());
+                return new Outcome(s, Outcome.Kind.COMPLETED, 200, null, ttft, total, tokens, foreign, tenants(kv), mismatch,
+                    mismatch ? cut(kv.path("kv_text").asText()) : null);
+            }
+            raw.append(data).append('\n');
+            final JsonNode chunk = parse(data);
+            if (chunk.has("error")) {
+                error = chunk.get("error");
+                continue;
+            }
+            final JsonNode choice = chunk.path("choices").path(0);
+            if (choice.path("finish_reason").isNull()) {
+                if (ttft < 0) {
+                    ttft = System.nanoTime() - t0;
+                }
+                tokens++;
+                text.append(choice.path("text").asText());
+                if (tokens == s.abortAfter()) {
+                    return aborted(s, t0, ttft, tokens, text);
+                }
+            } else {
+                last = chunk;
+            }
+        }
+        return new Outcome(s, Outcome.Kind.UNEXPECTED, 200, "stream_cut", ttft, System.nanoTime() - t0, tokens,
+            Markers.foreign(s.tenant(), raw.append(text)), List.of(), false, "the stream ended without [DONE]: " + cut(raw.toString()));
+    }
+
+    private static Outcome aborted(Shot s, long t0, long ttft, int tokens, CharSequence text) {
+        return new Outcome(s, Outcome.Kind.ABORTED, 200, null, ttft, System.nanoTime() - t0, tokens, Markers.foreign(s.tenant(), text),
+            List.of(), false, null);
+    }
+
+    private static Outcome unexpected(Shot s, int status, String reason, long total, Set<String> foreign, String body) {
+        return new Outcome(s, Outcome.Kind.UNEXPECTED, status, reason, -1, total, 0, foreign, List.of(), false, cut(body));
+    }
+
+    private Outcome garbage(Shot s, long t0) throws IOException, InterruptedException {
+        final Garbage g = s.garbage();
+        final byte[] body = g.body(s.prompt(), maxBodyBytes).getBytes(StandardCharsets.UTF_8);
+        final HttpRequest.Builder b = HttpRequest.newBuilder(endpoint).timeout(timeout).header("Content-Type", "application/json")
+            .POST(g == Garbage.HUGE_CHUNKED_BODY ? HttpRequest.BodyPublishers.ofInputStream(() -> new ByteArrayInputStream(body))
+                : HttpRequest.BodyPublishers.ofByteArray(body));
+        if (g != Garbage.MISSING_KEY) {
+            b.header("Authorization", "Bearer sk-" + s.tenant());
+        }
+        final HttpResponse<String> r;
+        try {
+            r = http.send(b.build(), HttpResponse.BodyHandlers.ofString(StandardCharsets.UTF_8));
+        } catch (IOException e) {
+            return new Outcome(s, Outcome.Kind.UNEXPECTED, 0, "client_error", -1, System.nanoTime() - t0, 0, Set.of(), List.of(), false,
+                g + " expected " + g.status() + " " + g.reason() + ", the connection failed instead"
+                    + (g == Garbage.HUGE_BODY || g == Garbage.HUGE_CHUNKED_BODY ? " (a server that closes with the body unread can reset it "
+                    + "before its answer is read)" : "") + ": " + e);
+        }
+        final String reason = parse(r.body()).path("error").path("reason").asText(null);
+        final boolean ok = r.statusCode() == g.status() && g.reason().equals(reason);
+        return new Outcome(s, ok ? Outcome.Kind.GARBAGE_REFUSED : Outcome.Kind.UNEXPECTED, r.statusCode(), reason, -1,
+            System.nanoTime() - t0, 0, Markers.foreign(s.tenant(), r.body()), List.of(), false,
+            ok ? null : g + " expected " + g.status() + " " + g.reason() + ": " + cut(r.body()));
+    }
+
+    private static JsonNode parse(String body) {
+        try {
+            final JsonNode n = JSON.readTree(body);
+            return n == null ? JSON.missingNode() : n;
+        } catch (IOException e) {
+            return JSON.missingNode();
+        }
+    }
+
+    private static List<String> tenants(JsonNode kv) {
+        final List<String> out = new ArrayList<>();
+        kv.path("kv_tenants").forEach(t -> out.add(t.asText()));
+        return out;
+    }
+
+    private static String cut(String s) {
+        return s.length() <= 300 ? s : s.substring(0, 300) + "…";
+    }
+
+    /** Closes the HTTP client (idempotent). */
+    @Override
+    public void close() {
+        http.close();
+    }
+}

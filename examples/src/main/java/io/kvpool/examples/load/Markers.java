@@ -1,0 +1,54 @@
+package io.kvpool.examples.load;
+
+import java.util.Set;
+import java.util.TreeSet;
+import java.util.regex.Matcher;
+import java.util.regex.Pattern;
+
+/**
+ * Secret markers: every prompt the generator sends is made of {@code SECRET-<tenant>-<request>} words, so
+ * any response text that holds a marker of <em>another</em> tenant is proof that it was built from that
+ * tenant's KV — the 2026 incident's symptom. A correct server can never produce one: no prompt contains
+ * another tenant's marker.
+ *
+ * <p>Tenants are {@code tenant0 … tenant99}. A response built from stale pages splices tokens of
+ * different prompts (the echo tokenizer cuts {@code " SECRET-tenant12-7"} into {@code " SECRET-"},
+ * {@code "tenant12"}, {@code "-7"}), so only a whole tenant name counts: with at most two digits, the
+ * name and its digits always come from one token of that tenant's own KV, and a splice cannot make one
+ * tenant's data read as another's.
+ */
+public final class Markers {
+
+    /** Most tenants a run can have: their names stay within one token. */
+    public static final int MAX_TENANTS = 100;
+
+    private static final Pattern MARKER = Pattern.compile("SECRET-(tenant\\d{1,2})-(\\d+)");
+
+    private Markers() {
+    }
+
+    /** @return the name of tenant {@code i}, 0 ≤ i &lt; {@value #MAX_TENANTS} */
+    public static String tenant(int i) {
+        if (i < 0 || i >= MAX_TENANTS) {
+            throw new IllegalArgumentException("tenant index must be in [0, " + MAX_TENANTS + "), was " + i);
+        }
+        return "tenant" + i;
+    }
+
+    /** @return the marker of one request of one tenant */
+    public static String of(String tenant, long request) {
+        return "SECRET-" + tenant + "-" + request;
+    }
+
+    /** @return every marker in {@code text} that names a tenant other than {@code tenant}, sorted */
+    public static Set<String> foreign(String tenant, CharSequence text) {
+        final Set<String> out = new TreeSet<>();
+        final Matcher m = MARKER.matcher(text);
+        while (m.find()) {
+            if (!m.group(1).equals(tenant)) {
+                out.add(m.group());
+            }
+        }
+        return out;
+    }
+}
