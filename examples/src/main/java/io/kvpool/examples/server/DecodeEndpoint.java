@@ -40,6 +40,11 @@ final class DecodeEndpoint extends RoleEndpoint {
     }
 
     @Override
+    io.kvpool.KvPool pool() {
+        return role.pool();
+    }
+
+    @Override
     RoleStatus status() {
         return role.status();
     }

@@ -34,6 +34,11 @@ final class PrefillEndpoint extends RoleEndpoint {
     }
 
     @Override
+    io.kvpool.KvPool pool() {
+        return role.pool();
+    }
+
+    @Override
     RoleStatus status() {
         return role.status();
     }

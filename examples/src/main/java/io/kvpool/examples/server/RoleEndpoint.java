@@ -17,6 +17,8 @@ import java.util.Objects;
  *   <li>{@code GET /internal/status} — {@link RoleJson#status}: pool view, counters, Prometheus text, transfers in
  *       flight, whether the KV link is up;</li>
  *   <li>{@code GET /metrics} — the role's own Prometheus text ({@link PrometheusText#renderRoles});</li>
+ *   <li>{@code GET /internal/accounting} — checks the pool's accounting invariants ({@link io.kvpool.KvPool#verifyAccounting()};
+ *       meaningful only at quiescence): {@code {"balanced":true,"snapshot":"…"}}, or 409 naming the first violation;</li>
  *   <li>{@code POST /internal/abort} {@code {"request_id":7,"why":"…"}} — half of a paired abort; 204 always
  *       (idempotent, unknown ids included);</li>
  *   <li>anything else under {@code /internal/}: {@link #route}; elsewhere 404 naming the router.</li>
@@ -48,6 +50,9 @@ abstract class RoleEndpoint implements HttpHandler {
     /** @return whether the role's KV link is up */
     abstract boolean ready();
 
+    /** @return the role's pool (for the accounting check) */
+    abstract io.kvpool.KvPool pool();
+
     /** Aborts {@code requestId} (idempotent; unknown ids do nothing). */
     abstract void abort(long requestId, String why);
 
@@ -71,6 +76,16 @@ abstract class RoleEndpoint implements HttpHandler {
                     method(ex, "GET");
                     Http.send(ex, 200, "text/plain; version=0.0.4; charset=utf-8",
                         Http.utf8(PrometheusText.renderRoles(List.of(status()), config)));
+                }
+                case "/internal/accounting" -> {
+                    method(ex, "GET");
+                    final io.kvpool.PoolSnapshot snap;
+                    try {
+                        snap = pool().verifyAccounting();
+                    } catch (IllegalStateException e) {
+                        throw ApiError.of(409, "conflict", "accounting_violated", role + " pool: " + e.getMessage());
+                    }
+                    Http.sendJson(ex, json, 200, java.util.Map.of("balanced", snap.balanced(), "snapshot", snap.toString()));
                 }
                 case "/internal/abort" -> {
                     method(ex, "POST");
