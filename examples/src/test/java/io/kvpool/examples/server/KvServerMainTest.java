@@ -58,4 +58,16 @@ class KvServerMainTest {
         assertEquals(1, run("--port", "0", "--device", "cuda"));
         assertTrue(err().contains("--device cuda is not wired into the example server yet"), err());
     }
+
+    @Test
+    void aRoleThatCannotRunAsConfiguredSaysWhy() throws Exception {
+        assertEquals(2, run("--role", "prefill"));
+        assertTrue(err().contains("--role prefill with --transport shm needs --work-dir DIR"), err());
+        assertEquals(1, run("--role", "decode", "--port", "0", "--work-dir", "/tmp", "--device", "cuda"));
+        assertTrue(err().contains("refusing to start: --device cuda"), err());
+        assertTrue(assertThrows(IllegalArgumentException.class, () -> KvServer.start(ServerTests.small().role(Topology.Role.DECODE)
+            .workDir(java.nio.file.Path.of("/tmp")).build())).getMessage().contains("start it with RoleServer.start"));
+        assertTrue(assertThrows(IllegalArgumentException.class, () -> RoleServer.start(ServerTests.small().build())).getMessage()
+            .contains("RoleServer runs --role prefill or --role decode, not --role all"));
+    }
 }
