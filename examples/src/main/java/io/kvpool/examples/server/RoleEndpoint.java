@@ -65,7 +65,7 @@ abstract class RoleEndpoint implements HttpHandler {
 
     @Override
     public final void handle(HttpExchange ex) {
-        try (ex) {
+        try { // not try-with-resources: the catch blocks below still answer on the exchange
             final String path = ex.getRequestURI().getPath();
             switch (path) {
                 case "/internal/status" -> {
@@ -109,6 +109,8 @@ abstract class RoleEndpoint implements HttpHandler {
         } catch (RuntimeException e) {
             LOG.log(System.Logger.Level.ERROR, role + ": internal request failed", e);
             Http.sendError(ex, json, ApiError.of(500, "server_error", "internal_error", role + ": " + e));
+        } finally {
+            ex.close();
         }
     }
 

@@ -142,11 +142,16 @@ final class RoleChild implements AutoCloseable {
         assertTrue(process.waitFor(10, TimeUnit.SECONDS), role + " child was not reaped within 10 s");
     }
 
+    /** Kills the process if it still runs and waits (up to 10 s) for it to be reaped. */
     @Override
-    public void close() throws InterruptedException {
+    public void close() {
         if (process.isAlive()) {
             process.destroyForcibly();
-            process.waitFor(10, TimeUnit.SECONDS);
+            try {
+                process.waitFor(10, TimeUnit.SECONDS);
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+            }
         }
     }
 
