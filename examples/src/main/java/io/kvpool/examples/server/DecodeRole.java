@@ -337,7 +337,7 @@ final class DecodeRole implements DecodeService {
                     + (aborted ? "aborted" : "transfer " + outcome.getNow(null)) + ")");
             }
             try {
-                final EchoKv kv = new EchoKv(pool.layout());
+                final EchoKv kv = EchoKv.of(pool);
                 final EchoDecoder.Reconstruction r = EchoDecoder.reconstruct(kv, seq, Math.min(promptTokens, seq.tokenCount()));
                 final String text = EchoDecoder.generate(kv, seq, maxTokens, tenant, tokenDelay, token -> {
                     if (aborted) {

@@ -48,13 +48,12 @@ public final class InJvmRoles implements Roles {
      *
      * @throws io.kvpool.PoolCapacityException if a pool cannot hold the advertised context (names both numbers)
      * @throws IllegalStateException           if the link does not come up in time
-     * @throws IllegalArgumentException        for a configuration this build cannot run (e.g. {@code --device cuda})
+     * @throws IllegalArgumentException        for a configuration this class cannot run ({@code --device cuda}: separate processes)
      */
     public static InJvmRoles start(ServerConfig cfg, Duration linkTimeout) {
         if (cfg.device() != ServerConfig.Device.HOST) {
-            throw new IllegalArgumentException("--device " + cfg.device().name().toLowerCase()
-                + " is not wired into the example server yet: the echo model reads and writes KV on the host "
-                + "(kvpool-cuda's DevicePageStorage is not host-accessible); run with --device host");
+            throw new IllegalArgumentException("--device " + cfg.device().name().toLowerCase(java.util.Locale.ROOT)
+                + " needs the roles in separate processes: a process cannot open its own CUDA IPC handle");
         }
         if (cfg.topology().role() != Topology.Role.ALL) {
             throw new IllegalArgumentException("InJvmRoles runs both roles in this JVM; the configuration asks for --role "

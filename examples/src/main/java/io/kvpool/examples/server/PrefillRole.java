@@ -121,7 +121,7 @@ final class PrefillRole implements PrefillService {
                     + " tokens became a " + computed + "-token placeholder (" + a.message() + ")");
             }
             seq.append(computed);
-            new EchoKv(pool.layout()).writePrompt(seq, tokens, computed, tenant);
+            EchoKv.of(pool).writePrompt(seq, tokens, computed, tenant);
             duty.submit(() -> offer(requestId, seq));
         } catch (RuntimeException e) {
             seq.close();

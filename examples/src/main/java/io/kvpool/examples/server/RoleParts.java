@@ -3,6 +3,8 @@ package io.kvpool.examples.server;
 import io.kvpool.ContextPolicy;
 import io.kvpool.KvPool;
 import io.kvpool.Safeguard;
+import io.kvpool.cuda.DeviceChecksums;
+import io.kvpool.cuda.DevicePageStorage;
 import io.kvpool.storage.PageStorage;
 import io.kvpool.transfer.PeerIdentity;
 import io.kvpool.transfer.TransferReceiver;
@@ -15,7 +17,9 @@ import java.util.function.BiFunction;
 /**
  * The pools and transfer engines of the two roles, built the same way whether the roles share a JVM
  * ({@link InJvmRoles}) or each runs in its own process ({@link SeparateRoles}): the startup capacity check,
- * the {@code --unsafe-…} switches each side takes, the deadlines and the identity both sides announce.
+ * the {@code --unsafe-…} switches each side takes, the deadlines and the identity both sides announce; with
+ * {@code --device cuda} the pools on device 0 ({@link DevicePageStorage}) and the page checksums computed there
+ * ({@link DeviceChecksums}).
  */
 final class RoleParts {
 
@@ -43,9 +47,18 @@ final class RoleParts {
         if (cfg.unsafePlaceholderOnOverflow()) {
             off.add(Safeguard.ADMISSION_REJECTION);
         }
-        return KvPool.builder(cfg.layout()).pages(cfg.prefillPages()).maxContextTokens(cfg.contextTokens())
+        final KvPool.Builder b = KvPool.builder(cfg.layout()).pages(cfg.prefillPages()).maxContextTokens(cfg.contextTokens())
             .contextPolicy(cfg.unsafePlaceholderOnOverflow() ? ContextPolicy.CLAMP : ContextPolicy.FAIL)
-            .unsafeDisable(off.toArray(new Safeguard[0])).build();
+            .unsafeDisable(off.toArray(new Safeguard[0]));
+        if (cfg.device() == ServerConfig.Device.CUDA) {
+            b.storage(DevicePageStorage::allocate);
+        }
+        return b.build();
+    }
+
+    /** @return the decode pool's storage for {@code --device cuda}: device 0's memory */
+    static BiFunction<io.kvpool.KvLayout, Integer, PageStorage> deviceStorage() {
+        return DevicePageStorage::allocate;
     }
 
     /**
@@ -64,14 +77,22 @@ final class RoleParts {
 
     /** @return the decode side's engine on {@code pool} */
     static TransferReceiver receiver(ServerConfig cfg, KvPool pool) {
-        return TransferReceiver.builder(pool, identity(cfg))
+        final TransferReceiver.Builder b = TransferReceiver.builder(pool, identity(cfg))
             .completionTimeout(cfg.transferTimeout()).drainTimeout(cfg.transferTimeout())
-            .unsafeDisable(cfg.unsafeTransfer().toArray(new TransferSafeguard[0])).build();
+            .unsafeDisable(cfg.unsafeTransfer().toArray(new TransferSafeguard[0]));
+        if (cfg.device() == ServerConfig.Device.CUDA) {
+            b.checksums(DeviceChecksums.INSTANCE); // the page checksums by one kernel launch per run of pages
+        }
+        return b.build();
     }
 
     /** @return the prefill side's engine on {@code pool} */
     static TransferSender sender(ServerConfig cfg, KvPool pool) {
-        return TransferSender.builder(pool, identity(cfg))
-            .drainDeadline(cfg.transferTimeout()).descriptorTimeout(cfg.transferTimeout()).build();
+        final TransferSender.Builder b = TransferSender.builder(pool, identity(cfg))
+            .drainDeadline(cfg.transferTimeout()).descriptorTimeout(cfg.transferTimeout());
+        if (cfg.device() == ServerConfig.Device.CUDA) {
+            b.checksums(DeviceChecksums.INSTANCE);
+        }
+        return b.build();
     }
 }

@@ -60,20 +60,18 @@ public final class RoleServer implements AutoCloseable {
      * @throws IllegalStateException           if another decode role already listens in the work directory
      * @throws UncheckedIOException            if the port, the work directory or the KV listener cannot be had
      * @throws io.kvpool.transfer.ucx.UcxUnavailableException with {@code --transport ucx} where UCX cannot load
+     * @throws IllegalStateException           with {@code --device cuda} where no CUDA device can be used (the reason)
      */
     public static RoleServer start(ServerConfig config) {
         Objects.requireNonNull(config, "config");
-        if (config.device() != ServerConfig.Device.HOST) {
-            throw new IllegalArgumentException("--device " + config.device().name().toLowerCase(java.util.Locale.ROOT)
-                + " is not wired into the example server yet: the echo model reads and writes KV on the host; run with --device host");
-        }
         final ObjectMapper json = new ObjectMapper();
         return switch (config.topology().role()) {
             case PREFILL -> {
                 final LinkGate gate = Boolean.getBoolean(TEST_HOOKS) ? LinkGate.create(false) : null;
                 final ServerConfig cfg = gate == null ? config : config.toBuilder().gate(gate).build();
                 final PrefillRole p = SeparateRoles.prefill(cfg);
-                final String kv = cfg.topology().transport() == Topology.Transport.SHM
+                final String kv = cfg.device() == ServerConfig.Device.CUDA ? "cuda-ipc:" + SeparateRoles.socketPath(cfg.workDir())
+                    : cfg.topology().transport() == Topology.Transport.SHM
                     ? "shm:" + SeparateRoles.socketPath(cfg.workDir()) : "ucx:" + cfg.topology().kvAddress();
                 yield open(cfg, p, new PrefillEndpoint(p, json, cfg, gate), kv);
             }

@@ -1,6 +1,8 @@
 package io.kvpool.examples.server;
 
 import io.kvpool.KvPool;
+import io.kvpool.cuda.ipc.CudaIpcListener;
+import io.kvpool.cuda.ipc.CudaIpcTransport;
 import io.kvpool.transfer.TransferReceiver;
 import io.kvpool.transfer.TransferSender;
 import io.kvpool.transfer.shm.MappedPageStorage;
@@ -32,10 +34,13 @@ import java.util.function.Supplier;
  *         prefill: ShmTransport.connect(work-dir/transfer.sock) → maps the pool file, writes pages with memcpy
  *   ucx:  decode: KvPool on host memory ─ UcxAcceptor(--kv-address) ─ UcxTransport (tcp)
  *         prefill: TCP to --kv-address → UcxTransport.connect → one-sided puts into decode's registered pages
+ *   --device cuda: both pools on device 0 (DevicePageStorage), checksums on the device (DeviceChecksums)
+ *         decode: CudaIpcListener(work-dir/transfer.sock) exports its arena (cuIpcGetMemHandle)
+ *         prefill: CudaIpcTransport.connect(work-dir/transfer.sock) → opens it, one kernel launch per put batch
  * </pre>
  * Unlike {@link InJvmRoles} there are no shared {@link LocalGrants}: a registration cannot be revoked across
- * processes (shm), so a quarantine ends only on the transport's teardown proof — for shm, the prefill process
- * is gone; for UCX, the link's worker is closed.
+ * processes (shm, CUDA IPC), so a quarantine ends only on the transport's teardown proof — for shm and CUDA IPC,
+ * the prefill process is gone; for UCX, the link's worker is closed.
  */
 final class SeparateRoles {
 
@@ -74,19 +79,60 @@ final class SeparateRoles {
      * @throws io.kvpool.transfer.ucx.UcxUnavailableException with {@code --transport ucx} where UCX cannot load
      */
     static Decode decode(ServerConfig cfg) {
+        if (cfg.device() == ServerConfig.Device.CUDA) {
+            return decodeCuda(cfg);
+        }
         return switch (cfg.topology().transport()) {
             case SHM -> decodeShm(cfg);
             case UCX -> decodeUcx(cfg);
         };
     }
 
-    private static Decode decodeShm(ServerConfig cfg) {
-        final Path dir;
+    private static Path workDir(ServerConfig cfg) {
         try {
-            dir = Files.createDirectories(cfg.workDir());
+            return Files.createDirectories(cfg.workDir());
         } catch (IOException e) {
             throw new UncheckedIOException("cannot create the work directory " + cfg.workDir() + ": " + e.getMessage(), e);
         }
+    }
+
+    /** Device pools: the decode pool on device 0, prefill's links through CUDA IPC on the work directory's socket. */
+    private static Decode decodeCuda(ServerConfig cfg) {
+        final Path socket = socketPath(workDir(cfg));
+        clearStaleSocket(socket);
+        final KvPool pool = RoleParts.decodePool(cfg, RoleParts.deviceStorage());
+        CudaIpcListener listener = null;
+        try {
+            final TransferReceiver receiver = RoleParts.receiver(cfg, pool);
+            final CudaIpcListener l = listener = CudaIpcTransport.listen(socket);
+            final LinkSource source = new LinkSource() {
+                @Override
+                public PeerLink accept() {
+                    return l.accept();
+                }
+
+                @Override
+                public String describe() {
+                    return "cuda-ipc:" + socket;
+                }
+
+                @Override
+                public void close() {
+                    l.close();
+                }
+            };
+            return new Decode(new DecodeRole(pool, receiver, source, null, cfg.tokenDelay(), () -> { }), source.describe());
+        } catch (RuntimeException e) {
+            if (listener != null) {
+                listener.close();
+            }
+            pool.close();
+            throw e;
+        }
+    }
+
+    private static Decode decodeShm(ServerConfig cfg) {
+        final Path dir = workDir(cfg);
         final Path socket = socketPath(dir);
         final Path poolFile = dir.resolve("decode.pool");
         clearStaleSocket(socket);
@@ -156,7 +202,10 @@ final class SeparateRoles {
             final TransferSender sender = RoleParts.sender(cfg, pool);
             final AtomicInteger links = new AtomicInteger();
             final Supplier<PeerLink> connector;
-            if (cfg.topology().transport() == Topology.Transport.SHM) {
+            if (cfg.device() == ServerConfig.Device.CUDA) {
+                final Path socket = socketPath(cfg.workDir());
+                connector = () -> new FaultyLink(CudaIpcTransport.connect(socket), null, cfg.faults(), cfg.gate(), links.getAndIncrement());
+            } else if (cfg.topology().transport() == Topology.Transport.SHM) {
                 final Path socket = socketPath(cfg.workDir());
                 connector = () -> new FaultyLink(ShmTransport.connect(socket), null, cfg.faults(), cfg.gate(), links.getAndIncrement());
             } else {

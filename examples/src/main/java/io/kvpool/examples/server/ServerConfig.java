@@ -105,9 +105,19 @@ public final class ServerConfig {
             throw new IllegalArgumentException("--transport ucx needs the roles in separate processes (--role prefill, --role decode, "
                 + "--role router); in one JVM prefill and decode always use the shared-memory transport");
         }
-        if (t.isRoleProcess() && t.transport() == Topology.Transport.SHM && workDir == null) {
-            throw new IllegalArgumentException("--role " + t.role().flag() + " with --transport shm needs --work-dir DIR, the same "
-                + "directory for both roles: decode creates the pool file and the transfer socket there, prefill connects to them");
+        if (device == Device.CUDA && t.role() == Topology.Role.ALL) {
+            throw new IllegalArgumentException("--device cuda needs the roles in separate processes (--role decode, --role prefill, "
+                + "--role router, the same --work-dir for both roles): between device pools KV moves by CUDA IPC, and a process "
+                + "cannot open its own CUDA IPC handle, so prefill and decode cannot share a JVM");
+        }
+        if (device == Device.CUDA && t.transport() == Topology.Transport.UCX) {
+            throw new IllegalArgumentException("--device cuda moves KV between the roles by CUDA IPC (one node, over --work-dir's "
+                + "socket); --transport ucx is for host pools");
+        }
+        if (t.isRoleProcess() && (t.transport() == Topology.Transport.SHM || device == Device.CUDA) && workDir == null) {
+            throw new IllegalArgumentException("--role " + t.role().flag() + (device == Device.CUDA ? " with --device cuda" : " with --transport shm")
+                + " needs --work-dir DIR, the same directory for both roles: decode creates the transfer socket (and, on the host, "
+                + "the pool file) there, prefill connects to them");
         }
         if (t.role() == Topology.Role.PREFILL && t.transport() == Topology.Transport.UCX && t.kvPort() == 0) {
             throw new IllegalArgumentException("--role prefill needs decode's actual --kv-address port, was " + t.kvAddress());
@@ -322,7 +332,8 @@ public final class ServerConfig {
               --heartbeat-ms N            SSE keep-alive while a stream waits; notices gone clients [200]
               --transfer-timeout-ms N     transfer completion and drain deadlines [10000]
               --reconnect-ms N            prefill's wait before reconnecting a lost link [200]
-              --device host|cuda          where the pools live [host]
+              --device host|cuda          where the pools live [host]; cuda: device 0, separate role processes,
+                                          KV by CUDA IPC over --work-dir's socket
               --fault-rate P              probability per page-write batch of an injected fault [0]
               --seed N                    seed of the injected faults [1]
               --work-dir DIR              where the decode pool file and transfer socket go [a new temp dir]
