@@ -72,7 +72,10 @@ final class RemoteDecodeCall implements DecodeCall {
         try (BufferedReader in = new BufferedReader(new InputStreamReader(stream, StandardCharsets.UTF_8))) {
             for (String line; (line = in.readLine()) != null; ) {
                 if (!line.isBlank() && onEvent(json.readTree(line))) {
-                    return; // the last event
+                    while (in.readLine() != null) {
+                        // the role ends the stream right after its last event: read to the end so the connection is reused
+                    }
+                    return;
                 }
             }
             lost("the stream ended before its last event");

@@ -78,15 +78,15 @@ final class RoleClient implements AutoCloseable {
     }
 
     /**
-     * POSTs {@code body} and returns the answer's body as a stream once its headers arrived (no timeout on
-     * the body: the caller reads it for as long as the role streams; closing it drops the connection).
+     * POSTs {@code body} and returns the answer's body as a stream once its headers arrived (within
+     * {@link #CALL_TIMEOUT}; none on the body: the caller reads it for as long as the role streams, and closing
+     * it drops the connection).
      *
      * @throws RoleLostException     if the role cannot be reached
      * @throws IllegalStateException if it answers with an error status
      */
     InputStream stream(String path, Object body) {
-        final HttpRequest req = HttpRequest.newBuilder(base.resolve(path)).header("Content-Type", "application/json")
-            .POST(publish(body)).build();
+        final HttpRequest req = request(path, CALL_TIMEOUT).POST(publish(body)).build(); // the timeout bounds the headers only
         final HttpResponse<InputStream> r = send(req, HttpResponse.BodyHandlers.ofInputStream());
         if (r.statusCode() != 200) {
             byte[] b;
