@@ -33,16 +33,20 @@ final class CompletionsHandler implements HttpHandler {
     private final Router router;
     private final ObjectMapper json;
     private final int maxBodyBytes;
+    private final long heartbeatNanos;
 
-    CompletionsHandler(Router router, ObjectMapper json, int maxBodyBytes) {
+    /** @param heartbeat how often a non-streamed response whose headers went out writes a heartbeat while decode generates */
+    CompletionsHandler(Router router, ObjectMapper json, int maxBodyBytes, java.time.Duration heartbeat) {
         this.router = router;
         this.json = json;
         this.maxBodyBytes = maxBodyBytes;
+        this.heartbeatNanos = heartbeat.toNanos();
     }
 
     @Override
     public void handle(HttpExchange ex) throws IOException {
         Sse sse = null;
+        Plain plain = null;
         try {
             if (!ex.getRequestURI().getPath().equals(PATH)) {
                 throw ApiError.of(404, "not_found", "no_such_path", "no endpoint at " + ex.getRequestURI().getPath()
@@ -60,13 +64,16 @@ final class CompletionsHandler implements HttpHandler {
                 final Router.Completion c = router.complete(tenant, req, sse);
                 sse.finish(c);
             } else {
-                final Router.Completion c = router.complete(tenant, req, NO_STREAM);
-                Http.sendJson(ex, json, 200, completion(c));
+                plain = new Plain(ex);
+                final Router.Completion c = router.complete(tenant, req, plain);
+                plain.finish(c);
             }
         } catch (ApiError e) {
             router.counters().error(e.status());
             if (sse != null && sse.started) {
                 sse.error(e); // the status line is gone: an error event ends the stream
+            } else if (plain != null && plain.started) {
+                plain.error(e); // 200 went out at the commit: the body is the error object instead of the completion
             } else {
                 Http.sendError(ex, json, e);
             }
@@ -79,8 +86,13 @@ final class CompletionsHandler implements HttpHandler {
         } catch (RuntimeException e) {
             LOG.log(System.Logger.Level.ERROR, "request failed", e);
             router.counters().error(500);
-            if (sse == null || !sse.started) {
-                Http.sendError(ex, json, ApiError.of(500, "server_error", "internal_error", "internal error: " + e));
+            final ApiError internal = ApiError.of(500, "server_error", "internal_error", "internal error: " + e);
+            if (sse != null && sse.started) {
+                sse.error(internal);
+            } else if (plain != null && plain.started) {
+                plain.error(internal);
+            } else {
+                Http.sendError(ex, json, internal);
             }
         } finally {
             ex.close();
@@ -204,20 +216,71 @@ final class CompletionsHandler implements HttpHandler {
         return k;
     }
 
-    private static final Router.Sink NO_STREAM = new Router.Sink() {
+    /**
+     * A non-streamed response. Nothing is sent before the KV transfer committed, so every refusal and
+     * transfer failure keeps its own status (the JDK server cannot see a closed connection without writing,
+     * so a client that leaves before the commit is noticed only then). At the commit the answer is decided:
+     * 200 headers go out (chunked), then one space — whitespace JSON ignores before a value — at most every
+     * heartbeat while decode generates: a client that left makes a write fail, and the router aborts both
+     * roles. Then the completion object. Should generation itself fail after that (the server closing, a
+     * decode process lost), the body is the error object instead of the completion, as a stream ends with an
+     * error event.
+     */
+    private final class Plain implements Router.Sink {
+        private final HttpExchange ex;
+        private OutputStream out;
+        boolean started;
+        private long lastWrite;
+
+        Plain(HttpExchange ex) {
+            this.ex = ex;
+        }
+
         @Override
         public void admitted(long requestId) {
         }
 
         @Override
         public void heartbeat() {
-            // a non-streaming response has sent nothing yet; the JDK server offers no way to probe the socket
+            // before the commit: anything sent would fix the status while the outcome is still open
         }
 
         @Override
-        public void token(String text) {
+        public void committed(long requestId) throws IOException {
+            ex.getResponseHeaders().set("Content-Type", "application/json");
+            ex.sendResponseHeaders(200, 0);
+            started = true;
+            out = ex.getResponseBody();
+            beat();
         }
-    };
+
+        @Override
+        public void token(String text) throws IOException {
+            if (System.nanoTime() - lastWrite >= heartbeatNanos) {
+                beat();
+            }
+        }
+
+        private void beat() throws IOException {
+            out.write(' ');
+            out.flush();
+            lastWrite = System.nanoTime();
+        }
+
+        void finish(Router.Completion c) throws IOException {
+            out.write(json.writeValueAsBytes(completion(c)));
+            out.flush();
+        }
+
+        void error(ApiError e) {
+            try {
+                out.write(json.writeValueAsBytes(e.body()));
+                out.flush();
+            } catch (IOException gone) {
+                LOG.log(System.Logger.Level.DEBUG, "error body not delivered: " + gone);
+            }
+        }
+    }
 
     /** A streaming response: headers once both roles admitted, then keep-alives, token chunks, the end. */
     private final class Sse implements Router.Sink {

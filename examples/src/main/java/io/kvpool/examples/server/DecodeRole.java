@@ -7,8 +7,7 @@ import io.kvpool.examples.ui.PoolView;
 import io.kvpool.transfer.FailureReason;
 import io.kvpool.transfer.IncomingTransfer;
 import io.kvpool.transfer.TransferReceiver;
-import io.kvpool.transfer.shm.ShmLink;
-import io.kvpool.transfer.shm.ShmListener;
+import io.kvpool.transfer.spi.PeerLink;
 
 import java.io.IOException;
 import java.time.Duration;
@@ -28,7 +27,7 @@ import java.util.concurrent.atomic.LongAdder;
 /**
  * The decode role in this JVM: its own pool (in a mapped file, which the shared-memory transport lets
  * prefill write), a {@link TransferReceiver} on its own {@link DutyCycle} accepting prefill's links from
- * a {@link ShmListener}, and the echo model's decode, run on the calling router thread once the KV
+ * a {@link LinkSource} (the shared-memory listener, or UCX's acceptor), and the echo model's decode, run on the calling router thread once the KV
  * committed.
  *
  * <pre>
@@ -47,7 +46,7 @@ final class DecodeRole implements DecodeService {
 
     private final KvPool pool;
     private final TransferReceiver receiver;
-    private final ShmListener listener;
+    private final LinkSource listener;
     private final LocalGrants grants;
     private final Duration tokenDelay;
     private final Runnable cleanup;
@@ -77,11 +76,11 @@ final class DecodeRole implements DecodeService {
     /**
      * @param pool     the decode pool, on the listener's mapped storage (owned: closed with the role)
      * @param receiver the engine, on {@code pool} (owned)
-     * @param listener where prefill's links arrive (owned)
+     * @param listener where prefill's links arrive (owned; closed after the receiver, before the pool)
      * @param grants   grants shared with a prefill role in this JVM, or {@code null}
      * @param cleanup  run after everything is closed (e.g. delete the work directory)
      */
-    DecodeRole(KvPool pool, TransferReceiver receiver, ShmListener listener, LocalGrants grants, Duration tokenDelay, Runnable cleanup) {
+    DecodeRole(KvPool pool, TransferReceiver receiver, LinkSource listener, LocalGrants grants, Duration tokenDelay, Runnable cleanup) {
         this.pool = Objects.requireNonNull(pool, "pool");
         this.receiver = Objects.requireNonNull(receiver, "receiver");
         this.listener = Objects.requireNonNull(listener, "listener");
@@ -178,7 +177,7 @@ final class DecodeRole implements DecodeService {
 
     private int work() {
         int n = 0;
-        for (ShmLink l; (l = listener.accept()) != null; n++) {
+        for (PeerLink l; (l = listener.accept()) != null; n++) {
             senders.add(receiver.addPeer(new GrantingLink(l, grants)));
             links.increment();
         }
@@ -239,6 +238,7 @@ final class DecodeRole implements DecodeService {
         c.put("released_unused", releasedUnused.sum());
         c.put("generated_tokens", generated.sum());
         c.put("links_accepted", links.sum());
+        c.put("quarantine_releases", receiver.metrics().quarantineReleases());
         final String prom = receiver.metrics().toPrometheus()
             + "# TYPE kvpool_receiver_active_transfers gauge\nkvpool_receiver_active_transfers " + activeTransfers
             + "\n# TYPE kvpool_decode_held_sequences gauge\nkvpool_decode_held_sequences " + heldSequences.get()
@@ -337,7 +337,7 @@ final class DecodeRole implements DecodeService {
                     + (aborted ? "aborted" : "transfer " + outcome.getNow(null)) + ")");
             }
             try {
-                final EchoKv kv = new EchoKv(pool.layout());
+                final EchoKv kv = EchoKv.of(pool);
                 final EchoDecoder.Reconstruction r = EchoDecoder.reconstruct(kv, seq, Math.min(promptTokens, seq.tokenCount()));
                 final String text = EchoDecoder.generate(kv, seq, maxTokens, tenant, tokenDelay, token -> {
                     if (aborted) {

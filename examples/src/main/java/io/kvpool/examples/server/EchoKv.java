@@ -83,6 +83,7 @@ public final class EchoKv {
     }
 
     private final KvLayout layout;
+    private final PageIo io;
     private final int vectorBytes;
     private final byte[] record;
     private final byte[] scratch;
@@ -94,12 +95,23 @@ public final class EchoKv {
      * @throws IllegalArgumentException if the layout's token vector is shorter than {@link #RECORD_BYTES}
      */
     public EchoKv(KvLayout layout) {
+        this(layout, PageIo.DIRECT);
+    }
+
+    /** A reader/writer for one thread reaching pages through {@code io} (copies for a device pool). */
+    EchoKv(KvLayout layout, PageIo io) {
         requireFits(layout);
         this.layout = layout;
+        this.io = java.util.Objects.requireNonNull(io, "io");
         this.vectorBytes = (int) layout.bytesPerTokenVector();
         this.record = new byte[vectorBytes];
         this.scratch = new byte[vectorBytes];
         this.first = new byte[vectorBytes];
+    }
+
+    /** @return a reader/writer for one thread on {@code pool}'s pages: direct on host storage, through copies on a device pool */
+    static EchoKv of(io.kvpool.KvPool pool) {
+        return new EchoKv(pool.layout(), PageIo.of(pool));
     }
 
     /** @throws IllegalArgumentException if the layout's token vector cannot hold an echo record, with both sizes */
@@ -117,21 +129,28 @@ public final class EchoKv {
      */
     public void writePrompt(Sequence seq, List<byte[]> tokens, int count, String tenant) {
         final byte[] t = tenantBytes(tenant);
-        for (int p = 0; p < count; p++) {
-            write(seq, p, tokens.get(p), t);
+        final int tpp = layout.tokensPerPage();
+        for (int first = 0; first < count; first += tpp) { // a page at a time: one open and one commit each
+            final int pageIndex = first / tpp;
+            final MemorySegment page = io.open(seq, pageIndex);
+            for (int p = first; p < Math.min(count, first + tpp); p++) {
+                put(page, p, tokens.get(p), t);
+            }
+            io.commit(seq, pageIndex, page);
         }
     }
 
     /** Writes one token's KV (every layer, K and V) at {@code position} of the sequence. */
     public void write(Sequence seq, int position, byte[] token, String tenant) {
-        write(seq, position, token, tenantBytes(tenant));
+        final int pageIndex = position / layout.tokensPerPage();
+        final MemorySegment page = io.open(seq, pageIndex);
+        put(page, position, token, tenantBytes(tenant));
+        io.commit(seq, pageIndex, page);
     }
 
-    private void write(Sequence seq, int position, byte[] token, byte[] tenant) {
-        final int tpp = layout.tokensPerPage();
-        final MemorySegment page = seq.page(position / tpp);
+    private void put(MemorySegment page, int position, byte[] token, byte[] tenant) {
         encode(position, token, tenant);
-        final int t = position % tpp;
+        final int t = position % layout.tokensPerPage();
         for (int layer = 0; layer < layout.layers(); layer++) {
             for (int kv = 0; kv < 2; kv++) {
                 for (int i = 0; i < vectorBytes; i++) {
@@ -168,7 +187,7 @@ public final class EchoKv {
         if (seq.pool().firstCanaryToken(seq.pageHandle(pageIndex), t, t + 1) >= 0) {
             return KvToken.CANARY;
         }
-        final MemorySegment page = seq.page(pageIndex);
+        final MemorySegment page = io.open(seq, pageIndex);
         for (int layer = 0; layer < layout.layers(); layer++) {
             for (int kv = 0; kv < 2; kv++) {
                 MemorySegment.copy(page, ValueLayout.JAVA_BYTE, layout.offset(layer, kv, t), scratch, 0, vectorBytes);

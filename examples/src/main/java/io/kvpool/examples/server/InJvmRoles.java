@@ -1,12 +1,7 @@
 package io.kvpool.examples.server;
 
-import io.kvpool.ContextPolicy;
-import io.kvpool.KvLayout;
 import io.kvpool.KvPool;
-import io.kvpool.Safeguard;
-import io.kvpool.transfer.PeerIdentity;
 import io.kvpool.transfer.TransferReceiver;
-import io.kvpool.transfer.TransferSafeguard;
 import io.kvpool.transfer.TransferSender;
 import io.kvpool.transfer.shm.MappedPageStorage;
 import io.kvpool.transfer.shm.ShmListener;
@@ -18,7 +13,6 @@ import java.nio.file.Files;
 import java.nio.file.Path;
 import java.time.Duration;
 import java.util.Comparator;
-import java.util.EnumSet;
 import java.util.stream.Stream;
 
 /**
@@ -35,9 +29,9 @@ import java.util.stream.Stream;
 public final class InJvmRoles implements Roles {
 
     /** The model id both sides announce in their HELLO. */
-    public static final String MODEL_ID = "kvpool-echo@1";
+    public static final String MODEL_ID = RoleParts.MODEL_ID;
     /** The environment both sides announce. */
-    public static final String ENVIRONMENT = "example";
+    public static final String ENVIRONMENT = RoleParts.ENVIRONMENT;
 
     private final PrefillRole prefill;
     private final DecodeRole decode;
@@ -54,23 +48,19 @@ public final class InJvmRoles implements Roles {
      *
      * @throws io.kvpool.PoolCapacityException if a pool cannot hold the advertised context (names both numbers)
      * @throws IllegalStateException           if the link does not come up in time
-     * @throws IllegalArgumentException        for a configuration this build cannot run (e.g. {@code --device cuda})
+     * @throws IllegalArgumentException        for a configuration this class cannot run ({@code --device cuda}: separate processes)
      */
     public static InJvmRoles start(ServerConfig cfg, Duration linkTimeout) {
         if (cfg.device() != ServerConfig.Device.HOST) {
-            throw new IllegalArgumentException("--device " + cfg.device().name().toLowerCase()
-                + " is not wired into the example server yet: the echo model reads and writes KV on the host "
-                + "(kvpool-cuda's DevicePageStorage is not host-accessible); run with --device host");
+            throw new IllegalArgumentException("--device " + cfg.device().name().toLowerCase(java.util.Locale.ROOT)
+                + " needs the roles in separate processes: a process cannot open its own CUDA IPC handle");
         }
-        final KvLayout layout = cfg.layout();
-        final EnumSet<Safeguard> prefillOff = cfg.unsafePool().isEmpty() ? EnumSet.noneOf(Safeguard.class) : EnumSet.copyOf(cfg.unsafePool());
-        if (cfg.unsafePlaceholderOnOverflow()) {
-            prefillOff.add(Safeguard.ADMISSION_REJECTION);
+        if (cfg.topology().role() != Topology.Role.ALL) {
+            throw new IllegalArgumentException("InJvmRoles runs both roles in this JVM; the configuration asks for --role "
+                + cfg.topology().role().flag() + " (see SeparateRoles / RoleServer)");
         }
         // the prefill pool first: a pool too small for the advertised context stops everything here
-        final KvPool prefillPool = KvPool.builder(layout).pages(cfg.prefillPages()).maxContextTokens(cfg.contextTokens())
-            .contextPolicy(cfg.unsafePlaceholderOnOverflow() ? ContextPolicy.CLAMP : ContextPolicy.FAIL)
-            .unsafeDisable(prefillOff.toArray(new Safeguard[0])).build();
+        final KvPool prefillPool = RoleParts.prefillPool(cfg);
         Path dir = null;
         final boolean own = cfg.workDir() == null;
         KvPool decodePool = null;
@@ -79,25 +69,15 @@ public final class InJvmRoles implements Roles {
         try {
             dir = own ? Files.createTempDirectory(tempRoot(), "kvpool-server") : Files.createDirectories(cfg.workDir());
             final Path poolFile = dir.resolve("decode.pool");
-            final Path socket = dir.resolve("transfer.sock");
-            if (socket.toString().length() > 100) {
-                throw new IllegalArgumentException("socket path " + socket + " is " + socket.toString().length()
-                    + " characters; a Unix socket path must stay under 108: use a shorter --work-dir");
-            }
-            decodePool = KvPool.builder(layout).pages(cfg.decodePages()).maxContextTokens(cfg.contextTokens())
-                .storage((l, n) -> MappedPageStorage.create(poolFile, l, n))
-                .unsafeDisable(cfg.unsafePool().toArray(new Safeguard[0])).build();
-            final PeerIdentity identity = PeerIdentity.of(layout, MODEL_ID, ENVIRONMENT, "kvpool-examples");
-            final TransferReceiver receiver = TransferReceiver.builder(decodePool, identity)
-                .completionTimeout(cfg.transferTimeout()).drainTimeout(cfg.transferTimeout())
-                .unsafeDisable(cfg.unsafeTransfer().toArray(new TransferSafeguard[0])).build();
+            final Path socket = SeparateRoles.socketPath(dir);
+            decodePool = RoleParts.decodePool(cfg, (l, n) -> MappedPageStorage.create(poolFile, l, n));
+            final TransferReceiver receiver = RoleParts.receiver(cfg, decodePool);
             listener = ShmTransport.listen(socket, (MappedPageStorage) decodePool.storage());
             final LocalGrants grants = new LocalGrants();
             final Path cleanupDir = own ? dir : null;
-            decode = new DecodeRole(decodePool, receiver, listener, grants, cfg.tokenDelay(),
+            decode = new DecodeRole(decodePool, receiver, LinkSource.shm(listener), grants, cfg.tokenDelay(),
                 () -> deleteQuietly(cleanupDir, socket, poolFile));
-            final TransferSender sender = TransferSender.builder(prefillPool, identity)
-                .drainDeadline(cfg.transferTimeout()).descriptorTimeout(cfg.transferTimeout()).build();
+            final TransferSender sender = RoleParts.sender(cfg, prefillPool);
             final java.util.concurrent.atomic.AtomicInteger linkNumber = new java.util.concurrent.atomic.AtomicInteger();
             final PrefillRole prefill = new PrefillRole(prefillPool, sender,
                 () -> new FaultyLink(ShmTransport.connect(socket), grants, cfg.faults(), cfg.gate(), linkNumber.getAndIncrement()),
@@ -117,7 +97,7 @@ public final class InJvmRoles implements Roles {
         }
     }
 
-    private static Path tempRoot() {
+    static Path tempRoot() {
         final Path shm = Path.of("/dev/shm");
         return Files.isDirectory(shm) && Files.isWritable(shm) ? shm : Path.of(System.getProperty("java.io.tmpdir"));
     }
@@ -191,7 +171,7 @@ public final class InJvmRoles implements Roles {
         }
     }
 
-    private static void deleteQuietly(Path dir, Path... files) {
+    static void deleteQuietly(Path dir, Path... files) {
         try {
             for (Path f : files) {
                 Files.deleteIfExists(f);

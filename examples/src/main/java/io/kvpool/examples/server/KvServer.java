@@ -24,7 +24,9 @@ import java.util.concurrent.atomic.AtomicBoolean;
 /**
  * The example server: an HTTP front ({@link HttpServer}, the JDK's own, one virtual thread per request)
  * over a {@link Router} and two roles — by default {@link InJvmRoles}: prefill and decode in this JVM,
- * each with its own pool and transfer engine, KV moving between them through the transfer protocol.
+ * each with its own pool and transfer engine, KV moving between them through the transfer protocol; with
+ * {@code --role router}, {@link RemoteRoles}: the roles are processes of their own ({@link RoleServer}), and
+ * {@code /metrics} and the live page merge what each reports.
  *
  * <h2>Endpoints</h2>
  * <ul>
@@ -72,7 +74,7 @@ public final class KvServer implements AutoCloseable {
         this.http = HttpServer.create(new InetSocketAddress(config.host(), config.port()), 256);
         this.executor = Executors.newVirtualThreadPerTaskExecutor();
         http.setExecutor(executor);
-        http.createContext(CompletionsHandler.PATH, new CompletionsHandler(router, json, config.maxBodyBytes()));
+        http.createContext(CompletionsHandler.PATH, new CompletionsHandler(router, json, config.maxBodyBytes(), config.heartbeat()));
         http.createContext("/v1/", this::notFound);
         http.createContext("/metrics", this::metrics);
         try {
@@ -87,14 +89,21 @@ public final class KvServer implements AutoCloseable {
     }
 
     /**
-     * Starts the server with both roles in this JVM ({@link InJvmRoles}).
+     * Starts the server: with both roles in this JVM ({@link InJvmRoles}) for {@code --role all}, or as the
+     * router of role processes elsewhere ({@link RemoteRoles}) for {@code --role router}.
      *
      * @throws io.kvpool.PoolCapacityException if a pool cannot hold the advertised context (names both numbers)
-     * @throws IllegalArgumentException        for a configuration this build cannot run
+     * @throws IllegalArgumentException        for a configuration this build cannot run, or {@code --role prefill|decode}
+     *                                         (those are {@link RoleServer}s)
      * @throws UncheckedIOException            if the port cannot be bound
      */
     public static KvServer start(ServerConfig config) {
-        return start(config, InJvmRoles.start(config, Duration.ofSeconds(10)));
+        return switch (config.topology().role()) {
+            case ALL -> start(config, InJvmRoles.start(config, Duration.ofSeconds(10)));
+            case ROUTER -> start(config, RemoteRoles.connect(config));
+            default -> throw new IllegalArgumentException("--role " + config.topology().role().flag()
+                + " runs one role, not the HTTP front: start it with RoleServer.start");
+        };
     }
 
     /**

@@ -41,6 +41,7 @@ final class PrefillRole implements PrefillService {
     private final long reconnectNanos;
     private final long handshakeNanos;
     private final DutyCycle duty;
+    private final AutoCloseable transport;
 
     // ---- duty thread only ----
     private final Map<Long, OutgoingTransfer> offers = new HashMap<>();
@@ -71,6 +72,16 @@ final class PrefillRole implements PrefillService {
      *                  {@link io.kvpool.transfer.spi.LinkFailedException} when decode is not listening
      */
     PrefillRole(KvPool pool, TransferSender sender, Supplier<PeerLink> connector, Duration reconnectDelay, Duration handshakeTimeout) {
+        this(pool, sender, connector, reconnectDelay, handshakeTimeout, null);
+    }
+
+    /**
+     * @param transport what the connector's links run on (e.g. a {@code UcxTransport}), or {@code null}: closed
+     *                  with the role, after the engine and its links, before the pool
+     */
+    PrefillRole(KvPool pool, TransferSender sender, Supplier<PeerLink> connector, Duration reconnectDelay, Duration handshakeTimeout,
+                AutoCloseable transport) {
+        this.transport = transport;
         this.pool = Objects.requireNonNull(pool, "pool");
         this.sender = Objects.requireNonNull(sender, "sender");
         this.connector = Objects.requireNonNull(connector, "connector");
@@ -110,7 +121,7 @@ final class PrefillRole implements PrefillService {
                     + " tokens became a " + computed + "-token placeholder (" + a.message() + ")");
             }
             seq.append(computed);
-            new EchoKv(pool.layout()).writePrompt(seq, tokens, computed, tenant);
+            EchoKv.of(pool).writePrompt(seq, tokens, computed, tenant);
             duty.submit(() -> offer(requestId, seq));
         } catch (RuntimeException e) {
             seq.close();
@@ -238,13 +249,23 @@ final class PrefillRole implements PrefillService {
     }
 
     @Override
-    public void close() {
+    public synchronized void close() {
         if (closed) {
             return;
         }
         closed = true;
-        duty.close();
-        pool.close();
+        try {
+            duty.close();
+            if (transport != null) {
+                try {
+                    transport.close();
+                } catch (Exception e) {
+                    LOG.log(System.Logger.Level.WARNING, "prefill: closing the transport failed: " + e);
+                }
+            }
+        } finally {
+            pool.close();
+        }
     }
 
     @Override

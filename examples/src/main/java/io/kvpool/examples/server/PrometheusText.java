@@ -38,7 +38,25 @@ final class PrometheusText {
         for (Map.Entry<Integer, Long> e : r.errors().entrySet()) {
             b.append("kvpool_http_errors_total{status=\"").append(e.getKey()).append("\"} ").append(e.getValue()).append('\n');
         }
+        roles(b, roles, config);
+        return b.toString();
+    }
 
+    /**
+     * The roles' part alone: what a role process serves on its own {@code /metrics} (the router's merges
+     * every role's into one text).
+     */
+    static String renderRoles(List<RoleStatus> roles, ServerConfig config) {
+        final StringBuilder b = new StringBuilder(4096);
+        roles(b, roles, config);
+        return b.toString();
+    }
+
+    private static void roles(StringBuilder b, List<RoleStatus> roles, ServerConfig config) {
+        family(b, "kvpool_role_up", "gauge", "1 if the role's status could be read (0: a role process the router cannot reach)");
+        for (RoleStatus s : roles) {
+            b.append("kvpool_role_up{role=\"").append(s.role()).append("\"} ").append(s.up() ? 1 : 0).append('\n');
+        }
         family(b, "kvpool_pool_pages", "gauge", "pages by state");
         for (RoleStatus s : roles) {
             for (String state : STATES) {
@@ -73,7 +91,6 @@ final class PrometheusText {
         for (RoleStatus s : roles) {
             b.append(s.prometheus());
         }
-        return b.toString();
     }
 
     private static void rejection(StringBuilder b, RoleStatus s, String reason, String field) {

@@ -18,7 +18,7 @@ import java.util.concurrent.atomic.AtomicLong;
  *
  * <pre>
  *   tokenize ─ context check (400) ─ prefill.prefill (typed refusal) ─ decode.start ─ admission (typed refusal)
- *     ─ sink.admitted() ─ wait for the transfer (sink.heartbeat() while waiting) ─ generate (sink.token())
+ *     ─ sink.admitted() ─ wait for the transfer (sink.heartbeat() while waiting) ─ sink.committed() ─ generate (sink.token())
  *   any IOException from the sink = the client is gone → decode.abort + prefill.abort → {@link ClientGone}
  * </pre>
  * Thread-safe: one call per request thread.
@@ -32,6 +32,14 @@ final class Router implements AutoCloseable {
 
         /** Called every heartbeat while the transfer runs; a streaming response writes a keep-alive. */
         void heartbeat() throws IOException;
+
+        /**
+         * The KV transfer committed: from here on the answer is a success unless generation itself fails (the
+         * server closing, a decode process lost). A non-streaming response sends its 200 headers now and
+         * heartbeats while decode generates, so that a client that left is noticed (and both roles aborted).
+         */
+        default void committed(long requestId) throws IOException {
+        }
 
         /** One generated token. */
         void token(String text) throws IOException;
@@ -121,7 +129,7 @@ final class Router implements AutoCloseable {
             try {
                 refused = prefill.prefill(id, tenant, tokens);
             } catch (IllegalStateException e) {
-                throw unavailable("prefill role: " + e.getMessage());
+                throw unavailable(e instanceof RoleLostException ? e.getMessage() : "prefill role: " + e.getMessage());
             }
             if (refused != null) {
                 done = true; // nothing was offered
@@ -130,7 +138,7 @@ final class Router implements AutoCloseable {
             try {
                 call = decode.start(id, tenant, tokens.size(), req.maxTokens());
             } catch (IllegalStateException e) {
-                throw unavailable("decode role: " + e.getMessage());
+                throw unavailable(e instanceof RoleLostException ? e.getMessage() : "decode role: " + e.getMessage());
             }
             inFlight.put(id, call);
             final long deadline = System.nanoTime() + config.requestTimeout().toNanos();
@@ -155,7 +163,15 @@ final class Router implements AutoCloseable {
                 counters.failed(outcome.failure() == null ? "unknown" : outcome.failure().toLowerCase(java.util.Locale.ROOT));
                 throw ApiError.transferFailed(id, outcome);
             }
-            final DecodeCall.Generation g = call.generate(req.maxTokens(), sink::token);
+            sink.committed(id);
+            final DecodeCall.Generation g;
+            try {
+                g = call.generate(req.maxTokens(), sink::token);
+            } catch (RoleLostException e) {
+                counters.failed("role_lost");
+                throw new ApiError(502, "server_error", "role_lost", "request " + id + ": " + e.getMessage(),
+                    Map.of("request_id", id), 0);
+            }
             done = true;
             counters.completed.increment();
             return new Completion(id, tenant, tokens.size(), g);

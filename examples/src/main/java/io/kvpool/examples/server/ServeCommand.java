@@ -9,7 +9,7 @@ final class ServeCommand implements Subcommand {
 
     @Override
     public String summary() {
-        return "run the server: router, prefill and decode in one JVM on host memory (the default)";
+        return "run the server: router, prefill and decode in one JVM on host memory (the default), or one --role of them";
     }
 
     @Override
@@ -30,6 +30,9 @@ final class ServeCommand implements Subcommand {
         if (config.unsafe()) {
             warnUnsafe(config, err);
         }
+        if (config.topology().isRoleProcess()) {
+            return serveRole(config, out, err);
+        }
         final KvServer server;
         try {
             server = KvServer.start(config);
@@ -46,6 +49,28 @@ final class ServeCommand implements Subcommand {
         return 0;
     }
 
+    /** {@code --role prefill|decode}: the role's own process, serving the router's internal calls. */
+    private static int serveRole(ServerConfig config, PrintStream out, PrintStream err) throws InterruptedException {
+        final RoleServer role;
+        try {
+            role = RoleServer.start(config);
+        } catch (RuntimeException e) { // capacity, configuration, port, work directory, UCX unavailable ...
+            err.println("refusing to start: " + e.getMessage());
+            return 1;
+        }
+        Runtime.getRuntime().addShutdownHook(new Thread(role::close, "kvpool-shutdown"));
+        final Topology.Role r = config.topology().role();
+        // the first line is what scripts and tests read: the role, its URL, its KV link
+        out.println("kvpool " + r.flag() + " role on " + role.baseUri() + " (KV " + role.kvLink() + ")");
+        out.println("  " + (r == Topology.Role.PREFILL ? "prefill pool " + config.prefillPages() : "decode pool " + config.decodePages())
+            + " pages of " + config.layout() + ", advertised context " + config.contextTokens() + " tokens");
+        out.println("  the router reaches it with --" + r.flag() + "-url " + role.baseUri() + "; its metrics: " + role.baseUri() + "metrics");
+        out.println("  Ctrl-C stops it.");
+        out.flush();
+        role.awaitClose();
+        return 0;
+    }
+
     static void warnUnsafe(ServerConfig config, PrintStream err) {
         final String line = "!".repeat(100);
         err.println(line);
@@ -57,10 +82,13 @@ final class ServeCommand implements Subcommand {
 
     static void banner(KvServer server, PrintStream out) {
         final ServerConfig c = server.config();
-        out.println("kvpool example server on " + server.baseUri()
-            + "  (router + prefill + decode in one JVM, host memory, KV over the shared-memory transfer protocol)");
-        out.println("  advertised context " + c.contextTokens() + " tokens; prefill pool " + c.prefillPages() + " pages, decode pool "
-            + c.decodePages() + " pages of " + c.layout());
+        final Topology t = c.topology();
+        out.println("kvpool example server on " + server.baseUri() + (t.role() == Topology.Role.ROUTER
+            ? "  (router; prefill at " + t.prefillUrl() + ", decode at " + t.decodeUrl() + ")"
+            : "  (router + prefill + decode in one JVM, host memory, KV over the shared-memory transfer protocol)"));
+        out.println("  advertised context " + c.contextTokens() + " tokens" + (t.role() == Topology.Role.ROUTER
+            ? " (give the roles the same --context)"
+            : "; prefill pool " + c.prefillPages() + " pages, decode pool " + c.decodePages() + " pages of " + c.layout()));
         out.println("  live page:   " + server.baseUri());
         out.println("  metrics:     " + server.baseUri() + "metrics");
         out.println("  completion:  curl -s " + server.baseUri() + "v1/completions -H 'Authorization: Bearer sk-alice' \\");

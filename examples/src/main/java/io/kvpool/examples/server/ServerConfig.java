@@ -68,6 +68,7 @@ public final class ServerConfig {
     private final FaultPlan faults;
     private final LinkGate gate;
     private final Path workDir;
+    private final Topology topology;
 
     private ServerConfig(Builder b) {
         host = Objects.requireNonNull(b.host, "host");
@@ -93,7 +94,34 @@ public final class ServerConfig {
         faults = Objects.requireNonNull(b.faults, "faults");
         gate = b.gate;
         workDir = b.workDir;
+        topology = Objects.requireNonNull(b.topology, "topology");
         EchoKv.requireFits(layout());
+        checkTopology();
+    }
+
+    private void checkTopology() {
+        final Topology t = topology;
+        if (t.role() == Topology.Role.ALL && t.transport() == Topology.Transport.UCX) {
+            throw new IllegalArgumentException("--transport ucx needs the roles in separate processes (--role prefill, --role decode, "
+                + "--role router); in one JVM prefill and decode always use the shared-memory transport");
+        }
+        if (device == Device.CUDA && t.role() == Topology.Role.ALL) {
+            throw new IllegalArgumentException("--device cuda needs the roles in separate processes (--role decode, --role prefill, "
+                + "--role router, the same --work-dir for both roles): between device pools KV moves by CUDA IPC, and a process "
+                + "cannot open its own CUDA IPC handle, so prefill and decode cannot share a JVM");
+        }
+        if (device == Device.CUDA && t.transport() == Topology.Transport.UCX) {
+            throw new IllegalArgumentException("--device cuda moves KV between the roles by CUDA IPC (one node, over --work-dir's "
+                + "socket); --transport ucx is for host pools");
+        }
+        if (t.isRoleProcess() && (t.transport() == Topology.Transport.SHM || device == Device.CUDA) && workDir == null) {
+            throw new IllegalArgumentException("--role " + t.role().flag() + (device == Device.CUDA ? " with --device cuda" : " with --transport shm")
+                + " needs --work-dir DIR, the same directory for both roles: decode creates the transfer socket (and, on the host, "
+                + "the pool file) there, prefill connects to them");
+        }
+        if (t.role() == Topology.Role.PREFILL && t.transport() == Topology.Transport.UCX && t.kvPort() == 0) {
+            throw new IllegalArgumentException("--role prefill needs decode's actual --kv-address port, was " + t.kvAddress());
+        }
     }
 
     private static int range(String name, long v, long min, long max) {
@@ -147,6 +175,7 @@ public final class ServerConfig {
         b.faults = faults;
         b.gate = gate;
         b.workDir = workDir;
+        b.topology = topology;
         return b;
     }
 
@@ -263,6 +292,11 @@ public final class ServerConfig {
         return workDir;
     }
 
+    /** @return which role(s) this process runs and where the others are ({@code --role} and friends; one JVM by default) */
+    public Topology topology() {
+        return topology;
+    }
+
     private static String flag(String enumName) {
         return "--unsafe-" + enumName.toLowerCase(Locale.ROOT).replace('_', '-');
     }
@@ -271,14 +305,18 @@ public final class ServerConfig {
     public String toString() {
         return "ServerConfig[" + host + ":" + port + ", context " + contextTokens + " tokens, prefill " + prefillPages
             + " pages, decode " + decodePages + " pages of " + layout() + ", device " + device
-            + (faults.active() ? ", faults " + faults : "") + (unsafe() ? ", UNSAFE " + unsafeSwitches() : "") + "]";
+            + (faults.active() ? ", faults " + faults : "") + (unsafe() ? ", UNSAFE " + unsafeSwitches() : "")
+            + (topology.role() == Topology.Role.ALL ? "" : ", role " + topology.role().flag() + " over " + topology.transport()) + "]";
     }
 
     // ---- command line ----
 
     /** @return the flags {@link #parse} accepts, with their defaults */
     public static String usage() {
-        return """
+        return OPTIONS + Topology.usage() + UNSAFE_OPTIONS;
+    }
+
+    private static final String OPTIONS = """
             options (defaults in brackets):
               --host ADDR                 address to bind [127.0.0.1]
               --port N                    HTTP port, 0 for any free one [8080]
@@ -294,10 +332,14 @@ public final class ServerConfig {
               --heartbeat-ms N            SSE keep-alive while a stream waits; notices gone clients [200]
               --transfer-timeout-ms N     transfer completion and drain deadlines [10000]
               --reconnect-ms N            prefill's wait before reconnecting a lost link [200]
-              --device host|cuda          where the pools live [host]
+              --device host|cuda          where the pools live [host]; cuda: device 0, separate role processes,
+                                          KV by CUDA IPC over --work-dir's socket
               --fault-rate P              probability per page-write batch of an injected fault [0]
               --seed N                    seed of the injected faults [1]
               --work-dir DIR              where the decode pool file and transfer socket go [a new temp dir]
+            """;
+
+    private static final String UNSAFE_OPTIONS = """
             safeguard switches, for the incident replay only (each turns one safeguard OFF):
               --unsafe-generation-check --unsafe-free-page-fill --unsafe-admission-rejection
               --unsafe-drain-wait --unsafe-quarantine-on-timeout --unsafe-length-check
@@ -307,7 +349,6 @@ public final class ServerConfig {
               --unsafe-incident                  all of the 2026 incident's: the placeholder, free-page fill,
                                                  length check, canary check and checksum
             """;
-    }
 
     /**
      * Parses command-line flags ({@code --name value} or {@code --name=value}; see {@link #usage()}).
@@ -371,7 +412,13 @@ public final class ServerConfig {
                 }
                 case "--seed" -> b.faults(new FaultPlan(b.faults.rate(), number(name, value)));
                 case "--work-dir" -> b.workDir(Path.of(value));
-                default -> throw new IllegalArgumentException("unknown option " + name);
+                default -> {
+                    final Topology t = b.topology.parse(name, value);
+                    if (t == null) {
+                        throw new IllegalArgumentException("unknown option " + name);
+                    }
+                    b.topology(t);
+                }
             }
         }
         return b.build();
@@ -444,6 +491,7 @@ public final class ServerConfig {
         private FaultPlan faults = FaultPlan.NONE;
         private LinkGate gate;
         private Path workDir;
+        private Topology topology = Topology.DEFAULT;
 
         private Builder() {
         }
@@ -584,6 +632,18 @@ public final class ServerConfig {
         /** Sets {@link ServerConfig#workDir()}. */
         public Builder workDir(Path dir) {
             this.workDir = dir;
+            return this;
+        }
+
+        /** Sets {@link ServerConfig#topology()}. */
+        public Builder topology(Topology t) {
+            this.topology = t;
+            return this;
+        }
+
+        /** Sets the role of {@link ServerConfig#topology()}. */
+        public Builder role(Topology.Role role) {
+            this.topology = topology.withRole(role);
             return this;
         }
 

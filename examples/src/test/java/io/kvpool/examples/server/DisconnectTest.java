@@ -79,18 +79,65 @@ class DisconnectTest {
     }
 
     @Test
-    void aNonStreamedClientThatLeavesIsNoticedOnlyAtTheEndButLeavesNothingBehind() throws Exception {
-        // The JDK's HTTP server cannot see a closed connection until it writes; a non-streamed response
-        // writes once, at the end. The request runs to completion and every page is returned.
+    void aNonStreamedClientThatLeavesIsNoticedOnceTheCommitSentTheHeadersAndBothRolesAbort() throws Exception {
+        // The JDK's HTTP server cannot see a closed connection until it writes, and a non-streamed response can
+        // write nothing before the transfer committed (its status is not decided before). So a client that leaves
+        // while its KV is in flight is not noticed then; once the KV committed, 200 goes out and whitespace
+        // heartbeats follow while decode generates: the first write that fails aborts both roles.
         final LinkGate gate = LinkGate.create(true);
-        try (KvServer server = KvServer.start(ServerTests.held(gate).build())) {
+        try (KvServer server = KvServer.start(ServerTests.held(gate).tokenDelay(Duration.ofMillis(20)).build())) {
             final TestClient client = new TestClient(server);
-            try (Socket s = client.openRaw("carol", BackpressureTest.words("c", 40), 3, false)) {
+            try (Socket s = client.openRaw("carol", BackpressureTest.words("c", 40), 100, false)) {
                 assertTrue(gate.awaitHeld(3, Duration.ofSeconds(10)));
-            }
+            } // gone while the transfer is held
+            Thread.sleep(100);
+            assertEquals(0, role(server, 0, "abort_requests") + role(server, 1, "abort_requests"),
+                "before the commit nothing was written, so nothing noticed the client leave");
             gate.open();
+            Await.until(() -> role(server, 0, "abort_requests") == 1 && role(server, 1, "abort_requests") == 1,
+                Duration.ofSeconds(10), () -> "both roles to be told to abort: " + server.roleStatus());
             ServerTests.assertBalanced(server);
-            assertEquals(1, server.counters().get("completed"));
+            assertEquals(1, server.counters().get("aborted"));
+            assertEquals(0, server.counters().get("completed"));
+            final long generated = role(server, 1, "generated_tokens");
+            assertTrue(generated < 100, () -> generated + " of 100 tokens generated for a client that left");
+        }
+    }
+
+    @Test
+    void aNonStreamedResponseIsDecidedAtTheCommitAndItsBodyIsJsonAfterWhitespaceHeartbeats() throws Exception {
+        try (KvServer server = KvServer.start(ServerTests.small().tokenDelay(Duration.ofMillis(5)).build())) {
+            final TestClient client = new TestClient(server);
+            final String prompt = "a patient client";
+            try (Socket s = client.openRaw("ivy", prompt, 40, false)) { // 40 tokens × 5 ms, heartbeat 20 ms
+                final String raw = TestClient.readUntil(s, "\r\n0\r\n\r\n"); // the last chunk
+                final String head = raw.substring(0, raw.indexOf("\r\n\r\n"));
+                assertTrue(head.startsWith("HTTP/1.1 200") && head.toLowerCase(java.util.Locale.ROOT).contains("transfer-encoding: chunked")
+                    && head.contains("application/json"), head);
+                final String body = dechunk(raw.substring(head.length() + 4));
+                final int spaces = body.indexOf('{');
+                assertTrue(spaces >= 2 && body.substring(0, spaces).isBlank(), () -> "heartbeats before the object: '" + body + "'");
+                final com.fasterxml.jackson.databind.JsonNode j = TestClient.JSON.readTree(body); // JSON ignores them
+                assertEquals(java.util.List.of(), Isolation.violations("ivy", prompt, 40, j));
+            }
+            ServerTests.assertBalanced(server);
+        }
+    }
+
+    /** @return the body of a chunked HTTP/1.1 message */
+    static String dechunk(String chunked) {
+        final StringBuilder out = new StringBuilder();
+        int at = 0;
+        while (true) {
+            final int eol = chunked.indexOf("\r\n", at);
+            final int size = Integer.parseInt(chunked.substring(at, eol).strip(), 16);
+            if (size == 0) {
+                return out.toString();
+            }
+            final byte[] rest = chunked.substring(eol + 2).getBytes(java.nio.charset.StandardCharsets.UTF_8);
+            final String chunk = new String(rest, 0, size, java.nio.charset.StandardCharsets.UTF_8);
+            out.append(chunk);
+            at = eol + 2 + chunk.length() + 2;
         }
     }
 }

@@ -55,7 +55,27 @@ class KvServerMainTest {
         assertTrue(err().contains("unknown subcommand 'fly'"), err());
         assertEquals(0, run("--help"));
         assertTrue(out.toString(StandardCharsets.UTF_8).contains("serve"), out::toString);
-        assertEquals(1, run("--port", "0", "--device", "cuda"));
-        assertTrue(err().contains("--device cuda is not wired into the example server yet"), err());
+        assertEquals(2, run("--port", "0", "--device", "cuda"));
+        assertTrue(err().contains("--device cuda needs the roles in separate processes") && err().contains("cannot open its own CUDA IPC handle"), err());
+    }
+
+    @Test
+    void aRoleThatCannotRunAsConfiguredSaysWhy() throws Exception {
+        assertEquals(2, run("--role", "prefill"));
+        assertTrue(err().contains("--role prefill with --transport shm needs --work-dir DIR"), err());
+        assertTrue(assertThrows(IllegalArgumentException.class, () -> KvServer.start(ServerTests.small().role(Topology.Role.DECODE)
+            .workDir(java.nio.file.Path.of("/tmp")).build())).getMessage().contains("start it with RoleServer.start"));
+        assertTrue(assertThrows(IllegalArgumentException.class, () -> RoleServer.start(ServerTests.small().build())).getMessage()
+            .contains("RoleServer runs --role prefill or --role decode, not --role all"));
+    }
+
+    @Test
+    void withoutAGpuADeviceRoleRefusesToStartWithTheReason(@org.junit.jupiter.api.io.TempDir java.nio.file.Path dir) throws Exception {
+        final String noGpu = io.kvpool.cuda.Cuda.unavailableReason();
+        org.junit.jupiter.api.Assumptions.assumeTrue(noGpu != null, "a GPU is present: the device roles start (DeviceRolesGpuTest)");
+        assertEquals(1, run("--role", "decode", "--port", "0", "--work-dir", dir.toString(), "--device", "cuda"));
+        assertTrue(err().contains("refusing to start: CUDA is not available: " + noGpu), err());
+        assertEquals(2, run("--role", "prefill", "--device", "cuda", "--transport", "ucx"));
+        assertTrue(err().contains("--device cuda moves KV between the roles by CUDA IPC"), err());
     }
 }

@@ -84,4 +84,42 @@ class ServerConfigTest {
         final IllegalArgumentException e = assertThrows(IllegalArgumentException.class, () -> ServerConfig.parse(args));
         assertTrue(e.getMessage().startsWith(expected), () -> "'" + e.getMessage() + "' does not start with '" + expected + "'");
     }
+
+    @Test
+    void theRoleFlagsSayWhatThisProcessRunsAndWhereTheOthersAre() {
+        assertEquals(Topology.DEFAULT, ServerConfig.parse().topology());
+        assertEquals(Topology.Role.ALL, ServerConfig.parse().topology().role());
+
+        final ServerConfig router = ServerConfig.parse("--role", "router", "--prefill-url", "http://10.0.0.2:9001",
+            "--decode-url=http://10.0.0.3:9002/");
+        assertEquals(Topology.Role.ROUTER, router.topology().role());
+        assertEquals("http://10.0.0.2:9001/", router.topology().prefillUrl().toString());
+        assertEquals("http://10.0.0.3:9002/", router.topology().decodeUrl().toString());
+
+        final ServerConfig decode = ServerConfig.parse("--role", "decode", "--work-dir", "/tmp/kv");
+        assertEquals(Topology.Transport.SHM, decode.topology().transport());
+        assertTrue(decode.toString().contains("role decode over SHM"), decode::toString);
+        final ServerConfig ucx = ServerConfig.parse("--role", "prefill", "--transport", "ucx", "--kv-address", "10.0.0.3:7000");
+        assertEquals("10.0.0.3", ucx.topology().kvHost());
+        assertEquals(7000, ucx.topology().kvPort());
+
+        assertEquals("--role is all, router, prefill or decode, was 'both'", assertThrows(IllegalArgumentException.class,
+            () -> ServerConfig.parse("--role", "both")).getMessage());
+        assertEquals("--transport is shm or ucx, was 'rdma'", assertThrows(IllegalArgumentException.class,
+            () -> ServerConfig.parse("--transport", "rdma")).getMessage());
+        assertTrue(assertThrows(IllegalArgumentException.class, () -> ServerConfig.parse("--role", "decode")).getMessage()
+            .contains("--role decode with --transport shm needs --work-dir DIR"));
+        assertTrue(assertThrows(IllegalArgumentException.class, () -> ServerConfig.parse("--transport", "ucx")).getMessage()
+            .contains("--transport ucx needs the roles in separate processes"));
+        assertTrue(assertThrows(IllegalArgumentException.class, () -> ServerConfig.parse("--prefill-url", "ftp://x:1/")).getMessage()
+            .contains("--prefill-url must be http://HOST:PORT/"));
+        assertTrue(assertThrows(IllegalArgumentException.class, () -> ServerConfig.parse("--decode-url", "http://nohost")).getMessage()
+            .contains("--decode-url must be http://HOST:PORT/"));
+        assertTrue(assertThrows(IllegalArgumentException.class, () -> ServerConfig.parse("--kv-address", "10.0.0.3")).getMessage()
+            .contains("--kv-address must be HOST:PORT"));
+        assertTrue(assertThrows(IllegalArgumentException.class, () -> ServerConfig.parse("--role", "prefill", "--transport", "ucx",
+            "--kv-address", "127.0.0.1:0")).getMessage().contains("--role prefill needs decode's actual --kv-address port"));
+        assertTrue(ServerConfig.usage().contains("--role all|router|prefill|decode"), ServerConfig::usage);
+        assertTrue(ServerConfig.usage().contains("--unsafe-incident"), ServerConfig::usage);
+    }
 }

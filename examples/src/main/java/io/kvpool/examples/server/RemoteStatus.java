@@ -1,0 +1,25 @@
+package io.kvpool.examples.server;
+
+import com.fasterxml.jackson.databind.JsonNode;
+
+/**
+ * A role process's {@code GET /internal/status}, read by the router: its {@link RoleStatus} (or
+ * {@linkplain RoleStatus#unreachable unreachable} with the reason), its transfers in flight and whether
+ * its KV link is up.
+ *
+ * @param status          the status
+ * @param activeTransfers transfers not yet over (0 when unreachable: nothing the router can wait for)
+ * @param ready           whether the role's KV link is up
+ */
+record RemoteStatus(RoleStatus status, int activeTransfers, boolean ready) {
+
+    /** @return the role's status, or an unreachable one naming what failed; never throws */
+    static RemoteStatus read(RoleClient client, String role) {
+        try {
+            final JsonNode n = client.get("internal/status");
+            return new RemoteStatus(RoleJson.status(n), (int) RoleJson.number(n, "active_transfers"), RoleJson.bool(n, "ready"));
+        } catch (RuntimeException e) {
+            return new RemoteStatus(RoleStatus.unreachable(role, e.getMessage()), 0, false);
+        }
+    }
+}

@@ -1,0 +1,151 @@
+package io.kvpool.examples.server;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.ObjectMapper;
+import com.sun.net.httpserver.HttpExchange;
+import com.sun.net.httpserver.HttpHandler;
+
+import java.io.IOException;
+import java.io.InputStream;
+import java.util.List;
+import java.util.Objects;
+
+/**
+ * The internal endpoints every role process serves to the router ({@link RoleServer}), and the plumbing
+ * of its role-specific ones:
+ * <ul>
+ *   <li>{@code GET /internal/status} — {@link RoleJson#status}: pool view, counters, Prometheus text, transfers in
+ *       flight, whether the KV link is up;</li>
+ *   <li>{@code GET /metrics} — the role's own Prometheus text ({@link PrometheusText#renderRoles});</li>
+ *   <li>{@code GET /internal/accounting} — checks the pool's accounting invariants ({@link io.kvpool.KvPool#verifyAccounting()};
+ *       meaningful only at quiescence): {@code {"balanced":true,"snapshot":"…"}}, or 409 naming the first violation;</li>
+ *   <li>{@code POST /internal/abort} {@code {"request_id":7,"why":"…"}} — half of a paired abort; 204 always
+ *       (idempotent, unknown ids included);</li>
+ *   <li>anything else under {@code /internal/}: {@link #route}; elsewhere 404 naming the router.</li>
+ * </ul>
+ * Errors are the public API's JSON errors ({@link ApiError}): 400 for a malformed body (naming the field),
+ * 404, 405, 503 when the role is closed.
+ */
+abstract class RoleEndpoint implements HttpHandler {
+
+    private static final System.Logger LOG = System.getLogger("io.kvpool.examples.server");
+    private static final int MAX_BODY = 4 << 20;
+
+    protected final ObjectMapper json;
+    private final String role;
+    private final ServerConfig config;
+
+    RoleEndpoint(String role, ObjectMapper json, ServerConfig config) {
+        this.role = Objects.requireNonNull(role, "role");
+        this.json = Objects.requireNonNull(json, "json");
+        this.config = Objects.requireNonNull(config, "config");
+    }
+
+    /** @return the role's status now */
+    abstract RoleStatus status();
+
+    /** @return transfers not yet over */
+    abstract int activeTransfers();
+
+    /** @return whether the role's KV link is up */
+    abstract boolean ready();
+
+    /** @return the role's pool (for the accounting check) */
+    abstract io.kvpool.KvPool pool();
+
+    /** Aborts {@code requestId} (idempotent; unknown ids do nothing). */
+    abstract void abort(long requestId, String why);
+
+    /**
+     * Handles a role-specific path.
+     *
+     * @return whether the path is one of the role's
+     */
+    abstract boolean route(HttpExchange ex, String path) throws ApiError, IOException;
+
+    @Override
+    public final void handle(HttpExchange ex) {
+        try { // not try-with-resources: the catch blocks below still answer on the exchange
+            final String path = ex.getRequestURI().getPath();
+            switch (path) {
+                case "/internal/status" -> {
+                    method(ex, "GET");
+                    Http.sendJson(ex, json, 200, RoleJson.status(status(), activeTransfers(), ready()));
+                }
+                case "/metrics" -> {
+                    method(ex, "GET");
+                    Http.send(ex, 200, "text/plain; version=0.0.4; charset=utf-8",
+                        Http.utf8(PrometheusText.renderRoles(List.of(status()), config)));
+                }
+                case "/internal/accounting" -> {
+                    method(ex, "GET");
+                    final io.kvpool.PoolSnapshot snap;
+                    try {
+                        snap = pool().verifyAccounting();
+                    } catch (IllegalStateException e) {
+                        throw ApiError.of(409, "conflict", "accounting_violated", role + " pool: " + e.getMessage());
+                    }
+                    Http.sendJson(ex, json, 200, java.util.Map.of("balanced", snap.balanced(), "snapshot", snap.toString()));
+                }
+                case "/internal/abort" -> {
+                    method(ex, "POST");
+                    final JsonNode b = body(ex);
+                    abort(RoleJson.number(b, "request_id"), b.path("why").asText("the router aborted it"));
+                    Http.send(ex, 204, "application/json", new byte[0]);
+                }
+                default -> {
+                    if (!path.startsWith("/internal/") || !route(ex, path)) {
+                        throw ApiError.of(404, "not_found", "no_such_path", "no endpoint at " + path + ": this is the " + role
+                            + " role of the kvpool example; clients talk to the router (--role router)");
+                    }
+                }
+            }
+        } catch (ApiError e) {
+            Http.sendError(ex, json, e);
+        } catch (IllegalArgumentException e) {
+            Http.sendError(ex, json, ApiError.badRequest("malformed_internal_request", e.getMessage()));
+        } catch (IOException e) {
+            LOG.log(System.Logger.Level.DEBUG, role + ": writing a response failed: " + e);
+        } catch (RuntimeException e) {
+            LOG.log(System.Logger.Level.ERROR, role + ": internal request failed", e);
+            Http.sendError(ex, json, ApiError.of(500, "server_error", "internal_error", role + ": " + e));
+        } finally {
+            ex.close();
+        }
+    }
+
+    /** @throws ApiError 405 unless the request uses {@code method} */
+    static void method(HttpExchange ex, String method) throws ApiError {
+        if (!ex.getRequestMethod().equals(method)) {
+            ex.getResponseHeaders().set("Allow", method);
+            throw ApiError.of(405, "method_not_allowed", "method_not_allowed", ex.getRequestMethod() + " "
+                + ex.getRequestURI().getPath() + " is not allowed; use " + method);
+        }
+    }
+
+    /** @return the request body as JSON. @throws IllegalArgumentException if it is not a JSON object */
+    JsonNode body(HttpExchange ex) throws IOException {
+        final byte[] b;
+        try (InputStream in = ex.getRequestBody()) {
+            b = in.readNBytes(MAX_BODY + 1);
+        }
+        if (b.length > MAX_BODY) {
+            throw new IllegalArgumentException("internal request body exceeds " + MAX_BODY + " bytes");
+        }
+        final JsonNode n;
+        try {
+            n = json.readTree(b);
+        } catch (IOException e) {
+            throw new IllegalArgumentException("internal request body is not JSON: " + e.getMessage());
+        }
+        if (n == null || !n.isObject()) {
+            throw new IllegalArgumentException("internal request body must be a JSON object");
+        }
+        return n;
+    }
+
+    /** @return a 503 for a role that is closed */
+    static ApiError closed(String what) {
+        return new ApiError(503, "service_unavailable", "unavailable", what, java.util.Map.of(), 1);
+    }
+}

@@ -1,0 +1,98 @@
+package io.kvpool.examples.server;
+
+import io.kvpool.ContextPolicy;
+import io.kvpool.KvPool;
+import io.kvpool.Safeguard;
+import io.kvpool.cuda.DeviceChecksums;
+import io.kvpool.cuda.DevicePageStorage;
+import io.kvpool.storage.PageStorage;
+import io.kvpool.transfer.PeerIdentity;
+import io.kvpool.transfer.TransferReceiver;
+import io.kvpool.transfer.TransferSafeguard;
+import io.kvpool.transfer.TransferSender;
+
+import java.util.EnumSet;
+import java.util.function.BiFunction;
+
+/**
+ * The pools and transfer engines of the two roles, built the same way whether the roles share a JVM
+ * ({@link InJvmRoles}) or each runs in its own process ({@link SeparateRoles}): the startup capacity check,
+ * the {@code --unsafe-…} switches each side takes, the deadlines and the identity both sides announce; with
+ * {@code --device cuda} the pools on device 0 ({@link DevicePageStorage}) and the page checksums computed there
+ * ({@link DeviceChecksums}).
+ */
+final class RoleParts {
+
+    /** The model id both sides announce in their HELLO. */
+    static final String MODEL_ID = "kvpool-echo@1";
+    /** The environment both sides announce. */
+    static final String ENVIRONMENT = "example";
+
+    private RoleParts() {
+    }
+
+    /** @return the identity both sides announce: layout, model, environment, build */
+    static PeerIdentity identity(ServerConfig cfg) {
+        return PeerIdentity.of(cfg.layout(), MODEL_ID, ENVIRONMENT, "kvpool-examples");
+    }
+
+    /**
+     * The prefill pool: too small for the advertised context, it refuses to start (both numbers) — unless the
+     * incident's placeholder switch is on, which clamps instead.
+     *
+     * @throws io.kvpool.PoolCapacityException if it cannot hold the advertised context
+     */
+    static KvPool prefillPool(ServerConfig cfg) {
+        final EnumSet<Safeguard> off = cfg.unsafePool().isEmpty() ? EnumSet.noneOf(Safeguard.class) : EnumSet.copyOf(cfg.unsafePool());
+        if (cfg.unsafePlaceholderOnOverflow()) {
+            off.add(Safeguard.ADMISSION_REJECTION);
+        }
+        final KvPool.Builder b = KvPool.builder(cfg.layout()).pages(cfg.prefillPages()).maxContextTokens(cfg.contextTokens())
+            .contextPolicy(cfg.unsafePlaceholderOnOverflow() ? ContextPolicy.CLAMP : ContextPolicy.FAIL)
+            .unsafeDisable(off.toArray(new Safeguard[0]));
+        if (cfg.device() == ServerConfig.Device.CUDA) {
+            b.storage(DevicePageStorage::allocate);
+        }
+        return b.build();
+    }
+
+    /** @return the decode pool's storage for {@code --device cuda}: device 0's memory */
+    static BiFunction<io.kvpool.KvLayout, Integer, PageStorage> deviceStorage() {
+        return DevicePageStorage::allocate;
+    }
+
+    /**
+     * The decode pool on the given storage ({@code null}: host memory).
+     *
+     * @throws io.kvpool.PoolCapacityException if it cannot hold the advertised context
+     */
+    static KvPool decodePool(ServerConfig cfg, BiFunction<io.kvpool.KvLayout, Integer, PageStorage> storage) {
+        final KvPool.Builder b = KvPool.builder(cfg.layout()).pages(cfg.decodePages()).maxContextTokens(cfg.contextTokens())
+            .unsafeDisable(cfg.unsafePool().toArray(new Safeguard[0]));
+        if (storage != null) {
+            b.storage(storage);
+        }
+        return b.build();
+    }
+
+    /** @return the decode side's engine on {@code pool} */
+    static TransferReceiver receiver(ServerConfig cfg, KvPool pool) {
+        final TransferReceiver.Builder b = TransferReceiver.builder(pool, identity(cfg))
+            .completionTimeout(cfg.transferTimeout()).drainTimeout(cfg.transferTimeout())
+            .unsafeDisable(cfg.unsafeTransfer().toArray(new TransferSafeguard[0]));
+        if (cfg.device() == ServerConfig.Device.CUDA) {
+            b.checksums(DeviceChecksums.INSTANCE); // the page checksums by one kernel launch per run of pages
+        }
+        return b.build();
+    }
+
+    /** @return the prefill side's engine on {@code pool} */
+    static TransferSender sender(ServerConfig cfg, KvPool pool) {
+        final TransferSender.Builder b = TransferSender.builder(pool, identity(cfg))
+            .drainDeadline(cfg.transferTimeout()).descriptorTimeout(cfg.transferTimeout());
+        if (cfg.device() == ServerConfig.Device.CUDA) {
+            b.checksums(DeviceChecksums.INSTANCE);
+        }
+        return b.build();
+    }
+}

@@ -1,0 +1,161 @@
+package io.kvpool.examples.server;
+
+import com.fasterxml.jackson.databind.ObjectMapper;
+import com.sun.net.httpserver.HttpServer;
+
+import java.io.IOException;
+import java.io.UncheckedIOException;
+import java.net.InetSocketAddress;
+import java.net.URI;
+import java.util.Objects;
+import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Executors;
+
+/**
+ * One role of the example server in a process of its own ({@code --role prefill} or {@code --role decode}):
+ * the role ({@link SeparateRoles}: its pool, its transfer engine and the KV transport to the other role) and
+ * a JDK HTTP server on {@code --host}/{@code --port} with the internal endpoints the router calls
+ * ({@link PrefillEndpoint}, {@link DecodeEndpoint}, and {@link RoleEndpoint}'s common ones).
+ *
+ * <pre>
+ *   router ──POST /internal/prefill, /internal/abort──▶ prefill process ══ KV (shm / ucx) ══▶ decode process
+ *   router ──POST /internal/decode (events stream back), /internal/abort──────────────────▶ decode process
+ *   router ──GET /internal/status (pool view, counters, Prometheus text)──▶ both
+ * </pre>
+ * The endpoints trust their caller (no keys): bind them to loopback or a private network.
+ */
+public final class RoleServer implements AutoCloseable {
+
+    /**
+     * System property that enables the prefill process's <b>test hook</b> {@code POST /internal/test/gate}
+     * (hold prefill's page writes, drop its KV link). Never set it outside tests.
+     */
+    public static final String TEST_HOOKS = "kvpool.examples.testHooks";
+
+    private final ServerConfig config;
+    private final AutoCloseable role;
+    private final String kvLink;
+    private final HttpServer http;
+    private final ExecutorService executor;
+    private final CountDownLatch closedLatch = new CountDownLatch(1);
+    private boolean closed;
+
+    private RoleServer(ServerConfig config, AutoCloseable role, RoleEndpoint endpoint, String kvLink) throws IOException {
+        this.config = config;
+        this.role = role;
+        this.kvLink = kvLink;
+        this.http = HttpServer.create(new InetSocketAddress(config.host(), config.port()), 256);
+        this.executor = Executors.newVirtualThreadPerTaskExecutor();
+        http.setExecutor(executor);
+        http.createContext("/", endpoint);
+        http.start();
+    }
+
+    /**
+     * Starts the role the configuration names ({@code --role prefill} or {@code --role decode}).
+     *
+     * @throws IllegalArgumentException        for any other role, or a configuration this build cannot run
+     * @throws io.kvpool.PoolCapacityException if the pool cannot hold the advertised context (names both numbers)
+     * @throws IllegalStateException           if another decode role already listens in the work directory
+     * @throws UncheckedIOException            if the port, the work directory or the KV listener cannot be had
+     * @throws io.kvpool.transfer.ucx.UcxUnavailableException with {@code --transport ucx} where UCX cannot load
+     * @throws IllegalStateException           with {@code --device cuda} where no CUDA device can be used (the reason)
+     */
+    public static RoleServer start(ServerConfig config) {
+        Objects.requireNonNull(config, "config");
+        final ObjectMapper json = new ObjectMapper();
+        return switch (config.topology().role()) {
+            case PREFILL -> {
+                final LinkGate gate = Boolean.getBoolean(TEST_HOOKS) ? LinkGate.create(false) : null;
+                final ServerConfig cfg = gate == null ? config : config.toBuilder().gate(gate).build();
+                final PrefillRole p = SeparateRoles.prefill(cfg);
+                final String kv = cfg.device() == ServerConfig.Device.CUDA ? "cuda-ipc:" + SeparateRoles.socketPath(cfg.workDir())
+                    : cfg.topology().transport() == Topology.Transport.SHM
+                    ? "shm:" + SeparateRoles.socketPath(cfg.workDir()) : "ucx:" + cfg.topology().kvAddress();
+                yield open(cfg, p, new PrefillEndpoint(p, json, cfg, gate), kv);
+            }
+            case DECODE -> {
+                final SeparateRoles.Decode d = SeparateRoles.decode(config);
+                yield open(config, d.role(), new DecodeEndpoint(d.role(), json, config), d.kvListen());
+            }
+            default -> throw new IllegalArgumentException("RoleServer runs --role prefill or --role decode, not --role "
+                + config.topology().role().flag() + " (KvServer runs the router and the one-JVM server)");
+        };
+    }
+
+    private static RoleServer open(ServerConfig cfg, AutoCloseable role, RoleEndpoint endpoint, String kv) {
+        try {
+            return new RoleServer(cfg, role, endpoint, kv);
+        } catch (IOException | RuntimeException e) {
+            try {
+                role.close();
+            } catch (Exception ignored) {
+                // failing anyway
+            }
+            if (e instanceof IOException io) {
+                throw new UncheckedIOException("cannot serve the " + cfg.topology().role().flag() + " role's endpoints on "
+                    + cfg.host() + ":" + cfg.port() + ": " + io.getMessage(), io);
+            }
+            throw (RuntimeException) e;
+        }
+    }
+
+    /** @return which role this process runs */
+    public Topology.Role role() {
+        return config.topology().role();
+    }
+
+    /** @return the configuration */
+    public ServerConfig config() {
+        return config;
+    }
+
+    /** @return the port the internal endpoints listen on */
+    public int port() {
+        return http.getAddress().getPort();
+    }
+
+    /** @return {@code http://host:port/}, what the router's {@code --prefill-url} / {@code --decode-url} names */
+    public URI baseUri() {
+        final String host = config.host().contains(":") ? "[" + config.host() + "]" : config.host();
+        return URI.create("http://" + host + ":" + port() + "/");
+    }
+
+    /** @return where the KV link is: decode's listener ({@code shm:<socket>}, {@code ucx:<host>:<port>}), or what prefill connects to */
+    public String kvLink() {
+        return kvLink;
+    }
+
+    /** Blocks until {@link #close()} finished. */
+    public void awaitClose() throws InterruptedException {
+        closedLatch.await();
+    }
+
+    /** Stops the endpoints, then closes the role (prefill aborts what is in flight; decode fails it and lets it drain). Idempotent. */
+    @Override
+    public void close() {
+        synchronized (this) {
+            if (closed) {
+                return;
+            }
+            closed = true;
+        }
+        try {
+            http.stop(0);
+            try {
+                role.close();
+            } catch (Exception e) {
+                System.getLogger("io.kvpool.examples.server").log(System.Logger.Level.WARNING, "closing the role failed: " + e);
+            }
+            executor.shutdownNow();
+        } finally {
+            closedLatch.countDown();
+        }
+    }
+
+    @Override
+    public String toString() {
+        return "RoleServer[" + role().flag() + " at " + baseUri() + ", KV " + kvLink + "]";
+    }
+}

@@ -1,0 +1,120 @@
+package io.kvpool.examples.server;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.io.TempDir;
+
+import java.net.URI;
+import java.net.http.HttpClient;
+import java.net.http.HttpRequest;
+import java.net.http.HttpResponse;
+import java.nio.file.Path;
+import java.time.Duration;
+import java.util.List;
+import java.util.Map;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+/**
+ * A role process's internal endpoints, served in this JVM by a {@link RoleServer}: what the router relies on,
+ * and a clear JSON error for every call it would never make.
+ */
+class RoleEndpointTest {
+
+    @TempDir
+    Path dir;
+
+    private final HttpClient http = HttpClient.newBuilder().version(HttpClient.Version.HTTP_1_1).build();
+
+    private HttpResponse<String> call(URI base, String method, String path, String body) throws Exception {
+        return http.send(HttpRequest.newBuilder(base.resolve(path)).timeout(Duration.ofSeconds(10))
+            .method(method, body == null ? HttpRequest.BodyPublishers.noBody() : HttpRequest.BodyPublishers.ofString(body)).build(),
+            HttpResponse.BodyHandlers.ofString());
+    }
+
+    private static JsonNode error(HttpResponse<String> r) throws Exception {
+        return TestClient.JSON.readTree(r.body()).path("error");
+    }
+
+    private ServerConfig role(Topology.Role role) {
+        return ServerTests.small().role(role).workDir(dir).build();
+    }
+
+    @Test
+    void theDecodeRolesEndpointsAnswerWhatTheRouterNeedsAndRefuseEverythingElseClearly() throws Exception {
+        try (RoleServer decode = RoleServer.start(role(Topology.Role.DECODE))) {
+            final URI u = decode.baseUri();
+            assertEquals("shm:" + dir.resolve("transfer.sock"), decode.kvLink());
+
+            final HttpResponse<String> notFound = call(u, "POST", "v1/completions", "{}");
+            assertEquals(404, notFound.statusCode(), notFound::body);
+            assertTrue(error(notFound).path("message").asText().contains("this is the decode role"), notFound::body);
+            final HttpResponse<String> wrongMethod = call(u, "GET", "internal/decode", null);
+            assertEquals(405, wrongMethod.statusCode(), wrongMethod::body);
+            assertEquals("POST", wrongMethod.headers().firstValue("Allow").orElse(null));
+            final HttpResponse<String> missing = call(u, "POST", "internal/decode", "{\"tenant\":\"a\"}");
+            assertEquals(400, missing.statusCode(), missing::body);
+            assertEquals("field 'request_id' is missing", error(missing).path("message").asText());
+            final HttpResponse<String> notJson = call(u, "POST", "internal/decode", "{nope");
+            assertEquals(400, notJson.statusCode(), notJson::body);
+            assertEquals(404, call(u, "POST", "internal/test/gate", "{}").statusCode(), "the test hook is prefill's only");
+            assertEquals(204, call(u, "POST", "internal/abort", "{\"request_id\":42}").statusCode(), "unknown ids: nothing to do");
+
+            final JsonNode status = TestClient.JSON.readTree(call(u, "GET", "internal/status", null).body());
+            assertEquals("decode", status.path("role").asText());
+            assertFalse(status.path("ready").asBoolean(), "no prefill link yet");
+            assertEquals(128, status.path("pool").path("capacity").asInt());
+            assertEquals("F".repeat(128), status.path("pool").path("pages").asText());
+            assertTrue(TestClient.JSON.readTree(call(u, "GET", "internal/accounting", null).body()).path("balanced").asBoolean());
+            final Map<String, Double> m = Metrics.parse(call(u, "GET", "metrics", null).body());
+            assertEquals(1.0, m.get("kvpool_role_up{role=\"decode\"}"));
+            assertEquals(128.0, m.get("kvpool_pool_pages{role=\"decode\",state=\"free\"}"));
+
+            // no prefill link: the stream answers at once with the typed refusal the router turns into a 503
+            final HttpResponse<String> refused = call(u, "POST", "internal/decode",
+                "{\"request_id\":1,\"tenant\":\"alice\",\"prompt_tokens\":3,\"max_new_tokens\":2}");
+            assertEquals(200, refused.statusCode(), refused::body);
+            final List<String> lines = refused.body().lines().toList();
+            final JsonNode last = TestClient.JSON.readTree(lines.getLast());
+            assertEquals("rejected", last.path("event").asText(), refused::body);
+            assertEquals("UNAVAILABLE", last.path("rejection").path("reason").asText(), refused::body);
+        }
+    }
+
+    @Test
+    void thePrefillRolesEndpointAdmitsComputesAndAbortsAndRefusesMalformedTokens() throws Exception {
+        try (RoleServer prefill = RoleServer.start(role(Topology.Role.PREFILL))) { // no decode: its link stays down
+            final URI u = prefill.baseUri();
+            final HttpResponse<String> tooLong = call(u, "POST", "internal/prefill",
+                "{\"request_id\":1,\"tenant\":\"a\",\"tokens\":[\"" + java.util.Base64.getEncoder().encodeToString(new byte[9]) + "\"]}");
+            assertEquals(400, tooLong.statusCode(), tooLong::body);
+            assertEquals("tokens[0] has 9 bytes; a token has 1..8", error(tooLong).path("message").asText());
+            assertEquals(404, call(u, "POST", "internal/test/gate", "{}").statusCode(), "the test hook is off without -D" + RoleServer.TEST_HOOKS);
+
+            final String tokens = TestClient.JSON.writeValueAsString(RoleJson.tokens(EchoTokenizer.encode("Hello from alice")));
+            final HttpResponse<String> ok = call(u, "POST", "internal/prefill", "{\"request_id\":2,\"tenant\":\"alice\",\"tokens\":" + tokens + "}");
+            assertEquals(200, ok.statusCode(), ok::body);
+            assertEquals("{\"admitted\":true}", ok.body());
+            final HttpResponse<String> big = call(u, "POST", "internal/prefill", "{\"request_id\":3,\"tenant\":\"alice\",\"tokens\":"
+                + TestClient.JSON.writeValueAsString(RoleJson.tokens(EchoTokenizer.encode(BackpressureTest.words("w", 600)))) + "}");
+            final JsonNode r = TestClient.JSON.readTree(big.body());
+            assertFalse(r.path("admitted").asBoolean(), big::body);
+            assertEquals("CONTEXT_TOO_LONG", r.path("rejection").path("reason").asText(), big::body);
+            assertEquals(600, r.path("rejection").path("numbers").path("requested_tokens").asLong(), big::body);
+
+            assertEquals(204, call(u, "POST", "internal/abort", "{\"request_id\":2,\"why\":\"test\"}").statusCode());
+            Await.until(() -> poolFree(u), Duration.ofSeconds(10), () -> "prefill to release the aborted offer");
+        }
+    }
+
+    private boolean poolFree(URI u) {
+        try {
+            final JsonNode c = TestClient.JSON.readTree(call(u, "GET", "internal/status", null).body()).path("pool").path("counters");
+            return c.path("free").asLong() == c.path("capacity").asLong() && c.path("openSequences").asLong() == 0;
+        } catch (Exception e) {
+            return false;
+        }
+    }
+}

@@ -1,0 +1,338 @@
+package io.kvpool.examples.server;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.node.ObjectNode;
+import io.kvpool.examples.ui.LiveState;
+import io.kvpool.examples.ui.PoolView;
+import org.junit.jupiter.api.AfterAll;
+import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.api.MethodOrderer;
+import org.junit.jupiter.api.Order;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.TestMethodOrder;
+import org.junit.jupiter.api.Timeout;
+import org.junit.jupiter.api.io.TempDir;
+
+import java.io.IOException;
+import java.net.ServerSocket;
+import java.net.Socket;
+import java.nio.file.Path;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Map;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Executors;
+import java.util.concurrent.Future;
+import java.util.concurrent.TimeUnit;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+/**
+ * The three-process server over shared memory: the decode and prefill roles each in a child JVM
+ * ({@code KvServerMain serve --role decode|prefill}, one {@code --work-dir}), the router in this JVM over
+ * {@link RemoteRoles}. Completions for two tenants, paired aborts across processes for streamed and
+ * non-streamed clients that leave, merged metrics and live state — and the prefill process killed mid-transfer
+ * (decode's pages go through QUARANTINED and are freed, the router answers 503), then restarted on the same
+ * port, its link dropped while it lives (decode's pages stay QUARANTINED until the process is gone); last, the
+ * decode process killed mid-generation (both responses end with a clear {@code role_lost} error).
+ * The tests run in order: the last three kill a role process.
+ */
+@TestMethodOrder(MethodOrderer.OrderAnnotation.class)
+@Timeout(value = 60, unit = TimeUnit.SECONDS)
+class SeparateRolesTest {
+
+    private static final Duration WAIT = Duration.ofSeconds(15);
+
+    @TempDir
+    static Path dir;
+    static int prefillPort;
+    static RoleChild decode;
+    static RoleChild prefill;
+    static KvServer router;
+    static TestClient client;
+    static final ExecutorService pool = Executors.newVirtualThreadPerTaskExecutor();
+
+    /** The flags both role processes get (a long transfer timeout: held transfers end only when a test ends them). */
+    static String[] roleArgs(String... more) {
+        final List<String> a = new ArrayList<>(List.of("--work-dir", dir.toString(), "--context", "512", "--prefill-pages", "64",
+            "--decode-pages", "128", "--token-delay-ms", "10", "--heartbeat-ms", "20", "--transfer-timeout-ms", "30000",
+            "--reconnect-ms", "50"));
+        a.addAll(List.of(more));
+        return a.toArray(new String[0]);
+    }
+
+    static RoleChild startPrefill() throws IOException {
+        return RoleChild.start(dir, "prefill", roleArgs("--port", Integer.toString(prefillPort)));
+    }
+
+    @BeforeAll
+    static void start() throws Exception {
+        try (ServerSocket s = new ServerSocket(0)) {
+            prefillPort = s.getLocalPort(); // fixed, so that a restarted prefill process is where the router looks
+        }
+        decode = RoleChild.start(dir, "decode", roleArgs());
+        prefill = startPrefill(); // connects (and reconnects) to decode's socket on its own
+        decode.awaitStarted(WAIT);
+        prefill.awaitStarted(WAIT);
+        assertEquals("shm:" + dir.resolve("transfer.sock"), decode.kvLink());
+        router = KvServer.start(ServerTests.small().topology(Topology.DEFAULT.withRole(Topology.Role.ROUTER)
+            .withUrls(prefill.uri(), decode.uri())).build());
+        client = new TestClient(router);
+        awaitLinked();
+    }
+
+    @AfterAll
+    static void stop() throws Exception {
+        pool.shutdownNow();
+        try {
+            if (router != null) {
+                router.close();
+            }
+        } finally {
+            for (RoleChild c : new RoleChild[] {prefill, decode}) {
+                if (c != null) {
+                    c.close();
+                }
+            }
+        }
+    }
+
+    static void awaitLinked() throws InterruptedException {
+        Await.until(() -> call(() -> decode.status().path("ready").asBoolean() && prefill.status().path("ready").asBoolean()), WAIT,
+            () -> "the prefill→decode link to come up: " + decode.log() + prefill.log());
+    }
+
+    interface Check {
+        boolean get() throws Exception;
+    }
+
+    static boolean call(Check c) {
+        try {
+            return c.get();
+        } catch (Exception e) {
+            return false;
+        }
+    }
+
+    static void assertClean() throws Exception {
+        assertTrue(router.awaitQuiescence(WAIT), () -> "no quiescence: " + router.roleStatus());
+        decode.assertPoolClean();
+        prefill.assertPoolClean();
+    }
+
+    static String show(RoleChild c) {
+        try {
+            return c.status().toString();
+        } catch (Exception e) {
+            return c + ": " + e;
+        }
+    }
+
+    /**
+     * The quarantine rule seen from outside: while a sender whose link was lost still lives (it still maps the
+     * pool file and may write), every page of its failed transfer must stay QUARANTINED.
+     *
+     * @return what breaks it (empty if the pages are held)
+     */
+    static List<String> quarantineViolations(String decodePages, int transferPages, boolean senderAlive) {
+        final List<String> v = new ArrayList<>();
+        if (!senderAlive) {
+            v.add("the sender is gone: nothing left to check");
+        } else if (count(decodePages, 'Q') != transferPages) {
+            v.add(count(decodePages, 'Q') + " of the transfer's " + transferPages + " pages are QUARANTINED while the sender lives: "
+                + decodePages);
+        }
+        return v;
+    }
+
+    static long count(String page, char state) {
+        return page.chars().filter(c -> c == state).count();
+    }
+
+    /** A streamed response as one JSON object like a non-streamed one: the final chunk's kvpool section and the joined text. */
+    static JsonNode joined(TestClient.Response r) throws IOException {
+        final List<String> events = r.events();
+        assertEquals("[DONE]", events.getLast(), r::body);
+        final StringBuilder text = new StringBuilder();
+        JsonNode last = null;
+        for (String e : events.subList(0, events.size() - 1)) {
+            last = TestClient.JSON.readTree(e);
+            text.append(last.path("choices").path(0).path("text").asText());
+        }
+        final ObjectNode o = TestClient.JSON.createObjectNode();
+        o.set("kvpool", last.get("kvpool"));
+        o.putArray("choices").addObject().put("text", text.toString());
+        return o;
+    }
+
+    @Test
+    @Order(1)
+    void twoTenantsGetTheirOwnCompletionsPlainAndStreamedAcrossThreeProcesses() throws Exception {
+        final List<Future<List<String>>> results = new ArrayList<>();
+        for (int i = 0; i < 8; i++) {
+            final String tenant = i % 2 == 0 ? "alice" : "bob";
+            final String prompt = tenant + "'s secret " + i + ": the owl flies at dawn";
+            final boolean stream = i % 4 >= 2;
+            results.add(pool.submit(() -> {
+                final TestClient.Response r = client.complete(tenant, prompt, 6, stream);
+                assertEquals(200, r.status(), r::body);
+                return Isolation.violations(tenant, prompt, 6, stream ? joined(r) : r.json());
+            }));
+        }
+        for (Future<List<String>> f : results) {
+            assertEquals(List.of(), f.get(30, TimeUnit.SECONDS));
+        }
+        assertEquals(8, router.counters().get("completed"));
+        assertClean();
+        assertEquals(8, decode.counter("transfers_committed"));
+        assertEquals(8, prefill.counter("transfers_completed"));
+    }
+
+    @Test
+    @Order(2)
+    void aClientGoneMidStreamAbortsBothRoleProcesses() throws Exception {
+        final long d0 = decode.counter("abort_requests"), p0 = prefill.counter("abort_requests"), g0 = decode.counter("generated_tokens");
+        final long aborted = router.counters().get("aborted");
+        try (Socket s = client.openRaw("carol", "tell me a long story", 200, true)) {
+            TestClient.readUntil(s, "\"text\":"); // the first token crossed decode → router → client
+        }
+        Await.until(() -> call(() -> decode.counter("abort_requests") == d0 + 1 && prefill.counter("abort_requests") == p0 + 1), WAIT,
+            () -> "both role processes to be told to abort: " + router.roleStatus());
+        assertClean();
+        assertEquals(aborted + 1, router.counters().get("aborted"));
+        final long generated = decode.counter("generated_tokens") - g0;
+        assertTrue(generated >= 1 && generated < 200, () -> generated + " tokens generated for a client that left");
+    }
+
+    @Test
+    @Order(3)
+    void aNonStreamedClientGoneMidGenerationAbortsBothRoleProcesses() throws Exception {
+        final long d0 = decode.counter("abort_requests"), p0 = prefill.counter("abort_requests"), g0 = decode.counter("generated_tokens");
+        final long completed = router.counters().get("completed");
+        try (Socket s = client.openRaw("dave", "a non-streamed story", 200, false)) {
+            TestClient.readUntil(s, "HTTP/1.1 200"); // sent at the commit; the body is whitespace until the completion
+        }
+        Await.until(() -> call(() -> decode.counter("abort_requests") == d0 + 1 && prefill.counter("abort_requests") == p0 + 1), WAIT,
+            () -> "both role processes to be told to abort: " + router.roleStatus());
+        assertClean();
+        assertEquals(completed, router.counters().get("completed"));
+        final long generated = decode.counter("generated_tokens") - g0;
+        assertTrue(generated < 200, () -> generated + " tokens generated for a client that left");
+    }
+
+    @Test
+    @Order(4)
+    void metricsAndLiveStateMergeBothRoleProcesses() throws Exception {
+        final TestClient.Response r = client.get("/metrics");
+        assertEquals(200, r.status(), r::body);
+        final Map<String, Double> m = Metrics.parse(r.body());
+        assertEquals(1.0, m.get("kvpool_role_up{role=\"prefill\"}"), r::body);
+        assertEquals(1.0, m.get("kvpool_role_up{role=\"decode\"}"), r::body);
+        assertEquals(64.0, m.get("kvpool_pool_capacity_pages{role=\"prefill\"}"), r::body);
+        assertEquals(128.0, m.get("kvpool_pool_pages{role=\"decode\",state=\"free\"}"), r::body);
+        assertEquals(decode.counter("transfers_committed"), m.get("kvpool_transfers_committed_total").longValue(), r::body);
+        assertEquals(1.0, m.get("kvpool_sender_link_up"), r::body);
+        assertEquals(router.counters().get("completed"), m.get("kvpool_requests_completed_total").longValue());
+
+        final LiveState s = router.liveState(); // what GET /api/state serves
+        assertEquals(List.of("prefill", "decode"), s.pools().stream().map(PoolView::role).toList());
+        assertEquals(64, s.pools().get(0).pages().length());
+        assertEquals("F".repeat(128), s.pools().get(1).pages());
+        assertEquals(decode.counter("transfers_committed"), s.counters().get("decode_transfers_committed"));
+        final TestClient.Response api = client.get("/api/state");
+        if (api.status() != 404) { // the live page is mounted (issue #5's UI): its JSON names both pools
+            assertEquals(200, api.status(), api::body);
+            assertTrue(api.body().contains("\"prefill\"") && api.body().contains("\"decode\""), api::body);
+        }
+    }
+
+    @Test
+    @Order(5)
+    void killingThePrefillProcessMidTransferQuarantinesDecodesPagesUntilItIsGoneAndTheRouterAnswers503() throws Exception {
+        final long released0 = decode.counter("quarantine_releases"), events0 = decode.poolCounter("quarantineEvents");
+        prefill.post("internal/test/gate", "{\"closed\":true}"); // prefill's page writes are held: the transfer stays in flight
+        final Future<TestClient.Response> inFlight = pool.submit(() -> client.complete("erin", BackpressureTest.words("e", 100), 4, false));
+        Await.until(() -> call(() -> count(decode.pages(), 'R') == 7 && prefill.post("internal/test/gate", "{}").path("held").asLong() > 0),
+            WAIT, () -> "the 7-page transfer to be in flight: " + router.roleStatus());
+
+        prefill.kill();
+        final TestClient.Response r = inFlight.get(20, TimeUnit.SECONDS);
+        assertEquals(503, r.status(), r::body);
+        assertEquals("peer_lost", r.error().path("reason").asText(), r::body);
+        assertTrue(r.error().path("message").asText().contains("KV transfer of request"), r::body);
+        Await.until(() -> call(() -> decode.counter("quarantine_releases") == released0 + 1), WAIT,
+            () -> "decode to release the quarantine once the prefill process is gone: " + show(decode));
+        assertEquals(events0 + 7, decode.poolCounter("quarantineEvents"), "every page of the transfer went through QUARANTINED");
+        decode.assertPoolClean();
+
+        final TestClient.Response next = client.complete("erin", "anyone there?", 2, false);
+        assertEquals(503, next.status(), next::body);
+        assertEquals("1", next.retryAfter());
+        assertTrue(next.error().path("message").asText().contains("prefill role at " + prefill.uri() + " is unreachable"), next::body);
+        final Map<String, Double> m = Metrics.parse(router.metricsText());
+        assertEquals(0.0, m.get("kvpool_role_up{role=\"prefill\"}"));
+        assertEquals(1.0, m.get("kvpool_role_up{role=\"decode\"}"));
+        assertTrue(m.get("kvpool_deferred_release_total{outcome=\"error\"}") >= 1);
+    }
+
+    @Test
+    @Order(6)
+    void aLinkLostToALivePrefillProcessKeepsDecodesPagesQuarantinedUntilTheProcessIsGone() throws Exception {
+        prefill = startPrefill(); // restarted on the same port: the router finds it again
+        prefill.awaitStarted(WAIT);
+        awaitLinked();
+        final TestClient.Response ok = client.complete("frank", "back again", 3, false);
+        assertEquals(200, ok.status(), ok::body);
+        assertEquals(List.of(), Isolation.violations("frank", "back again", 3, ok.json()));
+
+        final long released0 = decode.counter("quarantine_releases");
+        prefill.post("internal/test/gate", "{\"closed\":true}");
+        final Future<TestClient.Response> inFlight = pool.submit(() -> client.complete("frank", BackpressureTest.words("f", 100), 4, false));
+        Await.until(() -> call(() -> count(decode.pages(), 'R') == 7), WAIT, () -> "the transfer to be in flight: " + router.roleStatus());
+
+        prefill.post("internal/test/gate", "{\"drop\":true}"); // the socket closes; the process, which maps the pool file, lives on
+        Await.until(() -> call(() -> count(decode.pages(), 'Q') == 7), WAIT, () -> "decode to quarantine the pages: " + show(decode));
+        final TestClient.Response r = inFlight.get(20, TimeUnit.SECONDS);
+        assertEquals(503, r.status(), r::body);
+        assertEquals("peer_lost", r.error().path("reason").asText(), r::body);
+        Thread.sleep(300); // the prefill process lives: nothing frees its pages on a timer
+        assertEquals(List.of(), quarantineViolations(decode.pages(), 7, prefill.process.isAlive()), prefill::log);
+        assertEquals(released0, decode.counter("quarantine_releases"));
+
+        prefill.kill();
+        Await.until(() -> call(() -> decode.counter("quarantine_releases") == released0 + 1), WAIT,
+            () -> "decode to release the quarantine once the prefill process is gone: " + show(decode));
+        decode.assertPoolClean();
+    }
+
+    @Test
+    @Order(7)
+    void aDecodeProcessLostMidGenerationEndsBothResponsesWithAClearError() throws Exception {
+        prefill = startPrefill();
+        prefill.awaitStarted(WAIT);
+        awaitLinked();
+        final long g0 = decode.counter("generated_tokens");
+        final long failed0 = router.counters().get("failed");
+        try (Socket plain = client.openRaw("gina", "a long non-streamed story", 300, false);
+             Socket stream = client.openRaw("hank", "a long streamed story", 300, true)) {
+            TestClient.readUntil(plain, "HTTP/1.1 200"); // committed: the status is out, generation runs
+            TestClient.readUntil(stream, "\"text\":");
+            Await.until(() -> call(() -> decode.counter("generated_tokens") > g0 + 4), WAIT, () -> show(decode));
+            decode.kill();
+            // the status line said 200: the body ends with the error object instead of the completion
+            final String p = TestClient.readUntil(plain, "role_lost");
+            assertTrue(p.contains("\"reason\":\"role_lost\"") && p.contains("decode role at " + decode.uri()), p);
+            final String s = TestClient.readUntil(stream, "[DONE]"); // a stream ends with an error event
+            assertTrue(s.contains("\"reason\":\"role_lost\""), s);
+        }
+        final TestClient.Response next = client.complete("gina", "anyone there?", 2, false);
+        assertEquals(503, next.status(), next::body);
+        assertTrue(next.error().path("message").asText().contains("decode role at " + decode.uri() + " is unreachable"), next::body);
+        assertTrue(router.awaitQuiescence(WAIT), () -> "no quiescence: " + router.counters());
+        prefill.assertPoolClean(); // its transfers had completed before decode died
+        assertEquals(failed0 + 2, router.counters().get("failed"), () -> "both counted as role_lost: " + router.metricsText());
+        assertTrue(router.metricsText().contains("kvpool_requests_failed_total{reason=\"role_lost\"} 2"), router::metricsText);
+    }
+}

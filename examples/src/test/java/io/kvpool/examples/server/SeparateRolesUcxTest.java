@@ -1,0 +1,146 @@
+package io.kvpool.examples.server;
+
+import io.kvpool.transfer.ucx.UcxTransport;
+import org.junit.jupiter.api.AfterAll;
+import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.api.MethodOrderer;
+import org.junit.jupiter.api.Order;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.TestMethodOrder;
+import org.junit.jupiter.api.Timeout;
+import org.junit.jupiter.api.io.TempDir;
+import org.opentest4j.AssertionFailedError;
+import org.opentest4j.TestAbortedException;
+
+import java.net.Socket;
+import java.nio.file.Path;
+import java.time.Duration;
+import java.util.List;
+import java.util.Optional;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Executors;
+import java.util.concurrent.Future;
+import java.util.concurrent.TimeUnit;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+/**
+ * The three-process server with KV over UCX ({@code --transport ucx}): decode listens for the UCX bootstrap on
+ * {@code --kv-address}, prefill connects to it (and retries until decode listens). Skipped where UCX cannot
+ * load; failed then if UCX is required ({@code KVPOOL_UCX_REQUIRED=true} or {@code -Dkvpool.ucx.required=true},
+ * as kvpool-transfer's UCX tests).
+ */
+@TestMethodOrder(MethodOrderer.OrderAnnotation.class)
+@Timeout(value = 60, unit = TimeUnit.SECONDS)
+class SeparateRolesUcxTest {
+
+    private static final Duration WAIT = Duration.ofSeconds(15);
+
+    @TempDir
+    static Path dir;
+    static RoleChild decode;
+    static RoleChild prefill;
+    static KvServer router;
+    static TestClient client;
+    static final ExecutorService pool = Executors.newVirtualThreadPerTaskExecutor();
+
+    /** Skips without UCX, or fails when UCX is required. */
+    static void assumeUcx() {
+        final Optional<String> unavailable = UcxTransport.unavailableReason();
+        if (unavailable.isEmpty()) {
+            return;
+        }
+        if ("true".equalsIgnoreCase(System.getenv("KVPOOL_UCX_REQUIRED")) || Boolean.getBoolean("kvpool.ucx.required")) {
+            throw new AssertionFailedError("UCX is required (KVPOOL_UCX_REQUIRED / kvpool.ucx.required) but unavailable: " + unavailable.get());
+        }
+        throw new TestAbortedException("UCX unavailable, skipping the --transport ucx tests: " + unavailable.get());
+    }
+
+    static String[] args(String kvAddress) {
+        return new String[] {"--transport", "ucx", "--kv-address", kvAddress, "--context", "512", "--prefill-pages", "64",
+            "--decode-pages", "128", "--token-delay-ms", "10", "--heartbeat-ms", "20", "--transfer-timeout-ms", "30000",
+            "--reconnect-ms", "50"};
+    }
+
+    @BeforeAll
+    static void start() throws Exception {
+        assumeUcx();
+        final int kvPort;
+        try (java.net.ServerSocket s = new java.net.ServerSocket(0)) {
+            kvPort = s.getLocalPort(); // chosen here so that both children start at once (prefill retries until decode listens)
+        }
+        decode = RoleChild.start(dir, "decode", args("127.0.0.1:" + kvPort));
+        prefill = RoleChild.start(dir, "prefill", args("127.0.0.1:" + kvPort));
+        decode.awaitStarted(WAIT);
+        prefill.awaitStarted(WAIT);
+        assertEquals("ucx:127.0.0.1:" + kvPort, decode.kvLink());
+        router = KvServer.start(ServerTests.small().topology(Topology.DEFAULT.withRole(Topology.Role.ROUTER)
+            .withUrls(prefill.uri(), decode.uri())).build());
+        client = new TestClient(router);
+        Await.until(() -> SeparateRolesTest.call(() -> decode.status().path("ready").asBoolean() && prefill.status().path("ready").asBoolean()),
+            WAIT, () -> "the UCX link to come up: " + decode.log() + prefill.log());
+    }
+
+    @AfterAll
+    static void stop() throws Exception {
+        pool.shutdownNow();
+        try {
+            if (router != null) {
+                router.close();
+            }
+        } finally {
+            for (RoleChild c : new RoleChild[] {prefill, decode}) {
+                if (c != null) {
+                    c.close();
+                }
+            }
+        }
+    }
+
+    static void assertClean() throws Exception {
+        assertTrue(router.awaitQuiescence(WAIT), () -> "no quiescence: " + router.roleStatus());
+        decode.assertPoolClean();
+        prefill.assertPoolClean();
+    }
+
+    @Test
+    @Order(1)
+    void twoTenantsPlainAndStreamedAndAClientThatLeavesOverUcx() throws Exception {
+        for (String tenant : List.of("alice", "bob")) {
+            final String prompt = tenant + "'s secret over UCX";
+            final TestClient.Response plain = client.complete(tenant, prompt, 5, false);
+            assertEquals(200, plain.status(), plain::body);
+            assertEquals(List.of(), Isolation.violations(tenant, prompt, 5, plain.json()));
+            final TestClient.Response stream = client.complete(tenant, prompt, 5, true);
+            assertEquals(200, stream.status(), stream::body);
+            assertEquals(List.of(), Isolation.violations(tenant, prompt, 5, SeparateRolesTest.joined(stream)));
+        }
+        final long d0 = decode.counter("abort_requests"), p0 = prefill.counter("abort_requests");
+        try (Socket s = client.openRaw("carol", "tell me a long story", 200, true)) {
+            TestClient.readUntil(s, "\"text\":");
+        }
+        Await.until(() -> SeparateRolesTest.call(() -> decode.counter("abort_requests") == d0 + 1 && prefill.counter("abort_requests") == p0 + 1),
+            WAIT, () -> "both role processes to be told to abort: " + router.roleStatus());
+        assertClean();
+        assertEquals(5, decode.counter("transfers_committed"), "four completions and the stream whose client left");
+    }
+
+    @Test
+    @Order(2)
+    void killingThePrefillProcessMidTransferQuarantinesUntilTheUcxLinkIsTornDown() throws Exception {
+        final long released0 = decode.counter("quarantine_releases"), events0 = decode.poolCounter("quarantineEvents");
+        prefill.post("internal/test/gate", "{\"closed\":true}");
+        final Future<TestClient.Response> inFlight = pool.submit(() -> client.complete("erin", BackpressureTest.words("e", 100), 4, false));
+        Await.until(() -> SeparateRolesTest.call(() -> SeparateRolesTest.count(decode.pages(), 'R') == 7), WAIT,
+            () -> "the 7-page transfer to be in flight: " + router.roleStatus());
+        prefill.kill();
+        final TestClient.Response r = inFlight.get(30, TimeUnit.SECONDS);
+        assertEquals(503, r.status(), r::body);
+        assertEquals("peer_lost", r.error().path("reason").asText(), r::body);
+        Await.until(() -> SeparateRolesTest.call(() -> decode.counter("quarantine_releases") == released0 + 1), WAIT,
+            () -> "decode to release the quarantine once the link's worker is closed: " + SeparateRolesTest.show(decode));
+        assertEquals(events0 + 7, decode.poolCounter("quarantineEvents"), "every page of the transfer went through QUARANTINED");
+        decode.assertPoolClean();
+    }
+}
