@@ -104,7 +104,7 @@ public final class LoadCommand implements Subcommand {
                 base = url;
             } else {
                 if (config.unsafe()) {
-                    Options.warnUnsafe(config, err);
+                    config.printUnsafeBanner(err);
                 }
                 try {
                     server = KvServer.start(config);

@@ -65,16 +65,6 @@ public final class Options {
         return new Options(own, server, help);
     }
 
-    /** Prints the loud banner for a server started with safeguards off (as {@code serve} does). */
-    public static void warnUnsafe(io.kvpool.examples.server.ServerConfig config, java.io.PrintStream err) {
-        final String line = "!".repeat(100);
-        err.println(line);
-        err.println("!!! UNSAFE: safeguards switched OFF: " + String.join(" ", config.unsafeSwitches()));
-        err.println("!!! This server can answer one tenant with another tenant's data (the 2026 incident).");
-        err.println("!!! For the incident replay only. Never run it like this for anything else.");
-        err.println(line);
-    }
-
     /** @return whether {@code --help} was given */
     public boolean help() {
         return help;

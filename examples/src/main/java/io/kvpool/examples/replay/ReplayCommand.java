@@ -80,7 +80,7 @@ public final class ReplayCommand implements Subcommand {
         }
         final ServerConfig c = settings.server();
         if (c.unsafe()) {
-            Options.warnUnsafe(c, err);
+            c.printUnsafeBanner(err);
             out.println("UNSAFE replay: safeguards OFF " + c.unsafeSwitches());
         }
         final long prefillTokens = (long) c.prefillPages() * c.layout().tokensPerPage();

@@ -109,15 +109,37 @@ final class CompletionsHandler implements HttpHandler {
                 throw ApiError.badRequest("bad_content_length", "Content-Length is not a number: " + declared);
             }
             if (n > maxBodyBytes) {
+                discardRest(ex.getRequestBody());
                 throw tooLarge(n);
             }
         }
         try (InputStream in = ex.getRequestBody()) {
             final byte[] body = in.readNBytes(maxBodyBytes + 1);
             if (body.length > maxBodyBytes) {
+                discardRest(in);
                 throw tooLarge(-1);
             }
             return body;
+        }
+    }
+
+    /**
+     * Bytes of an over-limit body read and thrown away before the 413 goes out. Closing a connection with
+     * unread bytes in its receive buffer makes the kernel send a reset, which can reach the client before
+     * the 413 does (seen: 2 of 40 bodies of 2–16 MiB answered "connection reset" instead). Up to this much
+     * is drained so the client reads its 413; a bigger body is cut off (the 413 says Connection: close).
+     */
+    static final long DRAIN_LIMIT = 64L << 20;
+
+    private static void discardRest(InputStream in) {
+        try {
+            long left = DRAIN_LIMIT;
+            final byte[] sink = new byte[64 << 10];
+            for (int r; left > 0 && (r = in.read(sink, 0, (int) Math.min(sink.length, left))) > 0; ) {
+                left -= r;
+            }
+        } catch (IOException gone) {
+            // the client went away: nothing to answer either
         }
     }
 

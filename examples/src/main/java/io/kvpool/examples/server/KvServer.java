@@ -19,7 +19,6 @@ import java.util.Objects;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
-import java.util.concurrent.atomic.AtomicBoolean;
 
 /**
  * The example server: an HTTP front ({@link HttpServer}, the JDK's own, one virtual thread per request)
@@ -47,7 +46,6 @@ import java.util.concurrent.atomic.AtomicBoolean;
 public final class KvServer implements AutoCloseable {
 
     private static final System.Logger LOG = System.getLogger("io.kvpool.examples.server");
-    private static final AtomicBoolean LIVE_PAGE_WARNED = new AtomicBoolean();
 
     static {
         // The JDK server leaves Nagle's algorithm on unless told otherwise; with a response written as headers
@@ -77,14 +75,7 @@ public final class KvServer implements AutoCloseable {
         http.createContext(CompletionsHandler.PATH, new CompletionsHandler(router, json, config.maxBodyBytes(), config.heartbeat()));
         http.createContext("/v1/", this::notFound);
         http.createContext("/metrics", this::metrics);
-        try {
-            LivePage.mount(http, this::liveState);
-        } catch (UnsupportedOperationException e) {
-            // TODO(#5): remove once the live page is merged
-            if (LIVE_PAGE_WARNED.compareAndSet(false, true)) {
-                LOG.log(System.Logger.Level.WARNING, "live page not available: " + e.getMessage());
-            }
-        }
+        LivePage.mount(http, this::liveState); // GET / and /api/state
         http.start();
     }
 

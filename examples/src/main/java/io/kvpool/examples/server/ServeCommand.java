@@ -28,7 +28,7 @@ final class ServeCommand implements Subcommand {
             return 2;
         }
         if (config.unsafe()) {
-            warnUnsafe(config, err);
+            config.printUnsafeBanner(err);
         }
         if (config.topology().isRoleProcess()) {
             return serveRole(config, out, err);
@@ -69,15 +69,6 @@ final class ServeCommand implements Subcommand {
         out.flush();
         role.awaitClose();
         return 0;
-    }
-
-    static void warnUnsafe(ServerConfig config, PrintStream err) {
-        final String line = "!".repeat(100);
-        err.println(line);
-        err.println("!!! UNSAFE: safeguards switched OFF: " + String.join(" ", config.unsafeSwitches()));
-        err.println("!!! This server can answer one tenant with another tenant's data (the 2026 incident).");
-        err.println("!!! For the incident replay only. Never run it like this for anything else.");
-        err.println(line);
     }
 
     static void banner(KvServer server, PrintStream out) {

@@ -277,6 +277,22 @@ public final class ServerConfig {
         return out;
     }
 
+    /**
+     * Prints the loud banner a server started with safeguards off must show (serve, replay and load all
+     * call it); prints nothing when every safeguard is on.
+     */
+    public void printUnsafeBanner(java.io.PrintStream err) {
+        if (!unsafe()) {
+            return;
+        }
+        final String line = "!".repeat(100);
+        err.println(line);
+        err.println("!!! UNSAFE: safeguards switched OFF: " + String.join(" ", unsafeSwitches()));
+        err.println("!!! This server can answer one tenant with another tenant's data (the 2026 incident).");
+        err.println("!!! For the incident replay only. Never run it like this for anything else.");
+        err.println(line);
+    }
+
     /** @return the transfer faults to inject ({@code --fault-rate}, {@code --seed}; none by default) */
     public FaultPlan faults() {
         return faults;

@@ -42,7 +42,7 @@ class KvServerMainTest {
         // with the switch the capacity check only warns (the 2026 configuration); the banner says UNSAFE
         try (KvServer s = KvServer.start(ServerTests.small().contextTokens(512).prefillPages(8).unsafePlaceholderOnOverflow(true).build())) {
             assertEquals(8, s.prefillPool().capacity());
-            ServeCommand.warnUnsafe(s.config(), new PrintStream(err, true, StandardCharsets.UTF_8));
+            s.config().printUnsafeBanner(new PrintStream(err, true, StandardCharsets.UTF_8));
             assertTrue(err().contains("UNSAFE") && err().contains("--unsafe-placeholder-on-overflow"), err());
         }
     }

@@ -17,16 +17,16 @@ import java.util.function.Supplier;
  * <pre>{@code
  * // decode
  * KvPool pool = KvPool.builder(layout).pages(n).storage(DevicePageStorage::allocate).build();
- * TransferReceiver rx = TransferReceiver.builder(pool, me).checksums(false).build();
+ * TransferReceiver rx = TransferReceiver.builder(pool, me).checksums(DeviceChecksums.INSTANCE).build();
  * CudaIpcListener listener = CudaIpcTransport.listen(socket);
  * CudaIpcLink link = listener.accept();             // null until a prefill's bootstrap arrived; never blocks
  * int prefill0 = rx.addPeer(link);
  * // prefill
- * TransferSender tx = TransferSender.builder(prefillPool, me).checksums(false).build();
+ * TransferSender tx = TransferSender.builder(prefillPool, me).checksums(DeviceChecksums.INSTANCE).build();
  * tx.addPeer(CudaIpcTransport.connect(socket));
  * }</pre>
- * Both pools must live on the same device (this process's primary context of it). Checksums must be off
- * until a device checksum kernel exists.
+ * Both pools must live on the same device (this process's primary context of it). Page checksums are computed on
+ * the device ({@link io.kvpool.cuda.DeviceChecksums}: the same values as the host's {@code KvChecksum}).
  *
  * <p>Ordering: a put batch runs on the link's own non-blocking stream, so the prefill pages must be
  * complete on the device when they are offered (the stream that computed them synchronized, as every
