@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Compiles src/main/cuda/kvpool_kernels.cu into the committed fatbin
+# Compiles src/main/cuda/kvpool_kernels.cu (every kvpool kernel: the pool's and the CUDA IPC transport's
+# put) into the ONE committed fatbin
 #   src/main/resources/io/kvpool/cuda/kvpool_kernels.fatbin   (SASS sm_80, sm_90, sm_100; PTX compute_100)
 # and writes kvpool_kernels.properties beside it (source sha256, nvcc version, archs, kernel names).
 #
@@ -18,7 +19,7 @@ PROPS=$OUT_DIR/kvpool_kernels.properties
 NVCC=${NVCC:-nvcc}
 SASS_ARCHS="80 90 100"
 PTX_ARCH=100
-KERNELS="kvpool_copy_pages kvpool_gather_pages kvpool_scatter_pages kvpool_fill_pages kvpool_first_canary_token kvpool_page_checksums"
+KERNELS="kvpool_copy_pages kvpool_gather_pages kvpool_scatter_pages kvpool_fill_pages kvpool_first_canary_token kvpool_page_checksums kvpool_ipc_put_pages"
 # --no-compress: device code stays plain, so the kernel names are readable in the fatbin (the test checks them)
 FLAGS="-fatbin -O3 -std=c++17 --no-compress"
 for a in $SASS_ARCHS; do

@@ -1,4 +1,6 @@
-// kvpool batched page kernels: one launch per batch of pages, never one per page.
+// kvpool batched page kernels: one launch per batch of pages, never one per page. The pool's kernels
+// (io.kvpool.cuda.DevicePageStorage) and the CUDA IPC transport's put (io.kvpool.cuda.ipc.JCudaIpcEngine)
+// are all here, in ONE fatbin (kvpool-cuda/build-kernels.sh).
 //
 // Device arena (ONE allocation):
 //   planes = layers * 2, plane q = layer * 2 + kv (K = 0, V = 1)
@@ -57,21 +59,22 @@ __device__ __forceinline__ Item split(unsigned long long idx, int planes, unsign
     return it;
 }
 
-} // namespace
-
-// For i < n, in every plane: page dst[i] <- page src[i]. Pairs never overlap (a pair with
-// src[i] == dst[i] copies a page onto itself, which is harmless).
-extern "C" __global__ void kvpool_copy_pages(const int* src, const int* dst, int n, unsigned char* arena,
-                                             long long planeBytes, int planes, long long pageStride) {
+// For i < n, in every plane q: page dst[i] of dstArena <- page src[i] of srcArena. Both arenas are laid
+// out as drawn above, with the same pageStride and planes and each its own planeBytes (its own page
+// count). The body of kvpool_copy_pages (one arena: the same pointer and planeBytes twice) and of
+// kvpool_ipc_put_pages (two arenas).
+__device__ __forceinline__ void copyPagesBetween(const int* src, const int* dst, int n,
+                                                 const unsigned char* srcArena, long long srcPlaneBytes,
+                                                 unsigned char* dstArena, long long dstPlaneBytes,
+                                                 int planes, long long pageStride) {
     if (n <= 0 || planes <= 0 || pageStride <= 0) return;
-    if (aligned16(arena, planeBytes, pageStride)) {
+    if (aligned16(srcArena, srcPlaneBytes, pageStride) && aligned16(dstArena, dstPlaneBytes, 0)) {
         const unsigned long long units = static_cast<unsigned long long>(pageStride) / 16;
         const unsigned long long total = static_cast<unsigned long long>(n) * planes * units;
         for (unsigned long long idx = globalThread(); idx < total; idx += gridThreads()) {
             const Item it = split(idx, planes, units);
-            unsigned char* plane = arena + it.q * planeBytes;
-            const uint4* s = reinterpret_cast<const uint4*>(plane + src[it.i] * pageStride) + it.w;
-            uint4* d = reinterpret_cast<uint4*>(plane + dst[it.i] * pageStride) + it.w;
+            const uint4* s = reinterpret_cast<const uint4*>(srcArena + it.q * srcPlaneBytes + src[it.i] * pageStride) + it.w;
+            uint4* d = reinterpret_cast<uint4*>(dstArena + it.q * dstPlaneBytes + dst[it.i] * pageStride) + it.w;
             *d = *s;
         }
     } else {
@@ -79,10 +82,31 @@ extern "C" __global__ void kvpool_copy_pages(const int* src, const int* dst, int
         const unsigned long long total = static_cast<unsigned long long>(n) * planes * units;
         for (unsigned long long idx = globalThread(); idx < total; idx += gridThreads()) {
             const Item it = split(idx, planes, units);
-            unsigned char* plane = arena + it.q * planeBytes;
-            plane[dst[it.i] * pageStride + it.w] = plane[src[it.i] * pageStride + it.w];
+            dstArena[it.q * dstPlaneBytes + dst[it.i] * pageStride + it.w] = srcArena[it.q * srcPlaneBytes + src[it.i] * pageStride + it.w];
         }
     }
+}
+
+} // namespace
+
+// For i < n, in every plane: page dst[i] <- page src[i]. Pairs never overlap (a pair with
+// src[i] == dst[i] copies a page onto itself, which is harmless).
+extern "C" __global__ void kvpool_copy_pages(const int* src, const int* dst, int n, unsigned char* arena,
+                                             long long planeBytes, int planes, long long pageStride) {
+    copyPagesBetween(src, dst, n, arena, planeBytes, arena, planeBytes, planes, pageStride);
+}
+
+// The CUDA IPC transport's put (io.kvpool.cuda.ipc): copies whole pages from this process's arena into
+// ANOTHER arena (a peer process's, opened with cuIpcOpenMemHandle) of the same page layout; only the two
+// arenas' page counts (so their planeBytes) differ. For i < n, in every plane q:
+//   the pageStride bytes at dstArena + q * dstPlaneBytes + dst[i] * pageStride
+//     <- those at         srcArena + q * srcPlaneBytes + src[i] * pageStride
+// The Java side checks every index against both arenas' page counts before the launch.
+extern "C" __global__ void kvpool_ipc_put_pages(const int* src, const int* dst, int n,
+                                                const unsigned char* srcArena, long long srcPlaneBytes,
+                                                unsigned char* dstArena, long long dstPlaneBytes,
+                                                int planes, long long pageStride) {
+    copyPagesBetween(src, dst, n, srcArena, srcPlaneBytes, dstArena, dstPlaneBytes, planes, pageStride);
 }
 
 // out (contiguous; may be mapped pinned host memory) receives page pages[i] in HOST layout at

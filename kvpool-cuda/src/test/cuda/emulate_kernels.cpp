@@ -1,7 +1,8 @@
 // Host emulation of src/main/cuda/kvpool_kernels.cu, for machines without a GPU: the CUDA builtins
 // are stubbed and every thread of a launch runs serially, so this checks the kernels' indexing,
-// uint4 and byte fallback paths, fill phase and first-canary answers against a byte-by-byte
-// reference over several layouts, grid and block sizes. It does NOT check concurrency (barriers,
+// uint4 and byte fallback paths, fill phase and first-canary answers, and the CUDA IPC put between
+// two arenas of different page counts, against a byte-by-byte reference over several layouts, grid
+// and block sizes. It does NOT check concurrency (barriers,
 // the shared atomicMin with blockDim > 1): first_canary_token is emulated with one thread per block.
 // (kvpool_page_checksums, which needs real barriers, has its own emulator: emulate_checksums.cpp.)
 // Run by KernelEmulationTest#theOtherKernelsMatchTheirByteReference.
@@ -54,6 +55,24 @@ void run(int layers, int tpp, int tvb, int pages, int extraPlanePad, unsigned gr
   for (int i = 0; i < n; i++) for (int q = 0; q < planes; q++) for (long long o = 0; o < pageStride; o++) at(ref, q, dst[i], o) = at(ref, q, src[i], o);
   launch(grid, block, [&] { kvpool_copy_pages(src.data(), dst.data(), n, arena, planeBytes, planes, pageStride); });
   CHECK(memcmp(arena, ref.data(), ref.size()) == 0);
+  // IPC put: arena's pages src[i] into a peer arena of 3 more pages (its own planeBytes), at random distinct
+  // pages; the peer aligned or not independently of the arena (each side's byte path)
+  for (int peerMis = 0; peerMis < 2; peerMis++) {
+    const int peerPages = pages + 3;
+    const long long peerPlaneBytes = pageStride * peerPages + extraPlanePad;
+    std::vector<unsigned char> peerStore(peerPlaneBytes * planes + 64);
+    unsigned char* peer = peerStore.data() + peerMis + (16 - ((uintptr_t)peerStore.data() & 15)) % 16;
+    for (long long i = 0; i < peerPlaneBytes * planes; i++) peer[i] = (unsigned char)rng();
+    std::vector<unsigned char> peerRef(peer, peer + peerPlaneBytes * planes);
+    std::vector<int> peerPerm(peerPages); for (int i = 0; i < peerPages; i++) peerPerm[i] = i;
+    std::shuffle(peerPerm.begin(), peerPerm.end(), rng);
+    std::vector<int> to(peerPerm.begin(), peerPerm.begin() + n);
+    for (int i = 0; i < n; i++) for (int q = 0; q < planes; q++) for (long long o = 0; o < pageStride; o++)
+      peerRef[q * peerPlaneBytes + to[i] * pageStride + o] = at(ref, q, src[i], o);
+    launch(grid, block, [&] { kvpool_ipc_put_pages(src.data(), to.data(), n, arena, planeBytes, peer, peerPlaneBytes, planes, pageStride); });
+    CHECK(memcmp(peer, peerRef.data(), peerRef.size()) == 0);
+    CHECK(memcmp(arena, ref.data(), ref.size()) == 0); // the source is only read
+  }
   // gather
   std::vector<int> sel; for (int i = 0; i < pages; i += 2) sel.push_back(perm[i]);
   int m = sel.size();

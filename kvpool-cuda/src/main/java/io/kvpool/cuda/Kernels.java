@@ -7,11 +7,13 @@ import java.util.List;
 import java.util.Properties;
 
 /**
- * The batched page kernels of {@code src/main/cuda/kvpool_kernels.cu}: their names, and the
- * committed fatbin that holds them (SASS for sm_80, sm_90, sm_100 and PTX for compute_100, built by
- * {@code kvpool-cuda/build-kernels.sh}; the GPU machines have no nvcc). Every kernel is launched
- * once per batch of pages, never once per page, and uses grid-stride loops, so any grid size
- * (at least one block) is correct.
+ * The batched page kernels of {@code src/main/cuda/kvpool_kernels.cu}: their names, and the ONE
+ * committed fatbin that holds them all, the pool's ({@link DevicePageStorage}) and the CUDA IPC
+ * transport's put ({@code io.kvpool.cuda.ipc}) (SASS for sm_80, sm_90, sm_100 and PTX for compute_100,
+ * built by {@code kvpool-cuda/build-kernels.sh}, rebuilt by the build where {@code nvcc} is installed
+ * and the source changed; the GPU machines have no nvcc; {@code FatbinResourceTest} guards against
+ * drift). Every kernel is launched once per batch of pages, never once per page, and uses grid-stride
+ * loops, so any grid size (at least one block) is correct.
  *
  * <h2>Device arena</h2>
  * The pool's device memory is ONE arena of {@code planes = layers * 2} planes; plane
@@ -74,6 +76,13 @@ import java.util.Properties;
  *       each thread hashes one range of the page (table-driven slicing-by-8, tables in shared memory) and
  *       the partial CRCs are combined by multiplying each by {@code x^(8 · bytes after it)} mod the
  *       polynomial and xoring; the derivation is drawn in the {@code .cu}.</li>
+ *   <li>{@value #IPC_PUT_PAGES}{@code (const int* src, const int* dst, int n, const unsigned char* srcArena,
+ *       long long srcPlaneBytes, unsigned char* dstArena, long long dstPlaneBytes, int planes,
+ *       long long pageStride)}: for {@code i < n}, in every plane {@code q}, the {@code pageStride} bytes at
+ *       {@code dstArena + q·dstPlaneBytes + dst[i]·pageStride} &larr; those at
+ *       {@code srcArena + q·srcPlaneBytes + src[i]·pageStride}: {@value #COPY_PAGES} between two arenas (the
+ *       same code), this process's and a peer's opened by CUDA IPC. Both are laid out as {@link DeviceLayout}
+ *       draws, for the same page layout and any page counts.</li>
  * </ul>
  */
 public final class Kernels {
@@ -97,9 +106,12 @@ public final class Kernels {
     /** Batched position-keyed page checksums ({@link io.kvpool.transfer.KvChecksum}). */
     public static final String PAGE_CHECKSUMS = "kvpool_page_checksums";
 
+    /** Batched page copy from this process's arena into a peer's (the CUDA IPC transport's put). */
+    public static final String IPC_PUT_PAGES = "kvpool_ipc_put_pages";
+
     /** Every kernel name, in the order the properties file lists them. */
     public static final List<String> NAMES =
-            List.of(COPY_PAGES, GATHER_PAGES, SCATTER_PAGES, FILL_PAGES, FIRST_CANARY_TOKEN, PAGE_CHECKSUMS);
+            List.of(COPY_PAGES, GATHER_PAGES, SCATTER_PAGES, FILL_PAGES, FIRST_CANARY_TOKEN, PAGE_CHECKSUMS, IPC_PUT_PAGES);
 
     private Kernels() {
     }

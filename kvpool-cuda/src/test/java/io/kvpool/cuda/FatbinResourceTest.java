@@ -23,7 +23,7 @@ import org.junit.jupiter.api.Test;
 /**
  * Checks the committed fatbin without a GPU or CUDA tools: present, a well-formed fatbin container
  * with SASS for sm_80/90/100 and PTX, built from the current {@code .cu} (the drift guard), and
- * holding every kernel.
+ * holding every kernel, the CUDA IPC transport's put included (the one fatbin both load).
  *
  * <p>Container format (NVIDIA {@code fatbinary.h}, as documented by reverse-engineering tools for
  * CUDA 11-13), all little-endian: a 16-byte header {@code magic u32 = 0xBA55ED50, version u16 = 1,
@@ -147,16 +147,28 @@ class FatbinResourceTest {
     void everyKernelIsASymbolInEveryEntry() {
         final String listed = Kernels.loadProperties().getProperty("kernels");
         assertEquals(String.join(",", Kernels.NAMES), listed, "properties and Kernels agree on the kernels");
-        final List<Entry> entries = parse(fatbin());
         for (String name : listed.split(",")) {
-            assertTrue(contains(fatbin(), name.getBytes(StandardCharsets.US_ASCII)), name + " in the fatbin bytes");
-            for (Entry e : entries) {
-                assertEquals(0, e.flags() & FLAG_COMPRESSED, "entry for sm_" + e.sm() + " is uncompressed");
-                final String symbol = e.kind() == KIND_PTX ? ".entry " + name + "(" : name + "\0";
-                assertTrue(contains(e.payload(), symbol.getBytes(StandardCharsets.US_ASCII)),
-                        name + " in the " + (e.kind() == KIND_PTX ? "PTX" : "sm_" + e.sm() + " ELF") + " entry");
-            }
+            assertSymbolInEveryEntry(name);
         }
         assertFalse(listed.isBlank());
+    }
+
+    /** The CUDA IPC transport (JCudaIpcEngine) takes its put kernel from this same fatbin: one source, one binary. */
+    @Test
+    void theCudaIpcPutKernelIsInTheSameFatbin() {
+        assertTrue(Kernels.NAMES.contains(Kernels.IPC_PUT_PAGES), Kernels.NAMES::toString);
+        assertTrue(List.of(Kernels.loadProperties().getProperty("kernels").split(",")).contains(Kernels.IPC_PUT_PAGES),
+                "build-kernels.sh lists " + Kernels.IPC_PUT_PAGES);
+        assertSymbolInEveryEntry(Kernels.IPC_PUT_PAGES);
+    }
+
+    private static void assertSymbolInEveryEntry(String name) {
+        assertTrue(contains(fatbin(), name.getBytes(StandardCharsets.US_ASCII)), name + " in the fatbin bytes");
+        for (Entry e : parse(fatbin())) {
+            assertEquals(0, e.flags() & FLAG_COMPRESSED, "entry for sm_" + e.sm() + " is uncompressed");
+            final String symbol = e.kind() == KIND_PTX ? ".entry " + name + "(" : name + "\0";
+            assertTrue(contains(e.payload(), symbol.getBytes(StandardCharsets.US_ASCII)),
+                    name + " in the " + (e.kind() == KIND_PTX ? "PTX" : "sm_" + e.sm() + " ELF") + " entry");
+        }
     }
 }

@@ -30,9 +30,9 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 /**
  * The kernels checked without a GPU, compiled from the REAL {@code .cu} source for the CPU with g++.
  *
- * <p>The other kernels (copy, gather, scatter, fill, first canary token): {@code src/test/cuda/emulate_kernels.cpp}
- * runs each launch's threads one after another and compares with a byte-by-byte reference over several layouts,
- * grid and block sizes ({@link #theOtherKernelsMatchTheirByteReference}).
+ * <p>The other kernels (copy, gather, scatter, fill, first canary token, the CUDA IPC put between two arenas):
+ * {@code src/test/cuda/emulate_kernels.cpp} runs each launch's threads one after another and compares with a
+ * byte-by-byte reference over several layouts, grid and block sizes ({@link #theOtherKernelsMatchTheirByteReference}).
  *
  * <p>The checksum kernel equals {@link KvChecksum}: the REAL {@code kvpool_page_checksums}
  * source is compiled for the CPU with g++ ({@code src/test/cuda/emulate_checksums.cpp}: CUDA builtins

@@ -6,6 +6,7 @@ import io.kvpool.cuda.CudaException;
 import io.kvpool.cuda.DeviceIpc;
 import io.kvpool.cuda.DeviceLayout;
 import io.kvpool.cuda.DevicePageStorage;
+import io.kvpool.cuda.Kernels;
 import io.kvpool.storage.PageStorage;
 import jcuda.Pointer;
 import jcuda.driver.CUcontext;
@@ -35,7 +36,7 @@ import java.util.Map;
  *
  * <p>Per batch: the two index lists go from a reused direct buffer (pageable: {@code cuMemcpyHtoDAsync}
  * stages it before returning) into a reused device buffer on the link's own non-blocking stream; then
- * ONE {@value IpcKernels#PUT_PAGES} launch; then ONE event. Reusing one device index buffer is safe
+ * ONE {@value Kernels#IPC_PUT_PAGES} launch; then ONE event. Reusing one device index buffer is safe
  * because the stream orders the next batch's upload after the previous batch's kernel. The buffer grows
  * (after a stream synchronize) when a larger batch comes.
  *
@@ -134,9 +135,9 @@ final class JCudaIpcEngine implements IpcEngine {
         boolean ok = false;
         try {
             check(JCudaDriver.cuCtxSetCurrent(ctx), "cuCtxSetCurrent");
-            check(JCudaDriver.cuModuleLoadData(m, IpcKernels.loadFatbin()), "cuModuleLoadData(kvpool IPC kernels)");
+            check(JCudaDriver.cuModuleLoadData(m, Kernels.loadFatbin()), "cuModuleLoadData(kvpool kernels, for " + Kernels.IPC_PUT_PAGES + ")");
             final CUfunction f = new CUfunction();
-            check(JCudaDriver.cuModuleGetFunction(f, m, IpcKernels.PUT_PAGES), "cuModuleGetFunction(" + IpcKernels.PUT_PAGES + ")");
+            check(JCudaDriver.cuModuleGetFunction(f, m, Kernels.IPC_PUT_PAGES), "cuModuleGetFunction(" + Kernels.IPC_PUT_PAGES + ")");
             check(JCudaDriver.cuStreamCreate(s, CUstream_flags.CU_STREAM_NON_BLOCKING), "cuStreamCreate");
             device = dev;
             context = ctx;
@@ -226,13 +227,13 @@ final class JCudaIpcEngine implements IpcEngine {
             null);
         if (r != CUresult.CUDA_SUCCESS) {
             spareEvents.add(ev);
-            throw new SubmitException("cuLaunchKernel(" + IpcKernels.PUT_PAGES + ", " + count + " pages, " + blocks + " blocks) failed: "
+            throw new SubmitException("cuLaunchKernel(" + Kernels.IPC_PUT_PAGES + ", " + count + " pages, " + blocks + " blocks) failed: "
                 + describe(r), r, false);
         }
         r = JCudaDriver.cuEventRecord(ev, stream);
         if (r != CUresult.CUDA_SUCCESS) {
             JCudaDriver.cuEventDestroy(ev);
-            throw new SubmitException("cuEventRecord after " + IpcKernels.PUT_PAGES + " (" + count + " pages) failed: " + describe(r), r, true);
+            throw new SubmitException("cuEventRecord after " + Kernels.IPC_PUT_PAGES + " (" + count + " pages) failed: " + describe(r), r, true);
         }
         final long id = nextBatch++;
         inFlight.put(id, ev);

@@ -50,8 +50,9 @@
  *       teardown and its proof, errors), written against a package-private engine seam ({@code IpcEngine}:
  *       export, open, submit one batch, query, drain, close) so that it is tested on the CPU with a
  *       host-memory engine; {@code JCudaIpcEngine} is the CUDA one.</li>
- *   <li>{@code RegionKey}: the region key's format. {@code IpcKernels}: the put kernel's committed fatbin
- *       ({@code src/main/cuda/kvpool_ipc_kernels.cu}, {@code build-ipc-kernels.sh}).</li>
+ *   <li>{@code RegionKey}: the region key's format. The put kernel, {@value io.kvpool.cuda.Kernels#IPC_PUT_PAGES},
+ *       is in the pool's source and committed fatbin ({@link io.kvpool.cuda.Kernels}); {@code JCudaIpcEngine}
+ *       loads that fatbin as a module of its own in the source storage's primary context.</li>
  * </ul>
  */
 package io.kvpool.cuda.ipc;
