@@ -3,7 +3,6 @@ package io.kvpool.cuda;
 import io.kvpool.DType;
 import io.kvpool.KvLayout;
 import io.kvpool.transfer.KvChecksum;
-import org.junit.jupiter.api.Assumptions;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
 
@@ -13,14 +12,12 @@ import java.lang.foreign.MemorySegment;
 import java.lang.foreign.ValueLayout;
 import java.nio.ByteBuffer;
 import java.nio.ByteOrder;
-import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.List;
 import java.util.SplittableRandom;
-import java.util.concurrent.TimeUnit;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertNotEquals;
@@ -50,6 +47,7 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
  */
 class KernelEmulationTest {
 
+    private static final long TIMEOUT_S = 120;
     private static final Path SOURCE = Path.of("src/test/cuda/emulate_checksums.cpp");
     private static final Path WORK = Path.of("target/checksum-emulation");
     private static final Path OTHER_KERNELS = Path.of("src/test/cuda/emulate_kernels.cpp");
@@ -66,8 +64,7 @@ class KernelEmulationTest {
 
     @BeforeAll
     static void compile() throws InterruptedException, IOException {
-        final String why = run(List.of("g++", "--version"), null);
-        Assumptions.assumeTrue(why == null, () -> "g++ is needed to compile the kernel for the CPU and is not usable here: " + why);
+        NativeTools.assumeUsable("g++", "to compile the kernel for the CPU");
         Files.createDirectories(WORK);
         shipped = WORK.resolve("emulate_checksums");
         smallChunks = WORK.resolve("emulate_checksums_16");
@@ -105,22 +102,9 @@ class KernelEmulationTest {
         assertEquals("OK (0 failures)", out.toString().strip());
     }
 
-    /** @return null on exit 0, else what went wrong; stdout goes to {@code out} if given */
+    /** {@link NativeTools#run} with this test's timeout ({@value #TIMEOUT_S} s). */
     private static String run(List<String> cmd, StringBuilder out) throws InterruptedException {
-        try {
-            final Process p = new ProcessBuilder(cmd).redirectErrorStream(true).start();
-            final String text = new String(p.getInputStream().readAllBytes(), StandardCharsets.UTF_8);
-            if (!p.waitFor(120, TimeUnit.SECONDS)) {
-                p.destroyForcibly();
-                return String.join(" ", cmd) + " timed out";
-            }
-            if (out != null) {
-                out.append(text);
-            }
-            return p.exitValue() == 0 ? null : String.join(" ", cmd) + " exited " + p.exitValue() + ":\n" + text;
-        } catch (IOException e) {
-            return String.join(" ", cmd) + ": " + e;
-        }
+        return NativeTools.run(cmd, out, TIMEOUT_S);
     }
 
     /** A device arena plus a batch of (slot, key) to checksum, with each key's arguments for KvChecksum. */

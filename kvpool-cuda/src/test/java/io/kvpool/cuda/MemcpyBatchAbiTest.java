@@ -7,14 +7,12 @@ import org.junit.jupiter.api.Test;
 import java.io.IOException;
 import java.lang.foreign.MemoryLayout.PathElement;
 import java.lang.foreign.ValueLayout;
-import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
-import java.util.concurrent.TimeUnit;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertNotEquals;
@@ -29,6 +27,7 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
  */
 class MemcpyBatchAbiTest {
 
+    private static final long TIMEOUT_S = 60;
     static final String HEADER = "/usr/local/cuda/include/cuda.h";
     private static final Path SOURCE = Path.of("src/test/c/memcpy_batch_abi.c");
     private static final Path WORK = Path.of("target/memcpy-batch-abi");
@@ -37,8 +36,7 @@ class MemcpyBatchAbiTest {
     @BeforeAll
     static void compileAndRun() throws IOException, InterruptedException {
         Assumptions.assumeTrue(Files.isRegularFile(Path.of(HEADER)), HEADER + " is not installed: the CUDA toolkit's header is needed");
-        final String gcc = run(List.of("gcc", "--version"), null);
-        Assumptions.assumeTrue(gcc == null, () -> "gcc is needed and not usable here: " + gcc);
+        NativeTools.assumeUsable("gcc", "to compile " + SOURCE.getFileName() + " against " + HEADER);
         Files.createDirectories(WORK);
         final Path exe = WORK.resolve("abi");
         final String err = run(gcc(List.of("-o", exe.toString())), null);
@@ -60,22 +58,9 @@ class MemcpyBatchAbiTest {
         return cmd;
     }
 
-    /** @return null on exit 0, else what went wrong; stdout goes to {@code out} if given */
+    /** {@link NativeTools#run} with this test's timeout ({@value #TIMEOUT_S} s). */
     private static String run(List<String> cmd, StringBuilder out) throws InterruptedException {
-        try {
-            final Process p = new ProcessBuilder(cmd).redirectErrorStream(true).start();
-            final String text = new String(p.getInputStream().readAllBytes(), StandardCharsets.UTF_8);
-            if (!p.waitFor(60, TimeUnit.SECONDS)) {
-                p.destroyForcibly();
-                return String.join(" ", cmd) + " timed out";
-            }
-            if (out != null) {
-                out.append(text);
-            }
-            return p.exitValue() == 0 ? null : String.join(" ", cmd) + " exited " + p.exitValue() + ":\n" + text;
-        } catch (IOException e) {
-            return String.join(" ", cmd) + ": " + e;
-        }
+        return NativeTools.run(cmd, out, TIMEOUT_S);
     }
 
     private static long value(String key) {
