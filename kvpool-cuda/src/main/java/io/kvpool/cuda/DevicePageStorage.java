@@ -282,7 +282,17 @@ public final class DevicePageStorage implements PageStorage {
         }
     }
 
-    private void checkPinned(PinnedPageBuffer pinned, int index, int n) {
+    /** The checks of a copy between listed pages (first that this storage is open). */
+    private void checkCopy(int[] src, int srcOff, int[] dst, int dstOff, int count) {
+        ensureOpen();
+        checkPages(src, srcOff, count);
+        checkPages(dst, dstOff, count);
+    }
+
+    /** The checks of an offload or restore between listed pages and pinned pages {@code [index, index + n)} (first that this storage is open). */
+    private void checkPinnedBatch(int[] pages, int off, int n, PinnedPageBuffer pinned, int index) {
+        ensureOpen();
+        checkPages(pages, off, n);
         if (!pinned.layout().equals(dl.layout())) {
             throw new IllegalArgumentException("pinned buffer of " + pinned.layout() + " pages; this pool holds " + dl.layout());
         }
@@ -379,9 +389,7 @@ public final class DevicePageStorage implements PageStorage {
      * stream before synchronising.
      */
     public synchronized void copyPagesAsync(int[] src, int srcOff, int[] dst, int dstOff, int count) {
-        ensureOpen();
-        checkPages(src, srcOff, count);
-        checkPages(dst, dstOff, count);
+        checkCopy(src, srcOff, dst, dstOff, count);
         if (count == 0) {
             return;
         }
@@ -396,25 +404,12 @@ public final class DevicePageStorage implements PageStorage {
      * in the host layout. Synchronous.
      */
     public synchronized void offload(int[] pages, int off, int n, PinnedPageBuffer to, int toIndex) {
-        pinnedBatch(gatherFn, Kernels.GATHER_PAGES, pages, off, n, to, toIndex);
+        pinnedSync(true, OffloadEngine.KERNEL, pages, off, n, to, toIndex);
     }
 
     /** Restores pages from pinned host memory in one kernel launch: {@code page(pages[off + i]) ← from.page(fromIndex + i)}. Synchronous. */
     public synchronized void restore(PinnedPageBuffer from, int fromIndex, int[] pages, int off, int n) {
-        pinnedBatch(scatterFn, Kernels.SCATTER_PAGES, pages, off, n, from, fromIndex);
-    }
-
-    /** One gather or scatter launch between listed pages and consecutive pages of a pinned buffer (same parameters). */
-    private void pinnedBatch(CUfunction fn, String name, int[] pages, int off, int n, PinnedPageBuffer pinned, int index) {
-        ensureOpen();
-        checkPages(pages, off, n);
-        checkPinned(pinned, index, n);
-        if (n == 0) {
-            return;
-        }
-        current();
-        upload(pages, off, n, 0);
-        launch(fn, name, (long) n * dl.planes(), listParams(scratch, n, Pointer.to(pinned.devicePage(index))));
+        pinnedSync(false, OffloadEngine.KERNEL, pages, off, n, from, fromIndex);
     }
 
     /**
@@ -426,11 +421,7 @@ public final class DevicePageStorage implements PageStorage {
      * @throws UnsupportedOperationException for {@code MEMCPY_BATCH} on a driver without {@code cuMemcpyBatchAsync}
      */
     public synchronized void offload(int[] pages, int off, int n, PinnedPageBuffer to, int toIndex, OffloadEngine engine) {
-        if (engine == OffloadEngine.KERNEL) {
-            offload(pages, off, n, to, toIndex);
-        } else {
-            memcpyBatch(true, pages, off, n, to, toIndex);
-        }
+        pinnedSync(true, engine, pages, off, n, to, toIndex);
     }
 
     /**
@@ -438,22 +429,26 @@ public final class DevicePageStorage implements PageStorage {
      * Synchronous. See {@link #offload(int[], int, int, PinnedPageBuffer, int, OffloadEngine)}.
      */
     public synchronized void restore(PinnedPageBuffer from, int fromIndex, int[] pages, int off, int n, OffloadEngine engine) {
-        if (engine == OffloadEngine.KERNEL) {
-            restore(from, fromIndex, pages, off, n);
-        } else {
-            memcpyBatch(false, pages, off, n, from, fromIndex);
-        }
+        pinnedSync(false, engine, pages, off, n, from, fromIndex);
     }
 
-    /** A synchronous MEMCPY_BATCH offload ({@code toHost}) or restore, on this storage's own stream (caller holds the lock). */
-    private void memcpyBatch(boolean toHost, int[] pages, int off, int n, PinnedPageBuffer pinned, int index) {
-        ensureOpen();
-        checkPages(pages, off, n);
-        checkPinned(pinned, index, n);
+    /**
+     * A synchronous offload ({@code toHost}: gather) or restore (scatter) between listed pages and consecutive pages of
+     * a pinned buffer (caller holds the lock): {@link OffloadEngine#KERNEL}, one launch on the legacy default stream;
+     * otherwise one MEMCPY_BATCH on this storage's own stream.
+     */
+    private void pinnedSync(boolean toHost, OffloadEngine engine, int[] pages, int off, int n, PinnedPageBuffer pinned, int index) {
+        checkPinnedBatch(pages, off, n, pinned, index);
         if (n == 0) {
             return;
         }
         current();
+        if (engine == OffloadEngine.KERNEL) {
+            upload(pages, off, n, 0);
+            launch(pinnedKernel(toHost), pinnedKernelName(toHost), (long) n * dl.planes(),
+                listParams(scratch, n, Pointer.to(pinned.devicePage(index))));
+            return;
+        }
         if (ownStream == null) {
             final CUstream s = new CUstream();
             // a blocking stream: ordered with the legacy default stream that this storage's other calls use
@@ -462,6 +457,15 @@ public final class DevicePageStorage implements PageStorage {
         }
         enqueueMemcpyBatch(toHost, pages, off, n, pinned, index, ownStream);
         CudaException.check(JCudaDriver.cuStreamSynchronize(ownStream), "cuStreamSynchronize after " + MemcpyBatch.symbol());
+    }
+
+    /** @return the kernel of an offload ({@code toHost}: gather) or a restore (scatter) */
+    private CUfunction pinnedKernel(boolean toHost) {
+        return toHost ? gatherFn : scatterFn;
+    }
+
+    private static String pinnedKernelName(boolean toHost) {
+        return toHost ? Kernels.GATHER_PAGES : Kernels.SCATTER_PAGES;
     }
 
     /** Queues ONE cuMemcpyBatchAsync of {@code n · planes} copies of {@code pageStride} bytes between the pages and the pinned pages. */
@@ -542,9 +546,7 @@ public final class DevicePageStorage implements PageStorage {
      * @return the batch: poll, wait, then close it
      */
     public DeviceBatch submitCopy(int[] src, int srcOff, int[] dst, int dstOff, int count, CUstream stream) {
-        ensureOpen();
-        checkPages(src, srcOff, count);
-        checkPages(dst, dstOff, count);
+        checkCopy(src, srcOff, dst, dstOff, count);
         final ByteBuffer lists = direct(8L * count);
         lists.asIntBuffer().put(src, srcOff, count).put(dst, dstOff, count);
         return submit(stream, lists, 0, idx -> {
@@ -604,9 +606,7 @@ public final class DevicePageStorage implements PageStorage {
 
     private DeviceBatch submitPinned(boolean toHost, int[] pages, int off, int n, PinnedPageBuffer pinned, int index, OffloadEngine engine,
                                      CUstream stream) {
-        ensureOpen();
-        checkPages(pages, off, n);
-        checkPinned(pinned, index, n);
+        checkPinnedBatch(pages, off, n, pinned, index);
         Objects.requireNonNull(engine, "engine");
         if (engine == OffloadEngine.MEMCPY_BATCH) {
             if (MemcpyBatch.nativePointer(stream) <= 1) {
@@ -620,8 +620,8 @@ public final class DevicePageStorage implements PageStorage {
         }
         final ByteBuffer lists = direct(4L * n);
         lists.asIntBuffer().put(pages, off, n);
-        final CUfunction fn = toHost ? gatherFn : scatterFn;
-        final String name = toHost ? Kernels.GATHER_PAGES : Kernels.SCATTER_PAGES;
+        final CUfunction fn = pinnedKernel(toHost);
+        final String name = pinnedKernelName(toHost);
         final CUdeviceptr pinnedPage = n > 0 ? pinned.devicePage(index) : null;
         return submit(stream, lists, 0, idx -> {
             if (n > 0) {
