@@ -28,9 +28,7 @@
 #include <thread>
 #include <vector>
 
-struct uint4 { unsigned x, y, z, w; };
-static inline uint4 make_uint4(unsigned a, unsigned b, unsigned c, unsigned d) { return {a, b, c, d}; }
-struct D3 { unsigned x = 0, y = 0, z = 0; };
+#include "cuda_host_shims.h"
 static thread_local D3 threadIdx, blockIdx;
 static D3 blockDim, gridDim;
 static std::barrier<>* blockBarrier;
@@ -40,12 +38,6 @@ static inline int atomicMin(int* a, int v) { // (the canary kernel's; not launch
   while (v < o && !__atomic_compare_exchange_n(a, &o, v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {}
   return o;
 }
-#define __global__
-#define __device__
-#define __host__
-#define __forceinline__ inline
-#define __shared__ static
-#define __constant__
 #include "../../main/cuda/kvpool_kernels.cu"
 
 template <class F> static void launch(unsigned grid, unsigned block, F kernel) {

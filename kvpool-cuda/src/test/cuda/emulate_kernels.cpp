@@ -16,16 +16,8 @@
 #include <vector>
 #include <random>
 #include <algorithm>
-struct uint4 { unsigned x, y, z, w; };
-static inline uint4 make_uint4(unsigned a, unsigned b, unsigned c, unsigned d) { return {a, b, c, d}; }
-struct D3 { unsigned x = 0, y = 0, z = 0; };
+#include "cuda_host_shims.h"
 static D3 blockIdx, threadIdx, blockDim, gridDim;
-#define __global__
-#define __device__
-#define __host__
-#define __forceinline__ inline
-#define __shared__ static
-#define __constant__
 static inline void __syncthreads() {}
 static inline int atomicMin(int* a, int v) { int o = *a; if (v < o) *a = v; return o; }
 #include "../../main/cuda/kvpool_kernels.cu"
