@@ -91,12 +91,7 @@ class DeviceBatchGpuTest {
                 final int pages = 16;
                 try (Arena arena = Arena.ofConfined(); DevicePageStorage dev = DevicePageStorage.allocate(l, pages);
                      PinnedPageBuffer pinned = new PinnedPageBuffer(dev, 8)) {
-                    final MemorySegment[] want = new MemorySegment[pages];
-                    for (int p = 0; p < pages; p++) {
-                        want[p] = arena.allocate(l.bytesPerPage(), 16);
-                        DevicePageStorageGpuTest.random(want[p], r);
-                        dev.writePage(p, want[p]);
-                    }
+                    final MemorySegment[] want = DevicePageStorageGpuTest.writeRandomPages(dev, r, arena);
                     final int[] outA = {3, 7, 1, 12};
                     final int[] outB = {0, 9, 14, 5};
                     final int[] inA = {2, 4, 6, 8};
@@ -142,12 +137,7 @@ class DeviceBatchGpuTest {
                 final int pages = 12;
                 try (Arena arena = Arena.ofConfined(); DevicePageStorage dev = DevicePageStorage.allocate(l, pages);
                      PinnedPageBuffer pinned = new PinnedPageBuffer(dev, 5)) {
-                    final MemorySegment[] want = new MemorySegment[pages];
-                    for (int p = 0; p < pages; p++) {
-                        want[p] = arena.allocate(l.bytesPerPage(), 16);
-                        DevicePageStorageGpuTest.random(want[p], r);
-                        dev.writePage(p, want[p]);
-                    }
+                    final MemorySegment[] want = DevicePageStorageGpuTest.writeRandomPages(dev, r, arena);
                     final int[] out = {7, 2, 11, 4};
                     dev.offload(out, 0, 4, pinned, 1, engine);
                     for (int i = 0; i < 4; i++) {

@@ -43,6 +43,17 @@ class DevicePageStorageGpuTest {
         }
     }
 
+    /** Writes random bytes into every page of {@code d}: @return each page as written (host layout), index = page */
+    static MemorySegment[] writeRandomPages(DevicePageStorage d, SplittableRandom r, Arena arena) {
+        final MemorySegment[] want = new MemorySegment[d.pageCount()];
+        for (int p = 0; p < want.length; p++) {
+            want[p] = arena.allocate(d.layout().bytesPerPage(), 16);
+            random(want[p], r);
+            d.writePage(p, want[p]);
+        }
+        return want;
+    }
+
     static MemorySegment read(DevicePageStorage d, int page, Arena arena) {
         final MemorySegment m = arena.allocate(d.layout().bytesPerPage(), 16);
         d.readPage(page, m);
@@ -169,12 +180,7 @@ class DevicePageStorageGpuTest {
             final int pages = 12;
             try (Arena arena = Arena.ofConfined(); DevicePageStorage dev = DevicePageStorage.allocate(l, pages);
                  PinnedPageBuffer pinned = new PinnedPageBuffer(dev, 4)) {
-                final MemorySegment[] want = new MemorySegment[pages];
-                for (int p = 0; p < pages; p++) {
-                    want[p] = arena.allocate(l.bytesPerPage(), 16);
-                    random(want[p], r);
-                    dev.writePage(p, want[p]);
-                }
+                final MemorySegment[] want = writeRandomPages(dev, r, arena);
                 final int[] out = {7, 2, 11, 4};
                 dev.offload(out, 0, 4, pinned, 0);
                 for (int i = 0; i < 4; i++) {
