@@ -121,7 +121,7 @@ final class DecodeRole implements DecodeService {
         try {
             if (senderPeer < 0) {
                 c.reject(new Rejection(ROLE, Rejection.Reason.UNAVAILABLE, "decode: no prefill link is up; retry later",
-                    numbers(c, null)), "no prefill link is up");
+                    numbers(c)), "no prefill link is up");
                 return;
             }
             final IncomingTransfer t = receiver.start(c.requestId, c.promptTokens, c.maxNewTokens, senderPeer);
@@ -151,16 +151,22 @@ final class DecodeRole implements DecodeService {
         } else {
             reason = Rejection.Reason.RETRY_LATER; // pages or transfer slots taken now
         }
-        return new Rejection(ROLE, reason, "decode pool: " + t.message(), numbers(c, t));
+        return new Rejection(ROLE, reason, "decode pool: " + t.message(), numbers(c));
     }
 
-    private Map<String, Long> numbers(Call c, IncomingTransfer t) {
+    /**
+     * The numbers of a refusal, read on the duty thread right after the decision (the pages a rejection names
+     * as available are the pool's free pages no admission has promised, as admission counted them).
+     */
+    private Map<String, Long> numbers(Call c) {
         final Map<String, Long> n = new LinkedHashMap<>();
         final long requested = (long) c.promptTokens + c.maxNewTokens;
+        final io.kvpool.PoolSnapshot s = pool.snapshot();
         n.put("requested_tokens", requested);
         n.put("max_context_tokens", pool.maxContextTokens());
         n.put("pages_needed", pool.layout().pagesFor(requested));
-        n.put("pages_in_service", (long) pool.capacity());
+        n.put("pages_available", Math.max(0, s.free() - s.reserved()));
+        n.put("pages_in_service", s.capacity() - s.retired());
         return n;
     }
 

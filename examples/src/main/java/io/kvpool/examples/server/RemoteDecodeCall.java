@@ -27,6 +27,9 @@ import java.util.concurrent.TimeoutException;
  *   {"event":"token","text":"…"} …                         generation starts as soon as the KV committed
  *   {"event":"done","text":"…","completion_tokens":8,"kv":{…}} | {"event":"error","message":"…"}
  * </pre>
+ * An {@code error} event ends whatever is still pending: before admission as a 503 refusal
+ * ({@code decode_unavailable}), before the transfer's outcome as a failed transfer ({@value #ROLE_ERROR}, 502), during
+ * generation as a {@link RoleLostException}.
  * A stream that breaks — the decode process died, or stopped answering — ends the call honestly: before
  * admission as a 503 refusal ({@code decode_unavailable}), before the transfer's outcome as a failed transfer
  * ({@code ROLE_LOST}, 502), during generation as a {@link RoleLostException}. {@link #abort} tells the process
@@ -36,6 +39,8 @@ import java.util.concurrent.TimeoutException;
 final class RemoteDecodeCall implements DecodeCall {
 
     private static final System.Logger LOG = System.getLogger("io.kvpool.examples.server");
+    /** The transfer failure of a request the decode process failed before its KV committed (an {@code error} event). */
+    static final String ROLE_ERROR = "ROLE_ERROR";
 
     private final RoleClient client;
     private final ObjectMapper json;
@@ -104,9 +109,17 @@ final class RemoteDecodeCall implements DecodeCall {
                     : new TransferOutcome(false, RoleJson.text(n, "failure"), RoleJson.text(n, "message")));
                 return !committed;
             }
-            case "token", "done", "error" -> {
+            case "error" -> {
+                // the process failed the request: whatever the router still waits for ends now, not at its timeout
+                final String msg = client.describe() + " failed request " + requestId + ": " + RoleJson.text(n, "message");
+                admission.complete(new Admitted(false, new Rejection(DecodeRole.ROLE, Rejection.Reason.UNAVAILABLE, msg, Map.of())));
+                outcome.complete(new TransferOutcome(false, ROLE_ERROR, msg));
                 events.add(Map.entry(event, n));
-                return !event.equals("token");
+                return true;
+            }
+            case "token", "done" -> {
+                events.add(Map.entry(event, n));
+                return event.equals("done");
             }
             default -> throw new IllegalArgumentException("unknown event '" + event + "' in the decode stream");
         }
