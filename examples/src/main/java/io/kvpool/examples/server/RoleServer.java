@@ -1,16 +1,12 @@
 package io.kvpool.examples.server;
 
 import com.fasterxml.jackson.databind.ObjectMapper;
-import com.sun.net.httpserver.HttpServer;
 
 import java.io.IOException;
 import java.io.UncheckedIOException;
-import java.net.InetSocketAddress;
 import java.net.URI;
 import java.util.Objects;
 import java.util.concurrent.CountDownLatch;
-import java.util.concurrent.ExecutorService;
-import java.util.concurrent.Executors;
 
 /**
  * One role of the example server in a process of its own ({@code --role prefill} or {@code --role decode}):
@@ -36,8 +32,7 @@ public final class RoleServer implements AutoCloseable {
     private final ServerConfig config;
     private final AutoCloseable role;
     private final String kvLink;
-    private final HttpServer http;
-    private final ExecutorService executor;
+    private final HttpFront http;
     private final CountDownLatch closedLatch = new CountDownLatch(1);
     private boolean closed;
 
@@ -45,11 +40,7 @@ public final class RoleServer implements AutoCloseable {
         this.config = config;
         this.role = role;
         this.kvLink = kvLink;
-        this.http = HttpServer.create(new InetSocketAddress(config.host(), config.port()), 256);
-        this.executor = Executors.newVirtualThreadPerTaskExecutor();
-        http.setExecutor(executor);
-        http.createContext("/", endpoint);
-        http.start();
+        this.http = HttpFront.start(config.host(), config.port(), h -> h.createContext("/", endpoint));
     }
 
     /**
@@ -113,13 +104,12 @@ public final class RoleServer implements AutoCloseable {
 
     /** @return the port the internal endpoints listen on */
     public int port() {
-        return http.getAddress().getPort();
+        return http.port();
     }
 
     /** @return {@code http://host:port/}, what the router's {@code --prefill-url} / {@code --decode-url} names */
     public URI baseUri() {
-        final String host = config.host().contains(":") ? "[" + config.host() + "]" : config.host();
-        return URI.create("http://" + host + ":" + port() + "/");
+        return http.baseUri();
     }
 
     /** @return where the KV link is: decode's listener ({@code shm:<socket>}, {@code ucx:<host>:<port>}), or what prefill connects to */
@@ -142,13 +132,13 @@ public final class RoleServer implements AutoCloseable {
             closed = true;
         }
         try {
-            http.stop(0);
+            http.stopListening();
             try {
                 role.close();
             } catch (Exception e) {
                 System.getLogger("io.kvpool.examples.server").log(System.Logger.Level.WARNING, "closing the role failed: " + e);
             }
-            executor.shutdownNow();
+            http.stopThreads();
         } finally {
             closedLatch.countDown();
         }
