@@ -60,6 +60,7 @@ final class DecodeRole implements DecodeService {
     // ---- any thread ----
     private volatile boolean ready;
     private volatile int activeTransfers;
+    private volatile int senderLinks;
     private final AtomicInteger heldSequences = new AtomicInteger();
     private final java.util.Set<Call> handedOver = java.util.concurrent.ConcurrentHashMap.newKeySet();
     private final LongAdder admitted = new LongAdder();
@@ -93,6 +94,11 @@ final class DecodeRole implements DecodeService {
     /** @return the decode pool (for accounting checks) */
     KvPool pool() {
         return pool;
+    }
+
+    /** @return prefill links this role still considers (handshaking or up); dead ones are dropped at once */
+    int senderLinks() {
+        return senderLinks;
     }
 
     /** @return the receiver's metrics (readable from any thread) */
@@ -190,11 +196,16 @@ final class DecodeRole implements DecodeService {
         n += receiver.doWork();
         senderPeer = -1;
         for (int i = senders.size() - 1; i >= 0; i--) {
-            if (receiver.peer(senders.get(i)).isUp()) {
+            final io.kvpool.transfer.Peer p = receiver.peer(senders.get(i));
+            if (p.state() == io.kvpool.transfer.Peer.State.FAILED || p.state() == io.kvpool.transfer.Peer.State.REFUSED) {
+                // a dead link is never a candidate again: forget it here (transfers on it hold their own peer id, and
+                // the receiver keeps the peer for its quarantine), so this list does not grow with every reconnect
+                senders.remove(i);
+            } else if (senderPeer < 0 && p.isUp()) {
                 senderPeer = senders.get(i);
-                break;
             }
         }
+        senderLinks = senders.size();
         ready = senderPeer >= 0;
         for (int i = receiving.size() - 1; i >= 0; i--) {
             final Call c = receiving.get(i);

@@ -12,7 +12,7 @@ import static org.junit.jupiter.api.Assertions.assertThrows;
 class HttpFrontTest {
 
     @Test
-    void aFailureAfterTheBindReleasesThePort() throws Exception {
+    void aFailureWhileMountingLeavesNoPortBound() throws Exception {
         final int port;
         try (ServerSocket probe = new ServerSocket(0, 50, InetAddress.getLoopbackAddress())) {
             port = probe.getLocalPort();
