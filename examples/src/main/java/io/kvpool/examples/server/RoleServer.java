@@ -92,6 +92,28 @@ public final class RoleServer implements AutoCloseable {
         }
     }
 
+    /**
+     * The role's endpoints have no authentication: anyone who reaches them can start transfers, read status and
+     * abort requests. Bound to anything but a loopback address they are reachable from the network.
+     *
+     * @return the warning to print for {@code host}, or {@code null} for a loopback host
+     */
+    static String exposureWarning(String host) {
+        boolean loopback;
+        try {
+            loopback = java.net.InetAddress.getByName(host).isLoopbackAddress();
+        } catch (java.net.UnknownHostException e) {
+            loopback = false;
+        }
+        if (loopback) {
+            return null;
+        }
+        final String line = "!".repeat(100);
+        return line + "\n!!! WARNING: this role's internal endpoints listen on --host " + host + ", which is not loopback."
+            + "\n!!! They have NO authentication: whoever reaches this port can start and abort transfers and read pool state."
+            + "\n!!! Bind role processes to 127.0.0.1 or a private network only the router can reach (firewall it).\n" + line;
+    }
+
     /** @return which role this process runs */
     public Topology.Role role() {
         return config.topology().role();
