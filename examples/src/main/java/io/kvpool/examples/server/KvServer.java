@@ -227,8 +227,9 @@ public final class KvServer implements AutoCloseable {
     }
 
     /**
-     * Stops the HTTP server, aborts the requests in flight (paired), lets their transfers drain (up to 2 s),
-     * then closes the roles. Idempotent.
+     * Stops taking requests (503), aborts those in flight (paired; their clients get a 503 {@code server_closing}
+     * error, counted as a failure, not as a client abort), lets their transfers drain (up to 2 s), stops the HTTP
+     * server, then closes the roles. Idempotent.
      */
     @Override
     public void close() {
@@ -239,13 +240,13 @@ public final class KvServer implements AutoCloseable {
             closed = true;
         }
         try {
-            http.stopListening();
-            router.close();
+            router.close(); // first: new requests get 503, those in flight end as the server's (not their clients') aborts
             try {
-                awaitQuiescence(Duration.ofSeconds(2));
+                awaitQuiescence(Duration.ofSeconds(2)); // ... and can still tell their clients so
             } catch (InterruptedException e) {
                 Thread.currentThread().interrupt();
             }
+            http.stopListening();
             roles.close();
             http.stopThreads();
         } finally {

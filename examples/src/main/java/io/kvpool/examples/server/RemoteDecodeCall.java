@@ -183,6 +183,7 @@ final class RemoteDecodeCall implements DecodeCall {
                         RoleJson.kv(RoleJson.field(n, "kv")));
                 }
                 case "error" -> throw new RoleLostException(client.describe() + " failed request " + requestId + ": " + RoleJson.text(n, "message"));
+                case "aborted" -> throw new IOException("request " + requestId + " was aborted: " + RoleJson.text(n, "message"));
                 default -> throw new RoleLostException(lostBecause);
             }
         }
@@ -195,6 +196,7 @@ final class RemoteDecodeCall implements DecodeCall {
             return;
         }
         aborted = true;
+        events.add(Map.entry("aborted", json.createObjectNode().put("message", why))); // a generate() waiting ends now
         client.postQuietly("internal/abort", Map.of("request_id", requestId, "why", why));
         try {
             stream.close();

@@ -208,6 +208,11 @@ final class Router implements AutoCloseable {
             counters.completed.increment();
             return new Completion(id, tenant, tokens.size(), g);
         } catch (IOException gone) {
+            if (closed) { // the server's own abort (close() cut the request short), not the client's
+                counters.failed("server_closing");
+                throw new ApiError(503, "service_unavailable", "server_closing", "request " + id + " was cut short: the server is shutting down",
+                    Map.of("request_id", id), 1);
+            }
             counters.aborted.increment();
             throw new ClientGone(id, gone);
         } finally {
