@@ -79,7 +79,15 @@ record HttpFront(HttpServer http, ExecutorService executor, String host) {
 
     /** Stops accepting and closes the connections (exchanges in flight see their streams fail). */
     void stopListening() {
-        http.stop(0);
+        stopListening(0);
+    }
+
+    /**
+     * Stops accepting, waits up to {@code graceSeconds} for the exchanges in flight to finish (returning as soon as
+     * they have), then closes the connections.
+     */
+    void stopListening(int graceSeconds) {
+        http.stop(graceSeconds);
     }
 
     /** Stops the exchanges' threads; after {@link #stopListening}. */

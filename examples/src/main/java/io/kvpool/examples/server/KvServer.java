@@ -246,7 +246,7 @@ public final class KvServer implements AutoCloseable {
             } catch (InterruptedException e) {
                 Thread.currentThread().interrupt();
             }
-            http.stopListening();
+            http.stopListening(1); // the exchanges of those requests write their errors (the router's count ended before)
             roles.close();
             http.stopThreads();
         } finally {
