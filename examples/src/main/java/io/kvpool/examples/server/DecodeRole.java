@@ -17,9 +17,6 @@ import java.util.List;
 import java.util.Map;
 import java.util.Objects;
 import java.util.concurrent.CompletableFuture;
-import java.util.concurrent.ExecutionException;
-import java.util.concurrent.TimeUnit;
-import java.util.concurrent.TimeoutException;
 import java.util.concurrent.atomic.AtomicInteger;
 import java.util.concurrent.atomic.AtomicReference;
 import java.util.concurrent.atomic.LongAdder;
@@ -327,22 +324,12 @@ final class DecodeRole implements DecodeService {
 
         @Override
         public Admitted awaitAdmission(Duration timeout) throws InterruptedException {
-            return await(admission, timeout);
+            return DecodeCall.await(admission, timeout, "decode role: request " + requestId);
         }
 
         @Override
         public TransferOutcome awaitTransfer(Duration timeout) throws InterruptedException {
-            return await(outcome, timeout);
-        }
-
-        private <T> T await(CompletableFuture<T> f, Duration timeout) throws InterruptedException {
-            try {
-                return f.get(timeout.toNanos(), TimeUnit.NANOSECONDS);
-            } catch (TimeoutException e) {
-                return null;
-            } catch (ExecutionException e) {
-                throw new IllegalStateException("decode role failed request " + requestId + ": " + e.getCause(), e.getCause());
-            }
+            return DecodeCall.await(outcome, timeout, "decode role: request " + requestId);
         }
 
         @Override

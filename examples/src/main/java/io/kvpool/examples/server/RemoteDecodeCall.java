@@ -12,10 +12,8 @@ import java.time.Duration;
 import java.util.LinkedHashMap;
 import java.util.Map;
 import java.util.concurrent.CompletableFuture;
-import java.util.concurrent.ExecutionException;
 import java.util.concurrent.LinkedBlockingQueue;
 import java.util.concurrent.TimeUnit;
-import java.util.concurrent.TimeoutException;
 
 /**
  * One request on a decode role in another process: the {@code POST /internal/decode} stream, read by a
@@ -140,22 +138,12 @@ final class RemoteDecodeCall implements DecodeCall {
 
     @Override
     public Admitted awaitAdmission(Duration timeout) throws InterruptedException {
-        return await(admission, timeout);
+        return DecodeCall.await(admission, timeout, client.describe() + ": request " + requestId);
     }
 
     @Override
     public TransferOutcome awaitTransfer(Duration timeout) throws InterruptedException {
-        return await(outcome, timeout);
-    }
-
-    private static <T> T await(CompletableFuture<T> f, Duration timeout) throws InterruptedException {
-        try {
-            return f.get(timeout.toNanos(), TimeUnit.NANOSECONDS);
-        } catch (TimeoutException e) {
-            return null;
-        } catch (ExecutionException e) {
-            throw new IllegalStateException(e.getCause());
-        }
+        return DecodeCall.await(outcome, timeout, client.describe() + ": request " + requestId);
     }
 
     /**
