@@ -69,4 +69,21 @@ public interface DecodeCall {
      */
     record Generation(String text, int completionTokens, EchoDecoder.Reconstruction kv) {
     }
+
+    /**
+     * Waits for one of a call's futures, for the implementations.
+     *
+     * @param what names the call in the exception
+     * @return its value, or {@code null} if the timeout elapsed first
+     * @throws IllegalStateException if the future failed (its cause attached)
+     */
+    static <T> T await(java.util.concurrent.CompletableFuture<T> f, Duration timeout, String what) throws InterruptedException {
+        try {
+            return f.get(timeout.toNanos(), java.util.concurrent.TimeUnit.NANOSECONDS);
+        } catch (java.util.concurrent.TimeoutException e) {
+            return null;
+        } catch (java.util.concurrent.ExecutionException e) {
+            throw new IllegalStateException(what + " failed: " + e.getCause(), e.getCause());
+        }
+    }
 }

@@ -19,7 +19,8 @@ import java.util.concurrent.ConcurrentHashMap;
  * starts the request on the {@link DecodeRole} and answers 200 at once (so the router's abort that may
  * follow finds the call), then streams its events, one JSON object per line, as {@link RemoteDecodeCall}
  * reads them: heartbeats while admission and the transfer are pending, the admission, the transfer's
- * outcome, then — if the KV committed — the generated tokens and the result.
+ * outcome, then — if the KV committed — the generated tokens and the result. An id already decoding here is
+ * refused with 409 ({@value DuplicateRequestException#REASON}) <b>before</b> the role starts anything for it.
  *
  * <p>The stream is also how this process notices a router that went away: every heartbeat and token is
  * written and flushed, and a write that fails aborts the request here (the router's
@@ -31,7 +32,7 @@ final class DecodeEndpoint extends RoleEndpoint {
 
     private final DecodeRole role;
     private final Duration heartbeat;
-    private final ConcurrentHashMap<Long, DecodeCall> calls = new ConcurrentHashMap<>();
+    private final ConcurrentHashMap<Long, Slot> calls = new ConcurrentHashMap<>();
 
     DecodeEndpoint(DecodeRole role, ObjectMapper json, ServerConfig config) {
         super(DecodeRole.ROLE, json, config);
@@ -61,9 +62,9 @@ final class DecodeEndpoint extends RoleEndpoint {
 
     @Override
     void abort(long requestId, String why) {
-        final DecodeCall c = calls.get(requestId);
-        if (c != null) {
-            c.abort(why);
+        final Slot s = calls.get(requestId);
+        if (s != null) {
+            s.abort(why);
         }
     }
 
@@ -78,20 +79,22 @@ final class DecodeEndpoint extends RoleEndpoint {
         final String tenant = RoleJson.text(b, "tenant");
         final int prompt = (int) RoleJson.number(b, "prompt_tokens");
         final int maxNew = (int) RoleJson.number(b, "max_new_tokens");
-        final DecodeCall call;
-        try {
-            call = role.start(id, tenant, prompt, maxNew);
-        } catch (IllegalStateException e) {
-            throw closed("decode role: " + e.getMessage());
-        }
-        if (calls.putIfAbsent(id, call) != null) {
-            call.abort("duplicate request id " + id);
-            throw new IllegalArgumentException("request " + id + " is already decoding here");
+        final Slot slot = new Slot();
+        if (calls.putIfAbsent(id, slot) != null) { // claimed before the role starts anything: a duplicate sends no descriptor
+            throw new DuplicateRequestException("decode: request id " + id + " is already decoding here (two routers, or a"
+                + " restarted one, reusing an id); refused without touching the request in flight").toApiError();
         }
         try {
+            final DecodeCall call;
+            try {
+                call = role.start(id, tenant, prompt, maxNew);
+            } catch (IllegalStateException e) {
+                throw closed("decode role: " + e.getMessage());
+            }
+            slot.set(call);
             stream(ex, id, call, maxNew);
         } finally {
-            calls.remove(id, call);
+            calls.remove(id, slot);
         }
         return true;
     }
@@ -143,6 +146,27 @@ final class DecodeEndpoint extends RoleEndpoint {
                 event(ex.getResponseBody(), Map.of("event", "error", "message", String.valueOf(e.getMessage())));
             } catch (IOException ignored) {
                 // the router is gone too
+            }
+        }
+    }
+
+    /** A request id claimed here: its call once started, and an abort that came before it. */
+    private static final class Slot {
+        private DecodeCall call;
+        private String abortedBecause;
+
+        synchronized void set(DecodeCall c) {
+            call = c;
+            if (abortedBecause != null) {
+                c.abort(abortedBecause);
+            }
+        }
+
+        synchronized void abort(String why) {
+            if (call != null) {
+                call.abort(why);
+            } else if (abortedBecause == null) {
+                abortedBecause = why;
             }
         }
     }

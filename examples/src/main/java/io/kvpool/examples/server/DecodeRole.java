@@ -17,9 +17,6 @@ import java.util.List;
 import java.util.Map;
 import java.util.Objects;
 import java.util.concurrent.CompletableFuture;
-import java.util.concurrent.ExecutionException;
-import java.util.concurrent.TimeUnit;
-import java.util.concurrent.TimeoutException;
 import java.util.concurrent.atomic.AtomicInteger;
 import java.util.concurrent.atomic.AtomicReference;
 import java.util.concurrent.atomic.LongAdder;
@@ -60,6 +57,7 @@ final class DecodeRole implements DecodeService {
     // ---- any thread ----
     private volatile boolean ready;
     private volatile int activeTransfers;
+    private volatile int senderLinks;
     private final AtomicInteger heldSequences = new AtomicInteger();
     private final java.util.Set<Call> handedOver = java.util.concurrent.ConcurrentHashMap.newKeySet();
     private final LongAdder admitted = new LongAdder();
@@ -95,6 +93,11 @@ final class DecodeRole implements DecodeService {
         return pool;
     }
 
+    /** @return prefill links this role still considers (handshaking or up); dead ones are dropped at once */
+    int senderLinks() {
+        return senderLinks;
+    }
+
     /** @return the receiver's metrics (readable from any thread) */
     io.kvpool.transfer.ReceiverMetrics metrics() {
         return receiver.metrics();
@@ -121,7 +124,7 @@ final class DecodeRole implements DecodeService {
         try {
             if (senderPeer < 0) {
                 c.reject(new Rejection(ROLE, Rejection.Reason.UNAVAILABLE, "decode: no prefill link is up; retry later",
-                    numbers(c, null)), "no prefill link is up");
+                    numbers(c)), "no prefill link is up");
                 return;
             }
             final IncomingTransfer t = receiver.start(c.requestId, c.promptTokens, c.maxNewTokens, senderPeer);
@@ -151,16 +154,22 @@ final class DecodeRole implements DecodeService {
         } else {
             reason = Rejection.Reason.RETRY_LATER; // pages or transfer slots taken now
         }
-        return new Rejection(ROLE, reason, "decode pool: " + t.message(), numbers(c, t));
+        return new Rejection(ROLE, reason, "decode pool: " + t.message(), numbers(c));
     }
 
-    private Map<String, Long> numbers(Call c, IncomingTransfer t) {
+    /**
+     * The numbers of a refusal, read on the duty thread right after the decision (the pages a rejection names
+     * as available are the pool's free pages no admission has promised, as admission counted them).
+     */
+    private Map<String, Long> numbers(Call c) {
         final Map<String, Long> n = new LinkedHashMap<>();
         final long requested = (long) c.promptTokens + c.maxNewTokens;
+        final io.kvpool.PoolSnapshot s = pool.snapshot();
         n.put("requested_tokens", requested);
         n.put("max_context_tokens", pool.maxContextTokens());
         n.put("pages_needed", pool.layout().pagesFor(requested));
-        n.put("pages_in_service", (long) pool.capacity());
+        n.put("pages_available", Math.max(0, s.free() - s.reserved()));
+        n.put("pages_in_service", s.capacity() - s.retired());
         return n;
     }
 
@@ -184,11 +193,16 @@ final class DecodeRole implements DecodeService {
         n += receiver.doWork();
         senderPeer = -1;
         for (int i = senders.size() - 1; i >= 0; i--) {
-            if (receiver.peer(senders.get(i)).isUp()) {
+            final io.kvpool.transfer.Peer p = receiver.peer(senders.get(i));
+            if (p.state() == io.kvpool.transfer.Peer.State.FAILED || p.state() == io.kvpool.transfer.Peer.State.REFUSED) {
+                // a dead link is never a candidate again: forget it here (transfers on it hold their own peer id, and
+                // the receiver keeps the peer for its quarantine), so this list does not grow with every reconnect
+                senders.remove(i);
+            } else if (senderPeer < 0 && p.isUp()) {
                 senderPeer = senders.get(i);
-                break;
             }
         }
+        senderLinks = senders.size();
         ready = senderPeer >= 0;
         for (int i = receiving.size() - 1; i >= 0; i--) {
             final Call c = receiving.get(i);
@@ -310,22 +324,12 @@ final class DecodeRole implements DecodeService {
 
         @Override
         public Admitted awaitAdmission(Duration timeout) throws InterruptedException {
-            return await(admission, timeout);
+            return DecodeCall.await(admission, timeout, "decode role: request " + requestId);
         }
 
         @Override
         public TransferOutcome awaitTransfer(Duration timeout) throws InterruptedException {
-            return await(outcome, timeout);
-        }
-
-        private <T> T await(CompletableFuture<T> f, Duration timeout) throws InterruptedException {
-            try {
-                return f.get(timeout.toNanos(), TimeUnit.NANOSECONDS);
-            } catch (TimeoutException e) {
-                return null;
-            } catch (ExecutionException e) {
-                throw new IllegalStateException("decode role failed request " + requestId + ": " + e.getCause(), e.getCause());
-            }
+            return DecodeCall.await(outcome, timeout, "decode role: request " + requestId);
         }
 
         @Override

@@ -28,6 +28,7 @@ final class DutyCycle implements AutoCloseable {
     private final ConcurrentLinkedQueue<Runnable> commands = new ConcurrentLinkedQueue<>();
     private final AgentRunner runner;
     private final Thread thread;
+    private final Runnable afterCheck;
     private volatile boolean closed;
 
     /**
@@ -38,7 +39,17 @@ final class DutyCycle implements AutoCloseable {
      * @param onClose run on the duty thread when it stops (close the engine there)
      */
     DutyCycle(String name, IntSupplier work, Runnable onClose) {
+        this(name, work, onClose, () -> {
+        });
+    }
+
+    /**
+     * @param afterCheck <b>test hook</b>: runs in {@link #submit} between its closed check and its enqueue (a test
+     *                   widens the race with {@link #close} there); a no-op otherwise
+     */
+    DutyCycle(String name, IntSupplier work, Runnable onClose, Runnable afterCheck) {
         this.name = Objects.requireNonNull(name, "name");
+        this.afterCheck = Objects.requireNonNull(afterCheck, "afterCheck");
         final Agent agent = new Agent() {
             @Override
             public int doWork() {
@@ -72,15 +83,29 @@ final class DutyCycle implements AutoCloseable {
     }
 
     /**
-     * Runs {@code command} on the duty thread, in submission order.
+     * Runs {@code command} on the duty thread, in submission order. A submit that races {@link #close} either
+     * runs its command (on the duty thread, or on the closing thread against the closed engine) or throws —
+     * never neither: a command enqueued after close drained the queue is taken back out, and the submit throws.
+     * <pre>
+     *   submit: check closed ─ add ─ closed now? ─ remove it: throw   (close: closed = true ─ stop the thread ─ drain)
+     *                                            └ already taken: close's drain or the duty thread runs it
+     * </pre>
+     * ({@code closed} is written before close drains and read after the add; both are volatile/CAS, so a
+     * submit that reads {@code closed == false} after its add is ordered before the drain, which then sees it.)
      *
-     * @throws IllegalStateException if the cycle is closed
+     * @throws IllegalStateException if the cycle is closed (the command will not run)
      */
     void submit(Runnable command) {
+        Objects.requireNonNull(command, "command");
         if (closed) {
             throw new IllegalStateException(name + " is closed");
         }
-        commands.add(command);
+        afterCheck.run();
+        final Runnable entry = command::run; // its own identity: remove() takes back this submit's entry, no other
+        commands.add(entry);
+        if (closed && commands.remove(entry)) {
+            throw new IllegalStateException(name + " is closed");
+        }
         LockSupport.unpark(thread);
     }
 

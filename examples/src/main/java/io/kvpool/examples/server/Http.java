@@ -35,6 +35,9 @@ final class Http {
             if (e.retryAfterSeconds() > 0) {
                 ex.getResponseHeaders().set("Retry-After", Integer.toString(e.retryAfterSeconds()));
             }
+            if (e.status() == 401) {
+                ex.getResponseHeaders().set("WWW-Authenticate", "Bearer realm=\"kvpool-example\""); // RFC 9110 §11.6.1, RFC 6750
+            }
             if (e.status() == 413) {
                 ex.getResponseHeaders().set("Connection", "close"); // the rest of a huge body is not read
             }

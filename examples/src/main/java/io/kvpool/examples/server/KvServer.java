@@ -9,7 +9,6 @@ import io.kvpool.examples.ui.LiveState;
 
 import java.io.IOException;
 import java.io.UncheckedIOException;
-import java.net.InetSocketAddress;
 import java.net.URI;
 import java.time.Duration;
 import java.util.LinkedHashMap;
@@ -17,8 +16,6 @@ import java.util.List;
 import java.util.Map;
 import java.util.Objects;
 import java.util.concurrent.CountDownLatch;
-import java.util.concurrent.ExecutorService;
-import java.util.concurrent.Executors;
 
 /**
  * The example server: an HTTP front ({@link HttpServer}, the JDK's own, one virtual thread per request)
@@ -47,20 +44,10 @@ public final class KvServer implements AutoCloseable {
 
     private static final System.Logger LOG = System.getLogger("io.kvpool.examples.server");
 
-    static {
-        // The JDK server leaves Nagle's algorithm on unless told otherwise; with a response written as headers
-        // then body, Nagle and the client's delayed ACK add ~40 ms to every request. Read once, when the JDK's
-        // server configuration loads: so set before the first HttpServer of this JVM (an explicit -D wins).
-        if (System.getProperty("sun.net.httpserver.nodelay") == null) {
-            System.setProperty("sun.net.httpserver.nodelay", "true");
-        }
-    }
-
     private final ServerConfig config;
     private final Roles roles;
     private final Router router;
-    private final HttpServer http;
-    private final ExecutorService executor;
+    private final HttpFront http;
     private final ObjectMapper json = new ObjectMapper();
     private final CountDownLatch closedLatch = new CountDownLatch(1);
     private boolean closed;
@@ -69,14 +56,12 @@ public final class KvServer implements AutoCloseable {
         this.config = config;
         this.roles = roles;
         this.router = new Router(config, roles.prefill(), roles.decode());
-        this.http = HttpServer.create(new InetSocketAddress(config.host(), config.port()), 256);
-        this.executor = Executors.newVirtualThreadPerTaskExecutor();
-        http.setExecutor(executor);
-        http.createContext(CompletionsHandler.PATH, new CompletionsHandler(router, json, config.maxBodyBytes(), config.heartbeat()));
-        http.createContext("/v1/", this::notFound);
-        http.createContext("/metrics", this::metrics);
-        LivePage.mount(http, this::liveState); // GET / and /api/state
-        http.start();
+        this.http = HttpFront.start(config.host(), config.port(), h -> {
+            h.createContext(CompletionsHandler.PATH, new CompletionsHandler(router, json, config.maxBodyBytes(), config.heartbeat()));
+            h.createContext("/v1/", this::notFound);
+            h.createContext("/metrics", this::metrics);
+            LivePage.mount(h, this::liveState); // GET / and /api/state
+        });
     }
 
     /**
@@ -127,13 +112,12 @@ public final class KvServer implements AutoCloseable {
 
     /** @return the port the server listens on (the actual one when the configuration asked for 0) */
     public int port() {
-        return http.getAddress().getPort();
+        return http.port();
     }
 
     /** @return {@code http://host:port/} */
     public URI baseUri() {
-        final String host = config.host().contains(":") ? "[" + config.host() + "]" : config.host();
-        return URI.create("http://" + host + ":" + port() + "/");
+        return http.baseUri();
     }
 
     /** @return the roles */
@@ -243,8 +227,9 @@ public final class KvServer implements AutoCloseable {
     }
 
     /**
-     * Stops the HTTP server, aborts the requests in flight (paired), lets their transfers drain (up to 2 s),
-     * then closes the roles. Idempotent.
+     * Stops taking requests (503), aborts those in flight (paired; their clients get a 503 {@code server_closing}
+     * error, counted as a failure, not as a client abort), lets their transfers drain (up to 2 s), stops the HTTP
+     * server, then closes the roles. Idempotent.
      */
     @Override
     public void close() {
@@ -255,15 +240,15 @@ public final class KvServer implements AutoCloseable {
             closed = true;
         }
         try {
-            http.stop(0);
-            router.close();
+            router.close(); // first: new requests get 503, those in flight end as the server's (not their clients') aborts
             try {
-                awaitQuiescence(Duration.ofSeconds(2));
+                awaitQuiescence(Duration.ofSeconds(2)); // ... and can still tell their clients so
             } catch (InterruptedException e) {
                 Thread.currentThread().interrupt();
             }
+            http.stopListening(1); // the exchanges of those requests write their errors (the router's count ended before)
             roles.close();
-            executor.shutdownNow();
+            http.stopThreads();
         } finally {
             closedLatch.countDown();
         }

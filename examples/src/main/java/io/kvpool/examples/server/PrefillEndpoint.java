@@ -15,7 +15,7 @@ import java.util.Objects;
  * <ul>
  *   <li>{@code POST /internal/prefill} {@code {"request_id":7,"tenant":"alice","tokens":["SGVs",…]}} →
  *       {@code {"admitted":true}} or {@code {"admitted":false,"rejection":{…}}} (see {@link PrefillService#prefill});
- *       503 when the role is closed;</li>
+ *       409 ({@value DuplicateRequestException#REASON}) when the id is still in flight here; 503 when the role is closed;</li>
  *   <li><b>test hook</b>, only with {@code -Dkvpool.examples.testHooks=true}: {@code POST /internal/test/gate}
  *       {@code {"closed":true}} holds prefill's page writes ({@link LinkGate}), {@code {"closed":false}} lets them go,
  *       {@code {"drop":true}} drops the KV link while this process lives on; answers {@code {"held":N}}.</li>
@@ -73,6 +73,8 @@ final class PrefillEndpoint extends RoleEndpoint {
             final Rejection r;
             try {
                 r = role.prefill(id, tenant, tokens);
+            } catch (DuplicateRequestException e) {
+                throw e.toApiError();
             } catch (IllegalStateException e) {
                 throw closed("prefill role: " + e.getMessage());
             }

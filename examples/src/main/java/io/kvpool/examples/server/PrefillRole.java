@@ -16,6 +16,8 @@ import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.Objects;
+import java.util.Set;
+import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.atomic.LongAdder;
 import java.util.function.Supplier;
 
@@ -29,6 +31,10 @@ import java.util.function.Supplier;
  *                   abort()  ──────────────────────────────────────────────┤ submit
  *   duty thread:    offer / abort · sender.doWork() · retire finished transfers · reconnect
  * </pre>
+ * A request id is <b>reserved</b> in {@link #prefill} before anything is admitted or queued, and released only
+ * when its transfer is over (or its admission failed): a second {@code prefill} under an id still in flight —
+ * another router in front of this process, or a restarted one, reusing it — is refused at once with a
+ * {@link DuplicateRequestException}, so it can never be answered from the KV offered under that id before.
  */
 final class PrefillRole implements PrefillService {
 
@@ -63,6 +69,9 @@ final class PrefillRole implements PrefillService {
     private final LongAdder abortedTransfers = new LongAdder();
     private final LongAdder links = new LongAdder();
     private final LongAdder injectedFaults = new LongAdder();
+    private final LongAdder duplicates = new LongAdder();
+    /** Request ids admitted and not yet over (reserved by {@link #prefill}, released when the transfer ends). */
+    private final Set<Long> inFlightIds = ConcurrentHashMap.newKeySet();
     private volatile boolean closed;
 
     /**
@@ -101,39 +110,60 @@ final class PrefillRole implements PrefillService {
         return linkUp;
     }
 
+    /**
+     * {@inheritDoc}
+     *
+     * @throws DuplicateRequestException if {@code requestId} is still in flight here (nothing is admitted for this call)
+     */
     @Override
     public Rejection prefill(long requestId, String tenant, List<byte[]> tokens) {
         if (closed) {
             throw new IllegalStateException("prefill role is closed");
         }
-        final Admission a = pool.admit(tokens.size(), 0);
-        if (!a.admitted()) {
-            rejected.increment();
-            return Rejection.of(ROLE, a);
+        if (!inFlightIds.add(requestId)) {
+            duplicates.increment();
+            throw new DuplicateRequestException("prefill: request id " + requestId + " is already in flight here (two routers, or a"
+                + " restarted one, reusing an id); refused without touching the request in flight");
         }
-        final Sequence seq = a.sequence();
+        boolean queued = false;
         try {
-            // what admission let prefill compute: the prompt — or, with the safeguard off, a one-token placeholder
-            final int computed = (int) Math.min(tokens.size(), seq.admittedTokens());
-            if (computed < tokens.size()) {
-                placeholders.increment();
-                LOG.log(System.Logger.Level.WARNING, "UNSAFE: request " + requestId + " of " + tokens.size()
-                    + " tokens became a " + computed + "-token placeholder (" + a.message() + ")");
+            final Admission a = pool.admit(tokens.size(), 0);
+            if (!a.admitted()) {
+                rejected.increment();
+                return Rejection.of(ROLE, a);
             }
-            seq.append(computed);
-            EchoKv.of(pool).writePrompt(seq, tokens, computed, tenant);
-            duty.submit(() -> offer(requestId, seq));
-        } catch (RuntimeException e) {
-            seq.close();
-            throw e;
+            final Sequence seq = a.sequence();
+            try {
+                // what admission let prefill compute: the prompt — or, with the safeguard off, a one-token placeholder
+                final int computed = (int) Math.min(tokens.size(), seq.admittedTokens());
+                if (computed < tokens.size()) {
+                    placeholders.increment();
+                    LOG.log(System.Logger.Level.WARNING, "UNSAFE: request " + requestId + " of " + tokens.size()
+                        + " tokens became a " + computed + "-token placeholder (" + a.message() + ")");
+                }
+                seq.append(computed);
+                EchoKv.of(pool).writePrompt(seq, tokens, computed, tenant);
+                duty.submit(() -> offer(requestId, seq));
+                queued = true;
+            } catch (RuntimeException e) {
+                seq.close();
+                throw e;
+            }
+            admitted.increment();
+            return null;
+        } finally {
+            if (!queued) {
+                inFlightIds.remove(requestId);
+            }
         }
-        admitted.increment();
-        return null;
     }
 
     private void offer(long requestId, Sequence seq) {
         try {
             offers.put(requestId, sender.offer(requestId, seq)); // retains the pages for the transfer
+        } catch (RuntimeException e) {
+            inFlightIds.remove(requestId);
+            LOG.log(System.Logger.Level.WARNING, "prefill: offering request " + requestId + " failed: " + e);
         } finally {
             seq.close();
         }
@@ -159,6 +189,7 @@ final class PrefillRole implements PrefillService {
                 if (t.isDone()) {
                     (t.state() == OutgoingTransfer.State.COMPLETED ? completed : drained).increment();
                     it.remove();
+                    inFlightIds.remove(t.requestId()); // only now may the id be used again
                     n++;
                 }
             }
@@ -234,6 +265,7 @@ final class PrefillRole implements PrefillService {
         c.put("aborted_transfers", abortedTransfers.sum());
         c.put("links_connected", links.sum());
         c.put("injected_faults", injectedFaults.sum());
+        c.put("duplicate_ids_refused", duplicates.sum());
         final String prom = "# TYPE kvpool_sender_writes_posted_total counter\nkvpool_sender_writes_posted_total " + sender.writesPosted()
             + "\n# TYPE kvpool_sender_writes_failed_total counter\nkvpool_sender_writes_failed_total " + sender.writesFailed()
             + "\n# TYPE kvpool_sender_forced_cancels_total counter\nkvpool_sender_forced_cancels_total " + sender.forcedCancels()

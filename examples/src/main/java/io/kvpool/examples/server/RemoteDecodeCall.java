@@ -12,10 +12,8 @@ import java.time.Duration;
 import java.util.LinkedHashMap;
 import java.util.Map;
 import java.util.concurrent.CompletableFuture;
-import java.util.concurrent.ExecutionException;
 import java.util.concurrent.LinkedBlockingQueue;
 import java.util.concurrent.TimeUnit;
-import java.util.concurrent.TimeoutException;
 
 /**
  * One request on a decode role in another process: the {@code POST /internal/decode} stream, read by a
@@ -27,6 +25,9 @@ import java.util.concurrent.TimeoutException;
  *   {"event":"token","text":"…"} …                         generation starts as soon as the KV committed
  *   {"event":"done","text":"…","completion_tokens":8,"kv":{…}} | {"event":"error","message":"…"}
  * </pre>
+ * An {@code error} event ends whatever is still pending: before admission as a 503 refusal
+ * ({@code decode_unavailable}), before the transfer's outcome as a failed transfer ({@value #ROLE_ERROR}, 502), during
+ * generation as a {@link RoleLostException}.
  * A stream that breaks — the decode process died, or stopped answering — ends the call honestly: before
  * admission as a 503 refusal ({@code decode_unavailable}), before the transfer's outcome as a failed transfer
  * ({@code ROLE_LOST}, 502), during generation as a {@link RoleLostException}. {@link #abort} tells the process
@@ -36,6 +37,8 @@ import java.util.concurrent.TimeoutException;
 final class RemoteDecodeCall implements DecodeCall {
 
     private static final System.Logger LOG = System.getLogger("io.kvpool.examples.server");
+    /** The transfer failure of a request the decode process failed before its KV committed (an {@code error} event). */
+    static final String ROLE_ERROR = "ROLE_ERROR";
 
     private final RoleClient client;
     private final ObjectMapper json;
@@ -104,9 +107,17 @@ final class RemoteDecodeCall implements DecodeCall {
                     : new TransferOutcome(false, RoleJson.text(n, "failure"), RoleJson.text(n, "message")));
                 return !committed;
             }
-            case "token", "done", "error" -> {
+            case "error" -> {
+                // the process failed the request: whatever the router still waits for ends now, not at its timeout
+                final String msg = client.describe() + " failed request " + requestId + ": " + RoleJson.text(n, "message");
+                admission.complete(new Admitted(false, new Rejection(DecodeRole.ROLE, Rejection.Reason.UNAVAILABLE, msg, Map.of())));
+                outcome.complete(new TransferOutcome(false, ROLE_ERROR, msg));
                 events.add(Map.entry(event, n));
-                return !event.equals("token");
+                return true;
+            }
+            case "token", "done" -> {
+                events.add(Map.entry(event, n));
+                return event.equals("done");
             }
             default -> throw new IllegalArgumentException("unknown event '" + event + "' in the decode stream");
         }
@@ -127,22 +138,12 @@ final class RemoteDecodeCall implements DecodeCall {
 
     @Override
     public Admitted awaitAdmission(Duration timeout) throws InterruptedException {
-        return await(admission, timeout);
+        return DecodeCall.await(admission, timeout, client.describe() + ": request " + requestId);
     }
 
     @Override
     public TransferOutcome awaitTransfer(Duration timeout) throws InterruptedException {
-        return await(outcome, timeout);
-    }
-
-    private static <T> T await(CompletableFuture<T> f, Duration timeout) throws InterruptedException {
-        try {
-            return f.get(timeout.toNanos(), TimeUnit.NANOSECONDS);
-        } catch (TimeoutException e) {
-            return null;
-        } catch (ExecutionException e) {
-            throw new IllegalStateException(e.getCause());
-        }
+        return DecodeCall.await(outcome, timeout, client.describe() + ": request " + requestId);
     }
 
     /**
@@ -170,6 +171,7 @@ final class RemoteDecodeCall implements DecodeCall {
                         RoleJson.kv(RoleJson.field(n, "kv")));
                 }
                 case "error" -> throw new RoleLostException(client.describe() + " failed request " + requestId + ": " + RoleJson.text(n, "message"));
+                case "aborted" -> throw new IOException("request " + requestId + " was aborted: " + RoleJson.text(n, "message"));
                 default -> throw new RoleLostException(lostBecause);
             }
         }
@@ -182,6 +184,7 @@ final class RemoteDecodeCall implements DecodeCall {
             return;
         }
         aborted = true;
+        events.add(Map.entry("aborted", json.createObjectNode().put("message", why))); // a generate() waiting ends now
         client.postQuietly("internal/abort", Map.of("request_id", requestId, "why", why));
         try {
             stream.close();

@@ -53,7 +53,8 @@ final class RoleClient implements AutoCloseable {
      * POSTs {@code body} as JSON and reads a JSON answer ({@code null} for 204).
      *
      * @throws RoleLostException     if the role cannot be reached or does not answer within {@link #CALL_TIMEOUT}
-     * @throws IllegalStateException if it answers with an error status (its message included)
+     * @throws IllegalStateException if it answers with an error status (its message included); a
+     *                               {@link DuplicateRequestException} for a 409 {@value DuplicateRequestException#REASON}
      */
     JsonNode post(String path, Object body) {
         final HttpResponse<byte[]> r = send(request(path, CALL_TIMEOUT).POST(publish(body)).build(), HttpResponse.BodyHandlers.ofByteArray());
@@ -154,7 +155,11 @@ final class RoleClient implements AutoCloseable {
         }
         final JsonNode err = n == null ? null : n.path("error").path("message");
         final String what = err == null || err.isMissingNode() ? new String(body, StandardCharsets.UTF_8) : err.asText();
-        throw new IllegalStateException(describe() + " answered " + status + " to " + method + " /" + path + ": " + what);
+        final String msg = describe() + " answered " + status + " to " + method + " /" + path + ": " + what;
+        if (status == 409 && n != null && DuplicateRequestException.REASON.equals(n.path("error").path("reason").asText())) {
+            throw new DuplicateRequestException(msg);
+        }
+        throw new IllegalStateException(msg);
     }
 
     /** Drops every connection at once (an open decode stream ends); idempotent. */

@@ -1,16 +1,12 @@
 package io.kvpool.examples.server;
 
 import com.fasterxml.jackson.databind.ObjectMapper;
-import com.sun.net.httpserver.HttpServer;
 
 import java.io.IOException;
 import java.io.UncheckedIOException;
-import java.net.InetSocketAddress;
 import java.net.URI;
 import java.util.Objects;
 import java.util.concurrent.CountDownLatch;
-import java.util.concurrent.ExecutorService;
-import java.util.concurrent.Executors;
 
 /**
  * One role of the example server in a process of its own ({@code --role prefill} or {@code --role decode}):
@@ -36,8 +32,7 @@ public final class RoleServer implements AutoCloseable {
     private final ServerConfig config;
     private final AutoCloseable role;
     private final String kvLink;
-    private final HttpServer http;
-    private final ExecutorService executor;
+    private final HttpFront http;
     private final CountDownLatch closedLatch = new CountDownLatch(1);
     private boolean closed;
 
@@ -45,11 +40,7 @@ public final class RoleServer implements AutoCloseable {
         this.config = config;
         this.role = role;
         this.kvLink = kvLink;
-        this.http = HttpServer.create(new InetSocketAddress(config.host(), config.port()), 256);
-        this.executor = Executors.newVirtualThreadPerTaskExecutor();
-        http.setExecutor(executor);
-        http.createContext("/", endpoint);
-        http.start();
+        this.http = HttpFront.start(config.host(), config.port(), h -> h.createContext("/", endpoint));
     }
 
     /**
@@ -101,6 +92,28 @@ public final class RoleServer implements AutoCloseable {
         }
     }
 
+    /**
+     * The role's endpoints have no authentication: anyone who reaches them can start transfers, read status and
+     * abort requests. Bound to anything but a loopback address they are reachable from the network.
+     *
+     * @return the warning to print for {@code host}, or {@code null} for a loopback host
+     */
+    static String exposureWarning(String host) {
+        boolean loopback;
+        try {
+            loopback = java.net.InetAddress.getByName(host).isLoopbackAddress();
+        } catch (java.net.UnknownHostException e) {
+            loopback = false;
+        }
+        if (loopback) {
+            return null;
+        }
+        final String line = "!".repeat(100);
+        return line + "\n!!! WARNING: this role's internal endpoints listen on --host " + host + ", which is not loopback."
+            + "\n!!! They have NO authentication: whoever reaches this port can start and abort transfers and read pool state."
+            + "\n!!! Bind role processes to 127.0.0.1 or a private network only the router can reach (firewall it).\n" + line;
+    }
+
     /** @return which role this process runs */
     public Topology.Role role() {
         return config.topology().role();
@@ -113,13 +126,12 @@ public final class RoleServer implements AutoCloseable {
 
     /** @return the port the internal endpoints listen on */
     public int port() {
-        return http.getAddress().getPort();
+        return http.port();
     }
 
     /** @return {@code http://host:port/}, what the router's {@code --prefill-url} / {@code --decode-url} names */
     public URI baseUri() {
-        final String host = config.host().contains(":") ? "[" + config.host() + "]" : config.host();
-        return URI.create("http://" + host + ":" + port() + "/");
+        return http.baseUri();
     }
 
     /** @return where the KV link is: decode's listener ({@code shm:<socket>}, {@code ucx:<host>:<port>}), or what prefill connects to */
@@ -142,13 +154,13 @@ public final class RoleServer implements AutoCloseable {
             closed = true;
         }
         try {
-            http.stop(0);
+            http.stopListening();
             try {
                 role.close();
             } catch (Exception e) {
                 System.getLogger("io.kvpool.examples.server").log(System.Logger.Level.WARNING, "closing the role failed: " + e);
             }
-            executor.shutdownNow();
+            http.stopThreads();
         } finally {
             closedLatch.countDown();
         }

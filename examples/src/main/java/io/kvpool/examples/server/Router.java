@@ -79,7 +79,7 @@ final class Router implements AutoCloseable {
     private final PrefillService prefill;
     private final DecodeService decode;
     private final RouterCounters counters = new RouterCounters();
-    private final AtomicLong ids = new AtomicLong();
+    private final AtomicLong ids;
     private final ConcurrentHashMap<Long, DecodeCall> inFlight = new ConcurrentHashMap<>();
     private volatile boolean closed;
 
@@ -87,6 +87,35 @@ final class Router implements AutoCloseable {
         this.config = Objects.requireNonNull(config, "config");
         this.prefill = Objects.requireNonNull(prefill, "prefill");
         this.decode = Objects.requireNonNull(decode, "decode");
+        this.ids = new AtomicLong(firstId(ID_EPOCHS));
+    }
+
+    /** Where each router draws its id epoch: a process-wide CSPRNG (router processes started together get different epochs). */
+    private static final java.util.random.RandomGenerator ID_EPOCHS = new java.security.SecureRandom();
+
+    /** Bits of a request id below the epoch: a router issues up to 2^32 ids before it runs into the next epoch. */
+    static final int ID_COUNTER_BITS = 32;
+    /** Largest request id: ids stay exact as JSON numbers everywhere (JavaScript included); the wire format's i64 holds them. */
+    static final long MAX_ID = (1L << 53) - 1;
+
+    /**
+     * Request ids are unique per router <b>instance</b>, not only per process: the role processes key offers,
+     * descriptors and decode calls by request id, and two routers in front of the same roles (or a router
+     * restarted while its last requests still linger there) must not meet. Each router starts at a random
+     * epoch in bits 32..52 (1 .. 2^21−1; never 0) and counts up from there:
+     * <pre>
+     *   bit 63..53  52 ............ 32  31 ............ 0
+     *       0       epoch (random, ≠ 0)   counter (from 1)
+     * </pre>
+     * Positive, at most {@link #MAX_ID}. Two routers share an epoch with odds 1 in 2^21 − 1; even then a
+     * clash is refused by the roles ({@link DuplicateRequestException}, a 503 here), never answered with
+     * another request's KV.
+     *
+     * @return the id before a router's first
+     */
+    static long firstId(java.util.random.RandomGenerator random) {
+        final long epoch = 1 + random.nextLong(MAX_ID >>> ID_COUNTER_BITS); // 1 .. 2^21 − 1
+        return epoch << ID_COUNTER_BITS;
     }
 
     RouterCounters counters() {
@@ -128,6 +157,9 @@ final class Router implements AutoCloseable {
             final Rejection refused;
             try {
                 refused = prefill.prefill(id, tenant, tokens);
+            } catch (DuplicateRequestException e) {
+                done = true; // nothing was offered under our id: the request in flight there under it is not ours to abort
+                throw unavailable(e.getMessage());
             } catch (IllegalStateException e) {
                 throw unavailable(e instanceof RoleLostException ? e.getMessage() : "prefill role: " + e.getMessage());
             }
@@ -176,6 +208,11 @@ final class Router implements AutoCloseable {
             counters.completed.increment();
             return new Completion(id, tenant, tokens.size(), g);
         } catch (IOException gone) {
+            if (closed) { // the server's own abort (close() cut the request short), not the client's
+                counters.failed("server_closing");
+                throw new ApiError(503, "service_unavailable", "server_closing", "request " + id + " was cut short: the server is shutting down",
+                    Map.of("request_id", id), 1);
+            }
             counters.aborted.increment();
             throw new ClientGone(id, gone);
         } finally {

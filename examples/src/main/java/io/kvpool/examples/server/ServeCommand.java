@@ -51,6 +51,11 @@ final class ServeCommand implements Subcommand {
 
     /** {@code --role prefill|decode}: the role's own process, serving the router's internal calls. */
     private static int serveRole(ServerConfig config, PrintStream out, PrintStream err) throws InterruptedException {
+        final String exposed = RoleServer.exposureWarning(config.host());
+        if (exposed != null) {
+            err.println(exposed); // before anything starts: a role that fails to start was still asked to listen there
+            err.flush();
+        }
         final RoleServer role;
         try {
             role = RoleServer.start(config);

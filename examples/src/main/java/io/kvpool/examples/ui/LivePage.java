@@ -81,11 +81,16 @@ public final class LivePage {
         }
     }
 
+    /** Most bytes of a request body read (and dropped) before answering: these paths take no body. */
+    public static final int DRAIN_LIMIT = 64 << 10;
+
     private record Handler(Supplier<LiveState> state, byte[] page) implements HttpHandler {
         @Override
         public void handle(HttpExchange ex) throws IOException {
             try (ex; InputStream body = ex.getRequestBody()) {
-                body.transferTo(OutputStream.nullOutputStream()); // keep the connection reusable
+                if (!drain(body)) {
+                    ex.getResponseHeaders().set("Connection", "close"); // the rest of a huge body is not read
+                }
                 final String path = ex.getRequestURI().getRawPath();
                 final boolean isPage = PAGE_PATH.equals(path) || "/index.html".equals(path);
                 if (!isPage && !STATE_PATH.equals(path)) {
@@ -113,6 +118,24 @@ public final class LivePage {
                 }
                 json(ex, 200, json);
             }
+        }
+
+        /**
+         * Reads and drops what a client sent (none of these paths takes a body), at most {@link #DRAIN_LIMIT} bytes,
+         * so that a small body leaves the connection reusable and a huge one cannot hold a thread.
+         *
+         * @return whether the body ended within the limit
+         */
+        private static boolean drain(InputStream in) throws IOException {
+            long left = DRAIN_LIMIT;
+            final byte[] sink = new byte[16 << 10];
+            for (int r; (r = in.read(sink, 0, (int) Math.min(sink.length, left + 1))) > 0; ) {
+                left -= r;
+                if (left < 0) {
+                    return false;
+                }
+            }
+            return true;
         }
 
         private static byte[] error(String error, String key, String value) {

@@ -189,4 +189,13 @@ class CompletionApiTest {
         assertNull(r.retryAfter(), r::body);
         return e;
     }
+
+    @Test
+    void a401NamesTheBearerScheme() throws Exception {
+        final java.net.http.HttpResponse<String> r = java.net.http.HttpClient.newHttpClient().send(java.net.http.HttpRequest
+            .newBuilder(server.baseUri().resolve("v1/completions")).POST(java.net.http.HttpRequest.BodyPublishers.ofString(
+                TestClient.body("hi", 1, false))).build(), java.net.http.HttpResponse.BodyHandlers.ofString());
+        assertEquals(401, r.statusCode(), r::body);
+        assertEquals("Bearer realm=\"kvpool-example\"", r.headers().firstValue("WWW-Authenticate").orElse(null));
+    }
 }

@@ -78,4 +78,28 @@ class KvServerMainTest {
         assertEquals(2, run("--role", "prefill", "--device", "cuda", "--transport", "ucx"));
         assertTrue(err().contains("--device cuda moves KV between the roles by CUDA IPC"), err());
     }
+
+    @Test
+    void aRoleProcessOnANonLoopbackHostWarnsLoudlyThatItsEndpointsHaveNoAuthentication(@org.junit.jupiter.api.io.TempDir java.nio.file.Path dir)
+        throws Exception {
+        // the pool cannot hold the context: the process refuses to start right after the warning, nothing is served
+        assertEquals(1, run("--role", "prefill", "--host", "0.0.0.0", "--port", "0", "--work-dir", dir.toString(), "--context", "4096",
+            "--prefill-pages", "64"));
+        assertTrue(err().contains("WARNING: this role's internal endpoints listen on --host 0.0.0.0, which is not loopback"), err());
+        assertTrue(err().contains("NO authentication"), err());
+        for (String loopback : new String[] {"127.0.0.1", "::1", "localhost"}) {
+            assertEquals(null, RoleServer.exposureWarning(loopback), loopback);
+        }
+        for (String exposed : new String[] {"0.0.0.0", "::", "10.1.2.3"}) {
+            assertTrue(RoleServer.exposureWarning(exposed).contains("--host " + exposed + ", which is not loopback"), exposed);
+        }
+    }
+
+    @Test
+    void aRoleProcessOnLoopbackPrintsNoWarning(@org.junit.jupiter.api.io.TempDir java.nio.file.Path dir) throws Exception {
+        assertEquals(1, run("--role", "prefill", "--host", "127.0.0.1", "--port", "0", "--work-dir", dir.toString(), "--context", "4096",
+            "--prefill-pages", "64"));
+        assertTrue(err().contains("refusing to start"), err());
+        assertTrue(!err().contains("WARNING"), err());
+    }
 }

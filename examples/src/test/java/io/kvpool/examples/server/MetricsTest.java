@@ -22,6 +22,7 @@ class MetricsTest {
             ServerTests.assertBalanced(server);
 
             final TestClient.Response r = client.get("/metrics");
+            assertEquals(java.util.List.of(), PromFormat.violations(r.body()), r::body);
             assertEquals(200, r.status());
             assertTrue(r.contentType().startsWith("text/plain; version=0.0.4"), r::contentType);
             final Map<String, Double> m = Metrics.parse(r.body());
@@ -73,5 +74,17 @@ class MetricsTest {
             assertEquals(5, live.counters().get("completed"));
             assertEquals(5, live.counters().get("decode_transfers_committed"));
         }
+    }
+
+    @Test
+    void theFormatCheckCatchesWhatAScraperWouldChokeOn() {
+        assertEquals(java.util.List.of(), PromFormat.violations("# HELP a_total A.\n# TYPE a_total counter\na_total{x=\"q\\\"\\\\\"} 1\n"
+            + "# TYPE b gauge\nb 2.5\nb{y=\"1\"} NaN\n# TYPE s summary\ns_count 3\ns_sum 1.5\n"));
+        assertEquals(1, PromFormat.violations("# TYPE a counter\n# TYPE a counter\na_total 1\n").size(), "a second TYPE");
+        assertEquals(1, PromFormat.violations("# HELP a x\n# HELP a y\n# TYPE a gauge\na 1\n").size(), "a second HELP");
+        assertEquals(1, PromFormat.violations("# TYPE a gauge\na 1\n# TYPE b gauge\nb 1\na{k=\"v\"} 2\n").size(), "a family split in two");
+        assertEquals(1, PromFormat.violations("# TYPE c counter\nc 1\n").size(), "a counter without _total");
+        assertEquals(1, PromFormat.violations("# TYPE g gauge\ng{k=\"a\"b\"} 1\n").size(), "an unescaped quote");
+        assertEquals(1, PromFormat.violations("g 1\n").size(), "a sample without TYPE");
     }
 }

@@ -107,6 +107,12 @@ final class RoleChild implements AutoCloseable {
         return TestClient.JSON.readTree(res.body());
     }
 
+    /** @return the role process's own {@code /metrics} text */
+    String metricsText() throws IOException, InterruptedException {
+        return HTTP.send(HttpRequest.newBuilder(uri.resolve("metrics")).timeout(Duration.ofSeconds(5)).GET().build(),
+            HttpResponse.BodyHandlers.ofString()).body();
+    }
+
     /** @return the role's {@code /internal/status} */
     JsonNode status() throws IOException, InterruptedException {
         return get("internal/status");

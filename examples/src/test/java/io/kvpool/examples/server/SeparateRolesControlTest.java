@@ -59,6 +59,36 @@ class SeparateRolesControlTest {
         }
     }
 
+    /**
+     * The safe twin, with deadlines short enough that a release on a timer would show: decode (here in this JVM)
+     * with a 200 ms transfer timeout and drain deadline, prefill's writes held so the transfer times out and its
+     * pages are quarantined while the prefill process lives — then a wait of ten deadlines: every page must still
+     * be QUARANTINED (only the sender's death ends it).
+     */
+    @Test
+    void withTheSafeguardOnAQuarantineOutlastsManyDeadlinesWhileTheSenderLives() throws Exception {
+        final ServerConfig decodeConfig = ServerTests.small().role(Topology.Role.DECODE).workDir(dir).transferTimeout(Duration.ofMillis(200))
+            .requestTimeout(Duration.ofSeconds(20)).build();
+        try (RoleServer decode = RoleServer.start(decodeConfig);
+             RoleChild prefill = RoleChild.start(dir, "prefill", "--work-dir", dir.toString(), "--context", "512", "--prefill-pages", "64",
+                 "--token-delay-ms", "0", "--transfer-timeout-ms", "200", "--reconnect-ms", "50");
+             KvServer router = KvServer.start(ServerTests.small().requestTimeout(Duration.ofSeconds(20))
+                 .topology(Topology.DEFAULT.withRole(Topology.Role.ROUTER).withUrls(prefill.awaitStarted(Duration.ofSeconds(15)).uri(),
+                     decode.baseUri())).build())) {
+            final TestClient client = new TestClient(router);
+            Await.until(() -> SeparateRolesTest.call(() -> prefill.status().path("ready").asBoolean()), Duration.ofSeconds(15), prefill::log);
+            prefill.post("internal/test/gate", "{\"closed\":true}"); // the writes never complete: no DRAINED can come
+            final TestClient.Response r = client.complete("erin", BackpressureTest.words("e", 100), 4, false);
+            assertEquals(504, r.status(), r::body);
+            Await.until(() -> SeparateRolesTest.count(pages(decode.baseUri()), 'Q') == 7, Duration.ofSeconds(15), () -> pages(decode.baseUri()));
+            Thread.sleep(2_000); // ten transfer timeouts and drain deadlines: a release on any timer would have happened
+            assertEquals(List.of(), SeparateRolesTest.quarantineViolations(pages(decode.baseUri()), 7, prefill.process.isAlive()), prefill::log);
+            prefill.kill();
+            Await.until(() -> SeparateRolesTest.count(pages(decode.baseUri()), 'F') == 128, Duration.ofSeconds(15),
+                () -> "decode to free the pages once the prefill process is gone: " + pages(decode.baseUri()));
+        }
+    }
+
     private static String pages(URI decode) {
         try {
             final HttpResponse<String> r = HttpClient.newHttpClient().send(HttpRequest.newBuilder(decode.resolve("internal/status")).build(),

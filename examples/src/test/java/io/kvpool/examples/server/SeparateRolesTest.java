@@ -227,6 +227,8 @@ class SeparateRolesTest {
     void metricsAndLiveStateMergeBothRoleProcesses() throws Exception {
         final TestClient.Response r = client.get("/metrics");
         assertEquals(200, r.status(), r::body);
+        assertEquals(List.of(), PromFormat.violations(r.body()), r::body); // the router's text, merged from both processes
+        assertEquals(List.of(), PromFormat.violations(decode.metricsText()), "a role process's own /metrics");
         final Map<String, Double> m = Metrics.parse(r.body());
         assertEquals(1.0, m.get("kvpool_role_up{role=\"prefill\"}"), r::body);
         assertEquals(1.0, m.get("kvpool_role_up{role=\"decode\"}"), r::body);
@@ -297,7 +299,7 @@ class SeparateRolesTest {
         final TestClient.Response r = inFlight.get(20, TimeUnit.SECONDS);
         assertEquals(503, r.status(), r::body);
         assertEquals("peer_lost", r.error().path("reason").asText(), r::body);
-        Thread.sleep(300); // the prefill process lives: nothing frees its pages on a timer
+        Thread.sleep(300); // the prefill process lives (timers: SeparateRolesControlTest waits out ten 200 ms deadlines)
         assertEquals(List.of(), quarantineViolations(decode.pages(), 7, prefill.process.isAlive()), prefill::log);
         assertEquals(released0, decode.counter("quarantine_releases"));
 

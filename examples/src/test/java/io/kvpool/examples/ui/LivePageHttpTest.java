@@ -197,4 +197,29 @@ class LivePageHttpTest {
     private static String text(HttpResponse<byte[]> r) {
         return new String(r.body(), StandardCharsets.UTF_8);
     }
+
+    @Test
+    void aHugeBodyIsReadOnlyUpToTheDrainLimitBeforeTheAnswer() throws Exception {
+        // declared 64 MiB, of which 1 MiB is sent: an unbounded drain would wait for the rest and never answer
+        try (java.net.Socket s = new java.net.Socket(InetAddress.getLoopbackAddress(), server.getAddress().getPort())) {
+            s.setSoTimeout(5_000);
+            final Thread writer = Thread.ofVirtual().start(() -> {
+                try {
+                    final java.io.OutputStream out = s.getOutputStream();
+                    out.write(("POST /api/state HTTP/1.1\r\nHost: x\r\nContent-Length: " + (64 << 20) + "\r\n\r\n")
+                        .getBytes(StandardCharsets.US_ASCII));
+                    final byte[] chunk = new byte[64 << 10];
+                    for (int i = 0; i < 16; i++) {
+                        out.write(chunk);
+                    }
+                    out.flush();
+                } catch (IOException cutOff) {
+                    // the server answered and closed: expected once it stopped reading
+                }
+            });
+            final String head = new String(s.getInputStream().readNBytes(12), StandardCharsets.US_ASCII);
+            assertEquals("HTTP/1.1 405", head, "the answer came while most of the body was still unread");
+            writer.join(5_000);
+        }
+    }
 }

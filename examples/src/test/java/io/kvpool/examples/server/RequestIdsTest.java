@@ -1,0 +1,267 @@
+package io.kvpool.examples.server;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.ObjectMapper;
+import org.junit.jupiter.api.AfterAll;
+import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.Timeout;
+import org.junit.jupiter.api.io.TempDir;
+
+import java.io.InputStream;
+import java.net.URI;
+import java.net.http.HttpClient;
+import java.net.http.HttpRequest;
+import java.net.http.HttpResponse;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Path;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.SplittableRandom;
+import java.util.concurrent.TimeUnit;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertNotEquals;
+import static org.junit.jupiter.api.Assertions.assertNotNull;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+/**
+ * Request ids across router instances, and the role endpoints' answers the router depends on, against a
+ * prefill and a decode {@link RoleServer} (here in this JVM, linked over shared memory as separate processes
+ * would be): the role processes key offers, descriptors and decode calls by request id, so
+ * <ul>
+ *   <li>a router that starts in front of roles where an earlier (crashed) router's request still lingers must
+ *       not be answered from that request's KV — its ids are its own ({@link Router#firstId});</li>
+ *   <li>a role refuses an id already in flight there (409 {@value DuplicateRequestException#REASON}) before it
+ *       starts anything for it, and the request in flight under it is untouched;</li>
+ *   <li>a decode process that fails a request before admission answers the router at once, not at its timeout;</li>
+ *   <li>decode's 429 carries the pages it had available.</li>
+ * </ul>
+ */
+@Timeout(value = 60, unit = TimeUnit.SECONDS)
+class RequestIdsTest {
+
+    private static final Duration WAIT = Duration.ofSeconds(15);
+    private static final HttpClient HTTP = HttpClient.newBuilder().version(HttpClient.Version.HTTP_1_1).build();
+
+    @TempDir
+    static Path dir;
+    static RoleServer decode;
+    static RoleServer prefill;
+
+    @BeforeAll
+    static void start() throws Exception {
+        final ServerConfig.Builder b = ServerTests.small().workDir(dir);
+        decode = RoleServer.start(b.role(Topology.Role.DECODE).build());
+        prefill = RoleServer.start(b.role(Topology.Role.PREFILL).build());
+        Await.until(() -> status(decode).path("ready").asBoolean() && status(prefill).path("ready").asBoolean(), WAIT,
+            () -> "the prefill→decode link to come up");
+    }
+
+    @AfterAll
+    static void stop() {
+        if (prefill != null) {
+            prefill.close();
+        }
+        if (decode != null) {
+            decode.close();
+        }
+    }
+
+    static JsonNode status(RoleServer r) {
+        try {
+            return TestClient.JSON.readTree(post(r, "internal/status", null).body());
+        } catch (Exception e) {
+            return TestClient.JSON.createObjectNode();
+        }
+    }
+
+    static HttpResponse<String> post(RoleServer r, String path, Object body) throws Exception {
+        final HttpRequest.Builder q = HttpRequest.newBuilder(r.baseUri().resolve(path)).timeout(Duration.ofSeconds(10));
+        return HTTP.send((body == null ? q.GET() : q.POST(HttpRequest.BodyPublishers.ofString(TestClient.JSON.writeValueAsString(body))))
+            .build(), HttpResponse.BodyHandlers.ofString());
+    }
+
+    static Map<String, Object> prefillBody(long id, String tenant, String prompt) {
+        final Map<String, Object> m = new LinkedHashMap<>();
+        m.put("request_id", id);
+        m.put("tenant", tenant);
+        m.put("tokens", RoleJson.tokens(EchoTokenizer.encode(prompt)));
+        return m;
+    }
+
+    static Map<String, Object> decodeBody(long id, String tenant, int promptTokens, int maxNew) {
+        final Map<String, Object> m = new LinkedHashMap<>();
+        m.put("request_id", id);
+        m.put("tenant", tenant);
+        m.put("prompt_tokens", promptTokens);
+        m.put("max_new_tokens", maxNew);
+        return m;
+    }
+
+    static KvServer router() {
+        return KvServer.start(ServerTests.small().topology(Topology.DEFAULT.withRole(Topology.Role.ROUTER)
+            .withUrls(prefill.baseUri(), decode.baseUri())).build());
+    }
+
+    static void awaitIdle() throws InterruptedException {
+        Await.until(() -> status(prefill).path("active_transfers").asInt(-1) == 0 && status(decode).path("active_transfers").asInt(-1) == 0
+                && status(decode).path("pool").path("counters").path("free").asLong() == 128
+                && status(prefill).path("pool").path("counters").path("free").asLong() == 64, WAIT,
+            () -> "both roles to be idle: " + status(prefill) + " " + status(decode));
+    }
+
+    @Test
+    void aRestartedRouterIsNeverAnsweredFromACrashedRoutersRequestStillOfferedUnderItsId() throws Exception {
+        // what a crashed router left behind: alice's request 1 (the id a router counting from 1 gave its first request)
+        // admitted and offered by prefill, its decode half never sent
+        final String alice = "alice's secret: the owl flies at dawn";
+        final HttpResponse<String> lingering = post(prefill, "internal/prefill", prefillBody(1, "alice", alice));
+        assertEquals("{\"admitted\":true}", lingering.body());
+
+        final String bob = "bob's notes: a cat sleeps at noon";
+        assertEquals(EchoTokenizer.encode(alice).size(), EchoTokenizer.encode(bob).size(), "equal token counts: every size check passes");
+        final List<String> ids = new ArrayList<>();
+        for (String tenant : List.of("bob", "carol")) { // the restarted router, then a second one beside it
+            try (KvServer router = router()) {
+                final String prompt = tenant.equals("bob") ? bob : "carol's diary: the fox ran by";
+                final TestClient.Response r = new TestClient(router).complete(tenant, prompt, 4, false);
+                assertEquals(200, r.status(), r::body);
+                assertEquals(List.of(), Isolation.violations(tenant, prompt, 4, r.json()));
+                ids.add(r.json().path("kvpool").path("request_id").asText());
+            }
+        }
+        assertNotEquals(ids.get(0), ids.get(1), "two routers issued the same request id");
+        post(prefill, "internal/abort", Map.of("request_id", 1, "why", "test over"));
+        awaitIdle();
+    }
+
+    @Test
+    void routerIdsArePositiveExactInJsonAndStartAtARandomEpoch() {
+        final SplittableRandom r = new SplittableRandom(5);
+        final java.util.Set<Long> firsts = new java.util.HashSet<>();
+        for (int i = 0; i < 1000; i++) {
+            final long first = Router.firstId(r);
+            assertTrue(first > 0 && first + (1L << Router.ID_COUNTER_BITS) - 1 <= Router.MAX_ID, () -> Long.toHexString(first));
+            assertEquals(0, first & ((1L << Router.ID_COUNTER_BITS) - 1), "the counter starts at 0 in every epoch");
+            firsts.add(first);
+        }
+        assertTrue(firsts.size() > 990, firsts.size() + " distinct epochs of 1000 draws");
+        assertEquals(1L << Router.ID_COUNTER_BITS, Router.firstId(new java.util.random.RandomGenerator() {
+            @Override
+            public long nextLong() {
+                return 0;
+            }
+        }), "the smallest epoch is 1, never 0");
+    }
+
+    @Test
+    void prefillRefusesAnIdAlreadyInFlightAndLeavesTheRequestUnderItAlone() throws Exception {
+        final String alice = "alice: the key is under the mat";
+        assertEquals("{\"admitted\":true}", post(prefill, "internal/prefill", prefillBody(77, "alice", alice)).body());
+        final long admitted = status(prefill).path("counters").path("admitted").asLong();
+
+        final HttpResponse<String> dup = post(prefill, "internal/prefill", prefillBody(77, "mallory", "mallory: the key is elsewhere"));
+        assertEquals(409, dup.statusCode(), dup::body);
+        final JsonNode err = TestClient.JSON.readTree(dup.body()).path("error");
+        assertEquals(DuplicateRequestException.REASON, err.path("reason").asText(), dup::body);
+        assertTrue(err.path("message").asText().contains("request id 77 is already in flight"), dup::body);
+        assertEquals(admitted, status(prefill).path("counters").path("admitted").asLong(), "nothing admitted for the duplicate");
+
+        // the request in flight under 77 is still alice's, whole
+        final String events = post(decode, "internal/decode", decodeBody(77, "alice", EchoTokenizer.encode(alice).size(), 2)).body();
+        final JsonNode done = TestClient.JSON.readTree(events.lines().toList().getLast());
+        assertEquals("done", done.path("event").asText(), events);
+        assertEquals(alice, done.path("kv").path("text").asText(), events);
+        assertEquals(List.of("alice"), List.of(done.path("kv").path("tenants").path(0).asText()), events);
+        awaitIdle();
+        assertEquals("{\"admitted\":true}", post(prefill, "internal/prefill", prefillBody(77, "alice", alice)).body(),
+            "an id is free again once its transfer is over");
+        post(prefill, "internal/abort", Map.of("request_id", 77, "why", "test over"));
+        awaitIdle();
+    }
+
+    @Test
+    void decodeRefusesAnIdAlreadyDecodingBeforeItStartsASecondTransfer() throws Exception {
+        final long admitted = status(decode).path("counters").path("admitted").asLong();
+        final long rejected = status(decode).path("counters").path("rejected").asLong();
+        // request 88's stream stays open: its KV never comes (nothing offered), so it waits for its transfer
+        final HttpResponse<InputStream> first = HTTP.send(HttpRequest.newBuilder(decode.baseUri().resolve("internal/decode"))
+            .POST(HttpRequest.BodyPublishers.ofString(TestClient.JSON.writeValueAsString(decodeBody(88, "alice", 5, 2)))).build(),
+            HttpResponse.BodyHandlers.ofInputStream());
+        try (InputStream in = first.body()) {
+            assertEquals(200, first.statusCode());
+            Await.until(() -> status(decode).path("counters").path("admitted").asLong() == admitted + 1, WAIT, () -> "88 admitted");
+
+            final HttpResponse<String> dup = post(decode, "internal/decode", decodeBody(88, "mallory", 5, 2));
+            assertEquals(409, dup.statusCode(), dup::body);
+            assertEquals(DuplicateRequestException.REASON, TestClient.JSON.readTree(dup.body()).path("error").path("reason").asText(), dup::body);
+            Thread.sleep(100); // a duty cycle or more: a second start would have been counted by now
+            assertEquals(admitted + 1, status(decode).path("counters").path("admitted").asLong(), "no second admission for the duplicate");
+            assertEquals(rejected, status(decode).path("counters").path("rejected").asLong(), "no second start for the duplicate");
+            assertEquals(204, post(decode, "internal/abort", Map.of("request_id", 88, "why", "test over")).statusCode());
+            final String rest = new String(in.readAllBytes(), StandardCharsets.UTF_8);
+            assertTrue(rest.contains("\"committed\":false"), rest);
+        }
+        awaitIdle();
+    }
+
+    @Test
+    void aDecodeErrorBeforeAdmissionAnswersTheRouterAtOnce() throws Exception {
+        try (RoleClient c = new RoleClient("decode", decode.baseUri(), new ObjectMapper())) {
+            final RemoteDecode remote = new RemoteDecode(c, new ObjectMapper(), Duration.ofSeconds(5));
+            final long t0 = System.nanoTime();
+            final DecodeCall call = remote.start(99, "alice", 0, 2); // 0 prompt tokens: the decode pool's admission throws
+            final DecodeCall.Admitted a = call.awaitAdmission(Duration.ofSeconds(5));
+            assertNotNull(a, "no admission answer within 5 s: the router would wait for its whole request timeout");
+            assertFalse(a.admitted());
+            assertEquals(Rejection.Reason.UNAVAILABLE, a.rejection().reason());
+            assertTrue(a.rejection().message().contains("promptTokens must be ≥ 1"), a.rejection().message());
+            final DecodeCall.TransferOutcome o = call.awaitTransfer(Duration.ofSeconds(1));
+            assertNotNull(o);
+            assertFalse(o.committed());
+            assertEquals(RemoteDecodeCall.ROLE_ERROR, o.failure());
+            assertTrue(System.nanoTime() - t0 < TimeUnit.SECONDS.toNanos(4));
+            call.abort("test over");
+        }
+        awaitIdle();
+    }
+
+    @Test
+    void decodesRetryLaterCarriesThePagesItHadAvailable() throws Exception {
+        final List<HttpResponse<InputStream>> holding = new ArrayList<>();
+        try {
+            for (int i = 0; i < 4; i++) { // 4 × 32 pages: every page of the 128-page decode pool promised
+                holding.add(HTTP.send(HttpRequest.newBuilder(decode.baseUri().resolve("internal/decode"))
+                    .POST(HttpRequest.BodyPublishers.ofString(TestClient.JSON.writeValueAsString(decodeBody(200 + i, "alice", 500, 12))))
+                    .build(), HttpResponse.BodyHandlers.ofInputStream()));
+            }
+            Await.until(() -> status(decode).path("pool").path("counters").path("reserved").asLong()
+                + status(decode).path("pool").path("counters").path("receiving").asLong() == 128, WAIT, () -> "all pages promised: " + status(decode));
+            final String events = post(decode, "internal/decode", decodeBody(300, "bob", 100, 12)).body();
+            final JsonNode last = TestClient.JSON.readTree(events.lines().toList().getLast());
+            assertEquals("RETRY_LATER", last.path("rejection").path("reason").asText(), events);
+            final JsonNode n = last.path("rejection").path("numbers");
+            assertEquals(0, n.path("pages_available").asLong(-1), events);
+            assertEquals(7, n.path("pages_needed").asLong(), events);
+            assertEquals(128, n.path("pages_in_service").asLong(), events);
+            try (KvServer router = router()) { // what a client reads: the 429 names the numbers
+                final TestClient.Response r = new TestClient(router).complete("bob", BackpressureTest.words("b", 100), 12, false);
+                assertEquals(429, r.status(), r::body);
+                assertEquals("decode", r.error().path("role").asText(), r::body);
+                assertEquals(0, r.error().path("pages_available").asLong(-1), r::body);
+                assertEquals(7, r.error().path("pages_needed").asLong(-1), r::body);
+            }
+        } finally {
+            for (int i = 0; i < holding.size(); i++) {
+                post(decode, "internal/abort", Map.of("request_id", 200 + i, "why", "test over"));
+                holding.get(i).body().close();
+            }
+        }
+        awaitIdle();
+    }
+}
