@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# One GPU visit, run ON the device machine from the repository root after shared/device/pack.sh
-# filled .gpu/ (device tool: carry [".gpu"], command `bash kvpool-cuda/gpu-visit.sh`, timeout ~540 s):
+# One GPU visit, run ON the device machine from the repository root after kvpool-cuda/pack-gpu.sh
+# (shared/device/pack.sh, trimmed) filled .gpu/ here (device tool: carry [".gpu"], command
+# `bash kvpool-cuda/gpu-visit.sh`, timeout_s 600):
 #   1. kvpool-cuda's tests, GPU required, run from kvpool-cuda/ (about 1.5 min; io.kvpool.cuda includes its
 #      subpackage io.kvpool.cuda.ipc: the CUDA IPC transport's two-JVM tests, CudaIpcTwoProcessGpuTest).
 #      KernelEmulationTest and MemcpyBatchAbiTest are excluded: they need no GPU and run in CI already.
+#   1b. examples' DeviceRolesGpuTest (issue #5's --device cuda, three role JVMs on the GPU), from examples/.
 #   2. two JMH runs, BlockCopyBenchmark (3 variants × 4 page sizes = 12 forks) then OffloadBenchmark (6
 #      variants: kernel and cuMemcpyBatchAsync engines, contiguous ceilings; 24 forks), one fork at a time
 #      (~8.5 s a fork). To fit, warm-up is ONE 0.5 s iteration instead of the classes' two 1 s ones
@@ -11,10 +13,11 @@
 #      device memory, Offload 768 MiB device + 512 MiB pinned host.
 #      No -foe: a failing variant (e.g. a driver without cuMemcpyBatchAsync) must not cost the other
 #      measurements; JMH's "<failure>" lines mark the run failed instead.
-# Time: at most 150 + 130 + 240 s of timeouts, under the ~540 s a visit may take.
-# Out ($OUT; the device tool brings back at most 8 files): summary.txt (the short version), tests.log,
-# junit.tgz (JUnit XML), jmh-blockcopy.{log,json}, jmh-offload.{log,json}. Runs every part even if one
-# fails; exits non-zero if anything failed. (JUnit: run.sh scans the class path, so filter with
+# Time: at most 150 + 60 + 130 + 240 = 580 s of timeouts (expected ≈ 90 + 30 + 105 + 205 = 430 s); give the
+# device tool timeout_s 600.
+# Out ($OUT; the device tool brings back at most 8 files): summary.txt (the short version), tests.log
+# (both test runs), junit.tgz (JUnit XML), jmh-blockcopy.{log,json}, jmh-offload.{log,json}: 7 files.
+# Runs every part even if one fails; exits non-zero if anything failed. (JUnit: run.sh scans the class path, so filter with
 # --include-package; the console launcher refuses --select-package together with scanning.)
 set -u
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -41,8 +44,21 @@ say "tests: exit $rc$( ((rc == 124)) && echo ' (timed out)')"
 ((rc == 0)) || fail=1
 
 say ""
+say ""
+say "=== examples: DeviceRolesGpuTest (issue #5's --device cuda: three role processes on the GPU) ==="
+[[ -d $OUT/junit ]] && mv "$OUT/junit" "$OUT/junit-cuda" # run.sh always reports into $OUT/junit
+exlog=$(mktemp)
+(cd examples && mkdir -p target && timeout 60 bash ../.gpu/run.sh tests --include-classname='.*DeviceRolesGpuTest') > "$exlog" 2>&1
+rc=$?
+{ echo; echo "=== examples: DeviceRolesGpuTest ==="; cat "$exlog"; } >> "$OUT/tests.log"
+grep -E '^\[ +[0-9]+ tests (found|successful|failed|aborted|skipped)' "$exlog" | tee -a "$summary"
+grep -E 'MethodSource|=> ' "$exlog" | head -n 20 | cut -c1-300 | tee -a "$summary"
+say "examples GPU test: exit $rc$( ((rc == 124)) && echo ' (timed out)')"
+((rc == 0)) || fail=1
+
 # JUnit writes one XML per engine; the device tool brings back only 8 files: pack them as one.
-[[ -d $OUT/junit ]] && tar czf "$OUT/junit.tgz" -C "$OUT" junit && rm -rf "$OUT/junit"
+[[ -d $OUT/junit ]] && mv "$OUT/junit" "$OUT/junit-examples"
+tar czf "$OUT/junit.tgz" -C "$OUT" $(cd "$OUT" && ls -d junit-* 2>/dev/null) && rm -rf "$OUT"/junit-*
 
 # Two JMH runs, each with its own JSON, so a timeout in the second cannot lose the first's results.
 jmh() { # name regex forks timeout
