@@ -2,6 +2,7 @@ package io.kvpool.transfer;
 
 import io.kvpool.KvPool;
 import io.kvpool.PoolSnapshot;
+import io.kvpool.transfer.spi.PeerLink;
 
 import java.nio.file.Files;
 import java.nio.file.Path;
@@ -11,39 +12,92 @@ import java.util.List;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.locks.LockSupport;
 import java.util.function.BooleanSupplier;
+import java.util.function.Function;
+import java.util.function.Supplier;
+import java.util.function.ToLongFunction;
 
 import static org.junit.jupiter.api.Assertions.*;
 
 /**
  * The decode side of a two-process protocol test (shared memory, UCX): a pool, a receiver, and the
  * prefill child process it spawned, with bounded waits whose failures say what the receiver, the pool
- * and the child were doing. Subclasses build the transport and start the child.
+ * and the child were doing. Subclasses build the transport and start the child. Shared with kvpool-cuda's
+ * CUDA IPC scenarios through kvpool-transfer's test-jar.
  */
 public abstract class ChildProcessDecode implements AutoCloseable {
 
-    /** How long any wait may take before the test fails. */
+    /** How long any wait may take before the test fails, unless a subclass chooses its own {@link #waitMs}. */
     public static final long WAIT_MS = 8_000;
 
     protected final Path dir;
     protected final Path log;
+    /** How long any wait of this decode side may take before the test fails. */
+    protected final long waitMs;
     public final KvPool pool;
     public final TransferReceiver receiver;
     public Process child;
+    /** The child's peer id in {@link #receiver}, once {@link #handshake} added it; -1 before. */
+    public int peer = -1;
 
+    /** A receiver with checksums on, {@link Kv#LAYOUT}'s production identity and {@link #WAIT_MS} for every wait. */
     protected ChildProcessDecode(Path dir, KvPool pool, Duration completionTimeout, Duration drainTimeout) {
+        this(dir, pool, p -> TransferReceiver.builder(p, PeerIdentity.of(Kv.LAYOUT, "test-model@r1", "production", "build-1"))
+            .completionTimeout(completionTimeout).drainTimeout(drainTimeout).build(), WAIT_MS);
+    }
+
+    /** A receiver that {@code receiver} builds on {@code pool}, and {@code waitMs} for every wait. */
+    protected ChildProcessDecode(Path dir, KvPool pool, Function<KvPool, TransferReceiver> receiver, long waitMs) {
         this.dir = dir;
         this.log = dir.resolve("child.log");
         this.pool = pool;
-        this.receiver = TransferReceiver.builder(pool, PeerIdentity.of(Kv.LAYOUT, "test-model@r1", "production", "build-1"))
-            .completionTimeout(completionTimeout).drainTimeout(drainTimeout).build();
+        this.receiver = receiver.apply(pool);
+        this.waitMs = waitMs;
     }
 
-    /** Starts {@code main} in a child JVM of this test's class path, its output going to the child log. */
+    /** Accepts the child's link (see {@link #acceptChild}), adds it and runs the handshake until it is decided. */
+    public abstract Peer connect() throws Exception;
+
+    /**
+     * Polls {@code accept} until the child's link arrives, failing if the child dies or {@link #waitMs} passes (with
+     * {@code lastRejection} in the message), and checks that the link's peer is the child process.
+     */
+    protected <L extends PeerLink> L acceptChild(Supplier<L> accept, Supplier<?> lastRejection, ToLongFunction<L> peerPid) {
+        final long deadline = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(waitMs);
+        L link;
+        while ((link = accept.get()) == null) {
+            assertTrue(child.isAlive(), () -> "child died before connecting: " + childLog());
+            assertTrue(System.nanoTime() < deadline, () -> "child never connected; listener: " + lastRejection.get()
+                + "; child: " + childLog());
+            LockSupport.parkNanos(1_000_000);
+        }
+        assertEquals(child.pid(), peerPid.applyAsLong(link));
+        return link;
+    }
+
+    /** Adds {@code link} as {@link #peer} and runs the handshake until it is decided. */
+    public Peer handshake(PeerLink link) {
+        peer = receiver.addPeer(link);
+        final Peer p = receiver.peer(peer);
+        drive(() -> p.state() != Peer.State.HANDSHAKE, "the handshake to end");
+        return p;
+    }
+
+    /** Closes the receiver (the child sees its link fail, finishes and exits) and returns the child's RESULT line. */
+    public String finish() throws Exception {
+        receiver.close();
+        return childResult();
+    }
+
+    /**
+     * Starts {@code main} in a child JVM of this test's class path, its output going to the child log. {@code jvmArgs}
+     * come after the defaults ({@code -Xmx64m}, C1 only), so they may override them.
+     */
     protected Process spawn(List<String> jvmArgs, Class<?> main, String... args) throws Exception {
         final List<String> cmd = new ArrayList<>();
         cmd.add(Path.of(System.getProperty("java.home"), "bin", "java").toString());
+        cmd.addAll(List.of("-Xmx64m", "-XX:TieredStopAtLevel=1"));
         cmd.addAll(jvmArgs);
-        cmd.addAll(List.of("-Xmx64m", "-XX:TieredStopAtLevel=1", "-cp", System.getProperty("java.class.path"), main.getName()));
+        cmd.addAll(List.of("-cp", System.getProperty("java.class.path"), main.getName()));
         cmd.addAll(List.of(args));
         return new ProcessBuilder(cmd).redirectErrorStream(true).redirectOutput(log.toFile()).start();
     }
@@ -53,11 +107,11 @@ public abstract class ChildProcessDecode implements AutoCloseable {
         return child;
     }
 
-    /** Runs the receiver's duty cycle until {@code done}, failing after {@link #WAIT_MS} with {@code what}. */
+    /** Runs the receiver's duty cycle until {@code done}, failing after {@link #waitMs} with {@code what}. */
     public void drive(BooleanSupplier done, String what) {
-        final long deadline = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(WAIT_MS);
+        final long deadline = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(waitMs);
         while (!done.getAsBoolean()) {
-            assertTrue(System.nanoTime() < deadline, () -> "timed out after " + WAIT_MS + " ms waiting for " + what + "; "
+            assertTrue(System.nanoTime() < deadline, () -> "timed out after " + waitMs + " ms waiting for " + what + "; "
                 + receiver + ", pool " + pool.snapshot() + "; child " + (child.isAlive() ? "alive" : "exited " + child.exitValue())
                 + ": " + childLog());
             if (receiver.doWork() == 0) {
@@ -88,7 +142,7 @@ public abstract class ChildProcessDecode implements AutoCloseable {
 
     /** Waits for the child to exit 0 (its own pool clean) and returns its RESULT line. */
     protected String childResult() throws Exception {
-        assertTrue(child.waitFor(WAIT_MS, TimeUnit.MILLISECONDS), () -> "child did not exit within " + WAIT_MS + " ms: " + childLog());
+        assertTrue(child.waitFor(waitMs, TimeUnit.MILLISECONDS), () -> "child did not exit within " + waitMs + " ms: " + childLog());
         final String out = childLog();
         assertEquals(0, child.exitValue(), () -> "the child's own pool is not clean: " + out);
         return out.lines().filter(l -> l.startsWith("RESULT ")).findFirst()

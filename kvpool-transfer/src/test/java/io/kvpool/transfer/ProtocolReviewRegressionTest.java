@@ -42,16 +42,27 @@ class ProtocolReviewRegressionTest {
         return TransferSender.builder(pool, Kv.identity()).clock(clock).maxPagesInFlight(4).drainDeadline(Duration.ofMillis(100)).build();
     }
 
+    /** A sender on a 32-page pool (a manual clock that no test here advances) with one link whose handshake is done. */
+    record OneLink(KvPool pool, TransferSender tx, ScriptedLink link) {
+    }
+
+    static OneLink senderOnOneLink() {
+        final KvPool pool = Kv.pool(32);
+        final TransferSender tx = sender(pool, new ManualClock());
+        final ScriptedLink link = new ScriptedLink().hello(Kv.identity());
+        tx.addPeer(link);
+        tx.doWork();
+        return new OneLink(pool, tx, link);
+    }
+
     @Test
     void aDescriptorDuplicatedAfterTheEndChangesNothing() {
         // was: the late copy overwrote the record with "nothing posted" (a later ABORT got DRAINED(0, 0, 0)
         // though a write was unproven), and a re-offer of the request started writing into the old region
-        final ManualClock clock = new ManualClock();
-        final KvPool pool = Kv.pool(32);
-        final TransferSender tx = sender(pool, clock);
-        final ScriptedLink link = new ScriptedLink().hello(Kv.identity());
-        tx.addPeer(link);
-        tx.doWork();
+        final OneLink one = senderOnOneLink();
+        final KvPool pool = one.pool();
+        final TransferSender tx = one.tx();
+        final ScriptedLink link = one.link();
         offer(pool, tx, REQ, 8);
         final Message.Descriptor d = new Message.Descriptor(REQ, 3, 9, 8, Kv.LAYOUT.fingerprint(), 1, 0, new long[2], new byte[1]);
         link.inject(d);
@@ -109,12 +120,10 @@ class ProtocolReviewRegressionTest {
     @Test
     void closingASenderWithAFlushPendingReleasesItsSources() {
         // was: close() stopped all work, so a transfer waiting for its flush's answer kept its sources forever
-        final ManualClock clock = new ManualClock();
-        final KvPool pool = Kv.pool(32);
-        final TransferSender tx = sender(pool, clock);
-        final ScriptedLink link = new ScriptedLink().hello(Kv.identity());
-        tx.addPeer(link);
-        tx.doWork();
+        final OneLink one = senderOnOneLink();
+        final KvPool pool = one.pool();
+        final TransferSender tx = one.tx();
+        final ScriptedLink link = one.link();
         final long[] src = offer(pool, tx, REQ, 4);
         link.inject(new Message.Descriptor(REQ, 0, 1, 4, Kv.LAYOUT.fingerprint(), 1, 0, new long[1], new byte[1]));
         tx.doWork();
@@ -271,12 +280,10 @@ class ProtocolReviewRegressionTest {
     void aBadDescriptorThatCopiesARunningTransfersSlotIsIgnoredNotRefused() {
         // was (second review): validation ran before the duplicate check, so a corrupted copy was refused
         // with DRAINED(nothing posted) for the running generation
-        final ManualClock clock = new ManualClock();
-        final KvPool pool = Kv.pool(32);
-        final TransferSender tx = sender(pool, clock);
-        final ScriptedLink link = new ScriptedLink().hello(Kv.identity());
-        tx.addPeer(link);
-        tx.doWork();
+        final OneLink one = senderOnOneLink();
+        final KvPool pool = one.pool();
+        final TransferSender tx = one.tx();
+        final ScriptedLink link = one.link();
         offer(pool, tx, REQ, 8);
         link.inject(new Message.Descriptor(REQ, 3, 9, 8, Kv.LAYOUT.fingerprint(), 1, 0, new long[2], new byte[1]));
         tx.doWork();

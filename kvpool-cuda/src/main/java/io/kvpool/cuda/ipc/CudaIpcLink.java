@@ -6,6 +6,7 @@ import io.kvpool.transfer.shm.ShmLink;
 import io.kvpool.transfer.spi.LinkFailedException;
 import io.kvpool.transfer.spi.LinkListener;
 import io.kvpool.transfer.spi.PeerLink;
+import io.kvpool.transfer.spi.FixedRegistration;
 import io.kvpool.transfer.spi.Registration;
 import io.kvpool.transfer.spi.RemoteRegion;
 import io.kvpool.transfer.wire.WireFormat;
@@ -414,32 +415,8 @@ public final class CudaIpcLink implements PeerLink {
             handle = engine().export(storage);
             exports.put(storage, handle);
         }
-        return new IpcRegistration(new RegionKey(handle, nextRegistration++, slots.clone()).encode());
-    }
-
-    /** A CUDA IPC registration: its pages can never be revoked (only the peer's end can be proven). */
-    private static final class IpcRegistration implements Registration {
-        private final byte[] key;
-
-        IpcRegistration(byte[] key) {
-            this.key = key;
-        }
-
-        @Override
-        public byte[] key() {
-            return key.clone();
-        }
-
-        /** @return {@code false}: an exporter cannot close a mapping another process opened ({@link CudaIpcLink#tearDown()} is the proof) */
-        @Override
-        public boolean revoke() {
-            return false;
-        }
-
-        @Override
-        public void close() {
-            // nothing to release: the export handle names the whole arena, owned by the storage
-        }
+        // an exporter cannot close a mapping another process opened: nothing to revoke (tearDown() is the proof)
+        return FixedRegistration.of(new RegionKey(handle, nextRegistration++, slots.clone()).encode());
     }
 
     /**

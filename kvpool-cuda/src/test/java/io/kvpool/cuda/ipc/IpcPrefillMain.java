@@ -3,26 +3,22 @@ package io.kvpool.cuda.ipc;
 import io.kvpool.DType;
 import io.kvpool.KvLayout;
 import io.kvpool.KvPool;
-import io.kvpool.PoolSnapshot;
-import io.kvpool.Sequence;
 import io.kvpool.cuda.DevicePageStorage;
-import io.kvpool.transfer.Peer;
 import io.kvpool.transfer.PeerIdentity;
+import io.kvpool.transfer.PrefillChild;
 import io.kvpool.transfer.TransferSender;
 
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.time.Duration;
-import java.util.concurrent.locks.LockSupport;
 import java.util.function.Supplier;
 
 /**
  * The prefill process of the two-process CUDA IPC tests ({@link TwoProcessScenarios}): a pool, a
- * {@link TransferSender} with checksums off, connected to the test's {@link CudaIpcListener}. It writes
- * synthetic KV ({@link IpcKv}) for requests {@code 1..N} ({@link #tokens} tokens each), offers them and
- * runs {@code doWork()} until its peer goes down (the test closes its receiver), then closes the sender,
- * checks its own pool and prints one {@code RESULT} line. Exit code 0 iff its pool is clean (balanced,
- * nothing in use, no transfer active); 3 on its own deadline.
+ * {@link TransferSender} with checksums off, connected to the test's {@link CudaIpcListener}, running the
+ * scenario loop shared with the shm and UCX tests ({@link PrefillChild}, which states the output and exit
+ * codes) with synthetic KV ({@link IpcKv}). After its peer went down it closes the sender and waits for its
+ * writes' terminal states; its RESULT line adds {@code launches=} (the link's batch launches).
  *
  * <pre>
  * args: socket engine environment scenario requests handleFile
@@ -60,11 +56,6 @@ public final class IpcPrefillMain {
         return PeerIdentity.of(layout, "test-model@r1", environment, "build-1");
     }
 
-    /** Tokens of request {@code id}: 3..64, varied. */
-    static int tokens(long id) {
-        return 3 + (int) (id * 37 % 62);
-    }
-
     public static void main(String[] args) throws Exception {
         final Path socket = Path.of(args[0]);
         final String engine = args[1];
@@ -72,8 +63,7 @@ public final class IpcPrefillMain {
         final String scenario = args[3];
         final int requests = Integer.parseInt(args[4]);
         final Path handleFile = Path.of(args[5]);
-        final Path ctl = socket.getParent();
-        final long deadline = System.nanoTime() + Duration.ofSeconds(40).toNanos();
+        final long deadline = PrefillChild.deadlineIn(Duration.ofSeconds(40));
         final KvLayout layout = layout(engine);
 
         final KvPool.Builder pb = KvPool.builder(layout).pages(256).maxContextTokens(256L * layout.tokensPerPage());
@@ -81,71 +71,16 @@ public final class IpcPrefillMain {
         final TransferSender sender = TransferSender.builder(pool, identity(layout, environment)).checksums(false)
             .drainDeadline(Duration.ofSeconds(2)).build();
         final CudaIpcLink link = CudaIpcTransport.connect(socket, engines(engine));
-        final int peerId = sender.addPeer(link);
-        final Peer peer = sender.peer(peerId);
-        for (long id = 1; id <= requests; id++) {
-            final int n = tokens(id);
-            final Sequence s = pool.admit(n, 0).sequence();
-            s.append(n);
-            IpcKv.write(s, id);
-            sender.offer(id, s);
-            s.close(); // the sender holds its own references
-        }
-        if (scenario.equals("gate")) {
-            while (peer.state() == Peer.State.HANDSHAKE) {
-                idle(sender.doWork(), deadline);
-            }
-            Files.createFile(ctl.resolve("frozen"));
-            System.out.println("FROZEN peer=" + peer.state() + " pid=" + ProcessHandle.current().pid() + " link=" + link.describe());
-            System.out.flush();
-            while (!Files.exists(ctl.resolve("go"))) { // not polling: a descriptor and an ABORT pile up unread
-                if (Files.exists(ctl.resolve("drop"))) {
-                    final IpcEngine keep = engines(engine).get();
-                    keep.open(Files.readAllBytes(handleFile), layout); // this process can still write the decode arena
-                    sender.close(); // closes the socket (and the link's own mapping): the receiver sees the link fail
-                    Files.createFile(ctl.resolve("dropped"));
-                    System.out.println("DROPPED the socket; still holding a mapping of the decode arena");
-                    System.out.flush();
-                    while (System.nanoTime() < deadline) { // alive, holding the mapping, until killed
-                        Thread.sleep(50);
-                    }
-                    System.exit(3);
-                }
-                Thread.sleep(2);
-                if (System.nanoTime() > deadline) {
-                    System.out.println("DEADLINE while frozen");
-                    System.exit(3);
-                }
-            }
-        } else if (!scenario.equals("serve")) {
-            throw new IllegalArgumentException("scenario " + scenario);
-        }
-        while (peer.state() == Peer.State.HANDSHAKE || peer.isUp()) {
-            idle(sender.doWork(), deadline);
-        }
+        final PrefillChild child = new PrefillChild(pool, sender, link, socket.getParent(), deadline);
+        child.offer(requests, IpcKv::write);
+        child.run(scenario, " pid=" + ProcessHandle.current().pid() + " link=" + link.describe(), () -> {
+            final IpcEngine keep = engines(engine).get();
+            keep.open(Files.readAllBytes(handleFile), layout); // this process can still write the decode arena
+            sender.close(); // closes the socket (and the link's own mapping): the receiver sees the link fail
+            child.droppedLiveUntilKilled("DROPPED the socket; still holding a mapping of the decode arena");
+        });
         sender.close();
-        while (sender.activeTransfers() > 0) { // the closed link still reports its writes' terminal states
-            idle(sender.doWork(), deadline);
-        }
-        final boolean balanced = pool.verifyAccounting().balanced();
-        final PoolSnapshot snap = pool.snapshot();
-        System.out.println("RESULT peer=" + peer.state() + " completed=" + sender.completedTransfers() + " drained="
-            + sender.drainedSent() + " posted=" + sender.writesPosted() + " failed=" + sender.writesFailed() + " active="
-            + sender.activeTransfers() + " inUse=" + snap.inUse() + " balanced=" + balanced + " launches=" + link.batchesLaunched()
-            + " failure=" + peer.failure());
-        System.out.flush();
-        pool.close();
-        System.exit(balanced && snap.inUse() == 0 && sender.activeTransfers() == 0 ? 0 : 1);
-    }
-
-    private static void idle(int work, long deadline) {
-        if (System.nanoTime() > deadline) {
-            System.out.println("DEADLINE");
-            System.out.flush();
-            System.exit(3);
-        }
-        if (work == 0) {
-            LockSupport.parkNanos(200_000);
-        }
+        child.awaitClosedTransfers();
+        child.exitWithResult(" launches=" + link.batchesLaunched());
     }
 }

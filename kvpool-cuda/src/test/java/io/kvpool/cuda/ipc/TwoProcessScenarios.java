@@ -2,12 +2,13 @@ package io.kvpool.cuda.ipc;
 
 import io.kvpool.KvLayout;
 import io.kvpool.KvPool;
-import io.kvpool.PoolSnapshot;
 import io.kvpool.Sequence;
 import io.kvpool.SlotState;
+import io.kvpool.transfer.ChildProcessDecode;
 import io.kvpool.transfer.FailureReason;
 import io.kvpool.transfer.IncomingTransfer;
 import io.kvpool.transfer.Peer;
+import io.kvpool.transfer.PrefillChild;
 import io.kvpool.transfer.ReceiverMetrics;
 import io.kvpool.transfer.TransferReceiver;
 import org.junit.jupiter.api.Test;
@@ -21,8 +22,6 @@ import java.util.ArrayList;
 import java.util.List;
 import java.util.Set;
 import java.util.concurrent.TimeUnit;
-import java.util.concurrent.locks.LockSupport;
-import java.util.function.BooleanSupplier;
 
 import static org.junit.jupiter.api.Assertions.*;
 
@@ -56,104 +55,29 @@ abstract class TwoProcessScenarios {
         return IpcPrefillMain.layout(engine());
     }
 
-    /** The decode process's side of one scenario, with the child it spawned. */
-    final class Decode implements AutoCloseable {
-        final KvPool pool;
-        final TransferReceiver receiver;
+    /** The decode process's side of one scenario, with the child it spawned (the harness shared with shm and UCX). */
+    final class Decode extends ChildProcessDecode {
         final CudaIpcListener listener;
         final Path sock = dir.resolve("sock");
-        final Path log = dir.resolve("child.log");
-        final Process child;
-        int peer = -1;
 
         Decode(String childEnvironment, String scenario, int requests, Duration completionTimeout, Duration drainTimeout)
             throws Exception {
-            pool = decodePool(128);
-            receiver = TransferReceiver.builder(pool, IpcPrefillMain.identity(layout(), "production")).checksums(false)
-                .completionTimeout(completionTimeout).drainTimeout(drainTimeout).build();
+            super(TwoProcessScenarios.this.dir, decodePool(128), p -> TransferReceiver.builder(p, IpcPrefillMain.identity(layout(),
+                "production")).checksums(false).completionTimeout(completionTimeout).drainTimeout(drainTimeout).build(),
+                TwoProcessScenarios.WAIT_MS);
             listener = CudaIpcTransport.listen(sock, IpcPrefillMain.engines(engine()), decodeUnsafe);
             final IpcEngine exporter = IpcPrefillMain.engines(engine()).get();
             Files.write(dir.resolve("handle"), exporter.export(pool.storage())); // for the child's "drop"
             exporter.close();
-            final List<String> cmd = new ArrayList<>();
-            cmd.add(Path.of(System.getProperty("java.home"), "bin", "java").toString());
-            cmd.addAll(childJvmArgs());
-            cmd.addAll(List.of("-Xmx96m", "-XX:TieredStopAtLevel=1", "-cp", System.getProperty("java.class.path"),
-                IpcPrefillMain.class.getName(), sock.toString(), engine(), childEnvironment, scenario, Integer.toString(requests),
-                dir.resolve("handle").toString()));
-            child = new ProcessBuilder(cmd).redirectErrorStream(true).redirectOutput(log.toFile()).start();
+            final List<String> jvmArgs = new ArrayList<>(childJvmArgs());
+            jvmArgs.add("-Xmx96m");
+            child = spawn(jvmArgs, IpcPrefillMain.class, sock.toString(), engine(), childEnvironment, scenario,
+                Integer.toString(requests), dir.resolve("handle").toString());
         }
 
-        /** Accepts the child's link, adds it and runs the handshake until it is decided. */
-        Peer connect() {
-            final long deadline = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(WAIT_MS);
-            CudaIpcLink link;
-            while ((link = listener.accept()) == null) {
-                assertTrue(child.isAlive(), () -> "child died before connecting: " + childLog());
-                assertTrue(System.nanoTime() < deadline, () -> "child never connected; listener: " + listener.lastRejection()
-                    + "; child: " + childLog());
-                LockSupport.parkNanos(1_000_000);
-            }
-            assertEquals(child.pid(), link.peerPid());
-            peer = receiver.addPeer(link);
-            final Peer p = receiver.peer(peer);
-            drive(() -> p.state() != Peer.State.HANDSHAKE, "the handshake to end");
-            return p;
-        }
-
-        /** Runs the receiver's duty cycle until {@code done}, failing after {@link #WAIT_MS} with {@code what}. */
-        void drive(BooleanSupplier done, String what) {
-            final long deadline = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(WAIT_MS);
-            while (!done.getAsBoolean()) {
-                assertTrue(System.nanoTime() < deadline, () -> "timed out after " + WAIT_MS + " ms waiting for " + what + "; "
-                    + receiver + ", pool " + pool.snapshot() + "; child " + (child.isAlive() ? "alive" : "exited " + child.exitValue())
-                    + ": " + childLog());
-                if (receiver.doWork() == 0) {
-                    LockSupport.parkNanos(200_000);
-                }
-            }
-        }
-
-        /** Runs the duty cycle for {@code ms} (to show that nothing changes meanwhile). */
-        void idleFor(long ms) {
-            final long end = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(ms);
-            while (System.nanoTime() < end) {
-                if (receiver.doWork() == 0) {
-                    LockSupport.parkNanos(200_000);
-                }
-            }
-        }
-
-        void awaitCtl(String name) {
-            drive(() -> Files.exists(dir.resolve(name)), "the child's control file '" + name + "'");
-        }
-
-        void ctl(String name) throws Exception {
-            Files.createFile(dir.resolve(name));
-        }
-
-        String childLog() {
-            try {
-                return Files.readString(log);
-            } catch (Exception e) {
-                return "(no log: " + e + ")";
-            }
-        }
-
-        /** Closes the receiver (the child sees its link fail, finishes and exits) and returns the child's RESULT line. */
-        String finish() throws Exception {
-            receiver.close();
-            assertTrue(child.waitFor(WAIT_MS, TimeUnit.MILLISECONDS), () -> "child did not exit within " + WAIT_MS + " ms: " + childLog());
-            final String out = childLog();
-            assertEquals(0, child.exitValue(), () -> "the child's own pool is not clean: " + out);
-            return out.lines().filter(l -> l.startsWith("RESULT ")).findFirst().orElseGet(() -> fail("no RESULT line from the child: " + out));
-        }
-
-        void assertPoolClean() {
-            final PoolSnapshot s = pool.verifyAccounting();
-            assertTrue(s.balanced(), s::toString);
-            assertEquals(0, s.inUse(), () -> "pages still in use: " + s);
-            assertEquals(pool.capacity(), s.free(), s::toString);
+        @Override
+        public Peer connect() {
+            return handshake(acceptChild(listener::accept, listener::lastRejection, CudaIpcLink::peerPid));
         }
 
         @Override
@@ -175,15 +99,15 @@ abstract class TwoProcessScenarios {
             final List<IncomingTransfer> ts = new ArrayList<>();
             int pages = 0;
             for (long id = 1; id <= n; id++) { // all at once: concurrent transfers on one link
-                final IncomingTransfer t = d.receiver.start(id, IpcPrefillMain.tokens(id), 4, d.peer);
+                final IncomingTransfer t = d.receiver.start(id, PrefillChild.tokens(id), 4, d.peer);
                 assertEquals(IncomingTransfer.State.RECEIVING, t.state(), t::toString);
                 ts.add(t);
-                pages += (int) layout().pagesFor(IpcPrefillMain.tokens(id));
+                pages += (int) layout().pagesFor(PrefillChild.tokens(id));
             }
             d.drive(() -> ts.stream().allMatch(IncomingTransfer::isTerminal), "every transfer to end");
             for (IncomingTransfer t : ts) {
                 assertEquals(IncomingTransfer.State.COMMITTED, t.state(), t::toString);
-                final int tokens = IpcPrefillMain.tokens(t.requestId());
+                final int tokens = PrefillChild.tokens(t.requestId());
                 try (Sequence got = t.sequence()) {
                     assertEquals(tokens, got.tokenCount());
                     assertEquals(-1, IpcKv.firstWrongPage(got, t.requestId()), () -> t + ": a page holds other bytes than the sender's");
@@ -212,7 +136,7 @@ abstract class TwoProcessScenarios {
         try (Decode d = new Decode("production", "gate", 1, Duration.ofSeconds(10), Duration.ofSeconds(10))) {
             assertEquals(Peer.State.UP, d.connect().state());
             d.awaitCtl("frozen"); // the child stopped polling: the descriptor will sit unread in its socket
-            final int tokens = IpcPrefillMain.tokens(1), pages = (int) layout().pagesFor(tokens);
+            final int tokens = PrefillChild.tokens(1), pages = (int) layout().pagesFor(tokens);
             final IncomingTransfer t = d.receiver.start(1, tokens, 4, d.peer);
             assertEquals(IncomingTransfer.State.RECEIVING, t.state(), t::toString);
             assertTrue(d.receiver.abort(t, "test"));
@@ -238,8 +162,8 @@ abstract class TwoProcessScenarios {
         try (Decode d = new Decode("production", "gate", 1, Duration.ofSeconds(10), Duration.ofSeconds(10))) {
             assertEquals(Peer.State.UP, d.connect().state());
             d.awaitCtl("frozen");
-            final int pages = (int) layout().pagesFor(IpcPrefillMain.tokens(1));
-            final IncomingTransfer t = d.receiver.start(1, IpcPrefillMain.tokens(1), 4, d.peer);
+            final int pages = (int) layout().pagesFor(PrefillChild.tokens(1));
+            final IncomingTransfer t = d.receiver.start(1, PrefillChild.tokens(1), 4, d.peer);
             assertEquals(IncomingTransfer.State.RECEIVING, t.state(), t::toString);
 
             d.child.destroyForcibly();
@@ -261,8 +185,8 @@ abstract class TwoProcessScenarios {
         try (Decode d = new Decode("production", "gate", 1, Duration.ofSeconds(10), Duration.ofMillis(100))) {
             assertEquals(Peer.State.UP, d.connect().state());
             d.awaitCtl("frozen");
-            final int pages = (int) layout().pagesFor(IpcPrefillMain.tokens(1));
-            final IncomingTransfer t = d.receiver.start(1, IpcPrefillMain.tokens(1), 4, d.peer);
+            final int pages = (int) layout().pagesFor(PrefillChild.tokens(1));
+            final IncomingTransfer t = d.receiver.start(1, PrefillChild.tokens(1), 4, d.peer);
             assertEquals(IncomingTransfer.State.RECEIVING, t.state(), t::toString);
 
             d.ctl("drop"); // the child opens the decode arena itself, closes its link, and lives on
@@ -295,7 +219,7 @@ abstract class TwoProcessScenarios {
             final Peer p = d.connect();
             assertEquals(Peer.State.REFUSED, p.state(), p::toString);
             assertTrue(p.failure().contains("environment: local=production remote=staging"), p.failure());
-            final IncomingTransfer t = d.receiver.start(1, IpcPrefillMain.tokens(1), 4, d.peer);
+            final IncomingTransfer t = d.receiver.start(1, PrefillChild.tokens(1), 4, d.peer);
             assertEquals(IncomingTransfer.State.REJECTED, t.state(), t::toString);
             assertEquals(0, d.pool.snapshot().inUse(), "no page was allocated");
             final String result = d.finish();

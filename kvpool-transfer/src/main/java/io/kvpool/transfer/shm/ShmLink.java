@@ -5,6 +5,7 @@ import io.kvpool.transfer.TransferException;
 import io.kvpool.transfer.spi.LinkFailedException;
 import io.kvpool.transfer.spi.LinkListener;
 import io.kvpool.transfer.spi.PeerLink;
+import io.kvpool.transfer.spi.FixedRegistration;
 import io.kvpool.transfer.spi.Registration;
 import io.kvpool.transfer.spi.RemoteRegion;
 import io.kvpool.transfer.wire.MalformedMessageException;
@@ -423,32 +424,7 @@ public final class ShmLink implements PeerLink {
         for (int s : slots) {
             key.putInt(s);
         }
-        return new ShmRegistration(key.array());
-    }
-
-    /** A registration of the shared-memory transport: its pages can never be revoked. */
-    private static final class ShmRegistration implements Registration {
-        private final byte[] key;
-
-        ShmRegistration(byte[] key) {
-            this.key = key;
-        }
-
-        @Override
-        public byte[] key() {
-            return key.clone();
-        }
-
-        /** @return {@code false}: the peer's mapping of the pool file cannot be taken back (only {@link ShmLink#tearDown()} can prove an end) */
-        @Override
-        public boolean revoke() {
-            return false;
-        }
-
-        @Override
-        public void close() {
-            // nothing to release: the mapping is the whole pool file, owned by the storage
-        }
+        return FixedRegistration.of(key.array()); // the peer maps the whole pool file: nothing to revoke
     }
 
     /**

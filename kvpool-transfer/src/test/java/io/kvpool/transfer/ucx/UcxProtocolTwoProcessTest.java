@@ -12,7 +12,9 @@ import io.kvpool.transfer.Kv;
 import io.kvpool.transfer.Peer;
 import io.kvpool.transfer.PeerIdentity;
 import io.kvpool.transfer.ReceiverMetrics;
+import io.kvpool.transfer.PrefillChild;
 import io.kvpool.transfer.TransferReceiver;
+import io.kvpool.transfer.TwoProcessProtocolScenarios;
 import io.kvpool.transfer.spi.LinkListener;
 import io.kvpool.transfer.spi.PeerLink;
 import io.kvpool.transfer.spi.Registration;
@@ -38,9 +40,9 @@ import java.util.function.BooleanSupplier;
 import static org.junit.jupiter.api.Assertions.*;
 
 /**
- * The transfer protocol across two processes over UCX on loopback — the cases of
- * {@link io.kvpool.transfer.shm.ShmProtocolTwoProcessTest} on the transport where writes really are one-sided and
- * may land late. This JVM is the decode side (a {@link KvPool} on host storage, a {@link TransferReceiver}, a
+ * The transfer protocol across two processes over UCX on loopback — the shared scenarios
+ * ({@link TwoProcessProtocolScenarios}, also run over shared memory) on the transport where writes really are
+ * one-sided and may land late, plus a frozen sender. This JVM is the decode side (a {@link KvPool} on host storage, a {@link TransferReceiver}, a
  * {@link UcxTransport}); a child JVM ({@link UcxPrefillMain}) is the prefill side (its own host pool, a
  * {@link io.kvpool.transfer.TransferSender} and transport). Real clocks; every wait is bounded and says what it
  * waited for. The receiver's link is wrapped ({@link Watched}) to see the pool at the moment the receiver closes
@@ -50,13 +52,9 @@ import static org.junit.jupiter.api.Assertions.*;
  * Skipped without UCX, failed when UCX is required ({@link UcxTestSupport#assumeUcx}).
  */
 @Timeout(value = 30, unit = TimeUnit.SECONDS)
-class UcxProtocolTwoProcessTest {
+class UcxProtocolTwoProcessTest extends TwoProcessProtocolScenarios<UcxProtocolTwoProcessTest.Decode> {
 
     private static final int DECODE_PAGES = 256;
-    private static final long WAIT_MS = ChildProcessDecode.WAIT_MS;
-
-    @TempDir
-    Path dir;
 
     @BeforeEach
     void requireUcx() {
@@ -175,7 +173,6 @@ class UcxProtocolTwoProcessTest {
         final UcxTransport transport;
         Watched link;
         IncomingTransfer watched;
-        int peer = -1;
 
         Decode(String childEnvironment, String scenario, int requests, Duration completionTimeout, Duration drainTimeout)
             throws Exception {
@@ -199,17 +196,11 @@ class UcxProtocolTwoProcessTest {
             }
         }
 
-        /** Adds the child's link and runs the handshake until it is decided. */
-        Peer connect() {
-            peer = receiver.addPeer(link);
-            final Peer p = receiver.peer(peer);
-            drive(() -> p.state() != Peer.State.HANDSHAKE, "the handshake to end");
-            return p;
+        /** Adds the child's link (connected in the constructor) and runs the handshake until it is decided. */
+        @Override
+        public Peer connect() {
+            return handshake(link);
         }
-
-
-
-
 
         /** Freezes the whole child process (its UCX thread too) with SIGSTOP. */
         void freezeChild() throws Exception {
@@ -230,13 +221,12 @@ class UcxProtocolTwoProcessTest {
          * link fail, finishes and exits), and returns the child's RESULT line. Closing the receiver alone force-closes
          * the endpoint, which UCX does not announce to a live peer: the child would not notice.
          */
-        String finish() throws Exception {
+        @Override
+        public String finish() throws Exception {
             receiver.close();
             transport.close();
             return childResult();
         }
-
-
 
         @Override
         public void close() throws Exception {
@@ -248,141 +238,36 @@ class UcxProtocolTwoProcessTest {
         }
     }
 
-    @Test
-    void transfersCommitAcrossProcessesWithEveryByteInPlace() throws Exception {
-        final int n = 12;
-        try (Decode d = new Decode("production", "serve", n, Duration.ofSeconds(5), Duration.ofSeconds(5))) {
-            assertEquals(Peer.State.UP, d.connect().state());
-            final List<IncomingTransfer> ts = new ArrayList<>();
-            for (long id = 1; id <= n; id++) { // all at once: concurrent transfers on one link
-                final IncomingTransfer t = d.receiver.start(id, UcxPrefillMain.tokens(id), 4, d.peer);
-                assertEquals(IncomingTransfer.State.RECEIVING, t.state(), t::toString);
-                ts.add(t);
-            }
-            d.drive(() -> ts.stream().allMatch(IncomingTransfer::isTerminal), "every transfer to end");
-            int pages = 0;
-            for (IncomingTransfer t : ts) {
-                assertEquals(IncomingTransfer.State.COMMITTED, t.state(), t::toString);
-                final int tokens = UcxPrefillMain.tokens(t.requestId());
-                try (Sequence got = t.sequence()) {
-                    assertEquals(tokens, got.tokenCount());
-                    assertEquals(Kv.Finding.OK, Kv.check(got, t.requestId(), tokens), t::toString);
-                    for (int i = 0; i < got.pageCount(); i++) {
-                        assertEquals(SlotState.OWNED, d.pool.state(got.pageHandle(i)));
-                    }
-                    pages += got.pageCount();
-                }
-            }
-            final ReceiverMetrics m = d.receiver.metrics();
-            assertEquals(n, m.started());
-            assertEquals(n, m.committed());
-            for (FailureReason r : FailureReason.values()) {
-                assertEquals(0, m.failures(r), r::toString);
-            }
-            assertEquals(0, m.heldPages());
-            assertEquals(0, d.pool.snapshot().quarantineEvents());
-            d.assertPoolClean();
-            final String result = d.finish();
-            assertTrue(result.contains(" completed=" + n + " drained=0 posted=" + pages + " failed=0 active=0 inUse=0 balanced=true"),
-                result);
-        }
+    @Override
+    protected Decode decode(String childEnvironment, String scenario, int requests, Duration completionTimeout,
+                            Duration drainTimeout) throws Exception {
+        return new Decode(childEnvironment, scenario, requests, completionTimeout, drainTimeout);
     }
 
-    @Test
-    void receiverAbortMidTransferHoldsThePagesUntilTheSendersDrained() throws Exception {
-        try (Decode d = new Decode("production", "gate", 1, Duration.ofSeconds(5), Duration.ofSeconds(5))) {
-            assertEquals(Peer.State.UP, d.connect().state());
-            d.awaitCtl("frozen"); // the child stopped polling: the descriptor will sit unread in its event queue
-            final int tokens = UcxPrefillMain.tokens(1), pages = (int) Kv.LAYOUT.pagesFor(tokens);
-            final IncomingTransfer t = d.receiver.start(1, tokens, 4, d.peer);
-            assertEquals(IncomingTransfer.State.RECEIVING, t.state(), t::toString);
-            assertEquals(pages, d.pool.snapshot().receiving());
-
-            assertTrue(d.receiver.abort(t, "test"));
-            assertEquals(IncomingTransfer.State.DRAINING, t.state(), t::toString);
-            assertEquals(FailureReason.ABORTED, t.failure());
-            d.idleFor(150); // the sender has not confirmed: nothing frees the pages on a timer
-            assertEquals(IncomingTransfer.State.DRAINING, t.state(), t::toString);
-            assertEquals(pages, d.pool.snapshot().draining(), () -> d.pool.snapshot().toString());
-            assertEquals(pages, d.receiver.metrics().heldPages());
-
-            d.ctl("go"); // the child reads DESCRIPTOR (and writes every page) and then ABORT, and drains
-            d.drive(t::isTerminal, "the aborted transfer to be released");
-            assertEquals(IncomingTransfer.State.RELEASED, t.state(), t::toString);
-            assertEquals(ReceiverMetrics.Outcome.DRAINED, t.outcome(), t::toString);
-            assertEquals(FailureReason.ABORTED, t.failure());
-            assertTrue(t.message().contains("test"), t.message());
-            final ReceiverMetrics m = d.receiver.metrics();
-            assertEquals(1, m.deferredRelease(ReceiverMetrics.Outcome.DRAINED));
-            assertEquals(0, m.deferredRelease(ReceiverMetrics.Outcome.ERROR) + m.deferredRelease(ReceiverMetrics.Outcome.TIMEOUT));
-            assertEquals(0, m.heldPages());
-            assertEquals(0, m.committed());
-            assertEquals(0, d.pool.snapshot().quarantineEvents(), "a proven drain needs no quarantine");
-            assertNull(d.link.atTearDown, "a proven drain needs no teardown");
-            d.assertPoolClean();
-            // the child wrote every page after the abort (into DRAINING pages), flushed, then confirmed DRAINED
-            final String result = d.finish();
-            assertTrue(result.contains(" completed=0 drained=1 posted=" + pages + " failed=0 active=0 inUse=0 balanced=true"),
-                result);
-        }
+    @Override
+    protected void watch(Decode d, IncomingTransfer t) {
+        d.watched = t;
     }
 
-    @Test
-    void identityMismatchRefusesBothSidesAndStartsNothing() throws Exception {
-        try (Decode d = new Decode("staging", "serve", 1, Duration.ofSeconds(5), Duration.ofSeconds(5))) {
-            final Peer p = d.connect();
-            assertEquals(Peer.State.REFUSED, p.state(), p::toString);
-            assertTrue(p.failure().contains("environment: local=production remote=staging"), p.failure());
-            assertEquals("staging", p.remote().environment());
-            assertEquals(1, d.receiver.refusedPeers());
-
-            final IncomingTransfer t = d.receiver.start(1, UcxPrefillMain.tokens(1), 4, d.peer);
-            assertEquals(IncomingTransfer.State.REJECTED, t.state(), t::toString);
-            assertEquals(FailureReason.PEER_LOST, t.failure());
-            assertEquals(1, d.receiver.metrics().failures(FailureReason.PEER_LOST));
-            assertEquals(0, d.pool.snapshot().inUse(), "no page was allocated");
-            d.assertPoolClean();
-
-            final String result = d.finish(); // the child ended on its own refusal
-            assertTrue(result.startsWith("RESULT peer=REFUSED completed=0 drained=0 posted=0 "), result);
-            assertTrue(result.contains("environment: local=staging remote=production"), result);
-        }
+    @Override
+    protected void assertLinkUntouchedByAProvenDrain(Decode d) {
+        assertNull(d.link.atTearDown, "a proven drain needs no teardown");
     }
 
-    @Test
-    void killedSenderFailsPeerLostAndItsPagesAreReleasedOnlyThroughQuarantine() throws Exception {
-        try (Decode d = new Decode("production", "gate", 1, Duration.ofSeconds(5), Duration.ofSeconds(5))) {
-            assertEquals(Peer.State.UP, d.connect().state());
-            d.awaitCtl("frozen");
-            final int pages = (int) Kv.LAYOUT.pagesFor(UcxPrefillMain.tokens(1));
-            final IncomingTransfer t = d.receiver.start(1, UcxPrefillMain.tokens(1), 4, d.peer);
-            d.watched = t;
-            assertEquals(IncomingTransfer.State.RECEIVING, t.state(), t::toString);
+    @Override
+    protected void afterKill(Decode d) throws Exception {
+        assertTrue(d.child.waitFor(WAIT_MS, TimeUnit.MILLISECONDS), "the killed child did not exit");
+    }
 
-            d.child.destroyForcibly();
-            assertTrue(d.child.waitFor(WAIT_MS, TimeUnit.MILLISECONDS), "the killed child did not exit");
-            d.drive(t::isTerminal, "the transfer of the killed sender to end");
-            assertEquals(IncomingTransfer.State.RELEASED, t.state(), t::toString);
-            assertEquals(FailureReason.PEER_LOST, t.failure(), t::toString);
-            assertEquals(ReceiverMetrics.Outcome.ERROR, t.outcome(), t::toString);
-            assertEquals(Peer.State.FAILED, d.receiver.peer(d.peer).state());
-            // the receiver asked the transport for proof while the pages were QUARANTINED, and got it
-            final Seen s = d.link.atTearDown;
-            assertNotNull(s, "the receiver never asked the link to tear down");
-            assertEquals(IncomingTransfer.State.QUARANTINED, s.transfer());
-            assertEquals(pages, s.pool().quarantined(), () -> "at tearDown: " + s.pool());
-            assertEquals(Boolean.TRUE, d.link.firstProof, "UCX proves a teardown at once: the endpoint is closed");
-            final ReceiverMetrics m = d.receiver.metrics();
-            assertEquals(1, m.failures(FailureReason.PEER_LOST));
-            assertEquals(1, m.deferredRelease(ReceiverMetrics.Outcome.ERROR));
-            assertEquals(1, m.quarantineReleases(), "released from quarantine, once the teardown was proven");
-            assertEquals(0, m.quarantinedPages());
-            assertEquals(0, m.heldPages());
-            assertTrue(d.receiver.tearDownPeer(d.peer));
-            assertEquals(0, d.pool.snapshot().quarantined());
-            assertEquals(pages, d.pool.snapshot().quarantineEvents(), "every page of the transfer went through QUARANTINED");
-            d.assertPoolClean();
-        }
+    @Override
+    protected void assertKilledSenderTornDown(Decode d, int pages) {
+        assertEquals(Peer.State.FAILED, d.receiver.peer(d.peer).state());
+        // the receiver asked the transport for proof while the pages were QUARANTINED, and got it
+        final Seen s = d.link.atTearDown;
+        assertNotNull(s, "the receiver never asked the link to tear down");
+        assertEquals(IncomingTransfer.State.QUARANTINED, s.transfer());
+        assertEquals(pages, s.pool().quarantined(), () -> "at tearDown: " + s.pool());
+        assertEquals(Boolean.TRUE, d.link.firstProof, "UCX proves a teardown at once: the endpoint is closed");
     }
 
     @Test
@@ -392,8 +277,8 @@ class UcxProtocolTwoProcessTest {
             assertEquals(Peer.State.UP, d.connect().state());
             d.awaitCtl("frozen");
             d.freezeChild(); // SIGSTOP: its UCX thread stops too; it can neither write nor answer
-            final int pages = (int) Kv.LAYOUT.pagesFor(UcxPrefillMain.tokens(1));
-            final IncomingTransfer t = d.receiver.start(1, UcxPrefillMain.tokens(1), 4, d.peer);
+            final int pages = (int) Kv.LAYOUT.pagesFor(PrefillChild.tokens(1));
+            final IncomingTransfer t = d.receiver.start(1, PrefillChild.tokens(1), 4, d.peer);
             d.watched = t;
             assertEquals(IncomingTransfer.State.RECEIVING, t.state(), t::toString);
 
