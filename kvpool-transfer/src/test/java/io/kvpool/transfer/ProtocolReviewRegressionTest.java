@@ -42,27 +42,42 @@ class ProtocolReviewRegressionTest {
         return TransferSender.builder(pool, Kv.identity()).clock(clock).maxPagesInFlight(4).drainDeadline(Duration.ofMillis(100)).build();
     }
 
-    /** A sender on a 32-page pool (a manual clock that no test here advances) with one link whose handshake is done. */
-    record OneLink(KvPool pool, TransferSender tx, ScriptedLink link) {
+    /** @return a link whose peer says HELLO with {@link Kv#identity()} */
+    static ScriptedLink hello() {
+        return new ScriptedLink().hello(Kv.identity());
     }
 
-    static OneLink senderOnOneLink() {
-        final KvPool pool = Kv.pool(32);
+    /** A sender ({@link #sender}, a manual clock that no test here advances) with {@code link} added and its handshake done. */
+    static TransferSender senderOn(KvPool pool, ScriptedLink link) {
         final TransferSender tx = sender(pool, new ManualClock());
-        final ScriptedLink link = new ScriptedLink().hello(Kv.identity());
         tx.addPeer(link);
         tx.doWork();
-        return new OneLink(pool, tx, link);
+        return tx;
+    }
+
+    /** A receiver on {@code clock} whose completion and drain timeouts are both 30 s. */
+    static TransferReceiver slowReceiver(KvPool pool, ManualClock clock) {
+        return TransferReceiver.builder(pool, Kv.identity()).clock(clock)
+            .completionTimeout(Duration.ofSeconds(30)).drainTimeout(Duration.ofSeconds(30)).build();
+    }
+
+    /** Adds each link as a peer of {@code rx}, runs the handshakes and starts request {@link #REQ} (8 tokens), link i as rank i. */
+    static IncomingTransfer startOn(TransferReceiver rx, ScriptedLink... ranks) {
+        final int[] peers = new int[ranks.length];
+        for (int i = 0; i < ranks.length; i++) {
+            peers[i] = rx.addPeer(ranks[i]);
+        }
+        rx.doWork();
+        return rx.start(REQ, 8, 0, peers);
     }
 
     @Test
     void aDescriptorDuplicatedAfterTheEndChangesNothing() {
         // was: the late copy overwrote the record with "nothing posted" (a later ABORT got DRAINED(0, 0, 0)
         // though a write was unproven), and a re-offer of the request started writing into the old region
-        final OneLink one = senderOnOneLink();
-        final KvPool pool = one.pool();
-        final TransferSender tx = one.tx();
-        final ScriptedLink link = one.link();
+        final KvPool pool = Kv.pool(32);
+        final ScriptedLink link = hello();
+        final TransferSender tx = senderOn(pool, link);
         offer(pool, tx, REQ, 8);
         final Message.Descriptor d = new Message.Descriptor(REQ, 3, 9, 8, Kv.LAYOUT.fingerprint(), 1, 0, new long[2], new byte[1]);
         link.inject(d);
@@ -120,10 +135,9 @@ class ProtocolReviewRegressionTest {
     @Test
     void closingASenderWithAFlushPendingReleasesItsSources() {
         // was: close() stopped all work, so a transfer waiting for its flush's answer kept its sources forever
-        final OneLink one = senderOnOneLink();
-        final KvPool pool = one.pool();
-        final TransferSender tx = one.tx();
-        final ScriptedLink link = one.link();
+        final KvPool pool = Kv.pool(32);
+        final ScriptedLink link = hello();
+        final TransferSender tx = senderOn(pool, link);
         final long[] src = offer(pool, tx, REQ, 4);
         link.inject(new Message.Descriptor(REQ, 0, 1, 4, Kv.LAYOUT.fingerprint(), 1, 0, new long[1], new byte[1]));
         tx.doWork();
@@ -142,10 +156,9 @@ class ProtocolReviewRegressionTest {
         // was: rank 0's unproven DRAINED tore down rank 1's healthy link at once, and rank 1's proof was ignored
         final ManualClock clock = new ManualClock();
         final KvPool pool = Kv.pool(32);
-        final TransferReceiver rx = TransferReceiver.builder(pool, Kv.identity()).clock(clock)
-            .completionTimeout(Duration.ofSeconds(30)).drainTimeout(Duration.ofSeconds(30)).build();
-        final ScriptedLink a = new ScriptedLink().hello(Kv.identity());
-        final ScriptedLink b = new ScriptedLink().hello(Kv.identity());
+        final TransferReceiver rx = slowReceiver(pool, clock);
+        final ScriptedLink a = hello();
+        final ScriptedLink b = hello();
         final int pa = rx.addPeer(a);
         final int pb = rx.addPeer(b);
         rx.doWork();
@@ -170,16 +183,12 @@ class ProtocolReviewRegressionTest {
     void aHealthyCoSenderThatNeverProvesBecomesASuspectAtTheDrainDeadline() {
         final ManualClock clock = new ManualClock();
         final KvPool pool = Kv.pool(32);
-        final TransferReceiver rx = TransferReceiver.builder(pool, Kv.identity()).clock(clock)
-            .completionTimeout(Duration.ofSeconds(30)).drainTimeout(Duration.ofSeconds(30)).build();
-        final ScriptedLink a = new ScriptedLink().hello(Kv.identity());
-        final ScriptedLink b = new ScriptedLink().hello(Kv.identity());
+        final TransferReceiver rx = slowReceiver(pool, clock);
+        final ScriptedLink a = hello();
+        final ScriptedLink b = hello();
         a.tearDownProves = true;
         b.tearDownProves = true;
-        final int pa = rx.addPeer(a);
-        final int pb = rx.addPeer(b);
-        rx.doWork();
-        final IncomingTransfer t = rx.start(REQ, 8, 0, pa, pb);
+        final IncomingTransfer t = startOn(rx, a, b);
         a.inject(new Message.Drained(t.transferId(), t.generation(), 0, 1, 0, 1));
         rx.doWork();
         assertEquals(IncomingTransfer.State.QUARANTINED, t.state());
@@ -197,12 +206,9 @@ class ProtocolReviewRegressionTest {
         final ManualClock clock = new ManualClock();
         final KvPool pool = Kv.pool(32);
         final TransferReceiver rx = TransferReceiver.builder(pool, Kv.identity()).clock(clock).build();
-        final ScriptedLink a = new ScriptedLink().hello(Kv.identity());
-        final ScriptedLink b = new ScriptedLink().hello(Kv.identity());
-        final int pa = rx.addPeer(a);
-        final int pb = rx.addPeer(b);
-        rx.doWork();
-        final IncomingTransfer t = rx.start(REQ, 8, 0, pa, pb);
+        final ScriptedLink a = hello();
+        final ScriptedLink b = hello();
+        final IncomingTransfer t = startOn(rx, a, b);
         b.up = false; // its failure not polled yet
         a.inject(new Message.Drained(t.transferId(), t.generation(), 0, 0, 0, 0));
         rx.doWork();
@@ -220,10 +226,8 @@ class ProtocolReviewRegressionTest {
         final ManualClock clock = new ManualClock();
         final KvPool pool = Kv.pool(32);
         final TransferReceiver rx = TransferReceiver.builder(pool, Kv.identity()).clock(clock).build();
-        final ScriptedLink a = new ScriptedLink().hello(Kv.identity());
-        final int pa = rx.addPeer(a);
-        rx.doWork();
-        final IncomingTransfer t = rx.start(REQ, 8, 0, pa);
+        final ScriptedLink a = hello();
+        final IncomingTransfer t = startOn(rx, a);
         a.inject(new Message.Completion(t.transferId(), t.generation(), -1, 8, 0, new int[2], 2, 2, 0));
         a.inject(new Message.Drained(t.transferId(), t.generation(), -2, 0, 0, 0));
         a.inject(new Message.Completion(t.transferId(), t.generation(), 0, 8, 0, new int[2], -5, -5, 0));
@@ -237,10 +241,8 @@ class ProtocolReviewRegressionTest {
         // was: IncomingTransfer.admission().sequence() handed out the RECEIVING pages
         final KvPool pool = Kv.pool(32);
         final TransferReceiver rx = TransferReceiver.builder(pool, Kv.identity()).clock(new ManualClock()).build();
-        final ScriptedLink a = new ScriptedLink().hello(Kv.identity());
-        final int pa = rx.addPeer(a);
-        rx.doWork();
-        final IncomingTransfer t = rx.start(REQ, 8, 0, pa);
+        final ScriptedLink a = hello();
+        final IncomingTransfer t = startOn(rx, a);
         assertEquals(io.kvpool.Admission.Decision.ADMITTED, t.admissionDecision());
         assertThrows(IllegalStateException.class, t::sequence);
         for (var m : IncomingTransfer.class.getMethods()) {
@@ -254,10 +256,8 @@ class ProtocolReviewRegressionTest {
         final ManualClock clock = new ManualClock();
         final KvPool pool = Kv.pool(32);
         final TransferReceiver rx = TransferReceiver.builder(pool, Kv.identity()).clock(clock).checksums(false).build();
-        final ScriptedLink a = new ScriptedLink().hello(Kv.identity());
-        final int pa = rx.addPeer(a);
-        rx.doWork();
-        final IncomingTransfer t = rx.start(REQ, 8, 0, pa);
+        final ScriptedLink a = hello();
+        final IncomingTransfer t = startOn(rx, a);
         ReceiverRulesTest.deliver(pool, a, 0, 0, 8);
         a.inject(new Message.Completion(t.transferId(), t.generation(), 0, 8, 0, null, 1, 1, 0)); // 1 of 2 pages
         rx.doWork();
@@ -269,7 +269,7 @@ class ProtocolReviewRegressionTest {
     void aPeerCannotBeTwoRanksOfOneTransfer() {
         final KvPool pool = Kv.pool(32);
         final TransferReceiver rx = TransferReceiver.builder(pool, Kv.identity()).clock(new ManualClock()).build();
-        final ScriptedLink a = new ScriptedLink().hello(Kv.identity());
+        final ScriptedLink a = hello();
         final int pa = rx.addPeer(a);
         rx.doWork();
         final IllegalArgumentException e = assertThrows(IllegalArgumentException.class, () -> rx.start(REQ, 8, 0, pa, pa));
@@ -280,10 +280,9 @@ class ProtocolReviewRegressionTest {
     void aBadDescriptorThatCopiesARunningTransfersSlotIsIgnoredNotRefused() {
         // was (second review): validation ran before the duplicate check, so a corrupted copy was refused
         // with DRAINED(nothing posted) for the running generation
-        final OneLink one = senderOnOneLink();
-        final KvPool pool = one.pool();
-        final TransferSender tx = one.tx();
-        final ScriptedLink link = one.link();
+        final KvPool pool = Kv.pool(32);
+        final ScriptedLink link = hello();
+        final TransferSender tx = senderOn(pool, link);
         offer(pool, tx, REQ, 8);
         link.inject(new Message.Descriptor(REQ, 3, 9, 8, Kv.LAYOUT.fingerprint(), 1, 0, new long[2], new byte[1]));
         tx.doWork();
