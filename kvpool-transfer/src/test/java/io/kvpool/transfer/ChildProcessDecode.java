@@ -158,6 +158,22 @@ public abstract class ChildProcessDecode implements AutoCloseable {
         }
     }
 
+    /**
+     * Closes the receiver, kills the child (SIGKILL also ends a stopped process) and waits for it, then
+     * {@link #closeTransport()}, then the pool.
+     */
+    @Override
+    public void close() throws Exception {
+        receiver.close();
+        child.destroyForcibly();
+        child.waitFor(10, TimeUnit.SECONDS);
+        closeTransport();
+        pool.close();
+    }
+
+    /** Closes this side's listener or transport (before the pool, which it may have registered). */
+    protected abstract void closeTransport() throws Exception;
+
     /** Asserts the decode pool balances with every page free. */
     public void assertPoolClean() {
         final PoolSnapshot s = pool.verifyAccounting();

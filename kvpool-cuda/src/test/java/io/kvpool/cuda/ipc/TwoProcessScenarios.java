@@ -81,12 +81,8 @@ abstract class TwoProcessScenarios {
         }
 
         @Override
-        public void close() throws Exception {
-            receiver.close();
+        protected void closeTransport() {
             listener.close();
-            child.destroyForcibly();
-            child.waitFor(10, TimeUnit.SECONDS);
-            pool.close();
         }
     }
 

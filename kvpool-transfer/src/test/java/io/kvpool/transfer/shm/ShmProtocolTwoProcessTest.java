@@ -49,12 +49,8 @@ class ShmProtocolTwoProcessTest extends TwoProcessProtocolScenarios<ShmProtocolT
         }
 
         @Override
-        public void close() throws Exception {
-            receiver.close();
+        protected void closeTransport() {
             listener.close();
-            child.destroyForcibly();
-            child.waitFor(10, TimeUnit.SECONDS);
-            pool.close();
         }
     }
 

@@ -229,12 +229,8 @@ class UcxProtocolTwoProcessTest extends TwoProcessProtocolScenarios<UcxProtocolT
         }
 
         @Override
-        public void close() throws Exception {
-            receiver.close();
-            child.destroyForcibly(); // SIGKILL also ends a stopped process
-            child.waitFor(10, TimeUnit.SECONDS);
+        protected void closeTransport() {
             transport.close(); // before the pool: deregisters its storage
-            pool.close();
         }
     }
 
