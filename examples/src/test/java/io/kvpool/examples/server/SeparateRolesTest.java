@@ -47,7 +47,7 @@ class SeparateRolesTest {
 
     @TempDir
     static Path dir;
-    static int prefillPort;
+    static ThreeProcesses roles;
     static RoleChild decode;
     static RoleChild prefill;
     static KvServer router;
@@ -63,45 +63,32 @@ class SeparateRolesTest {
         return a.toArray(new String[0]);
     }
 
-    static RoleChild startPrefill() throws IOException {
-        return RoleChild.start(dir, "prefill", roleArgs("--port", Integer.toString(prefillPort)));
-    }
-
     @BeforeAll
     static void start() throws Exception {
+        final int prefillPort;
         try (ServerSocket s = new ServerSocket(0)) {
             prefillPort = s.getLocalPort(); // fixed, so that a restarted prefill process is where the router looks
         }
-        decode = RoleChild.start(dir, "decode", roleArgs());
-        prefill = startPrefill(); // connects (and reconnects) to decode's socket on its own
-        decode.awaitStarted(WAIT);
-        prefill.awaitStarted(WAIT);
+        // prefill connects (and reconnects) to decode's socket on its own
+        roles = ThreeProcesses.start(dir, roleArgs(), roleArgs("--port", Integer.toString(prefillPort)), WAIT);
+        decode = roles.decode;
+        prefill = roles.prefill;
+        router = roles.router;
+        client = roles.client;
         assertEquals("shm:" + dir.resolve("transfer.sock"), decode.kvLink());
-        router = KvServer.start(ServerTests.small().topology(Topology.DEFAULT.withRole(Topology.Role.ROUTER)
-            .withUrls(prefill.uri(), decode.uri())).build());
-        client = new TestClient(router);
         awaitLinked();
     }
 
     @AfterAll
-    static void stop() throws Exception {
+    static void stop() {
         pool.shutdownNow();
-        try {
-            if (router != null) {
-                router.close();
-            }
-        } finally {
-            for (RoleChild c : new RoleChild[] {prefill, decode}) {
-                if (c != null) {
-                    c.close();
-                }
-            }
+        if (roles != null) {
+            roles.close();
         }
     }
 
     static void awaitLinked() throws InterruptedException {
-        Await.until(() -> call(() -> decode.status().path("ready").asBoolean() && prefill.status().path("ready").asBoolean()), WAIT,
-            () -> "the prefill→decode link to come up: " + decode.log() + prefill.log());
+        roles.awaitLinked(WAIT, "the prefill→decode link to come up");
     }
 
     interface Check {
@@ -117,9 +104,7 @@ class SeparateRolesTest {
     }
 
     static void assertClean() throws Exception {
-        assertTrue(router.awaitQuiescence(WAIT), () -> "no quiescence: " + router.roleStatus());
-        decode.assertPoolClean();
-        prefill.assertPoolClean();
+        roles.assertClean(WAIT);
     }
 
     static String show(RoleChild c) {
@@ -282,8 +267,7 @@ class SeparateRolesTest {
     @Test
     @Order(6)
     void aLinkLostToALivePrefillProcessKeepsDecodesPagesQuarantinedUntilTheProcessIsGone() throws Exception {
-        prefill = startPrefill(); // restarted on the same port: the router finds it again
-        prefill.awaitStarted(WAIT);
+        prefill = roles.restartPrefill(WAIT); // restarted on the same port: the router finds it again
         awaitLinked();
         final TestClient.Response ok = client.complete("frank", "back again", 3, false);
         assertEquals(200, ok.status(), ok::body);
@@ -312,8 +296,7 @@ class SeparateRolesTest {
     @Test
     @Order(7)
     void aDecodeProcessLostMidGenerationEndsBothResponsesWithAClearError() throws Exception {
-        prefill = startPrefill();
-        prefill.awaitStarted(WAIT);
+        prefill = roles.restartPrefill(WAIT);
         awaitLinked();
         final long g0 = decode.counter("generated_tokens");
         final long failed0 = router.counters().get("failed");

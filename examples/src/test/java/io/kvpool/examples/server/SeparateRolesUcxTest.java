@@ -15,7 +15,6 @@ import org.opentest4j.TestAbortedException;
 import java.net.Socket;
 import java.nio.file.Path;
 import java.time.Duration;
-import java.util.List;
 import java.util.Optional;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
@@ -23,7 +22,6 @@ import java.util.concurrent.Future;
 import java.util.concurrent.TimeUnit;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
-import static org.junit.jupiter.api.Assertions.assertTrue;
 
 /**
  * The three-process server with KV over UCX ({@code --transport ucx}): decode listens for the UCX bootstrap on
@@ -39,6 +37,7 @@ class SeparateRolesUcxTest {
 
     @TempDir
     static Path dir;
+    static ThreeProcesses roles;
     static RoleChild decode;
     static RoleChild prefill;
     static KvServer router;
@@ -70,52 +69,31 @@ class SeparateRolesUcxTest {
         try (java.net.ServerSocket s = new java.net.ServerSocket(0)) {
             kvPort = s.getLocalPort(); // chosen here so that both children start at once (prefill retries until decode listens)
         }
-        decode = RoleChild.start(dir, "decode", args("127.0.0.1:" + kvPort));
-        prefill = RoleChild.start(dir, "prefill", args("127.0.0.1:" + kvPort));
-        decode.awaitStarted(WAIT);
-        prefill.awaitStarted(WAIT);
+        roles = ThreeProcesses.start(dir, args("127.0.0.1:" + kvPort), args("127.0.0.1:" + kvPort), WAIT);
+        decode = roles.decode;
+        prefill = roles.prefill;
+        router = roles.router;
+        client = roles.client;
         assertEquals("ucx:127.0.0.1:" + kvPort, decode.kvLink());
-        router = KvServer.start(ServerTests.small().topology(Topology.DEFAULT.withRole(Topology.Role.ROUTER)
-            .withUrls(prefill.uri(), decode.uri())).build());
-        client = new TestClient(router);
-        Await.until(() -> SeparateRolesTest.call(() -> decode.status().path("ready").asBoolean() && prefill.status().path("ready").asBoolean()),
-            WAIT, () -> "the UCX link to come up: " + decode.log() + prefill.log());
+        roles.awaitLinked(WAIT, "the UCX link to come up");
     }
 
     @AfterAll
-    static void stop() throws Exception {
+    static void stop() {
         pool.shutdownNow();
-        try {
-            if (router != null) {
-                router.close();
-            }
-        } finally {
-            for (RoleChild c : new RoleChild[] {prefill, decode}) {
-                if (c != null) {
-                    c.close();
-                }
-            }
+        if (roles != null) {
+            roles.close();
         }
     }
 
     static void assertClean() throws Exception {
-        assertTrue(router.awaitQuiescence(WAIT), () -> "no quiescence: " + router.roleStatus());
-        decode.assertPoolClean();
-        prefill.assertPoolClean();
+        roles.assertClean(WAIT);
     }
 
     @Test
     @Order(1)
     void twoTenantsPlainAndStreamedAndAClientThatLeavesOverUcx() throws Exception {
-        for (String tenant : List.of("alice", "bob")) {
-            final String prompt = tenant + "'s secret over UCX";
-            final TestClient.Response plain = client.complete(tenant, prompt, 5, false);
-            assertEquals(200, plain.status(), plain::body);
-            assertEquals(List.of(), Isolation.violations(tenant, prompt, 5, plain.json()));
-            final TestClient.Response stream = client.complete(tenant, prompt, 5, true);
-            assertEquals(200, stream.status(), stream::body);
-            assertEquals(List.of(), Isolation.violations(tenant, prompt, 5, SeparateRolesTest.joined(stream)));
-        }
+        roles.assertTwoTenantsIsolated("over UCX");
         final long d0 = decode.counter("abort_requests"), p0 = prefill.counter("abort_requests");
         try (Socket s = client.openRaw("carol", "tell me a long story", 200, true)) {
             TestClient.readUntil(s, "\"text\":");
