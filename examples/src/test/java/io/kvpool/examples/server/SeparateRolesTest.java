@@ -178,13 +178,13 @@ class SeparateRolesTest {
     @Test
     @Order(2)
     void aClientGoneMidStreamAbortsBothRoleProcesses() throws Exception {
-        final long d0 = decode.counter("abort_requests"), p0 = prefill.counter("abort_requests"), g0 = decode.counter("generated_tokens");
+        final long[] aborts0 = roles.abortRequests();
+        final long g0 = decode.counter("generated_tokens");
         final long aborted = router.counters().get("aborted");
         try (Socket s = client.openRaw("carol", "tell me a long story", 200, true)) {
             TestClient.readUntil(s, "\"text\":"); // the first token crossed decode → router → client
         }
-        Await.until(() -> call(() -> decode.counter("abort_requests") == d0 + 1 && prefill.counter("abort_requests") == p0 + 1), WAIT,
-            () -> "both role processes to be told to abort: " + router.roleStatus());
+        roles.awaitAbortedInBoth(aborts0, WAIT);
         assertClean();
         assertEquals(aborted + 1, router.counters().get("aborted"));
         final long generated = decode.counter("generated_tokens") - g0;
@@ -194,13 +194,13 @@ class SeparateRolesTest {
     @Test
     @Order(3)
     void aNonStreamedClientGoneMidGenerationAbortsBothRoleProcesses() throws Exception {
-        final long d0 = decode.counter("abort_requests"), p0 = prefill.counter("abort_requests"), g0 = decode.counter("generated_tokens");
+        final long[] aborts0 = roles.abortRequests();
+        final long g0 = decode.counter("generated_tokens");
         final long completed = router.counters().get("completed");
         try (Socket s = client.openRaw("dave", "a non-streamed story", 200, false)) {
             TestClient.readUntil(s, "HTTP/1.1 200"); // sent at the commit; the body is whitespace until the completion
         }
-        Await.until(() -> call(() -> decode.counter("abort_requests") == d0 + 1 && prefill.counter("abort_requests") == p0 + 1), WAIT,
-            () -> "both role processes to be told to abort: " + router.roleStatus());
+        roles.awaitAbortedInBoth(aborts0, WAIT);
         assertClean();
         assertEquals(completed, router.counters().get("completed"));
         final long generated = decode.counter("generated_tokens") - g0;

@@ -94,12 +94,11 @@ class SeparateRolesUcxTest {
     @Order(1)
     void twoTenantsPlainAndStreamedAndAClientThatLeavesOverUcx() throws Exception {
         roles.assertTwoTenantsIsolated("over UCX");
-        final long d0 = decode.counter("abort_requests"), p0 = prefill.counter("abort_requests");
+        final long[] aborts0 = roles.abortRequests();
         try (Socket s = client.openRaw("carol", "tell me a long story", 200, true)) {
             TestClient.readUntil(s, "\"text\":");
         }
-        Await.until(() -> SeparateRolesTest.call(() -> decode.counter("abort_requests") == d0 + 1 && prefill.counter("abort_requests") == p0 + 1),
-            WAIT, () -> "both role processes to be told to abort: " + router.roleStatus());
+        roles.awaitAbortedInBoth(aborts0, WAIT);
         assertClean();
         assertEquals(5, decode.counter("transfers_committed"), "four completions and the stream whose client left");
     }

@@ -80,6 +80,18 @@ final class ThreeProcesses implements AutoCloseable {
         Await.until(() -> SeparateRolesTest.call(() -> decode.status().path("ready").asBoolean()), wait, () -> decode.log() + prefill.log());
     }
 
+    /** @return the children's {@code abort_requests} counters now: decode's, then prefill's */
+    long[] abortRequests() throws Exception {
+        return new long[] {decode.counter("abort_requests"), prefill.counter("abort_requests")};
+    }
+
+    /** Waits until each child counted exactly one more abort request than in {@code before} ({@link #abortRequests()}). */
+    void awaitAbortedInBoth(long[] before, Duration wait) throws InterruptedException {
+        Await.until(() -> SeparateRolesTest.call(() -> decode.counter("abort_requests") == before[0] + 1
+                && prefill.counter("abort_requests") == before[1] + 1),
+            wait, () -> "both role processes to be told to abort: " + router.roleStatus());
+    }
+
     /** The router reaches quiescence within {@code wait} and both children's pools are clean. */
     void assertClean(Duration wait) throws Exception {
         assertTrue(router.awaitQuiescence(wait), () -> "no quiescence: " + router.roleStatus());
