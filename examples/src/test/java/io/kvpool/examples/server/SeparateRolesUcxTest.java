@@ -38,10 +38,6 @@ class SeparateRolesUcxTest {
     @TempDir
     static Path dir;
     static ThreeProcesses roles;
-    static RoleChild decode;
-    static RoleChild prefill;
-    static KvServer router;
-    static TestClient client;
     static final ExecutorService pool = Executors.newVirtualThreadPerTaskExecutor();
 
     /** Skips without UCX, or fails when UCX is required. */
@@ -70,11 +66,7 @@ class SeparateRolesUcxTest {
             kvPort = s.getLocalPort(); // chosen here so that both children start at once (prefill retries until decode listens)
         }
         roles = ThreeProcesses.start(dir, args("127.0.0.1:" + kvPort), args("127.0.0.1:" + kvPort), WAIT);
-        decode = roles.decode;
-        prefill = roles.prefill;
-        router = roles.router;
-        client = roles.client;
-        assertEquals("ucx:127.0.0.1:" + kvPort, decode.kvLink());
+        assertEquals("ucx:127.0.0.1:" + kvPort, roles.decode.kvLink());
         roles.awaitLinked(WAIT, "the UCX link to come up");
     }
 
@@ -95,29 +87,29 @@ class SeparateRolesUcxTest {
     void twoTenantsPlainAndStreamedAndAClientThatLeavesOverUcx() throws Exception {
         roles.assertTwoTenantsIsolated("over UCX");
         final long[] aborts0 = roles.abortRequests();
-        try (Socket s = client.openRaw("carol", "tell me a long story", 200, true)) {
+        try (Socket s = roles.client.openRaw("carol", "tell me a long story", 200, true)) {
             TestClient.readUntil(s, "\"text\":");
         }
         roles.awaitAbortedInBoth(aborts0, WAIT);
         assertClean();
-        assertEquals(5, decode.counter("transfers_committed"), "four completions and the stream whose client left");
+        assertEquals(5, roles.decode.counter("transfers_committed"), "four completions and the stream whose client left");
     }
 
     @Test
     @Order(2)
     void killingThePrefillProcessMidTransferQuarantinesUntilTheUcxLinkIsTornDown() throws Exception {
-        final long released0 = decode.counter("quarantine_releases"), events0 = decode.poolCounter("quarantineEvents");
-        prefill.post("internal/test/gate", "{\"closed\":true}");
-        final Future<TestClient.Response> inFlight = pool.submit(() -> client.complete("erin", BackpressureTest.words("e", 100), 4, false));
-        Await.until(() -> SeparateRolesTest.call(() -> SeparateRolesTest.count(decode.pages(), 'R') == 7), WAIT,
-            () -> "the 7-page transfer to be in flight: " + router.roleStatus());
-        prefill.kill();
+        final long released0 = roles.decode.counter("quarantine_releases"), events0 = roles.decode.poolCounter("quarantineEvents");
+        roles.prefill.post("internal/test/gate", "{\"closed\":true}");
+        final Future<TestClient.Response> inFlight = pool.submit(() -> roles.client.complete("erin", BackpressureTest.words("e", 100), 4, false));
+        Await.until(() -> SeparateRolesTest.call(() -> SeparateRolesTest.count(roles.decode.pages(), 'R') == 7), WAIT,
+            () -> "the 7-page transfer to be in flight: " + roles.router.roleStatus());
+        roles.prefill.kill();
         final TestClient.Response r = inFlight.get(30, TimeUnit.SECONDS);
         assertEquals(503, r.status(), r::body);
         assertEquals("peer_lost", r.error().path("reason").asText(), r::body);
-        Await.until(() -> SeparateRolesTest.call(() -> decode.counter("quarantine_releases") == released0 + 1), WAIT,
-            () -> "decode to release the quarantine once the link's worker is closed: " + SeparateRolesTest.show(decode));
-        assertEquals(events0 + 7, decode.poolCounter("quarantineEvents"), "every page of the transfer went through QUARANTINED");
-        decode.assertPoolClean();
+        Await.until(() -> SeparateRolesTest.call(() -> roles.decode.counter("quarantine_releases") == released0 + 1), WAIT,
+            () -> "decode to release the quarantine once the link's worker is closed: " + SeparateRolesTest.show(roles.decode));
+        assertEquals(events0 + 7, roles.decode.poolCounter("quarantineEvents"), "every page of the transfer went through QUARANTINED");
+        roles.decode.assertPoolClean();
     }
 }
