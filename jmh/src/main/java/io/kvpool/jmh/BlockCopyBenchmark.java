@@ -24,7 +24,6 @@ import org.openjdk.jmh.annotations.Warmup;
 
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
-import java.lang.foreign.ValueLayout;
 import java.util.Random;
 import java.util.concurrent.TimeUnit;
 
@@ -103,29 +102,20 @@ public class BlockCopyBenchmark {
         /** MiB copied by one op. */
         public double opMiB;
 
-        private long bytes;
-        private double eventMs;
-        private long submitNs;
-        private long ops;
+        private final CudaBench.Tally t = new CudaBench.Tally(); // host time: submission
 
         @Setup(Level.Iteration)
         public void reset() {
-            bytes = 0;
-            eventMs = 0;
-            submitNs = 0;
-            ops = 0;
+            t.reset();
             deviceGBps = deviceMs = submitUs = opMiB = 0;
         }
 
         void add(long copiedBytes, float ms, long submitNanos) {
-            bytes += copiedBytes;
-            eventMs += ms;
-            submitNs += submitNanos;
-            ops++;
-            deviceGBps = 2.0 * bytes / (eventMs * 1e6);
-            deviceMs = eventMs / ops;
-            submitUs = submitNs / 1e3 / ops;
-            opMiB = copiedBytes / (1024.0 * 1024.0);
+            t.add(copiedBytes, ms, submitNanos);
+            deviceGBps = 2.0 * t.bytes / (t.eventMs * 1e6);
+            deviceMs = t.deviceMs();
+            submitUs = t.hostNs / 1e3 / t.ops;
+            opMiB = CudaBench.mib(copiedBytes);
         }
     }
 
@@ -156,11 +146,9 @@ public class BlockCopyBenchmark {
 
     @Setup(Level.Trial)
     public void setup() {
-        if (!Cuda.available()) {
-            throw new IllegalStateException("BlockCopyBenchmark needs a CUDA device: " + Cuda.unavailableReason());
-        }
+        CudaBench.requireDevice("BlockCopyBenchmark");
         final KvLayout layout = layout(pageKiB);
-        n = (int) ((long) BATCH_MIB * 1024 * 1024 / layout.bytesPerPage());
+        n = CudaBench.pagesIn(BATCH_MIB, layout);
         final int pages = n * 5 / 2;
         pool = DevicePageStorage.allocate(layout, pages);
         dl = pool.deviceLayout();
@@ -202,11 +190,8 @@ public class BlockCopyBenchmark {
     private void verifyOnePage(KvLayout layout, Random rnd) {
         try (Arena a = Arena.ofConfined()) {
             final long b = layout.bytesPerPage();
-            final MemorySegment in = a.allocate(b, 16);
+            final MemorySegment in = CudaBench.randomPage(a, b, rnd);
             final MemorySegment out = a.allocate(b, 16);
-            for (long i = 0; i < b; i += 8) {
-                in.set(ValueLayout.JAVA_LONG_UNALIGNED, i, rnd.nextLong());
-            }
             pool.writePage(src[0], in);
             pool.copyPages(src, 0, dst, 0, 1);
             pool.readPage(dst[0], out);

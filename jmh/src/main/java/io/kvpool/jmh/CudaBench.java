@@ -1,5 +1,7 @@
 package io.kvpool.jmh;
 
+import io.kvpool.KvLayout;
+import io.kvpool.cuda.Cuda;
 import jcuda.driver.CUcontext;
 import jcuda.driver.CUdevice;
 import jcuda.driver.CUevent;
@@ -7,14 +9,52 @@ import jcuda.driver.CUevent_flags;
 import jcuda.driver.CUresult;
 import jcuda.driver.JCudaDriver;
 
+import java.lang.foreign.Arena;
+import java.lang.foreign.MemorySegment;
+import java.lang.foreign.ValueLayout;
 import java.util.Random;
 
 /**
  * What the GPU benchmarks share: device 0's primary context (retained for the benchmark's life) and a
  * pair of CUDA events on the NULL stream that time one op. Close it after everything allocated in the
- * context is freed.
+ * context is freed. Also the per-iteration sums behind their {@code Rates} ({@link Tally}) and the setup
+ * steps they have in common (the device check, pages per op, a random page to verify with).
  */
 final class CudaBench implements AutoCloseable {
+
+    /**
+     * What a benchmark's {@code Rates} sums over the ops of an iteration; its public
+     * {@code @AuxCounters} fields are computed from these.
+     */
+    static final class Tally {
+        /** Bytes the ops moved (as the benchmark counts them). */
+        long bytes;
+        /** CUDA event time of the ops, ms. */
+        double eventMs;
+        /** Host time of the ops, ns (what the benchmark measures: submission, or call + wait). */
+        long hostNs;
+        /** Ops accounted. */
+        long ops;
+
+        void reset() {
+            bytes = 0;
+            eventMs = 0;
+            hostNs = 0;
+            ops = 0;
+        }
+
+        void add(long opBytes, float ms, long hostNanos) {
+            bytes += opBytes;
+            eventMs += ms;
+            hostNs += hostNanos;
+            ops++;
+        }
+
+        /** @return mean event time of one op, ms */
+        double deviceMs() {
+            return eventMs / ops;
+        }
+    }
 
     private final CUdevice device = new CUdevice();
     private final CUcontext context = new CUcontext();
@@ -61,6 +101,32 @@ final class CudaBench implements AutoCloseable {
         JCudaDriver.cuEventDestroy(start);
         JCudaDriver.cuEventDestroy(stop);
         JCudaDriver.cuDevicePrimaryCtxRelease(device);
+    }
+
+    /** @throws IllegalStateException naming {@code benchmark} and {@link Cuda#unavailableReason()} without a usable device */
+    static void requireDevice(String benchmark) {
+        if (!Cuda.available()) {
+            throw new IllegalStateException(benchmark + " needs a CUDA device: " + Cuda.unavailableReason());
+        }
+    }
+
+    /** @return how many pages of {@code layout} make {@code mib} MiB */
+    static int pagesIn(int mib, KvLayout layout) {
+        return (int) ((long) mib * 1024 * 1024 / layout.bytesPerPage());
+    }
+
+    /** @return MiB in {@code bytes} */
+    static double mib(long bytes) {
+        return bytes / (1024.0 * 1024.0);
+    }
+
+    /** @return a page of {@code bytes} (16-byte aligned) in {@code a}, filled with {@code rnd}'s next longs */
+    static MemorySegment randomPage(Arena a, long bytes, Random rnd) {
+        final MemorySegment page = a.allocate(bytes, 16);
+        for (long i = 0; i < bytes; i += 8) {
+            page.set(ValueLayout.JAVA_LONG_UNALIGNED, i, rnd.nextLong());
+        }
+        return page;
     }
 
     static void check(int result, String call) {

@@ -25,7 +25,6 @@ import org.openjdk.jmh.annotations.Warmup;
 
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
-import java.lang.foreign.ValueLayout;
 import java.util.Arrays;
 import java.util.Random;
 import java.util.concurrent.TimeUnit;
@@ -108,29 +107,20 @@ public class OffloadBenchmark {
         /** MiB moved by one op. */
         public double opMiB;
 
-        private long bytes;
-        private double eventMs;
-        private long hostNs;
-        private long ops;
+        private final CudaBench.Tally t = new CudaBench.Tally(); // host time: call + wait
 
         @Setup(Level.Iteration)
         public void reset() {
-            bytes = 0;
-            eventMs = 0;
-            hostNs = 0;
-            ops = 0;
+            t.reset();
             deviceGBps = hostGBps = deviceMs = opMiB = 0;
         }
 
         void add(long movedBytes, float ms, long hostNanos) {
-            bytes += movedBytes;
-            eventMs += ms;
-            hostNs += hostNanos;
-            ops++;
-            deviceGBps = bytes / (eventMs * 1e6);
-            hostGBps = (double) bytes / hostNs;
-            deviceMs = eventMs / ops;
-            opMiB = movedBytes / (1024.0 * 1024.0);
+            t.add(movedBytes, ms, hostNanos);
+            deviceGBps = t.bytes / (t.eventMs * 1e6);
+            hostGBps = (double) t.bytes / t.hostNs;
+            deviceMs = t.deviceMs();
+            opMiB = CudaBench.mib(movedBytes);
         }
     }
 
@@ -145,11 +135,9 @@ public class OffloadBenchmark {
 
     @Setup(Level.Trial)
     public void setup() {
-        if (!Cuda.available()) {
-            throw new IllegalStateException("OffloadBenchmark needs a CUDA device: " + Cuda.unavailableReason());
-        }
+        CudaBench.requireDevice("OffloadBenchmark");
         final KvLayout layout = BlockCopyBenchmark.layout(pageKiB);
-        n = (int) ((long) BATCH_MIB * 1024 * 1024 / layout.bytesPerPage());
+        n = CudaBench.pagesIn(BATCH_MIB, layout);
         final int poolPages = 2 * n;
         pool = DevicePageStorage.allocate(layout, poolPages);
         cuda = new CudaBench();
@@ -186,11 +174,8 @@ public class OffloadBenchmark {
     private void verifyOnePage(KvLayout layout, Random rnd, int spare, OffloadEngine engine) {
         try (Arena a = Arena.ofConfined()) {
             final long b = layout.bytesPerPage();
-            final MemorySegment in = a.allocate(b, 16);
+            final MemorySegment in = CudaBench.randomPage(a, b, rnd);
             final MemorySegment out = a.allocate(b, 16);
-            for (long i = 0; i < b; i += 8) {
-                in.set(ValueLayout.JAVA_LONG_UNALIGNED, i, rnd.nextLong());
-            }
             pool.writePage(pages[0], in);
             pool.offload(pages, 0, 1, pinned, 0, engine);
             long mismatch = in.mismatch(pinned.page(0));

@@ -35,29 +35,10 @@ final class DecodeEndpoint extends RoleEndpoint {
     private final ConcurrentHashMap<Long, Slot> calls = new ConcurrentHashMap<>();
 
     DecodeEndpoint(DecodeRole role, ObjectMapper json, ServerConfig config) {
-        super(DecodeRole.ROLE, json, config);
-        this.role = Objects.requireNonNull(role, "role");
+        Objects.requireNonNull(role, "role"); // before the method references below, for the message
+        super(DecodeRole.ROLE, json, config, new Readouts(role::pool, role::status, role::activeTransfers, role::ready));
+        this.role = role;
         this.heartbeat = config.heartbeat();
-    }
-
-    @Override
-    io.kvpool.KvPool pool() {
-        return role.pool();
-    }
-
-    @Override
-    RoleStatus status() {
-        return role.status();
-    }
-
-    @Override
-    int activeTransfers() {
-        return role.activeTransfers();
-    }
-
-    @Override
-    boolean ready() {
-        return role.ready();
     }
 
     @Override

@@ -26,20 +26,15 @@ import java.util.stream.Stream;
  *   DecodeRole:  KvPool (MappedPageStorage: work-dir/decode.pool) ─ TransferReceiver ─ GrantingLink ─ ShmListener
  * </pre>
  */
-public final class InJvmRoles implements Roles {
+public final class InJvmRoles extends RolePair<PrefillRole, DecodeRole> {
 
     /** The model id both sides announce in their HELLO. */
     public static final String MODEL_ID = RoleParts.MODEL_ID;
     /** The environment both sides announce. */
     public static final String ENVIRONMENT = RoleParts.ENVIRONMENT;
 
-    private final PrefillRole prefill;
-    private final DecodeRole decode;
-    private boolean closed;
-
     private InJvmRoles(PrefillRole prefill, DecodeRole decode) {
-        this.prefill = prefill;
-        this.decode = decode;
+        super(prefill, decode);
     }
 
     /**
@@ -120,16 +115,6 @@ public final class InJvmRoles implements Roles {
         }
     }
 
-    @Override
-    public PrefillService prefill() {
-        return prefill;
-    }
-
-    @Override
-    public DecodeService decode() {
-        return decode;
-    }
-
     /** @return the prefill role's pool (for accounting checks) */
     public KvPool prefillPool() {
         return prefill.pool();
@@ -143,20 +128,6 @@ public final class InJvmRoles implements Roles {
     /** @return the decode side's transfer metrics */
     public io.kvpool.transfer.ReceiverMetrics receiverMetrics() {
         return decode.metrics();
-    }
-
-    /** Closes prefill (its sender aborts what is left and waits for its writes), then decode. Idempotent. */
-    @Override
-    public synchronized void close() {
-        if (closed) {
-            return;
-        }
-        closed = true;
-        try {
-            prefill.close();
-        } finally {
-            decode.close();
-        }
     }
 
     private static void closeQuietly(AutoCloseable... cs) {

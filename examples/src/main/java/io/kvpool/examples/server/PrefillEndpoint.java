@@ -28,29 +28,10 @@ final class PrefillEndpoint extends RoleEndpoint {
 
     /** @param gate the test hook's gate, or {@code null} (no test endpoint) */
     PrefillEndpoint(PrefillRole role, ObjectMapper json, ServerConfig config, LinkGate gate) {
-        super(PrefillRole.ROLE, json, config);
-        this.role = Objects.requireNonNull(role, "role");
+        Objects.requireNonNull(role, "role"); // before the method references below, for the message
+        super(PrefillRole.ROLE, json, config, new Readouts(role::pool, role::status, role::activeTransfers, role::linkUp));
+        this.role = role;
         this.gate = gate;
-    }
-
-    @Override
-    io.kvpool.KvPool pool() {
-        return role.pool();
-    }
-
-    @Override
-    RoleStatus status() {
-        return role.status();
-    }
-
-    @Override
-    int activeTransfers() {
-        return role.activeTransfers();
-    }
-
-    @Override
-    boolean ready() {
-        return role.linkUp();
     }
 
     @Override

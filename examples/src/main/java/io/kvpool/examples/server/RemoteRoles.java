@@ -10,15 +10,10 @@ import java.util.Objects;
  * up yet answers its requests with 503 and shows as down ({@code kvpool_role_up 0}) until it is.
  * Closing closes the clients only; the role processes run on.
  */
-public final class RemoteRoles implements Roles {
-
-    private final RemotePrefill prefill;
-    private final RemoteDecode decode;
-    private boolean closed;
+public final class RemoteRoles extends RolePair<RemotePrefill, RemoteDecode> {
 
     private RemoteRoles(RemotePrefill prefill, RemoteDecode decode) {
-        this.prefill = prefill;
-        this.decode = decode;
+        super(prefill, decode);
     }
 
     /** @return clients for the roles at the configuration's {@code --prefill-url} and {@code --decode-url} */
@@ -28,29 +23,6 @@ public final class RemoteRoles implements Roles {
         final Topology t = cfg.topology();
         return new RemoteRoles(new RemotePrefill(new RoleClient(PrefillRole.ROLE, t.prefillUrl(), json)),
             new RemoteDecode(new RoleClient(DecodeRole.ROLE, t.decodeUrl(), json), json, cfg.requestTimeout()));
-    }
-
-    @Override
-    public PrefillService prefill() {
-        return prefill;
-    }
-
-    @Override
-    public DecodeService decode() {
-        return decode;
-    }
-
-    @Override
-    public synchronized void close() {
-        if (closed) {
-            return;
-        }
-        closed = true;
-        try {
-            prefill.close();
-        } finally {
-            decode.close();
-        }
     }
 
     @Override

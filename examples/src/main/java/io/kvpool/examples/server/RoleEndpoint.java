@@ -9,6 +9,9 @@ import java.io.IOException;
 import java.io.InputStream;
 import java.util.List;
 import java.util.Objects;
+import java.util.function.BooleanSupplier;
+import java.util.function.IntSupplier;
+import java.util.function.Supplier;
 
 /**
  * The internal endpoints every role process serves to the router ({@link RoleServer}), and the plumbing
@@ -34,24 +37,31 @@ abstract class RoleEndpoint implements HttpHandler {
     protected final ObjectMapper json;
     private final String role;
     private final ServerConfig config;
+    private final Readouts readouts;
 
-    RoleEndpoint(String role, ObjectMapper json, ServerConfig config) {
+    /**
+     * What the common endpoints read of the role, as its own methods (for example {@code role::status}).
+     *
+     * @param pool            the role's pool (for the accounting check)
+     * @param status          the role's status now
+     * @param activeTransfers transfers not yet over
+     * @param ready           whether the role's KV link is up
+     */
+    record Readouts(Supplier<io.kvpool.KvPool> pool, Supplier<RoleStatus> status, IntSupplier activeTransfers, BooleanSupplier ready) {
+        Readouts {
+            Objects.requireNonNull(pool, "pool");
+            Objects.requireNonNull(status, "status");
+            Objects.requireNonNull(activeTransfers, "activeTransfers");
+            Objects.requireNonNull(ready, "ready");
+        }
+    }
+
+    RoleEndpoint(String role, ObjectMapper json, ServerConfig config, Readouts readouts) {
         this.role = Objects.requireNonNull(role, "role");
         this.json = Objects.requireNonNull(json, "json");
         this.config = Objects.requireNonNull(config, "config");
+        this.readouts = Objects.requireNonNull(readouts, "readouts");
     }
-
-    /** @return the role's status now */
-    abstract RoleStatus status();
-
-    /** @return transfers not yet over */
-    abstract int activeTransfers();
-
-    /** @return whether the role's KV link is up */
-    abstract boolean ready();
-
-    /** @return the role's pool (for the accounting check) */
-    abstract io.kvpool.KvPool pool();
 
     /** Aborts {@code requestId} (idempotent; unknown ids do nothing). */
     abstract void abort(long requestId, String why);
@@ -70,18 +80,18 @@ abstract class RoleEndpoint implements HttpHandler {
             switch (path) {
                 case "/internal/status" -> {
                     method(ex, "GET");
-                    Http.sendJson(ex, json, 200, RoleJson.status(status(), activeTransfers(), ready()));
+                    Http.sendJson(ex, json, 200, RoleJson.status(readouts.status().get(), readouts.activeTransfers().getAsInt(), readouts.ready().getAsBoolean()));
                 }
                 case "/metrics" -> {
                     method(ex, "GET");
                     Http.send(ex, 200, "text/plain; version=0.0.4; charset=utf-8",
-                        Http.utf8(PrometheusText.renderRoles(List.of(status()), config)));
+                        Http.utf8(PrometheusText.renderRoles(List.of(readouts.status().get()), config)));
                 }
                 case "/internal/accounting" -> {
                     method(ex, "GET");
                     final io.kvpool.PoolSnapshot snap;
                     try {
-                        snap = pool().verifyAccounting();
+                        snap = readouts.pool().get().verifyAccounting();
                     } catch (IllegalStateException e) {
                         throw ApiError.of(409, "conflict", "accounting_violated", role + " pool: " + e.getMessage());
                     }

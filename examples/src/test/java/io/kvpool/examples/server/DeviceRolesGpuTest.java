@@ -9,14 +9,12 @@ import org.junit.jupiter.api.io.TempDir;
 import java.net.ServerSocket;
 import java.nio.file.Path;
 import java.time.Duration;
-import java.util.List;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
 import java.util.concurrent.Future;
 import java.util.concurrent.TimeUnit;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
-import static org.junit.jupiter.api.Assertions.assertTrue;
 import static org.junit.jupiter.api.Assertions.fail;
 
 /**
@@ -54,41 +52,26 @@ class DeviceRolesGpuTest {
         final String[] args = {"--device", "cuda", "--work-dir", dir.toString(), "--context", "512", "--prefill-pages", "64",
             "--decode-pages", "128", "--token-delay-ms", "0", "--transfer-timeout-ms", "30000", "--reconnect-ms", "50"};
         final ExecutorService pool = Executors.newVirtualThreadPerTaskExecutor();
-        try (RoleChild decode = RoleChild.start(dir, "decode", args);
-             RoleChild prefill = RoleChild.start(dir, "prefill", concat(args, "--port", Integer.toString(prefillPort)))) {
-            decode.awaitStarted(Duration.ofSeconds(60));
-            prefill.awaitStarted(Duration.ofSeconds(60));
+        try (ThreeProcesses roles = ThreeProcesses.start(dir, args, concat(args, "--port", Integer.toString(prefillPort)), Duration.ofSeconds(60))) {
+            final RoleChild decode = roles.decode;
+            final RoleChild prefill = roles.prefill;
+            final TestClient client = roles.client;
             assertEquals("cuda-ipc:" + dir.resolve("transfer.sock"), decode.kvLink());
-            try (KvServer router = KvServer.start(ServerTests.small().topology(Topology.DEFAULT.withRole(Topology.Role.ROUTER)
-                .withUrls(prefill.uri(), decode.uri())).build())) {
-                final TestClient client = new TestClient(router);
-                Await.until(() -> SeparateRolesTest.call(() -> decode.status().path("ready").asBoolean()), Duration.ofSeconds(30),
-                    () -> decode.log() + prefill.log());
-                for (String tenant : List.of("alice", "bob")) {
-                    final String prompt = tenant + "'s secret on the GPU";
-                    final TestClient.Response plain = client.complete(tenant, prompt, 5, false);
-                    assertEquals(200, plain.status(), plain::body);
-                    assertEquals(List.of(), Isolation.violations(tenant, prompt, 5, plain.json()));
-                    final TestClient.Response stream = client.complete(tenant, prompt, 5, true);
-                    assertEquals(200, stream.status(), stream::body);
-                    assertEquals(List.of(), Isolation.violations(tenant, prompt, 5, SeparateRolesTest.joined(stream)));
-                }
-                assertTrue(router.awaitQuiescence(Duration.ofSeconds(15)));
-                decode.assertPoolClean();
-                prefill.assertPoolClean();
+            roles.awaitDecodeReady(Duration.ofSeconds(30));
+            roles.assertTwoTenantsIsolated("on the GPU");
+            roles.assertClean(Duration.ofSeconds(15));
 
-                final long released0 = decode.counter("quarantine_releases");
-                prefill.post("internal/test/gate", "{\"closed\":true}");
-                final Future<TestClient.Response> inFlight = pool.submit(() -> client.complete("erin", BackpressureTest.words("e", 100), 4, false));
-                Await.until(() -> SeparateRolesTest.call(() -> SeparateRolesTest.count(decode.pages(), 'R') == 7), Duration.ofSeconds(15),
-                    () -> SeparateRolesTest.show(decode));
-                prefill.kill();
-                final TestClient.Response r = inFlight.get(30, TimeUnit.SECONDS);
-                assertEquals(503, r.status(), r::body);
-                Await.until(() -> SeparateRolesTest.call(() -> decode.counter("quarantine_releases") == released0 + 1), Duration.ofSeconds(15),
-                    () -> SeparateRolesTest.show(decode));
-                decode.assertPoolClean();
-            }
+            final long released0 = decode.counter("quarantine_releases");
+            prefill.post("internal/test/gate", "{\"closed\":true}");
+            final Future<TestClient.Response> inFlight = pool.submit(() -> client.complete("erin", BackpressureTest.words("e", 100), 4, false));
+            Await.until(() -> SeparateRolesTest.call(() -> SeparateRolesTest.count(decode.pages(), 'R') == 7), Duration.ofSeconds(15),
+                () -> SeparateRolesTest.show(decode));
+            prefill.kill();
+            final TestClient.Response r = inFlight.get(30, TimeUnit.SECONDS);
+            assertEquals(503, r.status(), r::body);
+            Await.until(() -> SeparateRolesTest.call(() -> decode.counter("quarantine_releases") == released0 + 1), Duration.ofSeconds(15),
+                () -> SeparateRolesTest.show(decode));
+            decode.assertPoolClean();
         } finally {
             pool.shutdownNow();
         }

@@ -23,6 +23,20 @@ class DisconnectTest {
         return s.roleStatus().get(index).counters().get(counter);
     }
 
+    /** Waits until both roles were told to abort the one request (each counted one abort request). */
+    private static void awaitAbortedInBothRoles(KvServer server) throws InterruptedException {
+        Await.until(() -> role(server, 0, "abort_requests") == 1 && role(server, 1, "abort_requests") == 1,
+            Duration.ofSeconds(10), () -> "both roles to be told to abort: " + server.roleStatus());
+    }
+
+    /** {@link #awaitAbortedInBothRoles}, the pools balance, and the router counted the request aborted, none completed. */
+    private static void assertAbortedOnceAndBalanced(KvServer server) throws Exception {
+        awaitAbortedInBothRoles(server);
+        ServerTests.assertBalanced(server);
+        assertEquals(1, server.counters().get("aborted"));
+        assertEquals(0, server.counters().get("completed"));
+    }
+
     @Test
     void aClientGoneMidTransferAbortsBothRolesAndTheDecodePagesDrainBeforeTheyAreFree() throws Exception {
         final LinkGate gate = LinkGate.create(true);
@@ -34,8 +48,7 @@ class DisconnectTest {
                 assertTrue(gate.awaitHeld(7, Duration.ofSeconds(10)), "the transfer's writes were never posted");
             } // the client vanishes while its KV is in flight
 
-            Await.until(() -> role(server, 0, "abort_requests") == 1 && role(server, 1, "abort_requests") == 1,
-                Duration.ofSeconds(10), () -> "both roles to be told to abort: " + server.roleStatus());
+            awaitAbortedInBothRoles(server);
             assertEquals(1, server.counters().get("aborted"));
             // the decode side's pages wait for the sender's DRAINED: its writes are still in flight
             final PoolSnapshot held = server.decodePool().snapshot();
@@ -68,11 +81,7 @@ class DisconnectTest {
             try (Socket s = client.openRaw("bob", "tell me a long story", 200, true)) {
                 TestClient.readUntil(s, "\"text\":"); // the first token arrived
             }
-            Await.until(() -> role(server, 0, "abort_requests") == 1 && role(server, 1, "abort_requests") == 1,
-                Duration.ofSeconds(10), () -> "both roles to be told to abort: " + server.roleStatus());
-            ServerTests.assertBalanced(server);
-            assertEquals(1, server.counters().get("aborted"));
-            assertEquals(0, server.counters().get("completed"));
+            assertAbortedOnceAndBalanced(server);
             final long generated = role(server, 1, "generated_tokens");
             assertTrue(generated >= 1 && generated < 200, () -> generated + " tokens generated for a client that left");
         }
@@ -94,11 +103,7 @@ class DisconnectTest {
             assertEquals(0, role(server, 0, "abort_requests") + role(server, 1, "abort_requests"),
                 "before the commit nothing was written, so nothing noticed the client leave");
             gate.open();
-            Await.until(() -> role(server, 0, "abort_requests") == 1 && role(server, 1, "abort_requests") == 1,
-                Duration.ofSeconds(10), () -> "both roles to be told to abort: " + server.roleStatus());
-            ServerTests.assertBalanced(server);
-            assertEquals(1, server.counters().get("aborted"));
-            assertEquals(0, server.counters().get("completed"));
+            assertAbortedOnceAndBalanced(server);
             final long generated = role(server, 1, "generated_tokens");
             assertTrue(generated < 100, () -> generated + " of 100 tokens generated for a client that left");
         }

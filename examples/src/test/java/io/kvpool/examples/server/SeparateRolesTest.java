@@ -47,11 +47,7 @@ class SeparateRolesTest {
 
     @TempDir
     static Path dir;
-    static int prefillPort;
-    static RoleChild decode;
-    static RoleChild prefill;
-    static KvServer router;
-    static TestClient client;
+    static ThreeProcesses roles;
     static final ExecutorService pool = Executors.newVirtualThreadPerTaskExecutor();
 
     /** The flags both role processes get (a long transfer timeout: held transfers end only when a test ends them). */
@@ -63,45 +59,28 @@ class SeparateRolesTest {
         return a.toArray(new String[0]);
     }
 
-    static RoleChild startPrefill() throws IOException {
-        return RoleChild.start(dir, "prefill", roleArgs("--port", Integer.toString(prefillPort)));
-    }
-
     @BeforeAll
     static void start() throws Exception {
+        final int prefillPort;
         try (ServerSocket s = new ServerSocket(0)) {
             prefillPort = s.getLocalPort(); // fixed, so that a restarted prefill process is where the router looks
         }
-        decode = RoleChild.start(dir, "decode", roleArgs());
-        prefill = startPrefill(); // connects (and reconnects) to decode's socket on its own
-        decode.awaitStarted(WAIT);
-        prefill.awaitStarted(WAIT);
-        assertEquals("shm:" + dir.resolve("transfer.sock"), decode.kvLink());
-        router = KvServer.start(ServerTests.small().topology(Topology.DEFAULT.withRole(Topology.Role.ROUTER)
-            .withUrls(prefill.uri(), decode.uri())).build());
-        client = new TestClient(router);
+        // prefill connects (and reconnects) to decode's socket on its own
+        roles = ThreeProcesses.start(dir, roleArgs(), roleArgs("--port", Integer.toString(prefillPort)), WAIT);
+        assertEquals("shm:" + dir.resolve("transfer.sock"), roles.decode.kvLink());
         awaitLinked();
     }
 
     @AfterAll
-    static void stop() throws Exception {
+    static void stop() {
         pool.shutdownNow();
-        try {
-            if (router != null) {
-                router.close();
-            }
-        } finally {
-            for (RoleChild c : new RoleChild[] {prefill, decode}) {
-                if (c != null) {
-                    c.close();
-                }
-            }
+        if (roles != null) {
+            roles.close();
         }
     }
 
     static void awaitLinked() throws InterruptedException {
-        Await.until(() -> call(() -> decode.status().path("ready").asBoolean() && prefill.status().path("ready").asBoolean()), WAIT,
-            () -> "the prefill→decode link to come up: " + decode.log() + prefill.log());
+        roles.awaitLinked(WAIT, "the prefill→decode link to come up");
     }
 
     interface Check {
@@ -117,9 +96,7 @@ class SeparateRolesTest {
     }
 
     static void assertClean() throws Exception {
-        assertTrue(router.awaitQuiescence(WAIT), () -> "no quiescence: " + router.roleStatus());
-        decode.assertPoolClean();
-        prefill.assertPoolClean();
+        roles.assertClean(WAIT);
     }
 
     static String show(RoleChild c) {
@@ -176,7 +153,7 @@ class SeparateRolesTest {
             final String prompt = tenant + "'s secret " + i + ": the owl flies at dawn";
             final boolean stream = i % 4 >= 2;
             results.add(pool.submit(() -> {
-                final TestClient.Response r = client.complete(tenant, prompt, 6, stream);
+                final TestClient.Response r = roles.client.complete(tenant, prompt, 6, stream);
                 assertEquals(200, r.status(), r::body);
                 return Isolation.violations(tenant, prompt, 6, stream ? joined(r) : r.json());
             }));
@@ -184,66 +161,66 @@ class SeparateRolesTest {
         for (Future<List<String>> f : results) {
             assertEquals(List.of(), f.get(30, TimeUnit.SECONDS));
         }
-        assertEquals(8, router.counters().get("completed"));
+        assertEquals(8, roles.router.counters().get("completed"));
         assertClean();
-        assertEquals(8, decode.counter("transfers_committed"));
-        assertEquals(8, prefill.counter("transfers_completed"));
+        assertEquals(8, roles.decode.counter("transfers_committed"));
+        assertEquals(8, roles.prefill.counter("transfers_completed"));
     }
 
     @Test
     @Order(2)
     void aClientGoneMidStreamAbortsBothRoleProcesses() throws Exception {
-        final long d0 = decode.counter("abort_requests"), p0 = prefill.counter("abort_requests"), g0 = decode.counter("generated_tokens");
-        final long aborted = router.counters().get("aborted");
-        try (Socket s = client.openRaw("carol", "tell me a long story", 200, true)) {
+        final long[] aborts0 = roles.abortRequests();
+        final long g0 = roles.decode.counter("generated_tokens");
+        final long aborted = roles.router.counters().get("aborted");
+        try (Socket s = roles.client.openRaw("carol", "tell me a long story", 200, true)) {
             TestClient.readUntil(s, "\"text\":"); // the first token crossed decode → router → client
         }
-        Await.until(() -> call(() -> decode.counter("abort_requests") == d0 + 1 && prefill.counter("abort_requests") == p0 + 1), WAIT,
-            () -> "both role processes to be told to abort: " + router.roleStatus());
+        roles.awaitAbortedInBoth(aborts0, WAIT);
         assertClean();
-        assertEquals(aborted + 1, router.counters().get("aborted"));
-        final long generated = decode.counter("generated_tokens") - g0;
+        assertEquals(aborted + 1, roles.router.counters().get("aborted"));
+        final long generated = roles.decode.counter("generated_tokens") - g0;
         assertTrue(generated >= 1 && generated < 200, () -> generated + " tokens generated for a client that left");
     }
 
     @Test
     @Order(3)
     void aNonStreamedClientGoneMidGenerationAbortsBothRoleProcesses() throws Exception {
-        final long d0 = decode.counter("abort_requests"), p0 = prefill.counter("abort_requests"), g0 = decode.counter("generated_tokens");
-        final long completed = router.counters().get("completed");
-        try (Socket s = client.openRaw("dave", "a non-streamed story", 200, false)) {
+        final long[] aborts0 = roles.abortRequests();
+        final long g0 = roles.decode.counter("generated_tokens");
+        final long completed = roles.router.counters().get("completed");
+        try (Socket s = roles.client.openRaw("dave", "a non-streamed story", 200, false)) {
             TestClient.readUntil(s, "HTTP/1.1 200"); // sent at the commit; the body is whitespace until the completion
         }
-        Await.until(() -> call(() -> decode.counter("abort_requests") == d0 + 1 && prefill.counter("abort_requests") == p0 + 1), WAIT,
-            () -> "both role processes to be told to abort: " + router.roleStatus());
+        roles.awaitAbortedInBoth(aborts0, WAIT);
         assertClean();
-        assertEquals(completed, router.counters().get("completed"));
-        final long generated = decode.counter("generated_tokens") - g0;
+        assertEquals(completed, roles.router.counters().get("completed"));
+        final long generated = roles.decode.counter("generated_tokens") - g0;
         assertTrue(generated < 200, () -> generated + " tokens generated for a client that left");
     }
 
     @Test
     @Order(4)
     void metricsAndLiveStateMergeBothRoleProcesses() throws Exception {
-        final TestClient.Response r = client.get("/metrics");
+        final TestClient.Response r = roles.client.get("/metrics");
         assertEquals(200, r.status(), r::body);
         assertEquals(List.of(), PromFormat.violations(r.body()), r::body); // the router's text, merged from both processes
-        assertEquals(List.of(), PromFormat.violations(decode.metricsText()), "a role process's own /metrics");
+        assertEquals(List.of(), PromFormat.violations(roles.decode.metricsText()), "a role process's own /metrics");
         final Map<String, Double> m = Metrics.parse(r.body());
         assertEquals(1.0, m.get("kvpool_role_up{role=\"prefill\"}"), r::body);
         assertEquals(1.0, m.get("kvpool_role_up{role=\"decode\"}"), r::body);
         assertEquals(64.0, m.get("kvpool_pool_capacity_pages{role=\"prefill\"}"), r::body);
         assertEquals(128.0, m.get("kvpool_pool_pages{role=\"decode\",state=\"free\"}"), r::body);
-        assertEquals(decode.counter("transfers_committed"), m.get("kvpool_transfers_committed_total").longValue(), r::body);
+        assertEquals(roles.decode.counter("transfers_committed"), m.get("kvpool_transfers_committed_total").longValue(), r::body);
         assertEquals(1.0, m.get("kvpool_sender_link_up"), r::body);
-        assertEquals(router.counters().get("completed"), m.get("kvpool_requests_completed_total").longValue());
+        assertEquals(roles.router.counters().get("completed"), m.get("kvpool_requests_completed_total").longValue());
 
-        final LiveState s = router.liveState(); // what GET /api/state serves
+        final LiveState s = roles.router.liveState(); // what GET /api/state serves
         assertEquals(List.of("prefill", "decode"), s.pools().stream().map(PoolView::role).toList());
         assertEquals(64, s.pools().get(0).pages().length());
         assertEquals("F".repeat(128), s.pools().get(1).pages());
-        assertEquals(decode.counter("transfers_committed"), s.counters().get("decode_transfers_committed"));
-        final TestClient.Response api = client.get("/api/state");
+        assertEquals(roles.decode.counter("transfers_committed"), s.counters().get("decode_transfers_committed"));
+        final TestClient.Response api = roles.client.get("/api/state");
         assertEquals(200, api.status(), api::body); // the live page's JSON, merged from both role processes
         final LiveState served = io.kvpool.examples.ui.StateJson.read(api.body().getBytes(java.nio.charset.StandardCharsets.UTF_8));
         assertEquals(List.of("prefill", "decode"), served.pools().stream().map(PoolView::role).toList(), api::body);
@@ -253,27 +230,27 @@ class SeparateRolesTest {
     @Test
     @Order(5)
     void killingThePrefillProcessMidTransferQuarantinesDecodesPagesUntilItIsGoneAndTheRouterAnswers503() throws Exception {
-        final long released0 = decode.counter("quarantine_releases"), events0 = decode.poolCounter("quarantineEvents");
-        prefill.post("internal/test/gate", "{\"closed\":true}"); // prefill's page writes are held: the transfer stays in flight
-        final Future<TestClient.Response> inFlight = pool.submit(() -> client.complete("erin", BackpressureTest.words("e", 100), 4, false));
-        Await.until(() -> call(() -> count(decode.pages(), 'R') == 7 && prefill.post("internal/test/gate", "{}").path("held").asLong() > 0),
-            WAIT, () -> "the 7-page transfer to be in flight: " + router.roleStatus());
+        final long released0 = roles.decode.counter("quarantine_releases"), events0 = roles.decode.poolCounter("quarantineEvents");
+        roles.prefill.post("internal/test/gate", "{\"closed\":true}"); // prefill's page writes are held: the transfer stays in flight
+        final Future<TestClient.Response> inFlight = pool.submit(() -> roles.client.complete("erin", BackpressureTest.words("e", 100), 4, false));
+        Await.until(() -> call(() -> count(roles.decode.pages(), 'R') == 7 && roles.prefill.post("internal/test/gate", "{}").path("held").asLong() > 0),
+            WAIT, () -> "the 7-page transfer to be in flight: " + roles.router.roleStatus());
 
-        prefill.kill();
+        roles.prefill.kill();
         final TestClient.Response r = inFlight.get(20, TimeUnit.SECONDS);
         assertEquals(503, r.status(), r::body);
         assertEquals("peer_lost", r.error().path("reason").asText(), r::body);
         assertTrue(r.error().path("message").asText().contains("KV transfer of request"), r::body);
-        Await.until(() -> call(() -> decode.counter("quarantine_releases") == released0 + 1), WAIT,
-            () -> "decode to release the quarantine once the prefill process is gone: " + show(decode));
-        assertEquals(events0 + 7, decode.poolCounter("quarantineEvents"), "every page of the transfer went through QUARANTINED");
-        decode.assertPoolClean();
+        Await.until(() -> call(() -> roles.decode.counter("quarantine_releases") == released0 + 1), WAIT,
+            () -> "decode to release the quarantine once the prefill process is gone: " + show(roles.decode));
+        assertEquals(events0 + 7, roles.decode.poolCounter("quarantineEvents"), "every page of the transfer went through QUARANTINED");
+        roles.decode.assertPoolClean();
 
-        final TestClient.Response next = client.complete("erin", "anyone there?", 2, false);
+        final TestClient.Response next = roles.client.complete("erin", "anyone there?", 2, false);
         assertEquals(503, next.status(), next::body);
         assertEquals("1", next.retryAfter());
-        assertTrue(next.error().path("message").asText().contains("prefill role at " + prefill.uri() + " is unreachable"), next::body);
-        final Map<String, Double> m = Metrics.parse(router.metricsText());
+        assertTrue(next.error().path("message").asText().contains("prefill role at " + roles.prefill.uri() + " is unreachable"), next::body);
+        final Map<String, Double> m = Metrics.parse(roles.router.metricsText());
         assertEquals(0.0, m.get("kvpool_role_up{role=\"prefill\"}"));
         assertEquals(1.0, m.get("kvpool_role_up{role=\"decode\"}"));
         assertTrue(m.get("kvpool_deferred_release_total{outcome=\"error\"}") >= 1);
@@ -282,59 +259,57 @@ class SeparateRolesTest {
     @Test
     @Order(6)
     void aLinkLostToALivePrefillProcessKeepsDecodesPagesQuarantinedUntilTheProcessIsGone() throws Exception {
-        prefill = startPrefill(); // restarted on the same port: the router finds it again
-        prefill.awaitStarted(WAIT);
+        roles.restartPrefill(WAIT); // restarted on the same port: the router finds it again
         awaitLinked();
-        final TestClient.Response ok = client.complete("frank", "back again", 3, false);
+        final TestClient.Response ok = roles.client.complete("frank", "back again", 3, false);
         assertEquals(200, ok.status(), ok::body);
         assertEquals(List.of(), Isolation.violations("frank", "back again", 3, ok.json()));
 
-        final long released0 = decode.counter("quarantine_releases");
-        prefill.post("internal/test/gate", "{\"closed\":true}");
-        final Future<TestClient.Response> inFlight = pool.submit(() -> client.complete("frank", BackpressureTest.words("f", 100), 4, false));
-        Await.until(() -> call(() -> count(decode.pages(), 'R') == 7), WAIT, () -> "the transfer to be in flight: " + router.roleStatus());
+        final long released0 = roles.decode.counter("quarantine_releases");
+        roles.prefill.post("internal/test/gate", "{\"closed\":true}");
+        final Future<TestClient.Response> inFlight = pool.submit(() -> roles.client.complete("frank", BackpressureTest.words("f", 100), 4, false));
+        Await.until(() -> call(() -> count(roles.decode.pages(), 'R') == 7), WAIT, () -> "the transfer to be in flight: " + roles.router.roleStatus());
 
-        prefill.post("internal/test/gate", "{\"drop\":true}"); // the socket closes; the process, which maps the pool file, lives on
-        Await.until(() -> call(() -> count(decode.pages(), 'Q') == 7), WAIT, () -> "decode to quarantine the pages: " + show(decode));
+        roles.prefill.post("internal/test/gate", "{\"drop\":true}"); // the socket closes; the process, which maps the pool file, lives on
+        Await.until(() -> call(() -> count(roles.decode.pages(), 'Q') == 7), WAIT, () -> "decode to quarantine the pages: " + show(roles.decode));
         final TestClient.Response r = inFlight.get(20, TimeUnit.SECONDS);
         assertEquals(503, r.status(), r::body);
         assertEquals("peer_lost", r.error().path("reason").asText(), r::body);
         Thread.sleep(300); // the prefill process lives (timers: SeparateRolesControlTest waits out ten 200 ms deadlines)
-        assertEquals(List.of(), quarantineViolations(decode.pages(), 7, prefill.process.isAlive()), prefill::log);
-        assertEquals(released0, decode.counter("quarantine_releases"));
+        assertEquals(List.of(), quarantineViolations(roles.decode.pages(), 7, roles.prefill.process.isAlive()), roles.prefill::log);
+        assertEquals(released0, roles.decode.counter("quarantine_releases"));
 
-        prefill.kill();
-        Await.until(() -> call(() -> decode.counter("quarantine_releases") == released0 + 1), WAIT,
-            () -> "decode to release the quarantine once the prefill process is gone: " + show(decode));
-        decode.assertPoolClean();
+        roles.prefill.kill();
+        Await.until(() -> call(() -> roles.decode.counter("quarantine_releases") == released0 + 1), WAIT,
+            () -> "decode to release the quarantine once the prefill process is gone: " + show(roles.decode));
+        roles.decode.assertPoolClean();
     }
 
     @Test
     @Order(7)
     void aDecodeProcessLostMidGenerationEndsBothResponsesWithAClearError() throws Exception {
-        prefill = startPrefill();
-        prefill.awaitStarted(WAIT);
+        roles.restartPrefill(WAIT);
         awaitLinked();
-        final long g0 = decode.counter("generated_tokens");
-        final long failed0 = router.counters().get("failed");
-        try (Socket plain = client.openRaw("gina", "a long non-streamed story", 300, false);
-             Socket stream = client.openRaw("hank", "a long streamed story", 300, true)) {
+        final long g0 = roles.decode.counter("generated_tokens");
+        final long failed0 = roles.router.counters().get("failed");
+        try (Socket plain = roles.client.openRaw("gina", "a long non-streamed story", 300, false);
+             Socket stream = roles.client.openRaw("hank", "a long streamed story", 300, true)) {
             TestClient.readUntil(plain, "HTTP/1.1 200"); // committed: the status is out, generation runs
             TestClient.readUntil(stream, "\"text\":");
-            Await.until(() -> call(() -> decode.counter("generated_tokens") > g0 + 4), WAIT, () -> show(decode));
-            decode.kill();
+            Await.until(() -> call(() -> roles.decode.counter("generated_tokens") > g0 + 4), WAIT, () -> show(roles.decode));
+            roles.decode.kill();
             // the status line said 200: the body ends with the error object instead of the completion
             final String p = TestClient.readUntil(plain, "role_lost");
-            assertTrue(p.contains("\"reason\":\"role_lost\"") && p.contains("decode role at " + decode.uri()), p);
+            assertTrue(p.contains("\"reason\":\"role_lost\"") && p.contains("decode role at " + roles.decode.uri()), p);
             final String s = TestClient.readUntil(stream, "[DONE]"); // a stream ends with an error event
             assertTrue(s.contains("\"reason\":\"role_lost\""), s);
         }
-        final TestClient.Response next = client.complete("gina", "anyone there?", 2, false);
+        final TestClient.Response next = roles.client.complete("gina", "anyone there?", 2, false);
         assertEquals(503, next.status(), next::body);
-        assertTrue(next.error().path("message").asText().contains("decode role at " + decode.uri() + " is unreachable"), next::body);
-        assertTrue(router.awaitQuiescence(WAIT), () -> "no quiescence: " + router.counters());
-        prefill.assertPoolClean(); // its transfers had completed before decode died
-        assertEquals(failed0 + 2, router.counters().get("failed"), () -> "both counted as role_lost: " + router.metricsText());
-        assertTrue(router.metricsText().contains("kvpool_requests_failed_total{reason=\"role_lost\"} 2"), router::metricsText);
+        assertTrue(next.error().path("message").asText().contains("decode role at " + roles.decode.uri() + " is unreachable"), next::body);
+        assertTrue(roles.router.awaitQuiescence(WAIT), () -> "no quiescence: " + roles.router.counters());
+        roles.prefill.assertPoolClean(); // its transfers had completed before decode died
+        assertEquals(failed0 + 2, roles.router.counters().get("failed"), () -> "both counted as role_lost: " + roles.router.metricsText());
+        assertTrue(roles.router.metricsText().contains("kvpool_requests_failed_total{reason=\"role_lost\"} 2"), roles.router::metricsText);
     }
 }

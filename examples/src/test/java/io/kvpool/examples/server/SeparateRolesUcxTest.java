@@ -15,7 +15,6 @@ import org.opentest4j.TestAbortedException;
 import java.net.Socket;
 import java.nio.file.Path;
 import java.time.Duration;
-import java.util.List;
 import java.util.Optional;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
@@ -23,7 +22,6 @@ import java.util.concurrent.Future;
 import java.util.concurrent.TimeUnit;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
-import static org.junit.jupiter.api.Assertions.assertTrue;
 
 /**
  * The three-process server with KV over UCX ({@code --transport ucx}): decode listens for the UCX bootstrap on
@@ -39,10 +37,7 @@ class SeparateRolesUcxTest {
 
     @TempDir
     static Path dir;
-    static RoleChild decode;
-    static RoleChild prefill;
-    static KvServer router;
-    static TestClient client;
+    static ThreeProcesses roles;
     static final ExecutorService pool = Executors.newVirtualThreadPerTaskExecutor();
 
     /** Skips without UCX, or fails when UCX is required. */
@@ -70,77 +65,51 @@ class SeparateRolesUcxTest {
         try (java.net.ServerSocket s = new java.net.ServerSocket(0)) {
             kvPort = s.getLocalPort(); // chosen here so that both children start at once (prefill retries until decode listens)
         }
-        decode = RoleChild.start(dir, "decode", args("127.0.0.1:" + kvPort));
-        prefill = RoleChild.start(dir, "prefill", args("127.0.0.1:" + kvPort));
-        decode.awaitStarted(WAIT);
-        prefill.awaitStarted(WAIT);
-        assertEquals("ucx:127.0.0.1:" + kvPort, decode.kvLink());
-        router = KvServer.start(ServerTests.small().topology(Topology.DEFAULT.withRole(Topology.Role.ROUTER)
-            .withUrls(prefill.uri(), decode.uri())).build());
-        client = new TestClient(router);
-        Await.until(() -> SeparateRolesTest.call(() -> decode.status().path("ready").asBoolean() && prefill.status().path("ready").asBoolean()),
-            WAIT, () -> "the UCX link to come up: " + decode.log() + prefill.log());
+        roles = ThreeProcesses.start(dir, args("127.0.0.1:" + kvPort), args("127.0.0.1:" + kvPort), WAIT);
+        assertEquals("ucx:127.0.0.1:" + kvPort, roles.decode.kvLink());
+        roles.awaitLinked(WAIT, "the UCX link to come up");
     }
 
     @AfterAll
-    static void stop() throws Exception {
+    static void stop() {
         pool.shutdownNow();
-        try {
-            if (router != null) {
-                router.close();
-            }
-        } finally {
-            for (RoleChild c : new RoleChild[] {prefill, decode}) {
-                if (c != null) {
-                    c.close();
-                }
-            }
+        if (roles != null) {
+            roles.close();
         }
     }
 
     static void assertClean() throws Exception {
-        assertTrue(router.awaitQuiescence(WAIT), () -> "no quiescence: " + router.roleStatus());
-        decode.assertPoolClean();
-        prefill.assertPoolClean();
+        roles.assertClean(WAIT);
     }
 
     @Test
     @Order(1)
     void twoTenantsPlainAndStreamedAndAClientThatLeavesOverUcx() throws Exception {
-        for (String tenant : List.of("alice", "bob")) {
-            final String prompt = tenant + "'s secret over UCX";
-            final TestClient.Response plain = client.complete(tenant, prompt, 5, false);
-            assertEquals(200, plain.status(), plain::body);
-            assertEquals(List.of(), Isolation.violations(tenant, prompt, 5, plain.json()));
-            final TestClient.Response stream = client.complete(tenant, prompt, 5, true);
-            assertEquals(200, stream.status(), stream::body);
-            assertEquals(List.of(), Isolation.violations(tenant, prompt, 5, SeparateRolesTest.joined(stream)));
-        }
-        final long d0 = decode.counter("abort_requests"), p0 = prefill.counter("abort_requests");
-        try (Socket s = client.openRaw("carol", "tell me a long story", 200, true)) {
+        roles.assertTwoTenantsIsolated("over UCX");
+        final long[] aborts0 = roles.abortRequests();
+        try (Socket s = roles.client.openRaw("carol", "tell me a long story", 200, true)) {
             TestClient.readUntil(s, "\"text\":");
         }
-        Await.until(() -> SeparateRolesTest.call(() -> decode.counter("abort_requests") == d0 + 1 && prefill.counter("abort_requests") == p0 + 1),
-            WAIT, () -> "both role processes to be told to abort: " + router.roleStatus());
+        roles.awaitAbortedInBoth(aborts0, WAIT);
         assertClean();
-        assertEquals(5, decode.counter("transfers_committed"), "four completions and the stream whose client left");
+        assertEquals(5, roles.decode.counter("transfers_committed"), "four completions and the stream whose client left");
     }
 
     @Test
     @Order(2)
     void killingThePrefillProcessMidTransferQuarantinesUntilTheUcxLinkIsTornDown() throws Exception {
-        final long released0 = decode.counter("quarantine_releases"), events0 = decode.poolCounter("quarantineEvents");
-        prefill.post("internal/test/gate", "{\"closed\":true}");
-        final Future<TestClient.Response> inFlight = pool.submit(() -> client.complete("erin", BackpressureTest.words("e", 100), 4, false));
-        Await.until(() -> SeparateRolesTest.call(() -> SeparateRolesTest.count(decode.pages(), 'R') == 7), WAIT,
-            () -> "the 7-page transfer to be in flight: " + router.roleStatus());
-        prefill.kill();
+        final long released0 = roles.decode.counter("quarantine_releases"), events0 = roles.decode.poolCounter("quarantineEvents");
+        roles.prefill.post("internal/test/gate", "{\"closed\":true}");
+        final Future<TestClient.Response> inFlight = pool.submit(() -> roles.client.complete("erin", BackpressureTest.words("e", 100), 4, false));
+        Await.until(() -> SeparateRolesTest.call(() -> SeparateRolesTest.count(roles.decode.pages(), 'R') == 7), WAIT,
+            () -> "the 7-page transfer to be in flight: " + roles.router.roleStatus());
+        roles.prefill.kill();
         final TestClient.Response r = inFlight.get(30, TimeUnit.SECONDS);
         assertEquals(503, r.status(), r::body);
         assertEquals("peer_lost", r.error().path("reason").asText(), r::body);
-        Await.until(() -> SeparateRolesTest.call(() -> decode.counter("quarantine_releases") == released0 + 1), WAIT,
-            () -> "decode to release the quarantine once the link's worker is closed: " + SeparateRolesTest.show(decode));
-        assertEquals(events0 + 7, decode.poolCounter("quarantineEvents"), "every page of the transfer went through QUARANTINED");
-        decode.assertPoolClean();
+        Await.until(() -> SeparateRolesTest.call(() -> roles.decode.counter("quarantine_releases") == released0 + 1), WAIT,
+            () -> "decode to release the quarantine once the link's worker is closed: " + SeparateRolesTest.show(roles.decode));
+        assertEquals(events0 + 7, roles.decode.poolCounter("quarantineEvents"), "every page of the transfer went through QUARANTINED");
+        roles.decode.assertPoolClean();
     }
 }
