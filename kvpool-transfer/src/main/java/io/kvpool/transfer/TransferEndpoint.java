@@ -8,7 +8,9 @@ import io.kvpool.transfer.wire.WireCodec;
 
 import java.nio.ByteBuffer;
 import java.util.ArrayList;
+import java.util.IdentityHashMap;
 import java.util.List;
+import java.util.Map;
 import java.util.Objects;
 import java.util.concurrent.atomic.LongAdder;
 
@@ -22,7 +24,12 @@ abstract class TransferEndpoint implements LinkListener, AutoCloseable {
 
     final PeerIdentity identity;
     final NanoClock clock;
+    /** Every peer ever added, by id (ids are indexes that transfers and quarantines keep). */
     final List<Peer> peers = new ArrayList<>();
+    /** The peers {@link #doWork()} may still have to poll; a peer leaves once it is down and owes nothing. */
+    private final List<Peer> polled = new ArrayList<>();
+    /** The peer of each link, for frames and events (a server that reconnects adds a peer per link). */
+    private final Map<PeerLink, Peer> byLink = new IdentityHashMap<>();
     final LongAdder malformedFrames = new LongAdder();
     final LongAdder refusedPeers = new LongAdder();
     boolean closed;
@@ -42,6 +49,8 @@ abstract class TransferEndpoint implements LinkListener, AutoCloseable {
         ensureOpen();
         final Peer p = new Peer(peers.size(), Objects.requireNonNull(link, "link"));
         peers.add(p);
+        polled.add(p);
+        byLink.putIfAbsent(link, p);
         try {
             link.send(WireCodec.encode(new Message.Hello(identity)));
         } catch (RuntimeException e) {
@@ -75,12 +84,15 @@ abstract class TransferEndpoint implements LinkListener, AutoCloseable {
             return 0;
         }
         int work = 0;
-        for (int i = 0; i < peers.size(); i++) {
-            final Peer p = peers.get(i);
+        for (int i = 0; i < polled.size(); i++) {
+            final Peer p = polled.get(i);
             if (!closed && (p.state == Peer.State.HANDSHAKE || p.state == Peer.State.UP) || p.users > 0) {
                 work += p.link.poll(this, POLL_LIMIT); // a down link still owes its writes' terminal states
             }
         }
+        // A peer that is down (FAILED and REFUSED are final) and owes no write's terminal state (users only
+        // grow on an UP peer) will never be polled again: drop it, so reconnects do not slow the cycle.
+        polled.removeIf(p -> (p.state == Peer.State.FAILED || p.state == Peer.State.REFUSED) && p.users == 0);
         return work + onDuty(clock.nanoTime());
     }
 
@@ -174,12 +186,12 @@ abstract class TransferEndpoint implements LinkListener, AutoCloseable {
     }
 
     final Peer peerOf(PeerLink link) {
-        for (int i = 0; i < peers.size(); i++) {
-            if (peers.get(i).link == link) {
-                return peers.get(i);
-            }
-        }
-        return null;
+        return byLink.get(link);
+    }
+
+    /** @return how many peers the duty cycle still polls (tests: dead peers must not accumulate) */
+    final int polledPeers() {
+        return polled.size();
     }
 
     /** Sends a message if the peer is up; a failed send takes the peer down. @return whether it was sent */

@@ -97,6 +97,40 @@ class SenderRulesTest {
         assertTrue(pool.verifyAccounting().balanced());
     }
 
+    /**
+     * A server that reconnects adds a peer per link. Links that died owing nothing must leave the duty cycle
+     * (it would otherwise slow with every reconnect), but a link that died with writes in flight must still
+     * be polled until each write's terminal state arrived: only then may the sources be freed.
+     */
+    @Test
+    void deadLinksLeaveTheDutyCycleButALinkOwingWritesIsPolledUntilTheyEnd() {
+        for (int i = 0; i < 50; i++) {
+            final ScriptedLink dead = new ScriptedLink().hello(Kv.identity());
+            tx.addPeer(dead);
+            tx.doWork();
+            dead.failLink("reconnect " + i);
+        }
+        tx.doWork();
+        assertEquals(1, tx.polledPeers(), "only the live link is still polled");
+
+        final OutgoingTransfer t = offer(8); // 2 pages, both posted at once
+        link.inject(descriptor(8));
+        tx.doWork();
+        assertEquals(2, link.postedTokens.size());
+        link.failLink("connection reset");
+        link.completeWrite(link.postedTokens.get(0), PeerLink.FAILED); // queued behind the failure
+        tx.doWork();
+        assertEquals(1, tx.polledPeers(), "a down link that owes terminal states is still polled");
+        assertTrue(sourceStates().stream().allMatch(s -> s == SlotState.OWNED), "sources still read by the transport");
+        link.completeWrite(link.postedTokens.get(1), PeerLink.CANCELED);
+        tx.doWork();
+        tx.doWork();
+        assertEquals(OutgoingTransfer.State.DRAINED, t.state(), t::toString);
+        assertEquals(0, tx.polledPeers(), "once its writes ended, the dead link leaves the cycle");
+        assertTrue(pool.verifyAccounting().balanced());
+        assertTrue(sourceStates().stream().allMatch(s -> s == SlotState.FREE));
+    }
+
     @Test
     void oneFailedWriteDoesNotDrainWhileOthersAreInFlight() {
         final OutgoingTransfer t = offer(8); // 2 pages, both posted at once
