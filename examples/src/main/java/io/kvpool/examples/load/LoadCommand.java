@@ -103,9 +103,7 @@ public final class LoadCommand implements Subcommand {
             if (config == null) {
                 base = url;
             } else {
-                if (config.unsafe()) {
-                    config.printUnsafeBanner(err);
-                }
+                config.printUnsafeBanner(err); // prints only when a safeguard is off
                 try {
                     server = KvServer.start(config);
                 } catch (IllegalArgumentException | IllegalStateException | java.io.UncheckedIOException e) {

@@ -27,9 +27,7 @@ final class ServeCommand implements Subcommand {
             err.print(ServerConfig.usage());
             return 2;
         }
-        if (config.unsafe()) {
-            config.printUnsafeBanner(err);
-        }
+        config.printUnsafeBanner(err); // prints only when a safeguard is off
         if (config.topology().isRoleProcess()) {
             return serveRole(config, out, err);
         }
