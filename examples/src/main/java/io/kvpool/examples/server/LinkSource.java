@@ -1,13 +1,15 @@
 package io.kvpool.examples.server;
 
+import io.kvpool.cuda.ipc.CudaIpcListener;
 import io.kvpool.transfer.shm.ShmListener;
 import io.kvpool.transfer.spi.PeerLink;
 
 import java.util.Objects;
+import java.util.function.Supplier;
 
 /**
- * Where the decode role's links from prefill come from: a shared-memory listener ({@link #shm}) or a UCX
- * acceptor ({@link UcxAcceptor}). Polled on the decode role's duty thread.
+ * Where the decode role's links from prefill come from: a shared-memory listener ({@link #shm}), a CUDA IPC
+ * listener ({@link #cudaIpc}) or a UCX acceptor ({@link UcxAcceptor}). Polled on the decode role's duty thread.
  */
 interface LinkSource extends AutoCloseable {
 
@@ -25,23 +27,33 @@ interface LinkSource extends AutoCloseable {
     @Override
     void close();
 
-    /** @return the listener as a link source */
+    /** @return the shared-memory listener as a link source */
     static LinkSource shm(ShmListener listener) {
         Objects.requireNonNull(listener, "listener");
+        return of("shm:" + listener.socketPath(), listener::accept, listener::close);
+    }
+
+    /** @return the CUDA IPC listener as a link source */
+    static LinkSource cudaIpc(CudaIpcListener listener) {
+        Objects.requireNonNull(listener, "listener");
+        return of("cuda-ipc:" + listener.socketPath(), listener::accept, listener::close);
+    }
+
+    private static LinkSource of(String where, Supplier<PeerLink> accept, Runnable close) {
         return new LinkSource() {
             @Override
             public PeerLink accept() {
-                return listener.accept();
+                return accept.get();
             }
 
             @Override
             public String describe() {
-                return "shm:" + listener.socketPath();
+                return where;
             }
 
             @Override
             public void close() {
-                listener.close();
+                close.run();
             }
         };
     }

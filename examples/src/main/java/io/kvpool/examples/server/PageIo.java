@@ -40,15 +40,20 @@ interface PageIo {
         }
     };
 
-    /** @return {@link #DIRECT} for a host-addressable pool, else copies through its device storage (one instance per thread) */
+    /**
+     * @return the device backend's way to {@code pool}'s pages if they are on its device (copies: one instance per
+     *         thread), else {@link #DIRECT} for a host-addressable pool
+     * @throws IllegalArgumentException if neither reaches them
+     */
     static PageIo of(KvPool pool) {
+        final PageIo device = RoleParts.device().pageIo(pool);
+        if (device != null) {
+            return device;
+        }
         if (pool.storage().isHostAccessible()) {
             return DIRECT;
         }
-        if (pool.storage() instanceof io.kvpool.cuda.DevicePageStorage d) {
-            return new CopyingPageIo(pool.layout(), d::readPage, d::writePage);
-        }
         throw new IllegalArgumentException("the echo model cannot reach the pages of " + pool.storage()
-            + ": neither host-addressable nor a kvpool-cuda DevicePageStorage");
+            + ": neither host-addressable nor on the " + RoleParts.device() + " device");
     }
 }

@@ -3,8 +3,6 @@ package io.kvpool.examples.server;
 import io.kvpool.ContextPolicy;
 import io.kvpool.KvPool;
 import io.kvpool.Safeguard;
-import io.kvpool.cuda.DeviceChecksums;
-import io.kvpool.cuda.DevicePageStorage;
 import io.kvpool.storage.PageStorage;
 import io.kvpool.transfer.PeerIdentity;
 import io.kvpool.transfer.TransferReceiver;
@@ -18,8 +16,8 @@ import java.util.function.BiFunction;
  * The pools and transfer engines of the two roles, built the same way whether the roles share a JVM
  * ({@link InJvmRoles}) or each runs in its own process ({@link SeparateRoles}): the startup capacity check,
  * the {@code --unsafe-…} switches each side takes, the deadlines and the identity both sides announce; with
- * {@code --device cuda} the pools on device 0 ({@link DevicePageStorage}) and the page checksums computed there
- * ({@link DeviceChecksums}).
+ * {@code --device cuda} the pools, checksums and page access of the {@link #device()} backend (the GPU through
+ * kvpool-cuda: {@link DeviceBackend#CUDA}).
  */
 final class RoleParts {
 
@@ -28,7 +26,23 @@ final class RoleParts {
     /** The environment both sides announce. */
     static final String ENVIRONMENT = "example";
 
+    /** Where {@code --device cuda} puts the pools: the GPU, or in this example's tests a host-memory stand-in. */
+    private static volatile DeviceBackend device = DeviceBackend.CUDA;
+
     private RoleParts() {
+    }
+
+    /** @return the backend of {@code --device cuda} ({@link DeviceBackend#CUDA} unless a test replaced it) */
+    static DeviceBackend device() {
+        return device;
+    }
+
+    /**
+     * Replaces the backend of {@code --device cuda} for this process — for the example's tests only, which run
+     * the device path without a GPU; set before the roles are built.
+     */
+    static void useDevice(DeviceBackend backend) {
+        device = java.util.Objects.requireNonNull(backend, "backend");
     }
 
     /** @return the identity both sides announce: layout, model, environment, build */
@@ -51,14 +65,9 @@ final class RoleParts {
             .contextPolicy(cfg.unsafePlaceholderOnOverflow() ? ContextPolicy.CLAMP : ContextPolicy.FAIL)
             .unsafeDisable(off.toArray(new Safeguard[0]));
         if (cfg.device() == ServerConfig.Device.CUDA) {
-            b.storage(DevicePageStorage::allocate);
+            b.storage(device.prefillStorage());
         }
         return b.build();
-    }
-
-    /** @return the decode pool's storage for {@code --device cuda}: device 0's memory */
-    static BiFunction<io.kvpool.KvLayout, Integer, PageStorage> deviceStorage() {
-        return DevicePageStorage::allocate;
     }
 
     /**
@@ -81,7 +90,7 @@ final class RoleParts {
             .completionTimeout(cfg.transferTimeout()).drainTimeout(cfg.transferTimeout())
             .unsafeDisable(cfg.unsafeTransfer().toArray(new TransferSafeguard[0]));
         if (cfg.device() == ServerConfig.Device.CUDA) {
-            b.checksums(DeviceChecksums.INSTANCE); // the page checksums by one kernel launch per run of pages
+            b.checksums(device.checksums());
         }
         return b.build();
     }
@@ -91,7 +100,7 @@ final class RoleParts {
         final TransferSender.Builder b = TransferSender.builder(pool, identity(cfg))
             .drainDeadline(cfg.transferTimeout()).descriptorTimeout(cfg.transferTimeout());
         if (cfg.device() == ServerConfig.Device.CUDA) {
-            b.checksums(DeviceChecksums.INSTANCE);
+            b.checksums(device.checksums());
         }
         return b.build();
     }

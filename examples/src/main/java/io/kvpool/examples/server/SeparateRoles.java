@@ -1,8 +1,6 @@
 package io.kvpool.examples.server;
 
 import io.kvpool.KvPool;
-import io.kvpool.cuda.ipc.CudaIpcListener;
-import io.kvpool.cuda.ipc.CudaIpcTransport;
 import io.kvpool.transfer.TransferReceiver;
 import io.kvpool.transfer.TransferSender;
 import io.kvpool.transfer.shm.MappedPageStorage;
@@ -96,35 +94,21 @@ final class SeparateRoles {
         }
     }
 
-    /** Device pools: the decode pool on device 0, prefill's links through CUDA IPC on the work directory's socket. */
+    /** Device pools ({@link RoleParts#device()}): the decode pool there, prefill's links through its transport on the work directory's socket. */
     private static Decode decodeCuda(ServerConfig cfg) {
-        final Path socket = socketPath(workDir(cfg));
+        final Path dir = workDir(cfg);
+        final Path socket = socketPath(dir);
         clearStaleSocket(socket);
-        final KvPool pool = RoleParts.decodePool(cfg, RoleParts.deviceStorage());
-        CudaIpcListener listener = null;
+        final DeviceBackend device = RoleParts.device();
+        final KvPool pool = RoleParts.decodePool(cfg, device.decodeStorage(dir));
+        LinkSource source = null;
         try {
             final TransferReceiver receiver = RoleParts.receiver(cfg, pool);
-            final CudaIpcListener l = listener = CudaIpcTransport.listen(socket);
-            final LinkSource source = new LinkSource() {
-                @Override
-                public PeerLink accept() {
-                    return l.accept();
-                }
-
-                @Override
-                public String describe() {
-                    return "cuda-ipc:" + socket;
-                }
-
-                @Override
-                public void close() {
-                    l.close();
-                }
-            };
+            source = device.listen(socket);
             return new Decode(new DecodeRole(pool, receiver, source, null, cfg.tokenDelay(), () -> { }), source.describe());
         } catch (RuntimeException e) {
-            if (listener != null) {
-                listener.close();
+            if (source != null) {
+                source.close();
             }
             pool.close();
             throw e;
@@ -204,7 +188,8 @@ final class SeparateRoles {
             final Supplier<PeerLink> connector;
             if (cfg.device() == ServerConfig.Device.CUDA) {
                 final Path socket = socketPath(cfg.workDir());
-                connector = () -> new FaultyLink(CudaIpcTransport.connect(socket), null, cfg.faults(), cfg.gate(), links.getAndIncrement());
+                final DeviceBackend device = RoleParts.device();
+                connector = () -> new FaultyLink(device.connect(socket), null, cfg.faults(), cfg.gate(), links.getAndIncrement());
             } else if (cfg.topology().transport() == Topology.Transport.SHM) {
                 final Path socket = socketPath(cfg.workDir());
                 connector = () -> new FaultyLink(ShmTransport.connect(socket), null, cfg.faults(), cfg.gate(), links.getAndIncrement());

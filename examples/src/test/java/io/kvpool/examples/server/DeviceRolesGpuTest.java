@@ -6,23 +6,16 @@ import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
 import org.junit.jupiter.api.io.TempDir;
 
-import java.net.ServerSocket;
 import java.nio.file.Path;
-import java.time.Duration;
-import java.util.concurrent.ExecutorService;
-import java.util.concurrent.Executors;
-import java.util.concurrent.Future;
 import java.util.concurrent.TimeUnit;
 
-import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.fail;
 
 /**
- * {@code --device cuda}: the decode and prefill roles as child JVMs with their pools on device 0, KV moving by
- * CUDA IPC, checksums on the device, the echo model's KV read and written through {@code readPage}/{@code writePage};
- * the router in this JVM. Two tenants plain and streamed, then the prefill process killed mid-transfer: decode's
- * device pages go through QUARANTINED and are freed once it is gone, the router answers 503.
- * Skipped without a usable GPU (with the reason); failed then under {@code -Dkvpool.gpu.required=true}.
+ * {@link DeviceRolesScenario} on the GPU: both pools on device 0, KV by CUDA IPC, checksums on the device, the
+ * echo model's KV through {@code readPage}/{@code writePage}. Skipped without a usable GPU (with the reason);
+ * failed then under {@code -Dkvpool.gpu.required=true}. {@link SimulatedDeviceRolesTest} runs the same scenario
+ * without a GPU.
  */
 @Timeout(value = 120, unit = TimeUnit.SECONDS)
 class DeviceRolesGpuTest {
@@ -45,41 +38,6 @@ class DeviceRolesGpuTest {
     @Test
     void twoTenantsAndAPrefillProcessKilledMidTransferWithBothPoolsOnTheGpu() throws Exception {
         assumeGpu();
-        final int prefillPort;
-        try (ServerSocket s = new ServerSocket(0)) {
-            prefillPort = s.getLocalPort();
-        }
-        final String[] args = {"--device", "cuda", "--work-dir", dir.toString(), "--context", "512", "--prefill-pages", "64",
-            "--decode-pages", "128", "--token-delay-ms", "0", "--transfer-timeout-ms", "30000", "--reconnect-ms", "50"};
-        final ExecutorService pool = Executors.newVirtualThreadPerTaskExecutor();
-        try (ThreeProcesses roles = ThreeProcesses.start(dir, args, concat(args, "--port", Integer.toString(prefillPort)), Duration.ofSeconds(60))) {
-            final RoleChild decode = roles.decode;
-            final RoleChild prefill = roles.prefill;
-            final TestClient client = roles.client;
-            assertEquals("cuda-ipc:" + dir.resolve("transfer.sock"), decode.kvLink());
-            roles.awaitDecodeReady(Duration.ofSeconds(30));
-            roles.assertTwoTenantsIsolated("on the GPU");
-            roles.assertClean(Duration.ofSeconds(15));
-
-            final long released0 = decode.counter("quarantine_releases");
-            prefill.post("internal/test/gate", "{\"closed\":true}");
-            final Future<TestClient.Response> inFlight = pool.submit(() -> client.complete("erin", BackpressureTest.words("e", 100), 4, false));
-            Await.until(() -> SeparateRolesTest.call(() -> SeparateRolesTest.count(decode.pages(), 'R') == 7), Duration.ofSeconds(15),
-                () -> SeparateRolesTest.show(decode));
-            prefill.kill();
-            final TestClient.Response r = inFlight.get(30, TimeUnit.SECONDS);
-            assertEquals(503, r.status(), r::body);
-            Await.until(() -> SeparateRolesTest.call(() -> decode.counter("quarantine_releases") == released0 + 1), Duration.ofSeconds(15),
-                () -> SeparateRolesTest.show(decode));
-            decode.assertPoolClean();
-        } finally {
-            pool.shutdownNow();
-        }
-    }
-
-    private static String[] concat(String[] a, String... b) {
-        final String[] out = java.util.Arrays.copyOf(a, a.length + b.length);
-        System.arraycopy(b, 0, out, a.length, b.length);
-        return out;
+        DeviceRolesScenario.run(KvServerMain.class, dir, "on the GPU");
     }
 }

@@ -43,10 +43,18 @@ final class RoleChild implements AutoCloseable {
 
     /** Starts {@code serve --role <role> --port 0 <args>} with the prefill test hooks on. */
     static RoleChild start(Path dir, String role, String... args) throws IOException {
+        return start(KvServerMain.class, dir, role, args);
+    }
+
+    /**
+     * Starts {@code serve --role <role> --port 0 <args>} with the prefill test hooks on, through {@code main}
+     * ({@link KvServerMain} or a test's main that prepares the process, then calls it).
+     */
+    static RoleChild start(Class<?> main, Path dir, String role, String... args) throws IOException {
         final List<String> cmd = new ArrayList<>();
         cmd.add(Path.of(System.getProperty("java.home"), "bin", "java").toString());
         cmd.addAll(List.of("-Xmx128m", "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC", "--enable-native-access=ALL-UNNAMED",
-            "-D" + RoleServer.TEST_HOOKS + "=true", "-cp", System.getProperty("java.class.path"), KvServerMain.class.getName(),
+            "-D" + RoleServer.TEST_HOOKS + "=true", "-cp", System.getProperty("java.class.path"), main.getName(),
             "serve", "--role", role, "--port", "0"));
         cmd.addAll(List.of(args));
         final Path log = Files.createTempFile(dir, role + "-", ".log");

@@ -27,10 +27,12 @@ final class ThreeProcesses implements AutoCloseable {
     RoleChild prefill;
     final KvServer router;
     final TestClient client;
+    private final Class<?> main;
     private final Path dir;
     private final String[] prefillArgs;
 
-    private ThreeProcesses(Path dir, String[] prefillArgs, RoleChild decode, RoleChild prefill, KvServer router) {
+    private ThreeProcesses(Class<?> main, Path dir, String[] prefillArgs, RoleChild decode, RoleChild prefill, KvServer router) {
+        this.main = main;
         this.dir = dir;
         this.prefillArgs = prefillArgs;
         this.decode = decode;
@@ -46,16 +48,21 @@ final class ThreeProcesses implements AutoCloseable {
      * @param startWait how long each child may take to serve
      */
     static ThreeProcesses start(Path dir, String[] decodeArgs, String[] prefillArgs, Duration startWait) throws Exception {
+        return start(KvServerMain.class, dir, decodeArgs, prefillArgs, startWait);
+    }
+
+    /** {@link #start(Path, String[], String[], Duration)} with the children run through {@code main} ({@link RoleChild#start(Class, Path, String, String...)}). */
+    static ThreeProcesses start(Class<?> main, Path dir, String[] decodeArgs, String[] prefillArgs, Duration startWait) throws Exception {
         RoleChild decode = null;
         RoleChild prefill = null;
         try {
-            decode = RoleChild.start(dir, "decode", decodeArgs);
-            prefill = RoleChild.start(dir, "prefill", prefillArgs);
+            decode = RoleChild.start(main, dir, "decode", decodeArgs);
+            prefill = RoleChild.start(main, dir, "prefill", prefillArgs);
             decode.awaitStarted(startWait);
             prefill.awaitStarted(startWait);
             final KvServer router = KvServer.start(ServerTests.small().topology(Topology.DEFAULT.withRole(Topology.Role.ROUTER)
                 .withUrls(prefill.uri(), decode.uri())).build());
-            return new ThreeProcesses(dir, prefillArgs, decode, prefill, router);
+            return new ThreeProcesses(main, dir, prefillArgs, decode, prefill, router);
         } catch (Exception | Error e) {
             closeAll(null, prefill, decode);
             throw e;
@@ -64,7 +71,7 @@ final class ThreeProcesses implements AutoCloseable {
 
     /** Starts a new prefill child with the same flags (the same port: the router finds it again) and waits until it serves. */
     RoleChild restartPrefill(Duration startWait) throws Exception {
-        prefill = RoleChild.start(dir, "prefill", prefillArgs);
+        prefill = RoleChild.start(main, dir, "prefill", prefillArgs);
         prefill.awaitStarted(startWait);
         return prefill;
     }
