@@ -92,8 +92,21 @@ abstract class TransferEndpoint implements LinkListener, AutoCloseable {
         }
         // A peer that is down (FAILED and REFUSED are final) and owes no write's terminal state (users only
         // grow on an UP peer) will never be polled again: drop it, so reconnects do not slow the cycle.
-        polled.removeIf(p -> (p.state == Peer.State.FAILED || p.state == Peer.State.REFUSED) && p.users == 0);
+        // Its link's late events then find no peer (as a down peer's are ignored anyway), and the subclass drops
+        // what it kept for the peer.
+        polled.removeIf(p -> {
+            if ((p.state == Peer.State.FAILED || p.state == Peer.State.REFUSED) && p.users == 0) {
+                byLink.remove(p.link, p);
+                onPeerGone(p);
+                return true;
+            }
+            return false;
+        });
         return work + onDuty(clock.nanoTime());
+    }
+
+    /** A peer that is down and owes nothing left the duty cycle for good: drop what was kept for it. */
+    void onPeerGone(Peer peer) {
     }
 
     /** Whether {@link #doWork()} still has work after close (a sender waiting for its writes' terminal states). */
@@ -155,7 +168,16 @@ abstract class TransferEndpoint implements LinkListener, AutoCloseable {
                 fail(p, Peer.State.FAILED, "protocol error: a second HELLO");
             }
             case Message.Refuse r -> fail(p, Peer.State.REFUSED, "refused by the peer: " + r.reason());
-            default -> onMessage(p, m);
+            default -> {
+                try {
+                    onMessage(p, m);
+                } catch (RuntimeException e) {
+                    // a frame that decoded but that the engine could not act on: this peer's problem, never the
+                    // duty cycle's (the other peers and the deadlines must still be served)
+                    malformedFrames.increment();
+                    fail(p, Peer.State.FAILED, "protocol error: " + m.getClass().getSimpleName() + " could not be handled: " + e);
+                }
+            }
         }
     }
 

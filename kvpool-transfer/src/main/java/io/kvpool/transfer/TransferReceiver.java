@@ -8,6 +8,7 @@ import io.kvpool.Sequence;
 import io.kvpool.transfer.spi.PeerLink;
 import io.kvpool.transfer.spi.Registration;
 import io.kvpool.transfer.wire.Message;
+import io.kvpool.transfer.wire.WireFormat;
 
 import java.time.Duration;
 import java.util.ArrayList;
@@ -142,13 +143,18 @@ public final class TransferReceiver extends TransferEndpoint {
      * @param maxNewTokens tokens decode may add (admission reserves pages for them)
      * @param senderPeers  the peer ids (from {@link #addPeer}) of the senders, rank 0 first; each writes a
      *                     contiguous share of the pages ({@link TransferPlan})
-     * @return the transfer: REJECTED (with the admission's typed decision or the reason), or RECEIVING
+     * @return the transfer: REJECTED (with the admission's typed decision or the reason — also for a request of
+     *         more pages than one descriptor carries, {@link WireFormat#MAX_ARRAY}), or RECEIVING
+     * @throws IllegalArgumentException for {@code promptTokens < 1}, {@code maxNewTokens < 0}, no sender, a peer id
+     *                                  never given by {@link #addPeer}, or a peer listed twice (not counted as started)
      */
     public IncomingTransfer start(long requestId, int promptTokens, int maxNewTokens, int... senderPeers) {
         ensureOpen();
         final long now = clock.nanoTime();
-        metrics.started.increment();
         final IncomingTransfer t = new IncomingTransfer(requestId, promptTokens, maxNewTokens, senderPeers, now);
+        if (promptTokens < 1 || maxNewTokens < 0) {
+            throw new IllegalArgumentException("promptTokens must be ≥ 1 and maxNewTokens ≥ 0, were " + promptTokens + " and " + maxNewTokens);
+        }
         if (senderPeers.length == 0) {
             throw new IllegalArgumentException("a transfer needs at least one sender");
         }
@@ -162,6 +168,14 @@ public final class TransferReceiver extends TransferEndpoint {
                     throw new IllegalArgumentException("peer " + id + " is listed as sender " + j + " and " + i);
                 }
             }
+        }
+        metrics.started.increment(); // a call refused for its arguments above is not a transfer
+        if (layout.pagesFor(promptTokens) > WireFormat.MAX_ARRAY) {
+            return reject(t, FailureReason.REJECTED, "request " + requestId + " of " + promptTokens + " tokens needs "
+                + layout.pagesFor(promptTokens) + " pages of " + layout.tokensPerPage() + " tokens; one descriptor carries at most "
+                + WireFormat.MAX_ARRAY + " (" + (long) WireFormat.MAX_ARRAY * layout.tokensPerPage() + " tokens)");
+        }
+        for (int id : senderPeers) {
             if (!peers.get(id).isUp()) {
                 return reject(t, FailureReason.PEER_LOST, "sender " + peers.get(id) + " is not up");
             }

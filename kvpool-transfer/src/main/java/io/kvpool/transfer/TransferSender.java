@@ -295,6 +295,8 @@ public final class TransferSender extends TransferEndpoint {
             ? "layout fingerprint " + PeerIdentity.hex(d.layoutFingerprint()) + " is not this sender's " + PeerIdentity.hex(layout.fingerprint())
             : d.senders() < 1 || d.senderRank() < 0 || d.senderRank() >= d.senders()
             ? "rank " + d.senderRank() + " of " + d.senders() + " senders"
+            : d.expectedTokens() < 0
+            ? d.expectedTokens() + " tokens"
             : d.pageHandles().length == 0 || d.pageHandles().length != layout.pagesFor(d.expectedTokens())
             ? d.pageHandles().length + " pages for " + d.expectedTokens() + " tokens" : null;
         if (bad != null) {
@@ -386,13 +388,22 @@ public final class TransferSender extends TransferEndpoint {
         return null;
     }
 
+    /**
+     * @return the end of the pages of {@code t}'s share that this sender holds: its share's end, or less when its
+     *         KV is shorter — never before the share's start, so a sender holding none of its share still
+     *         flushes and says how many tokens it has (the receiver's length check then fails the transfer at
+     *         once, rather than at its completion timeout)
+     */
+    private static int sourceEnd(OutgoingTransfer t) {
+        return Math.max(t.firstPage, Math.min(t.endPage, t.sourceHandles.length));
+    }
+
     /** Posts as many pages as the in-flight bound allows; on the last completion, flushes. */
     private void pump(OutgoingTransfer t) {
         if (t.state != OutgoingTransfer.State.WRITING) {
             return;
         }
-        final int have = t.sourceHandles.length;
-        final int end = Math.min(t.endPage, have);
+        final int end = sourceEnd(t);
         final int room = (int) Math.min(maxPagesInFlight - inFlight, end - t.nextPage);
         if (room > 0) {
             final int[] dst = new int[room];
@@ -475,7 +486,7 @@ public final class TransferSender extends TransferEndpoint {
             fail(t, "flush did not prove delivery", true, Message.Abort.SENDER_FAILED);
             return;
         }
-        final int end = Math.min(t.endPage, t.sourceHandles.length);
+        final int end = sourceEnd(t);
         int[] cs = null;
         if (checksums) {
             cs = new int[end - t.firstPage];
@@ -600,6 +611,16 @@ public final class TransferSender extends TransferEndpoint {
             }
         }
         early.values().removeIf(pd -> pd.peer == p);
+    }
+
+    /** @return links this sender keeps per-slot records for (tests: the records of a gone link must be dropped) */
+    int slotRecordLinks() {
+        return slotRecords.size();
+    }
+
+    @Override
+    void onPeerGone(Peer p) {
+        slotRecords.remove(p.id); // its ABORTs can no longer arrive: nothing to answer
     }
 
     @Override

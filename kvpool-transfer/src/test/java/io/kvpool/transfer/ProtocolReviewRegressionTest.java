@@ -306,6 +306,215 @@ class ProtocolReviewRegressionTest {
         pool.close();
     }
 
+    // ---- third review (2026-11-30) ----
+
+    @Test
+    void aDescriptorWithNegativeTokensIsRefusedNotThrownOutOfTheDutyCycle() {
+        // was: layout.pagesFor(-1) threw IllegalArgumentException out of doWork(): the cycle skipped the other
+        // peers and the deadlines, and the receiver waited out its completion timeout
+        final KvPool pool = Kv.pool(32);
+        final ScriptedLink bad = hello();
+        final TransferSender tx = senderOn(pool, bad);
+        bad.inject(new Message.Descriptor(99, 1, 1, -1, Kv.LAYOUT.fingerprint(), 1, 0, new long[1], new byte[1]));
+        assertDoesNotThrow(() -> tx.doWork());
+        final List<Message.Abort> aborts = bad.sent(Message.Abort.class);
+        assertEquals(1, aborts.size(), bad.sent::toString);
+        assertTrue(aborts.getFirst().detail().contains("-1 tokens"), aborts.getFirst().detail());
+        assertEquals(0, bad.sent(Message.Drained.class).getFirst().posted());
+        assertTrue(tx.peer(0).isUp(), "a refused descriptor does not take the link down");
+        tx.close();
+        pool.close();
+    }
+
+    @Test
+    void aHandlerThatThrowsFailsOnlyItsPeerNeverTheDutyCycle() {
+        // the backstop behind every handler: an exception while acting on one peer's decoded frame fails that
+        // peer (counted as malformed) and the cycle goes on to the other peers
+        final RuntimeException[] toThrow = {new IllegalStateException("handler bug")};
+        final int[] handled = new int[1];
+        final var e = new TransferEndpoint(Kv.identity(), new ManualClock()) {
+            @Override
+            int onDuty(long now) {
+                return 0;
+            }
+
+            @Override
+            void onMessage(Peer peer, Message m) {
+                handled[0]++;
+                if (peer.id() == 0) {
+                    throw toThrow[0];
+                }
+            }
+
+            @Override
+            void onPeerDown(Peer peer) {
+            }
+
+            @Override
+            public void onWriteDone(PeerLink link, long token, int status) {
+            }
+
+            @Override
+            public void onFlushDone(PeerLink link, long token, boolean ok) {
+            }
+
+            @Override
+            public void close() {
+                closeLinks();
+            }
+        };
+        final ScriptedLink a = hello();
+        final ScriptedLink b = hello();
+        e.addPeer(a);
+        e.addPeer(b);
+        e.doWork();
+        a.inject(new Message.Drained(1, 1, 0, 0, 0, 0));
+        b.inject(new Message.Drained(1, 1, 0, 0, 0, 0));
+        assertDoesNotThrow(e::doWork);
+        assertEquals(2, handled[0], "the second peer's frame was handled in the same cycle");
+        assertEquals(Peer.State.FAILED, e.peer(0).state());
+        assertTrue(e.peer(0).failure().contains("handler bug"), e.peer(0).failure());
+        assertTrue(e.peer(1).isUp());
+        assertEquals(1, e.malformedFrames());
+        e.close();
+    }
+
+    @Test
+    void aCoSenderHoldingNoneOfItsShareSaysHowManyTokensItHasAtOnce() {
+        // was: rank 1 of 2 of a 16-token request (pages [2, 4)) holding 4 tokens (1 page) posted nothing, never
+        // flushed, never sent COMPLETION: it sat in WRITING with its source pages until the receiver's timeout
+        final KvPool pool = Kv.pool(32);
+        final ScriptedLink link = hello();
+        final TransferSender tx = senderOn(pool, link);
+        offer(pool, tx, REQ, 4);
+        link.inject(new Message.Descriptor(REQ, 3, 9, 16, Kv.LAYOUT.fingerprint(), 2, 1, new long[4], new byte[1]));
+        tx.doWork();
+        assertEquals(1, link.flushTokens.size(), "flushed at once, nothing posted");
+        link.completeFlush(link.flushTokens.getFirst(), true);
+        tx.doWork();
+        final Message.Completion c = link.sent(Message.Completion.class).getFirst();
+        assertEquals(4, c.tokenCount(), "the truth: the receiver's length check fails the transfer at once");
+        assertEquals(0, c.posted());
+        assertEquals(0, tx.activeTransfers());
+        tx.close();
+        pool.close();
+    }
+
+    @Test
+    void theSlotRecordsOfAGoneLinkAreDropped() {
+        // was: one map of per-slot records per link that ever carried a descriptor, kept forever (a server that
+        // reconnects grew by one per reconnect), and every dead link stayed in the frame lookup
+        final KvPool pool = Kv.pool(32);
+        final TransferSender tx = sender(pool, new ManualClock());
+        for (int i = 0; i < 20; i++) {
+            final ScriptedLink l = hello();
+            tx.addPeer(l);
+            tx.doWork();
+            offer(pool, tx, 100 + i, 4);
+            l.inject(new Message.Descriptor(100 + i, i, 1, 4, Kv.LAYOUT.fingerprint(), 1, 0, new long[1], new byte[1]));
+            tx.doWork();
+            l.completeWrite(l.postedTokens.getFirst(), PeerLink.OK);
+            tx.doWork();
+            l.completeFlush(l.flushTokens.getFirst(), true);
+            tx.doWork();
+            assertEquals(1, l.sent(Message.Completion.class).size());
+            assertEquals(1, tx.slotRecordLinks());
+            l.failLink("reconnect " + i);
+            tx.doWork();
+            assertEquals(0, tx.slotRecordLinks(), "the records of gone link " + i + " are still held");
+            assertNull(tx.peerOf(l), "gone link " + i + " is still looked up for its frames");
+        }
+        tx.close();
+        pool.close();
+    }
+
+    @Test
+    void aLinkThatDiedWithWritesInFlightKeepsItsRecordsUntilTheyEnded() {
+        // the other side of the rule above: records and lookup stay while the dead link still owes terminal states
+        final KvPool pool = Kv.pool(32);
+        final ScriptedLink l = hello();
+        final TransferSender tx = senderOn(pool, l);
+        offer(pool, tx, REQ, 4);
+        l.inject(new Message.Descriptor(REQ, 0, 1, 4, Kv.LAYOUT.fingerprint(), 1, 0, new long[1], new byte[1]));
+        tx.doWork();
+        l.failLink("mid-transfer");
+        tx.doWork();
+        assertEquals(1, tx.slotRecordLinks());
+        assertSame(tx.peer(0), tx.peerOf(l));
+        l.completeWrite(l.postedTokens.getFirst(), PeerLink.CANCELED);
+        tx.doWork();
+        tx.doWork();
+        assertEquals(0, tx.activeTransfers());
+        assertEquals(0, tx.slotRecordLinks());
+        tx.close();
+        pool.close();
+    }
+
+    @Test
+    void startCountsOnlyTransfersThatGetAnOutcome() {
+        // was: started was counted before the argument checks, so a start() that threw was counted too
+        final KvPool pool = Kv.pool(8);
+        try (TransferReceiver rx = TransferReceiver.builder(pool, Kv.identity()).clock(new ManualClock()).build()) {
+            assertThrows(IllegalArgumentException.class, () -> rx.start(REQ, 4, 0, 7));
+            assertThrows(IllegalArgumentException.class, () -> rx.start(REQ, 4, 0));
+            assertThrows(IllegalArgumentException.class, () -> rx.start(REQ, 0, 0, 0));
+            assertEquals(0, rx.metrics().started());
+            final int peer = rx.addPeer(hello());
+            rx.doWork();
+            assertEquals(IncomingTransfer.State.RECEIVING, rx.start(REQ, 4, 0, peer).state());
+            assertEquals(1, rx.metrics().started());
+        } finally {
+            pool.close();
+        }
+    }
+
+    @Test
+    void aRequestTooLongForOneDescriptorIsRejectedBeforeAnythingIsHeld() {
+        // was: admitted, appended, pinned, registered and put in a slot; then encoding the descriptor threw out of
+        // start(): no IncomingTransfer to abort, every page pinned until the completion timeout
+        final int pages = io.kvpool.transfer.wire.WireFormat.MAX_ARRAY + 1;
+        final KvPool pool = Kv.pool(pages + 4);
+        try (TransferReceiver rx = TransferReceiver.builder(pool, Kv.identity()).clock(new ManualClock()).checksums(false).build()) {
+            final int peer = rx.addPeer(hello());
+            rx.doWork();
+            final int tokens = pages * Kv.LAYOUT.tokensPerPage();
+            final IncomingTransfer t = rx.start(REQ, tokens, 0, peer);
+            assertEquals(IncomingTransfer.State.REJECTED, t.state(), t.toString());
+            assertEquals(FailureReason.REJECTED, t.failure());
+            assertTrue(t.message().contains(tokens + " tokens needs " + pages + " pages")
+                && t.message().contains("at most " + io.kvpool.transfer.wire.WireFormat.MAX_ARRAY), t.message());
+            assertEquals(0, rx.activeTransfers());
+            assertEquals(pool.capacity(), pool.snapshot().free(), "nothing held");
+            assertEquals(0, pool.snapshot().reserved(), "nothing reserved");
+            final IncomingTransfer fits = rx.start(REQ + 1, pages * Kv.LAYOUT.tokensPerPage() - Kv.LAYOUT.tokensPerPage(), 0, peer);
+            assertEquals(IncomingTransfer.State.RECEIVING, fits.state(), fits.toString());
+        } finally {
+            pool.close();
+        }
+    }
+
+    @Test
+    void theSimTransportRefusesABadSourcePageBeforePostingAnyOfTheBatch() {
+        // was: only destinations were checked first; a bad source index threw mid-batch after the writes before
+        // it were posted — while a sender counts a thrown batch as never posted (PeerLink's contract), so it
+        // could say DRAINED(0 posted) with those writes still to land
+        final io.kvpool.transfer.sim.SimNetwork net = new io.kvpool.transfer.sim.SimNetwork(1, io.kvpool.transfer.sim.SimFaults.NONE);
+        final io.kvpool.transfer.sim.SimLink[] ends = net.connect("prefill", "decode", false);
+        final KvPool src = Kv.pool(8);
+        final KvPool dst = Kv.pool(8);
+        try {
+            final var reg = ends[1].register(dst.storage(), new int[] {0, 1});
+            final var region = ends[0].attach(reg.key(), 2);
+            final IndexOutOfBoundsException e = assertThrows(IndexOutOfBoundsException.class,
+                () -> ends[0].putBatch(region, new int[] {0, 1}, src.storage(), new int[] {0, 13}, 0, 2, 0));
+            assertTrue(e.getMessage().contains("source page 13 of 8"), e.getMessage());
+            assertEquals(0, ends[0].pendingWrites(), "a refused batch left a write posted");
+        } finally {
+            src.close();
+            dst.close();
+        }
+    }
+
     /** Host storage that says it is not host-accessible, as device storage will. */
     record DeviceLikeStorage(io.kvpool.storage.PageStorage inner) implements io.kvpool.storage.PageStorage {
         @Override

@@ -158,9 +158,15 @@ public final class SimLink implements PeerLink {
         requireUp();
         final SimRegistration reg = ((Remote) region).reg;
         final SimFaults f = net.faults();
+        if (!source.isHostAccessible()) {
+            throw new IllegalArgumentException(describe() + " copies host memory; " + source + " is not");
+        }
         for (int i = 0; i < count; i++) { // refuse a bad batch before posting any of it
             if (dst[off + i] < 0 || dst[off + i] >= reg.slots.length) {
                 throw new IndexOutOfBoundsException("destination page " + dst[off + i] + " of a " + reg.slots.length + "-page region");
+            }
+            if (src[off + i] < 0 || src[off + i] >= source.pageCount()) {
+                throw new IndexOutOfBoundsException("source page " + src[off + i] + " of " + source.pageCount());
             }
         }
         for (int i = 0; i < count; i++) {
