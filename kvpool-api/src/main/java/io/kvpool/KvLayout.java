@@ -121,7 +121,7 @@ public record KvLayout(int layers, int kvHeads, int headDim, DType dtype, int to
         if (tokens < 0) {
             throw new IllegalArgumentException("tokens must be ≥ 0, was " + tokens);
         }
-        return (tokens + tokensPerPage - 1) / tokensPerPage;
+        return tokens / tokensPerPage + (tokens % tokensPerPage != 0 ? 1 : 0); // no overflow near Long.MAX_VALUE
     }
 
     /** @return the stable fingerprint described in the class comment */

@@ -78,6 +78,8 @@ public final class KvPool implements AutoCloseable {
     private final LongAdder quarantineEvents = new LongAdder();
     private final java.util.concurrent.atomic.AtomicLong retired = new java.util.concurrent.atomic.AtomicLong();
     private final org.agrona.collections.IntArrayList evicted = new org.agrona.collections.IntArrayList(); // under lock
+    /** Per slot: its fill when it was freed failed, so it must be filled before it is handed out again. */
+    private final boolean[] unfilled;
     private volatile boolean storageRetained; // closed, but pages were pinned: storage kept until the last unpin
     private final java.util.concurrent.atomic.AtomicLong pinnedAfterClose = new java.util.concurrent.atomic.AtomicLong();
     private volatile boolean closed;
@@ -115,6 +117,7 @@ public final class KvPool implements AutoCloseable {
         this.returned = new ReturnStack(pages);
         this.cache = new AllocatorCache(Math.min(b.threadCache, pages));
         this.freePages = new FreePages(pages);
+        this.unfilled = new boolean[pages];
         this.prefix = new PrefixCache(pages, layout.tokensPerPage());
         for (int s = pages - 1; s >= 0; s--) {
             freePages.pushPlain(s); // slot 0 on top
@@ -491,11 +494,16 @@ public final class KvPool implements AutoCloseable {
         if (fillMode != FillMode.NONE && !published) {
             try {
                 storage.fill(slot, fillMode);
-            } catch (IllegalStateException storageClosed) {
-                if (!closed) {
-                    throw storageClosed;
+            } catch (RuntimeException e) {
+                if (closed) {
+                    return; // the pool closed while this page was being freed: the release itself took effect
                 }
-                return; // the pool closed while this page was being freed: the release itself took effect
+                // The release took effect (its CAS): the page is FREE and must reach a free structure, or it is
+                // lost for good; but it still holds its last tenant's bytes, so it is filled again before its
+                // next handle escapes (as an evicted page is), where a second failure is the allocator's to throw.
+                unfilled[slot] = true; // plain: published to the allocator by the push below (a release CAS)
+                LOG.log(System.Logger.Level.WARNING, "kvpool: filling freed slot " + slot + " failed (" + e
+                    + "); it will be filled again before it is handed out", e);
             }
         }
         if (published || !cache.isOwner() || cache.flushRequested() || !cache.push(slot)) {
@@ -594,14 +602,19 @@ public final class KvPool implements AutoCloseable {
             final Sequence seq = newSequenceLocked((int) lastNeeded, lastAdmittedTokens, cacheSalt, true);
             final int maxPages = (prompt - 1) / tpp;
             long parent = PrefixHash.ROOT;
+            long digestHi = PrefixCache.ROOT_DIGEST_HI;
+            long digestLo = PrefixCache.ROOT_DIGEST_LO;
             int matched = 0;
             while (matched < maxPages) {
                 final long h = PrefixHash.of(parent, cacheSalt, promptTokenIds, matched * tpp, tpp);
-                final int slot = prefix.lookup(h, parent, cacheSalt, promptTokenIds, matched * tpp);
+                final int slot = prefix.lookup(h, digestHi, digestLo, cacheSalt, promptTokenIds, matched * tpp);
                 if (slot < 0 || !attachLocked(slot, seq)) {
                     break;
                 }
-                seq.attachedPublished(h);
+                prefix.digest(digestHi, digestLo, cacheSalt, promptTokenIds, matched * tpp);
+                digestHi = prefix.digestHi;
+                digestLo = prefix.digestLo;
+                seq.attachedPublished(h, digestHi, digestLo);
                 parent = h;
                 matched++;
             }
@@ -757,16 +770,18 @@ public final class KvPool implements AutoCloseable {
      * pages. All or nothing.
      *
      * @param out receives the handles, at {@code out[0..count)}
+     * @return how many of them came from the sequence's reservation (for {@link #undoAllocation})
      * @throws PoolExhaustedException if the unreserved part cannot be had; nothing is allocated then
      */
-    void allocateFor(Sequence seq, int count, long[] out) {
+    int allocateFor(Sequence seq, int count, long[] out) {
+        final int fromReservation;
         final int[] toFill;
         lock.lock();
         try {
             ensureOpen();
             cache.bindIfUnowned();
             cache.flush(takeReturned); // the owner's cached pages first (LIFO: cache-hot)
-            final int fromReservation = Math.min(count, seq.reservedPages);
+            fromReservation = Math.min(count, seq.reservedPages);
             final int unreserved = count - fromReservation;
             if (unreserved > 0) {
                 drainReturnedLocked();
@@ -800,6 +815,26 @@ public final class KvPool implements AutoCloseable {
             lock.unlock();
         }
         fillEvicted(toFill);
+        return fromReservation;
+    }
+
+    /**
+     * Undoes an {@link #allocateFor} whose pages were never used (a copy-on-write copy failed): the pages go back
+     * free, and the reservation they took is the sequence's again, so its admission's guarantee still holds.
+     */
+    void undoAllocation(Sequence seq, long[] handles, int fromReservation) {
+        lock.lock();
+        try {
+            for (long h : handles) {
+                tryTransition(h, Event.RELEASE);
+            }
+            cache.flush(takeReturned); // back where admission counts them before the reservation is re-taken
+            drainReturnedLocked();
+            seq.reservedPages += fromReservation;
+            reserved += fromReservation;
+        } finally {
+            lock.unlock();
+        }
     }
 
     /** @return the slots evicted from the cache by this critical section (to fill after unlocking), or null */
@@ -965,6 +1000,8 @@ public final class KvPool implements AutoCloseable {
         try {
             ensureOpen();
             long parent = from == 0 ? PrefixHash.ROOT : seq.pageHash(from - 1);
+            long digestHi = from == 0 ? PrefixCache.ROOT_DIGEST_HI : seq.pageDigestHi(from - 1);
+            long digestLo = from == 0 ? PrefixCache.ROOT_DIGEST_LO : seq.pageDigestLo(from - 1);
             for (int i = from; i < to; i++) {
                 final long handle = seq.pageHandle(i);
                 final long word = slots.wordVolatile(PageHandle.slot(handle));
@@ -974,8 +1011,12 @@ public final class KvPool implements AutoCloseable {
                         "only OWNED pages can be published (page " + i + " of the sequence)");
                 }
 
-                parent = prefix.publish(PageHandle.slot(handle), parent, salt, tokenIds, i * tpp);
-                seq.setPageHash(i, parent);
+                parent = PrefixHash.of(parent, salt, tokenIds, i * tpp, tpp);
+                prefix.publish(PageHandle.slot(handle), parent, digestHi, digestLo, salt, tokenIds, i * tpp);
+                prefix.digest(digestHi, digestLo, salt, tokenIds, i * tpp);
+                digestHi = prefix.digestHi;
+                digestLo = prefix.digestLo;
+                seq.setPageHash(i, parent, digestHi, digestLo);
             }
         } finally {
             lock.unlock();
@@ -1048,7 +1089,12 @@ public final class KvPool implements AutoCloseable {
                 evictions++;
                 if (fillMode != FillMode.NONE) {
                     evicted.addInt(slot); // filled by the caller after the lock is released, before the handle escapes
+                    unfilled[slot] = false;
                 }
+            }
+            if (unfilled[slot]) { // its fill at free failed: filled like an evicted page, before the handle escapes
+                unfilled[slot] = false;
+                evicted.addInt(slot);
             }
             final long word = slots.allocate(slot);
             if (word < 0) {
@@ -1178,8 +1224,11 @@ public final class KvPool implements AutoCloseable {
      * Closes the pool. Idempotent. Outstanding pages, sequences and reservations are reported loudly (an
      * ERROR log with counts by state, also available from {@link #closeReport()}). Memory is released
      * unless pages are still pinned for remote writes (RECEIVING, DRAINING, QUARANTINED): then a peer may
-     * still write into it, so the storage is deliberately left allocated and the report says so.
-     * Every other operation on a closed pool throws {@link IllegalStateException}.
+     * still write into it, so the storage is deliberately left allocated and the report says so; then the
+     * events that wind the pins down are still accepted (see {@link #tryTransition}), and the last unpin
+     * releases the storage. The read-only views ({@link #snapshot()}, {@link #verifyAccounting()},
+     * {@link #stateOfSlot}, {@link #refcountOfSlot}, {@link #closeReport()}, and the configuration getters)
+     * keep working; every other operation on a closed pool throws {@link IllegalStateException}.
      */
     @Override
     public void close() {
@@ -1195,7 +1244,9 @@ public final class KvPool implements AutoCloseable {
             closed = true;
             drainReturnedLocked();
             snap = snapshotLocked();
-            pinnedAfterClose.set(snap.receiving() + snap.draining() + snap.quarantined());
+            // added, not set: an unpin that raced this scan (its slot already read as pinned) may have counted down
+            // already, and set() would erase that — the count would run behind and the storage never be released
+            pinnedAfterClose.addAndGet(snap.receiving() + snap.draining() + snap.quarantined());
         } finally {
             lock.unlock();
         }
@@ -1366,12 +1417,21 @@ public final class KvPool implements AutoCloseable {
                     throw new PoolCapacityException(context, poolTokens, numbers + String.format(
                         "; the largest safe context is %,d tokens. Lower the advertised context, give the pool more memory "
                             + "(at least %,d bytes), or opt in to ContextPolicy.CLAMP", poolTokens,
-                        Math.multiplyExact(layout.pagesFor(context), bytesPerPage)));
+                        saturatingMultiply(layout.pagesFor(context), bytesPerPage)));
                 }
                 LOG.log(System.Logger.Level.WARNING, numbers + String.format("; clamping the max context to %,d tokens", poolTokens));
                 context = poolTokens;
             }
+            if (context > Integer.MAX_VALUE) {
+                throw new IllegalArgumentException(String.format("max context of %,d tokens: a sequence holds at most %,d tokens "
+                    + "(Integer.MAX_VALUE); lower maxContextTokens", context, Integer.MAX_VALUE));
+            }
             return new KvPool(this, (int) n, context);
+        }
+
+        /** @return {@code a × b} for non-negative operands, or {@link Long#MAX_VALUE} where it would overflow (a hint's size) */
+        private static long saturatingMultiply(long a, long b) {
+            return Math.multiplyHigh(a, b) != 0 || a * b < 0 ? Long.MAX_VALUE : a * b;
         }
     }
 }

@@ -2,34 +2,78 @@ package io.kvpool;
 
 import org.agrona.collections.Long2LongHashMap;
 
+import java.lang.invoke.MethodHandles;
+import java.lang.invoke.VarHandle;
+import java.nio.ByteOrder;
+import java.security.DigestException;
+import java.security.MessageDigest;
+import java.security.NoSuchAlgorithmException;
 import java.util.Arrays;
 
 /**
- * The index of published full pages: content hash → slot, plus, per slot, the full key (parent hash,
- * salt, token ids) that a lookup compares before sharing, so a hash collision can never hand one prefix's
- * KV to another. Entries outlive their references: an unreferenced published page is FREE but stays
- * indexed (and in {@link FreePages}' LRU) until the allocator evicts it.
+ * The index of published full pages: content hash → slot, plus, per slot, the full key that a lookup
+ * compares before sharing — the exact prefix before the page, the salt and the page's token ids — so neither
+ * a chance collision nor a forged one can hand one prefix's KV to another. Entries outlive their references:
+ * an unreferenced published page is FREE but stays indexed (and in {@link FreePages}' LRU) until the allocator
+ * evicts it.
+ *
+ * <p><b>The prefix before a page is compared by a cryptographic digest, not by the chain hash.</b> The 64-bit
+ * {@link PrefixHash} only finds the candidate; it is not collision-resistant (its mixer is invertible: a second
+ * preimage of a page's chain hash takes milliseconds), so comparing the parent's <em>hash</em> would trust it
+ * for everything before the page: an adversary sharing a salt could publish a different first page with the
+ * same chain hash, then a second page that a victim's prompt would attach, its KV computed after the
+ * adversary's text. Each page therefore records its parent's prefix digest — SHA-256, truncated to 128 bits,
+ * chained over (parent digest, salt, token ids) exactly as the hash is — and a lookup compares it with the digest
+ * of the prompt's own prefix, which it extends page by page as it matches.
+ *
+ * <pre>
+ *   digest(root) = 0                      digest(page i) = SHA-256(digest(page i-1) ‖ salt ‖ ids of page i)[0..16)
+ *   publish page i:  index[hash] = slot, key = (digest(page i-1), salt, ids) — unless the slot or the hash is taken
+ *   lookup page i:   index[hash] → slot whose key is exactly (digest of the prompt's pages before i, salt, ids)
+ * </pre>
  * Not thread-safe: every method is called under the pool lock.
  */
 final class PrefixCache {
 
+    /** The digest of the empty prefix: the parent of a sequence's first page. */
+    static final long ROOT_DIGEST_HI = 0L;
+    /** See {@link #ROOT_DIGEST_HI}. */
+    static final long ROOT_DIGEST_LO = 0L;
+
     private static final long MISSING = -1L;
+    private static final VarHandle LONGS = MethodHandles.byteArrayViewVarHandle(long[].class, ByteOrder.LITTLE_ENDIAN);
+    private static final VarHandle INTS = MethodHandles.byteArrayViewVarHandle(int[].class, ByteOrder.LITTLE_ENDIAN);
 
     private final int tokensPerPage;
     private final Long2LongHashMap index = new Long2LongHashMap(MISSING);
     private final boolean[] published;
     private final long[] hash;
-    private final long[] parent;
+    private final long[] parentHi;
+    private final long[] parentLo;
     private final long[] salt;
     private final int[][] tokens; // per slot, allocated on first publication: heap grows with what is published
+    private final MessageDigest sha256;
+    private final byte[] digestIn;
+    private final byte[] digestOut = new byte[32];
+    /** The result of the last {@link #digest} (under the pool lock, like every call here). */
+    long digestHi;
+    /** See {@link #digestHi}. */
+    long digestLo;
 
     PrefixCache(int capacity, int tokensPerPage) {
         this.tokensPerPage = tokensPerPage;
         this.published = new boolean[capacity];
         this.hash = new long[capacity];
-        this.parent = new long[capacity];
+        this.parentHi = new long[capacity];
+        this.parentLo = new long[capacity];
         this.salt = new long[capacity];
         this.tokens = new int[capacity][];
+        this.digestIn = new byte[24 + 4 * tokensPerPage];
+        try {
+            this.sha256 = MessageDigest.getInstance("SHA-256"); // every Java SE runtime has it
+        } catch (NoSuchAlgorithmException e) {
+            throw new IllegalStateException("this JVM lacks SHA-256", e);
+        }
     }
 
     int size() {
@@ -41,38 +85,62 @@ final class PrefixCache {
     }
 
     /**
-     * Publishes the content of a full page held by {@code slot}.
-     *
-     * @return the page's hash (the chain continues with it whether or not this slot was indexed: an equal
-     *         page may already be indexed, or a different page may own the hash after a collision)
+     * Computes the prefix digest of a page from its parent's, into {@link #digestHi}/{@link #digestLo}.
+     * Allocation-free.
      */
-    long publish(int slot, long parentHash, long pageSalt, int[] ids, int from) {
-        final long h = PrefixHash.of(parentHash, pageSalt, ids, from, tokensPerPage);
+    void digest(long parentDigestHi, long parentDigestLo, long pageSalt, int[] ids, int from) {
+        LONGS.set(digestIn, 0, parentDigestHi);
+        LONGS.set(digestIn, 8, parentDigestLo);
+        LONGS.set(digestIn, 16, pageSalt);
+        for (int i = 0; i < tokensPerPage; i++) {
+            INTS.set(digestIn, 24 + 4 * i, ids[from + i]);
+        }
+        sha256.update(digestIn);
+        try {
+            sha256.digest(digestOut, 0, 32);
+        } catch (DigestException e) {
+            throw new IllegalStateException(e); // 32 bytes is SHA-256's length
+        }
+        digestHi = (long) LONGS.get(digestOut, 0);
+        digestLo = (long) LONGS.get(digestOut, 8);
+    }
+
+    /**
+     * Publishes the content of a full page held by {@code slot}, whose chain hash {@code h} the caller computed
+     * ({@link PrefixHash#of}); the page is not indexed if the slot already is, or if the hash is taken (by an
+     * equal page, or by a different one after a collision).
+     *
+     * @param parentDigestHi the prefix digest of the page before it ({@link #ROOT_DIGEST_HI} for a first page)
+     */
+    void publish(int slot, long h, long parentDigestHi, long parentDigestLo, long pageSalt, int[] ids, int from) {
         if (published[slot] || index.get(h) != MISSING) {
-            return h;
+            return;
         }
         published[slot] = true;
         hash[slot] = h;
-        parent[slot] = parentHash;
+        parentHi[slot] = parentDigestHi;
+        parentLo[slot] = parentDigestLo;
         salt[slot] = pageSalt;
         if (tokens[slot] == null) {
             tokens[slot] = new int[tokensPerPage];
         }
         System.arraycopy(ids, from, tokens[slot], 0, tokensPerPage);
         index.put(h, slot);
-        return h;
     }
 
-    /** @return the slot holding exactly this page (same parent, salt and tokens), or -1 */
-    int lookup(long h, long parentHash, long pageSalt, int[] ids, int from) {
+    /**
+     * @param parentDigestHi the prefix digest of the prompt's pages before this one ({@link #ROOT_DIGEST_HI} for the first)
+     * @return the slot holding exactly this page (same prefix before it, salt and tokens), or -1
+     */
+    int lookup(long h, long parentDigestHi, long parentDigestLo, long pageSalt, int[] ids, int from) {
         final long found = index.get(h);
         if (found == MISSING) {
             return -1;
         }
         final int slot = (int) found;
-        if (parent[slot] != parentHash || salt[slot] != pageSalt
+        if (parentHi[slot] != parentDigestHi || parentLo[slot] != parentDigestLo || salt[slot] != pageSalt
             || !Arrays.equals(tokens[slot], 0, tokensPerPage, ids, from, from + tokensPerPage)) {
-            return -1; // a 64-bit collision: different content under the same hash
+            return -1; // a collision: different content (or a different prefix before it) under the same hash
         }
         return slot;
     }

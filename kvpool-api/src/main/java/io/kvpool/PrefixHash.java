@@ -11,9 +11,10 @@ package io.kvpool;
  *   for each token t at index i of the page:  h = fmix64(h ^ ((i &lt;&lt; 32) | (t &amp; 0xFFFFFFFF)))
  *   fmix64 = MurmurHash3's 64-bit finaliser
  * </pre>
- * The first page's parent is {@link #ROOT}. A 64-bit hash can collide (and an adversary can search for
- * collisions), so the cache never trusts it alone: a lookup also compares the stored parent hash, salt
- * and every token id before it shares a page.
+ * The first page's parent is {@link #ROOT}. A 64-bit hash can collide, and this one is not
+ * collision-resistant (fmix64 is invertible: an adversary finds a second preimage in milliseconds), so the
+ * cache never trusts it: a lookup also compares the prefix before the page (by a SHA-256 digest, not by
+ * this hash), the salt and every token id before it shares a page.
  *
  * <p>The salt is how tenants stay apart: give each tenant its own salt and no two tenants ever share a
  * page; use {@link #SHARED_SALT} only for content that tenants opt in to sharing (a public system prompt).

@@ -33,6 +33,9 @@ public final class Sequence implements AutoCloseable {
     private long[] handles;
     private int[] blockTable;
     private long[] pageHashes;
+    /** Per page, the prefix digest of the pages up to and including it, high and low halves (see {@link PrefixCache}). */
+    private long[] pageDigestHi;
+    private long[] pageDigestLo;
     private int pageCount;
     private int tokenCount;
     private final long admittedTokens;
@@ -62,6 +65,8 @@ public final class Sequence implements AutoCloseable {
         this.handles = initialPages == 0 ? NO_LONGS : new long[initialPages];
         this.blockTable = initialPages == 0 ? NO_INTS : new int[initialPages];
         this.pageHashes = initialPages == 0 ? NO_LONGS : new long[initialPages];
+        this.pageDigestHi = initialPages == 0 ? NO_LONGS : new long[initialPages];
+        this.pageDigestLo = initialPages == 0 ? NO_LONGS : new long[initialPages];
     }
 
     // ---- queries ----
@@ -161,7 +166,7 @@ public final class Sequence implements AutoCloseable {
         final int allocate = newPages + (cow ? 1 : 0);
         if (allocate > 0) {
             final long[] got = new long[allocate];
-            pool.allocateFor(this, allocate, got);
+            final int fromReservation = pool.allocateFor(this, allocate, got);
             int k = 0;
             if (cow) {
                 final long fresh = got[k++];
@@ -169,9 +174,7 @@ public final class Sequence implements AutoCloseable {
                 try {
                     pool.storage().copyPages(new int[] {PageHandle.slot(old)}, 0, new int[] {PageHandle.slot(fresh)}, 0, 1);
                 } catch (RuntimeException e) {
-                    for (long h : got) {
-                        pool.tryTransition(h, SlotStateMachine.Event.RELEASE); // all or nothing
-                    }
+                    pool.undoAllocation(this, got, fromReservation); // all or nothing: the reservation too
                     throw e;
                 }
                 handles[pageCount - 1] = fresh;
@@ -262,6 +265,8 @@ public final class Sequence implements AutoCloseable {
         System.arraycopy(handles, 0, child.handles, 0, pageCount);
         System.arraycopy(blockTable, 0, child.blockTable, 0, pageCount);
         System.arraycopy(pageHashes, 0, child.pageHashes, 0, pageCount);
+        System.arraycopy(pageDigestHi, 0, child.pageDigestHi, 0, pageCount);
+        System.arraycopy(pageDigestLo, 0, child.pageDigestLo, 0, pageCount);
         child.pageCount = pageCount;
         child.tokenCount = tokenCount;
         child.publishedPages = publishedPages;
@@ -360,14 +365,18 @@ public final class Sequence implements AutoCloseable {
             handles = Arrays.copyOf(handles, n);
             blockTable = Arrays.copyOf(blockTable, n);
             pageHashes = Arrays.copyOf(pageHashes, n);
+            pageDigestHi = Arrays.copyOf(pageDigestHi, n);
+            pageDigestLo = Arrays.copyOf(pageDigestLo, n);
         }
         handles[pageCount] = handle;
         blockTable[pageCount] = PageHandle.slot(handle);
         pageCount++;
     }
 
-    void attachedPublished(long hash) {
+    void attachedPublished(long hash, long digestHi, long digestLo) {
         pageHashes[pageCount - 1] = hash;
+        pageDigestHi[pageCount - 1] = digestHi;
+        pageDigestLo[pageCount - 1] = digestLo;
         publishedPages = pageCount;
     }
 
@@ -379,8 +388,18 @@ public final class Sequence implements AutoCloseable {
         return pageHashes[i];
     }
 
-    void setPageHash(int i, long hash) {
+    long pageDigestHi(int i) {
+        return pageDigestHi[i];
+    }
+
+    long pageDigestLo(int i) {
+        return pageDigestLo[i];
+    }
+
+    void setPageHash(int i, long hash, long digestHi, long digestLo) {
         pageHashes[i] = hash;
+        pageDigestHi[i] = digestHi;
+        pageDigestLo[i] = digestLo;
     }
 
     private void ensureOpen() {

@@ -1,0 +1,390 @@
+package io.kvpool;
+
+import org.junit.jupiter.api.Test;
+
+import java.util.HashMap;
+import java.util.Map;
+
+import static org.junit.jupiter.api.Assertions.*;
+
+/**
+ * Regressions for what an adversarial review of kvpool-api found (2026-11-30). Each test states the documented
+ * guarantee, and each failed on the code before its fix.
+ */
+class ApiReviewRegressionTest {
+
+    // ---------------------------------------------------------------------------------------------
+    // F1: the prefix cache trusts the parent's 64-bit hash. PrefixHash's Javadoc says "an adversary can
+    // search for collisions, so the cache never trusts it alone: a lookup also compares the stored
+    // parent hash, salt and every token id". Comparing the parent *hash* trusts the hash for everything
+    // before the page, and fmix64 is a bijection, so a second preimage of one page's chain hash is a
+    // meet-in-the-middle search of ~2^17 fmix64 calls (milliseconds).
+
+    private static final long M32 = 0xFFFFFFFFL;
+
+    private static long inverse(long c) { // c odd: inverse mod 2^64 by Newton
+        long x = c;
+        for (int i = 0; i < 6; i++) {
+            x *= 2 - c * x;
+        }
+        return x;
+    }
+
+    private static final long INV1 = inverse(0xff51afd7ed558ccdL);
+    private static final long INV2 = inverse(0xc4ceb9fe1a85ec53L);
+
+    static long unfmix64(long k) { // x ^= x >>> 33 is its own inverse (shift >= 32)
+        k ^= k >>> 33;
+        k *= INV2;
+        k ^= k >>> 33;
+        k *= INV1;
+        k ^= k >>> 33;
+        return k;
+    }
+
+    /** @return four token ids, different from {@code page}, whose chain hash after ROOT under {@code salt} equals page's */
+    static int[] secondPreimage(int[] page, long salt) {
+        assertEquals(4, page.length);
+        final long target = PrefixHash.of(PrefixHash.ROOT, salt, page, 0, 4);
+        final long start = PrefixHash.fmix64(PrefixHash.fmix64(PrefixHash.ROOT ^ 0x9E3779B97F4A7C15L) ^ salt);
+        final Map<Integer, Integer> forward = new HashMap<>();
+        for (int a0 = 1_000_000; a0 < 1_000_000 + (1 << 18); a0++) {
+            final long s0 = PrefixHash.fmix64(start ^ (a0 & M32));
+            forward.put((int) (s0 >>> 32), a0);
+        }
+        for (int a3 = 0; a3 < (1 << 24); a3++) {
+            final long s2 = unfmix64(target) ^ ((3L << 32) | (a3 & M32));
+            final int a2 = 77;
+            final long s1 = unfmix64(s2) ^ ((2L << 32) | (a2 & M32));
+            final long r = unfmix64(s1);
+            final Integer a0 = forward.get((int) (r >>> 32) ^ 1);
+            if (a0 != null) {
+                final long s0 = PrefixHash.fmix64(start ^ (a0 & M32));
+                final int a1 = (int) ((r ^ s0) & M32);
+                final int[] forged = {a0, a1, a2, a3};
+                assertEquals(target, PrefixHash.of(PrefixHash.ROOT, salt, forged, 0, 4), "collision search is wrong");
+                assertFalse(java.util.Arrays.equals(forged, page));
+                return forged;
+            }
+        }
+        throw new AssertionError("no second preimage found");
+    }
+
+    private static int[] concat(int[]... parts) {
+        return java.util.Arrays.stream(parts).flatMapToInt(java.util.Arrays::stream).toArray();
+    }
+
+    private static Sequence prefill(KvPool pool, int[] prompt, long salt, long owner) {
+        final Sequence s = pool.admit(prompt, 0, salt).sequence();
+        final int cached = s.tokenCount();
+        s.append(prompt.length - cached);
+        TokenTags.writeSequence(s, owner, cached, prompt.length);
+        s.publish(prompt, salt);
+        return s;
+    }
+
+    @Test
+    void aPageIsNeverSharedWithARequestWhosePrefixBeforeItDiffers() {
+        final long salt = PrefixHash.SHARED_SALT; // tenants opted in to share a public system prompt
+        final int[] system = {11, 12, 13, 14};      // public first page
+        final int[] forged = secondPreimage(system, salt);
+        final int[] common = {21, 22, 23, 24};      // a continuation many requests share
+        try (KvPool pool = TestPools.pool(16)) {
+            final Sequence genuine = prefill(pool, concat(system, new int[] {99}), salt, 1); // indexes page "system"
+            final Sequence adversary = prefill(pool, concat(forged, common, new int[] {98}), salt, 666);
+            // the adversary's page 1 holds KV computed after `forged`, not after `system`
+            final Sequence victim = pool.admit(concat(system, common, new int[] {97}), 4, salt).sequence();
+            final boolean poisoned = victim.pageCount() >= 2 && victim.pageIndex(1) == adversary.pageIndex(1);
+            assertFalse(poisoned, () -> "victim (prompt system+common) attached the adversary's page 1, whose KV was computed after "
+                + java.util.Arrays.toString(forged) + " instead of " + java.util.Arrays.toString(system)
+                + "; victim token 4 reads tag " + Long.toHexString(TokenTags.readSequence(victim, 4))
+                + " = adversary's " + Long.toHexString(TokenTags.tag(666, 4)));
+            // the genuine sharing of the public first page still works
+            assertEquals(4, victim.tokenCount(), "the public first page is shared");
+            assertEquals(genuine.pageIndex(0), victim.pageIndex(0));
+            // the forged page keeps its index entry (first come), so the victim's own page 1 is not indexed after
+            // it publishes: a later equal request shares only the first page — lost sharing, never a leak
+            victim.append(5);
+            TokenTags.writeSequence(victim, 7, 4, 9);
+            victim.publish(concat(system, common, new int[] {97}), salt);
+            final Sequence next = pool.admit(concat(system, common, new int[] {96}), 4, salt).sequence();
+            assertEquals(4, next.tokenCount());
+            next.append(5);
+            assertNotEquals(adversary.pageIndex(1), next.pageIndex(1));
+            next.close();
+            victim.close();
+            adversary.close();
+            genuine.close();
+        }
+    }
+
+    // ---------------------------------------------------------------------------------------------
+    // F2: Sequence.append promises "All or nothing: on an exception nothing changed", but when the
+    // copy-on-write copy fails it releases the fresh pages and keeps the reservation they consumed.
+
+    /** Host storage whose next copyPages throws (a device copy failing, say). */
+    static final class FailingCopyStorage implements io.kvpool.storage.PageStorage {
+        final io.kvpool.storage.HostPageStorage d;
+        volatile boolean failNextCopy;
+
+        FailingCopyStorage(KvLayout layout, int pages) {
+            d = io.kvpool.storage.HostPageStorage.allocate(layout, pages);
+        }
+
+        public KvLayout layout() { return d.layout(); }
+        public int pageCount() { return d.pageCount(); }
+        public boolean isHostAccessible() { return true; }
+        public java.lang.foreign.MemorySegment hostPage(int page) { return d.hostPage(page); }
+        public long address(int page, int layer, int kv) { return d.address(page, layer, kv); }
+        volatile boolean failNextFill;
+
+        public void fill(int page, io.kvpool.storage.FillMode mode) {
+            if (failNextFill) {
+                failNextFill = false;
+                throw new IllegalStateException("injected fill failure");
+            }
+            d.fill(page, mode);
+        }
+
+        public int firstCanaryToken(int page, int from, int to) { return d.firstCanaryToken(page, from, to); }
+        public void close() { d.close(); }
+
+        public void copyPages(int[] src, int srcOff, int[] dst, int dstOff, int count) {
+            if (failNextCopy) {
+                failNextCopy = false;
+                throw new IllegalStateException("injected copy failure");
+            }
+            d.copyPages(src, srcOff, dst, dstOff, count);
+        }
+    }
+
+    @Test
+    void aFailedCopyOnWriteAppendChangesNothingNotEvenTheReservation() {
+        final FailingCopyStorage[] storage = new FailingCopyStorage[1];
+        try (KvPool pool = TestPools.builder(6).storage((l, n) -> storage[0] = new FailingCopyStorage(l, n)).build()) {
+            final Sequence parent = pool.admit(6, 6).sequence(); // 12 tokens: 3 pages reserved
+            parent.append(6);                                    // 2 pages, the last one partial; 1 reserved
+            final Sequence child = parent.fork();                // parent: +1 copy-on-write credit -> 2 reserved
+            final int reservedBefore = parent.reservedPages();
+            final long poolReservedBefore = pool.snapshot().reserved();
+            storage[0].failNextCopy = true;
+            assertThrows(IllegalStateException.class, () -> parent.append(1)); // copy of the shared last page fails
+            assertEquals(6, parent.tokenCount());
+            assertEquals(reservedBefore, parent.reservedPages(),
+                "append threw, so nothing may have changed; the pool's reserved went " + poolReservedBefore + " -> "
+                    + pool.snapshot().reserved());
+            child.close();
+            parent.close();
+        }
+    }
+
+    @Test
+    void aFullyAdmittedRequestNeverRunsOutAfterAFailedCopyOnWrite() {
+        final FailingCopyStorage[] storage = new FailingCopyStorage[1];
+        try (KvPool pool = TestPools.builder(6).storage((l, n) -> storage[0] = new FailingCopyStorage(l, n)).build()) {
+            final Sequence parent = pool.admit(6, 6).sequence();
+            parent.append(6);
+            final Sequence child = parent.fork();                // 2 shared pages; parent 2 + child 2 reserved; 4 free
+            storage[0].failNextCopy = true;
+            assertThrows(IllegalStateException.class, () -> parent.append(1));
+            final Admission oa = pool.admit(4, 0);               // takes the page the lost reservation no longer protects
+            final Sequence other = oa.admitted() ? oa.sequence() : null;
+            if (other != null) {
+                other.append(4);
+            }
+            parent.append(6); // within its FULL admission (12 tokens): copy + 1 page; must not throw
+            assertEquals(12, parent.tokenCount());
+            if (other != null) {
+                other.close();
+            }
+            child.close();
+            parent.close();
+        }
+    }
+
+    // ---------------------------------------------------------------------------------------------
+    // F3: Builder.build() documents PoolCapacityException for an advertised context the pool cannot
+    // hold; a large advertised context overflows the "at least N bytes" hint instead
+    // (KvLayout.pagesFor also overflows near Long.MAX_VALUE and returns a negative page count).
+
+    @Test
+    void anAbsurdAdvertisedContextIsRefusedWithPoolCapacityException() {
+        final KvPool.Builder b = KvPool.builder(TestPools.SMALL).pages(4).maxContextTokens(1L << 60);
+        final Throwable t = assertThrows(Throwable.class, b::build);
+        assertInstanceOf(PoolCapacityException.class, t, "got " + t);
+    }
+
+    @Test
+    void pagesForIsACeilingForEveryNonNegativeLong() {
+        final long p = TestPools.SMALL.pagesFor(Long.MAX_VALUE);
+        assertTrue(p > 0, "pagesFor(Long.MAX_VALUE) = " + p);
+    }
+
+    // ---------------------------------------------------------------------------------------------
+    // F4: a pool may advertise more than Integer.MAX_VALUE tokens of context (maxContextTokens is a
+    // long and build() accepts it), but Sequence.tokenCount is an int: append wraps it negative.
+
+    /** Storage with no bytes (large pages without memory). */
+    static final class NoBytes implements io.kvpool.storage.PageStorage {
+        final KvLayout layout;
+        final int pages;
+
+        NoBytes(KvLayout layout, int pages) {
+            this.layout = layout;
+            this.pages = pages;
+        }
+
+        public KvLayout layout() { return layout; }
+        public int pageCount() { return pages; }
+        public boolean isHostAccessible() { return false; }
+        public java.lang.foreign.MemorySegment hostPage(int page) { throw new UnsupportedOperationException(); }
+        public long address(int page, int layer, int kv) { return 0; }
+        public void fill(int page, io.kvpool.storage.FillMode mode) { }
+        public int firstCanaryToken(int page, int from, int to) { return -1; }
+        public void copyPages(int[] src, int srcOff, int[] dst, int dstOff, int count) { }
+        public void close() { }
+    }
+
+    @Test
+    void aContextBeyondWhatASequenceCanCountIsRefusedAtBuild() {
+        // was: accepted, and a sequence's int tokenCount wrapped negative past Integer.MAX_VALUE tokens
+        final KvLayout big = new KvLayout(1, 1, 1, DType.FP8, 1 << 20);
+        final KvPool.Builder b = KvPool.builder(big).pages(2049).maxContextTokens(2049L << 20).storage(NoBytes::new);
+        final IllegalArgumentException e = assertThrows(IllegalArgumentException.class, b::build);
+        assertTrue(e.getMessage().contains("2,148,532,224") && e.getMessage().contains("2,147,483,647"), e.getMessage());
+        try (KvPool pool = KvPool.builder(big).pages(2049).maxContextTokens(Integer.MAX_VALUE).storage(NoBytes::new).build()) {
+            assertEquals(Integer.MAX_VALUE, pool.maxContextTokens());
+        }
+    }
+
+    // ---------------------------------------------------------------------------------------------
+    // F5: close() counts the pinned pages slot by slot (snapshotLocked) and only then SETs
+    // pinnedAfterClose. An unpin whose CAS lands after the scan read its slot but before the set()
+    // decrements the old value (0 -> -1), which set() then overwrites: the count runs BEHIND by one,
+    // the last real unpin leaves it at 1, no scan runs, and the storage kept at close is never released.
+    // (afterCloseTransition's Javadoc: "the count can run ahead, never behind, and the last unpin always
+    // triggers the scan".)
+
+    /** State words that, once armed, run a callback on the arming thread right after reading one slot. */
+    static final class HookWords implements SlotWords {
+        final SlotWords d;
+        volatile Thread armedFor;
+        volatile int hookSlot = -1;
+        volatile Runnable hook;
+
+        HookWords(int n) {
+            d = SlotWords.ofArray(n);
+        }
+
+        public long getVolatile(int i) {
+            final long w = d.getVolatile(i);
+            if (i == hookSlot && Thread.currentThread() == armedFor && hook != null) {
+                final Runnable r = hook;
+                hook = null;
+                r.run();
+            }
+            return w;
+        }
+
+        public boolean compareAndSet(int i, long e, long u) { return d.compareAndSet(i, e, u); }
+        public void setRelease(int i, long v) { d.setRelease(i, v); }
+        public int length() { return d.length(); }
+    }
+
+    private static long pinnedAfterClose(KvPool pool) throws Exception {
+        final var f = KvPool.class.getDeclaredField("pinnedAfterClose");
+        f.setAccessible(true);
+        return ((java.util.concurrent.atomic.AtomicLong) f.get(pool)).get();
+    }
+
+    @Test
+    void theLastUnpinAfterCloseReleasesTheStorageEvenWhenAnUnpinRacesCloseItself() throws Exception {
+        final HookWords[] words = new HookWords[1];
+        final KvPool.Builder b = TestPools.builder(4);
+        b.slotWords = n -> words[0] = new HookWords(n);
+        final KvPool pool = b.build();
+        final long racing = pool.tryAllocate();
+        final long last = pool.tryAllocate();
+        pool.pinWriter(racing);
+        pool.pinWriter(last);
+        final Thread[] transferThread = new Thread[1];
+        words[0].hookSlot = PageHandle.slot(racing);
+        words[0].hook = () -> { // close's scan has just read `racing` as RECEIVING
+            transferThread[0] = Thread.ofPlatform().start(() -> pool.commitReceive(racing)); // legal after close
+            final long deadline = System.nanoTime() + 10_000_000_000L;
+            try {
+                while (pinnedAfterClose(pool) != -1) { // its decrement happened; it now waits for the pool lock
+                    if (System.nanoTime() > deadline) {
+                        throw new AssertionError("transfer thread did not decrement");
+                    }
+                    Thread.onSpinWait();
+                }
+            } catch (Exception e) {
+                throw new AssertionError(e);
+            }
+        };
+        words[0].armedFor = Thread.currentThread();
+        pool.close(); // storage retained: two pages pinned
+        transferThread[0].join(10_000);
+        assertEquals(SlotState.OWNED, pool.stateOfSlot(PageHandle.slot(racing)));
+        pool.commitReceive(last); // the last pin is gone
+        assertEquals(SlotState.OWNED, pool.stateOfSlot(PageHandle.slot(last)));
+        assertThrows(IllegalStateException.class, () -> pool.storage().hostPage(0),
+            "no page is pinned any more, yet the storage kept at close was never released (pinnedAfterClose = "
+                + pinnedAfterClose(pool) + ")");
+    }
+
+    // ---------------------------------------------------------------------------------------------
+    // F6 (doc): KvPool.close() says "Every other operation on a closed pool throws IllegalStateException".
+
+    @Test
+    void aClosedPoolKeepsItsReadOnlyViewsAndRefusesTheRest() {
+        // was: close()'s Javadoc said every other operation throws, while the views deliberately keep working
+        final KvPool pool = TestPools.pool(2);
+        pool.close();
+        assertEquals(0, pool.snapshot().inUse());
+        assertDoesNotThrow(pool::verifyAccounting);
+        assertEquals(SlotState.FREE, pool.stateOfSlot(0));
+        assertThrows(IllegalStateException.class, () -> pool.admit(1, 0));
+        assertThrows(IllegalStateException.class, pool::tryAllocate);
+    }
+
+    // ---------------------------------------------------------------------------------------------
+    // F7: onBecameFree fills the page AFTER the CAS that made it FREE; if the storage's fill throws (a
+    // device storage's kernel or driver error) the exception escapes release() and the page is FREE but
+    // in no free structure: lost to allocation forever, and verifyAccounting() fails.
+
+    @Test
+    void aFreedPageIsNeverLostWhenItsFillFails() {
+        // was: the exception left release() after the CAS to FREE, before the page reached a free structure
+        final FailingCopyStorage[] storage = new FailingCopyStorage[1];
+        try (KvPool pool = TestPools.builder(2).storage((l, n) -> storage[0] = new FailingCopyStorage(l, n)).build()) {
+            final long h = pool.tryAllocate();
+            storage[0].failNextFill = true;
+            assertTrue(pool.release(h), "the release took effect");
+            assertEquals(SlotState.FREE, pool.stateOfSlot(PageHandle.slot(h)));
+            assertDoesNotThrow(pool::verifyAccounting);
+            final Admission a = pool.admit(8, 0);
+            assertTrue(a.admitted(), "both pages are FREE, yet a 2-page request is refused");
+            a.sequence().close();
+        }
+    }
+
+    @Test
+    void aPageWhoseFillFailedIsFilledBeforeItIsHandedOutAgain() {
+        // the other half: the page kept its last tenant's bytes when its fill failed; they must never reach the next
+        final FailingCopyStorage[] storage = new FailingCopyStorage[1];
+        try (KvPool pool = TestPools.builder(1).storage((l, n) -> storage[0] = new FailingCopyStorage(l, n)).build()) {
+            final long h = pool.tryAllocate();
+            final var page = pool.page(h);
+            page.fill((byte) 0x5A); // the tenant's KV
+            storage[0].failNextFill = true;
+            pool.release(h);
+            final long next = pool.tryAllocate();
+            assertEquals(PageHandle.slot(h), PageHandle.slot(next));
+            assertEquals(0, pool.firstCanaryToken(next, 0, pool.layout().tokensPerPage()),
+                "the next tenant's page still holds the last tenant's bytes");
+            pool.release(next);
+        }
+    }
+}
