@@ -77,8 +77,15 @@ public final class UcxLink implements PeerLink {
     private boolean failed;
     private final ByteBuffer recvBuffer = ByteBuffer.allocateDirect(MAX_FRAME);
     private UcpRequest recvRequest;
-    private final List<UcpRemoteKey> remoteKeys = new ArrayList<>();
+    /**
+     * Unpacked remote keys by their packed bytes: one per remote memory registration, not one per attach (a
+     * sender attaches once per transfer on a long-lived link; the registration, and so the rkey, is the same).
+     */
+    private final java.util.Map<ByteBuffer, UcpRemoteKey> remoteKeys = new java.util.HashMap<>();
     private boolean remoteKeysClosed;
+    private long unpackedKeys;
+    /** When the endpoint's close finished ({@link #finishClose}); the worker of a closed link goes after a grace. */
+    private long closedAtNanos;
     private long outstandingWrites;
     /** UCX thread: puts posted and not yet reported, so a destroyed worker can still end each one. */
     private final java.util.Set<WriteCallback> inFlight = java.util.Collections.newSetFromMap(new java.util.IdentityHashMap<>());
@@ -187,7 +194,9 @@ public final class UcxLink implements PeerLink {
 
                     @Override
                     public void onError(int status, String message) {
-                        fail("control frame of " + frame.length + " bytes not sent: UCX status " + status + " (" + message + ")");
+                        if (closeRequest == null) { // a send canceled by our own close is no failure of the link
+                            fail("control frame of " + frame.length + " bytes not sent: UCX status " + status + " (" + message + ")");
+                        }
                     }
                 });
             } catch (RuntimeException e) {
@@ -375,8 +384,16 @@ public final class UcxLink implements PeerLink {
             if (endpointDead()) {
                 throw new LinkFailedException(describe() + " is down");
             }
-            final UcpRemoteKey r = ep.unpackRemoteKey(rb);
-            remoteKeys.add(r);
+            final ByteBuffer packed = ByteBuffer.wrap(rkey); // content equality: the same registration's bytes
+            UcpRemoteKey r = remoteKeys.get(packed);
+            if (r == null) {
+                r = ep.unpackRemoteKey(rb);
+                unpackedKeys++;
+                final UcpRemoteKey was = remoteKeys.put(packed, r);
+                if (was != null) {
+                    was.close(); // unreachable while the lookup above runs; never leak a native key
+                }
+            }
             return r;
         });
         return new UcxRegion(this, remote, base, pageBytes, slots);
@@ -507,8 +524,8 @@ public final class UcxLink implements PeerLink {
 
     @Override
     public void cancelWrites() {
-        if (endpointClosed) {
-            return;
+        if (endpointClosed || closed) {
+            return; // closed: its close force-closed the endpoint already (and a closed link reports no failure)
         }
         up = false;
         transport.execute(() -> {
@@ -648,10 +665,11 @@ public final class UcxLink implements PeerLink {
                 System.err.println(describe() + ": cancel of the control receive failed: " + e);
             }
         }
-        for (UcpRemoteKey k : remoteKeys) {
+        for (UcpRemoteKey k : remoteKeys.values()) {
             k.close();
         }
         remoteKeys.clear();
+        closedAtNanos = System.nanoTime();
         if (fence) {
             // Only a teardown destroys the worker. cancelWrites() and close() only force-close the endpoint (as
             // before per-link workers): destroying the worker drops its connections abruptly, and a receiver still
@@ -707,7 +725,34 @@ public final class UcxLink implements PeerLink {
         return worker != null && (outstandingWrites > 0 || pendingFlushes > 0);
     }
 
+    /** @return remote keys this link ever unpacked (tests: one per remote registration, not one per attach) */
+    long unpackedKeyCount() {
+        return transport.call(() -> unpackedKeys);
+    }
+
+    /** @return whether the worker is destroyed, read on the UCX thread (tests) */
+    boolean workerClosedForTests() {
+        return transport.call(this::workerClosed);
+    }
+
     boolean workerClosed() {
+        return worker == null;
+    }
+
+    /**
+     * Owner thread: destroys the worker of a link that was closed (not torn down) once its endpoint's close
+     * finished, every write ended and {@code graceNanos} passed — else every closed link kept its worker, sockets
+     * and place in the progress loop until the transport closed. The grace is for the peer: destroying a worker
+     * drops its connections at once, and a peer still applying our last puts then acks on a failed endpoint,
+     * which UCX 1.13.1 answers with a fatal abort of that process (ucx.md). After it the link is torn down
+     * for good ({@link #tearDown} then reports the proof at once). @return whether the worker was destroyed
+     */
+    boolean reapClosed(long nowNanos, long graceNanos) {
+        if (worker == null || fence || !remoteKeysClosed || outstandingWrites > 0 || pendingFlushes > 0
+            || nowNanos - closedAtNanos < graceNanos) {
+            return false;
+        }
+        closeWorkerNow();
         return worker == null;
     }
 

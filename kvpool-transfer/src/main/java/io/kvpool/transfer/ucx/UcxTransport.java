@@ -74,6 +74,11 @@ public final class UcxTransport implements AutoCloseable {
     private final Map<PageStorage, UcpMemory> registered = new IdentityHashMap<>();
     /** UCX-thread only. */
     private final List<UcxLink> links = new ArrayList<>();
+    /** How often the UCX thread looks for closed links whose workers can go ({@link UcxLink#reapClosed}). */
+    private static final long REAP_INTERVAL_NANOS = TimeUnit.MILLISECONDS.toNanos(100);
+    /** How long a closed link's worker stays after its endpoint closed (UCX thread reads it; tests shorten it). */
+    volatile long closedWorkerGraceNanos = TimeUnit.SECONDS.toNanos(5);
+    private long lastReap;
     private volatile boolean running = true;
     private volatile boolean closed;
     private final CompletableFuture<Void> stopped = new CompletableFuture<>();
@@ -193,8 +198,14 @@ public final class UcxTransport implements AutoCloseable {
         }
         final UcxLink link = new UcxLink(this, worker, label, myTag, peerTag);
         call(() -> {
-            links.add(link); // progressed from now on; a failed start is closed like any link
-            link.start(peerAddress);
+            try {
+                link.start(peerAddress);
+            } catch (RuntimeException e) {
+                link.closeWorkerNow(); // the caller gets no link to close: nothing of it may stay
+                throw new LinkFailedException("UCX endpoint of '" + label + "' to " + socket.getRemoteSocketAddress()
+                    + " could not be created: " + e, e);
+            }
+            links.add(link); // progressed from now on
             return null;
         });
         return link;
@@ -307,6 +318,11 @@ public final class UcxTransport implements AutoCloseable {
                     }
                     links.removeIf(UcxLink::workerClosed);
                 }
+                final long now = System.nanoTime();
+                if (now - lastReap > REAP_INTERVAL_NANOS) {
+                    lastReap = now;
+                    links.removeIf(l -> l.reapClosed(now, closedWorkerGraceNanos));
+                }
                 work += progressed;
                 if (work == 0) {
                     if (busy()) {
@@ -349,6 +365,11 @@ public final class UcxTransport implements AutoCloseable {
             }
         }
         return false;
+    }
+
+    /** @return links whose workers this transport still progresses (tests: closed links must leave) */
+    int linkCount() {
+        return call(links::size);
     }
 
     /** Owner thread: progresses every open link's worker. @return progress calls that did something */

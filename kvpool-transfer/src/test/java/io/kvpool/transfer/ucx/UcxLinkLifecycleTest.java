@@ -1,0 +1,245 @@
+package io.kvpool.transfer.ucx;
+
+import io.kvpool.storage.HostPageStorage;
+import io.kvpool.storage.PageStorage;
+import io.kvpool.transfer.spi.Registration;
+import io.kvpool.transfer.spi.RemoteRegion;
+import org.junit.jupiter.api.AfterEach;
+import org.junit.jupiter.api.BeforeEach;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.Timeout;
+
+import java.io.File;
+import java.net.InetAddress;
+import java.net.ServerSocket;
+import java.net.Socket;
+import java.time.Duration;
+import java.util.concurrent.CompletableFuture;
+
+import static io.kvpool.transfer.ucx.UcxTestSupport.*;
+import static org.junit.jupiter.api.Assertions.*;
+
+/**
+ * What a UCX link holds over its life and gives back (from a review, 2026-11-30; each test failed before its fix):
+ * remote keys per registration, not per transfer; a closed link's worker and sockets after a grace; nothing of a
+ * connect that failed; no failure reported by a link that was closed.
+ */
+@Timeout(60)
+class UcxLinkLifecycleTest {
+
+    UcxTransport a, b;
+    PageStorage src, dst;
+
+    @BeforeEach
+    void setUp() {
+        assumeUcx();
+        a = UcxTransport.open("rev-sender");
+        b = UcxTransport.open("rev-receiver");
+        src = HostPageStorage.allocate(LAYOUT, 8);
+        dst = HostPageStorage.allocate(LAYOUT, 8);
+    }
+
+    @AfterEach
+    void close() {
+        if (a != null) {
+            a.close();
+            b.close();
+        }
+        if (src != null) {
+            src.close();
+            dst.close();
+        }
+    }
+
+    /** @return {sender link on a, receiver link on b} */
+    UcxLink[] pair(String name) throws Exception {
+        try (ServerSocket ss = new ServerSocket(0, 1, InetAddress.getLoopbackAddress())) {
+            final CompletableFuture<UcxLink> rf = CompletableFuture.supplyAsync(() -> {
+                try (Socket s = ss.accept()) {
+                    return b.connect(s, name + "-r", Duration.ofSeconds(5));
+                } catch (java.io.IOException e) {
+                    throw new RuntimeException(e);
+                }
+            });
+            final UcxLink s;
+            try (Socket sock = new Socket(InetAddress.getLoopbackAddress(), ss.getLocalPort())) {
+                s = a.connect(sock, name + "-s", Duration.ofSeconds(5));
+            }
+            return new UcxLink[] {s, rf.get()};
+        }
+    }
+
+    static int openFds() {
+        final String[] fds = new File("/proc/self/fd").list();
+        return fds == null ? -1 : fds.length;
+    }
+
+
+    /**
+     * Was: every attach() unpacked a UcpRemoteKey kept until the link closed; TransferSender attaches once per
+     * transfer on a long-lived link, so a sender held one native rkey per transfer, without bound.
+     */
+    @Test
+    void attachOnALongLivedLinkKeepsOneNativeRkeyPerTransferForever() throws Exception {
+        final UcxLink[] p = pair("rkeys");
+        final UcxLink sender = p[0], receiver = p[1];
+        final int transfers = 200;
+        final Recorder rs = new Recorder();
+        for (int t = 0; t < transfers; t++) {
+            final Registration reg = receiver.register(dst, new int[] {t % 8});
+            final RemoteRegion region = sender.attach(reg.key(), 1);
+            sender.putBatch(region, new int[] {0}, src, new int[] {t % 8}, 0, 1, t);
+            sender.flush(t);
+            final int want = t + 1;
+            assertTrue(rs.pollUntil(sender, () -> rs.flushes.size() == want, 10_000), "flush " + t);
+            assertEquals(1, rs.flushes.get(t)[1], "flush " + t + " ok");
+            reg.close(); // the transfer is over: every write flushed, the registration ended
+        }
+        final long unpacked = sender.unpackedKeyCount();
+        assertEquals(1, unpacked, "the sender link unpacked " + unpacked + " UcpRemoteKeys for " + transfers
+            + " transfers into one registered storage (one per attach, released only when the link closes)");
+        sender.close();
+        receiver.close();
+    }
+
+    /**
+     * Was: close() (what TransferEndpoint.fail() and closeLinks() call) force-closed the endpoint but kept the
+     * link's worker, its sockets and its place in the progress loop until tearDown() or the transport's close,
+     * which a sender never calls: every closed link leaked a worker with its file descriptors. Now the worker
+     * goes once the close finished and a grace passed (shortened here).
+     */
+    @Test
+    void closedLinksGiveTheirWorkersAndSocketsBackAfterTheGrace() throws Exception {
+        a.closedWorkerGraceNanos = 200_000_000L;
+        b.closedWorkerGraceNanos = 200_000_000L;
+        final UcxLink[] warm = pair("warm"); // first-use allocations of UCX, out of the baseline
+        warm[0].close();
+        warm[1].close();
+        assertTrue(warm[0].tearDown() & warm[1].tearDown());
+        Thread.sleep(200);
+        final int before = openFds();
+        final int links = 20;
+        final UcxLink[] last = new UcxLink[2];
+        for (int i = 0; i < links; i++) {
+            final UcxLink[] p = pair("churn" + i);
+            p[0].close(); // TransferEndpoint.fail(): the link is closed and forgotten
+            p[1].close();
+            last[0] = p[0];
+            last[1] = p[1];
+        }
+        final long end = System.nanoTime() + 10_000_000_000L;
+        while ((a.linkCount() > 0 || b.linkCount() > 0 || openFds() - before >= links) && System.nanoTime() < end) {
+            Thread.sleep(50);
+        }
+        final int after = openFds();
+        assertEquals(0, a.linkCount(), "closed links still progressed by the sender transport");
+        assertEquals(0, b.linkCount(), "closed links still progressed by the receiver transport");
+        assertTrue(after - before < links, "closing " + links + " link pairs left " + (after - before) + " more file descriptors open");
+        assertTrue(last[0].tearDown() && last[1].tearDown(), "a reaped link's worker is gone: its teardown is proven");
+    }
+
+    @Test
+    void aClosedLinksWorkerStaysForTheGrace() throws Exception {
+        // the other side: the peer may still be applying our last puts, and UCX 1.13.1 aborts a process that
+        // acks on an endpoint whose worker vanished (ucx.md), so the worker is not destroyed at once
+        final UcxLink[] p = pair("grace");
+        p[0].close();
+        Thread.sleep(500); // well inside the default 5 s grace, past several reaping rounds
+        assertEquals(1, a.linkCount(), "the closed link's worker went before the grace");
+        assertFalse(p[0].workerClosedForTests());
+        p[1].close();
+    }
+
+    /** Control for finding 2: with tearDown() after close() the same churn returns to the baseline (the test can pass). */
+    @Test
+    void controlTornDownLinksGiveTheirSocketsBack() throws Exception {
+        final UcxLink[] warm = pair("warm");
+        warm[0].close();
+        warm[1].close();
+        assertTrue(warm[0].tearDown() & warm[1].tearDown());
+        Thread.sleep(200);
+        final int before = openFds();
+        final int links = 20;
+        for (int i = 0; i < links; i++) {
+            final UcxLink[] p = pair("churn" + i);
+            p[0].close();
+            p[1].close();
+            assertTrue(p[0].tearDown() & p[1].tearDown());
+        }
+        Thread.sleep(500);
+        final int after = openFds();
+        System.out.printf("control: fds before %d, after %d torn-down link pairs %d%n", before, links, after);
+        assertTrue(after - before < links, "torn down, yet " + (after - before) + " more fds");
+        assertEquals(0, a.linkCount());
+    }
+
+    /**
+     * Was: cancelWrites() on a link that was close()d (not failed) queued fail(), so the closed link later
+     * reported onLinkFailed — a failure of a link that never failed, after its close.
+     */
+    @Test
+    void cancelWritesAfterCloseReportsALinkFailureOfAClosedLink() throws Exception {
+        final UcxLink[] p = pair("cancel-after-close");
+        final UcxLink sender = p[0];
+        sender.close();
+        final Recorder rs = new Recorder();
+        rs.pollUntil(sender, () -> false, 100);
+        assertTrue(rs.failures.isEmpty(), "a plain close reports no failure: " + rs.failures);
+        sender.cancelWrites(); // e.g. TransferSender's forced cancel of a FAILING transfer whose peer was closed
+        rs.pollUntil(sender, () -> !rs.failures.isEmpty(), 1_000);
+        assertTrue(rs.failures.isEmpty(), "closed link reported onLinkFailed after close: " + rs.failures);
+        p[1].close();
+    }
+
+    /**
+     * Was: connect() added the link to the progress list before start(); when start() threw (the peer's worker
+     * address unreachable over tcp, here a worker of a shared-memory-only context) the link stayed there with its
+     * worker open and no handle for the caller to close it; and the exception was a raw UcxException.
+     */
+    @Test
+    void aConnectWhoseEndpointCannotBeCreatedLeaksTheLinksWorker() throws Exception {
+        final org.openucx.jucx.ucp.UcpContext shmOnly = new org.openucx.jucx.ucp.UcpContext(new org.openucx.jucx.ucp.UcpParams()
+            .requestTagFeature().requestRmaFeature().setConfig("TLS", "posix"));
+        final org.openucx.jucx.ucp.UcpWorker w = shmOnly.newWorker(new org.openucx.jucx.ucp.UcpWorkerParams());
+        try {
+            final java.nio.ByteBuffer addr = w.getAddress();
+            final byte[] address = new byte[addr.remaining()];
+            addr.duplicate().get(address);
+            final int attempts = 5;
+            int refused = 0;
+            for (int i = 0; i < attempts; i++) {
+                try (ServerSocket ss = new ServerSocket(0, 1, InetAddress.getLoopbackAddress())) {
+                    final CompletableFuture<Void> fake = CompletableFuture.runAsync(() -> {
+                        try (Socket s = ss.accept()) {
+                            final java.io.DataOutputStream out = new java.io.DataOutputStream(s.getOutputStream());
+                            out.writeInt(0x55435831);
+                            out.writeLong(7);
+                            out.writeInt(address.length);
+                            out.write(address);
+                            out.flush();
+                            final java.io.DataInputStream in = new java.io.DataInputStream(s.getInputStream());
+                            in.readInt();
+                            in.readLong();
+                            in.readFully(new byte[in.readInt()]);
+                        } catch (java.io.IOException e) {
+                            throw new RuntimeException(e);
+                        }
+                    });
+                    try (Socket sock = new Socket(InetAddress.getLoopbackAddress(), ss.getLocalPort())) {
+                        a.connect(sock, "unreachable" + i, Duration.ofSeconds(5));
+                    } catch (io.kvpool.transfer.spi.LinkFailedException e) {
+                        refused++;
+                        assertTrue(e.getMessage().contains("could not be created"), e.getMessage());
+                    }
+                    fake.get();
+                }
+            }
+            assertEquals(attempts, refused, "every connect to an unreachable worker must fail");
+            final int kept = a.linkCount();
+            assertEquals(0, kept, kept + " links of failed connects are still in the transport, each with its worker open");
+        } finally {
+            w.close();
+            shmOnly.close();
+        }
+    }
+}
