@@ -99,7 +99,9 @@ public final class KvPool implements AutoCloseable {
     private final long[] resTokens;
     private final int[] resGeneration;
     private final int[] resFreeStack;
+    /** Free reservation indices: a FIFO ring of {@code resFreeTop} entries from {@code resFreeHead}. */
     private int resFreeTop;
+    private int resFreeHead;
     // scratch for the numbers of the last admission decision (read under the same lock hold)
     private long lastNeeded;
     private long lastAvailable;
@@ -128,7 +130,7 @@ public final class KvPool implements AutoCloseable {
         this.resFreeStack = new int[b.maxReservations];
         Arrays.fill(resPages, -1);
         for (int i = 0; i < b.maxReservations; i++) {
-            resFreeStack[i] = b.maxReservations - 1 - i;
+            resFreeStack[i] = i;
         }
         this.resFreeTop = b.maxReservations;
         // the storage last: every bookkeeping structure above is heap and cannot leak it if it fails
@@ -318,6 +320,11 @@ public final class KvPool implements AutoCloseable {
      * holds it; it is then filled (see {@link FillMode}) and returned to the free pages — unless it holds
      * a published prefix, which stays intact and reusable until it is evicted (and filled then).
      *
+     * <p>References carry no holder identity: a holder that releases a reference it does not have (twice, or
+     * one it never retained) drops someone else's, and the page can be freed while another sequence still
+     * lists it — its handle is then refused as stale, but code that reads by slot index would not know. Release
+     * exactly what you retained or allocated; {@link Sequence} does that for its pages.
+     *
      * @param handle the page's handle
      * @return whether this call freed the page
      * @throws StaleHandleException          if the handle is stale or not a handle of this pool
@@ -486,7 +493,10 @@ public final class KvPool implements AutoCloseable {
 
     private void onBecameFree(int slot) {
         if (closed) {
-            return; // nothing will allocate again; the storage is (being) released
+            // nothing will allocate again and the storage is (being) released: no fill; but the page goes where
+            // free pages are counted, so verifyAccounting() still balances after close
+            returned.push(slot);
+            return;
         }
         // The last releaser's CAS is ordered after every earlier CAS on this word, including the publisher's
         // own release, so a page's "published" mark set under the lock while it was owned is visible here.
@@ -496,7 +506,8 @@ public final class KvPool implements AutoCloseable {
                 storage.fill(slot, fillMode);
             } catch (RuntimeException e) {
                 if (closed) {
-                    return; // the pool closed while this page was being freed: the release itself took effect
+                    returned.push(slot); // the pool closed while this page was being freed: the release took effect
+                    return;
                 }
                 // The release took effect (its CAS): the page is FREE and must reach a free structure, or it is
                 // lost for good; but it still holds its last tenant's bytes, so it is filled again before its
@@ -506,7 +517,8 @@ public final class KvPool implements AutoCloseable {
                     + "); it will be filled again before it is handed out", e);
             }
         }
-        if (published || !cache.isOwner() || cache.flushRequested() || !cache.push(slot)) {
+        // an unfilled page never enters the allocator cache: its lock-free fast path hands pages out as they are
+        if (published || unfilled[slot] || !cache.isOwner() || cache.flushRequested() || !cache.push(slot)) {
             returned.push(slot);
             if (cache.isOwner() && cache.flushRequested() && lock.tryLock()) { // never waits, never re-enters
                 try {
@@ -647,7 +659,11 @@ public final class KvPool implements AutoCloseable {
                 retryLater++;
                 return Admission.RETRY_LATER;
             }
-            final int idx = resFreeStack[--resFreeTop];
+            // oldest free index first (a FIFO ring): an index comes back only after every other free one did, so a
+            // generation wraps only after 2^31 × maxReservations reservations, not after 2^31 of them
+            final int idx = resFreeStack[resFreeHead];
+            resFreeHead = (resFreeHead + 1) % resFreeStack.length;
+            resFreeTop--;
             int gen = resGeneration[idx] + 1;
             if (gen <= 0) {
                 gen = 1;
@@ -702,7 +718,7 @@ public final class KvPool implements AutoCloseable {
         if (reservationId <= 0 || idx < 0 || idx >= resPages.length || resGeneration[idx] != gen || resPages[idx] < 0) {
             throw new IllegalArgumentException("unknown, opened or cancelled reservation id " + reservationId);
         }
-        resFreeStack[resFreeTop++] = idx;
+        resFreeStack[(resFreeHead + resFreeTop++) % resFreeStack.length] = idx;
         openReservations--;
         return idx;
     }
@@ -814,7 +830,12 @@ public final class KvPool implements AutoCloseable {
         } finally {
             lock.unlock();
         }
-        fillEvicted(toFill);
+        try {
+            fillEvicted(toFill);
+        } catch (RuntimeException e) {
+            undoAllocation(seq, java.util.Arrays.copyOf(out, count), fromReservation); // all or nothing
+            throw e;
+        }
         return fromReservation;
     }
 
@@ -910,7 +931,12 @@ public final class KvPool implements AutoCloseable {
         } finally {
             lock.unlock();
         }
-        fillEvicted(toFill);
+        try {
+            fillEvicted(toFill);
+        } catch (RuntimeException e) {
+            tryTransition(handle, Event.RELEASE); // back free (and marked to be filled again), never lost
+            throw e;
+        }
         return handle < 0 ? PageHandle.EXHAUSTED : handle;
     }
 
@@ -993,33 +1019,50 @@ public final class KvPool implements AutoCloseable {
         }
     }
 
-    /** Publishes a sequence's full pages {@code [from, to)}; see {@link Sequence#publish}. */
+    /**
+     * Publishes a sequence's full pages {@code [from, to)}; see {@link Sequence#publish}. Each page is marked
+     * while this call holds a reference of its own to it (taken under the lock, dropped after it): a release
+     * racing the publication — even a stray one by a caller that does not own the page — can then never free
+     * a page between its check and its mark, and whoever frees it later sees the mark (and keeps it indexed,
+     * unfilled, in the cached free pages). The references are dropped outside the lock: a last release there
+     * may retire the slot, which takes the lock.
+     */
     void publish(Sequence seq, int[] tokenIds, int from, int to, long salt) {
         final int tpp = layout.tokensPerPage();
-        lock.lock();
+        final long[] held = new long[to - from];
+        int holding = 0;
         try {
-            ensureOpen();
-            long parent = from == 0 ? PrefixHash.ROOT : seq.pageHash(from - 1);
-            long digestHi = from == 0 ? PrefixCache.ROOT_DIGEST_HI : seq.pageDigestHi(from - 1);
-            long digestLo = from == 0 ? PrefixCache.ROOT_DIGEST_LO : seq.pageDigestLo(from - 1);
-            for (int i = from; i < to; i++) {
-                final long handle = seq.pageHandle(i);
-                final long word = slots.wordVolatile(PageHandle.slot(handle));
-                if (SlotStateMachine.phase(word) != SlotStateMachine.OWNED
-                    || SlotStateMachine.generation(word) != PageHandle.generation(handle)) {
-                    throw new IllegalSlotTransitionException(PageHandle.slot(handle), word, null,
-                        "only OWNED pages can be published (page " + i + " of the sequence)");
+            lock.lock();
+            try {
+                ensureOpen();
+                long parent = from == 0 ? PrefixHash.ROOT : seq.pageHash(from - 1);
+                long digestHi = from == 0 ? PrefixCache.ROOT_DIGEST_HI : seq.pageDigestHi(from - 1);
+                long digestLo = from == 0 ? PrefixCache.ROOT_DIGEST_LO : seq.pageDigestLo(from - 1);
+                for (int i = from; i < to; i++) {
+                    final long handle = seq.pageHandle(i);
+                    final long word = slots.apply(handle, Event.RETAIN);
+                    if (word >= 0) {
+                        held[holding++] = handle;
+                    }
+                    if (word < 0 || SlotStateMachine.phase(word) != SlotStateMachine.OWNED) {
+                        countRefusal(word);
+                        throw new IllegalSlotTransitionException(PageHandle.slot(handle), slots.wordVolatile(PageHandle.slot(handle)), null,
+                            "only OWNED pages can be published (page " + i + " of the sequence)");
+                    }
+                    parent = PrefixHash.of(parent, salt, tokenIds, i * tpp, tpp);
+                    prefix.publish(PageHandle.slot(handle), parent, digestHi, digestLo, salt, tokenIds, i * tpp);
+                    prefix.digest(digestHi, digestLo, salt, tokenIds, i * tpp);
+                    digestHi = prefix.digestHi;
+                    digestLo = prefix.digestLo;
+                    seq.setPageHash(i, parent, digestHi, digestLo);
                 }
-
-                parent = PrefixHash.of(parent, salt, tokenIds, i * tpp, tpp);
-                prefix.publish(PageHandle.slot(handle), parent, digestHi, digestLo, salt, tokenIds, i * tpp);
-                prefix.digest(digestHi, digestLo, salt, tokenIds, i * tpp);
-                digestHi = prefix.digestHi;
-                digestLo = prefix.digestLo;
-                seq.setPageHash(i, parent, digestHi, digestLo);
+            } finally {
+                lock.unlock();
             }
         } finally {
-            lock.unlock();
+            for (int i = 0; i < holding; i++) {
+                tryTransition(held[i], Event.RELEASE);
+            }
         }
     }
 

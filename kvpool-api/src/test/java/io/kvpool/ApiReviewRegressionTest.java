@@ -2,6 +2,7 @@ package io.kvpool;
 
 import org.junit.jupiter.api.Test;
 
+import java.lang.foreign.MemorySegment;
 import java.util.HashMap;
 import java.util.Map;
 
@@ -386,5 +387,237 @@ class ApiReviewRegressionTest {
                 "the next tenant's page still holds the last tenant's bytes");
             pool.release(next);
         }
+    }
+
+    // =============================================================================================
+    /** State words that, once armed, run a callback on the armed thread right after its (skip+1)-th read of one slot. */
+    static final class CountingHookWords implements SlotWords {
+        final SlotWords d;
+        volatile Thread armedFor;
+        volatile int hookSlot = -1;
+        volatile int skip;
+        volatile Runnable hook;
+
+        CountingHookWords(int n) {
+            d = SlotWords.ofArray(n);
+        }
+
+        void arm(int slot, int skipReads, Runnable r) {
+            hookSlot = slot;
+            skip = skipReads;
+            hook = r;
+            armedFor = Thread.currentThread();
+        }
+
+        public long getVolatile(int i) {
+            final long w = d.getVolatile(i);
+            if (i == hookSlot && Thread.currentThread() == armedFor && hook != null) {
+                if (skip-- <= 0) {
+                    final Runnable r = hook;
+                    hook = null;
+                    r.run();
+                }
+            }
+            return w;
+        }
+
+        public boolean compareAndSet(int i, long e, long u) { return d.compareAndSet(i, e, u); }
+        public void setRelease(int i, long v) { d.setRelease(i, v); }
+        public int length() { return d.length(); }
+    }
+
+    private static final int TPP = TestPools.SMALL.tokensPerPage();
+
+    // ---------------------------------------------------------------------------------------------
+    // Concurrency review (2026-11-30). C1 (HIGH): the `unfilled` mark was honoured only by takeFreePageLocked. When the cache owner (the
+    // scheduler) frees a page and its fill fails, onBecameFree sets unfilled[slot] and pushes the slot into
+    // the AllocatorCache; tryAllocate's lock-free fast path pops it and hands it out without looking at the
+    // mark: the next tenant gets the last tenant's bytes. (F7's fix covers the return stack only.)
+
+    @Test
+    void aPageWhoseFillFailedIsNotHandedOutUnfilledByTheAllocatorCache() {
+        final FailingCopyStorage[] storage = new FailingCopyStorage[1];
+        try (KvPool pool = TestPools.builder(2).threadCache(4)
+            .storage((l, n) -> storage[0] = new FailingCopyStorage(l, n)).build()) {
+            final long h = pool.tryAllocate();           // this thread becomes the cache owner
+            pool.page(h).fill((byte) 0x5A);              // tenant A's KV
+            storage[0].failNextFill = true;
+            assertTrue(pool.release(h));                 // the fill fails: FREE, marked unfilled
+            final long x = pool.tryAllocate();           // whichever way the two pages come back (fast path or not)
+            final long y = pool.tryAllocate();
+            final long again = PageHandle.slot(x) == PageHandle.slot(h) ? x : y;
+            assertEquals(PageHandle.slot(h), PageHandle.slot(again));
+            final MemorySegment page = pool.page(again);
+            assertEquals(0, pool.firstCanaryToken(again, 0, TPP),
+                "tenant B's fresh page still holds tenant A's bytes (first byte 0x"
+                    + Integer.toHexString(page.get(java.lang.foreign.ValueLayout.JAVA_BYTE, 0) & 0xFF) + ")");
+            pool.release(x);
+            pool.release(y);
+        }
+    }
+
+    // ---------------------------------------------------------------------------------------------
+    // C2 (MEDIUM): "a second failure is the allocator's to throw" — but allocateFor/tryAllocate throw AFTER
+    // the pages were taken and the reservation consumed: the pages stay OWNED with no holder (lost until
+    // close) and Sequence.append's "All or nothing: on an exception nothing changed" is broken (its
+    // reservation is gone, so the admitted request can no longer grow).
+
+    @Test
+    void aFailedFillOfAnUnfilledPageAtAllocationLosesNeitherThePageNorTheReservation() {
+        final FailingCopyStorage[] storage = new FailingCopyStorage[1];
+        try (KvPool pool = TestPools.builder(1)
+            .storage((l, n) -> storage[0] = new FailingCopyStorage(l, n)).build()) {
+            final long h = pool.tryAllocate();
+            storage[0].failNextFill = true;
+            pool.release(h);                             // fill fails: FREE, marked unfilled
+            final Sequence seq = pool.admit(TPP, 0).sequence(); // 1 page reserved
+            storage[0].failNextFill = true;              // the allocator's fill of the marked page fails too
+            assertThrows(IllegalStateException.class, () -> seq.append(TPP));
+            assertEquals(0, seq.pageCount());
+            assertEquals(1, seq.reservedPages(), "append threw, so nothing may have changed: the reservation is gone");
+            assertEquals(0, pool.snapshot().owned(), "the page the failed append took is OWNED by nobody");
+            seq.append(TPP);                             // the storage works again: the admitted request must fit
+            seq.close();
+        }
+    }
+
+    @Test
+    void aFailedFillAtTryAllocateLosesNotThePage() {
+        final FailingCopyStorage[] storage = new FailingCopyStorage[1];
+        try (KvPool pool = TestPools.builder(1)
+            .storage((l, n) -> storage[0] = new FailingCopyStorage(l, n)).build()) {
+            final long h = pool.tryAllocate();
+            storage[0].failNextFill = true;
+            pool.release(h);                             // FREE, marked unfilled
+            storage[0].failNextFill = true;              // and its fill at allocation fails too
+            assertThrows(IllegalStateException.class, pool::tryAllocate);
+            assertEquals(0, pool.snapshot().owned(), "the page tryAllocate took is OWNED by nobody");
+            final long again = pool.tryAllocate();       // the storage works again
+            assertEquals(PageHandle.slot(h), PageHandle.slot(again));
+            assertEquals(0, pool.firstCanaryToken(again, 0, TPP));
+            pool.release(again);
+            assertDoesNotThrow(pool::verifyAccounting);
+        }
+    }
+
+    // ---------------------------------------------------------------------------------------------
+    // C3 (MINOR: needs a stray release, i.e. misuse; suspected (a) of the earlier review, proven here).
+    // publish checks OWNED under the pool lock, but releases are lock-free: a release landing between the
+    // check and prefix.publish frees the page while it is not yet marked (so it is filled and, on the cache
+    // owner's thread, goes into the AllocatorCache), and publish then marks and indexes a FREE page. The
+    // fast path hands it to tenant B still indexed, and tenant C's admission attaches B's live page.
+    // One stray release thus leaks B's KV to an unrelated tenant C.
+
+    /** A stray release of page 0 fires inside the {@code skip}+1-th read of its state word during {@code a.publish}. */
+    private static void strayReleaseDuringPublish(int skip, boolean thenTenantC) {
+        final CountingHookWords[] words = new CountingHookWords[1];
+        final KvPool.Builder b = TestPools.builder(8).threadCache(4);
+        b.slotWords = n -> words[0] = new CountingHookWords(n);
+        try (KvPool pool = b.build()) {
+            final long salt = 42;
+            final int[] prompt = {1, 2, 3, 4, 5};
+            final Sequence a = pool.admit(prompt, 0, salt).sequence();
+            a.append(prompt.length);                     // this thread allocates: it owns the allocator cache
+            TokenTags.writeSequence(a, 1, 0, prompt.length);
+            final long raw = a.pageHandle(0);            // a raw copy of the handle, held by a buggy holder
+            words[0].arm(PageHandle.slot(raw), skip, () -> pool.release(raw));
+            try {
+                a.publish(prompt, salt);                 // published with its own reference held...
+            } catch (IllegalStateException refused) { // ...or refused: the page is FREE (and filled) by then
+                assertTrue(refused.getMessage().contains("only OWNED pages can be published")
+                    || refused.getMessage().contains("still holds the free-page canary"), refused.getMessage());
+            }
+            final long bHandle = pool.tryAllocate();     // tenant B: the allocator cache's fast path first
+            if (!thenTenantC) {
+                assertFalse(PageHandle.slot(raw) == PageHandle.slot(bHandle) && pool.snapshot().publishedPrefixes() > 0
+                    && pool.admit(prompt, 0, salt).sequence().pageCount() > 0,
+                    "skip " + skip + ": the page freed during publish was handed to tenant B while indexed in the prefix cache");
+            } else {
+                TokenTags.write(pool.page(bHandle), pool.layout(), 0, TokenTags.tag(0xB, 0)); // tenant B's secret
+                final Sequence c = pool.admit(prompt, 0, salt).sequence();                    // unrelated tenant C
+                final boolean leaked = c.pageCount() > 0 && c.pageIndex(0) == PageHandle.slot(bHandle);
+                assertFalse(leaked, () -> "skip " + skip + ": tenant C attached tenant B's live page; C reads token 0 = "
+                    + Long.toHexString(TokenTags.readSequence(c, 0)) + " = B's tag " + Long.toHexString(TokenTags.tag(0xB, 0)));
+                c.close();
+            }
+            pool.release(bHandle);
+        }
+    }
+
+    @Test
+    void aReleaseRacingPublishNeverLeavesAFreePageIndexed() {
+        for (int skip = 0; skip < 4; skip++) {
+            strayReleaseDuringPublish(skip, false);
+        }
+    }
+
+    @Test
+    void aReleaseRacingPublishLeaksTenantBsPageToTenantC() {
+        // the consequence of the interleaving above, end to end
+        for (int skip = 0; skip < 4; skip++) {
+            strayReleaseDuringPublish(skip, true);
+        }
+    }
+
+    // ---------------------------------------------------------------------------------------------
+    // C4 (MINOR, suspected (b)): reservation ids carry a 31-bit generation per index; the free index stack is
+    // LIFO, so a scheduler that reserves and opens one request at a time reuses index 0 every time, and after
+    // 2^31 - 1 reservations a stale id (a double cancel/open by a buggy caller) is accepted again and cancels
+    // another request's reservation. The id is a long: the generation could use 32+ more bits.
+
+    @Test
+    void aStaleReservationIdIsNeverAcceptedAgain() throws Exception {
+        try (KvPool pool = TestPools.builder(4).build()) {
+            final long stale = pool.tryReserve(1, 0);
+            pool.cancelReservation(stale);
+            final var f = KvPool.class.getDeclaredField("resGeneration");
+            f.setAccessible(true);
+            ((int[]) f.get(pool))[(int) stale] = Integer.MAX_VALUE; // as after 2^31 - 2 more reserve/cancel cycles of index 0
+            final long live = pool.tryReserve(1, 0);                 // another request's reservation
+            assertNotEquals(stale, live, "a new reservation got the id of one cancelled 2^31 - 1 reservations ago");
+            pool.cancelReservation(live);
+        }
+    }
+
+    @Test
+    void aReservationIndexComesBackOnlyAfterEveryOtherFreeOne() {
+        // the rule behind the fix: oldest free index first, so one index's generation advances once per
+        // maxReservations reservations, not once per reservation
+        try (KvPool pool = TestPools.builder(4).maxReservations(4).build()) {
+            final java.util.Set<Integer> seen = new java.util.HashSet<>();
+            long first = 0;
+            for (int i = 0; i < 4; i++) {
+                final long id = pool.tryReserve(1, 0);
+                if (i == 0) {
+                    first = id;
+                }
+                assertTrue(seen.add((int) id), "index " + (int) id + " came back after " + i + " reservations");
+                pool.cancelReservation(id);
+            }
+            final long again = pool.tryReserve(1, 0);
+            assertEquals((int) first, (int) again, "the fifth reuses the first index");
+            assertEquals((first >>> 32) + 1, again >>> 32, "with the next generation");
+            final long stale = first;
+            final IllegalArgumentException e = assertThrows(IllegalArgumentException.class, () -> pool.cancelReservation(stale));
+            assertTrue(e.getMessage().contains(Long.toString(stale)), e.getMessage());
+            pool.cancelReservation(again);
+        }
+    }
+
+    // ---------------------------------------------------------------------------------------------
+    // C6 (MINOR): close() keeps verifyAccounting() as a read-only view, but a page a late unpin frees after close
+    // (storage retained for a pinned page) skips onBecameFree's push ("nothing will allocate again"): it is FREE
+    // in no free structure, and verifyAccounting() then reports a broken pool that is not broken.
+
+    @Test
+    void verifyAccountingHoldsAfterALateUnpinFreesAPageOfAClosedPool() {
+        final KvPool pool = TestPools.pool(2);
+        final long h = pool.tryAllocate();
+        pool.pinWriter(h);
+        pool.release(h);                                 // RECEIVING(0): the pin alone holds it
+        pool.close();                                    // storage kept: a peer may still write
+        pool.commitReceive(h);                           // the transfer ends: FREE, and the storage is released
+        assertEquals(SlotState.FREE, pool.stateOfSlot(PageHandle.slot(h)));
+        assertDoesNotThrow(pool::verifyAccounting);
     }
 }
