@@ -2,26 +2,64 @@ package io.kvpool.transfer.shm;
 
 import io.kvpool.transfer.TransferException;
 
+import java.io.IOException;
 import java.nio.ByteBuffer;
 import java.nio.ByteOrder;
 import java.nio.charset.CharacterCodingException;
 import java.nio.charset.CodingErrorAction;
 import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Path;
 
 /**
  * The shared-memory transport's own first message, sent by both sides of a socket before any kvpool
  * frame (little-endian):
  * <pre>
- *   u32 magic 0x4B565342 ("BSVK" on the wire), u16 version 1, u16 path length (≤ 4096),
- *   i64 pid, i64 pool file identity (0: this side exposes no pool), path (UTF-8; empty with identity 0)
+ *   u32 magic 0x4B565342 ("BSVK" on the wire), u16 version 2, u16 path length (≤ 4096),
+ *   i64 pid, i64 pid namespace (the inode of /proc/self/ns/pid; 0: unknown), i64 start time (field 22 of
+ *   /proc/self/stat, clock ticks after boot; 0: unknown), i64 pool file identity (0: this side exposes no pool),
+ *   path (UTF-8; empty with identity 0)
  * </pre>
+ * The pid names the process whose death proves that the peer can no longer write ({@link ShmLink#tearDown}); the
+ * namespace and start time let the other side check that the pid means the same process there — a peer in
+ * another pid namespace (a container) names a pid that is some other process here, or none. They are what the
+ * peer says of itself: honest peers are checked, a lying one is not (nor can it be stopped: a process that can
+ * reach the socket and map the pool file can write any page anyway — see {@link ShmLink}'s trust note).
  */
-record Bootstrap(long pid, long identity, String poolFile) {
+record Bootstrap(long pid, long pidNamespace, long startTicks, long identity, String poolFile) {
 
     static final int MAGIC = 0x4B565342;
-    static final int VERSION = 1;
-    static final int FIXED_BYTES = 24;
+    static final int VERSION = 2;
+    static final int FIXED_BYTES = 40;
     static final int MAX_PATH_BYTES = 4096;
+    /** This process's pid namespace (0 where /proc does not say). */
+    static final long OWN_PID_NAMESPACE = pidNamespace(Path.of("/proc/self/ns/pid"));
+
+    /** A bootstrap for {@code pid} with this host's view of it: this process's namespace, the pid's start time here. */
+    Bootstrap(long pid, long identity, String poolFile) {
+        this(pid, OWN_PID_NAMESPACE, startTicks(pid), identity, poolFile);
+    }
+
+    /** @return the inode number in a {@code /proc/<pid>/ns/pid} link ("pid:[4026531836]"), or 0 */
+    static long pidNamespace(Path nsLink) {
+        try {
+            final String t = Files.readSymbolicLink(nsLink).toString();
+            return t.startsWith("pid:[") && t.endsWith("]") ? Long.parseLong(t.substring(5, t.length() - 1)) : 0;
+        } catch (IOException | RuntimeException e) {
+            return 0; // not Linux, or not allowed to look
+        }
+    }
+
+    /** @return when {@code pid} started, in clock ticks after boot (field 22 of /proc/pid/stat), or 0 if unknown */
+    static long startTicks(long pid) {
+        try {
+            final String stat = Files.readString(Path.of("/proc/" + pid + "/stat"));
+            final String[] after = stat.substring(stat.lastIndexOf(')') + 2).split(" ");
+            return Long.parseLong(after[22 - 3]); // after ") " come fields 3 (state), 4, ...
+        } catch (IOException | RuntimeException e) {
+            return 0;
+        }
+    }
 
     /** @return the encoded message */
     byte[] encode() {
@@ -30,30 +68,34 @@ record Bootstrap(long pid, long identity, String poolFile) {
             throw new IllegalArgumentException("pool file path of " + path.length + " bytes, at most " + MAX_PATH_BYTES);
         }
         final ByteBuffer b = ByteBuffer.allocate(FIXED_BYTES + path.length).order(ByteOrder.LITTLE_ENDIAN);
-        b.putInt(MAGIC).putShort((short) VERSION).putShort((short) path.length).putLong(pid).putLong(identity).put(path);
+        b.putInt(MAGIC).putShort((short) VERSION).putShort((short) path.length).putLong(pid).putLong(pidNamespace)
+            .putLong(startTicks).putLong(identity).put(path);
         return b.array();
     }
 
     /**
      * @param in bytes received so far, from position 0 to position (not consumed)
      * @return total bytes of the bootstrap message once known (≥ {@link #FIXED_BYTES}), or -1 while
-     *         fewer than {@link #FIXED_BYTES} bytes are there
+     *         fewer than {@link #FIXED_BYTES} bytes are there (magic and version are checked from 8 bytes on)
      * @throws TransferException on a bad magic, version or path length
      */
     static int length(ByteBuffer in) {
-        if (in.position() < FIXED_BYTES) {
+        if (in.position() < 8) {
             return -1;
         }
         final ByteBuffer b = in.duplicate().flip().order(ByteOrder.LITTLE_ENDIAN);
         final int magic = b.getInt();
         final int version = b.getShort() & 0xFFFF;
         final int pathLen = b.getShort() & 0xFFFF;
-        if (magic != MAGIC) {
+        if (magic != MAGIC) { // checked as soon as it is there: a stranger is refused without waiting for more
             throw new TransferException("shm bootstrap: bad magic 0x" + Integer.toHexString(magic) + ", expected 0x"
                 + Integer.toHexString(MAGIC));
         }
         if (version != VERSION) {
             throw new TransferException("shm bootstrap: version " + version + ", this side speaks " + VERSION);
+        }
+        if (in.position() < FIXED_BYTES) {
+            return -1;
         }
         if (pathLen > MAX_PATH_BYTES) {
             throw new TransferException("shm bootstrap: pool file path of " + pathLen + " bytes exceeds " + MAX_PATH_BYTES);
@@ -67,6 +109,8 @@ record Bootstrap(long pid, long identity, String poolFile) {
         b.position(6);
         final int pathLen = b.getShort() & 0xFFFF;
         final long pid = b.getLong();
+        final long pidNamespace = b.getLong();
+        final long startTicks = b.getLong();
         final long identity = b.getLong();
         final String path;
         try {
@@ -82,6 +126,9 @@ record Bootstrap(long pid, long identity, String poolFile) {
             throw new TransferException("shm bootstrap: pool identity 0x" + Long.toHexString(identity) + " with a "
                 + pathLen + "-byte path (identity 0 goes with an empty path and only then)");
         }
-        return new Bootstrap(pid, identity, path);
+        if (pidNamespace < 0 || startTicks < 0) {
+            throw new TransferException("shm bootstrap: pid namespace " + pidNamespace + " or start time " + startTicks + " is negative");
+        }
+        return new Bootstrap(pid, pidNamespace, startTicks, identity, path);
     }
 }

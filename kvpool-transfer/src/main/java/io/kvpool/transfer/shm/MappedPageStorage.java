@@ -18,6 +18,7 @@ import java.nio.file.FileSystems;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.nio.file.StandardOpenOption;
+import java.nio.file.attribute.BasicFileAttributes;
 import java.nio.file.attribute.PosixFilePermissions;
 import java.security.SecureRandom;
 import java.util.Objects;
@@ -98,6 +99,7 @@ public final class MappedPageStorage implements PageStorage {
         }
         final long size = fileSize(layout.bytesPerPage(), pages);
         final Arena arena = Arena.ofShared();
+        boolean created = false;
         try {
             Files.deleteIfExists(file);
             if (FileSystems.getDefault().supportedFileAttributeViews().contains("posix")) {
@@ -105,6 +107,8 @@ public final class MappedPageStorage implements PageStorage {
             } else {
                 Files.createFile(file);
             }
+            created = true;
+            final Object fileKey = Objects.requireNonNullElse(Files.readAttributes(file, BasicFileAttributes.class).fileKey(), ANY_FILE);
             final MemorySegment mapping;
             try (FileChannel ch = FileChannel.open(file, StandardOpenOption.READ, StandardOpenOption.WRITE)) {
                 mapping = ch.map(FileChannel.MapMode.READ_WRITE, 0, size, arena);
@@ -112,7 +116,7 @@ public final class MappedPageStorage implements PageStorage {
             final long identity = new SecureRandom().nextLong() | 1; // never 0 (0 means "no pool" in the bootstrap)
             final long pid = ProcessHandle.current().pid();
             final HostPageStorage host = HostPageStorage.over(layout, pages, mapping.asSlice(HEADER_BYTES), true,
-                closer(arena, file, true));
+                closer(arena, file, fileKey));
             mapping.set(INT, OFF_VERSION, FORMAT_VERSION);
             mapping.set(INT, OFF_PAGES, pages);
             mapping.set(LONG, OFF_FINGERPRINT, layout.fingerprint());
@@ -129,10 +133,12 @@ public final class MappedPageStorage implements PageStorage {
             return new MappedPageStorage(file, true, identity, pid, mapping, host);
         } catch (IOException e) {
             closeQuietly(arena);
+            deleteIfCreated(created, file);
             throw new UncheckedIOException("cannot create the mapped pool file " + file + " of " + size + " bytes ("
                 + pages + " pages of " + layout.bytesPerPage() + " bytes): " + e.getMessage(), e);
         } catch (RuntimeException | Error e) {
             closeQuietly(arena);
+            deleteIfCreated(created, file);
             throw e;
         }
     }
@@ -217,7 +223,7 @@ public final class MappedPageStorage implements PageStorage {
                     + pages + " pages of " + pageBytes + " bytes) needs " + want);
             }
             final HostPageStorage host = HostPageStorage.over(layout, pages, mapping.asSlice(HEADER_BYTES), false,
-                closer(arena, file, false));
+                closer(arena, file, null));
             return new MappedPageStorage(file, false, mapping.get(LONG, OFF_IDENTITY), mapping.get(LONG, OFF_PID), mapping, host);
         } catch (IOException e) {
             closeQuietly(arena);
@@ -236,17 +242,38 @@ public final class MappedPageStorage implements PageStorage {
         }
     }
 
-    private static Runnable closer(Arena arena, Path file, boolean delete) {
+    /**
+     * @param ownFile the created file's key ({@code fileKey()}: device and inode), or {@code null} for a mapping
+     *                that does not own the file; the owner deletes the file at the path only if it is still that
+     *                file — a successor created at the same path (a restarted receiver) is not its to delete
+     */
+    private static Runnable closer(Arena arena, Path file, Object ownFile) {
         return () -> {
             arena.close();
-            if (delete) {
+            if (ownFile != null) {
                 try {
-                    Files.deleteIfExists(file);
+                    if (ownFile == ANY_FILE || ownFile.equals(Files.readAttributes(file, BasicFileAttributes.class).fileKey())) {
+                        Files.deleteIfExists(file);
+                    }
                 } catch (IOException ignored) {
-                    // best effort: the mapping is gone either way
+                    // gone already, or best effort: the mapping is gone either way
                 }
             }
         };
+    }
+
+    /** The file key of a file system without file keys: the owner deletes whatever is at the path, as before. */
+    private static final Object ANY_FILE = new Object();
+
+    /** A create that failed after making its file leaves nothing behind. */
+    private static void deleteIfCreated(boolean created, Path file) {
+        if (created) {
+            try {
+                Files.deleteIfExists(file);
+            } catch (IOException ignored) {
+                // best effort
+            }
+        }
     }
 
     private static void closeQuietly(Arena arena) {

@@ -34,10 +34,11 @@ import java.util.Optional;
  *
  * <h2>How it keeps the {@link PeerLink} semantics</h2>
  * <ul>
- *   <li><b>Bootstrap.</b> Before any kvpool frame each side sends its pid and, if it exposes a pool,
- *       the path and identity of its pool file. A receiver reveals its path only after it has the
- *       peer's pid, and refuses a peer whose pid is not a live process it can see (another pid
- *       namespace), because it could then never prove that peer gone.</li>
+ *   <li><b>Bootstrap.</b> Before any kvpool frame each side sends its pid, pid namespace and start time
+ *       ({@link Bootstrap}) and, if it exposes a pool, the path and identity of its pool file. A receiver
+ *       reveals its path only after it has the peer's pid, and refuses a peer whose pid is not a live
+ *       process it can see, or which runs in another pid namespace, or whose pid started here at another
+ *       time than the peer says: the death of that pid would prove nothing about the peer.</li>
  *   <li><b>Writes</b> ({@link #putBatch}) are synchronous {@link MemorySegment#copy} calls from the source
  *       page into the mapped destination page: truly one-sided (the receiver does nothing). Each reaches
  *       its terminal state ({@link #OK}, or {@link #FAILED} if the copy itself threw) before
@@ -50,7 +51,10 @@ import java.util.Optional;
  *       holding the mapping is not tracked: run senders that do not fork.</li>
  *   <li><b>Trust.</b> Region keys limit which slots <em>this</em> code writes, but a peer process can
  *       write any page of the file it mapped: the shared-memory transport is for peers that are equally
- *       trusted (same host, same user; the file is created {@code rw-------}).</li>
+ *       trusted (same host, same user; the file is created {@code rw-------}). The pid a peer announces is
+ *       checked against what this host sees, not proven by the kernel (the JDK exposes no socket peer pid:
+ *       {@code SO_PEERCRED} through an FFM socket would), so a peer that lies about it can make a teardown
+ *       look proven — but such a process could write into the pool at any time anyway.</li>
  * </ul>
  * Not thread-safe: one owner thread calls every method; events come only from {@link #poll}.
  */
@@ -265,6 +269,18 @@ public final class ShmLink implements PeerLink {
                 + "its death could never be proven, so the link is refused");
             return;
         }
+        if (b.pidNamespace() != 0 && Bootstrap.OWN_PID_NAMESPACE != 0 && b.pidNamespace() != Bootstrap.OWN_PID_NAMESPACE) {
+            failHard("peer runs in pid namespace " + b.pidNamespace() + ", this side in " + Bootstrap.OWN_PID_NAMESPACE
+                + ": its pid " + b.pid() + " names another process here (or none), so its death could never be proven; "
+                + "the link is refused (run both sides in one pid namespace)");
+            return;
+        }
+        final long startedHere = Bootstrap.startTicks(b.pid());
+        if (b.startTicks() != 0 && startedHere != 0 && b.startTicks() != startedHere) {
+            failHard("peer claims pid " + b.pid() + " started at tick " + b.startTicks() + ", but pid " + b.pid() + " here started at tick "
+                + startedHere + ": not the process on this socket, so its death would prove nothing; the link is refused");
+            return;
+        }
         if (b.identity() != 0) {
             try {
                 final MappedPageStorage m = MappedPageStorage.map(Path.of(b.poolFile()));
@@ -468,17 +484,32 @@ public final class ShmLink implements PeerLink {
         if (start.isPresent() && now.isPresent() && !start.get().equals(now.get())) {
             return true; // the pid was reused by another process
         }
-        try { // a zombie (killed, not yet reaped) has no memory left, but some JDKs report it alive
-            final String stat = Files.readString(Path.of("/proc/" + pid + "/stat"));
-            final int paren = stat.lastIndexOf(')');
-            if (paren > 0 && paren + 2 < stat.length()) {
-                final char state = stat.charAt(paren + 2);
-                return state == 'Z' || state == 'X';
+        // A zombie (killed, not yet reaped) has no memory left, but some JDKs report it alive. "Zombie" must hold
+        // for every thread: /proc/<pid>/stat describes the main thread only, which shows Z as soon as it exits
+        // while the other threads — and the mapping, the CUDA context, the queued copies — live on.
+        try (var tasks = Files.list(Path.of("/proc/" + pid + "/task"))) {
+            final java.util.Iterator<Path> it = tasks.iterator();
+            while (it.hasNext()) {
+                final char state = taskState(it.next().resolve("stat"));
+                if (state != 'Z' && state != 'X' && state != 0) {
+                    return false; // a live thread: the process can still write
+                }
             }
+            return true; // every thread is dead (or gone while we looked)
         } catch (IOException | RuntimeException e) {
             return ProcessHandle.of(pid).isEmpty(); // no /proc (not Linux) or the process just went away
         }
-        return false;
+    }
+
+    /** @return the state letter of a /proc task's stat file, or 0 if the task went away while we looked */
+    private static char taskState(Path stat) {
+        try {
+            final String s = Files.readString(stat);
+            final int paren = s.lastIndexOf(')');
+            return paren > 0 && paren + 2 < s.length() ? s.charAt(paren + 2) : '?';
+        } catch (IOException e) {
+            return 0;
+        }
     }
 
     // ---- sender side ----
@@ -571,7 +602,10 @@ public final class ShmLink implements PeerLink {
             try {
                 MemorySegment.copy(source.hostPage(src[off + i]), 0, dstAll, r.slots()[dst[off + i]] * pageBytes, pageBytes);
                 status = OK;
-            } catch (RuntimeException e) {
+            } catch (RuntimeException | InternalError e) {
+                // InternalError: the JVM's answer to SIGBUS, e.g. the pool file shrank under the mapping — a
+                // write that faulted is still a write with a terminal state (PeerLink: a putBatch that throws
+                // posted nothing, and the writes before it were posted)
                 status = FAILED; // may have landed in part, as FAILED allows
             }
             events.add(new Event(EV_WRITE, firstToken + i, status));

@@ -1,0 +1,294 @@
+package io.kvpool.transfer.shm;
+
+import io.kvpool.DType;
+import io.kvpool.KvLayout;
+import io.kvpool.storage.HostPageStorage;
+import io.kvpool.transfer.spi.LinkListener;
+import io.kvpool.transfer.spi.PeerLink;
+import io.kvpool.transfer.spi.Registration;
+import io.kvpool.transfer.spi.RemoteRegion;
+import org.junit.jupiter.api.AfterEach;
+import org.junit.jupiter.api.BeforeEach;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.Timeout;
+import org.junit.jupiter.api.io.TempDir;
+
+import java.io.IOException;
+import java.lang.foreign.ValueLayout;
+import java.net.StandardProtocolFamily;
+import java.net.UnixDomainSocketAddress;
+import java.nio.ByteBuffer;
+import java.nio.channels.FileChannel;
+import java.nio.channels.SocketChannel;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.nio.file.StandardOpenOption;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.concurrent.TimeUnit;
+
+import static org.junit.jupiter.api.Assertions.*;
+import static org.junit.jupiter.api.Assumptions.assumeTrue;
+
+/**
+ * Regressions from an adversarial review of the shared-memory transport (2026-11-30): each test states the
+ * contract it checks and failed before its fix.
+ */
+@Timeout(30)
+class ShmReviewRegressionTest {
+
+    static final KvLayout LAYOUT = MappedPageStorageTest.LAYOUT;
+
+    @TempDir
+    Path dir;
+    MappedPageStorage pool;
+    ShmListener listener;
+    final List<AutoCloseable> toClose = new ArrayList<>();
+    final List<Process> children = new ArrayList<>();
+
+    @BeforeEach
+    void setUp() {
+        pool = MappedPageStorage.create(dir.resolve("pool"), LAYOUT, 8);
+        listener = ShmTransport.listen(dir.resolve("sock"), pool);
+    }
+
+    @AfterEach
+    void cleanUp() throws Exception {
+        for (Process p : children) {
+            p.destroyForcibly();
+            p.waitFor(10, TimeUnit.SECONDS);
+        }
+        for (AutoCloseable c : toClose) {
+            c.close();
+        }
+        listener.close();
+        pool.close();
+    }
+
+    /** Collects write completions. */
+    static final class Writes implements LinkListener {
+        final List<long[]> writes = new ArrayList<>();
+
+        @Override
+        public void onFrame(PeerLink link, ByteBuffer frame) {
+        }
+
+        @Override
+        public void onWriteDone(PeerLink link, long token, int status) {
+            writes.add(new long[] {token, status});
+        }
+
+        @Override
+        public void onFlushDone(PeerLink link, long token, boolean ok) {
+        }
+
+        @Override
+        public void onLinkFailed(PeerLink link, String reason) {
+        }
+    }
+
+    ShmLink acceptOne() {
+        final ShmLink[] l = new ShmLink[1];
+        ShmLinkTest.await("accept", () -> l[0] != null, () -> l[0] = listener.accept());
+        toClose.add(l[0]);
+        return l[0];
+    }
+
+    static Bootstrap readBootstrap(SocketChannel ch) throws IOException {
+        final ByteBuffer in = ByteBuffer.allocate(Bootstrap.FIXED_BYTES + Bootstrap.MAX_PATH_BYTES);
+        while (Bootstrap.length(in) < 0 || in.position() < Bootstrap.length(in)) {
+            if (ch.read(in) < 0) {
+                throw new IOException("EOF before the bootstrap");
+            }
+        }
+        return Bootstrap.decode(in, Bootstrap.length(in));
+    }
+
+    static char procState(long pid) {
+        try {
+            final String stat = Files.readString(Path.of("/proc/" + pid + "/stat"));
+            return stat.charAt(stat.lastIndexOf(')') + 2);
+        } catch (IOException e) {
+            return '?';
+        }
+    }
+
+    /** Sends {@code b} from a raw socket and returns the listener's reason for refusing it. */
+    private String refusalOf(Bootstrap b) throws IOException {
+        final SocketChannel ch = SocketChannel.open(StandardProtocolFamily.UNIX);
+        toClose.add(ch);
+        ch.connect(UnixDomainSocketAddress.of(dir.resolve("sock")));
+        ch.write(ByteBuffer.wrap(b.encode()));
+        final String before = listener.lastRejection();
+        ShmLinkTest.await("refusal", () -> listener.lastRejection() != null && !listener.lastRejection().equals(before),
+            () -> assertNull(listener.accept()));
+        return listener.lastRejection();
+    }
+
+    /**
+     * The pid a peer names is what its teardown proof waits for, so it must mean the process on the socket.
+     * Was: any live pid was accepted — a peer in another pid namespace (a container) names its own namespace's
+     * pid, which here is some unrelated process (or pid 1): when that one exits, tearDown "proves" the real
+     * writer gone. Now the peer's pid namespace and start time are checked against this host's view.
+     */
+    @Test
+    void aPeerWhosePidMeansAnotherProcessHereIsRefused() throws Exception {
+        final Process bystander = new ProcessBuilder("sleep", "60").start();
+        children.add(bystander);
+        final long ns = Bootstrap.OWN_PID_NAMESPACE;
+        assumeTrue(ns != 0, "no /proc/self/ns/pid here");
+        final long ticks = Bootstrap.startTicks(bystander.pid());
+        assumeTrue(ticks != 0, "no start time in /proc");
+        final String otherNamespace = refusalOf(new Bootstrap(bystander.pid(), ns + 1, ticks, 0, ""));
+        assertTrue(otherNamespace.contains("pid namespace " + (ns + 1)) && otherNamespace.contains("this side in " + ns), otherNamespace);
+        final String otherProcess = refusalOf(new Bootstrap(bystander.pid(), ns, ticks + 1, 0, ""));
+        assertTrue(otherProcess.contains("started at tick " + (ticks + 1)) && otherProcess.contains("started at tick " + ticks), otherProcess);
+        // the same bootstrap with the true values is accepted (the checks can pass)
+        final SocketChannel ch = SocketChannel.open(StandardProtocolFamily.UNIX);
+        toClose.add(ch);
+        ch.connect(UnixDomainSocketAddress.of(dir.resolve("sock")));
+        ch.write(ByteBuffer.wrap(new Bootstrap(bystander.pid(), ns, ticks, 0, "").encode()));
+        assertEquals(bystander.pid(), acceptOne().peerPid());
+    }
+
+    /**
+     * A process whose thread-group leader (main thread) has exited while other threads run shows state
+     * 'Z' in /proc/PID/stat, yet its memory map (and the pool file mapping) is alive. processGone() took
+     * 'Z' for "gone", so tearDown() returned true while a thread of the peer still wrote into the pool.
+     * Senders that embed the JVM in a native host (JNI_CreateJavaVM from a launcher whose main thread
+     * exits) look exactly like this. The peer here is a python3 process that ends its main thread by the
+     * raw exit syscall (60 on x86_64) and writes from a second thread once told to.
+     */
+    @Test
+    void aZombieLeaderWithLiveThreadsIsNotTakenForDead() throws Exception {
+        assumeTrue("amd64".equals(System.getProperty("os.arch")), "uses the x86_64 exit syscall number");
+        final Path script = dir.resolve("peer.py"), trigger = dir.resolve("go"), log = dir.resolve("peer.log");
+        Files.writeString(script, """
+            import ctypes, mmap, os, socket, struct, sys, threading, time
+            s = socket.socket(socket.AF_UNIX)
+            s.connect(sys.argv[1])
+            s.sendall(struct.pack('<IHHqqqq', 0x4B565342, 2, 0, os.getpid(), 0, 0, 0))  # namespace, start: unknown
+            buf = b''
+            while len(buf) < 40:
+                buf += s.recv(8192)
+            plen = struct.unpack('<IHHqqqq', buf[:40])[2]
+            while len(buf) < 40 + plen:
+                buf += s.recv(8192)
+            f = open(buf[40:40 + plen].decode(), 'r+b')
+            m = mmap.mmap(f.fileno(), 0)
+            def writer():
+                while not os.path.exists(sys.argv[2]):
+                    time.sleep(0.01)
+                m[4096:4096 + 2048] = b'\\x5a' * 2048   # page 0 of the pool
+                time.sleep(60)
+            threading.Thread(target=writer).start()
+            print('mapped', flush=True)
+            ctypes.CDLL(None).syscall(60, 0)  # SYS_exit: ends the main thread only
+            """);
+        final Process peer;
+        try {
+            peer = new ProcessBuilder("python3", script.toString(), dir.resolve("sock").toString(), trigger.toString())
+                .redirectErrorStream(true).redirectOutput(log.toFile()).start();
+        } catch (IOException e) {
+            assumeTrue(false, "no python3: " + e);
+            return;
+        }
+        children.add(peer);
+        final ShmLink receiver = acceptOne();
+        assertEquals(peer.pid(), receiver.peerPid());
+        final long deadline = System.nanoTime() + 10_000_000_000L;
+        while (procState(peer.pid()) != 'Z') {
+            assertTrue(System.nanoTime() < deadline, () -> "peer leader never became 'Z'; log: " + ShmTwoProcessTest.read(log));
+            receiver.poll(new Writes(), 10);
+            Thread.sleep(10);
+        }
+        final long threads;
+        try (var tasks = Files.list(Path.of("/proc/" + peer.pid() + "/task"))) {
+            threads = tasks.count();
+        }
+        final boolean proven = receiver.tearDown();
+        Files.createFile(trigger);
+        final long until = System.nanoTime() + 5_000_000_000L;
+        while (pool.hostPage(0).get(ValueLayout.JAVA_BYTE, 0) != 0x5A && System.nanoTime() < until) {
+            Thread.sleep(10);
+        }
+        final byte landed = pool.hostPage(0).get(ValueLayout.JAVA_BYTE, 0);
+        assertFalse(proven, "tearDown() proved peer " + peer.pid() + " gone (leader state 'Z') while it still had "
+            + threads + " task(s) and its mapping; after that proof its write landed: page 0 byte 0 = 0x"
+            + Integer.toHexString(landed & 0xFF) + "; peer alive per Process.isAlive(): " + peer.isAlive());
+    }
+
+    /**
+     * "A batch that is refused throws before any of its writes is posted", and every posted write reports
+     * exactly one terminal state. If the pool file shrinks under the sender's mapping, the copy faults
+     * (SIGBUS); the JVM turns that into java.lang.InternalError, an Error that putBatch's
+     * catch (RuntimeException) does not catch: putBatch throws after it already queued OK for the earlier
+     * writes of the batch (and the faulting write never reported). Now the faulting write reports FAILED.
+     */
+    @Test
+    void aFaultingCopyReportsFailedInsteadOfEscapingPutBatch() throws Exception {
+        final ShmLink sender = ShmTransport.connect(dir.resolve("sock"));
+        toClose.add(sender);
+        final ShmLink[] receiver = new ShmLink[1];
+        ShmLinkTest.await("bootstrap", () -> receiver[0] != null && sender.isReady(), () -> {
+            if (receiver[0] == null) {
+                receiver[0] = listener.accept();
+            }
+            sender.poll(new Writes(), 100);
+        });
+        toClose.add(receiver[0]);
+        final Registration reg = receiver[0].register(pool, new int[] {0, 7});
+        final RemoteRegion region = sender.attach(reg.key(), 2);
+        try (FileChannel ch = FileChannel.open(pool.file(), StandardOpenOption.WRITE)) {
+            ch.truncate(MappedPageStorage.HEADER_BYTES + LAYOUT.bytesPerPage()); // slot 7 now lies beyond EOF
+        }
+        try (HostPageStorage src = HostPageStorage.allocate(LAYOUT, 2)) {
+            Throwable thrown = null;
+            try {
+                sender.putBatch(region, new int[] {0, 1}, src, new int[] {0, 1}, 0, 2, 100);
+            } catch (Throwable t) {
+                thrown = t;
+            }
+            final Writes w = new Writes();
+            sender.poll(w, 100);
+            final StringBuilder got = new StringBuilder();
+            w.writes.forEach(x -> got.append(" token ").append(x[0]).append("→").append(x[1]));
+            if (thrown != null) {
+                assertEquals(0, w.writes.size(), "putBatch threw " + thrown + " yet completions were queued:" + got);
+            } else {
+                assertEquals(2, w.writes.size(), "each of the 2 writes reports once; got:" + got);
+            }
+        }
+    }
+
+    /**
+     * Closing the owner of a pool file deletes whatever file is at its path now. A receiver restarted on
+     * the same path (create() replaces the old file) loses its new pool file when the old instance closes;
+     * every sender's map() then fails.
+     */
+    @Test
+    void closingAnOwnerLeavesTheFileThatReplacedIt() {
+        final Path f = dir.resolve("pool2");
+        final MappedPageStorage old = MappedPageStorage.create(f, LAYOUT, 2);
+        final MappedPageStorage successor = MappedPageStorage.create(f, LAYOUT, 2);
+        toClose.add(successor);
+        old.close();
+        assertTrue(Files.exists(f), "the old owner's close() deleted the successor's pool file " + f
+            + " (identity 0x" + Long.toHexString(successor.identity()) + ", still open)");
+    }
+
+    /**
+     * create() removes nothing it made when it fails after creating the file: the file stays behind (here a
+     * size the file system refuses, EFBIG on ext4; on tmpfs the same happens when the canary fill faults
+     * on a full /dev/shm).
+     */
+    @Test
+    void aFailedCreateLeavesNoFileBehind() throws IOException {
+        assumeTrue("ext4".equals(Files.getFileStore(dir).type()), "needs a 16 TiB file size limit (ext4): "
+            + Files.getFileStore(dir).type());
+        final KvLayout huge = new KvLayout(64, 64, 128, DType.FP32, 256); // 1 GiB per page
+        final Path f = dir.resolve("too-big");
+        final RuntimeException e = assertThrows(RuntimeException.class, () -> MappedPageStorage.create(f, huge, 1 << 15)); // 32 TiB
+        assertFalse(Files.exists(f), "a failed create() (" + e.getMessage() + ") left " + f + " behind");
+    }
+}
