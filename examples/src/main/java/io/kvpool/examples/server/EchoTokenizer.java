@@ -32,7 +32,7 @@ public final class EchoTokenizer {
         for (int i = 0; i < text.length(); ) {
             final int cp = text.codePointAt(i);
             i += Character.charCount(cp);
-            final byte[] b = Character.isSurrogate((char) cp) ? new byte[] {'?'}
+            final byte[] b = cp <= 0xFFFF && Character.isSurrogate((char) cp) ? new byte[] {'?'} // a lone surrogate only
                 : new String(Character.toChars(cp)).getBytes(StandardCharsets.UTF_8);
             final boolean ws = Character.isWhitespace(cp);
             if (len > 0 && (len + b.length > MAX_TOKEN_BYTES || ws && !lastWhitespace)) {

@@ -59,6 +59,8 @@ final class PrefillRole implements PrefillService {
 
     // ---- any thread ----
     private volatile int active;
+    /** Requests admitted whose offer is queued for the duty thread (see {@link #activeTransfers()}). */
+    private final java.util.concurrent.atomic.AtomicInteger pendingOffers = new java.util.concurrent.atomic.AtomicInteger();
     private volatile boolean linkUp;
     private final LongAdder admitted = new LongAdder();
     private final LongAdder rejected = new LongAdder();
@@ -143,7 +145,13 @@ final class PrefillRole implements PrefillService {
                 }
                 seq.append(computed);
                 EchoKv.of(pool).writePrompt(seq, tokens, computed, tenant);
-                duty.submit(() -> offer(requestId, seq));
+                pendingOffers.incrementAndGet(); // counted as active from here: the duty thread offers it later
+                try {
+                    duty.submit(() -> offer(requestId, seq));
+                } catch (RuntimeException e) {
+                    pendingOffers.decrementAndGet();
+                    throw e;
+                }
                 queued = true;
             } catch (RuntimeException e) {
                 seq.close();
@@ -166,6 +174,8 @@ final class PrefillRole implements PrefillService {
             LOG.log(System.Logger.Level.WARNING, "prefill: offering request " + requestId + " failed: " + e);
         } finally {
             seq.close();
+            active = sender.activeTransfers(); // the offer is counted there before it stops being counted as pending
+            pendingOffers.decrementAndGet();
         }
     }
 
@@ -275,9 +285,13 @@ final class PrefillRole implements PrefillService {
         return new RoleStatus(ROLE, PoolView.of(ROLE, pool), c, prom);
     }
 
+    /**
+     * @return transfers not over, counting a request admitted whose offer the duty thread has not made yet (else a
+     *         caller waiting for quiescence could see 0 while that request still holds its pages)
+     */
     @Override
     public int activeTransfers() {
-        return active;
+        return pendingOffers.get() + active;
     }
 
     @Override

@@ -185,6 +185,10 @@ final class RemoteDecodeCall implements DecodeCall {
         }
         aborted = true;
         events.add(Map.entry("aborted", json.createObjectNode().put("message", why))); // a generate() waiting ends now
+        // so does a wait for admission or for the transfer (lost() stays silent once we dropped the stream)
+        final String msg = "request " + requestId + " was aborted: " + why;
+        admission.complete(new Admitted(false, new Rejection(DecodeRole.ROLE, Rejection.Reason.UNAVAILABLE, msg, Map.of())));
+        outcome.complete(new TransferOutcome(false, "ABORTED", msg));
         client.postQuietly("internal/abort", Map.of("request_id", requestId, "why", why));
         try {
             stream.close();

@@ -173,6 +173,9 @@ final class Router implements AutoCloseable {
                 throw unavailable(e instanceof RoleLostException ? e.getMessage() : "decode role: " + e.getMessage());
             }
             inFlight.put(id, call);
+            if (closed) { // close() ran while this request was still with prefill: its sweep of inFlight missed us
+                throw serverClosing(id);
+            }
             final long deadline = System.nanoTime() + config.requestTimeout().toNanos();
             DecodeCall.Admitted admitted;
             while ((admitted = call.awaitAdmission(slice(deadline))) == null) {
@@ -192,13 +195,16 @@ final class Router implements AutoCloseable {
                 sink.heartbeat();
             }
             if (!outcome.committed()) {
+                if (closed) { // the transfer was aborted by the server's own close, not by a fault
+                    throw serverClosing(id);
+                }
                 counters.failed(outcome.failure() == null ? "unknown" : outcome.failure().toLowerCase(java.util.Locale.ROOT));
                 throw ApiError.transferFailed(id, outcome);
             }
             sink.committed(id);
             final DecodeCall.Generation g;
             try {
-                g = call.generate(req.maxTokens(), sink::token);
+                g = generateApart(call, req.maxTokens(), sink);
             } catch (RoleLostException e) {
                 counters.failed("role_lost");
                 throw new ApiError(502, "server_error", "role_lost", "request " + id + ": " + e.getMessage(),
@@ -209,9 +215,7 @@ final class Router implements AutoCloseable {
             return new Completion(id, tenant, tokens.size(), g);
         } catch (IOException gone) {
             if (closed) { // the server's own abort (close() cut the request short), not the client's
-                counters.failed("server_closing");
-                throw new ApiError(503, "service_unavailable", "server_closing", "request " + id + " was cut short: the server is shutting down",
-                    Map.of("request_id", id), 1);
+                throw serverClosing(id);
             }
             counters.aborted.increment();
             throw new ClientGone(id, gone);
@@ -232,6 +236,62 @@ final class Router implements AutoCloseable {
                 inFlight.remove(id);
             }
             counters.inFlight.decrementAndGet();
+        }
+    }
+
+    private ApiError serverClosing(long id) {
+        counters.failed("server_closing");
+        return new ApiError(503, "service_unavailable", "server_closing", "request " + id + " was cut short: the server is shutting down",
+            Map.of("request_id", id), 1);
+    }
+
+    /**
+     * Generates on a thread of its own while this one writes the tokens to the client, so that a client that
+     * stops reading holds no decode pages: its write blocks (the JDK server has no write timeout) but generation
+     * runs to its end and frees the sequence; the tokens wait here. A client that is gone (a write failed), or
+     * this thread interrupted, stops generation at its next token.
+     */
+    private static DecodeCall.Generation generateApart(DecodeCall call, int maxTokens, Sink sink) throws IOException, InterruptedException {
+        final java.util.concurrent.LinkedBlockingQueue<Object> tokens = new java.util.concurrent.LinkedBlockingQueue<>();
+        final Object end = new Object();
+        final java.util.concurrent.atomic.AtomicReference<IOException> gone = new java.util.concurrent.atomic.AtomicReference<>();
+        final java.util.concurrent.CompletableFuture<DecodeCall.Generation> result = new java.util.concurrent.CompletableFuture<>();
+        Thread.ofVirtual().name("kvpool-generate").start(() -> {
+            try {
+                result.complete(call.generate(maxTokens, t -> {
+                    final IOException g = gone.get();
+                    if (g != null) {
+                        throw g;
+                    }
+                    tokens.add(t);
+                }));
+            } catch (Throwable e) {
+                result.completeExceptionally(e);
+            } finally {
+                tokens.add(end);
+            }
+        });
+        try {
+            for (Object t; (t = tokens.take()) != end; ) {
+                sink.token((String) t);
+            }
+        } catch (IOException e) {
+            gone.set(e);
+            throw e;
+        } catch (InterruptedException e) {
+            gone.set(new IOException("the request's thread was interrupted", e));
+            throw e;
+        }
+        try {
+            return result.join();
+        } catch (java.util.concurrent.CompletionException e) {
+            switch (e.getCause()) {
+                case IOException io -> throw io;
+                case InterruptedException ie -> throw ie;
+                case RuntimeException re -> throw re;
+                case Error err -> throw err;
+                default -> throw new IllegalStateException(e.getCause());
+            }
         }
     }
 
