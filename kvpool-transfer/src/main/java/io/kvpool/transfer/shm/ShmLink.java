@@ -66,6 +66,8 @@ public final class ShmLink implements PeerLink {
     public static final int MAX_REGISTERED_SLOTS = (WireFormat.MAX_KEY_BYTES - KEY_FIXED_BYTES) / 4;
 
     private static final int EV_WRITE = 1, EV_FLUSH = 2;
+    /** Most bytes of control frames queued for a peer that does not read before the link fails (frames are ≤ 1 MiB). */
+    static final long MAX_QUEUED_BYTES = 16L << 20;
 
     private record Event(int kind, long token, int status) {
     }
@@ -75,6 +77,7 @@ public final class ShmLink implements PeerLink {
     private final MappedPageStorage local;
     private final long selfPid = ProcessHandle.current().pid();
     private final ArrayDeque<ByteBuffer> out = new ArrayDeque<>();
+    private long queuedBytes; // of out's buffers
     private final ArrayDeque<Event> events = new ArrayDeque<>();
     private ByteBuffer in = ByteBuffer.allocate(64 * 1024);
     private int readPos;
@@ -104,7 +107,9 @@ public final class ShmLink implements PeerLink {
     private void queueOwnBootstrap() {
         final Bootstrap own = local == null ? new Bootstrap(selfPid, 0, "")
             : new Bootstrap(selfPid, local.identity(), local.file().toAbsolutePath().toString());
-        out.add(ByteBuffer.wrap(own.encode()));
+        final byte[] bootstrap = own.encode();
+        out.add(ByteBuffer.wrap(bootstrap));
+        queuedBytes += bootstrap.length;
         ownBootstrapSent = true;
         flushOut();
     }
@@ -200,7 +205,14 @@ public final class ShmLink implements PeerLink {
                 + (frame.length - WireFormat.HEADER_BYTES));
         }
         out.add(ByteBuffer.wrap(frame.clone()));
+        queuedBytes += frame.length;
         flushOut();
+        if (queuedBytes > MAX_QUEUED_BYTES) {
+            // a peer that stopped reading: the control frames would pile up here without end
+            fail("the peer reads nothing: " + queuedBytes + " bytes of control frames are queued for it (at most "
+                + MAX_QUEUED_BYTES + ")");
+            throw new LinkFailedException(describe() + ": " + failure);
+        }
     }
 
     private void flushOut() {
@@ -214,6 +226,7 @@ public final class ShmLink implements PeerLink {
                 if (b.hasRemaining()) {
                     return; // socket buffer full: the rest goes out on a later poll
                 }
+                queuedBytes -= b.capacity();
                 out.poll();
             }
         } catch (IOException e) {

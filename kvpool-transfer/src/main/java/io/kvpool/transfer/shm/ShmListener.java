@@ -9,7 +9,6 @@ import java.nio.channels.SocketChannel;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.ArrayList;
-import java.util.Iterator;
 import java.util.List;
 import java.util.Objects;
 
@@ -23,6 +22,10 @@ public final class ShmListener implements AutoCloseable {
     private final MappedPageStorage pool;
     private final ServerSocketChannel server;
     private final List<ShmLink> pending = new ArrayList<>();
+    /** When each pending link was accepted (System.nanoTime), index for index with {@link #pending}. */
+    private final List<Long> pendingSince = new ArrayList<>();
+    /** How long a connection may take to send its bootstrap before it is dropped (tests shorten it). */
+    long bootstrapTimeoutNanos = java.util.concurrent.TimeUnit.SECONDS.toNanos(10);
     private String lastRejection;
     private boolean closed;
 
@@ -63,23 +66,35 @@ public final class ShmListener implements AutoCloseable {
             for (SocketChannel c; (c = server.accept()) != null; ) {
                 c.configureBlocking(false);
                 pending.add(new ShmLink(c, socketPath.toString(), pool, false));
+                pendingSince.add(System.nanoTime());
             }
         } catch (IOException e) {
             throw new UncheckedIOException("accept on unix socket " + socketPath + " failed: " + e.getMessage(), e);
         }
-        for (Iterator<ShmLink> it = pending.iterator(); it.hasNext(); ) {
-            final ShmLink link = it.next();
+        final long now = System.nanoTime();
+        for (int i = 0; i < pending.size(); i++) {
+            final ShmLink link = pending.get(i);
             link.progress();
             if (link.failureReason() != null) {
-                it.remove();
+                drop(i--);
                 lastRejection = link.failureReason();
                 link.close();
             } else if (link.isReady()) {
-                it.remove();
+                drop(i);
                 return link;
+            } else if (now - pendingSince.get(i) > bootstrapTimeoutNanos) {
+                // a connection that never says who it is would hold its socket here for ever
+                drop(i--);
+                lastRejection = link.describe() + ": no bootstrap within " + bootstrapTimeoutNanos / 1_000_000 + " ms";
+                link.close();
             }
         }
         return null;
+    }
+
+    private void drop(int i) {
+        pending.remove(i);
+        pendingSince.remove(i);
     }
 
     /** @return why the last peer was dropped during its bootstrap, or {@code null} */
@@ -101,6 +116,7 @@ public final class ShmListener implements AutoCloseable {
         closed = true;
         pending.forEach(ShmLink::close);
         pending.clear();
+        pendingSince.clear();
         try {
             server.close();
         } catch (IOException ignored) {

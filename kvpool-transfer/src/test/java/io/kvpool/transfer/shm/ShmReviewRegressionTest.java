@@ -291,4 +291,54 @@ class ShmReviewRegressionTest {
         final RuntimeException e = assertThrows(RuntimeException.class, () -> MappedPageStorage.create(f, huge, 1 << 15)); // 32 TiB
         assertFalse(Files.exists(f), "a failed create() (" + e.getMessage() + ") left " + f + " behind");
     }
+
+    /**
+     * Was: a connection that never sent its bootstrap stayed in the listener's pending list (with its socket)
+     * for ever. Now it is dropped after the bootstrap timeout, named in lastRejection.
+     */
+    @Test
+    void aConnectionThatNeverSaysWhoItIsIsDroppedAfterTheBootstrapTimeout() throws Exception {
+        listener.bootstrapTimeoutNanos = 200_000_000L;
+        final SocketChannel silent = SocketChannel.open(StandardProtocolFamily.UNIX);
+        toClose.add(silent);
+        silent.connect(UnixDomainSocketAddress.of(dir.resolve("sock")));
+        ShmLinkTest.await("timeout", () -> listener.lastRejection() != null, () -> assertNull(listener.accept()));
+        assertTrue(listener.lastRejection().contains("no bootstrap within 200 ms"), listener.lastRejection());
+        final ByteBuffer b = ByteBuffer.allocate(64);
+        silent.configureBlocking(true);
+        int r = 0;
+        while (r >= 0) { // the listener sent nothing (its path is for peers that said who they are) and closed it
+            b.clear();
+            r = silent.read(b);
+            assertTrue(r <= 0, "the listener sent " + r + " bytes to a peer that never bootstrapped");
+        }
+    }
+
+    /**
+     * Was: a peer that stops reading made the sender queue control frames without end (the socket is
+     * non-blocking, so send never blocks, and nothing bounded the queue). Now the link fails past 16 MiB.
+     */
+    @Test
+    void aPeerThatReadsNothingFailsTheLinkInsteadOfGrowingItsQueueForEver() throws Exception {
+        final SocketChannel deaf = SocketChannel.open(StandardProtocolFamily.UNIX);
+        toClose.add(deaf);
+        deaf.connect(UnixDomainSocketAddress.of(dir.resolve("sock")));
+        deaf.write(ByteBuffer.wrap(new Bootstrap(ProcessHandle.current().pid(), 0, "").encode()));
+        final ShmLink receiver = acceptOne(); // it never reads what this link sends
+        final byte[] frame = io.kvpool.transfer.wire.WireCodec.encode(new io.kvpool.transfer.wire.Message.Refuse("x".repeat(60_000)));
+        long sent = 0;
+        io.kvpool.transfer.spi.LinkFailedException failed = null;
+        try {
+            while (sent < 4 * ShmLink.MAX_QUEUED_BYTES) {
+                receiver.send(frame);
+                sent += frame.length;
+            }
+        } catch (io.kvpool.transfer.spi.LinkFailedException e) {
+            failed = e;
+        }
+        assertNotNull(failed, "sent " + sent + " bytes to a peer that reads nothing and the link is still up");
+        assertTrue(failed.getMessage().contains("the peer reads nothing"), failed.getMessage());
+        assertTrue(sent <= ShmLink.MAX_QUEUED_BYTES + (8 << 20), "failed only after " + sent + " bytes");
+        assertFalse(receiver.isUp());
+    }
 }
