@@ -653,6 +653,13 @@ public final class ShmLink implements PeerLink {
         if (remote != null) {
             remote.close();
         }
+        in = ByteBuffer.allocate(0); // no frame is read or delivered after close: an engine may keep a closed link long
+        readPos = 0;
+    }
+
+    /** @return bytes of the input buffer this link holds (tests: a closed link gives it back) */
+    int inputBufferBytes() {
+        return in.capacity();
     }
 
     @Override

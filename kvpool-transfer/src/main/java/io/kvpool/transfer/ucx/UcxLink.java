@@ -75,7 +75,8 @@ public final class UcxLink implements PeerLink {
     private UcpEndpoint ep;
     private UcpRequest closeRequest;
     private boolean failed;
-    private final ByteBuffer recvBuffer = ByteBuffer.allocateDirect(MAX_FRAME);
+    /** The control receive's buffer (a direct MiB); dropped with the worker, so a closed link an engine keeps holds none. */
+    private ByteBuffer recvBuffer = ByteBuffer.allocateDirect(MAX_FRAME);
     private UcpRequest recvRequest;
     /**
      * Unpacked remote keys by their packed bytes: one per remote memory registration, not one per attach (a
@@ -700,6 +701,7 @@ public final class UcxLink implements PeerLink {
         publishWrites();
         if (closedOk) {
             endpointClosed = true; // nothing from the peer can be applied any more
+            recvBuffer = null;     // nor received: UCX no longer holds it
         }
     }
 
@@ -728,6 +730,11 @@ public final class UcxLink implements PeerLink {
     /** @return remote keys this link ever unpacked (tests: one per remote registration, not one per attach) */
     long unpackedKeyCount() {
         return transport.call(() -> unpackedKeys);
+    }
+
+    /** @return whether this link still holds its receive buffer, read on the UCX thread (tests) */
+    boolean holdsReceiveBuffer() {
+        return transport.call(() -> recvBuffer != null);
     }
 
     /** @return whether the worker is destroyed, read on the UCX thread (tests) */

@@ -341,4 +341,23 @@ class ShmReviewRegressionTest {
         assertTrue(sent <= ShmLink.MAX_QUEUED_BYTES + (8 << 20), "failed only after " + sent + " bytes");
         assertFalse(receiver.isUp());
     }
+
+    /** An engine keeps a closed link (ids are list indexes): it must not keep the link's input buffer too. */
+    @Test
+    void aClosedLinkGivesBackItsInputBuffer() {
+        final ShmLink sender = ShmTransport.connect(dir.resolve("sock"));
+        final ShmLink[] receiver = new ShmLink[1];
+        ShmLinkTest.await("bootstrap", () -> receiver[0] != null && sender.isReady(), () -> {
+            if (receiver[0] == null) {
+                receiver[0] = listener.accept();
+            }
+            sender.poll(new Writes(), 100);
+        });
+        assertTrue(sender.inputBufferBytes() >= 64 * 1024);
+        sender.close();
+        receiver[0].close();
+        assertEquals(0, sender.inputBufferBytes());
+        assertEquals(0, receiver[0].inputBufferBytes());
+        assertEquals(0, sender.poll(new Writes(), 100), "a closed link delivers nothing (and does not fail on its empty buffer)");
+    }
 }

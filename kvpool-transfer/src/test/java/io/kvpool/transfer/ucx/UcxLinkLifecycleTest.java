@@ -136,6 +136,7 @@ class UcxLinkLifecycleTest {
         assertEquals(0, b.linkCount(), "closed links still progressed by the receiver transport");
         assertTrue(after - before < links, "closing " + links + " link pairs left " + (after - before) + " more file descriptors open");
         assertTrue(last[0].tearDown() && last[1].tearDown(), "a reaped link's worker is gone: its teardown is proven");
+        assertFalse(last[0].holdsReceiveBuffer() || last[1].holdsReceiveBuffer(), "a reaped link still holds its 1 MiB receive buffer");
     }
 
     @Test
