@@ -49,6 +49,15 @@ final class DecodeEndpoint extends RoleEndpoint {
         }
     }
 
+    /** @return a field that must be an int (a cast would wrap 2^32 + 5 to 5 and start a transfer for 5 tokens) */
+    private static int intField(JsonNode b, String name) throws ApiError {
+        final long v = RoleJson.number(b, name);
+        if (v < Integer.MIN_VALUE || v > Integer.MAX_VALUE) {
+            throw ApiError.badRequest("bad_field", name + " " + v + " is not an int");
+        }
+        return (int) v;
+    }
+
     @Override
     boolean route(HttpExchange ex, String path) throws ApiError, IOException {
         if (!path.equals("/internal/decode")) {
@@ -58,8 +67,8 @@ final class DecodeEndpoint extends RoleEndpoint {
         final JsonNode b = body(ex);
         final long id = RoleJson.number(b, "request_id");
         final String tenant = RoleJson.text(b, "tenant");
-        final int prompt = (int) RoleJson.number(b, "prompt_tokens");
-        final int maxNew = (int) RoleJson.number(b, "max_new_tokens");
+        final int prompt = intField(b, "prompt_tokens");
+        final int maxNew = intField(b, "max_new_tokens");
         final Slot slot = new Slot();
         if (calls.putIfAbsent(id, slot) != null) { // claimed before the role starts anything: a duplicate sends no descriptor
             throw new DuplicateRequestException("decode: request id " + id + " is already decoding here (two routers, or a"

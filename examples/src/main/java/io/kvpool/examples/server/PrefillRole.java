@@ -59,6 +59,12 @@ final class PrefillRole implements PrefillService {
 
     // ---- any thread ----
     private volatile int active;
+    /** How long an abort of a request this role does not know is remembered (well past the router's call timeout). */
+    static final long REMEMBER_ABORTS_NANOS = java.util.concurrent.TimeUnit.SECONDS.toNanos(60);
+    /** Aborts of requests not (yet) offered here, by id, with when they are forgotten. */
+    private final java.util.Map<Long, Long> abortedBeforeArrival = new java.util.concurrent.ConcurrentHashMap<>();
+    /** Prefill calls refused or dropped because their abort came first. */
+    private final LongAdder lateAfterAbort = new LongAdder();
     /** Requests admitted whose offer is queued for the duty thread (see {@link #activeTransfers()}). */
     private final java.util.concurrent.atomic.AtomicInteger pendingOffers = new java.util.concurrent.atomic.AtomicInteger();
     private volatile boolean linkUp;
@@ -122,6 +128,11 @@ final class PrefillRole implements PrefillService {
         if (closed) {
             throw new IllegalStateException("prefill role is closed");
         }
+        if (abortedBeforeArrival.remove(requestId) != null) { // its router gave up on this call and aborted it first
+            lateAfterAbort.increment();
+            return new Rejection(ROLE, Rejection.Reason.UNAVAILABLE, "prefill: request " + requestId
+                + " was aborted before it arrived here (its router gave up on the call); nothing admitted", java.util.Map.of());
+        }
         if (!inFlightIds.add(requestId)) {
             duplicates.increment();
             throw new DuplicateRequestException("prefill: request id " + requestId + " is already in flight here (two routers, or a"
@@ -168,6 +179,11 @@ final class PrefillRole implements PrefillService {
 
     private void offer(long requestId, Sequence seq) {
         try {
+            if (abortedBeforeArrival.remove(requestId) != null) { // aborted while its admission was on the way here
+                lateAfterAbort.increment();
+                inFlightIds.remove(requestId);
+                return; // the finally releases its pages
+            }
             offers.put(requestId, sender.offer(requestId, seq)); // retains the pages for the transfer
         } catch (RuntimeException e) {
             inFlightIds.remove(requestId);
@@ -184,7 +200,13 @@ final class PrefillRole implements PrefillService {
         duty.submit(() -> {
             abortRequests.increment();
             final OutgoingTransfer t = offers.get(requestId);
-            if (t != null && sender.abort(t, why)) {
+            if (t == null) {
+                // not offered (yet): a call the router gave up on may still arrive, or sit in this queue; remember
+                // the abort for a while, so that it is refused then instead of offered to nobody
+                final long now = System.nanoTime();
+                abortedBeforeArrival.values().removeIf(until -> until - now < 0);
+                abortedBeforeArrival.put(requestId, now + REMEMBER_ABORTS_NANOS);
+            } else if (sender.abort(t, why)) {
                 abortedTransfers.increment();
             }
         });
@@ -276,6 +298,7 @@ final class PrefillRole implements PrefillService {
         c.put("links_connected", links.sum());
         c.put("injected_faults", injectedFaults.sum());
         c.put("duplicate_ids_refused", duplicates.sum());
+        c.put("refused_after_abort", lateAfterAbort.sum());
         final String prom = "# TYPE kvpool_sender_writes_posted_total counter\nkvpool_sender_writes_posted_total " + sender.writesPosted()
             + "\n# TYPE kvpool_sender_writes_failed_total counter\nkvpool_sender_writes_failed_total " + sender.writesFailed()
             + "\n# TYPE kvpool_sender_forced_cancels_total counter\nkvpool_sender_forced_cancels_total " + sender.forcedCancels()

@@ -17,7 +17,11 @@ record RemoteStatus(RoleStatus status, int activeTransfers, boolean ready) {
     static RemoteStatus read(RoleClient client, String role) {
         try {
             final JsonNode n = client.get("internal/status");
-            return new RemoteStatus(RoleJson.status(n), (int) RoleJson.number(n, "active_transfers"), RoleJson.bool(n, "ready"));
+            final RoleStatus s = RoleJson.status(n);
+            if (!s.role().equals(role)) { // a wrong URL, or another role restarted on that port: not the role asked for
+                return new RemoteStatus(RoleStatus.unreachable(role, client.describe() + " is the " + s.role() + " role, not the " + role + " role"), 0, false);
+            }
+            return new RemoteStatus(s, (int) RoleJson.number(n, "active_transfers"), RoleJson.bool(n, "ready"));
         } catch (RuntimeException e) {
             return new RemoteStatus(RoleStatus.unreachable(role, e.getMessage()), 0, false);
         }
