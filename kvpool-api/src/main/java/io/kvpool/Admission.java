@@ -37,6 +37,8 @@ public final class Admission {
     private final long pagesNeeded;
     private final long pagesAvailable;
     private final long pagesInService;
+    /** Tokens an admitted sequence got from the prefix cache (their pages are shared, not reserved). */
+    private final int cachedTokens;
 
     Admission(Decision decision, Sequence sequence, long requestedTokens, long maxContextTokens, long pagesNeeded,
               long pagesAvailable, long pagesInService) {
@@ -47,6 +49,7 @@ public final class Admission {
         this.pagesNeeded = pagesNeeded;
         this.pagesAvailable = pagesAvailable;
         this.pagesInService = pagesInService;
+        this.cachedTokens = sequence == null ? 0 : sequence.tokenCount();
     }
 
     /** @return the decision */
@@ -98,7 +101,8 @@ public final class Admission {
     /** @return a one-line explanation with the numbers, suitable for an error response */
     public String message() {
         return switch (decision) {
-            case ADMITTED -> requestedTokens + " tokens, " + pagesNeeded + " pages reserved";
+            case ADMITTED -> requestedTokens + " tokens, " + pagesNeeded + " pages" + (cachedTokens > 0
+                ? " (" + cachedTokens + " tokens attached from the prefix cache, the rest reserved)" : " reserved");
             case REJECTED_CONTEXT_TOO_LONG -> "request of " + requestedTokens + " tokens (prompt + max new tokens) exceeds the max context of "
                 + maxContextTokens + " tokens";
             case REJECTED_EXCEEDS_POOL -> "request needs " + pagesNeeded + " pages but the pool has only " + pagesInService

@@ -1080,6 +1080,21 @@ public final class KvPool implements AutoCloseable {
         return SlotStateMachine.refcount(slots.wordVolatile(slot)) > 1 || prefix.isPublished(slot);
     }
 
+    /**
+     * Truncate into a published page that only the calling sequence holds: the page leaves the prefix cache, so it
+     * can be written in place again (under the lock: no admission can attach it meanwhile).
+     */
+    void unpublishIfSole(int slot) {
+        lock.lock();
+        try {
+            if (prefix.isPublished(slot) && SlotStateMachine.refcount(slots.wordVolatile(slot)) == 1) {
+                prefix.unpublish(slot);
+            }
+        } finally {
+            lock.unlock();
+        }
+    }
+
     private boolean attachLocked(int slot, Sequence seq) {
         final long word = slots.wordVolatile(slot);
         if (SlotStateMachine.phase(word) == SlotStateMachine.OWNED) {
@@ -1450,12 +1465,15 @@ public final class KvPool implements AutoCloseable {
                     ? "set maxContextTokens(n): the context length the deployment advertises"
                     : "maxContextTokens must be ≥ 1, was " + maxContextTokens);
             }
-            final long poolTokens = Math.multiplyExact(n, (long) layout.tokensPerPage());
+            final long allTokens = Math.multiplyExact(n, (long) layout.tokensPerPage());
+            // one request is one sequence, which counts its tokens in an int
+            final long poolTokens = Math.min(allTokens, Integer.MAX_VALUE);
             long context = maxContextTokens;
             if (context > poolTokens) {
                 final String numbers = String.format(
                     "advertised max context of %,d tokens exceeds what this pool can hold for one request: %,d tokens "
-                        + "(%,d pages × %,d tokens/page, %,d bytes)", context, poolTokens, n, layout.tokensPerPage(), n * bytesPerPage);
+                        + "(%,d pages × %,d tokens/page, %,d bytes%s)", context, poolTokens, n, layout.tokensPerPage(), n * bytesPerPage,
+                    allTokens > poolTokens ? String.format("; a sequence counts at most %,d tokens", Integer.MAX_VALUE) : "");
                 if (contextPolicy == ContextPolicy.FAIL) {
                     throw new PoolCapacityException(context, poolTokens, numbers + String.format(
                         "; the largest safe context is %,d tokens. Lower the advertised context, give the pool more memory "
@@ -1465,11 +1483,7 @@ public final class KvPool implements AutoCloseable {
                 LOG.log(System.Logger.Level.WARNING, numbers + String.format("; clamping the max context to %,d tokens", poolTokens));
                 context = poolTokens;
             }
-            if (context > Integer.MAX_VALUE) {
-                throw new IllegalArgumentException(String.format("max context of %,d tokens: a sequence holds at most %,d tokens "
-                    + "(Integer.MAX_VALUE); lower maxContextTokens", context, Integer.MAX_VALUE));
-            }
-            return new KvPool(this, (int) n, context);
+            return new KvPool(this, (int) n, context); // context ≤ poolTokens ≤ Integer.MAX_VALUE
         }
 
         /** @return {@code a × b} for non-negative operands, or {@link Long#MAX_VALUE} where it would overflow (a hint's size) */

@@ -197,7 +197,9 @@ public final class Sequence implements AutoCloseable {
      * released page that another owner still shares does not return to the free pages, so re-reserving
      * it needs a free unreserved page; if none is left the growth guarantee shrinks by that page, and a
      * later append past it may throw {@link PoolExhaustedException}. Truncating pages only this sequence
-     * holds never weakens the guarantee.
+     * holds never weakens the guarantee (a partial last page it published leaves the prefix cache instead of
+     * being copied) — except a page still pinned for a receive: it is not free when the reservation is topped
+     * up, and nothing re-reserves it when its pin ends.
      *
      * @throws IllegalArgumentException if {@code n < 0} or {@code n > tokenCount()}
      */
@@ -219,6 +221,11 @@ public final class Sequence implements AutoCloseable {
         final boolean partialLast = n % tokensPerPage != 0 && keep > 0;
         if (partialLast && keep <= publishedPages) {
             publishedPages = keep - 1; // the partial page is no longer a full page of ours; the copy will be republished
+        }
+        if (partialLast) {
+            // a page only this sequence holds stops being a published prefix: writing it in place again costs no
+            // copy, so the guarantee holds (copying it would need a page beyond the reservation — in a full pool, none)
+            pool.unpublishIfSole(blockTable[keep - 1]);
         }
         final boolean cowNext = partialLast && pool.mustCopyBeforeWrite(blockTable[keep - 1]);
         if (dropped > 0 || cowNext) {

@@ -251,8 +251,9 @@ class ApiReviewRegressionTest {
         // was: accepted, and a sequence's int tokenCount wrapped negative past Integer.MAX_VALUE tokens
         final KvLayout big = new KvLayout(1, 1, 1, DType.FP8, 1 << 20);
         final KvPool.Builder b = KvPool.builder(big).pages(2049).maxContextTokens(2049L << 20).storage(NoBytes::new);
-        final IllegalArgumentException e = assertThrows(IllegalArgumentException.class, b::build);
+        final PoolCapacityException e = assertThrows(PoolCapacityException.class, b::build);
         assertTrue(e.getMessage().contains("2,148,532,224") && e.getMessage().contains("2,147,483,647"), e.getMessage());
+        assertEquals(Integer.MAX_VALUE, e.poolTokens(), "one request is one sequence: the largest safe context");
         try (KvPool pool = KvPool.builder(big).pages(2049).maxContextTokens(Integer.MAX_VALUE).storage(NoBytes::new).build()) {
             assertEquals(Integer.MAX_VALUE, pool.maxContextTokens());
         }

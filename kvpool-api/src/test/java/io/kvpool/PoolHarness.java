@@ -478,6 +478,13 @@ final class PoolHarness implements AutoCloseable {
         boolean copyNext = false;
         if (n % tpp != 0 && keep > 0) {
             final int last = PageHandle.slot(s.handles.get(keep - 1));
+            if (refs[last] == 1 && pubKey[last] != null) {
+                // a published page only this sequence holds leaves the prefix cache (it is written in place again,
+                // so the admission guarantee needs no copy)
+                index.remove(pubKey[last]);
+                pubKey[last] = null;
+                event("truncate into an own published page");
+            }
             copyNext = refs[last] > 1 || pubKey[last] != null;
             if (refs[last] > 1) {
                 event("truncate into a shared page");

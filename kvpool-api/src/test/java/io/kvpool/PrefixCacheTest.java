@@ -191,7 +191,30 @@ class PrefixCacheTest {
     }
 
     @Test
-    void truncatingIntoAPublishedPageCopiesItBeforeTheNextWrite() {
+    void truncatingIntoAPublishedPageCopiesItBeforeTheNextWriteWhenSharedAndUnpublishesItWhenNot() {
+        try (KvPool pool = TestPools.pool(8)) {
+            final int[] p = tokens(8, 8);
+            final Sequence a = pool.admit(p, 4, 0).sequence();
+            a.append(8);
+            writeSequence(a, 1, 0, 8);
+            a.publish(p, 0);
+            final Sequence holder = pool.admit(tokens(9, 8), 0, 0).sequence(); // attaches both pages: page 1 is shared
+            assertEquals(8, holder.tokenCount());
+            final int publishedSlot = a.pageIndex(1);
+            a.truncate(6); // page 1 becomes partial but holds a published prefix someone else holds too
+            a.append(1);
+            assertNotEquals(publishedSlot, a.pageIndex(1), "copy-on-write of an immutable, shared page");
+            writeSequence(a, 9, 6, 7);
+            holder.close();
+            final Sequence b = pool.admit(tokens(9, 8), 0, 0).sequence();
+            assertEquals(8, b.tokenCount());
+            for (int t = 0; t < 8; t++) {
+                assertEquals(tag(1, t), readSequence(b, t), "the cache still serves the original prefix, token " + t);
+            }
+            b.close();
+            a.close();
+            pool.verifyAccounting();
+        }
         try (KvPool pool = TestPools.pool(8)) {
             final int[] p = tokens(8, 8);
             final Sequence a = pool.admit(p, 4, 0).sequence();
@@ -199,17 +222,15 @@ class PrefixCacheTest {
             writeSequence(a, 1, 0, 8);
             a.publish(p, 0);
             final int publishedSlot = a.pageIndex(1);
-            a.truncate(6); // page 1 becomes partial but holds a published prefix
+            a.truncate(6); // only a holds page 1: it leaves the cache and is written in place
             a.append(1);
-            assertNotEquals(publishedSlot, a.pageIndex(1), "copy-on-write of an immutable page");
+            assertEquals(publishedSlot, a.pageIndex(1), "no copy for a page only this sequence holds");
             writeSequence(a, 9, 6, 7);
-            a.close();
             final Sequence b = pool.admit(tokens(9, 8), 0, 0).sequence();
-            assertEquals(8, b.tokenCount());
-            for (int t = 0; t < 8; t++) {
-                assertEquals(tag(1, t), readSequence(b, t), "the cache still serves the original prefix, token " + t);
-            }
+            assertEquals(4, b.tokenCount(), "only the first page is still a cached prefix; the changed one is not served");
+            assertEquals(tag(1, 3), readSequence(b, 3));
             b.close();
+            a.close();
             pool.verifyAccounting();
         }
     }
