@@ -8,6 +8,10 @@ import jcuda.driver.JCudaDriver;
  * the driver's {@code libcuda.so.1}), {@code cuInit} must succeed and at least one device must exist.
  * Tests use {@link #unavailableReason()} to skip with the reason (or to fail when
  * {@code -Dkvpool.gpu.required=true}).
+ *
+ * <p>kvpool-cuda reads every driver call's {@code CUresult} itself, so the probe sets JCuda's exceptions off
+ * ({@code JCudaDriver.setExceptionsEnabled(false)}, JCuda's default) — a switch for the whole JVM: host code that
+ * turns them on breaks kvpool-cuda (e.g. {@code CUDA_ERROR_NOT_READY} thrown from {@link DeviceBatch#isDone()}).
  */
 public final class Cuda {
     private Cuda() {

@@ -2,6 +2,7 @@ package io.kvpool.cuda;
 
 import jcuda.Pointer;
 import jcuda.driver.CUcontext;
+import jcuda.driver.CUdevice;
 import jcuda.driver.CUdeviceptr;
 import jcuda.driver.CUevent;
 import jcuda.driver.CUresult;
@@ -18,12 +19,21 @@ import jcuda.driver.JCudaDriver;
 public final class DeviceBatch implements AutoCloseable {
 
     private final CUcontext context;
+    private final CUdevice device;
     private final CUdeviceptr buffer; // null for a batch that needed none
     private final CUevent done;
     private boolean closed;
 
-    DeviceBatch(CUcontext context, CUdeviceptr buffer, CUevent done) {
+    /**
+     * Takes over {@code buffer} and {@code done}, and retains {@code device}'s primary context for itself: they belong
+     * to that context, and the storage may be closed (releasing its own reference) before this batch is.
+     *
+     * @throws CudaException if the context cannot be retained (nothing is taken over then)
+     */
+    DeviceBatch(CUcontext context, CUdevice device, CUdeviceptr buffer, CUevent done) {
+        CudaException.check(JCudaDriver.cuDevicePrimaryCtxRetain(new CUcontext(), device), "cuDevicePrimaryCtxRetain");
         this.context = context;
+        this.device = device;
         this.buffer = buffer;
         this.done = done;
     }
@@ -63,17 +73,21 @@ public final class DeviceBatch implements AutoCloseable {
         }
     }
 
-    /** Waits for the batch, then frees its device buffer and event. Idempotent. */
+    /** Waits for the batch, then frees its device buffer and event and releases its context reference. Idempotent. */
     @Override
     public synchronized void close() {
         if (closed) {
             return;
         }
-        await();
-        closed = true;
-        JCudaDriver.cuEventDestroy(done);
-        if (buffer != null) {
-            JCudaDriver.cuMemFree(buffer);
+        try {
+            await();
+        } finally { // also after a (sticky) device error: the event, buffer and context reference go either way
+            closed = true;
+            JCudaDriver.cuEventDestroy(done);
+            if (buffer != null) {
+                JCudaDriver.cuMemFree(buffer);
+            }
+            JCudaDriver.cuDevicePrimaryCtxRelease(device);
         }
     }
 }

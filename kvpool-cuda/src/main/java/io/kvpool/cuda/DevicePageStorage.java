@@ -334,7 +334,7 @@ public final class DevicePageStorage implements PageStorage {
     public synchronized void fill(int page, FillMode mode) {
         ensureOpen();
         Objects.checkIndex(page, dl.pages());
-        if (mode == FillMode.NONE) {
+        if (Objects.requireNonNull(mode, "mode") == FillMode.NONE) {
             return;
         }
         current();
@@ -343,7 +343,11 @@ public final class DevicePageStorage implements PageStorage {
     }
 
     private static long pattern(FillMode mode) {
-        return mode == FillMode.CANARY ? CANARY : 0L;
+        return switch (Objects.requireNonNull(mode, "mode")) { // as on the host: no fill mode is an error, not zeros
+            case CANARY -> CANARY;
+            case ZERO -> 0L;
+            case NONE -> throw new IllegalArgumentException("FillMode.NONE has no pattern");
+        };
     }
 
     @Override
@@ -566,6 +570,7 @@ public final class DevicePageStorage implements PageStorage {
      */
     public DeviceBatch submitFill(int[] pages, int off, int n, FillMode mode, CUstream stream) {
         ensureOpen();
+        Objects.requireNonNull(mode, "mode");
         checkPages(pages, off, n);
         final int work = mode == FillMode.NONE ? 0 : n;
         final ByteBuffer lists = direct(4L * work);
@@ -668,7 +673,10 @@ public final class DevicePageStorage implements PageStorage {
      * batch's work, which {@code work} enqueues given that buffer ({@code null} when the batch needs none); and the
      * completion event. On failure everything is released (after waiting for the stream) and the exception thrown.
      */
-    private DeviceBatch submit(CUstream stream, ByteBuffer lists, long resultBytes, Consumer<CUdeviceptr> work) {
+    private synchronized DeviceBatch submit(CUstream stream, ByteBuffer lists, long resultBytes, Consumer<CUdeviceptr> work) {
+        // under the storage's lock, open checked again: close() cannot unload the module or free the arena between
+        // the caller's check and this launch
+        ensureOpen();
         current();
         final long bytes = align16(lists.capacity()) + resultBytes;
         final CUdeviceptr buf = bytes == 0 ? null : new CUdeviceptr();
@@ -686,6 +694,7 @@ public final class DevicePageStorage implements PageStorage {
             }
             work.accept(buf);
             CudaException.check(JCudaDriver.cuEventRecord(done, stream), "cuEventRecord");
+            return new DeviceBatch(context, device, buf, done);
         } catch (RuntimeException e) {
             JCudaDriver.cuStreamSynchronize(stream);
             if (event) {
@@ -696,7 +705,6 @@ public final class DevicePageStorage implements PageStorage {
             }
             throw e;
         }
-        return new DeviceBatch(context, buf, done);
     }
 
     /** Waits until all work queued on the primary context (e.g. by {@link #copyPagesAsync}) is done ({@code cuCtxSynchronize}). */
@@ -745,6 +753,9 @@ public final class DevicePageStorage implements PageStorage {
             JCudaDriver.cuStreamSynchronize(ownStream);
             JCudaDriver.cuStreamDestroy(ownStream);
         }
+        // batches submitted on callers' streams may still run this module's kernels on the arena: wait for them
+        // before both go (submit holds this lock, so no new one starts)
+        JCudaDriver.cuCtxSynchronize();
         JCudaDriver.cuModuleUnload(module);
         JCudaDriver.cuMemFree(scratch);
         JCudaDriver.cuMemFree(arena);
