@@ -267,32 +267,6 @@ class ApiReviewRegressionTest {
     // (afterCloseTransition's Javadoc: "the count can run ahead, never behind, and the last unpin always
     // triggers the scan".)
 
-    /** State words that, once armed, run a callback on the arming thread right after reading one slot. */
-    static final class HookWords implements SlotWords {
-        final SlotWords d;
-        volatile Thread armedFor;
-        volatile int hookSlot = -1;
-        volatile Runnable hook;
-
-        HookWords(int n) {
-            d = SlotWords.ofArray(n);
-        }
-
-        public long getVolatile(int i) {
-            final long w = d.getVolatile(i);
-            if (i == hookSlot && Thread.currentThread() == armedFor && hook != null) {
-                final Runnable r = hook;
-                hook = null;
-                r.run();
-            }
-            return w;
-        }
-
-        public boolean compareAndSet(int i, long e, long u) { return d.compareAndSet(i, e, u); }
-        public void setRelease(int i, long v) { d.setRelease(i, v); }
-        public int length() { return d.length(); }
-    }
-
     private static long pinnedAfterClose(KvPool pool) throws Exception {
         final var f = KvPool.class.getDeclaredField("pinnedAfterClose");
         f.setAccessible(true);
@@ -301,17 +275,16 @@ class ApiReviewRegressionTest {
 
     @Test
     void theLastUnpinAfterCloseReleasesTheStorageEvenWhenAnUnpinRacesCloseItself() throws Exception {
-        final HookWords[] words = new HookWords[1];
+        final CountingHookWords[] words = new CountingHookWords[1];
         final KvPool.Builder b = TestPools.builder(4);
-        b.slotWords = n -> words[0] = new HookWords(n);
+        b.slotWords = n -> words[0] = new CountingHookWords(n);
         final KvPool pool = b.build();
         final long racing = pool.tryAllocate();
         final long last = pool.tryAllocate();
         pool.pinWriter(racing);
         pool.pinWriter(last);
         final Thread[] transferThread = new Thread[1];
-        words[0].hookSlot = PageHandle.slot(racing);
-        words[0].hook = () -> { // close's scan has just read `racing` as RECEIVING
+        words[0].arm(PageHandle.slot(racing), 0, () -> { // close's scan has just read `racing` as RECEIVING
             transferThread[0] = Thread.ofPlatform().start(() -> pool.commitReceive(racing)); // legal after close
             final long deadline = System.nanoTime() + 10_000_000_000L;
             try {
@@ -324,8 +297,7 @@ class ApiReviewRegressionTest {
             } catch (Exception e) {
                 throw new AssertionError(e);
             }
-        };
-        words[0].armedFor = Thread.currentThread();
+        });
         pool.close(); // storage retained: two pages pinned
         transferThread[0].join(10_000);
         assertEquals(SlotState.OWNED, pool.stateOfSlot(PageHandle.slot(racing)));

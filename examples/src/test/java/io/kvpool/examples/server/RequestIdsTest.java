@@ -46,44 +46,33 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 class RequestIdsTest {
 
     private static final Duration WAIT = Duration.ofSeconds(15);
-    private static final HttpClient HTTP = HttpClient.newBuilder().version(HttpClient.Version.HTTP_1_1).build();
 
     @TempDir
     static Path dir;
+    static InJvmRoleServers roles;
     static RoleServer decode;
     static RoleServer prefill;
 
     @BeforeAll
     static void start() throws Exception {
-        final ServerConfig.Builder b = ServerTests.small().workDir(dir);
-        decode = RoleServer.start(b.role(Topology.Role.DECODE).build());
-        prefill = RoleServer.start(b.role(Topology.Role.PREFILL).build());
-        Await.until(() -> status(decode).path("ready").asBoolean() && status(prefill).path("ready").asBoolean(), WAIT,
-            () -> "the prefill→decode link to come up");
+        roles = InJvmRoleServers.start(ServerTests.small().workDir(dir), WAIT);
+        decode = roles.decode;
+        prefill = roles.prefill;
     }
 
     @AfterAll
     static void stop() {
-        if (prefill != null) {
-            prefill.close();
-        }
-        if (decode != null) {
-            decode.close();
+        if (roles != null) {
+            roles.close();
         }
     }
 
     static JsonNode status(RoleServer r) {
-        try {
-            return TestClient.JSON.readTree(post(r, "internal/status", null).body());
-        } catch (Exception e) {
-            return TestClient.JSON.createObjectNode();
-        }
+        return InJvmRoleServers.status(r.baseUri());
     }
 
     static HttpResponse<String> post(RoleServer r, String path, Object body) throws Exception {
-        final HttpRequest.Builder q = HttpRequest.newBuilder(r.baseUri().resolve(path)).timeout(Duration.ofSeconds(10));
-        return HTTP.send((body == null ? q.GET() : q.POST(HttpRequest.BodyPublishers.ofString(TestClient.JSON.writeValueAsString(body))))
-            .build(), HttpResponse.BodyHandlers.ofString());
+        return InJvmRoleServers.send(r.baseUri(), path, body);
     }
 
     static Map<String, Object> prefillBody(long id, String tenant, String prompt) {
@@ -190,7 +179,7 @@ class RequestIdsTest {
         final long admitted = status(decode).path("counters").path("admitted").asLong();
         final long rejected = status(decode).path("counters").path("rejected").asLong();
         // request 88's stream stays open: its KV never comes (nothing offered), so it waits for its transfer
-        final HttpResponse<InputStream> first = HTTP.send(HttpRequest.newBuilder(decode.baseUri().resolve("internal/decode"))
+        final HttpResponse<InputStream> first = InJvmRoleServers.HTTP.send(HttpRequest.newBuilder(decode.baseUri().resolve("internal/decode"))
             .POST(HttpRequest.BodyPublishers.ofString(TestClient.JSON.writeValueAsString(decodeBody(88, "alice", 5, 2)))).build(),
             HttpResponse.BodyHandlers.ofInputStream());
         try (InputStream in = first.body()) {
@@ -236,7 +225,7 @@ class RequestIdsTest {
         final List<HttpResponse<InputStream>> holding = new ArrayList<>();
         try {
             for (int i = 0; i < 4; i++) { // 4 × 32 pages: every page of the 128-page decode pool promised
-                holding.add(HTTP.send(HttpRequest.newBuilder(decode.baseUri().resolve("internal/decode"))
+                holding.add(InJvmRoleServers.HTTP.send(HttpRequest.newBuilder(decode.baseUri().resolve("internal/decode"))
                     .POST(HttpRequest.BodyPublishers.ofString(TestClient.JSON.writeValueAsString(decodeBody(200 + i, "alice", 500, 12))))
                     .build(), HttpResponse.BodyHandlers.ofInputStream()));
             }

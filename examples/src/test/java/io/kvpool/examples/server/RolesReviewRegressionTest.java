@@ -40,44 +40,33 @@ class RolesReviewRegressionTest {
     private static final Duration WAIT = Duration.ofSeconds(15);
     /** The sender's descriptor timeout (= --transfer-timeout-ms): how long an offer no decode ever asks for is held. */
     private static final Duration TRANSFER_TIMEOUT = Duration.ofSeconds(20);
-    private static final HttpClient HTTP = HttpClient.newBuilder().version(HttpClient.Version.HTTP_1_1).build();
 
     @TempDir
     static Path dir;
+    static InJvmRoleServers roles;
     static RoleServer decode;
     static RoleServer prefill;
 
     @BeforeAll
     static void start() throws Exception {
-        final ServerConfig.Builder b = ServerTests.small().transferTimeout(TRANSFER_TIMEOUT).workDir(dir);
-        decode = RoleServer.start(b.role(Topology.Role.DECODE).build());
-        prefill = RoleServer.start(b.role(Topology.Role.PREFILL).build());
-        Await.until(() -> status(decode.baseUri()).path("ready").asBoolean() && status(prefill.baseUri()).path("ready").asBoolean(),
-            WAIT, () -> "the prefill→decode link to come up");
+        roles = InJvmRoleServers.start(ServerTests.small().transferTimeout(TRANSFER_TIMEOUT).workDir(dir), WAIT);
+        decode = roles.decode;
+        prefill = roles.prefill;
     }
 
     @AfterAll
     static void stop() {
-        if (prefill != null) {
-            prefill.close();
-        }
-        if (decode != null) {
-            decode.close();
+        if (roles != null) {
+            roles.close();
         }
     }
 
     static JsonNode status(URI u) {
-        try {
-            return TestClient.JSON.readTree(send(u, "internal/status", null).body());
-        } catch (Exception e) {
-            return TestClient.JSON.createObjectNode();
-        }
+        return InJvmRoleServers.status(u);
     }
 
     static HttpResponse<String> send(URI u, String path, Object body) throws Exception {
-        final HttpRequest.Builder q = HttpRequest.newBuilder(u.resolve(path)).timeout(Duration.ofSeconds(10));
-        return HTTP.send((body == null ? q.GET() : q.POST(HttpRequest.BodyPublishers.ofString(
-            body instanceof String s ? s : TestClient.JSON.writeValueAsString(body)))).build(), HttpResponse.BodyHandlers.ofString());
+        return InJvmRoleServers.send(u, path, body);
     }
 
     static boolean idle(URI u, long pages) {
@@ -137,7 +126,7 @@ class RolesReviewRegressionTest {
         body.put("tenant", "alice");
         body.put("prompt_tokens", (1L << 32) + 5);
         body.put("max_new_tokens", 2);
-        final HttpResponse<InputStream> r = HTTP.send(HttpRequest.newBuilder(decode.baseUri().resolve("internal/decode"))
+        final HttpResponse<InputStream> r = InJvmRoleServers.HTTP.send(HttpRequest.newBuilder(decode.baseUri().resolve("internal/decode"))
             .timeout(Duration.ofSeconds(10)).POST(HttpRequest.BodyPublishers.ofString(TestClient.JSON.writeValueAsString(body))).build(),
             HttpResponse.BodyHandlers.ofInputStream());
         try (InputStream in = r.body()) {
