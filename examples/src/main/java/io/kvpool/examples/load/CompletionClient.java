@@ -87,6 +87,15 @@ public final class CompletionClient implements AutoCloseable {
         }
     }
 
+    /**
+     * @return whether an error is one the server is built to give when a transfer or a role fails (502
+     *         {@code transfer_failed} with the transfer's reason, 504 {@code timeout}, 502 {@code role_lost}): anything
+     *         else — a 500 {@code internal_error} above all — is unexpected, not a failure the test tolerates
+     */
+    static boolean knownFailure(String type, String reason) {
+        return type.equals("transfer_failed") || type.equals("timeout") || reason.equals("role_lost");
+    }
+
     /** A non-streamed answer (or a refused stream): JSON, a completion or an error. */
     private Outcome whole(Shot s, int status, String body, long t0) {
         final long total = System.nanoTime() - t0;
@@ -102,10 +111,13 @@ public final class CompletionClient implements AutoCloseable {
                 foreign, tenants(kv), mismatch, mismatch ? cut(kv.path("kv_text").asText()) : null);
         }
         final JsonNode e = root.path("error");
+        final String reason = e.path("reason").asText("");
         final Outcome.Kind kind = switch (status) {
-            case 400, 413 -> Outcome.Kind.REJECTED;
+            // a well-formed request is refused for good only for its size; any other 4xx is the server's mistake
+            case 400, 413 -> reason.equals("context_too_long") || reason.equals("exceeds_pool") ? Outcome.Kind.REJECTED : Outcome.Kind.UNEXPECTED;
             case 429, 503 -> Outcome.Kind.RETRY_LATER;
-            case 500, 502, 504 -> Outcome.Kind.FAILED;
+            // a failure the protocol names (a transfer that failed its checks or timed out, a role lost) — not a 500
+            case 502, 504 -> knownFailure(e.path("type").asText(""), reason) ? Outcome.Kind.FAILED : Outcome.Kind.UNEXPECTED;
             default -> Outcome.Kind.UNEXPECTED;
         };
         return new Outcome(s, kind, status, e.path("reason").asText("?"), -1, total, 0, foreign, List.of(), false,
@@ -135,8 +147,8 @@ public final class CompletionClient implements AutoCloseable {
                 final Set<String> foreign = Markers.foreign(s.tenant(), raw);
                 if (error != null) {
                     final String type = error.path("type").asText();
-                    final Outcome.Kind kind = type.equals("rate_limit_error") || type.equals("service_unavailable")
-                        ? Outcome.Kind.RETRY_LATER : Outcome.Kind.FAILED;
+                    final Outcome.Kind kind = type.equals("rate_limit_error") || type.equals("service_unavailable") ? Outcome.Kind.RETRY_LATER
+                        : knownFailure(type, error.path("reason").asText("")) ? Outcome.Kind.FAILED : Outcome.Kind.UNEXPECTED;
                     return new Outcome(s, kind, 200, error.path("reason").asText("?"), ttft, total, tokens, foreign, List.of(), false,
                         error.path("message").asText());
                 }

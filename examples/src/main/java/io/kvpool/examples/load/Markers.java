@@ -22,7 +22,11 @@ public final class Markers {
     /** Most tenants a run can have: their names stay within one token. */
     public static final int MAX_TENANTS = 100;
 
-    private static final Pattern MARKER = Pattern.compile("SECRET-(tenant\\d{1,2})-(\\d+)");
+    /**
+     * A whole tenant name, with the rest of its marker where the text has it: a stream cut off right after a
+     * foreign name ({@code "… SECRET-tenant3-"}, an aborted client's last token) is proof enough.
+     */
+    private static final Pattern MARKER = Pattern.compile("(?:SECRET-)?(tenant\\d{1,2})(?!\\d)(?:-\\d+)?");
 
     private Markers() {
     }
@@ -40,7 +44,7 @@ public final class Markers {
         return "SECRET-" + tenant + "-" + request;
     }
 
-    /** @return every marker in {@code text} that names a tenant other than {@code tenant}, sorted */
+    /** @return every marker (or bare tenant name) in {@code text} that names a tenant other than {@code tenant}, sorted */
     public static Set<String> foreign(String tenant, CharSequence text) {
         final Set<String> out = new TreeSet<>();
         final Matcher m = MARKER.matcher(text);

@@ -81,26 +81,29 @@ public record PoolCheck(boolean ok, List<String> lines) {
                 }
                 final List<String> lines = new ArrayList<>();
                 boolean clean = m.getOrDefault("kvpool_requests_in_flight", -1.0) == 0;
-                boolean any = false;
                 for (String role : new String[] {"prefill", "decode"}) {
                     final String p = "kvpool_pool_pages{role=\"" + role + "\",state=\"";
-                    if (!m.containsKey(p + "free\"}")) {
+                    // a role that is down reports every page state as 0: that is "unknown", never "clean"
+                    final double up = m.getOrDefault("kvpool_role_up{role=\"" + role + "\"}", 0.0);
+                    final double capacity = m.getOrDefault("kvpool_pool_capacity_pages{role=\"" + role + "\"}", 0.0);
+                    if (!m.containsKey(p + "free\"}") || up != 1 || capacity <= 0) {
+                        clean = false;
+                        lines.add(String.format("%-8s NOT CLEAN (from /metrics): %s", role, !m.containsKey(p + "free\"}") ? "no pool pages reported"
+                            : up != 1 ? "the role is down (kvpool_role_up 0)" : "no capacity reported"));
                         continue;
                     }
-                    any = true;
                     final double free = m.get(p + "free\"}");
+                    final double retired = m.getOrDefault(p + "retired\"}", 0.0);
                     final double busy = m.getOrDefault(p + "owned\"}", 0.0) + m.getOrDefault(p + "receiving\"}", 0.0)
                         + m.getOrDefault(p + "draining\"}", 0.0) + m.getOrDefault(p + "quarantined\"}", 0.0);
                     final double reserved = m.getOrDefault("kvpool_pool_reserved_pages{role=\"" + role + "\"}", 0.0);
                     final double open = m.getOrDefault("kvpool_pool_open_sequences{role=\"" + role + "\"}", 0.0);
-                    clean &= busy == 0 && reserved == 0 && open == 0;
-                    lines.add(String.format("%-8s %s (from /metrics): %.0f pages free, %.0f owned, %.0f receiving, %.0f draining, "
-                            + "%.0f quarantined, %.0f reserved, %.0f sequences open", role, busy == 0 && reserved == 0 && open == 0
-                            ? "clean" : "NOT CLEAN", free, m.getOrDefault(p + "owned\"}", 0.0), m.getOrDefault(p + "receiving\"}", 0.0),
+                    final boolean roleClean = busy == 0 && reserved == 0 && open == 0 && free == capacity - retired;
+                    clean &= roleClean;
+                    lines.add(String.format("%-8s %s (from /metrics): %.0f of %.0f pages free, %.0f owned, %.0f receiving, %.0f draining, "
+                            + "%.0f quarantined, %.0f reserved, %.0f sequences open", role, roleClean ? "clean" : "NOT CLEAN", free, capacity,
+                        m.getOrDefault(p + "owned\"}", 0.0), m.getOrDefault(p + "receiving\"}", 0.0),
                         m.getOrDefault(p + "draining\"}", 0.0), m.getOrDefault(p + "quarantined\"}", 0.0), reserved, open));
-                }
-                if (!any) {
-                    return new PoolCheck(false, List.of("no kvpool_pool_pages in " + base.resolve("/metrics")));
                 }
                 if (clean || System.nanoTime() - end > 0) {
                     return new PoolCheck(clean, lines);

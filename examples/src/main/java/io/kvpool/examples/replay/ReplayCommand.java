@@ -98,10 +98,14 @@ public final class ReplayCommand implements Subcommand {
             return 1;
         }
         Replay.print(r, out);
-        final boolean clean = r.foreignMarkers() == 0 && r.count(Outcome.Kind.UNEXPECTED) == 0 && r.pools().ok();
-        out.println(clean ? "verdict: no response contained another tenant's marker; pools balanced"
-            : r.foreignMarkers() > 0 ? "verdict: LEAK — " + r.foreignMarkers() + " responses contained another tenant's marker"
-            + (c.unsafe() ? " (the incident, reproduced with " + String.join(" ", c.unsafeSwitches()) + ")" : "")
+        final long foreignKv = r.run().outcomes().stream().filter(Outcome::foreignKv).count();
+        final long mismatches = r.run().kvMismatches();
+        final boolean leak = r.foreignMarkers() > 0 || foreignKv > 0;
+        final boolean clean = !leak && mismatches == 0 && r.count(Outcome.Kind.UNEXPECTED) == 0 && r.pools().ok();
+        out.println(clean ? "verdict: no response contained another tenant's marker or KV; every completion got its own prompt's KV; pools balanced"
+            : leak ? "verdict: LEAK — " + r.foreignMarkers() + " responses contained another tenant's marker, " + foreignKv
+            + " another tenant's KV" + (c.unsafe() ? " (the incident, reproduced with " + String.join(" ", c.unsafeSwitches()) + ")" : "")
+            : mismatches > 0 ? "verdict: FAILURE — " + mismatches + " completions got KV that is not their prompt (see above)"
             : "verdict: FAILURE — unexpected answers or unbalanced pools (see above)");
         return clean ? 0 : 1;
     }

@@ -14,9 +14,12 @@ class MarkersTest {
         assertEquals(Set.of(), Markers.foreign("tenant1", "SECRET-tenant1-4 SECRET-tenant1-5"));
         assertEquals(Set.of("SECRET-tenant12-3"), Markers.foreign("tenant1", "SECRET-tenant1-4 SECRET-tenant12-3 ."));
         assertEquals(Set.of("SECRET-tenant1-4"), Markers.foreign("tenant12", "x SECRET-tenant1-4"));
-        // a splice of stale tokens ("SECRET-t" + "tenant3-18") names no whole tenant; the next marker does
-        assertEquals(Set.of("SECRET-tenant3-18"), Markers.foreign("tenant6", "SECRET-ttenant3-18 SECRET-tenant3-18"));
-        assertEquals(Set.of(), Markers.foreign("tenant6", "SECRET-tenant123-1 SECRET-alice-2 tenant3-18"));
+        // a whole foreign tenant name is proof on its own (its token came from that tenant's KV): spliced after
+        // other tokens, or cut off at the end of an aborted stream; a longer name is not a tenant of this run
+        assertEquals(Set.of("tenant3-18", "SECRET-tenant3-18"), Markers.foreign("tenant6", "SECRET-ttenant3-18 SECRET-tenant3-18"));
+        assertEquals(Set.of("tenant3-18"), Markers.foreign("tenant6", "SECRET-tenant123-1 SECRET-alice-2 tenant3-18"));
+        assertEquals(Set.of("SECRET-tenant3"), Markers.foreign("tenant7", "SECRET-tenant7-11 SECRET-tenant3-"));
+        assertEquals(Set.of(), Markers.foreign("tenant7", "SECRET-tenant7-11 SECRET-tenant7-"));
         // in JSON: the marker survives escaping
         assertEquals(Set.of("SECRET-tenant2-9"), Markers.foreign("tenant0", "{\"kv_text\":\"SECRET-tenant2-9\\u0000\"}"));
     }

@@ -1,0 +1,112 @@
+package io.kvpool.examples.load;
+
+import com.sun.net.httpserver.HttpExchange;
+import com.sun.net.httpserver.HttpServer;
+import io.kvpool.examples.server.EchoTokenizer;
+import org.junit.jupiter.api.Test;
+
+import java.io.ByteArrayOutputStream;
+import java.io.IOException;
+import java.io.PrintStream;
+import java.net.InetSocketAddress;
+import java.net.URI;
+import java.nio.charset.StandardCharsets;
+import java.time.Duration;
+import java.util.List;
+import java.util.concurrent.Executors;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
+
+/** Regressions from a review of the load generator's detectors (2026-11-30); each failed before its fix. */
+class EvidenceReviewRegressionTest {
+
+    /**
+     * An aborted stream keeps only the tokens it received, and the marker search is its only leak check. Stale KV
+     * that ends in another tenant's name token ({@code " SECRET-"}, {@code "tenant3-"} — the tokenizer's own cut)
+     * is not seen, because the regex also wants the request number that the client never received. The class
+     * comment itself says the tenant-name token alone is the proof.
+     */
+    @Test
+    void aForeignTenantNameCutOffAtTheEndOfAnAbortedStreamIsSeen() {
+        final List<byte[]> foreign = EchoTokenizer.encode(Mix.prompt("tenant3", 13, 9));
+        final StringBuilder received = new StringBuilder(Mix.prompt("tenant7", 11, 3)); // own tokens first
+        // then the first two tokens of a foreign marker (after the first one, which is cut differently)
+        final int second = EchoTokenizer.encode(Markers.of("tenant3", 13)).size();
+        received.append(EchoTokenizer.text(foreign.get(second))).append(EchoTokenizer.text(foreign.get(second + 1)));
+        assertEquals("SECRET-tenant7-11 SECRET-tenant3-", received.toString(), "the tokens as the echo tokenizer cuts them");
+        assertFalse(Markers.foreign("tenant7", received).isEmpty(), "tenant3's name in tenant7's stream went unseen: '" + received + "'");
+    }
+
+    /**
+     * A server that answers every well-formed request with 500 internal_error (an unhandled exception: a bug) passes
+     * the load generator: FAILED is a class the verdict accepts, so the report says "clean — every answer as
+     * expected" and the command exits 0.
+     */
+    @Test
+    void aServerThatAnswersEveryRequestWith500InternalErrorIsNotClean() throws Exception {
+        try (Fake fake = new Fake(500, "{\"error\":{\"type\":\"server_error\",\"reason\":\"internal_error\",\"message\":\"internal error: NPE\"}}")) {
+            final ByteArrayOutputStream out = new ByteArrayOutputStream();
+            final int rc = new LoadCommand().run(new String[] {"--url", fake.uri().toString(), "--requests", "20", "--clients", "2",
+                    "--garbage-ratio", "0", "--abort-ratio", "0", "--over-capacity-ratio", "0"},
+                new PrintStream(out, true, StandardCharsets.UTF_8), new PrintStream(new ByteArrayOutputStream(), true, StandardCharsets.UTF_8));
+            assertEquals(1, rc, "every request got 500 internal_error, yet:\n" + out.toString(StandardCharsets.UTF_8));
+        }
+    }
+
+    /**
+     * A request that fits (NORMAL, well-formed JSON) answered 400 malformed_json is a server bug, but the client files
+     * it under REJECTED whatever the reason, so it is never an unexpected answer.
+     */
+    @Test
+    void aWellFormedRequestRefusedAsMalformedIsUnexpected() throws Exception {
+        try (Fake fake = new Fake(400, "{\"error\":{\"type\":\"invalid_request_error\",\"reason\":\"malformed_json\",\"message\":\"?\"}}");
+             CompletionClient client = new CompletionClient(fake.uri(), Duration.ofSeconds(10), 1 << 20)) {
+            final Mix mix = new Mix(4, new int[] {8, 16}, new int[] {1, 4}, 0, 0, 0, new int[] {3000, 3001}, 0, 1 << 20, 1);
+            final Shot s = mix.shot(0);
+            assertEquals(Shot.Kind.NORMAL, s.kind());
+            final Outcome o = client.send(s);
+            assertEquals(Outcome.Kind.UNEXPECTED, o.kind(), "a well-formed request refused as " + o.statusAndReason() + " was filed as " + o.kind());
+        }
+    }
+
+    /** Answers every completion with a fixed status and body; /metrics shows two clean pools. */
+    static final class Fake implements AutoCloseable {
+        private final HttpServer http;
+
+        Fake(int status, String body) throws IOException {
+            http = HttpServer.create(new InetSocketAddress("127.0.0.1", 0), 0);
+            http.setExecutor(Executors.newVirtualThreadPerTaskExecutor());
+            http.createContext("/v1/completions", ex -> answer(ex, status, "application/json", body));
+            http.createContext("/metrics", ex -> answer(ex, 200, "text/plain; version=0.0.4", """
+                kvpool_requests_in_flight 0
+                kvpool_role_up{role="prefill"} 1
+                kvpool_role_up{role="decode"} 1
+                kvpool_pool_capacity_pages{role="prefill"} 8
+                kvpool_pool_capacity_pages{role="decode"} 8
+                kvpool_pool_pages{role="prefill",state="free"} 8
+                kvpool_pool_pages{role="decode",state="free"} 8
+                """));
+            http.start();
+        }
+
+        URI uri() {
+            return URI.create("http://127.0.0.1:" + http.getAddress().getPort() + "/");
+        }
+
+        private static void answer(HttpExchange ex, int status, String type, String body) throws IOException {
+            try (ex) {
+                ex.getRequestBody().readAllBytes();
+                final byte[] b = body.getBytes(StandardCharsets.UTF_8);
+                ex.getResponseHeaders().set("Content-Type", type);
+                ex.sendResponseHeaders(status, b.length);
+                ex.getResponseBody().write(b);
+            }
+        }
+
+        @Override
+        public void close() {
+            http.stop(0);
+        }
+    }
+}
