@@ -75,6 +75,13 @@ jmh() { # name regex forks timeout
   grep -E '^(BlockCopy|Offload)Benchmark: ' "$OUT/jmh-$1.log" | sort -u | tee -a "$summary"
   grep -E 'Exception|Error' "$OUT/jmh-$1.log" | sort | uniq -c | head -n 10 | cut -c1-300 | tee -a "$summary"
   sed -n '/^Benchmark .*Mode/,$p' "$OUT/jmh-$1.log" | tee -a "$summary"
+  # The rates (GB/s, ms, µs, MiB) are @AuxCounters(EVENTS), which JMH SUMS over the measured iterations: the
+  # table's score is Cnt × the per-iteration value. The per-iteration means, for the README:
+  say "per-iteration means of the :counters (score / Cnt):"
+  sed -n '/^Benchmark .*Mode/,$p' "$OUT/jmh-$1.log" | awk '/:(deviceGBps|hostGBps|deviceMs|submitUs|opMiB) / {
+      for (i = 2; i < NF; i++) if ($i == "avgt" || $i == "thrpt" || $i == "ss") { m = i; break }
+      params = ""; for (j = 2; j < m; j++) params = params " " $j
+      if ($(m + 1) > 0) printf "  %s%s  %.3f\n", $1, params, $(m + 2) / $(m + 1) }' | tee -a "$summary"
   say "jmh $1: exit $rc$( ((rc == 124)) && echo ' (timed out)')"
   ((rc == 0)) || fail=1
 }

@@ -94,7 +94,12 @@ public class OffloadBenchmark {
     @Param({"16", "64", "256", "2048"})
     public int pageKiB;
 
-    /** Per-iteration results, besides JMH's wall time. */
+    /**
+     * Per-iteration results, besides JMH's wall time. JMH SUMS {@code EVENTS} counters over the measured iterations,
+     * so its summary table (and the JSON's {@code score}) shows iterations × the per-iteration value: read the
+     * per-iteration lines, the JSON's {@code rawData}, or the means {@code gpu-visit.sh} prints (score / Cnt).
+     * Ratios between variants of one run are unaffected (each runs the same iterations).
+     */
     @AuxCounters(AuxCounters.Type.EVENTS)
     @State(Scope.Thread)
     public static class Rates {
