@@ -66,8 +66,11 @@ public final class ShmLink implements PeerLink {
     public static final int MAX_REGISTERED_SLOTS = (WireFormat.MAX_KEY_BYTES - KEY_FIXED_BYTES) / 4;
 
     private static final int EV_WRITE = 1, EV_FLUSH = 2;
-    /** Most bytes of control frames queued for a peer that does not read before the link fails (frames are ≤ 1 MiB). */
-    static final long MAX_QUEUED_BYTES = 16L << 20;
+    /**
+     * Most bytes of control frames queued for a peer that does not read before the link fails (frames are ≤ 1 MiB;
+     * a descriptor of 65,536 pages is ½ MiB, so 64 MiB is far beyond a slow but live peer).
+     */
+    static final long MAX_QUEUED_BYTES = 64L << 20;
 
     private record Event(int kind, long token, int status) {
     }

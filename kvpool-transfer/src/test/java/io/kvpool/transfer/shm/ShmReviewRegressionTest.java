@@ -316,7 +316,7 @@ class ShmReviewRegressionTest {
 
     /**
      * Was: a peer that stops reading made the sender queue control frames without end (the socket is
-     * non-blocking, so send never blocks, and nothing bounded the queue). Now the link fails past 16 MiB.
+     * non-blocking, so send never blocks, and nothing bounded the queue). Now the link fails past 64 MiB.
      */
     @Test
     void aPeerThatReadsNothingFailsTheLinkInsteadOfGrowingItsQueueForEver() throws Exception {
