@@ -88,6 +88,14 @@ public final class CompletionClient implements AutoCloseable {
     }
 
     /**
+     * @return whether a 400/413 refuses the request for its size: too long for the context, for the pool, or (a
+     *         long prompt) for the server's body limit — the only refusals a well-formed request may get
+     */
+    static boolean sizeRefusal(String reason) {
+        return reason.equals("context_too_long") || reason.equals("exceeds_pool") || reason.equals("body_too_large");
+    }
+
+    /**
      * @return whether an error is one the server is built to give when a transfer or a role fails (502
      *         {@code transfer_failed} with the transfer's reason, 504 {@code timeout}, 502 {@code role_lost}): anything
      *         else — a 500 {@code internal_error} above all — is unexpected, not a failure the test tolerates
@@ -113,8 +121,8 @@ public final class CompletionClient implements AutoCloseable {
         final JsonNode e = root.path("error");
         final String reason = e.path("reason").asText("");
         final Outcome.Kind kind = switch (status) {
-            // a well-formed request is refused for good only for its size; any other 4xx is the server's mistake
-            case 400, 413 -> reason.equals("context_too_long") || reason.equals("exceeds_pool") ? Outcome.Kind.REJECTED : Outcome.Kind.UNEXPECTED;
+            // a well-formed request is refused for good only for its size (sizeRefusal); any other 4xx is the server's mistake
+            case 400, 413 -> sizeRefusal(reason) ? Outcome.Kind.REJECTED : Outcome.Kind.UNEXPECTED;
             case 429, 503 -> Outcome.Kind.RETRY_LATER;
             // a failure the protocol names (a transfer that failed its checks or timed out, a role lost) — not a 500
             case 502, 504 -> knownFailure(e.path("type").asText(""), reason) ? Outcome.Kind.FAILED : Outcome.Kind.UNEXPECTED;

@@ -184,6 +184,9 @@ final class Router implements AutoCloseable {
                 }
             }
             if (!admitted.admitted()) {
+                if (closed) { // refused because close() aborted it: the server's shutdown, not decode's pool
+                    throw serverClosing(id);
+                }
                 throw reject(admitted.rejection());
             }
             sink.admitted(id);

@@ -577,8 +577,8 @@ public final class UcxLink implements PeerLink {
     }
 
     private void postRecv() {
-        if (closeRequest != null) {
-            return;
+        if (closeRequest != null || worker == null) {
+            return; // closing, or closed (its receive buffer is gone with the worker)
         }
         recvBuffer.clear();
         try {
