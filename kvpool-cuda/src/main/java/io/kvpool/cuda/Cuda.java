@@ -9,9 +9,8 @@ import jcuda.driver.JCudaDriver;
  * Tests use {@link #unavailableReason()} to skip with the reason (or to fail when
  * {@code -Dkvpool.gpu.required=true}).
  *
- * <p>kvpool-cuda reads every driver call's {@code CUresult} itself, so the probe sets JCuda's exceptions off
- * ({@code JCudaDriver.setExceptionsEnabled(false)}, JCuda's default) — a switch for the whole JVM: host code that
- * turns them on breaks kvpool-cuda (e.g. {@code CUDA_ERROR_NOT_READY} thrown from {@link DeviceBatch#isDone()}).
+ * <p>kvpool-cuda reads every driver call's {@code CUresult} through {@link CudaException#code}, so it leaves JCuda's
+ * JVM-wide exception switch ({@code JCudaDriver.setExceptionsEnabled}) to the host application and works either way.
  */
 public final class Cuda {
     private Cuda() {
@@ -21,13 +20,12 @@ public final class Cuda {
 
     private static String probe() {
         try {
-            JCudaDriver.setExceptionsEnabled(false);
-            final int init = JCudaDriver.cuInit(0);
+            final int init = CudaException.code(() -> JCudaDriver.cuInit(0));
             if (init != 0) {
                 return "cuInit failed: " + jcuda.driver.CUresult.stringFor(init);
             }
             final int[] count = new int[1];
-            final int r = JCudaDriver.cuDeviceGetCount(count);
+            final int r = CudaException.code(() -> JCudaDriver.cuDeviceGetCount(count));
             if (r != 0) {
                 return "cuDeviceGetCount failed: " + jcuda.driver.CUresult.stringFor(r);
             }
@@ -57,7 +55,7 @@ public final class Cuda {
     /** @return the device's name */
     static String deviceName(CUdevice device) {
         final byte[] name = new byte[256];
-        CudaException.check(JCudaDriver.cuDeviceGetName(name, name.length, device), "cuDeviceGetName");
+        CudaException.check(CudaException.code(() -> JCudaDriver.cuDeviceGetName(name, name.length, device)), "cuDeviceGetName");
         int n = 0;
         while (n < name.length && name[n] != 0) {
             n++;

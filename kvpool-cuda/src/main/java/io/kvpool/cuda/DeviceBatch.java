@@ -31,7 +31,7 @@ public final class DeviceBatch implements AutoCloseable {
      * @throws CudaException if the context cannot be retained (nothing is taken over then)
      */
     DeviceBatch(CUcontext context, CUdevice device, CUdeviceptr buffer, CUevent done) {
-        CudaException.check(JCudaDriver.cuDevicePrimaryCtxRetain(new CUcontext(), device), "cuDevicePrimaryCtxRetain");
+        CudaException.check(CudaException.code(() -> JCudaDriver.cuDevicePrimaryCtxRetain(new CUcontext(), device)), "cuDevicePrimaryCtxRetain");
         this.context = context;
         this.device = device;
         this.buffer = buffer;
@@ -43,8 +43,8 @@ public final class DeviceBatch implements AutoCloseable {
         if (closed) {
             return true;
         }
-        CudaException.check(JCudaDriver.cuCtxSetCurrent(context), "cuCtxSetCurrent");
-        final int r = JCudaDriver.cuEventQuery(done);
+        CudaException.check(CudaException.code(() -> JCudaDriver.cuCtxSetCurrent(context)), "cuCtxSetCurrent");
+        final int r = CudaException.code(() -> JCudaDriver.cuEventQuery(done));
         if (r == CUresult.CUDA_ERROR_NOT_READY) {
             return false;
         }
@@ -57,8 +57,8 @@ public final class DeviceBatch implements AutoCloseable {
         if (closed) {
             return;
         }
-        CudaException.check(JCudaDriver.cuCtxSetCurrent(context), "cuCtxSetCurrent");
-        CudaException.check(JCudaDriver.cuEventSynchronize(done), "cuEventSynchronize");
+        CudaException.check(CudaException.code(() -> JCudaDriver.cuCtxSetCurrent(context)), "cuCtxSetCurrent");
+        CudaException.check(CudaException.code(() -> JCudaDriver.cuEventSynchronize(done)), "cuEventSynchronize");
     }
 
     /** Waits for the batch, then copies {@code dst.length} ints from its buffer at {@code offset} (one copy). */
@@ -68,7 +68,7 @@ public final class DeviceBatch implements AutoCloseable {
         }
         await();
         if (dst.length > 0) {
-            CudaException.check(JCudaDriver.cuMemcpyDtoH(Pointer.to(dst), buffer.withByteOffset(offset), 4L * dst.length),
+            CudaException.check(CudaException.code(() -> JCudaDriver.cuMemcpyDtoH(Pointer.to(dst), buffer.withByteOffset(offset), 4L * dst.length)),
                 "cuMemcpyDtoH(" + dst.length + " results)");
         }
     }
@@ -83,11 +83,11 @@ public final class DeviceBatch implements AutoCloseable {
             await();
         } finally { // also after a (sticky) device error: the event, buffer and context reference go either way
             closed = true;
-            JCudaDriver.cuEventDestroy(done);
+            CudaException.code(() -> JCudaDriver.cuEventDestroy(done));
             if (buffer != null) {
-                JCudaDriver.cuMemFree(buffer);
+                CudaException.code(() -> JCudaDriver.cuMemFree(buffer));
             }
-            JCudaDriver.cuDevicePrimaryCtxRelease(device);
+            CudaException.code(() -> JCudaDriver.cuDevicePrimaryCtxRelease(device));
         }
     }
 }

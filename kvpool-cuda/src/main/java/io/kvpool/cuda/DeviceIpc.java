@@ -72,7 +72,7 @@ public final class DeviceIpc {
     public static byte[] export(DevicePageStorage storage) {
         storage.makeCurrent();
         final CUipcMemHandle h = new CUipcMemHandle();
-        CudaException.check(JCudaDriver.cuIpcGetMemHandle(h, storage.arenaPointer()), "cuIpcGetMemHandle");
+        CudaException.check(CudaException.code(() -> JCudaDriver.cuIpcGetMemHandle(h, storage.arenaPointer())), "cuIpcGetMemHandle");
         final DeviceLayout d = storage.deviceLayout();
         final ByteBuffer b = ByteBuffer.allocate(EXPORT_BYTES).order(ByteOrder.LITTLE_ENDIAN);
         b.putInt(MAGIC).putInt(VERSION).putLong(d.layout().fingerprint()).putInt(d.pages()).putInt(storage.deviceOrdinal()).putLong(d.arenaBytes());
@@ -121,12 +121,12 @@ public final class DeviceIpc {
 
         OpenedArena(DeviceLayout layout, int ordinal, CUipcMemHandle handle) {
             this.layout = layout;
-            CudaException.check(JCudaDriver.cuDeviceGet(device, ordinal), "cuDeviceGet(" + ordinal + ")");
-            CudaException.check(JCudaDriver.cuDevicePrimaryCtxRetain(context, device), "cuDevicePrimaryCtxRetain");
-            CudaException.check(JCudaDriver.cuCtxSetCurrent(context), "cuCtxSetCurrent");
-            final int r = JCudaDriver.cuIpcOpenMemHandle(arena, handle, CUipcMem_flags.CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS);
+            CudaException.check(CudaException.code(() -> JCudaDriver.cuDeviceGet(device, ordinal)), "cuDeviceGet(" + ordinal + ")");
+            CudaException.check(CudaException.code(() -> JCudaDriver.cuDevicePrimaryCtxRetain(context, device)), "cuDevicePrimaryCtxRetain");
+            CudaException.check(CudaException.code(() -> JCudaDriver.cuCtxSetCurrent(context)), "cuCtxSetCurrent");
+            final int r = CudaException.code(() -> JCudaDriver.cuIpcOpenMemHandle(arena, handle, CUipcMem_flags.CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS));
             if (r != 0) {
-                JCudaDriver.cuDevicePrimaryCtxRelease(device);
+                CudaException.code(() -> JCudaDriver.cuDevicePrimaryCtxRelease(device));
                 throw new CudaException("cuIpcOpenMemHandle", r, layout.arenaBytes() + "-byte arena of " + layout.pages() + " pages");
             }
         }
@@ -155,13 +155,14 @@ public final class DeviceIpc {
                 throw new IllegalStateException("opened arena is closed");
             }
             Objects.checkIndex(page, layout.pages());
-            CudaException.check(JCudaDriver.cuCtxSetCurrent(context), "cuCtxSetCurrent");
+            CudaException.check(CudaException.code(() -> JCudaDriver.cuCtxSetCurrent(context)), "cuCtxSetCurrent");
             final ByteBuffer bb = src.asSlice(0, layout.layout().bytesPerPage()).asByteBuffer();
-            for (int q = 0; q < layout.planes(); q++) {
-                CudaException.check(JCudaDriver.cuMemcpyHtoD(arena.withByteOffset(q * layout.planeBytes() + page * layout.pageStride()),
-                    Pointer.to(bb).withByteOffset(layout.hostOffset(q)), layout.pageStride()), "cuMemcpyHtoD(page " + page + ")");
+            for (int plane = 0; plane < layout.planes(); plane++) {
+                final int q = plane;
+                CudaException.check(CudaException.code(() -> JCudaDriver.cuMemcpyHtoD(arena.withByteOffset(q * layout.planeBytes() + page * layout.pageStride()),
+                    Pointer.to(bb).withByteOffset(layout.hostOffset(q)), layout.pageStride())), "cuMemcpyHtoD(page " + page + ")");
             }
-            CudaException.check(JCudaDriver.cuCtxSynchronize(), "cuCtxSynchronize");
+            CudaException.check(CudaException.code(() -> JCudaDriver.cuCtxSynchronize()), "cuCtxSynchronize");
         }
 
         /** Closes this process's mapping: after it returns, this process can no longer write. Idempotent. */
@@ -169,9 +170,9 @@ public final class DeviceIpc {
         public synchronized void close() {
             if (!closed) {
                 closed = true;
-                JCudaDriver.cuCtxSetCurrent(context);
-                JCudaDriver.cuIpcCloseMemHandle(arena);
-                JCudaDriver.cuDevicePrimaryCtxRelease(device);
+                CudaException.code(() -> JCudaDriver.cuCtxSetCurrent(context));
+                CudaException.code(() -> JCudaDriver.cuIpcCloseMemHandle(arena));
+                CudaException.code(() -> JCudaDriver.cuDevicePrimaryCtxRelease(device));
             }
         }
     }

@@ -77,9 +77,9 @@ public final class DevicePageStorage implements PageStorage {
         this.ordinal = ordinal;
         this.dl = DeviceLayout.of(layout, pages);
         this.device = new CUdevice();
-        CudaException.check(JCudaDriver.cuDeviceGet(device, ordinal), "cuDeviceGet(" + ordinal + ")");
+        CudaException.check(CudaException.code(() -> JCudaDriver.cuDeviceGet(device, ordinal)), "cuDeviceGet(" + ordinal + ")");
         this.context = new CUcontext();
-        CudaException.check(JCudaDriver.cuDevicePrimaryCtxRetain(context, device), "cuDevicePrimaryCtxRetain");
+        CudaException.check(CudaException.code(() -> JCudaDriver.cuDevicePrimaryCtxRetain(context, device)), "cuDevicePrimaryCtxRetain");
         boolean ok = false;
         final DevicePtr a = new DevicePtr();
         final DevicePtr s = new DevicePtr();
@@ -88,8 +88,8 @@ public final class DevicePageStorage implements PageStorage {
             current();
             final long[] free = new long[1];
             final long[] total = new long[1];
-            CudaException.check(JCudaDriver.cuMemGetInfo(free, total), "cuMemGetInfo");
-            final int r = JCudaDriver.cuMemAlloc(a, dl.arenaBytes());
+            CudaException.check(CudaException.code(() -> JCudaDriver.cuMemGetInfo(free, total)), "cuMemGetInfo");
+            final int r = CudaException.code(() -> JCudaDriver.cuMemAlloc(a, dl.arenaBytes()));
             if (r != 0) {
                 throw new CudaException("cuMemAlloc(" + dl.arenaBytes() + " bytes)", r, "asked for " + dl.arenaBytes() + " bytes ("
                     + pages + " pages of " + layout + "), " + free[0] + " of " + total[0] + " bytes free on " + Cuda.deviceName(device));
@@ -97,10 +97,11 @@ public final class DevicePageStorage implements PageStorage {
             this.arena = a;
             this.base = a.address();
             this.scratchBytes = 24L * pages + 64; // the largest call: a checksum batch's keys, slots and results
-            CudaException.check(JCudaDriver.cuMemAlloc(s, scratchBytes), "cuMemAlloc(scratch " + scratchBytes + " bytes)");
+            CudaException.check(CudaException.code(() -> JCudaDriver.cuMemAlloc(s, scratchBytes)), "cuMemAlloc(scratch " + scratchBytes + " bytes)");
             this.scratch = s;
             m = new CUmodule();
-            CudaException.check(JCudaDriver.cuModuleLoadData(m, Kernels.loadFatbin()), "cuModuleLoadData(kvpool kernels)");
+            final CUmodule loaded = m;
+            CudaException.check(CudaException.code(() -> JCudaDriver.cuModuleLoadData(loaded, Kernels.loadFatbin())), "cuModuleLoadData(kvpool kernels)");
             this.module = m;
             this.copyFn = function(m, Kernels.COPY_PAGES);
             this.fillFn = function(m, Kernels.FILL_PAGES);
@@ -115,11 +116,12 @@ public final class DevicePageStorage implements PageStorage {
         } finally {
             if (!ok) {
                 if (m != null) {
-                    JCudaDriver.cuModuleUnload(m);
+                    final CUmodule loaded = m;
+                    CudaException.code(() -> JCudaDriver.cuModuleUnload(loaded));
                 }
-                JCudaDriver.cuMemFree(a);
-                JCudaDriver.cuMemFree(s);
-                JCudaDriver.cuDevicePrimaryCtxRelease(device);
+                CudaException.code(() -> JCudaDriver.cuMemFree(a));
+                CudaException.code(() -> JCudaDriver.cuMemFree(s));
+                CudaException.code(() -> JCudaDriver.cuDevicePrimaryCtxRelease(device));
             }
         }
     }
@@ -161,26 +163,26 @@ public final class DevicePageStorage implements PageStorage {
         }
         Cuda.requireAvailable();
         final CUdevice dev = new CUdevice();
-        CudaException.check(JCudaDriver.cuDeviceGet(dev, 0), "cuDeviceGet(0)");
+        CudaException.check(CudaException.code(() -> JCudaDriver.cuDeviceGet(dev, 0)), "cuDeviceGet(0)");
         final CUcontext ctx = new CUcontext();
-        CudaException.check(JCudaDriver.cuDevicePrimaryCtxRetain(ctx, dev), "cuDevicePrimaryCtxRetain");
+        CudaException.check(CudaException.code(() -> JCudaDriver.cuDevicePrimaryCtxRetain(ctx, dev)), "cuDevicePrimaryCtxRetain");
         try {
-            CudaException.check(JCudaDriver.cuCtxSetCurrent(ctx), "cuCtxSetCurrent");
+            CudaException.check(CudaException.code(() -> JCudaDriver.cuCtxSetCurrent(ctx)), "cuCtxSetCurrent");
             final long[] free = new long[1];
             final long[] total = new long[1];
-            CudaException.check(JCudaDriver.cuMemGetInfo(free, total), "cuMemGetInfo");
+            CudaException.check(CudaException.code(() -> JCudaDriver.cuMemGetInfo(free, total)), "cuMemGetInfo");
             final long pages = (long) (free[0] * fraction) / layout.bytesPerPage();
             LOG.log(System.Logger.Level.INFO, "device memory: " + free[0] + " free of " + total[0] + " bytes; " + fraction + " of free = "
                 + pages + " pages of " + layout.bytesPerPage() + " bytes");
             return (int) Math.min(Integer.MAX_VALUE, pages);
         } finally {
-            JCudaDriver.cuDevicePrimaryCtxRelease(dev);
+            CudaException.code(() -> JCudaDriver.cuDevicePrimaryCtxRelease(dev));
         }
     }
 
     private static CUfunction function(CUmodule m, String name) {
         final CUfunction f = new CUfunction();
-        CudaException.check(JCudaDriver.cuModuleGetFunction(f, m, name), "cuModuleGetFunction(" + name + ")");
+        CudaException.check(CudaException.code(() -> JCudaDriver.cuModuleGetFunction(f, m, name)), "cuModuleGetFunction(" + name + ")");
         return f;
     }
 
@@ -206,7 +208,7 @@ public final class DevicePageStorage implements PageStorage {
     }
 
     private void current() {
-        CudaException.check(JCudaDriver.cuCtxSetCurrent(context), "cuCtxSetCurrent");
+        CudaException.check(CudaException.code(() -> JCudaDriver.cuCtxSetCurrent(context)), "cuCtxSetCurrent");
     }
 
     private void ensureOpen() {
@@ -248,13 +250,13 @@ public final class DevicePageStorage implements PageStorage {
 
     /** Uploads {@code n} ints to the scratch buffer (caller holds the lock). */
     private void upload(int[] values, int off, int n, long at) {
-        CudaException.check(JCudaDriver.cuMemcpyHtoD(scratch.withByteOffset(at), Pointer.to(values).withByteOffset(4L * off), 4L * n),
+        CudaException.check(CudaException.code(() -> JCudaDriver.cuMemcpyHtoD(scratch.withByteOffset(at), Pointer.to(values).withByteOffset(4L * off), 4L * n)),
             "cuMemcpyHtoD(" + n + " indices)");
     }
 
     private void launch(CUfunction fn, String name, long work, Pointer params) {
         launchAsync(fn, name, work, params);
-        CudaException.check(JCudaDriver.cuCtxSynchronize(), "cuCtxSynchronize after " + name);
+        CudaException.check(CudaException.code(() -> JCudaDriver.cuCtxSynchronize()), "cuCtxSynchronize after " + name);
     }
 
     /** Queues the kernel on the context's legacy default (NULL) stream and returns without waiting. */
@@ -269,7 +271,7 @@ public final class DevicePageStorage implements PageStorage {
 
     /** Queues one launch on {@code stream} ({@code null}: the legacy default stream) and returns without waiting. */
     private static void enqueue(CUfunction fn, String name, int blocks, int threads, Pointer params, CUstream stream) {
-        CudaException.check(JCudaDriver.cuLaunchKernel(fn, blocks, 1, 1, threads, 1, 1, 0, stream, params, null), "cuLaunchKernel(" + name + ")");
+        CudaException.check(CudaException.code(() -> JCudaDriver.cuLaunchKernel(fn, blocks, 1, 1, threads, 1, 1, 0, stream, params, null)), "cuLaunchKernel(" + name + ")");
     }
 
     private void checkPages(int[] pages, int off, int n) {
@@ -367,7 +369,7 @@ public final class DevicePageStorage implements PageStorage {
             Pointer.to(new long[] {dl.pageStride()}), Pointer.to(new long[] {dl.layout().bytesPerTokenVector()}),
             Pointer.to(new int[] {fromToken}), Pointer.to(new int[] {toToken}), Pointer.to(new long[] {CANARY}), Pointer.to(out)));
         final int[] result = new int[1];
-        CudaException.check(JCudaDriver.cuMemcpyDtoH(Pointer.to(result), out, 4), "cuMemcpyDtoH(canary result)");
+        CudaException.check(CudaException.code(() -> JCudaDriver.cuMemcpyDtoH(Pointer.to(result), out, 4)), "cuMemcpyDtoH(canary result)");
         return result[0];
     }
 
@@ -375,7 +377,7 @@ public final class DevicePageStorage implements PageStorage {
     public synchronized void copyPages(int[] src, int srcOff, int[] dst, int dstOff, int count) {
         copyPagesAsync(src, srcOff, dst, dstOff, count);
         if (count > 0) { // (an empty batch launched nothing and made no context current)
-            CudaException.check(JCudaDriver.cuCtxSynchronize(), "cuCtxSynchronize after " + Kernels.COPY_PAGES);
+            CudaException.check(CudaException.code(() -> JCudaDriver.cuCtxSynchronize()), "cuCtxSynchronize after " + Kernels.COPY_PAGES);
         }
     }
 
@@ -456,11 +458,11 @@ public final class DevicePageStorage implements PageStorage {
         if (ownStream == null) {
             final CUstream s = new CUstream();
             // a blocking stream: ordered with the legacy default stream that this storage's other calls use
-            CudaException.check(JCudaDriver.cuStreamCreate(s, CUstream_flags.CU_STREAM_DEFAULT), "cuStreamCreate");
+            CudaException.check(CudaException.code(() -> JCudaDriver.cuStreamCreate(s, CUstream_flags.CU_STREAM_DEFAULT)), "cuStreamCreate");
             ownStream = s;
         }
         enqueueMemcpyBatch(toHost, pages, off, n, pinned, index, ownStream);
-        CudaException.check(JCudaDriver.cuStreamSynchronize(ownStream), "cuStreamSynchronize after " + MemcpyBatch.symbol());
+        CudaException.check(CudaException.code(() -> JCudaDriver.cuStreamSynchronize(ownStream)), "cuStreamSynchronize after " + MemcpyBatch.symbol());
     }
 
     /** @return the kernel of an offload ({@code toHost}: gather) or a restore (scatter) */
@@ -512,14 +514,14 @@ public final class DevicePageStorage implements PageStorage {
         }
         current();
         // scratch: [keys 16·n][slots 4·n][results 4·n]
-        CudaException.check(JCudaDriver.cuMemcpyHtoD(scratch, Pointer.to(keys.buffer()), (long) ChecksumKeys.BYTES * n),
+        CudaException.check(CudaException.code(() -> JCudaDriver.cuMemcpyHtoD(scratch, Pointer.to(keys.buffer()), (long) ChecksumKeys.BYTES * n)),
             "cuMemcpyHtoD(" + n + " checksum keys)");
         upload(slots, off, n, (long) ChecksumKeys.BYTES * n);
         final CUdeviceptr results = scratch.withByteOffset(20L * n);
         enqueue(checksumFn, Kernels.PAGE_CHECKSUMS, blocks(n), checksumThreads(),
             checksumParams(scratch, scratch.withByteOffset((long) ChecksumKeys.BYTES * n), n, results), null);
         // a synchronous copy on the legacy default stream: it runs after the kernel
-        CudaException.check(JCudaDriver.cuMemcpyDtoH(Pointer.to(out).withByteOffset(4L * outOff), results, 4L * n),
+        CudaException.check(CudaException.code(() -> JCudaDriver.cuMemcpyDtoH(Pointer.to(out).withByteOffset(4L * outOff), results, 4L * n)),
             "cuMemcpyDtoH(" + n + " checksums) after " + Kernels.PAGE_CHECKSUMS);
     }
 
@@ -681,27 +683,27 @@ public final class DevicePageStorage implements PageStorage {
         final long bytes = align16(lists.capacity()) + resultBytes;
         final CUdeviceptr buf = bytes == 0 ? null : new CUdeviceptr();
         if (buf != null) {
-            CudaException.check(JCudaDriver.cuMemAlloc(buf, bytes), "cuMemAlloc(" + bytes + " bytes of batch lists)");
+            CudaException.check(CudaException.code(() -> JCudaDriver.cuMemAlloc(buf, bytes)), "cuMemAlloc(" + bytes + " bytes of batch lists)");
         }
         final CUevent done = new CUevent();
         boolean event = false;
         try {
-            CudaException.check(JCudaDriver.cuEventCreate(done, CUevent_flags.CU_EVENT_DISABLE_TIMING), "cuEventCreate");
+            CudaException.check(CudaException.code(() -> JCudaDriver.cuEventCreate(done, CUevent_flags.CU_EVENT_DISABLE_TIMING)), "cuEventCreate");
             event = true;
             if (lists.capacity() > 0) {
-                CudaException.check(JCudaDriver.cuMemcpyHtoDAsync(buf, Pointer.to(lists.clear()), lists.capacity(), stream),
+                CudaException.check(CudaException.code(() -> JCudaDriver.cuMemcpyHtoDAsync(buf, Pointer.to(lists.clear()), lists.capacity(), stream)),
                     "cuMemcpyHtoDAsync(" + lists.capacity() + " bytes of batch lists)");
             }
             work.accept(buf);
-            CudaException.check(JCudaDriver.cuEventRecord(done, stream), "cuEventRecord");
+            CudaException.check(CudaException.code(() -> JCudaDriver.cuEventRecord(done, stream)), "cuEventRecord");
             return new DeviceBatch(context, device, buf, done);
         } catch (RuntimeException e) {
-            JCudaDriver.cuStreamSynchronize(stream);
+            CudaException.code(() -> JCudaDriver.cuStreamSynchronize(stream));
             if (event) {
-                JCudaDriver.cuEventDestroy(done);
+                CudaException.code(() -> JCudaDriver.cuEventDestroy(done));
             }
             if (buf != null) {
-                JCudaDriver.cuMemFree(buf);
+                CudaException.code(() -> JCudaDriver.cuMemFree(buf));
             }
             throw e;
         }
@@ -711,7 +713,7 @@ public final class DevicePageStorage implements PageStorage {
     public synchronized void synchronize() {
         ensureOpen();
         current();
-        CudaException.check(JCudaDriver.cuCtxSynchronize(), "cuCtxSynchronize");
+        CudaException.check(CudaException.code(() -> JCudaDriver.cuCtxSynchronize()), "cuCtxSynchronize");
     }
 
     /** Copies page {@code page} into {@code dst} in the host page layout (one copy per plane: tests and debugging). */
@@ -720,9 +722,10 @@ public final class DevicePageStorage implements PageStorage {
         Objects.checkIndex(page, dl.pages());
         current();
         final java.nio.ByteBuffer bb = dst.asSlice(0, dl.layout().bytesPerPage()).asByteBuffer();
-        for (int q = 0; q < dl.planes(); q++) {
-            CudaException.check(JCudaDriver.cuMemcpyDtoH(Pointer.to(bb).withByteOffset(dl.hostOffset(q)),
-                arena.withByteOffset(q * dl.planeBytes() + page * dl.pageStride()), dl.pageStride()), "cuMemcpyDtoH(page " + page + ")");
+        for (int plane = 0; plane < dl.planes(); plane++) {
+            final int q = plane;
+            CudaException.check(CudaException.code(() -> JCudaDriver.cuMemcpyDtoH(Pointer.to(bb).withByteOffset(dl.hostOffset(q)),
+                arena.withByteOffset(q * dl.planeBytes() + page * dl.pageStride()), dl.pageStride())), "cuMemcpyDtoH(page " + page + ")");
         }
     }
 
@@ -732,13 +735,14 @@ public final class DevicePageStorage implements PageStorage {
         Objects.checkIndex(page, dl.pages());
         current();
         final java.nio.ByteBuffer bb = src.asSlice(0, dl.layout().bytesPerPage()).asByteBuffer();
-        for (int q = 0; q < dl.planes(); q++) {
-            CudaException.check(JCudaDriver.cuMemcpyHtoD(arena.withByteOffset(q * dl.planeBytes() + page * dl.pageStride()),
-                Pointer.to(bb).withByteOffset(dl.hostOffset(q)), dl.pageStride()), "cuMemcpyHtoD(page " + page + ")");
+        for (int plane = 0; plane < dl.planes(); plane++) {
+            final int q = plane;
+            CudaException.check(CudaException.code(() -> JCudaDriver.cuMemcpyHtoD(arena.withByteOffset(q * dl.planeBytes() + page * dl.pageStride()),
+                Pointer.to(bb).withByteOffset(dl.hostOffset(q)), dl.pageStride())), "cuMemcpyHtoD(page " + page + ")");
         }
         // From pageable memory cuMemcpyHtoD may return once the bytes are staged; work on other (non-blocking)
         // streams, such as the CUDA IPC transport's, is not ordered after it. Return only when the page is there.
-        CudaException.check(JCudaDriver.cuCtxSynchronize(), "cuCtxSynchronize after writePage(" + page + ")");
+        CudaException.check(CudaException.code(() -> JCudaDriver.cuCtxSynchronize()), "cuCtxSynchronize after writePage(" + page + ")");
     }
 
     /** Frees the arena, the module and the primary-context reference. Idempotent. */
@@ -750,16 +754,16 @@ public final class DevicePageStorage implements PageStorage {
         closed = true;
         current();
         if (ownStream != null) {
-            JCudaDriver.cuStreamSynchronize(ownStream);
-            JCudaDriver.cuStreamDestroy(ownStream);
+            CudaException.code(() -> JCudaDriver.cuStreamSynchronize(ownStream));
+            CudaException.code(() -> JCudaDriver.cuStreamDestroy(ownStream));
         }
         // batches submitted on callers' streams may still run this module's kernels on the arena: wait for them
         // before both go (submit holds this lock, so no new one starts)
-        JCudaDriver.cuCtxSynchronize();
-        JCudaDriver.cuModuleUnload(module);
-        JCudaDriver.cuMemFree(scratch);
-        JCudaDriver.cuMemFree(arena);
-        JCudaDriver.cuDevicePrimaryCtxRelease(device);
+        CudaException.code(() -> JCudaDriver.cuCtxSynchronize());
+        CudaException.code(() -> JCudaDriver.cuModuleUnload(module));
+        CudaException.code(() -> JCudaDriver.cuMemFree(scratch));
+        CudaException.code(() -> JCudaDriver.cuMemFree(arena));
+        CudaException.code(() -> JCudaDriver.cuDevicePrimaryCtxRelease(device));
     }
 
     @Override

@@ -46,19 +46,19 @@ public final class PinnedPageBuffer implements AutoCloseable {
         // storage closed (its release could otherwise reset the context under us) or on another thread.
         this.owner = storage.device();
         this.context = new jcuda.driver.CUcontext();
-        CudaException.check(JCudaDriver.cuDevicePrimaryCtxRetain(context, owner), "cuDevicePrimaryCtxRetain");
-        CudaException.check(JCudaDriver.cuCtxSetCurrent(context), "cuCtxSetCurrent");
+        CudaException.check(CudaException.code(() -> JCudaDriver.cuDevicePrimaryCtxRetain(context, owner)), "cuDevicePrimaryCtxRetain");
+        CudaException.check(CudaException.code(() -> JCudaDriver.cuCtxSetCurrent(context)), "cuCtxSetCurrent");
         final long bytes = Math.multiplyExact(layout.bytesPerPage(), (long) pages);
-        final int r = JCudaDriver.cuMemHostAlloc(host, bytes,
-            JCudaDriver.CU_MEMHOSTALLOC_PORTABLE | JCudaDriver.CU_MEMHOSTALLOC_DEVICEMAP);
+        final int r = CudaException.code(() -> JCudaDriver.cuMemHostAlloc(host, bytes,
+            JCudaDriver.CU_MEMHOSTALLOC_PORTABLE | JCudaDriver.CU_MEMHOSTALLOC_DEVICEMAP));
         if (r != 0) {
-            JCudaDriver.cuDevicePrimaryCtxRelease(owner);
+            CudaException.code(() -> JCudaDriver.cuDevicePrimaryCtxRelease(owner));
             throw new CudaException("cuMemHostAlloc(" + bytes + " bytes)", r, pages + " pinned pages of " + layout);
         }
-        final int d = JCudaDriver.cuMemHostGetDevicePointer(device, host, 0);
+        final int d = CudaException.code(() -> JCudaDriver.cuMemHostGetDevicePointer(device, host, 0));
         if (d != 0) {
-            JCudaDriver.cuMemFreeHost(host);
-            JCudaDriver.cuDevicePrimaryCtxRelease(owner);
+            CudaException.code(() -> JCudaDriver.cuMemFreeHost(host));
+            CudaException.code(() -> JCudaDriver.cuDevicePrimaryCtxRelease(owner));
             throw new CudaException("cuMemHostGetDevicePointer", d, "");
         }
         this.segment = MemorySegment.ofAddress(host.address()).reinterpret(bytes);
@@ -107,10 +107,10 @@ public final class PinnedPageBuffer implements AutoCloseable {
         if (!closed) {
             closed = true;
             try {
-                CudaException.check(JCudaDriver.cuCtxSetCurrent(context), "cuCtxSetCurrent");
-                CudaException.check(JCudaDriver.cuMemFreeHost(host), "cuMemFreeHost(" + pages + " pinned pages)");
+                CudaException.check(CudaException.code(() -> JCudaDriver.cuCtxSetCurrent(context)), "cuCtxSetCurrent");
+                CudaException.check(CudaException.code(() -> JCudaDriver.cuMemFreeHost(host)), "cuMemFreeHost(" + pages + " pinned pages)");
             } finally {
-                JCudaDriver.cuDevicePrimaryCtxRelease(owner);
+                CudaException.code(() -> JCudaDriver.cuDevicePrimaryCtxRelease(owner));
             }
         }
     }

@@ -127,18 +127,18 @@ final class JCudaIpcEngine implements IpcEngine {
             return;
         }
         final CUdevice dev = new CUdevice();
-        check(JCudaDriver.cuDeviceGet(dev, ord), "cuDeviceGet(" + ord + ")");
+        check(CudaException.code(() -> JCudaDriver.cuDeviceGet(dev, ord)), "cuDeviceGet(" + ord + ")");
         final CUcontext ctx = new CUcontext();
-        check(JCudaDriver.cuDevicePrimaryCtxRetain(ctx, dev), "cuDevicePrimaryCtxRetain");
+        check(CudaException.code(() -> JCudaDriver.cuDevicePrimaryCtxRetain(ctx, dev)), "cuDevicePrimaryCtxRetain");
         final CUmodule m = new CUmodule();
         final CUstream s = new CUstream();
         boolean ok = false;
         try {
-            check(JCudaDriver.cuCtxSetCurrent(ctx), "cuCtxSetCurrent");
-            check(JCudaDriver.cuModuleLoadData(m, Kernels.loadFatbin()), "cuModuleLoadData(kvpool kernels, for " + Kernels.IPC_PUT_PAGES + ")");
+            check(CudaException.code(() -> JCudaDriver.cuCtxSetCurrent(ctx)), "cuCtxSetCurrent");
+            check(CudaException.code(() -> JCudaDriver.cuModuleLoadData(m, Kernels.loadFatbin())), "cuModuleLoadData(kvpool kernels, for " + Kernels.IPC_PUT_PAGES + ")");
             final CUfunction f = new CUfunction();
-            check(JCudaDriver.cuModuleGetFunction(f, m, Kernels.IPC_PUT_PAGES), "cuModuleGetFunction(" + Kernels.IPC_PUT_PAGES + ")");
-            check(JCudaDriver.cuStreamCreate(s, CUstream_flags.CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+            check(CudaException.code(() -> JCudaDriver.cuModuleGetFunction(f, m, Kernels.IPC_PUT_PAGES)), "cuModuleGetFunction(" + Kernels.IPC_PUT_PAGES + ")");
+            check(CudaException.code(() -> JCudaDriver.cuStreamCreate(s, CUstream_flags.CU_STREAM_NON_BLOCKING)), "cuStreamCreate");
             device = dev;
             context = ctx;
             module = m;
@@ -148,8 +148,8 @@ final class JCudaIpcEngine implements IpcEngine {
             ok = true;
         } finally {
             if (!ok) {
-                JCudaDriver.cuModuleUnload(m);
-                JCudaDriver.cuDevicePrimaryCtxRelease(dev);
+                CudaException.code(() -> JCudaDriver.cuModuleUnload(m));
+                CudaException.code(() -> JCudaDriver.cuDevicePrimaryCtxRelease(dev));
             }
         }
     }
@@ -159,10 +159,10 @@ final class JCudaIpcEngine implements IpcEngine {
         final long address = s.address(0, 0, 0);
         final int[] ord = new int[1];
         final CUdeviceptr p = new CUdeviceptr().withByteOffset(address);
-        int r = JCudaDriver.cuPointerGetAttribute(Pointer.to(ord), CUpointer_attribute.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, p);
+        int r = CudaException.code(() -> JCudaDriver.cuPointerGetAttribute(Pointer.to(ord), CUpointer_attribute.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, p));
         if (r == CUresult.CUDA_ERROR_INVALID_CONTEXT) {
             s.synchronize(); // makes the storage's (primary) context current on this thread
-            r = JCudaDriver.cuPointerGetAttribute(Pointer.to(ord), CUpointer_attribute.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, p);
+            r = CudaException.code(() -> JCudaDriver.cuPointerGetAttribute(Pointer.to(ord), CUpointer_attribute.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, p));
         }
         check(r, "cuPointerGetAttribute(DEVICE_ORDINAL of 0x" + Long.toHexString(address) + ")");
         return ord[0];
@@ -198,7 +198,7 @@ final class JCudaIpcEngine implements IpcEngine {
             throw new IllegalArgumentException("the source pool is on device " + srcOrdinal + ", the peer's arena on device " + o.ordinal()
                 + ": cross-device CUDA IPC puts are not supported");
         }
-        int r = JCudaDriver.cuCtxSetCurrent(context);
+        int r = CudaException.code(() -> JCudaDriver.cuCtxSetCurrent(context));
         if (r != CUresult.CUDA_SUCCESS) {
             throw new SubmitException("cuCtxSetCurrent failed: " + describe(r), r, false);
         }
@@ -207,32 +207,32 @@ final class JCudaIpcEngine implements IpcEngine {
         }
         staging.clear();
         staging.asIntBuffer().put(srcPages, 0, count).put(dstPages, 0, count);
-        r = JCudaDriver.cuMemcpyHtoDAsync(indices, Pointer.to(staging), 8L * count, stream);
+        r = CudaException.code(() -> JCudaDriver.cuMemcpyHtoDAsync(indices, Pointer.to(staging), 8L * count, stream));
         if (r != CUresult.CUDA_SUCCESS) {
             throw new SubmitException("cuMemcpyHtoDAsync(" + 2 * count + " indices) failed: " + describe(r), r, false);
         }
-        CUevent ev = spareEvents.poll();
-        if (ev == null) {
-            ev = new CUevent();
-            r = JCudaDriver.cuEventCreate(ev, CUevent_flags.CU_EVENT_DISABLE_TIMING);
+        final CUevent spare = spareEvents.poll();
+        final CUevent ev = spare != null ? spare : new CUevent();
+        if (spare == null) {
+            r = CudaException.code(() -> JCudaDriver.cuEventCreate(ev, CUevent_flags.CU_EVENT_DISABLE_TIMING));
             if (r != CUresult.CUDA_SUCCESS) {
                 throw new SubmitException("cuEventCreate failed: " + describe(r), r, false);
             }
         }
         final int blocks = (int) Math.max(1, Math.min(MAX_BLOCKS, (long) count * sl.planes()));
-        r = JCudaDriver.cuLaunchKernel(putPages, blocks, 1, 1, THREADS, 1, 1, 0, stream,
+        r = CudaException.code(() -> JCudaDriver.cuLaunchKernel(putPages, blocks, 1, 1, THREADS, 1, 1, 0, stream,
             Pointer.to(Pointer.to(indices), Pointer.to(indices.withByteOffset(4L * count)), Pointer.to(new int[] {count}),
                 Pointer.to(new long[] {srcBase}), Pointer.to(new long[] {sl.planeBytes()}), Pointer.to(new long[] {o.address()}),
                 Pointer.to(new long[] {dl.planeBytes()}), Pointer.to(new int[] {sl.planes()}), Pointer.to(new long[] {sl.pageStride()})),
-            null);
+            null));
         if (r != CUresult.CUDA_SUCCESS) {
             spareEvents.add(ev);
             throw new SubmitException("cuLaunchKernel(" + Kernels.IPC_PUT_PAGES + ", " + count + " pages, " + blocks + " blocks) failed: "
                 + describe(r), r, false);
         }
-        r = JCudaDriver.cuEventRecord(ev, stream);
+        r = CudaException.code(() -> JCudaDriver.cuEventRecord(ev, stream));
         if (r != CUresult.CUDA_SUCCESS) {
-            JCudaDriver.cuEventDestroy(ev);
+            CudaException.code(() -> JCudaDriver.cuEventDestroy(ev));
             throw new SubmitException("cuEventRecord after " + Kernels.IPC_PUT_PAGES + " (" + count + " pages) failed: " + describe(r), r, true);
         }
         final long id = nextBatch++;
@@ -244,16 +244,16 @@ final class JCudaIpcEngine implements IpcEngine {
     private void grow(int count) {
         final int cap = Math.max(count, Math.max(1024, Integer.highestOneBit(Math.max(1, count - 1)) << 1));
         if (indices != null) {
-            final int r = JCudaDriver.cuStreamSynchronize(stream);
+            final int r = CudaException.code(() -> JCudaDriver.cuStreamSynchronize(stream));
             if (r != CUresult.CUDA_SUCCESS) {
                 throw new SubmitException("cuStreamSynchronize before growing the index buffer failed: " + describe(r), r, false);
             }
-            JCudaDriver.cuMemFree(indices);
+            CudaException.code(() -> JCudaDriver.cuMemFree(indices));
             indices = null;
             indexCapacity = 0;
         }
         final CUdeviceptr p = new CUdeviceptr();
-        final int r = JCudaDriver.cuMemAlloc(p, 8L * cap);
+        final int r = CudaException.code(() -> JCudaDriver.cuMemAlloc(p, 8L * cap));
         if (r != CUresult.CUDA_SUCCESS) {
             throw new SubmitException("cuMemAlloc(" + 8L * cap + " bytes of index lists) failed: " + describe(r), r, false);
         }
@@ -268,8 +268,8 @@ final class JCudaIpcEngine implements IpcEngine {
         if (ev == null) {
             throw new IllegalArgumentException("no batch " + batch + " in flight");
         }
-        final int r = JCudaDriver.cuCtxSetCurrent(context);
-        return r != CUresult.CUDA_SUCCESS ? r : JCudaDriver.cuEventQuery(ev);
+        final int r = CudaException.code(() -> JCudaDriver.cuCtxSetCurrent(context));
+        return r != CUresult.CUDA_SUCCESS ? r : CudaException.code(() -> JCudaDriver.cuEventQuery(ev));
     }
 
     @Override
@@ -285,8 +285,8 @@ final class JCudaIpcEngine implements IpcEngine {
         if (stream == null || closed) {
             return DONE;
         }
-        final int r = JCudaDriver.cuCtxSetCurrent(context);
-        return r != CUresult.CUDA_SUCCESS ? r : JCudaDriver.cuStreamSynchronize(stream);
+        final int r = CudaException.code(() -> JCudaDriver.cuCtxSetCurrent(context));
+        return r != CUresult.CUDA_SUCCESS ? r : CudaException.code(() -> JCudaDriver.cuStreamSynchronize(stream));
     }
 
     @Override
@@ -306,21 +306,21 @@ final class JCudaIpcEngine implements IpcEngine {
         }
         opened.clear();
         if (context != null) {
-            JCudaDriver.cuCtxSetCurrent(context);
+            CudaException.code(() -> JCudaDriver.cuCtxSetCurrent(context));
             for (CUevent ev : inFlight.values()) {
-                JCudaDriver.cuEventDestroy(ev);
+                CudaException.code(() -> JCudaDriver.cuEventDestroy(ev));
             }
             for (CUevent ev : spareEvents) {
-                JCudaDriver.cuEventDestroy(ev);
+                CudaException.code(() -> JCudaDriver.cuEventDestroy(ev));
             }
             inFlight.clear();
             spareEvents.clear();
-            JCudaDriver.cuStreamDestroy(stream);
+            CudaException.code(() -> JCudaDriver.cuStreamDestroy(stream));
             if (indices != null) {
-                JCudaDriver.cuMemFree(indices);
+                CudaException.code(() -> JCudaDriver.cuMemFree(indices));
             }
-            JCudaDriver.cuModuleUnload(module);
-            JCudaDriver.cuDevicePrimaryCtxRelease(device);
+            CudaException.code(() -> JCudaDriver.cuModuleUnload(module));
+            CudaException.code(() -> JCudaDriver.cuDevicePrimaryCtxRelease(device));
         }
     }
 }

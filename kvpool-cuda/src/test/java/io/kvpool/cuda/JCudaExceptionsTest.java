@@ -1,0 +1,133 @@
+package io.kvpool.cuda;
+
+import jcuda.driver.CUcontext;
+import jcuda.driver.CUevent;
+import jcuda.driver.JCudaDriver;
+import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.api.Test;
+
+import java.io.IOException;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.util.List;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+/**
+ * kvpool-cuda and JCuda's JVM-wide exception switch (from a review, 2026-11-30; both tests failed before the fix):
+ * kvpool-cuda neither changes the host application's setting nor depends on it — every driver call goes through
+ * {@link CudaException#code}, which turns JCuda's exception back into the {@code CUresult}.
+ *
+ * <p>No GPU here, and JCuda's natives need {@code libcuda.so.1}. So a child JVM first loads a tiny stub
+ * {@code libcuda.so.1} built here with gcc ({@code cuInit}/{@code cuDeviceGetCount} answering "one device",
+ * {@code cuCtxSetCurrent} succeeding, {@code cuEventQuery} answering {@code CUDA_ERROR_NOT_READY} = 600, i.e. a batch
+ * still running); the dynamic linker then satisfies JCuda's {@code DT_NEEDED libcuda.so.1} with it (matched by
+ * soname), and only the entry points called are needed (lazy binding). The child runs one scenario and prints one
+ * line, which the test checks. A child keeps the stub out of the surefire JVM.
+ */
+class JCudaExceptionsTest {
+
+    private static final Path WORK = Path.of("target/jcuda-exceptions-test");
+    private static Path stub;
+
+    private static final String STUB = """
+        /* just enough of libcuda.so.1 for JCuda to load and for the calls below */
+        int cuInit(unsigned flags) { (void) flags; return 0; }
+        int cuDeviceGetCount(int* count) { *count = 1; return 0; }
+        int cuCtxSetCurrent(void* ctx) { (void) ctx; return 0; }
+        int cuEventQuery(void* event) { (void) event; return 600; /* CUDA_ERROR_NOT_READY: still running */ }
+        int cuDevicePrimaryCtxRetain(void** ctx, int dev) { (void) dev; *ctx = (void*) 0; return 0; }
+        int cuDevicePrimaryCtxRelease(int dev) { (void) dev; return 0; }
+        """;
+
+    @BeforeAll
+    static void buildStub() throws IOException, InterruptedException {
+        NativeTools.assumeUsable("gcc", "to build a stub libcuda.so.1 for JCuda's natives");
+        Files.createDirectories(WORK);
+        final Path src = WORK.resolve("stub_cuda.c");
+        Files.writeString(src, STUB);
+        stub = WORK.resolve("libcuda.so.1").toAbsolutePath();
+        final String err = NativeTools.run(List.of("gcc", "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", "-o", stub.toString(),
+            src.toString()), null, 60);
+        assertTrue(err == null, () -> "building the stub failed: " + err);
+    }
+
+    /** Runs {@link Child} with the scenario in a fresh JVM; returns its output. */
+    private static String child(String scenario) throws InterruptedException {
+        final String java = Path.of(System.getProperty("java.home"), "bin", "java").toString();
+        final StringBuilder out = new StringBuilder();
+        final String err = NativeTools.run(List.of(java, "--enable-native-access=ALL-UNNAMED", "-cp", System.getProperty("java.class.path"),
+            Child.class.getName(), stub.toString(), scenario), out, 60);
+        assertTrue(err == null, () -> "the child JVM failed: " + err);
+        return out.toString().strip();
+    }
+
+    /**
+     * Was: {@code Cuda}'s probe called {@code JCudaDriver.setExceptionsEnabled(false)} — a JVM-wide JCuda switch.
+     * A host application that embeds kvpool and uses JCuda itself (the README: the pool shares the primary context with
+     * "a host application's own CUDA code") and turned JCuda's exceptions on finds them silently off once kvpool's
+     * {@code Cuda} class initialises: its own failing driver calls then return codes it never checks.
+     * Control first: with kvpool not involved the app's setting holds (the driver call throws).
+     */
+    @Test
+    void cudaProbeLeavesTheHostApplicationsJCudaExceptionSettingAlone() throws InterruptedException {
+        assertEquals("app call threw jcuda.CudaException: CUDA_ERROR_NOT_READY", child("control"), "control: the harness sees the app's setting");
+        assertEquals("app call threw jcuda.CudaException: CUDA_ERROR_NOT_READY", child("probe"),
+            "after Cuda.available() the host application's JCudaDriver.setExceptionsEnabled(true) no longer holds");
+    }
+
+    /**
+     * Was: kvpool read JCuda return codes and so worked only with JCuda's exceptions off. A host application that
+     * turns them on after kvpool initialised (JCuda's own samples start with {@code setExceptionsEnabled(true)}) makes
+     * {@link DeviceBatch#isDone()} throw {@code jcuda.CudaException: CUDA_ERROR_NOT_READY} for a batch that is simply
+     * still running, instead of returning {@code false} (and every other return-code path: close()'s ignored codes, the
+     * constructor's cleanup, CudaException's messages with the numbers, is bypassed the same way).
+     */
+    @Test
+    void isDoneOfARunningBatchIsFalseWhatEverTheHostApplicationsJCudaSetting() throws InterruptedException {
+        assertEquals("isDone=false", child("isDoneDefault"), "control: with kvpool's own setting a running batch polls false");
+        assertEquals("isDone=false", child("isDoneAppExceptions"), "the app enabled JCuda exceptions after kvpool initialised");
+    }
+
+    /** The child JVM's scenarios (args: stub path, scenario); prints one line. */
+    public static final class Child {
+        public static void main(String[] args) {
+            System.load(args[0]);
+            try {
+                switch (args[1]) {
+                    case "control" -> {
+                        JCudaDriver.setExceptionsEnabled(true); // the host application's choice
+                        appCall();
+                    }
+                    case "probe" -> {
+                        JCudaDriver.setExceptionsEnabled(true); // the host application's choice
+                        Cuda.available();                       // kvpool initialises (e.g. DevicePageStorage.allocate)
+                        appCall();
+                    }
+                    case "isDoneDefault" -> {
+                        Cuda.available();
+                        System.out.println("isDone=" + new DeviceBatch(new CUcontext(), new jcuda.driver.CUdevice(), null, new CUevent()).isDone());
+                    }
+                    case "isDoneAppExceptions" -> {
+                        Cuda.available();
+                        JCudaDriver.setExceptionsEnabled(true); // the host application's choice, made later
+                        System.out.println("isDone=" + new DeviceBatch(new CUcontext(), new jcuda.driver.CUdevice(), null, new CUevent()).isDone());
+                    }
+                    default -> throw new IllegalArgumentException(args[1]);
+                }
+            } catch (Throwable t) {
+                System.out.println("threw " + t);
+            }
+        }
+
+        /** A driver call of the host application's own that fails (the stub's cuEventQuery: NOT_READY). */
+        private static void appCall() {
+            try {
+                System.out.println("app call returned " + JCudaDriver.cuEventQuery(new CUevent()));
+            } catch (jcuda.CudaException e) {
+                System.out.println("app call threw " + e);
+            }
+        }
+    }
+}
