@@ -9,6 +9,7 @@ import java.nio.channels.SocketChannel;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.ArrayList;
+import java.util.Iterator;
 import java.util.List;
 import java.util.Objects;
 
@@ -21,9 +22,11 @@ public final class ShmListener implements AutoCloseable {
     private final Path socketPath;
     private final MappedPageStorage pool;
     private final ServerSocketChannel server;
-    private final List<ShmLink> pending = new ArrayList<>();
-    /** When each pending link was accepted (System.nanoTime), index for index with {@link #pending}. */
-    private final List<Long> pendingSince = new ArrayList<>();
+    /** A connection still in its bootstrap, and when it was accepted ({@code System.nanoTime}). */
+    private record Pending(ShmLink link, long since) {
+    }
+
+    private final List<Pending> pending = new ArrayList<>();
     /** How long a connection may take to send its bootstrap before it is dropped (tests shorten it). */
     long bootstrapTimeoutNanos = java.util.concurrent.TimeUnit.SECONDS.toNanos(10);
     private String lastRejection;
@@ -65,36 +68,31 @@ public final class ShmListener implements AutoCloseable {
         try {
             for (SocketChannel c; (c = server.accept()) != null; ) {
                 c.configureBlocking(false);
-                pending.add(new ShmLink(c, socketPath.toString(), pool, false));
-                pendingSince.add(System.nanoTime());
+                pending.add(new Pending(new ShmLink(c, socketPath.toString(), pool, false), System.nanoTime()));
             }
         } catch (IOException e) {
             throw new UncheckedIOException("accept on unix socket " + socketPath + " failed: " + e.getMessage(), e);
         }
         final long now = System.nanoTime();
-        for (int i = 0; i < pending.size(); i++) {
-            final ShmLink link = pending.get(i);
+        for (Iterator<Pending> it = pending.iterator(); it.hasNext(); ) {
+            final Pending p = it.next();
+            final ShmLink link = p.link();
             link.progress();
             if (link.failureReason() != null) {
-                drop(i--);
+                it.remove();
                 lastRejection = link.failureReason();
                 link.close();
             } else if (link.isReady()) {
-                drop(i);
+                it.remove();
                 return link;
-            } else if (now - pendingSince.get(i) > bootstrapTimeoutNanos) {
+            } else if (now - p.since() > bootstrapTimeoutNanos) {
                 // a connection that never says who it is would hold its socket here for ever
-                drop(i--);
+                it.remove();
                 lastRejection = link.describe() + ": no bootstrap within " + bootstrapTimeoutNanos / 1_000_000 + " ms";
                 link.close();
             }
         }
         return null;
-    }
-
-    private void drop(int i) {
-        pending.remove(i);
-        pendingSince.remove(i);
     }
 
     /** @return why the last peer was dropped during its bootstrap, or {@code null} */
@@ -114,9 +112,8 @@ public final class ShmListener implements AutoCloseable {
             return;
         }
         closed = true;
-        pending.forEach(ShmLink::close);
+        pending.forEach(p -> p.link().close());
         pending.clear();
-        pendingSince.clear();
         try {
             server.close();
         } catch (IOException ignored) {
