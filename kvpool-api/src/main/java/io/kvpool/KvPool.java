@@ -84,6 +84,7 @@ public final class KvPool implements AutoCloseable {
     private final java.util.concurrent.atomic.AtomicLong pinnedAfterClose = new java.util.concurrent.atomic.AtomicLong();
     private volatile boolean closed;
     private volatile String closeReport;
+    private final PoolMetrics metrics = new PoolMetrics(this);
 
     // ---- guarded by lock ----
     private long reserved;
@@ -1197,6 +1198,11 @@ public final class KvPool implements AutoCloseable {
 
     // ------------------------------------------------------------------------------------------------
     // Accounting and close
+
+    /** @return the pool's gauges and counters, each readable at O(1) cost from any thread */
+    public PoolMetrics metrics() {
+        return metrics;
+    }
 
     /** @return page counts by state and the counters (see {@link PoolSnapshot} for when they are exact) */
     public PoolSnapshot snapshot() {
