@@ -45,6 +45,8 @@ public final class Sequence implements AutoCloseable {
     private boolean closed;
     /** Pages reserved for this sequence and not yet allocated. Guarded by the pool lock when changed. */
     int reservedPages;
+    /** Counts changes to pages already in the block table (replaced or removed); appends do not count. */
+    private long structureVersion;
 
     private static final long[] NO_LONGS = new long[0];
     private static final int[] NO_INTS = new int[0];
@@ -179,6 +181,7 @@ public final class Sequence implements AutoCloseable {
                 }
                 handles[pageCount - 1] = fresh;
                 blockTable[pageCount - 1] = PageHandle.slot(fresh);
+                structureVersion++;
                 if (publishedPages > pageCount - 1) {
                     publishedPages = pageCount - 1;
                 }
@@ -210,6 +213,9 @@ public final class Sequence implements AutoCloseable {
         }
         final int keep = (int) pool.layout().pagesFor(n);
         final int dropped = pageCount - keep;
+        if (dropped > 0) {
+            structureVersion++;
+        }
         for (int i = pageCount - 1; i >= keep; i--) {
             final long h = handles[i];
             handles[i] = 0;
@@ -317,6 +323,15 @@ public final class Sequence implements AutoCloseable {
             salt = cacheSalt;
             hasSalt = true;
         }
+    }
+
+    /**
+     * @return a number that changes whenever a page already in the block table is replaced (copy-on-write)
+     *         or removed (truncate); appends leave it unchanged, so a cached block table with the same version
+     *         needs only the pages from its old length on
+     */
+    public long structureVersion() {
+        return structureVersion;
     }
 
     /** @return pages of this sequence known to be in the prefix cache (published or attached) */
