@@ -57,6 +57,12 @@ public final class Admission {
         return decision;
     }
 
+    /** @return the refusal a {@link KvPool#tryReserve} code stands for */
+    static Decision decisionOf(long code) {
+        return code == CONTEXT_TOO_LONG ? Decision.REJECTED_CONTEXT_TOO_LONG
+            : code == EXCEEDS_POOL ? Decision.REJECTED_EXCEEDS_POOL : Decision.RETRY_LATER;
+    }
+
     /** @return whether the request was admitted */
     public boolean admitted() {
         return decision == Decision.ADMITTED;

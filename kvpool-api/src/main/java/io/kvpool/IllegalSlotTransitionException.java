@@ -7,9 +7,9 @@ public final class IllegalSlotTransitionException extends IllegalStateException 
     private final int slot;
     private final long generation;
     private final SlotState state;
-    private final SlotStateMachine.Event event;
+    private final SlotEvent event;
 
-    IllegalSlotTransitionException(int slot, long word, SlotStateMachine.Event event, String detail) {
+    IllegalSlotTransitionException(int slot, long word, SlotEvent event, String detail) {
         super((event == null ? "illegal access" : "illegal transition " + event) + " for slot " + slot + " (generation " + SlotStateMachine.generation(word)
             + ", state " + SlotStateMachine.state(word) + ", refs " + SlotStateMachine.refcount(word) + ")"
             + (detail == null ? "" : ": " + detail));
@@ -35,7 +35,7 @@ public final class IllegalSlotTransitionException extends IllegalStateException 
     }
 
     /** @return the refused event */
-    public SlotStateMachine.Event event() {
+    public SlotEvent event() {
         return event;
     }
 }

@@ -1,59 +1,53 @@
 package io.kvpool;
 
-import io.kvpool.SlotStateMachine.Event;
+import io.kvpool.spi.TransportHandles;
 import io.kvpool.storage.FillMode;
 import io.kvpool.storage.HostPageStorage;
 import io.kvpool.storage.PageStorage;
 
 import java.lang.foreign.MemorySegment;
-import java.util.Arrays;
+import java.lang.ref.Cleaner;
 import java.util.EnumSet;
 import java.util.Objects;
 import java.util.Optional;
 import java.util.Set;
 import java.util.concurrent.atomic.LongAdder;
 import java.util.function.BiFunction;
-import java.util.function.IntConsumer;
 
 /**
  * A paged KV-cache pool: a fixed number of pages in a {@link PageStorage}, handed out as
  * generation-tagged {@link PageHandle handles}, shared by refcount, protected from remote writers by
  * writer pins, and admitted by a reservation-based admission that answers with a typed
- * {@link Admission.Decision} and never a placeholder.
+ * {@link Admission.Decision} and never a placeholder. This class is the facade: it owns the pool lock and
+ * delegates each job to one class.
  *
- * <h2>Structure</h2>
  * <pre>
- *   SlotTable       one state word per slot (generation | phase | refcount); the only place states change,
- *                   through SlotStateMachine, lock-free (CAS)
- *   ReturnStack     slots that became FREE on any thread, pushed lock-free
- *   AllocatorCache  opt-in: a few FREE slots confined to the allocator thread, which frees into and
- *                   allocates from them with no lock (one CAS per alloc+free pair: the release's)
- *   FreePages       the allocator's plain free stack + LRU of cached free pages     ┐
- *   PrefixCache     content hash → slot, with the full key for verification         ├ guarded by the pool lock
- *   reservations    pages promised to admitted requests (reserved ≤ free)           ┘
- *   PageStorage     the bytes; knows nothing of handles or states
+ *   SlotTable        one state word per slot (pool id check, generation | phase | refcount), changed only
+ *                    through SlotStateMachine by CAS; PageCounts follows every change          lock-free
+ *   PageAllocator    free stack, return stack, allocator cache, fills, evictions        ┐
+ *   Reservations     reserved pages, admission's rule, reservation ids, refusal counts  ├ pool lock
+ *   PrefixSharing    attach, publish, copy-on-write over the PrefixCache index          ┘
+ *   StorageLifetime  storage kept after close while pages are pinned
+ *   AccountingCheck  the full scan behind verifyAccounting()
+ *   PageStorage      the bytes; knows nothing of handles or states
  * </pre>
  *
  * <h2>Threads</h2>
  * <ul>
- *   <li><b>Thread-safe and lock-free</b> (any thread, e.g. transfer threads): {@link #retain},
- *       {@link #release}, {@link #commitReceive}, {@link #beginDrain}, {@link #drained},
- *       {@link #quarantine}, {@link #releaseQuarantine}, {@link #tryTransition} (except PIN_WRITER),
- *       {@link #validate}, {@link #page}, {@link #state}. Each is linearizable at the single CAS of its
- *       slot's state word (or its read, for queries). A transition that frees a page fills it and pushes it
- *       to the return stack without taking the lock.</li>
+ *   <li><b>Lock-free, any thread</b>: {@link #retain}, {@link #release}, {@link #validate}, {@link #page},
+ *       {@link #state}, {@link #metrics()} and the writer-pin steps of {@link #handles()} except
+ *       {@code pinWriter}. Each is linearizable at the single CAS of its slot's state word (or its read).
+ *       A release that frees a page fills it and pushes it to the return stack without the lock.</li>
  *   <li><b>Thread-safe, serialized by the pool lock</b> (typically the scheduler thread): admission
  *       ({@link #admit}, {@link #tryReserve}, {@link #openSequence}, {@link #cancelReservation}),
- *       allocation ({@link #tryAllocate} and by {@link Sequence}s), {@link #pinWriter} (held only for the
- *       "not published" check and the CAS), {@link #snapshot}, {@link #verifyAccounting}, {@link #close}.
- *       Critical sections are short: page fills (canary) happen outside the lock.</li>
+ *       allocation ({@link #tryAllocate} and {@link Sequence}s), {@code pinWriter}, {@link #snapshot}
+ *       (briefly), {@link #verifyAccounting}, {@link #close}. Page fills happen outside the lock.</li>
  *   <li>A {@link Sequence} is not thread-safe: one thread at a time, handed over with a happens-before edge.</li>
  * </ul>
  *
  * <h2>Accounting</h2>
  * At every quiescent point {@code free + owned + receiving + draining + quarantined + retired == capacity}
- * and {@code reserved ≤ free} ({@link #verifyAccounting()} checks this and that every FREE slot is in
- * exactly one free structure). {@code retired} is zero in practice (see {@link PageHandle}).
+ * and {@code reserved ≤ free}; {@link #verifyAccounting()} checks this with a full scan.
  */
 public final class KvPool implements AutoCloseable {
 
@@ -61,85 +55,51 @@ public final class KvPool implements AutoCloseable {
 
     private final KvLayout layout;
     private final int capacity;
+    private final int poolId;
     private final PageStorage storage;
     private final SlotTable slots;
-    private final ReturnStack returned;
-    private final FreePages freePages;
-    private final PrefixCache prefix;
-    private final long maxContextTokens;
-    private final ReservationPolicy reservationPolicy;
+    private final PageAllocator allocator;
+    private final Reservations reservations;
+    private final PrefixSharing prefix;
+    private final StorageLifetime lifetime;
     private final FillMode fillMode;
     private final Set<Safeguard> disabled;
-    private final boolean rejectOverCapacity;
     private final AllocatorLock lock = new AllocatorLock();
-    private final IntConsumer takeReturned = this::takeReturned;
     private final LongAdder staleRefused = new LongAdder();
-    private final AllocatorCache cache;
-    private final LongAdder quarantineEvents = new LongAdder();
-    private final java.util.concurrent.atomic.AtomicLong retired = new java.util.concurrent.atomic.AtomicLong();
-    private final org.agrona.collections.IntArrayList evicted = new org.agrona.collections.IntArrayList(); // under lock
-    /** Per slot: its fill when it was freed failed, so it must be filled before it is handed out again. */
-    private final boolean[] unfilled;
-    private volatile boolean storageRetained; // closed, but pages were pinned: storage kept until the last unpin
-    private final java.util.concurrent.atomic.AtomicLong pinnedAfterClose = new java.util.concurrent.atomic.AtomicLong();
+    private final LongAdder foreignRefused = new LongAdder();
+    private final PoolMetrics metrics = new PoolMetrics(this);
+    private final TransportHandles handles = new Handles();
+    private final Cleaner.Cleanable poolIdLease;
     private volatile boolean closed;
     private volatile String closeReport;
-    private final PoolMetrics metrics = new PoolMetrics(this);
 
-    // ---- guarded by lock ----
-    private long reserved;
-    private long allocations;
-    private long prefixHits;
-    private long evictions;
-    private long rejectedContextTooLong;
-    private long rejectedExceedsPool;
-    private long retryLater;
-    private long openSequences;
-    private long openReservations;
-    private final int[] resPages;
-    private final long[] resTokens;
-    private final int[] resGeneration;
-    private final int[] resFreeStack;
-    /** Free reservation indices: a FIFO ring of {@code resFreeTop} entries from {@code resFreeHead}. */
-    private int resFreeTop;
-    private int resFreeHead;
-    // scratch for the numbers of the last admission decision (read under the same lock hold)
-    private long lastNeeded;
-    private long lastAvailable;
-    private long lastAdmittedTokens;
-
-    private KvPool(Builder b, int pages, long maxContext) {
+    private KvPool(Builder b, CapacityCheck.Sized size) {
         this.layout = b.layout;
-        this.capacity = pages;
-        this.maxContextTokens = maxContext;
-        this.reservationPolicy = b.reservationPolicy;
+        this.capacity = size.pages();
         this.disabled = b.disabled.isEmpty() ? Set.of() : Set.copyOf(b.disabled);
         this.fillMode = disabled.contains(Safeguard.FREE_PAGE_FILL) ? FillMode.NONE : b.fillMode;
-        this.rejectOverCapacity = !disabled.contains(Safeguard.ADMISSION_REJECTION);
-        this.slots = new SlotTable(b.slotWords.apply(pages), !disabled.contains(Safeguard.GENERATION_CHECK));
-        this.returned = new ReturnStack(pages);
-        this.cache = new AllocatorCache(Math.min(b.threadCache, pages));
-        this.freePages = new FreePages(pages);
-        this.unfilled = new boolean[pages];
-        this.prefix = new PrefixCache(pages, layout.tokensPerPage());
-        for (int s = pages - 1; s >= 0; s--) {
-            freePages.pushPlain(s); // slot 0 on top
-        }
-        this.resPages = new int[b.maxReservations];
-        this.resTokens = new long[b.maxReservations];
-        this.resGeneration = new int[b.maxReservations];
-        this.resFreeStack = new int[b.maxReservations];
-        Arrays.fill(resPages, -1);
-        for (int i = 0; i < b.maxReservations; i++) {
-            resFreeStack[i] = i;
-        }
-        this.resFreeTop = b.maxReservations;
-        // the storage last: every bookkeeping structure above is heap and cannot leak it if it fails
-        this.storage = Objects.requireNonNull(b.storageFactory.apply(layout, pages), "storage factory returned null");
-        if (storage.pageCount() != pages || !storage.layout().equals(layout)) {
+        final int[] id = new int[1];
+        this.poolIdLease = PoolIds.take(this, id);
+        this.poolId = id[0];
+        this.slots = new SlotTable(b.slotWords.apply(capacity), poolId, !disabled.contains(Safeguard.GENERATION_CHECK),
+            !disabled.contains(Safeguard.POOL_IDENTITY_CHECK));
+        this.reservations = new Reservations(layout, size.maxContextTokens(), b.reservationPolicy,
+            !disabled.contains(Safeguard.ADMISSION_REJECTION), b.maxReservations);
+        final PrefixCache index = new PrefixCache(capacity, layout.tokensPerPage());
+        // the storage after the large heap structures above, which cannot leak it if they fail
+        this.storage = Objects.requireNonNull(b.storageFactory.apply(layout, capacity), "storage factory returned null");
+        try {
+            if (storage.pageCount() != capacity || !storage.layout().equals(layout)) {
+                throw new IllegalArgumentException("storage factory returned " + storage.pageCount() + " pages of "
+                    + storage.layout() + ", asked for " + capacity + " pages of " + layout);
+            }
+            this.allocator = new PageAllocator(slots, storage, fillMode, index, b.threadCache, lock);
+            this.prefix = new PrefixSharing(slots, index, allocator, reservations, layout.tokensPerPage());
+            this.lifetime = new StorageLifetime(storage, slots, lock);
+        } catch (RuntimeException | Error e) {
             storage.close();
-            throw new IllegalArgumentException("storage factory returned " + storage.pageCount() + " pages of " + storage.layout()
-                + ", asked for " + pages + " pages of " + layout);
+            poolIdLease.clean();
+            throw e;
         }
         if (!disabled.isEmpty()) {
             LOG.log(System.Logger.Level.ERROR, "UNSAFE kvpool built with safeguards DISABLED: " + disabled
@@ -156,9 +116,6 @@ public final class KvPool implements AutoCloseable {
         return new Builder(layout);
     }
 
-    // ------------------------------------------------------------------------------------------------
-    // Properties
-
     /** @return the layout */
     public KvLayout layout() {
         return layout;
@@ -169,6 +126,11 @@ public final class KvPool implements AutoCloseable {
         return capacity;
     }
 
+    /** @return this pool's id, which every handle it issues carries (see {@link PageHandle}) */
+    public int poolId() {
+        return poolId;
+    }
+
     /** @return the storage holding the pages' bytes */
     public PageStorage storage() {
         return storage;
@@ -176,7 +138,7 @@ public final class KvPool implements AutoCloseable {
 
     /** @return the max context (after clamping, if {@link ContextPolicy#CLAMP} applied) */
     public long maxContextTokens() {
-        return maxContextTokens;
+        return reservations.maxContextTokens();
     }
 
     /** @return the fill applied to freed pages */
@@ -194,30 +156,26 @@ public final class KvPool implements AutoCloseable {
         return closed;
     }
 
-    // ------------------------------------------------------------------------------------------------
-    // Handles (lock-free, any thread)
+    // ---- handles (lock-free, any thread) ----
 
     /**
-     * Applies an event to the page a handle names, without throwing or allocating.
+     * Applies an event to the page a handle names, without throwing or allocating. Internal: applications
+     * use {@link #retain}/{@link #release}, transports {@link #handles()}.
      *
-     * @param handle the page's handle
-     * @return the slot's new state word (≥ 0; decode with {@link SlotStateMachine#state(long)} etc.), or
-     *         {@link PageHandle#STALE}, {@link PageHandle#INVALID}, {@link PageHandle#ILLEGAL_STATE},
-     *         {@link PageHandle#REFCOUNT_OVERFLOW}. Stale and invalid handles are counted.
-     * @throws IllegalArgumentException for {@link Event#ALLOCATE}, which only the pool itself issues
-     * @throws IllegalStateException    if the pool is closed (after a close that kept the storage because
-     *                                  pages were pinned, the events that wind pins down — RELEASE,
-     *                                  BEGIN_DRAIN, QUARANTINE, COMMIT_RECEIVE, DRAINED, RELEASE_QUARANTINE —
-     *                                  are still accepted, and the last unpin releases the storage)
+     * @return the slot's new state word (≥ 0), or a negative {@link PageHandle} result code (stale, invalid and
+     *         foreign handles are counted)
+     * @throws IllegalArgumentException for ALLOCATE, which only the allocator issues
+     * @throws IllegalStateException    if the pool is closed (after a close that kept the storage for pinned pages,
+     *                                  every event but RETAIN and PIN_WRITER is still accepted)
      */
-    public long tryTransition(long handle, Event event) {
-        if (event == Event.ALLOCATE) {
+    long tryTransition(long handle, SlotEvent event) {
+        if (event == SlotEvent.ALLOCATE) {
             throw new IllegalArgumentException("ALLOCATE is issued by the pool's allocator only");
         }
-        if (event == Event.PIN_WRITER) {
+        if (event == SlotEvent.PIN_WRITER) {
             return tryPinWriter(handle);
         }
-        if (closed && (!storageRetained || event == Event.RETAIN)) {
+        if (closed && (!lifetime.retained() || event == SlotEvent.RETAIN)) {
             throw new IllegalStateException("kvpool is closed");
         }
         final long word = slots.apply(handle, event);
@@ -225,25 +183,19 @@ public final class KvPool implements AutoCloseable {
             countRefusal(word);
             return word;
         }
-        if (event == Event.QUARANTINE) {
-            quarantineEvents.increment();
-        }
         final int phase = SlotStateMachine.phase(word);
         if (phase == SlotStateMachine.FREE) {
-            onBecameFree(PageHandle.slot(handle));
-        } else if (phase == SlotStateMachine.RETIRED) {
-            retired.incrementAndGet();
-            if (prefix.isPublished(PageHandle.slot(handle))) {
-                lock.lock();
-                try {
-                    prefix.unpublish(PageHandle.slot(handle)); // a retired page can never be attached again
-                } finally {
-                    lock.unlock();
-                }
+            allocator.onBecameFree(PageHandle.slot(handle), closed);
+        } else if (phase == SlotStateMachine.RETIRED && prefix.isPublished(PageHandle.slot(handle))) {
+            lock.lock();
+            try {
+                prefix.unpublishLocked(PageHandle.slot(handle));
+            } finally {
+                lock.unlock();
             }
         }
-        if (closed && (event == Event.COMMIT_RECEIVE || event == Event.DRAINED || event == Event.RELEASE_QUARANTINE)) {
-            afterCloseTransition(word);
+        if (closed && (event == SlotEvent.COMMIT_RECEIVE || event == SlotEvent.DRAINED || event == SlotEvent.RELEASE_QUARANTINE)) {
+            lifetime.afterUnpinEvent(word);
         }
         return word;
     }
@@ -251,13 +203,12 @@ public final class KvPool implements AutoCloseable {
     private void countRefusal(long code) {
         if (code == PageHandle.STALE || code == PageHandle.INVALID) {
             staleRefused.increment();
+        } else if (code == PageHandle.FOREIGN) {
+            foreignRefused.increment();
         }
     }
 
-    /**
-     * PIN_WRITER under the pool lock: no publication can slip between the "not published" check and the
-     * pin, and no pin can appear after {@link #close()} counted the pinned pages.
-     */
+    /** PIN_WRITER under the lock: no publication slips between the "not published" check and the pin, nor a pin past close's count. */
     private long tryPinWriter(long handle) {
         lock.lock();
         try {
@@ -270,7 +221,7 @@ public final class KvPool implements AutoCloseable {
             if (prefix.isPublished((int) slot)) {
                 return PageHandle.ILLEGAL_STATE;
             }
-            final long word = slots.apply(handle, Event.PIN_WRITER);
+            final long word = slots.apply(handle, SlotEvent.PIN_WRITER);
             countRefusal(word);
             return word;
         } finally {
@@ -278,7 +229,7 @@ public final class KvPool implements AutoCloseable {
         }
     }
 
-    private long transition(long handle, Event event) {
+    private long transition(long handle, SlotEvent event) {
         final long word = tryTransition(handle, event);
         if (word < 0) {
             throw refusal(handle, word, event);
@@ -286,11 +237,15 @@ public final class KvPool implements AutoCloseable {
         return word;
     }
 
-    private RuntimeException refusal(long handle, long code, Event event) {
+    private RuntimeException refusal(long handle, long code, SlotEvent event) {
         final String what = event == null ? "access" : event.toString();
         if (code == PageHandle.INVALID) {
             return new StaleHandleException(handle, what + " refused: " + PageHandle.toString(handle)
                 + " is not a page handle of this pool (capacity " + capacity + ")");
+        }
+        if (code == PageHandle.FOREIGN) {
+            return new StaleHandleException(handle, what + " refused: " + PageHandle.toString(handle)
+                + " was issued by pool " + PageHandle.pool(handle) + ", not by this pool (" + poolId + ")");
         }
         final int slot = PageHandle.slot(handle);
         final long now = slots.wordVolatile(slot);
@@ -302,6 +257,9 @@ public final class KvPool implements AutoCloseable {
             return new IllegalStateException(what + " refused: " + PageHandle.toString(handle) + " already has "
                 + SlotStateMachine.MAX_REFCOUNT + " references");
         }
+        if (event == SlotEvent.PIN_WRITER && prefix.isPublished(slot)) {
+            return new IllegalSlotTransitionException(slot, now, event, "page holds a published prefix and is immutable");
+        }
         return new IllegalSlotTransitionException(slot, now, event, null);
     }
 
@@ -309,122 +267,84 @@ public final class KvPool implements AutoCloseable {
      * Adds a reference to an OWNED page.
      *
      * @param handle the page's handle
-     * @throws StaleHandleException          if the handle is stale or not a handle of this pool
-     * @throws IllegalSlotTransitionException if the page's state does not allow the event (see {@link SlotStateMachine})
+     * @throws StaleHandleException           if the handle is stale or not a handle of this pool
+     * @throws IllegalSlotTransitionException if the page is not OWNED
+     * @throws IllegalStateException          if the pool is closed, or the page has the most references a page can have
      */
     public void retain(long handle) {
-        transition(handle, Event.RETAIN);
+        transition(handle, SlotEvent.RETAIN);
     }
 
     /**
      * Drops a reference. The page becomes FREE only when this was the last reference and no writer pin
-     * holds it; it is then filled (see {@link FillMode}) and returned to the free pages — unless it holds
-     * a published prefix, which stays intact and reusable until it is evicted (and filled then).
+     * holds it; it is then filled (see {@link FillMode}) and returned to the free pages, unless it holds a
+     * published prefix, which stays intact and reusable until it is evicted (and filled then).
      *
-     * <p>References carry no holder identity: a holder that releases a reference it does not have (twice, or
-     * one it never retained) drops someone else's, and the page can be freed while another sequence still
-     * lists it — its handle is then refused as stale, but code that reads by slot index would not know. Release
-     * exactly what you retained or allocated; {@link Sequence} does that for its pages.
+     * <p>References carry no holder identity: a holder that releases a reference it does not have drops
+     * someone else's. Release exactly what you retained or allocated; {@link Sequence} does that for its pages.
      *
      * @param handle the page's handle
      * @return whether this call freed the page
-     * @throws StaleHandleException          if the handle is stale or not a handle of this pool
-     * @throws IllegalSlotTransitionException if the page's state does not allow the event (see {@link SlotStateMachine})
+     * @throws StaleHandleException           if the handle is stale or not a handle of this pool
+     * @throws IllegalSlotTransitionException if the page's state does not allow it (a pinned page with no reference)
+     * @throws IllegalStateException          if the pool is closed and keeps no pinned pages
      */
     public boolean release(long handle) {
-        return SlotStateMachine.phase(transition(handle, Event.RELEASE)) == SlotStateMachine.FREE;
+        return SlotStateMachine.phase(transition(handle, SlotEvent.RELEASE)) == SlotStateMachine.FREE;
     }
 
     /**
-     * Pins an unshared, unpublished OWNED page as the target of remote writes (RECEIVING). While pinned
-     * the page cannot become FREE, whatever happens to its references. Unlike the other handle
-     * operations this one takes the pool lock (briefly), to check the page holds no published prefix.
-     *
-     * @param handle the page's handle
-     * @throws StaleHandleException          if the handle is stale or not a handle of this pool
-     * @throws IllegalSlotTransitionException if the page's state does not allow the event (see {@link SlotStateMachine})
+     * @return the writer-pin operations for transports (pin, commit, drain, quarantine); not application API
      */
-    public void pinWriter(long handle) {
-        final long word = tryPinWriter(handle);
-        if (word < 0) {
-            final RuntimeException e = refusal(handle, word, Event.PIN_WRITER);
-            if (e instanceof IllegalSlotTransitionException && slots.validate(handle) >= 0 && isPublishedLocked(PageHandle.slot(handle))) {
-                throw new IllegalSlotTransitionException(PageHandle.slot(handle), slots.wordVolatile(PageHandle.slot(handle)),
-                    Event.PIN_WRITER, "page holds a published prefix and is immutable");
+    @SuppressWarnings("exports") // io.kvpool.spi is exported to the transport modules only
+    public TransportHandles handles() {
+        return handles;
+    }
+
+    /** The transports' view: see {@link TransportHandles} for the contract. */
+    private final class Handles implements TransportHandles {
+        @Override
+        public void pinWriter(long handle) {
+            final long word = tryPinWriter(handle);
+            if (word < 0) {
+                throw refusal(handle, word, SlotEvent.PIN_WRITER);
             }
-            throw e;
+        }
+
+        @Override
+        public void commitReceive(long handle) {
+            transition(handle, SlotEvent.COMMIT_RECEIVE);
+        }
+
+        @Override
+        public void beginDrain(long handle) {
+            transition(handle, SlotEvent.BEGIN_DRAIN);
+        }
+
+        @Override
+        public void drained(long handle) {
+            transition(handle, SlotEvent.DRAINED);
+        }
+
+        @Override
+        public void quarantine(long handle) {
+            transition(handle, SlotEvent.QUARANTINE);
+        }
+
+        @Override
+        public void releaseQuarantine(long handle) {
+            transition(handle, SlotEvent.RELEASE_QUARANTINE);
         }
     }
 
-    private boolean isPublishedLocked(int slot) {
-        lock.lock();
-        try {
-            return prefix.isPublished(slot);
-        } finally {
-            lock.unlock();
-        }
-    }
-
     /**
-     * The transfer into the page was verified: RECEIVING → OWNED (or FREE if no reference is left).
+     * Checks a handle without throwing or allocating.
      *
-     * @param handle the page's handle
-     * @throws StaleHandleException          if the handle is stale or not a handle of this pool
-     * @throws IllegalSlotTransitionException if the page's state does not allow the event (see {@link SlotStateMachine})
-     */
-    public void commitReceive(long handle) {
-        transition(handle, Event.COMMIT_RECEIVE);
-    }
-
-    /**
-     * The transfer failed or was aborted: RECEIVING → DRAINING, waiting for the sender's confirmation.
-     *
-     * @param handle the page's handle
-     * @throws StaleHandleException          if the handle is stale or not a handle of this pool
-     * @throws IllegalSlotTransitionException if the page's state does not allow the event (see {@link SlotStateMachine})
-     */
-    public void beginDrain(long handle) {
-        transition(handle, Event.BEGIN_DRAIN);
-    }
-
-    /**
-     * Every expected sender confirmed its writes are over: DRAINING → OWNED, or FREE if no reference is left.
-     *
-     * @param handle the page's handle
-     * @throws StaleHandleException          if the handle is stale or not a handle of this pool
-     * @throws IllegalSlotTransitionException if the page's state does not allow the event (see {@link SlotStateMachine})
-     */
-    public void drained(long handle) {
-        transition(handle, Event.DRAINED);
-    }
-
-    /**
-     * No drain confirmation in time, or the peer was lost: RECEIVING/DRAINING → QUARANTINED. Never freed on a timer.
-     *
-     * @param handle the page's handle
-     * @throws StaleHandleException          if the handle is stale or not a handle of this pool
-     * @throws IllegalSlotTransitionException if the page's state does not allow the event (see {@link SlotStateMachine})
-     */
-    public void quarantine(long handle) {
-        transition(handle, Event.QUARANTINE);
-    }
-
-    /**
-     * The transport proved the peer can no longer write: QUARANTINED → OWNED, or FREE if no reference is left.
-     *
-     * @param handle the page's handle
-     * @throws StaleHandleException          if the handle is stale or not a handle of this pool
-     * @throws IllegalSlotTransitionException if the page's state does not allow the event (see {@link SlotStateMachine})
-     */
-    public void releaseQuarantine(long handle) {
-        transition(handle, Event.RELEASE_QUARANTINE);
-    }
-
-    /**
      * @param handle the page's handle
      * @return the slot index if the handle is current and its page accessible (OWNED or RECEIVING), else
-     *         {@link PageHandle#STALE}, {@link PageHandle#INVALID} or {@link PageHandle#ILLEGAL_STATE}
-     *         (stale and invalid handles are counted). Allocation-free.
+     *         {@link PageHandle#STALE}, {@link PageHandle#INVALID}, {@link PageHandle#FOREIGN} or
+     *         {@link PageHandle#ILLEGAL_STATE} (the first three are counted)
+     * @throws IllegalStateException if the pool is closed
      */
     public long validate(long handle) {
         ensureOpen();
@@ -433,7 +353,6 @@ public final class KvPool implements AutoCloseable {
         return v;
     }
 
-    /** @return the slot of a current, accessible page, or throws the refusal {@link #validate} describes */
     private int accessibleSlot(long handle) {
         final long v = validate(handle);
         if (v < 0) {
@@ -446,7 +365,7 @@ public final class KvPool implements AutoCloseable {
      * @param handle the page's handle
      * @return the page's bytes (host storage only), after checking the handle is current and its page
      *         OWNED or RECEIVING. The caller must hold a reference (or the writer pin) while using them.
-     * @throws StaleHandleException          if the handle is stale or invalid
+     * @throws StaleHandleException           if the handle is stale, invalid or of another pool
      * @throws IllegalSlotTransitionException if the page is DRAINING or QUARANTINED
      */
     public MemorySegment page(long handle) {
@@ -454,9 +373,13 @@ public final class KvPool implements AutoCloseable {
     }
 
     /**
-     * @param handle the page's handle
-     * @return the first token in {@code [fromToken, toToken)} of the handle's page that still holds the
-     *         free-page canary, or -1 (see {@link PageStorage#firstCanaryToken})
+     * @param handle    the page's handle
+     * @param fromToken first token to look at
+     * @param toToken   one past the last token to look at
+     * @return the first token in {@code [fromToken, toToken)} of the page that still holds the free-page
+     *         canary, or -1 (see {@link PageStorage#firstCanaryToken})
+     * @throws StaleHandleException           if the handle is stale, invalid or of another pool
+     * @throws IllegalSlotTransitionException if the page is DRAINING or QUARANTINED
      */
     public int firstCanaryToken(long handle, int fromToken, int toToken) {
         return storage.firstCanaryToken(accessibleSlot(handle), fromToken, toToken);
@@ -464,11 +387,12 @@ public final class KvPool implements AutoCloseable {
 
     /**
      * @param handle the page's handle
-     * @return the state of the page a handle names, or {@code null} if the handle is stale or invalid
+     * @return the state of the page a handle names, or {@code null} if the handle is stale, invalid or foreign
+     * @throws IllegalStateException if the pool is closed
      */
     public SlotState state(long handle) {
         ensureOpen();
-        if (!PageHandle.isHandle(handle) || PageHandle.slot(handle) >= capacity) {
+        if (!PageHandle.isHandle(handle) || PageHandle.slot(handle) >= capacity || slots.validate(handle) == PageHandle.FOREIGN) {
             return null;
         }
         final long word = slots.wordVolatile(PageHandle.slot(handle));
@@ -480,113 +404,40 @@ public final class KvPool implements AutoCloseable {
         return SlotStateMachine.state(word);
     }
 
-    /** @return the state of a slot now (for monitoring and tests) */
+    /**
+     * @param slot slot index
+     * @return the state of the slot now (for monitoring and tests)
+     * @throws IndexOutOfBoundsException if the slot is not in {@code 0..capacity-1}
+     */
     public SlotState stateOfSlot(int slot) {
         Objects.checkIndex(slot, capacity);
         return SlotStateMachine.state(slots.wordVolatile(slot));
     }
 
-    /** @return the refcount of a slot now (for monitoring and tests) */
+    /**
+     * @param slot slot index
+     * @return the refcount of the slot now (for monitoring and tests)
+     * @throws IndexOutOfBoundsException if the slot is not in {@code 0..capacity-1}
+     */
     public int refcountOfSlot(int slot) {
         Objects.checkIndex(slot, capacity);
         return SlotStateMachine.refcount(slots.wordVolatile(slot));
     }
 
-    private void onBecameFree(int slot) {
-        if (closed) {
-            // nothing will allocate again and the storage is (being) released: no fill; but the page goes where
-            // free pages are counted, so verifyAccounting() still balances after close
-            returned.push(slot);
-            return;
-        }
-        // The last releaser's CAS is ordered after every earlier CAS on this word, including the publisher's
-        // own release, so a page's "published" mark set under the lock while it was owned is visible here.
-        final boolean published = prefix.isPublished(slot);
-        if (fillMode != FillMode.NONE && !published) {
-            try {
-                storage.fill(slot, fillMode);
-            } catch (RuntimeException e) {
-                if (closed) {
-                    returned.push(slot); // the pool closed while this page was being freed: the release took effect
-                    return;
-                }
-                // The release took effect (its CAS): the page is FREE and must reach a free structure, or it is
-                // lost for good; but it still holds its last tenant's bytes, so it is filled again before its
-                // next handle escapes (as an evicted page is), where a second failure is the allocator's to throw.
-                unfilled[slot] = true; // plain: published to the allocator by the push below (a release CAS)
-                LOG.log(System.Logger.Level.WARNING, "kvpool: filling freed slot " + slot + " failed (" + e
-                    + "); it will be filled again before it is handed out", e);
-            }
-        }
-        // an unfilled page never enters the allocator cache: its lock-free fast path hands pages out as they are
-        if (published || unfilled[slot] || !cache.isOwner() || cache.flushRequested() || !cache.push(slot)) {
-            returned.push(slot);
-            if (cache.isOwner() && cache.flushRequested() && lock.tryLock()) { // never waits, never re-enters
-                try {
-                    cache.flush(takeReturned);
-                } finally {
-                    lock.unlock();
-                }
-            }
-        }
-    }
-
-    /**
-     * After close, an event that may have unpinned a page counts down the pages that were pinned at close;
-     * at zero (or below: a thread racing the close may count a page the snapshot did not, which only makes
-     * this run early), an exact scan decides whether the storage can be released. A page counted at close
-     * is unpinned by a CAS that follows close's snapshot, so its thread sees {@code closed}: the count can
-     * run ahead, never behind, and the last unpin always triggers the scan.
-     */
-    private void afterCloseTransition(long word) {
-        if (!SlotStateMachine.pinned(SlotStateMachine.phase(word)) && pinnedAfterClose.decrementAndGet() <= 0) {
-            releaseStorageIfUnpinned();
-        }
-    }
-
-    /** Releases the storage kept at close once no page is pinned (an exact scan, under the lock). */
-    private void releaseStorageIfUnpinned() {
-        lock.lock();
-        try {
-            if (!storageRetained) {
-                return;
-            }
-            for (int s = 0; s < capacity; s++) {
-                if (SlotStateMachine.pinned(SlotStateMachine.phase(slots.wordVolatile(s)))) {
-                    return;
-                }
-            }
-            storageRetained = false;
-            storage.close();
-        } finally {
-            lock.unlock();
-        }
-    }
-
-    // ------------------------------------------------------------------------------------------------
-    // Admission (pool lock)
+    // ---- admission (pool lock) ----
 
     /**
      * Admits a request of {@code promptTokens} prompt tokens that may generate {@code maxNewTokens} more.
      *
+     * @param promptTokens prompt tokens, ≥ 1
+     * @param maxNewTokens tokens the request may generate, ≥ 0
      * @return the decision; on {@link Admission.Decision#ADMITTED} it carries a new {@link Sequence} with a
      *         reservation for every page the request can need ({@link ReservationPolicy#FULL})
      * @throws IllegalArgumentException if {@code promptTokens < 1} or {@code maxNewTokens < 0}
+     * @throws IllegalStateException    if the pool is closed
      */
     public Admission admit(int promptTokens, int maxNewTokens) {
-        checkRequest(promptTokens, maxNewTokens);
-        lock.lock();
-        try {
-            final long code = reserveLocked(promptTokens, maxNewTokens);
-            if (code < 0) {
-                return rejection(code, promptTokens, maxNewTokens);
-            }
-            final Sequence seq = newSequenceLocked((int) lastNeeded, lastAdmittedTokens, 0, false);
-            return new Admission(Admission.Decision.ADMITTED, seq, (long) promptTokens + maxNewTokens, maxContextTokens,
-                lastNeeded, lastAvailable, capacity - retired.get());
-        } finally {
-            lock.unlock();
-        }
+        return admit(promptTokens, maxNewTokens, null, 0);
     }
 
     /**
@@ -600,40 +451,29 @@ public final class KvPool implements AutoCloseable {
      * @param maxNewTokens   tokens the request may generate, ≥ 0
      * @param cacheSalt      the tenant's cache namespace; {@link PrefixHash#SHARED_SALT} only for opted-in sharing
      * @return the decision; an admitted sequence's {@link Sequence#tokenCount()} is the number of cached tokens
+     * @throws IllegalArgumentException if the prompt is empty or {@code maxNewTokens < 0}
+     * @throws IllegalStateException    if the pool is closed
      */
     public Admission admit(int[] promptTokenIds, int maxNewTokens, long cacheSalt) {
         Objects.requireNonNull(promptTokenIds, "promptTokenIds");
-        final int prompt = promptTokenIds.length;
+        return admit(promptTokenIds.length, maxNewTokens, promptTokenIds, cacheSalt);
+    }
+
+    private Admission admit(int prompt, int maxNewTokens, int[] promptTokenIds, long cacheSalt) {
         checkRequest(prompt, maxNewTokens);
-        final int tpp = layout.tokensPerPage();
         lock.lock();
         try {
-            final long code = reserveLocked(prompt, maxNewTokens);
-            if (code < 0) {
-                return rejection(code, prompt, maxNewTokens);
-            }
-            final Sequence seq = newSequenceLocked((int) lastNeeded, lastAdmittedTokens, cacheSalt, true);
-            final int maxPages = (prompt - 1) / tpp;
-            long parent = PrefixHash.ROOT;
-            long digestHi = PrefixCache.ROOT_DIGEST_HI;
-            long digestLo = PrefixCache.ROOT_DIGEST_LO;
-            int matched = 0;
-            while (matched < maxPages) {
-                final long h = PrefixHash.of(parent, cacheSalt, promptTokenIds, matched * tpp, tpp);
-                final int slot = prefix.lookup(h, digestHi, digestLo, cacheSalt, promptTokenIds, matched * tpp);
-                if (slot < 0 || !attachLocked(slot, seq)) {
-                    break;
+            final Reservations.Grant g = decideLocked(prompt, maxNewTokens);
+            Sequence seq = null;
+            if (g.admitted()) {
+                seq = newSequenceLocked((int) g.code(), g.admittedTokens(), cacheSalt, promptTokenIds != null);
+                if (promptTokenIds != null) {
+                    seq.setTokenCountAfterAttach(prefix.attachLocked(seq, promptTokenIds, cacheSalt) * layout.tokensPerPage());
                 }
-                prefix.digest(digestHi, digestLo, cacheSalt, promptTokenIds, matched * tpp);
-                digestHi = prefix.digestHi;
-                digestLo = prefix.digestLo;
-                seq.attachedPublished(h, digestHi, digestLo);
-                parent = h;
-                matched++;
             }
-            seq.setTokenCountAfterAttach(matched * tpp);
-            return new Admission(Admission.Decision.ADMITTED, seq, (long) prompt + maxNewTokens, maxContextTokens,
-                lastNeeded, lastAvailable, capacity - retired.get());
+            final Admission.Decision d = g.admitted() ? Admission.Decision.ADMITTED : Admission.decisionOf(g.code());
+            return new Admission(d, seq, (long) prompt + maxNewTokens, maxContextTokens(), g.pagesNeeded(), g.pagesAvailable(),
+                inService());
         } finally {
             lock.unlock();
         }
@@ -643,37 +483,19 @@ public final class KvPool implements AutoCloseable {
      * Allocation-free admission: reserves the pages a request can need and returns a reservation id to
      * pass to {@link #openSequence} (or {@link #cancelReservation}).
      *
+     * @param promptTokens prompt tokens, ≥ 1
+     * @param maxNewTokens tokens the request may generate, ≥ 0
      * @return a reservation id ({@code > 0}), or {@link Admission#CONTEXT_TOO_LONG},
      *         {@link Admission#EXCEEDS_POOL}, {@link Admission#RETRY_LATER}
      * @throws IllegalArgumentException if {@code promptTokens < 1} or {@code maxNewTokens < 0}
+     * @throws IllegalStateException    if the pool is closed
      */
     public long tryReserve(int promptTokens, int maxNewTokens) {
         checkRequest(promptTokens, maxNewTokens);
         lock.lock();
         try {
-            final long code = reserveLocked(promptTokens, maxNewTokens);
-            if (code < 0) {
-                return code;
-            }
-            if (resFreeTop == 0) {
-                reserved -= lastNeeded;
-                retryLater++;
-                return Admission.RETRY_LATER;
-            }
-            // oldest free index first (a FIFO ring): an index comes back only after every other free one did, so a
-            // generation wraps only after 2^31 × maxReservations reservations, not after 2^31 of them
-            final int idx = resFreeStack[resFreeHead];
-            resFreeHead = (resFreeHead + 1) % resFreeStack.length;
-            resFreeTop--;
-            int gen = resGeneration[idx] + 1;
-            if (gen <= 0) {
-                gen = 1;
-            }
-            resGeneration[idx] = gen;
-            resPages[idx] = (int) lastNeeded;
-            resTokens[idx] = lastAdmittedTokens;
-            openReservations++;
-            return ((long) gen << 32) | idx;
+            final Reservations.Grant g = decideLocked(promptTokens, maxNewTokens);
+            return g.admitted() ? reservations.open(g) : g.code();
         } finally {
             lock.unlock();
         }
@@ -682,15 +504,18 @@ public final class KvPool implements AutoCloseable {
     /**
      * Turns a reservation from {@link #tryReserve} into a sequence that owns it.
      *
+     * @param reservationId the id {@link #tryReserve} returned
+     * @return the sequence, holding the reservation
      * @throws IllegalArgumentException if the id is unknown, already opened or cancelled
+     * @throws IllegalStateException    if the pool is closed
      */
     public Sequence openSequence(long reservationId) {
         lock.lock();
         try {
-            final int idx = takeReservationLocked(reservationId);
-            final Sequence seq = newSequenceLocked(resPages[idx], resTokens[idx], 0, false);
-            resPages[idx] = -1;
-            return seq;
+            ensureOpen();
+            final long[] r = new long[2];
+            reservations.take(reservationId, false, r);
+            return newSequenceLocked((int) r[0], r[1], 0, false);
         } finally {
             lock.unlock();
         }
@@ -699,29 +524,18 @@ public final class KvPool implements AutoCloseable {
     /**
      * Returns a reservation's pages to the pool.
      *
+     * @param reservationId the id {@link #tryReserve} returned
      * @throws IllegalArgumentException if the id is unknown, already opened or cancelled
+     * @throws IllegalStateException    if the pool is closed
      */
     public void cancelReservation(long reservationId) {
         lock.lock();
         try {
-            final int idx = takeReservationLocked(reservationId);
-            reserved -= resPages[idx];
-            resPages[idx] = -1;
+            ensureOpen();
+            reservations.take(reservationId, true, new long[2]);
         } finally {
             lock.unlock();
         }
-    }
-
-    private int takeReservationLocked(long reservationId) {
-        ensureOpen();
-        final int idx = (int) reservationId;
-        final int gen = (int) (reservationId >>> 32);
-        if (reservationId <= 0 || idx < 0 || idx >= resPages.length || resGeneration[idx] != gen || resPages[idx] < 0) {
-            throw new IllegalArgumentException("unknown, opened or cancelled reservation id " + reservationId);
-        }
-        resFreeStack[(resFreeHead + resFreeTop++) % resFreeStack.length] = idx;
-        openReservations--;
-        return idx;
     }
 
     private static void checkRequest(int promptTokens, int maxNewTokens) {
@@ -733,152 +547,96 @@ public final class KvPool implements AutoCloseable {
         }
     }
 
-    /** Decides and, when admitted, adds the pages to {@code reserved}. @return pages reserved, or a negative code */
-    private long reserveLocked(int promptTokens, int maxNewTokens) {
+    /** Decides a request; a thread that comes up short first takes back pages an idle allocator thread holds. */
+    private Reservations.Grant decideLocked(int promptTokens, int maxNewTokens) {
         ensureOpen();
-        drainReturnedLocked();
-        final long tokens = (long) promptTokens + maxNewTokens;
-        lastAdmittedTokens = reservationPolicy == ReservationPolicy.FULL ? tokens : promptTokens;
-        final long inService = capacity - retired.get();
-        long needed = layout.pagesFor(reservationPolicy == ReservationPolicy.FULL ? tokens : promptTokens);
-        lastNeeded = needed;
-        lastAvailable = unreservedLocked();
-        if (tokens > maxContextTokens || needed > inService) {
-            if (rejectOverCapacity) {
-                if (tokens > maxContextTokens) {
-                    rejectedContextTooLong++;
-                    return Admission.CONTEXT_TOO_LONG;
-                }
-                rejectedExceedsPool++;
-                return Admission.EXCEEDS_POOL;
-            }
-            // Safeguard.ADMISSION_REJECTION disabled: the 2026 incident's one-token placeholder.
-            needed = 1;
-            lastNeeded = 1;
-            lastAdmittedTokens = 1;
+        allocator.drainReturnedLocked();
+        if (reservations.wouldWait(promptTokens, maxNewTokens, allocator.freeLocked())) {
+            allocator.reclaimLocked();
         }
-        if (needed > lastAvailable) {
-            retryLater++;
-            if (!cache.isOwner()) {
-                cache.requestFlush(); // the allocator thread may be sitting on free pages: ask it to hand them back
-            }
-            return Admission.RETRY_LATER;
-        }
-        reserved += needed;
-        return needed;
+        return reservations.decide(promptTokens, maxNewTokens, allocator.freeLocked(), inService());
     }
 
-    private Admission rejection(long code, int prompt, int maxNew) {
-        final Admission.Decision d = code == Admission.CONTEXT_TOO_LONG ? Admission.Decision.REJECTED_CONTEXT_TOO_LONG
-            : code == Admission.EXCEEDS_POOL ? Admission.Decision.REJECTED_EXCEEDS_POOL : Admission.Decision.RETRY_LATER;
-        return new Admission(d, null, (long) prompt + maxNew, maxContextTokens, lastNeeded, lastAvailable, capacity - retired.get());
+    private long inService() {
+        return capacity - slots.counts().retired.sum();
     }
 
     private Sequence newSequenceLocked(int reservedPages, long admittedTokens, long salt, boolean hasSalt) {
-        openSequences++;
+        reservations.sequenceOpened();
         return new Sequence(this, reservedPages, admittedTokens, salt, hasSalt);
     }
 
-    // ------------------------------------------------------------------------------------------------
-    // Allocation (pool lock), called by Sequence
+    // ---- allocation (pool lock), for Sequence ----
 
     /**
      * Allocates {@code count} pages for a sequence: first from its reservation, then from unreserved free
      * pages. All or nothing.
      *
      * @param out receives the handles, at {@code out[0..count)}
-     * @return how many of them came from the sequence's reservation (for {@link #undoAllocation})
-     * @throws PoolExhaustedException if the unreserved part cannot be had; nothing is allocated then
+     * @return how many of them came from the sequence's reservation (for {@link #undoAllocation}), or
+     *         {@code -1 - available} when the unreserved part cannot be had (nothing is allocated then)
      */
-    int allocateFor(Sequence seq, int count, long[] out) {
+    long tryAllocateFor(Sequence seq, int count, long[] out) {
         final int fromReservation;
         final int[] toFill;
         lock.lock();
         try {
             ensureOpen();
-            cache.bindIfUnowned();
-            cache.flush(takeReturned); // the owner's cached pages first (LIFO: cache-hot)
+            allocator.bindCacheLocked();
+            allocator.flushCacheLocked(); // the owner's cached pages first (LIFO: cache-hot)
             fromReservation = Math.min(count, seq.reservedPages);
             final int unreserved = count - fromReservation;
-            if (unreserved > 0) {
-                drainReturnedLocked();
+            if (unreserved > 0 && unreserved > unreservedLocked()) {
+                allocator.reclaimLocked();
                 final long available = unreservedLocked();
                 if (unreserved > available) {
-                    throw new PoolExhaustedException("sequence needs " + count + " more pages, " + fromReservation
-                        + " of them reserved; the pool has " + Math.max(0, available) + " free unreserved pages for the other "
-                        + unreserved + " (capacity " + capacity + ", free " + freeLocked() + ", reserved " + reserved + ")");
+                    return -1 - Math.max(0, available);
                 }
             }
             int got = 0;
             for (; got < count; got++) {
-                final long handle = takeFreePageLocked();
+                final long handle = allocator.takeFreePageLocked();
                 if (handle < 0) {
                     break;
                 }
                 out[got] = handle;
             }
             if (got < count) { // only possible when slots retired under us
-                evicted.clear(); // released below: the free path fills them
+                allocator.clearToFillLocked(); // released below: the free path fills them
                 for (int i = 0; i < got; i++) {
-                    tryTransition(out[i], Event.RELEASE);
+                    tryTransition(out[i], SlotEvent.RELEASE);
                 }
-                cache.flush(takeReturned); // back where admission counts them (the owner may have cached them)
-                throw new PoolExhaustedException("pool ran out of pages while allocating " + count + " (retired " + retired.get() + ")");
+                allocator.flushCacheLocked(); // back where admission counts them (the owner may have cached them)
+                return -1 - Math.max(0, unreservedLocked());
             }
             seq.reservedPages -= fromReservation;
-            reserved -= fromReservation;
-            toFill = takeEvictedLocked();
+            reservations.remove(fromReservation);
+            toFill = allocator.takeToFillLocked();
         } finally {
             lock.unlock();
         }
         try {
-            fillEvicted(toFill);
+            allocator.fill(toFill);
         } catch (RuntimeException e) {
-            undoAllocation(seq, java.util.Arrays.copyOf(out, count), fromReservation); // all or nothing
+            undoAllocation(seq, out, count, fromReservation); // all or nothing
             throw e;
         }
         return fromReservation;
     }
 
-    /**
-     * Undoes an {@link #allocateFor} whose pages were never used (a copy-on-write copy failed): the pages go back
-     * free, and the reservation they took is the sequence's again, so its admission's guarantee still holds.
-     */
-    void undoAllocation(Sequence seq, long[] handles, int fromReservation) {
+    /** Undoes an allocation whose pages were never used: they go back free, and their reservation to the sequence. */
+    void undoAllocation(Sequence seq, long[] handles, int count, int fromReservation) {
         lock.lock();
         try {
-            for (long h : handles) {
-                tryTransition(h, Event.RELEASE);
+            for (int i = 0; i < count; i++) {
+                tryTransition(handles[i], SlotEvent.RELEASE);
             }
-            cache.flush(takeReturned); // back where admission counts them before the reservation is re-taken
-            drainReturnedLocked();
+            allocator.flushCacheLocked(); // back where admission counts them before the reservation is re-taken
+            allocator.drainReturnedLocked();
             seq.reservedPages += fromReservation;
-            reserved += fromReservation;
+            reservations.add(fromReservation);
         } finally {
             lock.unlock();
-        }
-    }
-
-    /** @return the slots evicted from the cache by this critical section (to fill after unlocking), or null */
-    private int[] takeEvictedLocked() {
-        if (evicted.isEmpty()) {
-            return null;
-        }
-        final int[] slotsToFill = evicted.toIntArray();
-        evicted.clear();
-        return slotsToFill;
-    }
-
-    /**
-     * Fills pages just evicted from the prefix cache, outside the lock (a 2 MiB fill must not stall the
-     * transfer threads that take it): they are OWNED by the caller's new tenancy, whose handles have
-     * not escaped yet, so nobody else can touch them.
-     */
-    private void fillEvicted(int[] slotsToFill) {
-        if (slotsToFill != null) {
-            for (int slot : slotsToFill) {
-                storage.fill(slot, fillMode);
-            }
         }
     }
 
@@ -892,21 +650,10 @@ public final class KvPool implements AutoCloseable {
      *                               allocator thread may still return a handle; every use of it throws)
      */
     public long tryAllocate() {
-        if (cache.isOwner() && !closed && !cache.flushRequested()) {
-            // the allocator thread's own freed pages: no lock, no reservation check (admission never counted them)
-            final int slot = cache.pop();
-            if (slot >= 0) {
-                final long word = slots.allocate(slot);
-                if (word >= 0 && SlotStateMachine.phase(word) == SlotStateMachine.OWNED) {
-                    cache.countAllocation();
-                    return PageHandle.of(slot, SlotStateMachine.generation(word));
-                }
-                if (word >= 0) {
-                    retired.incrementAndGet(); // retired at allocation (only reachable through a test hook)
-                } else {
-                    throw new IllegalStateException("internal: the allocator cache held slot " + slot + " in state "
-                        + SlotStateMachine.describe(slots.wordVolatile(slot)));
-                }
+        if (!closed) {
+            final long fast = allocator.popOwnerCache();
+            if (fast >= 0) {
+                return fast;
             }
         }
         final long handle;
@@ -914,43 +661,44 @@ public final class KvPool implements AutoCloseable {
         lock.lock();
         try {
             ensureOpen();
-            cache.bindIfUnowned();
-            if (freePages.size() == 0 || cache.flushRequested()) {
-                drainReturnedLocked(); // (the owner hands its cache back here when asked)
-            }
+            allocator.bindCacheLocked();
+            allocator.drainReturnedLocked();
             if (unreservedLocked() < 1) {
-                if (!cache.isOwner()) {
-                    cache.requestFlush();
+                allocator.reclaimLocked();
+                if (unreservedLocked() < 1) {
+                    return PageHandle.EXHAUSTED;
                 }
-                return PageHandle.EXHAUSTED;
             }
-            handle = takeFreePageLocked();
-            toFill = takeEvictedLocked();
-            if (handle < 0 && !cache.isOwner()) {
-                cache.requestFlush(); // the allocator thread may be sitting on free pages: ask it to hand them back
-            }
+            handle = allocator.takeFreePageLocked();
+            toFill = allocator.takeToFillLocked();
         } finally {
             lock.unlock();
         }
+        if (handle < 0) {
+            return PageHandle.EXHAUSTED;
+        }
         try {
-            fillEvicted(toFill);
+            allocator.fill(toFill);
         } catch (RuntimeException e) {
-            tryTransition(handle, Event.RELEASE); // back free (and marked to be filled again), never lost
+            tryTransition(handle, SlotEvent.RELEASE); // back free (and marked to be filled again), never lost
             throw e;
         }
-        return handle < 0 ? PageHandle.EXHAUSTED : handle;
+        return handle;
     }
 
     /**
-     * Hands the calling thread's allocator cache (see {@link Builder#threadCache}) back to the free
-     * pages, where every thread's admission sees them; e.g. before the allocator thread goes idle.
+     * Hands the calling thread's allocator cache (see {@link Builder#threadCache}) back to the free pages,
+     * where every thread's admission sees them. Other threads take an idle owner's pages themselves when
+     * they come up short; calling this before the allocator thread goes idle saves them that step.
      * Does nothing on other threads or without a cache.
+     *
+     * @throws IllegalStateException if the pool is closed
      */
     public void flushAllocatorCache() {
         lock.lock();
         try {
             ensureOpen();
-            cache.flush(takeReturned);
+            allocator.flushCacheLocked();
         } finally {
             lock.unlock();
         }
@@ -961,9 +709,12 @@ public final class KvPool implements AutoCloseable {
         lock.lock();
         try {
             ensureOpen();
-            drainReturnedLocked();
+            allocator.drainReturnedLocked();
+            if (pages > unreservedLocked()) {
+                allocator.reclaimLocked();
+            }
             final int add = (int) Math.max(0, Math.min(pages, unreservedLocked()));
-            reserved += add;
+            reservations.add(add);
             seq.reservedPages += add;
             return add;
         } finally {
@@ -974,22 +725,23 @@ public final class KvPool implements AutoCloseable {
     /**
      * Reserves pages for a fork: {@code forParent} more for the parent and {@code forChild} for the child.
      *
-     * @return {@code forParent}
+     * @return {@code forParent}, or {@code -1 - available} if the pool cannot reserve them (nothing changed)
      */
-    int reserveForFork(Sequence parent, int forParent, int forChild) {
+    long tryReserveForFork(Sequence parent, int forParent, int forChild) {
         lock.lock();
         try {
             ensureOpen();
-            drainReturnedLocked();
-            final long available = unreservedLocked();
-            if (forParent + forChild > available) {
-                throw new PoolExhaustedException("fork needs " + (forParent + forChild) + " pages reserved (" + forChild
-                    + " for the child's growth, " + forParent + " for copy-on-write of the shared last page); "
-                    + Math.max(0, available) + " are free and unreserved");
+            allocator.drainReturnedLocked();
+            if (forParent + forChild > unreservedLocked()) {
+                allocator.reclaimLocked();
+                final long available = unreservedLocked();
+                if (forParent + forChild > available) {
+                    return -1 - Math.max(0, available);
+                }
             }
-            reserved += forParent + forChild;
+            reservations.add(forParent + forChild);
             parent.reservedPages += forParent;
-            openSequences++;
+            reservations.sequenceOpened();
             return forParent;
         } finally {
             lock.unlock();
@@ -1002,7 +754,7 @@ public final class KvPool implements AutoCloseable {
         try {
             final int n = Math.min(pages, seq.reservedPages);
             seq.reservedPages -= n;
-            reserved -= n;
+            reservations.remove(n);
         } finally {
             lock.unlock();
         }
@@ -1012,225 +764,117 @@ public final class KvPool implements AutoCloseable {
     void sequenceClosed(Sequence seq) {
         lock.lock();
         try {
-            reserved -= seq.reservedPages;
+            reservations.remove(seq.reservedPages);
             seq.reservedPages = 0;
-            openSequences--;
+            reservations.sequenceClosed();
         } finally {
             lock.unlock();
         }
     }
 
+    private long unreservedLocked() {
+        return allocator.freeLocked() - reservations.reserved();
+    }
+
+    // ---- prefix sharing, for Sequence ----
+
     /**
      * Publishes a sequence's full pages {@code [from, to)}; see {@link Sequence#publish}. Each page is marked
      * while this call holds a reference of its own to it (taken under the lock, dropped after it): a release
-     * racing the publication — even a stray one by a caller that does not own the page — can then never free
-     * a page between its check and its mark, and whoever frees it later sees the mark (and keeps it indexed,
-     * unfilled, in the cached free pages). The references are dropped outside the lock: a last release there
-     * may retire the slot, which takes the lock.
+     * racing the publication, even a stray one, can then never free a page between its check and its mark.
+     * The references are dropped outside the lock: a last release there may retire the slot, which takes it.
+     *
+     * @throws IllegalSlotTransitionException if a page is not OWNED (e.g. a peer still writes it); nothing is published
      */
     void publish(Sequence seq, int[] tokenIds, int from, int to, long salt) {
-        final int tpp = layout.tokensPerPage();
         final long[] held = new long[to - from];
         int holding = 0;
         try {
             lock.lock();
             try {
                 ensureOpen();
-                long parent = from == 0 ? PrefixHash.ROOT : seq.pageHash(from - 1);
-                long digestHi = from == 0 ? PrefixCache.ROOT_DIGEST_HI : seq.pageDigestHi(from - 1);
-                long digestLo = from == 0 ? PrefixCache.ROOT_DIGEST_LO : seq.pageDigestLo(from - 1);
                 for (int i = from; i < to; i++) {
                     final long handle = seq.pageHandle(i);
-                    final long word = slots.apply(handle, Event.RETAIN);
+                    final long word = slots.apply(handle, SlotEvent.RETAIN);
                     if (word >= 0) {
                         held[holding++] = handle;
                     }
                     if (word < 0 || SlotStateMachine.phase(word) != SlotStateMachine.OWNED) {
                         countRefusal(word);
-                        throw new IllegalSlotTransitionException(PageHandle.slot(handle), slots.wordVolatile(PageHandle.slot(handle)), null,
-                            "only OWNED pages can be published (page " + i + " of the sequence)");
+                        throw new IllegalSlotTransitionException(PageHandle.slot(handle), slots.wordVolatile(PageHandle.slot(handle)),
+                            null, "only OWNED pages can be published (page " + i + " of the sequence)");
                     }
-                    parent = PrefixHash.of(parent, salt, tokenIds, i * tpp, tpp);
-                    prefix.publish(PageHandle.slot(handle), parent, digestHi, digestLo, salt, tokenIds, i * tpp);
-                    prefix.digest(digestHi, digestLo, salt, tokenIds, i * tpp);
-                    digestHi = prefix.digestHi;
-                    digestLo = prefix.digestLo;
-                    seq.setPageHash(i, parent, digestHi, digestLo);
                 }
+                prefix.publishLocked(seq, held, tokenIds, from, to, salt);
             } finally {
                 lock.unlock();
             }
         } finally {
             for (int i = 0; i < holding; i++) {
-                tryTransition(held[i], Event.RELEASE);
+                tryTransition(held[i], SlotEvent.RELEASE);
             }
         }
     }
 
-    /**
-     * Decides copy-on-write for a page the calling sequence holds and is about to write: copy if anyone
-     * else holds it (refcount > 1) or if it holds a published prefix, which is immutable whoever holds it.
-     * Decided now, never remembered: a page may be published by another holder after this sequence last
-     * looked (a fork's parent publishes and leaves).
-     *
-     * <p>No lock is needed for the published mark: with refcount 1 only the caller holds the page, so no
-     * one can publish or unpublish it concurrently, and every earlier publication by another holder
-     * happened before that holder's release, which the volatile read of the state word below observes.
-     */
+    /** @return whether a page the caller holds must be copied before it writes it (see {@link PrefixSharing}) */
     boolean mustCopyBeforeWrite(int slot) {
-        return SlotStateMachine.refcount(slots.wordVolatile(slot)) > 1 || prefix.isPublished(slot);
+        return prefix.mustCopyBeforeWrite(slot);
     }
 
-    /**
-     * Truncate into a published page that only the calling sequence holds: the page leaves the prefix cache, so it
-     * can be written in place again (under the lock: no admission can attach it meanwhile).
-     */
+    /** Truncate into a published page only the caller holds: the page leaves the prefix cache. */
     void unpublishIfSole(int slot) {
         lock.lock();
         try {
-            if (prefix.isPublished(slot) && SlotStateMachine.refcount(slots.wordVolatile(slot)) == 1) {
-                prefix.unpublish(slot);
-            }
+            prefix.unpublishIfSoleLocked(slot);
         } finally {
             lock.unlock();
         }
     }
 
-    private boolean attachLocked(int slot, Sequence seq) {
-        final long word = slots.wordVolatile(slot);
-        if (SlotStateMachine.phase(word) == SlotStateMachine.OWNED) {
-            final long handle = PageHandle.of(slot, SlotStateMachine.generation(word));
-            if (slots.apply(handle, Event.RETAIN) >= 0) {
-                seq.addPage(handle);
-                prefixHits++;
-                if (seq.reservedPages > 0) { // shared, not taken from the free pages: return its reservation
-                    seq.reservedPages--;
-                    reserved--;
-                }
-                return true;
-            }
-        }
-        drainReturnedLocked(); // it may have been freed a moment ago and still be on its way to the LRU
-        if (!freePages.isCached(slot) || seq.reservedPages == 0) { // reviving takes a free page: only against the reservation
-            return false;
-        }
-        freePages.removeCached(slot);
-        final long next = slots.allocate(slot);
-        if (next < 0) {
-            throw new IllegalStateException("internal: cached free slot " + slot + " was not FREE");
-        }
-        if (SlotStateMachine.phase(next) == SlotStateMachine.RETIRED) {
-            prefix.unpublish(slot);
-            retired.incrementAndGet();
-            return false;
-        }
-        allocations++;
-        prefixHits++;
-        seq.addPage(PageHandle.of(slot, SlotStateMachine.generation(next)));
-        seq.reservedPages--; // revived from the free pages: it consumes one reserved page
-        reserved--;
-        return true;
-    }
+    // ---- metrics, accounting and close ----
 
-    /** @return the handle of a freshly allocated page (OWNED, refcount 1), or -1 if no page is left */
-    private long takeFreePageLocked() {
-        while (true) {
-            int slot = freePages.popPlain();
-            if (slot < 0) {
-                if (drainReturnedLocked() > 0) {
-                    continue;
-                }
-                slot = freePages.evictLru();
-                if (slot < 0) {
-                    return -1;
-                }
-                prefix.unpublish(slot);
-                evictions++;
-                if (fillMode != FillMode.NONE) {
-                    evicted.addInt(slot); // filled by the caller after the lock is released, before the handle escapes
-                    unfilled[slot] = false;
-                }
-            }
-            if (unfilled[slot]) { // its fill at free failed: filled like an evicted page, before the handle escapes
-                unfilled[slot] = false;
-                evicted.addInt(slot);
-            }
-            final long word = slots.allocate(slot);
-            if (word < 0) {
-                throw new IllegalStateException("internal: free list held slot " + slot + " in state "
-                    + SlotStateMachine.describe(slots.wordVolatile(slot)));
-            }
-            if (SlotStateMachine.phase(word) == SlotStateMachine.RETIRED) {
-                retired.incrementAndGet();
-                continue;
-            }
-            allocations++;
-            return PageHandle.of(slot, SlotStateMachine.generation(word));
-        }
-    }
-
-    /**
-     * Moves every page freed since the last call into the free structures: the return stack, and the
-     * allocator cache when the caller owns it (or its owner has died).
-     *
-     * @return pages moved
-     */
-    private int drainReturnedLocked() {
-        return returned.drain(takeReturned) + cache.flush(takeReturned);
-    }
-
-    private void takeReturned(int slot) {
-        if (prefix.isPublished(slot)) {
-            freePages.pushCached(slot);
-        } else {
-            freePages.pushPlain(slot);
-        }
-    }
-
-    /** @return free pages no admission has promised (may be negative only through retirement) */
-    private long unreservedLocked() {
-        return freeLocked() - reserved;
-    }
-
-    private long freeLocked() {
-        return freePages.size() + (long) returned.sizeVolatile();
-    }
-
-    // ------------------------------------------------------------------------------------------------
-    // Accounting and close
-
-    /** @return the pool's gauges and counters, each readable at O(1) cost from any thread */
+    /** @return the pool's gauges and counters, each readable at O(1) cost from any thread without the pool lock */
     public PoolMetrics metrics() {
         return metrics;
     }
 
-    /** @return page counts by state and the counters (see {@link PoolSnapshot} for when they are exact) */
+    /**
+     * Takes every page freed since the last allocation into account (a short critical section under the pool
+     * lock, O(pages freed since)) and reads the counts; no slot scan. Exact at a quiescent point.
+     *
+     * @return page counts by state and the counters
+     */
     public PoolSnapshot snapshot() {
         lock.lock();
         try {
-            drainReturnedLocked();
-            return snapshotLocked();
+            allocator.drainReturnedLocked();
+            return countedSnapshot();
         } finally {
             lock.unlock();
         }
     }
 
-    private PoolSnapshot snapshotLocked() {
-        final long[] byState = new long[SlotState.values().length];
-        for (int s = 0; s < capacity; s++) {
-            byState[SlotStateMachine.phase(slots.wordVolatile(s))]++;
-        }
-        return new PoolSnapshot(capacity, byState[SlotStateMachine.FREE], byState[SlotStateMachine.OWNED],
-            byState[SlotStateMachine.RECEIVING], byState[SlotStateMachine.DRAINING], byState[SlotStateMachine.QUARANTINED],
-            byState[SlotStateMachine.RETIRED], reserved, freePages.cachedSize(), prefix.size(), openSequences, openReservations,
-            allocations + cache.allocationsQuiescent(), prefixHits, evictions, rejectedContextTooLong, rejectedExceedsPool, retryLater, staleRefused.sum(),
-            quarantineEvents.sum());
+    /** @return the snapshot from the incremental counts (any thread; see {@link PageCounts}) */
+    PoolSnapshot countedSnapshot() {
+        final PageCounts c = slots.counts();
+        final long allocations = allocator.allocations();
+        final long receiving = c.receiving.sum();
+        final long draining = c.draining.sum();
+        final long quarantined = c.quarantined.sum();
+        final long retired = c.retired.sum();
+        final long inUse = allocations - c.ended.sum();
+        return new PoolSnapshot(capacity, capacity - inUse - retired, inUse - receiving - draining - quarantined, receiving,
+            draining, quarantined, retired, reservations.reserved(), allocator.freePages().cachedSize(), prefix.published(),
+            reservations.openSequences(), reservations.openReservations(), allocations, prefix.hits(), allocator.evictions(),
+            reservations.rejectedContextTooLong(), reservations.rejectedExceedsPool(), reservations.retryLater(),
+            staleRefused.sum(), foreignRefused.sum(), c.quarantineEvents.sum());
     }
 
     /**
-     * Checks the accounting invariants. Call only at a quiescent point (no operation in flight on any
-     * thread): every FREE slot is in exactly one free structure and nothing else is; the state counts add
-     * up to the capacity; {@code 0 ≤ reserved ≤ free}.
+     * Checks the accounting invariants with a full scan of every slot and free structure (O(capacity): about
+     * 5 ms and 5 MiB of scratch at a million pages, under the pool lock; see {@link AccountingCheck}). Call
+     * only at a quiescent point: the counted page states equal the scanned ones, they add up to the capacity,
+     * {@code 0 ≤ reserved ≤ free}, and every FREE slot is in exactly one free structure.
      *
      * @return the snapshot that was checked
      * @throws IllegalStateException describing the first violation
@@ -1238,42 +882,8 @@ public final class KvPool implements AutoCloseable {
     public PoolSnapshot verifyAccounting() {
         lock.lock();
         try {
-            drainReturnedLocked();
-            final PoolSnapshot snap = snapshotLocked();
-            if (!snap.balanced()) {
-                throw new IllegalStateException("accounting does not balance: " + snap);
-            }
-            final byte[] seen = new byte[capacity];
-            final int[] plain = new int[capacity];
-            int n = 0;
-            for (int s; (s = freePages.popPlain()) >= 0; ) {
-                plain[n++] = s;
-            }
-            for (int i = n - 1; i >= 0; i--) {
-                freePages.pushPlain(plain[i]);
-                seen[plain[i]]++;
-            }
-            cache.forEachQuiescent(s -> seen[s]++); // a live owner's cache, when checked from another thread
-            for (int s = 0; s < capacity; s++) {
-                if (freePages.isCached(s)) {
-                    seen[s]++;
-                    if (!prefix.isPublished(s)) {
-                        throw new IllegalStateException("cached free slot " + s + " holds no published prefix");
-                    }
-                }
-            }
-            for (int s = 0; s < capacity; s++) {
-                final boolean free = SlotStateMachine.phase(slots.wordVolatile(s)) == SlotStateMachine.FREE;
-                if (seen[s] != (free ? 1 : 0)) {
-                    throw new IllegalStateException("slot " + s + " is " + SlotStateMachine.describe(slots.wordVolatile(s))
-                        + " but appears " + seen[s] + " times in the free structures");
-                }
-            }
-            if (freePages.size() + cache.sizeQuiescent() != snap.free()) {
-                throw new IllegalStateException("free structures hold " + freePages.size() + " pages and the allocator cache "
-                    + cache.sizeQuiescent() + " but " + snap.free() + " slots are FREE");
-            }
-            return snap;
+            allocator.drainReturnedLocked();
+            return AccountingCheck.verifyLocked(countedSnapshot(), slots, allocator, prefix);
         } finally {
             lock.unlock();
         }
@@ -1287,12 +897,11 @@ public final class KvPool implements AutoCloseable {
     /**
      * Closes the pool. Idempotent. Outstanding pages, sequences and reservations are reported loudly (an
      * ERROR log with counts by state, also available from {@link #closeReport()}). Memory is released
-     * unless pages are still pinned for remote writes (RECEIVING, DRAINING, QUARANTINED): then a peer may
-     * still write into it, so the storage is deliberately left allocated and the report says so; then the
-     * events that wind the pins down are still accepted (see {@link #tryTransition}), and the last unpin
-     * releases the storage. The read-only views ({@link #snapshot()}, {@link #verifyAccounting()},
-     * {@link #stateOfSlot}, {@link #refcountOfSlot}, {@link #closeReport()}, and the configuration getters)
-     * keep working; every other operation on a closed pool throws {@link IllegalStateException}.
+     * unless pages are still pinned for remote writes (RECEIVING, DRAINING, QUARANTINED): a peer may still
+     * write into it, so the storage stays allocated until the last pin ends (the steps that end pins are
+     * still accepted). The read-only views ({@link #snapshot()}, {@link #metrics()}, {@link #verifyAccounting()},
+     * {@link #stateOfSlot}, {@link #refcountOfSlot}, {@link #closeReport()}, the getters) keep working; every
+     * other operation throws {@link IllegalStateException}.
      */
     @Override
     public void close() {
@@ -1302,18 +911,15 @@ public final class KvPool implements AutoCloseable {
             if (closed) {
                 return;
             }
-            // Provisionally retained, and written before `closed`, so an unpin event racing with close is
-            // accepted from the first moment `closed` is visible (never refused in a window).
-            storageRetained = true;
+            lifetime.markRetainedLocked(); // before `closed`: an unpin racing the close is accepted from its first moment
             closed = true;
-            drainReturnedLocked();
-            snap = snapshotLocked();
-            // added, not set: an unpin that raced this scan (its slot already read as pinned) may have counted down
-            // already, and set() would erase that — the count would run behind and the storage never be released
-            pinnedAfterClose.addAndGet(snap.receiving() + snap.draining() + snap.quarantined());
+            allocator.drainReturnedLocked();
+            snap = countedSnapshot();
+            lifetime.retainedAtClose(snap.receiving() + snap.draining() + snap.quarantined());
         } finally {
             lock.unlock();
         }
+        poolIdLease.clean();
         final long pinned = snap.receiving() + snap.draining() + snap.quarantined();
         if (snap.inUse() > 0 || snap.openSequences() > 0 || snap.openReservations() > 0) {
             final String report = "kvpool closed with outstanding pages: " + snap.inUse() + " of " + capacity + " in use (owned "
@@ -1324,7 +930,7 @@ public final class KvPool implements AutoCloseable {
             closeReport = report;
             LOG.log(System.Logger.Level.ERROR, report);
         }
-        releaseStorageIfUnpinned(); // now, or with the last unpin event
+        lifetime.releaseIfUnpinned(); // now, or with the last unpin event
     }
 
     private void ensureOpen() {
@@ -1333,15 +939,33 @@ public final class KvPool implements AutoCloseable {
         }
     }
 
+    /** @return the slot table (tests) */
+    SlotTable slotTable() {
+        return slots;
+    }
+
+    /** @return the allocator (tests) */
+    PageAllocator allocator() {
+        return allocator;
+    }
+
+    /** @return admission's bookkeeping (tests) */
+    Reservations reservations() {
+        return reservations;
+    }
+
+    /** @return the storage's lifetime after close (tests) */
+    StorageLifetime lifetime() {
+        return lifetime;
+    }
+
     @Override
     public String toString() {
-        return "KvPool[" + capacity + " pages of " + layout + ", max context " + maxContextTokens + " tokens"
+        return "KvPool[" + capacity + " pages of " + layout + ", max context " + maxContextTokens() + " tokens, id " + poolId
             + (disabled.isEmpty() ? "" : ", UNSAFE: safeguards disabled " + disabled) + "]";
     }
 
-    // ------------------------------------------------------------------------------------------------
-
-    /** Builds a {@link KvPool}; runs the startup capacity check. */
+    /** Builds a {@link KvPool}; runs the startup capacity check ({@link CapacityCheck}). Not thread-safe. */
     public static final class Builder {
         private final KvLayout layout;
         private long pages = -1;
@@ -1361,45 +985,67 @@ public final class KvPool implements AutoCloseable {
             this.layout = Objects.requireNonNull(layout, "layout");
         }
 
-        /** Sizes the pool as a number of pages (1 .. {@link PageHandle#MAX_SLOT} + 1). */
+        /**
+         * @param pages pool size in pages, 1 .. {@link PageHandle#MAX_SLOT} + 1 (checked at build)
+         * @return this builder
+         */
         public Builder pages(long pages) {
             this.pages = pages;
             this.byteBudget = -1;
             return this;
         }
 
-        /** Sizes the pool as the most pages that fit in {@code bytes}. */
+        /**
+         * @param bytes memory to fill with pages: the pool has the most pages that fit
+         * @return this builder
+         */
         public Builder byteBudget(long bytes) {
             this.byteBudget = bytes;
             this.pages = -1;
             return this;
         }
 
-        /** The max context (prompt + generated tokens) the deployment advertises for one request. Required. */
+        /**
+         * @param tokens the max context (prompt + generated tokens) the deployment advertises for one request. Required.
+         * @return this builder
+         */
         public Builder maxContextTokens(long tokens) {
             this.maxContextTokens = tokens;
             return this;
         }
 
-        /** What to do when the pool cannot hold the advertised context ({@link ContextPolicy#FAIL} by default). */
+        /**
+         * @param policy what to do when the pool cannot hold the advertised context ({@link ContextPolicy#FAIL} by default)
+         * @return this builder
+         */
         public Builder contextPolicy(ContextPolicy policy) {
             this.contextPolicy = Objects.requireNonNull(policy);
             return this;
         }
 
-        /** How much admission reserves ({@link ReservationPolicy#FULL} by default). */
+        /**
+         * @param policy how much admission reserves ({@link ReservationPolicy#FULL} by default)
+         * @return this builder
+         */
         public Builder reservationPolicy(ReservationPolicy policy) {
             this.reservationPolicy = Objects.requireNonNull(policy);
             return this;
         }
 
-        /** What freed pages are filled with ({@link FillMode#CANARY} by default). */
+        /**
+         * @param mode what freed pages are filled with ({@link FillMode#CANARY} by default)
+         * @return this builder
+         */
         public Builder fillMode(FillMode mode) {
             this.fillMode = Objects.requireNonNull(mode);
             return this;
         }
 
-        /** How many {@link KvPool#tryReserve} reservations may be open at once (4096 by default). */
+        /**
+         * @param n how many {@link KvPool#tryReserve} reservations may be open at once (4096 by default), ≥ 1
+         * @return this builder
+         * @throws IllegalArgumentException if {@code n < 1}
+         */
         public Builder maxReservations(int n) {
             if (n < 1) {
                 throw new IllegalArgumentException("maxReservations must be ≥ 1, was " + n);
@@ -1409,14 +1055,15 @@ public final class KvPool implements AutoCloseable {
         }
 
         /**
-         * Opt-in for a server whose allocations come from one thread (a scheduler): that thread — the first
-         * to allocate — keeps up to {@code pages} of the pages it frees in a thread-confined cache and
-         * allocates from it without the pool lock (see {@link AllocatorCache}; alloc+free then costs one
-         * CAS instead of three). Off (0) by default. While the owner lives, admissions and allocations on
-         * <em>other</em> threads do not see the cached pages; when one of them comes up short it asks the
-         * owner to hand its cache back, which the owner does on its next allocation or free, and the owner
-         * can do so itself with {@link KvPool#flushAllocatorCache()}. The owner's own admissions always
-         * see them. 32 is a good size.
+         * Opt-in for a server whose allocations come from one thread (a scheduler): that thread, the first
+         * to allocate, keeps up to {@code pages} of the pages it frees in a thread-confined cache and
+         * allocates from it without the pool lock (see {@link AllocatorCache}). Off (0) by default. Other
+         * threads that come up short take the pages back themselves when the owner is idle, or ask it to
+         * hand them back at its next operation; the owner's own admissions always see them. 32 is a good size.
+         *
+         * @param pages pages the cache holds at most, ≥ 0
+         * @return this builder
+         * @throws IllegalArgumentException if {@code pages < 0}
          */
         public Builder threadCache(int pages) {
             if (pages < 0) {
@@ -1426,7 +1073,10 @@ public final class KvPool implements AutoCloseable {
             return this;
         }
 
-        /** Where pages live: {@code (layout, pages) → storage}; host memory ({@link HostPageStorage}) by default. */
+        /**
+         * @param factory where pages live: {@code (layout, pages) → storage}; host memory ({@link HostPageStorage}) by default
+         * @return this builder
+         */
         public Builder storage(BiFunction<KvLayout, Integer, PageStorage> factory) {
             this.storageFactory = Objects.requireNonNull(factory);
             return this;
@@ -1435,6 +1085,9 @@ public final class KvPool implements AutoCloseable {
         /**
          * <b>Testing only.</b> Turns safeguards off so a test can prove each one is what stops a leak. The
          * pool logs an ERROR at startup and names them in {@link KvPool#toString()}.
+         *
+         * @param safeguards the safeguards to turn off
+         * @return this builder
          */
         public Builder unsafeDisable(Safeguard... safeguards) {
             for (Safeguard s : safeguards) {
@@ -1450,51 +1103,7 @@ public final class KvPool implements AutoCloseable {
          *                                  and the policy is {@link ContextPolicy#FAIL}
          */
         public KvPool build() {
-            final long bytesPerPage = layout.bytesPerPage();
-            final long n;
-            if (pages >= 0) {
-                n = pages;
-            } else if (byteBudget >= 0) {
-                n = byteBudget / bytesPerPage;
-                if (n < 1) {
-                    throw new IllegalArgumentException("byte budget of " + byteBudget + " bytes holds no page of " + bytesPerPage
-                        + " bytes (" + layout + ")");
-                }
-            } else {
-                throw new IllegalArgumentException("set the pool size with pages(n) or byteBudget(bytes)");
-            }
-            if (n < 1 || n > PageHandle.MAX_SLOT + 1L) {
-                throw new IllegalArgumentException("a pool has 1.." + (PageHandle.MAX_SLOT + 1L) + " pages, asked for " + n);
-            }
-            if (maxContextTokens < 1) {
-                throw new IllegalArgumentException(maxContextTokens == -1
-                    ? "set maxContextTokens(n): the context length the deployment advertises"
-                    : "maxContextTokens must be ≥ 1, was " + maxContextTokens);
-            }
-            final long allTokens = Math.multiplyExact(n, (long) layout.tokensPerPage());
-            // one request is one sequence, which counts its tokens in an int
-            final long poolTokens = Math.min(allTokens, Integer.MAX_VALUE);
-            long context = maxContextTokens;
-            if (context > poolTokens) {
-                final String numbers = String.format(
-                    "advertised max context of %,d tokens exceeds what this pool can hold for one request: %,d tokens "
-                        + "(%,d pages × %,d tokens/page, %,d bytes%s)", context, poolTokens, n, layout.tokensPerPage(), n * bytesPerPage,
-                    allTokens > poolTokens ? String.format("; a sequence counts at most %,d tokens", Integer.MAX_VALUE) : "");
-                if (contextPolicy == ContextPolicy.FAIL) {
-                    throw new PoolCapacityException(context, poolTokens, numbers + String.format(
-                        "; the largest safe context is %,d tokens. Lower the advertised context, give the pool more memory "
-                            + "(at least %,d bytes), or opt in to ContextPolicy.CLAMP", poolTokens,
-                        saturatingMultiply(layout.pagesFor(context), bytesPerPage)));
-                }
-                LOG.log(System.Logger.Level.WARNING, numbers + String.format("; clamping the max context to %,d tokens", poolTokens));
-                context = poolTokens;
-            }
-            return new KvPool(this, (int) n, context); // context ≤ poolTokens ≤ Integer.MAX_VALUE
-        }
-
-        /** @return {@code a × b} for non-negative operands, or {@link Long#MAX_VALUE} where it would overflow (a hint's size) */
-        private static long saturatingMultiply(long a, long b) {
-            return Math.multiplyHigh(a, b) != 0 || a * b < 0 ? Long.MAX_VALUE : a * b;
+            return new KvPool(this, CapacityCheck.resolve(layout, pages, byteBudget, maxContextTokens, contextPolicy));
         }
     }
 }

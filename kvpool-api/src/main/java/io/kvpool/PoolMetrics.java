@@ -2,9 +2,14 @@ package io.kvpool;
 
 /**
  * A pool's gauges and counters, readable at any time from any thread at O(1) cost: no slot scan, and no
- * lock that admission waits for. Each value is read on its own (a set of reads is not one atomic cut);
- * for a consistent cut at a quiescent point use {@link KvPool#snapshot()} or {@link KvPool#verifyAccounting()}.
- * Obtain it with {@link KvPool#metrics()}; it stays readable after the pool is closed.
+ * lock that admission waits for (each read sums a few striped counters or reads a volatile). Each value is
+ * read on its own, so a set of reads is not one atomic cut; for a consistent cut at a quiescent point use
+ * {@link KvPool#snapshot()}, and for a full check {@link KvPool#verifyAccounting()}. Obtain it with
+ * {@link KvPool#metrics()}; it stays readable after the pool is closed.
+ *
+ * <p>Pages freed on other threads reach the free structures when the allocator next takes its return
+ * stack, so {@link #cachedFree()} may lag a release; every other value counts a change from the moment
+ * its CAS or critical section ends.
  */
 public final class PoolMetrics {
 
@@ -14,66 +19,120 @@ public final class PoolMetrics {
         this.pool = pool;
     }
 
+    private PoolSnapshot now() {
+        return pool.countedSnapshot();
+    }
+
     /** @return pages the pool was built with */
-    public long capacity() { return pool.snapshot().capacity(); }
+    public long capacity() {
+        return pool.capacity();
+    }
 
-    /** @return FREE pages, including cached free pages that still hold a published prefix */
-    public long free() { return pool.snapshot().free(); }
+    /** @return gauge: FREE pages, including cached free pages that still hold a published prefix */
+    public long free() {
+        return now().free();
+    }
 
-    /** @return OWNED pages */
-    public long owned() { return pool.snapshot().owned(); }
+    /** @return gauge: OWNED pages */
+    public long owned() {
+        return now().owned();
+    }
 
-    /** @return RECEIVING pages (pinned for a remote writer) */
-    public long receiving() { return pool.snapshot().receiving(); }
+    /** @return gauge: RECEIVING pages (pinned for a remote writer) */
+    public long receiving() {
+        return now().receiving();
+    }
 
-    /** @return DRAINING pages (a failed transfer waiting for its sender's drain) */
-    public long draining() { return pool.snapshot().draining(); }
+    /** @return gauge: DRAINING pages (a failed transfer waiting for its sender's drain) */
+    public long draining() {
+        return now().draining();
+    }
 
-    /** @return QUARANTINED pages (held until the transport proves the peer cannot write) */
-    public long quarantined() { return pool.snapshot().quarantined(); }
+    /** @return gauge: QUARANTINED pages (held until the transport proves the peer cannot write) */
+    public long quarantined() {
+        return now().quarantined();
+    }
 
-    /** @return RETIRED pages (generation exhausted; out of service for good) */
-    public long retired() { return pool.snapshot().retired(); }
+    /** @return gauge: RETIRED pages (generation exhausted; out of service for good) */
+    public long retired() {
+        return now().retired();
+    }
 
-    /** @return pages reserved for admitted requests and not yet allocated */
-    public long reserved() { return pool.snapshot().reserved(); }
+    /** @return gauge: pages reserved for admitted requests and not yet allocated */
+    public long reserved() {
+        return now().reserved();
+    }
 
-    /** @return FREE pages that still hold a published prefix */
-    public long cachedFree() { return pool.snapshot().cachedFree(); }
+    /** @return gauge: FREE pages that still hold a published prefix */
+    public long cachedFree() {
+        return now().cachedFree();
+    }
 
-    /** @return pages in the prefix index (free or not) */
-    public long publishedPrefixes() { return pool.snapshot().publishedPrefixes(); }
+    /** @return gauge: pages in the prefix index (free or not) */
+    public long publishedPrefixes() {
+        return now().publishedPrefixes();
+    }
 
-    /** @return sequences not yet closed */
-    public long openSequences() { return pool.snapshot().openSequences(); }
+    /** @return gauge: sequences not yet closed */
+    public long openSequences() {
+        return now().openSequences();
+    }
 
-    /** @return reservations from {@link KvPool#tryReserve} not yet opened or cancelled */
-    public long openReservations() { return pool.snapshot().openReservations(); }
+    /** @return gauge: reservations from {@link KvPool#tryReserve} not yet opened or cancelled */
+    public long openReservations() {
+        return now().openReservations();
+    }
 
-    /** @return counter: times a slot left FREE */
-    public long allocations() { return pool.snapshot().allocations(); }
+    /** @return counter: times a slot left FREE (fresh allocation or revival of a cached page) */
+    public long allocations() {
+        return now().allocations();
+    }
 
     /** @return counter: pages attached from the prefix cache */
-    public long prefixHits() { return pool.snapshot().prefixHits(); }
+    public long prefixHits() {
+        return now().prefixHits();
+    }
 
     /** @return counter: cached pages evicted to satisfy an allocation */
-    public long evictions() { return pool.snapshot().evictions(); }
+    public long evictions() {
+        return now().evictions();
+    }
 
     /** @return counter: admissions refused with REJECTED_CONTEXT_TOO_LONG */
-    public long rejectedContextTooLong() { return pool.snapshot().rejectedContextTooLong(); }
+    public long rejectedContextTooLong() {
+        return now().rejectedContextTooLong();
+    }
 
     /** @return counter: admissions refused with REJECTED_EXCEEDS_POOL */
-    public long rejectedExceedsPool() { return pool.snapshot().rejectedExceedsPool(); }
+    public long rejectedExceedsPool() {
+        return now().rejectedExceedsPool();
+    }
 
     /** @return counter: admissions answered RETRY_LATER */
-    public long retryLater() { return pool.snapshot().retryLater(); }
+    public long retryLater() {
+        return now().retryLater();
+    }
 
     /** @return counter: operations refused because their handle was stale or invalid */
-    public long staleHandlesRefused() { return pool.snapshot().staleHandlesRefused(); }
+    public long staleHandlesRefused() {
+        return now().staleHandlesRefused();
+    }
 
     /** @return counter: operations refused because their handle names another pool */
-    public long foreignHandlesRefused() { return 0; }
+    public long foreignHandlesRefused() {
+        return now().foreignHandlesRefused();
+    }
 
     /** @return counter: pages that entered QUARANTINED */
-    public long quarantineEvents() { return pool.snapshot().quarantineEvents(); }
+    public long quarantineEvents() {
+        return now().quarantineEvents();
+    }
+
+    /**
+     * @return every value at once, read without the pool lock (no drain of the return stack: {@link #cachedFree()}
+     *         may lag); O(1)
+     */
+    public PoolSnapshot read() {
+        return now();
+    }
 }

@@ -1,9 +1,11 @@
 package io.kvpool;
 
 /**
- * A point-in-time view of a pool's page states and counters. The page counts are read slot by slot
- * without stopping other threads, so they are exact only at a quiescent point (no operation in flight);
- * {@link #balanced()} is the accounting invariant that must hold there.
+ * A view of a pool's page states and counters, built from the counts the pool keeps as pages change
+ * state (no slot scan). Its values are read one after another without stopping other threads, so they are
+ * one consistent cut only at a quiescent point (no operation in flight); {@link #balanced()} is the
+ * accounting invariant that must hold there. {@link KvPool#verifyAccounting()} checks the counts against a
+ * scan of every slot.
  *
  * @param capacity                 pages the pool was built with
  * @param free                     FREE pages (including cached free pages that still hold a prefix)
@@ -24,6 +26,7 @@ package io.kvpool;
  * @param rejectedExceedsPool      admissions refused with REJECTED_EXCEEDS_POOL
  * @param retryLater               admissions answered RETRY_LATER
  * @param staleHandlesRefused      operations refused because their handle was stale or invalid
+ * @param foreignHandlesRefused    operations refused because their handle names another pool
  * @param quarantineEvents         pages that entered QUARANTINED
  */
 public record PoolSnapshot(
@@ -46,7 +49,21 @@ public record PoolSnapshot(
     long rejectedExceedsPool,
     long retryLater,
     long staleHandlesRefused,
+    long foreignHandlesRefused,
     long quarantineEvents) {
+
+    /** @return this snapshot with other page counts (for a scan to compare with the counted ones) */
+    PoolSnapshot withPageCounts(long free, long owned, long receiving, long draining, long quarantined, long retired) {
+        return new PoolSnapshot(capacity, free, owned, receiving, draining, quarantined, retired, reserved, cachedFree,
+            publishedPrefixes, openSequences, openReservations, allocations, prefixHits, evictions, rejectedContextTooLong,
+            rejectedExceedsPool, retryLater, staleHandlesRefused, foreignHandlesRefused, quarantineEvents);
+    }
+
+    /** @return the page counts by state, for messages */
+    String pageCountsString() {
+        return "free=" + free + " owned=" + owned + " receiving=" + receiving + " draining=" + draining
+            + " quarantined=" + quarantined + " retired=" + retired;
+    }
 
     /** @return pages not FREE and not RETIRED */
     public long inUse() {
@@ -73,6 +90,7 @@ public record PoolSnapshot(
             + " reserved=" + reserved + " sequences=" + openSequences + " reservations=" + openReservations
             + " | allocations=" + allocations + " prefixHits=" + prefixHits + " evictions=" + evictions
             + " rejected{contextTooLong=" + rejectedContextTooLong + ", exceedsPool=" + rejectedExceedsPool
-            + ", retryLater=" + retryLater + "} staleRefused=" + staleHandlesRefused + " quarantineEvents=" + quarantineEvents;
+            + ", retryLater=" + retryLater + "} staleRefused=" + staleHandlesRefused + " foreignRefused=" + foreignHandlesRefused
+            + " quarantineEvents=" + quarantineEvents;
     }
 }

@@ -1,7 +1,5 @@
 package io.kvpool;
 
-import org.agrona.collections.Long2LongHashMap;
-
 import java.lang.invoke.MethodHandles;
 import java.lang.invoke.VarHandle;
 import java.nio.ByteOrder;
@@ -35,17 +33,11 @@ import java.util.Arrays;
  */
 final class PrefixCache {
 
-    /** The digest of the empty prefix: the parent of a sequence's first page. */
-    static final long ROOT_DIGEST_HI = 0L;
-    /** See {@link #ROOT_DIGEST_HI}. */
-    static final long ROOT_DIGEST_LO = 0L;
-
-    private static final long MISSING = -1L;
     private static final VarHandle LONGS = MethodHandles.byteArrayViewVarHandle(long[].class, ByteOrder.LITTLE_ENDIAN);
     private static final VarHandle INTS = MethodHandles.byteArrayViewVarHandle(int[].class, ByteOrder.LITTLE_ENDIAN);
 
     private final int tokensPerPage;
-    private final Long2LongHashMap index = new Long2LongHashMap(MISSING);
+    private final LongIntMap index;
     private final boolean[] published;
     private final long[] hash;
     private final long[] parentHi;
@@ -55,13 +47,10 @@ final class PrefixCache {
     private final MessageDigest sha256;
     private final byte[] digestIn;
     private final byte[] digestOut = new byte[32];
-    /** The result of the last {@link #digest} (under the pool lock, like every call here). */
-    long digestHi;
-    /** See {@link #digestHi}. */
-    long digestLo;
 
     PrefixCache(int capacity, int tokensPerPage) {
         this.tokensPerPage = tokensPerPage;
+        this.index = new LongIntMap(Math.min(capacity, 1 << 16));
         this.published = new boolean[capacity];
         this.hash = new long[capacity];
         this.parentHi = new long[capacity];
@@ -85,12 +74,12 @@ final class PrefixCache {
     }
 
     /**
-     * Computes the prefix digest of a page from its parent's, into {@link #digestHi}/{@link #digestLo}.
-     * Allocation-free.
+     * @param parent the prefix digest of the page before ({@link PrefixDigest#ROOT} for a first page)
+     * @return the prefix digest of the page of {@code ids[from ..]} after {@code parent}
      */
-    void digest(long parentDigestHi, long parentDigestLo, long pageSalt, int[] ids, int from) {
-        LONGS.set(digestIn, 0, parentDigestHi);
-        LONGS.set(digestIn, 8, parentDigestLo);
+    PrefixDigest digest(PrefixDigest parent, long pageSalt, int[] ids, int from) {
+        LONGS.set(digestIn, 0, parent.hi());
+        LONGS.set(digestIn, 8, parent.lo());
         LONGS.set(digestIn, 16, pageSalt);
         for (int i = 0; i < tokensPerPage; i++) {
             INTS.set(digestIn, 24 + 4 * i, ids[from + i]);
@@ -101,8 +90,7 @@ final class PrefixCache {
         } catch (DigestException e) {
             throw new IllegalStateException(e); // 32 bytes is SHA-256's length
         }
-        digestHi = (long) LONGS.get(digestOut, 0);
-        digestLo = (long) LONGS.get(digestOut, 8);
+        return new PrefixDigest((long) LONGS.get(digestOut, 0), (long) LONGS.get(digestOut, 8));
     }
 
     /**
@@ -110,16 +98,16 @@ final class PrefixCache {
      * ({@link PrefixHash#of}); the page is not indexed if the slot already is, or if the hash is taken (by an
      * equal page, or by a different one after a collision).
      *
-     * @param parentDigestHi the prefix digest of the page before it ({@link #ROOT_DIGEST_HI} for a first page)
+     * @param parent the prefix digest of the page before it ({@link PrefixDigest#ROOT} for a first page)
      */
-    void publish(int slot, long h, long parentDigestHi, long parentDigestLo, long pageSalt, int[] ids, int from) {
-        if (published[slot] || index.get(h) != MISSING) {
+    void publish(int slot, long h, PrefixDigest parent, long pageSalt, int[] ids, int from) {
+        if (published[slot] || index.get(h) >= 0) {
             return;
         }
         published[slot] = true;
         hash[slot] = h;
-        parentHi[slot] = parentDigestHi;
-        parentLo[slot] = parentDigestLo;
+        parentHi[slot] = parent.hi();
+        parentLo[slot] = parent.lo();
         salt[slot] = pageSalt;
         if (tokens[slot] == null) {
             tokens[slot] = new int[tokensPerPage];
@@ -129,16 +117,15 @@ final class PrefixCache {
     }
 
     /**
-     * @param parentDigestHi the prefix digest of the prompt's pages before this one ({@link #ROOT_DIGEST_HI} for the first)
+     * @param parent the prefix digest of the prompt's pages before this one ({@link PrefixDigest#ROOT} for the first)
      * @return the slot holding exactly this page (same prefix before it, salt and tokens), or -1
      */
-    int lookup(long h, long parentDigestHi, long parentDigestLo, long pageSalt, int[] ids, int from) {
-        final long found = index.get(h);
-        if (found == MISSING) {
+    int lookup(long h, PrefixDigest parent, long pageSalt, int[] ids, int from) {
+        final int slot = index.get(h);
+        if (slot < 0) {
             return -1;
         }
-        final int slot = (int) found;
-        if (parentHi[slot] != parentDigestHi || parentLo[slot] != parentDigestLo || salt[slot] != pageSalt
+        if (parentHi[slot] != parent.hi() || parentLo[slot] != parent.lo() || salt[slot] != pageSalt
             || !Arrays.equals(tokens[slot], 0, tokensPerPage, ids, from, from + tokensPerPage)) {
             return -1; // a collision: different content (or a different prefix before it) under the same hash
         }

@@ -8,6 +8,11 @@ package io.kvpool;
 public enum Safeguard {
     /** Refuse handles whose generation differs from their slot's. Off: a stale handle reaches the slot's next tenant. */
     GENERATION_CHECK,
+    /**
+     * Refuse handles issued by another pool ({@link PageHandle#FOREIGN}). Off: a handle of one pool used on
+     * another in the same process reaches that pool's page of the same slot (and generation).
+     */
+    POOL_IDENTITY_CHECK,
     /** Fill freed pages (see {@link io.kvpool.storage.FillMode}). Off: freed pages keep their tenant's bytes. */
     FREE_PAGE_FILL,
     /**

@@ -45,8 +45,15 @@ public final class Sequence implements AutoCloseable {
     private boolean closed;
     /** Pages reserved for this sequence and not yet allocated. Guarded by the pool lock when changed. */
     int reservedPages;
+    /** Free unreserved pages when the last {@link #tryFork()} came up short (for fork's message). */
+    private long lastForkAvailable;
     /** Counts changes to pages already in the block table (replaced or removed); appends do not count. */
     private long structureVersion;
+
+    /** Scratch for the handles of one allocation, reused so that append allocates nothing. */
+    private long[] allocated = new long[2];
+    private int[] copyFrom = new int[1];
+    private int[] copyTo = new int[1];
 
     private static final long[] NO_LONGS = new long[0];
     private static final int[] NO_INTS = new int[0];
@@ -167,16 +174,28 @@ public final class Sequence implements AutoCloseable {
         final int newPages = (int) (pool.layout().pagesFor(target) - pageCount);
         final int allocate = newPages + (cow ? 1 : 0);
         if (allocate > 0) {
-            final long[] got = new long[allocate];
-            final int fromReservation = pool.allocateFor(this, allocate, got);
+            if (allocated.length < allocate) {
+                allocated = new long[Math.max(allocate, allocated.length * 2)];
+            }
+            final long[] got = allocated;
+            final long fromReservation = pool.tryAllocateFor(this, allocate, got);
+            if (fromReservation < 0) {
+                final long available = -1 - fromReservation;
+                final int fromRes = Math.min(allocate, reservedPages);
+                throw new PoolExhaustedException("sequence needs " + allocate + " more pages, " + fromRes
+                    + " of them reserved; the pool has " + available + " free unreserved pages for the other "
+                    + (allocate - fromRes) + " (capacity " + pool.capacity() + ")");
+            }
             int k = 0;
             if (cow) {
                 final long fresh = got[k++];
                 final long old = handles[pageCount - 1];
+                copyFrom[0] = PageHandle.slot(old);
+                copyTo[0] = PageHandle.slot(fresh);
                 try {
-                    pool.storage().copyPages(new int[] {PageHandle.slot(old)}, 0, new int[] {PageHandle.slot(fresh)}, 0, 1);
+                    pool.storage().copyPages(copyFrom, 0, copyTo, 0, 1);
                 } catch (RuntimeException e) {
-                    pool.undoAllocation(this, got, fromReservation); // all or nothing: the reservation too
+                    pool.undoAllocation(this, got, allocate, (int) fromReservation); // all or nothing: the reservation too
                     throw e;
                 }
                 handles[pageCount - 1] = fresh;
@@ -247,18 +266,41 @@ public final class Sequence implements AutoCloseable {
      * the same admitted size: it gets its own reservation, and this sequence gets one more page if the
      * shared last page is partial (whichever appends first copies it).
      *
-     * @throws PoolExhaustedException if that reservation cannot be had
-     * @throws IllegalStateException  if this sequence is closed or a page is not OWNED (e.g. still receiving)
+     * @return the child sequence; the caller owns it and must close it
+     * @throws PoolExhaustedException if that reservation cannot be had now (see {@link #tryFork()} for the
+     *                                exception-free form)
+     * @throws IllegalStateException  if this sequence or the pool is closed, or a page is not OWNED (e.g. still receiving)
      */
     public Sequence fork() {
+        final Sequence child = tryFork();
+        if (child == null) {
+            throw new PoolExhaustedException("fork needs " + (forkGrowth() + forkCowPage()) + " pages reserved for the child ("
+                + forkCowPage() + " of them for copy-on-write of the shared last page); " + lastForkAvailable
+                + " are free and unreserved");
+        }
+        return child;
+    }
+
+    /**
+     * {@link #fork()} for a hot loop: when the pool cannot reserve the child's pages now it returns {@code null}
+     * instead of throwing, allocating nothing and changing nothing (the same condition as admission's
+     * RETRY_LATER: retry when pages are freed, or give up the fork).
+     *
+     * @return the child sequence, or {@code null} when its reservation cannot be had now
+     * @throws IllegalStateException if this sequence or the pool is closed, or a page is not OWNED (e.g. still receiving)
+     */
+    public Sequence tryFork() {
         ensureOpen();
-        final boolean partial = tokenCount % tokensPerPage != 0;
-        final int cowPage = partial ? 1 : 0;
-        final int growth = (int) Math.max(0, pool.layout().pagesFor(admittedTokens) - pageCount);
+        final int cowPage = forkCowPage();
+        final int growth = forkGrowth();
         // the parent's copy-on-write credit: added only if its reservation does not already cover its growth
         // plus one copy, so a parent forked (and its children closed) many times never accumulates credits
         final int parentCredit = Math.max(0, Math.min(cowPage, growth + cowPage - reservedPages));
-        final int parentAdded = pool.reserveForFork(this, parentCredit, growth + cowPage);
+        final long parentAdded = pool.tryReserveForFork(this, parentCredit, growth + cowPage);
+        if (parentAdded < 0) {
+            lastForkAvailable = -1 - parentAdded;
+            return null;
+        }
         final Sequence child = new Sequence(pool, growth + cowPage, admittedTokens, salt, hasSalt,
             Math.max(4, pageCount + growth + cowPage));
         int retained = 0;
@@ -270,7 +312,7 @@ public final class Sequence implements AutoCloseable {
             for (int i = 0; i < retained; i++) {
                 pool.release(handles[i]);
             }
-            pool.returnReservation(this, parentAdded);
+            pool.returnReservation(this, (int) parentAdded);
             pool.sequenceClosed(child);
             child.closed = true;
             throw e;
@@ -284,6 +326,14 @@ public final class Sequence implements AutoCloseable {
         child.tokenCount = tokenCount;
         child.publishedPages = publishedPages;
         return child;
+    }
+
+    private int forkCowPage() {
+        return tokenCount % tokensPerPage != 0 ? 1 : 0;
+    }
+
+    private int forkGrowth() {
+        return (int) Math.max(0, pool.layout().pagesFor(admittedTokens) - pageCount);
     }
 
     /**
@@ -395,10 +445,8 @@ public final class Sequence implements AutoCloseable {
         pageCount++;
     }
 
-    void attachedPublished(long hash, long digestHi, long digestLo) {
-        pageHashes[pageCount - 1] = hash;
-        pageDigestHi[pageCount - 1] = digestHi;
-        pageDigestLo[pageCount - 1] = digestLo;
+    void attachedPublished(long hash, PrefixDigest digest) {
+        setPageHash(pageCount - 1, hash, digest);
         publishedPages = pageCount;
     }
 
@@ -410,18 +458,14 @@ public final class Sequence implements AutoCloseable {
         return pageHashes[i];
     }
 
-    long pageDigestHi(int i) {
-        return pageDigestHi[i];
+    PrefixDigest pageDigest(int i) {
+        return new PrefixDigest(pageDigestHi[i], pageDigestLo[i]);
     }
 
-    long pageDigestLo(int i) {
-        return pageDigestLo[i];
-    }
-
-    void setPageHash(int i, long hash, long digestHi, long digestLo) {
+    void setPageHash(int i, long hash, PrefixDigest digest) {
         pageHashes[i] = hash;
-        pageDigestHi[i] = digestHi;
-        pageDigestLo[i] = digestLo;
+        pageDigestHi[i] = digest.hi();
+        pageDigestLo[i] = digest.lo();
     }
 
     private void ensureOpen() {

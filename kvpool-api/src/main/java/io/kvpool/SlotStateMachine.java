@@ -1,7 +1,7 @@
 package io.kvpool;
 
 /**
- * The slot state machine: the one place that decides which transitions a page slot may take. Its
+ * The slot state machine (internal): the one place that decides which transitions a page slot may take. Its
  * functions are pure: they map a slot's current <em>state word</em> and an event to the next state word
  * or to a negative result code, so they can be applied atomically with one compare-and-set by
  * {@link SlotTable} and checked exhaustively in tests.
@@ -10,7 +10,7 @@ package io.kvpool;
  * <pre>
  *   63 62                                   25 24    22 21                  0
  *  +--+---------------------------------------+--------+---------------------+
- *  | 0|       generation (38 bits)            | phase  |   refcount (22 bits) |
+ *  | 0|  generation (38 bits, &le; 2^32 - 1)      | phase  |   refcount (22 bits) |
  *  +--+---------------------------------------+--------+---------------------+
  *   phase: 0 FREE, 1 OWNED, 2 RECEIVING, 3 DRAINING, 4 QUARANTINED, 5 RETIRED
  * </pre>
@@ -55,32 +55,11 @@ package io.kvpool;
  *       free list at most once per tenancy.</li>
  * </ul>
  */
-public final class SlotStateMachine {
+final class SlotStateMachine {
 
-    /** Events a slot reacts to; see the table in the class comment. */
-    public enum Event {
-        /** Take a FREE slot into service (allocation, or revival of a cached page). Needs no handle. */
-        ALLOCATE,
-        /** Add a reference (fork, prefix attachment). */
-        RETAIN,
-        /** Drop a reference. */
-        RELEASE,
-        /** Pin the page as the target of remote writes. */
-        PIN_WRITER,
-        /** The transfer into the page completed and was verified: drop the writer pin. */
-        COMMIT_RECEIVE,
-        /** The transfer failed or was aborted: wait for the sender's drain confirmation. */
-        BEGIN_DRAIN,
-        /** The sender confirmed every write it posted reached a terminal state: drop the writer pin. */
-        DRAINED,
-        /** No confirmation arrived (or the peer was lost): hold the page until the peer provably cannot write. */
-        QUARANTINE,
-        /** The transport proved the peer can no longer write (endpoint torn down, registration revoked). */
-        RELEASE_QUARANTINE
-    }
 
     /** Largest refcount a page can have. */
-    public static final int MAX_REFCOUNT = (1 << 22) - 1;
+    static final int MAX_REFCOUNT = (1 << 22) - 1;
 
     static final int PHASE_SHIFT = 22;
     static final int GENERATION_SHIFT = 25;
@@ -105,7 +84,7 @@ public final class SlotStateMachine {
     }
 
     /** @return the generation field of a state word */
-    public static long generation(long word) {
+    static long generation(long word) {
         return word >>> GENERATION_SHIFT;
     }
 
@@ -115,12 +94,12 @@ public final class SlotStateMachine {
     }
 
     /** @return the state a word denotes */
-    public static SlotState state(long word) {
+    static SlotState state(long word) {
         return STATES[phase(word)];
     }
 
     /** @return the refcount field of a state word */
-    public static int refcount(long word) {
+    static int refcount(long word) {
         return (int) (word & RC_MASK);
     }
 
@@ -138,11 +117,11 @@ public final class SlotStateMachine {
      * @return the next state word (≥ 0), or {@link PageHandle#STALE}, {@link PageHandle#ILLEGAL_STATE} or
      *         {@link PageHandle#REFCOUNT_OVERFLOW}
      */
-    public static long next(long word, long handleGeneration, Event event) {
+    static long next(long word, long handleGeneration, SlotEvent event) {
         final int phase = phase(word);
         final long gen = generation(word);
         final int rc = refcount(word);
-        if (event == Event.ALLOCATE) {
+        if (event == SlotEvent.ALLOCATE) {
             if (phase != FREE) {
                 return PageHandle.ILLEGAL_STATE;
             }
@@ -192,7 +171,7 @@ public final class SlotStateMachine {
     }
 
     /** @return a readable form of a state word, e.g. {@code OWNED(gen=3, refs=2)} */
-    public static String describe(long word) {
+    static String describe(long word) {
         return state(word) + "(gen=" + generation(word) + ", refs=" + refcount(word) + ")";
     }
 }

@@ -1,6 +1,5 @@
 package io.kvpool;
 
-import io.kvpool.SlotStateMachine.Event;
 
 /**
  * The state words of every slot of a pool, changed only through {@link SlotStateMachine#next}: each
@@ -12,14 +11,42 @@ final class SlotTable {
 
     private final SlotWords words;
     private final boolean checkGeneration;
+    private final int poolId;
+    private final boolean checkPool;
+    private final PageCounts counts = new PageCounts();
 
     /**
      * @param words           the word storage
+     * @param poolId          the pool id this table's handles carry (see {@link PageHandle})
      * @param checkGeneration {@code false} only when {@link Safeguard#GENERATION_CHECK} was disabled for a test
+     * @param checkPool       {@code false} only when {@link Safeguard#POOL_IDENTITY_CHECK} was disabled for a test
      */
-    SlotTable(SlotWords words, boolean checkGeneration) {
+    SlotTable(SlotWords words, int poolId, boolean checkGeneration, boolean checkPool) {
         this.words = words;
+        this.poolId = poolId;
         this.checkGeneration = checkGeneration;
+        this.checkPool = checkPool;
+    }
+
+    /** @return the page counts every successful transition keeps current */
+    PageCounts counts() {
+        return counts;
+    }
+
+    /** @return the handle of a slot's tenancy of generation {@code generation} in this pool */
+    long handle(int slot, long generation) {
+        return PageHandle.of(poolId, slot, generation);
+    }
+
+    /** @return {@link PageHandle#INVALID} or {@link PageHandle#FOREIGN} if the handle cannot name a slot here, else 0 */
+    private long screen(long handle) {
+        if (!PageHandle.isHandle(handle) || PageHandle.slot(handle) >= words.length()) {
+            return PageHandle.INVALID;
+        }
+        if (checkPool && PageHandle.pool(handle) != poolId) {
+            return PageHandle.FOREIGN;
+        }
+        return 0;
     }
 
     int capacity() {
@@ -34,11 +61,13 @@ final class SlotTable {
     /**
      * Applies a handle-carrying event.
      *
-     * @return the new state word (≥ 0), or a negative {@link PageHandle} result code
+     * @return the new state word (≥ 0), or a negative {@link PageHandle} result code ({@link PageHandle#FOREIGN}
+     *         for a handle of another pool)
      */
-    long apply(long handle, Event event) {
-        if (!PageHandle.isHandle(handle) || PageHandle.slot(handle) >= words.length()) {
-            return PageHandle.INVALID;
+    long apply(long handle, SlotEvent event) {
+        final long refused = screen(handle);
+        if (refused < 0) {
+            return refused;
         }
         final int slot = PageHandle.slot(handle);
         final long handleGeneration = PageHandle.generation(handle);
@@ -46,7 +75,11 @@ final class SlotTable {
             final long word = words.getVolatile(slot);
             final long gen = checkGeneration ? handleGeneration : SlotStateMachine.generation(word);
             final long next = SlotStateMachine.next(word, gen, event);
-            if (next < 0 || words.compareAndSet(slot, word, next)) {
+            if (next < 0) {
+                return next;
+            }
+            if (words.compareAndSet(slot, word, next)) {
+                counts.moved(SlotStateMachine.phase(word), SlotStateMachine.phase(next));
                 return next;
             }
         }
@@ -64,9 +97,10 @@ final class SlotTable {
      */
     long allocate(int slot) {
         final long word = words.getVolatile(slot);
-        final long next = SlotStateMachine.next(word, 0, Event.ALLOCATE);
+        final long next = SlotStateMachine.next(word, 0, SlotEvent.ALLOCATE);
         if (next >= 0) {
             words.setRelease(slot, next);
+            counts.moved(SlotStateMachine.FREE, SlotStateMachine.phase(next)); // RETIRED at the last generation
         }
         return next;
     }
@@ -77,8 +111,9 @@ final class SlotTable {
      * @return the slot index, or a negative {@link PageHandle} result code
      */
     long validate(long handle) {
-        if (!PageHandle.isHandle(handle) || PageHandle.slot(handle) >= words.length()) {
-            return PageHandle.INVALID;
+        final long refused = screen(handle);
+        if (refused < 0) {
+            return refused;
         }
         final int slot = PageHandle.slot(handle);
         final long word = words.getVolatile(slot);

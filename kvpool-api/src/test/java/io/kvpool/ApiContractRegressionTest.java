@@ -249,8 +249,8 @@ class ApiContractRegressionTest {
                         for (long h : stale) {
                             assertTrue(pool.validate(h) < 0, ctx + " stale " + PageHandle.toString(h));
                             assertNull(pool.state(h), ctx);
-                            assertTrue(pool.tryTransition(h, SlotStateMachine.Event.RETAIN) < 0, ctx);
-                            assertTrue(pool.tryTransition(h, SlotStateMachine.Event.PIN_WRITER) < 0, ctx);
+                            assertTrue(pool.tryTransition(h, SlotEvent.RETAIN) < 0, ctx);
+                            assertTrue(pool.tryTransition(h, SlotEvent.PIN_WRITER) < 0, ctx);
                         }
                     } catch (AssertionError e) {
                         throw e;

@@ -268,9 +268,7 @@ class ApiReviewRegressionTest {
     // triggers the scan".)
 
     private static long pinnedAfterClose(KvPool pool) throws Exception {
-        final var f = KvPool.class.getDeclaredField("pinnedAfterClose");
-        f.setAccessible(true);
-        return ((java.util.concurrent.atomic.AtomicLong) f.get(pool)).get();
+        return pool.lifetime().pinnedAfterClose();
     }
 
     @Test
@@ -281,14 +279,14 @@ class ApiReviewRegressionTest {
         final KvPool pool = b.build();
         final long racing = pool.tryAllocate();
         final long last = pool.tryAllocate();
-        pool.pinWriter(racing);
-        pool.pinWriter(last);
+        pool.handles().pinWriter(racing);
+        pool.handles().pinWriter(last);
         final Thread[] transferThread = new Thread[1];
-        words[0].arm(PageHandle.slot(racing), 0, () -> { // close's scan has just read `racing` as RECEIVING
-            transferThread[0] = Thread.ofPlatform().start(() -> pool.commitReceive(racing)); // legal after close
+        words[0].arm(PageHandle.slot(racing), 0, () -> { // close's release scan has just read `racing` as RECEIVING
+            transferThread[0] = Thread.ofPlatform().start(() -> pool.handles().commitReceive(racing)); // legal after close
             final long deadline = System.nanoTime() + 10_000_000_000L;
             try {
-                while (pinnedAfterClose(pool) != -1) { // its decrement happened; it now waits for the pool lock
+                while (pinnedAfterClose(pool) != 1) { // its decrement happened (2 counted at close); `last` remains
                     if (System.nanoTime() > deadline) {
                         throw new AssertionError("transfer thread did not decrement");
                     }
@@ -301,7 +299,7 @@ class ApiReviewRegressionTest {
         pool.close(); // storage retained: two pages pinned
         transferThread[0].join(10_000);
         assertEquals(SlotState.OWNED, pool.stateOfSlot(PageHandle.slot(racing)));
-        pool.commitReceive(last); // the last pin is gone
+        pool.handles().commitReceive(last); // the last pin is gone
         assertEquals(SlotState.OWNED, pool.stateOfSlot(PageHandle.slot(last)));
         assertThrows(IllegalStateException.class, () -> pool.storage().hostPage(0),
             "no page is pinned any more, yet the storage kept at close was never released (pinnedAfterClose = "
@@ -543,9 +541,7 @@ class ApiReviewRegressionTest {
         try (KvPool pool = TestPools.builder(4).build()) {
             final long stale = pool.tryReserve(1, 0);
             pool.cancelReservation(stale);
-            final var f = KvPool.class.getDeclaredField("resGeneration");
-            f.setAccessible(true);
-            ((int[]) f.get(pool))[(int) stale] = Integer.MAX_VALUE; // as after 2^31 - 2 more reserve/cancel cycles of index 0
+            pool.reservations().forceGeneration((int) stale, Integer.MAX_VALUE); // as after 2^31 - 2 more reserve/cancel cycles
             final long live = pool.tryReserve(1, 0);                 // another request's reservation
             assertNotEquals(stale, live, "a new reservation got the id of one cancelled 2^31 - 1 reservations ago");
             pool.cancelReservation(live);
@@ -586,10 +582,10 @@ class ApiReviewRegressionTest {
     void verifyAccountingHoldsAfterALateUnpinFreesAPageOfAClosedPool() {
         final KvPool pool = TestPools.pool(2);
         final long h = pool.tryAllocate();
-        pool.pinWriter(h);
+        pool.handles().pinWriter(h);
         pool.release(h);                                 // RECEIVING(0): the pin alone holds it
         pool.close();                                    // storage kept: a peer may still write
-        pool.commitReceive(h);                           // the transfer ends: FREE, and the storage is released
+        pool.handles().commitReceive(h);                           // the transfer ends: FREE, and the storage is released
         assertEquals(SlotState.FREE, pool.stateOfSlot(PageHandle.slot(h)));
         assertDoesNotThrow(pool::verifyAccounting);
     }

@@ -66,17 +66,17 @@ class ConcurrentStressTest {
                         final Pinned p = pinned.poll();
                         if (p != null) {
                             switch (p.plan) {
-                                case 0 -> pool.commitReceive(p.handle);
+                                case 0 -> pool.handles().commitReceive(p.handle);
                                 case 1 -> {
-                                    pool.beginDrain(p.handle);
-                                    pool.drained(p.handle);
+                                    pool.handles().beginDrain(p.handle);
+                                    pool.handles().drained(p.handle);
                                 }
                                 default -> {
                                     if (rnd.nextBoolean()) {
-                                        pool.beginDrain(p.handle);
+                                        pool.handles().beginDrain(p.handle);
                                     }
-                                    pool.quarantine(p.handle);
-                                    pool.releaseQuarantine(p.handle);
+                                    pool.handles().quarantine(p.handle);
+                                    pool.handles().releaseQuarantine(p.handle);
                                 }
                             }
                             transferOps.incrementAndGet();
@@ -149,7 +149,7 @@ class ConcurrentStressTest {
                     // handing the pin over, racing with the transfer thread's commit/drain/quarantine
                     final long h = pool.tryAllocate();
                     if (h > 0) {
-                        pool.pinWriter(h);
+                        pool.handles().pinWriter(h);
                         pinned.add(new Pinned(h, rnd.nextInt(3)));
                         handedOver++;
                         pool.release(h);

@@ -23,12 +23,12 @@ class HandleLifecycleTest {
 
             final StaleHandleException e = assertThrows(StaleHandleException.class, () -> pool.release(first));
             assertEquals(first, e.handle());
-            assertTrue(e.getMessage().contains("stale handle page[slot=0, gen=1]") && e.getMessage().contains("OWNED(gen=2"), e.getMessage());
+            assertTrue(e.getMessage().contains("stale handle " + PageHandle.toString(first)) && e.getMessage().contains("OWNED(gen=2"), e.getMessage());
             assertThrows(StaleHandleException.class, () -> pool.retain(first));
-            assertThrows(StaleHandleException.class, () -> pool.pinWriter(first));
+            assertThrows(StaleHandleException.class, () -> pool.handles().pinWriter(first));
             assertThrows(StaleHandleException.class, () -> pool.page(first));
             assertEquals(PageHandle.STALE, pool.validate(first));
-            assertEquals(PageHandle.STALE, pool.tryTransition(first, SlotStateMachine.Event.RELEASE));
+            assertEquals(PageHandle.STALE, pool.tryTransition(first, SlotEvent.RELEASE));
             assertNull(pool.state(first));
             assertEquals(SlotState.OWNED, pool.state(second));
             assertEquals(1, pool.refcountOfSlot(0), "the new tenant's refcount is untouched");
@@ -41,11 +41,11 @@ class HandleLifecycleTest {
     @Test
     void invalidHandlesAreRefused() {
         try (KvPool pool = TestPools.pool(2)) {
-            for (long bad : new long[] {0, -1, 5, PageHandle.of(2, 1), PageHandle.of(PageHandle.MAX_SLOT, 1)}) {
+            for (long bad : new long[] {0, -1, 5, PageHandle.of(pool.poolId(), 2, 1), PageHandle.of(pool.poolId(), PageHandle.MAX_SLOT, 1)}) {
                 assertEquals(PageHandle.INVALID, pool.validate(bad), PageHandle.toString(bad));
                 assertThrows(StaleHandleException.class, () -> pool.release(bad));
             }
-            assertThrows(IllegalArgumentException.class, () -> pool.tryTransition(PageHandle.of(0, 1), SlotStateMachine.Event.ALLOCATE));
+            assertThrows(IllegalArgumentException.class, () -> pool.tryTransition(PageHandle.of(0, 1), SlotEvent.ALLOCATE));
             pool.verifyAccounting();
         }
     }
@@ -68,18 +68,18 @@ class HandleLifecycleTest {
     void aPinnedPageOutlivesItsLastReferenceUntilDrained() {
         try (KvPool pool = TestPools.pool(2)) {
             final long h = pool.tryAllocate();
-            pool.pinWriter(h);
+            pool.handles().pinWriter(h);
             assertEquals(SlotState.RECEIVING, pool.state(h));
             assertFalse(pool.release(h), "the writer pin keeps the page");
             assertEquals(SlotState.RECEIVING, pool.state(h));
             assertEquals(0, pool.refcountOfSlot(PageHandle.slot(h)));
             assertThrows(IllegalSlotTransitionException.class, () -> pool.release(h), "no reference left to release");
-            pool.beginDrain(h);
+            pool.handles().beginDrain(h);
             assertEquals(1, pool.snapshot().draining());
-            assertThrows(StaleHandleException.class, () -> pool.page(PageHandle.of(PageHandle.slot(h), 99)));
+            assertThrows(StaleHandleException.class, () -> pool.page(PageHandle.of(pool.poolId(), PageHandle.slot(h), 99)));
             final IllegalSlotTransitionException notAccessible = assertThrows(IllegalSlotTransitionException.class, () -> pool.page(h));
             assertEquals(SlotState.DRAINING, notAccessible.state());
-            pool.drained(h);
+            pool.handles().drained(h);
             assertNull(pool.state(h), "drained with no reference: FREE");
             final PoolSnapshot s = pool.verifyAccounting();
             assertEquals(2, s.free());
@@ -90,23 +90,23 @@ class HandleLifecycleTest {
     void quarantineHoldsUntilExplicitlyReleased() {
         try (KvPool pool = TestPools.pool(2)) {
             final long h = pool.tryAllocate();
-            pool.pinWriter(h);
-            pool.beginDrain(h);
-            pool.quarantine(h);
+            pool.handles().pinWriter(h);
+            pool.handles().beginDrain(h);
+            pool.handles().quarantine(h);
             pool.release(h);
             assertEquals(SlotState.QUARANTINED, pool.state(h));
-            for (SlotStateMachine.Event e : SlotStateMachine.Event.values()) {
-                if (e != SlotStateMachine.Event.RELEASE_QUARANTINE && e != SlotStateMachine.Event.ALLOCATE) {
+            for (SlotEvent e : SlotEvent.values()) {
+                if (e != SlotEvent.RELEASE_QUARANTINE && e != SlotEvent.ALLOCATE) {
                     final long r = pool.tryTransition(h, e);
                     assertTrue(r < 0 || SlotStateMachine.state(r) == SlotState.QUARANTINED, e + " must not leave quarantine");
                 }
             }
-            final IllegalSlotTransitionException ex = assertThrows(IllegalSlotTransitionException.class, () -> pool.drained(h));
+            final IllegalSlotTransitionException ex = assertThrows(IllegalSlotTransitionException.class, () -> pool.handles().drained(h));
             assertTrue(ex.getMessage().contains("slot " + PageHandle.slot(h)) && ex.getMessage().contains("QUARANTINED")
                 && ex.getMessage().contains("generation " + PageHandle.generation(h)), ex.getMessage());
             assertEquals(1, pool.snapshot().quarantined());
             assertEquals(1, pool.snapshot().quarantineEvents());
-            pool.releaseQuarantine(h);
+            pool.handles().releaseQuarantine(h);
             assertEquals(2, pool.verifyAccounting().free());
         }
     }
@@ -116,7 +116,7 @@ class HandleLifecycleTest {
         try (KvPool pool = TestPools.pool(4)) {
             final long h = pool.tryAllocate();
             pool.retain(h);
-            assertThrows(IllegalSlotTransitionException.class, () -> pool.pinWriter(h));
+            assertThrows(IllegalSlotTransitionException.class, () -> pool.handles().pinWriter(h));
             pool.release(h);
             pool.release(h);
             final Sequence s = pool.admit(new int[] {1, 2, 3, 4, 5}, 0, 9).sequence();
@@ -128,7 +128,7 @@ class HandleLifecycleTest {
             assertTrue(partly.getMessage().contains("canary at token 3"), partly.getMessage());
             TokenTags.writeSequence(s, 1, 3, 5);
             s.publish(new int[] {1, 2, 3, 4, 5}, 9);
-            final IllegalSlotTransitionException e = assertThrows(IllegalSlotTransitionException.class, () -> pool.pinWriter(s.pageHandle(0)));
+            final IllegalSlotTransitionException e = assertThrows(IllegalSlotTransitionException.class, () -> pool.handles().pinWriter(s.pageHandle(0)));
             assertTrue(e.getMessage().contains("published"), e.getMessage());
             s.close();
             pool.verifyAccounting();
@@ -205,7 +205,7 @@ class HandleLifecycleTest {
     void closeWithPinnedPagesKeepsTheMemory() {
         final KvPool pool = TestPools.pool(2);
         final long h = pool.tryAllocate();
-        pool.pinWriter(h);
+        pool.handles().pinWriter(h);
         pool.close();
         assertTrue(pool.closeReport().orElseThrow().contains("NOT released"));
         assertNotNull(pool.storage().hostPage(PageHandle.slot(h)), "a peer may still write: memory stays mapped");

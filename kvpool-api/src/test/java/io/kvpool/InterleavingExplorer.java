@@ -136,7 +136,7 @@ final class InterleavingExplorer {
     private Execution runOnce(ControlledWords words, boolean checkGeneration, List<List<Op>> programs,
                               List<Integer> prefix, List<int[]> decisions) {
         words.explorer = this;
-        final SlotTable table = new SlotTable(words, checkGeneration);
+        final SlotTable table = new SlotTable(words, 0, checkGeneration, true);
         final int n = programs.size();
         go = new Semaphore[n];
         pendingStart = new int[n];

@@ -12,7 +12,7 @@ import io.kvpool.PoolHarness.Publish;
 import io.kvpool.PoolHarness.StaleUse;
 import io.kvpool.PoolHarness.Truncate;
 import io.kvpool.PoolHarness.Violation;
-import io.kvpool.SlotStateMachine.Event;
+
 import net.jqwik.api.Arbitraries;
 import net.jqwik.api.Arbitrary;
 import net.jqwik.api.Combinators;
@@ -118,8 +118,8 @@ class KvPoolStatefulProperties {
             Arbitraries.frequency(Tuple.of(4, true), Tuple.of(1, false))).as(Publish::new);
         final Arbitrary<Op> close = pick.map(Close::new);
         final Arbitrary<Op> allocate = Arbitraries.just(new Allocate());
-        final Arbitrary<Op> looseEvent = Combinators.combine(pick, Arbitraries.of(Event.RETAIN, Event.RELEASE, Event.PIN_WRITER,
-            Event.COMMIT_RECEIVE, Event.BEGIN_DRAIN, Event.DRAINED, Event.QUARANTINE, Event.RELEASE_QUARANTINE)).as(Loose::new);
+        final Arbitrary<Op> looseEvent = Combinators.combine(pick, Arbitraries.of(SlotEvent.RETAIN, SlotEvent.RELEASE, SlotEvent.PIN_WRITER,
+            SlotEvent.COMMIT_RECEIVE, SlotEvent.BEGIN_DRAIN, SlotEvent.DRAINED, SlotEvent.QUARANTINE, SlotEvent.RELEASE_QUARANTINE)).as(Loose::new);
         final Arbitrary<Op> stale = Combinators.combine(Arbitraries.integers().between(0, 31), Arbitraries.integers().between(0, 3))
             .as(StaleUse::new);
         return List.of(Tuple.of(3, admit), Tuple.of(3, admitCached), Tuple.of(5, append), Tuple.of(2, truncate), Tuple.of(2, fork),

@@ -1,6 +1,6 @@
 package io.kvpool;
 
-import io.kvpool.SlotStateMachine.Event;
+
 import io.kvpool.storage.PageStorage;
 
 import java.lang.foreign.MemorySegment;
@@ -93,7 +93,7 @@ final class PoolHarness implements AutoCloseable {
     }
 
     /** Apply a handle event (retain, release, pin, commit, drain, quarantine, ...) to a loose page. */
-    record Loose(int pick, Event event) implements Op {
+    record Loose(int pick, SlotEvent event) implements Op {
     }
 
     /** Use a handle whose page was freed: must be refused. how: 0 release, 1 retain, 2 page, 3 pinWriter. */
@@ -329,7 +329,7 @@ final class PoolHarness implements AutoCloseable {
                 s.reserved--;
             }
             prefixHits++;
-            s.handles.add(PageHandle.of(slot, gen[slot]));
+            s.handles.add(PageHandle.of(pool.poolId(), slot, gen[slot]));
             s.acq.add(new Acq(How.ATTACH, s.id, salt, null));
             for (int t = 0; t < tpp; t++) {
                 s.ids.add(ids[m * tpp + t]);
@@ -634,7 +634,7 @@ final class PoolHarness implements AutoCloseable {
         final int slot = PageHandle.slot(h);
         final SlotState phase = pin[slot] == null ? SlotState.OWNED : pin[slot];
         final int r = refs[slot];
-        final Event e = op.event();
+        final SlotEvent e = op.event();
         // the model: the transition table of SlotStateMachine, for the events a transport issues
         SlotState next = switch (e) {
             case RETAIN -> phase == SlotState.OWNED ? SlotState.OWNED : null;
@@ -655,12 +655,12 @@ final class PoolHarness implements AutoCloseable {
                     throw fail(Kind.MODEL, "release(l" + l.id() + ") returned freed=" + freed);
                 }
             };
-            case PIN_WRITER -> () -> pool.pinWriter(h);
-            case COMMIT_RECEIVE -> () -> pool.commitReceive(h);
-            case BEGIN_DRAIN -> () -> pool.beginDrain(h);
-            case DRAINED -> () -> pool.drained(h);
-            case QUARANTINE -> () -> pool.quarantine(h);
-            case RELEASE_QUARANTINE -> () -> pool.releaseQuarantine(h);
+            case PIN_WRITER -> () -> pool.handles().pinWriter(h);
+            case COMMIT_RECEIVE -> () -> pool.handles().commitReceive(h);
+            case BEGIN_DRAIN -> () -> pool.handles().beginDrain(h);
+            case DRAINED -> () -> pool.handles().drained(h);
+            case QUARANTINE -> () -> pool.handles().quarantine(h);
+            case RELEASE_QUARANTINE -> () -> pool.handles().releaseQuarantine(h);
             case ALLOCATE -> throw new AssertionError();
         };
         log(e + "(l" + l.id() + ") in " + phase + "(refs " + r + ") -> " + (next == null ? "refused" : next));
@@ -709,7 +709,7 @@ final class PoolHarness implements AutoCloseable {
                 case 0 -> pool.release(h);
                 case 1 -> pool.retain(h);
                 case 2 -> pool.page(h);
-                default -> pool.pinWriter(h);
+                default -> pool.handles().pinWriter(h);
             }
         } catch (StaleHandleException expected) {
             return;
@@ -819,7 +819,7 @@ final class PoolHarness implements AutoCloseable {
     }
 
     private void becameFree(int slot) {
-        dead.addLast(PageHandle.of(slot, gen[slot]));
+        dead.addLast(PageHandle.of(pool.poolId(), slot, gen[slot]));
         if (dead.size() > DEAD_HANDLES_KEPT) {
             dead.removeFirst();
         }
@@ -1179,11 +1179,11 @@ final class PoolHarness implements AutoCloseable {
             for (LoosePage l : List.copyOf(loose)) {
                 final int slot = PageHandle.slot(l.handle());
                 if (pin[slot] == SlotState.RECEIVING) {
-                    pool.commitReceive(l.handle());
+                    pool.handles().commitReceive(l.handle());
                 } else if (pin[slot] == SlotState.DRAINING) {
-                    pool.drained(l.handle());
+                    pool.handles().drained(l.handle());
                 } else if (pin[slot] == SlotState.QUARANTINED) {
-                    pool.releaseQuarantine(l.handle());
+                    pool.handles().releaseQuarantine(l.handle());
                 }
                 for (int r = refs[slot]; r > 0; r--) {
                     pool.release(l.handle());

@@ -150,31 +150,31 @@ class PrefixCacheTest {
         final int[] a = {1, 2};
         final int[] b = {3, 4};
         final long h = PrefixHash.of(PrefixHash.ROOT, 9, a, 0, 2);
-        final long rh = PrefixCache.ROOT_DIGEST_HI;
-        final long rl = PrefixCache.ROOT_DIGEST_LO;
-        cache.publish(0, h, rh, rl, 9, a, 0);
-        assertEquals(0, cache.lookup(h, rh, rl, 9, a, 0));
+        final long rh = PrefixDigest.ROOT.hi();
+        final long rl = PrefixDigest.ROOT.lo();
+        cache.publish(0, h, PrefixDigest.ROOT, 9, a, 0);
+        assertEquals(0, cache.lookup(h, new PrefixDigest(rh, rl), 9, a, 0));
         // pretend b hashed to the same value: the stored key (tokens, salt, prefix before) must still refuse it
-        assertEquals(-1, cache.lookup(h, rh, rl, 9, b, 0));
-        assertEquals(-1, cache.lookup(h, rh, rl, 10, a, 0));
-        assertEquals(-1, cache.lookup(h, rh + 1, rl, 9, a, 0), "another prefix before the page (digest high half)");
-        assertEquals(-1, cache.lookup(h, rh, rl + 1, 9, a, 0), "another prefix before the page (digest low half)");
+        assertEquals(-1, cache.lookup(h, new PrefixDigest(rh, rl), 9, b, 0));
+        assertEquals(-1, cache.lookup(h, new PrefixDigest(rh, rl), 10, a, 0));
+        assertEquals(-1, cache.lookup(h, new PrefixDigest(rh + 1, rl), 9, a, 0), "another prefix before the page (digest high half)");
+        assertEquals(-1, cache.lookup(h, new PrefixDigest(rh, rl + 1), 9, a, 0), "another prefix before the page (digest low half)");
         cache.unpublish(0);
-        assertEquals(-1, cache.lookup(h, rh, rl, 9, a, 0));
+        assertEquals(-1, cache.lookup(h, new PrefixDigest(rh, rl), 9, a, 0));
     }
 
     @Test
     void thePrefixDigestIsTruncatedSha256OfTheDocumentedBytes() throws Exception {
         final PrefixCache cache = new PrefixCache(1, 2);
-        cache.digest(0x1122334455667788L, -2L, 42, new int[] {7, 5, 6}, 1);
+        final PrefixDigest got = cache.digest(new PrefixDigest(0x1122334455667788L, -2L), 42, new int[] {7, 5, 6}, 1);
         final java.nio.ByteBuffer in = java.nio.ByteBuffer.allocate(32).order(java.nio.ByteOrder.LITTLE_ENDIAN)
             .putLong(0x1122334455667788L).putLong(-2L).putLong(42).putInt(5).putInt(6);
         final java.nio.ByteBuffer d = java.nio.ByteBuffer.wrap(java.security.MessageDigest.getInstance("SHA-256").digest(in.array()))
             .order(java.nio.ByteOrder.LITTLE_ENDIAN);
-        assertEquals(d.getLong(0), cache.digestHi);
-        assertEquals(d.getLong(8), cache.digestLo);
-        cache.digest(0x1122334455667788L, -2L, 42, new int[] {7, 6, 5}, 1);
-        assertNotEquals(d.getLong(0), cache.digestHi, "order matters");
+        assertEquals(d.getLong(0), got.hi());
+        assertEquals(d.getLong(8), got.lo());
+        final PrefixDigest swapped = cache.digest(new PrefixDigest(0x1122334455667788L, -2L), 42, new int[] {7, 6, 5}, 1);
+        assertNotEquals(d.getLong(0), swapped.hi(), "order matters");
     }
 
     @Test

@@ -14,7 +14,7 @@ class ReviewRegressionTest {
             s.append(5);
             TokenTags.writeSequence(s, 1, 0, 5);
             s.publish(new int[] {1, 2, 3, 4, 5}, 3);
-            assertEquals(PageHandle.ILLEGAL_STATE, pool.tryTransition(s.pageHandle(0), SlotStateMachine.Event.PIN_WRITER));
+            assertEquals(PageHandle.ILLEGAL_STATE, pool.tryTransition(s.pageHandle(0), SlotEvent.PIN_WRITER));
             assertEquals(SlotState.OWNED, pool.state(s.pageHandle(0)));
             s.close();
         }
@@ -25,8 +25,8 @@ class ReviewRegressionTest {
         final KvPool pool = TestPools.pool(2);
         final long h = pool.tryAllocate();
         pool.close();
-        assertThrows(IllegalStateException.class, () -> pool.tryTransition(h, SlotStateMachine.Event.PIN_WRITER));
-        assertThrows(IllegalStateException.class, () -> pool.pinWriter(h));
+        assertThrows(IllegalStateException.class, () -> pool.tryTransition(h, SlotEvent.PIN_WRITER));
+        assertThrows(IllegalStateException.class, () -> pool.handles().pinWriter(h));
     }
 
     @Test
@@ -67,15 +67,15 @@ class ReviewRegressionTest {
         final KvPool pool = TestPools.pool(4);
         final long receiving = pool.tryAllocate();
         final long quarantined = pool.tryAllocate();
-        pool.pinWriter(receiving);
-        pool.pinWriter(quarantined);
-        pool.quarantine(quarantined);
+        pool.handles().pinWriter(receiving);
+        pool.handles().pinWriter(quarantined);
+        pool.handles().quarantine(quarantined);
         pool.close();
         assertTrue(pool.closeReport().orElseThrow().contains("NOT released"));
-        pool.beginDrain(receiving);
-        pool.drained(receiving);                 // still accepted after close
+        pool.handles().beginDrain(receiving);
+        pool.handles().drained(receiving);                 // still accepted after close
         assertNotNull(pool.storage().hostPage(0), "one page is still pinned: storage kept");
-        pool.releaseQuarantine(quarantined);    // the last pin: the transport proved the peer is gone
+        pool.handles().releaseQuarantine(quarantined);    // the last pin: the transport proved the peer is gone
         assertThrows(IllegalStateException.class, () -> pool.storage().hostPage(0), "storage released with the last pin");
         assertThrows(IllegalStateException.class, () -> pool.retain(receiving), "nothing else works after close");
     }

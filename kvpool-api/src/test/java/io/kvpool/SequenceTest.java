@@ -166,13 +166,13 @@ class SequenceTest {
         try (KvPool pool = TestPools.pool(8)) {
             final Sequence s = pool.admit(7, 0).sequence();
             s.append(7); // the last page is partial, so a fork reserves a copy-on-write page for the parent
-            pool.pinWriter(s.pageHandle(1));
+            pool.handles().pinWriter(s.pageHandle(1));
             assertThrows(IllegalSlotTransitionException.class, s::fork);
             assertEquals(1, pool.refcountOfSlot(s.pageIndex(0)), "the retain of page 0 was rolled back");
             assertEquals(0, s.reservedPages(), "the copy-on-write page reserved for the parent was given back");
             assertEquals(0, pool.snapshot().reserved());
             assertEquals(1, pool.snapshot().openSequences());
-            pool.commitReceive(s.pageHandle(1));
+            pool.handles().commitReceive(s.pageHandle(1));
             s.close();
             final PoolSnapshot snap = pool.verifyAccounting();
             assertEquals(0, snap.reserved());

@@ -1,6 +1,6 @@
 package io.kvpool;
 
-import io.kvpool.SlotStateMachine.Event;
+
 import org.junit.jupiter.api.Test;
 
 import java.util.EnumMap;
@@ -27,8 +27,8 @@ class SlotStateMachineTest {
     private static final long IL = PageHandle.ILLEGAL_STATE;
 
     /** Expected next word for (phase, refcount, event) with a current handle; written from the documented table. */
-    private static long expected(int phase, int rc, Event e) {
-        if (e == Event.ALLOCATE) {
+    private static long expected(int phase, int rc, SlotEvent e) {
+        if (e == SlotEvent.ALLOCATE) {
             return phase == FREE ? word(G + 1, OWNED, 1) : IL;
         }
         if (phase == FREE || phase == RETIRED) {
@@ -71,7 +71,7 @@ class SlotStateMachineTest {
                 if ((phase == FREE || phase == RETIRED) && rc != 0 || phase == OWNED && rc == 0) {
                     continue; // not reachable
                 }
-                for (Event e : Event.values()) {
+                for (SlotEvent e : SlotEvent.values()) {
                     final long w = word(G, phase, rc);
                     assertEquals(describe(expected(phase, rc, e)), describe(SlotStateMachine.next(w, G, e)),
                         SlotStateMachine.describe(w) + " on " + e);
@@ -85,8 +85,8 @@ class SlotStateMachineTest {
     @Test
     void aHandleOfAnotherGenerationIsStaleForEveryEventAndPhase() {
         for (int phase = OWNED; phase <= QUARANTINED; phase++) {
-            for (Event e : Event.values()) {
-                if (e == Event.ALLOCATE) {
+            for (SlotEvent e : SlotEvent.values()) {
+                if (e == SlotEvent.ALLOCATE) {
                     continue;
                 }
                 assertEquals(ST, SlotStateMachine.next(word(G, phase, 1), G - 1, e), "older generation, " + e);
@@ -99,12 +99,12 @@ class SlotStateMachineTest {
     void pagesReachFreeOnlyWithoutReferencesAndWithoutAPin() {
         for (int phase = OWNED; phase <= QUARANTINED; phase++) {
             for (int rc = 0; rc <= 3; rc++) {
-                for (Event e : Event.values()) {
+                for (SlotEvent e : SlotEvent.values()) {
                     final long next = SlotStateMachine.next(word(G, phase, rc), G, e);
                     if (next >= 0 && SlotStateMachine.phase(next) == FREE) {
-                        final boolean lastRefUnpinned = phase == OWNED && rc == 1 && e == Event.RELEASE;
-                        final boolean pinDroppedNoRefs = rc == 0 && (e == Event.COMMIT_RECEIVE || e == Event.DRAINED
-                            || e == Event.RELEASE_QUARANTINE);
+                        final boolean lastRefUnpinned = phase == OWNED && rc == 1 && e == SlotEvent.RELEASE;
+                        final boolean pinDroppedNoRefs = rc == 0 && (e == SlotEvent.COMMIT_RECEIVE || e == SlotEvent.DRAINED
+                            || e == SlotEvent.RELEASE_QUARANTINE);
                         assertTrue(lastRefUnpinned || pinDroppedNoRefs, SlotStateMachine.describe(word(G, phase, rc)) + " --" + e + "--> FREE");
                     }
                 }
@@ -114,31 +114,31 @@ class SlotStateMachineTest {
 
     @Test
     void quarantineIsLeftOnlyByAnExplicitRelease() {
-        final Map<Event, Integer> leaving = new EnumMap<>(Event.class);
-        for (Event e : Event.values()) {
+        final Map<SlotEvent, Integer> leaving = new EnumMap<>(SlotEvent.class);
+        for (SlotEvent e : SlotEvent.values()) {
             final long next = SlotStateMachine.next(word(G, QUARANTINED, 0), G, e);
             if (next >= 0 && SlotStateMachine.phase(next) != QUARANTINED) {
                 leaving.put(e, SlotStateMachine.phase(next));
             }
         }
-        assertEquals(Map.of(Event.RELEASE_QUARANTINE, FREE), leaving);
+        assertEquals(Map.of(SlotEvent.RELEASE_QUARANTINE, FREE), leaving);
     }
 
     @Test
     void allocationBumpsTheGenerationAndRetiresAtTheMaximum() {
-        assertEquals(word(1, OWNED, 1), SlotStateMachine.next(0L, 0, Event.ALLOCATE));
+        assertEquals(word(1, OWNED, 1), SlotStateMachine.next(0L, 0, SlotEvent.ALLOCATE));
         final long last = word(PageHandle.MAX_GENERATION - 1, FREE, 0);
-        assertEquals(word(PageHandle.MAX_GENERATION, OWNED, 1), SlotStateMachine.next(last, 0, Event.ALLOCATE));
+        assertEquals(word(PageHandle.MAX_GENERATION, OWNED, 1), SlotStateMachine.next(last, 0, SlotEvent.ALLOCATE));
         final long exhausted = word(PageHandle.MAX_GENERATION, FREE, 0);
-        assertEquals(SlotState.RETIRED, SlotStateMachine.state(SlotStateMachine.next(exhausted, 0, Event.ALLOCATE)));
+        assertEquals(SlotState.RETIRED, SlotStateMachine.state(SlotStateMachine.next(exhausted, 0, SlotEvent.ALLOCATE)));
         assertTrue(word(PageHandle.MAX_GENERATION, QUARANTINED, SlotStateMachine.MAX_REFCOUNT) > 0, "state words stay non-negative");
     }
 
     @Test
     void refcountSaturatesWithACode() {
         final long full = word(G, OWNED, SlotStateMachine.MAX_REFCOUNT);
-        assertEquals(PageHandle.REFCOUNT_OVERFLOW, SlotStateMachine.next(full, G, Event.RETAIN));
-        assertEquals(word(G, OWNED, SlotStateMachine.MAX_REFCOUNT - 1), SlotStateMachine.next(full, G, Event.RELEASE));
+        assertEquals(PageHandle.REFCOUNT_OVERFLOW, SlotStateMachine.next(full, G, SlotEvent.RETAIN));
+        assertEquals(word(G, OWNED, SlotStateMachine.MAX_REFCOUNT - 1), SlotStateMachine.next(full, G, SlotEvent.RELEASE));
     }
 
     private static String describe(long w) {

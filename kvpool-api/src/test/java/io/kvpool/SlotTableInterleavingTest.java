@@ -3,7 +3,7 @@ package io.kvpool;
 import io.kvpool.InterleavingExplorer.ControlledWords;
 import io.kvpool.InterleavingExplorer.Op;
 import io.kvpool.InterleavingExplorer.SequentialOp;
-import io.kvpool.SlotStateMachine.Event;
+
 import org.junit.jupiter.api.Test;
 
 import java.util.ArrayList;
@@ -33,10 +33,10 @@ class SlotTableInterleavingTest {
     private static final long STALE_H = PageHandle.of(0, G - 1);
 
     /** A handle-carrying event, concurrently and sequentially. */
-    private record Ev(long handle, Event event) implements Op, SequentialOp {
+    private record Ev(long handle, SlotEvent event) implements Op, SequentialOp {
         @Override
         public long run(SlotTable table) {
-            return event == Event.ALLOCATE ? table.allocate(PageHandle.slot(handle)) : table.apply(handle, event);
+            return event == SlotEvent.ALLOCATE ? table.allocate(PageHandle.slot(handle)) : table.apply(handle, event);
         }
 
         @Override
@@ -55,7 +55,7 @@ class SlotTableInterleavingTest {
         }
     }
 
-    private static Ev ev(Event e) {
+    private static Ev ev(SlotEvent e) {
         return new Ev(H, e);
     }
 
@@ -81,9 +81,9 @@ class SlotTableInterleavingTest {
     @Test
     void concurrentReleasesAndRetainNeverLoseAnUpdate() {
         final long three = exploreAtomic(word(G, OWNED, 2), List.of(
-            List.of(ev(Event.RELEASE)), List.of(ev(Event.RELEASE)), List.of(ev(Event.RETAIN))));
+            List.of(ev(SlotEvent.RELEASE)), List.of(ev(SlotEvent.RELEASE)), List.of(ev(SlotEvent.RETAIN))));
         final long two = exploreAtomic(word(G, OWNED, 2), List.of(
-            List.of(ev(Event.RELEASE), ev(Event.RETAIN)), List.of(ev(Event.RETAIN), ev(Event.RELEASE))));
+            List.of(ev(SlotEvent.RELEASE), ev(SlotEvent.RETAIN)), List.of(ev(SlotEvent.RETAIN), ev(SlotEvent.RELEASE))));
         assertTrue(three > 50 && two > 50, "explored " + three + " and " + two + " executions");
     }
 
@@ -92,7 +92,7 @@ class SlotTableInterleavingTest {
         // a double release of the same handle: one succeeds (FREE), the other is refused as stale
         final long[] freed = new long[1];
         final long initial = word(G, OWNED, 1);
-        final List<List<Op>> ops = List.of(List.of(ev(Event.RELEASE)), List.of(ev(Event.RELEASE)));
+        final List<List<Op>> ops = List.of(List.of(ev(SlotEvent.RELEASE)), List.of(ev(SlotEvent.RELEASE)));
         InterleavingExplorer.exploreAll(() -> new ControlledWords(new long[] {initial}), true, ops, e -> {
             int frees = 0;
             int stale = 0;
@@ -110,23 +110,23 @@ class SlotTableInterleavingTest {
     @Test
     void lastReleaseRacingWithWriterPinNeverFreesAPinnedPage() {
         exploreAtomic(word(G, OWNED, 1), List.of(
-            List.of(ev(Event.RELEASE)), List.of(ev(Event.PIN_WRITER), ev(Event.BEGIN_DRAIN), ev(Event.DRAINED))));
+            List.of(ev(SlotEvent.RELEASE)), List.of(ev(SlotEvent.PIN_WRITER), ev(SlotEvent.BEGIN_DRAIN), ev(SlotEvent.DRAINED))));
     }
 
     @Test
     void drainAckQuarantineAndReleaseRace() {
         exploreAtomic(word(G, DRAINING, 1), List.of(
-            List.of(ev(Event.DRAINED)), List.of(ev(Event.QUARANTINE)), List.of(ev(Event.RELEASE))));
+            List.of(ev(SlotEvent.DRAINED)), List.of(ev(SlotEvent.QUARANTINE)), List.of(ev(SlotEvent.RELEASE))));
         exploreAtomic(word(G, DRAINING, 1), List.of(
-            List.of(ev(Event.QUARANTINE), ev(Event.RELEASE_QUARANTINE)), List.of(ev(Event.RELEASE), ev(Event.DRAINED))));
+            List.of(ev(SlotEvent.QUARANTINE), ev(SlotEvent.RELEASE_QUARANTINE)), List.of(ev(SlotEvent.RELEASE), ev(SlotEvent.DRAINED))));
     }
 
     @Test
     void receiveCommitRacesWithAbortAndRelease() {
         exploreAtomic(word(G, RECEIVING, 1), List.of(
-            List.of(ev(Event.COMMIT_RECEIVE)), List.of(ev(Event.BEGIN_DRAIN)), List.of(ev(Event.QUARANTINE))));
+            List.of(ev(SlotEvent.COMMIT_RECEIVE)), List.of(ev(SlotEvent.BEGIN_DRAIN)), List.of(ev(SlotEvent.QUARANTINE))));
         exploreAtomic(word(G, RECEIVING, 1), List.of(
-            List.of(ev(Event.COMMIT_RECEIVE), ev(Event.RELEASE)), List.of(ev(Event.BEGIN_DRAIN), ev(Event.DRAINED))));
+            List.of(ev(SlotEvent.COMMIT_RECEIVE), ev(SlotEvent.RELEASE)), List.of(ev(SlotEvent.BEGIN_DRAIN), ev(SlotEvent.DRAINED))));
     }
 
     @Test
@@ -134,8 +134,8 @@ class SlotTableInterleavingTest {
         // the allocator reuses a FREE slot while a holder of the previous tenancy's handle releases it
         final long initial = word(G - 1, FREE, 0);
         final List<List<Ev>> programs = List.of(
-            List.of(new Ev(PageHandle.of(0, 1), Event.ALLOCATE), ev(Event.RELEASE)),
-            List.of(new Ev(STALE_H, Event.RELEASE), new Ev(STALE_H, Event.RETAIN), new Ev(STALE_H, Event.PIN_WRITER)));
+            List.of(new Ev(PageHandle.of(0, 1), SlotEvent.ALLOCATE), ev(SlotEvent.RELEASE)),
+            List.of(new Ev(STALE_H, SlotEvent.RELEASE), new Ev(STALE_H, SlotEvent.RETAIN), new Ev(STALE_H, SlotEvent.PIN_WRITER)));
         exploreAtomic(initial, programs);
         InterleavingExplorer.exploreAll(() -> new ControlledWords(new long[] {initial}), true,
             List.of(new ArrayList<Op>(programs.get(0)), new ArrayList<Op>(programs.get(1))), e -> {
@@ -150,7 +150,7 @@ class SlotTableInterleavingTest {
         final long initial = word(G, OWNED, 2);
         final AssertionError found = org.junit.jupiter.api.Assertions.assertThrows(AssertionError.class, () ->
             explore(initial, () -> new InterleavingExplorer.NonAtomicCasWords(new long[] {initial}),
-                List.of(List.of(ev(Event.RELEASE)), List.of(ev(Event.RELEASE)))));
+                List.of(List.of(ev(SlotEvent.RELEASE)), List.of(ev(SlotEvent.RELEASE)))));
         assertNotNull(found.getMessage());
         assertTrue(found.getMessage().contains("not linearizable"), found.getMessage());
     }
@@ -161,6 +161,6 @@ class SlotTableInterleavingTest {
         final long initial = word(G, OWNED, 1);
         final InterleavingExplorer.Execution fake = new InterleavingExplorer.Execution(
             new long[][] {{word(G, OWNED, 1)}}, new int[][] {{1}}, new int[][] {{1}}, new long[] {word(G, FREE, 0)}, List.of(0));
-        assertNotNull(InterleavingExplorer.checkLinearizable(fake, new long[] {initial}, List.of(List.of(ev(Event.RELEASE)))));
+        assertNotNull(InterleavingExplorer.checkLinearizable(fake, new long[] {initial}, List.of(List.of(ev(SlotEvent.RELEASE)))));
     }
 }

@@ -86,12 +86,12 @@ public final class Demo {
 
             out.println("\n6. A transfer into a page is aborted: the page drains before it can be freed");
             final long staging = pool.tryAllocate();
-            pool.pinWriter(staging);
+            pool.handles().pinWriter(staging);
             pool.release(staging); // the request gave up: but a remote writer may still be writing
             out.println("   released while RECEIVING → still " + pool.state(staging) + " (a writer pin holds it)");
-            pool.beginDrain(staging);
+            pool.handles().beginDrain(staging);
             out.println("   abort → " + pool.state(staging) + " until the sender confirms every write ended");
-            pool.drained(staging);
+            pool.handles().drained(staging);
             out.println("   DRAINED received → " + (pool.state(staging) == null ? "FREE" : pool.state(staging)));
 
             out.println("\n7. A stale handle is refused, never served");

@@ -20,7 +20,7 @@ class DemoTest {
         assertTrue(out.contains("tenant 2, same tokens: 0 tokens attached"), out);
         assertTrue(out.contains("alice token 40 written by request 1, beam token 40 by request 9"), out);
         assertTrue(out.contains("still RECEIVING") && out.contains("DRAINED received → FREE"), out);
-        assertTrue(out.contains("stale handle page[slot=") && out.contains("is now OWNED(gen=2"), out);
+        assertTrue(out.contains("stale handle page[pool=") && out.contains("is now OWNED(gen=2"), out);
         assertTrue(out.contains("accounting balanced: every page is back"), out);
     }
 }

@@ -52,7 +52,8 @@ public final class DeviceChecksums implements PageChecksums {
 
     private static String refusal(long code) {
         return code == PageHandle.STALE ? "stale handle"
-            : code == PageHandle.INVALID ? "not a handle of this pool"
+            : code == PageHandle.INVALID ? "not a page handle"
+            : code == PageHandle.FOREIGN ? "a handle of another pool"
             : code == PageHandle.ILLEGAL_STATE ? "page is neither OWNED nor RECEIVING"
             : "code " + code;
     }

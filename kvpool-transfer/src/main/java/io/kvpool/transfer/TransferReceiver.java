@@ -205,12 +205,12 @@ public final class TransferReceiver extends TransferEndpoint {
         try {
             for (; pinned < handles.length; pinned++) {
                 handles[pinned] = seq.pageHandle(pinned);
-                pool.pinWriter(handles[pinned]);
+                pool.handles().pinWriter(handles[pinned]);
             }
         } catch (RuntimeException e) {
             for (int i = 0; i < pinned; i++) {
-                pool.beginDrain(handles[i]); // nothing was registered: no writer can exist yet
-                pool.drained(handles[i]);
+                pool.handles().beginDrain(handles[i]); // nothing was registered: no writer can exist yet
+                pool.handles().drained(handles[i]);
             }
             seq.close();
             throw e;
@@ -462,7 +462,7 @@ public final class TransferReceiver extends TransferEndpoint {
             }
         }
         for (long h : t.handles) {
-            pool.commitReceive(h);
+            pool.handles().commitReceive(h);
         }
         closeRegistrations(t);
         t.state = IncomingTransfer.State.COMMITTED;
@@ -573,7 +573,7 @@ public final class TransferReceiver extends TransferEndpoint {
         t.message = message;
         metrics.failures.get(reason).increment();
         for (long h : t.handles) {
-            pool.beginDrain(h);
+            pool.handles().beginDrain(h);
         }
         t.sequence.close(); // only the writer pins hold the pages now
         t.state = IncomingTransfer.State.DRAINING;
@@ -610,7 +610,7 @@ public final class TransferReceiver extends TransferEndpoint {
 
     private void releaseDrained(IncomingTransfer t, ReceiverMetrics.Outcome outcome, long now) {
         for (long h : t.handles) {
-            pool.drained(h);
+            pool.handles().drained(h);
         }
         closeRegistrations(t);
         released(t, outcome, now);
@@ -631,7 +631,7 @@ public final class TransferReceiver extends TransferEndpoint {
             }
         }
         for (long h : t.handles) {
-            pool.quarantine(h);
+            pool.handles().quarantine(h);
         }
         t.state = IncomingTransfer.State.QUARANTINED;
         t.outcome = outcome;
@@ -679,7 +679,7 @@ public final class TransferReceiver extends TransferEndpoint {
             return false;
         }
         for (long h : t.handles) {
-            pool.releaseQuarantine(h);
+            pool.handles().releaseQuarantine(h);
         }
         metrics.quarantinedPages.addAndGet(-t.handles.length);
         metrics.quarantineReleases.increment();

@@ -1,5 +1,6 @@
 package io.kvpool.examples.load;
 
+import java.util.Locale;
 import java.util.Arrays;
 
 /** Latency percentiles from a sorted copy of every sample (exact; a run holds at most a few million). */
@@ -38,9 +39,9 @@ public final class Percentiles {
     /** @return {@code p50 p90 p99 max} in milliseconds, right-aligned, and the count */
     public String row() {
         if (sorted.length == 0) {
-            return String.format("%9s %9s %9s %9s %9d", "-", "-", "-", "-", 0);
+            return String.format(Locale.ROOT, "%9s %9s %9s %9s %9d", "-", "-", "-", "-", 0);
         }
-        return String.format("%9.2f %9.2f %9.2f %9.2f %9d", ms(percentile(50)), ms(percentile(90)), ms(percentile(99)), ms(max()),
+        return String.format(Locale.ROOT, "%9.2f %9.2f %9.2f %9.2f %9d", ms(percentile(50)), ms(percentile(90)), ms(percentile(99)), ms(max()),
             sorted.length);
     }
 

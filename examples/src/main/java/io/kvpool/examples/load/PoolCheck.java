@@ -1,5 +1,6 @@
 package io.kvpool.examples.load;
 
+import java.util.Locale;
 import io.kvpool.KvPool;
 import io.kvpool.PoolSnapshot;
 import io.kvpool.examples.server.KvServer;
@@ -53,7 +54,7 @@ public record PoolCheck(boolean ok, List<String> lines) {
                 final boolean clean = s.balanced() && s.inUse() == 0 && s.free() == s.capacity() - s.retired() && s.reserved() == 0
                     && s.openSequences() == 0;
                 ok &= clean;
-                lines.add(String.format("%-8s %s: %d/%d pages free, %d owned, %d receiving, %d draining, %d quarantined, %d reserved, "
+                lines.add(String.format(Locale.ROOT, "%-8s %s: %d/%d pages free, %d owned, %d receiving, %d draining, %d quarantined, %d reserved, "
                         + "%d sequences open", names[i], clean ? "balanced" : "NOT CLEAN", s.free(), s.capacity(), s.owned(), s.receiving(),
                     s.draining(), s.quarantined(), s.reserved(), s.openSequences()));
             } catch (IllegalStateException e) {
@@ -88,7 +89,7 @@ public record PoolCheck(boolean ok, List<String> lines) {
                     final double capacity = m.getOrDefault("kvpool_pool_capacity_pages{role=\"" + role + "\"}", 0.0);
                     if (!m.containsKey(p + "free\"}") || up != 1 || capacity <= 0) {
                         clean = false;
-                        lines.add(String.format("%-8s NOT CLEAN (from /metrics): %s", role, !m.containsKey(p + "free\"}") ? "no pool pages reported"
+                        lines.add(String.format(Locale.ROOT, "%-8s NOT CLEAN (from /metrics): %s", role, !m.containsKey(p + "free\"}") ? "no pool pages reported"
                             : up != 1 ? "the role is down (kvpool_role_up 0)" : "no capacity reported"));
                         continue;
                     }
@@ -100,7 +101,7 @@ public record PoolCheck(boolean ok, List<String> lines) {
                     final double open = m.getOrDefault("kvpool_pool_open_sequences{role=\"" + role + "\"}", 0.0);
                     final boolean roleClean = busy == 0 && reserved == 0 && open == 0 && free == capacity - retired;
                     clean &= roleClean;
-                    lines.add(String.format("%-8s %s (from /metrics): %.0f of %.0f pages free, %.0f owned, %.0f receiving, %.0f draining, "
+                    lines.add(String.format(Locale.ROOT, "%-8s %s (from /metrics): %.0f of %.0f pages free, %.0f owned, %.0f receiving, %.0f draining, "
                             + "%.0f quarantined, %.0f reserved, %.0f sequences open", role, roleClean ? "clean" : "NOT CLEAN", free, capacity,
                         m.getOrDefault(p + "owned\"}", 0.0), m.getOrDefault(p + "receiving\"}", 0.0),
                         m.getOrDefault(p + "draining\"}", 0.0), m.getOrDefault(p + "quarantined\"}", 0.0), reserved, open));

@@ -1,5 +1,6 @@
 package io.kvpool.examples.server;
 
+import java.util.Locale;
 import com.fasterxml.jackson.core.JacksonException;
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
@@ -169,7 +170,7 @@ final class CompletionsHandler implements HttpHandler {
         final JsonNode prompt = root.get("prompt");
         if (prompt == null || !prompt.isTextual()) {
             throw ApiError.badRequest("invalid_prompt", "prompt must be a string"
-                + (prompt == null ? " and is missing" : ", got " + prompt.getNodeType().name().toLowerCase()));
+                + (prompt == null ? " and is missing" : ", got " + prompt.getNodeType().name().toLowerCase(Locale.ROOT)));
         }
         final JsonNode max = root.get("max_tokens");
         if (max == null || max.isNull()) {

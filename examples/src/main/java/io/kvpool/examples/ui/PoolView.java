@@ -1,5 +1,6 @@
 package io.kvpool.examples.ui;
 
+import java.util.Locale;
 import io.kvpool.KvPool;
 import io.kvpool.PoolSnapshot;
 import io.kvpool.SlotState;
@@ -39,7 +40,7 @@ public record PoolView(String role, int capacity, String pages, Map<String, Long
         for (int i = 0; i < capacity; i++) {
             if (CODES.indexOf(pages.charAt(i)) < 0) {
                 throw new IllegalArgumentException("pages[" + i + "] is '" + pages.charAt(i) + "' (U+"
-                    + String.format("%04X", (int) pages.charAt(i)) + "), not one of " + CODES);
+                    + String.format(Locale.ROOT, "%04X", (int) pages.charAt(i)) + "), not one of " + CODES);
             }
         }
         counters = LiveState.orderedCopy(counters, "pool " + role);

@@ -76,19 +76,19 @@ final class PoolScene implements AutoCloseable {
 
     /** OWNED → RECEIVING (a page from {@link #own}). */
     void receive(int slot) {
-        pool.pinWriter(handle(slot));
+        pool.handles().pinWriter(handle(slot));
         set(slot, SlotState.RECEIVING);
     }
 
     /** RECEIVING → DRAINING. */
     void drain(int slot) {
-        pool.beginDrain(handle(slot));
+        pool.handles().beginDrain(handle(slot));
         set(slot, SlotState.DRAINING);
     }
 
     /** RECEIVING or DRAINING → QUARANTINED. */
     void quarantine(int slot) {
-        pool.quarantine(handle(slot));
+        pool.handles().quarantine(handle(slot));
         set(slot, SlotState.QUARANTINED);
     }
 
@@ -96,9 +96,9 @@ final class PoolScene implements AutoCloseable {
     void free(int slot) {
         final long h = handle(slot);
         switch (pool.stateOfSlot(slot)) {
-            case RECEIVING -> pool.commitReceive(h);
-            case DRAINING -> pool.drained(h);
-            case QUARANTINED -> pool.releaseQuarantine(h);
+            case RECEIVING -> pool.handles().commitReceive(h);
+            case DRAINING -> pool.handles().drained(h);
+            case QUARANTINED -> pool.handles().releaseQuarantine(h);
             default -> {
             }
         }

@@ -45,7 +45,7 @@ class ShmTwoProcessTest {
             final long[] target = {all[4], all[1], all[3]}; // registered in this (logical) order
             final int[] slots = new int[target.length];
             for (int i = 0; i < target.length; i++) {
-                pool.pinWriter(target[i]);
+                pool.handles().pinWriter(target[i]);
                 slots[i] = PageHandle.slot(target[i]);
             }
             final Process child = new ProcessBuilder(Path.of(System.getProperty("java.home"), "bin", "java").toString(),
@@ -119,7 +119,7 @@ class ShmTwoProcessTest {
                     assertTrue(child.waitFor(10, TimeUnit.SECONDS));
                     assertTrue(l.tearDown(), "peer dead: tearDown is proven");
                     for (long h : target) {
-                        pool.commitReceive(h);
+                        pool.handles().commitReceive(h);
                     }
                 }
             } finally {

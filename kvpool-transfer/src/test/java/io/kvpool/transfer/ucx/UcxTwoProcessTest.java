@@ -55,7 +55,7 @@ class UcxTwoProcessTest {
         slots = new int[TRANSFER_PAGES];
         for (int i = 0; i < TRANSFER_PAGES; i++) {
             handles[i] = all.get(i);
-            pool.pinWriter(handles[i]);
+            pool.handles().pinWriter(handles[i]);
             slots[i] = PageHandle.slot(handles[i]);
         }
         transport = UcxTransport.open("parent");

@@ -1,0 +1,84 @@
+package io.kvpool;
+
+import java.util.Locale;
+
+/**
+ * The startup capacity check: a pool must hold the context the deployment advertises for one request, or
+ * refuse to build with both numbers (or clamp, when the builder opted in). Run by {@link KvPool.Builder#build()}.
+ *
+ * <pre>
+ *   pages        = pages(n), or byteBudget / bytesPerPage                      (1 .. MAX_SLOT + 1)
+ *   pool tokens  = min(pages × tokensPerPage, Integer.MAX_VALUE)               (one sequence counts in an int)
+ *   context      ≤ pool tokens, else FAIL → PoolCapacityException, CLAMP → context = pool tokens (WARNING)
+ * </pre>
+ */
+final class CapacityCheck {
+
+    private static final System.Logger LOG = System.getLogger("io.kvpool");
+
+    /**
+     * The resolved size of a pool.
+     *
+     * @param pages            pages to build
+     * @param maxContextTokens the max context after the check (≤ {@link Integer#MAX_VALUE})
+     */
+    record Sized(int pages, long maxContextTokens) {
+    }
+
+    private CapacityCheck() {
+    }
+
+    /**
+     * @param pages      pages asked for, or -1
+     * @param byteBudget bytes to fill with pages, or -1
+     * @param context    the advertised max context, or -1 when unset
+     * @return the pool's size
+     * @throws IllegalArgumentException if the size or max context is missing or out of range
+     * @throws PoolCapacityException    if the pool cannot hold the context and the policy is {@link ContextPolicy#FAIL}
+     */
+    static Sized resolve(KvLayout layout, long pages, long byteBudget, long context, ContextPolicy policy) {
+        final long bytesPerPage = layout.bytesPerPage();
+        final long n;
+        if (pages >= 0) {
+            n = pages;
+        } else if (byteBudget >= 0) {
+            n = byteBudget / bytesPerPage;
+            if (n < 1) {
+                throw new IllegalArgumentException("byte budget of " + byteBudget + " bytes holds no page of " + bytesPerPage
+                    + " bytes (" + layout + ")");
+            }
+        } else {
+            throw new IllegalArgumentException("set the pool size with pages(n) or byteBudget(bytes)");
+        }
+        if (n < 1 || n > PageHandle.MAX_SLOT + 1L) {
+            throw new IllegalArgumentException("a pool has 1.." + (PageHandle.MAX_SLOT + 1L) + " pages, asked for " + n);
+        }
+        if (context < 1) {
+            throw new IllegalArgumentException(context == -1
+                ? "set maxContextTokens(n): the context length the deployment advertises"
+                : "maxContextTokens must be ≥ 1, was " + context);
+        }
+        final long allTokens = Math.multiplyExact(n, (long) layout.tokensPerPage());
+        final long poolTokens = Math.min(allTokens, Integer.MAX_VALUE); // one request is one sequence, which counts in an int
+        if (context <= poolTokens) {
+            return new Sized((int) n, context);
+        }
+        final String numbers = String.format(Locale.ROOT,
+            "advertised max context of %,d tokens exceeds what this pool can hold for one request: %,d tokens "
+                + "(%,d pages × %,d tokens/page, %,d bytes%s)", context, poolTokens, n, layout.tokensPerPage(), n * bytesPerPage,
+            allTokens > poolTokens ? String.format(Locale.ROOT, "; a sequence counts at most %,d tokens", Integer.MAX_VALUE) : "");
+        if (policy == ContextPolicy.FAIL) {
+            throw new PoolCapacityException(context, poolTokens, numbers + String.format(Locale.ROOT,
+                "; the largest safe context is %,d tokens. Lower the advertised context, give the pool more memory "
+                    + "(at least %,d bytes), or opt in to ContextPolicy.CLAMP", poolTokens,
+                saturatingMultiply(layout.pagesFor(context), bytesPerPage)));
+        }
+        LOG.log(System.Logger.Level.WARNING, numbers + String.format(Locale.ROOT, "; clamping the max context to %,d tokens", poolTokens));
+        return new Sized((int) n, poolTokens);
+    }
+
+    /** @return {@code a × b} for non-negative operands, or {@link Long#MAX_VALUE} where it would overflow (a hint's size) */
+    private static long saturatingMultiply(long a, long b) {
+        return Math.multiplyHigh(a, b) != 0 || a * b < 0 ? Long.MAX_VALUE : a * b;
+    }
+}

@@ -1,0 +1,84 @@
+package io.kvpool.spi;
+
+import io.kvpool.IllegalSlotTransitionException;
+import io.kvpool.StaleHandleException;
+
+/**
+ * The writer-pin side of a pool's handles, for transports (kvpool-transfer, kvpool-cuda): pin a page as the
+ * target of remote writes, then end the pin by commit, drain or quarantine. Obtain it with
+ * {@link io.kvpool.KvPool#handles()}. Not application API: an application holds pages through sequences and
+ * never pins them.
+ *
+ * <pre>
+ *   OWNED(1) ──pinWriter──► RECEIVING ──commitReceive──────────────────────────► OWNED, or FREE if unreferenced
+ *                              │
+ *                              ├──beginDrain──► DRAINING ──drained──────────────► OWNED, or FREE
+ *                              │                   │
+ *                              └──quarantine──┬────┘
+ *                                             ▼
+ *                                        QUARANTINED ──releaseQuarantine──────► OWNED, or FREE
+ * </pre>
+ * Every method is thread-safe; all but {@link #pinWriter} are lock-free (one CAS on the slot's state
+ * word). Each throws {@link StaleHandleException} for a stale handle or one of another pool, and
+ * {@link IllegalSlotTransitionException} when the page's state does not allow the step. After the pool is
+ * closed, the steps that end a pin are still accepted (the storage is kept until the last one); the others
+ * throw {@link IllegalStateException}.
+ */
+public interface TransportHandles {
+
+    /**
+     * Pins an unshared, unpublished OWNED page as the target of remote writes (RECEIVING). While pinned the
+     * page cannot become FREE, whatever happens to its references. Takes the pool lock briefly, to check that
+     * the page holds no published prefix.
+     *
+     * @param handle the page's handle
+     * @throws StaleHandleException           if the handle is stale or not a handle of this pool
+     * @throws IllegalSlotTransitionException if the page is shared, published or not OWNED
+     */
+    void pinWriter(long handle);
+
+    /**
+     * The transfer into the page was verified: RECEIVING → OWNED (or FREE if no reference is left).
+     *
+     * @param handle the page's handle
+     * @throws StaleHandleException           if the handle is stale or not a handle of this pool
+     * @throws IllegalSlotTransitionException if the page is not RECEIVING
+     */
+    void commitReceive(long handle);
+
+    /**
+     * The transfer failed or was aborted: RECEIVING → DRAINING, waiting for the sender's confirmation.
+     *
+     * @param handle the page's handle
+     * @throws StaleHandleException           if the handle is stale or not a handle of this pool
+     * @throws IllegalSlotTransitionException if the page is not RECEIVING
+     */
+    void beginDrain(long handle);
+
+    /**
+     * Every expected sender confirmed its writes are over: DRAINING → OWNED, or FREE if no reference is left.
+     *
+     * @param handle the page's handle
+     * @throws StaleHandleException           if the handle is stale or not a handle of this pool
+     * @throws IllegalSlotTransitionException if the page is not DRAINING
+     */
+    void drained(long handle);
+
+    /**
+     * No drain confirmation in time, or the peer was lost: RECEIVING/DRAINING → QUARANTINED. Never freed on a timer.
+     *
+     * @param handle the page's handle
+     * @throws StaleHandleException           if the handle is stale or not a handle of this pool
+     * @throws IllegalSlotTransitionException if the page is neither RECEIVING nor DRAINING
+     */
+    void quarantine(long handle);
+
+    /**
+     * The transport proved the peer can no longer write: QUARANTINED → OWNED, or FREE if no reference is left.
+     *
+     * @param handle the page's handle
+     * @throws StaleHandleException           if the handle is stale or not a handle of this pool
+     * @throws IllegalSlotTransitionException if the page is not QUARANTINED
+     */
+    void releaseQuarantine(long handle);
+}

@@ -1,0 +1,113 @@
+package io.kvpool;
+
+import org.junit.jupiter.api.Test;
+
+import java.lang.foreign.ValueLayout;
+import java.util.ArrayList;
+import java.util.HashSet;
+import java.util.List;
+import java.util.Set;
+
+import static org.junit.jupiter.api.Assertions.assertArrayEquals;
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertNotEquals;
+import static org.junit.jupiter.api.Assertions.assertNull;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+/** Handles name their pool: a prefill pool's handle used on the decode pool of the same process reaches nothing. */
+class PoolIdentityTest {
+
+    private static final byte PREFILL_TENANT = 0x11;
+    private static final byte DECODE_TENANT = 0x22;
+
+    /** Both pools issue their first handle for slot 0, generation 1: only the pool id tells them apart. */
+    private static long[] sameSlotHandles(KvPool prefill, KvPool decode) {
+        final long p = prefill.tryAllocate();
+        final long d = decode.tryAllocate();
+        assertEquals(PageHandle.slot(p), PageHandle.slot(d));
+        assertEquals(PageHandle.generation(p), PageHandle.generation(d));
+        prefill.page(p).fill(PREFILL_TENANT);
+        decode.page(d).fill(DECODE_TENANT);
+        return new long[] {p, d};
+    }
+
+    @Test
+    void aHandleOfAnotherPoolIsRefusedEverywhereAStaleOneIsAndCounted() {
+        try (KvPool prefill = TestPools.pool(4); KvPool decode = TestPools.pool(4)) {
+            assertNotEquals(prefill.poolId(), decode.poolId());
+            final long[] h = sameSlotHandles(prefill, decode);
+            final long foreign = h[0];
+            assertEquals(PageHandle.FOREIGN, decode.validate(foreign));
+            final StaleHandleException e = assertThrows(StaleHandleException.class, () -> decode.page(foreign));
+            assertTrue(e.getMessage().contains("issued by pool " + prefill.poolId()), e.getMessage());
+            assertThrows(StaleHandleException.class, () -> decode.release(foreign));
+            assertThrows(StaleHandleException.class, () -> decode.retain(foreign));
+            assertThrows(StaleHandleException.class, () -> decode.firstCanaryToken(foreign, 0, 1));
+            assertThrows(StaleHandleException.class, () -> decode.handles().pinWriter(foreign));
+            assertThrows(StaleHandleException.class, () -> decode.handles().commitReceive(foreign));
+            assertEquals(PageHandle.FOREIGN, decode.tryTransition(foreign, SlotEvent.RELEASE));
+            assertNull(decode.state(foreign));
+            assertEquals(1, decode.refcountOfSlot(PageHandle.slot(foreign)), "the decode tenant's page is untouched");
+            final PoolSnapshot s = decode.snapshot();
+            assertEquals(8, s.foreignHandlesRefused(), "eight refusals; state() is a query and counts nothing");
+            assertEquals(0, s.staleHandlesRefused());
+            assertEquals(8, decode.metrics().foreignHandlesRefused());
+            assertEquals(0, prefill.metrics().foreignHandlesRefused());
+            prefill.release(h[0]);
+            decode.release(h[1]);
+            decode.verifyAccounting();
+        }
+    }
+
+    /** The control: with the pool identity check off, the same mistake reads the decode tenant's KV. */
+    @Test
+    void withoutTheIdentityCheckAPrefillHandleReadsTheDecodeTenantsKv() {
+        try (KvPool prefill = TestPools.pool(4);
+             KvPool decode = TestPools.builder(4).unsafeDisable(Safeguard.POOL_IDENTITY_CHECK).build()) {
+            final long[] h = sameSlotHandles(prefill, decode);
+            final byte[] leaked = decode.page(h[0]).toArray(ValueLayout.JAVA_BYTE);
+            final byte[] decodeTenant = new byte[leaked.length];
+            java.util.Arrays.fill(decodeTenant, DECODE_TENANT);
+            assertArrayEquals(decodeTenant, leaked, "the prefill handle reached the decode tenant's page");
+            prefill.release(h[0]);
+            decode.release(h[1]);
+        }
+    }
+
+    @Test
+    void openPoolsHaveDistinctIdsAndAClosedPoolsIdComesBackLast() {
+        final List<KvPool> open = new ArrayList<>();
+        try {
+            final Set<Integer> ids = new HashSet<>();
+            for (int i = 0; i < 40; i++) {
+                final KvPool p = TestPools.pool(1);
+                open.add(p);
+                assertTrue(ids.add(p.poolId()), "pool id " + p.poolId() + " given to two open pools");
+                assertTrue(p.poolId() >= 1 && p.poolId() <= PageHandle.MAX_POOL, "id " + p.poolId());
+            }
+            final int closedId = open.get(0).poolId();
+            open.remove(0).close();
+            final KvPool next = TestPools.pool(1);
+            open.add(next);
+            assertNotEquals(closedId, next.poolId(), "a closed pool's id is not the next one handed out");
+        } finally {
+            open.forEach(KvPool::close);
+        }
+    }
+
+    @Test
+    void theHandleLayoutCarriesPoolSlotAndGeneration() {
+        final long h = PageHandle.of(PageHandle.MAX_POOL, PageHandle.MAX_SLOT, PageHandle.MAX_GENERATION);
+        assertTrue(h > 0, "bit 63 stays clear");
+        assertEquals(PageHandle.MAX_POOL, PageHandle.pool(h));
+        assertEquals(PageHandle.MAX_SLOT, PageHandle.slot(h));
+        assertEquals(PageHandle.MAX_GENERATION, PageHandle.generation(h));
+        final long g = PageHandle.of(3, 12, 7);
+        assertEquals((3L << 56) | (7L << 24) | 12, g);
+        assertEquals("page[pool=3, slot=12, gen=7]", PageHandle.toString(g));
+        assertEquals(0, PageHandle.pool(PageHandle.of(12, 7)));
+        assertThrows(IllegalArgumentException.class, () -> PageHandle.of(PageHandle.MAX_POOL + 1, 0, 1));
+        assertThrows(IllegalArgumentException.class, () -> PageHandle.of(-1, 0, 1));
+    }
+}
