@@ -77,6 +77,17 @@ final class CapacityCheck {
         return new Sized((int) n, poolTokens);
     }
 
+    /**
+     * @return {@code value}
+     * @throws IllegalArgumentException if {@code value < min}, naming the setting
+     */
+    static int atLeast(String setting, int value, int min) {
+        if (value < min) {
+            throw new IllegalArgumentException(setting + " must be ≥ " + min + ", was " + value);
+        }
+        return value;
+    }
+
     /** @return {@code a × b} for non-negative operands, or {@link Long#MAX_VALUE} where it would overflow (a hint's size) */
     private static long saturatingMultiply(long a, long b) {
         return Math.multiplyHigh(a, b) != 0 || a * b < 0 ? Long.MAX_VALUE : a * b;

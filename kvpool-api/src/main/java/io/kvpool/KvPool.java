@@ -11,7 +11,6 @@ import java.util.EnumSet;
 import java.util.Objects;
 import java.util.Optional;
 import java.util.Set;
-import java.util.concurrent.atomic.LongAdder;
 import java.util.function.BiFunction;
 
 /**
@@ -22,11 +21,13 @@ import java.util.function.BiFunction;
  * delegates each job to one class.
  *
  * <pre>
- *   SlotTable        one state word per slot (pool id check, generation | phase | refcount), changed only
- *                    through SlotStateMachine by CAS; PageCounts follows every change          lock-free
- *   PageAllocator    free stack, return stack, allocator cache, fills, evictions        ┐
- *   Reservations     reserved pages, admission's rule, reservation ids, refusal counts  ├ pool lock
- *   PrefixSharing    attach, publish, copy-on-write over the PrefixCache index          ┘
+ *   HandleOps        a handle's events: refusals, counts, the transports' view        ┐ lock-free
+ *   SlotTable        one state word per slot, changed only by CAS through             │
+ *                    SlotStateMachine; PageCounts follows every change                ┘
+ *   PoolAllocations  admission and allocation, in that order of checks               ┐
+ *   PageAllocator    free stack, return stack, allocator cache, fills, evictions      │ pool lock
+ *   Reservations     reserved pages, admission's rule, reservation ids, refusals      │
+ *   PrefixSharing    attach, publish, copy-on-write over the PrefixCache index        ┘
  *   StorageLifetime  storage kept after close while pages are pinned
  *   AccountingCheck  the full scan behind verifyAccounting()
  *   PageStorage      the bytes; knows nothing of handles or states
@@ -65,10 +66,9 @@ public final class KvPool implements AutoCloseable {
     private final FillMode fillMode;
     private final Set<Safeguard> disabled;
     private final AllocatorLock lock = new AllocatorLock();
-    private final LongAdder staleRefused = new LongAdder();
-    private final LongAdder foreignRefused = new LongAdder();
-    private final PoolMetrics metrics = new PoolMetrics(this);
-    private final TransportHandles handles = new Handles();
+    private final HandleOps ops;
+    private final PoolAllocations allocations;
+    private final PoolMetrics metrics;
     private final Cleaner.Cleanable poolIdLease;
     private volatile boolean closed;
     private volatile String closeReport;
@@ -96,15 +96,15 @@ public final class KvPool implements AutoCloseable {
             this.allocator = new PageAllocator(slots, storage, fillMode, index, b.threadCache, lock);
             this.prefix = new PrefixSharing(slots, index, allocator, reservations, layout.tokensPerPage());
             this.lifetime = new StorageLifetime(storage, slots, lock);
+            this.ops = new HandleOps(this, slots, allocator, prefix, lifetime, lock);
+            this.allocations = new PoolAllocations(this, ops, slots, allocator, reservations, prefix, lock);
+            this.metrics = new PoolMetrics(capacity, slots.counts(), allocator, reservations, prefix, ops);
         } catch (RuntimeException | Error e) {
             storage.close();
             poolIdLease.clean();
             throw e;
         }
-        if (!disabled.isEmpty()) {
-            LOG.log(System.Logger.Level.ERROR, "UNSAFE kvpool built with safeguards DISABLED: " + disabled
-                + " — for tests and incident replays only; this pool can leak one request's KV to another");
-        }
+        Safeguard.warnIfDisabled(disabled);
     }
 
     /**
@@ -156,112 +156,6 @@ public final class KvPool implements AutoCloseable {
         return closed;
     }
 
-    // ---- handles (lock-free, any thread) ----
-
-    /**
-     * Applies an event to the page a handle names, without throwing or allocating. Internal: applications
-     * use {@link #retain}/{@link #release}, transports {@link #handles()}.
-     *
-     * @return the slot's new state word (≥ 0), or a negative {@link PageHandle} result code (stale, invalid and
-     *         foreign handles are counted)
-     * @throws IllegalArgumentException for ALLOCATE, which only the allocator issues
-     * @throws IllegalStateException    if the pool is closed (after a close that kept the storage for pinned pages,
-     *                                  every event but RETAIN and PIN_WRITER is still accepted)
-     */
-    long tryTransition(long handle, SlotEvent event) {
-        if (event == SlotEvent.ALLOCATE) {
-            throw new IllegalArgumentException("ALLOCATE is issued by the pool's allocator only");
-        }
-        if (event == SlotEvent.PIN_WRITER) {
-            return tryPinWriter(handle);
-        }
-        if (closed && (!lifetime.retained() || event == SlotEvent.RETAIN)) {
-            throw new IllegalStateException("kvpool is closed");
-        }
-        final long word = slots.apply(handle, event);
-        if (word < 0) {
-            countRefusal(word);
-            return word;
-        }
-        final int phase = SlotStateMachine.phase(word);
-        if (phase == SlotStateMachine.FREE) {
-            allocator.onBecameFree(PageHandle.slot(handle), closed);
-        } else if (phase == SlotStateMachine.RETIRED && prefix.isPublished(PageHandle.slot(handle))) {
-            lock.lock();
-            try {
-                prefix.unpublishLocked(PageHandle.slot(handle));
-            } finally {
-                lock.unlock();
-            }
-        }
-        if (closed && (event == SlotEvent.COMMIT_RECEIVE || event == SlotEvent.DRAINED || event == SlotEvent.RELEASE_QUARANTINE)) {
-            lifetime.afterUnpinEvent(word);
-        }
-        return word;
-    }
-
-    private void countRefusal(long code) {
-        if (code == PageHandle.STALE || code == PageHandle.INVALID) {
-            staleRefused.increment();
-        } else if (code == PageHandle.FOREIGN) {
-            foreignRefused.increment();
-        }
-    }
-
-    /** PIN_WRITER under the lock: no publication slips between the "not published" check and the pin, nor a pin past close's count. */
-    private long tryPinWriter(long handle) {
-        lock.lock();
-        try {
-            ensureOpen();
-            final long slot = slots.validate(handle);
-            if (slot < 0) {
-                countRefusal(slot);
-                return slot;
-            }
-            if (prefix.isPublished((int) slot)) {
-                return PageHandle.ILLEGAL_STATE;
-            }
-            final long word = slots.apply(handle, SlotEvent.PIN_WRITER);
-            countRefusal(word);
-            return word;
-        } finally {
-            lock.unlock();
-        }
-    }
-
-    private long transition(long handle, SlotEvent event) {
-        final long word = tryTransition(handle, event);
-        if (word < 0) {
-            throw refusal(handle, word, event);
-        }
-        return word;
-    }
-
-    private RuntimeException refusal(long handle, long code, SlotEvent event) {
-        final String what = event == null ? "access" : event.toString();
-        if (code == PageHandle.INVALID) {
-            return new StaleHandleException(handle, what + " refused: " + PageHandle.toString(handle)
-                + " is not a page handle of this pool (capacity " + capacity + ")");
-        }
-        if (code == PageHandle.FOREIGN) {
-            return new StaleHandleException(handle, what + " refused: " + PageHandle.toString(handle)
-                + " was issued by pool " + PageHandle.pool(handle) + ", not by this pool (" + poolId + ")");
-        }
-        final int slot = PageHandle.slot(handle);
-        final long now = slots.wordVolatile(slot);
-        if (code == PageHandle.STALE) {
-            return new StaleHandleException(handle, what + " refused: stale handle " + PageHandle.toString(handle)
-                + "; slot " + slot + " is now " + SlotStateMachine.describe(now));
-        }
-        if (code == PageHandle.REFCOUNT_OVERFLOW) {
-            return new IllegalStateException(what + " refused: " + PageHandle.toString(handle) + " already has "
-                + SlotStateMachine.MAX_REFCOUNT + " references");
-        }
-        if (event == SlotEvent.PIN_WRITER && prefix.isPublished(slot)) {
-            return new IllegalSlotTransitionException(slot, now, event, "page holds a published prefix and is immutable");
-        }
-        return new IllegalSlotTransitionException(slot, now, event, null);
-    }
 
     /**
      * Adds a reference to an OWNED page.
@@ -272,7 +166,7 @@ public final class KvPool implements AutoCloseable {
      * @throws IllegalStateException          if the pool is closed, or the page has the most references a page can have
      */
     public void retain(long handle) {
-        transition(handle, SlotEvent.RETAIN);
+        ops.transition(handle, SlotEvent.RETAIN);
     }
 
     /**
@@ -290,51 +184,13 @@ public final class KvPool implements AutoCloseable {
      * @throws IllegalStateException          if the pool is closed and keeps no pinned pages
      */
     public boolean release(long handle) {
-        return SlotStateMachine.phase(transition(handle, SlotEvent.RELEASE)) == SlotStateMachine.FREE;
+        return SlotStateMachine.phase(ops.transition(handle, SlotEvent.RELEASE)) == SlotStateMachine.FREE;
     }
 
-    /**
-     * @return the writer-pin operations for transports (pin, commit, drain, quarantine); not application API
-     */
+    /** @return the writer-pin operations for transports (pin, commit, drain, quarantine); not application API */
     @SuppressWarnings("exports") // io.kvpool.spi is exported to the transport modules only
     public TransportHandles handles() {
-        return handles;
-    }
-
-    /** The transports' view: see {@link TransportHandles} for the contract. */
-    private final class Handles implements TransportHandles {
-        @Override
-        public void pinWriter(long handle) {
-            final long word = tryPinWriter(handle);
-            if (word < 0) {
-                throw refusal(handle, word, SlotEvent.PIN_WRITER);
-            }
-        }
-
-        @Override
-        public void commitReceive(long handle) {
-            transition(handle, SlotEvent.COMMIT_RECEIVE);
-        }
-
-        @Override
-        public void beginDrain(long handle) {
-            transition(handle, SlotEvent.BEGIN_DRAIN);
-        }
-
-        @Override
-        public void drained(long handle) {
-            transition(handle, SlotEvent.DRAINED);
-        }
-
-        @Override
-        public void quarantine(long handle) {
-            transition(handle, SlotEvent.QUARANTINE);
-        }
-
-        @Override
-        public void releaseQuarantine(long handle) {
-            transition(handle, SlotEvent.RELEASE_QUARANTINE);
-        }
+        return ops.transportView();
     }
 
     /**
@@ -348,17 +204,12 @@ public final class KvPool implements AutoCloseable {
      */
     public long validate(long handle) {
         ensureOpen();
-        final long v = slots.validate(handle);
-        countRefusal(v);
-        return v;
+        return ops.validate(handle);
     }
 
     private int accessibleSlot(long handle) {
-        final long v = validate(handle);
-        if (v < 0) {
-            throw refusal(handle, v, null);
-        }
-        return (int) v;
+        ensureOpen();
+        return ops.accessibleSlot(handle);
     }
 
     /**
@@ -392,16 +243,7 @@ public final class KvPool implements AutoCloseable {
      */
     public SlotState state(long handle) {
         ensureOpen();
-        if (!PageHandle.isHandle(handle) || PageHandle.slot(handle) >= capacity || slots.validate(handle) == PageHandle.FOREIGN) {
-            return null;
-        }
-        final long word = slots.wordVolatile(PageHandle.slot(handle));
-        final int phase = SlotStateMachine.phase(word);
-        if (phase == SlotStateMachine.FREE || phase == SlotStateMachine.RETIRED
-            || SlotStateMachine.generation(word) != PageHandle.generation(handle)) {
-            return null;
-        }
-        return SlotStateMachine.state(word);
+        return slots.stateOf(handle);
     }
 
     /**
@@ -424,7 +266,6 @@ public final class KvPool implements AutoCloseable {
         return SlotStateMachine.refcount(slots.wordVolatile(slot));
     }
 
-    // ---- admission (pool lock) ----
 
     /**
      * Admits a request of {@code promptTokens} prompt tokens that may generate {@code maxNewTokens} more.
@@ -437,7 +278,7 @@ public final class KvPool implements AutoCloseable {
      * @throws IllegalStateException    if the pool is closed
      */
     public Admission admit(int promptTokens, int maxNewTokens) {
-        return admit(promptTokens, maxNewTokens, null, 0);
+        return allocations.admit(promptTokens, maxNewTokens, null, 0);
     }
 
     /**
@@ -456,27 +297,7 @@ public final class KvPool implements AutoCloseable {
      */
     public Admission admit(int[] promptTokenIds, int maxNewTokens, long cacheSalt) {
         Objects.requireNonNull(promptTokenIds, "promptTokenIds");
-        return admit(promptTokenIds.length, maxNewTokens, promptTokenIds, cacheSalt);
-    }
-
-    private Admission admit(int prompt, int maxNewTokens, int[] promptTokenIds, long cacheSalt) {
-        checkRequest(prompt, maxNewTokens);
-        lock.lock();
-        try {
-            final Reservations.Grant g = decideLocked(prompt, maxNewTokens);
-            Sequence seq = null;
-            if (g.admitted()) {
-                seq = newSequenceLocked((int) g.code(), g.admittedTokens(), cacheSalt, promptTokenIds != null);
-                if (promptTokenIds != null) {
-                    seq.setTokenCountAfterAttach(prefix.attachLocked(seq, promptTokenIds, cacheSalt) * layout.tokensPerPage());
-                }
-            }
-            final Admission.Decision d = g.admitted() ? Admission.Decision.ADMITTED : Admission.decisionOf(g.code());
-            return new Admission(d, seq, (long) prompt + maxNewTokens, maxContextTokens(), g.pagesNeeded(), g.pagesAvailable(),
-                inService());
-        } finally {
-            lock.unlock();
-        }
+        return allocations.admit(promptTokenIds.length, maxNewTokens, promptTokenIds, cacheSalt);
     }
 
     /**
@@ -491,14 +312,7 @@ public final class KvPool implements AutoCloseable {
      * @throws IllegalStateException    if the pool is closed
      */
     public long tryReserve(int promptTokens, int maxNewTokens) {
-        checkRequest(promptTokens, maxNewTokens);
-        lock.lock();
-        try {
-            final Reservations.Grant g = decideLocked(promptTokens, maxNewTokens);
-            return g.admitted() ? reservations.open(g) : g.code();
-        } finally {
-            lock.unlock();
-        }
+        return allocations.tryReserve(promptTokens, maxNewTokens);
     }
 
     /**
@@ -510,15 +324,7 @@ public final class KvPool implements AutoCloseable {
      * @throws IllegalStateException    if the pool is closed
      */
     public Sequence openSequence(long reservationId) {
-        lock.lock();
-        try {
-            ensureOpen();
-            final long[] r = new long[2];
-            reservations.take(reservationId, false, r);
-            return newSequenceLocked((int) r[0], r[1], 0, false);
-        } finally {
-            lock.unlock();
-        }
+        return allocations.openSequence(reservationId);
     }
 
     /**
@@ -529,116 +335,9 @@ public final class KvPool implements AutoCloseable {
      * @throws IllegalStateException    if the pool is closed
      */
     public void cancelReservation(long reservationId) {
-        lock.lock();
-        try {
-            ensureOpen();
-            reservations.take(reservationId, true, new long[2]);
-        } finally {
-            lock.unlock();
-        }
+        allocations.cancelReservation(reservationId);
     }
 
-    private static void checkRequest(int promptTokens, int maxNewTokens) {
-        if (promptTokens < 1) {
-            throw new IllegalArgumentException("promptTokens must be ≥ 1, was " + promptTokens);
-        }
-        if (maxNewTokens < 0) {
-            throw new IllegalArgumentException("maxNewTokens must be ≥ 0, was " + maxNewTokens);
-        }
-    }
-
-    /** Decides a request; a thread that comes up short first takes back pages an idle allocator thread holds. */
-    private Reservations.Grant decideLocked(int promptTokens, int maxNewTokens) {
-        ensureOpen();
-        allocator.drainReturnedLocked();
-        if (reservations.wouldWait(promptTokens, maxNewTokens, allocator.freeLocked())) {
-            allocator.reclaimLocked();
-        }
-        return reservations.decide(promptTokens, maxNewTokens, allocator.freeLocked(), inService());
-    }
-
-    private long inService() {
-        return capacity - slots.counts().retired.sum();
-    }
-
-    private Sequence newSequenceLocked(int reservedPages, long admittedTokens, long salt, boolean hasSalt) {
-        reservations.sequenceOpened();
-        return new Sequence(this, reservedPages, admittedTokens, salt, hasSalt);
-    }
-
-    // ---- allocation (pool lock), for Sequence ----
-
-    /**
-     * Allocates {@code count} pages for a sequence: first from its reservation, then from unreserved free
-     * pages. All or nothing.
-     *
-     * @param out receives the handles, at {@code out[0..count)}
-     * @return how many of them came from the sequence's reservation (for {@link #undoAllocation}), or
-     *         {@code -1 - available} when the unreserved part cannot be had (nothing is allocated then)
-     */
-    long tryAllocateFor(Sequence seq, int count, long[] out) {
-        final int fromReservation;
-        final int[] toFill;
-        lock.lock();
-        try {
-            ensureOpen();
-            allocator.bindCacheLocked();
-            allocator.flushCacheLocked(); // the owner's cached pages first (LIFO: cache-hot)
-            fromReservation = Math.min(count, seq.reservedPages);
-            final int unreserved = count - fromReservation;
-            if (unreserved > 0 && unreserved > unreservedLocked()) {
-                allocator.reclaimLocked();
-                final long available = unreservedLocked();
-                if (unreserved > available) {
-                    return -1 - Math.max(0, available);
-                }
-            }
-            int got = 0;
-            for (; got < count; got++) {
-                final long handle = allocator.takeFreePageLocked();
-                if (handle < 0) {
-                    break;
-                }
-                out[got] = handle;
-            }
-            if (got < count) { // only possible when slots retired under us
-                allocator.clearToFillLocked(); // released below: the free path fills them
-                for (int i = 0; i < got; i++) {
-                    tryTransition(out[i], SlotEvent.RELEASE);
-                }
-                allocator.flushCacheLocked(); // back where admission counts them (the owner may have cached them)
-                return -1 - Math.max(0, unreservedLocked());
-            }
-            seq.reservedPages -= fromReservation;
-            reservations.remove(fromReservation);
-            toFill = allocator.takeToFillLocked();
-        } finally {
-            lock.unlock();
-        }
-        try {
-            allocator.fill(toFill);
-        } catch (RuntimeException e) {
-            undoAllocation(seq, out, count, fromReservation); // all or nothing
-            throw e;
-        }
-        return fromReservation;
-    }
-
-    /** Undoes an allocation whose pages were never used: they go back free, and their reservation to the sequence. */
-    void undoAllocation(Sequence seq, long[] handles, int count, int fromReservation) {
-        lock.lock();
-        try {
-            for (int i = 0; i < count; i++) {
-                tryTransition(handles[i], SlotEvent.RELEASE);
-            }
-            allocator.flushCacheLocked(); // back where admission counts them before the reservation is re-taken
-            allocator.drainReturnedLocked();
-            seq.reservedPages += fromReservation;
-            reservations.add(fromReservation);
-        } finally {
-            lock.unlock();
-        }
-    }
 
     /**
      * Allocates one page outside any sequence (e.g. a staging buffer), from the free pages that no
@@ -650,40 +349,7 @@ public final class KvPool implements AutoCloseable {
      *                               allocator thread may still return a handle; every use of it throws)
      */
     public long tryAllocate() {
-        if (!closed) {
-            final long fast = allocator.popOwnerCache();
-            if (fast >= 0) {
-                return fast;
-            }
-        }
-        final long handle;
-        final int[] toFill;
-        lock.lock();
-        try {
-            ensureOpen();
-            allocator.bindCacheLocked();
-            allocator.drainReturnedLocked();
-            if (unreservedLocked() < 1) {
-                allocator.reclaimLocked();
-                if (unreservedLocked() < 1) {
-                    return PageHandle.EXHAUSTED;
-                }
-            }
-            handle = allocator.takeFreePageLocked();
-            toFill = allocator.takeToFillLocked();
-        } finally {
-            lock.unlock();
-        }
-        if (handle < 0) {
-            return PageHandle.EXHAUSTED;
-        }
-        try {
-            allocator.fill(toFill);
-        } catch (RuntimeException e) {
-            tryTransition(handle, SlotEvent.RELEASE); // back free (and marked to be filled again), never lost
-            throw e;
-        }
-        return handle;
+        return allocations.tryAllocate();
     }
 
     /**
@@ -695,143 +361,13 @@ public final class KvPool implements AutoCloseable {
      * @throws IllegalStateException if the pool is closed
      */
     public void flushAllocatorCache() {
-        lock.lock();
-        try {
-            ensureOpen();
-            allocator.flushCacheLocked();
-        } finally {
-            lock.unlock();
-        }
+        allocations.flushAllocatorCache();
     }
 
-    /** Tries to add up to {@code pages} to a sequence's reservation from free unreserved pages. @return pages added */
-    int topUpReservation(Sequence seq, int pages) {
-        lock.lock();
-        try {
-            ensureOpen();
-            allocator.drainReturnedLocked();
-            if (pages > unreservedLocked()) {
-                allocator.reclaimLocked();
-            }
-            final int add = (int) Math.max(0, Math.min(pages, unreservedLocked()));
-            reservations.add(add);
-            seq.reservedPages += add;
-            return add;
-        } finally {
-            lock.unlock();
-        }
-    }
+    // internal: the allocations Sequence makes through the pool lock; raw transitions, for tests
+    PoolAllocations allocations() { return allocations; }
+    long tryTransition(long handle, SlotEvent event) { return ops.tryTransition(handle, event); }
 
-    /**
-     * Reserves pages for a fork: {@code forParent} more for the parent and {@code forChild} for the child.
-     *
-     * @return {@code forParent}, or {@code -1 - available} if the pool cannot reserve them (nothing changed)
-     */
-    long tryReserveForFork(Sequence parent, int forParent, int forChild) {
-        lock.lock();
-        try {
-            ensureOpen();
-            allocator.drainReturnedLocked();
-            if (forParent + forChild > unreservedLocked()) {
-                allocator.reclaimLocked();
-                final long available = unreservedLocked();
-                if (forParent + forChild > available) {
-                    return -1 - Math.max(0, available);
-                }
-            }
-            reservations.add(forParent + forChild);
-            parent.reservedPages += forParent;
-            reservations.sequenceOpened();
-            return forParent;
-        } finally {
-            lock.unlock();
-        }
-    }
-
-    /** Gives back {@code pages} of a sequence's reservation (a failed fork undoing its copy-on-write page). */
-    void returnReservation(Sequence seq, int pages) {
-        lock.lock();
-        try {
-            final int n = Math.min(pages, seq.reservedPages);
-            seq.reservedPages -= n;
-            reservations.remove(n);
-        } finally {
-            lock.unlock();
-        }
-    }
-
-    /** Returns a closing sequence's unused reservation. */
-    void sequenceClosed(Sequence seq) {
-        lock.lock();
-        try {
-            reservations.remove(seq.reservedPages);
-            seq.reservedPages = 0;
-            reservations.sequenceClosed();
-        } finally {
-            lock.unlock();
-        }
-    }
-
-    private long unreservedLocked() {
-        return allocator.freeLocked() - reservations.reserved();
-    }
-
-    // ---- prefix sharing, for Sequence ----
-
-    /**
-     * Publishes a sequence's full pages {@code [from, to)}; see {@link Sequence#publish}. Each page is marked
-     * while this call holds a reference of its own to it (taken under the lock, dropped after it): a release
-     * racing the publication, even a stray one, can then never free a page between its check and its mark.
-     * The references are dropped outside the lock: a last release there may retire the slot, which takes it.
-     *
-     * @throws IllegalSlotTransitionException if a page is not OWNED (e.g. a peer still writes it); nothing is published
-     */
-    void publish(Sequence seq, int[] tokenIds, int from, int to, long salt) {
-        final long[] held = new long[to - from];
-        int holding = 0;
-        try {
-            lock.lock();
-            try {
-                ensureOpen();
-                for (int i = from; i < to; i++) {
-                    final long handle = seq.pageHandle(i);
-                    final long word = slots.apply(handle, SlotEvent.RETAIN);
-                    if (word >= 0) {
-                        held[holding++] = handle;
-                    }
-                    if (word < 0 || SlotStateMachine.phase(word) != SlotStateMachine.OWNED) {
-                        countRefusal(word);
-                        throw new IllegalSlotTransitionException(PageHandle.slot(handle), slots.wordVolatile(PageHandle.slot(handle)),
-                            null, "only OWNED pages can be published (page " + i + " of the sequence)");
-                    }
-                }
-                prefix.publishLocked(seq, held, tokenIds, from, to, salt);
-            } finally {
-                lock.unlock();
-            }
-        } finally {
-            for (int i = 0; i < holding; i++) {
-                tryTransition(held[i], SlotEvent.RELEASE);
-            }
-        }
-    }
-
-    /** @return whether a page the caller holds must be copied before it writes it (see {@link PrefixSharing}) */
-    boolean mustCopyBeforeWrite(int slot) {
-        return prefix.mustCopyBeforeWrite(slot);
-    }
-
-    /** Truncate into a published page only the caller holds: the page leaves the prefix cache. */
-    void unpublishIfSole(int slot) {
-        lock.lock();
-        try {
-            prefix.unpublishIfSoleLocked(slot);
-        } finally {
-            lock.unlock();
-        }
-    }
-
-    // ---- metrics, accounting and close ----
 
     /** @return the pool's gauges and counters, each readable at O(1) cost from any thread without the pool lock */
     public PoolMetrics metrics() {
@@ -839,35 +375,17 @@ public final class KvPool implements AutoCloseable {
     }
 
     /**
-     * Takes every page freed since the last allocation into account (a short critical section under the pool
-     * lock, O(pages freed since)) and reads the counts; no slot scan. Exact at a quiescent point.
-     *
-     * @return page counts by state and the counters
+     * @return page counts by state and the counters, exact at a quiescent point: no slot scan, a short critical
+     *         section under the pool lock that takes in the pages freed since the last allocation
      */
     public PoolSnapshot snapshot() {
         lock.lock();
         try {
             allocator.drainReturnedLocked();
-            return countedSnapshot();
+            return metrics.read();
         } finally {
             lock.unlock();
         }
-    }
-
-    /** @return the snapshot from the incremental counts (any thread; see {@link PageCounts}) */
-    PoolSnapshot countedSnapshot() {
-        final PageCounts c = slots.counts();
-        final long allocations = allocator.allocations();
-        final long receiving = c.receiving.sum();
-        final long draining = c.draining.sum();
-        final long quarantined = c.quarantined.sum();
-        final long retired = c.retired.sum();
-        final long inUse = allocations - c.ended.sum();
-        return new PoolSnapshot(capacity, capacity - inUse - retired, inUse - receiving - draining - quarantined, receiving,
-            draining, quarantined, retired, reservations.reserved(), allocator.freePages().cachedSize(), prefix.published(),
-            reservations.openSequences(), reservations.openReservations(), allocations, prefix.hits(), allocator.evictions(),
-            reservations.rejectedContextTooLong(), reservations.rejectedExceedsPool(), reservations.retryLater(),
-            staleRefused.sum(), foreignRefused.sum(), c.quarantineEvents.sum());
     }
 
     /**
@@ -883,7 +401,7 @@ public final class KvPool implements AutoCloseable {
         lock.lock();
         try {
             allocator.drainReturnedLocked();
-            return AccountingCheck.verifyLocked(countedSnapshot(), slots, allocator, prefix);
+            return AccountingCheck.verifyLocked(metrics.read(), slots, allocator, prefix);
         } finally {
             lock.unlock();
         }
@@ -914,50 +432,30 @@ public final class KvPool implements AutoCloseable {
             lifetime.markRetainedLocked(); // before `closed`: an unpin racing the close is accepted from its first moment
             closed = true;
             allocator.drainReturnedLocked();
-            snap = countedSnapshot();
+            snap = metrics.read();
             lifetime.retainedAtClose(snap.receiving() + snap.draining() + snap.quarantined());
         } finally {
             lock.unlock();
         }
         poolIdLease.clean();
-        final long pinned = snap.receiving() + snap.draining() + snap.quarantined();
-        if (snap.inUse() > 0 || snap.openSequences() > 0 || snap.openReservations() > 0) {
-            final String report = "kvpool closed with outstanding pages: " + snap.inUse() + " of " + capacity + " in use (owned "
-                + snap.owned() + ", receiving " + snap.receiving() + ", draining " + snap.draining() + ", quarantined "
-                + snap.quarantined() + "), " + snap.openSequences() + " open sequences, " + snap.openReservations()
-                + " open reservations, " + snap.reserved() + " pages reserved"
-                + (pinned > 0 ? "; " + pinned + " pages are pinned for remote writes, so the storage is NOT released (a peer may still write into it)" : "");
-            closeReport = report;
-            LOG.log(System.Logger.Level.ERROR, report);
+        if ((closeReport = snap.outstandingReport()) != null) {
+            LOG.log(System.Logger.Level.ERROR, closeReport);
         }
         lifetime.releaseIfUnpinned(); // now, or with the last unpin event
     }
 
-    private void ensureOpen() {
+    /** Internal. @throws IllegalStateException if the pool is closed */
+    void ensureOpen() {
         if (closed) {
             throw new IllegalStateException("kvpool is closed");
         }
     }
 
-    /** @return the slot table (tests) */
-    SlotTable slotTable() {
-        return slots;
-    }
-
-    /** @return the allocator (tests) */
-    PageAllocator allocator() {
-        return allocator;
-    }
-
-    /** @return admission's bookkeeping (tests) */
-    Reservations reservations() {
-        return reservations;
-    }
-
-    /** @return the storage's lifetime after close (tests) */
-    StorageLifetime lifetime() {
-        return lifetime;
-    }
+    // the parts, for tests in this package
+    SlotTable slotTable() { return slots; }
+    PageAllocator allocator() { return allocator; }
+    Reservations reservations() { return reservations; }
+    StorageLifetime lifetime() { return lifetime; }
 
     @Override
     public String toString() {
@@ -986,17 +484,16 @@ public final class KvPool implements AutoCloseable {
         }
 
         /**
-         * @param pages pool size in pages, 1 .. {@link PageHandle#MAX_SLOT} + 1 (checked at build)
+         * @param pages pool size in pages, 1 .. {@link PageHandle#MAX_SLOT} + 1 (checked at build); replaces a byte budget
          * @return this builder
          */
         public Builder pages(long pages) {
             this.pages = pages;
-            this.byteBudget = -1;
             return this;
         }
 
         /**
-         * @param bytes memory to fill with pages: the pool has the most pages that fit
+         * @param bytes memory to fill with pages: the pool has the most pages that fit; replaces a page count
          * @return this builder
          */
         public Builder byteBudget(long bytes) {
@@ -1047,10 +544,7 @@ public final class KvPool implements AutoCloseable {
          * @throws IllegalArgumentException if {@code n < 1}
          */
         public Builder maxReservations(int n) {
-            if (n < 1) {
-                throw new IllegalArgumentException("maxReservations must be ≥ 1, was " + n);
-            }
-            this.maxReservations = n;
+            this.maxReservations = CapacityCheck.atLeast("maxReservations", n, 1);
             return this;
         }
 
@@ -1066,10 +560,7 @@ public final class KvPool implements AutoCloseable {
          * @throws IllegalArgumentException if {@code pages < 0}
          */
         public Builder threadCache(int pages) {
-            if (pages < 0) {
-                throw new IllegalArgumentException("threadCache must be ≥ 0, was " + pages);
-            }
-            this.threadCache = pages;
+            this.threadCache = CapacityCheck.atLeast("threadCache", pages, 0);
             return this;
         }
 

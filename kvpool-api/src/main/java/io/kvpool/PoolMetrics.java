@@ -13,19 +13,29 @@ package io.kvpool;
  */
 public final class PoolMetrics {
 
-    private final KvPool pool;
+    private final int capacity;
+    private final PageCounts counts;
+    private final PageAllocator allocator;
+    private final Reservations reservations;
+    private final PrefixSharing prefix;
+    private final HandleOps ops;
 
-    PoolMetrics(KvPool pool) {
-        this.pool = pool;
+    PoolMetrics(int capacity, PageCounts counts, PageAllocator allocator, Reservations reservations, PrefixSharing prefix, HandleOps ops) {
+        this.capacity = capacity;
+        this.counts = counts;
+        this.allocator = allocator;
+        this.reservations = reservations;
+        this.prefix = prefix;
+        this.ops = ops;
     }
 
     private PoolSnapshot now() {
-        return pool.countedSnapshot();
+        return read();
     }
 
     /** @return pages the pool was built with */
     public long capacity() {
-        return pool.capacity();
+        return capacity;
     }
 
     /** @return gauge: FREE pages, including cached free pages that still hold a published prefix */
@@ -133,6 +143,16 @@ public final class PoolMetrics {
      *         may lag); O(1)
      */
     public PoolSnapshot read() {
-        return now();
+        final long allocations = allocator.allocations();
+        final long receiving = counts.receiving.sum();
+        final long draining = counts.draining.sum();
+        final long quarantined = counts.quarantined.sum();
+        final long retired = counts.retired.sum();
+        final long inUse = allocations - counts.ended.sum();
+        return new PoolSnapshot(capacity, capacity - inUse - retired, inUse - receiving - draining - quarantined, receiving,
+            draining, quarantined, retired, reservations.reserved(), allocator.freePages().cachedSize(), prefix.published(),
+            reservations.openSequences(), reservations.openReservations(), allocations, prefix.hits(), allocator.evictions(),
+            reservations.rejectedContextTooLong(), reservations.rejectedExceedsPool(), reservations.retryLater(),
+            ops.staleRefused(), ops.foreignRefused(), counts.quarantineEvents.sum());
     }
 }

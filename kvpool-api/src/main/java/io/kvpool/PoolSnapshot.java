@@ -59,6 +59,18 @@ public record PoolSnapshot(
             rejectedExceedsPool, retryLater, staleHandlesRefused, foreignHandlesRefused, quarantineEvents);
     }
 
+    /** @return the close report for a pool closed in this state, or null when nothing was outstanding */
+    String outstandingReport() {
+        if (inUse() == 0 && openSequences == 0 && openReservations == 0) {
+            return null;
+        }
+        final long pinned = receiving + draining + quarantined;
+        return "kvpool closed with outstanding pages: " + inUse() + " of " + capacity + " in use (owned " + owned + ", receiving "
+            + receiving + ", draining " + draining + ", quarantined " + quarantined + "), " + openSequences + " open sequences, "
+            + openReservations + " open reservations, " + reserved + " pages reserved"
+            + (pinned > 0 ? "; " + pinned + " pages are pinned for remote writes, so the storage is NOT released (a peer may still write into it)" : "");
+    }
+
     /** @return the page counts by state, for messages */
     String pageCountsString() {
         return "free=" + free + " owned=" + owned + " receiving=" + receiving + " draining=" + draining

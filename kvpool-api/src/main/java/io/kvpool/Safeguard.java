@@ -19,5 +19,13 @@ public enum Safeguard {
      * Reject requests that cannot fit. Off: an over-capacity request is admitted as a one-token placeholder
      * (the 2026 incident's mechanism) — its sequence holds one page whatever it asked for.
      */
-    ADMISSION_REJECTION
+    ADMISSION_REJECTION;
+
+    /** Logs an ERROR naming the safeguards a pool was built without, if any. */
+    static void warnIfDisabled(java.util.Set<Safeguard> disabled) {
+        if (!disabled.isEmpty()) {
+            System.getLogger("io.kvpool").log(System.Logger.Level.ERROR, "UNSAFE kvpool built with safeguards DISABLED: "
+                + disabled + " — for tests and incident replays only; this pool can leak one request's KV to another");
+        }
+    }
 }

@@ -170,7 +170,7 @@ public final class Sequence implements AutoCloseable {
             return;
         }
         final boolean partial = tokenCount % tokensPerPage != 0;
-        final boolean cow = partial && pool.mustCopyBeforeWrite(blockTable[pageCount - 1]);
+        final boolean cow = partial && pool.allocations().mustCopyBeforeWrite(blockTable[pageCount - 1]);
         final int newPages = (int) (pool.layout().pagesFor(target) - pageCount);
         final int allocate = newPages + (cow ? 1 : 0);
         if (allocate > 0) {
@@ -178,7 +178,7 @@ public final class Sequence implements AutoCloseable {
                 allocated = new long[Math.max(allocate, allocated.length * 2)];
             }
             final long[] got = allocated;
-            final long fromReservation = pool.tryAllocateFor(this, allocate, got);
+            final long fromReservation = pool.allocations().tryAllocateFor(this, allocate, got);
             if (fromReservation < 0) {
                 final long available = -1 - fromReservation;
                 final int fromRes = Math.min(allocate, reservedPages);
@@ -195,7 +195,7 @@ public final class Sequence implements AutoCloseable {
                 try {
                     pool.storage().copyPages(copyFrom, 0, copyTo, 0, 1);
                 } catch (RuntimeException e) {
-                    pool.undoAllocation(this, got, allocate, (int) fromReservation); // all or nothing: the reservation too
+                    pool.allocations().undoAllocation(this, got, allocate, (int) fromReservation); // all or nothing: the reservation too
                     throw e;
                 }
                 handles[pageCount - 1] = fresh;
@@ -250,13 +250,13 @@ public final class Sequence implements AutoCloseable {
         if (partialLast) {
             // a page only this sequence holds stops being a published prefix: writing it in place again costs no
             // copy, so the guarantee holds (copying it would need a page beyond the reservation — in a full pool, none)
-            pool.unpublishIfSole(blockTable[keep - 1]);
+            pool.allocations().unpublishIfSole(blockTable[keep - 1]);
         }
-        final boolean cowNext = partialLast && pool.mustCopyBeforeWrite(blockTable[keep - 1]);
+        final boolean cowNext = partialLast && pool.allocations().mustCopyBeforeWrite(blockTable[keep - 1]);
         if (dropped > 0 || cowNext) {
             final long want = Math.max(0, pool.layout().pagesFor(admittedTokens) - pageCount) + (cowNext ? 1 : 0);
             if (want > reservedPages) {
-                pool.topUpReservation(this, (int) (want - reservedPages));
+                pool.allocations().topUpReservation(this, (int) (want - reservedPages));
             }
         }
     }
@@ -296,7 +296,7 @@ public final class Sequence implements AutoCloseable {
         // the parent's copy-on-write credit: added only if its reservation does not already cover its growth
         // plus one copy, so a parent forked (and its children closed) many times never accumulates credits
         final int parentCredit = Math.max(0, Math.min(cowPage, growth + cowPage - reservedPages));
-        final long parentAdded = pool.tryReserveForFork(this, parentCredit, growth + cowPage);
+        final long parentAdded = pool.allocations().tryReserveForFork(this, parentCredit, growth + cowPage);
         if (parentAdded < 0) {
             lastForkAvailable = -1 - parentAdded;
             return null;
@@ -312,8 +312,8 @@ public final class Sequence implements AutoCloseable {
             for (int i = 0; i < retained; i++) {
                 pool.release(handles[i]);
             }
-            pool.returnReservation(this, (int) parentAdded);
-            pool.sequenceClosed(child);
+            pool.allocations().returnReservation(this, (int) parentAdded);
+            pool.allocations().sequenceClosed(child);
             child.closed = true;
             throw e;
         }
@@ -368,7 +368,7 @@ public final class Sequence implements AutoCloseable {
                     }
                 }
             }
-            pool.publish(this, tokenIds, publishedPages, full, cacheSalt);
+            pool.allocations().publish(this, tokenIds, publishedPages, full, cacheSalt);
             publishedPages = full;
             salt = cacheSalt;
             hasSalt = true;
@@ -414,7 +414,7 @@ public final class Sequence implements AutoCloseable {
         }
         pageCount = 0;
         tokenCount = 0;
-        pool.sequenceClosed(this);
+        pool.allocations().sequenceClosed(this);
         if (first != null) {
             throw first;
         }

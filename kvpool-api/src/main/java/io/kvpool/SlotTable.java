@@ -128,6 +128,20 @@ final class SlotTable {
         return slot;
     }
 
+    /** @return the state of the tenancy a handle names, or null if the handle is stale, invalid or foreign */
+    SlotState stateOf(long handle) {
+        if (screen(handle) < 0) {
+            return null;
+        }
+        final long word = words.getVolatile(PageHandle.slot(handle));
+        final int phase = SlotStateMachine.phase(word);
+        if (phase == SlotStateMachine.FREE || phase == SlotStateMachine.RETIRED
+            || SlotStateMachine.generation(word) != PageHandle.generation(handle)) {
+            return null;
+        }
+        return SlotStateMachine.state(word);
+    }
+
     /** Test hook: sets the generation of a FREE slot, e.g. to just below {@link PageHandle#MAX_GENERATION}. */
     void forceGenerationOfFreeSlot(int slot, long generation) {
         final long word = words.getVolatile(slot);

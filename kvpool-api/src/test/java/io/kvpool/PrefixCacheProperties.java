@@ -135,7 +135,7 @@ class PrefixCacheProperties {
             s.truncate(0);  // ... but now that page is gone
             s.append(2);    // a fresh page, neither shared nor published
             final int slot = s.pageIndex(0);
-            final boolean published = pool.mustCopyBeforeWrite(slot); // shared or published
+            final boolean published = pool.allocations().mustCopyBeforeWrite(slot); // shared or published
             final int refcount = pool.refcountOfSlot(slot);
             s.append(1);
             final int after = s.pageIndex(0);

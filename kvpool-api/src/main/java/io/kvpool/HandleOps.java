@@ -1,0 +1,220 @@
+package io.kvpool;
+
+import io.kvpool.spi.TransportHandles;
+import java.util.concurrent.atomic.LongAdder;
+
+/**
+ * Applies events to the pages handles name: the one path from a handle to a state change, with the refusals
+ * turned into exceptions that carry the numbers, and the stale and foreign handles counted.
+ *
+ * <pre>
+ *   handle ──SlotTable.apply (one CAS; pool id and generation checked)──► new state word, or a refusal code
+ *     → FREE:     PageAllocator.onBecameFree (fill, return stack / allocator cache)
+ *     → RETIRED:  out of the prefix index (pool lock)
+ *     after close: an unpin counts down StorageLifetime
+ *   PIN_WRITER takes the pool lock: no publication slips between its "not published" check and the pin
+ * </pre>
+ * Lock-free and thread-safe except PIN_WRITER (pool lock, briefly) and the retirement of a published page.
+ */
+final class HandleOps {
+
+    private final KvPool pool;
+    private final SlotTable slots;
+    private final PageAllocator allocator;
+    private final PrefixSharing prefix;
+    private final StorageLifetime lifetime;
+    private final AllocatorLock lock;
+    private final int capacity;
+    private final int poolId;
+    private final LongAdder staleRefused = new LongAdder();
+    private final LongAdder foreignRefused = new LongAdder();
+    private final TransportHandles transportView = new Handles();
+
+    HandleOps(KvPool pool, SlotTable slots, PageAllocator allocator, PrefixSharing prefix, StorageLifetime lifetime,
+              AllocatorLock lock) {
+        this.pool = pool;
+        this.slots = slots;
+        this.allocator = allocator;
+        this.prefix = prefix;
+        this.lifetime = lifetime;
+        this.lock = lock;
+        this.capacity = slots.capacity();
+        this.poolId = pool.poolId();
+    }
+
+    /** @return the transports' view of these operations */
+    TransportHandles transportView() {
+        return transportView;
+    }
+
+    /** @return operations refused for a stale or invalid handle */
+    long staleRefused() {
+        return staleRefused.sum();
+    }
+
+    /** @return operations refused for a handle of another pool */
+    long foreignRefused() {
+        return foreignRefused.sum();
+    }
+
+    /**
+     * Checks a handle without throwing or allocating.
+     *
+     * @return the slot index, or a negative {@link PageHandle} result code (stale, invalid and foreign ones counted)
+     */
+    long validate(long handle) {
+        final long v = slots.validate(handle);
+        countRefusal(v);
+        return v;
+    }
+
+    /** @return the slot of a current, accessible page, or throws the refusal {@link #validate} describes */
+    int accessibleSlot(long handle) {
+        final long v = validate(handle);
+        if (v < 0) {
+            throw refusal(handle, v, null);
+        }
+        return (int) v;
+    }
+
+    /**
+     * Applies an event to the page a handle names, without throwing or allocating. Internal: applications
+     * use {@link KvPool#retain}/{@link KvPool#release}, transports {@link KvPool#handles()}.
+     *
+     * @return the slot's new state word (≥ 0), or a negative {@link PageHandle} result code (stale, invalid and
+     *         foreign handles are counted)
+     * @throws IllegalArgumentException for ALLOCATE, which only the allocator issues
+     * @throws IllegalStateException    if the pool is closed (after a close that kept the storage for pinned pages,
+     *                                  every event but RETAIN and PIN_WRITER is still accepted)
+     */
+    long tryTransition(long handle, SlotEvent event) {
+        if (event == SlotEvent.ALLOCATE) {
+            throw new IllegalArgumentException("ALLOCATE is issued by the pool's allocator only");
+        }
+        if (event == SlotEvent.PIN_WRITER) {
+            return tryPinWriter(handle);
+        }
+        if (pool.isClosed() && (!lifetime.retained() || event == SlotEvent.RETAIN)) {
+            throw new IllegalStateException("kvpool is closed");
+        }
+        final long word = slots.apply(handle, event);
+        if (word < 0) {
+            countRefusal(word);
+            return word;
+        }
+        final int phase = SlotStateMachine.phase(word);
+        if (phase == SlotStateMachine.FREE) {
+            allocator.onBecameFree(PageHandle.slot(handle), pool.isClosed());
+        } else if (phase == SlotStateMachine.RETIRED && prefix.isPublished(PageHandle.slot(handle))) {
+            lock.lock();
+            try {
+                prefix.unpublishLocked(PageHandle.slot(handle));
+            } finally {
+                lock.unlock();
+            }
+        }
+        if (pool.isClosed() && (event == SlotEvent.COMMIT_RECEIVE || event == SlotEvent.DRAINED || event == SlotEvent.RELEASE_QUARANTINE)) {
+            lifetime.afterUnpinEvent(word);
+        }
+        return word;
+    }
+
+    void countRefusal(long code) {
+        if (code == PageHandle.STALE || code == PageHandle.INVALID) {
+            staleRefused.increment();
+        } else if (code == PageHandle.FOREIGN) {
+            foreignRefused.increment();
+        }
+    }
+
+    /** PIN_WRITER under the lock: no publication slips between the "not published" check and the pin, nor a pin past close's count. */
+    private long tryPinWriter(long handle) {
+        lock.lock();
+        try {
+            pool.ensureOpen();
+            final long slot = slots.validate(handle);
+            if (slot < 0) {
+                countRefusal(slot);
+                return slot;
+            }
+            if (prefix.isPublished((int) slot)) {
+                return PageHandle.ILLEGAL_STATE;
+            }
+            final long word = slots.apply(handle, SlotEvent.PIN_WRITER);
+            countRefusal(word);
+            return word;
+        } finally {
+            lock.unlock();
+        }
+    }
+
+    long transition(long handle, SlotEvent event) {
+        final long word = tryTransition(handle, event);
+        if (word < 0) {
+            throw refusal(handle, word, event);
+        }
+        return word;
+    }
+
+    RuntimeException refusal(long handle, long code, SlotEvent event) {
+        final String what = event == null ? "access" : event.toString();
+        if (code == PageHandle.INVALID) {
+            return new StaleHandleException(handle, what + " refused: " + PageHandle.toString(handle)
+                + " is not a page handle of this pool (capacity " + capacity + ")");
+        }
+        if (code == PageHandle.FOREIGN) {
+            return new StaleHandleException(handle, what + " refused: " + PageHandle.toString(handle)
+                + " was issued by pool " + PageHandle.pool(handle) + ", not by this pool (" + poolId + ")");
+        }
+        final int slot = PageHandle.slot(handle);
+        final long now = slots.wordVolatile(slot);
+        if (code == PageHandle.STALE) {
+            return new StaleHandleException(handle, what + " refused: stale handle " + PageHandle.toString(handle)
+                + "; slot " + slot + " is now " + SlotStateMachine.describe(now));
+        }
+        if (code == PageHandle.REFCOUNT_OVERFLOW) {
+            return new IllegalStateException(what + " refused: " + PageHandle.toString(handle) + " already has "
+                + SlotStateMachine.MAX_REFCOUNT + " references");
+        }
+        if (event == SlotEvent.PIN_WRITER && prefix.isPublished(slot)) {
+            return new IllegalSlotTransitionException(slot, now, event, "page holds a published prefix and is immutable");
+        }
+        return new IllegalSlotTransitionException(slot, now, event, null);
+    }
+
+    /** The transports' view: see {@link TransportHandles} for the contract. */
+    private final class Handles implements TransportHandles {
+        @Override
+        public void pinWriter(long handle) {
+            final long word = tryPinWriter(handle);
+            if (word < 0) {
+                throw refusal(handle, word, SlotEvent.PIN_WRITER);
+            }
+        }
+
+        @Override
+        public void commitReceive(long handle) {
+            transition(handle, SlotEvent.COMMIT_RECEIVE);
+        }
+
+        @Override
+        public void beginDrain(long handle) {
+            transition(handle, SlotEvent.BEGIN_DRAIN);
+        }
+
+        @Override
+        public void drained(long handle) {
+            transition(handle, SlotEvent.DRAINED);
+        }
+
+        @Override
+        public void quarantine(long handle) {
+            transition(handle, SlotEvent.QUARANTINE);
+        }
+
+        @Override
+        public void releaseQuarantine(long handle) {
+            transition(handle, SlotEvent.RELEASE_QUARANTINE);
+        }
+    }
+}

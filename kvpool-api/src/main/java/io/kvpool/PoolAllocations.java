@@ -1,0 +1,381 @@
+package io.kvpool;
+
+/**
+ * What the pool lock serializes: admission, pages for sequences (all or nothing, reservation first), loose
+ * pages, reservation top-ups and forks, and publication into the prefix cache.
+ *
+ * <pre>
+ *   allocate n pages for a sequence:   from its reservation first, then from free unreserved pages
+ *                                      (a thread that comes up short takes back an idle owner's cache first)
+ *                                      → all n, or none and a negative "available" code
+ *   pages evicted from the prefix cache (or whose fill failed at free) are filled after the lock is released,
+ *   before their handles escape; a fill that fails undoes the whole allocation
+ * </pre>
+ * Methods take the pool lock themselves, except {@link #mustCopyBeforeWrite} and the owner's fast path of
+ * {@link #tryAllocate}, which need none.
+ */
+final class PoolAllocations {
+
+    private final KvPool pool;
+    private final HandleOps ops;
+    private final SlotTable slots;
+    private final PageAllocator allocator;
+    private final Reservations reservations;
+    private final PrefixSharing prefix;
+    private final AllocatorLock lock;
+
+    PoolAllocations(KvPool pool, HandleOps ops, SlotTable slots, PageAllocator allocator, Reservations reservations,
+                    PrefixSharing prefix, AllocatorLock lock) {
+        this.pool = pool;
+        this.ops = ops;
+        this.slots = slots;
+        this.allocator = allocator;
+        this.reservations = reservations;
+        this.prefix = prefix;
+        this.lock = lock;
+    }
+
+    /**
+     * Allocates {@code count} pages for a sequence: first from its reservation, then from unreserved free
+     * pages. All or nothing.
+     *
+     * @param out receives the handles, at {@code out[0..count)}
+     * @return how many of them came from the sequence's reservation (for {@link #undoAllocation}), or
+     *         {@code -1 - available} when the unreserved part cannot be had (nothing is allocated then)
+     */
+    long tryAllocateFor(Sequence seq, int count, long[] out) {
+        final int fromReservation;
+        final int[] toFill;
+        lock.lock();
+        try {
+            pool.ensureOpen();
+            allocator.bindCacheLocked();
+            allocator.flushCacheLocked(); // the owner's cached pages first (LIFO: cache-hot)
+            fromReservation = Math.min(count, seq.reservedPages);
+            final int unreserved = count - fromReservation;
+            if (unreserved > 0 && unreserved > unreservedLocked()) {
+                allocator.reclaimLocked();
+                final long available = unreservedLocked();
+                if (unreserved > available) {
+                    return -1 - Math.max(0, available);
+                }
+            }
+            int got = 0;
+            for (; got < count; got++) {
+                final long handle = allocator.takeFreePageLocked();
+                if (handle < 0) {
+                    break;
+                }
+                out[got] = handle;
+            }
+            if (got < count) { // only possible when slots retired under us
+                allocator.clearToFillLocked(); // released below: the free path fills them
+                for (int i = 0; i < got; i++) {
+                    ops.tryTransition(out[i], SlotEvent.RELEASE);
+                }
+                allocator.flushCacheLocked(); // back where admission counts them (the owner may have cached them)
+                return -1 - Math.max(0, unreservedLocked());
+            }
+            seq.reservedPages -= fromReservation;
+            reservations.remove(fromReservation);
+            toFill = allocator.takeToFillLocked();
+        } finally {
+            lock.unlock();
+        }
+        try {
+            allocator.fill(toFill);
+        } catch (RuntimeException e) {
+            undoAllocation(seq, out, count, fromReservation); // all or nothing
+            throw e;
+        }
+        return fromReservation;
+    }
+
+    /** Undoes an allocation whose pages were never used: they go back free, and their reservation to the sequence. */
+    void undoAllocation(Sequence seq, long[] handles, int count, int fromReservation) {
+        lock.lock();
+        try {
+            for (int i = 0; i < count; i++) {
+                ops.tryTransition(handles[i], SlotEvent.RELEASE);
+            }
+            allocator.flushCacheLocked(); // back where admission counts them before the reservation is re-taken
+            allocator.drainReturnedLocked();
+            seq.reservedPages += fromReservation;
+            reservations.add(fromReservation);
+        } finally {
+            lock.unlock();
+        }
+    }
+
+    /**
+     * Allocates one page outside any sequence (e.g. a staging buffer), from the free pages that no
+     * admitted request has reserved. The caller owns the returned reference and frees it with
+     * {@link KvPool#release}. Allocation-free.
+     *
+     * @return the handle of an OWNED page with refcount 1, or {@link PageHandle#EXHAUSTED}
+     * @throws IllegalStateException if the pool is closed (a call racing with {@link KvPool#close()} on the
+     *                               allocator thread may still return a handle; every use of it throws)
+     */
+    long tryAllocate() {
+        if (!pool.isClosed()) {
+            final long fast = allocator.popOwnerCache();
+            if (fast >= 0) {
+                return fast;
+            }
+        }
+        final long handle;
+        final int[] toFill;
+        lock.lock();
+        try {
+            pool.ensureOpen();
+            allocator.bindCacheLocked();
+            allocator.drainReturnedLocked();
+            if (unreservedLocked() < 1) {
+                allocator.reclaimLocked();
+                if (unreservedLocked() < 1) {
+                    return PageHandle.EXHAUSTED;
+                }
+            }
+            handle = allocator.takeFreePageLocked();
+            toFill = allocator.takeToFillLocked();
+        } finally {
+            lock.unlock();
+        }
+        if (handle < 0) {
+            return PageHandle.EXHAUSTED;
+        }
+        try {
+            allocator.fill(toFill);
+        } catch (RuntimeException e) {
+            ops.tryTransition(handle, SlotEvent.RELEASE); // back free (and marked to be filled again), never lost
+            throw e;
+        }
+        return handle;
+    }
+
+    /**
+     * Hands the calling thread's allocator cache (see {@link KvPool.Builder#threadCache}) back to the free pages,
+     * where every thread's admission sees them. Other threads take an idle owner's pages themselves when
+     * they come up short; calling this before the allocator thread goes idle saves them that step.
+     * Does nothing on other threads or without a cache.
+     *
+     * @throws IllegalStateException if the pool is closed
+     */
+    void flushAllocatorCache() {
+        lock.lock();
+        try {
+            pool.ensureOpen();
+            allocator.flushCacheLocked();
+        } finally {
+            lock.unlock();
+        }
+    }
+
+    /** Tries to add up to {@code pages} to a sequence's reservation from free unreserved pages. @return pages added */
+    int topUpReservation(Sequence seq, int pages) {
+        lock.lock();
+        try {
+            pool.ensureOpen();
+            allocator.drainReturnedLocked();
+            if (pages > unreservedLocked()) {
+                allocator.reclaimLocked();
+            }
+            final int add = (int) Math.max(0, Math.min(pages, unreservedLocked()));
+            reservations.add(add);
+            seq.reservedPages += add;
+            return add;
+        } finally {
+            lock.unlock();
+        }
+    }
+
+    /**
+     * Reserves pages for a fork: {@code forParent} more for the parent and {@code forChild} for the child.
+     *
+     * @return {@code forParent}, or {@code -1 - available} if the pool cannot reserve them (nothing changed)
+     */
+    long tryReserveForFork(Sequence parent, int forParent, int forChild) {
+        lock.lock();
+        try {
+            pool.ensureOpen();
+            allocator.drainReturnedLocked();
+            if (forParent + forChild > unreservedLocked()) {
+                allocator.reclaimLocked();
+                final long available = unreservedLocked();
+                if (forParent + forChild > available) {
+                    return -1 - Math.max(0, available);
+                }
+            }
+            reservations.add(forParent + forChild);
+            parent.reservedPages += forParent;
+            reservations.sequenceOpened();
+            return forParent;
+        } finally {
+            lock.unlock();
+        }
+    }
+
+    /** Gives back {@code pages} of a sequence's reservation (a failed fork undoing its copy-on-write page). */
+    void returnReservation(Sequence seq, int pages) {
+        lock.lock();
+        try {
+            final int n = Math.min(pages, seq.reservedPages);
+            seq.reservedPages -= n;
+            reservations.remove(n);
+        } finally {
+            lock.unlock();
+        }
+    }
+
+    /** Returns a closing sequence's unused reservation. */
+    void sequenceClosed(Sequence seq) {
+        lock.lock();
+        try {
+            reservations.remove(seq.reservedPages);
+            seq.reservedPages = 0;
+            reservations.sequenceClosed();
+        } finally {
+            lock.unlock();
+        }
+    }
+
+    long unreservedLocked() {
+        return allocator.freeLocked() - reservations.reserved();
+    }
+
+    /**
+     * Publishes a sequence's full pages {@code [from, to)}; see {@link Sequence#publish}. Each page is marked
+     * while this call holds a reference of its own to it (taken under the lock, dropped after it): a release
+     * racing the publication, even a stray one, can then never free a page between its check and its mark.
+     * The references are dropped outside the lock: a last release there may retire the slot, which takes it.
+     *
+     * @throws IllegalSlotTransitionException if a page is not OWNED (e.g. a peer still writes it); nothing is published
+     */
+    void publish(Sequence seq, int[] tokenIds, int from, int to, long salt) {
+        final long[] held = new long[to - from];
+        int holding = 0;
+        try {
+            lock.lock();
+            try {
+                pool.ensureOpen();
+                for (int i = from; i < to; i++) {
+                    final long handle = seq.pageHandle(i);
+                    final long word = slots.apply(handle, SlotEvent.RETAIN);
+                    if (word >= 0) {
+                        held[holding++] = handle;
+                    }
+                    if (word < 0 || SlotStateMachine.phase(word) != SlotStateMachine.OWNED) {
+                        ops.countRefusal(word);
+                        throw new IllegalSlotTransitionException(PageHandle.slot(handle), slots.wordVolatile(PageHandle.slot(handle)),
+                            null, "only OWNED pages can be published (page " + i + " of the sequence)");
+                    }
+                }
+                prefix.publishLocked(seq, held, tokenIds, from, to, salt);
+            } finally {
+                lock.unlock();
+            }
+        } finally {
+            for (int i = 0; i < holding; i++) {
+                ops.tryTransition(held[i], SlotEvent.RELEASE);
+            }
+        }
+    }
+
+    /** @return whether a page the caller holds must be copied before it writes it (see {@link PrefixSharing}) */
+    boolean mustCopyBeforeWrite(int slot) {
+        return prefix.mustCopyBeforeWrite(slot);
+    }
+
+    /** Truncate into a published page only the caller holds: the page leaves the prefix cache. */
+    void unpublishIfSole(int slot) {
+        lock.lock();
+        try {
+            prefix.unpublishIfSoleLocked(slot);
+        } finally {
+            lock.unlock();
+        }
+    }
+
+    // ---- admission ----
+
+    Admission admit(int prompt, int maxNewTokens, int[] promptTokenIds, long cacheSalt) {
+        checkRequest(prompt, maxNewTokens);
+        lock.lock();
+        try {
+            final Reservations.Grant g = decideLocked(prompt, maxNewTokens);
+            Sequence seq = null;
+            if (g.admitted()) {
+                seq = newSequenceLocked((int) g.code(), g.admittedTokens(), cacheSalt, promptTokenIds != null);
+                if (promptTokenIds != null) {
+                    seq.setTokenCountAfterAttach(prefix.attachLocked(seq, promptTokenIds, cacheSalt) * pool.layout().tokensPerPage());
+                }
+            }
+            final Admission.Decision d = g.admitted() ? Admission.Decision.ADMITTED : Admission.decisionOf(g.code());
+            return new Admission(d, seq, (long) prompt + maxNewTokens, reservations.maxContextTokens(), g.pagesNeeded(), g.pagesAvailable(),
+                inService());
+        } finally {
+            lock.unlock();
+        }
+    }
+
+    long tryReserve(int promptTokens, int maxNewTokens) {
+        checkRequest(promptTokens, maxNewTokens);
+        lock.lock();
+        try {
+            final Reservations.Grant g = decideLocked(promptTokens, maxNewTokens);
+            return g.admitted() ? reservations.open(g) : g.code();
+        } finally {
+            lock.unlock();
+        }
+    }
+
+    Sequence openSequence(long reservationId) {
+        lock.lock();
+        try {
+            pool.ensureOpen();
+            final long[] r = new long[2];
+            reservations.take(reservationId, false, r);
+            return newSequenceLocked((int) r[0], r[1], 0, false);
+        } finally {
+            lock.unlock();
+        }
+    }
+
+    void cancelReservation(long reservationId) {
+        lock.lock();
+        try {
+            pool.ensureOpen();
+            reservations.take(reservationId, true, new long[2]);
+        } finally {
+            lock.unlock();
+        }
+    }
+
+    private static void checkRequest(int promptTokens, int maxNewTokens) {
+        if (promptTokens < 1) {
+            throw new IllegalArgumentException("promptTokens must be ≥ 1, was " + promptTokens);
+        }
+        if (maxNewTokens < 0) {
+            throw new IllegalArgumentException("maxNewTokens must be ≥ 0, was " + maxNewTokens);
+        }
+    }
+
+    /** Decides a request; a thread that comes up short first takes back pages an idle allocator thread holds. */
+    private Reservations.Grant decideLocked(int promptTokens, int maxNewTokens) {
+        pool.ensureOpen();
+        allocator.drainReturnedLocked();
+        if (reservations.wouldWait(promptTokens, maxNewTokens, allocator.freeLocked())) {
+            allocator.reclaimLocked();
+        }
+        return reservations.decide(promptTokens, maxNewTokens, allocator.freeLocked(), inService());
+    }
+
+    private long inService() {
+        return slots.capacity() - slots.counts().retired.sum();
+    }
+
+    private Sequence newSequenceLocked(int reservedPages, long admittedTokens, long salt, boolean hasSalt) {
+        reservations.sequenceOpened();
+        return new Sequence(pool, reservedPages, admittedTokens, salt, hasSalt);
+    }
+}
