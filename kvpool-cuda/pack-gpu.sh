@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Packs the project for a GPU visit: ../shared/device/pack.sh, then drops from .gpu/lib the jars that only
-# the live page's browser test needs (Selenium and what it pulls in: Guava, OpenTelemetry, Byte Buddy). No
-# test the visit runs loads them (gpu-visit.sh filters by package and class name before loading), and
-# with them the pack is over the 64 MiB the device tool carries. Run from the main checkout (not a git
-# worktree: pack.sh writes .git/info/exclude). Then: device tool, carry [".gpu"], `bash kvpool-cuda/gpu-visit.sh`.
+# the live page's browser test needs (Selenium and what it pulls in: Guava, OpenTelemetry, Byte Buddy), and
+# those only kvpool-micrometer needs (Micrometer, its tests' Prometheus client, HdrHistogram, LatencyUtils:
+# 3.6 MiB more). No test the visit runs loads them (gpu-visit.sh filters by package and class name before
+# loading), and with the browser test's the pack is over the 64 MiB the device tool carries. Run from the
+# main checkout (not a git worktree: pack.sh writes .git/info/exclude). Then: device tool, carry [".gpu"], `bash kvpool-cuda/gpu-visit.sh`.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 bash ../shared/device/pack.sh
@@ -12,12 +13,13 @@ dropped=0
 for j in .gpu/lib/selenium-*.jar .gpu/lib/opentelemetry-*.jar .gpu/lib/byte-buddy-*.jar .gpu/lib/guava-*.jar \
          .gpu/lib/failureaccess-*.jar .gpu/lib/listenablefuture-*.jar .gpu/lib/j2objc-annotations-*.jar \
          .gpu/lib/error_prone_annotations-*.jar .gpu/lib/annotations-*.jar .gpu/lib/jspecify-*.jar \
-         .gpu/lib/auto-service-annotations-*.jar; do
+         .gpu/lib/auto-service-annotations-*.jar \
+         .gpu/lib/micrometer-*.jar .gpu/lib/prometheus-metrics-*.jar .gpu/lib/HdrHistogram-*.jar .gpu/lib/LatencyUtils-*.jar; do
   rm -f "$j"
   dropped=$((dropped + 1))
 done
 size=$(du -sm .gpu | cut -f1)
-echo "pack-gpu.sh: dropped $dropped browser-test jars; .gpu holds $size MiB"
+echo "pack-gpu.sh: dropped $dropped browser-test and micrometer jars; .gpu holds $size MiB"
 if ((size > 60)); then
   echo "pack-gpu.sh: still too large to carry with the tree (limit 64 MiB in all)" >&2
   exit 1

@@ -100,7 +100,12 @@ public final class IncomingTransfer {
         return expectedTokens;
     }
 
-    /** @return the transfer slot ({@code -1} if none was assigned) and its generation */
+    /**
+     * The receiver's transfer slot this transfer holds: the descriptor's {@code transferId}. The slot alone —
+     * it is reused across requests; {@link #generation()} tells its uses apart.
+     *
+     * @return the slot, or {@code -1} if none was assigned (the transfer was rejected before one was)
+     */
     public int transferId() {
         return transferId;
     }

@@ -1,13 +1,15 @@
 package io.kvpool.transfer;
 
 import java.util.EnumMap;
-import java.util.Map;
+import java.util.Objects;
 import java.util.concurrent.atomic.AtomicLong;
 import java.util.concurrent.atomic.LongAdder;
 
 /**
  * Counters and gauges of a {@link TransferReceiver}. Written by the receiver's thread, readable from any
- * thread (e.g. a metrics endpoint). {@link #toPrometheus()} renders them in the Prometheus text format.
+ * thread (e.g. a metrics endpoint or a Micrometer binder). Each value is read on its own, so a set of reads
+ * is not one atomic cut. The library writes no exposition format: kvpool-micrometer binds these values to
+ * any Micrometer registry, and the example server renders its own Prometheus text.
  */
 public final class ReceiverMetrics {
 
@@ -53,117 +55,164 @@ public final class ReceiverMetrics {
         holdNanosMax.accumulateAndGet(nanos, Math::max);
     }
 
-    /** @return transfers started (admitted or not) */
+    /**
+     * Transfers started with {@link TransferReceiver#start}, admitted or not (a call refused for its
+     * arguments is not counted).
+     *
+     * @return the count so far
+     */
     public long started() {
         return started.sum();
     }
 
-    /** @return transfers committed for decode */
+    /**
+     * Transfers verified and committed for decode.
+     *
+     * @return the count so far
+     */
     public long committed() {
         return committed.sum();
     }
 
-    /** @return transfers that failed for that reason */
+    /**
+     * Transfers that failed, or were rejected at admission, for one reason.
+     *
+     * @param reason the reason
+     * @return the count so far
+     * @throws NullPointerException if {@code reason} is null
+     */
     public long failures(FailureReason reason) {
-        return failures.get(reason).sum();
+        return failures.get(Objects.requireNonNull(reason, "reason")).sum();
     }
 
-    /** @return {@code deferred_release_total{outcome}}: deferred releases that ended that way */
+    /**
+     * Deferred releases (a failed transfer's hold on its pages) that ended one way.
+     *
+     * @param outcome how they ended
+     * @return the count so far
+     * @throws NullPointerException if {@code outcome} is null
+     */
     public long deferredRelease(Outcome outcome) {
-        return deferredRelease.get(outcome).sum();
+        return deferredRelease.get(Objects.requireNonNull(outcome, "outcome")).sum();
     }
 
-    /** @return gauge: pages held DRAINING or QUARANTINED by failed transfers now */
+    /**
+     * A gauge: pages failed transfers hold DRAINING or QUARANTINED now.
+     *
+     * @return the pages now
+     */
     public long heldPages() {
         return heldPages.get();
     }
 
-    /** @return gauge: of those, pages QUARANTINED now */
+    /**
+     * A gauge: of the {@link #heldPages() held pages}, those QUARANTINED now.
+     *
+     * @return the pages now
+     */
     public long quarantinedPages() {
         return quarantinedPages.get();
     }
 
-    /** @return quarantined transfers released after the transport proved the peer can no longer write */
+    /**
+     * Quarantined transfers released after the transport proved the peer can no longer write.
+     *
+     * @return the count so far
+     */
     public long quarantineReleases() {
         return quarantineReleases.sum();
     }
 
-    /** @return holds that ended (pages freed), and the total and longest hold in nanoseconds */
+    /**
+     * Holds that ended: a failed transfer's pages freed, after a drain or a release from quarantine.
+     *
+     * @return the count so far
+     */
     public long holdsEnded() {
         return holdsEnded.sum();
     }
 
-    /** @return total nanoseconds pages of ended holds were held */
+    /**
+     * The time the {@link #holdsEnded() ended holds} lasted, added up.
+     *
+     * @return nanoseconds so far
+     */
     public long holdNanosTotal() {
         return holdNanosTotal.sum();
     }
 
-    /** @return the longest hold so far, in nanoseconds */
+    /**
+     * The longest hold that ended so far.
+     *
+     * @return nanoseconds, 0 before the first hold ended
+     */
     public long holdNanosMax() {
         return holdNanosMax.get();
     }
 
-    /** @return acknowledgements (completions, DRAINED) ignored because their transfer was not registered yet */
+    /**
+     * Acknowledgements (completions, DRAINED) ignored because their transfer was not registered yet.
+     *
+     * @return the count so far
+     */
     public long ackBeforeRegistration() {
         return ackBeforeRegistration.sum();
     }
 
-    /** @return acknowledgements ignored because they carried an older generation of the transfer slot */
+    /**
+     * Acknowledgements ignored because they carried an older generation of the transfer slot.
+     *
+     * @return the count so far
+     */
     public long ackStaleGeneration() {
         return ackStaleGeneration.sum();
     }
 
-    /** @return acknowledgements ignored because the same sender had already acknowledged */
+    /**
+     * Acknowledgements ignored because the same sender had already acknowledged.
+     *
+     * @return the count so far
+     */
     public long ackDuplicate() {
         return ackDuplicate.sum();
     }
 
-    /** @return acknowledgements ignored because they came from a link that is not that rank's sender */
+    /**
+     * Acknowledgements ignored because they came from a link that is not that rank's sender.
+     *
+     * @return the count so far
+     */
     public long ackWrongPeer() {
         return ackWrongPeer.sum();
     }
 
-    /** @return DRAINED acknowledgements ignored because their counts do not add up (posted ≠ succeeded + failed) */
+    /**
+     * Acknowledgements ignored because they contradict themselves: a negative count or rank, or a DRAINED
+     * whose posted is not succeeded + failed.
+     *
+     * @return the count so far
+     */
     public long ackInconsistent() {
         return ackInconsistent.sum();
     }
 
-    /** @return acknowledgements that arrived after the transfer was quarantined or released (never release anything) */
+    /**
+     * Acknowledgements that arrived after their transfer was quarantined or released; they never release anything.
+     *
+     * @return the count so far
+     */
     public long ackLate() {
         return ackLate.sum();
     }
 
-    /** @return every counter and gauge in the Prometheus text exposition format, names prefixed {@code kvpool_} */
-    public String toPrometheus() {
-        final StringBuilder b = new StringBuilder(1024);
-        b.append("# TYPE kvpool_transfers_started_total counter\nkvpool_transfers_started_total ").append(started()).append('\n');
-        b.append("# TYPE kvpool_transfers_committed_total counter\nkvpool_transfers_committed_total ").append(committed()).append('\n');
-        b.append("# TYPE kvpool_transfers_failed_total counter\n");
-        for (Map.Entry<FailureReason, LongAdder> e : failures.entrySet()) {
-            b.append("kvpool_transfers_failed_total{reason=\"").append(e.getKey().name().toLowerCase()).append("\"} ")
-                .append(e.getValue().sum()).append('\n');
-        }
-        b.append("# TYPE kvpool_deferred_release_total counter\n");
-        for (Map.Entry<Outcome, LongAdder> e : deferredRelease.entrySet()) {
-            b.append("kvpool_deferred_release_total{outcome=\"").append(e.getKey().name().toLowerCase()).append("\"} ")
-                .append(e.getValue().sum()).append('\n');
-        }
-        b.append("# TYPE kvpool_deferred_release_held_pages gauge\nkvpool_deferred_release_held_pages ").append(heldPages()).append('\n');
-        b.append("# TYPE kvpool_quarantined_pages gauge\nkvpool_quarantined_pages ").append(quarantinedPages()).append('\n');
-        b.append("# TYPE kvpool_deferred_release_seconds summary\nkvpool_deferred_release_seconds_count ").append(holdsEnded())
-            .append("\nkvpool_deferred_release_seconds_sum ").append(holdNanosTotal() / 1e9)
-            .append("\n# TYPE kvpool_deferred_release_seconds_max gauge\nkvpool_deferred_release_seconds_max ").append(holdNanosMax() / 1e9).append('\n');
-        b.append("# TYPE kvpool_acks_ignored_total counter\n");
-        ack(b, "before_registration", ackBeforeRegistration());
-        ack(b, "stale_generation", ackStaleGeneration());
-        ack(b, "duplicate", ackDuplicate());
-        ack(b, "wrong_peer", ackWrongPeer());
-        ack(b, "inconsistent", ackInconsistent());
-        ack(b, "late", ackLate());
-        return b.toString();
-    }
-
-    private static void ack(StringBuilder b, String why, long n) {
-        b.append("kvpool_acks_ignored_total{why=\"").append(why).append("\"} ").append(n).append('\n');
+    /** @return every value by name, for logs and test messages */
+    @Override
+    public String toString() {
+        return "ReceiverMetrics[started=" + started() + ", committed=" + committed() + ", failures=" + failures
+            + ", deferredRelease=" + deferredRelease + ", heldPages=" + heldPages() + ", quarantinedPages=" + quarantinedPages()
+            + ", quarantineReleases=" + quarantineReleases() + ", holdsEnded=" + holdsEnded() + ", holdNanosTotal=" + holdNanosTotal()
+            + ", holdNanosMax=" + holdNanosMax() + ", ackBeforeRegistration=" + ackBeforeRegistration() + ", ackStaleGeneration="
+            + ackStaleGeneration() + ", ackDuplicate=" + ackDuplicate() + ", ackWrongPeer=" + ackWrongPeer() + ", ackInconsistent="
+            + ackInconsistent() + ", ackLate=" + ackLate() + "]";
     }
 }

@@ -13,7 +13,6 @@ import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Objects;
-import java.util.concurrent.atomic.LongAdder;
 
 /**
  * The prefill side of the transfer protocol (drawn in full in the {@link io.kvpool.transfer package
@@ -39,7 +38,7 @@ import java.util.concurrent.atomic.LongAdder;
  * pages are retained from {@link #offer} until every write reading them ended, so a source page is never
  * reused while the transport may still read it.
  *
- * <p><b>Threading:</b> single-threaded, like {@link TransferReceiver}.
+ * <p><b>Threading:</b> single-threaded, like {@link TransferReceiver}; {@link #metrics()} may be read from any thread.
  */
 public final class TransferSender extends TransferEndpoint {
 
@@ -59,12 +58,7 @@ public final class TransferSender extends TransferEndpoint {
     private final List<OutgoingTransfer> scratch = new ArrayList<>();
     private int nextSerial;
     private long inFlight;
-    final LongAdder completed = new LongAdder();
-    final LongAdder drainedSent = new LongAdder();
-    final LongAdder writesPosted = new LongAdder();
-    final LongAdder writesFailed = new LongAdder();
-    final LongAdder forcedCancels = new LongAdder();
-    final LongAdder duplicateDescriptors = new LongAdder();
+    private final SenderMetrics metrics = new SenderMetrics();
 
     private record PendingDescriptor(Peer peer, Message.Descriptor d) {
     }
@@ -141,34 +135,14 @@ public final class TransferSender extends TransferEndpoint {
         return new Builder(pool, identity);
     }
 
-    /** @return transfers completed */
-    public long completedTransfers() {
-        return completed.sum();
-    }
-
-    /** @return DRAINED confirmations sent */
-    public long drainedSent() {
-        return drainedSent.sum();
-    }
-
-    /** @return writes posted */
-    public long writesPosted() {
-        return writesPosted.sum();
-    }
-
-    /** @return writes that failed or were cancelled */
-    public long writesFailed() {
-        return writesFailed.sum();
-    }
-
-    /** @return times a drain deadline made the transport force-cancel writes */
-    public long forcedCancels() {
-        return forcedCancels.sum();
-    }
-
-    /** @return descriptors received again for a transfer already known (duplicated frames), ignored */
-    public long duplicateDescriptors() {
-        return duplicateDescriptors.sum();
+    /**
+     * The sender's counters. The object is the same for the sender's whole life and stays readable after
+     * {@link #close()}.
+     *
+     * @return the counters, readable from any thread
+     */
+    public SenderMetrics metrics() {
+        return metrics;
     }
 
     /** @return pages being written now (across transfers) */
@@ -288,7 +262,7 @@ public final class TransferSender extends TransferEndpoint {
         if (known != null && known.generation >= d.generation()) {
             // a copy of a descriptor already seen (duplicated or delayed frame), or an older one: the transfer
             // it names is running, was refused or is over — acting on it again could only do harm
-            duplicateDescriptors.increment();
+            metrics.duplicateDescriptors.increment();
             return;
         }
         final String bad = d.layoutFingerprint() != layout.fingerprint()
@@ -427,7 +401,7 @@ public final class TransferSender extends TransferEndpoint {
             t.nextPage += room;
             t.posted += room;
             inFlight += room;
-            writesPosted.add(room);
+            metrics.writesPosted.add(room);
         }
         if (t.nextPage == end && t.succeeded == t.posted) {
             t.state = OutgoingTransfer.State.FLUSHING;
@@ -452,7 +426,7 @@ public final class TransferSender extends TransferEndpoint {
             t.succeeded++;
         } else {
             t.failed++;
-            writesFailed.increment();
+            metrics.writesFailed.increment();
             if (t.state == OutgoingTransfer.State.WRITING || t.state == OutgoingTransfer.State.FLUSHING) {
                 fail(t, "write of page " + (int) token + " " + (status == PeerLink.CANCELED ? "cancelled" : "failed"), true,
                     Message.Abort.SENDER_FAILED);
@@ -496,7 +470,7 @@ public final class TransferSender extends TransferEndpoint {
         // that must find nothing left to fail (every write was flushed: an ABORT later gets the truth)
         t.state = OutgoingTransfer.State.COMPLETED;
         seen(t.peer, t.transferId, t.generation, t.rank, true, t.posted, t.posted);
-        completed.increment();
+        metrics.completed.increment();
         finish(t);
         send(t.peer, new Message.Completion(t.transferId, t.generation, t.rank, t.tokenCount, t.firstPage, cs, t.posted,
             t.succeeded, t.failed));
@@ -542,7 +516,7 @@ public final class TransferSender extends TransferEndpoint {
             seen(t.peer, t.transferId, t.generation, t.rank, true, t.posted, proven);
         }
         if (t.peer != null && send(t.peer, new Message.Drained(t.transferId, t.generation, t.rank, t.posted, proven, t.posted - proven))) {
-            drainedSent.increment();
+            metrics.drainedSent.increment();
         }
         t.state = OutgoingTransfer.State.DRAINED;
         finish(t);
@@ -584,7 +558,7 @@ public final class TransferSender extends TransferEndpoint {
             }
             if (t.state == OutgoingTransfer.State.FAILING && !t.forced && now - t.deadline >= 0 && t.peer != null) {
                 t.forced = true;
-                forcedCancels.increment();
+                metrics.forcedCancels.increment();
                 try {
                     t.peer.link.cancelWrites();
                 } catch (RuntimeException ignored) {

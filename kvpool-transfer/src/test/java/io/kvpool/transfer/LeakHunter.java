@@ -585,7 +585,7 @@ final class LeakHunter {
             if (!ok) {
                 acc.append("decode ").append(s).append("; ");
             }
-            report.metrics.append(d.receiver.metrics().toPrometheus());
+            report.metrics.append(d.receiver.metrics()).append('\n');
             for (FailureReason f : FailureReason.values()) {
                 report.failures.merge(f, d.receiver.metrics().failures(f), Long::sum);
             }

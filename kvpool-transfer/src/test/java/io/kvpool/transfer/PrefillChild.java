@@ -114,8 +114,8 @@ public final class PrefillChild {
             idle(sender.doWork());
             if (!ended && sender.activeTransfers() == 0) { // every offer is over: say how (the link may stay up)
                 ended = true;
-                print("ENDED completed=" + sender.completedTransfers() + " drained=" + sender.drainedSent()
-                    + " posted=" + sender.writesPosted() + " failed=" + sender.writesFailed() + " peer=" + peer.state());
+                print("ENDED completed=" + sender.metrics().completed() + " drained=" + sender.metrics().drainedSent()
+                    + " posted=" + sender.metrics().writesPosted() + " failed=" + sender.metrics().writesFailed() + " peer=" + peer.state());
             }
         }
     }
@@ -141,8 +141,8 @@ public final class PrefillChild {
     public void exitWithResult(String extra) {
         final boolean balanced = pool.verifyAccounting().balanced();
         final PoolSnapshot snap = pool.snapshot();
-        print("RESULT peer=" + peer.state() + " completed=" + sender.completedTransfers() + " drained="
-            + sender.drainedSent() + " posted=" + sender.writesPosted() + " failed=" + sender.writesFailed() + " active="
+        print("RESULT peer=" + peer.state() + " completed=" + sender.metrics().completed() + " drained="
+            + sender.metrics().drainedSent() + " posted=" + sender.metrics().writesPosted() + " failed=" + sender.metrics().writesFailed() + " active="
             + sender.activeTransfers() + " inUse=" + snap.inUse() + " balanced=" + balanced + extra + " failure=" + peer.failure());
         pool.close();
         System.exit(balanced && snap.inUse() == 0 && sender.activeTransfers() == 0 ? 0 : 1);

@@ -93,7 +93,7 @@ class ProtocolReviewRegressionTest {
         link.inject(new Message.Abort(3, 9, Message.Abort.RECEIVER_FAILED, "timeout"));
         tx.doWork();
         assertEquals(truth, link.sent(Message.Drained.class).getLast(), "an ABORT after the end must get the truth");
-        assertEquals(1, tx.duplicateDescriptors());
+        assertEquals(1, tx.metrics().duplicateDescriptors());
         final int posted = link.postedTokens.size();
         offer(pool, tx, REQ, 8); // the application retries the request
         tx.doWork();
@@ -122,7 +122,7 @@ class ProtocolReviewRegressionTest {
         link.failSend = m -> m instanceof Message.Completion;
         link.completeFlush(link.flushTokens.getFirst(), true);
         tx.doWork();
-        assertEquals(1, tx.completedTransfers());
+        assertEquals(1, tx.metrics().completed());
         assertEquals(List.of(SlotState.FREE), states(pool, src1));
         assertEquals(1, tx.peer(pid).users, "transfer 2 still owes its write's terminal state");
         link.completeWrite(link.postedTokens.get(1), PeerLink.CANCELED);

@@ -389,14 +389,21 @@ class ReceiverRulesTest {
     }
 
     @Test
-    void metricsRenderInThePrometheusFormat() {
+    void metricsCountAnAbortedTransferAndTheDrainedThatReleasedItsPages() {
         final IncomingTransfer t = startOne(10);
         rx.abort(t, "x");
+        assertEquals(3, rx.metrics().heldPages(), "10 tokens are 3 pages, held DRAINING");
         a.inject(new Message.Drained(t.transferId(), t.generation(), 0, 0, 0, 0));
         rx.doWork();
-        final String text = rx.metrics().toPrometheus();
-        assertTrue(text.contains("kvpool_deferred_release_total{outcome=\"drained\"} 1"), text);
-        assertTrue(text.contains("kvpool_deferred_release_total{outcome=\"timeout\"} 0"), text);
-        assertTrue(text.contains("kvpool_transfers_failed_total{reason=\"aborted\"} 1"), text);
+        final ReceiverMetrics m = rx.metrics();
+        assertEquals(1, m.started());
+        assertEquals(0, m.committed());
+        assertEquals(1, m.failures(FailureReason.ABORTED));
+        assertEquals(0, m.failures(FailureReason.TIMEOUT));
+        assertEquals(1, m.deferredRelease(ReceiverMetrics.Outcome.DRAINED));
+        assertEquals(0, m.deferredRelease(ReceiverMetrics.Outcome.TIMEOUT));
+        assertEquals(0, m.heldPages(), "the drained pages are free again");
+        assertEquals(1, m.holdsEnded());
+        assertTrue(m.toString().contains("deferredRelease={DRAINED=1, TIMEOUT=0, ERROR=0}"), m::toString);
     }
 }

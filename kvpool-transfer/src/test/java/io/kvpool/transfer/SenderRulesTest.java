@@ -212,7 +212,39 @@ class SenderRulesTest {
         link.completeWrite(link.postedTokens.get(1), PeerLink.CANCELED);
         tx.doWork();
         assertEquals(new Message.Drained(3, 9, 0, 2, 0, 2), link.sent(Message.Drained.class).getFirst());
-        assertEquals(1, tx.forcedCancels());
+        assertEquals(1, tx.metrics().forcedCancels());
+    }
+
+    @Test
+    void senderMetricsCountPostedAndFailedWritesTheDrainedSentAndTheCompletion() {
+        final SenderMetrics m = tx.metrics();
+        final OutgoingTransfer failed = offer(8); // 2 pages, both posted at once
+        link.inject(descriptor(8));
+        tx.doWork();
+        assertEquals(2, m.writesPosted());
+        link.completeWrite(link.postedTokens.get(0), PeerLink.FAILED);
+        link.completeWrite(link.postedTokens.get(1), PeerLink.CANCELED);
+        tx.doWork();
+        assertEquals(OutgoingTransfer.State.DRAINED, failed.state(), failed::toString);
+        assertEquals(2, m.writesFailed());
+        assertEquals(1, m.drainedSent());
+        assertEquals(0, m.completed());
+
+        final OutgoingTransfer done = offer(4); // 1 page; the next generation of the receiver's slot
+        link.inject(new Message.Descriptor(REQ, 3, 10, 4, Kv.LAYOUT.fingerprint(), 1, 0, new long[1], new byte[1]));
+        tx.doWork();
+        link.completeWrite(link.postedTokens.get(2), PeerLink.OK);
+        tx.doWork();
+        link.completeFlush(link.flushTokens.getFirst(), true);
+        tx.doWork();
+        assertEquals(OutgoingTransfer.State.COMPLETED, done.state(), done::toString);
+        assertEquals(3, m.writesPosted());
+        assertEquals(2, m.writesFailed(), "an OK write is not a failed one");
+        assertEquals(1, m.drainedSent());
+        assertEquals(1, m.completed());
+        assertSame(m, tx.metrics(), "one metrics object for the sender's life");
+        assertEquals(0, m.forcedCancels());
+        assertEquals(0, m.duplicateDescriptors());
     }
 
     @Test
@@ -227,7 +259,7 @@ class SenderRulesTest {
         assertEquals(OutgoingTransfer.State.WRITING, t.state());
         assertTrue(link.sent(Message.Drained.class).isEmpty(), () -> link.sent.toString());
         assertTrue(link.sent(Message.Abort.class).isEmpty());
-        assertEquals(1, tx.duplicateDescriptors());
+        assertEquals(1, tx.metrics().duplicateDescriptors());
     }
 
     @Test

@@ -253,10 +253,7 @@ final class DecodeRole implements DecodeService {
         c.put("generated_tokens", generated.sum());
         c.put("links_accepted", links.sum());
         c.put("quarantine_releases", receiver.metrics().quarantineReleases());
-        final String prom = receiver.metrics().toPrometheus()
-            + "# TYPE kvpool_receiver_active_transfers gauge\nkvpool_receiver_active_transfers " + activeTransfers
-            + "\n# TYPE kvpool_decode_held_sequences gauge\nkvpool_decode_held_sequences " + heldSequences.get()
-            + "\n# TYPE kvpool_receiver_link_up gauge\nkvpool_receiver_link_up " + (ready ? 1 : 0) + "\n";
+        final String prom = PrometheusText.decodeRole(receiver.metrics(), activeTransfers, heldSequences.get(), ready);
         return new RoleStatus(ROLE, PoolView.of(ROLE, pool), c, prom);
     }
 

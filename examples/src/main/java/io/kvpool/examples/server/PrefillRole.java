@@ -299,12 +299,7 @@ final class PrefillRole implements PrefillService {
         c.put("injected_faults", injectedFaults.sum());
         c.put("duplicate_ids_refused", duplicates.sum());
         c.put("refused_after_abort", lateAfterAbort.sum());
-        final String prom = "# TYPE kvpool_sender_writes_posted_total counter\nkvpool_sender_writes_posted_total " + sender.writesPosted()
-            + "\n# TYPE kvpool_sender_writes_failed_total counter\nkvpool_sender_writes_failed_total " + sender.writesFailed()
-            + "\n# TYPE kvpool_sender_forced_cancels_total counter\nkvpool_sender_forced_cancels_total " + sender.forcedCancels()
-            + "\n# TYPE kvpool_sender_drained_sent_total counter\nkvpool_sender_drained_sent_total " + sender.drainedSent()
-            + "\n# TYPE kvpool_sender_active_transfers gauge\nkvpool_sender_active_transfers " + active
-            + "\n# TYPE kvpool_sender_link_up gauge\nkvpool_sender_link_up " + (linkUp ? 1 : 0) + "\n";
+        final String prom = PrometheusText.prefillRole(sender.metrics(), active, linkUp);
         return new RoleStatus(ROLE, PoolView.of(ROLE, pool), c, prom);
     }
 

@@ -1,6 +1,11 @@
 package io.kvpool.examples.server;
 
+import io.kvpool.transfer.FailureReason;
+import io.kvpool.transfer.ReceiverMetrics;
+import io.kvpool.transfer.SenderMetrics;
+
 import java.util.List;
+import java.util.Locale;
 import java.util.Map;
 
 /**
@@ -8,7 +13,8 @@ import java.util.Map;
  * {@code role}), each role's own counters, and the transfer engines' metrics (the decode side's
  * {@link io.kvpool.transfer.ReceiverMetrics}: transfers started / committed / failed by reason — checksum
  * and canary failures among them —, deferred releases by outcome with hold times, ignored
- * acknowledgements). Every family is declared once.
+ * acknowledgements) and the prefill side's {@link io.kvpool.transfer.SenderMetrics}. Every family is declared
+ * once. The libraries write no exposition format: every line of it is written here.
  */
 final class PrometheusText {
 
@@ -91,6 +97,74 @@ final class PrometheusText {
         for (RoleStatus s : roles) {
             b.append(s.prometheus());
         }
+    }
+
+    /**
+     * The decode role's own families: its {@link ReceiverMetrics}, then the role's gauges.
+     *
+     * @param m               the receiver's metrics
+     * @param activeTransfers transfers the receiver has not finished
+     * @param heldSequences   committed sequences decode holds
+     * @param linkUp          whether the prefill link is up
+     * @return the families, one sample per line
+     */
+    static String decodeRole(ReceiverMetrics m, int activeTransfers, int heldSequences, boolean linkUp) {
+        final StringBuilder b = new StringBuilder(2048);
+        receiver(b, m);
+        b.append("# TYPE kvpool_receiver_active_transfers gauge\nkvpool_receiver_active_transfers ").append(activeTransfers)
+            .append("\n# TYPE kvpool_decode_held_sequences gauge\nkvpool_decode_held_sequences ").append(heldSequences)
+            .append("\n# TYPE kvpool_receiver_link_up gauge\nkvpool_receiver_link_up ").append(linkUp ? 1 : 0).append('\n');
+        return b.toString();
+    }
+
+    /**
+     * The prefill role's own families: its sender's counters, then the role's gauges.
+     *
+     * @param m               the sender's metrics
+     * @param activeTransfers transfers the sender has not finished
+     * @param linkUp          whether the decode link is up
+     * @return the families, one sample per line
+     */
+    static String prefillRole(SenderMetrics m, int activeTransfers, boolean linkUp) {
+        return "# TYPE kvpool_sender_writes_posted_total counter\nkvpool_sender_writes_posted_total " + m.writesPosted()
+            + "\n# TYPE kvpool_sender_writes_failed_total counter\nkvpool_sender_writes_failed_total " + m.writesFailed()
+            + "\n# TYPE kvpool_sender_forced_cancels_total counter\nkvpool_sender_forced_cancels_total " + m.forcedCancels()
+            + "\n# TYPE kvpool_sender_drained_sent_total counter\nkvpool_sender_drained_sent_total " + m.drainedSent()
+            + "\n# TYPE kvpool_sender_active_transfers gauge\nkvpool_sender_active_transfers " + activeTransfers
+            + "\n# TYPE kvpool_sender_link_up gauge\nkvpool_sender_link_up " + (linkUp ? 1 : 0) + "\n";
+    }
+
+    /** Every counter and gauge of a receiver, names prefixed {@code kvpool_} (the text ReceiverMetrics once wrote itself). */
+    static void receiver(StringBuilder b, ReceiverMetrics m) {
+        b.append("# TYPE kvpool_transfers_started_total counter\nkvpool_transfers_started_total ").append(m.started()).append('\n');
+        b.append("# TYPE kvpool_transfers_committed_total counter\nkvpool_transfers_committed_total ").append(m.committed()).append('\n');
+        b.append("# TYPE kvpool_transfers_failed_total counter\n");
+        for (FailureReason r : FailureReason.values()) {
+            b.append("kvpool_transfers_failed_total{reason=\"").append(r.name().toLowerCase(Locale.ROOT)).append("\"} ")
+                .append(m.failures(r)).append('\n');
+        }
+        b.append("# TYPE kvpool_deferred_release_total counter\n");
+        for (ReceiverMetrics.Outcome o : ReceiverMetrics.Outcome.values()) {
+            b.append("kvpool_deferred_release_total{outcome=\"").append(o.name().toLowerCase(Locale.ROOT)).append("\"} ")
+                .append(m.deferredRelease(o)).append('\n');
+        }
+        b.append("# TYPE kvpool_deferred_release_held_pages gauge\nkvpool_deferred_release_held_pages ").append(m.heldPages()).append('\n');
+        b.append("# TYPE kvpool_quarantined_pages gauge\nkvpool_quarantined_pages ").append(m.quarantinedPages()).append('\n');
+        b.append("# TYPE kvpool_deferred_release_seconds summary\nkvpool_deferred_release_seconds_count ").append(m.holdsEnded())
+            .append("\nkvpool_deferred_release_seconds_sum ").append(m.holdNanosTotal() / 1e9)
+            .append("\n# TYPE kvpool_deferred_release_seconds_max gauge\nkvpool_deferred_release_seconds_max ").append(m.holdNanosMax() / 1e9)
+            .append('\n');
+        b.append("# TYPE kvpool_acks_ignored_total counter\n");
+        ack(b, "before_registration", m.ackBeforeRegistration());
+        ack(b, "stale_generation", m.ackStaleGeneration());
+        ack(b, "duplicate", m.ackDuplicate());
+        ack(b, "wrong_peer", m.ackWrongPeer());
+        ack(b, "inconsistent", m.ackInconsistent());
+        ack(b, "late", m.ackLate());
+    }
+
+    private static void ack(StringBuilder b, String why, long n) {
+        b.append("kvpool_acks_ignored_total{why=\"").append(why).append("\"} ").append(n).append('\n');
     }
 
     private static void rejection(StringBuilder b, RoleStatus s, String reason, String field) {

@@ -82,8 +82,14 @@ public interface PeerLink extends AutoCloseable {
     // ---- sender side ----
 
     /**
+     * Opens the receiver's registration named by a descriptor's region key, so this side can write into it.
+     *
      * @param regionKey a descriptor's {@link io.kvpool.transfer.wire.Message.Descriptor#regionKey()}
-     * @param pages     how many destination pages the descriptor lists
+     * @param pages     how many destination pages the key's registration covers: this sender rank's share of
+     *                  the descriptor's pages, {@code firstPage(n, senders, rank + 1) - firstPage(n, senders, rank)}
+     *                  ({@link io.kvpool.transfer.TransferPlan#firstPage}, n = the descriptor's page count) — not
+     *                  n itself, since the descriptor lists every rank's pages; the region's pages are then
+     *                  addressed 0 to {@code pages - 1}
      * @return a handle to address those pages with {@link #putBatch}
      * @throws LinkFailedException if the key is not valid for this link
      */

@@ -1,0 +1,141 @@
+package io.kvpool.micrometer;
+
+import io.kvpool.transfer.FailureReason;
+import io.kvpool.transfer.ReceiverMetrics;
+import io.kvpool.transfer.TransferReceiver;
+import io.micrometer.core.instrument.FunctionCounter;
+import io.micrometer.core.instrument.FunctionTimer;
+import io.micrometer.core.instrument.Gauge;
+import io.micrometer.core.instrument.MeterRegistry;
+import io.micrometer.core.instrument.Tag;
+import io.micrometer.core.instrument.Tags;
+import io.micrometer.core.instrument.TimeGauge;
+import io.micrometer.core.instrument.binder.MeterBinder;
+
+import java.lang.ref.WeakReference;
+import java.util.Locale;
+import java.util.Objects;
+import java.util.concurrent.TimeUnit;
+import java.util.function.ToLongFunction;
+
+/**
+ * Binds a {@link TransferReceiver}'s metrics (its {@link ReceiverMetrics}) to a Micrometer registry:
+ * transfers started, committed and failed by reason, deferred releases by outcome with their hold time,
+ * the pages failed transfers hold, and acknowledgements ignored by reason. The module README lists every
+ * meter.
+ *
+ * <p>Each meter reads one {@link ReceiverMetrics} getter when the registry asks, from the registry's
+ * thread; those getters may be called from any thread (the receiver itself is single-threaded, and no
+ * meter calls it for anything but {@link TransferReceiver#metrics()}).
+ *
+ * <p><b>Lifetime:</b> neither the binder nor its meters keep the receiver alive: the binder holds it
+ * weakly, and every meter holds it weakly (Micrometer's default, {@code strongReference(false)}). Once
+ * the receiver is collected, its gauges read NaN and its counters keep their last value.
+ *
+ * <p>To bind several receivers to one registry, give each distinct common tags: a registry keeps the
+ * first meter of a name and tags and ignores a second.
+ */
+public final class TransferReceiverMeterBinder implements MeterBinder {
+
+    private final WeakReference<TransferReceiver> receiver;
+    private final Tags tags;
+
+    /**
+     * A binder with no common tags.
+     *
+     * @param receiver the receiver to observe
+     * @throws NullPointerException if {@code receiver} is null
+     */
+    public TransferReceiverMeterBinder(TransferReceiver receiver) {
+        this(receiver, Tags.empty());
+    }
+
+    /**
+     * A binder whose meters all carry {@code tags}, e.g. {@code Tags.of("pool", "decode")}.
+     *
+     * @param receiver the receiver to observe
+     * @param tags     common tags added to every meter
+     * @throws NullPointerException if {@code receiver} or {@code tags} is null
+     */
+    public TransferReceiverMeterBinder(TransferReceiver receiver, Iterable<Tag> tags) {
+        this.receiver = new WeakReference<>(Objects.requireNonNull(receiver, "receiver"));
+        this.tags = Tags.of(Objects.requireNonNull(tags, "tags"));
+    }
+
+    /**
+     * Registers the receiver's meters. Binding the same receiver twice to one registry registers nothing
+     * new. Binds nothing if the receiver was already collected.
+     *
+     * @param registry the registry to add the meters to
+     * @throws NullPointerException if {@code registry} is null
+     */
+    @Override
+    public void bindTo(MeterRegistry registry) {
+        Objects.requireNonNull(registry, "registry");
+        final TransferReceiver r = receiver.get();
+        if (r == null) {
+            return;
+        }
+        counter(r, "kvpool.transfer.started", "Transfers started, admitted or not", ReceiverMetrics::started).register(registry);
+        counter(r, "kvpool.transfer.committed", "Transfers verified and committed for decode", ReceiverMetrics::committed)
+            .register(registry);
+        for (FailureReason reason : FailureReason.values()) {
+            counter(r, "kvpool.transfer.failures", "Transfers that did not commit, by reason (rejected: refused at admission)",
+                m -> m.failures(reason)).tag("reason", label(reason)).register(registry);
+        }
+        for (ReceiverMetrics.Outcome outcome : ReceiverMetrics.Outcome.values()) {
+            counter(r, "kvpool.transfer.deferred.releases",
+                "Failed transfers' holds on their pages that ended, by outcome (drained: freed; timeout, error: quarantined)",
+                m -> m.deferredRelease(outcome)).tag("outcome", label(outcome)).register(registry);
+        }
+        gauge(r, "kvpool.transfer.deferred.held", "Pages failed transfers hold DRAINING or QUARANTINED now",
+            ReceiverMetrics::heldPages).register(registry);
+        gauge(r, "kvpool.transfer.quarantined", "Pages failed transfers hold QUARANTINED now", ReceiverMetrics::quarantinedPages)
+            .register(registry);
+        counter(r, "kvpool.transfer.quarantine.releases",
+            "Quarantined transfers released after the transport proved the peer can no longer write",
+            ReceiverMetrics::quarantineReleases).register(registry);
+        FunctionTimer.builder("kvpool.transfer.deferred.hold", r,
+                rx -> rx.metrics().holdsEnded(), rx -> (double) rx.metrics().holdNanosTotal(), TimeUnit.NANOSECONDS)
+            .description("How long failed transfers held their pages, for the holds that ended (pages freed)")
+            .tags(tags)
+            .register(registry);
+        TimeGauge.builder("kvpool.transfer.deferred.hold.max", r, TimeUnit.NANOSECONDS, rx -> (double) rx.metrics().holdNanosMax())
+            .strongReference(false)
+            .description("The longest hold of a failed transfer's pages that ended so far")
+            .tags(tags)
+            .register(registry);
+        final String ignored = "Acknowledgements (completions, DRAINED) ignored, by reason; none of them released pages";
+        ack(registry, r, ignored, "before_registration", ReceiverMetrics::ackBeforeRegistration);
+        ack(registry, r, ignored, "stale_generation", ReceiverMetrics::ackStaleGeneration);
+        ack(registry, r, ignored, "duplicate", ReceiverMetrics::ackDuplicate);
+        ack(registry, r, ignored, "wrong_peer", ReceiverMetrics::ackWrongPeer);
+        ack(registry, r, ignored, "inconsistent", ReceiverMetrics::ackInconsistent);
+        ack(registry, r, ignored, "late", ReceiverMetrics::ackLate);
+    }
+
+    /** @return the tag value of an enum constant: its name in lower case, in every default locale */
+    static String label(Enum<?> e) {
+        return e.name().toLowerCase(Locale.ROOT);
+    }
+
+    private void ack(MeterRegistry registry, TransferReceiver r, String description, String reason, ToLongFunction<ReceiverMetrics> value) {
+        counter(r, "kvpool.transfer.acks.ignored", description, value).tag("reason", reason).register(registry);
+    }
+
+    private Gauge.Builder<TransferReceiver> gauge(TransferReceiver r, String name, String description,
+                                                  ToLongFunction<ReceiverMetrics> value) {
+        return Gauge.builder(name, r, rx -> value.applyAsLong(rx.metrics()))
+            .strongReference(false)
+            .description(description)
+            .baseUnit("pages")
+            .tags(tags);
+    }
+
+    private FunctionCounter.Builder<TransferReceiver> counter(TransferReceiver r, String name, String description,
+                                                              ToLongFunction<ReceiverMetrics> value) {
+        return FunctionCounter.builder(name, r, rx -> value.applyAsLong(rx.metrics()))
+            .description(description)
+            .tags(tags);
+    }
+}

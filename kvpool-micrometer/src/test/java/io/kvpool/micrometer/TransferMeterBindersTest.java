@@ -1,0 +1,189 @@
+package io.kvpool.micrometer;
+
+import io.kvpool.transfer.FailureReason;
+import io.kvpool.transfer.IncomingTransfer;
+import io.kvpool.transfer.ReceiverMetrics;
+import io.kvpool.transfer.SenderMetrics;
+import io.kvpool.transfer.TransferReceiver;
+import io.kvpool.transfer.TransferSender;
+import io.micrometer.core.instrument.FunctionTimer;
+import io.micrometer.core.instrument.Meter;
+import io.micrometer.core.instrument.MeterRegistry;
+import io.micrometer.core.instrument.Tags;
+import io.micrometer.core.instrument.TimeGauge;
+import io.micrometer.core.instrument.simple.SimpleMeterRegistry;
+import org.junit.jupiter.api.Test;
+
+import java.lang.ref.Reference;
+import java.lang.ref.WeakReference;
+import java.util.Locale;
+import java.util.Map;
+import java.util.TreeSet;
+import java.util.concurrent.TimeUnit;
+import java.util.function.ToLongFunction;
+
+import static org.junit.jupiter.api.Assertions.*;
+
+/** The receiver's and the sender's binders on a {@link SimpleMeterRegistry}, over a simulated network. */
+class TransferMeterBindersTest {
+
+    static Map<String, Meter> bindReceiver(SimRig rig, MeterRegistry registry) {
+        new TransferReceiverMeterBinder(rig.receiver, Tags.of("pool", "decode")).bindTo(registry);
+        return Meters.byKey(registry, "pool", "decode");
+    }
+
+    static Map<String, Meter> bindSender(SimRig rig, MeterRegistry registry) {
+        new TransferSenderMeterBinder(rig.sender, Tags.of("pool", "prefill")).bindTo(registry);
+        return Meters.byKey(registry, "pool", "prefill");
+    }
+
+    @Test
+    void everyTransferMeterIsRegisteredWithADescriptionAndTheCommonTags() {
+        try (SimRig rig = new SimRig()) {
+            final SimpleMeterRegistry registry = new SimpleMeterRegistry();
+            final Map<String, Meter> rx = bindReceiver(rig, registry);
+            final Map<String, Meter> tx = bindSender(rig, registry);
+            final TreeSet<String> expected = new TreeSet<>();
+            expected.add("kvpool.transfer.started");
+            expected.add("kvpool.transfer.committed");
+            for (FailureReason r : FailureReason.values()) {
+                expected.add("kvpool.transfer.failures{reason=" + r.name().toLowerCase(Locale.ROOT) + "}");
+            }
+            for (String o : new String[] {"drained", "timeout", "error"}) {
+                expected.add("kvpool.transfer.deferred.releases{outcome=" + o + "}");
+            }
+            expected.add("kvpool.transfer.deferred.held");
+            expected.add("kvpool.transfer.quarantined");
+            expected.add("kvpool.transfer.quarantine.releases");
+            expected.add("kvpool.transfer.deferred.hold");
+            expected.add("kvpool.transfer.deferred.hold.max");
+            for (String why : new String[] {"before_registration", "stale_generation", "duplicate", "wrong_peer", "inconsistent", "late"}) {
+                expected.add("kvpool.transfer.acks.ignored{reason=" + why + "}");
+            }
+            assertEquals(expected, rx.keySet());
+            assertEquals(new TreeSet<>(java.util.List.of("kvpool.transfer.sender.completed", "kvpool.transfer.sender.drained",
+                "kvpool.transfer.sender.writes.posted", "kvpool.transfer.sender.writes.failed", "kvpool.transfer.sender.forced.cancels",
+                "kvpool.transfer.sender.descriptors.duplicate")), tx.keySet());
+            assertEquals(rx.size() + tx.size(), registry.getMeters().size(), "every meter carries the common tag");
+            for (Map<String, Meter> meters : java.util.List.of(rx, tx)) {
+                meters.forEach((key, m) -> {
+                    assertNotNull(m.getId().getDescription(), key);
+                    assertFalse(m.getId().getDescription().isBlank(), key);
+                });
+            }
+            assertEquals(Meter.Type.GAUGE, rx.get("kvpool.transfer.deferred.held").getId().getType());
+            assertEquals(Meter.Type.GAUGE, rx.get("kvpool.transfer.quarantined").getId().getType());
+            assertInstanceOf(FunctionTimer.class, rx.get("kvpool.transfer.deferred.hold"));
+            assertInstanceOf(TimeGauge.class, rx.get("kvpool.transfer.deferred.hold.max"));
+            assertEquals(Meter.Type.COUNTER, rx.get("kvpool.transfer.failures{reason=aborted}").getId().getType());
+            tx.values().forEach(m -> assertEquals(Meter.Type.COUNTER, m.getId().getType(), m.getId()::toString));
+        }
+    }
+
+    @Test
+    void metersFollowACommittedTransferAndAnAbortedOneThatDrains() {
+        try (SimRig rig = new SimRig()) {
+            final SimpleMeterRegistry registry = new SimpleMeterRegistry();
+            final Map<String, Meter> rx = bindReceiver(rig, registry);
+            final Map<String, Meter> tx = bindSender(rig, registry);
+
+            final IncomingTransfer ok = rig.transfer(1, 10); // 3 pages
+            rig.run(200);
+            assertEquals(IncomingTransfer.State.COMMITTED, ok.state(), ok::toString);
+            ok.sequence().close();
+            assertEquals(1, Meters.value(rx.get("kvpool.transfer.started")));
+            assertEquals(1, Meters.value(rx.get("kvpool.transfer.committed")));
+            assertEquals(1, Meters.value(tx.get("kvpool.transfer.sender.completed")));
+            assertEquals(3, Meters.value(tx.get("kvpool.transfer.sender.writes.posted")));
+
+            final IncomingTransfer aborted = rig.transfer(2, 10);
+            rig.run(1); // the descriptor may be out; the writes may be in flight
+            assertTrue(rig.receiver.abort(aborted, "client went away"));
+            assertEquals(3, Meters.value(rx.get("kvpool.transfer.deferred.held")), "the aborted transfer's pages are held");
+            rig.run(200);
+            assertEquals(IncomingTransfer.State.RELEASED, aborted.state(), aborted::toString);
+            assertEquals(2, Meters.value(rx.get("kvpool.transfer.started")));
+            assertEquals(1, Meters.value(rx.get("kvpool.transfer.committed")));
+            assertEquals(1, Meters.value(rx.get("kvpool.transfer.failures{reason=aborted}")));
+            assertEquals(0, Meters.value(rx.get("kvpool.transfer.failures{reason=checksum_mismatch}")));
+            assertEquals(1, Meters.value(rx.get("kvpool.transfer.deferred.releases{outcome=drained}")));
+            assertEquals(0, Meters.value(rx.get("kvpool.transfer.deferred.held")), "freed after the sender's DRAINED");
+            final FunctionTimer hold = (FunctionTimer) rx.get("kvpool.transfer.deferred.hold");
+            assertEquals(1, hold.count());
+            final ReceiverMetrics rm = rig.receiver.metrics();
+            assertTrue(rm.holdNanosTotal() > 0, "the simulated clock moved while the pages were held");
+            assertEquals(rm.holdNanosTotal(), hold.totalTime(TimeUnit.NANOSECONDS), 1.0);
+            assertEquals(rm.holdNanosMax(), ((TimeGauge) rx.get("kvpool.transfer.deferred.hold.max")).value(TimeUnit.NANOSECONDS), 1.0);
+            assertEquals(1, Meters.value(tx.get("kvpool.transfer.sender.drained")));
+
+            everyMeterReadsItsGetter(rx, rm);
+            final SenderMetrics sm = rig.sender.metrics();
+            final Map<String, ToLongFunction<SenderMetrics>> senderGetters = Map.of(
+                "kvpool.transfer.sender.completed", SenderMetrics::completed,
+                "kvpool.transfer.sender.drained", SenderMetrics::drainedSent,
+                "kvpool.transfer.sender.writes.posted", SenderMetrics::writesPosted,
+                "kvpool.transfer.sender.writes.failed", SenderMetrics::writesFailed,
+                "kvpool.transfer.sender.forced.cancels", SenderMetrics::forcedCancels,
+                "kvpool.transfer.sender.descriptors.duplicate", SenderMetrics::duplicateDescriptors);
+            senderGetters.forEach((key, getter) -> assertEquals(getter.applyAsLong(sm), Meters.value(tx.get(key)), key));
+        }
+    }
+
+    @Test
+    void theBindersAndTheirMetersDoNotKeepTheEnginesAlive() throws InterruptedException {
+        final SimpleMeterRegistry registry = new SimpleMeterRegistry();
+        final SimRig[] holder = {new SimRig()};
+        final WeakReference<TransferReceiver> rx = new WeakReference<>(holder[0].receiver);
+        final WeakReference<TransferSender> tx = new WeakReference<>(holder[0].sender);
+        final TransferReceiverMeterBinder rb = new TransferReceiverMeterBinder(holder[0].receiver, Tags.of("pool", "decode"));
+        final TransferSenderMeterBinder sb = new TransferSenderMeterBinder(holder[0].sender, Tags.of("pool", "prefill"));
+        rb.bindTo(registry);
+        sb.bindTo(registry);
+        holder[0].close();
+        holder[0] = null;
+        for (int i = 0; i < 100 && (rx.get() != null || tx.get() != null); i++) {
+            System.gc();
+            Thread.sleep(10);
+        }
+        assertNull(rx.get(), "the receiver's binder or meters kept it reachable");
+        assertNull(tx.get(), "the sender's binder or meters kept it reachable");
+        assertTrue(Double.isNaN(Meters.value(Meters.byKey(registry, "pool", "decode").get("kvpool.transfer.deferred.held"))));
+        Reference.reachabilityFence(rb);
+        Reference.reachabilityFence(sb);
+    }
+
+    @Test
+    void nullArgumentsAreRefused() {
+        try (SimRig rig = new SimRig()) {
+            assertThrows(NullPointerException.class, () -> new TransferReceiverMeterBinder(null));
+            assertThrows(NullPointerException.class, () -> new TransferReceiverMeterBinder(rig.receiver, null));
+            assertThrows(NullPointerException.class, () -> new TransferReceiverMeterBinder(rig.receiver).bindTo(null));
+            assertThrows(NullPointerException.class, () -> new TransferSenderMeterBinder(null));
+            assertThrows(NullPointerException.class, () -> new TransferSenderMeterBinder(rig.sender, null));
+            assertThrows(NullPointerException.class, () -> new TransferSenderMeterBinder(rig.sender).bindTo(null));
+        }
+    }
+
+    /** Each receiver meter with a count or a value reads its own {@link ReceiverMetrics} getter. */
+    static void everyMeterReadsItsGetter(Map<String, Meter> rx, ReceiverMetrics m) {
+        assertEquals(m.started(), Meters.value(rx.get("kvpool.transfer.started")));
+        assertEquals(m.committed(), Meters.value(rx.get("kvpool.transfer.committed")));
+        for (FailureReason r : FailureReason.values()) {
+            assertEquals(m.failures(r), Meters.value(rx.get("kvpool.transfer.failures{reason=" + r.name().toLowerCase(Locale.ROOT) + "}")), r::name);
+        }
+        for (ReceiverMetrics.Outcome o : ReceiverMetrics.Outcome.values()) {
+            assertEquals(m.deferredRelease(o), Meters.value(rx.get("kvpool.transfer.deferred.releases{outcome=" + o.name().toLowerCase(Locale.ROOT) + "}")),
+                o::name);
+        }
+        assertEquals(m.heldPages(), Meters.value(rx.get("kvpool.transfer.deferred.held")));
+        assertEquals(m.quarantinedPages(), Meters.value(rx.get("kvpool.transfer.quarantined")));
+        assertEquals(m.quarantineReleases(), Meters.value(rx.get("kvpool.transfer.quarantine.releases")));
+        assertEquals(m.holdsEnded(), Meters.value(rx.get("kvpool.transfer.deferred.hold")));
+        assertEquals(m.ackBeforeRegistration(), Meters.value(rx.get("kvpool.transfer.acks.ignored{reason=before_registration}")));
+        assertEquals(m.ackStaleGeneration(), Meters.value(rx.get("kvpool.transfer.acks.ignored{reason=stale_generation}")));
+        assertEquals(m.ackDuplicate(), Meters.value(rx.get("kvpool.transfer.acks.ignored{reason=duplicate}")));
+        assertEquals(m.ackWrongPeer(), Meters.value(rx.get("kvpool.transfer.acks.ignored{reason=wrong_peer}")));
+        assertEquals(m.ackInconsistent(), Meters.value(rx.get("kvpool.transfer.acks.ignored{reason=inconsistent}")));
+        assertEquals(m.ackLate(), Meters.value(rx.get("kvpool.transfer.acks.ignored{reason=late}")));
+    }
+}

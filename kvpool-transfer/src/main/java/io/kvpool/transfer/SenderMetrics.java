@@ -1,0 +1,83 @@
+package io.kvpool.transfer;
+
+import java.util.concurrent.atomic.LongAdder;
+
+/**
+ * Counters of a {@link TransferSender}. Written by the sender's thread, readable from any thread (e.g. a
+ * metrics endpoint or a Micrometer binder). Every value only grows; each is read on its own, so a set of
+ * reads is not one atomic cut. Obtain it with {@link TransferSender#metrics()}.
+ */
+public final class SenderMetrics {
+
+    final LongAdder completed = new LongAdder();
+    final LongAdder drainedSent = new LongAdder();
+    final LongAdder writesPosted = new LongAdder();
+    final LongAdder writesFailed = new LongAdder();
+    final LongAdder forcedCancels = new LongAdder();
+    final LongAdder duplicateDescriptors = new LongAdder();
+
+    SenderMetrics() {
+    }
+
+    /**
+     * Transfers this sender completed: every write of its share flushed and the COMPLETION sent.
+     *
+     * @return the count so far
+     */
+    public long completed() {
+        return completed.sum();
+    }
+
+    /**
+     * DRAINED confirmations this sender sent for failed or aborted transfers.
+     *
+     * @return the count so far
+     */
+    public long drainedSent() {
+        return drainedSent.sum();
+    }
+
+    /**
+     * One-sided page writes this sender posted.
+     *
+     * @return the count so far
+     */
+    public long writesPosted() {
+        return writesPosted.sum();
+    }
+
+    /**
+     * Posted writes that ended FAILED or CANCELED (a subset of {@link #writesPosted()}).
+     *
+     * @return the count so far
+     */
+    public long writesFailed() {
+        return writesFailed.sum();
+    }
+
+    /**
+     * Times a failing transfer's drain deadline passed and the sender made the transport force-cancel its writes.
+     *
+     * @return the count so far
+     */
+    public long forcedCancels() {
+        return forcedCancels.sum();
+    }
+
+    /**
+     * Descriptors received again for a transfer already known (duplicated frames); each was ignored.
+     *
+     * @return the count so far
+     */
+    public long duplicateDescriptors() {
+        return duplicateDescriptors.sum();
+    }
+
+    /** @return every counter by name, for logs and test messages */
+    @Override
+    public String toString() {
+        return "SenderMetrics[completed=" + completed() + ", drainedSent=" + drainedSent() + ", writesPosted=" + writesPosted()
+            + ", writesFailed=" + writesFailed() + ", forcedCancels=" + forcedCancels() + ", duplicateDescriptors="
+            + duplicateDescriptors() + "]";
+    }
+}
