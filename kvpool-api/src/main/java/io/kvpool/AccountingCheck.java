@@ -11,7 +11,8 @@ package io.kvpool;
  *   2. free + owned + receiving + draining + quarantined + retired == capacity, 0 ≤ reserved ≤ free
  *   3. every FREE slot is in exactly one free structure (plain stack, cached LRU, allocator cache), and
  *      no other slot is in any; every cached free slot holds a published prefix
- *   4. the free structures hold exactly as many pages as there are FREE slots
+ *   4. the free structures hold exactly as many pages as there are FREE slots, and the LRU as many as are counted
+ *      cached
  * </pre>
  * Runs under the pool lock at a quiescent point.
  */
@@ -67,6 +68,10 @@ final class AccountingCheck {
                 throw new IllegalStateException("slot " + s + " is " + SlotStateMachine.describe(slots.wordVolatile(s))
                     + " but appears " + seen[s] + " times in the free structures");
             }
+        }
+        if (free.cachedSize() != counted.cachedFree()) {
+            throw new IllegalStateException("the cached free pages are counted " + counted.cachedFree() + " but the LRU holds "
+                + free.cachedSize());
         }
         final int cached = allocator.cache().sizeQuiescent();
         if (free.size() + cached != scanned.free()) {

@@ -46,6 +46,8 @@ final class PageAllocator {
     /** Slots evicted (or unfilled) by the current critical section, to fill once it ends. */
     private int[] toFill = new int[8];
     private int toFillCount;
+    /** FREE pages that hold a published prefix, counted when freed (not when the lock takes them in). */
+    private final java.util.concurrent.atomic.LongAdder cachedFree = new java.util.concurrent.atomic.LongAdder();
     /** Written under the lock, read by anyone (opaque): allocations served by the lock, evictions. */
     private final long[] counts = new long[2];
 
@@ -76,6 +78,11 @@ final class PageAllocator {
     /** @return slots that left FREE so far (fresh allocations and revivals); any thread, exact at quiescence */
     long allocations() {
         return (long) COUNT.getOpaque(counts, ALLOCATIONS) + cache.allocations();
+    }
+
+    /** @return FREE pages that still hold a published prefix; any thread, exact at quiescence */
+    long cachedFree() {
+        return cachedFree.sum();
     }
 
     /** @return cached prefix pages evicted so far; any thread */
@@ -130,13 +137,16 @@ final class PageAllocator {
      * @param closed whether the pool is closed (nothing will allocate again: no fill, but the page is counted)
      */
     void onBecameFree(int slot, boolean closed) {
+        // The last releaser's CAS is ordered after every earlier CAS on this word, including the publisher's
+        // own release, so a page's "published" mark set under the lock while it was owned is visible here.
+        final boolean published = prefix.isPublished(slot);
+        if (published) {
+            cachedFree.increment(); // it leaves that count only through the LRU: revived or evicted, under the lock
+        }
         if (closed) {
             returned.push(slot);
             return;
         }
-        // The last releaser's CAS is ordered after every earlier CAS on this word, including the publisher's
-        // own release, so a page's "published" mark set under the lock while it was owned is visible here.
-        final boolean published = prefix.isPublished(slot);
         if (fillMode != FillMode.NONE && !published) {
             try {
                 storage.fill(slot, fillMode);
@@ -212,6 +222,7 @@ final class PageAllocator {
                 if (slot < 0) {
                     return -1;
                 }
+                cachedFree.decrement();
                 prefix.unpublish(slot);
                 count(EVICTIONS);
                 if (fillMode != FillMode.NONE) {
@@ -277,6 +288,7 @@ final class PageAllocator {
             return false;
         }
         freePages.removeCached(slot);
+        cachedFree.decrement();
         return true;
     }
 

@@ -7,9 +7,7 @@ package io.kvpool;
  * {@link KvPool#snapshot()}, and for a full check {@link KvPool#verifyAccounting()}. Obtain it with
  * {@link KvPool#metrics()}; it stays readable after the pool is closed.
  *
- * <p>Pages freed on other threads reach the free structures when the allocator next takes its return
- * stack, so {@link #cachedFree()} may lag a release; every other value counts a change from the moment
- * its CAS or critical section ends.
+ * <p>Every value counts a change from the moment its CAS or critical section ends.
  */
 public final class PoolMetrics {
 
@@ -138,10 +136,7 @@ public final class PoolMetrics {
         return now().quarantineEvents();
     }
 
-    /**
-     * @return every value at once, read without the pool lock (no drain of the return stack: {@link #cachedFree()}
-     *         may lag); O(1)
-     */
+    /** @return every value at once, read without the pool lock; O(1) */
     public PoolSnapshot read() {
         final long allocations = allocator.allocations();
         final long receiving = counts.receiving.sum();
@@ -150,7 +145,7 @@ public final class PoolMetrics {
         final long retired = counts.retired.sum();
         final long inUse = allocations - counts.ended.sum();
         return new PoolSnapshot(capacity, capacity - inUse - retired, inUse - receiving - draining - quarantined, receiving,
-            draining, quarantined, retired, reservations.reserved(), allocator.freePages().cachedSize(), prefix.published(),
+            draining, quarantined, retired, reservations.reserved(), allocator.cachedFree(), prefix.published(),
             reservations.openSequences(), reservations.openReservations(), allocations, prefix.hits(), allocator.evictions(),
             reservations.rejectedContextTooLong(), reservations.rejectedExceedsPool(), reservations.retryLater(),
             ops.staleRefused(), ops.foreignRefused(), counts.quarantineEvents.sum());

@@ -276,6 +276,18 @@ public final class NaiveBaselinePool implements AutoCloseable {
         seq.reservedPages = 0;
     }
 
+    synchronized void truncateToZeroLocked(Seq seq) {
+        for (int i = seq.pages.size() - 1; i >= 0; i--) {
+            releaseLocked(seq.pages.get(i));
+        }
+        seq.pages.clear();
+        seq.tokens = 0;
+        final long want = (seq.admittedTokens + tokensPerPage - 1) / tokensPerPage;
+        final long add = Math.max(0, Math.min(want - seq.reservedPages, free.size() - reserved));
+        reserved += add;
+        seq.reservedPages += (int) add;
+    }
+
     /** @return pages neither in use nor reserved, for the benchmarks' sanity checks */
     public synchronized long freeUnreserved() {
         return free.size() - reserved;
@@ -319,6 +331,21 @@ public final class NaiveBaselinePool implements AutoCloseable {
         /** Publishes the full pages to the prefix index. */
         public void publish(int[] tokenIds, long salt) {
             publishLocked(this, tokenIds, salt);
+        }
+
+        /** Drops every token and page, keeping the reservation for the admitted length (a finished request's slot reused). */
+        public void truncateToZero() {
+            truncateToZeroLocked(this);
+        }
+
+        /** Copies the block table into {@code dst[offset ..]}, unboxing each page. @return pages copied */
+        public int copyBlockTable(int[] dst, int offset) {
+            synchronized (NaiveBaselinePool.this) {
+                for (int i = 0; i < pages.size(); i++) {
+                    dst[offset + i] = pages.get(i);
+                }
+                return pages.size();
+            }
         }
 
         /** @return tokens held */

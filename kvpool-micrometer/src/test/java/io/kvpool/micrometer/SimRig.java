@@ -3,7 +3,7 @@ package io.kvpool.micrometer;
 import io.kvpool.KvPool;
 import io.kvpool.Sequence;
 import io.kvpool.transfer.IncomingTransfer;
-import io.kvpool.transfer.Kv;
+import io.kvpool.transfer.testkit.Kv;
 import io.kvpool.transfer.TransferReceiver;
 import io.kvpool.transfer.TransferSender;
 import io.kvpool.transfer.sim.SimFaults;

@@ -1,5 +1,6 @@
 package io.kvpool.transfer;
 
+import io.kvpool.transfer.testkit.Kv;
 import io.kvpool.DType;
 import io.kvpool.KvLayout;
 import io.kvpool.KvPool;

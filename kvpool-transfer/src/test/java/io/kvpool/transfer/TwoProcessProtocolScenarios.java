@@ -1,5 +1,8 @@
 package io.kvpool.transfer;
 
+import io.kvpool.transfer.testkit.Kv;
+import io.kvpool.transfer.testkit.PrefillChild;
+import io.kvpool.transfer.testkit.ChildProcessDecode;
 import io.kvpool.Sequence;
 import io.kvpool.SlotState;
 import org.junit.jupiter.api.Test;

@@ -5,7 +5,7 @@ import io.kvpool.KvLayout;
 import io.kvpool.KvPool;
 import io.kvpool.cuda.DevicePageStorage;
 import io.kvpool.transfer.PeerIdentity;
-import io.kvpool.transfer.PrefillChild;
+import io.kvpool.transfer.testkit.PrefillChild;
 import io.kvpool.transfer.TransferSender;
 
 import java.nio.file.Files;

@@ -1,12 +1,12 @@
 package io.kvpool.transfer.shm;
 
 import io.kvpool.KvPool;
-import io.kvpool.transfer.ChildProcessDecode;
+import io.kvpool.transfer.testkit.ChildProcessDecode;
 import io.kvpool.transfer.FailureReason;
 import io.kvpool.transfer.IncomingTransfer;
-import io.kvpool.transfer.Kv;
+import io.kvpool.transfer.testkit.Kv;
 import io.kvpool.transfer.Peer;
-import io.kvpool.transfer.PrefillChild;
+import io.kvpool.transfer.testkit.PrefillChild;
 import io.kvpool.transfer.ReceiverMetrics;
 import io.kvpool.transfer.TransferReceiver;
 import io.kvpool.transfer.TwoProcessProtocolScenarios;

@@ -1,9 +1,9 @@
 package io.kvpool.transfer.ucx;
 
 import io.kvpool.KvPool;
-import io.kvpool.transfer.Kv;
+import io.kvpool.transfer.testkit.Kv;
 import io.kvpool.transfer.PeerIdentity;
-import io.kvpool.transfer.PrefillChild;
+import io.kvpool.transfer.testkit.PrefillChild;
 import io.kvpool.transfer.TransferSender;
 
 import java.net.InetAddress;

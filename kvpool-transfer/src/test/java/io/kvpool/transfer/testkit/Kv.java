@@ -1,5 +1,6 @@
-package io.kvpool.transfer;
+package io.kvpool.transfer.testkit;
 
+import io.kvpool.transfer.*;
 import io.kvpool.DType;
 import io.kvpool.KvLayout;
 import io.kvpool.KvPool;
@@ -21,7 +22,7 @@ public final class Kv {
 
     /** 2 layers × 1 head × 4 × FP32, 4 tokens per page: 16-byte vectors, 256-byte pages. */
     public static final KvLayout LAYOUT = new KvLayout(2, 1, 4, DType.FP32, 4);
-    static final ValueLayout.OfLong LONG = ValueLayout.JAVA_LONG_UNALIGNED;
+    public static final ValueLayout.OfLong LONG = ValueLayout.JAVA_LONG_UNALIGNED;
 
     public static KvPool pool(int pages) {
         return KvPool.builder(LAYOUT).pages(pages).maxContextTokens(pages * 4L).build();
@@ -31,7 +32,7 @@ public final class Kv {
         return PeerIdentity.of(LAYOUT, "test-model@r1", "test", "build-1");
     }
 
-    static long position(int layer, int kv, int token) {
+    public static long position(int layer, int kv, int token) {
         return ((long) layer << 48) | ((long) kv << 40) | token;
     }
 
@@ -41,7 +42,7 @@ public final class Kv {
     }
 
     /** Writes the first {@code tokens} tokens only (the rest keep what they hold, e.g. the canary). */
-    static void write(Sequence seq, long requestId, int tokens) {
+    public static void write(Sequence seq, long requestId, int tokens) {
         final int tpp = LAYOUT.tokensPerPage();
         for (int token = 0; token < tokens; token++) {
             final MemorySegment page = seq.page(token / tpp);
@@ -73,7 +74,7 @@ public final class Kv {
     }
 
     /** Checks every vector of one token of one page. */
-    static Finding check(MemorySegment page, long requestId, int token) {
+    public static Finding check(MemorySegment page, long requestId, int token) {
         final int tpp = LAYOUT.tokensPerPage();
         for (int layer = 0; layer < LAYOUT.layers(); layer++) {
             for (int kv = 0; kv < 2; kv++) {

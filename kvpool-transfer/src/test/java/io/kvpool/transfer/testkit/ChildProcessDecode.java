@@ -1,5 +1,6 @@
-package io.kvpool.transfer;
+package io.kvpool.transfer.testkit;
 
+import io.kvpool.transfer.*;
 import io.kvpool.KvPool;
 import io.kvpool.PoolSnapshot;
 import io.kvpool.transfer.spi.PeerLink;

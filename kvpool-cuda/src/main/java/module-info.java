@@ -1,0 +1,12 @@
+/**
+ * kvpool on NVIDIA GPUs: device page storage, batched copy and checksum kernels, host offload, and a
+ * CUDA IPC transport between processes on one machine. Needs {@code --enable-native-access} for JCuda.
+ */
+module io.kvpool.cuda {
+    requires transitive io.kvpool;
+    requires transitive io.kvpool.transfer;
+    requires jcuda;
+
+    exports io.kvpool.cuda;
+    exports io.kvpool.cuda.ipc;
+}
