@@ -10,7 +10,7 @@
 module io.kvpool.transfer {
     requires transitive io.kvpool;
     requires org.agrona;
-    requires jucx;
+    requires static jucx; // optional: the UCX transport only
 
     exports io.kvpool.transfer;
     exports io.kvpool.transfer.spi;

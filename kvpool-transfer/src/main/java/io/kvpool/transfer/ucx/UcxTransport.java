@@ -83,8 +83,12 @@ public final class UcxTransport implements AutoCloseable {
     private volatile boolean closed;
     private final CompletableFuture<Void> stopped = new CompletableFuture<>();
 
+    /** The JUCX class whose absence means the optional dependency was left out. */
+    static final String JUCX_PROBE_CLASS = "org.openucx.jucx.ucp.UcpContext";
+
     private UcxTransport(String name) {
         this.name = Objects.requireNonNull(name, "name");
+        requireJucx(name);
         final UcpContext ctx;
         try {
             // tcp only: a link's teardown is proven by closing its worker, which fences a peer's puts because over
@@ -103,6 +107,21 @@ public final class UcxTransport implements AutoCloseable {
         }
         this.thread = Thread.ofPlatform().daemon().name("ucx-" + name).unstarted(this::loop);
         thread.start();
+    }
+
+    /**
+     * JUCX is an optional dependency of kvpool-transfer: a user of the shared-memory or in-JVM transports does not
+     * get it. Checked before any JUCX class is touched, so its absence gets this message and not a bare
+     * {@link NoClassDefFoundError}.
+     */
+    private static void requireJucx(String name) {
+        try {
+            Class.forName(JUCX_PROBE_CLASS, false, UcxTransport.class.getClassLoader());
+        } catch (ClassNotFoundException e) {
+            throw new UcxUnavailableException("UCX transport '" + name + "' needs JUCX, an optional dependency of kvpool-transfer "
+                + "that is not on the class path: add org.openucx:jucx:1.12.1 to your build (and install UCX 1.13.1, Debian's "
+                + "libucx0)", e);
+        }
     }
 
     /**
