@@ -17,12 +17,12 @@ public final class PoolCapacityException extends IllegalStateException {
         this.poolTokens = poolTokens;
     }
 
-    /** @return the context length the deployment advertised */
+    /** {@return the context length the deployment advertised} */
     public long advertisedContextTokens() {
         return advertisedContextTokens;
     }
 
-    /** @return the tokens the pool can hold for one request, i.e. the largest safe context */
+    /** {@return the tokens the pool can hold for one request, i.e. the largest safe context} */
     public long poolTokens() {
         return poolTokens;
     }
