@@ -8,8 +8,8 @@ import java.util.Objects;
 
 /**
  * What a peer says about itself when a link comes up, and what the other side checks before any page
- * moves (the 2023 lesson: tooling pointed production at a staging build and nothing noticed). Every field
- * must be equal on both sides; {@link #mismatches} names each difference with both values.
+ * moves, so that e.g. a production pool refuses a staging build. Every field must be equal on both sides;
+ * {@link #mismatches} names each difference with both values.
  *
  * @param protocolVersion   {@link io.kvpool.transfer.wire.WireFormat#VERSION} of the peer's code
  * @param layoutFingerprint {@link KvLayout#fingerprint()} of the peer's pool

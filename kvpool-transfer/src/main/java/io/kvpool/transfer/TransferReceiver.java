@@ -195,7 +195,7 @@ public final class TransferReceiver extends TransferEndpoint {
         }
         final Sequence seq = a.sequence();
         // Admission (or, with ADMISSION_REJECTION off, its placeholder) decides what we can take: the
-        // placeholder admits one token, and so the receiver expects one — exactly the incident's stub.
+        // placeholder admits one token, and so the receiver expects one (the incident replay's stub).
         final int expected = (int) Math.min(promptTokens, a.sequence().admittedTokens());
         try {
             seq.append(expected);
