@@ -41,6 +41,7 @@ public final class PinnedPageBuffer implements AutoCloseable {
      * @throws IllegalArgumentException if {@code pages < 1}
      * @throws CudaException            if the driver cannot allocate or map the memory
      */
+    @SuppressWarnings("restricted") // sizes a segment over memory the driver allocated; needs native access
     public PinnedPageBuffer(DevicePageStorage storage, int pages) {
         if (pages < 1) {
             throw new IllegalArgumentException("pages must be ≥ 1, was " + pages);
