@@ -6,6 +6,7 @@
  * writer-pin operations a transport applies to pages it receives into, is exported to the transport
  * modules only.
  */
+@SuppressWarnings("module") // the qualified exports name modules that are compiled after this one
 module io.kvpool {
     exports io.kvpool;
     exports io.kvpool.storage;

@@ -7,6 +7,8 @@
  * {@code io.kvpool.transfer.wire}, the frame codec, is exported to kvpool-cuda only, whose CUDA IPC link
  * speaks the same frames.
  */
+// io.kvpool.cuda is compiled after this module; agrona and jucx are automatic modules (no descriptor)
+@SuppressWarnings({"module", "requires-automatic"})
 module io.kvpool.transfer {
     requires transitive io.kvpool;
     requires org.agrona;

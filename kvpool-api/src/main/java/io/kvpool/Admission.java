@@ -52,7 +52,7 @@ public final class Admission {
         this.cachedTokens = sequence == null ? 0 : sequence.tokenCount();
     }
 
-    /** @return the decision */
+    /** {@return the decision} */
     public Decision decision() {
         return decision;
     }
@@ -63,13 +63,14 @@ public final class Admission {
             : code == EXCEEDS_POOL ? Decision.REJECTED_EXCEEDS_POOL : Decision.RETRY_LATER;
     }
 
-    /** @return whether the request was admitted */
+    /** {@return whether the request was admitted} */
     public boolean admitted() {
         return decision == Decision.ADMITTED;
     }
 
     /**
-     * @return the admitted request's sequence (the caller owns it and must close it)
+     * {@return the admitted request's sequence} The caller owns it and must close it.
+     *
      * @throws IllegalStateException if the request was not admitted, with the reason
      */
     public Sequence sequence() {
@@ -79,32 +80,32 @@ public final class Admission {
         return sequence;
     }
 
-    /** @return {@code prompt + maxNewTokens} of the request */
+    /** {@return {@code prompt + maxNewTokens} of the request} */
     public long requestedTokens() {
         return requestedTokens;
     }
 
-    /** @return the pool's max context when the decision was made */
+    /** {@return the pool's max context when the decision was made} */
     public long maxContextTokens() {
         return maxContextTokens;
     }
 
-    /** @return pages the request needed reserved */
+    /** {@return pages the request needed reserved} */
     public long pagesNeeded() {
         return pagesNeeded;
     }
 
-    /** @return free, unreserved pages when the decision was made */
+    /** {@return free, unreserved pages when the decision was made} */
     public long pagesAvailable() {
         return pagesAvailable;
     }
 
-    /** @return pages in service (capacity less retired) when the decision was made */
+    /** {@return pages in service (capacity less retired) when the decision was made} */
     public long pagesInService() {
         return pagesInService;
     }
 
-    /** @return a one-line explanation with the numbers, suitable for an error response */
+    /** {@return a one-line explanation with the numbers, suitable for an error response} */
     public String message() {
         return switch (decision) {
             case ADMITTED -> requestedTokens + " tokens, " + pagesNeeded + " pages" + (cachedTokens > 0
@@ -117,7 +118,7 @@ public final class Admission {
         };
     }
 
-    /** @return the decision code as {@link KvPool#tryReserve} would return it (0 for ADMITTED) */
+    /** {@return the decision code as {@link KvPool#tryReserve} would return it (0 for ADMITTED)} */
     public long code() {
         return switch (decision) {
             case ADMITTED -> 0;

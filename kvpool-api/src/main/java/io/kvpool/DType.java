@@ -20,7 +20,7 @@ public enum DType {
         this.bytes = bytes;
     }
 
-    /** @return the width of one element in bytes */
+    /** {@return the width of one element in bytes} */
     public int bytes() {
         return bytes;
     }

@@ -19,22 +19,22 @@ public final class IllegalSlotTransitionException extends IllegalStateException 
         this.event = event;
     }
 
-    /** @return the slot index */
+    /** {@return the slot index} */
     public int slot() {
         return slot;
     }
 
-    /** @return the slot's generation when the event was refused */
+    /** {@return the slot's generation when the event was refused} */
     public long generation() {
         return generation;
     }
 
-    /** @return the slot's state when the event was refused */
+    /** {@return the slot's state when the event was refused} */
     public SlotState state() {
         return state;
     }
 
-    /** @return the refused event */
+    /** {@return the refused event} */
     public SlotEvent event() {
         return event;
     }

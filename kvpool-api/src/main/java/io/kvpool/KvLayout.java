@@ -84,22 +84,24 @@ public record KvLayout(int layers, int kvHeads, int headDim, DType dtype, int to
         return layers + " layers × " + kvHeads + " kv heads × " + headDim + " dim × " + dtype + " × " + tpp + " tokens/page";
     }
 
-    /** @return bytes of one token's K (or V) vector in one layer: {@code kvHeads × headDim × dtype} */
+    /** {@return bytes of one token's K (or V) vector in one layer: {@code kvHeads × headDim × dtype}} */
     public long bytesPerTokenVector() {
         return bytesPerVector(kvHeads, headDim, dtype);
     }
 
-    /** @return bytes one token occupies across all layers, K and V */
+    /** {@return bytes one token occupies across all layers, K and V} */
     public long bytesPerToken() {
         return bytesPerTokenVector() * 2L * layers;
     }
 
-    /** @return bytes of one page */
+    /** {@return bytes of one page} */
     public long bytesPerPage() {
         return bytesPerToken() * tokensPerPage;
     }
 
     /**
+     * Locates one token's K or V vector of one layer within a host page.
+     *
      * @param layer layer index
      * @param kv    0 for K, 1 for V
      * @param token token index within the page
@@ -114,8 +116,11 @@ public record KvLayout(int layers, int kvHeads, int headDim, DType dtype, int to
     }
 
     /**
+     * Counts the pages a number of tokens fills.
+     *
      * @param tokens a token count, ≥ 0
      * @return pages needed to hold that many tokens: {@code ceil(tokens / tokensPerPage)}
+     * @throws IllegalArgumentException if {@code tokens < 0}
      */
     public long pagesFor(long tokens) {
         if (tokens < 0) {
@@ -124,7 +129,7 @@ public record KvLayout(int layers, int kvHeads, int headDim, DType dtype, int to
         return tokens / tokensPerPage + (tokens % tokensPerPage != 0 ? 1 : 0); // no overflow near Long.MAX_VALUE
     }
 
-    /** @return the stable fingerprint described in the class comment */
+    /** {@return the stable fingerprint described in the class comment} */
     public long fingerprint() {
         final String canonical = "kvpool-layout/v" + FORMAT_VERSION + ":" + layers + ":" + kvHeads + ":" + headDim
             + ":" + dtype.name() + ":" + tokensPerPage;

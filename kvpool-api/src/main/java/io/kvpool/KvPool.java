@@ -108,50 +108,53 @@ public final class KvPool implements AutoCloseable {
     }
 
     /**
+     * Starts building a pool of pages with the given layout.
+     *
      * @param layout the page layout
      * @return a builder; set a size ({@link Builder#pages} or {@link Builder#byteBudget}) and
      *         {@link Builder#maxContextTokens}
+     * @throws NullPointerException if {@code layout} is null
      */
     public static Builder builder(KvLayout layout) {
         return new Builder(layout);
     }
 
-    /** @return the layout */
+    /** {@return the layout} */
     public KvLayout layout() {
         return layout;
     }
 
-    /** @return the number of pages */
+    /** {@return the number of pages} */
     public int capacity() {
         return capacity;
     }
 
-    /** @return this pool's id, which every handle it issues carries (see {@link PageHandle}) */
+    /** {@return this pool's id, which every handle it issues carries (see {@link PageHandle})} */
     public int poolId() {
         return poolId;
     }
 
-    /** @return the storage holding the pages' bytes */
+    /** {@return the storage holding the pages' bytes} */
     public PageStorage storage() {
         return storage;
     }
 
-    /** @return the max context (after clamping, if {@link ContextPolicy#CLAMP} applied) */
+    /** {@return the max context (after clamping, if {@link ContextPolicy#CLAMP} applied)} */
     public long maxContextTokens() {
         return reservations.maxContextTokens();
     }
 
-    /** @return the fill applied to freed pages */
+    /** {@return the fill applied to freed pages} */
     public FillMode fillMode() {
         return fillMode;
     }
 
-    /** @return the safeguards disabled for testing (empty for every production pool) */
+    /** {@return the safeguards disabled for testing (empty for every production pool)} */
     public Set<Safeguard> disabledSafeguards() {
         return disabled;
     }
 
-    /** @return whether {@link #close()} was called */
+    /** {@return whether {@link #close()} was called} */
     public boolean isClosed() {
         return closed;
     }
@@ -187,7 +190,7 @@ public final class KvPool implements AutoCloseable {
         return SlotStateMachine.phase(ops.transition(handle, SlotEvent.RELEASE)) == SlotStateMachine.FREE;
     }
 
-    /** @return the writer-pin operations for transports (pin, commit, drain, quarantine); not application API */
+    /** {@return the writer-pin operations for transports (pin, commit, drain, quarantine); not application API} */
     @SuppressWarnings("exports") // io.kvpool.spi is exported to the transport modules only
     public TransportHandles handles() {
         return ops.transportView();
@@ -213,17 +216,25 @@ public final class KvPool implements AutoCloseable {
     }
 
     /**
+     * Gives access to a page's bytes in host storage, after checking that the handle is current and its
+     * page OWNED or RECEIVING. The caller must hold a reference (or the writer pin) while using them.
+     * Lock-free, any thread.
+     *
      * @param handle the page's handle
-     * @return the page's bytes (host storage only), after checking the handle is current and its page
-     *         OWNED or RECEIVING. The caller must hold a reference (or the writer pin) while using them.
+     * @return a segment over the page's bytes
      * @throws StaleHandleException           if the handle is stale, invalid or of another pool
      * @throws IllegalSlotTransitionException if the page is DRAINING or QUARANTINED
+     * @throws IllegalStateException          if the pool is closed
+     * @throws UnsupportedOperationException  if the storage is not host-accessible
      */
     public MemorySegment page(long handle) {
         return storage.hostPage(accessibleSlot(handle));
     }
 
     /**
+     * Finds the first token of a page that still holds the free-page canary ({@link FillMode#CANARY}), i.e.
+     * that was not written since the page was last freed. Lock-free, any thread.
+     *
      * @param handle    the page's handle
      * @param fromToken first token to look at
      * @param toToken   one past the last token to look at
@@ -231,14 +242,17 @@ public final class KvPool implements AutoCloseable {
      *         canary, or -1 (see {@link PageStorage#firstCanaryToken})
      * @throws StaleHandleException           if the handle is stale, invalid or of another pool
      * @throws IllegalSlotTransitionException if the page is DRAINING or QUARANTINED
+     * @throws IllegalStateException          if the pool is closed
      */
     public int firstCanaryToken(long handle, int fromToken, int toToken) {
         return storage.firstCanaryToken(accessibleSlot(handle), fromToken, toToken);
     }
 
     /**
+     * Reads the state of the page a handle names, without throwing for a bad handle. Lock-free, any thread.
+     *
      * @param handle the page's handle
-     * @return the state of the page a handle names, or {@code null} if the handle is stale, invalid or foreign
+     * @return the page's state, or {@code null} if the handle is stale, invalid or foreign
      * @throws IllegalStateException if the pool is closed
      */
     public SlotState state(long handle) {
@@ -247,8 +261,10 @@ public final class KvPool implements AutoCloseable {
     }
 
     /**
+     * Reads a slot's state now, for monitoring and tests. Lock-free, any thread; works after close.
+     *
      * @param slot slot index
-     * @return the state of the slot now (for monitoring and tests)
+     * @return the slot's state
      * @throws IndexOutOfBoundsException if the slot is not in {@code 0..capacity-1}
      */
     public SlotState stateOfSlot(int slot) {
@@ -257,8 +273,10 @@ public final class KvPool implements AutoCloseable {
     }
 
     /**
+     * Reads a slot's refcount now, for monitoring and tests. Lock-free, any thread; works after close.
+     *
      * @param slot slot index
-     * @return the refcount of the slot now (for monitoring and tests)
+     * @return the slot's refcount
      * @throws IndexOutOfBoundsException if the slot is not in {@code 0..capacity-1}
      */
     public int refcountOfSlot(int slot) {
@@ -369,14 +387,15 @@ public final class KvPool implements AutoCloseable {
     long tryTransition(long handle, SlotEvent event) { return ops.tryTransition(handle, event); }
 
 
-    /** @return the pool's gauges and counters, each readable at O(1) cost from any thread without the pool lock */
+    /** {@return the pool's gauges and counters, each readable at O(1) cost from any thread without the pool lock} */
     public PoolMetrics metrics() {
         return metrics;
     }
 
     /**
-     * @return page counts by state and the counters, exact at a quiescent point: no slot scan, a short critical
-     *         section under the pool lock that takes in the pages freed since the last allocation
+     * {@return page counts by state and the counters, exact at a quiescent point} No slot scan: a short
+     * critical section under the pool lock takes in the pages freed since the last allocation. Any thread;
+     * works after close.
      */
     public PoolSnapshot snapshot() {
         lock.lock();
@@ -407,7 +426,7 @@ public final class KvPool implements AutoCloseable {
         }
     }
 
-    /** @return the report written by {@link #close()} if anything was outstanding, else empty */
+    /** {@return the report written by {@link #close()} if anything was outstanding, else empty} */
     public Optional<String> closeReport() {
         return Optional.ofNullable(closeReport);
     }
@@ -484,7 +503,9 @@ public final class KvPool implements AutoCloseable {
         }
 
         /**
-         * @param pages pool size in pages, 1 .. {@link PageHandle#MAX_SLOT} + 1 (checked at build); replaces a byte budget
+         * Sizes the pool by page count, replacing a byte budget.
+         *
+         * @param pages pool size in pages, 1 .. {@link PageHandle#MAX_SLOT} + 1 (checked by {@link #build})
          * @return this builder
          */
         public Builder pages(long pages) {
@@ -493,7 +514,9 @@ public final class KvPool implements AutoCloseable {
         }
 
         /**
-         * @param bytes memory to fill with pages: the pool has the most pages that fit; replaces a page count
+         * Sizes the pool by memory: the pool has the most pages that fit. Replaces a page count.
+         *
+         * @param bytes memory to fill with pages (checked by {@link #build})
          * @return this builder
          */
         public Builder byteBudget(long bytes) {
@@ -503,7 +526,10 @@ public final class KvPool implements AutoCloseable {
         }
 
         /**
-         * @param tokens the max context (prompt + generated tokens) the deployment advertises for one request. Required.
+         * Sets the max context the deployment advertises for one request. Required; {@link #build} checks
+         * that the pool can hold it.
+         *
+         * @param tokens the max context (prompt + generated tokens)
          * @return this builder
          */
         public Builder maxContextTokens(long tokens) {
@@ -512,8 +538,11 @@ public final class KvPool implements AutoCloseable {
         }
 
         /**
-         * @param policy what to do when the pool cannot hold the advertised context ({@link ContextPolicy#FAIL} by default)
+         * Sets what {@link #build} does when the pool cannot hold the advertised context.
+         *
+         * @param policy the policy; {@link ContextPolicy#FAIL} by default
          * @return this builder
+         * @throws NullPointerException if {@code policy} is null
          */
         public Builder contextPolicy(ContextPolicy policy) {
             this.contextPolicy = Objects.requireNonNull(policy);
@@ -521,8 +550,11 @@ public final class KvPool implements AutoCloseable {
         }
 
         /**
-         * @param policy how much admission reserves ({@link ReservationPolicy#FULL} by default)
+         * Sets how much admission reserves for a request.
+         *
+         * @param policy the policy; {@link ReservationPolicy#FULL} by default
          * @return this builder
+         * @throws NullPointerException if {@code policy} is null
          */
         public Builder reservationPolicy(ReservationPolicy policy) {
             this.reservationPolicy = Objects.requireNonNull(policy);
@@ -530,8 +562,11 @@ public final class KvPool implements AutoCloseable {
         }
 
         /**
-         * @param mode what freed pages are filled with ({@link FillMode#CANARY} by default)
+         * Sets what freed pages are filled with.
+         *
+         * @param mode the fill; {@link FillMode#CANARY} by default
          * @return this builder
+         * @throws NullPointerException if {@code mode} is null
          */
         public Builder fillMode(FillMode mode) {
             this.fillMode = Objects.requireNonNull(mode);
@@ -539,7 +574,9 @@ public final class KvPool implements AutoCloseable {
         }
 
         /**
-         * @param n how many {@link KvPool#tryReserve} reservations may be open at once (4096 by default), ≥ 1
+         * Sets how many {@link KvPool#tryReserve} reservations may be open at once.
+         *
+         * @param n the limit, ≥ 1; 4096 by default
          * @return this builder
          * @throws IllegalArgumentException if {@code n < 1}
          */
@@ -565,8 +602,11 @@ public final class KvPool implements AutoCloseable {
         }
 
         /**
-         * @param factory where pages live: {@code (layout, pages) → storage}; host memory ({@link HostPageStorage}) by default
+         * Sets where the pages live. {@link #build} calls the factory once; the pool closes the storage.
+         *
+         * @param factory {@code (layout, pages) → storage}; host memory ({@link HostPageStorage}) by default
          * @return this builder
+         * @throws NullPointerException if {@code factory} is null
          */
         public Builder storage(BiFunction<KvLayout, Integer, PageStorage> factory) {
             this.storageFactory = Objects.requireNonNull(factory);
@@ -588,8 +628,11 @@ public final class KvPool implements AutoCloseable {
         }
 
         /**
+         * Builds the pool and allocates its storage, after the capacity check.
+         *
          * @return the pool
-         * @throws IllegalArgumentException if the size or max context is missing or out of range
+         * @throws IllegalArgumentException if the size or max context is missing or out of range, or the
+         *                                  storage factory returns another page count or layout
          * @throws PoolCapacityException    if the pool cannot hold the advertised context for one request
          *                                  and the policy is {@link ContextPolicy#FAIL}
          */

@@ -109,6 +109,8 @@ public final class PageHandle {
     }
 
     /**
+     * Extracts a handle's slot index.
+     *
      * @param handle a handle
      * @return its slot index (meaningless for a result code)
      */
@@ -117,6 +119,8 @@ public final class PageHandle {
     }
 
     /**
+     * Extracts a handle's generation.
+     *
      * @param handle a handle
      * @return its generation (meaningless for a result code)
      */
@@ -125,14 +129,18 @@ public final class PageHandle {
     }
 
     /**
+     * Extracts the id of the pool that issued a handle.
+     *
      * @param handle a handle
-     * @return the id of the pool that issued it, 0 for {@link #of(int, long)}'s (meaningless for a result code)
+     * @return the pool id, 0 for {@link #of(int, long)}'s (meaningless for a result code)
      */
     public static int pool(long handle) {
         return (int) (handle >>> POOL_SHIFT);
     }
 
     /**
+     * Tells a handle from a result code by its shape; says nothing about whether the handle is current.
+     *
      * @param value any long
      * @return whether the value has the shape of a handle: positive with a generation &ge; 1
      */
@@ -141,6 +149,8 @@ public final class PageHandle {
     }
 
     /**
+     * Formats a handle or result code for logs and messages.
+     *
      * @param handle a handle or a result code
      * @return a readable form, e.g. {@code page[pool=2, slot=12, gen=3]} or the name of a result code
      */

@@ -1,9 +1,9 @@
 package io.kvpool;
 
 /**
- * A pool cannot be built as asked: its pages cannot hold the advertised context for one request. Thrown
- * at startup, never later: this is the check that would have stopped the 2026 leak (a deployment
- * advertising 1,048,576 tokens on a pool that held 681,280).
+ * A pool cannot be built as asked: its pages cannot hold the advertised context for one request (e.g. a
+ * deployment advertising 1,048,576 tokens on a pool that holds 681,280). Thrown when the pool is built,
+ * never later.
  */
 public final class PoolCapacityException extends IllegalStateException {
     private static final long serialVersionUID = 1L;
@@ -17,12 +17,12 @@ public final class PoolCapacityException extends IllegalStateException {
         this.poolTokens = poolTokens;
     }
 
-    /** @return the context length the deployment advertised */
+    /** {@return the context length the deployment advertised} */
     public long advertisedContextTokens() {
         return advertisedContextTokens;
     }
 
-    /** @return the tokens the pool can hold for one request, i.e. the largest safe context */
+    /** {@return the tokens the pool can hold for one request, i.e. the largest safe context} */
     public long poolTokens() {
         return poolTokens;
     }

@@ -31,112 +31,112 @@ public final class PoolMetrics {
         return read();
     }
 
-    /** @return pages the pool was built with */
+    /** {@return pages the pool was built with} */
     public long capacity() {
         return capacity;
     }
 
-    /** @return gauge: FREE pages, including cached free pages that still hold a published prefix */
+    /** {@return FREE pages, including cached free pages that still hold a published prefix; a gauge} */
     public long free() {
         return now().free();
     }
 
-    /** @return gauge: OWNED pages */
+    /** {@return OWNED pages; a gauge} */
     public long owned() {
         return now().owned();
     }
 
-    /** @return gauge: RECEIVING pages (pinned for a remote writer) */
+    /** {@return RECEIVING pages (pinned for a remote writer); a gauge} */
     public long receiving() {
         return now().receiving();
     }
 
-    /** @return gauge: DRAINING pages (a failed transfer waiting for its sender's drain) */
+    /** {@return DRAINING pages (a failed transfer waiting for its sender's drain); a gauge} */
     public long draining() {
         return now().draining();
     }
 
-    /** @return gauge: QUARANTINED pages (held until the transport proves the peer cannot write) */
+    /** {@return QUARANTINED pages (held until the transport proves the peer cannot write); a gauge} */
     public long quarantined() {
         return now().quarantined();
     }
 
-    /** @return gauge: RETIRED pages (generation exhausted; out of service for good) */
+    /** {@return RETIRED pages (generation exhausted; out of service for good); a gauge} */
     public long retired() {
         return now().retired();
     }
 
-    /** @return gauge: pages reserved for admitted requests and not yet allocated */
+    /** {@return pages reserved for admitted requests and not yet allocated; a gauge} */
     public long reserved() {
         return now().reserved();
     }
 
-    /** @return gauge: FREE pages that still hold a published prefix */
+    /** {@return FREE pages that still hold a published prefix; a gauge} */
     public long cachedFree() {
         return now().cachedFree();
     }
 
-    /** @return gauge: pages in the prefix index (free or not) */
+    /** {@return pages in the prefix index (free or not); a gauge} */
     public long publishedPrefixes() {
         return now().publishedPrefixes();
     }
 
-    /** @return gauge: sequences not yet closed */
+    /** {@return sequences not yet closed; a gauge} */
     public long openSequences() {
         return now().openSequences();
     }
 
-    /** @return gauge: reservations from {@link KvPool#tryReserve} not yet opened or cancelled */
+    /** {@return reservations from {@link KvPool#tryReserve} not yet opened or cancelled; a gauge} */
     public long openReservations() {
         return now().openReservations();
     }
 
-    /** @return counter: times a slot left FREE (fresh allocation or revival of a cached page) */
+    /** {@return times a slot left FREE (fresh allocation or revival of a cached page); a counter} */
     public long allocations() {
         return now().allocations();
     }
 
-    /** @return counter: pages attached from the prefix cache */
+    /** {@return pages attached from the prefix cache; a counter} */
     public long prefixHits() {
         return now().prefixHits();
     }
 
-    /** @return counter: cached pages evicted to satisfy an allocation */
+    /** {@return cached pages evicted to satisfy an allocation; a counter} */
     public long evictions() {
         return now().evictions();
     }
 
-    /** @return counter: admissions refused with REJECTED_CONTEXT_TOO_LONG */
+    /** {@return admissions refused with REJECTED_CONTEXT_TOO_LONG; a counter} */
     public long rejectedContextTooLong() {
         return now().rejectedContextTooLong();
     }
 
-    /** @return counter: admissions refused with REJECTED_EXCEEDS_POOL */
+    /** {@return admissions refused with REJECTED_EXCEEDS_POOL; a counter} */
     public long rejectedExceedsPool() {
         return now().rejectedExceedsPool();
     }
 
-    /** @return counter: admissions answered RETRY_LATER */
+    /** {@return admissions answered RETRY_LATER; a counter} */
     public long retryLater() {
         return now().retryLater();
     }
 
-    /** @return counter: operations refused because their handle was stale or invalid */
+    /** {@return operations refused because their handle was stale or invalid; a counter} */
     public long staleHandlesRefused() {
         return now().staleHandlesRefused();
     }
 
-    /** @return counter: operations refused because their handle names another pool */
+    /** {@return operations refused because their handle names another pool; a counter} */
     public long foreignHandlesRefused() {
         return now().foreignHandlesRefused();
     }
 
-    /** @return counter: pages that entered QUARANTINED */
+    /** {@return pages that entered QUARANTINED; a counter} */
     public long quarantineEvents() {
         return now().quarantineEvents();
     }
 
-    /** @return every value at once, read without the pool lock; O(1) */
+    /** {@return every value at once, read without the pool lock; O(1)} */
     public PoolSnapshot read() {
         final long allocations = allocator.allocations();
         final long receiving = counts.receiving.sum();

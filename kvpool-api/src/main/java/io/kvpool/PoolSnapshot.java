@@ -77,19 +77,19 @@ public record PoolSnapshot(
             + " quarantined=" + quarantined + " retired=" + retired;
     }
 
-    /** @return pages not FREE and not RETIRED */
+    /** {@return pages not FREE and not RETIRED} */
     public long inUse() {
         return owned + receiving + draining + quarantined;
     }
 
-    /** @return pages returned to FREE so far: every allocation not still in use (exact at quiescence) */
+    /** {@return pages returned to FREE so far: every allocation not still in use (exact at quiescence)} */
     public long pagesFreed() {
         return allocations - inUse();
     }
 
     /**
-     * @return whether {@code free + owned + receiving + draining + quarantined + retired == capacity} and
-     *         {@code 0 ≤ reserved ≤ free}
+     * {@return whether {@code free + owned + receiving + draining + quarantined + retired == capacity} and
+     * {@code 0 ≤ reserved ≤ free}}
      */
     public boolean balanced() {
         return free + owned + receiving + draining + quarantined + retired == capacity && reserved >= 0 && reserved <= free;

@@ -32,6 +32,8 @@ public final class PrefixHash {
     }
 
     /**
+     * Hashes one full page of tokens, chained to the page before it, in the given cache namespace.
+     *
      * @param parent the previous page's hash, or {@link #ROOT}
      * @param salt   the cache namespace (tenant)
      * @param tokens token ids

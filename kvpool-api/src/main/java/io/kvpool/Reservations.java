@@ -91,7 +91,7 @@ final class Reservations {
                 rejectedExceedsPool++;
                 return new Grant(Admission.EXCEEDS_POOL, needed, available, admittedTokens);
             }
-            // Safeguard.ADMISSION_REJECTION disabled: the 2026 incident's one-token placeholder.
+            // Safeguard.ADMISSION_REJECTION disabled: admit a one-token placeholder (the incident replay's case).
             needed = 1;
             admittedTokens = 1;
         }

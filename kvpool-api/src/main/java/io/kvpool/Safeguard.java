@@ -17,7 +17,7 @@ public enum Safeguard {
     FREE_PAGE_FILL,
     /**
      * Reject requests that cannot fit. Off: an over-capacity request is admitted as a one-token placeholder
-     * (the 2026 incident's mechanism) — its sequence holds one page whatever it asked for.
+     * (what the incident replay reproduces) — its sequence holds one page whatever it asked for.
      */
     ADMISSION_REJECTION;
 

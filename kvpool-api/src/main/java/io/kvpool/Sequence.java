@@ -80,65 +80,93 @@ public final class Sequence implements AutoCloseable {
 
     // ---- queries ----
 
-    /** @return tokens held */
+    /** {@return tokens held} */
     public int tokenCount() {
         return tokenCount;
     }
 
-    /** @return pages in the block table, {@code ceil(tokenCount / tokensPerPage)} */
+    /** {@return pages in the block table, {@code ceil(tokenCount / tokensPerPage)}} */
     public int pageCount() {
         return pageCount;
     }
 
-    /** @return tokens the admission guaranteed pages for (prompt + max new tokens, under the FULL policy) */
+    /** {@return tokens the admission guaranteed pages for (prompt + max new tokens, under the FULL policy)} */
     public long admittedTokens() {
         return admittedTokens;
     }
 
-    /** @return pages still reserved for this sequence */
+    /** {@return pages still reserved for this sequence} */
     public int reservedPages() {
         return reservedPages;
     }
 
-    /** @return whether {@link #close()} was called */
+    /** {@return whether {@link #close()} was called} */
     public boolean isClosed() {
         return closed;
     }
 
-    /** @return the pool */
+    /** {@return the pool} */
     public KvPool pool() {
         return pool;
     }
 
     /**
+     * Reads one block-table entry. Allocation-free.
+     *
      * @param i page number within the sequence, {@code 0 ≤ i < pageCount()}
      * @return the slot index of that page (the block-table entry a kernel uses)
+     * @throws IndexOutOfBoundsException if {@code i} is out of range
      */
     public int pageIndex(int i) {
         Objects.checkIndex(i, pageCount);
         return blockTable[i];
     }
 
-    /** @return the generation-tagged handle of page {@code i} */
+    /**
+     * {@return the generation-tagged handle of page {@code i}}
+     *
+     * @param i page number within the sequence, {@code 0 ≤ i < pageCount()}
+     * @throws IndexOutOfBoundsException if {@code i} is out of range
+     */
     public long pageHandle(int i) {
         Objects.checkIndex(i, pageCount);
         return handles[i];
     }
 
-    /** Copies the block table (slot indices) into {@code dst[offset ..]}. @return {@link #pageCount()} */
+    /**
+     * Copies the block table (slot indices) into {@code dst[offset ..]}. Allocation-free.
+     *
+     * @param dst    the array to copy into
+     * @param offset index in {@code dst} of the first page's entry
+     * @return {@link #pageCount()}, the number of entries copied
+     * @throws IndexOutOfBoundsException if {@code dst} has fewer than {@code offset + pageCount()} entries
+     */
     public int copyBlockTable(int[] dst, int offset) {
         Objects.checkFromIndexSize(offset, pageCount, dst.length);
         System.arraycopy(blockTable, 0, dst, offset, pageCount);
         return pageCount;
     }
 
-    /** Writes the block table as little-endian int32 into {@code dst} at byte {@code offset}. @return {@link #pageCount()} */
+    /**
+     * Writes the block table as little-endian int32 into {@code dst} at byte {@code offset}. Allocation-free.
+     *
+     * @param dst    the segment to write into, e.g. native or pinned memory a kernel reads
+     * @param offset byte offset in {@code dst} of the first page's entry
+     * @return {@link #pageCount()}, the number of entries written
+     * @throws IndexOutOfBoundsException if {@code dst} is too small for the table at {@code offset}
+     */
     public int writeBlockTable(MemorySegment dst, long offset) {
         MemorySegment.copy(blockTable, 0, dst, ValueLayout.JAVA_INT_UNALIGNED.withOrder(java.nio.ByteOrder.LITTLE_ENDIAN), offset, pageCount);
         return pageCount;
     }
 
-    /** @return the bytes of page {@code i} (host storage), after the pool checks its handle */
+    /**
+     * {@return the bytes of page {@code i} (host storage), after the pool checks its handle}
+     *
+     * @param i page number within the sequence, {@code 0 ≤ i < pageCount()}
+     * @throws IndexOutOfBoundsException if {@code i} is out of range
+     * @see KvPool#page(long)
+     */
     public MemorySegment page(int i) {
         return pool.page(pageHandle(i));
     }
@@ -152,6 +180,7 @@ public final class Sequence implements AutoCloseable {
      * someone else took a reference to the partial last page with {@link KvPool#retain} is not covered
      * and comes from unreserved free pages.
      *
+     * @param n tokens to add, ≥ 0
      * @throws IllegalArgumentException if {@code n < 0} or the result would exceed the pool's max context
      * @throws PoolExhaustedException   if pages beyond the reservation are needed and none are free
      * @throws IllegalStateException    if the sequence or pool is closed
@@ -223,7 +252,9 @@ public final class Sequence implements AutoCloseable {
      * being copied) — except a page still pinned for a receive: it is not free when the reservation is topped
      * up, and nothing re-reserves it when its pin ends.
      *
+     * @param n tokens to keep, {@code 0 ≤ n ≤ tokenCount()}
      * @throws IllegalArgumentException if {@code n < 0} or {@code n > tokenCount()}
+     * @throws IllegalStateException    if the sequence or pool is closed
      */
     public void truncate(int n) {
         ensureOpen();
@@ -344,8 +375,11 @@ public final class Sequence implements AutoCloseable {
      * @param tokenIds  the sequence's token ids from its first token, at least {@code tokenCount()} rounded
      *                  down to full pages
      * @param cacheSalt the tenant's cache namespace; must equal the salt the sequence was admitted with, if any
-     * @throws IllegalStateException with {@link FillMode#CANARY}, if a page to publish still holds the
-     *                               canary somewhere (its KV was never written, entirely or for some layer)
+     * @throws IllegalStateException    with {@link FillMode#CANARY}, if a page to publish still holds the
+     *                                  canary somewhere (its KV was never written, entirely or for some
+     *                                  layer); or if the sequence or pool is closed
+     * @throws IllegalArgumentException if the sequence has a salt and {@code cacheSalt} differs from it, or
+     *                                  {@code tokenIds} is too short
      */
     public void publish(int[] tokenIds, long cacheSalt) {
         ensureOpen();
@@ -376,15 +410,15 @@ public final class Sequence implements AutoCloseable {
     }
 
     /**
-     * @return a number that changes whenever a page already in the block table is replaced (copy-on-write)
-     *         or removed (truncate); appends leave it unchanged, so a cached block table with the same version
-     *         needs only the pages from its old length on
+     * {@return a number that changes whenever a page already in the block table is replaced (copy-on-write)
+     * or removed (truncate)} Appends leave it unchanged, so a cached block table with the same version
+     * needs only the pages from its old length on.
      */
     public long structureVersion() {
         return structureVersion;
     }
 
-    /** @return pages of this sequence known to be in the prefix cache (published or attached) */
+    /** {@return pages of this sequence known to be in the prefix cache (published or attached)} */
     public int publishedPages() {
         return publishedPages;
     }

@@ -11,7 +11,7 @@ public final class StaleHandleException extends IllegalStateException {
         this.handle = handle;
     }
 
-    /** @return the refused handle */
+    /** {@return the refused handle} */
     public long handle() {
         return handle;
     }

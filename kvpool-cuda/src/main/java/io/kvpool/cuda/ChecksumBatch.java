@@ -19,7 +19,7 @@ public final class ChecksumBatch implements AutoCloseable {
         this.count = count;
     }
 
-    /** @return whether the device finished the checksums */
+    /** {@return whether the device finished the checksums} */
     public boolean isDone() {
         return batch.isDone();
     }
@@ -40,7 +40,7 @@ public final class ChecksumBatch implements AutoCloseable {
         return results.clone();
     }
 
-    /** @return how many pages the batch checksums */
+    /** {@return how many pages the batch checksums} */
     public int size() {
         return count;
     }

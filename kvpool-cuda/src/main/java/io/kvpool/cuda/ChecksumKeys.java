@@ -28,8 +28,12 @@ public final class ChecksumKeys {
     private int size;
 
     /**
+     * Creates an empty set of keys with room for {@code capacity} keys in direct memory.
+     *
      * @param layout   the layout of the pages to be checksummed (its tokens per page)
-     * @param capacity the most keys this holds
+     * @param capacity the most keys this holds, ≥ 0
+     * @throws NullPointerException     if {@code layout} is null
+     * @throws IllegalArgumentException if {@code capacity < 0}
      */
     public ChecksumKeys(KvLayout layout, int capacity) {
         this.layout = Objects.requireNonNull(layout, "layout");
@@ -43,6 +47,14 @@ public final class ChecksumKeys {
     /**
      * Keys for the logical pages {@code firstPageIndex .. firstPageIndex + pages − 1} of one request (what a
      * transfer checksums).
+     *
+     * @param layout         the layout of the pages to be checksummed
+     * @param requestId      the request the KV belongs to
+     * @param firstPageIndex the logical index of the first page
+     * @param pages          the number of pages, ≥ 0
+     * @param tokenCount     the request's total tokens
+     * @return keys for exactly those pages, in order
+     * @throws IllegalArgumentException if {@code pages < 0} or a page is outside the request
      */
     public static ChecksumKeys ofRequest(KvLayout layout, long requestId, int firstPageIndex, int pages, int tokenCount) {
         final ChecksumKeys k = new ChecksumKeys(layout, pages);
@@ -55,6 +67,9 @@ public final class ChecksumKeys {
     /**
      * Appends the key of logical page {@code pageIndex} of a {@code tokenCount}-token request.
      *
+     * @param requestId  the request the KV belongs to
+     * @param pageIndex  the page's logical index in the request
+     * @param tokenCount the request's total tokens
      * @return this
      * @throws IllegalArgumentException if the page is outside the request (as {@link KvChecksum#of})
      * @throws IllegalStateException    if the keys are full
@@ -80,32 +95,47 @@ public final class ChecksumKeys {
         size = 0;
     }
 
-    /** @return how many keys were added */
+    /** {@return how many keys were added} */
     public int size() {
         return size;
     }
 
-    /** @return the most keys this holds */
+    /** {@return the most keys this holds} */
     public int capacity() {
         return keys.limit() / BYTES;
     }
 
-    /** @return the layout the keys were made for */
+    /** {@return the layout the keys were made for} */
     public KvLayout layout() {
         return layout;
     }
 
-    /** @return key {@code i}'s request id */
+    /**
+     * {@return key {@code i}'s request id}
+     *
+     * @param i the key's index, {@code 0 ≤ i < size()}
+     * @throws IndexOutOfBoundsException if {@code i} is out of range
+     */
     public long requestId(int i) {
         return keys.getLong(BYTES * Objects.checkIndex(i, size));
     }
 
-    /** @return key {@code i}'s first token ({@code pageIndex · tokensPerPage}) */
+    /**
+     * {@return key {@code i}'s first token ({@code pageIndex · tokensPerPage})}
+     *
+     * @param i the key's index, {@code 0 ≤ i < size()}
+     * @throws IndexOutOfBoundsException if {@code i} is out of range
+     */
     public int firstToken(int i) {
         return keys.getInt(BYTES * Objects.checkIndex(i, size) + 8);
     }
 
-    /** @return key {@code i}'s valid tokens (the last page of a request may hold fewer than a page) */
+    /**
+     * {@return key {@code i}'s valid tokens (the last page of a request may hold fewer than a page)}
+     *
+     * @param i the key's index, {@code 0 ≤ i < size()}
+     * @throws IndexOutOfBoundsException if {@code i} is out of range
+     */
     public int validTokens(int i) {
         return keys.getInt(BYTES * Objects.checkIndex(i, size) + 12);
     }

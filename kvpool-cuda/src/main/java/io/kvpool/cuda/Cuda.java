@@ -35,12 +35,12 @@ public final class Cuda {
         }
     }
 
-    /** @return whether a device can be used */
+    /** {@return whether a device can be used} */
     public static boolean available() {
         return REASON == null;
     }
 
-    /** @return why no device can be used, or {@code null} if one can */
+    /** {@return why no device can be used, or {@code null} if one can} */
     public static String unavailableReason() {
         return REASON;
     }

@@ -9,6 +9,8 @@ public final class CudaException extends RuntimeException {
     private final int result;
 
     /**
+     * Creates the exception; its message names the call, the result code and its name, and the detail.
+     *
      * @param call   the driver call, e.g. {@code "cuMemAlloc(1073741824 bytes)"}
      * @param result its {@code CUresult}
      * @param detail what was being done, with the numbers (may be empty)
@@ -18,7 +20,7 @@ public final class CudaException extends RuntimeException {
         this.result = result;
     }
 
-    /** @return the {@code CUresult} code */
+    /** {@return the {@code CUresult} code} */
     public int result() {
         return result;
     }
@@ -43,6 +45,7 @@ public final class CudaException extends RuntimeException {
      * {@code jcuda.CudaException} naming it, which is turned back into the code — so kvpool-cuda's own handling
      * (a batch still running, cleanup that ignores errors, messages with the numbers) stays the same either way.
      *
+     * @param call the driver call, e.g. {@code () -> JCudaDriver.cuCtxSynchronize()}
      * @return the call's {@code CUresult} ({@code CUDA_ERROR_UNKNOWN} for a name JCuda does not map)
      */
     public static int code(java.util.function.IntSupplier call) {

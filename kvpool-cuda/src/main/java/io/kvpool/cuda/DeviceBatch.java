@@ -38,7 +38,7 @@ public final class DeviceBatch implements AutoCloseable {
         this.done = done;
     }
 
-    /** @return whether the device finished the batch ({@code cuEventQuery}) */
+    /** {@return whether the device finished the batch ({@code cuEventQuery})} */
     public synchronized boolean isDone() {
         if (closed) {
             return true;

@@ -68,7 +68,12 @@ public final class DeviceIpc {
         return h;
     }
 
-    /** @return a handle to the storage's arena that another process on this node can {@link #open} */
+    /**
+     * {@return a handle to the storage's arena that another process on this node can {@link #open}}
+     *
+     * @param storage the device storage to share
+     * @throws CudaException if the driver cannot export the arena
+     */
     public static byte[] export(DevicePageStorage storage) {
         storage.makeCurrent();
         final CUipcMemHandle h = new CUipcMemHandle();
@@ -131,15 +136,16 @@ public final class DeviceIpc {
             }
         }
 
-        /** @return the arena layout */
+        /** {@return the arena layout} */
         public DeviceLayout layout() {
             return layout;
         }
 
         /**
-         * @return the opened arena's device address in this process (plane {@code q}, page {@code p} at
-         *         {@code + q * planeBytes + p * pageStride}), for kernels launched in the primary context of
-         *         the exported device; valid until {@link #close()}
+         * {@return the opened arena's device address in this process} Plane {@code q}, page {@code p} is at
+         * {@code + q * planeBytes + p * pageStride}. For kernels launched in the primary context of the
+         * exported device; valid until {@link #close()}. Any thread.
+         *
          * @throws IllegalStateException if closed
          */
         public synchronized long address() {
@@ -149,7 +155,17 @@ public final class DeviceIpc {
             return arena.address();
         }
 
-        /** Writes one page (host layout) into the other process's arena (per-plane copies: tests and debugging). */
+        /**
+         * Writes one page (host layout) into the other process's arena (per-plane copies: tests and debugging).
+         * Any thread; returns once the copy is done.
+         *
+         * @param page the destination slot in the arena
+         * @param src  the page's bytes, host layout
+         * @throws IllegalStateException     if closed
+         * @throws IndexOutOfBoundsException if {@code page} is not a slot of the arena, or {@code src} is
+         *                                   shorter than a page
+         * @throws CudaException             if a driver call fails
+         */
         public synchronized void writePage(int page, MemorySegment src) {
             if (closed) {
                 throw new IllegalStateException("opened arena is closed");

@@ -34,11 +34,13 @@ public record DeviceLayout(KvLayout layout, int pages, long pageStride, int plan
     public static final int ALIGNMENT = 16;
 
     /**
+     * Lays out an arena for {@code pages} pages of a layout.
+     *
      * @param layout the page layout
      * @param pages  pages in the pool (≥ 1)
      * @return the arena layout
-     * @throws IllegalArgumentException if a page's plane is not a multiple of {@value #ALIGNMENT} bytes, or the
-     *                                  arena would not fit a {@code long}
+     * @throws IllegalArgumentException if {@code pages < 1}, a page's plane is not a multiple of
+     *                                  {@value #ALIGNMENT} bytes, or the arena would not fit a {@code long}
      */
     public static DeviceLayout of(KvLayout layout, int pages) {
         if (pages < 1) {
@@ -55,12 +57,18 @@ public record DeviceLayout(KvLayout layout, int pages, long pageStride, int plan
         return new DeviceLayout(layout, pages, stride, planes, planeBytes);
     }
 
-    /** @return bytes of the whole arena ({@code planes · planeBytes}) */
+    /** {@return bytes of the whole arena ({@code planes · planeBytes})} */
     public long arenaBytes() {
         return planes * planeBytes;
     }
 
-    /** @return the plane index of a layer's K ({@code kv = 0}) or V ({@code kv = 1}) */
+    /**
+     * {@return the plane index of a layer's K ({@code kv = 0}) or V ({@code kv = 1})}
+     *
+     * @param layer the layer
+     * @param kv    0 for K, 1 for V
+     * @throws IndexOutOfBoundsException if {@code layer} or {@code kv} is out of range
+     */
     public int plane(int layer, int kv) {
         if (layer < 0 || layer >= layout.layers() || kv < 0 || kv > 1) {
             throw new IndexOutOfBoundsException("layer " + layer + " kv " + kv + " of " + layout.layers() + " layers");
@@ -68,7 +76,14 @@ public record DeviceLayout(KvLayout layout, int pages, long pageStride, int plan
         return 2 * layer + kv;
     }
 
-    /** @return the byte offset in the arena of page {@code page}'s first token of that layer and K/V */
+    /**
+     * {@return the byte offset in the arena of page {@code page}'s first token of that layer and K/V}
+     *
+     * @param page  the page (slot)
+     * @param layer the layer
+     * @param kv    0 for K, 1 for V
+     * @throws IndexOutOfBoundsException if an index is out of range
+     */
     public long offset(int page, int layer, int kv) {
         if (page < 0 || page >= pages) {
             throw new IndexOutOfBoundsException("page " + page + " of " + pages);
@@ -76,7 +91,11 @@ public record DeviceLayout(KvLayout layout, int pages, long pageStride, int plan
         return plane(layer, kv) * planeBytes + page * pageStride;
     }
 
-    /** @return the offset in a host page of the plane's chunk (planes one after another) */
+    /**
+     * {@return the offset in a host page of the plane's chunk (planes one after another)}
+     *
+     * @param plane the plane index, as {@link #plane} gives it (not checked)
+     */
     public long hostOffset(int plane) {
         return plane * pageStride;
     }

@@ -117,8 +117,9 @@ public final class Kernels {
     }
 
     /**
-     * @return the fatbin's bytes followed by one 0 byte (harmless to {@code cuModuleLoadData},
-     *         which reads the fatbin header's own size)
+     * {@return the fatbin's bytes followed by one 0 byte} The 0 byte is harmless to
+     * {@code cuModuleLoadData}, which reads the fatbin header's own size.
+     *
      * @throws UncheckedIOException if the resource is missing or unreadable
      */
     public static byte[] loadFatbin() {
@@ -129,7 +130,8 @@ public final class Kernels {
     }
 
     /**
-     * @return the build record written by {@code build-kernels.sh} beside the fatbin
+     * {@return the build record written by {@code build-kernels.sh} beside the fatbin}
+     *
      * @throws UncheckedIOException if the resource is missing or unreadable
      */
     public static Properties loadProperties() {

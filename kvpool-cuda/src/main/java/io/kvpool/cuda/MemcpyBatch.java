@@ -78,6 +78,7 @@ final class MemcpyBatch {
         ValueLayout.ADDRESS, ValueLayout.ADDRESS, ValueLayout.JAVA_LONG, ValueLayout.ADDRESS, ValueLayout.ADDRESS);
 
     /** The downcall, bound at first use. */
+    @SuppressWarnings("restricted") // binding a native function is this class's job; the module needs native access
     private static final class Bound {
         static final String SYMBOL;
         static final MethodHandle HANDLE; // null with SYMBOL holding the reason when unavailable

@@ -33,9 +33,15 @@ public final class PinnedPageBuffer implements AutoCloseable {
     private boolean closed;
 
     /**
+     * Allocates pinned, device-mapped memory for {@code pages} pages of the storage's layout, in the
+     * primary context of the storage's device, which it retains until {@link #close()}.
+     *
      * @param storage the device storage whose pages this buffer will hold (its layout and context)
-     * @param pages   how many pages it holds
+     * @param pages   how many pages it holds, ≥ 1
+     * @throws IllegalArgumentException if {@code pages < 1}
+     * @throws CudaException            if the driver cannot allocate or map the memory
      */
+    @SuppressWarnings("restricted") // sizes a segment over memory the driver allocated; needs native access
     public PinnedPageBuffer(DevicePageStorage storage, int pages) {
         if (pages < 1) {
             throw new IllegalArgumentException("pages must be ≥ 1, was " + pages);
@@ -64,17 +70,23 @@ public final class PinnedPageBuffer implements AutoCloseable {
         this.segment = MemorySegment.ofAddress(host.address()).reinterpret(bytes);
     }
 
-    /** @return the layout of the pages */
+    /** {@return the layout of the pages} */
     public KvLayout layout() {
         return layout;
     }
 
-    /** @return how many pages it holds */
+    /** {@return how many pages it holds} */
     public int capacity() {
         return pages;
     }
 
-    /** @return page {@code i}, host layout */
+    /**
+     * {@return page {@code i}, host layout}
+     *
+     * @param i the page's index in this buffer, {@code 0 ≤ i < capacity()}
+     * @throws IllegalStateException     if the buffer is closed
+     * @throws IndexOutOfBoundsException if {@code i} is out of range
+     */
     public MemorySegment page(int i) {
         ensureOpen();
         Objects.checkIndex(i, pages);

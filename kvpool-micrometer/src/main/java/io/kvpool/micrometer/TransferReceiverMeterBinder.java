@@ -46,6 +46,7 @@ public final class TransferReceiverMeterBinder implements MeterBinder {
      * @param receiver the receiver to observe
      * @throws NullPointerException if {@code receiver} is null
      */
+    @SuppressWarnings("exports") // io.kvpool.transfer is optional: a caller holding a TransferReceiver reads it
     public TransferReceiverMeterBinder(TransferReceiver receiver) {
         this(receiver, Tags.empty());
     }
@@ -57,6 +58,7 @@ public final class TransferReceiverMeterBinder implements MeterBinder {
      * @param tags     common tags added to every meter
      * @throws NullPointerException if {@code receiver} or {@code tags} is null
      */
+    @SuppressWarnings("exports") // io.kvpool.transfer is optional: a caller holding a TransferReceiver reads it
     public TransferReceiverMeterBinder(TransferReceiver receiver, Iterable<Tag> tags) {
         this.receiver = new WeakReference<>(Objects.requireNonNull(receiver, "receiver"));
         this.tags = Tags.of(Objects.requireNonNull(tags, "tags"));

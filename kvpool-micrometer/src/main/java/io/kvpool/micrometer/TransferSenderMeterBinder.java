@@ -39,6 +39,7 @@ public final class TransferSenderMeterBinder implements MeterBinder {
      * @param sender the sender to observe
      * @throws NullPointerException if {@code sender} is null
      */
+    @SuppressWarnings("exports") // io.kvpool.transfer is optional: a caller holding a TransferSender reads it
     public TransferSenderMeterBinder(TransferSender sender) {
         this(sender, Tags.empty());
     }
@@ -50,6 +51,7 @@ public final class TransferSenderMeterBinder implements MeterBinder {
      * @param tags   common tags added to every meter
      * @throws NullPointerException if {@code sender} or {@code tags} is null
      */
+    @SuppressWarnings("exports") // io.kvpool.transfer is optional: a caller holding a TransferSender reads it
     public TransferSenderMeterBinder(TransferSender sender, Iterable<Tag> tags) {
         this.sender = new WeakReference<>(Objects.requireNonNull(sender, "sender"));
         this.tags = Tags.of(Objects.requireNonNull(tags, "tags"));

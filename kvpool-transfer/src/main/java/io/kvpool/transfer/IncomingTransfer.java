@@ -62,40 +62,40 @@ public final class IncomingTransfer {
         this.startedAt = now;
     }
 
-    /** @return the request */
+    /** {@return the request} */
     public long requestId() {
         return requestId;
     }
 
-    /** @return where it stands */
+    /** {@return where it stands} */
     public State state() {
         return state;
     }
 
-    /** @return whether it reached a state it never leaves (COMMITTED, REJECTED, RELEASED) */
+    /** {@return whether it reached a state it never leaves (COMMITTED, REJECTED, RELEASED)} */
     public boolean isTerminal() {
         return state == State.COMMITTED || state == State.REJECTED || state == State.RELEASED;
     }
 
-    /** @return why it failed, or {@code null} if it did not (yet) */
+    /** {@return why it failed, or {@code null} if it did not (yet)} */
     public FailureReason failure() {
         return failure;
     }
 
-    /** @return the failure's explanation with the numbers, or {@code null} */
+    /** {@return the failure's explanation with the numbers, or {@code null}} */
     public String message() {
         return message;
     }
 
     /**
-     * @return the admission's decision ({@code null} if the request never reached admission); the
-     *         admitted sequence itself is reachable only through {@link #sequence()}, after commit
+     * {@return the admission's decision, or {@code null} if the request never reached admission} The
+     * admitted sequence itself is reachable only through {@link #sequence()}, after commit.
      */
     public Admission.Decision admissionDecision() {
         return admissionDecision;
     }
 
-    /** @return the tokens the receiver expects (and commits), 0 before admission */
+    /** {@return the tokens the receiver expects (and commits), 0 before admission} */
     public int expectedTokens() {
         return expectedTokens;
     }
@@ -110,18 +110,19 @@ public final class IncomingTransfer {
         return transferId;
     }
 
-    /** @return the generation of the transfer slot for this transfer */
+    /** {@return the generation of the transfer slot for this transfer} */
     public int generation() {
         return generation;
     }
 
-    /** @return how the deferred release ended, or {@code null} if it did not (or there was none) */
+    /** {@return how the deferred release ended, or {@code null} if it did not (or there was none)} */
     public ReceiverMetrics.Outcome outcome() {
         return outcome;
     }
 
     /**
-     * @return the committed sequence, now the caller's (close it when decode is done)
+     * {@return the committed sequence} It is the caller's now: close it when decode is done.
+     *
      * @throws IllegalStateException if the transfer is not COMMITTED
      */
     public Sequence sequence() {

@@ -28,12 +28,15 @@ public final class KvChecksum {
     }
 
     /**
+     * Checksums one page's valid tokens, keyed by request and logical position. Thread-safe.
+     *
      * @param layout     the page layout
      * @param page       the page's bytes (host layout)
      * @param requestId  the request the KV belongs to
      * @param pageIndex  the page's logical index in the request
      * @param tokenCount the request's total tokens
      * @return the checksum of that page
+     * @throws IllegalArgumentException if {@code pageIndex} is outside the request's pages
      */
     public static int of(KvLayout layout, MemorySegment page, long requestId, int pageIndex, int tokenCount) {
         final int tpp = layout.tokensPerPage();

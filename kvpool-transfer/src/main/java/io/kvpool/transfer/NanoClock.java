@@ -6,6 +6,6 @@ public interface NanoClock {
     /** The JVM's monotonic clock. */
     NanoClock SYSTEM = System::nanoTime;
 
-    /** @return a monotonic time in nanoseconds (only differences mean anything) */
+    /** {@return a monotonic time in nanoseconds (only differences mean anything)} */
     long nanoTime();
 }

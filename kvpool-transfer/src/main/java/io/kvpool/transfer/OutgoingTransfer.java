@@ -58,42 +58,42 @@ public final class OutgoingTransfer {
         this.serial = serial;
     }
 
-    /** @return the request */
+    /** {@return the request} */
     public long requestId() {
         return requestId;
     }
 
-    /** @return where it stands */
+    /** {@return where it stands} */
     public State state() {
         return state;
     }
 
-    /** @return whether it is over (COMPLETED or DRAINED): the source pages were released */
+    /** {@return whether it is over (COMPLETED or DRAINED): the source pages were released} */
     public boolean isDone() {
         return state == State.COMPLETED || state == State.DRAINED;
     }
 
-    /** @return why it failed, or {@code null} */
+    /** {@return why it failed, or {@code null}} */
     public String failure() {
         return failure;
     }
 
-    /** @return writes posted, completed OK, and failed or cancelled so far */
+    /** {@return writes posted, completed OK, and failed or cancelled so far} */
     public long posted() {
         return posted;
     }
 
-    /** @return writes that completed OK */
+    /** {@return writes that completed OK} */
     public long succeeded() {
         return succeeded;
     }
 
-    /** @return writes that failed or were cancelled */
+    /** {@return writes that failed or were cancelled} */
     public long failed() {
         return failed;
     }
 
-    /** @return tokens this sender holds for the request */
+    /** {@return tokens this sender holds for the request} */
     public int tokenCount() {
         return tokenCount;
     }

@@ -36,8 +36,10 @@ public interface PageChecksums {
     };
 
     /**
+     * Tells whether this checksummer can read a storage's pages; a sender or receiver checks it when built.
+     *
      * @param storage a pool's storage
-     * @return whether {@link #compute} can read that storage's pages (checked when a sender or receiver is built)
+     * @return whether {@link #compute} can read that storage's pages
      */
     boolean supports(PageStorage storage);
 

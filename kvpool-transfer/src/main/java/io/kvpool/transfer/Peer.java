@@ -42,32 +42,32 @@ public final class Peer {
         this.link = link;
     }
 
-    /** @return the id the engine gave this peer */
+    /** {@return the id the engine gave this peer} */
     public int id() {
         return id;
     }
 
-    /** @return the link */
+    /** {@return the link} */
     public PeerLink link() {
         return link;
     }
 
-    /** @return where the handshake stands */
+    /** {@return where the handshake stands} */
     public State state() {
         return state;
     }
 
-    /** @return why the peer is REFUSED or FAILED, or {@code null} */
+    /** {@return why the peer is REFUSED or FAILED, or {@code null}} */
     public String failure() {
         return failure;
     }
 
-    /** @return the peer's identity once its HELLO arrived, else {@code null} */
+    /** {@return the peer's identity once its HELLO arrived, else {@code null}} */
     public PeerIdentity remote() {
         return remote;
     }
 
-    /** @return whether the link is up and the handshake passed */
+    /** {@return whether the link is up and the handshake passed} */
     public boolean isUp() {
         return state == State.UP && link.isUp();
     }

@@ -8,8 +8,8 @@ import java.util.Objects;
 
 /**
  * What a peer says about itself when a link comes up, and what the other side checks before any page
- * moves (the 2023 lesson: tooling pointed production at a staging build and nothing noticed). Every field
- * must be equal on both sides; {@link #mismatches} names each difference with both values.
+ * moves, so that e.g. a production pool refuses a staging build. Every field must be equal on both sides;
+ * {@link #mismatches} names each difference with both values.
  *
  * @param protocolVersion   {@link io.kvpool.transfer.wire.WireFormat#VERSION} of the peer's code
  * @param layoutFingerprint {@link KvLayout#fingerprint()} of the peer's pool
@@ -22,7 +22,12 @@ public record PeerIdentity(int protocolVersion, long layoutFingerprint, String m
     /** Longest UTF-8 encoding accepted for each string field (the wire format's limit). */
     public static final int MAX_FIELD_BYTES = 256;
 
-    /** Validates the fields: strings non-null, non-blank, at most {@link #MAX_FIELD_BYTES} bytes of UTF-8. */
+    /**
+     * Validates the fields: strings non-null, non-blank, at most {@link #MAX_FIELD_BYTES} bytes of UTF-8.
+     *
+     * @throws NullPointerException     if a string field is null
+     * @throws IllegalArgumentException if a string field is blank or too long
+     */
     public PeerIdentity {
         check("modelId", modelId);
         check("environment", environment);
@@ -41,13 +46,22 @@ public record PeerIdentity(int protocolVersion, long layoutFingerprint, String m
     }
 
     /**
-     * @return this library's protocol version and the layout's fingerprint with the given names
+     * {@return this library's protocol version and the layout's fingerprint with the given names}
+     *
+     * @param layout       the local pool's layout
+     * @param modelId      the model (and revision) whose KV the pool holds
+     * @param environment  the deployment environment
+     * @param buildVersion the build of the serving code
+     * @throws NullPointerException     if an argument is null
+     * @throws IllegalArgumentException if a name is blank or longer than {@link #MAX_FIELD_BYTES} bytes of UTF-8
      */
     public static PeerIdentity of(KvLayout layout, String modelId, String environment, String buildVersion) {
         return new PeerIdentity(io.kvpool.transfer.wire.WireFormat.VERSION, layout.fingerprint(), modelId, environment, buildVersion);
     }
 
     /**
+     * Compares this identity, the local one, with a peer's, field by field.
+     *
      * @param remote the other side's identity
      * @return one line per differing field, {@code "environment: local=production remote=staging"}; empty if compatible
      */
@@ -72,6 +86,9 @@ public record PeerIdentity(int protocolVersion, long layoutFingerprint, String m
     }
 
     /**
+     * Refuses a peer whose identity differs from this one, the local one, in any field.
+     *
+     * @param remote the other side's identity
      * @throws PeerMismatchException naming every differing field with both values
      */
     public void requireCompatible(PeerIdentity remote) {

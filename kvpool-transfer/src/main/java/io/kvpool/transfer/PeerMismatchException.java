@@ -11,6 +11,8 @@ public final class PeerMismatchException extends TransferException {
     private final List<String> mismatches;
 
     /**
+     * Creates the exception; its message lists every mismatch.
+     *
      * @param local      our identity
      * @param remote     the peer's
      * @param mismatches one line per differing field (see {@link PeerIdentity#mismatches})
@@ -22,17 +24,17 @@ public final class PeerMismatchException extends TransferException {
         this.mismatches = List.copyOf(mismatches);
     }
 
-    /** @return our identity */
+    /** {@return our identity} */
     public PeerIdentity local() {
         return local;
     }
 
-    /** @return the peer's identity */
+    /** {@return the peer's identity} */
     public PeerIdentity remote() {
         return remote;
     }
 
-    /** @return one line per differing field */
+    /** {@return one line per differing field} */
     public List<String> mismatches() {
         return mismatches;
     }

@@ -231,6 +231,10 @@ abstract class TransferEndpoint implements LinkListener, AutoCloseable {
         }
     }
 
+    /** Closes the engine. Idempotent; throws no checked exception. Owner thread only. */
+    @Override
+    public abstract void close();
+
     /** Closes every peer's link, best effort (the pages' states, not the links, protect the memory). */
     final void closeLinks() {
         for (Peer p : peers) {

@@ -4,12 +4,21 @@ package io.kvpool.transfer;
 public class TransferException extends RuntimeException {
     private static final long serialVersionUID = 1L;
 
-    /** @param message what went wrong, with the numbers */
+    /**
+     * Creates a transfer failure.
+     *
+     * @param message what went wrong, with the numbers
+     */
     public TransferException(String message) {
         super(message);
     }
 
-    /** @param message what went wrong, with the numbers; @param cause the underlying failure */
+    /**
+     * Creates a transfer failure caused by another exception.
+     *
+     * @param message what went wrong, with the numbers
+     * @param cause   the underlying failure
+     */
     public TransferException(String message, Throwable cause) {
         super(message, cause);
     }

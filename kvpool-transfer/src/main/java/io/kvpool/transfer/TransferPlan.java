@@ -10,10 +10,13 @@ public final class TransferPlan {
     }
 
     /**
+     * Finds where a sender's share of the pages starts.
+     *
      * @param pages   pages in the transfer
      * @param senders senders (≥ 1)
      * @param rank    0 ≤ rank ≤ senders (rank == senders gives the end)
      * @return the first logical page of that rank
+     * @throws IllegalArgumentException if an argument is out of range
      */
     public static int firstPage(int pages, int senders, int rank) {
         if (senders < 1 || rank < 0 || rank > senders || pages < 0) {

@@ -100,30 +100,34 @@ public final class TransferReceiver extends TransferEndpoint {
     }
 
     /**
+     * Starts building a receiver for a decode pool.
+     *
      * @param pool     the decode pool the KV is received into (host-accessible storage for the default checksums)
-     * @param identity this side's identity; its layout fingerprint must be the pool's
+     * @param identity this side's identity; its layout fingerprint must be the pool's (checked by
+     *                 {@link Builder#build})
      * @return a builder
+     * @throws NullPointerException if an argument is null
      */
     public static Builder builder(KvPool pool, PeerIdentity identity) {
         return new Builder(pool, identity);
     }
 
-    /** @return the counters and gauges */
+    /** {@return the counters and gauges} */
     public ReceiverMetrics metrics() {
         return metrics;
     }
 
-    /** @return the pool */
+    /** {@return the pool} */
     public KvPool pool() {
         return pool;
     }
 
-    /** @return the transfers not yet in a terminal state */
+    /** {@return the transfers not yet in a terminal state} */
     public int activeTransfers() {
         return active.size();
     }
 
-    /** @return the safeguards switched off (empty in production) */
+    /** {@return the safeguards switched off (empty in production)} */
     public Set<TransferSafeguard> disabledSafeguards() {
         return disabled;
     }
@@ -191,7 +195,7 @@ public final class TransferReceiver extends TransferEndpoint {
         }
         final Sequence seq = a.sequence();
         // Admission (or, with ADMISSION_REJECTION off, its placeholder) decides what we can take: the
-        // placeholder admits one token, and so the receiver expects one — exactly the incident's stub.
+        // placeholder admits one token, and so the receiver expects one (the incident replay's stub).
         final int expected = (int) Math.min(promptTokens, a.sequence().admittedTokens());
         try {
             seq.append(expected);
@@ -275,9 +279,12 @@ public final class TransferReceiver extends TransferEndpoint {
 
     /**
      * Aborts a transfer that has not committed: its pages go DRAINING and its senders are told to stop.
-     * Does nothing to a transfer that already committed, failed or was rejected.
+     * Does nothing to a transfer that already committed, failed or was rejected. Owner thread only.
      *
+     * @param t   a transfer this receiver started
+     * @param why the reason, sent to the senders and kept in the transfer's message
      * @return whether this call failed the transfer
+     * @throws IllegalStateException if the receiver is closed
      */
     public boolean abort(IncomingTransfer t, String why) {
         ensureOpen();
@@ -701,9 +708,13 @@ public final class TransferReceiver extends TransferEndpoint {
 
     /**
      * Tears down a peer's link (every transfer with it fails) and, once the transport proves the peer can
-     * no longer write, releases what it held in quarantine.
+     * no longer write, releases what it held in quarantine. Owner thread only; call again until it
+     * returns {@code true}.
      *
+     * @param peerId the id {@link #addPeer} gave the peer
      * @return whether the teardown is proven
+     * @throws IllegalStateException     if the receiver is closed
+     * @throws IndexOutOfBoundsException if no peer has that id
      */
     public boolean tearDownPeer(int peerId) {
         ensureOpen();
@@ -839,25 +850,48 @@ public final class TransferReceiver extends TransferEndpoint {
             this.identity = Objects.requireNonNull(identity, "identity");
         }
 
-        /** The clock deadlines are measured on (default {@link NanoClock#SYSTEM}). */
+        /**
+         * Sets the clock that deadlines are measured on.
+         *
+         * @param clock the clock; {@link NanoClock#SYSTEM} by default
+         * @return this builder
+         * @throws NullPointerException if {@code clock} is null
+         */
         public Builder clock(NanoClock clock) {
             this.clock = Objects.requireNonNull(clock, "clock");
             return this;
         }
 
-        /** How long a transfer may stay RECEIVING before it fails with {@link FailureReason#TIMEOUT} (default 30 s). */
+        /**
+         * Sets how long a transfer may stay RECEIVING before it fails with {@link FailureReason#TIMEOUT}.
+         *
+         * @param d the timeout; 30 s by default
+         * @return this builder
+         * @throws IllegalArgumentException if {@code d} is null, zero or negative
+         */
         public Builder completionTimeout(Duration d) {
             this.completionTimeout = positive("completionTimeout", d);
             return this;
         }
 
-        /** How long a failed transfer waits for DRAINED before its pages are quarantined (default 30 s). */
+        /**
+         * Sets how long a failed transfer waits for DRAINED before its pages are quarantined.
+         *
+         * @param d the timeout; 30 s by default
+         * @return this builder
+         * @throws IllegalArgumentException if {@code d} is null, zero or negative
+         */
         public Builder drainTimeout(Duration d) {
             this.drainTimeout = positive("drainTimeout", d);
             return this;
         }
 
-        /** Whether commits require matching checksums (default true; senders must then send them). */
+        /**
+         * Sets whether commits require matching checksums; senders must then send them.
+         *
+         * @param on whether to verify checksums; true by default
+         * @return this builder
+         */
         public Builder checksums(boolean on) {
             this.checksums = on;
             return this;
@@ -866,6 +900,10 @@ public final class TransferReceiver extends TransferEndpoint {
         /**
          * Commits require matching checksums, computed by {@code how} (default {@link PageChecksums#HOST}, which needs
          * host-accessible storage; a device pool passes kvpool-cuda's {@code DeviceChecksums}). Switches checksums on.
+         *
+         * @param how computes the checksums of the received pages
+         * @return this builder
+         * @throws NullPointerException if {@code how} is null
          */
         public Builder checksums(PageChecksums how) {
             this.checksummer = Objects.requireNonNull(how, "how");
@@ -878,13 +916,22 @@ public final class TransferReceiver extends TransferEndpoint {
          * missed the drain deadline or reported unproven writes — so the quarantined pages can be released
          * once the transport proves the teardown (default true). Every other transfer on that link fails
          * too. With false, quarantined pages wait for a revocable registration or {@link #tearDownPeer}.
+         *
+         * @param on whether to tear down such a sender's link
+         * @return this builder
          */
         public Builder tearDownOnTimeout(boolean on) {
             this.tearDownOnTimeout = on;
             return this;
         }
 
-        /** Transfer slots (concurrent transfers), default 1024. */
+        /**
+         * Sets the number of transfer slots, i.e. of concurrent transfers.
+         *
+         * @param n the slots, ≥ 1; 1024 by default
+         * @return this builder
+         * @throws IllegalArgumentException if {@code n < 1}
+         */
         public Builder maxTransfers(int n) {
             if (n < 1) {
                 throw new IllegalArgumentException("maxTransfers must be ≥ 1, was " + n);
@@ -893,13 +940,23 @@ public final class TransferReceiver extends TransferEndpoint {
             return this;
         }
 
-        /** Switches safeguards off. For tests and incident replays only: logged as an error. */
+        /**
+         * Switches safeguards off. For tests and incident replays only: logged as an error.
+         *
+         * @param safeguards the safeguards to switch off
+         * @return this builder
+         */
         public Builder unsafeDisable(TransferSafeguard... safeguards) {
             disabled.addAll(Arrays.asList(safeguards));
             return this;
         }
 
-        /** @return the receiver */
+        /**
+         * {@return the receiver}
+         *
+         * @throws IllegalArgumentException if the identity's layout fingerprint is not the pool's, or
+         *                                  checksums are on and the checksummer cannot read the pool's storage
+         */
         public TransferReceiver build() {
             return new TransferReceiver(this);
         }

@@ -127,9 +127,13 @@ public final class TransferSender extends TransferEndpoint {
     }
 
     /**
+     * Starts building a sender for a prefill pool.
+     *
      * @param pool     the prefill pool the KV is read from
-     * @param identity this side's identity; its layout fingerprint must be the pool's
+     * @param identity this side's identity; its layout fingerprint must be the pool's (checked by
+     *                 {@link Builder#build})
      * @return a builder
+     * @throws NullPointerException if an argument is null
      */
     public static Builder builder(KvPool pool, PeerIdentity identity) {
         return new Builder(pool, identity);
@@ -145,17 +149,17 @@ public final class TransferSender extends TransferEndpoint {
         return metrics;
     }
 
-    /** @return pages being written now (across transfers) */
+    /** {@return pages being written now (across transfers)} */
     public long pagesInFlight() {
         return inFlight;
     }
 
-    /** @return transfers not yet COMPLETED or DRAINED (WAITING ones included) */
+    /** {@return transfers not yet COMPLETED or DRAINED (WAITING ones included)} */
     public int activeTransfers() {
         return offers.size();
     }
 
-    /** @return the transfers not yet over, for diagnostics */
+    /** {@return the transfers not yet over, for diagnostics} */
     public List<OutgoingTransfer> openTransfers() {
         return List.copyOf(offers.values());
     }
@@ -223,9 +227,12 @@ public final class TransferSender extends TransferEndpoint {
 
     /**
      * Aborts a transfer: nothing more is posted, the receiver is told, and DRAINED follows once every
-     * posted write ended. Does nothing to a transfer that is COMPLETED or already failing.
+     * posted write ended. Does nothing to a transfer that is COMPLETED or already failing. Owner thread only.
      *
+     * @param t   a transfer this sender offered
+     * @param why the reason, sent to the receiver and kept in the transfer's failure
      * @return whether this call failed it
+     * @throws IllegalStateException if the sender is closed
      */
     public boolean abort(OutgoingTransfer t, String why) {
         ensureOpen();
@@ -651,13 +658,25 @@ public final class TransferSender extends TransferEndpoint {
             this.identity = Objects.requireNonNull(identity, "identity");
         }
 
-        /** The clock deadlines are measured on (default {@link NanoClock#SYSTEM}). */
+        /**
+         * Sets the clock that deadlines are measured on.
+         *
+         * @param clock the clock; {@link NanoClock#SYSTEM} by default
+         * @return this builder
+         * @throws NullPointerException if {@code clock} is null
+         */
         public Builder clock(NanoClock clock) {
             this.clock = Objects.requireNonNull(clock, "clock");
             return this;
         }
 
-        /** The most pages being written at once, across transfers (default 64). */
+        /**
+         * Sets the most pages being written at once, across transfers.
+         *
+         * @param n the limit, ≥ 1; 64 by default
+         * @return this builder
+         * @throws IllegalArgumentException if {@code n < 1}
+         */
         public Builder maxPagesInFlight(int n) {
             if (n < 1) {
                 throw new IllegalArgumentException("maxPagesInFlight must be ≥ 1, was " + n);
@@ -666,7 +685,12 @@ public final class TransferSender extends TransferEndpoint {
             return this;
         }
 
-        /** Whether completions carry checksums (default true; receivers require them by default). */
+        /**
+         * Sets whether completions carry checksums; receivers require them by default.
+         *
+         * @param on whether to send checksums; true by default
+         * @return this builder
+         */
         public Builder checksums(boolean on) {
             this.checksums = on;
             return this;
@@ -675,6 +699,10 @@ public final class TransferSender extends TransferEndpoint {
         /**
          * Completions carry checksums computed by {@code how} (default {@link PageChecksums#HOST}, which needs
          * host-accessible storage; a device pool passes kvpool-cuda's {@code DeviceChecksums}). Switches checksums on.
+         *
+         * @param how computes the checksums of the sent pages
+         * @return this builder
+         * @throws NullPointerException if {@code how} is null
          */
         public Builder checksums(PageChecksums how) {
             this.checksummer = Objects.requireNonNull(how, "how");
@@ -682,19 +710,36 @@ public final class TransferSender extends TransferEndpoint {
             return this;
         }
 
-        /** How long a failing transfer waits for its writes' terminal states before force-cancelling them (default 10 s). */
+        /**
+         * Sets how long a failing transfer waits for its writes' terminal states before force-cancelling them.
+         *
+         * @param d the deadline; 10 s by default
+         * @return this builder
+         * @throws IllegalArgumentException if {@code d} is null, zero or negative
+         */
         public Builder drainDeadline(Duration d) {
             this.drainDeadline = TransferReceiver.Builder.positive("drainDeadline", d);
             return this;
         }
 
-        /** How long an offer waits for the receiver's descriptor before it is dropped and its pages released (default 60 s). */
+        /**
+         * Sets how long an offer waits for the receiver's descriptor before it is dropped and its pages released.
+         *
+         * @param d the timeout; 60 s by default
+         * @return this builder
+         * @throws IllegalArgumentException if {@code d} is null, zero or negative
+         */
         public Builder descriptorTimeout(Duration d) {
             this.descriptorTimeout = TransferReceiver.Builder.positive("descriptorTimeout", d);
             return this;
         }
 
-        /** @return the sender */
+        /**
+         * {@return the sender}
+         *
+         * @throws IllegalArgumentException if the identity's layout fingerprint is not the pool's, or
+         *                                  checksums are on and the checksummer cannot read the pool's storage
+         */
         public TransferSender build() {
             return new TransferSender(this);
         }

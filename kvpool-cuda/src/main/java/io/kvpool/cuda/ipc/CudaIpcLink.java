@@ -194,17 +194,20 @@ public final class CudaIpcLink implements PeerLink {
         return failure == null && !closed && !tornDown && control.isUp();
     }
 
-    /** @return whether the control channel's bootstrap is complete (always {@code true} over a non-shm control link) */
+    /**
+     * {@return whether the control channel's bootstrap is complete (always {@code true} over a non-shm
+     * control link)}
+     */
     public boolean isReady() {
         return shm == null || shm.isReady();
     }
 
-    /** @return the peer's pid, or -1 before the bootstrap (or over a non-shm control link) */
+    /** {@return the peer's pid, or -1 before the bootstrap (or over a non-shm control link)} */
     public long peerPid() {
         return shm == null ? -1 : shm.peerPid();
     }
 
-    /** @return why the link failed, or {@code null} if it has not */
+    /** {@return why the link failed, or {@code null} if it has not} */
     public String failureReason() {
         if (failure != null) {
             return failure;
@@ -212,22 +215,22 @@ public final class CudaIpcLink implements PeerLink {
         return shm != null && shm.failureReason() != null ? "control channel: " + shm.failureReason() : null;
     }
 
-    /** @return writes posted by {@link #putBatch} */
+    /** {@return writes posted by {@link #putBatch}} */
     public long writesPosted() {
         return writesPosted;
     }
 
-    /** @return kernel launches, one per non-empty {@link #putBatch} */
+    /** {@return kernel launches, one per non-empty {@link #putBatch}} */
     public long batchesLaunched() {
         return batchesLaunched;
     }
 
-    /** @return batches whose terminal state has not been queued yet */
+    /** {@return batches whose terminal state has not been queued yet} */
     public int pendingBatches() {
         return batches.size();
     }
 
-    /** @return how often {@link #cancelWrites()} was called (it cannot recall anything) */
+    /** {@return how often {@link #cancelWrites()} was called (it cannot recall anything)} */
     public long cancelRequests() {
         return cancelRequests;
     }

@@ -37,12 +37,12 @@ public final class CudaIpcListener implements AutoCloseable {
         return l == null ? null : new CudaIpcLink(l, engines, unsafe);
     }
 
-    /** @return why the last peer was dropped during its bootstrap, or {@code null} */
+    /** {@return why the last peer was dropped during its bootstrap, or {@code null}} */
     public String lastRejection() {
         return control.lastRejection();
     }
 
-    /** @return the socket path */
+    /** {@return the socket path} */
     public Path socketPath() {
         return control.socketPath();
     }

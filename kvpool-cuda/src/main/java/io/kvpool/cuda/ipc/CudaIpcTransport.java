@@ -41,6 +41,8 @@ public final class CudaIpcTransport {
     /**
      * Binds a Unix domain socket (the path must not exist yet) for prefill processes to connect to.
      *
+     * @param socketPath where to bind
+     * @return the listener, which accepts each prefill process as a {@link CudaIpcLink}
      * @throws java.io.UncheckedIOException if the socket cannot be bound
      */
     public static CudaIpcListener listen(Path socketPath) {
@@ -51,6 +53,8 @@ public final class CudaIpcTransport {
      * Connects to a decode process's listener. The bootstrap (pids) completes in {@link CudaIpcLink#poll};
      * frames sent before are queued.
      *
+     * @param socketPath the decode process's listening socket
+     * @return the link to that process
      * @throws LinkFailedException if nothing listens there
      */
     public static CudaIpcLink connect(Path socketPath) {

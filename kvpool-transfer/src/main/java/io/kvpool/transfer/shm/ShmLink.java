@@ -129,18 +129,19 @@ public final class ShmLink implements PeerLink {
         return failure == null && !closed && !tornDown;
     }
 
-    /** @return whether the bootstrap exchange is complete (the peer's pid and pool file are known) */
+    /** {@return whether the bootstrap exchange is complete (the peer's pid and pool file are known)} */
     public boolean isReady() {
         return peer != null;
     }
 
-    /** @return the peer's pid, or -1 before the bootstrap arrived */
+    /** {@return the peer's pid, or -1 before the bootstrap arrived} */
     public long peerPid() {
         return peer == null ? -1 : peer.pid();
     }
 
     /**
-     * @return the layout of the peer's pool file (the pages {@link #putBatch} writes)
+     * {@return the layout of the peer's pool file (the pages {@link #putBatch} writes)}
+     *
      * @throws LinkFailedException if the link is not ready or the peer exposes no pool
      */
     public io.kvpool.KvLayout remoteLayout() {
@@ -151,7 +152,7 @@ public final class ShmLink implements PeerLink {
         return remote.layout();
     }
 
-    /** @return why the link failed, or {@code null} if it has not */
+    /** {@return why the link failed, or {@code null} if it has not} */
     public String failureReason() {
         return failure;
     }
@@ -486,6 +487,8 @@ public final class ShmLink implements PeerLink {
      * not alive, a zombie, or its pid now held by a process that started at another instant than the one
      * seen at the bootstrap. {@code false} before the bootstrap arrived and when the peer is this process.
      * For transports that expose memory to the peer some other way and reuse this link for control frames.
+     *
+     * @return whether the peer process is proven gone
      */
     public boolean peerProcessGone() {
         return peer != null && peer.pid() != selfPid && processGone(peer.pid(), peerStart);

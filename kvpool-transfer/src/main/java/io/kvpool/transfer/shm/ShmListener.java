@@ -95,12 +95,12 @@ public final class ShmListener implements AutoCloseable {
         return null;
     }
 
-    /** @return why the last peer was dropped during its bootstrap, or {@code null} */
+    /** {@return why the last peer was dropped during its bootstrap, or {@code null}} */
     public String lastRejection() {
         return lastRejection;
     }
 
-    /** @return the socket path */
+    /** {@return the socket path} */
     public Path socketPath() {
         return socketPath;
     }

@@ -7,7 +7,8 @@ package io.kvpool.transfer.sim;
  * @param minWriteDelayNanos  a write lands at least this long after it is posted
  * @param maxWriteDelayNanos  and at most this long (uniform; writes overtake each other)
  * @param writeFail           a write completes FAILED; half of those land anyway (a failed write may have landed)
- * @param lostWrite           a write completes OK, its flush succeeds, and it never lands (a transport bug: ucx.md saw 72)
+ * @param lostWrite           a write completes OK, its flush succeeds, and it never lands (a transport bug,
+ *                            see {@code ucx.md})
  * @param misdirectedWrite    a write lands in another page of the same registration (the checksum's case)
  * @param corruptedWrite      a write lands with one byte flipped
  * @param stragglerWrite      a write lands very late: between {@code stragglerMinNanos} and {@code stragglerMaxNanos}
@@ -38,19 +39,40 @@ public record SimFaults(long minWriteDelayNanos, long maxWriteDelayNanos, double
         }
     }
 
-    /** @return a copy with these write-fault probabilities */
+    /**
+     * {@return a copy with these write-fault probabilities}
+     *
+     * @param fail        probability that a write completes FAILED ({@link #writeFail()})
+     * @param lost        probability that a write completes OK and never lands ({@link #lostWrite()})
+     * @param misdirected probability that a write lands in another page ({@link #misdirectedWrite()})
+     * @param corrupted   probability that a write lands with one byte flipped ({@link #corruptedWrite()})
+     * @throws IllegalArgumentException if a probability is outside [0, 1]
+     */
     public SimFaults withWrites(double fail, double lost, double misdirected, double corrupted) {
         return new SimFaults(minWriteDelayNanos, maxWriteDelayNanos, fail, lost, misdirected, corrupted, stragglerWrite,
             stragglerMinNanos, stragglerMaxNanos, frameLoss, frameDuplicate, maxFrameDelayNanos);
     }
 
-    /** @return a copy with stragglers: probability and delay range */
+    /**
+     * {@return a copy with stragglers}
+     *
+     * @param p        probability that a write lands very late ({@link #stragglerWrite()})
+     * @param minNanos least time from posting to a straggler's landing and completion
+     * @param maxNanos most time from posting to a straggler's landing and completion
+     * @throws IllegalArgumentException if {@code p} is outside [0, 1] or {@code maxNanos < minNanos}
+     */
     public SimFaults withStragglers(double p, long minNanos, long maxNanos) {
         return new SimFaults(minWriteDelayNanos, maxWriteDelayNanos, writeFail, lostWrite, misdirectedWrite, corruptedWrite, p,
             minNanos, maxNanos, frameLoss, frameDuplicate, maxFrameDelayNanos);
     }
 
-    /** @return a copy with these control-frame faults */
+    /**
+     * {@return a copy with these control-frame faults}
+     *
+     * @param loss      probability that a control frame is lost
+     * @param duplicate probability that a control frame is delivered twice
+     * @throws IllegalArgumentException if a probability is outside [0, 1]
+     */
     public SimFaults withFrames(double loss, double duplicate) {
         return new SimFaults(minWriteDelayNanos, maxWriteDelayNanos, writeFail, lostWrite, misdirectedWrite, corruptedWrite,
             stragglerWrite, stragglerMinNanos, stragglerMaxNanos, loss, duplicate, maxFrameDelayNanos);

@@ -76,7 +76,7 @@ public final class SimLink implements PeerLink {
         return up;
     }
 
-    /** @return writes posted here whose terminal state has not been reported yet */
+    /** {@return writes posted here whose terminal state has not been reported yet} */
     public int pendingWrites() {
         return pending.size();
     }

@@ -38,6 +38,8 @@ public final class SimNetwork {
     private long droppedLate;
 
     /**
+     * Creates a network with no links and its virtual clock at 0.
+     *
      * @param seed   the seed of every random choice
      * @param faults what goes wrong, and how often
      */
@@ -46,27 +48,27 @@ public final class SimNetwork {
         this.faults = faults;
     }
 
-    /** @return the virtual clock (nanoseconds), for the engines' builders */
+    /** {@return the virtual clock (nanoseconds), for the engines' builders} */
     public NanoClock clock() {
         return () -> now;
     }
 
-    /** @return virtual now, in nanoseconds */
+    /** {@return virtual now, in nanoseconds} */
     public long now() {
         return now;
     }
 
-    /** @return writes that landed in a target's memory (including late ones) */
+    /** {@return writes that landed in a target's memory (including late ones)} */
     public long landedWrites() {
         return landed;
     }
 
-    /** @return writes dropped because the target tore the link down or revoked the registration */
+    /** {@return writes dropped because the target tore the link down or revoked the registration} */
     public long droppedWrites() {
         return droppedLate;
     }
 
-    /** @return events not yet run (writes and frames in flight) */
+    /** {@return events not yet run (writes and frames in flight)} */
     public int pendingEvents() {
         return events.size();
     }
@@ -114,6 +116,8 @@ public final class SimNetwork {
     /**
      * The node at {@code end} crashes: its links fail (the other side learns within the frame delay); the
      * writes it had posted still land unless the other side tears the link down first.
+     *
+     * @param end the crashing node's end of a link
      */
     public void crash(SimLink end) {
         end.crashed = true;

@@ -16,6 +16,8 @@ public final class FixedRegistration implements Registration {
     }
 
     /**
+     * Wraps a transport's key in a registration that holds nothing else.
+     *
      * @param key the transport's bytes that let the peer address the pages (copied)
      * @return a registration that {@link #revoke() cannot be revoked} and releases nothing on {@link #close()}
      * @throws NullPointerException if {@code key} is null

@@ -6,12 +6,21 @@ import io.kvpool.transfer.TransferException;
 public final class LinkFailedException extends TransferException {
     private static final long serialVersionUID = 1L;
 
-    /** @param message what failed, naming the link */
+    /**
+     * Creates a link failure.
+     *
+     * @param message what failed, naming the link
+     */
     public LinkFailedException(String message) {
         super(message);
     }
 
-    /** @param message what failed, naming the link; @param cause the underlying failure */
+    /**
+     * Creates a link failure caused by another exception.
+     *
+     * @param message what failed, naming the link
+     * @param cause   the underlying failure
+     */
     public LinkFailedException(String message, Throwable cause) {
         super(message, cause);
     }

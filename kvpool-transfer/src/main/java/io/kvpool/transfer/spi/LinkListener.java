@@ -5,15 +5,38 @@ import java.nio.ByteBuffer;
 /** Events of a {@link PeerLink}, delivered by {@link PeerLink#poll} on the link's owner thread. */
 public interface LinkListener {
 
-    /** A control frame arrived; decode it before the call returns (the buffer may be reused). */
+    /**
+     * A control frame arrived; decode it before the call returns (the buffer may be reused).
+     *
+     * @param link  the link it arrived on
+     * @param frame the encoded frame, header included, between position and limit
+     */
     void onFrame(PeerLink link, ByteBuffer frame);
 
-    /** A write reached its terminal state: {@link PeerLink#OK}, {@link PeerLink#FAILED} or {@link PeerLink#CANCELED}. */
+    /**
+     * A write reached its terminal state.
+     *
+     * @param link   the link it was posted on
+     * @param token  the write's token from {@link PeerLink#putBatch}
+     * @param status {@link PeerLink#OK}, {@link PeerLink#FAILED} or {@link PeerLink#CANCELED}
+     */
     void onWriteDone(PeerLink link, long token, int status);
 
-    /** A flush finished: {@code ok} proves delivery of every write posted before it. */
+    /**
+     * A flush finished.
+     *
+     * @param link  the link it was asked on
+     * @param token the token given to {@link PeerLink#flush}
+     * @param ok    whether delivery of every write posted before the flush is proven
+     */
     void onFlushDone(PeerLink link, long token, boolean ok);
 
-    /** The link failed (peer lost, protocol error); delivered once. Writes may still land until {@link PeerLink#tearDown}. */
+    /**
+     * The link failed (peer lost, protocol error); delivered once. Writes may still land until
+     * {@link PeerLink#tearDown}.
+     *
+     * @param link   the link that failed
+     * @param reason why, for logs
+     */
     void onLinkFailed(PeerLink link, String reason);
 }

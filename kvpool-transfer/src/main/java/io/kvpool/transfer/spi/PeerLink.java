@@ -34,10 +34,13 @@ public interface PeerLink extends AutoCloseable {
     /** Terminal write status: cancelled before it was posted to the wire, or cancelled by a forced close. */
     int CANCELED = 2;
 
-    /** @return a short description for logs and messages, e.g. {@code "sim:prefill-0→decode-1"} */
+    /** {@return a short description for logs and messages, e.g. {@code "sim:prefill-0→decode-1"}} */
     String describe();
 
-    /** @return whether the link is up; after a failure or close every call but {@link #poll}, {@link #tearDown} and {@link #close} throws */
+    /**
+     * {@return whether the link is up} After a failure or close every call but {@link #poll}, {@link #tearDown}
+     * and {@link #close} throws.
+     */
     boolean isUp();
 
     // ---- control channel ----
@@ -46,7 +49,9 @@ public interface PeerLink extends AutoCloseable {
      * Queues one encoded control frame ({@link io.kvpool.transfer.wire.WireCodec#encode}); frames on a link
      * are delivered in order, each at most once (a transport may lose them only when the link fails).
      *
+     * @param frame the encoded frame, header included; the link copies it
      * @throws LinkFailedException if the link is down
+     * @throws IllegalArgumentException if the frame's length does not match its header (transports that check)
      */
     void send(byte[] frame);
 
@@ -54,7 +59,8 @@ public interface PeerLink extends AutoCloseable {
      * Delivers pending events to the listener: received frames, write and flush completions, and a link
      * failure. Never blocks.
      *
-     * @param limit most events to deliver
+     * @param listener receives the events, on this thread, before {@code poll} returns
+     * @param limit    most events to deliver
      * @return events delivered
      */
     int poll(LinkListener listener, int limit);
@@ -99,10 +105,29 @@ public interface PeerLink extends AutoCloseable {
      * Posts one-sided writes of whole pages: {@code region[dst[off+i]] ← source[src[off+i]]}. Each write
      * reports its terminal state later with token {@code firstToken + i}. A batch that is refused (bad
      * index, link down) throws before any of its writes is posted.
+     *
+     * @param region     the receiver's pages, from {@link #attach} on this link
+     * @param dst        destination page numbers within the region
+     * @param source     the local storage to copy from
+     * @param src        source page numbers within {@code source}
+     * @param off        index of the batch's first entry in {@code dst} and {@code src}
+     * @param count      number of pages to write
+     * @param firstToken token reported for the first write; write {@code i} reports {@code firstToken + i}
+     * @throws LinkFailedException       if the link is down
+     * @throws IllegalArgumentException  if the region is not from this link or this transport cannot read
+     *                                   the source storage
+     * @throws IndexOutOfBoundsException if an offset or page index is out of range (some transports throw
+     *                                   {@link IllegalArgumentException} instead)
      */
     void putBatch(RemoteRegion region, int[] dst, PageStorage source, int[] src, int off, int count, long firstToken);
 
-    /** Asks for proof of delivery of every write posted on this link so far; answered by {@link LinkListener#onFlushDone}. */
+    /**
+     * Asks for proof of delivery of every write posted on this link so far; answered by
+     * {@link LinkListener#onFlushDone}.
+     *
+     * @param token passed back to {@link LinkListener#onFlushDone} with the answer
+     * @throws LinkFailedException if the link is down
+     */
     void flush(long token);
 
     /**

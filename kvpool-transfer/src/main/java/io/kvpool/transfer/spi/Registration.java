@@ -3,7 +3,7 @@ package io.kvpool.transfer.spi;
 /** Pages a receiver exposed to one peer for one transfer ({@link PeerLink#register}). */
 public interface Registration extends AutoCloseable {
 
-    /** @return transport-specific bytes that let the peer address the pages (goes into the descriptor) */
+    /** {@return transport-specific bytes that let the peer address the pages (goes into the descriptor)} */
     byte[] key();
 
     /**

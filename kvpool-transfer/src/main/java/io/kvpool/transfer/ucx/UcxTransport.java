@@ -151,7 +151,7 @@ public final class UcxTransport implements AutoCloseable {
         }
     }
 
-    /** @return the name given to {@link #open} */
+    /** {@return the name given to {@link #open}} */
     public String name() {
         return name;
     }

@@ -6,7 +6,12 @@ import io.kvpool.transfer.TransferException;
 public final class UcxUnavailableException extends TransferException {
     private static final long serialVersionUID = 1L;
 
-    /** @param message why, with the loader's error text; @param cause the loader's error */
+    /**
+     * Creates the exception for a failed load of UCX.
+     *
+     * @param message why, with the loader's error text
+     * @param cause   the loader's error
+     */
     public UcxUnavailableException(String message, Throwable cause) {
         super(message, cause);
     }

@@ -6,7 +6,11 @@ import io.kvpool.transfer.TransferException;
 public final class MalformedMessageException extends TransferException {
     private static final long serialVersionUID = 1L;
 
-    /** @param message what is wrong, with the offending values */
+    /**
+     * Creates the exception for a frame that does not decode.
+     *
+     * @param message what is wrong, with the offending values
+     */
     public MalformedMessageException(String message) {
         super(message);
     }

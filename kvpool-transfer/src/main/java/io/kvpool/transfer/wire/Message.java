@@ -8,11 +8,20 @@ import java.util.Objects;
 /** The control messages (see {@link WireFormat} for their encoding). */
 public sealed interface Message {
 
-    /** @return the type code */
+    /** {@return the type code} */
     int type();
 
-    /** A peer's identity, sent first by both sides of a link. */
+    /**
+     * A peer's identity, sent first by both sides of a link.
+     *
+     * @param identity the sending side's identity
+     */
     record Hello(PeerIdentity identity) implements Message {
+        /**
+         * Creates the message.
+         *
+         * @throws NullPointerException if {@code identity} is null
+         */
         public Hello {
             Objects.requireNonNull(identity, "identity");
         }
@@ -23,8 +32,17 @@ public sealed interface Message {
         }
     }
 
-    /** The sender of this refuses the link; the reason names both sides' values. */
+    /**
+     * The sender of this refuses the link.
+     *
+     * @param reason why, naming both sides' values
+     */
     record Refuse(String reason) implements Message {
+        /**
+         * Creates the message.
+         *
+         * @throws NullPointerException if {@code reason} is null
+         */
         public Refuse {
             Objects.requireNonNull(reason, "reason");
         }
@@ -51,6 +69,11 @@ public sealed interface Message {
      */
     record Descriptor(long requestId, long transferId, int generation, int expectedTokens, long layoutFingerprint,
                       int senders, int senderRank, long[] pageHandles, byte[] regionKey) implements Message {
+        /**
+         * Creates the message; it keeps the arrays, not copies.
+         *
+         * @throws NullPointerException if {@code pageHandles} or {@code regionKey} is null
+         */
         public Descriptor {
             Objects.requireNonNull(pageHandles, "pageHandles");
             Objects.requireNonNull(regionKey, "regionKey");
@@ -85,11 +108,16 @@ public sealed interface Message {
     /**
      * Sender → receiver: this sender's writes are all delivered (flushed).
      *
-     * @param checksums per-page checksums for pages {@code firstPage ..}, or {@code null} if the sender
-     *                  computes none
-     * @param posted    writes the sender posted for this transfer
-     * @param succeeded of those, completed successfully
-     * @param failed    of those, completed with an error
+     * @param transferId the descriptor's transfer slot
+     * @param generation the descriptor's generation of that slot
+     * @param senderRank the descriptor's sender rank
+     * @param tokenCount tokens the sender holds for the request
+     * @param firstPage  the first page of the sender's share ({@link io.kvpool.transfer.TransferPlan#firstPage})
+     * @param checksums  per-page checksums for pages {@code firstPage ..}, or {@code null} if the sender
+     *                   computes none
+     * @param posted     writes the sender posted for this transfer
+     * @param succeeded  of those, completed successfully
+     * @param failed     of those, completed with an error
      */
     record Completion(long transferId, int generation, int senderRank, int tokenCount, int firstPage, int[] checksums,
                       long posted, long succeeded, long failed) implements Message {
@@ -120,11 +148,23 @@ public sealed interface Message {
         }
     }
 
-    /** Either side (or a router): stop this transfer. */
+    /**
+     * Either side (or a router): stop this transfer.
+     *
+     * @param transferId the descriptor's transfer slot
+     * @param generation the descriptor's generation of that slot
+     * @param reason     one of the reason codes below
+     * @param detail     what happened, for logs
+     */
     record Abort(long transferId, int generation, int reason, String detail) implements Message {
         /** Reason codes. */
         public static final int REQUESTED = 1, SENDER_FAILED = 2, RECEIVER_FAILED = 3, TIMEOUT = 4, UNKNOWN_TRANSFER = 5;
 
+        /**
+         * Creates the message.
+         *
+         * @throws NullPointerException if {@code detail} is null
+         */
         public Abort {
             Objects.requireNonNull(detail, "detail");
         }
@@ -140,6 +180,13 @@ public sealed interface Message {
      * {@code succeeded} counts the writes proven delivered by a flush; {@code failed} the others (failed,
      * cancelled, or unproven), which may still land — a DRAINED with {@code failed > 0} is no proof. Rank
      * {@code -1} with zero counts means: nothing of this link's was ever in flight for the transfer.
+     *
+     * @param transferId the descriptor's transfer slot
+     * @param generation the descriptor's generation of that slot
+     * @param senderRank the descriptor's sender rank, or {@code -1} (see above)
+     * @param posted     writes the sender posted for this transfer
+     * @param succeeded  of those, proven delivered by a flush
+     * @param failed     the others: failed, cancelled or unproven
      */
     record Drained(long transferId, int generation, int senderRank, long posted, long succeeded, long failed) implements Message {
         @Override

@@ -16,7 +16,12 @@ public final class WireCodec {
     private WireCodec() {
     }
 
-    /** @return the frame for a message, as a new array */
+    /**
+     * {@return the frame for a message, header included, as a new array}
+     *
+     * @param m the message; a REFUSE reason or ABORT detail too long for the frame is truncated
+     * @throws IllegalArgumentException if an array or the region key is longer than {@link WireFormat} allows
+     */
     public static byte[] encode(Message m) {
         final ByteBuffer body = ByteBuffer.allocate(bodyLength(m)).order(ByteOrder.LITTLE_ENDIAN);
         switch (m) {
@@ -109,14 +114,23 @@ public final class WireCodec {
         return (int) len;
     }
 
-    /** Decodes one whole frame (the array holds exactly one frame). */
+    /**
+     * Decodes one whole frame.
+     *
+     * @param frame exactly one frame, header included
+     * @return the message
+     * @throws MalformedMessageException if the bytes are not exactly one valid frame
+     */
     public static Message decode(byte[] frame) {
         return decode(ByteBuffer.wrap(frame));
     }
 
     /**
      * Decodes exactly one frame: the buffer's remaining bytes must be one header and its body, nothing more.
+     * The buffer's position is not moved.
      *
+     * @param frame the frame, between position and limit
+     * @return the message
      * @throws MalformedMessageException if the bytes are not exactly one valid frame
      */
     public static Message decode(ByteBuffer frame) {

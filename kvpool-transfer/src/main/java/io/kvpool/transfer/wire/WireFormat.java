@@ -25,7 +25,7 @@ package io.kvpool.transfer.wire;
  * Decoding is strict: a wrong magic, a version other than {@link #VERSION}, an unknown type, a body
  * length that differs from what the fields add up to, a count or string longer than its limit, or bytes
  * left over all fail with {@link MalformedMessageException}, and the link that carried the frame is closed.
- * A receiver never guesses (the 2026 leak report blames mixed acknowledgement formats).
+ * A receiver never guesses: a frame in any other format is refused, never reinterpreted.
  */
 public final class WireFormat {
     private WireFormat() {
