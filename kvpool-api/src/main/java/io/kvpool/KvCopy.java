@@ -524,24 +524,24 @@ public final class KvCopy {
     // ---- the copy ----
 
     /**
-     * Moves planes {@code [planeFrom, planeTo)} of the run, one bulk copy per page and plane: for each page
-     * run, the planes in order (a host page's planes are consecutive, so the pool's side is written or read
-     * front to back). Exactly one of {@code seg} and {@code array} is non-null; {@code at} is in bytes for a
-     * segment, elements for an array.
+     * Moves planes {@code [planeFrom, planeTo)} of the run, one bulk copy per plane and page: plane by plane,
+     * so the caller's side is read or written front to back (its planes are consecutive runs of tokens) and
+     * the pool's side in blocks of up to {@code tokensPerPage} vectors. Exactly one of {@code seg} and
+     * {@code array} is non-null; {@code at} is in bytes for a segment, elements for an array.
      */
     private void copy(Sequence seq, int planeFrom, int planeTo, int fromToken, int tokens, MemorySegment seg, Object array, long at,
                       boolean in) {
         final long unit = seg != null ? vectorBytes : vectorElements; // of one token vector, on the caller's side
-        int t = fromToken;
-        int done = 0;
-        while (done < tokens) {
-            final int inPage = t % tokensPerPage;
-            final int n = Math.min(tokensPerPage - inPage, tokens - done);
-            final int slot = PageHandle.slot(seq.pageHandle(t / tokensPerPage));
-            for (int p = planeFrom; p < planeTo; p++) {
-                final MemorySegment plane = planes[p];
-                final long poolOffset = slot * pageStride[p] + inPage * vectorBytes;
-                final long callerAt = at + ((long) (p - planeFrom) * tokens + done) * unit;
+        for (int p = planeFrom; p < planeTo; p++) {
+            final MemorySegment plane = planes[p];
+            final long stride = pageStride[p];
+            long callerAt = at + (long) (p - planeFrom) * tokens * unit;
+            int t = fromToken;
+            final int end = fromToken + tokens;
+            while (t < end) {
+                final int inPage = t % tokensPerPage;
+                final int n = Math.min(tokensPerPage - inPage, end - t);
+                final long poolOffset = PageHandle.slot(seq.pageHandle(t / tokensPerPage)) * stride + inPage * vectorBytes;
                 if (seg != null) {
                     if (in) {
                         MemorySegment.copy(seg, callerAt, plane, poolOffset, n * vectorBytes);
@@ -562,9 +562,9 @@ public final class KvCopy {
                         MemorySegment.copy(plane, SHORT_LE, poolOffset, s, (int) callerAt, n * vectorElements);
                     }
                 }
+                callerAt += n * unit;
+                t += n;
             }
-            t += n;
-            done += n;
         }
     }
 }
