@@ -142,6 +142,24 @@ public final class HostPageStorage implements PageStorage {
         return all.address() + page * pageBytes + layout.offset(layer, kv, 0);
     }
 
+    /**
+     * The kernel view of one layer's K or V: blocks {@code bytesPerPage} apart (whole pages), starting at
+     * the layer's offset in page 0, with a host segment over them all (see {@link KernelView}).
+     *
+     * @param layer layer index
+     * @param kv    0 for K, 1 for V
+     * @return the view
+     * @throws IndexOutOfBoundsException if {@code layer} or {@code kv} is out of range
+     * @throws IllegalStateException     if the storage is closed
+     */
+    @Override
+    public KernelView kernelView(int layer, int kv) {
+        ensureOpen();
+        final long first = layout.offset(layer, kv, 0);
+        final long span = (pages - 1L) * pageBytes + layout.tokensPerPage() * layout.bytesPerTokenVector();
+        return KernelView.of(layout, pages, layer, kv, all.address() + first, pageBytes, all.asSlice(first, span));
+    }
+
     @Override
     public void fill(int page, FillMode mode) {
         ensureOpen();

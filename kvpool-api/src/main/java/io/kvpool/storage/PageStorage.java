@@ -51,6 +51,24 @@ public interface PageStorage extends AutoCloseable {
      */
     long address(int page, int layer, int kv);
 
+    /**
+     * The view an attention kernel needs for one layer's K or V across all pages: a base address and the
+     * page, token and head strides (see {@link KernelView}). Storages whose pages of one layer and K/V are
+     * not one uniform stride apart have none; this default says so.
+     *
+     * @param layer layer index
+     * @param kv    0 for K, 1 for V
+     * @return the view; {@code view.address(page)} equals {@link #address(int, int, int) address(page, layer, kv)}
+     *         for every page
+     * @throws UnsupportedOperationException if this storage has no uniform stride (the default)
+     * @throws IndexOutOfBoundsException     if {@code layer} or {@code kv} is out of range
+     * @throws IllegalStateException         if the storage is closed
+     */
+    default KernelView kernelView(int layer, int kv) {
+        throw new UnsupportedOperationException(getClass().getName() + " offers no kernel view: its pages of one layer and K/V are not "
+            + "one uniform stride apart; use address(page, layer, kv) for each page");
+    }
+
     /** Writes the fill pattern into every byte of a page ({@link FillMode#NONE} does nothing). */
     void fill(int page, FillMode mode);
 

@@ -1,6 +1,9 @@
 package io.kvpool.cuda;
 
 import io.kvpool.KvLayout;
+import io.kvpool.storage.KernelView;
+
+import java.lang.foreign.MemorySegment;
 
 /**
  * Where a device pool's pages live: one allocation (the <em>arena</em>) holding, for every layer and for K
@@ -89,6 +92,21 @@ public record DeviceLayout(KvLayout layout, int pages, long pageStride, int plan
             throw new IndexOutOfBoundsException("page " + page + " of " + pages);
         }
         return plane(layer, kv) * planeBytes + page * pageStride;
+    }
+
+    /**
+     * The kernel view of one plane (a layer's K or V) of an arena at {@code arenaAddress}: page blocks
+     * {@link #pageStride()} apart from {@code arenaAddress + offset(0, layer, kv)}, no host segment.
+     * {@link DevicePageStorage#kernelView} is this with its arena's address; pure arithmetic, no device needed.
+     *
+     * @param arenaAddress device address of the arena
+     * @param layer        layer index
+     * @param kv           0 for K, 1 for V
+     * @return the view; {@code view.address(p) == arenaAddress + offset(p, layer, kv)} for every page
+     * @throws IndexOutOfBoundsException if {@code layer} or {@code kv} is out of range
+     */
+    public KernelView kernelView(long arenaAddress, int layer, int kv) {
+        return KernelView.of(layout, pages, layer, kv, arenaAddress + offset(0, layer, kv), pageStride, MemorySegment.NULL);
     }
 
     /**

@@ -2,6 +2,7 @@ package io.kvpool.cuda;
 
 import io.kvpool.KvLayout;
 import io.kvpool.storage.FillMode;
+import io.kvpool.storage.KernelView;
 import io.kvpool.storage.PageStorage;
 import jcuda.Pointer;
 import jcuda.driver.CUcontext;
@@ -246,6 +247,23 @@ public final class DevicePageStorage implements PageStorage {
     public long address(int page, int layer, int kv) {
         ensureOpen();
         return base + dl.offset(page, layer, kv);
+    }
+
+    /**
+     * The kernel view of one plane: the device address of page 0's block of that layer and K/V and a page
+     * stride of {@link DeviceLayout#pageStride()} (one page's block within the plane), as a CUDA kernel
+     * reading the arena takes them ({@link DeviceLayout#kernelView}). No host segment: device memory.
+     *
+     * @param layer layer index
+     * @param kv    0 for K, 1 for V
+     * @return the view; {@code view.address(page)} equals {@link #address(int, int, int) address(page, layer, kv)}
+     * @throws IndexOutOfBoundsException if {@code layer} or {@code kv} is out of range
+     * @throws IllegalStateException     if the storage is closed
+     */
+    @Override
+    public KernelView kernelView(int layer, int kv) {
+        ensureOpen();
+        return dl.kernelView(base, layer, kv);
     }
 
     /** Uploads {@code n} ints to the scratch buffer (caller holds the lock). */

@@ -4,6 +4,7 @@ import io.kvpool.DType;
 import io.kvpool.KvLayout;
 import io.kvpool.storage.FillMode;
 import io.kvpool.storage.HostPageStorage;
+import io.kvpool.storage.KernelView;
 import io.kvpool.storage.PageStorage;
 import io.kvpool.transfer.TransferException;
 
@@ -335,6 +336,21 @@ public final class MappedPageStorage implements PageStorage {
     @Override
     public long address(int page, int layer, int kv) {
         return pages.address(page, layer, kv);
+    }
+
+    /**
+     * The kernel view of one layer's K or V over the mapped pages: whole pages apart, as in
+     * {@link HostPageStorage#kernelView(int, int)} (the header is not part of it).
+     *
+     * @param layer layer index
+     * @param kv    0 for K, 1 for V
+     * @return the view
+     * @throws IndexOutOfBoundsException if {@code layer} or {@code kv} is out of range
+     * @throws IllegalStateException     if the storage is closed
+     */
+    @Override
+    public KernelView kernelView(int layer, int kv) {
+        return pages.kernelView(layer, kv);
     }
 
     @Override
