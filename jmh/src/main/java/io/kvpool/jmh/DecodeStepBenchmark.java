@@ -1,5 +1,6 @@
 package io.kvpool.jmh;
 
+import io.kvpool.BlockTable;
 import io.kvpool.KvPool;
 import io.kvpool.PoolSnapshot;
 import io.kvpool.Sequence;
@@ -14,6 +15,7 @@ import org.openjdk.jmh.annotations.Setup;
 import org.openjdk.jmh.annotations.State;
 import org.openjdk.jmh.annotations.TearDown;
 
+import java.lang.foreign.Arena;
 import java.util.concurrent.TimeUnit;
 
 /**
@@ -23,10 +25,11 @@ import java.util.concurrent.TimeUnit;
  * same mix: on average 16 page allocations and 16 page frees per step, as in a server's steady state.
  * {@link Layouts#BOOKKEEPING}, the pool's defaults (CANARY fill on free, no allocator cache).
  *
- * <p>{@code kvpool_step}: {@code append(1)} on each sequence, then {@code copyBlockTable} of the sequences
- * that gained a page into an {@code int[256 × maxPages]} table (what a kernel's block table needs).
+ * <p>{@code kvpool_step}: {@code append(1)} on each sequence, then {@link BlockTable#refresh()} of the batch's
+ * padded int32 {@code [256 × 64]} table and lengths in native memory (the shape a paged-attention kernel takes):
+ * it writes only pages appended since the last step, and rewrites the rows of finished sequences.
  * {@code baseline_step}: the same on {@link NaiveBaselinePool}, with the whole block table rebuilt from its
- * per-sequence lists, as a pool without incremental tables does.
+ * per-sequence lists into an {@code int[]}, as a pool without incremental tables does.
  */
 @BenchmarkMode(Mode.AverageTime)
 @Fork(value = 1, jvmArgsAppend = {"-Xms512m", "-Xmx512m", "-XX:+AlwaysPreTouch", "--sun-misc-unsafe-memory-access=allow"}) // fixed, pre-touched heap (see README)
@@ -41,8 +44,8 @@ public class DecodeStepBenchmark {
 
     KvPool pool;
     Sequence[] seqs;
-    int[] pageCounts;
-    int[] table;
+    Arena arena;
+    BlockTable table;
     NaiveBaselinePool baseline;
     NaiveBaselinePool.Seq[] baseSeqs;
     int[] baseTable;
@@ -53,8 +56,9 @@ public class DecodeStepBenchmark {
         baseline = new NaiveBaselinePool(Layouts.BOOKKEEPING, PAGES, TOKENS, pool.fillMode());
         seqs = new Sequence[BATCH];
         baseSeqs = new NaiveBaselinePool.Seq[BATCH];
-        pageCounts = new int[BATCH];
-        table = new int[BATCH * MAX_PAGES];
+        arena = Arena.ofConfined();
+        table = new BlockTable(BATCH, MAX_PAGES, arena.allocate(BlockTable.tableBytes(BATCH, MAX_PAGES)),
+            arena.allocate(BlockTable.lengthsBytes(BATCH)));
         baseTable = new int[BATCH * MAX_PAGES];
         for (int i = 0; i < BATCH; i++) {
             seqs[i] = pool.admit(1, TOKENS - 1).sequence();
@@ -62,12 +66,14 @@ public class DecodeStepBenchmark {
             final int start = 1 + (int) ((long) i * (TOKENS - 2) / BATCH); // staggered: finishes spread over the steps
             seqs[i].append(start);
             baseSeqs[i].append(start);
+            table.set(i, seqs[i]);
         }
+        table.refresh();
     }
 
     @TearDown(Level.Trial)
     public void tearDown() {
-        try (KvPool p = pool; NaiveBaselinePool b = baseline) {
+        try (KvPool p = pool; NaiveBaselinePool b = baseline; Arena a = arena) {
             for (int i = 0; i < BATCH; i++) {
                 seqs[i].close();
                 baseSeqs[i].close();
@@ -81,20 +87,14 @@ public class DecodeStepBenchmark {
 
     @Benchmark
     public int kvpool_step() {
-        int changed = 0;
         for (int i = 0; i < BATCH; i++) {
             final Sequence s = seqs[i];
             if (s.tokenCount() == TOKENS) {
                 s.truncate(0); // finished: every page back to the pool; a new request takes its place
             }
             s.append(1);
-            final int pages = s.pageCount();
-            if (pages != pageCounts[i]) { // only rows that changed are written
-                pageCounts[i] = s.copyBlockTable(table, i * MAX_PAGES);
-                changed++;
-            }
         }
-        return changed;
+        return table.refresh();
     }
 
     @Benchmark

@@ -129,7 +129,11 @@ public final class HostPageStorage implements PageStorage {
         return all.asSlice(page * pageBytes, pageBytes);
     }
 
-    /** @return the segment over all pages (page {@code p} at {@code p × bytesPerPage}) */
+    /**
+     * {@return the segment over all pages (page {@code p} at {@code p × bytesPerPage})}
+     *
+     * @throws IllegalStateException if the storage is closed
+     */
     public MemorySegment segment() {
         ensureOpen();
         return all;

@@ -26,16 +26,18 @@ public interface PageStorage extends AutoCloseable {
      */
     long CANARY = 0x0DF0FECAEFBEADDEL; // bytes DE AD BE EF CA FE F0 0D
 
-    /** @return the layout of the pages */
+    /** {@return the layout of the pages} */
     KvLayout layout();
 
-    /** @return the number of pages */
+    /** {@return the number of pages (slots {@code 0 .. pageCount() - 1})} */
     int pageCount();
 
-    /** @return whether {@link #hostPage} gives access to the bytes from Java */
+    /** {@return whether {@link #hostPage} gives access to the bytes from Java} */
     boolean isHostAccessible();
 
     /**
+     * Gives Java access to one page's bytes, where {@link #isHostAccessible()} says there is any.
+     *
      * @param page slot index
      * @return a segment over the page's bytes, laid out as {@link KvLayout} describes for host pages
      * @throws UnsupportedOperationException if the storage is not host-accessible
@@ -43,6 +45,8 @@ public interface PageStorage extends AutoCloseable {
     MemorySegment hostPage(int page);
 
     /**
+     * Locates one layer's K or V of a page in native memory, for code outside Java (kernels, copy engines).
+     *
      * @param page  slot index
      * @param layer layer index
      * @param kv    0 for K, 1 for V
@@ -69,24 +73,43 @@ public interface PageStorage extends AutoCloseable {
             + "one uniform stride apart; use address(page, layer, kv) for each page");
     }
 
-    /** Writes the fill pattern into every byte of a page ({@link FillMode#NONE} does nothing). */
+    /**
+     * Writes the fill pattern into every byte of a page ({@link FillMode#NONE} does nothing).
+     *
+     * @param page slot index
+     * @param mode {@link FillMode#CANARY} for the {@link #CANARY} pattern, {@link FillMode#ZERO} for zeros
+     */
     void fill(int page, FillMode mode);
 
     /**
-     * @return the first token in {@code [fromToken, toToken)} of the page for which <em>any</em> vector
-     *         (any layer, K or V) still holds the canary pattern, or -1 if none does. A partially written
-     *         token (some layers missing) is therefore caught. Vectors shorter than 8 bytes can match
-     *         the canary by chance; use layouts with ≥ 8-byte vectors where that matters.
+     * Finds the first token of a range that was never (fully) written: one for which <em>any</em> vector
+     * (any layer, K or V) still holds the canary pattern. A partially written token (some layers missing)
+     * is therefore caught. Vectors shorter than 8 bytes can match the canary by chance; use layouts with
+     * ≥ 8-byte vectors where that matters.
+     *
+     * @param page      slot index
+     * @param fromToken first token index to check, inclusive, in {@code [0, tokensPerPage]}
+     * @param toToken   last token index to check, exclusive, in {@code [fromToken, tokensPerPage]}
+     * @return the first such token in {@code [fromToken, toToken)}, or -1 if none is (also for an empty range)
      */
     int firstCanaryToken(int page, int fromToken, int toToken);
 
     /**
      * Copies whole pages: {@code dst[dstOff + i] ← src[srcOff + i]} for {@code i < count}, as one batch.
      * Sources and destinations must not overlap.
+     *
+     * @param src    source slot indices
+     * @param srcOff index in {@code src} of the first source slot
+     * @param dst    destination slot indices
+     * @param dstOff index in {@code dst} of the first destination slot
+     * @param count  number of pages to copy, ≥ 0
      */
     void copyPages(int[] src, int srcOff, int[] dst, int dstOff, int count);
 
-    /** Releases the memory. Idempotent. Using the storage afterwards throws {@link IllegalStateException}. */
+    /**
+     * Releases the memory. Idempotent. Afterwards every method that touches the pages' bytes throws
+     * {@link IllegalStateException}; {@link #layout()}, {@link #pageCount()} and {@link #isHostAccessible()} still answer.
+     */
     @Override
     void close();
 }

@@ -144,6 +144,9 @@ public final class DevicePageStorage implements PageStorage {
     /**
      * Allocates a device pool on device 0. Use as {@code KvPool.builder(layout).storage(DevicePageStorage::allocate)}.
      *
+     * @param layout the page layout
+     * @param pages  number of pages, ≥ 1
+     * @return the storage, every page filled with the canary
      * @throws CudaException            if the allocation fails (the message says how much was asked and free)
      * @throws IllegalStateException    if no CUDA device can be used ({@link Cuda#unavailableReason()})
      * @throws IllegalArgumentException if the layout cannot be laid out on the device ({@link DeviceLayout#of})
@@ -153,10 +156,18 @@ public final class DevicePageStorage implements PageStorage {
     }
 
     /**
+     * Sizes a pool by device memory: {@code fraction} of device 0's free memory now ({@code cuMemGetInfo}),
+     * divided by the layout's bytes per page. Retains and releases device 0's primary context, and makes it
+     * current on the calling thread.
+     *
+     * @param layout   the page layout
      * @param fraction share of the device's free memory to use, in (0, 1]
      * @return how many pages of this layout fit in that share of device 0's free memory now
      *         ({@code cuMemGetInfo}); pass it to {@code KvPool.Builder#pages}, whose startup check then
      *         refuses a pool smaller than the advertised context with both numbers
+     * @throws IllegalArgumentException if {@code fraction} is not in (0, 1]
+     * @throws IllegalStateException    if no CUDA device can be used ({@link Cuda#unavailableReason()})
+     * @throws CudaException            if a driver call fails
      */
     public static int pagesForFreeMemory(KvLayout layout, double fraction) {
         if (!(fraction > 0 && fraction <= 1)) {
@@ -218,7 +229,7 @@ public final class DevicePageStorage implements PageStorage {
         }
     }
 
-    /** @return the arena layout */
+    /** {@return the arena layout: where each page's planes lie in device memory} */
     public DeviceLayout deviceLayout() {
         return dl;
     }
@@ -411,6 +422,12 @@ public final class DevicePageStorage implements PageStorage {
      * (including this storage's next call, whose index upload waits for it) runs after it, so reusing
      * the scratch buffer is safe; the caller must not read or write the pages involved from another
      * stream before synchronising.
+     *
+     * @param src    source slot indices
+     * @param srcOff index in {@code src} of the first source slot
+     * @param dst    destination slot indices
+     * @param dstOff index in {@code dst} of the first destination slot
+     * @param count  number of pages to copy, 0 to {@link #pageCount()}
      */
     public synchronized void copyPagesAsync(int[] src, int srcOff, int[] dst, int dstOff, int count) {
         checkCopy(src, srcOff, dst, dstOff, count);
@@ -426,12 +443,27 @@ public final class DevicePageStorage implements PageStorage {
     /**
      * Offloads pages to pinned host memory in one kernel launch: {@code to.page(toIndex + i) ← page(pages[off + i])}
      * in the host layout. Synchronous.
+     *
+     * @param pages   slot indices of the pages to offload
+     * @param off     index in {@code pages} of the first slot
+     * @param n       number of pages, 0 to {@link #pageCount()}
+     * @param to      pinned buffer of this storage's layout
+     * @param toIndex first pinned page to write; {@code [toIndex, toIndex + n)} must lie within {@code to}
      */
     public synchronized void offload(int[] pages, int off, int n, PinnedPageBuffer to, int toIndex) {
         pinnedSync(true, OffloadEngine.KERNEL, pages, off, n, to, toIndex);
     }
 
-    /** Restores pages from pinned host memory in one kernel launch: {@code page(pages[off + i]) ← from.page(fromIndex + i)}. Synchronous. */
+    /**
+     * Restores pages from pinned host memory in one kernel launch: {@code page(pages[off + i]) ← from.page(fromIndex + i)}.
+     * Synchronous.
+     *
+     * @param from      pinned buffer of this storage's layout
+     * @param fromIndex first pinned page to read; {@code [fromIndex, fromIndex + n)} must lie within {@code from}
+     * @param pages     slot indices of the pages to restore into
+     * @param off       index in {@code pages} of the first slot
+     * @param n         number of pages, 0 to {@link #pageCount()}
+     */
     public synchronized void restore(PinnedPageBuffer from, int fromIndex, int[] pages, int off, int n) {
         pinnedSync(false, OffloadEngine.KERNEL, pages, off, n, from, fromIndex);
     }
@@ -442,6 +474,12 @@ public final class DevicePageStorage implements PageStorage {
      * PinnedPageBuffer, int)} does) or ONE {@code cuMemcpyBatchAsync} ({@link OffloadEngine#MEMCPY_BATCH}, on a
      * stream of this storage's own that is ordered with the legacy default stream). Synchronous.
      *
+     * @param pages   slot indices of the pages to offload
+     * @param off     index in {@code pages} of the first slot
+     * @param n       number of pages, 0 to {@link #pageCount()}
+     * @param to      pinned buffer of this storage's layout
+     * @param toIndex first pinned page to write; {@code [toIndex, toIndex + n)} must lie within {@code to}
+     * @param engine  a kernel launch or a {@code cuMemcpyBatchAsync}
      * @throws UnsupportedOperationException for {@code MEMCPY_BATCH} on a driver without {@code cuMemcpyBatchAsync}
      */
     public synchronized void offload(int[] pages, int off, int n, PinnedPageBuffer to, int toIndex, OffloadEngine engine) {
@@ -451,6 +489,14 @@ public final class DevicePageStorage implements PageStorage {
     /**
      * Restores pages from pinned host memory with the given engine: {@code page(pages[off + i]) ← from.page(fromIndex + i)}.
      * Synchronous. See {@link #offload(int[], int, int, PinnedPageBuffer, int, OffloadEngine)}.
+     *
+     * @param from      pinned buffer of this storage's layout
+     * @param fromIndex first pinned page to read; {@code [fromIndex, fromIndex + n)} must lie within {@code from}
+     * @param pages     slot indices of the pages to restore into
+     * @param off       index in {@code pages} of the first slot
+     * @param n         number of pages, 0 to {@link #pageCount()}
+     * @param engine    a kernel launch or a {@code cuMemcpyBatchAsync}
+     * @throws UnsupportedOperationException for {@code MEMCPY_BATCH} on a driver without {@code cuMemcpyBatchAsync}
      */
     public synchronized void restore(PinnedPageBuffer from, int fromIndex, int[] pages, int off, int n, OffloadEngine engine) {
         pinnedSync(false, engine, pages, off, n, from, fromIndex);
@@ -520,7 +566,10 @@ public final class DevicePageStorage implements PageStorage {
      * keys), the launch, one copy of the results back.
      *
      * @param slots  slot indices (as {@link PageStorage} methods take them)
+     * @param off    index in {@code slots} of the first page's slot
      * @param keys   one key per page ({@link ChecksumKeys}: request id, logical page, token count), for this layout
+     * @param out    receives the checksums, one per key in key order
+     * @param outOff index in {@code out} of the first checksum
      * @throws IllegalArgumentException if the keys are for another layout or more than {@link #pageCount()}
      */
     public synchronized void checksums(int[] slots, int off, ChecksumKeys keys, int[] out, int outOff) {
@@ -543,7 +592,15 @@ public final class DevicePageStorage implements PageStorage {
             "cuMemcpyDtoH(" + n + " checksums) after " + Kernels.PAGE_CHECKSUMS);
     }
 
-    /** @return {@link #checksums(int[], int, ChecksumKeys, int[], int)} into a new array */
+    /**
+     * {@return {@link #checksums(int[], int, ChecksumKeys, int[], int)} into a new array, one checksum per key in key
+     * order}
+     *
+     * @param slots slot indices (as {@link PageStorage} methods take them)
+     * @param off   index in {@code slots} of the first page's slot
+     * @param keys  one key per page, for this layout
+     * @throws IllegalArgumentException if the keys are for another layout or more than {@link #pageCount()}
+     */
     public int[] checksums(int[] slots, int off, ChecksumKeys keys) {
         final int[] out = new int[keys.size()];
         checksums(slots, off, keys, out, 0);
@@ -566,9 +623,15 @@ public final class DevicePageStorage implements PageStorage {
      * get their own device buffer, freed when the returned batch is closed, so batches on different
      * streams may be in flight together; they must not share destination pages.
      *
+     * @param src    source slot indices
+     * @param srcOff index in {@code src} of the first source slot
+     * @param dst    destination slot indices
+     * @param dstOff index in {@code dst} of the first destination slot
+     * @param count  number of pages to copy, 0 to {@link #pageCount()}
      * @param stream a stream of this storage's (primary) context, or {@code null} for the legacy default stream
      * @return the batch: poll, wait, then close it
      */
+    @SuppressWarnings("exports") // JCuda has no module descriptor; a caller that passes a CUstream already reads jcuda to make one
     public DeviceBatch submitCopy(int[] src, int srcOff, int[] dst, int dstOff, int count, CUstream stream) {
         checkCopy(src, srcOff, dst, dstOff, count);
         final ByteBuffer lists = direct(8L * count);
@@ -585,9 +648,14 @@ public final class DevicePageStorage implements PageStorage {
      * Submits a fill of {@code n} pages ({@link #fill} for a batch: the canary or zeros; {@link FillMode#NONE}
      * enqueues nothing but the completion) as one launch on the caller's stream and returns at once.
      *
+     * @param pages  slot indices of the pages to fill
+     * @param off    index in {@code pages} of the first slot
+     * @param n      number of pages, 0 to {@link #pageCount()}
+     * @param mode   {@link FillMode#CANARY} for the canary pattern, {@link FillMode#ZERO} for zeros
      * @param stream a stream of this storage's (primary) context, or {@code null} for the legacy default stream
      * @return the batch: poll, wait, then close it
      */
+    @SuppressWarnings("exports") // JCuda has no module descriptor; a caller that passes a CUstream already reads jcuda to make one
     public DeviceBatch submitFill(int[] pages, int off, int n, FillMode mode, CUstream stream) {
         ensureOpen();
         Objects.requireNonNull(mode, "mode");
@@ -607,11 +675,18 @@ public final class DevicePageStorage implements PageStorage {
      * Submits {@link #offload(int[], int, int, PinnedPageBuffer, int, OffloadEngine)} on the caller's stream and returns
      * at once. The pinned pages must not be read before the batch is done.
      *
+     * @param pages   slot indices of the pages to offload
+     * @param off     index in {@code pages} of the first slot
+     * @param n       number of pages, 0 to {@link #pageCount()}
+     * @param to      pinned buffer of this storage's layout
+     * @param toIndex first pinned page to write; {@code [toIndex, toIndex + n)} must lie within {@code to}
+     * @param engine  a kernel launch or a {@code cuMemcpyBatchAsync}
      * @param stream a stream of this storage's (primary) context; {@code null} (the legacy default stream) only for
      *               {@link OffloadEngine#KERNEL}
      * @return the batch: poll, wait, then close it
      * @throws IllegalArgumentException for {@link OffloadEngine#MEMCPY_BATCH} on the legacy default stream
      */
+    @SuppressWarnings("exports") // JCuda has no module descriptor; a caller that passes a CUstream already reads jcuda to make one
     public DeviceBatch submitOffload(int[] pages, int off, int n, PinnedPageBuffer to, int toIndex, OffloadEngine engine, CUstream stream) {
         return submitPinned(true, pages, off, n, to, toIndex, engine, stream);
     }
@@ -620,11 +695,18 @@ public final class DevicePageStorage implements PageStorage {
      * Submits {@link #restore(PinnedPageBuffer, int, int[], int, int, OffloadEngine)} on the caller's stream and returns
      * at once. The pinned pages must not be modified before the batch is done.
      *
+     * @param from      pinned buffer of this storage's layout
+     * @param fromIndex first pinned page to read; {@code [fromIndex, fromIndex + n)} must lie within {@code from}
+     * @param pages     slot indices of the pages to restore into
+     * @param off       index in {@code pages} of the first slot
+     * @param n         number of pages, 0 to {@link #pageCount()}
+     * @param engine    a kernel launch or a {@code cuMemcpyBatchAsync}
      * @param stream a stream of this storage's (primary) context; {@code null} (the legacy default stream) only for
      *               {@link OffloadEngine#KERNEL}
      * @return the batch: poll, wait, then close it
      * @throws IllegalArgumentException for {@link OffloadEngine#MEMCPY_BATCH} on the legacy default stream
      */
+    @SuppressWarnings("exports") // JCuda has no module descriptor; a caller that passes a CUstream already reads jcuda to make one
     public DeviceBatch submitRestore(PinnedPageBuffer from, int fromIndex, int[] pages, int off, int n, OffloadEngine engine, CUstream stream) {
         return submitPinned(false, pages, off, n, from, fromIndex, engine, stream);
     }
@@ -659,9 +741,14 @@ public final class DevicePageStorage implements PageStorage {
      * Submits {@link #checksums(int[], int, ChecksumKeys, int[], int)} as one launch on the caller's stream and returns at
      * once; the results land in the batch's device buffer and are copied back once, by {@link ChecksumBatch#await()}.
      *
+     * @param slots  slot indices (as {@link PageStorage} methods take them)
+     * @param off    index in {@code slots} of the first page's slot
+     * @param keys   one key per page, for this layout; copied when this returns, so reusable at once
      * @param stream a stream of this storage's (primary) context, or {@code null} for the legacy default stream
      * @return the batch: poll, wait for the checksums, then close it
+     * @throws IllegalArgumentException if the keys are for another layout or more than {@link #pageCount()}
      */
+    @SuppressWarnings("exports") // JCuda has no module descriptor; a caller that passes a CUstream already reads jcuda to make one
     public ChecksumBatch submitChecksums(int[] slots, int off, ChecksumKeys keys, CUstream stream) {
         ensureOpen();
         final int n = checkKeys(slots, off, keys);
@@ -734,7 +821,13 @@ public final class DevicePageStorage implements PageStorage {
         CudaException.check(CudaException.code(() -> JCudaDriver.cuCtxSynchronize()), "cuCtxSynchronize");
     }
 
-    /** Copies page {@code page} into {@code dst} in the host page layout (one copy per plane: tests and debugging). */
+    /**
+     * Copies page {@code page} into {@code dst} in the host page layout (one copy per plane: tests and debugging).
+     * Synchronous.
+     *
+     * @param page slot index
+     * @param dst  host memory of at least {@link KvLayout#bytesPerPage()} bytes; its first page's worth is overwritten
+     */
     public synchronized void readPage(int page, MemorySegment dst) {
         ensureOpen();
         Objects.checkIndex(page, dl.pages());
@@ -747,7 +840,13 @@ public final class DevicePageStorage implements PageStorage {
         }
     }
 
-    /** Copies {@code src} (host page layout) into page {@code page} (one copy per plane: tests and debugging). */
+    /**
+     * Copies {@code src} (host page layout) into page {@code page} (one copy per plane: tests and debugging).
+     * Returns once the page is on the device ({@code cuCtxSynchronize}).
+     *
+     * @param page slot index
+     * @param src  host memory of at least {@link KvLayout#bytesPerPage()} bytes, in the host page layout
+     */
     public synchronized void writePage(int page, MemorySegment src) {
         ensureOpen();
         Objects.checkIndex(page, dl.pages());

@@ -285,28 +285,29 @@ public final class MappedPageStorage implements PageStorage {
         }
     }
 
-    /** @return the mapped file */
+    /** {@return the mapped file's path} */
     public Path file() {
         return file;
     }
 
-    /** @return whether this storage created the file (the receiver's) rather than mapped it */
+    /** {@return whether this storage created the file (the receiver's) rather than mapped it} */
     public boolean isOwner() {
         return owner;
     }
 
-    /** @return the random identity written into the header at creation; region keys carry it */
+    /** {@return the random identity written into the header at creation; region keys carry it} */
     public long identity() {
         return identity;
     }
 
-    /** @return the pid of the process that created the file */
+    /** {@return the pid of the process that created the file, as its header records it} */
     public long creatorPid() {
         return creatorPid;
     }
 
     /**
-     * @return the segment over all pages (page {@code p} at {@code p × bytesPerPage}), without the header
+     * {@return the segment over all pages (page {@code p} at {@code p × bytesPerPage}), without the header}
+     *
      * @throws IllegalStateException if closed
      */
     public MemorySegment segment() {
