@@ -160,6 +160,8 @@ final class Router implements AutoCloseable {
             } catch (DuplicateRequestException e) {
                 done = true; // nothing was offered under our id: the request in flight there under it is not ours to abort
                 throw unavailable(e.getMessage());
+            } catch (RoleRefusedException e) {
+                throw refusedByRole(e);
             } catch (IllegalStateException e) {
                 throw unavailable(e instanceof RoleLostException ? e.getMessage() : "prefill role: " + e.getMessage());
             }
@@ -169,6 +171,8 @@ final class Router implements AutoCloseable {
             }
             try {
                 call = decode.start(id, tenant, tokens.size(), req.maxTokens());
+            } catch (RoleRefusedException e) {
+                throw refusedByRole(e);
             } catch (IllegalStateException e) {
                 throw unavailable(e instanceof RoleLostException ? e.getMessage() : "decode role: " + e.getMessage());
             }
@@ -312,6 +316,12 @@ final class Router implements AutoCloseable {
         counters.timedOut.increment();
         return new ApiError(504, "timeout", "request_timeout", what + " of request " + id + " did not finish within "
             + config.requestTimeout().toMillis() + " ms", Map.of("request_id", id, "request_timeout_ms", config.requestTimeout().toMillis()), 0);
+    }
+
+    /** A role refused the router's call itself (a 4xx): permanent, so a 502 without {@code Retry-After}. */
+    private ApiError refusedByRole(RoleRefusedException e) {
+        counters.failed("role_refused");
+        return new ApiError(502, "server_error", "role_refused", e.getMessage(), Map.of("role_status", e.status()), 0);
     }
 
     private static ApiError unavailable(String why) {

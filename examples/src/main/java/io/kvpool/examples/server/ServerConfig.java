@@ -96,7 +96,29 @@ public final class ServerConfig {
         workDir = b.workDir;
         topology = Objects.requireNonNull(b.topology, "topology");
         EchoKv.requireFits(layout());
+        checkDescriptor();
         checkTopology();
+    }
+
+    /** Pages one KV transfer descriptor carries: a prompt needing more can never be transferred. */
+    public static final int MAX_PAGES_PER_TRANSFER = io.kvpool.transfer.wire.WireFormat.MAX_ARRAY;
+
+    /**
+     * The advertised context must fit one transfer descriptor: a prompt of up to {@link #contextTokens()} tokens
+     * is admitted, and one that needs more than {@link #MAX_PAGES_PER_TRANSFER} pages could never move from prefill
+     * to decode — refused here at startup, with both numbers and what to change, not answered 429 for ever.
+     */
+    private void checkDescriptor() {
+        final long pages = layout().pagesFor(contextTokens);
+        if (pages > MAX_PAGES_PER_TRANSFER) {
+            final long carried = (long) MAX_PAGES_PER_TRANSFER * tokensPerPage;
+            final long minTokensPerPage = (contextTokens + MAX_PAGES_PER_TRANSFER - 1) / MAX_PAGES_PER_TRANSFER;
+            throw new IllegalArgumentException("the advertised context of " + contextTokens + " tokens needs " + pages
+                + " pages of " + tokensPerPage + " token(s), but one KV transfer descriptor carries at most " + MAX_PAGES_PER_TRANSFER
+                + " pages (" + carried + " tokens at " + tokensPerPage + " per page): a prompt that long could never move from "
+                + "prefill to decode; lower --context to ≤ " + carried
+                + (minTokensPerPage <= 4096 ? " or raise --tokens-per-page to ≥ " + minTokensPerPage : ""));
+        }
     }
 
     private void checkTopology() {
