@@ -26,7 +26,9 @@ import java.util.function.Supplier;
  *       (idempotent, unknown ids included);</li>
  *   <li>anything else under {@code /internal/}: {@link #route}; elsewhere 404 naming the router.</li>
  * </ul>
- * Errors are the public API's JSON errors ({@link ApiError}): 400 for a malformed body (naming the field),
+ * Errors are the public API's JSON errors ({@link ApiError}): 400 for a malformed body (naming the field) — also
+ * for a request id ≤ 0, a tenant that is not a tenant name, and on decode prompt_tokens ≤ 0 or max_new_tokens
+ * &lt; 0, refused before the role starts anything (never a 200 followed by an error event),
  * 404, 405, 503 when the role is closed.
  */
 abstract class RoleEndpoint implements HttpHandler {
@@ -100,7 +102,7 @@ abstract class RoleEndpoint implements HttpHandler {
                 case "/internal/abort" -> {
                     method(ex, "POST");
                     final JsonNode b = body(ex);
-                    abort(RoleJson.number(b, "request_id"), b.path("why").asText("the router aborted it"));
+                    abort(requestId(b), b.path("why").asText("the router aborted it"));
                     Http.send(ex, 204, "application/json", new byte[0]);
                 }
                 default -> {
@@ -152,6 +154,31 @@ abstract class RoleEndpoint implements HttpHandler {
             throw new IllegalArgumentException("internal request body must be a JSON object");
         }
         return n;
+    }
+
+    /**
+     * @return the body's {@code request_id}
+     * @throws ApiError 400 unless it is ≥ 1 (the router's ids are; a role must not start anything for another)
+     */
+    static long requestId(JsonNode b) throws ApiError {
+        final long id = RoleJson.number(b, "request_id");
+        if (id <= 0) {
+            throw ApiError.badRequest("bad_field", "request_id must be ≥ 1, was " + id);
+        }
+        return id;
+    }
+
+    /**
+     * @return the body's {@code tenant}
+     * @throws ApiError 400 unless it is a tenant name ({@code [A-Za-z0-9_-]{1,64}}, as {@link Auth} accepts)
+     */
+    static String tenant(JsonNode b) throws ApiError {
+        final String t = RoleJson.text(b, "tenant");
+        if (!Auth.TENANT.matcher(t).matches()) {
+            final String shown = t.length() > 80 ? t.substring(0, 80) + "…" : t;
+            throw ApiError.badRequest("bad_field", "tenant '" + shown + "' is not a tenant name ([A-Za-z0-9_-]{1,64})");
+        }
+        return t;
     }
 
     /** @return a 503 for a role that is closed */
