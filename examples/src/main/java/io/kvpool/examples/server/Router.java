@@ -149,6 +149,7 @@ final class Router implements AutoCloseable {
         if (closed) {
             throw unavailable("the server is shutting down");
         }
+        refuseIfKnownDown();
         final long id = ids.incrementAndGet();
         counters.inFlight.incrementAndGet();
         DecodeCall call = null;
@@ -243,6 +244,23 @@ final class Router implements AutoCloseable {
                 inFlight.remove(id);
             }
             counters.inFlight.decrementAndGet();
+        }
+    }
+
+    /**
+     * Answers at once (503, Retry-After) for a role known down, before anything is asked of either: prefill
+     * unreachable, or decode unable to take the KV — no prefill computes for a decode that cannot take it.
+     * Costs no call to a healthy role; a role known down is re-checked for at most {@link RoleHealth#RECHECK_WAIT}.
+     */
+    private void refuseIfKnownDown() throws ApiError, InterruptedException {
+        final String prefillDown = prefill.unavailable();
+        if (prefillDown != null) {
+            counters.rejected("prefill", "unavailable");
+            throw new ApiError(503, "service_unavailable", "prefill_unavailable", prefillDown, Map.of("role", "prefill"), 1);
+        }
+        final String decodeDown = decode.unavailable();
+        if (decodeDown != null) {
+            throw reject(new Rejection("decode", Rejection.Reason.UNAVAILABLE, decodeDown, Map.of()));
         }
     }
 
