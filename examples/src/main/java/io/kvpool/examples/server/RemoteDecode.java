@@ -20,10 +20,15 @@ final class RemoteDecode implements DecodeService {
 
     /** @param stall longest wait for the decode stream's next token before the role counts as lost */
     RemoteDecode(RoleClient client, ObjectMapper json, Duration stall) {
+        this(client, json, stall, null);
+    }
+
+    /** @param verify checks each status the router reads of the role (see {@link RoleHealth}), or {@code null} */
+    RemoteDecode(RoleClient client, ObjectMapper json, Duration stall, java.util.function.Function<RemoteStatus, String> verify) {
         this.client = Objects.requireNonNull(client, "client");
         this.json = Objects.requireNonNull(json, "json");
         this.stall = Objects.requireNonNull(stall, "stall");
-        this.health = new RoleHealth(client, DecodeRole.ROLE, true);
+        this.health = new RoleHealth(client, DecodeRole.ROLE, true, verify);
         this.aborts = new AbortDelivery(client, health);
     }
 

@@ -19,8 +19,13 @@ final class RemotePrefill implements PrefillService {
     private final AbortDelivery aborts;
 
     RemotePrefill(RoleClient client) {
+        this(client, null);
+    }
+
+    /** @param verify checks each status the router reads of the role (see {@link RoleHealth}), or {@code null} */
+    RemotePrefill(RoleClient client, java.util.function.Function<RemoteStatus, String> verify) {
         this.client = Objects.requireNonNull(client, "client");
-        this.health = new RoleHealth(client, PrefillRole.ROLE, false);
+        this.health = new RoleHealth(client, PrefillRole.ROLE, false, verify);
         this.aborts = new AbortDelivery(client, health);
     }
 

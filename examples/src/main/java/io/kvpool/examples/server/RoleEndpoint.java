@@ -18,7 +18,8 @@ import java.util.function.Supplier;
  * of its role-specific ones:
  * <ul>
  *   <li>{@code GET /internal/status} — {@link RoleJson#status}: pool view, counters, Prometheus text, transfers in
- *       flight, whether the KV link is up;</li>
+ *       flight, whether the KV link is up, and {@code identity} ({@link RoleIdentity}: build, environment, model,
+ *       layout, pool pages, largest safe context);</li>
  *   <li>{@code GET /metrics} — the role's own Prometheus text ({@link PrometheusText#renderRoles});</li>
  *   <li>{@code GET /internal/accounting} — checks the pool's accounting invariants ({@link io.kvpool.KvPool#verifyAccounting()};
  *       meaningful only at quiescence): {@code {"balanced":true,"snapshot":"…"}}, or 409 naming the first violation;</li>
@@ -65,6 +66,12 @@ abstract class RoleEndpoint implements HttpHandler {
         this.readouts = Objects.requireNonNull(readouts, "readouts");
     }
 
+    /** @return who this role is and what it can carry (the router's and {@code preflight}'s check) */
+    RoleIdentity identity() {
+        final long pages = role.equals(PrefillRole.ROLE) ? config.prefillPages() : config.decodePages();
+        return RoleIdentity.of(role, config, pages, readouts.pool().get().maxContextTokens());
+    }
+
     /** Aborts {@code requestId} (idempotent; unknown ids do nothing). */
     abstract void abort(long requestId, String why);
 
@@ -82,7 +89,10 @@ abstract class RoleEndpoint implements HttpHandler {
             switch (path) {
                 case "/internal/status" -> {
                     method(ex, "GET");
-                    Http.sendJson(ex, json, 200, RoleJson.status(readouts.status().get(), readouts.activeTransfers().getAsInt(), readouts.ready().getAsBoolean()));
+                    final java.util.Map<String, Object> s = RoleJson.status(readouts.status().get(), readouts.activeTransfers().getAsInt(),
+                        readouts.ready().getAsBoolean());
+                    s.put("identity", identity().json());
+                    Http.sendJson(ex, json, 200, s);
                 }
                 case "/metrics" -> {
                     method(ex, "GET");

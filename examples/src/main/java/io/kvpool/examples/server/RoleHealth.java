@@ -16,7 +16,7 @@ import java.util.concurrent.atomic.AtomicReference;
  * <pre>
  *   unknown (no probe answered yet) ─┐
  *   ready   (status read; for decode: its KV link up) ──▶ the request goes on
- *   down    (unreachable, the wrong role, or decode without a KV link) ──▶ re-checked once, at most {@link #RECHECK_WAIT}:
+ *   down    (unreachable, the wrong role, not matching the router, or decode without a KV link) ──▶ re-checked once, at most {@link #RECHECK_WAIT}:
  *           still down → 503 + Retry-After at once; ready again → the request goes on
  * </pre>
  * The re-check is shared by every request that asks while it runs (one status call, however many requests), and
@@ -41,6 +41,7 @@ final class RoleHealth implements AutoCloseable {
     private final RoleClient client; // its own: probes neither wait behind calls nor ride their connections
     private final String role;
     private final boolean needsLink;
+    private final java.util.function.Function<RemoteStatus, String> verify;
     /** A status read under way, and when it began. */
     private record Check(CompletableFuture<State> result, long startedAt) {
     }
@@ -55,6 +56,15 @@ final class RoleHealth implements AutoCloseable {
      * @param needsLink whether the role is ready only with its KV link up (decode: it can take a transfer only then)
      */
     RoleHealth(RoleClient calls, String role, boolean needsLink) {
+        this(calls, role, needsLink, null);
+    }
+
+    /**
+     * @param verify checks every status read from the role (its identity and capacity, on every reconnect): why it
+     *               does not match the router, or {@code null}; {@code null} for no check
+     */
+    RoleHealth(RoleClient calls, String role, boolean needsLink, java.util.function.Function<RemoteStatus, String> verify) {
+        this.verify = verify;
         this.client = new RoleClient(Objects.requireNonNull(role, "role"), calls.base(), new com.fasterxml.jackson.databind.ObjectMapper());
         this.role = Objects.requireNonNull(role, "role");
         this.needsLink = needsLink;
@@ -105,8 +115,11 @@ final class RoleHealth implements AutoCloseable {
     private State read() {
         final RemoteStatus s = RemoteStatus.read(client, role);
         final String why;
+        final String mismatch;
         if (!s.status().up()) {
             why = s.status().down();
+        } else if (verify != null && (mismatch = verify.apply(s)) != null) {
+            why = mismatch; // a role that came back as another build, environment or layout, or with a smaller pool
         } else if (needsLink && !s.ready()) {
             why = client.describe() + ": no prefill link is up; retry later";
         } else {

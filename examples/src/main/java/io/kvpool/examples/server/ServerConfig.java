@@ -69,6 +69,8 @@ public final class ServerConfig {
     private final LinkGate gate;
     private final Path workDir;
     private final Topology topology;
+    private final String environment;
+    private final boolean clampContext;
 
     private ServerConfig(Builder b) {
         host = Objects.requireNonNull(b.host, "host");
@@ -95,6 +97,11 @@ public final class ServerConfig {
         gate = b.gate;
         workDir = b.workDir;
         topology = Objects.requireNonNull(b.topology, "topology");
+        environment = Objects.requireNonNull(b.environment, "environment");
+        if (!environment.matches("[A-Za-z0-9_.-]{1,64}")) {
+            throw new IllegalArgumentException("--environment must be 1..64 of [A-Za-z0-9_.-], was '" + environment + "'");
+        }
+        clampContext = b.clampContext;
         EchoKv.requireFits(layout());
         checkDescriptor();
         checkTopology();
@@ -198,6 +205,8 @@ public final class ServerConfig {
         b.gate = gate;
         b.workDir = workDir;
         b.topology = topology;
+        b.environment = environment;
+        b.clampContext = clampContext;
         return b;
     }
 
@@ -335,6 +344,19 @@ public final class ServerConfig {
         return topology;
     }
 
+    /** @return the deployment environment each role announces and the router expects ({@code --environment}, default "example") */
+    public String environment() {
+        return environment;
+    }
+
+    /**
+     * @return whether a router whose roles cannot carry its {@code --context} advertises the smallest role's largest
+     *         safe context instead of refusing to start ({@code --clamp-context}; off by default)
+     */
+    public boolean clampContext() {
+        return clampContext;
+    }
+
     private static String flag(String enumName) {
         return "--unsafe-" + enumName.toLowerCase(Locale.ROOT).replace('_', '-');
     }
@@ -375,6 +397,9 @@ public final class ServerConfig {
               --fault-rate P              probability per page-write batch of an injected fault [0]
               --seed N                    seed of the injected faults [1]
               --work-dir DIR              where the decode pool file and transfer socket go [a new temp dir]
+              --environment NAME          the deployment environment the roles announce and the router expects [example]
+              --clamp-context             (router) advertise the smallest role's largest safe context instead of
+                                          refusing to start when a role cannot carry --context
             """;
 
     private static final String UNSAFE_OPTIONS = """
@@ -405,6 +430,13 @@ public final class ServerConfig {
             }
             if (!name.startsWith("--")) {
                 throw new IllegalArgumentException("unexpected argument '" + name + "' (flags start with --)");
+            }
+            if (name.equals("--clamp-context")) {
+                if (value != null) {
+                    throw new IllegalArgumentException(name + " takes no value");
+                }
+                b.clampContext(true);
+                continue;
             }
             if (name.startsWith("--unsafe-")) {
                 if (value != null) {
@@ -450,6 +482,7 @@ public final class ServerConfig {
                 }
                 case "--seed" -> b.faults(new FaultPlan(b.faults.rate(), number(name, value)));
                 case "--work-dir" -> b.workDir(Path.of(value));
+                case "--environment" -> b.environment(value);
                 default -> {
                     final Topology t = b.topology.parse(name, value);
                     if (t == null) {
@@ -529,6 +562,8 @@ public final class ServerConfig {
         private FaultPlan faults = FaultPlan.NONE;
         private LinkGate gate;
         private Path workDir;
+        private String environment = RoleParts.ENVIRONMENT;
+        private boolean clampContext;
         private Topology topology = Topology.DEFAULT;
 
         private Builder() {
@@ -670,6 +705,18 @@ public final class ServerConfig {
         /** Sets {@link ServerConfig#workDir()}. */
         public Builder workDir(Path dir) {
             this.workDir = dir;
+            return this;
+        }
+
+        /** Sets {@link ServerConfig#environment()}. */
+        public Builder environment(String name) {
+            this.environment = name;
+            return this;
+        }
+
+        /** Sets {@link ServerConfig#clampContext()}. */
+        public Builder clampContext(boolean on) {
+            this.clampContext = on;
             return this;
         }
 
