@@ -75,7 +75,10 @@ public final class ApiError extends Exception {
         return new ApiError(status, type, reason, message, Map.of(), 0);
     }
 
-    /** A role's admission refusal: 400, 413, 429 or 503 by its reason, with its numbers. */
+    /**
+     * A role's admission refusal: 400, 413, 429 or 503 by its reason, with its numbers. Only 429 and 503 carry
+     * {@code Retry-After}: they are the refusals that waiting can lift (see examples/docs/example-server-refusals.md).
+     */
     static ApiError of(Rejection r) {
         final Map<String, Object> f = new LinkedHashMap<>();
         f.put("role", r.role());
@@ -83,7 +86,7 @@ public final class ApiError extends Exception {
         final String reason = r.reason().name().toLowerCase(Locale.ROOT);
         return switch (r.reason()) {
             case CONTEXT_TOO_LONG -> new ApiError(400, "invalid_request_error", reason, r.message(), f, 0);
-            case EXCEEDS_POOL -> new ApiError(413, "request_too_large", reason, r.message(), f, 0);
+            case EXCEEDS_POOL, EXCEEDS_TRANSFER -> new ApiError(413, "request_too_large", reason, r.message(), f, 0);
             case RETRY_LATER -> new ApiError(429, "rate_limit_error", reason, r.message(), f, 1);
             case UNAVAILABLE -> new ApiError(503, "service_unavailable", "decode_unavailable", r.message(), f, 1);
         };

@@ -9,7 +9,9 @@ import java.util.regex.Pattern;
  */
 final class Auth {
 
-    private static final Pattern KEY = Pattern.compile("sk-([A-Za-z0-9_-]{1,64})");
+    /** A tenant name: what a key names, and what the roles' internal endpoints accept. */
+    static final Pattern TENANT = Pattern.compile("[A-Za-z0-9_-]{1,64}");
+    private static final Pattern KEY = Pattern.compile("sk-(" + TENANT.pattern() + ")");
 
     private Auth() {
     }

@@ -65,10 +65,16 @@ final class DecodeEndpoint extends RoleEndpoint {
         }
         method(ex, "POST");
         final JsonNode b = body(ex);
-        final long id = RoleJson.number(b, "request_id");
-        final String tenant = RoleJson.text(b, "tenant");
+        final long id = requestId(b);
+        final String tenant = tenant(b);
         final int prompt = intField(b, "prompt_tokens");
         final int maxNew = intField(b, "max_new_tokens");
+        if (prompt < 1) { // checked here, before the 200: the receiver's own check would come as an error event after it
+            throw ApiError.badRequest("bad_field", "prompt_tokens must be ≥ 1, was " + prompt);
+        }
+        if (maxNew < 0) {
+            throw ApiError.badRequest("bad_field", "max_new_tokens must be ≥ 0, was " + maxNew);
+        }
         final Slot slot = new Slot();
         if (calls.putIfAbsent(id, slot) != null) { // claimed before the role starts anything: a duplicate sends no descriptor
             throw new DuplicateRequestException("decode: request id " + id + " is already decoding here (two routers, or a"

@@ -143,18 +143,31 @@ final class DecodeRole implements DecodeService {
     }
 
     private Rejection rejection(Call c, IncomingTransfer t) {
-        final Admission.Decision d = t.admissionDecision();
-        final Rejection.Reason reason;
-        if (t.failure() == FailureReason.PEER_LOST) {
-            reason = Rejection.Reason.UNAVAILABLE;
-        } else if (d == Admission.Decision.REJECTED_CONTEXT_TOO_LONG) {
-            reason = Rejection.Reason.CONTEXT_TOO_LONG;
-        } else if (d == Admission.Decision.REJECTED_EXCEEDS_POOL) {
-            reason = Rejection.Reason.EXCEEDS_POOL;
-        } else {
-            reason = Rejection.Reason.RETRY_LATER; // pages or transfer slots taken now
-        }
+        final Rejection.Reason reason = reason(t.failure(), t.admissionDecision(), pool.layout().pagesFor(c.promptTokens));
         return new Rejection(ROLE, reason, "decode pool: " + t.message(), numbers(c));
+    }
+
+    /**
+     * Why the receiver refused a transfer, as the router answers it: retryable (429/503) only when waiting can help.
+     *
+     * @param failure     the transfer's failure (REJECTED or PEER_LOST)
+     * @param decision    the pool's admission decision, or {@code null} when the receiver refused before admission
+     * @param promptPages pages the prompt needs
+     */
+    static Rejection.Reason reason(FailureReason failure, Admission.Decision decision, long promptPages) {
+        if (failure == FailureReason.PEER_LOST) {
+            return Rejection.Reason.UNAVAILABLE; // the link may come back
+        }
+        if (decision == Admission.Decision.REJECTED_CONTEXT_TOO_LONG) {
+            return Rejection.Reason.CONTEXT_TOO_LONG;
+        }
+        if (decision == Admission.Decision.REJECTED_EXCEEDS_POOL) {
+            return Rejection.Reason.EXCEEDS_POOL;
+        }
+        if (decision == null && promptPages > ServerConfig.MAX_PAGES_PER_TRANSFER) {
+            return Rejection.Reason.EXCEEDS_TRANSFER; // more pages than one descriptor carries: no wait makes it fit
+        }
+        return Rejection.Reason.RETRY_LATER; // pages or transfer slots taken now
     }
 
     /**

@@ -19,6 +19,17 @@ public interface DecodeService extends AutoCloseable {
     /** @return whether a prefill link is up, i.e. {@link #start} can admit now */
     boolean ready();
 
+    /**
+     * Whether the role can take a transfer now ({@link #ready()}), as far as the router knows, without a call that
+     * could wait for a role that is down (see {@link PrefillService#unavailable()}). The router asks before it has
+     * prefill compute anything: a decode that cannot take the KV gets no prefill.
+     *
+     * @return why the role cannot take a transfer now, or {@code null} when it can
+     */
+    default String unavailable() throws InterruptedException {
+        return ready() ? null : "decode: no prefill link is up; retry later";
+    }
+
     /** @return the pool view, counters and metrics */
     RoleStatus status();
 

@@ -71,12 +71,16 @@ public final class KvServer implements AutoCloseable {
      * @throws io.kvpool.PoolCapacityException if a pool cannot hold the advertised context (names both numbers)
      * @throws IllegalArgumentException        for a configuration this build cannot run, or {@code --role prefill|decode}
      *                                         (those are {@link RoleServer}s)
+     * @throws IllegalStateException           for a router whose roles do not match it ({@link RemoteRoles#preflight}: the table)
      * @throws UncheckedIOException            if the port cannot be bound
      */
     public static KvServer start(ServerConfig config) {
         return switch (config.topology().role()) {
             case ALL -> start(config, InJvmRoles.start(config, Duration.ofSeconds(10)));
-            case ROUTER -> start(config, RemoteRoles.connect(config));
+            case ROUTER -> {
+                final ServerConfig checked = RemoteRoles.preflight(config); // refuses roles that do not match
+                yield start(checked, RemoteRoles.connect(checked));
+            }
             default -> throw new IllegalArgumentException("--role " + config.topology().role().flag()
                 + " runs one role, not the HTTP front: start it with RoleServer.start");
         };

@@ -20,6 +20,7 @@ public final class KvServerMain {
         m.put("serve", new ServeCommand());
         m.put("replay", new io.kvpool.examples.replay.ReplayCommand());
         m.put("load", new io.kvpool.examples.load.LoadCommand());
+        m.put("preflight", new PreflightCommand());
         return m;
     }
 
@@ -51,7 +52,7 @@ public final class KvServerMain {
 
     private static void usage(PrintStream out, Map<String, Subcommand> commands) {
         out.println("usage: KvServerMain [subcommand] [options]   (./dev example [subcommand] [options])");
-        commands.forEach((name, c) -> out.printf("  %-8s %s%n", name, c.summary()));
+        commands.forEach((name, c) -> out.printf("  %-10s %s%n", name, c.summary()));
         out.println("'serve' is the default; '<subcommand> --help' lists a subcommand's options. serve's:");
         out.print(ServerConfig.usage());
     }

@@ -48,9 +48,12 @@ final class PrefillEndpoint extends RoleEndpoint {
         if (path.equals("/internal/prefill")) {
             method(ex, "POST");
             final JsonNode b = body(ex);
-            final long id = RoleJson.number(b, "request_id");
-            final String tenant = RoleJson.text(b, "tenant");
+            final long id = requestId(b);
+            final String tenant = tenant(b);
             final List<byte[]> tokens = RoleJson.tokens(b.get("tokens"));
+            if (tokens.isEmpty()) {
+                throw ApiError.badRequest("bad_field", "tokens must hold at least one token (prompt_tokens ≥ 1), was empty");
+            }
             final Rejection r;
             try {
                 r = role.prefill(id, tenant, tokens);

@@ -31,6 +31,17 @@ public interface PrefillService extends AutoCloseable {
      */
     void abort(long requestId, String why);
 
+    /**
+     * Whether the role can take a request now, as far as the router knows — answered from what it already knows,
+     * never by a call that could wait for a role that is down (a role process known down is re-checked for at most
+     * {@link RoleHealth#RECHECK_WAIT}).
+     *
+     * @return why the role cannot take a request now, or {@code null} when it can (or nothing is known yet)
+     */
+    default String unavailable() throws InterruptedException {
+        return null;
+    }
+
     /** @return the pool view, counters and metrics */
     RoleStatus status();
 

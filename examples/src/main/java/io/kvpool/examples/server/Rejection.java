@@ -23,6 +23,12 @@ public record Rejection(String role, Reason reason, String message, Map<String, 
         CONTEXT_TOO_LONG,
         /** The request needs more pages than the pool has in service even when empty (413). */
         EXCEEDS_POOL,
+        /**
+         * The prompt needs more pages than one KV transfer descriptor carries ({@link ServerConfig#MAX_PAGES_PER_TRANSFER}):
+         * it can never be transferred (413, no Retry-After). The startup check keeps a consistent deployment from
+         * advertising such a context; this is the answer when a role's layout or context differs from the router's.
+         */
+        EXCEEDS_TRANSFER,
         /** It fits, but not now: pages or transfer slots are taken (429, Retry-After). */
         RETRY_LATER,
         /** The decode side cannot take transfers now: no prefill link is up (503, Retry-After). */

@@ -15,12 +15,21 @@ final class RemoteDecode implements DecodeService {
     private final RoleClient client;
     private final ObjectMapper json;
     private final Duration stall;
+    private final RoleHealth health;
+    private final AbortDelivery aborts;
 
     /** @param stall longest wait for the decode stream's next token before the role counts as lost */
     RemoteDecode(RoleClient client, ObjectMapper json, Duration stall) {
+        this(client, json, stall, null);
+    }
+
+    /** @param verify checks each status the router reads of the role (see {@link RoleHealth}), or {@code null} */
+    RemoteDecode(RoleClient client, ObjectMapper json, Duration stall, java.util.function.Function<RemoteStatus, String> verify) {
         this.client = Objects.requireNonNull(client, "client");
         this.json = Objects.requireNonNull(json, "json");
         this.stall = Objects.requireNonNull(stall, "stall");
+        this.health = new RoleHealth(client, DecodeRole.ROLE, true, verify);
+        this.aborts = new AbortDelivery(client, health);
     }
 
     /**
@@ -32,7 +41,27 @@ final class RemoteDecode implements DecodeService {
      */
     @Override
     public DecodeCall start(long requestId, String tenant, int promptTokens, int maxNewTokens) {
-        return RemoteDecodeCall.open(client, json, requestId, tenant, promptTokens, maxNewTokens, stall);
+        try {
+            return RemoteDecodeCall.open(client, json, aborts, requestId, tenant, promptTokens, maxNewTokens, stall);
+        } catch (RoleLostException e) {
+            health.lost(e.getMessage());
+            throw e;
+        }
+    }
+
+    @Override
+    public String unavailable() throws InterruptedException {
+        return health.unavailable();
+    }
+
+    /** @return the delivery of this role's aborts (for tests and metrics) */
+    AbortDelivery aborts() {
+        return aborts;
+    }
+
+    /** @return what the router knows of the role's readiness */
+    RoleHealth health() {
+        return health;
     }
 
     @Override
@@ -52,7 +81,12 @@ final class RemoteDecode implements DecodeService {
 
     @Override
     public void close() {
-        client.close();
+        health.close();
+        try {
+            aborts.close();
+        } finally {
+            client.close();
+        }
     }
 
     @Override

@@ -41,6 +41,7 @@ final class RemoteDecodeCall implements DecodeCall {
     static final String ROLE_ERROR = "ROLE_ERROR";
 
     private final RoleClient client;
+    private final AbortDelivery aborts;
     private final ObjectMapper json;
     private final long requestId;
     private final Duration stall;
@@ -51,22 +52,29 @@ final class RemoteDecodeCall implements DecodeCall {
     private volatile String lostBecause;
     private volatile boolean aborted;
 
-    private RemoteDecodeCall(RoleClient client, ObjectMapper json, long requestId, Duration stall, InputStream stream) {
+    private RemoteDecodeCall(RoleClient client, AbortDelivery aborts, ObjectMapper json, long requestId, Duration stall, InputStream stream) {
         this.client = client;
+        this.aborts = aborts;
         this.json = json;
         this.requestId = requestId;
         this.stall = stall;
         this.stream = stream;
     }
 
+    /** {@link #open(RoleClient, ObjectMapper, AbortDelivery, long, String, int, int, Duration)} with an abort delivery of its own. */
     static RemoteDecodeCall open(RoleClient client, ObjectMapper json, long requestId, String tenant, int promptTokens,
                                  int maxNewTokens, Duration stall) {
+        return open(client, json, new AbortDelivery(client, null), requestId, tenant, promptTokens, maxNewTokens, stall);
+    }
+
+    static RemoteDecodeCall open(RoleClient client, ObjectMapper json, AbortDelivery aborts, long requestId, String tenant,
+                                 int promptTokens, int maxNewTokens, Duration stall) {
         final Map<String, Object> body = new LinkedHashMap<>();
         body.put("request_id", requestId);
         body.put("tenant", tenant);
         body.put("prompt_tokens", promptTokens);
         body.put("max_new_tokens", maxNewTokens);
-        final RemoteDecodeCall c = new RemoteDecodeCall(client, json, requestId, stall, client.stream("internal/decode", body));
+        final RemoteDecodeCall c = new RemoteDecodeCall(client, aborts, json, requestId, stall, client.stream("internal/decode", body));
         Thread.ofVirtual().name("kvpool-decode-stream-" + requestId).start(c::read);
         return c;
     }
@@ -177,7 +185,10 @@ final class RemoteDecodeCall implements DecodeCall {
         }
     }
 
-    /** Tells the decode process (it aborts the transfer or stops generating), then drops the stream. Idempotent. */
+    /**
+     * Tells the decode process (it aborts the transfer or stops generating) without waiting for it
+     * ({@link AbortDelivery}), then drops the stream. Idempotent.
+     */
     @Override
     public void abort(String why) {
         if (aborted) {
@@ -189,7 +200,7 @@ final class RemoteDecodeCall implements DecodeCall {
         final String msg = "request " + requestId + " was aborted: " + why;
         admission.complete(new Admitted(false, new Rejection(DecodeRole.ROLE, Rejection.Reason.UNAVAILABLE, msg, Map.of())));
         outcome.complete(new TransferOutcome(false, "ABORTED", msg));
-        client.postQuietly("internal/abort", Map.of("request_id", requestId, "why", why));
+        aborts.send(requestId, why); // delivered (and retried) on its own thread: the caller does not wait for the role
         try {
             stream.close();
         } catch (IOException ignored) {

@@ -15,9 +15,18 @@ import java.util.Objects;
 final class RemotePrefill implements PrefillService {
 
     private final RoleClient client;
+    private final RoleHealth health;
+    private final AbortDelivery aborts;
 
     RemotePrefill(RoleClient client) {
+        this(client, null);
+    }
+
+    /** @param verify checks each status the router reads of the role (see {@link RoleHealth}), or {@code null} */
+    RemotePrefill(RoleClient client, java.util.function.Function<RemoteStatus, String> verify) {
         this.client = Objects.requireNonNull(client, "client");
+        this.health = new RoleHealth(client, PrefillRole.ROLE, false, verify);
+        this.aborts = new AbortDelivery(client, health);
     }
 
     /**
@@ -31,7 +40,13 @@ final class RemotePrefill implements PrefillService {
         body.put("request_id", requestId);
         body.put("tenant", tenant);
         body.put("tokens", RoleJson.tokens(tokens));
-        final JsonNode r = client.post("internal/prefill", body);
+        final JsonNode r;
+        try {
+            r = client.post("internal/prefill", body);
+        } catch (RoleLostException e) {
+            health.lost(e.getMessage()); // requests after this one are answered at once until a status read says it is back
+            throw e;
+        }
         try {
             return RoleJson.bool(r, "admitted") ? null : RoleJson.rejection(RoleJson.field(r, "rejection"));
         } catch (IllegalArgumentException e) {
@@ -39,10 +54,28 @@ final class RemotePrefill implements PrefillService {
         }
     }
 
-    /** Tells the process to abort; a process that is gone has nothing left to abort (its pages died with it). */
+    /**
+     * Tells the process to abort, without waiting for it: {@link AbortDelivery} retries until the process takes it
+     * or is declared gone (a process that is gone has nothing left to abort: its pages died with it).
+     */
     @Override
     public void abort(long requestId, String why) {
-        client.postQuietly("internal/abort", Map.of("request_id", requestId, "why", why));
+        aborts.send(requestId, why);
+    }
+
+    @Override
+    public String unavailable() throws InterruptedException {
+        return health.unavailable();
+    }
+
+    /** @return the delivery of this role's aborts (for tests and metrics) */
+    AbortDelivery aborts() {
+        return aborts;
+    }
+
+    /** @return what the router knows of the role's readiness */
+    RoleHealth health() {
+        return health;
     }
 
     @Override
@@ -57,7 +90,12 @@ final class RemotePrefill implements PrefillService {
 
     @Override
     public void close() {
-        client.close();
+        health.close();
+        try {
+            aborts.close(); // what is pending gets its chance first
+        } finally {
+            client.close();
+        }
     }
 
     @Override

@@ -4,14 +4,15 @@ import com.fasterxml.jackson.databind.JsonNode;
 
 /**
  * A role process's {@code GET /internal/status}, read by the router: its {@link RoleStatus} (or
- * {@linkplain RoleStatus#unreachable unreachable} with the reason), its transfers in flight and whether
- * its KV link is up.
+ * {@linkplain RoleStatus#unreachable unreachable} with the reason), its transfers in flight, whether
+ * its KV link is up, and who it is ({@link RoleIdentity}).
  *
  * @param status          the status
  * @param activeTransfers transfers not yet over (0 when unreachable: nothing the router can wait for)
  * @param ready           whether the role's KV link is up
+ * @param identity        its identity and capacity, or {@code null} when unreachable or not reported
  */
-record RemoteStatus(RoleStatus status, int activeTransfers, boolean ready) {
+record RemoteStatus(RoleStatus status, int activeTransfers, boolean ready, RoleIdentity identity) {
 
     /** @return the role's status, or an unreachable one naming what failed; never throws */
     static RemoteStatus read(RoleClient client, String role) {
@@ -19,11 +20,14 @@ record RemoteStatus(RoleStatus status, int activeTransfers, boolean ready) {
             final JsonNode n = client.get("internal/status");
             final RoleStatus s = RoleJson.status(n);
             if (!s.role().equals(role)) { // a wrong URL, or another role restarted on that port: not the role asked for
-                return new RemoteStatus(RoleStatus.unreachable(role, client.describe() + " is the " + s.role() + " role, not the " + role + " role"), 0, false);
+                return new RemoteStatus(RoleStatus.unreachable(role, client.describe() + " is the " + s.role() + " role, not the " + role + " role"),
+                    0, false, null);
             }
-            return new RemoteStatus(s, (int) RoleJson.number(n, "active_transfers"), RoleJson.bool(n, "ready"));
+            final JsonNode id = n.get("identity");
+            return new RemoteStatus(s, (int) RoleJson.number(n, "active_transfers"), RoleJson.bool(n, "ready"),
+                id == null || id.isNull() ? null : RoleIdentity.read(id));
         } catch (RuntimeException e) {
-            return new RemoteStatus(RoleStatus.unreachable(role, e.getMessage()), 0, false);
+            return new RemoteStatus(RoleStatus.unreachable(role, e.getMessage()), 0, false, null);
         }
     }
 }

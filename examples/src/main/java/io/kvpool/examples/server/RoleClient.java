@@ -54,7 +54,8 @@ final class RoleClient implements AutoCloseable {
      *
      * @throws RoleLostException     if the role cannot be reached or does not answer within {@link #CALL_TIMEOUT}
      * @throws IllegalStateException if it answers with an error status (its message included); a
-     *                               {@link DuplicateRequestException} for a 409 {@value DuplicateRequestException#REASON}
+     *                               {@link DuplicateRequestException} for a 409 {@value DuplicateRequestException#REASON},
+     *                               a {@link RoleRefusedException} for any other 4xx
      */
     JsonNode post(String path, Object body) {
         final HttpResponse<byte[]> r = send(request(path, CALL_TIMEOUT).POST(publish(body)).build(), HttpResponse.BodyHandlers.ofByteArray());
@@ -158,6 +159,9 @@ final class RoleClient implements AutoCloseable {
         final String msg = describe() + " answered " + status + " to " + method + " /" + path + ": " + what;
         if (status == 409 && n != null && DuplicateRequestException.REASON.equals(n.path("error").path("reason").asText())) {
             throw new DuplicateRequestException(msg);
+        }
+        if (status / 100 == 4) { // the role will never take this call: no retry makes it
+            throw new RoleRefusedException(msg, status);
         }
         throw new IllegalStateException(msg);
     }

@@ -18,7 +18,8 @@ import java.util.function.Supplier;
  * of its role-specific ones:
  * <ul>
  *   <li>{@code GET /internal/status} — {@link RoleJson#status}: pool view, counters, Prometheus text, transfers in
- *       flight, whether the KV link is up;</li>
+ *       flight, whether the KV link is up, and {@code identity} ({@link RoleIdentity}: build, environment, model,
+ *       layout, pool pages, largest safe context);</li>
  *   <li>{@code GET /metrics} — the role's own Prometheus text ({@link PrometheusText#renderRoles});</li>
  *   <li>{@code GET /internal/accounting} — checks the pool's accounting invariants ({@link io.kvpool.KvPool#verifyAccounting()};
  *       meaningful only at quiescence): {@code {"balanced":true,"snapshot":"…"}}, or 409 naming the first violation;</li>
@@ -26,7 +27,9 @@ import java.util.function.Supplier;
  *       (idempotent, unknown ids included);</li>
  *   <li>anything else under {@code /internal/}: {@link #route}; elsewhere 404 naming the router.</li>
  * </ul>
- * Errors are the public API's JSON errors ({@link ApiError}): 400 for a malformed body (naming the field),
+ * Errors are the public API's JSON errors ({@link ApiError}): 400 for a malformed body (naming the field) — also
+ * for a request id ≤ 0, a tenant that is not a tenant name, and on decode prompt_tokens ≤ 0 or max_new_tokens
+ * &lt; 0, refused before the role starts anything (never a 200 followed by an error event),
  * 404, 405, 503 when the role is closed.
  */
 abstract class RoleEndpoint implements HttpHandler {
@@ -63,6 +66,12 @@ abstract class RoleEndpoint implements HttpHandler {
         this.readouts = Objects.requireNonNull(readouts, "readouts");
     }
 
+    /** @return who this role is and what it can carry (the router's and {@code preflight}'s check) */
+    RoleIdentity identity() {
+        final long pages = role.equals(PrefillRole.ROLE) ? config.prefillPages() : config.decodePages();
+        return RoleIdentity.of(role, config, pages, readouts.pool().get().maxContextTokens());
+    }
+
     /** Aborts {@code requestId} (idempotent; unknown ids do nothing). */
     abstract void abort(long requestId, String why);
 
@@ -80,7 +89,10 @@ abstract class RoleEndpoint implements HttpHandler {
             switch (path) {
                 case "/internal/status" -> {
                     method(ex, "GET");
-                    Http.sendJson(ex, json, 200, RoleJson.status(readouts.status().get(), readouts.activeTransfers().getAsInt(), readouts.ready().getAsBoolean()));
+                    final java.util.Map<String, Object> s = RoleJson.status(readouts.status().get(), readouts.activeTransfers().getAsInt(),
+                        readouts.ready().getAsBoolean());
+                    s.put("identity", identity().json());
+                    Http.sendJson(ex, json, 200, s);
                 }
                 case "/metrics" -> {
                     method(ex, "GET");
@@ -100,7 +112,7 @@ abstract class RoleEndpoint implements HttpHandler {
                 case "/internal/abort" -> {
                     method(ex, "POST");
                     final JsonNode b = body(ex);
-                    abort(RoleJson.number(b, "request_id"), b.path("why").asText("the router aborted it"));
+                    abort(requestId(b), b.path("why").asText("the router aborted it"));
                     Http.send(ex, 204, "application/json", new byte[0]);
                 }
                 default -> {
@@ -152,6 +164,31 @@ abstract class RoleEndpoint implements HttpHandler {
             throw new IllegalArgumentException("internal request body must be a JSON object");
         }
         return n;
+    }
+
+    /**
+     * @return the body's {@code request_id}
+     * @throws ApiError 400 unless it is ≥ 1 (the router's ids are; a role must not start anything for another)
+     */
+    static long requestId(JsonNode b) throws ApiError {
+        final long id = RoleJson.number(b, "request_id");
+        if (id <= 0) {
+            throw ApiError.badRequest("bad_field", "request_id must be ≥ 1, was " + id);
+        }
+        return id;
+    }
+
+    /**
+     * @return the body's {@code tenant}
+     * @throws ApiError 400 unless it is a tenant name ({@code [A-Za-z0-9_-]{1,64}}, as {@link Auth} accepts)
+     */
+    static String tenant(JsonNode b) throws ApiError {
+        final String t = RoleJson.text(b, "tenant");
+        if (!Auth.TENANT.matcher(t).matches()) {
+            final String shown = t.length() > 80 ? t.substring(0, 80) + "…" : t;
+            throw ApiError.badRequest("bad_field", "tenant '" + shown + "' is not a tenant name ([A-Za-z0-9_-]{1,64})");
+        }
+        return t;
     }
 
     /** @return a 503 for a role that is closed */

@@ -23,7 +23,7 @@ final class RoleParts {
 
     /** The model id both sides announce in their HELLO. */
     static final String MODEL_ID = "kvpool-echo@1";
-    /** The environment both sides announce. */
+    /** The environment both sides announce unless {@code --environment} names another. */
     static final String ENVIRONMENT = "example";
 
     /** Where {@code --device cuda} puts the pools: the GPU, or in this example's tests a host-memory stand-in. */
@@ -47,7 +47,7 @@ final class RoleParts {
 
     /** @return the identity both sides announce: layout, model, environment, build */
     static PeerIdentity identity(ServerConfig cfg) {
-        return PeerIdentity.of(cfg.layout(), MODEL_ID, ENVIRONMENT, "kvpool-examples");
+        return PeerIdentity.of(cfg.layout(), MODEL_ID, cfg.environment(), RoleIdentity.BUILD);
     }
 
     /**

@@ -149,6 +149,7 @@ final class Router implements AutoCloseable {
         if (closed) {
             throw unavailable("the server is shutting down");
         }
+        refuseIfKnownDown();
         final long id = ids.incrementAndGet();
         counters.inFlight.incrementAndGet();
         DecodeCall call = null;
@@ -160,6 +161,8 @@ final class Router implements AutoCloseable {
             } catch (DuplicateRequestException e) {
                 done = true; // nothing was offered under our id: the request in flight there under it is not ours to abort
                 throw unavailable(e.getMessage());
+            } catch (RoleRefusedException e) {
+                throw refusedByRole(e);
             } catch (IllegalStateException e) {
                 throw unavailable(e instanceof RoleLostException ? e.getMessage() : "prefill role: " + e.getMessage());
             }
@@ -169,6 +172,8 @@ final class Router implements AutoCloseable {
             }
             try {
                 call = decode.start(id, tenant, tokens.size(), req.maxTokens());
+            } catch (RoleRefusedException e) {
+                throw refusedByRole(e);
             } catch (IllegalStateException e) {
                 throw unavailable(e instanceof RoleLostException ? e.getMessage() : "decode role: " + e.getMessage());
             }
@@ -242,6 +247,23 @@ final class Router implements AutoCloseable {
         }
     }
 
+    /**
+     * Answers at once (503, Retry-After) for a role known down, before anything is asked of either: prefill
+     * unreachable, or decode unable to take the KV — no prefill computes for a decode that cannot take it.
+     * Costs no call to a healthy role; a role known down is re-checked for at most {@link RoleHealth#RECHECK_WAIT}.
+     */
+    private void refuseIfKnownDown() throws ApiError, InterruptedException {
+        final String prefillDown = prefill.unavailable();
+        if (prefillDown != null) {
+            counters.rejected("prefill", "unavailable");
+            throw new ApiError(503, "service_unavailable", "prefill_unavailable", prefillDown, Map.of("role", "prefill"), 1);
+        }
+        final String decodeDown = decode.unavailable();
+        if (decodeDown != null) {
+            throw reject(new Rejection("decode", Rejection.Reason.UNAVAILABLE, decodeDown, Map.of()));
+        }
+    }
+
     private ApiError serverClosing(long id) {
         counters.failed("server_closing");
         return new ApiError(503, "service_unavailable", "server_closing", "request " + id + " was cut short: the server is shutting down",
@@ -312,6 +334,12 @@ final class Router implements AutoCloseable {
         counters.timedOut.increment();
         return new ApiError(504, "timeout", "request_timeout", what + " of request " + id + " did not finish within "
             + config.requestTimeout().toMillis() + " ms", Map.of("request_id", id, "request_timeout_ms", config.requestTimeout().toMillis()), 0);
+    }
+
+    /** A role refused the router's call itself (a 4xx): permanent, so a 502 without {@code Retry-After}. */
+    private ApiError refusedByRole(RoleRefusedException e) {
+        counters.failed("role_refused");
+        return new ApiError(502, "server_error", "role_refused", e.getMessage(), Map.of("role_status", e.status()), 0);
     }
 
     private static ApiError unavailable(String why) {

@@ -69,6 +69,8 @@ public final class ServerConfig {
     private final LinkGate gate;
     private final Path workDir;
     private final Topology topology;
+    private final String environment;
+    private final boolean clampContext;
 
     private ServerConfig(Builder b) {
         host = Objects.requireNonNull(b.host, "host");
@@ -95,8 +97,35 @@ public final class ServerConfig {
         gate = b.gate;
         workDir = b.workDir;
         topology = Objects.requireNonNull(b.topology, "topology");
+        environment = Objects.requireNonNull(b.environment, "environment");
+        if (!environment.matches("[A-Za-z0-9_.-]{1,64}")) {
+            throw new IllegalArgumentException("--environment must be 1..64 of [A-Za-z0-9_.-], was '" + environment + "'");
+        }
+        clampContext = b.clampContext;
         EchoKv.requireFits(layout());
+        checkDescriptor();
         checkTopology();
+    }
+
+    /** Pages one KV transfer descriptor carries: a prompt needing more can never be transferred. */
+    public static final int MAX_PAGES_PER_TRANSFER = io.kvpool.transfer.wire.WireFormat.MAX_ARRAY;
+
+    /**
+     * The advertised context must fit one transfer descriptor: a prompt of up to {@link #contextTokens()} tokens
+     * is admitted, and one that needs more than {@link #MAX_PAGES_PER_TRANSFER} pages could never move from prefill
+     * to decode — refused here at startup, with both numbers and what to change, not answered 429 for ever.
+     */
+    private void checkDescriptor() {
+        final long pages = layout().pagesFor(contextTokens);
+        if (pages > MAX_PAGES_PER_TRANSFER) {
+            final long carried = (long) MAX_PAGES_PER_TRANSFER * tokensPerPage;
+            final long minTokensPerPage = (contextTokens + MAX_PAGES_PER_TRANSFER - 1) / MAX_PAGES_PER_TRANSFER;
+            throw new IllegalArgumentException("the advertised context of " + contextTokens + " tokens needs " + pages
+                + " pages of " + tokensPerPage + " token(s), but one KV transfer descriptor carries at most " + MAX_PAGES_PER_TRANSFER
+                + " pages (" + carried + " tokens at " + tokensPerPage + " per page): a prompt that long could never move from "
+                + "prefill to decode; lower --context to ≤ " + carried
+                + (minTokensPerPage <= 4096 ? " or raise --tokens-per-page to ≥ " + minTokensPerPage : ""));
+        }
     }
 
     private void checkTopology() {
@@ -176,6 +205,8 @@ public final class ServerConfig {
         b.gate = gate;
         b.workDir = workDir;
         b.topology = topology;
+        b.environment = environment;
+        b.clampContext = clampContext;
         return b;
     }
 
@@ -313,6 +344,19 @@ public final class ServerConfig {
         return topology;
     }
 
+    /** @return the deployment environment each role announces and the router expects ({@code --environment}, default "example") */
+    public String environment() {
+        return environment;
+    }
+
+    /**
+     * @return whether a router whose roles cannot carry its {@code --context} advertises the smallest role's largest
+     *         safe context instead of refusing to start ({@code --clamp-context}; off by default)
+     */
+    public boolean clampContext() {
+        return clampContext;
+    }
+
     private static String flag(String enumName) {
         return "--unsafe-" + enumName.toLowerCase(Locale.ROOT).replace('_', '-');
     }
@@ -353,6 +397,9 @@ public final class ServerConfig {
               --fault-rate P              probability per page-write batch of an injected fault [0]
               --seed N                    seed of the injected faults [1]
               --work-dir DIR              where the decode pool file and transfer socket go [a new temp dir]
+              --environment NAME          the deployment environment the roles announce and the router expects [example]
+              --clamp-context             (router) advertise the smallest role's largest safe context instead of
+                                          refusing to start when a role cannot carry --context
             """;
 
     private static final String UNSAFE_OPTIONS = """
@@ -383,6 +430,13 @@ public final class ServerConfig {
             }
             if (!name.startsWith("--")) {
                 throw new IllegalArgumentException("unexpected argument '" + name + "' (flags start with --)");
+            }
+            if (name.equals("--clamp-context")) {
+                if (value != null) {
+                    throw new IllegalArgumentException(name + " takes no value");
+                }
+                b.clampContext(true);
+                continue;
             }
             if (name.startsWith("--unsafe-")) {
                 if (value != null) {
@@ -428,6 +482,7 @@ public final class ServerConfig {
                 }
                 case "--seed" -> b.faults(new FaultPlan(b.faults.rate(), number(name, value)));
                 case "--work-dir" -> b.workDir(Path.of(value));
+                case "--environment" -> b.environment(value);
                 default -> {
                     final Topology t = b.topology.parse(name, value);
                     if (t == null) {
@@ -507,6 +562,8 @@ public final class ServerConfig {
         private FaultPlan faults = FaultPlan.NONE;
         private LinkGate gate;
         private Path workDir;
+        private String environment = RoleParts.ENVIRONMENT;
+        private boolean clampContext;
         private Topology topology = Topology.DEFAULT;
 
         private Builder() {
@@ -648,6 +705,18 @@ public final class ServerConfig {
         /** Sets {@link ServerConfig#workDir()}. */
         public Builder workDir(Path dir) {
             this.workDir = dir;
+            return this;
+        }
+
+        /** Sets {@link ServerConfig#environment()}. */
+        public Builder environment(String name) {
+            this.environment = name;
+            return this;
+        }
+
+        /** Sets {@link ServerConfig#clampContext()}. */
+        public Builder clampContext(boolean on) {
+            this.clampContext = on;
             return this;
         }
 

@@ -27,6 +27,7 @@ import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertNotEquals;
 import static org.junit.jupiter.api.Assertions.assertNotNull;
+import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 /**
@@ -199,23 +200,21 @@ class RequestIdsTest {
         awaitIdle();
     }
 
+    /**
+     * A call decode can never take is answered at once. Was: 0 prompt tokens started the call, and the decode pool's
+     * admission threw on the role's thread — a 200 stream with an {@code error} event, which the router took for a
+     * 503 (retry). Issue item 8c changes that: the endpoint refuses it with 400 before it starts anything, and the
+     * router gets a {@link RoleRefusedException} (a 502 without Retry-After) from {@code start} itself.
+     */
     @Test
     void aDecodeErrorBeforeAdmissionAnswersTheRouterAtOnce() throws Exception {
-        try (RoleClient c = new RoleClient("decode", decode.baseUri(), new ObjectMapper())) {
-            final RemoteDecode remote = new RemoteDecode(c, new ObjectMapper(), Duration.ofSeconds(5));
+        try (RemoteDecode remote = new RemoteDecode(new RoleClient("decode", decode.baseUri(), new ObjectMapper()), new ObjectMapper(),
+            Duration.ofSeconds(5))) {
             final long t0 = System.nanoTime();
-            final DecodeCall call = remote.start(99, "alice", 0, 2); // 0 prompt tokens: the decode pool's admission throws
-            final DecodeCall.Admitted a = call.awaitAdmission(Duration.ofSeconds(5));
-            assertNotNull(a, "no admission answer within 5 s: the router would wait for its whole request timeout");
-            assertFalse(a.admitted());
-            assertEquals(Rejection.Reason.UNAVAILABLE, a.rejection().reason());
-            assertTrue(a.rejection().message().contains("promptTokens must be ≥ 1"), a.rejection().message());
-            final DecodeCall.TransferOutcome o = call.awaitTransfer(Duration.ofSeconds(1));
-            assertNotNull(o);
-            assertFalse(o.committed());
-            assertEquals(RemoteDecodeCall.ROLE_ERROR, o.failure());
+            final RoleRefusedException e = assertThrows(RoleRefusedException.class, () -> remote.start(99, "alice", 0, 2));
+            assertEquals(400, e.status());
+            assertTrue(e.getMessage().contains("prompt_tokens must be ≥ 1, was 0"), e.getMessage());
             assertTrue(System.nanoTime() - t0 < TimeUnit.SECONDS.toNanos(4));
-            call.abort("test over");
         }
         awaitIdle();
     }

@@ -109,6 +109,54 @@ class RoleEndpointTest {
         }
     }
 
+    /** Issue item 8c: nonsense the router never sends is a 400 naming the field, before the role starts anything. */
+    @Test
+    void internalEndpointsRefuseNonPositiveIdsAndCountsAndMalformedTenantsWith400() throws Exception {
+        try (RoleServer decode = RoleServer.start(role(Topology.Role.DECODE))) {
+            final URI u = decode.baseUri();
+            final String ok = "{\"request_id\":%s,\"tenant\":%s,\"prompt_tokens\":%s,\"max_new_tokens\":%s}";
+            for (String[] bad : new String[][]{
+                {"0", "\"alice\"", "3", "2", "request_id must be ≥ 1, was 0"},
+                {"-5", "\"alice\"", "3", "2", "request_id must be ≥ 1, was -5"},
+                {"1", "\"alice\"", "0", "2", "prompt_tokens must be ≥ 1, was 0"},
+                {"1", "\"alice\"", "-3", "2", "prompt_tokens must be ≥ 1, was -3"},
+                {"1", "\"alice\"", "3", "-1", "max_new_tokens must be ≥ 0, was -1"},
+                {"1", "\"\"", "3", "2", "tenant '' is not a tenant name ([A-Za-z0-9_-]{1,64})"},
+                {"1", "\"al ice\"", "3", "2", "tenant 'al ice' is not a tenant name ([A-Za-z0-9_-]{1,64})"},
+                {"1", "\"" + "a".repeat(65) + "\"", "3", "2", "tenant '" + "a".repeat(65) + "' is not a tenant name ([A-Za-z0-9_-]{1,64})"}}) {
+                final HttpResponse<String> r = call(u, "POST", "internal/decode", ok.formatted(bad[0], bad[1], bad[2], bad[3]));
+                assertEquals(400, r.statusCode(), () -> String.join(",", bad) + ": " + r.body());
+                assertEquals("bad_field", error(r).path("reason").asText(), r::body);
+                assertEquals(bad[4], error(r).path("message").asText(), r::body);
+            }
+            for (String id : new String[]{"0", "-1"}) {
+                final HttpResponse<String> r = call(u, "POST", "internal/abort", "{\"request_id\":" + id + "}");
+                assertEquals(400, r.statusCode(), r::body);
+                assertEquals("request_id must be ≥ 1, was " + id, error(r).path("message").asText(), r::body);
+            }
+            final JsonNode status = TestClient.JSON.readTree(call(u, "GET", "internal/status", null).body());
+            assertEquals(0, status.path("counters").path("rejected").asLong(), "nothing reached the role: " + status.path("counters"));
+            assertEquals(0, status.path("counters").path("admitted").asLong(), "nothing reached the role: " + status.path("counters"));
+        }
+        try (RoleServer prefill = RoleServer.start(role(Topology.Role.PREFILL))) {
+            final URI u = prefill.baseUri();
+            final String tokens = TestClient.JSON.writeValueAsString(RoleJson.tokens(EchoTokenizer.encode("Hello")));
+            for (String[] bad : new String[][]{
+                {"0", "\"alice\"", tokens, "request_id must be ≥ 1, was 0"},
+                {"-7", "\"alice\"", tokens, "request_id must be ≥ 1, was -7"},
+                {"1", "\"alice/bob\"", tokens, "tenant 'alice/bob' is not a tenant name ([A-Za-z0-9_-]{1,64})"},
+                {"1", "\"alice\"", "[]", "tokens must hold at least one token (prompt_tokens ≥ 1), was empty"}}) {
+                final HttpResponse<String> r = call(u, "POST", "internal/prefill",
+                    "{\"request_id\":" + bad[0] + ",\"tenant\":" + bad[1] + ",\"tokens\":" + bad[2] + "}");
+                assertEquals(400, r.statusCode(), () -> String.join(",", bad) + ": " + r.body());
+                assertEquals(bad[3], error(r).path("message").asText(), r::body);
+            }
+            assertEquals(400, call(u, "POST", "internal/abort", "{\"request_id\":0}").statusCode());
+            final JsonNode c = TestClient.JSON.readTree(call(u, "GET", "internal/status", null).body()).path("counters");
+            assertEquals(0, c.path("admitted").asLong() + c.path("rejected").asLong(), "nothing reached the role: " + c);
+        }
+    }
+
     private boolean poolFree(URI u) {
         try {
             final JsonNode c = TestClient.JSON.readTree(call(u, "GET", "internal/status", null).body()).path("pool").path("counters");

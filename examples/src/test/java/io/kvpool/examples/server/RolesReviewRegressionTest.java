@@ -184,18 +184,26 @@ class RolesReviewRegressionTest {
             try {
                 while (true) {
                     final Socket c = server.accept();
-                    final int n = connections.incrementAndGet();
-                    Thread.ofVirtual().start(() -> handle(c, n == 1));
+                    Thread.ofVirtual().start(() -> handle(c));
                 }
             } catch (IOException closed) {
                 // done
             }
         }
 
-        private void handle(Socket c, boolean hold) {
+        /** Holds the first connection that carries a prefill call (the router's status probes pass). */
+        private void handle(Socket c) {
             try (c; Socket s = new Socket()) {
+                final byte[] first = new byte[8192];
+                final int got = c.getInputStream().read(first);
+                if (got <= 0) {
+                    return;
+                }
+                final boolean hold = new String(first, 0, got, java.nio.charset.StandardCharsets.ISO_8859_1).startsWith("POST /internal/prefill")
+                    && connections.incrementAndGet() == 1;
                 if (hold) {
                     final java.io.ByteArrayOutputStream held = new java.io.ByteArrayOutputStream();
+                    held.write(first, 0, got);
                     final InputStream in = c.getInputStream();
                     c.setSoTimeout(500);
                     final byte[] buf = new byte[8192];
@@ -215,6 +223,8 @@ class RolesReviewRegressionTest {
                     return;
                 }
                 s.connect(new InetSocketAddress(InetAddress.getLoopbackAddress(), target));
+                s.getOutputStream().write(first, 0, got);
+                s.getOutputStream().flush();
                 final Thread up = Thread.ofVirtual().start(() -> pipe(c, s));
                 pipe(s, c);
                 up.join();

@@ -1,0 +1,56 @@
+package io.kvpool.examples.server;
+
+import com.fasterxml.jackson.databind.ObjectMapper;
+
+import java.io.PrintStream;
+
+/**
+ * {@code preflight}: checks a running deployment before a router is put in front of it (or while one is) — each
+ * role's build, environment, model, KV layout, and pool against the context the router advertises
+ * ({@link Preflight}). Prints a table; exits 0 when everything matches, 1 with the table of what does not, 2 on bad
+ * usage.
+ */
+final class PreflightCommand implements Subcommand {
+
+    static String usage() {
+        return """
+            usage: KvServerMain preflight --prefill-url URL --decode-url URL [serve options]   (./dev example preflight …)
+            Reads each role's GET /internal/status and checks its build, environment, model and KV layout against
+            what a router with these options expects, and its largest safe context (pool, one transfer descriptor)
+            against --context. Exits 0 when everything matches, 1 with a table of what does not, 2 on bad usage.
+            The options that matter: --context, --tokens-per-page, --layers, --kv-heads, --head-dim, --environment.
+            """;
+    }
+
+    @Override
+    public String summary() {
+        return "check a running deployment: each role's build, environment, model, layout and pool vs --context";
+    }
+
+    @Override
+    public int run(String[] args, PrintStream out, PrintStream err) {
+        if (args.length > 0 && (args[0].equals("--help") || args[0].equals("-h"))) {
+            out.print(usage());
+            return 0;
+        }
+        final ServerConfig cfg;
+        try {
+            cfg = ServerConfig.parse(args);
+        } catch (IllegalArgumentException e) {
+            err.println("error: " + e.getMessage());
+            err.print(usage());
+            return 2;
+        }
+        final ObjectMapper json = new ObjectMapper();
+        final Preflight f;
+        try (RoleClient p = new RoleClient(PrefillRole.ROLE, cfg.topology().prefillUrl(), json);
+             RoleClient d = new RoleClient(DecodeRole.ROLE, cfg.topology().decodeUrl(), json)) {
+            f = Preflight.check(cfg, RemoteStatus.read(p, PrefillRole.ROLE), RemoteStatus.read(d, DecodeRole.ROLE));
+        }
+        out.println("kvpool preflight: prefill at " + cfg.topology().prefillUrl() + ", decode at " + cfg.topology().decodeUrl()
+            + ", advertised context " + cfg.contextTokens() + " tokens");
+        out.print(f.table());
+        out.println(f.ok() ? "OK" : "FAILED: " + f.mismatches().size() + " mismatch(es)");
+        return f.ok() ? 0 : 1;
+    }
+}

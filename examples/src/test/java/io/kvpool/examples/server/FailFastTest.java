@@ -1,0 +1,154 @@
+package io.kvpool.examples.server;
+
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.Timeout;
+import org.junit.jupiter.api.io.TempDir;
+
+import java.net.InetAddress;
+import java.net.ServerSocket;
+import java.net.Socket;
+import java.net.URI;
+import java.net.http.HttpRequest;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.concurrent.CopyOnWriteArrayList;
+import java.util.concurrent.TimeUnit;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+/**
+ * Issue item 6, failing fast: the router answers a request for a role known down at once (503, Retry-After), has
+ * prefill compute nothing for a decode that cannot take the KV, and sends its paired aborts without making the
+ * client wait — and still delivers them. Was: with prefill's link down each request waited ~4 s for its 503, with
+ * prefill frozen ~20 s, and a partition prefilled (and threw away) every request.
+ *
+ * <p>The issue's figure is 100 ms; on a loaded 2-core CI machine the assertions allow 1 s and the tests print the
+ * median they measured.
+ */
+@Timeout(value = 120, unit = TimeUnit.SECONDS)
+class FailFastTest {
+
+    /** The bound asserted per answer (the issue's figure is 100 ms; CI machines are slow and shared). */
+    static final long BOUND_MS = 1_000;
+
+    @TempDir
+    Path dir;
+
+    private static KvServer router(URI prefill, URI decode) {
+        return KvServer.start(ServerTests.small().topology(Topology.DEFAULT.withRole(Topology.Role.ROUTER).withUrls(prefill, decode)).build());
+    }
+
+    /** Sends {@code n} completions one after another; each must be a 503 with Retry-After and {@code reason}. @return their latencies, ms */
+    private static List<Long> timed503s(KvServer router, int n, String reason) throws Exception {
+        final TestClient client = new TestClient(router);
+        final List<Long> ms = new ArrayList<>();
+        for (int i = 0; i < n; i++) {
+            final long t0 = System.nanoTime();
+            final TestClient.Response r = client.send(HttpRequest.newBuilder(router.baseUri().resolve("/v1/completions"))
+                .timeout(Duration.ofSeconds(5)).header("Authorization", "Bearer sk-alice")
+                .POST(HttpRequest.BodyPublishers.ofString(TestClient.body("hello " + i, 2, false))).build());
+            ms.add((System.nanoTime() - t0) / 1_000_000);
+            assertEquals(503, r.status(), r::body);
+            assertEquals("1", r.retryAfter(), r::body);
+            assertEquals(reason, r.error().path("reason").asText(), r::body);
+        }
+        return ms;
+    }
+
+    private static long median(List<Long> ms) {
+        final List<Long> s = new ArrayList<>(ms);
+        s.sort(null);
+        return s.get(s.size() / 2);
+    }
+
+    @Test
+    void aDecodeThatCannotTakeTheKvGets503AtOnceAndPrefillComputesNothing() throws Exception {
+        // two roles that never link (different work directories): decode is up but not ready, prefill is up
+        final Path a = Files.createDirectory(dir.resolve("a")), b = Files.createDirectory(dir.resolve("b"));
+        try (RoleServer decode = RoleServer.start(ServerTests.small().role(Topology.Role.DECODE).workDir(a).build());
+             RoleServer prefill = RoleServer.start(ServerTests.small().role(Topology.Role.PREFILL).workDir(b).build());
+             KvServer router = router(prefill.baseUri(), decode.baseUri())) {
+            Thread.sleep(1_000); // the router's probe has read decode's status (not ready) by now
+            final List<Long> ms = timed503s(router, 20, "decode_unavailable");
+            System.out.println("FailFastTest: decode not ready → 503 in ms " + ms + ", median " + median(ms));
+            assertTrue(ms.stream().allMatch(t -> t <= BOUND_MS), () -> "503s took " + ms + " ms");
+            final var c = InJvmRoleServers.status(prefill.baseUri()).path("counters");
+            assertEquals(0, c.path("admitted").asLong(), () -> "prefill computed KV for a decode that could not take it: " + c);
+            assertEquals(0, c.path("abort_requests").asLong(), () -> "nothing to abort: " + c);
+        }
+    }
+
+    @Test
+    void aFrozenPrefillIsAnswered503AtOnce() throws Exception {
+        // decode is ready (linked to a real prefill), but the router's prefill URL is a process that accepts and never answers
+        try (InJvmRoleServers roles = InJvmRoleServers.start(ServerTests.small().workDir(dir), Duration.ofSeconds(30));
+             Frozen frozen = new Frozen();
+             KvServer router = router(frozen.uri(), roles.decode.baseUri())) {
+            Thread.sleep(RoleClient.STATUS_TIMEOUT.toMillis() + 1_000); // the probe's status call has timed out: prefill known down
+            final List<Long> ms = timed503s(router, 10, "prefill_unavailable");
+            System.out.println("FailFastTest: prefill frozen → 503 in ms " + ms + ", median " + median(ms));
+            assertTrue(ms.stream().allMatch(t -> t <= BOUND_MS), () -> "503s took " + ms + " ms");
+        }
+    }
+
+    @Test
+    void anAbortIsSentWithoutWaitingAndDeliveredOnceTheRoleIsBack() throws Exception {
+        final int port;
+        try (ServerSocket s = new ServerSocket(0, 1, InetAddress.getLoopbackAddress())) {
+            port = s.getLocalPort();
+        }
+        final URI down = URI.create("http://127.0.0.1:" + port + "/");
+        try (RemotePrefill remote = new RemotePrefill(new RoleClient(PrefillRole.ROLE, down, TestClient.JSON));
+             Frozen frozen = new Frozen();
+             RemotePrefill toFrozen = new RemotePrefill(new RoleClient(PrefillRole.ROLE, frozen.uri(), TestClient.JSON))) {
+            long t0 = System.nanoTime();
+            toFrozen.abort(76, "test: a frozen role");
+            final long frozenMs = (System.nanoTime() - t0) / 1_000_000;
+            t0 = System.nanoTime();
+            remote.abort(77, "test: a role that is down");
+            final long downMs = (System.nanoTime() - t0) / 1_000_000;
+            System.out.println("FailFastTest: abort() returned in " + frozenMs + " ms (frozen role), " + downMs + " ms (role down)");
+            assertTrue(frozenMs <= BOUND_MS && downMs <= BOUND_MS, () -> "abort() made its caller wait " + frozenMs + " / " + downMs + " ms");
+            Thread.sleep(300); // a few attempts fail: nothing listens there yet
+            try (RoleServer prefill = RoleServer.start(ServerTests.small().role(Topology.Role.PREFILL).workDir(dir).port(port).build())) {
+                Await.until(() -> InJvmRoleServers.status(prefill.baseUri()).path("counters").path("abort_requests").asLong() == 1,
+                    Duration.ofSeconds(15), () -> "the abort sent while the role was down to reach it once it is back");
+            }
+        }
+    }
+
+    /** A process that accepts connections and never answers (SIGSTOPped, or cut off mid-flight). */
+    static final class Frozen implements AutoCloseable {
+        private final ServerSocket server;
+        private final List<Socket> held = new CopyOnWriteArrayList<>();
+
+        Frozen() throws Exception {
+            server = new ServerSocket(0, 50, InetAddress.getLoopbackAddress());
+            Thread.ofVirtual().start(() -> {
+                try {
+                    while (true) {
+                        held.add(server.accept());
+                    }
+                } catch (Exception closed) {
+                    // done
+                }
+            });
+        }
+
+        URI uri() {
+            return URI.create("http://127.0.0.1:" + server.getLocalPort() + "/");
+        }
+
+        @Override
+        public void close() throws Exception {
+            server.close();
+            for (Socket s : held) {
+                s.close();
+            }
+        }
+    }
+}

@@ -1,0 +1,133 @@
+package io.kvpool.examples.server;
+
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.Timeout;
+import org.junit.jupiter.api.io.TempDir;
+
+import java.io.ByteArrayOutputStream;
+import java.io.PrintStream;
+import java.net.InetAddress;
+import java.net.ServerSocket;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.time.Duration;
+import java.util.concurrent.TimeUnit;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+/**
+ * Issue item 7, the deployment pre-check: each role reports its identity and capacity; the router refuses to start
+ * over roles that do not match it (naming each role's numbers; {@code --clamp-context} advertises the smallest
+ * role's largest safe context instead), re-checks a role that comes back, and {@code preflight} checks a running
+ * deployment, exiting non-zero with a table of what does not match.
+ */
+@Timeout(value = 120, unit = TimeUnit.SECONDS)
+class PreflightTest {
+
+    @TempDir
+    Path dir;
+
+    private final ByteArrayOutputStream out = new ByteArrayOutputStream();
+    private final ByteArrayOutputStream err = new ByteArrayOutputStream();
+
+    private int run(String... args) throws Exception {
+        return KvServerMain.run(args, new PrintStream(out, true, StandardCharsets.UTF_8), new PrintStream(err, true, StandardCharsets.UTF_8));
+    }
+
+    private String out() {
+        return out.toString(StandardCharsets.UTF_8);
+    }
+
+    private static ServerConfig routerOver(RoleServer prefill, RoleServer decode, boolean clamp) {
+        return ServerTests.small().clampContext(clamp)
+            .topology(Topology.DEFAULT.withRole(Topology.Role.ROUTER).withUrls(prefill.baseUri(), decode.baseUri())).build();
+    }
+
+    @Test
+    void aMatchingDeploymentPassesAndTheRouterStarts() throws Exception {
+        try (InJvmRoleServers roles = InJvmRoleServers.start(ServerTests.small().workDir(dir), Duration.ofSeconds(30))) {
+            assertEquals(0, run("preflight", "--prefill-url", roles.prefill.baseUri().toString(), "--decode-url",
+                roles.decode.baseUri().toString(), "--context", "512"), this::out);
+            assertTrue(out().contains("every role matches") && out().endsWith("OK\n"), out());
+            assertTrue(out().contains("largest safe context   512 (advertised)"), out());
+            final var id = InJvmRoleServers.status(roles.decode.baseUri()).path("identity");
+            assertEquals("decode", id.path("role").asText(), id::toString);
+            assertEquals("example", id.path("environment").asText(), id::toString);
+            assertEquals(128, id.path("pool_pages").asLong(), id::toString);
+            assertEquals(512, id.path("max_safe_context_tokens").asLong(), id::toString);
+            try (KvServer router = KvServer.start(routerOver(roles.prefill, roles.decode, false))) {
+                assertEquals(512, router.config().contextTokens());
+                assertEquals(200, new TestClient(router).complete("alice", "hello", 2, false).status());
+            }
+        }
+    }
+
+    @Test
+    void aSmallerPoolOrAnotherEnvironmentFailsWithATableAndTheRouterRefusesToStart() throws Exception {
+        final Path a = Files.createDirectory(dir.resolve("a")), b = Files.createDirectory(dir.resolve("b"));
+        try (RoleServer decode = RoleServer.start(ServerTests.small().role(Topology.Role.DECODE).workDir(a).contextTokens(256).decodePages(16).build());
+             RoleServer prefill = RoleServer.start(ServerTests.small().role(Topology.Role.PREFILL).workDir(b).environment("staging").build())) {
+            assertEquals(1, run("preflight", "--prefill-url", prefill.baseUri().toString(), "--decode-url", decode.baseUri().toString(),
+                "--context", "512"), this::out);
+            final String t = out();
+            assertTrue(t.contains("MISMATCH prefill environment: staging, the router expects example"), t);
+            assertTrue(t.contains("MISMATCH decode largest safe context: 256 tokens (16 pages, --context 256), the router expects ≥ 512 tokens (advertised)"), t);
+            assertTrue(t.contains("staging  ✗") && t.contains("256  ✗"), t);
+            assertTrue(t.endsWith("FAILED: 2 mismatch(es)\n"), t);
+
+            final IllegalStateException e = assertThrows(IllegalStateException.class, () -> KvServer.start(routerOver(prefill, decode, true)));
+            assertTrue(e.getMessage().contains("the roles do not match this router") && e.getMessage().contains("staging"), e::getMessage);
+            err.reset();
+            assertEquals(1, run("--role", "router", "--port", "0", "--prefill-url", prefill.baseUri().toString(), "--decode-url",
+                decode.baseUri().toString(), "--context", "512"));
+            assertTrue(err.toString(StandardCharsets.UTF_8).contains("refusing to start: the roles do not match this router"), err::toString);
+        }
+    }
+
+    @Test
+    void aRoleThatCannotCarryTheContextStopsTheRouterUnlessItMayClamp() throws Exception {
+        final Path a = Files.createDirectory(dir.resolve("a")), b = Files.createDirectory(dir.resolve("b"));
+        try (RoleServer decode = RoleServer.start(ServerTests.small().role(Topology.Role.DECODE).workDir(a).contextTokens(256).decodePages(16).build());
+             RoleServer prefill = RoleServer.start(ServerTests.small().role(Topology.Role.PREFILL).workDir(b).build())) {
+            final IllegalStateException e = assertThrows(IllegalStateException.class, () -> KvServer.start(routerOver(prefill, decode, false)));
+            assertTrue(e.getMessage().contains("start the router with --clamp-context to advertise 256 tokens"), e::getMessage);
+            assertTrue(e.getMessage().contains("decode largest safe context: 256 tokens (16 pages, --context 256)"), e::getMessage);
+            try (KvServer router = KvServer.start(routerOver(prefill, decode, true))) {
+                assertEquals(256, router.config().contextTokens(), "clamped to the smallest role's largest safe context");
+            }
+        }
+    }
+
+    @Test
+    void aRoleThatComesBackAsAnotherEnvironmentIsRefusedNamingTheMismatch() throws Exception {
+        final int port;
+        try (ServerSocket s = new ServerSocket(0, 1, InetAddress.getLoopbackAddress())) {
+            port = s.getLocalPort();
+        }
+        try (RoleServer decode = RoleServer.start(ServerTests.small().role(Topology.Role.DECODE).workDir(dir).build())) {
+            RoleServer prefill = RoleServer.start(ServerTests.small().role(Topology.Role.PREFILL).workDir(dir).port(port).build());
+            try (KvServer router = KvServer.start(routerOver(prefill, decode, false))) {
+                Await.until(() -> InJvmRoleServers.status(decode.baseUri()).path("ready").asBoolean(), Duration.ofSeconds(30), () -> "linked");
+                assertEquals(200, new TestClient(router).complete("alice", "hello", 2, false).status());
+                prefill.close();
+                prefill = RoleServer.start(ServerTests.small().role(Topology.Role.PREFILL).workDir(dir).port(port).environment("staging").build());
+                final TestClient client = new TestClient(router);
+                final String[] last = {""};
+                Await.until(() -> {
+                    try {
+                        final TestClient.Response r = client.complete("alice", "hello", 2, false);
+                        last[0] = r.status() + " " + r.body();
+                        return r.status() == 503 && r.body().contains("prefill role does not match the router") && r.body().contains("staging");
+                    } catch (Exception e) {
+                        return false;
+                    }
+                }, Duration.ofSeconds(15), () -> "the router to refuse the prefill that came back as staging; last answer: " + last[0]);
+            } finally {
+                prefill.close();
+            }
+        }
+    }
+}

@@ -1,0 +1,118 @@
+package io.kvpool.examples.server;
+
+import com.sun.net.httpserver.HttpServer;
+import io.kvpool.Admission;
+import io.kvpool.examples.ui.PoolView;
+import io.kvpool.transfer.FailureReason;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.Timeout;
+
+import java.io.ByteArrayOutputStream;
+import java.io.OutputStream;
+import java.io.PrintStream;
+import java.net.InetAddress;
+import java.net.InetSocketAddress;
+import java.net.URI;
+import java.nio.charset.StandardCharsets;
+import java.util.Map;
+import java.util.concurrent.TimeUnit;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertNull;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+/**
+ * Issue item 2: a refusal is retryable (429/503 with Retry-After) only when waiting can help; a refusal that no wait
+ * lifts is a 4xx (or a 502 for a role that will never take the call) without Retry-After. The audit is in
+ * examples/docs/example-server-refusals.md.
+ */
+@Timeout(value = 60, unit = TimeUnit.SECONDS)
+class RefusalsTest {
+
+    @Test
+    void theServerRefusesToStartWithAContextOneTransferDescriptorCannotCarry() throws Exception {
+        // the issue's case: 65,537 tokens at 1 token per page was a 429 retry_later for ever
+        final IllegalArgumentException e = assertThrows(IllegalArgumentException.class,
+            () -> ServerConfig.parse("--tokens-per-page", "1", "--context", "80000", "--pages", "80000"));
+        final String m = e.getMessage();
+        assertTrue(m.contains("the advertised context of 80000 tokens needs 80000 pages of 1 token(s)"), m);
+        assertTrue(m.contains("one KV transfer descriptor carries at most 65536 pages (65536 tokens at 1 per page)"), m);
+        assertTrue(m.contains("lower --context to ≤ 65536 or raise --tokens-per-page to ≥ 2"), m);
+
+        final ByteArrayOutputStream err = new ByteArrayOutputStream();
+        final int exit = KvServerMain.run(new String[] {"--port", "0", "--tokens-per-page", "1", "--context", "80000", "--pages", "80000"},
+            new PrintStream(new ByteArrayOutputStream(), true, StandardCharsets.UTF_8), new PrintStream(err, true, StandardCharsets.UTF_8));
+        assertEquals(2, exit);
+        assertTrue(err.toString(StandardCharsets.UTF_8).contains("one KV transfer descriptor carries at most 65536 pages"), err::toString);
+
+        // the largest context one descriptor carries still starts; so does the same context at 2 tokens per page
+        assertEquals(65_536, ServerConfig.parse("--tokens-per-page", "1", "--context", "65536", "--pages", "80000").contextTokens());
+        assertEquals(80_000, ServerConfig.parse("--tokens-per-page", "2", "--context", "80000", "--pages", "80000").contextTokens());
+    }
+
+    @Test
+    void aPromptOverOneDescriptorIsA413NotARetry() {
+        assertEquals(Rejection.Reason.EXCEEDS_TRANSFER, DecodeRole.reason(FailureReason.REJECTED, null, 65_537));
+        assertEquals(Rejection.Reason.RETRY_LATER, DecodeRole.reason(FailureReason.REJECTED, null, 65_536), "transfer slots busy");
+        assertEquals(Rejection.Reason.RETRY_LATER, DecodeRole.reason(FailureReason.REJECTED, Admission.Decision.RETRY_LATER, 8));
+        assertEquals(Rejection.Reason.EXCEEDS_POOL, DecodeRole.reason(FailureReason.REJECTED, Admission.Decision.REJECTED_EXCEEDS_POOL, 8));
+        assertEquals(Rejection.Reason.CONTEXT_TOO_LONG, DecodeRole.reason(FailureReason.REJECTED, Admission.Decision.REJECTED_CONTEXT_TOO_LONG, 8));
+        assertEquals(Rejection.Reason.UNAVAILABLE, DecodeRole.reason(FailureReason.PEER_LOST, null, 8));
+        final ApiError e = ApiError.of(new Rejection("decode", Rejection.Reason.EXCEEDS_TRANSFER, "m", Map.of()));
+        assertEquals(413, e.status());
+        assertEquals("exceeds_transfer", e.reason());
+        assertEquals(0, e.retryAfterSeconds(), "no wait makes it fit");
+    }
+
+    /** A stub role process: its status says ready, and every other call is refused with {@code refusal} (404: another build). */
+    private static HttpServer stubRole(String role, int refusal) throws Exception {
+        final HttpServer s = HttpServer.create(new InetSocketAddress(InetAddress.getLoopbackAddress(), 0), 0);
+        s.setExecutor(java.util.concurrent.Executors.newVirtualThreadPerTaskExecutor());
+        s.createContext("/", ex -> {
+            ex.getRequestBody().readAllBytes();
+            final byte[] b;
+            final int status;
+            if (ex.getRequestURI().getPath().equals("/internal/status")) {
+                status = 200;
+                final Map<String, Object> m = RoleJson.status(new RoleStatus(role, new PoolView(role, 0, "", Map.of()), Map.of(), ""), 0, true);
+                m.put("identity", RoleIdentity.of(role, ServerTests.small().build(), 128, 512).json()); // matches the router: it starts
+                b = TestClient.JSON.writeValueAsBytes(m);
+            } else if (ex.getRequestURI().getPath().equals("/internal/abort")) {
+                ex.sendResponseHeaders(204, -1);
+                ex.close();
+                return;
+            } else {
+                status = refusal;
+                b = ("{\"error\":{\"type\":\"not_found\",\"reason\":\"no_such_path\",\"message\":\"no endpoint at "
+                    + ex.getRequestURI().getPath() + "\"}}").getBytes(StandardCharsets.UTF_8);
+            }
+            ex.getResponseHeaders().set("Content-Type", "application/json");
+            ex.sendResponseHeaders(status, b.length);
+            try (OutputStream out = ex.getResponseBody()) {
+                out.write(b);
+            }
+        });
+        s.start();
+        return s;
+    }
+
+    @Test
+    void aRoleThatRefusesTheRoutersCallIsA502WithoutRetryAfter() throws Exception {
+        final HttpServer prefill = stubRole("prefill", 404);
+        final HttpServer decode = stubRole("decode", 404);
+        try (KvServer router = KvServer.start(ServerTests.small().topology(Topology.DEFAULT.withRole(Topology.Role.ROUTER)
+            .withUrls(URI.create("http://127.0.0.1:" + prefill.getAddress().getPort() + "/"),
+                URI.create("http://127.0.0.1:" + decode.getAddress().getPort() + "/"))).build())) {
+            final TestClient.Response r = new TestClient(router).complete("alice", "hello", 2, false);
+            assertEquals(502, r.status(), r::body); // was 503 + Retry-After: 1, for a call the role will never take
+            assertNull(r.retryAfter(), r::body);
+            assertEquals("role_refused", r.error().path("reason").asText(), r::body);
+            assertEquals(404, r.error().path("role_status").asInt(), r::body);
+            assertTrue(r.error().path("message").asText().contains("answered 404 to POST /internal/prefill"), r::body);
+        } finally {
+            prefill.stop(0);
+            decode.stop(0);
+        }
+    }
+}
