@@ -21,6 +21,9 @@ import java.util.concurrent.atomic.LongAdder;
 abstract class TransferEndpoint implements LinkListener, AutoCloseable {
 
     private static final int POLL_LIMIT = 256;
+    static final System.Logger LOG = System.getLogger("io.kvpool.transfer");
+    /** The least time between two log lines of one repeating per-transfer event ({@link RateLimitedLog}). */
+    static final long LOG_INTERVAL_NANOS = 10_000_000_000L;
 
     final PeerIdentity identity;
     final NanoClock clock;
@@ -32,6 +35,7 @@ abstract class TransferEndpoint implements LinkListener, AutoCloseable {
     private final Map<PeerLink, Peer> byLink = new IdentityHashMap<>();
     final LongAdder malformedFrames = new LongAdder();
     final LongAdder refusedPeers = new LongAdder();
+    final LongAdder duplicateHellos = new LongAdder();
     boolean closed;
 
     TransferEndpoint(PeerIdentity identity, NanoClock clock) {
@@ -72,6 +76,11 @@ abstract class TransferEndpoint implements LinkListener, AutoCloseable {
     /** @return links refused in the handshake (by either side) */
     public long refusedPeers() {
         return refusedPeers.sum();
+    }
+
+    /** @return copies of the peer's HELLO that arrived after the handshake passed (ignored, not an error) */
+    public long duplicateHellos() {
+        return duplicateHellos.sum();
     }
 
     /**
@@ -144,6 +153,7 @@ abstract class TransferEndpoint implements LinkListener, AutoCloseable {
                     final List<String> mismatches = identity.mismatches(h.identity());
                     if (mismatches.isEmpty()) {
                         p.state = Peer.State.UP;
+                        LOG.log(System.Logger.Level.INFO, () -> this + ": " + p + ", peer " + h.identity()); // one line per link state change
                     } else {
                         final String reason = new PeerMismatchException(identity, h.identity(), mismatches).getMessage();
                         try {
@@ -164,8 +174,13 @@ abstract class TransferEndpoint implements LinkListener, AutoCloseable {
         }
         switch (m) {
             case Message.Hello h -> {
-                malformedFrames.increment();
-                fail(p, Peer.State.FAILED, "protocol error: a second HELLO");
+                if (h.identity().equals(p.remote)) {
+                    duplicateHellos.increment(); // a duplicated frame, not a protocol error: it changes nothing
+                } else {
+                    malformedFrames.increment();
+                    fail(p, Peer.State.FAILED, "protocol error: a second HELLO with another identity: " + h.identity()
+                        + ", the first was " + p.remote);
+                }
             }
             case Message.Refuse r -> fail(p, Peer.State.REFUSED, "refused by the peer: " + r.reason());
             default -> {
@@ -199,6 +214,7 @@ abstract class TransferEndpoint implements LinkListener, AutoCloseable {
         if (state == Peer.State.REFUSED) {
             refusedPeers.increment();
         }
+        LOG.log(System.Logger.Level.WARNING, () -> this + ": " + p); // one line per link state change
         try {
             p.link.close();
         } catch (RuntimeException ignored) {

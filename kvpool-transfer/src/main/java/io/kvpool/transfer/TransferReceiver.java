@@ -71,6 +71,8 @@ public final class TransferReceiver extends TransferEndpoint {
     private final List<IncomingTransfer> active = new ArrayList<>();
     private final List<IncomingTransfer> scratch = new ArrayList<>();
     private final ReceiverMetrics metrics = new ReceiverMetrics();
+    /** Quarantines can come per transfer: one line per 10 s, the metrics count each. */
+    private final RateLimitedLog quarantineLog;
     private int nextSlotHint;
 
     private TransferReceiver(Builder b) {
@@ -91,6 +93,7 @@ public final class TransferReceiver extends TransferEndpoint {
         }
         this.tearDownOnTimeout = b.tearDownOnTimeout;
         this.disabled = b.disabled.isEmpty() ? Set.of() : Set.copyOf(b.disabled);
+        this.quarantineLog = new RateLimitedLog(LOG, b.clock, LOG_INTERVAL_NANOS);
         this.slots = new IncomingTransfer[b.maxTransfers];
         this.slotGeneration = new int[b.maxTransfers];
         if (!disabled.isEmpty()) {
@@ -637,9 +640,10 @@ public final class TransferReceiver extends TransferEndpoint {
         t.outcome = outcome;
         metrics.deferredRelease.get(outcome).increment();
         metrics.quarantinedPages.addAndGet(t.handles.length);
-        LOG.log(System.Logger.Level.WARNING, "transfer " + t.transferId + "/" + t.generation + " of request " + t.requestId
-            + ": " + t.handles.length + " pages QUARANTINED (" + outcome + ", " + t.failure + ": " + t.message
-            + "); held until the transport proves no write can land");
+        quarantineLog.log(System.Logger.Level.WARNING, "quarantine", () -> "transfer " + t.transferId + "/" + t.generation
+            + " of request " + t.requestId + ": " + t.handles.length + " pages QUARANTINED (" + outcome + ", " + t.failure + ": "
+            + t.message + "); held until the transport proves no write can land; now " + metrics.quarantinedPages.get()
+            + " pages quarantined");
         tryReleaseQuarantine(t, now);
     }
 

@@ -248,11 +248,25 @@ class PeerHandshakeTest {
     }
 
     @Test
-    void aSecondHelloFailsThePeer() {
+    void aDuplicatedIdenticalHelloIsIgnoredAndCounted() {
+        // changed by the fleet issue (item 8): a duplicated identical HELLO used to fail the link
         try (Scripted s = new Scripted().up()) {
-            s.link.hello(Kv.identity());
+            s.link.hello(Kv.identity()).hello(Kv.identity());
+            s.receiver.doWork();
+            assertEquals(Peer.State.UP, s.peer().state(), s.peer()::toString);
+            assertTrue(s.link.isUp());
+            assertEquals(2, s.receiver.duplicateHellos());
+            assertEquals(0, s.receiver.malformedFrames());
+        }
+    }
+
+    @Test
+    void aSecondHelloWithAnotherIdentityFailsThePeer() {
+        try (Scripted s = new Scripted().up()) {
+            s.link.hello(PeerIdentity.of(Kv.LAYOUT, "test-model@r1", "test", "build-2"));
             s.receiver.doWork();
             s.assertFailed("second HELLO", 1);
+            assertEquals(0, s.receiver.duplicateHellos());
         }
     }
 
