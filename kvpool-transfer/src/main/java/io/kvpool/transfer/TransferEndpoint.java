@@ -27,6 +27,10 @@ abstract class TransferEndpoint implements LinkListener, AutoCloseable {
 
     final PeerIdentity identity;
     final NanoClock clock;
+    /** Whether a peer of another build is refused (off by default: a rollout mixes builds). */
+    final boolean strictBuild;
+    /** Links UP by the peer's build, for exporters on any thread ({@link #peerBuilds()}). */
+    private final java.util.concurrent.ConcurrentHashMap<String, Integer> upByBuild = new java.util.concurrent.ConcurrentHashMap<>();
     /** Every peer ever added, by id (ids are indexes that transfers and quarantines keep). */
     final List<Peer> peers = new ArrayList<>();
     /** The peers {@link #doWork()} may still have to poll; a peer leaves once it is down and owes nothing. */
@@ -39,8 +43,34 @@ abstract class TransferEndpoint implements LinkListener, AutoCloseable {
     boolean closed;
 
     TransferEndpoint(PeerIdentity identity, NanoClock clock) {
+        this(identity, clock, false);
+    }
+
+    TransferEndpoint(PeerIdentity identity, NanoClock clock, boolean strictBuild) {
         this.identity = Objects.requireNonNull(identity, "identity");
         this.clock = Objects.requireNonNull(clock, "clock");
+        this.strictBuild = strictBuild;
+    }
+
+    /**
+     * Whether this side sends its HELLO as soon as a link is added. The receiver does; a sender answers the
+     * receiver's HELLO in its layout, so that a version-1 receiver (which reads nothing but a version-1 HELLO)
+     * is answered in version 1. An identity of version 1 only behaves as version-1 code did: it sends at once.
+     */
+    boolean sendsHelloFirst() {
+        return true;
+    }
+
+    /** Our HELLO in the given layout version (1: one version, the lowest of ours, as version-1 code sent). */
+    private void sendHello(Peer p, int format) {
+        p.helloSent = true;
+        final PeerIdentity id = format == 1 ? identity.withVersions(identity.minVersion(), identity.minVersion()) : identity;
+        p.link.send(WireCodec.encode(new Message.Hello(id), format));
+    }
+
+    /** @return the layout our first HELLO uses: 1 for an identity of version 1 only, else the current one */
+    private int helloFormat() {
+        return identity.maxVersion() < 2 ? 1 : io.kvpool.transfer.wire.WireFormat.VERSION;
     }
 
     /**
@@ -55,12 +85,35 @@ abstract class TransferEndpoint implements LinkListener, AutoCloseable {
         peers.add(p);
         polled.add(p);
         byLink.putIfAbsent(link, p);
-        try {
-            link.send(WireCodec.encode(new Message.Hello(identity)));
-        } catch (RuntimeException e) {
-            fail(p, Peer.State.FAILED, "could not send HELLO: " + e.getMessage());
+        if (sendsHelloFirst() || identity.maxVersion() < 2) {
+            try {
+                sendHello(p, helloFormat());
+            } catch (RuntimeException e) {
+                fail(p, Peer.State.FAILED, "could not send HELLO: " + e.getMessage());
+            }
         }
         return p.id;
+    }
+
+    /**
+     * Every peer ever added, by id. For the engine's thread (exporters on other threads read
+     * {@link #peerBuilds()}); each peer's {@link Peer#remote()} names its build, {@link Peer#protocolVersion()} the
+     * version its link speaks.
+     *
+     * @return an unmodifiable view
+     */
+    public List<Peer> peers() {
+        return java.util.Collections.unmodifiableList(peers);
+    }
+
+    /**
+     * The builds of the peers whose links are UP, with how many links each: what an exporter renders as
+     * {@code kvpool_peer_info{build=…}}. Readable from any thread.
+     *
+     * @return a snapshot, build → links UP
+     */
+    public Map<String, Integer> peerBuilds() {
+        return Map.copyOf(upByBuild);
     }
 
     /** @return the peer with that id */
@@ -139,7 +192,9 @@ abstract class TransferEndpoint implements LinkListener, AutoCloseable {
             return;
         }
         final Message m;
+        final int version;
         try {
+            version = WireCodec.version(frame);
             m = WireCodec.decode(frame);
         } catch (MalformedMessageException e) {
             malformedFrames.increment();
@@ -150,14 +205,30 @@ abstract class TransferEndpoint implements LinkListener, AutoCloseable {
             switch (m) {
                 case Message.Hello h -> {
                     p.remote = h.identity();
-                    final List<String> mismatches = identity.mismatches(h.identity());
+                    p.helloFormat = version;
+                    final List<String> mismatches = identity.mismatches(h.identity(), strictBuild);
+                    if (!p.helloSent) {
+                        try {
+                            sendHello(p, version); // in kind: a version-1 peer reads only a version-1 HELLO
+                        } catch (RuntimeException e) {
+                            fail(p, Peer.State.FAILED, "could not send HELLO: " + e.getMessage());
+                            return;
+                        }
+                    }
                     if (mismatches.isEmpty()) {
+                        p.version = identity.commonVersion(h.identity());
                         p.state = Peer.State.UP;
-                        LOG.log(System.Logger.Level.INFO, () -> this + ": " + p + ", peer " + h.identity()); // one line per link state change
+                        upByBuild.merge(h.identity().buildVersion(), 1, Integer::sum);
+                        final boolean otherBuild = !identity.buildVersion().equals(h.identity().buildVersion());
+                        // one line per link state change; a build difference is named here, once per link
+                        LOG.log(otherBuild ? System.Logger.Level.WARNING : System.Logger.Level.INFO, () -> this + ": " + p
+                            + " speaking version " + p.version + (otherBuild ? ", peer on ANOTHER BUILD: local="
+                            + identity.buildVersion() + " remote=" + h.identity().buildVersion() + " (allowed; strictBuild refuses)" : "")
+                            + ", peer " + h.identity());
                     } else {
                         final String reason = new PeerMismatchException(identity, h.identity(), mismatches).getMessage();
                         try {
-                            p.link.send(WireCodec.encode(new Message.Refuse(reason)));
+                            p.link.send(WireCodec.encode(new Message.Refuse(reason), version));
                         } catch (RuntimeException ignored) {
                             // the link is going down anyway
                         }
@@ -170,6 +241,12 @@ abstract class TransferEndpoint implements LinkListener, AutoCloseable {
                     fail(p, Peer.State.FAILED, "protocol error: " + m.getClass().getSimpleName() + " before the handshake");
                 }
             }
+            return;
+        }
+        if (m instanceof Message.Hello ? version != p.helloFormat : version != p.version) {
+            malformedFrames.increment();
+            fail(p, Peer.State.FAILED, "protocol error: a " + m.getClass().getSimpleName() + " of version " + version
+                + " on a link speaking version " + p.version);
             return;
         }
         switch (m) {
@@ -209,6 +286,9 @@ abstract class TransferEndpoint implements LinkListener, AutoCloseable {
         if (p.state == Peer.State.FAILED || p.state == Peer.State.REFUSED) {
             return;
         }
+        if (p.state == Peer.State.UP) {
+            upByBuild.computeIfPresent(p.remote.buildVersion(), (b, n) -> n == 1 ? null : n - 1);
+        }
         p.state = state;
         p.failure = why;
         if (state == Peer.State.REFUSED) {
@@ -237,7 +317,7 @@ abstract class TransferEndpoint implements LinkListener, AutoCloseable {
         if (!p.isUp()) {
             return false;
         }
-        final byte[] frame = WireCodec.encode(m); // a message that cannot be encoded is our bug, not the link's
+        final byte[] frame = WireCodec.encode(m, p.version); // a message that cannot be encoded is our bug, not the link's
         try {
             p.link.send(frame);
             return true;

@@ -76,7 +76,7 @@ public final class TransferReceiver extends TransferEndpoint {
     private int nextSlotHint;
 
     private TransferReceiver(Builder b) {
-        super(b.identity, b.clock);
+        super(b.identity, b.clock, b.strictBuild);
         this.pool = b.pool;
         this.layout = pool.layout();
         if (b.identity.layoutFingerprint() != layout.fingerprint()) {
@@ -820,6 +820,11 @@ public final class TransferReceiver extends TransferEndpoint {
     }
 
     @Override
+    boolean sendsHelloFirst() {
+        return true;
+    }
+
+    @Override
     public String toString() {
         return "TransferReceiver[" + identity.environment() + ", " + peers.size() + " peers, " + active.size() + " active"
             + (disabled.isEmpty() ? "" : ", UNSAFE: disabled " + disabled) + "]";
@@ -830,6 +835,7 @@ public final class TransferReceiver extends TransferEndpoint {
         private final KvPool pool;
         private final PeerIdentity identity;
         private NanoClock clock = NanoClock.SYSTEM;
+        private boolean strictBuild;
         private Duration completionTimeout = Duration.ofSeconds(30);
         private Duration drainTimeout = Duration.ofSeconds(30);
         private boolean checksums = true;
@@ -841,6 +847,16 @@ public final class TransferReceiver extends TransferEndpoint {
         private Builder(KvPool pool, PeerIdentity identity) {
             this.pool = Objects.requireNonNull(pool, "pool");
             this.identity = Objects.requireNonNull(identity, "identity");
+        }
+
+        /**
+         * Whether a peer running another build is refused (default false: builds may differ during a rollout, and
+         * each link names a differing build once in the log and in {@code peerBuilds()}). Protocol versions must
+         * share one, and layout, model and environment must be equal, either way.
+         */
+        public Builder strictBuild(boolean on) {
+            this.strictBuild = on;
+            return this;
         }
 
         /** The clock deadlines are measured on (default {@link NanoClock#SYSTEM}). */

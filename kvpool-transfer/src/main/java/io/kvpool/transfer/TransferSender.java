@@ -108,7 +108,7 @@ public final class TransferSender extends TransferEndpoint {
     }
 
     private TransferSender(Builder b) {
-        super(b.identity, b.clock);
+        super(b.identity, b.clock, b.strictBuild);
         this.pool = b.pool;
         this.layout = pool.layout();
         if (b.identity.layoutFingerprint() != layout.fingerprint()) {
@@ -631,6 +631,11 @@ public final class TransferSender extends TransferEndpoint {
     }
 
     @Override
+    boolean sendsHelloFirst() {
+        return false;
+    }
+
+    @Override
     public String toString() {
         return "TransferSender[" + identity.environment() + ", " + peers.size() + " peers, " + offers.size() + " offered]";
     }
@@ -640,6 +645,7 @@ public final class TransferSender extends TransferEndpoint {
         private final KvPool pool;
         private final PeerIdentity identity;
         private NanoClock clock = NanoClock.SYSTEM;
+        private boolean strictBuild;
         private int maxPagesInFlight = 64;
         private boolean checksums = true;
         private PageChecksums checksummer = PageChecksums.HOST;
@@ -649,6 +655,16 @@ public final class TransferSender extends TransferEndpoint {
         private Builder(KvPool pool, PeerIdentity identity) {
             this.pool = Objects.requireNonNull(pool, "pool");
             this.identity = Objects.requireNonNull(identity, "identity");
+        }
+
+        /**
+         * Whether a peer running another build is refused (default false: builds may differ during a rollout, and
+         * each link names a differing build once in the log and in {@code peerBuilds()}). Protocol versions must
+         * share one, and layout, model and environment must be equal, either way.
+         */
+        public Builder strictBuild(boolean on) {
+            this.strictBuild = on;
+            return this;
         }
 
         /** The clock deadlines are measured on (default {@link NanoClock#SYSTEM}). */
