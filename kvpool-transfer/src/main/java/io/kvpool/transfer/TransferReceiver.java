@@ -262,7 +262,18 @@ public final class TransferReceiver extends TransferEndpoint {
         t.failure = reason;
         t.message = message;
         metrics.failures.get(reason).increment();
+        // no descriptor went out: without a CANCEL each sender would pin the request's pages until its timeout
+        for (int id : t.senderPeers) {
+            cancel(peers.get(id), t.requestId, Message.Cancel.REJECTED, message);
+        }
         return t;
+    }
+
+    /** Tells a sender this request will not be received (links of version 1 lack CANCEL: their senders time out). */
+    private void cancel(Peer p, long requestId, int reason, String detail) {
+        if (p.isUp() && p.version >= 2) {
+            send(p, new Message.Cancel(requestId, reason, detail));
+        }
     }
 
     private int freeSlot() {
@@ -587,6 +598,8 @@ public final class TransferReceiver extends TransferEndpoint {
             if (!t.confirmed[r]) {
                 send(peers.get(t.senderPeers[r]), new Message.Abort(t.transferId, t.generation,
                     reason == FailureReason.ABORTED ? Message.Abort.REQUESTED : Message.Abort.RECEIVER_FAILED, message));
+                // and by request: a sender whose descriptor was lost (or never sent) still holds a waiting offer
+                cancel(peers.get(t.senderPeers[r]), t.requestId, Message.Cancel.ABORTED, message);
             }
         }
         if (t.state != IncomingTransfer.State.DRAINING) {

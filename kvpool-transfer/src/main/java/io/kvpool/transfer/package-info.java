@@ -15,6 +15,8 @@
  *            (version-1 code sends its HELLO at once and reads only version 1: prefill is rolled out first)
  *
  *  start(request, tokens): admission (typed rejection, never a placeholder) → append → pin every page
+ *  rejected (admission, no slot, a sender down):
+ *            ── CANCEL(request, rejected, why) ──▶ (v ≥ 2)    an offer still waiting: released at once
  *  RECEIVING → register pages [first(r), first(r+1)) for each sender
  *            ── DESCRIPTOR(request, slot, generation, tokens, layout, n, r, handles, region key) ──▶
  *                                                              offer(request, sequence) (either order)
@@ -27,6 +29,10 @@
  *
  *  abort / failure (either side, any time before commit)
  *            ── ABORT(slot, generation, reason) ──▶            marked FAILED first: nothing more posted
+ *            ── CANCEL(request, aborted, why) ──▶ (v ≥ 2)     an offer whose descriptor never came: released
+ *                                                              at once; one writing: as ABORT (below). Source
+ *                                                              pages are released only once every write the
+ *                                                              sender posted for the request is terminal
  *  pages DRAINING; the sequence is closed                     wait until every posted write is terminal
  *  (only the writer pins hold the pages)                      (OK / FAILED / CANCELED), then flush
  *            ◀── DRAINED(slot, generation, r, posted, proven, unproven) ──

@@ -147,4 +147,25 @@ public sealed interface Message {
             return WireFormat.DRAINED;
         }
     }
+
+    /**
+     * Receiver → sender (version 2 and later): the receiver will not take this request — it rejected it at
+     * admission, or its transfer failed. The sender releases its offer at once if it posted nothing for it,
+     * else once every write it posted reached a terminal state (as after an ABORT). Keyed by request id, since a
+     * rejected request never had a transfer slot; a CANCEL for a request the sender holds no open offer of is
+     * ignored (counted).
+     */
+    record Cancel(long requestId, int reason, String detail) implements Message {
+        /** Reason codes. */
+        public static final int REJECTED = 1, ABORTED = 2;
+
+        public Cancel {
+            Objects.requireNonNull(detail, "detail");
+        }
+
+        @Override
+        public int type() {
+            return WireFormat.CANCEL;
+        }
+    }
 }

@@ -81,6 +81,10 @@ public final class WireCodec {
             }
             case Message.Drained d -> body.putLong(d.transferId()).putInt(d.generation()).putInt(d.senderRank())
                 .putLong(d.posted()).putLong(d.succeeded()).putLong(d.failed());
+            case Message.Cancel c -> {
+                body.putLong(c.requestId()).putInt(c.reason());
+                str(body, truncate(c.detail()));
+            }
         }
         if (body.hasRemaining()) {
             throw new AssertionError("body length mismatch for " + m);
@@ -113,6 +117,7 @@ public final class WireCodec {
             case Message.Completion c -> 8 + 4 + 4 + 4 + 4 + 1 + 4 + 4 * (c.checksums() == null ? 0 : c.checksums().length) + 24;
             case Message.Abort a -> 8 + 4 + 4 + strLen(truncate(a.detail()));
             case Message.Drained d -> 8 + 4 + 4 + 24;
+            case Message.Cancel c -> 8 + 4 + strLen(truncate(c.detail()));
         };
     }
 
@@ -210,6 +215,7 @@ public final class WireCodec {
                 }
                 case ABORT -> new Message.Abort(b.getLong(), b.getInt(), b.getInt(), str(b));
                 case DRAINED -> new Message.Drained(b.getLong(), b.getInt(), b.getInt(), b.getLong(), b.getLong(), b.getLong());
+                case CANCEL -> new Message.Cancel(b.getLong(), b.getInt(), str(b));
                 default -> throw new MalformedMessageException("unknown message type " + type);
             };
             if (b.hasRemaining()) {

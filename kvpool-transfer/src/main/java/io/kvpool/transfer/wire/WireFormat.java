@@ -23,6 +23,7 @@ package io.kvpool.transfer.wire;
  *                 u8 checksumsPresent (0|1), i32[] checksums, i64 posted, i64 succeeded, i64 failed
  *   5 ABORT       i64 transferId, i32 generation, i32 reason (see Abort), str detail
  *   6 DRAINED     i64 transferId, i32 generation, i32 senderRank, i64 posted, i64 succeeded, i64 failed
+ *   7 CANCEL      i64 requestId, i32 reason (see Cancel), str detail                    (version 2 and later)
  * </pre>
  *
  * The header's version is the link's negotiated version (the highest both HELLOs' ranges share); a HELLO
@@ -53,6 +54,8 @@ public final class WireFormat {
 
     /** Type codes. */
     public static final int HELLO = 1, REFUSE = 2, DESCRIPTOR = 3, COMPLETION = 4, ABORT = 5, DRAINED = 6;
+    /** Type code of CANCEL, which version 1 lacks: a link of version 1 never carries it. */
+    public static final int CANCEL = 7;
     /** The last type code of {@link #VERSION}. */
-    static final int LAST_TYPE = DRAINED;
+    static final int LAST_TYPE = CANCEL;
 }

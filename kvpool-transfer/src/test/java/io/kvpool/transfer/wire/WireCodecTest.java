@@ -24,6 +24,8 @@ class WireCodecTest {
 
     static List<Message> samples() {
         final List<Message> out = new ArrayList<>();
+        out.add(new Message.Cancel(42, Message.Cancel.REJECTED, "admission: RETRY_LATER"));
+        out.add(new Message.Cancel(-1, Integer.MIN_VALUE, ""));
         out.add(new Message.Hello(ID));
         out.add(new Message.Hello(new PeerIdentity(-7, Long.MIN_VALUE, MAX_STR, "a".repeat(256), "€".repeat(85) + "x")));
         out.add(new Message.Hello(new PeerIdentity(Integer.MAX_VALUE, -1L, "m", "e", "😀 build")));
@@ -49,7 +51,7 @@ class WireCodecTest {
 
     @Test
     void everyMessageTypeRoundTripsExactly() {
-        final boolean[] seen = new boolean[DRAINED + 1];
+        final boolean[] seen = new boolean[CANCEL + 1];
         for (Message m : samples()) {
             final byte[] frame = WireCodec.encode(m);
             final ByteBuffer h = ByteBuffer.wrap(frame).order(ByteOrder.LITTLE_ENDIAN);
@@ -65,9 +67,18 @@ class WireCodecTest {
             assertArrayEquals(frame, WireCodec.encode(back), () -> "re-encoding of " + m);
             seen[m.type()] = true;
         }
-        for (int t = HELLO; t <= DRAINED; t++) {
+        for (int t = HELLO; t <= CANCEL; t++) {
             assertTrue(seen[t], "no sample of type " + t);
         }
+    }
+
+    @Test
+    void version1FramesLackCancel() {
+        final Message.Cancel c = new Message.Cancel(1, Message.Cancel.REJECTED, "x");
+        assertThrows(IllegalArgumentException.class, () -> WireCodec.encode(c, 1));
+        final byte[] f = WireCodec.encode(c);
+        f[2] = 1;
+        malformed(f, "unknown message type 7");
     }
 
     @Test

@@ -64,6 +64,7 @@ public final class WireCodecV1 {
             }
             case Message.Drained d -> body.putLong(d.transferId()).putInt(d.generation()).putInt(d.senderRank())
                 .putLong(d.posted()).putLong(d.succeeded()).putLong(d.failed());
+            case Message.Cancel c -> throw new IllegalArgumentException("version 1 has no CANCEL"); // added with version 2
         }
         if (body.hasRemaining()) {
             throw new AssertionError("body length mismatch for " + m);
@@ -82,6 +83,7 @@ public final class WireCodecV1 {
             case Message.Completion c -> 8 + 4 + 4 + 4 + 4 + 1 + 4 + 4 * (c.checksums() == null ? 0 : c.checksums().length) + 24;
             case Message.Abort a -> 8 + 4 + 4 + strLen(truncate(a.detail()));
             case Message.Drained d -> 8 + 4 + 4 + 24;
+            case Message.Cancel c -> throw new IllegalArgumentException("version 1 has no CANCEL"); // added with version 2
         };
     }
 
