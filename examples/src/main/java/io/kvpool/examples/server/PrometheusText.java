@@ -118,6 +118,43 @@ final class PrometheusText {
     }
 
     /**
+     * The decode role's families ({@link #decodeRole(ReceiverMetrics, int, int, boolean)}), then
+     * {@code kvpool_peer_info{role="decode",build=…} 1} for each build its UP links' peers run.
+     *
+     * @param peerBuilds the receiver's {@code peerBuilds()}
+     */
+    static String decodeRole(ReceiverMetrics m, int activeTransfers, int heldSequences, boolean linkUp, Map<String, Integer> peerBuilds) {
+        return decodeRole(m, activeTransfers, heldSequences, linkUp) + peerInfo("decode", peerBuilds);
+    }
+
+    /**
+     * The prefill role's families ({@link #prefillRole(SenderMetrics, int, boolean)}), then
+     * {@code kvpool_peer_info{role="prefill",build=…} 1} for each build its UP links' peers run.
+     *
+     * @param peerBuilds the sender's {@code peerBuilds()}
+     */
+    static String prefillRole(SenderMetrics m, int activeTransfers, boolean linkUp, Map<String, Integer> peerBuilds) {
+        return prefillRole(m, activeTransfers, linkUp) + peerInfo("prefill", peerBuilds);
+    }
+
+    /** The peers' builds, one sample per build (a rollout shows two), sorted; nothing when no link is up. */
+    static String peerInfo(String role, Map<String, Integer> peerBuilds) {
+        if (peerBuilds.isEmpty()) {
+            return "";
+        }
+        final StringBuilder b = new StringBuilder("# TYPE kvpool_peer_info gauge\n");
+        for (String build : new java.util.TreeSet<>(peerBuilds.keySet())) {
+            b.append("kvpool_peer_info{role=\"").append(role).append("\",build=\"").append(labelValue(build)).append("\"} 1\n");
+        }
+        return b.toString();
+    }
+
+    /** A label value in the text format: backslash, double quote and line feed escaped. */
+    static String labelValue(String v) {
+        return v.replace("\\", "\\\\").replace("\"", "\\\"").replace("\n", "\\n");
+    }
+
+    /**
      * The prefill role's own families: its sender's counters, then the role's gauges.
      *
      * @param m               the sender's metrics
