@@ -94,10 +94,29 @@ final class PrometheusText {
         for (String f : config.unsafeSwitches()) {
             b.append("kvpool_unsafe_switch{name=\"").append(f.substring(2)).append("\"} 1\n");
         }
+        // each role names its peers' builds (kvpool_peer_info); one family may be declared once: gather them last
+        final StringBuilder peerInfo = new StringBuilder();
         for (RoleStatus s : roles) {
-            b.append(s.prometheus());
+            final String prom = s.prometheus();
+            if (!prom.contains(PEER_INFO)) {
+                b.append(prom);
+                continue;
+            }
+            for (String line : prom.split("\n")) {
+                if (line.startsWith(PEER_INFO + "{")) {
+                    peerInfo.append(line).append('\n');
+                } else if (!line.equals(PEER_INFO_TYPE)) {
+                    b.append(line).append('\n');
+                }
+            }
+        }
+        if (!peerInfo.isEmpty()) {
+            b.append(PEER_INFO_TYPE).append('\n').append(peerInfo);
         }
     }
+
+    private static final String PEER_INFO = "kvpool_peer_info";
+    private static final String PEER_INFO_TYPE = "# TYPE " + PEER_INFO + " gauge";
 
     /**
      * The decode role's own families: its {@link ReceiverMetrics}, then the role's gauges.
