@@ -74,7 +74,8 @@ abstract class TransferEndpoint implements LinkListener, AutoCloseable {
     }
 
     /**
-     * Adds a link and starts its handshake (our HELLO goes out at once). Nothing but HELLO/REFUSE is
+     * Adds a link and starts its handshake (a receiver's HELLO goes out at once; a sender answers it, see
+     * {@link #sendsHelloFirst()}). Nothing but HELLO/REFUSE is
      * accepted on it until the peer's identity has been checked.
      *
      * @return the peer's id, its index for {@link #peer(int)}

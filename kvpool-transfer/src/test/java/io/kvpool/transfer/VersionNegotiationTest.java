@@ -241,6 +241,25 @@ class VersionNegotiationTest {
     }
 
     @Test
+    void aSenderWaitsForTheReceiversHelloAndAnswersItInKind() {
+        try (KvPool pool = Kv.pool(16)) {
+            for (int format : new int[] {1, 2}) {
+                final TransferSender sender = TransferSender.builder(pool, Kv.identity()).clock(new ManualClock()).build();
+                final ScriptedLink link = new ScriptedLink();
+                final int p = sender.addPeer(link);
+                assertEquals(List.of(), link.sent, "a sender speaks only after the receiver's HELLO");
+                final PeerIdentity receiver = format == 1 ? Kv.identity().withVersions(1, 1) : Kv.identity();
+                link.injectRaw(format == 1 ? WireCodecV1.encode(new Message.Hello(receiver)) : WireCodec.encode(new Message.Hello(receiver)));
+                sender.doWork();
+                assertEquals(List.of(new Message.Hello(format == 1 ? Kv.identity().withVersions(1, 1) : Kv.identity())), link.sent);
+                assertEquals(format, sender.peer(p).protocolVersion());
+                assertTrue(sender.peer(p).isUp());
+                sender.close();
+            }
+        }
+    }
+
+    @Test
     void aFrameOfAnotherVersionThanTheLinkSpeaksFailsIt() {
         try (KvPool pool = Kv.pool(16)) {
             final TransferReceiver receiver = TransferReceiver.builder(pool, Kv.identity()).clock(new ManualClock()).build();
