@@ -7,7 +7,7 @@ import io.kvpool.transfer.spi.PeerLink;
  * stands. Owned by the engine's thread.
  *
  * <pre>
- *   HANDSHAKE ──HELLO, identities equal──▶ UP
+ *   HANDSHAKE ──HELLO, identities compatible (a version in common)──▶ UP, speaking that version
  *       │  HELLO with a mismatch: we send REFUSE ─▶ REFUSED
  *       │  REFUSE received                        ─▶ REFUSED
  *       │  any other frame first, malformed frame  ─▶ FAILED
@@ -33,6 +33,11 @@ public final class Peer {
     State state = State.HANDSHAKE;
     String failure;
     PeerIdentity remote;
+    /** The version the link speaks once UP: the highest both ranges share; 0 before. */
+    int version;
+    /** The layout version of the peer's HELLO frame (1 or 2): our HELLO answering it, and a REFUSE, use it. */
+    int helloFormat;
+    boolean helloSent;
     boolean tornDown;
     /** Transfers with writes that may still report on this link (a sender's); a down link is polled while > 0. */
     int users;
@@ -65,6 +70,11 @@ public final class Peer {
     /** {@return the peer's identity once its HELLO arrived, else {@code null}} */
     public PeerIdentity remote() {
         return remote;
+    }
+
+    /** {@return the protocol version the link speaks (the highest both HELLOs' ranges share), 0 before it is UP} */
+    public int protocolVersion() {
+        return version;
     }
 
     /** {@return whether the link is up and the handshake passed} */

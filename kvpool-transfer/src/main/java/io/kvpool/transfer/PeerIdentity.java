@@ -8,16 +8,20 @@ import java.util.Objects;
 
 /**
  * What a peer says about itself when a link comes up, and what the other side checks before any page
- * moves, so that e.g. a production pool refuses a staging build. Every field must be equal on both sides;
- * {@link #mismatches} names each difference with both values.
+ * moves, so that e.g. a production pool refuses a staging build. The version ranges must overlap (the link
+ * speaks the highest version both share); layout, model and environment must be equal; the build may differ
+ * (a progressive rollout mixes builds) unless a side asks for strict builds. {@link #mismatches} names each
+ * difference with both values.
  *
- * @param protocolVersion   {@link io.kvpool.transfer.wire.WireFormat#VERSION} of the peer's code
+ * @param minVersion        the oldest protocol version the peer's code speaks ({@link io.kvpool.transfer.wire.WireFormat#MIN_VERSION})
+ * @param maxVersion        the newest ({@link io.kvpool.transfer.wire.WireFormat#VERSION}); a version-1 peer's range is one version
  * @param layoutFingerprint {@link KvLayout#fingerprint()} of the peer's pool
  * @param modelId           the model (and revision) whose KV the pool holds, e.g. {@code "glm-4.6@r3"}
  * @param environment       the deployment environment, e.g. {@code "production"} or {@code "staging"}
  * @param buildVersion      the build of the serving code, e.g. a release tag or commit
  */
-public record PeerIdentity(int protocolVersion, long layoutFingerprint, String modelId, String environment, String buildVersion) {
+public record PeerIdentity(int minVersion, int maxVersion, long layoutFingerprint, String modelId, String environment,
+                           String buildVersion) {
 
     /** Longest UTF-8 encoding accepted for each string field (the wire format's limit). */
     public static final int MAX_FIELD_BYTES = 256;
@@ -29,9 +33,59 @@ public record PeerIdentity(int protocolVersion, long layoutFingerprint, String m
      * @throws IllegalArgumentException if a string field is blank or too long
      */
     public PeerIdentity {
+        if (minVersion > maxVersion) {
+            throw new IllegalArgumentException("version range [" + minVersion + ", " + maxVersion + "] is empty");
+        }
         check("modelId", modelId);
         check("environment", environment);
         check("buildVersion", buildVersion);
+    }
+
+    /**
+     * An identity that speaks exactly one protocol version, as version-1 code did.
+     *
+     * @param protocolVersion   the one version spoken
+     * @param layoutFingerprint {@link io.kvpool.KvLayout#fingerprint()} of the pool's layout
+     * @param modelId           the model served, e.g. {@code "glm-4.6@r3"}
+     * @param environment       the deployment environment, e.g. {@code "production"}
+     * @param buildVersion      the build of the serving code
+     * @throws NullPointerException     if a string field is null
+     * @throws IllegalArgumentException if a string field is blank or too long for a HELLO
+     */
+    public PeerIdentity(int protocolVersion, long layoutFingerprint, String modelId, String environment, String buildVersion) {
+        this(protocolVersion, protocolVersion, layoutFingerprint, modelId, environment, buildVersion);
+    }
+
+    /** {@return the newest protocol version the peer speaks, {@link #maxVersion()}} */
+    public int protocolVersion() {
+        return maxVersion;
+    }
+
+    /** {@return the range as {@code "[min,max]"}} */
+    public String versions() {
+        return "[" + minVersion + "," + maxVersion + "]";
+    }
+
+    /**
+     * {@return this identity speaking only the versions in {@code [min, max]} (e.g. {@code (1, 1)}: as version-1 code)}
+     *
+     * @param min the oldest version spoken
+     * @param max the newest version spoken
+     * @throws IllegalArgumentException if {@code min > max}
+     */
+    public PeerIdentity withVersions(int min, int max) {
+        return new PeerIdentity(min, max, layoutFingerprint, modelId, environment, buildVersion);
+    }
+
+    /**
+     * Picks the version a link with {@code remote} speaks.
+     *
+     * @param remote the other side's identity
+     * @return the highest protocol version both ranges hold, or -1 if they do not overlap
+     */
+    public int commonVersion(PeerIdentity remote) {
+        final int v = Math.min(maxVersion, remote.maxVersion);
+        return v >= Math.max(minVersion, remote.minVersion) ? v : -1;
     }
 
     private static void check(String name, String value) {
@@ -56,7 +110,8 @@ public record PeerIdentity(int protocolVersion, long layoutFingerprint, String m
      * @throws IllegalArgumentException if a name is blank or longer than {@link #MAX_FIELD_BYTES} bytes of UTF-8
      */
     public static PeerIdentity of(KvLayout layout, String modelId, String environment, String buildVersion) {
-        return new PeerIdentity(io.kvpool.transfer.wire.WireFormat.VERSION, layout.fingerprint(), modelId, environment, buildVersion);
+        return new PeerIdentity(io.kvpool.transfer.wire.WireFormat.MIN_VERSION, io.kvpool.transfer.wire.WireFormat.VERSION,
+            layout.fingerprint(), modelId, environment, buildVersion);
     }
 
     /**
@@ -64,11 +119,24 @@ public record PeerIdentity(int protocolVersion, long layoutFingerprint, String m
      *
      * @param remote the other side's identity
      * @return one line per differing field, {@code "environment: local=production remote=staging"}; empty if compatible
+     *         (a differing build is allowed: see {@link #mismatches(PeerIdentity, boolean)})
      */
     public List<String> mismatches(PeerIdentity remote) {
+        return mismatches(remote, false);
+    }
+
+    /**
+     * Compares two identities field by field.
+     *
+     * @param remote      the other side's identity
+     * @param strictBuild whether a differing build is a mismatch too
+     * @return one line per differing field, {@code "environment: local=production remote=staging"}, or
+     *         {@code "protocol versions: local=[1,2] remote=[3,3]"} for ranges with no version in common; empty if compatible
+     */
+    public List<String> mismatches(PeerIdentity remote, boolean strictBuild) {
         final List<String> out = new ArrayList<>();
-        if (protocolVersion != remote.protocolVersion) {
-            out.add("protocol version: local=" + protocolVersion + " remote=" + remote.protocolVersion);
+        if (commonVersion(remote) < 0) {
+            out.add("protocol versions: local=" + versions() + " remote=" + remote.versions());
         }
         if (layoutFingerprint != remote.layoutFingerprint) {
             out.add("layout fingerprint: local=" + hex(layoutFingerprint) + " remote=" + hex(remote.layoutFingerprint));
@@ -79,7 +147,7 @@ public record PeerIdentity(int protocolVersion, long layoutFingerprint, String m
         if (!environment.equals(remote.environment)) {
             out.add("environment: local=" + environment + " remote=" + remote.environment);
         }
-        if (!buildVersion.equals(remote.buildVersion)) {
+        if (strictBuild && !buildVersion.equals(remote.buildVersion)) {
             out.add("build: local=" + buildVersion + " remote=" + remote.buildVersion);
         }
         return out;
@@ -92,7 +160,7 @@ public record PeerIdentity(int protocolVersion, long layoutFingerprint, String m
      * @throws PeerMismatchException naming every differing field with both values
      */
     public void requireCompatible(PeerIdentity remote) {
-        final List<String> m = mismatches(remote);
+        final List<String> m = mismatches(remote, false);
         if (!m.isEmpty()) {
             throw new PeerMismatchException(this, remote, m);
         }

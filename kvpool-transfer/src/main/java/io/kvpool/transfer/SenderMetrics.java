@@ -15,8 +15,29 @@ public final class SenderMetrics {
     final LongAdder writesFailed = new LongAdder();
     final LongAdder forcedCancels = new LongAdder();
     final LongAdder duplicateDescriptors = new LongAdder();
+    final LongAdder cancelled = new LongAdder();
+    final LongAdder cancelsIgnored = new LongAdder();
 
     SenderMetrics() {
+    }
+
+    /**
+     * Offers a receiver's CANCEL ended (it rejected or aborted the request): released at once if nothing was
+     * posted, else once every posted write reached a terminal state.
+     *
+     * @return the count so far
+     */
+    public long cancelled() {
+        return cancelled.sum();
+    }
+
+    /**
+     * CANCELs that named no offer of this sender still open (not offered yet, or already over): ignored.
+     *
+     * @return the count so far
+     */
+    public long cancelsIgnored() {
+        return cancelsIgnored.sum();
     }
 
     /**

@@ -21,9 +21,16 @@ import java.util.concurrent.atomic.LongAdder;
 abstract class TransferEndpoint implements LinkListener, AutoCloseable {
 
     private static final int POLL_LIMIT = 256;
+    static final System.Logger LOG = System.getLogger("io.kvpool.transfer");
+    /** The least time between two log lines of one repeating per-transfer event ({@link RateLimitedLog}). */
+    static final long LOG_INTERVAL_NANOS = 10_000_000_000L;
 
     final PeerIdentity identity;
     final NanoClock clock;
+    /** Whether a peer of another build is refused (off by default: a rollout mixes builds). */
+    final boolean strictBuild;
+    /** Links UP by the peer's build, for exporters on any thread ({@link #peerBuilds()}). */
+    private final java.util.concurrent.ConcurrentHashMap<String, Integer> upByBuild = new java.util.concurrent.ConcurrentHashMap<>();
     /** Every peer ever added, by id (ids are indexes that transfers and quarantines keep). */
     final List<Peer> peers = new ArrayList<>();
     /** The peers {@link #doWork()} may still have to poll; a peer leaves once it is down and owes nothing. */
@@ -32,15 +39,43 @@ abstract class TransferEndpoint implements LinkListener, AutoCloseable {
     private final Map<PeerLink, Peer> byLink = new IdentityHashMap<>();
     final LongAdder malformedFrames = new LongAdder();
     final LongAdder refusedPeers = new LongAdder();
+    final LongAdder duplicateHellos = new LongAdder();
     boolean closed;
 
     TransferEndpoint(PeerIdentity identity, NanoClock clock) {
+        this(identity, clock, false);
+    }
+
+    TransferEndpoint(PeerIdentity identity, NanoClock clock, boolean strictBuild) {
         this.identity = Objects.requireNonNull(identity, "identity");
         this.clock = Objects.requireNonNull(clock, "clock");
+        this.strictBuild = strictBuild;
     }
 
     /**
-     * Adds a link and starts its handshake (our HELLO goes out at once). Nothing but HELLO/REFUSE is
+     * Whether this side sends its HELLO as soon as a link is added. The receiver does; a sender answers the
+     * receiver's HELLO in its layout, so that a version-1 receiver (which reads nothing but a version-1 HELLO)
+     * is answered in version 1. An identity of version 1 only behaves as version-1 code did: it sends at once.
+     */
+    boolean sendsHelloFirst() {
+        return true;
+    }
+
+    /** Our HELLO in the given layout version (1: one version, the lowest of ours, as version-1 code sent). */
+    private void sendHello(Peer p, int format) {
+        p.helloSent = true;
+        final PeerIdentity id = format == 1 ? identity.withVersions(identity.minVersion(), identity.minVersion()) : identity;
+        p.link.send(WireCodec.encode(new Message.Hello(id), format));
+    }
+
+    /** @return the layout our first HELLO uses: 1 for an identity of version 1 only, else the current one */
+    private int helloFormat() {
+        return identity.maxVersion() < 2 ? 1 : io.kvpool.transfer.wire.WireFormat.VERSION;
+    }
+
+    /**
+     * Adds a link and starts its handshake (a receiver's HELLO goes out at once; a sender answers it, see
+     * {@link #sendsHelloFirst()}). Nothing but HELLO/REFUSE is
      * accepted on it until the peer's identity has been checked.
      *
      * @return the peer's id, its index for {@link #peer(int)}
@@ -51,12 +86,35 @@ abstract class TransferEndpoint implements LinkListener, AutoCloseable {
         peers.add(p);
         polled.add(p);
         byLink.putIfAbsent(link, p);
-        try {
-            link.send(WireCodec.encode(new Message.Hello(identity)));
-        } catch (RuntimeException e) {
-            fail(p, Peer.State.FAILED, "could not send HELLO: " + e.getMessage());
+        if (sendsHelloFirst() || identity.maxVersion() < 2) {
+            try {
+                sendHello(p, helloFormat());
+            } catch (RuntimeException e) {
+                fail(p, Peer.State.FAILED, "could not send HELLO: " + e.getMessage());
+            }
         }
         return p.id;
+    }
+
+    /**
+     * Every peer ever added, by id. For the engine's thread (exporters on other threads read
+     * {@link #peerBuilds()}); each peer's {@link Peer#remote()} names its build, {@link Peer#protocolVersion()} the
+     * version its link speaks.
+     *
+     * @return an unmodifiable view
+     */
+    public List<Peer> peers() {
+        return java.util.Collections.unmodifiableList(peers);
+    }
+
+    /**
+     * The builds of the peers whose links are UP, with how many links each: what an exporter renders as
+     * {@code kvpool_peer_info{build=…}}. Readable from any thread.
+     *
+     * @return a snapshot, build → links UP
+     */
+    public Map<String, Integer> peerBuilds() {
+        return Map.copyOf(upByBuild);
     }
 
     /** @return the peer with that id */
@@ -72,6 +130,11 @@ abstract class TransferEndpoint implements LinkListener, AutoCloseable {
     /** @return links refused in the handshake (by either side) */
     public long refusedPeers() {
         return refusedPeers.sum();
+    }
+
+    /** @return copies of the peer's HELLO that arrived after the handshake passed (ignored, not an error) */
+    public long duplicateHellos() {
+        return duplicateHellos.sum();
     }
 
     /**
@@ -130,7 +193,9 @@ abstract class TransferEndpoint implements LinkListener, AutoCloseable {
             return;
         }
         final Message m;
+        final int version;
         try {
+            version = WireCodec.version(frame);
             m = WireCodec.decode(frame);
         } catch (MalformedMessageException e) {
             malformedFrames.increment();
@@ -141,13 +206,30 @@ abstract class TransferEndpoint implements LinkListener, AutoCloseable {
             switch (m) {
                 case Message.Hello h -> {
                     p.remote = h.identity();
-                    final List<String> mismatches = identity.mismatches(h.identity());
+                    p.helloFormat = version;
+                    final List<String> mismatches = identity.mismatches(h.identity(), strictBuild);
+                    if (!p.helloSent) {
+                        try {
+                            sendHello(p, version); // in kind: a version-1 peer reads only a version-1 HELLO
+                        } catch (RuntimeException e) {
+                            fail(p, Peer.State.FAILED, "could not send HELLO: " + e.getMessage());
+                            return;
+                        }
+                    }
                     if (mismatches.isEmpty()) {
+                        p.version = identity.commonVersion(h.identity());
                         p.state = Peer.State.UP;
+                        upByBuild.merge(h.identity().buildVersion(), 1, Integer::sum);
+                        final boolean otherBuild = !identity.buildVersion().equals(h.identity().buildVersion());
+                        // one line per link state change; a build difference is named here, once per link
+                        LOG.log(otherBuild ? System.Logger.Level.WARNING : System.Logger.Level.INFO, () -> this + ": " + p
+                            + " speaking version " + p.version + (otherBuild ? ", peer on ANOTHER BUILD: local="
+                            + identity.buildVersion() + " remote=" + h.identity().buildVersion() + " (allowed; strictBuild refuses)" : "")
+                            + ", peer " + h.identity());
                     } else {
                         final String reason = new PeerMismatchException(identity, h.identity(), mismatches).getMessage();
                         try {
-                            p.link.send(WireCodec.encode(new Message.Refuse(reason)));
+                            p.link.send(WireCodec.encode(new Message.Refuse(reason), version));
                         } catch (RuntimeException ignored) {
                             // the link is going down anyway
                         }
@@ -162,10 +244,21 @@ abstract class TransferEndpoint implements LinkListener, AutoCloseable {
             }
             return;
         }
+        if (m instanceof Message.Hello ? version != p.helloFormat : version != p.version) {
+            malformedFrames.increment();
+            fail(p, Peer.State.FAILED, "protocol error: a " + m.getClass().getSimpleName() + " of version " + version
+                + " on a link speaking version " + p.version);
+            return;
+        }
         switch (m) {
             case Message.Hello h -> {
-                malformedFrames.increment();
-                fail(p, Peer.State.FAILED, "protocol error: a second HELLO");
+                if (h.identity().equals(p.remote)) {
+                    duplicateHellos.increment(); // a duplicated frame, not a protocol error: it changes nothing
+                } else {
+                    malformedFrames.increment();
+                    fail(p, Peer.State.FAILED, "protocol error: a second HELLO with another identity: " + h.identity()
+                        + ", the first was " + p.remote);
+                }
             }
             case Message.Refuse r -> fail(p, Peer.State.REFUSED, "refused by the peer: " + r.reason());
             default -> {
@@ -194,11 +287,15 @@ abstract class TransferEndpoint implements LinkListener, AutoCloseable {
         if (p.state == Peer.State.FAILED || p.state == Peer.State.REFUSED) {
             return;
         }
+        if (p.state == Peer.State.UP) {
+            upByBuild.computeIfPresent(p.remote.buildVersion(), (b, n) -> n == 1 ? null : n - 1);
+        }
         p.state = state;
         p.failure = why;
         if (state == Peer.State.REFUSED) {
             refusedPeers.increment();
         }
+        LOG.log(System.Logger.Level.WARNING, () -> this + ": " + p); // one line per link state change
         try {
             p.link.close();
         } catch (RuntimeException ignored) {
@@ -221,7 +318,7 @@ abstract class TransferEndpoint implements LinkListener, AutoCloseable {
         if (!p.isUp()) {
             return false;
         }
-        final byte[] frame = WireCodec.encode(m); // a message that cannot be encoded is our bug, not the link's
+        final byte[] frame = WireCodec.encode(m, p.version); // a message that cannot be encoded is our bug, not the link's
         try {
             p.link.send(frame);
             return true;

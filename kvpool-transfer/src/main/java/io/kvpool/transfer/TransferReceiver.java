@@ -71,10 +71,12 @@ public final class TransferReceiver extends TransferEndpoint {
     private final List<IncomingTransfer> active = new ArrayList<>();
     private final List<IncomingTransfer> scratch = new ArrayList<>();
     private final ReceiverMetrics metrics = new ReceiverMetrics();
+    /** Quarantines can come per transfer: one line per 10 s, the metrics count each. */
+    private final RateLimitedLog quarantineLog;
     private int nextSlotHint;
 
     private TransferReceiver(Builder b) {
-        super(b.identity, b.clock);
+        super(b.identity, b.clock, b.strictBuild);
         this.pool = b.pool;
         this.layout = pool.layout();
         if (b.identity.layoutFingerprint() != layout.fingerprint()) {
@@ -91,6 +93,7 @@ public final class TransferReceiver extends TransferEndpoint {
         }
         this.tearDownOnTimeout = b.tearDownOnTimeout;
         this.disabled = b.disabled.isEmpty() ? Set.of() : Set.copyOf(b.disabled);
+        this.quarantineLog = new RateLimitedLog(LOG, b.clock, LOG_INTERVAL_NANOS);
         this.slots = new IncomingTransfer[b.maxTransfers];
         this.slotGeneration = new int[b.maxTransfers];
         if (!disabled.isEmpty()) {
@@ -263,7 +266,18 @@ public final class TransferReceiver extends TransferEndpoint {
         t.failure = reason;
         t.message = message;
         metrics.failures.get(reason).increment();
+        // no descriptor went out: without a CANCEL each sender would pin the request's pages until its timeout
+        for (int id : t.senderPeers) {
+            cancel(peers.get(id), t.requestId, Message.Cancel.REJECTED, message);
+        }
         return t;
+    }
+
+    /** Tells a sender this request will not be received (links of version 1 lack CANCEL: their senders time out). */
+    private void cancel(Peer p, long requestId, int reason, String detail) {
+        if (p.isUp() && p.version >= 2) {
+            send(p, new Message.Cancel(requestId, reason, detail));
+        }
     }
 
     private int freeSlot() {
@@ -591,6 +605,8 @@ public final class TransferReceiver extends TransferEndpoint {
             if (!t.confirmed[r]) {
                 send(peers.get(t.senderPeers[r]), new Message.Abort(t.transferId, t.generation,
                     reason == FailureReason.ABORTED ? Message.Abort.REQUESTED : Message.Abort.RECEIVER_FAILED, message));
+                // and by request: a sender whose descriptor was lost (or never sent) still holds a waiting offer
+                cancel(peers.get(t.senderPeers[r]), t.requestId, Message.Cancel.ABORTED, message);
             }
         }
         if (t.state != IncomingTransfer.State.DRAINING) {
@@ -644,9 +660,10 @@ public final class TransferReceiver extends TransferEndpoint {
         t.outcome = outcome;
         metrics.deferredRelease.get(outcome).increment();
         metrics.quarantinedPages.addAndGet(t.handles.length);
-        LOG.log(System.Logger.Level.WARNING, "transfer " + t.transferId + "/" + t.generation + " of request " + t.requestId
-            + ": " + t.handles.length + " pages QUARANTINED (" + outcome + ", " + t.failure + ": " + t.message
-            + "); held until the transport proves no write can land");
+        quarantineLog.log(System.Logger.Level.WARNING, "quarantine", () -> "transfer " + t.transferId + "/" + t.generation
+            + " of request " + t.requestId + ": " + t.handles.length + " pages QUARANTINED (" + outcome + ", " + t.failure + ": "
+            + t.message + "); held until the transport proves no write can land; now " + metrics.quarantinedPages.get()
+            + " pages quarantined");
         tryReleaseQuarantine(t, now);
     }
 
@@ -827,6 +844,11 @@ public final class TransferReceiver extends TransferEndpoint {
     }
 
     @Override
+    boolean sendsHelloFirst() {
+        return true;
+    }
+
+    @Override
     public String toString() {
         return "TransferReceiver[" + identity.environment() + ", " + peers.size() + " peers, " + active.size() + " active"
             + (disabled.isEmpty() ? "" : ", UNSAFE: disabled " + disabled) + "]";
@@ -837,6 +859,7 @@ public final class TransferReceiver extends TransferEndpoint {
         private final KvPool pool;
         private final PeerIdentity identity;
         private NanoClock clock = NanoClock.SYSTEM;
+        private boolean strictBuild;
         private Duration completionTimeout = Duration.ofSeconds(30);
         private Duration drainTimeout = Duration.ofSeconds(30);
         private boolean checksums = true;
@@ -848,6 +871,19 @@ public final class TransferReceiver extends TransferEndpoint {
         private Builder(KvPool pool, PeerIdentity identity) {
             this.pool = Objects.requireNonNull(pool, "pool");
             this.identity = Objects.requireNonNull(identity, "identity");
+        }
+
+        /**
+         * Whether a peer running another build is refused (default false: builds may differ during a rollout, and
+         * each link names a differing build once in the log and in {@code peerBuilds()}). Protocol versions must
+         * share one, and layout, model and environment must be equal, either way.
+         *
+         * @param on true to refuse a peer whose build differs
+         * @return this builder
+         */
+        public Builder strictBuild(boolean on) {
+            this.strictBuild = on;
+            return this;
         }
 
         /**

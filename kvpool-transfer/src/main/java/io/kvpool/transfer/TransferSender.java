@@ -24,9 +24,10 @@ import java.util.Objects;
  * <h2>A transfer's states</h2>
  * <pre>
  *  offer() ─▶ WAITING ──DESCRIPTOR (matched by request id; may come first)──▶ WRITING
+ *  WAITING ──CANCEL (the receiver rejected or aborted the request)──▶ DRAINED, pages released at once
  *  WRITING ──every page posted (≤ maxPagesInFlight at a time) and completed OK──▶ FLUSHING
  *  FLUSHING ──flush proves delivery──▶ COMPLETION sent ─▶ COMPLETED
- *  WRITING / FLUSHING ──a write or flush fails · ABORT received · abort() · link lost──▶ FAILING
+ *  WRITING / FLUSHING ──a write or flush fails · ABORT or CANCEL received · abort() · link lost──▶ FAILING
  *      (marked failed FIRST: nothing more is posted; ABORT → receiver unless it asked)
  *  FAILING ──every posted write terminal (OK, FAILED or CANCELED), then a flush──▶ DRAINED(posted, proven,
  *      unproven) sent ─▶ DRAINED      (a deadline passes first: the transport force-cancels; still wait)
@@ -108,7 +109,7 @@ public final class TransferSender extends TransferEndpoint {
     }
 
     private TransferSender(Builder b) {
-        super(b.identity, b.clock);
+        super(b.identity, b.clock, b.strictBuild);
         this.pool = b.pool;
         this.layout = pool.layout();
         if (b.identity.layoutFingerprint() != layout.fingerprint()) {
@@ -256,6 +257,7 @@ public final class TransferSender extends TransferEndpoint {
         switch (m) {
             case Message.Descriptor d -> onDescriptor(p, d);
             case Message.Abort a -> onAbort(p, a);
+            case Message.Cancel c -> onCancel(p, c);
             default -> {
                 malformedFrames.increment();
                 fail(p, Peer.State.FAILED, "protocol error: a sender does not accept " + m.getClass().getSimpleName());
@@ -357,6 +359,33 @@ public final class TransferSender extends TransferEndpoint {
             send(p, new Message.Drained(a.transferId(), a.generation(), r.rank, r.posted, r.proven, r.posted - r.proven));
         }
         // an older generation's ABORT: stale, nothing to say
+    }
+
+    /**
+     * The receiver will not take the request (it rejected or aborted it): an offer still waiting releases its
+     * pages at once (nothing was posted); one writing to that receiver fails as after an ABORT, and releases once
+     * every posted write is terminal.
+     */
+    private void onCancel(Peer p, Message.Cancel c) {
+        final PendingDescriptor pd = early.get(c.requestId());
+        if (pd != null && pd.peer == p) {
+            early.remove(c.requestId());
+        }
+        final OutgoingTransfer t = offers.get(c.requestId());
+        final String why = "cancelled by the receiver (" + (c.reason() == Message.Cancel.REJECTED ? "rejected" : "aborted")
+            + "): " + c.detail();
+        if (t != null && t.state == OutgoingTransfer.State.WAITING) {
+            t.failure = why;
+            t.state = OutgoingTransfer.State.FAILING;
+            metrics.cancelled.increment();
+            maybeDrained(t); // nothing was posted: released now
+        } else if (t != null && t.peer == p
+            && (t.state == OutgoingTransfer.State.WRITING || t.state == OutgoingTransfer.State.FLUSHING)) {
+            metrics.cancelled.increment();
+            fail(t, why, false, 0);
+        } else {
+            metrics.cancelsIgnored.increment(); // not offered (yet), already failing, or another receiver's
+        }
     }
 
     private OutgoingTransfer find(Peer p, long transferId, int generation) {
@@ -638,6 +667,11 @@ public final class TransferSender extends TransferEndpoint {
     }
 
     @Override
+    boolean sendsHelloFirst() {
+        return false;
+    }
+
+    @Override
     public String toString() {
         return "TransferSender[" + identity.environment() + ", " + peers.size() + " peers, " + offers.size() + " offered]";
     }
@@ -647,6 +681,7 @@ public final class TransferSender extends TransferEndpoint {
         private final KvPool pool;
         private final PeerIdentity identity;
         private NanoClock clock = NanoClock.SYSTEM;
+        private boolean strictBuild;
         private int maxPagesInFlight = 64;
         private boolean checksums = true;
         private PageChecksums checksummer = PageChecksums.HOST;
@@ -656,6 +691,19 @@ public final class TransferSender extends TransferEndpoint {
         private Builder(KvPool pool, PeerIdentity identity) {
             this.pool = Objects.requireNonNull(pool, "pool");
             this.identity = Objects.requireNonNull(identity, "identity");
+        }
+
+        /**
+         * Whether a peer running another build is refused (default false: builds may differ during a rollout, and
+         * each link names a differing build once in the log and in {@code peerBuilds()}). Protocol versions must
+         * share one, and layout, model and environment must be equal, either way.
+         *
+         * @param on true to refuse a peer whose build differs
+         * @return this builder
+         */
+        public Builder strictBuild(boolean on) {
+            this.strictBuild = on;
+            return this;
         }
 
         /**

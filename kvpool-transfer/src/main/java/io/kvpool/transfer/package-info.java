@@ -5,10 +5,18 @@
  * <pre>
  *  decode (TransferReceiver)                                   prefill (TransferSender), rank r of n
  *  ─────────────────────────                                   ────────────────────────────────────
- *  link up ── HELLO(version, layout fingerprint, model, environment, build) ⇄ HELLO ── any mismatch:
- *            REFUSE(both sides' values), link closed; nothing else is accepted before the HELLOs match
+ *  link up ── HELLO(versions [min,max], layout fingerprint, model, environment, build) ──▶
+ *            ◀── HELLO (answered in kind: to a version-1 HELLO, a version-1 HELLO of one version)
+ *            the link speaks v = the highest version both ranges hold; every later frame carries v
+ *            no common version, or layout / model / environment differ (build too, with strictBuild):
+ *            REFUSE(both sides' values, both ranges), link closed; nothing else is accepted before the
+ *            HELLOs match. A differing build is allowed: logged once per link, exported (peerBuilds()).
+ *            A copy of the peer's HELLO later is ignored (counted); another HELLO fails the link.
+ *            (version-1 code sends its HELLO at once and reads only version 1: prefill is rolled out first)
  *
  *  start(request, tokens): admission (typed rejection, never a placeholder) → append → pin every page
+ *  rejected (admission, no slot, a sender down):
+ *            ── CANCEL(request, rejected, why) ──▶ (v ≥ 2)    an offer still waiting: released at once
  *  RECEIVING → register pages [first(r), first(r+1)) for each sender
  *            ── DESCRIPTOR(request, slot, generation, tokens, layout, n, r, handles, region key) ──▶
  *                                                              offer(request, sequence) (either order)
@@ -21,6 +29,10 @@
  *
  *  abort / failure (either side, any time before commit)
  *            ── ABORT(slot, generation, reason) ──▶            marked FAILED first: nothing more posted
+ *            ── CANCEL(request, aborted, why) ──▶ (v ≥ 2)     an offer whose descriptor never came: released
+ *                                                              at once; one writing: as ABORT (below). Source
+ *                                                              pages are released only once every write the
+ *                                                              sender posted for the request is terminal
  *  pages DRAINING; the sequence is closed                     wait until every posted write is terminal
  *  (only the writer pins hold the pages)                      (OK / FAILED / CANCELED), then flush
  *            ◀── DRAINED(slot, generation, r, posted, proven, unproven) ──

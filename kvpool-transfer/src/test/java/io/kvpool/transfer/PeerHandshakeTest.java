@@ -77,12 +77,14 @@ class PeerHandshakeTest {
         final String fp = "0x" + Long.toHexString(Kv.LAYOUT.fingerprint());
         final String otherFp = "0x" + Long.toHexString(OTHER_LAYOUT.fingerprint());
         return List.of(
-            new Case("protocol version", new PeerIdentity(2, r.layoutFingerprint(), r.modelId(), r.environment(), r.buildVersion()),
-                Kv.LAYOUT, "2", "1"),
+            // changed by the fleet issue (item 1): versions are ranges that must overlap, not equal numbers
+            new Case("protocol versions", new PeerIdentity(3, r.layoutFingerprint(), r.modelId(), r.environment(), r.buildVersion()),
+                Kv.LAYOUT, "[3,3]", "[1,2]"),
             new Case("layout fingerprint", prod(OTHER_LAYOUT), OTHER_LAYOUT, otherFp, fp),
             new Case("model", PeerIdentity.of(Kv.LAYOUT, "glm-4.6@r4", "production", "v1.2.0"), Kv.LAYOUT, "glm-4.6@r4", "glm-4.6@r3"),
-            new Case("environment", PeerIdentity.of(Kv.LAYOUT, "glm-4.6@r3", "staging", "v1.2.0"), Kv.LAYOUT, "staging", "production"),
-            new Case("build", PeerIdentity.of(Kv.LAYOUT, "glm-4.6@r3", "production", "v1.3.0-rc1"), Kv.LAYOUT, "v1.3.0-rc1", "v1.2.0"));
+            new Case("environment", PeerIdentity.of(Kv.LAYOUT, "glm-4.6@r3", "staging", "v1.2.0"), Kv.LAYOUT, "staging", "production"));
+        // a build difference is no longer refused by default (fleet issue, item 1): see VersionNegotiationTest, which
+        // refuses it with strictBuild(true) and keeps serving without
     }
 
     @Test
@@ -124,8 +126,9 @@ class PeerHandshakeTest {
         try (Pair p = new Pair(OTHER_LAYOUT, s, prod(Kv.LAYOUT))) {
             final String f = p.atReceiver().failure();
             assertEquals(Peer.State.REFUSED, p.atReceiver().state(), f);
-            for (String part : new String[] {"5 mismatch", "protocol version: local=1 remote=3", "layout fingerprint: local=0x",
-                "model: local=glm-4.6@r3 remote=m2", "environment: local=production remote=staging", "build: local=v1.2.0 remote=b2"}) {
+            // changed by the fleet issue (item 1): version ranges; the build is named only with strictBuild (VersionNegotiationTest)
+            for (String part : new String[] {"4 mismatch", "protocol versions: local=[1,2] remote=[3,3]", "layout fingerprint: local=0x",
+                "model: local=glm-4.6@r3 remote=m2", "environment: local=production remote=staging"}) {
                 assertTrue(f.contains(part), () -> "'" + f + "' lacks '" + part + "'");
             }
         }
@@ -248,11 +251,25 @@ class PeerHandshakeTest {
     }
 
     @Test
-    void aSecondHelloFailsThePeer() {
+    void aDuplicatedIdenticalHelloIsIgnoredAndCounted() {
+        // changed by the fleet issue (item 8): a duplicated identical HELLO used to fail the link
         try (Scripted s = new Scripted().up()) {
-            s.link.hello(Kv.identity());
+            s.link.hello(Kv.identity()).hello(Kv.identity());
+            s.receiver.doWork();
+            assertEquals(Peer.State.UP, s.peer().state(), s.peer()::toString);
+            assertTrue(s.link.isUp());
+            assertEquals(2, s.receiver.duplicateHellos());
+            assertEquals(0, s.receiver.malformedFrames());
+        }
+    }
+
+    @Test
+    void aSecondHelloWithAnotherIdentityFailsThePeer() {
+        try (Scripted s = new Scripted().up()) {
+            s.link.hello(PeerIdentity.of(Kv.LAYOUT, "test-model@r1", "test", "build-2"));
             s.receiver.doWork();
             s.assertFailed("second HELLO", 1);
+            assertEquals(0, s.receiver.duplicateHellos());
         }
     }
 

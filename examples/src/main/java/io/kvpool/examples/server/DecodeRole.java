@@ -266,7 +266,8 @@ final class DecodeRole implements DecodeService {
         c.put("generated_tokens", generated.sum());
         c.put("links_accepted", links.sum());
         c.put("quarantine_releases", receiver.metrics().quarantineReleases());
-        final String prom = PrometheusText.decodeRole(receiver.metrics(), activeTransfers, heldSequences.get(), ready);
+        final String prom = PrometheusText.decodeRole(receiver.metrics(), activeTransfers, heldSequences.get(), ready,
+            receiver.peerBuilds());
         return new RoleStatus(ROLE, PoolView.of(ROLE, pool), c, prom);
     }
 

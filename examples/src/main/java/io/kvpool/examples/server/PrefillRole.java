@@ -299,7 +299,7 @@ final class PrefillRole implements PrefillService {
         c.put("injected_faults", injectedFaults.sum());
         c.put("duplicate_ids_refused", duplicates.sum());
         c.put("refused_after_abort", lateAfterAbort.sum());
-        final String prom = PrometheusText.prefillRole(sender.metrics(), active, linkUp);
+        final String prom = PrometheusText.prefillRole(sender.metrics(), active, linkUp, sender.peerBuilds());
         return new RoleStatus(ROLE, PoolView.of(ROLE, pool), c, prom);
     }
 

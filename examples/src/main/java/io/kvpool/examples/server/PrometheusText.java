@@ -94,10 +94,29 @@ final class PrometheusText {
         for (String f : config.unsafeSwitches()) {
             b.append("kvpool_unsafe_switch{name=\"").append(f.substring(2)).append("\"} 1\n");
         }
+        // each role names its peers' builds (kvpool_peer_info); one family may be declared once: gather them last
+        final StringBuilder peerInfo = new StringBuilder();
         for (RoleStatus s : roles) {
-            b.append(s.prometheus());
+            final String prom = s.prometheus();
+            if (!prom.contains(PEER_INFO)) {
+                b.append(prom);
+                continue;
+            }
+            for (String line : prom.split("\n")) {
+                if (line.startsWith(PEER_INFO + "{")) {
+                    peerInfo.append(line).append('\n');
+                } else if (!line.equals(PEER_INFO_TYPE)) {
+                    b.append(line).append('\n');
+                }
+            }
+        }
+        if (!peerInfo.isEmpty()) {
+            b.append(PEER_INFO_TYPE).append('\n').append(peerInfo);
         }
     }
+
+    private static final String PEER_INFO = "kvpool_peer_info";
+    private static final String PEER_INFO_TYPE = "# TYPE " + PEER_INFO + " gauge";
 
     /**
      * The decode role's own families: its {@link ReceiverMetrics}, then the role's gauges.
@@ -115,6 +134,43 @@ final class PrometheusText {
             .append("\n# TYPE kvpool_decode_held_sequences gauge\nkvpool_decode_held_sequences ").append(heldSequences)
             .append("\n# TYPE kvpool_receiver_link_up gauge\nkvpool_receiver_link_up ").append(linkUp ? 1 : 0).append('\n');
         return b.toString();
+    }
+
+    /**
+     * The decode role's families ({@link #decodeRole(ReceiverMetrics, int, int, boolean)}), then
+     * {@code kvpool_peer_info{role="decode",build=…} 1} for each build its UP links' peers run.
+     *
+     * @param peerBuilds the receiver's {@code peerBuilds()}
+     */
+    static String decodeRole(ReceiverMetrics m, int activeTransfers, int heldSequences, boolean linkUp, Map<String, Integer> peerBuilds) {
+        return decodeRole(m, activeTransfers, heldSequences, linkUp) + peerInfo("decode", peerBuilds);
+    }
+
+    /**
+     * The prefill role's families ({@link #prefillRole(SenderMetrics, int, boolean)}), then
+     * {@code kvpool_peer_info{role="prefill",build=…} 1} for each build its UP links' peers run.
+     *
+     * @param peerBuilds the sender's {@code peerBuilds()}
+     */
+    static String prefillRole(SenderMetrics m, int activeTransfers, boolean linkUp, Map<String, Integer> peerBuilds) {
+        return prefillRole(m, activeTransfers, linkUp) + peerInfo("prefill", peerBuilds);
+    }
+
+    /** The peers' builds, one sample per build (a rollout shows two), sorted; nothing when no link is up. */
+    static String peerInfo(String role, Map<String, Integer> peerBuilds) {
+        if (peerBuilds.isEmpty()) {
+            return "";
+        }
+        final StringBuilder b = new StringBuilder("# TYPE kvpool_peer_info gauge\n");
+        for (String build : new java.util.TreeSet<>(peerBuilds.keySet())) {
+            b.append("kvpool_peer_info{role=\"").append(role).append("\",build=\"").append(labelValue(build)).append("\"} 1\n");
+        }
+        return b.toString();
+    }
+
+    /** A label value in the text format: backslash, double quote and line feed escaped. */
+    static String labelValue(String v) {
+        return v.replace("\\", "\\\\").replace("\"", "\\\"").replace("\n", "\\n");
     }
 
     /**

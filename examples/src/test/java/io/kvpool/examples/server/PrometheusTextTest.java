@@ -96,6 +96,23 @@ class PrometheusTextTest {
         }
     }
 
+    @Test
+    void eachPeerBuildIsOneInfoSampleOfTheRole() {
+        // a rollout: the decode role's links reach prefill peers on two builds
+        assertEquals("""
+            # TYPE kvpool_peer_info gauge
+            kvpool_peer_info{role="decode",build="v1.2.0"} 1
+            kvpool_peer_info{role="decode",build="v1.3.0 \\"rc\\""} 1
+            """, PrometheusText.peerInfo("decode", java.util.Map.of("v1.3.0 \"rc\"", 1, "v1.2.0", 3)));
+        assertEquals("", PrometheusText.peerInfo("prefill", java.util.Map.of()), "no link up: no sample");
+        try (KvPool pool = KvPool.builder(LAYOUT).pages(8).maxContextTokens(32).build();
+             TransferSender tx = TransferSender.builder(pool, identity()).build()) {
+            assertEquals(PrometheusText.prefillRole(tx.metrics(), 0, true) + "# TYPE kvpool_peer_info gauge\n"
+                + "kvpool_peer_info{role=\"prefill\",build=\"b9\"} 1\n",
+                PrometheusText.prefillRole(tx.metrics(), 0, true, java.util.Map.of("b9", 1)));
+        }
+    }
+
     private static PeerIdentity identity() {
         return PeerIdentity.of(LAYOUT, "test-model", "test", "build-1");
     }

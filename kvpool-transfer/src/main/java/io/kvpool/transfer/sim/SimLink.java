@@ -281,7 +281,9 @@ public final class SimLink implements PeerLink {
         closed = true;
         if (wasUp) {
             final SimLink other = peer;
-            net.schedule(net.now() + net.delay(net.faults().maxFrameDelayNanos()), () -> other.failFromPeer("peer closed"));
+            // a close follows the frames sent before it, as on a stream (a REFUSE and the HELLO before it arrive)
+            net.schedule(Math.max(net.now() + net.delay(net.faults().maxFrameDelayNanos()), lastFrameAt),
+                () -> other.failFromPeer("peer closed"));
         }
     }
 

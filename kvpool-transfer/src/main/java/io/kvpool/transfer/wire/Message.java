@@ -194,4 +194,36 @@ public sealed interface Message {
             return WireFormat.DRAINED;
         }
     }
+
+    /**
+     * Receiver → sender (version 2 and later): the receiver will not take this request — it rejected it at
+     * admission, or its transfer failed. The sender releases its offer at once if it posted nothing for it,
+     * else once every write it posted reached a terminal state (as after an ABORT). Keyed by request id, since a
+     * rejected request never had a transfer slot; a CANCEL for a request the sender holds no open offer of is
+     * ignored (counted).
+     *
+     * @param requestId the request the receiver will not take
+     * @param reason    {@link #REJECTED} or {@link #ABORTED}
+     * @param detail    why, for the sender's log (truncated to fit the frame)
+     */
+    record Cancel(long requestId, int reason, String detail) implements Message {
+        /** Reason code: the receiver's admission rejected the request. */
+        public static final int REJECTED = 1;
+        /** Reason code: the receiver's transfer of the request failed or was aborted. */
+        public static final int ABORTED = 2;
+
+        /**
+         * Checks the detail.
+         *
+         * @throws NullPointerException if {@code detail} is null
+         */
+        public Cancel {
+            Objects.requireNonNull(detail, "detail");
+        }
+
+        @Override
+        public int type() {
+            return WireFormat.CANCEL;
+        }
+    }
 }

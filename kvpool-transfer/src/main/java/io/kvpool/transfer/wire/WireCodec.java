@@ -17,17 +17,45 @@ public final class WireCodec {
     }
 
     /**
-     * {@return the frame for a message, header included, as a new array}
+     * {@return the frame for a message in this code's newest version, {@link WireFormat#VERSION}, header included,
+     * as a new array}
      *
      * @param m the message; a REFUSE reason or ABORT detail too long for the frame is truncated
      * @throws IllegalArgumentException if an array or the region key is longer than {@link WireFormat} allows
      */
     public static byte[] encode(Message m) {
-        final ByteBuffer body = ByteBuffer.allocate(bodyLength(m)).order(ByteOrder.LITTLE_ENDIAN);
+        return encode(m, VERSION);
+    }
+
+    /**
+     * Encodes a message in a given version of the wire format.
+     *
+     * @param m       the message; a REFUSE reason or ABORT detail too long for the frame is truncated
+     * @param version the header's version: the link's negotiated version (a HELLO's: the layout of its body;
+     *                version 1 carries one version, so the identity's range must be a single version)
+     * @return the frame for a message, as a new array
+     * @throws IllegalArgumentException for a version this code does not speak, a message that version lacks, or
+     *                                  a version-1 HELLO of a range
+     */
+    public static byte[] encode(Message m, int version) {
+        if (version < MIN_VERSION || version > VERSION) {
+            throw new IllegalArgumentException("version " + version + " is outside [" + MIN_VERSION + ", " + VERSION + "]");
+        }
+        if (m.type() > lastType(version)) {
+            throw new IllegalArgumentException(m.getClass().getSimpleName() + " needs version 2, not " + version);
+        }
+        final boolean v1Hello = version == 1 && m instanceof Message.Hello;
+        if (v1Hello && ((Message.Hello) m).identity().minVersion() != ((Message.Hello) m).identity().maxVersion()) {
+            throw new IllegalArgumentException("a version-1 HELLO carries one version, not " + ((Message.Hello) m).identity().versions());
+        }
+        final ByteBuffer body = ByteBuffer.allocate(bodyLength(m) - (v1Hello ? 4 : 0)).order(ByteOrder.LITTLE_ENDIAN);
         switch (m) {
             case Message.Hello h -> {
                 final PeerIdentity id = h.identity();
-                body.putInt(id.protocolVersion()).putLong(id.layoutFingerprint());
+                if (!v1Hello) {
+                    body.putInt(id.minVersion());
+                }
+                body.putInt(id.maxVersion()).putLong(id.layoutFingerprint());
                 str(body, id.modelId());
                 str(body, id.environment());
                 str(body, id.buildVersion());
@@ -62,24 +90,45 @@ public final class WireCodec {
             }
             case Message.Drained d -> body.putLong(d.transferId()).putInt(d.generation()).putInt(d.senderRank())
                 .putLong(d.posted()).putLong(d.succeeded()).putLong(d.failed());
+            case Message.Cancel c -> {
+                body.putLong(c.requestId()).putInt(c.reason());
+                str(body, truncate(c.detail()));
+            }
         }
         if (body.hasRemaining()) {
             throw new AssertionError("body length mismatch for " + m);
         }
         final ByteBuffer frame = ByteBuffer.allocate(HEADER_BYTES + body.capacity()).order(ByteOrder.LITTLE_ENDIAN);
-        frame.putShort((short) MAGIC).put((byte) VERSION).put((byte) m.type()).putInt(body.capacity()).put(body.array());
+        frame.putShort((short) MAGIC).put((byte) version).put((byte) m.type()).putInt(body.capacity()).put(body.array());
         return frame.array();
+    }
+
+    /** @return the last type code a version knows */
+    private static int lastType(int version) {
+        return version == 1 ? DRAINED : LAST_TYPE;
+    }
+
+    /**
+     * Reads the version of a frame's header.
+     *
+     * @param frame a frame at its position (its header is checked as {@link #bodyLength(ByteBuffer)} does)
+     * @return the version in its header
+     */
+    public static int version(ByteBuffer frame) {
+        bodyLength(frame);
+        return frame.get(frame.position() + 2) & 0xFF;
     }
 
     private static int bodyLength(Message m) {
         return switch (m) {
-            case Message.Hello h -> 4 + 8 + strLen(h.identity().modelId()) + strLen(h.identity().environment())
+            case Message.Hello h -> 4 + 4 + 8 + strLen(h.identity().modelId()) + strLen(h.identity().environment())
                 + strLen(h.identity().buildVersion());
             case Message.Refuse r -> strLen(truncate(r.reason()));
             case Message.Descriptor d -> 8 + 8 + 4 + 4 + 8 + 4 + 4 + 4 + 8 * d.pageHandles().length + 4 + d.regionKey().length;
             case Message.Completion c -> 8 + 4 + 4 + 4 + 4 + 1 + 4 + 4 * (c.checksums() == null ? 0 : c.checksums().length) + 24;
             case Message.Abort a -> 8 + 4 + 4 + strLen(truncate(a.detail()));
             case Message.Drained d -> 8 + 4 + 4 + 24;
+            case Message.Cancel c -> 8 + 4 + strLen(truncate(c.detail()));
         };
     }
 
@@ -102,10 +151,11 @@ public final class WireCodec {
         if (magic != MAGIC) {
             throw new MalformedMessageException("bad magic 0x" + Integer.toHexString(magic) + ", expected 0x" + Integer.toHexString(MAGIC));
         }
-        if (version != VERSION) {
-            throw new MalformedMessageException("unsupported protocol version " + version + ", this side speaks " + VERSION);
+        if (version < MIN_VERSION || version > VERSION) {
+            throw new MalformedMessageException("unsupported protocol version " + version + ", this side speaks "
+                + MIN_VERSION + " to " + VERSION);
         }
-        if (type < HELLO || type > DRAINED) {
+        if (type < HELLO || type > lastType(version)) {
             throw new MalformedMessageException("unknown message type " + type);
         }
         if (len > MAX_BODY_BYTES) {
@@ -136,6 +186,7 @@ public final class WireCodec {
     public static Message decode(ByteBuffer frame) {
         final ByteBuffer b = frame.slice().order(ByteOrder.LITTLE_ENDIAN);
         final int len = bodyLength(b);
+        final int version = b.get(2) & 0xFF;
         final int type = b.get(3) & 0xFF;
         if (b.remaining() != HEADER_BYTES + len) {
             throw new MalformedMessageException("frame of type " + type + " declares a " + len + "-byte body but carries "
@@ -144,7 +195,7 @@ public final class WireCodec {
         b.position(HEADER_BYTES);
         try {
             final Message m = switch (type) {
-                case HELLO -> new Message.Hello(helloIdentity(b));
+                case HELLO -> new Message.Hello(helloIdentity(b, version));
                 case REFUSE -> new Message.Refuse(str(b));
                 case DESCRIPTOR -> {
                     final long requestId = b.getLong();
@@ -184,6 +235,7 @@ public final class WireCodec {
                 }
                 case ABORT -> new Message.Abort(b.getLong(), b.getInt(), b.getInt(), str(b));
                 case DRAINED -> new Message.Drained(b.getLong(), b.getInt(), b.getInt(), b.getLong(), b.getLong(), b.getLong());
+                case CANCEL -> new Message.Cancel(b.getLong(), b.getInt(), str(b));
                 default -> throw new MalformedMessageException("unknown message type " + type);
             };
             if (b.hasRemaining()) {
@@ -197,10 +249,11 @@ public final class WireCodec {
         }
     }
 
-    private static PeerIdentity helloIdentity(ByteBuffer b) {
-        final int version = b.getInt();
+    private static PeerIdentity helloIdentity(ByteBuffer b, int frameVersion) {
+        final int min = b.getInt();
+        final int max = frameVersion == 1 ? min : b.getInt(); // version 1's HELLO names one version
         final long fp = b.getLong();
-        return new PeerIdentity(version, fp, str(b), str(b), str(b));
+        return new PeerIdentity(min, max, fp, str(b), str(b), str(b));
     }
 
     private static int count(ByteBuffer b, String what, int max, int elementBytes) {

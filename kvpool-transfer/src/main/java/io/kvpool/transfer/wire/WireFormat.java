@@ -8,11 +8,14 @@ package io.kvpool.transfer.wire;
  *   0        2        3        4                 8
  *   +--------+--------+--------+-----------------+------------------------------+
  *   | magic  | version| type   | body length     | body (exactly that many bytes)|
- *   | 0x4B56 | u8 = 1 | u8     | u32             |                               |
+ *   | 0x4B56 | u8 1|2 | u8     | u32             |                               |
  *   +--------+--------+--------+-----------------+------------------------------+
  *
  *  bodies (str = u16 length + UTF-8 bytes, ≤ 256; arrays = u32 count + elements)
- *   1 HELLO       i32 protocolVersion, i64 layoutFingerprint, str modelId, str environment, str buildVersion
+ *   1 HELLO       version 2 (and every later version): i32 minVersion, i32 maxVersion, i64 layoutFingerprint,
+ *                 str modelId, str environment, str buildVersion — the range of versions the peer speaks
+ *                 version 1: i32 protocolVersion, i64 layoutFingerprint, str modelId, str environment,
+ *                 str buildVersion (sent only by version-1 code, and in answer to a version-1 HELLO)
  *   2 REFUSE      str reason
  *   3 DESCRIPTOR  i64 requestId, i64 transferId, i32 generation, i32 expectedTokens, i64 layoutFingerprint,
  *                 i32 senders, i32 senderRank, i64[] pageHandles, u8[] regionKey
@@ -20,9 +23,12 @@ package io.kvpool.transfer.wire;
  *                 u8 checksumsPresent (0|1), i32[] checksums, i64 posted, i64 succeeded, i64 failed
  *   5 ABORT       i64 transferId, i32 generation, i32 reason (see Abort), str detail
  *   6 DRAINED     i64 transferId, i32 generation, i32 senderRank, i64 posted, i64 succeeded, i64 failed
+ *   7 CANCEL      i64 requestId, i32 reason (see Cancel), str detail                    (version 2 and later)
  * </pre>
  *
- * Decoding is strict: a wrong magic, a version other than {@link #VERSION}, an unknown type, a body
+ * The header's version is the link's negotiated version (the highest both HELLOs' ranges share); a HELLO
+ * carries the version of its own layout (2, or 1 towards version-1 code), and so does a REFUSE answering it.
+ * Decoding is strict: a wrong magic, a version outside [{@link #MIN_VERSION}, {@link #VERSION}], an unknown type, a body
  * length that differs from what the fields add up to, a count or string longer than its limit, or bytes
  * left over all fail with {@link MalformedMessageException}, and the link that carried the frame is closed.
  * A receiver never guesses: a frame in any other format is refused, never reinterpreted.
@@ -33,8 +39,10 @@ public final class WireFormat {
 
     /** First two bytes of every frame ("KV" read as a little-endian u16 is 0x564B; on the wire: 4B 56). */
     public static final int MAGIC = 0x564B;
-    /** Protocol version this code speaks; peers with another version are refused in the handshake. */
-    public static final int VERSION = 1;
+    /** Newest protocol version this code speaks (the top of its HELLO's range). */
+    public static final int VERSION = 2;
+    /** Oldest protocol version this code still speaks (version 1: the HELLO of one version, no CANCEL). */
+    public static final int MIN_VERSION = 1;
     /** Bytes before the body. */
     public static final int HEADER_BYTES = 8;
     /** Largest body accepted (a descriptor of {@link #MAX_ARRAY} pages with the largest key fits). */
@@ -46,4 +54,8 @@ public final class WireFormat {
 
     /** Type codes. */
     public static final int HELLO = 1, REFUSE = 2, DESCRIPTOR = 3, COMPLETION = 4, ABORT = 5, DRAINED = 6;
+    /** Type code of CANCEL, which version 1 lacks: a link of version 1 never carries it. */
+    public static final int CANCEL = 7;
+    /** The last type code of {@link #VERSION}. */
+    static final int LAST_TYPE = CANCEL;
 }

@@ -1,0 +1,169 @@
+package io.kvpool.transfer;
+
+import io.kvpool.Admission;
+import io.kvpool.KvPool;
+import io.kvpool.Sequence;
+import io.kvpool.transfer.sim.SimFaults;
+import io.kvpool.transfer.sim.SimLink;
+import io.kvpool.transfer.sim.SimNetwork;
+import io.kvpool.transfer.testkit.Kv;
+import io.kvpool.transfer.wire.Message;
+import org.junit.jupiter.api.Test;
+
+import java.time.Duration;
+
+import static org.junit.jupiter.api.Assertions.*;
+
+/**
+ * Decode rejects or aborts, and says so (CANCEL): prefill releases the request's pages at once instead of
+ * pinning them until its descriptor timeout (60 s), so a small prefill pool keeps serving while decode rejects.
+ */
+class CancelUnderPoolPressureTest {
+
+    static final int PAGES_PER_REQUEST = 4;
+    static final int TOKENS = PAGES_PER_REQUEST * Kv.LAYOUT.tokensPerPage();
+
+    static final class Rig implements AutoCloseable {
+        final SimNetwork net = new SimNetwork(5, SimFaults.NONE);
+        final KvPool prefill = Kv.pool(3 * PAGES_PER_REQUEST); // room for 3 requests
+        final KvPool decode = Kv.pool(PAGES_PER_REQUEST - 1);  // too small for any: every request is rejected
+        final TransferSender sender;
+        final TransferReceiver receiver;
+        final int rp;
+
+        Rig(PeerIdentity decodeIdentity) {
+            sender = TransferSender.builder(prefill, Kv.identity()).clock(net.clock()).build(); // 60 s descriptor timeout
+            receiver = TransferReceiver.builder(decode, decodeIdentity).clock(net.clock()).build();
+            final SimLink[] l = net.connect("prefill", "decode", true);
+            rp = receiver.addPeer(l[1]);
+            sender.addPeer(l[0]);
+            run(20);
+            assertTrue(receiver.peer(rp).isUp(), receiver.peer(rp)::toString);
+        }
+
+        void run(int steps) {
+            for (int i = 0; i < steps; i++) {
+                sender.doWork();
+                receiver.doWork();
+                net.advance(10_000); // 10 µs: the whole test is milliseconds of the 60 s timeout
+            }
+        }
+
+        /** Prefill computes a request and offers it; decode rejects it. @return whether prefill had room */
+        boolean offerRejected(long req) {
+            final Admission a = prefill.admit(TOKENS, 0);
+            if (!a.admitted()) {
+                return false;
+            }
+            final Sequence src = a.sequence();
+            src.append(TOKENS);
+            Kv.write(src, req);
+            sender.offer(req, src);
+            src.close();
+            final IncomingTransfer t = receiver.start(req, TOKENS, 0, rp);
+            assertEquals(IncomingTransfer.State.REJECTED, t.state(), t::toString);
+            run(20);
+            return true;
+        }
+
+        @Override
+        public void close() {
+            sender.close();
+            receiver.close();
+            prefill.close();
+            decode.close();
+        }
+    }
+
+    @Test
+    void prefillsPoolDoesNotRunDryWhileDecodeRejects() {
+        try (Rig rig = new Rig(Kv.identity())) {
+            final long start = rig.net.now();
+            for (long req = 1; req <= 100; req++) { // 100 requests through a pool that holds 3
+                assertTrue(rig.offerRejected(req), "prefill's pool ran dry at request " + req + ": " + rig.prefill.snapshot());
+                assertEquals(0, rig.sender.activeTransfers(), "request " + req + " still pinned at prefill");
+            }
+            assertEquals(100, rig.sender.metrics().cancelled());
+            assertEquals(0, rig.prefill.snapshot().owned(), rig.prefill.snapshot()::toString);
+            assertTrue(rig.prefill.verifyAccounting().balanced());
+            assertTrue(rig.net.now() - start < Duration.ofSeconds(1).toNanos(), "released long before any timeout");
+        }
+    }
+
+    @Test
+    void controlWithoutCancelAVersion1LinkPinsUntilTheTimeout() {
+        // the same decode on a link of version 1 (which has no CANCEL), as before this change: the pool runs dry
+        try (Rig rig = new Rig(Kv.identity().withVersions(1, 1))) {
+            assertEquals(1, rig.receiver.peer(rig.rp).protocolVersion());
+            long req = 1;
+            while (rig.offerRejected(req)) {
+                req++;
+                assertTrue(req < 100, "the control must run dry");
+            }
+            assertEquals(4, req, "3 requests fill the pool, the 4th finds no room");
+            assertEquals(3, rig.sender.activeTransfers());
+            assertEquals(0, rig.sender.metrics().cancelled());
+        }
+    }
+
+    @Test
+    void anAbortedTransferWhoseDescriptorWasLostReleasesTheWaitingOffer() {
+        try (KvPool pool = Kv.pool(16)) {
+            final TransferSender sender = TransferSender.builder(pool, Kv.identity()).clock(new ManualClock()).build();
+            final ScriptedLink link = new ScriptedLink();
+            sender.addPeer(link);
+            link.hello(Kv.identity());
+            sender.doWork();
+            final Sequence src = pool.admit(TOKENS, 0).sequence();
+            src.append(TOKENS);
+            final OutgoingTransfer t = sender.offer(9, src);
+            src.close();
+            // the receiver's descriptor never arrived; it aborts slot 0 generation 1 and cancels request 9
+            link.inject(new Message.Abort(0, 1, Message.Abort.RECEIVER_FAILED, "timeout"))
+                .inject(new Message.Cancel(9, Message.Cancel.ABORTED, "timeout"))
+                .inject(new Message.Cancel(12345, Message.Cancel.REJECTED, "never offered"));
+            sender.doWork();
+            assertEquals(OutgoingTransfer.State.DRAINED, t.state());
+            assertEquals(0, sender.activeTransfers());
+            assertEquals(0, pool.snapshot().owned(), pool.snapshot()::toString);
+            assertEquals(1, sender.metrics().cancelled());
+            assertEquals(1, sender.metrics().cancelsIgnored());
+            sender.close();
+        }
+    }
+
+    @Test
+    void aCancelWhileWritingReleasesOnlyOnceEveryWriteIsTerminal() {
+        try (KvPool pool = Kv.pool(16)) {
+            final TransferSender sender = TransferSender.builder(pool, Kv.identity()).clock(new ManualClock()).build();
+            final ScriptedLink link = new ScriptedLink();
+            sender.addPeer(link);
+            link.hello(Kv.identity());
+            sender.doWork();
+            final Sequence src = pool.admit(TOKENS, 0).sequence();
+            src.append(TOKENS);
+            final OutgoingTransfer t = sender.offer(9, src);
+            src.close();
+            link.inject(new Message.Descriptor(9, 0, 1, TOKENS, Kv.LAYOUT.fingerprint(), 1, 0, new long[PAGES_PER_REQUEST],
+                new byte[] {0}));
+            sender.doWork();
+            assertEquals(OutgoingTransfer.State.WRITING, t.state());
+            assertEquals(PAGES_PER_REQUEST, link.postedTokens.size());
+            link.inject(new Message.Cancel(9, Message.Cancel.ABORTED, "decode gave up"));
+            sender.doWork();
+            assertEquals(OutgoingTransfer.State.FAILING, t.state(), "writes in flight: the pages stay retained");
+            assertEquals(PAGES_PER_REQUEST, pool.snapshot().owned());
+            for (long token : link.postedTokens) {
+                link.completeWrite(token, io.kvpool.transfer.spi.PeerLink.OK);
+            }
+            sender.doWork();
+            if (!link.flushTokens.isEmpty()) {
+                link.completeFlush(link.flushTokens.get(link.flushTokens.size() - 1), true);
+                sender.doWork();
+            }
+            assertEquals(OutgoingTransfer.State.DRAINED, t.state());
+            assertEquals(0, pool.snapshot().owned(), "released once every write was terminal");
+            sender.close();
+        }
+    }
+}

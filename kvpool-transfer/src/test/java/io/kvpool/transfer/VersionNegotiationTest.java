@@ -1,0 +1,277 @@
+package io.kvpool.transfer;
+
+import io.kvpool.KvPool;
+import io.kvpool.Sequence;
+import io.kvpool.storage.PageStorage;
+import io.kvpool.transfer.sim.SimFaults;
+import io.kvpool.transfer.sim.SimLink;
+import io.kvpool.transfer.sim.SimNetwork;
+import io.kvpool.transfer.spi.LinkListener;
+import io.kvpool.transfer.spi.PeerLink;
+import io.kvpool.transfer.spi.Registration;
+import io.kvpool.transfer.spi.RemoteRegion;
+import io.kvpool.transfer.testkit.Kv;
+import io.kvpool.transfer.wire.MalformedMessageException;
+import io.kvpool.transfer.wire.Message;
+import io.kvpool.transfer.wire.WireCodec;
+import io.kvpool.transfer.wire.WireCodecV1;
+import io.kvpool.transfer.wire.WireFormat;
+import org.junit.jupiter.api.Test;
+
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Map;
+
+import static org.junit.jupiter.api.Assertions.*;
+
+/**
+ * A fleet mid-rollout: peers agree on the highest protocol version their HELLO ranges share, a build
+ * difference keeps serving (unless strict), a previous-version peer (version 1, checked frame by frame
+ * against {@link WireCodecV1}, the verbatim version-1 codec) links up and transfers.
+ */
+class VersionNegotiationTest {
+
+    static PeerIdentity id(String env, String build) {
+        return PeerIdentity.of(Kv.LAYOUT, "test-model@r1", env, build);
+    }
+
+    /** A link whose sends must be frames version-1 code reads: what goes to a version-1 peer. */
+    static final class ReadableByV1 implements PeerLink {
+        final PeerLink in;
+        final List<byte[]> frames = new ArrayList<>();
+
+        ReadableByV1(PeerLink in) {
+            this.in = in;
+        }
+
+        @Override
+        public void send(byte[] frame) {
+            WireCodecV1.decode(frame); // throws if version-1 code could not read it
+            frames.add(frame.clone());
+            in.send(frame);
+        }
+
+        @Override public String describe() { return in.describe(); }
+        @Override public boolean isUp() { return in.isUp(); }
+        @Override public int poll(LinkListener l, int limit) { return in.poll(new LinkListener() {
+                @Override public void onFrame(PeerLink link, java.nio.ByteBuffer frame) { l.onFrame(ReadableByV1.this, frame); }
+                @Override public void onWriteDone(PeerLink link, long token, int status) { l.onWriteDone(ReadableByV1.this, token, status); }
+                @Override public void onFlushDone(PeerLink link, long token, boolean ok) { l.onFlushDone(ReadableByV1.this, token, ok); }
+                @Override public void onLinkFailed(PeerLink link, String reason) { l.onLinkFailed(ReadableByV1.this, reason); }
+            }, limit); }
+        @Override public Registration register(PageStorage s, int[] slots) { return in.register(s, slots); }
+        @Override public boolean tearDown() { return in.tearDown(); }
+        @Override public RemoteRegion attach(byte[] key, int pages) { return in.attach(key, pages); }
+        @Override public void putBatch(RemoteRegion r, int[] dst, PageStorage s, int[] src, int off, int n, long t) { in.putBatch(r, dst, s, src, off, n, t); }
+        @Override public void flush(long token) { in.flush(token); }
+        @Override public void cancelWrites() { in.cancelWrites(); }
+        @Override public void close() { in.close(); }
+    }
+
+    static final class Rig implements AutoCloseable {
+        final SimNetwork net = new SimNetwork(11, SimFaults.NONE);
+        final KvPool prefill = Kv.pool(32);
+        final KvPool decode = Kv.pool(32);
+        final TransferSender sender;
+        final TransferReceiver receiver;
+        final PeerLink senderLink;
+        final PeerLink receiverLink;
+        final int sp;
+        final int rp;
+
+        Rig(java.util.function.Function<KvPool, TransferSender.Builder> sb,
+            java.util.function.Function<KvPool, TransferReceiver.Builder> rb, boolean receiverIsV1) {
+            sender = sb.apply(prefill).clock(net.clock()).build();
+            receiver = rb.apply(decode).clock(net.clock()).build();
+            final SimLink[] l = net.connect("prefill", "decode", true);
+            senderLink = receiverIsV1 ? new ReadableByV1(l[0]) : l[0];
+            receiverLink = receiverIsV1 ? new ReadableByV1(l[1]) : l[1];
+            rp = receiver.addPeer(receiverLink);
+            sp = sender.addPeer(senderLink);
+            run(20);
+        }
+
+        Rig(PeerIdentity s, PeerIdentity r, boolean receiverIsV1) {
+            this(p -> TransferSender.builder(p, s), p -> TransferReceiver.builder(p, r), receiverIsV1);
+        }
+
+        void run(int steps) {
+            for (int i = 0; i < steps; i++) {
+                sender.doWork();
+                receiver.doWork();
+                net.advance(10_000);
+            }
+        }
+
+        /** One request through the link; @return its final state at the receiver */
+        IncomingTransfer.State transfer(long req, int tokens) {
+            final Sequence src = prefill.admit(tokens, 0).sequence();
+            src.append(tokens);
+            Kv.write(src, req);
+            sender.offer(req, src);
+            src.close();
+            final IncomingTransfer t = receiver.start(req, tokens, 0, rp);
+            run(200);
+            if (t.state() == IncomingTransfer.State.COMMITTED) {
+                try (Sequence got = t.sequence()) {
+                    assertEquals(Kv.Finding.OK, Kv.check(got, req, tokens));
+                }
+            }
+            return t.state();
+        }
+
+        @Override
+        public void close() {
+            sender.close();
+            receiver.close();
+            prefill.close();
+            decode.close();
+        }
+    }
+
+    @Test
+    void theHighestCommonVersionIsPicked() {
+        final PeerIdentity a = id("test", "b").withVersions(1, 2);
+        assertEquals(2, a.commonVersion(id("test", "b").withVersions(2, 5)));
+        assertEquals(1, a.commonVersion(id("test", "b").withVersions(1, 1)));
+        assertEquals(-1, a.commonVersion(id("test", "b").withVersions(3, 4)));
+        assertEquals(List.of("protocol versions: local=[1,2] remote=[3,4]"), a.mismatches(id("test", "b").withVersions(3, 4)));
+    }
+
+    @Test
+    void currentPeersSpeakTheCurrentVersion() {
+        try (Rig rig = new Rig(id("test", "b1"), id("test", "b1"), false)) {
+            assertEquals(WireFormat.VERSION, rig.receiver.peer(rig.rp).protocolVersion());
+            assertEquals(WireFormat.VERSION, rig.sender.peer(rig.sp).protocolVersion());
+            assertEquals(IncomingTransfer.State.COMMITTED, rig.transfer(1, 9));
+        }
+    }
+
+    @Test
+    void aPreviousVersionReceiverAndACurrentSenderLinkUpAndTransfer() {
+        // decode on the previous release (version 1 only, builds strictly equal, as version-1 code refused others);
+        // prefill on this one. Every frame either sends must be one version-1 code reads.
+        final PeerIdentity old = id("test", "build-1").withVersions(1, 1);
+        try (Rig rig = new Rig(p -> TransferSender.builder(p, id("test", "build-1")),
+            p -> TransferReceiver.builder(p, old).strictBuild(true), true)) {
+            assertTrue(rig.receiver.peer(rig.rp).isUp(), rig.receiver.peer(rig.rp)::toString);
+            assertTrue(rig.sender.peer(rig.sp).isUp(), rig.sender.peer(rig.sp)::toString);
+            assertEquals(1, rig.sender.peer(rig.sp).protocolVersion());
+            assertEquals(1, rig.receiver.peer(rig.rp).protocolVersion());
+            // the old side's HELLO is byte for byte what version-1 code sent, and the answer is one it reads
+            final ReadableByV1 oldSide = (ReadableByV1) rig.receiverLink;
+            final ReadableByV1 newSide = (ReadableByV1) rig.senderLink;
+            assertArrayEquals(WireCodecV1.encode(new Message.Hello(new PeerIdentity(1, Kv.LAYOUT.fingerprint(), "test-model@r1",
+                "test", "build-1"))), oldSide.frames.get(0));
+            assertEquals(new Message.Hello(new PeerIdentity(1, Kv.LAYOUT.fingerprint(), "test-model@r1", "test", "build-1")),
+                WireCodecV1.decode(newSide.frames.get(0)));
+            for (long req = 1; req <= 5; req++) {
+                assertEquals(IncomingTransfer.State.COMMITTED, rig.transfer(req, 3 + (int) req * 5));
+            }
+            assertTrue(oldSide.frames.size() > 5 && newSide.frames.size() > 5, "descriptors and completions crossed");
+            assertEquals(0, rig.receiver.malformedFrames() + rig.sender.malformedFrames());
+        }
+    }
+
+    @Test
+    void aVersion1SenderCannotReadACurrentReceiversHelloSoPrefillIsRolledOutFirst() {
+        // the rollout order this version needs (version-1 code reads nothing but version 1): the receiver speaks
+        // first, and its HELLO carries a range; a version-1 sender's decoder fails on it.
+        final byte[] hello = WireCodec.encode(new Message.Hello(id("test", "b")));
+        final MalformedMessageException e = assertThrows(MalformedMessageException.class, () -> WireCodecV1.decode(hello));
+        assertTrue(e.getMessage().contains("unsupported protocol version 2"), e.getMessage());
+        // while a current receiver reads a version-1 HELLO, and agrees on version 1 with it
+        final Message.Hello v1 = (Message.Hello) WireCodec.decode(WireCodecV1.encode(new Message.Hello(
+            new PeerIdentity(1, Kv.LAYOUT.fingerprint(), "test-model@r1", "test", "b"))));
+        assertEquals(1, id("test", "b").commonVersion(v1.identity()));
+    }
+
+    @Test
+    void aBuildMismatchAcrossAnUpgradeKeepsServing() {
+        try (Rig rig = new Rig(id("test", "v1.3.0"), id("test", "v1.2.0"), false)) {
+            assertTrue(rig.receiver.peer(rig.rp).isUp(), rig.receiver.peer(rig.rp)::toString);
+            assertTrue(rig.sender.peer(rig.sp).isUp(), rig.sender.peer(rig.sp)::toString);
+            assertEquals(IncomingTransfer.State.COMMITTED, rig.transfer(1, 17));
+            // exported: each side names the other's build per link
+            assertEquals(Map.of("v1.3.0", 1), rig.receiver.peerBuilds());
+            assertEquals(Map.of("v1.2.0", 1), rig.sender.peerBuilds());
+            assertEquals("v1.3.0", rig.receiver.peers().get(rig.rp).remote().buildVersion());
+            assertEquals(0, rig.receiver.refusedPeers() + rig.sender.refusedPeers());
+            rig.receiver.tearDownPeer(rig.rp);
+            assertEquals(Map.of(), rig.receiver.peerBuilds(), "a link that went down is no longer counted");
+        }
+    }
+
+    @Test
+    void strictBuildRefusesAnotherBuildNamingBoth() {
+        try (Rig rig = new Rig(p -> TransferSender.builder(p, id("test", "v1.3.0")),
+            p -> TransferReceiver.builder(p, id("test", "v1.2.0")).strictBuild(true), false)) {
+            final Peer r = rig.receiver.peer(rig.rp);
+            assertEquals(Peer.State.REFUSED, r.state(), r::toString);
+            assertTrue(r.failure().contains("build: local=v1.2.0 remote=v1.3.0"), r.failure());
+            final Peer s = rig.sender.peer(rig.sp);
+            assertEquals(Peer.State.REFUSED, s.state(), s::toString);
+            assertTrue(s.failure().contains("build: local=v1.2.0 remote=v1.3.0"), s.failure()); // the receiver's REFUSE
+        }
+    }
+
+    @Test
+    void anEnvironmentMismatchIsStillRefusedWithBothNamesAcrossBuilds() {
+        try (Rig rig = new Rig(id("staging", "v1.3.0"), id("production", "v1.2.0"), false)) {
+            final Peer r = rig.receiver.peer(rig.rp);
+            final Peer s = rig.sender.peer(rig.sp);
+            assertEquals(Peer.State.REFUSED, r.state(), r::toString);
+            assertEquals(Peer.State.REFUSED, s.state(), s::toString);
+            assertTrue(r.failure().contains("environment: local=production remote=staging"), r.failure());
+            assertTrue(s.failure().contains("environment: local=staging remote=production"), s.failure());
+            assertFalse(r.failure().contains("build"), "the build is allowed to differ: " + r.failure());
+            assertEquals(Map.of(), rig.receiver.peerBuilds());
+        }
+    }
+
+    @Test
+    void rangesWithNoVersionInCommonAreRefusedNamingBothRanges() {
+        try (Rig rig = new Rig(id("test", "b").withVersions(3, 4), id("test", "b"), false)) {
+            final Peer r = rig.receiver.peer(rig.rp);
+            assertEquals(Peer.State.REFUSED, r.state(), r::toString);
+            assertTrue(r.failure().contains("protocol versions: local=[1,2] remote=[3,4]"), r.failure());
+            assertTrue(rig.sender.peer(rig.sp).failure().contains("protocol versions: local=[3,4] remote=[1,2]"),
+                rig.sender.peer(rig.sp).failure());
+        }
+    }
+
+    @Test
+    void aSenderWaitsForTheReceiversHelloAndAnswersItInKind() {
+        try (KvPool pool = Kv.pool(16)) {
+            for (int format : new int[] {1, 2}) {
+                final TransferSender sender = TransferSender.builder(pool, Kv.identity()).clock(new ManualClock()).build();
+                final ScriptedLink link = new ScriptedLink();
+                final int p = sender.addPeer(link);
+                assertEquals(List.of(), link.sent, "a sender speaks only after the receiver's HELLO");
+                final PeerIdentity receiver = format == 1 ? Kv.identity().withVersions(1, 1) : Kv.identity();
+                link.injectRaw(format == 1 ? WireCodecV1.encode(new Message.Hello(receiver)) : WireCodec.encode(new Message.Hello(receiver)));
+                sender.doWork();
+                assertEquals(List.of(new Message.Hello(format == 1 ? Kv.identity().withVersions(1, 1) : Kv.identity())), link.sent);
+                assertEquals(format, sender.peer(p).protocolVersion());
+                assertTrue(sender.peer(p).isUp());
+                sender.close();
+            }
+        }
+    }
+
+    @Test
+    void aFrameOfAnotherVersionThanTheLinkSpeaksFailsIt() {
+        try (KvPool pool = Kv.pool(16)) {
+            final TransferReceiver receiver = TransferReceiver.builder(pool, Kv.identity()).clock(new ManualClock()).build();
+            final ScriptedLink link = new ScriptedLink();
+            final int p = receiver.addPeer(link);
+            link.hello(Kv.identity()); // version 2
+            link.injectRaw(WireCodec.encode(new Message.Drained(0, 1, 0, 0, 0, 0), 1));
+            receiver.doWork();
+            assertEquals(Peer.State.FAILED, receiver.peer(p).state());
+            assertTrue(receiver.peer(p).failure().contains("Drained of version 1 on a link speaking version 2"),
+                receiver.peer(p).failure());
+            receiver.close();
+        }
+    }
+}
