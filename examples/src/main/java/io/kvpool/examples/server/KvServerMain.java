@@ -25,9 +25,20 @@ public final class KvServerMain {
     }
 
     public static void main(String[] args) throws Exception {
+        oneLinePerLogRecord();
         final int status = run(args, System.out, System.err);
         if (status != 0) {
             System.exit(status);
+        }
+    }
+
+    /** The JDK's default log format spreads each record over two lines; one line per record greps and tails well. */
+    static final String LOG_FORMAT = "%1$tF %1$tT.%1$tL %4$s %3$s: %5$s%6$s%n";
+
+    /** Sets {@link #LOG_FORMAT} for java.util.logging (the backend of kvpool's System.Logger) unless one is set already. */
+    static void oneLinePerLogRecord() {
+        if (System.getProperty("java.util.logging.SimpleFormatter.format") == null) {
+            System.setProperty("java.util.logging.SimpleFormatter.format", LOG_FORMAT);
         }
     }
 

@@ -29,8 +29,8 @@ class MetricsTest {
 
             // requests
             // each role names the build its link's peer runs, in one family (the roles share one build here)
-            assertEquals(1, m.get("kvpool_peer_info{role=\"decode\",build=\"kvpool-examples\"}"), r::body);
-            assertEquals(1, m.get("kvpool_peer_info{role=\"prefill\",build=\"kvpool-examples\"}"), r::body);
+            assertEquals(1, m.get("kvpool_peer_info{role=\"decode\",build=\"" + RoleIdentity.BUILD + "\"}"), r::body);
+            assertEquals(1, m.get("kvpool_peer_info{role=\"prefill\",build=\"" + RoleIdentity.BUILD + "\"}"), r::body);
             assertEquals(6, m.get("kvpool_requests_total")); // the 401 never reached the router
             assertEquals(5, m.get("kvpool_requests_completed_total"));
             assertEquals(0, m.get("kvpool_requests_aborted_total"));
