@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One GPU visit, run ON the device machine from the repository root after kvpool-cuda/pack-gpu.sh
-# (shared/device/pack.sh, trimmed) filled .gpu/ here (device tool: carry [".gpu"], command
+# (kvpool-cuda/gpu/pack.sh, trimmed) filled .gpu/ here (device tool: carry [".gpu"], command
 # `bash kvpool-cuda/gpu-visit.sh`, timeout_s 600):
 #   1. kvpool-cuda's tests, GPU required, run from kvpool-cuda/ (about 1.5 min; io.kvpool.cuda includes its
 #      subpackage io.kvpool.cuda.ipc: the CUDA IPC transport's two-JVM tests, CudaIpcTwoProcessGpuTest).

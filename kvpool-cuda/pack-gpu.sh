@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
-# Packs the project for a GPU visit: ../shared/device/pack.sh, then drops from .gpu/lib the jars that only
-# the live page's browser test needs (Selenium and what it pulls in: Guava, OpenTelemetry, Byte Buddy), and
-# those only kvpool-micrometer needs (Micrometer, its tests' Prometheus client, HdrHistogram, LatencyUtils:
-# 3.6 MiB more). No test the visit runs loads them (gpu-visit.sh filters by package and class name before
-# loading), and with the browser test's the pack is over the 64 MiB the device tool carries. Run from the
-# main checkout (not a git worktree: pack.sh writes .git/info/exclude). Then: device tool, carry [".gpu"], `bash kvpool-cuda/gpu-visit.sh`.
+# Packs the project for a GPU visit: kvpool-cuda/gpu/pack.sh (build, classes, test-scope dependencies, JUnit
+# console launcher, benchmarks.jar, a trimmed JDK 25 runtime and run.sh, all under .gpu/), then drops from
+# .gpu/lib the jars that only the live page's browser test needs (Selenium and what it pulls in: Guava,
+# OpenTelemetry, Byte Buddy), and those only kvpool-micrometer needs (Micrometer, its tests' Prometheus client,
+# HdrHistogram, LatencyUtils: 3.6 MiB more). No test the visit runs loads them (gpu-visit.sh filters by package
+# and class name before loading), and with the browser test's the pack is over the 64 MiB the device tool
+# carries. Runs from a normal checkout or a git worktree. Then: device tool, carry [".gpu"],
+# `bash kvpool-cuda/gpu-visit.sh`.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-bash ../shared/device/pack.sh
+bash kvpool-cuda/gpu/pack.sh
 shopt -s nullglob
 dropped=0
 for j in .gpu/lib/selenium-*.jar .gpu/lib/opentelemetry-*.jar .gpu/lib/byte-buddy-*.jar .gpu/lib/guava-*.jar \
