@@ -36,6 +36,7 @@ final class AllocatorCache {
     private static final VarHandle OWNER;
     private static final VarHandle ACTIVE;
     private static final VarHandle ALLOCATIONS;
+    private static final VarHandle SIZE;
 
     static {
         try {
@@ -43,6 +44,7 @@ final class AllocatorCache {
             OWNER = l.findVarHandle(AllocatorCache.class, "owner", Thread.class);
             ACTIVE = l.findVarHandle(AllocatorCache.class, "active", boolean.class);
             ALLOCATIONS = l.findVarHandle(AllocatorCache.class, "allocations", long.class);
+            SIZE = l.findVarHandle(AllocatorCache.class, "size", int.class);
         } catch (ReflectiveOperationException e) {
             throw new ExceptionInInitializerError(e);
         }
@@ -182,6 +184,11 @@ final class AllocatorCache {
         for (int i = 0; i < size; i++) {
             action.accept(slots[i]);
         }
+    }
+
+    /** @return pages cached, read from any thread (a count the owner may be changing: metrics only) */
+    int sizeRacy() {
+        return (int) SIZE.getOpaque(this);
     }
 
     /** At a quiescent point only: pages cached. */

@@ -1,5 +1,7 @@
 package io.kvpool;
 
+import java.lang.invoke.MethodHandles;
+import java.lang.invoke.VarHandle;
 import java.util.Arrays;
 
 /**
@@ -14,6 +16,18 @@ import java.util.Arrays;
  * Not thread-safe: every method is called under the pool lock.
  */
 final class FreePages {
+
+    private static final VarHandle SIZES;
+    private static final VarHandle LRU_SIZE;
+
+    static {
+        try {
+            SIZES = MethodHandles.lookup().findVarHandle(FreePages.class, "stackSize", int.class);
+            LRU_SIZE = MethodHandles.lookup().findVarHandle(FreePages.class, "lruSize", int.class);
+        } catch (ReflectiveOperationException e) {
+            throw new ExceptionInInitializerError(e);
+        }
+    }
 
     private static final int NIL = -1;
 
@@ -39,6 +53,11 @@ final class FreePages {
     /** @return pages held here, plain and cached */
     int size() {
         return stackSize + lruSize;
+    }
+
+    /** @return {@link #size()} read without the lock: a count the lock holder may be changing (metrics only) */
+    int sizeRacy() {
+        return (int) SIZES.getOpaque(this) + (int) LRU_SIZE.getOpaque(this);
     }
 
     int cachedSize() {

@@ -80,6 +80,14 @@ final class PageAllocator {
         return (long) COUNT.getOpaque(counts, ALLOCATIONS) + cache.allocations();
     }
 
+    /**
+     * @return FREE pages in every free structure (plain stack, LRU, return stack, allocator cache); any thread,
+     *         without the lock (racy reads of single-writer counts), exact at quiescence
+     */
+    long freeNow() {
+        return freePages.sizeRacy() + (long) returned.sizeVolatile() + cache.sizeRacy();
+    }
+
     /** @return FREE pages that still hold a published prefix; any thread, exact at quiescence */
     long cachedFree() {
         return cachedFree.sum();
@@ -192,6 +200,16 @@ final class PageAllocator {
      */
     int drainReturnedLocked() {
         return returned.drain(takeReturned) + cache.flush(takeReturned);
+    }
+
+    /**
+     * Drains the return stack only when the allocator needs it (the plain stack is empty) or the cache's owner was
+     * asked for its pages: the free count already includes the return stack, and a drain costs an atomic swap.
+     */
+    void drainIfNeededLocked() {
+        if (freePages.size() == 0 || cache.flushRequested()) {
+            drainReturnedLocked();
+        }
     }
 
     /**

@@ -3,28 +3,27 @@ package io.kvpool;
 import java.util.concurrent.atomic.LongAdder;
 
 /**
- * The pool's page counts by state, kept as the states change so that reading them costs no slot scan
- * and no lock. {@link SlotTable} reports every phase change of a successful CAS here; nothing else writes.
+ * The pool's page counts by state that the free structures do not give, kept as the states change so
+ * that reading them costs no slot scan and no lock. {@link SlotTable} reports every phase change of a
+ * successful CAS here; nothing else writes. Nothing here is touched on the allocation or free path.
  *
  * <pre>
- *   tenancies ended   LongAdder   +1 when a slot leaves use (to FREE or RETIRED)     hot path: a page's last release
- *   receiving         LongAdder   +1 / -1 as slots enter and leave RECEIVING      ┐ transport events only:
- *   draining          LongAdder   +1 / -1                                         ├ never on the allocation
- *   quarantined       LongAdder   +1 / -1                                         ┘ path
+ *   receiving         LongAdder   +1 / -1 as slots enter and leave RECEIVING      ┐ transport events only
+ *   draining          LongAdder   +1 / -1                                         │
+ *   quarantined       LongAdder   +1 / -1                                         ┘
  *   quarantineEvents  LongAdder   +1 per entry into QUARANTINED
  *   retired           LongAdder   +1 per slot that leaves service
  *
- *   in use = allocations - tenancies ended     (allocations: counted by the allocator, see PageAllocator)
+ *   free   = what the free structures hold      (PageAllocator.freeNow: plain stack, LRU, return stack, cache)
+ *   in use = capacity - free - retired
  *   owned  = in use - receiving - draining - quarantined
- *   free   = capacity - in use - retired
  * </pre>
- * Each value is exact at a quiescent point; between, a read may miss a change in flight (a page counted
- * freed before the allocation that preceded it is read, for example). {@link AccountingCheck} compares
+ * Each value is exact at a quiescent point; between, a read may miss a change in flight (a page whose
+ * last release has happened but which is still being filled counts as in use until it is pushed). {@link AccountingCheck} compares
  * these counts with a full scan of the state words.
  */
 final class PageCounts {
 
-    final LongAdder ended = new LongAdder();
     final LongAdder receiving = new LongAdder();
     final LongAdder draining = new LongAdder();
     final LongAdder quarantined = new LongAdder();
@@ -43,13 +42,7 @@ final class PageCounts {
             default -> { }
         }
         switch (to) {
-            case SlotStateMachine.FREE -> ended.increment();
-            case SlotStateMachine.RETIRED -> {
-                retired.increment();
-                if (from != SlotStateMachine.FREE) {
-                    ended.increment();
-                }
-            }
+            case SlotStateMachine.RETIRED -> retired.increment();
             case SlotStateMachine.RECEIVING -> receiving.increment();
             case SlotStateMachine.DRAINING -> draining.increment();
             case SlotStateMachine.QUARANTINED -> {

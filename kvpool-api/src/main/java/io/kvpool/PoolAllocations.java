@@ -129,7 +129,7 @@ final class PoolAllocations {
         try {
             pool.ensureOpen();
             allocator.bindCacheLocked();
-            allocator.drainReturnedLocked();
+            allocator.drainIfNeededLocked();
             if (unreservedLocked() < 1) {
                 allocator.reclaimLocked();
                 if (unreservedLocked() < 1) {

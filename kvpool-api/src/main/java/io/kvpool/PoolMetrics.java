@@ -143,8 +143,9 @@ public final class PoolMetrics {
         final long draining = counts.draining.sum();
         final long quarantined = counts.quarantined.sum();
         final long retired = counts.retired.sum();
-        final long inUse = allocations - counts.ended.sum();
-        return new PoolSnapshot(capacity, capacity - inUse - retired, inUse - receiving - draining - quarantined, receiving,
+        final long free = allocator.freeNow();
+        final long inUse = capacity - free - retired;
+        return new PoolSnapshot(capacity, free, inUse - receiving - draining - quarantined, receiving,
             draining, quarantined, retired, reservations.reserved(), allocator.cachedFree(), prefix.published(),
             reservations.openSequences(), reservations.openReservations(), allocations, prefix.hits(), allocator.evictions(),
             reservations.rejectedContextTooLong(), reservations.rejectedExceedsPool(), reservations.retryLater(),
