@@ -29,7 +29,7 @@ import java.util.function.IntConsumer;
  * or the owner sees the request (and goes through the lock instead). An owner that is alive but idle
  * therefore never keeps its pages from other threads. The price is one full fence per owner push or pop.
  * If the owner dies, the next locked operation adopts its pages (a thread's termination happens-before
- * another thread seeing it dead). Opt-in ({@link KvPool.Builder#threadCache}).
+ * another thread seeing it dead). Opt-in ({@link KvPoolBuilder#threadCache}).
  */
 final class AllocatorCache {
 

@@ -4,7 +4,7 @@ import java.util.Locale;
 
 /**
  * The startup capacity check: a pool must hold the context the deployment advertises for one request, or
- * refuse to build with both numbers (or clamp, when the builder opted in). Run by {@link KvPool.Builder#build()}.
+ * refuse to build with both numbers (or clamp, when the builder opted in). Run by {@link KvPoolBuilder#build()}.
  *
  * <pre>
  *   pages        = pages(n), or byteBudget / bytesPerPage                      (1 .. MAX_SLOT + 1)

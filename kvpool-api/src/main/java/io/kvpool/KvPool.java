@@ -73,7 +73,7 @@ public final class KvPool implements AutoCloseable {
     private volatile boolean closed;
     private volatile String closeReport;
 
-    private KvPool(Builder b, CapacityCheck.Sized size) {
+    KvPool(KvPoolBuilder b, CapacityCheck.Sized size) {
         this.layout = b.layout;
         this.capacity = size.pages();
         this.disabled = b.disabled.isEmpty() ? Set.of() : Set.copyOf(b.disabled);
@@ -111,12 +111,12 @@ public final class KvPool implements AutoCloseable {
      * Starts building a pool of pages with the given layout.
      *
      * @param layout the page layout
-     * @return a builder; set a size ({@link Builder#pages} or {@link Builder#byteBudget}) and
-     *         {@link Builder#maxContextTokens}
+     * @return a builder; set a size ({@link KvPoolBuilder#pages} or {@link KvPoolBuilder#byteBudget}) and
+     *         {@link KvPoolBuilder#maxContextTokens}
      * @throws NullPointerException if {@code layout} is null
      */
-    public static Builder builder(KvLayout layout) {
-        return new Builder(layout);
+    public static KvPoolBuilder builder(KvLayout layout) {
+        return new KvPoolBuilder(layout);
     }
 
     /** {@return the layout} */
@@ -371,7 +371,7 @@ public final class KvPool implements AutoCloseable {
     }
 
     /**
-     * Hands the calling thread's allocator cache (see {@link Builder#threadCache}) back to the free pages,
+     * Hands the calling thread's allocator cache (see {@link KvPoolBuilder#threadCache}) back to the free pages,
      * where every thread's admission sees them. Other threads take an idle owner's pages themselves when
      * they come up short; calling this before the allocator thread goes idle saves them that step.
      * Does nothing on other threads or without a cache.
@@ -480,164 +480,5 @@ public final class KvPool implements AutoCloseable {
     public String toString() {
         return "KvPool[" + capacity + " pages of " + layout + ", max context " + maxContextTokens() + " tokens, id " + poolId
             + (disabled.isEmpty() ? "" : ", UNSAFE: safeguards disabled " + disabled) + "]";
-    }
-
-    /** Builds a {@link KvPool}; runs the startup capacity check ({@link CapacityCheck}). Not thread-safe. */
-    public static final class Builder {
-        private final KvLayout layout;
-        private long pages = -1;
-        private long byteBudget = -1;
-        private long maxContextTokens = -1;
-        private ContextPolicy contextPolicy = ContextPolicy.FAIL;
-        private ReservationPolicy reservationPolicy = ReservationPolicy.FULL;
-        private FillMode fillMode = FillMode.CANARY;
-        private int maxReservations = 4096;
-        private int threadCache = 0;
-        private BiFunction<KvLayout, Integer, PageStorage> storageFactory = HostPageStorage::allocate;
-        private final EnumSet<Safeguard> disabled = EnumSet.noneOf(Safeguard.class);
-        /** Test hook: the memory of the state words (a test substitutes a deliberately broken one). */
-        java.util.function.IntFunction<SlotWords> slotWords = SlotWords::ofArray;
-
-        private Builder(KvLayout layout) {
-            this.layout = Objects.requireNonNull(layout, "layout");
-        }
-
-        /**
-         * Sizes the pool by page count, replacing a byte budget.
-         *
-         * @param pages pool size in pages, 1 .. {@link PageHandle#MAX_SLOT} + 1 (checked by {@link #build})
-         * @return this builder
-         */
-        public Builder pages(long pages) {
-            this.pages = pages;
-            return this;
-        }
-
-        /**
-         * Sizes the pool by memory: the pool has the most pages that fit. Replaces a page count.
-         *
-         * @param bytes memory to fill with pages (checked by {@link #build})
-         * @return this builder
-         */
-        public Builder byteBudget(long bytes) {
-            this.byteBudget = bytes;
-            this.pages = -1;
-            return this;
-        }
-
-        /**
-         * Sets the max context the deployment advertises for one request. Required; {@link #build} checks
-         * that the pool can hold it.
-         *
-         * @param tokens the max context (prompt + generated tokens)
-         * @return this builder
-         */
-        public Builder maxContextTokens(long tokens) {
-            this.maxContextTokens = tokens;
-            return this;
-        }
-
-        /**
-         * Sets what {@link #build} does when the pool cannot hold the advertised context.
-         *
-         * @param policy the policy; {@link ContextPolicy#FAIL} by default
-         * @return this builder
-         * @throws NullPointerException if {@code policy} is null
-         */
-        public Builder contextPolicy(ContextPolicy policy) {
-            this.contextPolicy = Objects.requireNonNull(policy);
-            return this;
-        }
-
-        /**
-         * Sets how much admission reserves for a request.
-         *
-         * @param policy the policy; {@link ReservationPolicy#FULL} by default
-         * @return this builder
-         * @throws NullPointerException if {@code policy} is null
-         */
-        public Builder reservationPolicy(ReservationPolicy policy) {
-            this.reservationPolicy = Objects.requireNonNull(policy);
-            return this;
-        }
-
-        /**
-         * Sets what freed pages are filled with.
-         *
-         * @param mode the fill; {@link FillMode#CANARY} by default
-         * @return this builder
-         * @throws NullPointerException if {@code mode} is null
-         */
-        public Builder fillMode(FillMode mode) {
-            this.fillMode = Objects.requireNonNull(mode);
-            return this;
-        }
-
-        /**
-         * Sets how many {@link KvPool#tryReserve} reservations may be open at once.
-         *
-         * @param n the limit, ≥ 1; 4096 by default
-         * @return this builder
-         * @throws IllegalArgumentException if {@code n < 1}
-         */
-        public Builder maxReservations(int n) {
-            this.maxReservations = CapacityCheck.atLeast("maxReservations", n, 1);
-            return this;
-        }
-
-        /**
-         * Opt-in for a server whose allocations come from one thread (a scheduler): that thread, the first
-         * to allocate, keeps up to {@code pages} of the pages it frees in a thread-confined cache and
-         * allocates from it without the pool lock (see {@link AllocatorCache}). Off (0) by default. Other
-         * threads that come up short take the pages back themselves when the owner is idle, or ask it to
-         * hand them back at its next operation; the owner's own admissions always see them. 32 is a good size.
-         *
-         * @param pages pages the cache holds at most, ≥ 0
-         * @return this builder
-         * @throws IllegalArgumentException if {@code pages < 0}
-         */
-        public Builder threadCache(int pages) {
-            this.threadCache = CapacityCheck.atLeast("threadCache", pages, 0);
-            return this;
-        }
-
-        /**
-         * Sets where the pages live. {@link #build} calls the factory once; the pool closes the storage.
-         *
-         * @param factory {@code (layout, pages) → storage}; host memory ({@link HostPageStorage}) by default
-         * @return this builder
-         * @throws NullPointerException if {@code factory} is null
-         */
-        public Builder storage(BiFunction<KvLayout, Integer, PageStorage> factory) {
-            this.storageFactory = Objects.requireNonNull(factory);
-            return this;
-        }
-
-        /**
-         * <b>Testing only.</b> Turns safeguards off so a test can prove each one is what stops a leak. The
-         * pool logs an ERROR at startup and names them in {@link KvPool#toString()}.
-         *
-         * @param safeguards the safeguards to turn off
-         * @return this builder
-         */
-        public Builder unsafeDisable(Safeguard... safeguards) {
-            for (Safeguard s : safeguards) {
-                disabled.add(Objects.requireNonNull(s));
-            }
-            return this;
-        }
-
-        /**
-         * Builds the pool and allocates its storage, after the capacity check.
-         *
-         * @return the pool
-         * @throws IllegalArgumentException if the size or max context is missing or out of range, or the
-         *                                  storage factory returns another page count or layout
-         * @throws PoolCapacityException    if the pool cannot hold the advertised context for one request
-         *                                  and the policy is {@link ContextPolicy#FAIL}
-         */
-        public KvPool build() {
-            return new KvPool(this, CapacityCheck.resolve(layout, pages, byteBudget, maxContextTokens, contextPolicy));
-        }
     }
 }

@@ -154,7 +154,7 @@ final class PoolAllocations {
     }
 
     /**
-     * Hands the calling thread's allocator cache (see {@link KvPool.Builder#threadCache}) back to the free pages,
+     * Hands the calling thread's allocator cache (see {@link KvPoolBuilder#threadCache}) back to the free pages,
      * where every thread's admission sees them. Other threads take an idle owner's pages themselves when
      * they come up short; calling this before the allocator thread goes idle saves them that step.
      * Does nothing on other threads or without a cache.

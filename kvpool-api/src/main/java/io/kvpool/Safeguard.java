@@ -1,7 +1,7 @@
 package io.kvpool;
 
 /**
- * Safeguards that can be switched off with {@link KvPool.Builder#unsafeDisable}, <b>only</b> so tests and
+ * Safeguards that can be switched off with {@link KvPoolBuilder#unsafeDisable}, <b>only</b> so tests and
  * the incident replay can prove that each safeguard is what stops a leak. A pool built with any of them
  * off logs an error at startup and says so in {@link KvPool#toString()}. Never disable one in production.
  */

@@ -386,7 +386,7 @@ class AdmissionProperties {
             Tuple.of(4, pick.map(Close::new)));
     }
 
-    static Model model(KvPool.Builder builder, ReservationPolicy policy, int maxReservations) {
+    static Model model(KvPoolBuilder builder, ReservationPolicy policy, int maxReservations) {
         final Model m = new Model(builder.reservationPolicy(policy).maxReservations(maxReservations).build(), maxReservations, policy);
         synchronized (OPEN) {
             OPEN.add(m);

@@ -55,7 +55,7 @@ class ApiContractRegressionTest {
     @Test
     void clampOnAPoolHoldingMoreThanASequenceCanCountStillBuilds() {
         final KvLayout big = new KvLayout(1, 1, 1, DType.FP8, 1 << 20);    // 2^20 tokens per page
-        final KvPool.Builder b = KvPool.builder(big).pages(4096)            // 2^32 tokens in the pool
+        final KvPoolBuilder b = KvPool.builder(big).pages(4096)            // 2^32 tokens in the pool
             .maxContextTokens(1L << 40).contextPolicy(ContextPolicy.CLAMP).storage(ApiReviewRegressionTest.NoBytes::new);
         final KvPool pool = assertDoesNotThrow(b::build, "CLAMP must clamp to what fits, not refuse to build");
         try (pool) {

@@ -210,7 +210,7 @@ class ApiReviewRegressionTest {
 
     @Test
     void anAbsurdAdvertisedContextIsRefusedWithPoolCapacityException() {
-        final KvPool.Builder b = KvPool.builder(TestPools.SMALL).pages(4).maxContextTokens(1L << 60);
+        final KvPoolBuilder b = KvPool.builder(TestPools.SMALL).pages(4).maxContextTokens(1L << 60);
         final Throwable t = assertThrows(Throwable.class, b::build);
         assertInstanceOf(PoolCapacityException.class, t, "got " + t);
     }
@@ -250,7 +250,7 @@ class ApiReviewRegressionTest {
     void aContextBeyondWhatASequenceCanCountIsRefusedAtBuild() {
         // was: accepted, and a sequence's int tokenCount wrapped negative past Integer.MAX_VALUE tokens
         final KvLayout big = new KvLayout(1, 1, 1, DType.FP8, 1 << 20);
-        final KvPool.Builder b = KvPool.builder(big).pages(2049).maxContextTokens(2049L << 20).storage(NoBytes::new);
+        final KvPoolBuilder b = KvPool.builder(big).pages(2049).maxContextTokens(2049L << 20).storage(NoBytes::new);
         final PoolCapacityException e = assertThrows(PoolCapacityException.class, b::build);
         assertTrue(e.getMessage().contains("2,148,532,224") && e.getMessage().contains("2,147,483,647"), e.getMessage());
         assertEquals(Integer.MAX_VALUE, e.poolTokens(), "one request is one sequence: the largest safe context");
@@ -274,7 +274,7 @@ class ApiReviewRegressionTest {
     @Test
     void theLastUnpinAfterCloseReleasesTheStorageEvenWhenAnUnpinRacesCloseItself() throws Exception {
         final CountingHookWords[] words = new CountingHookWords[1];
-        final KvPool.Builder b = TestPools.builder(4);
+        final KvPoolBuilder b = TestPools.builder(4);
         b.slotWords = n -> words[0] = new CountingHookWords(n);
         final KvPool pool = b.build();
         final long racing = pool.tryAllocate();
@@ -482,7 +482,7 @@ class ApiReviewRegressionTest {
     /** A stray release of page 0 fires inside the {@code skip}+1-th read of its state word during {@code a.publish}. */
     private static void strayReleaseDuringPublish(int skip, boolean thenTenantC) {
         final CountingHookWords[] words = new CountingHookWords[1];
-        final KvPool.Builder b = TestPools.builder(8).threadCache(4);
+        final KvPoolBuilder b = TestPools.builder(8).threadCache(4);
         b.slotWords = n -> words[0] = new CountingHookWords(n);
         try (KvPool pool = b.build()) {
             final long salt = 42;

@@ -237,7 +237,7 @@ class ConcurrentStressTest {
     void theStressTestCatchesANonAtomicStateWord() throws InterruptedException {
         int caught = 0;
         for (long seed = 1; seed <= 5 && caught == 0; seed++) {
-            final KvPool.Builder b = TestPools.builder(256).maxContextTokens(256);
+            final KvPoolBuilder b = TestPools.builder(256).maxContextTokens(256);
             b.slotWords = RacySlotWords::new;
             final KvPool pool = b.build();
             try {

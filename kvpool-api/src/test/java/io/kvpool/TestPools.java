@@ -14,7 +14,7 @@ final class TestPools {
         return KvPool.builder(SMALL).pages(pages).maxContextTokens((long) pages * SMALL.tokensPerPage()).build();
     }
 
-    static KvPool.Builder builder(int pages) {
+    static KvPoolBuilder builder(int pages) {
         return KvPool.builder(SMALL).pages(pages).maxContextTokens((long) pages * SMALL.tokensPerPage()).fillMode(FillMode.CANARY);
     }
 }

@@ -163,7 +163,7 @@ public final class DevicePageStorage implements PageStorage {
      * @param layout   the page layout
      * @param fraction share of the device's free memory to use, in (0, 1]
      * @return how many pages of this layout fit in that share of device 0's free memory now
-     *         ({@code cuMemGetInfo}); pass it to {@code KvPool.Builder#pages}, whose startup check then
+     *         ({@code cuMemGetInfo}); pass it to {@code KvPoolBuilder#pages}, whose startup check then
      *         refuses a pool smaller than the advertised context with both numbers
      * @throws IllegalArgumentException if {@code fraction} is not in (0, 1]
      * @throws IllegalStateException    if no CUDA device can be used ({@link Cuda#unavailableReason()})

@@ -2,6 +2,7 @@ package io.kvpool.examples.server;
 
 import io.kvpool.ContextPolicy;
 import io.kvpool.KvPool;
+import io.kvpool.KvPoolBuilder;
 import io.kvpool.Safeguard;
 import io.kvpool.storage.PageStorage;
 import io.kvpool.transfer.PeerIdentity;
@@ -61,7 +62,7 @@ final class RoleParts {
         if (cfg.unsafePlaceholderOnOverflow()) {
             off.add(Safeguard.ADMISSION_REJECTION);
         }
-        final KvPool.Builder b = KvPool.builder(cfg.layout()).pages(cfg.prefillPages()).maxContextTokens(cfg.contextTokens())
+        final KvPoolBuilder b = KvPool.builder(cfg.layout()).pages(cfg.prefillPages()).maxContextTokens(cfg.contextTokens())
             .contextPolicy(cfg.unsafePlaceholderOnOverflow() ? ContextPolicy.CLAMP : ContextPolicy.FAIL)
             .unsafeDisable(off.toArray(new Safeguard[0]));
         if (cfg.device() == ServerConfig.Device.CUDA) {
@@ -76,7 +77,7 @@ final class RoleParts {
      * @throws io.kvpool.PoolCapacityException if it cannot hold the advertised context
      */
     static KvPool decodePool(ServerConfig cfg, BiFunction<io.kvpool.KvLayout, Integer, PageStorage> storage) {
-        final KvPool.Builder b = KvPool.builder(cfg.layout()).pages(cfg.decodePages()).maxContextTokens(cfg.contextTokens())
+        final KvPoolBuilder b = KvPool.builder(cfg.layout()).pages(cfg.decodePages()).maxContextTokens(cfg.contextTokens())
             .unsafeDisable(cfg.unsafePool().toArray(new Safeguard[0]));
         if (storage != null) {
             b.storage(storage);

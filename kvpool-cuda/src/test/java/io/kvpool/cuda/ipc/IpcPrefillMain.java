@@ -3,6 +3,7 @@ package io.kvpool.cuda.ipc;
 import io.kvpool.DType;
 import io.kvpool.KvLayout;
 import io.kvpool.KvPool;
+import io.kvpool.KvPoolBuilder;
 import io.kvpool.cuda.DevicePageStorage;
 import io.kvpool.transfer.PeerIdentity;
 import io.kvpool.transfer.testkit.PrefillChild;
@@ -66,7 +67,7 @@ public final class IpcPrefillMain {
         final long deadline = PrefillChild.deadlineIn(Duration.ofSeconds(40));
         final KvLayout layout = layout(engine);
 
-        final KvPool.Builder pb = KvPool.builder(layout).pages(256).maxContextTokens(256L * layout.tokensPerPage());
+        final KvPoolBuilder pb = KvPool.builder(layout).pages(256).maxContextTokens(256L * layout.tokensPerPage());
         final KvPool pool = (engine.equals("cuda") ? pb.storage(DevicePageStorage::allocate) : pb).build();
         final TransferSender sender = TransferSender.builder(pool, identity(layout, environment)).checksums(false)
             .drainDeadline(Duration.ofSeconds(2)).build();
