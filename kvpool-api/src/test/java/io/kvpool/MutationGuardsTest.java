@@ -1,6 +1,8 @@
 package io.kvpool;
 
 import io.kvpool.ApiReviewRegressionTest.CountingHookWords;
+import io.kvpool.ApiReviewRegressionTest.FailingCopyStorage;
+import io.kvpool.storage.FillMode;
 
 import org.junit.jupiter.api.Test;
 
@@ -167,8 +169,11 @@ class MutationGuardsTest {
 
     @Test
     void aClosedPoolRefusesToValidateOrDescribeHandles() {
-        final KvPool pool = TestPools.pool(2);
+        final KvPool pool = TestPools.pool(4);
         final long h = pool.tryAllocate();
+        final long toOpen = pool.tryReserve(1, 0);
+        final long toCancel = pool.tryReserve(1, 0);
+        assertTrue(toOpen > 0 && toCancel > 0);
         assertEquals(PageHandle.slot(h), pool.validate(h));
         assertEquals(SlotState.OWNED, pool.state(h));
         pool.close();
@@ -179,7 +184,178 @@ class MutationGuardsTest {
         assertThrows(IllegalStateException.class, () -> pool.retain(h));
         assertThrows(IllegalStateException.class, pool::flushAllocatorCache);
         assertThrows(IllegalStateException.class, () -> pool.tryReserve(1, 0));
+        assertThrows(IllegalStateException.class, () -> pool.openSequence(toOpen));
+        assertThrows(IllegalStateException.class, () -> pool.cancelReservation(toCancel));
+        assertEquals(2, pool.snapshot().openReservations(), "a closed pool neither opens nor cancels a reservation");
         assertEquals(SlotState.OWNED, pool.stateOfSlot(PageHandle.slot(h)), "the monitoring views still answer");
         assertEquals(1, pool.refcountOfSlot(PageHandle.slot(h)));
+    }
+
+    @Test
+    void anAppendRacingCloseThrowsInsteadOfAllocatingFromTheClosedPool() {
+        final CountingHookWords[] words = new CountingHookWords[1];
+        final KvPool.Builder builder = TestPools.builder(4);
+        builder.slotWords = n -> words[0] = new CountingHookWords(n);
+        final KvPool pool = builder.build();
+        final Sequence s = pool.admit(2 * TPP, 0).sequence();
+        s.append(1);
+        // append has checked that the pool is open; it reads its partial last page (copy-on-write?) and meanwhile the pool closes
+        words[0].arm(s.pageIndex(0), 0, pool::close);
+        assertThrows(IllegalStateException.class, () -> s.append(TPP));
+        assertTrue(pool.isClosed());
+        assertEquals(1, s.pageCount(), "no page was allocated from the closed pool");
+        assertEquals(1, pool.verifyAccounting().owned());
+    }
+
+    @Test
+    void aPublishRacingCloseThrowsInsteadOfPublishingIntoTheClosedPool() {
+        final CountingHookWords[] words = new CountingHookWords[1];
+        final KvPool.Builder builder = TestPools.builder(4);
+        builder.slotWords = n -> words[0] = new CountingHookWords(n);
+        final KvPool pool = builder.build();
+        final long pinned = pool.tryAllocate();
+        pool.handles().pinWriter(pinned); // keeps the storage after close, so the canary check still reads it
+        final int[] prompt = ids(TPP + 1, 5);
+        final Sequence s = written(pool, prompt, 0);
+        // publish has checked that the pool is open; it checks page 0 for the canary and meanwhile the pool closes
+        words[0].arm(s.pageIndex(0), 0, pool::close);
+        assertThrows(IllegalStateException.class, () -> s.publish(prompt, 0));
+        assertTrue(pool.isClosed());
+        assertEquals(0, pool.snapshot().publishedPrefixes(), "nothing was published into the closed pool");
+        pool.handles().commitReceive(pinned);
+    }
+
+    @Test
+    void publishingAPageSomeoneElseFreedIsRefusedAndCountedAsStale() {
+        try (KvPool pool = TestPools.builder(4).fillMode(FillMode.ZERO).build()) { // no canary check before publish
+            final int[] prompt = ids(TPP + 1, 6);
+            final Sequence s = pool.admit(prompt, 0, 0).sequence();
+            s.append(prompt.length);
+            pool.release(s.pageHandle(0)); // a stray release frees the sequence's page 0
+            assertThrows(IllegalSlotTransitionException.class, () -> s.publish(prompt, 0));
+            assertEquals(1, pool.snapshot().staleHandlesRefused());
+            assertEquals(0, pool.snapshot().publishedPrefixes());
+            assertThrows(StaleHandleException.class, s::close);
+        }
+    }
+
+    @Test
+    void aFailedCopyOnWriteGivesThePoolsReservedCountBackToo() {
+        final FailingCopyStorage[] storage = new FailingCopyStorage[1];
+        try (KvPool pool = TestPools.builder(8).storage((l, n) -> storage[0] = new FailingCopyStorage(l, n)).build()) {
+            final Sequence parent = pool.admit(TPP + 1, TPP).sequence();
+            parent.append(TPP + 1);
+            final Sequence child = parent.fork();
+            final PoolSnapshot before = pool.verifyAccounting();
+            storage[0].failNextCopy = true;
+            assertThrows(IllegalStateException.class, () -> child.append(1));
+            final PoolSnapshot after = pool.verifyAccounting();
+            assertEquals(before.reserved(), after.reserved(), "the allocation's reserved pages are reserved again");
+            assertEquals(before.owned(), after.owned());
+            child.append(1);
+            child.close();
+            parent.close();
+        }
+    }
+
+    @Test
+    void anAllocationThatFindsTooFewPagesAfterASlotRetiredAllocatesNothing() {
+        try (KvPool pool = TestPools.pool(2)) {
+            final Sequence s = pool.admit(2 * TPP, 0).sequence(); // both pages reserved
+            pool.slotTable().forceGenerationOfFreeSlot(0, PageHandle.MAX_GENERATION); // slot 0 retires when taken
+            final PoolExhaustedException e = assertThrows(PoolExhaustedException.class, () -> s.append(2 * TPP));
+            assertEquals("sequence needs 2 more pages, 2 of them reserved; the pool has 0 free unreserved pages for the other 0"
+                + " (capacity 2)", e.getMessage());
+            assertEquals(0, s.pageCount());
+            assertEquals(2, s.reservedPages());
+            assertEquals(SlotState.RETIRED, pool.stateOfSlot(0));
+            assertEquals(SlotState.FREE, pool.stateOfSlot(1), "the page taken before the shortfall is free again");
+            final PoolSnapshot snap = pool.snapshot();
+            assertEquals(0, snap.owned());
+            assertEquals(1, snap.retired());
+            assertEquals(1, snap.free());
+            s.close();
+            assertEquals(1, pool.verifyAccounting().free());
+        }
+    }
+
+    // ---- admission ----
+
+    @Test
+    void aRequestOfExactlyTheMaxContextThatNoLongerFitsTheSlotsInServiceExceedsThePool() {
+        try (KvPool pool = TestPools.pool(4)) { // max context 4 pages
+            pool.slotTable().forceGenerationOfFreeSlot(0, PageHandle.MAX_GENERATION - 1);
+            pool.release(pool.tryAllocate()); // slot 0's last tenancy: RETIRED, 3 pages in service
+            final int max = (int) pool.maxContextTokens();
+            final Admission a = pool.admit(max, 0);
+            assertEquals(Admission.Decision.REJECTED_EXCEEDS_POOL, a.decision());
+            assertEquals(Admission.EXCEEDS_POOL, pool.tryReserve(max, 0));
+            assertEquals(Admission.CONTEXT_TOO_LONG, pool.tryReserve(max + 1, 0));
+            assertEquals(2, pool.snapshot().rejectedExceedsPool());
+        }
+    }
+
+    @Test
+    void aReservationIdPastTheLastIndexIsRefusedAsUnknown() {
+        try (KvPool pool = TestPools.builder(4).maxReservations(2).build()) {
+            final long id = pool.tryReserve(1, 0);
+            assertTrue(id > 0);
+            final long pastTheEnd = (id & 0xFFFF_FFFF_0000_0000L) | 2;
+            assertThrows(IllegalArgumentException.class, () -> pool.cancelReservation(pastTheEnd));
+            assertThrows(IllegalArgumentException.class, () -> pool.openSequence(pastTheEnd));
+            assertThrows(IllegalArgumentException.class, () -> pool.cancelReservation(id | 0xFFFF_FFFFL));
+            pool.cancelReservation(id);
+        }
+    }
+
+    @Test
+    void withAdmissionRejectionOffAttachingMoreThanThePlaceholderReservedNeverGoesNegative() {
+        try (KvPool pool = TestPools.builder(8).unsafeDisable(Safeguard.ADMISSION_REJECTION).build()) {
+            final int[] prefix = ids(2 * TPP + 1, 7);
+            final Sequence owner = written(pool, prefix, 0);
+            owner.publish(prefix, 0); // two published pages, OWNED by owner
+            final int[] tooLong = java.util.Arrays.copyOf(prefix, (int) pool.maxContextTokens() + TPP);
+            final Sequence placeholder = pool.admit(tooLong, 0, 0).sequence(); // one page reserved, whatever it asked for
+            assertEquals(2 * TPP, placeholder.tokenCount(), "both shared pages attached");
+            assertEquals(0, placeholder.reservedPages());
+            final PoolSnapshot s = pool.verifyAccounting();
+            assertEquals(0, s.reserved(), "the second attached page had no reserved page left to give back");
+            placeholder.close();
+            owner.close();
+        }
+    }
+
+    // ---- handle events ----
+
+    @Test
+    void aPageFreedWhilePinWriterChecksItIsRefusedAsStaleAndCounted() {
+        final CountingHookWords[] words = new CountingHookWords[1];
+        final KvPool.Builder builder = TestPools.builder(2);
+        builder.slotWords = n -> words[0] = new CountingHookWords(n);
+        try (KvPool pool = builder.build()) {
+            final long h = pool.tryAllocate();
+            words[0].arm(PageHandle.slot(h), 0, () -> pool.release(h)); // between pinWriter's check and its transition
+            assertThrows(StaleHandleException.class, () -> pool.handles().pinWriter(h));
+            assertEquals(1, pool.snapshot().staleHandlesRefused());
+            assertEquals(SlotState.FREE, pool.stateOfSlot(PageHandle.slot(h)));
+        }
+    }
+
+    @Test
+    void aPageWithTheMostReferencesRefusesAnotherAndSaysWhy() {
+        final SlotWords[] words = new SlotWords[1];
+        final KvPool.Builder builder = TestPools.builder(2);
+        builder.slotWords = n -> words[0] = SlotWords.ofArray(n);
+        try (KvPool pool = builder.build()) {
+            final long h = pool.tryAllocate();
+            final int slot = PageHandle.slot(h);
+            final long one = words[0].getVolatile(slot);
+            words[0].setRelease(slot, SlotStateMachine.word(PageHandle.generation(h), SlotStateMachine.OWNED, SlotStateMachine.MAX_REFCOUNT));
+            final IllegalStateException e = assertThrows(IllegalStateException.class, () -> pool.retain(h));
+            assertEquals("RETAIN refused: " + PageHandle.toString(h) + " already has " + SlotStateMachine.MAX_REFCOUNT + " references",
+                e.getMessage());
+            words[0].setRelease(slot, one);
+            assertTrue(pool.release(h));
+        }
     }
 }
