@@ -1,0 +1,81 @@
+package io.kvpool;
+
+import org.junit.jupiter.api.Test;
+
+import java.util.ArrayList;
+import java.util.HashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.SplittableRandom;
+
+import static org.junit.jupiter.api.Assertions.*;
+
+/**
+ * The prefix index's hash map against {@link HashMap}: random puts, replacements and removals over a small key space
+ * (so probe runs collide, wrap around the table and are shifted back by removals), past several growths.
+ */
+class LongIntMapTest {
+
+    @Test
+    void randomOperationsAgreeWithAHashMap() {
+        for (long seed = 1; seed <= 20; seed++) {
+            final SplittableRandom rnd = new SplittableRandom(seed);
+            final LongIntMap map = new LongIntMap(1 + rnd.nextInt(8));
+            final Map<Long, Integer> model = new HashMap<>();
+            final List<Long> keys = new ArrayList<>();
+            final int keySpace = 8 + rnd.nextInt(120);
+            for (int i = 0; i < keySpace; i++) {
+                keys.add(rnd.nextInt(4) == 0 ? (long) i : rnd.nextLong()); // small keys hash close together
+            }
+            for (int step = 0; step < 3_000; step++) {
+                final long key = keys.get(rnd.nextInt(keys.size()));
+                final String ctx = "seed " + seed + " step " + step + " key " + key;
+                switch (rnd.nextInt(5)) {
+                    case 0, 1 -> {
+                        final int value = rnd.nextInt(3) == 0 ? 0 : rnd.nextInt(1 << 20);
+                        map.put(key, value);
+                        model.put(key, value);
+                    }
+                    case 2 -> assertEquals(model.containsKey(key) ? (int) model.remove(key) : -1, map.remove(key), ctx);
+                    default -> assertEquals(model.getOrDefault(key, -1), map.get(key), ctx);
+                }
+                assertEquals(model.size(), map.size(), ctx);
+            }
+            for (Map.Entry<Long, Integer> e : model.entrySet()) {
+                assertEquals(e.getValue(), map.get(e.getKey()), "seed " + seed);
+            }
+        }
+    }
+
+    @Test
+    void theMapGrowsPastItsExpectedSizeAndKeepsEveryEntry() {
+        final LongIntMap map = new LongIntMap(2);
+        for (int i = 0; i < 1_000; i++) {
+            map.put(i * 31L, i);
+        }
+        assertEquals(1_000, map.size());
+        for (int i = 0; i < 1_000; i++) {
+            assertEquals(i, map.get(i * 31L));
+        }
+        for (int i = 0; i < 1_000; i += 2) {
+            assertEquals(i, map.remove(i * 31L));
+        }
+        assertEquals(-1, map.remove(0));
+        assertEquals(-1, map.get(0));
+        for (int i = 1; i < 1_000; i += 2) {
+            assertEquals(i, map.get(i * 31L));
+        }
+        assertEquals(500, map.size());
+    }
+
+    @Test
+    void valuesAreNonNegative() {
+        final LongIntMap map = new LongIntMap(4);
+        assertThrows(IllegalArgumentException.class, () -> map.put(1, -1));
+        map.put(1, 0);
+        assertEquals(0, map.get(1));
+        map.put(1, 5);
+        assertEquals(5, map.get(1), "a put replaces");
+        assertEquals(1, map.size());
+    }
+}
