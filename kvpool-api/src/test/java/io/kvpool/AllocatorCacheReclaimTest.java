@@ -15,7 +15,7 @@ import java.util.concurrent.TimeoutException;
 import static org.junit.jupiter.api.Assertions.*;
 
 /**
- * The allocator cache inside a pool (see {@link KvPool.Builder#threadCache}): the first allocating thread owns it,
+ * The allocator cache inside a pool (see {@link KvPoolBuilder#threadCache}): the first allocating thread owns it,
  * serves itself from it without the pool lock, and hands it back when asked; other threads take an idle owner's pages
  * exactly when they come up short, and never when the free pages suffice.
  */
@@ -87,7 +87,7 @@ class AllocatorCacheReclaimTest {
     @Test
     void theOwnerServesItselfFromItsCacheWithoutThePoolLock() throws Exception {
         final HookWords[] words = new HookWords[1];
-        final KvPool.Builder b = TestPools.builder(4).threadCache(2);
+        final KvPoolBuilder b = TestPools.builder(4).threadCache(2);
         b.slotWords = n -> words[0] = new HookWords(n);
         try (KvPool pool = b.build(); Owner owner = new Owner()) {
             final long[] h = owner.run(() -> new long[] {pool.tryAllocate(), pool.tryAllocate()});

@@ -96,7 +96,7 @@ class MutationGuardsTest {
     @Test
     void aPublishedPageReleasedWhileAdmissionAttachesItIsRevivedNotMissed() {
         final CountingHookWords[] words = new CountingHookWords[1];
-        final KvPool.Builder builder = TestPools.builder(4);
+        final KvPoolBuilder builder = TestPools.builder(4);
         builder.slotWords = n -> words[0] = new CountingHookWords(n);
         try (KvPool pool = builder.build()) {
             final int[] prompt = ids(TPP + 1, 3);
@@ -194,7 +194,7 @@ class MutationGuardsTest {
     @Test
     void anAppendRacingCloseThrowsInsteadOfAllocatingFromTheClosedPool() {
         final CountingHookWords[] words = new CountingHookWords[1];
-        final KvPool.Builder builder = TestPools.builder(4);
+        final KvPoolBuilder builder = TestPools.builder(4);
         builder.slotWords = n -> words[0] = new CountingHookWords(n);
         final KvPool pool = builder.build();
         final Sequence s = pool.admit(2 * TPP, 0).sequence();
@@ -210,7 +210,7 @@ class MutationGuardsTest {
     @Test
     void aPublishRacingCloseThrowsInsteadOfPublishingIntoTheClosedPool() {
         final CountingHookWords[] words = new CountingHookWords[1];
-        final KvPool.Builder builder = TestPools.builder(4);
+        final KvPoolBuilder builder = TestPools.builder(4);
         builder.slotWords = n -> words[0] = new CountingHookWords(n);
         final KvPool pool = builder.build();
         final long pinned = pool.tryAllocate();
@@ -330,7 +330,7 @@ class MutationGuardsTest {
     @Test
     void aPageFreedWhilePinWriterChecksItIsRefusedAsStaleAndCounted() {
         final CountingHookWords[] words = new CountingHookWords[1];
-        final KvPool.Builder builder = TestPools.builder(2);
+        final KvPoolBuilder builder = TestPools.builder(2);
         builder.slotWords = n -> words[0] = new CountingHookWords(n);
         try (KvPool pool = builder.build()) {
             final long h = pool.tryAllocate();
@@ -344,7 +344,7 @@ class MutationGuardsTest {
     @Test
     void aPageWithTheMostReferencesRefusesAnotherAndSaysWhy() {
         final SlotWords[] words = new SlotWords[1];
-        final KvPool.Builder builder = TestPools.builder(2);
+        final KvPoolBuilder builder = TestPools.builder(2);
         builder.slotWords = n -> words[0] = SlotWords.ofArray(n);
         try (KvPool pool = builder.build()) {
             final long h = pool.tryAllocate();

@@ -119,7 +119,7 @@ class PoolDiagnosticsTest {
 
     // ---- build errors ----
 
-    private static String buildError(KvPool.Builder b) {
+    private static String buildError(KvPoolBuilder b) {
         return assertThrows(IllegalArgumentException.class, b::build).getMessage();
     }
 

@@ -152,7 +152,7 @@ class PoolLockSerializationTest {
     }
 
     private static KvPool pool(int pages, HookWords[] words) {
-        final KvPool.Builder b = TestPools.builder(pages);
+        final KvPoolBuilder b = TestPools.builder(pages);
         b.slotWords = n -> words[0] = new HookWords(n);
         return b.build();
     }
@@ -379,7 +379,7 @@ class PoolLockSerializationTest {
     void aFailedCopyOnWriteUndoesItsAllocationUnderThePoolLock() throws Exception {
         final HookWords[] words = new HookWords[1];
         final HookedCopyStorage[] storage = new HookedCopyStorage[1];
-        final KvPool.Builder b = TestPools.builder(8).storage((l, n) -> storage[0] = new HookedCopyStorage(l, n));
+        final KvPoolBuilder b = TestPools.builder(8).storage((l, n) -> storage[0] = new HookedCopyStorage(l, n));
         b.slotWords = n -> words[0] = new HookWords(n);
         try (KvPool pool = b.build()) {
             final Sequence parent = pool.admit(TPP + 1, TPP).sequence();
