@@ -61,6 +61,8 @@ public final class BlockTable {
     /** Per row: entries {@code [0, written)} are the sequence's pages as of {@link #versions}; the rest is {@link #PAD}. */
     private final int[] written;
     private final long[] versions;
+    /** The lengths as the last refresh wrote them: built here, then copied to {@link #lengths} in one bulk copy. */
+    private final int[] lengthValues;
 
     /**
      * A table of {@code rows} empty rows over the caller's memory (pinned, mapped or plain). Nothing is
@@ -92,6 +94,7 @@ public final class BlockTable {
         this.sequences = new Sequence[rows];
         this.written = new int[rows];
         this.versions = new long[rows];
+        this.lengthValues = new int[rows];
         java.util.Arrays.fill(written, UNKNOWN);
     }
 
@@ -184,7 +187,7 @@ public final class BlockTable {
                     entries += pad(rowAt, 0, before == UNKNOWN ? maxPages : before);
                     written[r] = 0;
                 }
-                lengths.set(INT_LE, 4L * r, 0);
+                lengthValues[r] = 0;
                 continue;
             }
             final int pages = seq.pageCount();
@@ -204,8 +207,10 @@ public final class BlockTable {
             entries += pad(rowAt, pages, padTo);
             written[r] = pages;
             versions[r] = version;
-            lengths.set(INT_LE, 4L * r, seq.tokenCount());
+            lengthValues[r] = seq.tokenCount();
         }
+        // every length changes in a decode step: one bulk copy beats a bounds-checked store per row
+        MemorySegment.copy(lengthValues, 0, lengths, INT_LE, 0, rows);
         return entries;
     }
 

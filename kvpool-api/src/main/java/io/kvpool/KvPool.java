@@ -358,6 +358,27 @@ public final class KvPool implements AutoCloseable {
 
 
     /**
+     * Appends {@code tokens} tokens to each of {@code batch[0 .. count)}: one decode step of a batch, as
+     * {@link Sequence#append} on each, with the pages the step needs allocated under one acquisition of the pool
+     * lock (a step that needs none takes no lock). Allocation-free. All or nothing: when it throws or returns a
+     * negative number, no sequence changed.
+     *
+     * @param batch  the sequences, each at most once, all of this pool and owned by the calling thread
+     * @param count  how many of {@code batch} take part, from index 0
+     * @param tokens tokens to add to each, ≥ 0 (1 for a plain decode step)
+     * @return the pages allocated (≥ 0); or {@code -short} when the sequences need pages their reservations do not
+     *         cover and the pool has {@code short} too few free unreserved pages: nothing changed (free pages, e.g.
+     *         by preempting a sequence, and retry)
+     * @throws IllegalArgumentException  if {@code tokens < 0}, a sequence is null, of another pool or in the batch
+     *                                   twice, or an append would exceed the max context
+     * @throws IndexOutOfBoundsException if {@code count} is negative or beyond {@code batch.length}
+     * @throws IllegalStateException     if a sequence or the pool is closed
+     */
+    public int appendEach(Sequence[] batch, int count, int tokens) {
+        return BatchAppend.appendEach(this, batch, count, tokens);
+    }
+
+    /**
      * Allocates one page outside any sequence (e.g. a staging buffer), from the free pages that no
      * admitted request has reserved. The caller owns the returned reference and frees it with
      * {@link #release}. Allocation-free.

@@ -5,9 +5,9 @@ package io.kvpool;
  * pages, reservation top-ups and forks, and publication into the prefix cache.
  *
  * <pre>
- *   allocate n pages for a sequence:   from its reservation first, then from free unreserved pages
- *                                      (a thread that comes up short takes back an idle owner's cache first)
- *                                      → all n, or none and a negative "available" code
+ *   allocate pages for a batch of      each sequence's from its reservation first, then from free unreserved
+ *   sequences (one lock acquisition;   pages (a thread that comes up short takes back an idle owner's cache
+ *   a single append is a batch of 1)   first) → every page, or none and a negative "pages short" code
  *   pages evicted from the prefix cache (or whose fill failed at free) are filled after the lock is released,
  *   before their handles escape; a fill that fails undoes the whole allocation
  * </pre>
@@ -36,48 +36,47 @@ final class PoolAllocations {
     }
 
     /**
-     * Allocates {@code count} pages for a sequence: first from its reservation, then from unreserved free
-     * pages. All or nothing.
+     * Allocates the pages planned for {@code batch[0 .. count)} (each sequence's {@code stepPages}, into its
+     * {@code allocated} scratch) under one acquisition of the lock: each sequence's pages come first from its
+     * reservation, the rest from unreserved free pages. All or nothing. Evicted prefix pages are filled after the
+     * lock is released, before this returns.
      *
-     * @param out receives the handles, at {@code out[0..count)}
-     * @return how many of them came from the sequence's reservation (for {@link #undoAllocation}), or
-     *         {@code -1 - available} when the unreserved part cannot be had (nothing is allocated then)
+     * @param total  the sum of the planned pages, {@code > 0}
+     * @param beyond the sum over the sequences of the planned pages their reservations do not cover
+     * @return {@code total}; or {@code -short} when the pool has {@code short} too few free unreserved pages for
+     *         {@code beyond} (nothing is allocated then)
      */
-    long tryAllocateFor(Sequence seq, int count, long[] out) {
-        final int fromReservation;
+    long tryAllocateEach(Sequence[] batch, int count, int total, long beyond) {
         final int[] toFill;
         lock.lock();
         try {
             pool.ensureOpen();
             allocator.bindCacheLocked();
             allocator.flushCacheLocked(); // the owner's cached pages first (LIFO: cache-hot)
-            fromReservation = Math.min(count, seq.reservedPages);
-            final int unreserved = count - fromReservation;
-            if (unreserved > 0 && unreserved > unreservedLocked()) {
+            if (beyond > 0 && beyond > unreservedLocked()) {
                 allocator.reclaimLocked();
                 final long available = unreservedLocked();
-                if (unreserved > available) {
-                    return -1 - Math.max(0, available);
+                if (beyond > available) {
+                    return -(beyond - Math.max(0, available));
                 }
             }
-            int got = 0;
-            for (; got < count; got++) {
-                final long handle = allocator.takeFreePageLocked();
-                if (handle < 0) {
-                    break;
+            int fromReservations = 0;
+            for (int i = 0; i < count; i++) {
+                final Sequence seq = batch[i];
+                final int pages = seq.stepPages;
+                for (int k = 0; k < pages; k++) {
+                    final long handle = allocator.takeFreePageLocked();
+                    if (handle < 0) { // only possible when slots retired under us
+                        return -releaseTakenLocked(batch, i, k, total);
+                    }
+                    seq.allocated[k] = handle;
                 }
-                out[got] = handle;
+                final int fromReservation = Math.min(pages, seq.reservedPages);
+                seq.stepFromReservation = fromReservation;
+                seq.reservedPages -= fromReservation;
+                fromReservations += fromReservation;
             }
-            if (got < count) { // only possible when slots retired under us
-                allocator.clearToFillLocked(); // released below: the free path fills them
-                for (int i = 0; i < got; i++) {
-                    ops.tryTransition(out[i], SlotEvent.RELEASE);
-                }
-                allocator.flushCacheLocked(); // back where admission counts them (the owner may have cached them)
-                return -1 - Math.max(0, unreservedLocked());
-            }
-            seq.reservedPages -= fromReservation;
-            reservations.remove(fromReservation);
+            reservations.remove(fromReservations);
             toFill = allocator.takeToFillLocked();
         } finally {
             lock.unlock();
@@ -85,23 +84,55 @@ final class PoolAllocations {
         try {
             allocator.fill(toFill);
         } catch (RuntimeException e) {
-            undoAllocation(seq, out, count, fromReservation); // all or nothing
+            undoEach(batch, count); // all or nothing
             throw e;
         }
-        return fromReservation;
+        return total;
     }
 
-    /** Undoes an allocation whose pages were never used: they go back free, and their reservation to the sequence. */
-    void undoAllocation(Sequence seq, long[] handles, int count, int fromReservation) {
+    /**
+     * Under the lock, gives back what {@link #tryAllocateEach} took before it came up short at page {@code k} of
+     * {@code batch[i]}: the pages of the sequences before it (and their reservations), and its first {@code k}.
+     *
+     * @return the pages that were missing, at least 1
+     */
+    private int releaseTakenLocked(Sequence[] batch, int i, int k, int total) {
+        allocator.clearToFillLocked(); // released below: the free path fills them
+        int taken = k;
+        for (int j = 0; j < k; j++) {
+            ops.tryTransition(batch[i].allocated[j], SlotEvent.RELEASE);
+        }
+        for (int s = 0; s < i; s++) {
+            final Sequence seq = batch[s];
+            for (int j = 0; j < seq.stepPages; j++) {
+                ops.tryTransition(seq.allocated[j], SlotEvent.RELEASE);
+            }
+            taken += seq.stepPages;
+            seq.reservedPages += seq.stepFromReservation;
+        }
+        allocator.flushCacheLocked(); // back where admission counts them (the owner may have cached them)
+        return Math.max(1, total - taken);
+    }
+
+    /**
+     * Undoes a {@link #tryAllocateEach} whose pages were never used: they go back free, and their reservations to
+     * the sequences.
+     */
+    void undoEach(Sequence[] batch, int count) {
         lock.lock();
         try {
+            int fromReservations = 0;
             for (int i = 0; i < count; i++) {
-                ops.tryTransition(handles[i], SlotEvent.RELEASE);
+                final Sequence seq = batch[i];
+                for (int k = 0; k < seq.stepPages; k++) {
+                    ops.tryTransition(seq.allocated[k], SlotEvent.RELEASE);
+                }
+                seq.reservedPages += seq.stepFromReservation;
+                fromReservations += seq.stepFromReservation;
             }
-            allocator.flushCacheLocked(); // back where admission counts them before the reservation is re-taken
+            allocator.flushCacheLocked(); // back where admission counts them before the reservations are re-taken
             allocator.drainReturnedLocked();
-            seq.reservedPages += fromReservation;
-            reservations.add(fromReservation);
+            reservations.add(fromReservations);
         } finally {
             lock.unlock();
         }
@@ -284,6 +315,11 @@ final class PoolAllocations {
     /** @return whether a page the caller holds must be copied before it writes it (see {@link PrefixSharing}) */
     boolean mustCopyBeforeWrite(int slot) {
         return prefix.mustCopyBeforeWrite(slot);
+    }
+
+    /** @return the page's refcount, or -1 if it holds a published prefix (shared with the cache for good); no lock */
+    int refcountUnlessPublished(int slot) {
+        return prefix.refcountUnlessPublished(slot);
     }
 
     /** Truncate into a published page only the caller holds: the page leaves the prefix cache. */

@@ -138,6 +138,11 @@ final class PrefixSharing {
         return SlotStateMachine.refcount(slots.wordVolatile(slot)) > 1 || index.isPublished(slot);
     }
 
+    /** @return the page's refcount, or -1 if it holds a published prefix */
+    int refcountUnlessPublished(int slot) {
+        return index.isPublished(slot) ? -1 : SlotStateMachine.refcount(slots.wordVolatile(slot));
+    }
+
     /** Truncate into a published page only the caller holds: it leaves the index, so it can be written in place. */
     void unpublishIfSoleLocked(int slot) {
         if (index.isPublished(slot) && SlotStateMachine.refcount(slots.wordVolatile(slot)) == 1) {

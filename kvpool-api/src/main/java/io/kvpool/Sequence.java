@@ -51,7 +51,16 @@ public final class Sequence implements AutoCloseable {
     private long structureVersion;
 
     /** Scratch for the handles of one allocation, reused so that append allocates nothing. */
-    private long[] allocated = new long[2];
+    long[] allocated = new long[2];
+    /** The plan of the append in progress (see planAppend): pages to allocate, and whether one is a copy. */
+    int stepPages;
+    boolean stepCow;
+    /** Pages of the append in progress taken from the reservation (for undoEach). */
+    int stepFromReservation;
+    /** The {@link KvPool#appendEach} call that last planned this sequence, to refuse it twice in one batch. */
+    long stepMark;
+    /** This sequence as a batch of one, made on its first page allocation. */
+    private Sequence[] self;
     private int[] copyFrom = new int[1];
     private int[] copyTo = new int[1];
 
@@ -186,6 +195,43 @@ public final class Sequence implements AutoCloseable {
      * @throws IllegalStateException    if the sequence or pool is closed
      */
     public void append(int n) {
+        final int allocate = planAppend(n);
+        if (allocate > 0) {
+            if (self == null) {
+                self = new Sequence[] {this}; // a batch of one: the same allocation path as KvPool#appendEach
+            }
+            final long got = pool.allocations().tryAllocateEach(self, 1, allocate, Math.max(0, allocate - reservedPages));
+            if (got < 0) {
+                final int fromRes = Math.min(allocate, reservedPages);
+                final long available = Math.max(0, allocate - fromRes + got); // got = -(pages short)
+                throw new PoolExhaustedException("sequence needs " + allocate + " more pages, " + fromRes
+                    + " of them reserved; the pool has " + available + " free unreserved pages for the other "
+                    + (allocate - fromRes) + " (capacity " + pool.capacity() + ")");
+            }
+            if (stepCow) {
+                try {
+                    copyLastPageInto(allocated[0]);
+                } catch (RuntimeException e) {
+                    pool.allocations().undoEach(self, 1); // all or nothing: the reservation too
+                    throw e;
+                }
+            }
+        }
+        applyAppend(n, allocate);
+    }
+
+    // ---- an append in three steps, shared with KvPool#appendEach ----
+    //   planAppend   checks and decides the pages (changes nothing but stepCow)
+    //   the pool     allocates stepPages pages into `allocated` (PoolAllocations#tryAllocateEach), fills evicted ones
+    //   copy         copyLastPageInto, when stepCow (the only step that can fail after the allocation: undoEach)
+    //   applyAppend  puts the pages in the block table and counts the tokens (cannot fail)
+
+    /**
+     * Checks an append of {@code n} tokens and decides its pages. Changes nothing but {@link #stepCow}.
+     *
+     * @return pages to allocate: new pages, plus one for a copy-on-write of the shared partial last page
+     */
+    int planAppend(int n) {
         ensureOpen();
         if (n < 0) {
             throw new IllegalArgumentException("n must be ≥ 0, was " + n);
@@ -195,51 +241,60 @@ public final class Sequence implements AutoCloseable {
             throw new IllegalArgumentException("appending " + n + " tokens to " + tokenCount + " would exceed the max context of "
                 + pool.maxContextTokens() + " tokens");
         }
-        if (n == 0) {
-            return;
+        // token slots left in the last page (pageCount = ceil(tokenCount / tokensPerPage) always): no division on
+        // the path of an append that needs no page, which is 15 of 16 decode steps
+        final long room = (long) pageCount * tokensPerPage - tokenCount;
+        stepCow = room != 0 && n != 0 && pool.allocations().mustCopyBeforeWrite(blockTable[pageCount - 1]);
+        final int newPages = n <= room ? 0 : (int) ((n - room + tokensPerPage - 1) / tokensPerPage);
+        final int allocate = newPages + (stepCow ? 1 : 0);
+        stepPages = allocate;
+        if (allocated.length < allocate) {
+            allocated = new long[Math.max(allocate, allocated.length * 2)];
         }
-        final boolean partial = tokenCount % tokensPerPage != 0;
-        final boolean cow = partial && pool.allocations().mustCopyBeforeWrite(blockTable[pageCount - 1]);
-        final int newPages = (int) (pool.layout().pagesFor(target) - pageCount);
-        final int allocate = newPages + (cow ? 1 : 0);
-        if (allocate > 0) {
-            if (allocated.length < allocate) {
-                allocated = new long[Math.max(allocate, allocated.length * 2)];
+        return allocate;
+    }
+
+    /**
+     * Drops the copy from the plan: the sequences before this one in a batch copy the shared page, after which this
+     * sequence holds it alone (see BatchAppend).
+     *
+     * @return pages to allocate now
+     */
+    int planInPlace() {
+        stepCow = false;
+        return --stepPages;
+    }
+
+    /** @return the slot of the last page; only when {@code pageCount() > 0} */
+    int lastPageIndex() {
+        return blockTable[pageCount - 1];
+    }
+
+    /** Copies the partial last page into the freshly allocated page {@code fresh} (copy-on-write). */
+    void copyLastPageInto(long fresh) {
+        copyFrom[0] = PageHandle.slot(handles[pageCount - 1]);
+        copyTo[0] = PageHandle.slot(fresh);
+        pool.storage().copyPages(copyFrom, 0, copyTo, 0, 1);
+    }
+
+    /** Completes an append planned by {@link #planAppend} whose {@code allocate} pages are in {@link #allocated}. */
+    void applyAppend(int n, int allocate) {
+        int k = 0;
+        if (stepCow) {
+            final long fresh = allocated[k++];
+            final long old = handles[pageCount - 1];
+            handles[pageCount - 1] = fresh;
+            blockTable[pageCount - 1] = PageHandle.slot(fresh);
+            structureVersion++;
+            if (publishedPages > pageCount - 1) {
+                publishedPages = pageCount - 1;
             }
-            final long[] got = allocated;
-            final long fromReservation = pool.allocations().tryAllocateFor(this, allocate, got);
-            if (fromReservation < 0) {
-                final long available = -1 - fromReservation;
-                final int fromRes = Math.min(allocate, reservedPages);
-                throw new PoolExhaustedException("sequence needs " + allocate + " more pages, " + fromRes
-                    + " of them reserved; the pool has " + available + " free unreserved pages for the other "
-                    + (allocate - fromRes) + " (capacity " + pool.capacity() + ")");
-            }
-            int k = 0;
-            if (cow) {
-                final long fresh = got[k++];
-                final long old = handles[pageCount - 1];
-                copyFrom[0] = PageHandle.slot(old);
-                copyTo[0] = PageHandle.slot(fresh);
-                try {
-                    pool.storage().copyPages(copyFrom, 0, copyTo, 0, 1);
-                } catch (RuntimeException e) {
-                    pool.allocations().undoAllocation(this, got, allocate, (int) fromReservation); // all or nothing: the reservation too
-                    throw e;
-                }
-                handles[pageCount - 1] = fresh;
-                blockTable[pageCount - 1] = PageHandle.slot(fresh);
-                structureVersion++;
-                if (publishedPages > pageCount - 1) {
-                    publishedPages = pageCount - 1;
-                }
-                pool.release(old);
-            }
-            for (; k < allocate; k++) {
-                addPage(got[k]);
-            }
+            pool.release(old);
         }
-        tokenCount = (int) target;
+        for (; k < allocate; k++) {
+            addPage(allocated[k]);
+        }
+        tokenCount += n;
     }
 
     /**

@@ -92,6 +92,21 @@ public class DecodeStepBenchmark {
             if (s.tokenCount() == TOKENS) {
                 s.truncate(0); // finished: every page back to the pool; a new request takes its place
             }
+        }
+        if (pool.appendEach(seqs, BATCH, 1) < 0) {
+            throw new IllegalStateException("the reservations cover every page: " + pool.snapshot());
+        }
+        return table.refresh();
+    }
+
+    /** {@code kvpool_step} with {@link Sequence#append} on each sequence instead of one {@link KvPool#appendEach}. */
+    @Benchmark
+    public int kvpool_step_each_append() {
+        for (int i = 0; i < BATCH; i++) {
+            final Sequence s = seqs[i];
+            if (s.tokenCount() == TOKENS) {
+                s.truncate(0);
+            }
             s.append(1);
         }
         return table.refresh();
