@@ -1,6 +1,7 @@
 package io.kvpool;
 
 import io.kvpool.spi.TransportHandles;
+import java.util.concurrent.atomic.AtomicLong;
 import java.util.concurrent.atomic.LongAdder;
 
 /**
@@ -13,6 +14,7 @@ import java.util.concurrent.atomic.LongAdder;
  *     → RETIRED:  out of the prefix index (pool lock)
  *     after close: an unpin counts down StorageLifetime
  *   PIN_WRITER takes the pool lock: no publication slips between its "not published" check and the pin
+ *   RETAIN:     after its CAS, the retain epoch moves on (Sequence skips its copy-on-write check while it stands)
  * </pre>
  * Lock-free and thread-safe except PIN_WRITER (pool lock, briefly) and the retirement of a published page.
  */
@@ -28,6 +30,8 @@ final class HandleOps {
     private final int poolId;
     private final LongAdder staleRefused = new LongAdder();
     private final LongAdder foreignRefused = new LongAdder();
+    /** Successful RETAINs so far, each counted after its CAS (see {@link #retainEpoch()}). */
+    private final AtomicLong retains = new AtomicLong();
     private final TransportHandles transportView = new Handles();
 
     HandleOps(KvPool pool, SlotTable slots, PageAllocator allocator, PrefixSharing prefix, StorageLifetime lifetime,
@@ -45,6 +49,18 @@ final class HandleOps {
     /** @return the transports' view of these operations */
     TransportHandles transportView() {
         return transportView;
+    }
+
+    /**
+     * A number that moves on after every RETAIN's CAS (volatile read). A thread that reads it, then finds a page's
+     * refcount at 1, and later reads the same number, knows that no RETAIN took effect since its first read: the
+     * page is still unshared (the only other ways to share an OWNED page, publication and prefix attach, apply to
+     * full pages). {@link Sequence} uses this to skip reading its partial last page's state word on every append.
+     *
+     * @return the number of RETAINs so far
+     */
+    long retainEpoch() {
+        return retains.get();
     }
 
     /** @return operations refused for a stale or invalid handle */
@@ -101,6 +117,9 @@ final class HandleOps {
         if (word < 0) {
             countRefusal(word);
             return word;
+        }
+        if (event == SlotEvent.RETAIN) {
+            retains.incrementAndGet(); // after the CAS: see retainEpoch
         }
         final int phase = SlotStateMachine.phase(word);
         if (phase == SlotStateMachine.FREE) {

@@ -313,6 +313,10 @@ final class PoolAllocations {
     }
 
     /** @return whether a page the caller holds must be copied before it writes it (see {@link PrefixSharing}) */
+    long retainEpoch() {
+        return ops.retainEpoch();
+    }
+
     boolean mustCopyBeforeWrite(int slot) {
         return prefix.mustCopyBeforeWrite(slot);
     }

@@ -59,6 +59,12 @@ public final class Sequence implements AutoCloseable {
     int stepFromReservation;
     /** The {@link KvPool#appendEach} call that last planned this sequence, to refuse it twice in one batch. */
     long stepMark;
+    /**
+     * The pool's retain epoch (see HandleOps#retainEpoch) read just before the partial last page was last found
+     * unshared, or -1: while the epoch stands, no one can have taken a reference to it. Reset when the last page
+     * changes.
+     */
+    private long unsharedAtEpoch = -1;
     /** This sequence as a batch of one, made on its first page allocation. */
     private Sequence[] self;
     private int[] copyFrom = new int[1];
@@ -244,7 +250,7 @@ public final class Sequence implements AutoCloseable {
         // token slots left in the last page (pageCount = ceil(tokenCount / tokensPerPage) always): no division on
         // the path of an append that needs no page, which is 15 of 16 decode steps
         final long room = (long) pageCount * tokensPerPage - tokenCount;
-        stepCow = room != 0 && n != 0 && pool.allocations().mustCopyBeforeWrite(blockTable[pageCount - 1]);
+        stepCow = room != 0 && n != 0 && lastPageShared();
         final int newPages = n <= room ? 0 : (int) ((n - room + tokensPerPage - 1) / tokensPerPage);
         final int allocate = newPages + (stepCow ? 1 : 0);
         stepPages = allocate;
@@ -252,6 +258,19 @@ public final class Sequence implements AutoCloseable {
             allocated = new long[Math.max(allocate, allocated.length * 2)];
         }
         return allocate;
+    }
+
+    /** Whether the partial last page must be copied before a write: shared, or a published prefix. */
+    private boolean lastPageShared() {
+        final long epoch = pool.allocations().retainEpoch(); // before the state word: a RETAIN after this read moves it
+        if (epoch == unsharedAtEpoch) {
+            return false; // no RETAIN anywhere since the page was found unshared (a partial page is never published)
+        }
+        if (pool.allocations().mustCopyBeforeWrite(blockTable[pageCount - 1])) {
+            return true;
+        }
+        unsharedAtEpoch = epoch;
+        return false;
     }
 
     /**
@@ -285,6 +304,7 @@ public final class Sequence implements AutoCloseable {
             final long old = handles[pageCount - 1];
             handles[pageCount - 1] = fresh;
             blockTable[pageCount - 1] = PageHandle.slot(fresh);
+            unsharedAtEpoch = -1;
             structureVersion++;
             if (publishedPages > pageCount - 1) {
                 publishedPages = pageCount - 1;
@@ -318,6 +338,7 @@ public final class Sequence implements AutoCloseable {
         }
         final int keep = (int) pool.layout().pagesFor(n);
         final int dropped = pageCount - keep;
+        unsharedAtEpoch = -1;
         if (dropped > 0) {
             structureVersion++;
         }
@@ -532,6 +553,7 @@ public final class Sequence implements AutoCloseable {
         handles[pageCount] = handle;
         blockTable[pageCount] = PageHandle.slot(handle);
         pageCount++;
+        unsharedAtEpoch = -1;
     }
 
     void attachedPublished(long hash, PrefixDigest digest) {

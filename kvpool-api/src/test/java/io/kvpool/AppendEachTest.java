@@ -251,4 +251,40 @@ class AppendEachTest {
             assertEquals(0, snap.reserved(), snap::toString);
         }
     }
+
+    @Test
+    void aReferenceTakenAfterAnAppendMakesTheNextAppendCopyTheSharedPage() throws Exception {
+        try (KvPool pool = TestPools.builder(16).build()) {
+            final Sequence s = pool.admit(1, 4 * TPP).sequence();
+            s.append(1);
+            writeSequence(s, 7, 0, 1);
+            s.append(1); // finds its partial last page unshared
+            writeSequence(s, 7, 1, 2);
+            final long shared = s.pageHandle(0);
+            final Thread reader = new Thread(() -> pool.retain(shared)); // e.g. an offload copier keeping the page
+            reader.start();
+            reader.join(); // happens-before the next append
+            final long[] kept = {shared, 0};
+            for (Sequence[] batch : new Sequence[][] {null, {s}}) {
+                final int before = s.pageIndex(0);
+                if (batch == null) {
+                    s.append(1);
+                } else {
+                    kept[1] = s.pageHandle(0);
+                    pool.retain(kept[1]); // on this thread, after the copy above found its new page unshared
+                    assertEquals(1, pool.appendEach(batch, 1, 1));
+                }
+                assertNotEquals(before, s.pageIndex(0), "a page someone else holds a reference to was written in place");
+                assertEquals(tag(7, 1), readSequence(s, 1), "the copy holds the tokens written before");
+                writeSequence(s, 7, s.tokenCount() - 1, s.tokenCount());
+            }
+            assertEquals(tag(7, 0), TokenTags.read(pool.page(shared), pool.layout(), 0));
+            for (long h : kept) {
+                assertEquals(1, pool.refcountOfSlot(PageHandle.slot(h)), "the retained pages keep only the retainer's reference");
+                pool.release(h);
+            }
+            s.close();
+            assertEquals(16, pool.verifyAccounting().free());
+        }
+    }
 }
