@@ -63,6 +63,8 @@ public final class BlockTable {
     private final long[] versions;
     /** The lengths as the last refresh wrote them: built here, then copied to {@link #lengths} in one bulk copy. */
     private final int[] lengthValues;
+    /** Scratch for {@link #refresh()}: the rows whose entries it rewrites. */
+    private final int[] dirtyRows;
 
     /**
      * A table of {@code rows} empty rows over the caller's memory (pinned, mapped or plain). Nothing is
@@ -95,6 +97,7 @@ public final class BlockTable {
         this.written = new int[rows];
         this.versions = new long[rows];
         this.lengthValues = new int[rows];
+        this.dirtyRows = new int[rows];
         java.util.Arrays.fill(written, UNKNOWN);
     }
 
@@ -170,48 +173,62 @@ public final class BlockTable {
      *                               written)
      */
     public int refresh() {
+        // one pass over the rows reads each sequence once and notes the rows whose entries must change (in a decode
+        // step, one row in 16 at 16 tokens a page); nothing reaches the caller's memory before every row is checked
+        int dirty = 0;
         for (int r = 0; r < rows; r++) {
             final Sequence seq = sequences[r];
-            if (seq != null && seq.pageCount() > maxPages) {
-                throw new IllegalStateException("row " + r + "'s sequence holds " + seq.pageCount() + " pages (" + seq.tokenCount()
-                    + " tokens); the table has room for " + maxPages + " pages per row");
-            }
-        }
-        int entries = 0;
-        for (int r = 0; r < rows; r++) {
-            final Sequence seq = sequences[r];
-            final long rowAt = 4L * r * maxPages;
-            final int before = written[r];
             if (seq == null) {
-                if (before != 0) {
-                    entries += pad(rowAt, 0, before == UNKNOWN ? maxPages : before);
-                    written[r] = 0;
-                }
                 lengthValues[r] = 0;
+                if (written[r] != 0) {
+                    dirtyRows[dirty++] = r;
+                }
                 continue;
             }
             final int pages = seq.pageCount();
-            final long version = seq.structureVersion();
-            final int from;
-            int padTo = 0;
-            if (before == UNKNOWN || version != versions[r] || pages < before) {
-                from = 0; // a page already in the table may have changed: the whole row again
-                padTo = before == UNKNOWN ? maxPages : before; // entries at and past `before` are padding already
-            } else {
-                from = before; // appends only: the pages from the old end on
-            }
-            for (int i = from; i < pages; i++) {
-                table.set(INT_LE, rowAt + 4L * i, seq.pageIndex(i));
-            }
-            entries += pages - from;
-            entries += pad(rowAt, pages, padTo);
-            written[r] = pages;
-            versions[r] = version;
             lengthValues[r] = seq.tokenCount();
+            if (pages != written[r] || seq.structureVersion() != versions[r]) {
+                if (pages > maxPages) {
+                    throw new IllegalStateException("row " + r + "'s sequence holds " + pages + " pages (" + seq.tokenCount()
+                        + " tokens); the table has room for " + maxPages + " pages per row");
+                }
+                dirtyRows[dirty++] = r;
+            }
+        }
+        int entries = 0;
+        for (int i = 0; i < dirty; i++) {
+            entries += rewrite(dirtyRows[i]);
         }
         // every length changes in a decode step: one bulk copy beats a bounds-checked store per row
         MemorySegment.copy(lengthValues, 0, lengths, INT_LE, 0, rows);
         return entries;
+    }
+
+    /** Brings one row's entries up to date with its sequence. @return entries written, padding included */
+    private int rewrite(int r) {
+        final Sequence seq = sequences[r];
+        final long rowAt = 4L * r * maxPages;
+        final int before = written[r];
+        if (seq == null) {
+            written[r] = 0;
+            return pad(rowAt, 0, before == UNKNOWN ? maxPages : before);
+        }
+        final int pages = seq.pageCount();
+        final long version = seq.structureVersion();
+        final int from;
+        int padTo = 0;
+        if (before == UNKNOWN || version != versions[r] || pages < before) {
+            from = 0; // a page already in the table may have changed: the whole row again
+            padTo = before == UNKNOWN ? maxPages : before; // entries at and past `before` are padding already
+        } else {
+            from = before; // appends only: the pages from the old end on
+        }
+        for (int i = from; i < pages; i++) {
+            table.set(INT_LE, rowAt + 4L * i, seq.pageIndex(i));
+        }
+        written[r] = pages;
+        versions[r] = version;
+        return pages - from + pad(rowAt, pages, padTo);
     }
 
     /** Writes {@link #PAD} into entries {@code [from, to)} of the row at {@code rowAt}. @return entries written */
