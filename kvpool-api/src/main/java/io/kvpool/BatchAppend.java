@@ -8,13 +8,15 @@ import java.util.concurrent.atomic.AtomicLong;
  * number of tokens, and the pages the step needs are allocated under one acquisition of the pool lock.
  *
  * <pre>
- *   1. plan      each sequence checks the append and decides its pages (Sequence#planAppend):
- *                no lock, nothing changed; a sequence twice in the batch, or of another pool, is refused here;
- *                the last of several batch members sharing a partial page writes it in place (othersCopyFirst)
- *   2. allocate  every planned page under one lock acquisition, each sequence's reservation first
+ *   1. plan      each sequence checks the append and decides its pages (Sequence#planAppend), no lock;
+ *                one that needs none counts its tokens at once (undone if the step fails: the only change);
+ *                one that needs pages joins a list linked through Sequence#stepNext. A sequence twice in the
+ *                batch, or of another pool, is refused here. The last of several batch members sharing a
+ *                partial page writes it in place (othersCopyFirst)
+ *   2. allocate  every page of the list under one lock acquisition, each sequence's reservation first
  *                (PoolAllocations#tryAllocateEach): all pages, or none and "pages short"
  *   3. copy      the copy-on-write pages; a copy that fails gives every page back (PoolAllocations#undoEach)
- *   4. apply     block tables and token counts (Sequence#applyAppend): cannot fail
+ *   4. apply     the list's block tables and token counts (Sequence#applyAppend): cannot fail
  * </pre>
  * A step in which no sequence needs a page (15 of 16 decode steps at 16 tokens a page) takes no lock at all.
  * Threads: the caller must own every sequence of the batch (see {@link Sequence}); different threads may run
@@ -34,76 +36,106 @@ final class BatchAppend {
         if (tokens < 0) {
             throw new IllegalArgumentException("tokens must be ≥ 0, was " + tokens);
         }
+        pool.ensureOpen();
+        final long maxContext = pool.maxContextTokens();
+        final long epoch = pool.allocations().retainEpoch(); // before any state word is read (Sequence#lastPageShared)
         final long call = CALLS.incrementAndGet();
+        Sequence head = null; // the sequences that need pages, linked through Sequence#stepNext
+        Sequence tail = null;
         int total = 0;
         long beyond = 0;
         boolean copies = false;
-        for (int i = 0; i < count; i++) {
-            final Sequence seq = batch[i];
-            if (seq == null || seq.pool() != pool) {
-                throw new IllegalArgumentException("batch[" + i + "] is " + (seq == null ? "null" : "a sequence of another pool (" + seq.pool() + ")"));
-            }
-            if (seq.stepMark == call) {
-                throw new IllegalArgumentException("batch[" + i + "] appears earlier in the batch too: each sequence may be in a batch once");
-            }
-            seq.stepMark = call;
-            int pages = seq.planAppend(tokens);
-            if (seq.stepCow && othersCopyFirst(pool, batch, i)) {
-                pages = seq.planInPlace();
-            }
-            if (pages > 0) {
+        int i = 0;
+        try {
+            for (; i < count; i++) {
+                final Sequence seq = batch[i];
+                if (seq == null || seq.pool() != pool) {
+                    throw new IllegalArgumentException("batch[" + i + "] is " + (seq == null ? "null" : "a sequence of another pool (" + seq.pool() + ")"));
+                }
+                if (seq.stepMark == call) {
+                    throw new IllegalArgumentException("batch[" + i + "] appears earlier in the batch too: each sequence may be in a batch once");
+                }
+                seq.stepMark = call;
+                int pages = seq.planAppend(tokens, maxContext, epoch);
+                if (seq.stepCow && othersCopyFirst(pool, head, seq)) {
+                    pages = seq.planInPlace();
+                }
+                if (pages == 0) {
+                    seq.applyAppend(tokens, 0); // its token count only: undone below if the step fails
+                    continue;
+                }
+                seq.stepNext = null;
+                if (tail == null) {
+                    head = seq;
+                } else {
+                    tail.stepNext = seq;
+                }
+                tail = seq;
                 total += pages;
                 beyond += Math.max(0, pages - seq.reservedPages);
                 copies |= seq.stepCow;
             }
+        } catch (RuntimeException e) {
+            uncount(batch, i, tokens);
+            throw e;
         }
-        if (total > 0) {
-            final long got = pool.allocations().tryAllocateEach(batch, count, total, beyond);
+        if (head != null) {
+            final long got = pool.allocations().tryAllocateEach(head, total, beyond);
             if (got < 0) {
+                uncount(batch, count, tokens);
                 return (int) Math.max(Integer.MIN_VALUE, got);
             }
             if (copies) {
-                copy(pool, batch, count);
+                try {
+                    copy(head);
+                } catch (RuntimeException e) {
+                    pool.allocations().undoEach(head); // all or nothing
+                    uncount(batch, count, tokens);
+                    throw e;
+                }
             }
-        }
-        for (int i = 0; i < count; i++) {
-            final Sequence seq = batch[i];
-            seq.applyAppend(tokens, seq.stepPages);
+            for (Sequence seq = head; seq != null; seq = seq.stepNext) {
+                seq.applyAppend(tokens, seq.stepPages);
+            }
         }
         return total;
     }
 
+    /** Takes back the tokens counted in step 1 for {@code batch[0 .. n)} that needed no page. */
+    private static void uncount(Sequence[] batch, int n, int tokens) {
+        for (int j = 0; j < n; j++) {
+            if (batch[j].stepPages == 0) {
+                batch[j].uncountTokens(tokens);
+            }
+        }
+    }
+
     /**
-     * Whether {@code batch[i]}, about to copy its shared partial last page, is its last holder once the sequences
-     * before it in the batch that share it have copied it: appending to each in turn, it would find itself the
-     * only holder and write in place, and so it does here (a beam-search step copies n - 1 pages, not n).
+     * Whether {@code seq}, about to copy its shared partial last page, is its last holder once the sequences
+     * before it in the batch that share it (all in the list from {@code head}) have copied it: appending to each
+     * in turn, it would find itself the only holder and write in place, and so it does here (a beam-search step
+     * copies n - 1 pages, not n).
      */
-    private static boolean othersCopyFirst(KvPool pool, Sequence[] batch, int i) {
-        final int slot = batch[i].lastPageIndex();
+    private static boolean othersCopyFirst(KvPool pool, Sequence head, Sequence seq) {
+        final int slot = seq.lastPageIndex();
         final int refcount = pool.allocations().refcountUnlessPublished(slot);
         if (refcount <= 1) {
             return false; // published (it stays shared), or an unshared page that the plan copies anyway
         }
         int copiedBefore = 0;
-        for (int j = 0; j < i; j++) {
-            if (batch[j].stepCow && batch[j].lastPageIndex() == slot) {
+        for (Sequence s = head; s != null; s = s.stepNext) {
+            if (s.stepCow && s.lastPageIndex() == slot) {
                 copiedBefore++;
             }
         }
         return copiedBefore + 1 == refcount;
     }
 
-    private static void copy(KvPool pool, Sequence[] batch, int count) {
-        try {
-            for (int i = 0; i < count; i++) {
-                final Sequence seq = batch[i];
-                if (seq.stepCow) {
-                    seq.copyLastPageInto(seq.allocated[0]);
-                }
+    private static void copy(Sequence head) {
+        for (Sequence seq = head; seq != null; seq = seq.stepNext) {
+            if (seq.stepCow) {
+                seq.copyLastPageInto(seq.allocated[0]);
             }
-        } catch (RuntimeException e) {
-            pool.allocations().undoEach(batch, count); // all or nothing
-            throw e;
         }
     }
 }

@@ -36,17 +36,17 @@ final class PoolAllocations {
     }
 
     /**
-     * Allocates the pages planned for {@code batch[0 .. count)} (each sequence's {@code stepPages}, into its
-     * {@code allocated} scratch) under one acquisition of the lock: each sequence's pages come first from its
-     * reservation, the rest from unreserved free pages. All or nothing. Evicted prefix pages are filled after the
-     * lock is released, before this returns.
+     * Allocates the pages planned for the sequences listed from {@code head} through {@code Sequence#stepNext}
+     * (each one's {@code stepPages}, into its {@code allocated} scratch) under one acquisition of the lock: each
+     * sequence's pages come first from its reservation, the rest from unreserved free pages. All or nothing.
+     * Evicted prefix pages are filled after the lock is released, before this returns.
      *
      * @param total  the sum of the planned pages, {@code > 0}
      * @param beyond the sum over the sequences of the planned pages their reservations do not cover
      * @return {@code total}; or {@code -short} when the pool has {@code short} too few free unreserved pages for
      *         {@code beyond} (nothing is allocated then)
      */
-    long tryAllocateEach(Sequence[] batch, int count, int total, long beyond) {
+    long tryAllocateEach(Sequence head, int total, long beyond) {
         final int[] toFill;
         lock.lock();
         try {
@@ -61,13 +61,12 @@ final class PoolAllocations {
                 }
             }
             int fromReservations = 0;
-            for (int i = 0; i < count; i++) {
-                final Sequence seq = batch[i];
+            for (Sequence seq = head; seq != null; seq = seq.stepNext) {
                 final int pages = seq.stepPages;
                 for (int k = 0; k < pages; k++) {
                     final long handle = allocator.takeFreePageLocked();
                     if (handle < 0) { // only possible when slots retired under us
-                        return -releaseTakenLocked(batch, i, k, total);
+                        return -releaseTakenLocked(head, seq, k, total);
                     }
                     seq.allocated[k] = handle;
                 }
@@ -84,7 +83,7 @@ final class PoolAllocations {
         try {
             allocator.fill(toFill);
         } catch (RuntimeException e) {
-            undoEach(batch, count); // all or nothing
+            undoEach(head); // all or nothing
             throw e;
         }
         return total;
@@ -92,18 +91,18 @@ final class PoolAllocations {
 
     /**
      * Under the lock, gives back what {@link #tryAllocateEach} took before it came up short at page {@code k} of
-     * {@code batch[i]}: the pages of the sequences before it (and their reservations), and its first {@code k}.
+     * {@code failed}: the pages of the sequences before it in the list (and their reservations), and its first
+     * {@code k}.
      *
      * @return the pages that were missing, at least 1
      */
-    private int releaseTakenLocked(Sequence[] batch, int i, int k, int total) {
+    private int releaseTakenLocked(Sequence head, Sequence failed, int k, int total) {
         allocator.clearToFillLocked(); // released below: the free path fills them
         int taken = k;
         for (int j = 0; j < k; j++) {
-            ops.tryTransition(batch[i].allocated[j], SlotEvent.RELEASE);
+            ops.tryTransition(failed.allocated[j], SlotEvent.RELEASE);
         }
-        for (int s = 0; s < i; s++) {
-            final Sequence seq = batch[s];
+        for (Sequence seq = head; seq != failed; seq = seq.stepNext) {
             for (int j = 0; j < seq.stepPages; j++) {
                 ops.tryTransition(seq.allocated[j], SlotEvent.RELEASE);
             }
@@ -118,12 +117,11 @@ final class PoolAllocations {
      * Undoes a {@link #tryAllocateEach} whose pages were never used: they go back free, and their reservations to
      * the sequences.
      */
-    void undoEach(Sequence[] batch, int count) {
+    void undoEach(Sequence head) {
         lock.lock();
         try {
             int fromReservations = 0;
-            for (int i = 0; i < count; i++) {
-                final Sequence seq = batch[i];
+            for (Sequence seq = head; seq != null; seq = seq.stepNext) {
                 for (int k = 0; k < seq.stepPages; k++) {
                     ops.tryTransition(seq.allocated[k], SlotEvent.RELEASE);
                 }
@@ -312,11 +310,12 @@ final class PoolAllocations {
         }
     }
 
-    /** @return whether a page the caller holds must be copied before it writes it (see {@link PrefixSharing}) */
+    /** @return the RETAINs so far (see {@link HandleOps#retainEpoch()}) */
     long retainEpoch() {
         return ops.retainEpoch();
     }
 
+    /** @return whether a page the caller holds must be copied before it writes it (see {@link PrefixSharing}) */
     boolean mustCopyBeforeWrite(int slot) {
         return prefix.mustCopyBeforeWrite(slot);
     }

@@ -65,8 +65,8 @@ public final class Sequence implements AutoCloseable {
      * changes.
      */
     private long unsharedAtEpoch = -1;
-    /** This sequence as a batch of one, made on its first page allocation. */
-    private Sequence[] self;
+    /** The next sequence of the append in progress that needs pages (see BatchAppend), or null. */
+    Sequence stepNext;
     private int[] copyFrom = new int[1];
     private int[] copyTo = new int[1];
 
@@ -203,10 +203,8 @@ public final class Sequence implements AutoCloseable {
     public void append(int n) {
         final int allocate = planAppend(n);
         if (allocate > 0) {
-            if (self == null) {
-                self = new Sequence[] {this}; // a batch of one: the same allocation path as KvPool#appendEach
-            }
-            final long got = pool.allocations().tryAllocateEach(self, 1, allocate, Math.max(0, allocate - reservedPages));
+            stepNext = null; // a batch of one: the same allocation path as KvPool#appendEach
+            final long got = pool.allocations().tryAllocateEach(this, allocate, Math.max(0, allocate - reservedPages));
             if (got < 0) {
                 final int fromRes = Math.min(allocate, reservedPages);
                 final long available = Math.max(0, allocate - fromRes + got); // got = -(pages short)
@@ -218,7 +216,7 @@ public final class Sequence implements AutoCloseable {
                 try {
                     copyLastPageInto(allocated[0]);
                 } catch (RuntimeException e) {
-                    pool.allocations().undoEach(self, 1); // all or nothing: the reservation too
+                    pool.allocations().undoEach(this); // all or nothing: the reservation too
                     throw e;
                 }
             }
@@ -233,24 +231,38 @@ public final class Sequence implements AutoCloseable {
     //   applyAppend  puts the pages in the block table and counts the tokens (cannot fail)
 
     /**
-     * Checks an append of {@code n} tokens and decides its pages. Changes nothing but {@link #stepCow}.
+     * Checks an append of {@code n} tokens and decides its pages. Changes nothing but the plan's fields.
      *
      * @return pages to allocate: new pages, plus one for a copy-on-write of the shared partial last page
      */
     int planAppend(int n) {
         ensureOpen();
+        return planAppend(n, pool.maxContextTokens(), pool.allocations().retainEpoch());
+    }
+
+    /**
+     * {@link #planAppend(int)} with what is the same for every sequence of a batch read once by the caller, which
+     * has checked that the pool is open.
+     *
+     * @param maxContext the pool's max context
+     * @param epoch      the pool's retain epoch, read before this call (see {@link #lastPageShared})
+     */
+    int planAppend(int n, long maxContext, long epoch) {
+        if (closed) {
+            throw new IllegalStateException("sequence is closed");
+        }
         if (n < 0) {
             throw new IllegalArgumentException("n must be ≥ 0, was " + n);
         }
         final long target = (long) tokenCount + n;
-        if (target > pool.maxContextTokens()) {
+        if (target > maxContext) {
             throw new IllegalArgumentException("appending " + n + " tokens to " + tokenCount + " would exceed the max context of "
-                + pool.maxContextTokens() + " tokens");
+                + maxContext + " tokens");
         }
         // token slots left in the last page (pageCount = ceil(tokenCount / tokensPerPage) always): no division on
         // the path of an append that needs no page, which is 15 of 16 decode steps
         final long room = (long) pageCount * tokensPerPage - tokenCount;
-        stepCow = room != 0 && n != 0 && lastPageShared();
+        stepCow = room != 0 && n != 0 && lastPageShared(epoch);
         final int newPages = n <= room ? 0 : (int) ((n - room + tokensPerPage - 1) / tokensPerPage);
         final int allocate = newPages + (stepCow ? 1 : 0);
         stepPages = allocate;
@@ -260,9 +272,12 @@ public final class Sequence implements AutoCloseable {
         return allocate;
     }
 
-    /** Whether the partial last page must be copied before a write: shared, or a published prefix. */
-    private boolean lastPageShared() {
-        final long epoch = pool.allocations().retainEpoch(); // before the state word: a RETAIN after this read moves it
+    /**
+     * Whether the partial last page must be copied before a write: shared, or a published prefix.
+     *
+     * @param epoch the pool's retain epoch, read before this call: a RETAIN after that read moves it
+     */
+    private boolean lastPageShared(long epoch) {
         if (epoch == unsharedAtEpoch) {
             return false; // no RETAIN anywhere since the page was found unshared (a partial page is never published)
         }
@@ -287,6 +302,11 @@ public final class Sequence implements AutoCloseable {
     /** @return the slot of the last page; only when {@code pageCount() > 0} */
     int lastPageIndex() {
         return blockTable[pageCount - 1];
+    }
+
+    /** Takes back tokens counted by an {@link #applyAppend} that allocated nothing (a batch step that failed). */
+    void uncountTokens(int n) {
+        tokenCount -= n;
     }
 
     /** Copies the partial last page into the freshly allocated page {@code fresh} (copy-on-write). */
