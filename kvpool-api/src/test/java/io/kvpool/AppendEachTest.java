@@ -287,4 +287,40 @@ class AppendEachTest {
             assertEquals(16, pool.verifyAccounting().free());
         }
     }
+
+    @Test
+    void decodeStepsAllocateNothing() {
+        final com.sun.management.ThreadMXBean threads =
+            (com.sun.management.ThreadMXBean) java.lang.management.ManagementFactory.getThreadMXBean();
+        final int n = 16;
+        try (KvPool pool = TestPools.builder(n * 16 + 4).build()) {
+            final Sequence[] batch = new Sequence[n];
+            for (int i = 0; i < n; i++) {
+                batch[i] = pool.admit(1 + i, 16 * TPP - 1 - i).sequence();
+                batch[i].append(1 + i); // staggered: some sequence needs a page in most steps
+            }
+            final int steps = 20_000, warmup = 15_000;
+            long allocated = 0;
+            int pages = 0;
+            threads.getCurrentThreadAllocatedBytes();
+            for (int step = 0; step < steps; step++) {
+                for (Sequence s : batch) {
+                    if (s.tokenCount() == 16 * TPP) {
+                        s.truncate(0); // finished: a new request in its place
+                    }
+                }
+                final long before = threads.getCurrentThreadAllocatedBytes();
+                final int got = pool.appendEach(batch, n, 1);
+                if (step >= warmup) {
+                    allocated += threads.getCurrentThreadAllocatedBytes() - before;
+                    pages += got;
+                }
+            }
+            assertTrue(pages > (steps - warmup) * n / TPP / 2, pages + " pages: the steps did allocate");
+            assertTrue(allocated < steps - warmup, allocated + " bytes allocated by " + (steps - warmup) + " steps");
+            for (Sequence s : batch) {
+                s.close();
+            }
+        }
+    }
 }
