@@ -203,6 +203,62 @@ class TransferMeterBindersTest {
     }
 
     @Test
+    void peerInfoRowsReadFromManyThreadsWhileLinksComeAndGoEndCorrect() throws Exception {
+        // registries read from their own threads (several scrapes at once, too) while the engine's thread adds and
+        // drops links of another build: the rows' refresh must neither throw nor end wrong
+        try (SimRig rig = new SimRig()) {
+            final SimpleMeterRegistry registry = new SimpleMeterRegistry();
+            new TransferReceiverMeterBinder(rig.receiver, Tags.of("pool", "decode")).bindTo(registry);
+            final Meter links = Meters.byKey(registry, "pool", "decode").get("kvpool.peer.links");
+            final java.util.concurrent.atomic.AtomicBoolean stop = new java.util.concurrent.atomic.AtomicBoolean();
+            final java.util.concurrent.ConcurrentLinkedQueue<Throwable> errors = new java.util.concurrent.ConcurrentLinkedQueue<>();
+            final java.util.List<Thread> readers = new java.util.ArrayList<>();
+            for (int i = 0; i < 4; i++) {
+                readers.add(Thread.ofPlatform().start(() -> {
+                    while (!stop.get()) {
+                        try {
+                            final double v = Meters.value(links);
+                            if (v < 1 || v > 2) {
+                                errors.add(new AssertionError("links " + v));
+                            }
+                            Meters.byKey(registry, "pool", "decode").forEach((k, m) -> Meters.value(m));
+                        } catch (Throwable t) {
+                            errors.add(t);
+                        }
+                    }
+                }));
+            }
+            final io.kvpool.KvPool pool2 = io.kvpool.transfer.testkit.Kv.pool(8);
+            for (int round = 0; round < 40; round++) {
+                final TransferSender other = TransferSender.builder(pool2, io.kvpool.transfer.PeerIdentity.of(
+                    io.kvpool.transfer.testkit.Kv.LAYOUT, "test-model@r1", "test", "build-2")).clock(rig.net.clock()).build();
+                final io.kvpool.transfer.sim.SimLink[] l = rig.net.connect("prefill-2", "decode", true);
+                other.addPeer(l[0]);
+                rig.receiver.addPeer(l[1]);
+                for (int i = 0; i < 10; i++) {
+                    rig.run(1);
+                    other.doWork();
+                }
+                other.close();
+                for (int i = 0; i < 10; i++) {
+                    rig.run(1);
+                    other.doWork();
+                }
+            }
+            stop.set(true);
+            for (Thread t : readers) {
+                t.join();
+            }
+            assertTrue(errors.isEmpty(), () -> errors.size() + " errors, first: " + errors.peek());
+            assertEquals(1, Meters.value(links));
+            final Map<String, Meter> rx = Meters.byKey(registry, "pool", "decode");
+            assertNull(rx.get("kvpool.peer.info{build=build-2}"));
+            assertEquals(1, Meters.value(rx.get("kvpool.peer.info{build=build-1}")));
+            pool2.close();
+        }
+    }
+
+    @Test
     void theBindersAndTheirMetersDoNotKeepTheEnginesAlive() throws InterruptedException {
         final SimpleMeterRegistry registry = new SimpleMeterRegistry();
         final SimRig[] holder = {new SimRig()};
