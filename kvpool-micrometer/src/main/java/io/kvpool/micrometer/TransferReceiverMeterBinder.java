@@ -114,6 +114,13 @@ public final class TransferReceiverMeterBinder implements MeterBinder {
         ack(registry, r, ignored, "wrong_peer", ReceiverMetrics::ackWrongPeer);
         ack(registry, r, ignored, "inconsistent", ReceiverMetrics::ackInconsistent);
         ack(registry, r, ignored, "late", ReceiverMetrics::ackLate);
+        counter(r, "kvpool.transfer.cancels.sent",
+            "CANCEL messages (type 7) sent to senders: a request refused before any descriptor left, or a failed transfer's "
+                + "senders told by request", ReceiverMetrics::cancelsSent).register(registry);
+        counter(r, "kvpool.transfer.links.retired",
+            "Links retired after an unproven write (no revocable registration): no new transfer on them, torn down once "
+                + "those in flight ended", ReceiverMetrics::linksRetired).register(registry);
+        PeerInfo.bind(registry, r, TransferReceiver::peerBuilds, tags);
     }
 
     /** @return the tag value of an enum constant: its name in lower case, in every default locale */

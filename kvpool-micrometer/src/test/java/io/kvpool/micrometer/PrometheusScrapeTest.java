@@ -48,7 +48,12 @@ class PrometheusScrapeTest {
         "kvpool_transfer_sender_writes_posted_total counter",
         "kvpool_transfer_sender_writes_failed_total counter",
         "kvpool_transfer_sender_forced_cancels_total counter",
-        "kvpool_transfer_sender_descriptors_duplicate_total counter"));
+        "kvpool_transfer_sender_descriptors_duplicate_total counter",
+        "kvpool_transfer_cancels_sent_total counter",
+        "kvpool_transfer_links_retired_total counter",
+        "kvpool_transfer_sender_cancels_received_total counter",
+        "kvpool_peer_info gauge",
+        "kvpool_peer_links gauge"));
 
     @Test
     void aScrapeHasEveryFamilyWithHelpAndTheExpectedNamesLabelsAndValuesInAnyDefaultLocale() {
@@ -90,7 +95,12 @@ class PrometheusScrapeTest {
                 "kvpool_transfer_deferred_hold_seconds_count{pool=\"decode\"} 0",
                 "kvpool_transfer_acks_ignored_total{pool=\"decode\",reason=\"stale_generation\"} 0.0",
                 "kvpool_transfer_sender_completed_total{pool=\"prefill\"} 1.0",
-                "kvpool_transfer_sender_writes_posted_total{pool=\"prefill\"} 3.0")) {
+                "kvpool_transfer_sender_writes_posted_total{pool=\"prefill\"} 3.0",
+                "kvpool_transfer_cancels_sent_total{pool=\"decode\"} 0.0",
+                "kvpool_transfer_sender_cancels_received_total{outcome=\"ended\",pool=\"prefill\"} 0.0",
+                "kvpool_peer_info{build=\"build-1\",pool=\"decode\"} 1",
+                "kvpool_peer_info{build=\"build-1\",pool=\"prefill\"} 1",
+                "kvpool_peer_links{pool=\"decode\"} 1.0")) {
                 assertTrue(lines.contains(sample), () -> "no line " + sample + " in\n" + text);
             }
         } finally {

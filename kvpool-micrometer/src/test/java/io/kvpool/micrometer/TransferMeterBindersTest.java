@@ -60,10 +60,17 @@ class TransferMeterBindersTest {
             for (String why : new String[] {"before_registration", "stale_generation", "duplicate", "wrong_peer", "inconsistent", "late"}) {
                 expected.add("kvpool.transfer.acks.ignored{reason=" + why + "}");
             }
+            expected.add("kvpool.transfer.cancels.sent");
+            expected.add("kvpool.transfer.links.retired");
+            expected.add("kvpool.peer.info{build=build-1}");
+            expected.add("kvpool.peer.links");
             assertEquals(expected, rx.keySet());
             assertEquals(new TreeSet<>(java.util.List.of("kvpool.transfer.sender.completed", "kvpool.transfer.sender.drained",
                 "kvpool.transfer.sender.writes.posted", "kvpool.transfer.sender.writes.failed", "kvpool.transfer.sender.forced.cancels",
-                "kvpool.transfer.sender.descriptors.duplicate")), tx.keySet());
+                "kvpool.transfer.sender.descriptors.duplicate", "kvpool.transfer.sender.cancels.received{outcome=ended}",
+                "kvpool.transfer.sender.cancels.received{outcome=ignored}", "kvpool.transfer.sender.cancels.received{outcome=retiring}",
+                "kvpool.peer.info{build=build-1}", "kvpool.peer.links")),
+                tx.keySet());
             assertEquals(rx.size() + tx.size(), registry.getMeters().size(), "every meter carries the common tag");
             for (Map<String, Meter> meters : java.util.List.of(rx, tx)) {
                 meters.forEach((key, m) -> {
@@ -76,7 +83,9 @@ class TransferMeterBindersTest {
             assertInstanceOf(FunctionTimer.class, rx.get("kvpool.transfer.deferred.hold"));
             assertInstanceOf(TimeGauge.class, rx.get("kvpool.transfer.deferred.hold.max"));
             assertEquals(Meter.Type.COUNTER, rx.get("kvpool.transfer.failures{reason=aborted}").getId().getType());
-            tx.values().forEach(m -> assertEquals(Meter.Type.COUNTER, m.getId().getType(), m.getId()::toString));
+            tx.forEach((key, m) -> assertEquals(key.startsWith("kvpool.peer.") ? Meter.Type.GAUGE : Meter.Type.COUNTER,
+                m.getId().getType(), key));
+            assertEquals(Meter.Type.GAUGE, rx.get("kvpool.peer.info{build=build-1}").getId().getType());
         }
     }
 
@@ -124,8 +133,128 @@ class TransferMeterBindersTest {
                 "kvpool.transfer.sender.writes.posted", SenderMetrics::writesPosted,
                 "kvpool.transfer.sender.writes.failed", SenderMetrics::writesFailed,
                 "kvpool.transfer.sender.forced.cancels", SenderMetrics::forcedCancels,
-                "kvpool.transfer.sender.descriptors.duplicate", SenderMetrics::duplicateDescriptors);
+                "kvpool.transfer.sender.descriptors.duplicate", SenderMetrics::duplicateDescriptors,
+                "kvpool.transfer.sender.cancels.received{outcome=ended}", SenderMetrics::cancelled,
+                "kvpool.transfer.sender.cancels.received{outcome=ignored}", SenderMetrics::cancelsIgnored,
+                "kvpool.transfer.sender.cancels.received{outcome=retiring}", SenderMetrics::linksRetired);
             senderGetters.forEach((key, getter) -> assertEquals(getter.applyAsLong(sm), Meters.value(tx.get(key)), key));
+        }
+    }
+
+    @Test
+    void cancelCountersFollowARequestDecodeRefusesAndACancelNamingNoOffer() {
+        try (SimRig rig = new SimRig()) {
+            final SimpleMeterRegistry registry = new SimpleMeterRegistry();
+            final Map<String, Meter> rx = bindReceiver(rig, registry);
+            final Map<String, Meter> tx = bindSender(rig, registry);
+            final io.kvpool.Sequence s = rig.prefill.admit(10, 0).sequence();
+            s.append(10);
+            io.kvpool.transfer.testkit.Kv.write(s, 5);
+            rig.sender.offer(5, s);
+            s.close();
+            // decode cannot admit 10 + 10,000 tokens: REJECTED before any descriptor, and the sender is told (CANCEL)
+            final IncomingTransfer refused = rig.receiver.start(5, 10, 10_000, rig.peer);
+            assertEquals(IncomingTransfer.State.REJECTED, refused.state());
+            rig.run(50);
+            assertEquals(1, Meters.value(rx.get("kvpool.transfer.cancels.sent")));
+            assertEquals(1, Meters.value(tx.get("kvpool.transfer.sender.cancels.received{outcome=ended}")));
+            assertEquals(0, Meters.value(tx.get("kvpool.transfer.sender.cancels.received{outcome=ignored}")));
+            assertEquals(0, rig.sender.activeTransfers(), "the offer ended at once");
+            rig.receiver.start(77, 10, 10_000, rig.peer); // never offered: the CANCEL names nothing open
+            rig.run(50);
+            assertEquals(2, Meters.value(rx.get("kvpool.transfer.cancels.sent")));
+            assertEquals(1, Meters.value(tx.get("kvpool.transfer.sender.cancels.received{outcome=ignored}")));
+        }
+    }
+
+    @Test
+    void peerInfoHasARowPerBuildUpAndFollowsABuildThatComesAndGoes() {
+        try (SimRig rig = new SimRig()) {
+            final SimpleMeterRegistry registry = new SimpleMeterRegistry();
+            new TransferReceiverMeterBinder(rig.receiver, Tags.of("pool", "decode")).bindTo(registry);
+            assertEquals(1, Meters.value(Meters.byKey(registry, "pool", "decode").get("kvpool.peer.info{build=build-1}")));
+            assertEquals(1, Meters.value(Meters.byKey(registry, "pool", "decode").get("kvpool.peer.links")));
+            // a second prefill, on another build (a rollout), links up
+            final io.kvpool.KvPool pool2 = io.kvpool.transfer.testkit.Kv.pool(8);
+            final TransferSender other = TransferSender.builder(pool2, io.kvpool.transfer.PeerIdentity.of(
+                io.kvpool.transfer.testkit.Kv.LAYOUT, "test-model@r1", "test", "build-2")).clock(rig.net.clock()).build();
+            final io.kvpool.transfer.sim.SimLink[] l = rig.net.connect("prefill-2", "decode", true);
+            other.addPeer(l[0]);
+            rig.receiver.addPeer(l[1]);
+            for (int i = 0; i < 20; i++) {
+                rig.run(1);
+                other.doWork();
+            }
+            assertEquals(2, Meters.value(Meters.byKey(registry, "pool", "decode").get("kvpool.peer.links")), "the read refreshes the rows");
+            Map<String, Meter> rx = Meters.byKey(registry, "pool", "decode");
+            assertEquals(1, Meters.value(rx.get("kvpool.peer.info{build=build-1}")));
+            assertEquals(1, Meters.value(rx.get("kvpool.peer.info{build=build-2}")));
+            other.close();
+            for (int i = 0; i < 20; i++) {
+                rig.run(1);
+                other.doWork();
+            }
+            assertEquals(1, Meters.value(Meters.byKey(registry, "pool", "decode").get("kvpool.peer.links")));
+            rx = Meters.byKey(registry, "pool", "decode");
+            assertNull(rx.get("kvpool.peer.info{build=build-2}"), "a build with no link UP has no row");
+            assertEquals(1, Meters.value(rx.get("kvpool.peer.info{build=build-1}")));
+            pool2.close();
+        }
+    }
+
+    @Test
+    void peerInfoRowsReadFromManyThreadsWhileLinksComeAndGoEndCorrect() throws Exception {
+        // registries read from their own threads (several scrapes at once, too) while the engine's thread adds and
+        // drops links of another build: the rows' refresh must neither throw nor end wrong
+        try (SimRig rig = new SimRig()) {
+            final SimpleMeterRegistry registry = new SimpleMeterRegistry();
+            new TransferReceiverMeterBinder(rig.receiver, Tags.of("pool", "decode")).bindTo(registry);
+            final Meter links = Meters.byKey(registry, "pool", "decode").get("kvpool.peer.links");
+            final java.util.concurrent.atomic.AtomicBoolean stop = new java.util.concurrent.atomic.AtomicBoolean();
+            final java.util.concurrent.ConcurrentLinkedQueue<Throwable> errors = new java.util.concurrent.ConcurrentLinkedQueue<>();
+            final java.util.List<Thread> readers = new java.util.ArrayList<>();
+            for (int i = 0; i < 4; i++) {
+                readers.add(Thread.ofPlatform().start(() -> {
+                    while (!stop.get()) {
+                        try {
+                            final double v = Meters.value(links);
+                            if (v < 1 || v > 2) {
+                                errors.add(new AssertionError("links " + v));
+                            }
+                            Meters.byKey(registry, "pool", "decode").forEach((k, m) -> Meters.value(m));
+                        } catch (Throwable t) {
+                            errors.add(t);
+                        }
+                    }
+                }));
+            }
+            final io.kvpool.KvPool pool2 = io.kvpool.transfer.testkit.Kv.pool(8);
+            for (int round = 0; round < 40; round++) {
+                final TransferSender other = TransferSender.builder(pool2, io.kvpool.transfer.PeerIdentity.of(
+                    io.kvpool.transfer.testkit.Kv.LAYOUT, "test-model@r1", "test", "build-2")).clock(rig.net.clock()).build();
+                final io.kvpool.transfer.sim.SimLink[] l = rig.net.connect("prefill-2", "decode", true);
+                other.addPeer(l[0]);
+                rig.receiver.addPeer(l[1]);
+                for (int i = 0; i < 10; i++) {
+                    rig.run(1);
+                    other.doWork();
+                }
+                other.close();
+                for (int i = 0; i < 10; i++) {
+                    rig.run(1);
+                    other.doWork();
+                }
+            }
+            stop.set(true);
+            for (Thread t : readers) {
+                t.join();
+            }
+            assertTrue(errors.isEmpty(), () -> errors.size() + " errors, first: " + errors.peek());
+            assertEquals(1, Meters.value(links));
+            final Map<String, Meter> rx = Meters.byKey(registry, "pool", "decode");
+            assertNull(rx.get("kvpool.peer.info{build=build-2}"));
+            assertEquals(1, Meters.value(rx.get("kvpool.peer.info{build=build-1}")));
+            pool2.close();
         }
     }
 

@@ -11,8 +11,18 @@ import io.kvpool.transfer.spi.PeerLink;
  *       │  HELLO with a mismatch: we send REFUSE ─▶ REFUSED
  *       │  REFUSE received                        ─▶ REFUSED
  *       │  any other frame first, malformed frame  ─▶ FAILED
- *   UP ──link failed, malformed frame, close──▶ FAILED
+ *   UP ──link failed, malformed frame, close, teardown──▶ FAILED      (REFUSE received ─▶ REFUSED)
+ *    │
+ *    │ receiver: a suspect write on a link that cannot revoke one registration (it sends CANCEL(link, retiring))
+ *    │ sender: that CANCEL received
+ *    ▼
+ *   RETIRING ──receiver: no transfer in flight on it any more: torn down (proving its quarantines free)──▶ FAILED
+ *       (sender: the receiver's teardown reaches it as a failed link ─▶ FAILED)
+ *       (no new transfer starts on it; the ones in flight finish; link failed, malformed frame ─▶ FAILED,
+ *        REFUSE received ─▶ REFUSED)
  * </pre>
+ * Every change goes through one checked transition ({@code moveTo}); any other throws. A
+ * {@link TransferReceiver} decides to retire a link; its {@link TransferSender} follows the receiver's notice.
  */
 public final class Peer {
 
@@ -22,6 +32,13 @@ public final class Peer {
         HANDSHAKE,
         /** Identities matched; transfers may use the link. */
         UP,
+        /**
+         * A link the receiver must tear down (a sender's write on it is unproven and the link cannot revoke one
+         * registration) but that still carries the transfers in flight on it: no new transfer starts on it (open a
+         * fresh link for new work), and once those ended the receiver tears it down ({@link #FAILED}). A sender's
+         * peer is RETIRING once the receiver's notice (a CANCEL of reason RETIRING) arrived.
+         */
+        RETIRING,
         /** One side refused the other's identity; {@link #failure()} names both sides' values. */
         REFUSED,
         /** The link failed or carried a malformed frame; {@link #failure()} says which. */
@@ -77,9 +94,32 @@ public final class Peer {
         return version;
     }
 
-    /** {@return whether the link is up and the handshake passed} */
+    /** {@return whether the link is up and the handshake passed, and it takes new transfers (it is not RETIRING)} */
     public boolean isUp() {
         return state == State.UP && link.isUp();
+    }
+
+    /** {@return whether the link still carries frames: UP, or RETIRING with its transfers in flight} */
+    boolean carries() {
+        return (state == State.UP || state == State.RETIRING) && link.isUp();
+    }
+
+    /**
+     * The one way a peer's state changes: checked against the diagram above.
+     *
+     * @throws IllegalStateException for a transition the diagram does not have
+     */
+    void moveTo(State to) {
+        final boolean ok = switch (state) {
+            case HANDSHAKE -> to == State.UP || to == State.REFUSED || to == State.FAILED;
+            case UP -> to == State.RETIRING || to == State.FAILED || to == State.REFUSED;
+            case RETIRING -> to == State.FAILED || to == State.REFUSED;
+            case REFUSED, FAILED -> false;
+        };
+        if (!ok) {
+            throw new IllegalStateException("peer " + id + ": no transition " + state + " → " + to);
+        }
+        state = to;
     }
 
     @Override

@@ -30,6 +30,8 @@ public final class ReceiverMetrics {
     final AtomicLong heldPages = new AtomicLong();
     final AtomicLong quarantinedPages = new AtomicLong();
     final LongAdder quarantineReleases = new LongAdder();
+    final LongAdder linksRetired = new LongAdder();
+    final LongAdder cancelsSent = new LongAdder();
     final LongAdder holdNanosTotal = new LongAdder();
     final AtomicLong holdNanosMax = new AtomicLong();
     final LongAdder holdsEnded = new LongAdder();
@@ -124,6 +126,27 @@ public final class ReceiverMetrics {
     }
 
     /**
+     * CANCEL messages sent to senders: a request rejected before any descriptor left, or a failed transfer's
+     * senders told by request (a sender whose descriptor was lost still ends its offer). Links of protocol
+     * version 1 get none.
+     *
+     * @return the count so far
+     */
+    public long cancelsSent() {
+        return cancelsSent.sum();
+    }
+
+    /**
+     * Links retired rather than torn down at once: a write on each was unproven and it could not revoke one
+     * registration, so it took no new transfer and was torn down once those in flight on it ended.
+     *
+     * @return the count so far
+     */
+    public long linksRetired() {
+        return linksRetired.sum();
+    }
+
+    /**
      * Holds that ended: a failed transfer's pages freed, after a drain or a release from quarantine.
      *
      * @return the count so far
@@ -210,7 +233,7 @@ public final class ReceiverMetrics {
     public String toString() {
         return "ReceiverMetrics[started=" + started() + ", committed=" + committed() + ", failures=" + failures
             + ", deferredRelease=" + deferredRelease + ", heldPages=" + heldPages() + ", quarantinedPages=" + quarantinedPages()
-            + ", quarantineReleases=" + quarantineReleases() + ", holdsEnded=" + holdsEnded() + ", holdNanosTotal=" + holdNanosTotal()
+            + ", quarantineReleases=" + quarantineReleases() + ", linksRetired=" + linksRetired() + ", cancelsSent=" + cancelsSent() + ", holdsEnded=" + holdsEnded() + ", holdNanosTotal=" + holdNanosTotal()
             + ", holdNanosMax=" + holdNanosMax() + ", ackBeforeRegistration=" + ackBeforeRegistration() + ", ackStaleGeneration="
             + ackStaleGeneration() + ", ackDuplicate=" + ackDuplicate() + ", ackWrongPeer=" + ackWrongPeer() + ", ackInconsistent="
             + ackInconsistent() + ", ackLate=" + ackLate() + "]";

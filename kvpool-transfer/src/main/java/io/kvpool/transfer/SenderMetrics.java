@@ -17,6 +17,7 @@ public final class SenderMetrics {
     final LongAdder duplicateDescriptors = new LongAdder();
     final LongAdder cancelled = new LongAdder();
     final LongAdder cancelsIgnored = new LongAdder();
+    final LongAdder linksRetired = new LongAdder();
 
     SenderMetrics() {
     }
@@ -38,6 +39,16 @@ public final class SenderMetrics {
      */
     public long cancelsIgnored() {
         return cancelsIgnored.sum();
+    }
+
+    /**
+     * Links the receiver retired (a CANCEL of reason RETIRING): they take no new transfer, finish those in flight,
+     * and are torn down by the receiver; the owner opens a fresh link ({@link Peer.State#RETIRING}).
+     *
+     * @return the count so far
+     */
+    public long linksRetired() {
+        return linksRetired.sum();
     }
 
     /**

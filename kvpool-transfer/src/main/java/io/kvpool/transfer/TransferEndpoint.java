@@ -149,7 +149,8 @@ abstract class TransferEndpoint implements LinkListener, AutoCloseable {
         int work = 0;
         for (int i = 0; i < polled.size(); i++) {
             final Peer p = polled.get(i);
-            if (!closed && (p.state == Peer.State.HANDSHAKE || p.state == Peer.State.UP) || p.users > 0) {
+            if (!closed && (p.state == Peer.State.HANDSHAKE || p.state == Peer.State.UP || p.state == Peer.State.RETIRING)
+                || p.users > 0) {
                 work += p.link.poll(this, POLL_LIMIT); // a down link still owes its writes' terminal states
             }
         }
@@ -218,7 +219,7 @@ abstract class TransferEndpoint implements LinkListener, AutoCloseable {
                     }
                     if (mismatches.isEmpty()) {
                         p.version = identity.commonVersion(h.identity());
-                        p.state = Peer.State.UP;
+                        p.moveTo(Peer.State.UP);
                         upByBuild.merge(h.identity().buildVersion(), 1, Integer::sum);
                         final boolean otherBuild = !identity.buildVersion().equals(h.identity().buildVersion());
                         // one line per link state change; a build difference is named here, once per link
@@ -277,7 +278,7 @@ abstract class TransferEndpoint implements LinkListener, AutoCloseable {
     @Override
     public final void onLinkFailed(PeerLink link, String reason) {
         final Peer p = peerOf(link);
-        if (p != null && (p.state == Peer.State.HANDSHAKE || p.state == Peer.State.UP)) {
+        if (p != null && (p.state == Peer.State.HANDSHAKE || p.state == Peer.State.UP || p.state == Peer.State.RETIRING)) {
             fail(p, Peer.State.FAILED, "link failed: " + reason);
         }
     }
@@ -287,10 +288,10 @@ abstract class TransferEndpoint implements LinkListener, AutoCloseable {
         if (p.state == Peer.State.FAILED || p.state == Peer.State.REFUSED) {
             return;
         }
-        if (p.state == Peer.State.UP) {
+        if (p.state == Peer.State.UP || p.state == Peer.State.RETIRING) {
             upByBuild.computeIfPresent(p.remote.buildVersion(), (b, n) -> n == 1 ? null : n - 1);
         }
-        p.state = state;
+        p.moveTo(state);
         p.failure = why;
         if (state == Peer.State.REFUSED) {
             refusedPeers.increment();
@@ -313,9 +314,9 @@ abstract class TransferEndpoint implements LinkListener, AutoCloseable {
         return polled.size();
     }
 
-    /** Sends a message if the peer is up; a failed send takes the peer down. @return whether it was sent */
+    /** Sends a message if the peer's link carries frames (UP or RETIRING); a failed send takes the peer down. @return whether it was sent */
     final boolean send(Peer p, Message m) {
-        if (!p.isUp()) {
+        if (!p.carries()) {
             return false;
         }
         final byte[] frame = WireCodec.encode(m, p.version); // a message that cannot be encoded is our bug, not the link's

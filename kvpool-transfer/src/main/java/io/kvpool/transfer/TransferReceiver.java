@@ -41,6 +41,10 @@ import java.util.Set;
  *     (a sender that caused the quarantine is a suspect: only that proof counts for it; the others may
  *      still confirm with a proven DRAINED until the drain deadline — a healthy co-sender is not torn down)
  * </pre>
+ * A suspect's link that is still up and cannot revoke the registration is <em>retired</em>, not torn down at once
+ * ({@link Peer.State#RETIRING}): no new transfer starts on it, the transfers in flight on it finish (commit,
+ * drain, or end quarantined themselves), and then it is torn down — the same teardown, the same proof, without
+ * failing every other transfer on the link ({@link Builder#retireSuspectLinks}).
  * A sender whose valid COMPLETION arrived counts as confirmed: it sends one only after a flush proved
  * every write it posted was delivered. Nothing here frees a page on a timer.
  *
@@ -65,6 +69,9 @@ public final class TransferReceiver extends TransferEndpoint {
     private final boolean checksums;
     private final PageChecksums checksummer;
     private final boolean tearDownOnTimeout;
+    private final boolean retireSuspectLinks;
+    /** Peers RETIRING: torn down once no transfer in flight uses them ({@link #retireIdle}). */
+    private final List<Peer> retiring = new ArrayList<>();
     private final Set<TransferSafeguard> disabled;
     private final IncomingTransfer[] slots;
     private final int[] slotGeneration;
@@ -92,6 +99,7 @@ public final class TransferReceiver extends TransferEndpoint {
                 + "; build with checksums(PageChecksums) that can (kvpool-cuda's DeviceChecksums for device pools) or checksums(false)");
         }
         this.tearDownOnTimeout = b.tearDownOnTimeout;
+        this.retireSuspectLinks = b.retireSuspectLinks;
         this.disabled = b.disabled.isEmpty() ? Set.of() : Set.copyOf(b.disabled);
         this.quarantineLog = new RateLimitedLog(LOG, b.clock, LOG_INTERVAL_NANOS);
         this.slots = new IncomingTransfer[b.maxTransfers];
@@ -275,8 +283,8 @@ public final class TransferReceiver extends TransferEndpoint {
 
     /** Tells a sender this request will not be received (links of version 1 lack CANCEL: their senders time out). */
     private void cancel(Peer p, long requestId, int reason, String detail) {
-        if (p.isUp() && p.version >= 2) {
-            send(p, new Message.Cancel(requestId, reason, detail));
+        if (p.carries() && p.version >= 2 && send(p, new Message.Cancel(requestId, reason, detail))) {
+            metrics.cancelsSent.increment();
         }
     }
 
@@ -620,7 +628,7 @@ public final class TransferReceiver extends TransferEndpoint {
         for (int r = 0; r < t.senderPeers.length; r++) {
             if (!t.confirmed[r]) {
                 all = false;
-                if (!peers.get(t.senderPeers[r]).isUp()) {
+                if (!peers.get(t.senderPeers[r]).carries()) {
                     quarantine(t, ReceiverMetrics.Outcome.ERROR, now, r);
                     return;
                 }
@@ -649,7 +657,7 @@ public final class TransferReceiver extends TransferEndpoint {
             return;
         }
         for (int r = 0; r < t.senderPeers.length; r++) {
-            if (!t.confirmed[r] && (suspect < 0 || r == suspect || !peers.get(t.senderPeers[r]).isUp())) {
+            if (!t.confirmed[r] && (suspect < 0 || r == suspect || !peers.get(t.senderPeers[r]).carries())) {
                 t.suspect[r] = true;
             }
         }
@@ -685,12 +693,12 @@ public final class TransferReceiver extends TransferEndpoint {
                 continue;
             }
             final Peer p = peers.get(t.senderPeers[r]);
-            if (!t.suspect[r] && (!p.isUp() || now - t.deadline >= 0)) {
+            if (!t.suspect[r] && (!p.carries() || now - t.deadline >= 0)) {
                 t.suspect[r] = true;
             }
             if (t.registrations[r] != null && t.registrations[r].revoke()) {
                 t.confirmed[r] = true;
-            } else if (t.suspect[r] && (p.tornDown || (tearDownOnTimeout || !p.isUp()) && tearDown(p))) {
+            } else if (t.suspect[r] && (p.tornDown || proveUnableToWrite(p))) {
                 t.confirmed[r] = true;
             } else {
                 all = false;
@@ -712,12 +720,88 @@ public final class TransferReceiver extends TransferEndpoint {
         return true;
     }
 
+    /**
+     * A suspect's link: torn down at once if it is down anyway (nothing else can use it); if it is up, retired
+     * (torn down once the transfers in flight on it ended, {@link #retireIdle}) or, without retirement, torn down
+     * now — failing every transfer on it.
+     *
+     * @return whether the teardown is proven now
+     */
+    private boolean proveUnableToWrite(Peer p) {
+        if (!p.carries()) {
+            return tearDown(p);
+        }
+        if (!tearDownOnTimeout) {
+            return false;
+        }
+        if (retireSuspectLinks) {
+            retire(p);
+            return false;
+        }
+        return tearDown(p);
+    }
+
+    private void retire(Peer p) {
+        if (p.state != Peer.State.UP) {
+            return; // already RETIRING (or HANDSHAKE: carries nothing yet)
+        }
+        p.moveTo(Peer.State.RETIRING);
+        retiring.add(p);
+        metrics.linksRetired.increment();
+        cancel(p, Message.Cancel.LINK, Message.Cancel.RETIRING, "link retired: a write on it was unproven; open a fresh link");
+        LOG.log(System.Logger.Level.WARNING, () -> this + ": " + p + " — a write on it is unproven and the link cannot revoke "
+            + "one registration: no new transfer starts on it; torn down once the transfers in flight on it end");
+    }
+
+    /**
+     * Tears down each RETIRING link that no transfer still RECEIVING or DRAINING needs (an unconfirmed rank on it);
+     * quarantined transfers are what wait for that teardown.
+     *
+     * @return links torn down
+     */
+    private int retireIdle(long now) {
+        if (retiring.isEmpty()) {
+            return 0;
+        }
+        int work = 0;
+        for (int i = retiring.size() - 1; i >= 0; i--) {
+            final Peer p = retiring.get(i);
+            if (p.state == Peer.State.RETIRING && inFlightOn(p)) {
+                continue;
+            }
+            retiring.remove(i);
+            tearDown(p); // FAILED now; its quarantines see tornDown (or retry tearDown) in tryReleaseQuarantine
+            work++;
+        }
+        if (work > 0) {
+            for (IncomingTransfer t : active.toArray(new IncomingTransfer[0])) {
+                tryReleaseQuarantine(t, now);
+            }
+        }
+        return work;
+    }
+
+    private boolean inFlightOn(Peer p) {
+        for (int i = 0; i < active.size(); i++) {
+            final IncomingTransfer t = active.get(i);
+            if (t.state == IncomingTransfer.State.RECEIVING || t.state == IncomingTransfer.State.DRAINING) {
+                final int r = rankOf(t, p);
+                if (r >= 0 && !t.confirmed[r]) {
+                    return true;
+                }
+            }
+        }
+        return false;
+    }
+
     private boolean tearDown(Peer p) {
         if (p.tornDown) {
             return true;
         }
-        if (p.state == Peer.State.UP) {
-            fail(p, Peer.State.FAILED, "torn down by the receiver: it did not prove that a failed transfer's writes ended");
+        if (p.state == Peer.State.UP || p.state == Peer.State.RETIRING) {
+            fail(p, Peer.State.FAILED, p.state == Peer.State.RETIRING
+                ? "retired and torn down by the receiver: a write on it was unproven; no transfer was in flight on it any more"
+                : "torn down by the receiver: it did not prove that a failed transfer's writes ended");
         }
         p.tornDown = p.link.tearDown();
         return p.tornDown;
@@ -794,7 +878,7 @@ public final class TransferReceiver extends TransferEndpoint {
                 }
             }
         }
-        return work;
+        return work + retireIdle(now);
     }
 
     @Override
@@ -865,6 +949,7 @@ public final class TransferReceiver extends TransferEndpoint {
         private boolean checksums = true;
         private PageChecksums checksummer = PageChecksums.HOST;
         private boolean tearDownOnTimeout = true;
+        private boolean retireSuspectLinks = true;
         private int maxTransfers = 1024;
         private final EnumSet<TransferSafeguard> disabled = EnumSet.noneOf(TransferSafeguard.class);
 
@@ -958,6 +1043,22 @@ public final class TransferReceiver extends TransferEndpoint {
          */
         public Builder tearDownOnTimeout(boolean on) {
             this.tearDownOnTimeout = on;
+            return this;
+        }
+
+        /**
+         * How a suspect's link that is still up and cannot revoke one registration is torn down (with
+         * {@link #tearDownOnTimeout} on): retired (default true) — no new transfer starts on it
+         * ({@link Peer#isUp()} is false, {@link Peer.State#RETIRING}: open a fresh link for new work), the transfers in
+         * flight on it finish, then it is torn down and the teardown proves its quarantined pages free — or, with
+         * false, torn down at once, failing every transfer on it with {@link FailureReason#PEER_LOST}. The proof is
+         * the same teardown either way.
+         *
+         * @param on whether to retire such a link rather than tear it down at once
+         * @return this builder
+         */
+        public Builder retireSuspectLinks(boolean on) {
+            this.retireSuspectLinks = on;
             return this;
         }
 

@@ -322,7 +322,7 @@ public final class TransferSender extends TransferEndpoint {
         t.endPage = TransferPlan.firstPage(pages, d.senders(), d.senderRank() + 1);
         t.nextPage = t.firstPage;
         t.state = OutgoingTransfer.State.WRITING;
-        if (!p.isUp()) {
+        if (!p.carries()) {
             fail(t, "link down: " + p.failure, false, 0);
             return;
         }
@@ -367,6 +367,15 @@ public final class TransferSender extends TransferEndpoint {
      * every posted write is terminal.
      */
     private void onCancel(Peer p, Message.Cancel c) {
+        if (c.reason() == Message.Cancel.RETIRING && c.requestId() == Message.Cancel.LINK) {
+            if (p.state == Peer.State.UP) {
+                p.moveTo(Peer.State.RETIRING); // its transfers in flight go on; the receiver sends no new descriptor
+                metrics.linksRetired.increment();
+                LOG.log(System.Logger.Level.WARNING, () -> this + ": " + p + " retired by the receiver (" + c.detail()
+                    + "): open a fresh link for new work");
+            }
+            return;
+        }
         final PendingDescriptor pd = early.get(c.requestId());
         if (pd != null && pd.peer == p) {
             early.remove(c.requestId());
@@ -530,14 +539,14 @@ public final class TransferSender extends TransferEndpoint {
      * receiver must not free the pages on such a DRAINED.
      */
     private void maybeDrained(OutgoingTransfer t) {
-        if (t.flushPending && (t.peer == null || !t.peer.isUp())) {
+        if (t.flushPending && (t.peer == null || !t.peer.carries())) {
             t.flushPending = false; // a link that is down proves nothing; do not wait for its answer
             t.flushed = false;
         }
         if (t.state != OutgoingTransfer.State.FAILING || t.succeeded + t.failed != t.posted || t.flushPending) {
             return;
         }
-        if (t.succeeded > 0 && !t.flushed && !t.flushAttempted && t.peer != null && t.peer.isUp()) {
+        if (t.succeeded > 0 && !t.flushed && !t.flushAttempted && t.peer != null && t.peer.carries()) {
             t.flushAttempted = true;
             t.flushPending = true;
             try {

@@ -41,6 +41,10 @@
  *  no DRAINED by the drain deadline             → QUARANTINED            (outcome timeout)
  *  QUARANTINED → FREE only when, for each unconfirmed rank, the transport proves no write can land:
  *  the registration was revoked, or the peer's link was torn down on the receiver's side. Never a timer.
+ *  a suspect rank's link that cannot revoke is retired, not torn down at once:
+ *            ── CANCEL(link, retiring, why) ──▶ (v ≥ 2)        the link takes no new descriptor: open a
+ *            no new DESCRIPTOR on it; those in flight finish   fresh one for new work; finish those in flight
+ *            then torn down (the quarantine's proof)           (older senders ignore it: no such request)
  * </pre>
  * Acknowledgements are keyed by transfer slot <em>and</em> generation and accepted only from the rank's
  * own link; early, stale, duplicate, foreign-link and inconsistent ones are ignored and counted

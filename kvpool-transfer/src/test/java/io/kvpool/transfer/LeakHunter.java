@@ -65,6 +65,7 @@ final class LeakHunter {
         boolean checksums = true;
         Boolean revocableLinks = null;  // null: alternate (half like RDMA, half like UCX over tcp)
         long senderDrainDeadlineMs = 30;
+        boolean retireSuspectLinks = true; // false: a suspect's link is torn down at once (before issue #13's item 4)
         EnumSet<Safeguard> poolOff = EnumSet.noneOf(Safeguard.class);
         EnumSet<TransferSafeguard> transferOff = EnumSet.noneOf(TransferSafeguard.class);
         SimFaults faults = SimFaults.NONE.withWrites(0.002, 0.0005, 0.0005, 0.0005)
@@ -84,6 +85,13 @@ final class LeakHunter {
         long crashes;
         long settleSteps;
         long staleRefused;
+        /** Transfers failed PEER_LOST because the receiver tore their link down for another transfer's suspect write. */
+        long collateral;
+        /** Of those: transfers that timed out on a RETIRING link (its flush stalled behind the suspect write). */
+        long collateralTimeouts;
+        /** Fresh links opened: for a failed link, or beside a RETIRING one. */
+        long reconnects;
+        long linksRetired;
         final java.util.EnumMap<FailureReason, Long> failures = new java.util.EnumMap<>(FailureReason.class);
         final java.util.EnumMap<ReceiverMetrics.Outcome, Long> outcomes = new java.util.EnumMap<>(ReceiverMetrics.Outcome.class);
         long lateWritesLanded;
@@ -104,7 +112,8 @@ final class LeakHunter {
         public String toString() {
             return "transfers=" + transfers + " committed=" + committed + " rejected=" + rejected + " reads=" + readsVerified
                 + " LEAKS=" + leaks + " CORRUPTED=" + corrupted + " (stale served " + staleServed + ", truncated " + truncated
-                + ") staleRefused=" + staleRefused + " failures=" + failures + " deferredRelease=" + outcomes
+                + ") staleRefused=" + staleRefused + " collateral=" + collateral + " (timeouts on a retiring link " + collateralTimeouts + ") reconnects=" + reconnects + " retired=" + linksRetired
+                + " failures=" + failures + " deferredRelease=" + outcomes
                 + " crashes=" + crashes + " settle=" + settleSteps + " balanced=" + balanced + " " + accounting + " leaks: " + leakExamples + " examples=" + examples;
         }
     }
@@ -181,6 +190,7 @@ final class LeakHunter {
                 .unsafeDisable(cfg.poolOff.toArray(new Safeguard[0])).build();
             receiver = TransferReceiver.builder(pool, Kv.identity()).clock(net.clock()).checksums(cfg.checksums)
                 .completionTimeout(Duration.ofMillis(20)).drainTimeout(Duration.ofMillis(20)).maxTransfers(4096)
+                .retireSuspectLinks(cfg.retireSuspectLinks)
                 .unsafeDisable(cfg.transferOff.toArray(new TransferSafeguard[0])).build();
             prewarm(pool);
         }
@@ -196,6 +206,7 @@ final class LeakHunter {
         OutgoingTransfer[] out;
         IncomingTransfer in;
         int attempts;
+        boolean counted;
         IncomingTransfer.State lastState;
 
         Request(long id, int prompt) {
@@ -317,6 +328,13 @@ final class LeakHunter {
                     // the old link stays with the engines until its transfers ended; a new one takes over
                     decodes[d].receiver.tearDownPeer(p.receiverPeer[d]);
                     p.connect(d);
+                    report.reconnects++;
+                } else if (p.sender.peer(p.senderPeer[d]).state() == Peer.State.RETIRING) {
+                    // decode retired the link (a suspect write) and told prefill (CANCEL(link, retiring), which may
+                    // be lost: then the teardown is what tells): its transfers in flight finish there, new work takes
+                    // a fresh link; the receiver tears the old one down once it is idle
+                    p.connect(d);
+                    report.reconnects++;
                 }
             }
         }
@@ -440,6 +458,20 @@ final class LeakHunter {
                 inFlight.remove(i);
             } else {
                 // failed: the receiver holds the pages (DRAINING, QUARANTINED) until released; the router tells prefill
+                if (!r.counted) {
+                    r.counted = true;
+                    if (t.failure() == FailureReason.PEER_LOST && t.message() != null && t.message().contains("torn down by the receiver")) {
+                        report.collateral++;
+                    }
+                    boolean onRetiring = false;
+                    for (int id : t.senderPeers) {
+                        onRetiring |= decodes[r.decodeNode].receiver.peer(id).state() == Peer.State.RETIRING;
+                    }
+                    if (onRetiring && (t.failure() == FailureReason.TIMEOUT || t.failure() == FailureReason.PEER_LOST)) {
+                        report.collateral++; // stuck on a retired link: collateral too
+                        report.collateralTimeouts++;
+                    }
+                }
                 withdraw(r);
                 if (t.isTerminal()) {
                     inFlight.remove(i);
@@ -587,6 +619,7 @@ final class LeakHunter {
                 acc.append("decode ").append(s).append("; ");
             }
             report.metrics.append(d.receiver.metrics()).append('\n');
+            report.linksRetired += d.receiver.metrics().linksRetired();
             for (FailureReason f : FailureReason.values()) {
                 report.failures.merge(f, d.receiver.metrics().failures(f), Long::sum);
             }

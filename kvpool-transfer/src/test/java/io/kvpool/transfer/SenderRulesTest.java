@@ -98,6 +98,33 @@ class SenderRulesTest {
         assertTrue(pool.verifyAccounting().balanced());
     }
 
+    @Test
+    void aRetiredLinkFinishesTheTransferInFlightOnItAndTakesNoNewWork() {
+        final OutgoingTransfer t = offer(8); // 2 pages
+        link.inject(descriptor(8));
+        tx.doWork();
+        assertEquals(OutgoingTransfer.State.WRITING, t.state());
+        link.inject(new Message.Cancel(Message.Cancel.LINK, Message.Cancel.RETIRING, "retired"));
+        tx.doWork();
+        final Peer p = tx.peer(0);
+        assertEquals(Peer.State.RETIRING, p.state());
+        assertFalse(p.isUp(), "the owner sees it takes no new work and opens a fresh link");
+        assertEquals(1, tx.metrics().linksRetired());
+        assertEquals(0, tx.metrics().cancelsIgnored());
+        for (long tok : link.postedTokens) {
+            link.completeWrite(tok, PeerLink.OK);
+        }
+        tx.doWork();
+        link.completeFlush(link.flushTokens.getFirst(), true);
+        tx.doWork();
+        assertEquals(OutgoingTransfer.State.COMPLETED, t.state(), "the transfer in flight finished on the retiring link");
+        assertEquals(1, link.sent(Message.Completion.class).size());
+        link.failLink("torn down by the receiver");
+        tx.doWork();
+        assertEquals(Peer.State.FAILED, p.state());
+        assertTrue(pool.verifyAccounting().balanced());
+    }
+
     /**
      * A server that reconnects adds a peer per link. Links that died owing nothing must leave the duty cycle
      * (it would otherwise slow with every reconnect), but a link that died with writes in flight must still

@@ -24,7 +24,8 @@ import java.util.function.Supplier;
 /**
  * The prefill role in this JVM: its own pool, the echo model's prefill, and a {@link TransferSender} on
  * its own {@link DutyCycle}, linked to the decode role by a link from {@code connector} (reconnected
- * after {@code reconnectDelay} whenever it fails).
+ * after {@code reconnectDelay} whenever it fails; a fresh one at once when decode retires it, the old one left to
+ * finish its transfers in flight).
  *
  * <pre>
  *   router thread:  prefill() ─ admit (typed refusal) ─ append ─ write KV ─┐
@@ -241,6 +242,15 @@ final class PrefillRole implements PrefillService {
             }
             final boolean up = p.isUp();
             linkUp = up;
+            if (p.state() == Peer.State.RETIRING) {
+                // decode retired the link (a write on it was unproven): the transfers in flight on it finish there
+                // and decode tears it down after; new work needs a fresh link now. The sender keeps the old one.
+                LOG.log(System.Logger.Level.WARNING, "prefill: decode retired the link (" + p + "); opening a fresh one");
+                peer = -1;
+                link = null;
+                connectAt = now;
+                return 1;
+            }
             final boolean dead = p.state() == Peer.State.FAILED || p.state() == Peer.State.REFUSED
                 || p.state() == Peer.State.HANDSHAKE && now - connectedAt > handshakeNanos;
             if (!dead) {

@@ -160,7 +160,7 @@ final class SeparateRoles {
         UcxAcceptor acceptor = null;
         try {
             final TransferReceiver receiver = RoleParts.receiver(cfg, pool);
-            acceptor = new UcxAcceptor(UcxTransport.open("decode"), cfg.topology().kvHost(), cfg.topology().kvPort(), UCX_BOOTSTRAP);
+            acceptor = new UcxAcceptor(UcxTransport.open("decode", cfg.ucxKeepalive()), cfg.topology().kvHost(), cfg.topology().kvPort(), UCX_BOOTSTRAP);
             final DecodeRole role = new DecodeRole(pool, receiver, acceptor, null, cfg.tokenDelay(), () -> { });
             return new Decode(role, "ucx:" + cfg.topology().kvHost() + ":" + acceptor.port());
         } catch (RuntimeException e) {
@@ -194,10 +194,10 @@ final class SeparateRoles {
                 final Path socket = socketPath(cfg.workDir());
                 connector = () -> new FaultyLink(ShmTransport.connect(socket), null, cfg.faults(), cfg.gate(), links.getAndIncrement());
             } else {
-                final UcxTransport transport = ucx = UcxTransport.open("prefill");
+                final UcxTransport transport = ucx = UcxTransport.open("prefill", cfg.ucxKeepalive());
                 final InetSocketAddress decode = new InetSocketAddress(cfg.topology().kvHost(), cfg.topology().kvPort());
-                connector = () -> new FaultyLink(connectUcx(transport, decode, links.get()), null, cfg.faults(), cfg.gate(),
-                    links.getAndIncrement());
+                connector = () -> new FaultyLink(connectUcx(transport, decode, links.get(), cfg.kvConnectTimeout()), null,
+                    cfg.faults(), cfg.gate(), links.getAndIncrement());
             }
             return new PrefillRole(pool, sender, connector, cfg.reconnectDelay(), cfg.transferTimeout(), ucx);
         } catch (RuntimeException e) {
@@ -209,9 +209,14 @@ final class SeparateRoles {
         }
     }
 
-    private static PeerLink connectUcx(UcxTransport ucx, InetSocketAddress decode, int n) {
+    /**
+     * The TCP connect to decode's bootstrap listener gives up after {@code connectTimeout}, short: an attempt made
+     * while the path is cut must not still be waiting for a SYN retransmission (1 s, then 3 s, 7 s …) when the path
+     * heals; the next attempt, {@code --reconnect-ms} later, sends a fresh SYN.
+     */
+    private static PeerLink connectUcx(UcxTransport ucx, InetSocketAddress decode, int n, Duration connectTimeout) {
         try (Socket s = new Socket()) {
-            s.connect(decode, (int) UCX_BOOTSTRAP.toMillis());
+            s.connect(decode, (int) connectTimeout.toMillis());
             return ucx.connect(s, "prefill-" + n + "→decode", UCX_BOOTSTRAP);
         } catch (IOException e) {
             throw new LinkFailedException("cannot reach decode's UCX bootstrap listener at " + decode + ": " + e.getMessage(), e);

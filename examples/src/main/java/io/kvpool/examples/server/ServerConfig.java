@@ -61,6 +61,8 @@ public final class ServerConfig {
     private final Duration heartbeat;
     private final Duration transferTimeout;
     private final Duration reconnectDelay;
+    private final Duration ucxKeepalive;
+    private final Duration kvConnectTimeout;
     private final Device device;
     private final Set<Safeguard> unsafePool;
     private final Set<TransferSafeguard> unsafeTransfer;
@@ -88,6 +90,11 @@ public final class ServerConfig {
         heartbeat = positive("heartbeat", b.heartbeat);
         transferTimeout = positive("transfer timeout", b.transferTimeout);
         reconnectDelay = positive("reconnect delay", b.reconnectDelay);
+        ucxKeepalive = positive("UCX keepalive", b.ucxKeepalive);
+        kvConnectTimeout = positive("KV connect timeout", b.kvConnectTimeout);
+        if (ucxKeepalive.toMillis() < 10 || ucxKeepalive.compareTo(Duration.ofHours(1)) > 0) {
+            throw new IllegalArgumentException("--ucx-keepalive-ms must be 10 ms to 1 hour, was " + ucxKeepalive.toMillis());
+        }
         device = Objects.requireNonNull(b.device, "device");
         unsafePool = Collections.unmodifiableSet(b.unsafePool.isEmpty() ? EnumSet.noneOf(Safeguard.class) : EnumSet.copyOf(b.unsafePool));
         unsafeTransfer = Collections.unmodifiableSet(b.unsafeTransfer.isEmpty()
@@ -197,6 +204,8 @@ public final class ServerConfig {
         b.heartbeat = heartbeat;
         b.transferTimeout = transferTimeout;
         b.reconnectDelay = reconnectDelay;
+        b.ucxKeepalive = ucxKeepalive;
+        b.kvConnectTimeout = kvConnectTimeout;
         b.device = device;
         b.unsafePool = unsafePool.isEmpty() ? EnumSet.noneOf(Safeguard.class) : EnumSet.copyOf(unsafePool);
         b.unsafeTransfer = unsafeTransfer.isEmpty() ? EnumSet.noneOf(TransferSafeguard.class) : EnumSet.copyOf(unsafeTransfer);
@@ -265,6 +274,24 @@ public final class ServerConfig {
     /** @return the transfer's completion and drain deadlines ({@code --transfer-timeout-ms}, default 10 s) */
     public Duration transferTimeout() {
         return transferTimeout;
+    }
+
+    /**
+     * @return how often a UCX link's endpoints check their peer ({@code --ucx-keepalive-ms}, default 250 ms; UCX's own
+     *         default is 20 s): a link torn down on the other side while the path was cut fails about this long after
+     *         the path heals
+     */
+    public Duration ucxKeepalive() {
+        return ucxKeepalive;
+    }
+
+    /**
+     * @return how long prefill's TCP connect to decode's UCX bootstrap listener may take ({@code --kv-connect-timeout-ms},
+     *         default 300 ms): short, so that an attempt made while the path is cut gives up and the next one, after
+     *         {@link #reconnectDelay()}, sends a fresh SYN as soon as the path heals
+     */
+    public Duration kvConnectTimeout() {
+        return kvConnectTimeout;
     }
 
     /** @return how long prefill waits before reconnecting a lost link ({@code --reconnect-ms}, default 200 ms) */
@@ -392,6 +419,10 @@ public final class ServerConfig {
               --heartbeat-ms N            SSE keep-alive while a stream waits; notices gone clients [200]
               --transfer-timeout-ms N     transfer completion and drain deadlines [10000]
               --reconnect-ms N            prefill's wait before reconnecting a lost link [200]
+              --ucx-keepalive-ms N        (ucx) how often a link checks its peer; a link torn down on the other
+                                          side while the path was cut fails this long after it heals [250]
+              --kv-connect-timeout-ms N   (ucx, prefill) TCP connect timeout of each attempt to reach decode's
+                                          bootstrap listener; short, so an attempt retries soon after a heal [300]
               --device host|cuda          where the pools live [host]; cuda: device 0, separate role processes,
                                           KV by CUDA IPC over --work-dir's socket
               --fault-rate P              probability per page-write batch of an injected fault [0]
@@ -468,6 +499,8 @@ public final class ServerConfig {
                 case "--heartbeat-ms" -> b.heartbeat(Duration.ofMillis(number(name, value)));
                 case "--transfer-timeout-ms" -> b.transferTimeout(Duration.ofMillis(number(name, value)));
                 case "--reconnect-ms" -> b.reconnectDelay(Duration.ofMillis(number(name, value)));
+                case "--ucx-keepalive-ms" -> b.ucxKeepalive(Duration.ofMillis(number(name, value)));
+                case "--kv-connect-timeout-ms" -> b.kvConnectTimeout(Duration.ofMillis(number(name, value)));
                 case "--device" -> b.device(switch (value) {
                     case "host" -> Device.HOST;
                     case "cuda" -> Device.CUDA;
@@ -555,6 +588,8 @@ public final class ServerConfig {
         private Duration heartbeat = Duration.ofMillis(200);
         private Duration transferTimeout = Duration.ofSeconds(10);
         private Duration reconnectDelay = Duration.ofMillis(200);
+        private Duration ucxKeepalive = Duration.ofMillis(250);
+        private Duration kvConnectTimeout = Duration.ofMillis(300);
         private Device device = Device.HOST;
         private EnumSet<Safeguard> unsafePool = EnumSet.noneOf(Safeguard.class);
         private EnumSet<TransferSafeguard> unsafeTransfer = EnumSet.noneOf(TransferSafeguard.class);
@@ -657,6 +692,18 @@ public final class ServerConfig {
         /** Sets {@link ServerConfig#transferTimeout()}. */
         public Builder transferTimeout(Duration d) {
             this.transferTimeout = d;
+            return this;
+        }
+
+        /** Sets {@link ServerConfig#kvConnectTimeout()}. */
+        public Builder kvConnectTimeout(Duration d) {
+            this.kvConnectTimeout = d;
+            return this;
+        }
+
+        /** Sets {@link ServerConfig#ucxKeepalive()}. */
+        public Builder ucxKeepalive(Duration d) {
+            this.ucxKeepalive = d;
             return this;
         }
 

@@ -27,7 +27,8 @@ class ServerConfigTest {
         final ServerConfig c = ServerConfig.parse("--port", "0", "--host=0.0.0.0", "--context", "2048", "--pages", "300",
             "--decode-pages", "700", "--tokens-per-page", "8", "--layers", "2", "--kv-heads", "4", "--head-dim", "16",
             "--max-body-bytes", "4096", "--request-timeout-ms", "1500", "--token-delay-ms", "0", "--heartbeat-ms", "50",
-            "--transfer-timeout-ms", "700", "--reconnect-ms", "30", "--fault-rate", "0.25", "--seed", "9", "--device", "host");
+            "--transfer-timeout-ms", "700", "--reconnect-ms", "30", "--fault-rate", "0.25", "--seed", "9", "--device", "host",
+            "--ucx-keepalive-ms", "100", "--kv-connect-timeout-ms", "450");
         assertEquals(0, c.port());
         assertEquals("0.0.0.0", c.host());
         assertEquals(2048, c.contextTokens());
@@ -43,6 +44,11 @@ class ServerConfigTest {
         assertEquals(Duration.ofMillis(50), c.heartbeat());
         assertEquals(Duration.ofMillis(700), c.transferTimeout());
         assertEquals(Duration.ofMillis(30), c.reconnectDelay());
+        assertEquals(Duration.ofMillis(100), c.ucxKeepalive());
+        assertEquals(Duration.ofMillis(450), c.kvConnectTimeout());
+        assertEquals(Duration.ofMillis(250), d.ucxKeepalive(), "UCX's own 20 s would be noticed that long after a heal");
+        assertEquals(Duration.ofMillis(300), d.kvConnectTimeout());
+        assertThrows(IllegalArgumentException.class, () -> ServerConfig.parse("--ucx-keepalive-ms", "5"));
         assertEquals(new FaultPlan(0.25, 9), c.faults());
         assertEquals(c.toString(), c.toBuilder().build().toString());
     }

@@ -66,6 +66,7 @@ public final class UcxTransport implements AutoCloseable {
     private static final Duration CALL_TIMEOUT = Duration.ofSeconds(10);
 
     private final String name;
+    private final Duration keepaliveInterval;
     private final UcpContext context;
     private final Thread thread;
     private final ConcurrentLinkedQueue<Runnable> commands = new ConcurrentLinkedQueue<>();
@@ -86,15 +87,20 @@ public final class UcxTransport implements AutoCloseable {
     /** The JUCX class whose absence means the optional dependency was left out. */
     static final String JUCX_PROBE_CLASS = "org.openucx.jucx.ucp.UcpContext";
 
-    private UcxTransport(String name) {
+    private UcxTransport(String name, Duration keepaliveInterval) {
         this.name = Objects.requireNonNull(name, "name");
+        this.keepaliveInterval = checkKeepalive(keepaliveInterval);
         requireJucx(name);
         final UcpContext ctx;
         try {
             // tcp only: a link's teardown is proven by closing its worker, which fences a peer's puts because over
             // tcp our worker is what applies them. Shared-memory or RDMA transports would write without it, so
             // enabling them needs that fence re-established first (a destroyed QP, a revoked memory key).
-            ctx = new UcpContext(new UcpParams().requestTagFeature().requestRmaFeature().setConfig("TLS", "tcp"));
+            final UcpParams params = new UcpParams().requestTagFeature().requestRmaFeature().setConfig("TLS", "tcp");
+            // how soon an endpoint whose peer is gone fails (UCX's default is 20 s): a peer that tore its side down
+            // while the path was cut is noticed this long after the path heals, not when UCX's own round comes
+            params.setConfig("KEEPALIVE_INTERVAL", keepaliveInterval.toMillis() + "ms");
+            ctx = new UcpContext(params);
         } catch (LinkageError e) {
             throw new UcxUnavailableException("UCX transport '" + name + "' cannot load UCX: " + e, e);
         }
@@ -132,7 +138,38 @@ public final class UcxTransport implements AutoCloseable {
      * @throws UcxUnavailableException if UCX (libucp) cannot be loaded
      */
     public static UcxTransport open(String name) {
-        return new UcxTransport(name);
+        return new UcxTransport(name, DEFAULT_KEEPALIVE);
+    }
+
+    /** The keepalive interval of {@link #open(String)}: 250 ms (UCX's own default is 20 s). */
+    public static final Duration DEFAULT_KEEPALIVE = Duration.ofMillis(250);
+
+    /**
+     * Opens a transport whose endpoints check their peers every {@code keepaliveInterval} (UCX's
+     * {@code KEEPALIVE_INTERVAL}): an endpoint whose peer tore its side down — e.g. decode tearing a link down while
+     * the path was cut — fails about that long after the path heals, so its side reconnects. Each round sends a few
+     * bytes per endpoint.
+     *
+     * @param name              for thread names and messages
+     * @param keepaliveInterval between two keepalive rounds, 10 ms to 1 hour
+     * @return the transport
+     * @throws UcxUnavailableException  if UCX (libucp) cannot be loaded
+     * @throws IllegalArgumentException if the interval is out of range
+     */
+    public static UcxTransport open(String name, Duration keepaliveInterval) {
+        return new UcxTransport(name, keepaliveInterval);
+    }
+
+    private static Duration checkKeepalive(Duration d) {
+        if (d == null || d.compareTo(Duration.ofMillis(10)) < 0 || d.compareTo(Duration.ofHours(1)) > 0) {
+            throw new IllegalArgumentException("the UCX keepalive interval must be 10 ms to 1 hour, was " + d);
+        }
+        return d;
+    }
+
+    /** {@return the keepalive interval its endpoints use} */
+    public Duration keepaliveInterval() {
+        return keepaliveInterval;
     }
 
     /**
@@ -142,7 +179,7 @@ public final class UcxTransport implements AutoCloseable {
      */
     public static Optional<String> unavailableReason() {
         try {
-            new UcxTransport("probe").close();
+            new UcxTransport("probe", DEFAULT_KEEPALIVE).close();
             return Optional.empty();
         } catch (UcxUnavailableException e) {
             return Optional.of(e.getMessage());

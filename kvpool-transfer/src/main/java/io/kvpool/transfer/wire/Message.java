@@ -202,8 +202,13 @@ public sealed interface Message {
      * rejected request never had a transfer slot; a CANCEL for a request the sender holds no open offer of is
      * ignored (counted).
      *
-     * @param requestId the request the receiver will not take
-     * @param reason    {@link #REJECTED} or {@link #ABORTED}
+     * <p>With {@link #RETIRING} and request id {@link #LINK} it names no request but the link it arrives on: the
+     * receiver retired it (a write on it was unproven and it cannot revoke one registration), so no new transfer
+     * will start on it; the transfers in flight on it finish, then the receiver tears it down. The sender opens a
+     * fresh link for new work. A sender that predates it holds no offer of request {@link #LINK} and ignores it.
+     *
+     * @param requestId the request the receiver will not take, or {@link #LINK}
+     * @param reason    {@link #REJECTED}, {@link #ABORTED} or {@link #RETIRING}
      * @param detail    why, for the sender's log (truncated to fit the frame)
      */
     record Cancel(long requestId, int reason, String detail) implements Message {
@@ -211,6 +216,10 @@ public sealed interface Message {
         public static final int REJECTED = 1;
         /** Reason code: the receiver's transfer of the request failed or was aborted. */
         public static final int ABORTED = 2;
+        /** Reason code: the receiver retired the link this arrives on (request id {@link #LINK}). */
+        public static final int RETIRING = 3;
+        /** The request id of a CANCEL that names the link, not a request. */
+        public static final long LINK = -1;
 
         /**
          * Checks the detail.

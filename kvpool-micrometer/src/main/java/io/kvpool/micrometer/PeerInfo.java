@@ -1,0 +1,66 @@
+package io.kvpool.micrometer;
+
+import io.micrometer.core.instrument.Gauge;
+import io.micrometer.core.instrument.MeterRegistry;
+import io.micrometer.core.instrument.MultiGauge;
+import io.micrometer.core.instrument.Tags;
+
+import java.lang.ref.WeakReference;
+import java.util.List;
+import java.util.Map;
+import java.util.Set;
+import java.util.function.Function;
+
+/**
+ * {@code kvpool.peer.info}: one row per build of the peers whose links are UP (tag {@code build}, value 1), and
+ * {@code kvpool.peer.links}: how many links are UP. The rows follow the engine's {@code peerBuilds()}: each read of
+ * {@code kvpool.peer.links} (every scrape reads it) brings them up to date, so a build that came or went shows in
+ * the rows from the next scrape on. Holds the engine weakly, as every binder's meter does.
+ */
+final class PeerInfo {
+
+    static final String INFO_DESCRIPTION =
+        "1 for each build (tag build) of the peers whose links are UP, as their HELLO named it: a rollout mixes builds";
+    static final String LINKS_DESCRIPTION = "Links to peers whose handshake passed, UP now (every build)";
+
+    private PeerInfo() {
+    }
+
+    static <E> void bind(MeterRegistry registry, E engine, Function<E, Map<String, Integer>> builds, Tags tags) {
+        final MultiGauge info = MultiGauge.builder("kvpool.peer.info").description(INFO_DESCRIPTION).tags(tags).register(registry);
+        final WeakReference<E> ref = new WeakReference<>(engine);
+        final Refresh<E> refresh = new Refresh<>(info, ref, builds);
+        refresh.current();
+        Gauge.builder("kvpool.peer.links", refresh, r -> r.current().values().stream().mapToInt(Integer::intValue).sum())
+            .strongReference(true) // the refresher holds the engine only weakly
+            .description(LINKS_DESCRIPTION)
+            .tags(tags)
+            .register(registry);
+    }
+
+    private static final class Refresh<E> {
+        private final MultiGauge info;
+        private final WeakReference<E> engine;
+        private final Function<E, Map<String, Integer>> builds;
+        private Set<String> shown;
+
+        Refresh(MultiGauge info, WeakReference<E> engine, Function<E, Map<String, Integer>> builds) {
+            this.info = info;
+            this.engine = engine;
+            this.builds = builds;
+        }
+
+        /** @return the builds UP now (empty once the engine is collected), the rows brought up to date */
+        synchronized Map<String, Integer> current() {
+            final E e = engine.get();
+            final Map<String, Integer> now = e == null ? Map.of() : builds.apply(e);
+            if (!now.keySet().equals(shown)) {
+                shown = Set.copyOf(now.keySet());
+                final List<MultiGauge.Row<?>> rows = shown.stream().sorted()
+                    .<MultiGauge.Row<?>>map(b -> MultiGauge.Row.of(Tags.of("build", b), 1)).toList();
+                info.register(rows, true);
+            }
+            return now;
+        }
+    }
+}
