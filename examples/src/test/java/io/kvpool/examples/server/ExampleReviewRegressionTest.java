@@ -29,7 +29,9 @@ class ExampleReviewRegressionTest {
      */
     @Test
     void aStreamingClientThatStopsReadingHoldsNoDecodePages() throws Exception {
-        final Duration requestTimeout = Duration.ofSeconds(2);
+        // long enough for 30,000 tokens on a loaded 2-core machine: a generation cut short by the timeout would free
+        // the pages too, but not show that a client that stops reading does not stop the generation
+        final Duration requestTimeout = Duration.ofSeconds(6);
         try (KvServer server = KvServer.start(ServerTests.small().contextTokens(32_768).prefillPages(2_100).decodePages(2_100)
             .requestTimeout(requestTimeout).build());
              Socket s = new Socket()) {
