@@ -1,17 +1,12 @@
 package io.kvpool.transfer;
 
-import io.kvpool.KvPool;
 import io.kvpool.PageHandle;
 import io.kvpool.SlotState;
 import io.kvpool.transfer.testkit.Kv;
 import io.kvpool.transfer.wire.Message;
-import org.junit.jupiter.api.AfterEach;
-import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
 
-import java.time.Duration;
 import java.util.Set;
-import java.util.function.UnaryOperator;
 
 import static org.junit.jupiter.api.Assertions.*;
 
@@ -20,45 +15,10 @@ import static org.junit.jupiter.api.Assertions.*;
  * transfer on it, the ones in flight finish, then it is torn down and that teardown, as before, is the only proof
  * that frees the suspect's quarantined pages. Driven step by step through {@link ScriptedLink}s.
  */
-class LinkRetirementTest {
+class LinkRetirementTest extends TwoSenderReceiverFixture {
 
     static final long REQ = ReceiverRulesTest.REQ;
     static final long SUSPECT_REQ = 99;
-    ManualClock clock;
-    KvPool pool;
-    TransferReceiver rx;
-    ScriptedLink a;
-    ScriptedLink b;
-    int pa;
-    int pb;
-
-    @BeforeEach
-    void setUp() {
-        setUp(x -> x);
-    }
-
-    void setUp(UnaryOperator<TransferReceiver.Builder> custom) {
-        if (rx != null) {
-            tearDown();
-        }
-        clock = new ManualClock();
-        pool = Kv.pool(32);
-        rx = custom.apply(TransferReceiver.builder(pool, Kv.identity()).clock(clock)
-            .completionTimeout(Duration.ofMillis(100)).drainTimeout(Duration.ofMillis(100))).build();
-        a = new ScriptedLink().hello(Kv.identity());
-        b = new ScriptedLink().hello(Kv.identity());
-        pa = rx.addPeer(a);
-        pb = rx.addPeer(b);
-        rx.doWork();
-        assertTrue(rx.peer(pa).isUp() && rx.peer(pb).isUp());
-    }
-
-    @AfterEach
-    void tearDown() {
-        rx.close();
-        pool.close();
-        rx = null;
-    }
 
     IncomingTransfer startOne(int tokens) {
         final IncomingTransfer t = rx.start(REQ, tokens, 0, pa);

@@ -5,14 +5,10 @@ import io.kvpool.KvPool;
 import io.kvpool.PageHandle;
 import io.kvpool.SlotState;
 import io.kvpool.transfer.wire.Message;
-import org.junit.jupiter.api.AfterEach;
-import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
 
 import java.lang.foreign.MemorySegment;
-import java.time.Duration;
 import java.util.List;
-import java.util.function.UnaryOperator;
 
 import static org.junit.jupiter.api.Assertions.*;
 
@@ -20,45 +16,9 @@ import static org.junit.jupiter.api.Assertions.*;
  * Each rule of the receiver's side of the protocol, driven step by step through {@link ScriptedLink}s
  * standing in for the senders.
  */
-class ReceiverRulesTest {
+class ReceiverRulesTest extends TwoSenderReceiverFixture {
 
     static final long REQ = 7;
-    ManualClock clock;
-    KvPool pool;
-    TransferReceiver rx;
-    ScriptedLink a;
-    ScriptedLink b;
-    int pa;
-    int pb;
-
-    @BeforeEach
-    void setUp() {
-        setUp(x -> x);
-    }
-
-    void setUp(UnaryOperator<TransferReceiver.Builder> custom) {
-        if (rx != null) {
-            tearDown();
-        }
-        clock = new ManualClock();
-        pool = Kv.pool(32);
-        rx = custom.apply(TransferReceiver.builder(pool, Kv.identity()).clock(clock)
-            .completionTimeout(Duration.ofMillis(100)).drainTimeout(Duration.ofMillis(100))).build();
-        a = new ScriptedLink().hello(Kv.identity());
-        b = new ScriptedLink().hello(Kv.identity());
-        pa = rx.addPeer(a);
-        pb = rx.addPeer(b);
-        rx.doWork();
-        assertTrue(rx.peer(pa).isUp() && rx.peer(pb).isUp());
-    }
-
-    @AfterEach
-    void tearDown() {
-        rx.close();
-        pool.close();
-        rx = null;
-    }
-
     /** The one-sided writes of a sender: request REQ's KV into the registered slots, pages [from, to). */
     static int[] deliver(KvPool pool, ScriptedLink link, int registration, int firstPage, int tokens) {
         return deliver(pool.storage(), link, registration, firstPage, tokens);
