@@ -48,7 +48,7 @@ public final class KvServer implements AutoCloseable {
     private final Roles roles;
     private final Router router;
     private final HttpFront http;
-    private final ObjectMapper json = new ObjectMapper();
+    private final ObjectMapper json = Json.strict();
     private final CountDownLatch closedLatch = new CountDownLatch(1);
     private boolean closed;
 

@@ -26,7 +26,7 @@ public final class RemoteRoles extends RolePair<RemotePrefill, RemoteDecode> {
      */
     public static RemoteRoles connect(ServerConfig cfg) {
         Objects.requireNonNull(cfg, "cfg");
-        final ObjectMapper json = new ObjectMapper();
+        final ObjectMapper json = Json.strict();
         final Topology t = cfg.topology();
         final RoleIdentity expected = RoleIdentity.expected(cfg);
         final java.util.function.Function<RemoteStatus, String> verify = s -> {
@@ -48,7 +48,7 @@ public final class RemoteRoles extends RolePair<RemotePrefill, RemoteDecode> {
      * @throws IllegalStateException with the table of what does not match
      */
     static ServerConfig preflight(ServerConfig cfg) {
-        final ObjectMapper json = new ObjectMapper();
+        final ObjectMapper json = Json.strict();
         final Preflight f;
         try (RoleClient p = new RoleClient(PrefillRole.ROLE, cfg.topology().prefillUrl(), json);
              RoleClient d = new RoleClient(DecodeRole.ROLE, cfg.topology().decodeUrl(), json)) {

@@ -55,7 +55,7 @@ public final class RoleServer implements AutoCloseable {
      */
     public static RoleServer start(ServerConfig config) {
         Objects.requireNonNull(config, "config");
-        final ObjectMapper json = new ObjectMapper();
+        final ObjectMapper json = Json.strict();
         return switch (config.topology().role()) {
             case PREFILL -> {
                 final LinkGate gate = Boolean.getBoolean(TEST_HOOKS) ? LinkGate.create(false) : null;

@@ -143,6 +143,9 @@ class CompletionApiTest {
         expect(client.post("/v1/completions", key, "{\"prompt\": \"hi\", "), 400, "invalid_request_error", "malformed_json");
         expect(client.post("/v1/completions", key, "[1,2]"), 400, "invalid_request_error", "malformed_json");
         expect(client.post("/v1/completions", key, ""), 400, "invalid_request_error", "malformed_json");
+        expect(client.post("/v1/completions", key, ok + " {}"), 400, "invalid_request_error", "malformed_json"); // trailing data
+        expect(client.post("/v1/completions", key, "{\"prompt\": \"hi\", \"prompt\": \"there\", \"max_tokens\": 1}"), 400,
+            "invalid_request_error", "malformed_json"); // a key twice: which one would another parser take?
         expect(client.post("/v1/completions", key, "{\"max_tokens\": 3}"), 400, "invalid_request_error", "invalid_prompt");
         expect(client.post("/v1/completions", key, "{\"prompt\": 7, \"max_tokens\": 3}"), 400, "invalid_request_error", "invalid_prompt");
         expect(client.post("/v1/completions", key, "{\"prompt\": [\"a\"], \"max_tokens\": 3}"), 400, "invalid_request_error", "invalid_prompt");

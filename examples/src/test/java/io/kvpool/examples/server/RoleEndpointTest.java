@@ -59,6 +59,10 @@ class RoleEndpointTest {
             assertEquals("field 'request_id' is missing", error(missing).path("message").asText());
             final HttpResponse<String> notJson = call(u, "POST", "internal/decode", "{nope");
             assertEquals(400, notJson.statusCode(), notJson::body);
+            final HttpResponse<String> twice = call(u, "POST", "internal/abort", "{\"request_id\":42,\"request_id\":43}");
+            assertEquals(400, twice.statusCode(), "a key given twice: " + twice.body());
+            final HttpResponse<String> trailing = call(u, "POST", "internal/abort", "{\"request_id\":42} 43");
+            assertEquals(400, trailing.statusCode(), "data after the document: " + trailing.body());
             assertEquals(404, call(u, "POST", "internal/test/gate", "{}").statusCode(), "the test hook is prefill's only");
             assertEquals(204, call(u, "POST", "internal/abort", "{\"request_id\":42}").statusCode(), "unknown ids: nothing to do");
 
