@@ -33,13 +33,11 @@ final class BatchAppend {
     /** See {@link KvPool#appendEach}. */
     static int appendEach(KvPool pool, Sequence[] batch, int count, int tokens) {
         Objects.checkFromIndexSize(0, count, batch.length);
-        if (tokens < 0) {
-            throw new IllegalArgumentException("tokens must be ≥ 0, was " + tokens);
-        }
+        checkTokens(tokens);
         pool.ensureOpen();
         final long maxContext = pool.maxContextTokens();
         final long epoch = pool.allocations().retainEpoch(); // before any state word is read (Sequence#lastPageShared)
-        final long call = CALLS.incrementAndGet();
+        final long call = nextCall();
         Sequence head = null; // the sequences that need pages, linked through Sequence#stepNext
         Sequence tail = null;
         int total = 0;
@@ -49,19 +47,9 @@ final class BatchAppend {
         try {
             for (; i < count; i++) {
                 final Sequence seq = batch[i];
-                if (seq == null || seq.pool() != pool) {
-                    throw new IllegalArgumentException("batch[" + i + "] is " + (seq == null ? "null" : "a sequence of another pool (" + seq.pool() + ")"));
-                }
-                if (seq.stepMark == call) {
-                    throw new IllegalArgumentException("batch[" + i + "] appears earlier in the batch too: each sequence may be in a batch once");
-                }
-                seq.stepMark = call;
-                int pages = seq.planAppend(tokens, maxContext, epoch);
-                if (seq.stepCow && othersCopyFirst(pool, head, seq)) {
-                    pages = seq.planInPlace();
-                }
+                final int pages = plan(pool, seq, tokens, maxContext, epoch, call, head, "batch", i);
                 if (pages == 0) {
-                    seq.applyAppend(tokens, 0); // its token count only: undone below if the step fails
+                    seq.countTokens(tokens); // its only change: undone below if the step fails
                     continue;
                 }
                 seq.stepNext = null;
@@ -75,30 +63,75 @@ final class BatchAppend {
                 beyond += Math.max(0, pages - seq.reservedPages);
                 copies |= seq.stepCow;
             }
+            final long got = head == null ? 0 : allocateCopyApply(pool, head, total, beyond, copies, tokens);
+            if (got < 0) {
+                uncount(batch, count, tokens);
+            }
+            return (int) Math.max(Integer.MIN_VALUE, got);
         } catch (RuntimeException e) {
             uncount(batch, i, tokens);
             throw e;
         }
-        if (head != null) {
-            final long got = pool.allocations().tryAllocateEach(head, total, beyond);
-            if (got < 0) {
-                uncount(batch, count, tokens);
-                return (int) Math.max(Integer.MIN_VALUE, got);
-            }
-            if (copies) {
-                try {
-                    copy(head);
-                } catch (RuntimeException e) {
-                    pool.allocations().undoEach(head); // all or nothing
-                    uncount(batch, count, tokens);
-                    throw e;
-                }
-            }
-            for (Sequence seq = head; seq != null; seq = seq.stepNext) {
-                seq.applyAppend(tokens, seq.stepPages);
+    }
+
+    static void checkTokens(int tokens) {
+        if (tokens < 0) {
+            throw new IllegalArgumentException("tokens must be ≥ 0, was " + tokens);
+        }
+    }
+
+    /** @return a number for one step, never returned before (see {@link Sequence#stepMark}) */
+    static long nextCall() {
+        return CALLS.incrementAndGet();
+    }
+
+    /**
+     * Step 1 for one sequence: refuses one that is null, of another pool or already planned by this call; checks
+     * and plans its append, writing in place what the sequences before it copy ({@link #othersCopyFirst}).
+     * Changes nothing but the plan.
+     *
+     * @param head  the list of sequences planned so far that need pages
+     * @param where and {@code index}: where the sequence is, for a refusal's message ("batch", "row")
+     * @return the pages it needs; 0: the caller counts its tokens
+     */
+    static int plan(KvPool pool, Sequence seq, int tokens, long maxContext, long epoch, long call, Sequence head,
+                    String where, int index) {
+        if (seq == null || seq.pool() != pool) {
+            throw new IllegalArgumentException(where + "[" + index + "] is "
+                + (seq == null ? "null" : "a sequence of another pool (" + seq.pool() + ")"));
+        }
+        if (seq.stepMark == call) {
+            throw new IllegalArgumentException(where + "[" + index + "]'s sequence appears earlier in the step too: "
+                + "each sequence may take part once");
+        }
+        seq.stepMark = call;
+        final int pages = seq.planAppend(tokens, maxContext, epoch);
+        return seq.stepCow && othersCopyFirst(pool, head, seq) ? seq.planInPlace() : pages;
+    }
+
+    /**
+     * Steps 2 to 4 for the list from {@code head}. On a negative result or an exception, no sequence of the list
+     * changed; the caller takes back the tokens it counted.
+     *
+     * @return {@code total}, or {@code -short} when the pool is {@code short} pages short
+     */
+    static long allocateCopyApply(KvPool pool, Sequence head, int total, long beyond, boolean copies, int tokens) {
+        final long got = pool.allocations().tryAllocateEach(head, total, beyond);
+        if (got < 0) {
+            return got;
+        }
+        if (copies) {
+            try {
+                copy(head);
+            } catch (RuntimeException e) {
+                pool.allocations().undoEach(head); // all or nothing
+                throw e;
             }
         }
-        return total;
+        for (Sequence seq = head; seq != null; seq = seq.stepNext) {
+            seq.applyAppend(tokens, seq.stepPages);
+        }
+        return got;
     }
 
     /** Takes back the tokens counted in step 1 for {@code batch[0 .. n)} that needed no page. */

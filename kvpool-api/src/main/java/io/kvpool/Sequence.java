@@ -266,7 +266,7 @@ public final class Sequence implements AutoCloseable {
         final int newPages = n <= room ? 0 : (int) ((n - room + tokensPerPage - 1) / tokensPerPage);
         final int allocate = newPages + (stepCow ? 1 : 0);
         stepPages = allocate;
-        if (allocated.length < allocate) {
+        if (allocate != 0 && allocated.length < allocate) { // the array's header is another cache line: only when needed
             allocated = new long[Math.max(allocate, allocated.length * 2)];
         }
         return allocate;
@@ -304,7 +304,12 @@ public final class Sequence implements AutoCloseable {
         return blockTable[pageCount - 1];
     }
 
-    /** Takes back tokens counted by an {@link #applyAppend} that allocated nothing (a batch step that failed). */
+    /** Completes an append planned by {@link #planAppend} that needs no page: the tokens fit the last page. */
+    void countTokens(int n) {
+        tokenCount += n;
+    }
+
+    /** Takes back tokens counted by {@link #countTokens} (a batch step that failed). */
     void uncountTokens(int n) {
         tokenCount -= n;
     }

@@ -25,9 +25,12 @@ import java.util.concurrent.TimeUnit;
  * same mix: on average 16 page allocations and 16 page frees per step, as in a server's steady state.
  * {@link Layouts#BOOKKEEPING}, the pool's defaults (CANARY fill on free, no allocator cache).
  *
- * <p>{@code kvpool_step}: {@code append(1)} on each sequence, then {@link BlockTable#refresh()} of the batch's
- * padded int32 {@code [256 × 64]} table and lengths in native memory (the shape a paged-attention kernel takes):
- * it writes only pages appended since the last step, and rewrites the rows of finished sequences.
+ * <p>{@code kvpool_step}: {@link BlockTable#appendEach} appends one token to every row's sequence and brings the
+ * batch's padded int32 {@code [256 × 64]} table and lengths in native memory (the shape a paged-attention kernel
+ * takes) up to date in one pass: it writes only pages appended by the step, and rewrites the rows of finished
+ * sequences. {@code kvpool_step_two_pass} does the same with {@link KvPool#appendEach} and then
+ * {@link BlockTable#refresh()}; {@code kvpool_step_each_append} with {@link Sequence#append} on each sequence.
+ * {@link DecodeStepAppendOnlyBenchmark} times the steps without the finishing sequences' frees.
  * {@code baseline_step}: the same on {@link NaiveBaselinePool}, with the whole block table rebuilt from its
  * per-sequence lists into an {@code int[]}, as a pool without incremental tables does.
  */
@@ -87,29 +90,42 @@ public class DecodeStepBenchmark {
 
     @Benchmark
     public int kvpool_step() {
-        for (int i = 0; i < BATCH; i++) {
-            final Sequence s = seqs[i];
-            if (s.tokenCount() == TOKENS) {
-                s.truncate(0); // finished: every page back to the pool; a new request takes its place
-            }
+        finishAndRestart();
+        final int pages = table.appendEach(pool, 1); // the appends and the table in one pass over the rows
+        if (pages < 0) {
+            throw new IllegalStateException("the reservations cover every page: " + pool.snapshot());
         }
+        return pages;
+    }
+
+    /** {@code kvpool_step} in two passes: {@link KvPool#appendEach} over the batch, then {@link BlockTable#refresh()}. */
+    @Benchmark
+    public int kvpool_step_two_pass() {
+        finishAndRestart();
         if (pool.appendEach(seqs, BATCH, 1) < 0) {
             throw new IllegalStateException("the reservations cover every page: " + pool.snapshot());
         }
         return table.refresh();
     }
 
-    /** {@code kvpool_step} with {@link Sequence#append} on each sequence instead of one {@link KvPool#appendEach}. */
+    /** {@code kvpool_step} with {@link Sequence#append} on each sequence, then {@link BlockTable#refresh()}. */
     @Benchmark
     public int kvpool_step_each_append() {
+        finishAndRestart();
+        for (int i = 0; i < BATCH; i++) {
+            seqs[i].append(1);
+        }
+        return table.refresh();
+    }
+
+    /** A sequence that reached its admitted length finishes: every page back to the pool; a new request takes its place. */
+    private void finishAndRestart() {
         for (int i = 0; i < BATCH; i++) {
             final Sequence s = seqs[i];
             if (s.tokenCount() == TOKENS) {
                 s.truncate(0);
             }
-            s.append(1);
         }
-        return table.refresh();
     }
 
     @Benchmark
