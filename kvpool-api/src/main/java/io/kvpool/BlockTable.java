@@ -40,6 +40,9 @@ import java.util.Objects;
  * a row already holds is trusted. A closed sequence's row becomes empty (length 0, all padding), so the
  * table never names pages a closed sequence gave back.
  *
+ * <p>{@link #appendEach} is a decode step over the rows ({@link KvPool#appendEach} on their sequences) with the
+ * refresh done in the same pass over the rows.
+ *
  * <p>Threads: not thread-safe; use it on the thread that owns the sequences (a scheduler), and hand the
  * memory to the kernel (or copy it to the device) after {@link #refresh()} returns. Allocation-free after
  * construction.
