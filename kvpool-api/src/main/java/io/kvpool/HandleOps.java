@@ -138,6 +138,59 @@ final class HandleOps {
         return word;
     }
 
+    /**
+     * RELEASE of {@code handles[from .. to)}, last first: what {@code transition(h, RELEASE)} on each would do, except
+     * that the pages that become FREE reach the return stack in runs of up to {@code run.length}, one CAS a run. A
+     * refusal does not stop it: every other page is released, then the first refusal is thrown.
+     *
+     * @param run the caller's scratch, at least one entry
+     * @throws IllegalStateException if the pool is closed and keeps no pinned pages
+     */
+    void releaseAll(long[] handles, int from, int to, int[] run) {
+        final boolean closed = pool.isClosed();
+        if (closed && !lifetime.retained()) {
+            throw new IllegalStateException("kvpool is closed");
+        }
+        RuntimeException first = null;
+        int n = 0;
+        try {
+            for (int i = to - 1; i >= from; i--) {
+                final long handle = handles[i];
+                final long word = slots.apply(handle, SlotEvent.RELEASE);
+                if (word < 0) {
+                    countRefusal(word);
+                    if (first == null) {
+                        first = refusal(handle, word, SlotEvent.RELEASE);
+                    }
+                    continue;
+                }
+                final int slot = PageHandle.slot(handle);
+                final int phase = SlotStateMachine.phase(word);
+                if (phase == SlotStateMachine.FREE) {
+                    if (allocator.prepareFree(slot, closed)) {
+                        run[n++] = slot;
+                        if (n == run.length) {
+                            allocator.returnRun(run, n, closed);
+                            n = 0;
+                        }
+                    }
+                } else if (phase == SlotStateMachine.RETIRED && prefix.isPublished(slot)) {
+                    lock.lock();
+                    try {
+                        prefix.unpublishLocked(slot);
+                    } finally {
+                        lock.unlock();
+                    }
+                }
+            }
+        } finally {
+            allocator.returnRun(run, n, closed); // a FREE page never stays out of the free structures
+        }
+        if (first != null) {
+            throw first;
+        }
+    }
+
     void countRefusal(long code) {
         if (code == PageHandle.STALE || code == PageHandle.INVALID) {
             staleRefused.increment();

@@ -145,6 +145,19 @@ final class PageAllocator {
      * @param closed whether the pool is closed (nothing will allocate again: no fill, but the page is counted)
      */
     void onBecameFree(int slot, boolean closed) {
+        if (prepareFree(slot, closed)) {
+            returned.push(slot);
+            afterReturned(closed);
+        }
+    }
+
+    /**
+     * {@link #onBecameFree} for a run of pages (a sequence's truncate or close): fills {@code slot} and keeps it in
+     * the owner's cache when it can; otherwise the caller adds it to a run it hands to {@link #returnRun}.
+     *
+     * @return whether the page must still go to the return stack
+     */
+    boolean prepareFree(int slot, boolean closed) {
         // The last releaser's CAS is ordered after every earlier CAS on this word, including the publisher's
         // own release, so a page's "published" mark set under the lock while it was owned is visible here.
         final boolean published = prefix.isPublished(slot);
@@ -152,8 +165,7 @@ final class PageAllocator {
             cachedFree.increment(); // it leaves that count only through the LRU: revived or evicted, under the lock
         }
         if (closed) {
-            returned.push(slot);
-            return;
+            return true;
         }
         if (fillMode != FillMode.NONE && !published) {
             try {
@@ -162,20 +174,30 @@ final class PageAllocator {
                 // The release took effect (its CAS): the page is FREE and must reach a free structure, or it is
                 // lost for good; but it still holds its last tenant's bytes, so it is filled again before its
                 // next handle escapes (as an evicted page is), where a second failure is the allocator's to throw.
-                unfilled[slot] = true; // plain: published to the allocator by the push below (a release CAS)
+                unfilled[slot] = true; // plain: published to the allocator by the push (a release CAS)
                 LOG.log(System.Logger.Level.WARNING, "kvpool: filling freed slot " + slot + " failed (" + e
                     + "); it will be filled again before it is handed out", e);
             }
         }
         // an unfilled page never enters the allocator cache: its lock-free fast path hands pages out as they are
-        if (published || unfilled[slot] || !cache.isOwner() || !cache.push(slot)) {
-            returned.push(slot);
-            if (cache.isOwner() && cache.flushRequested() && lock.tryLock()) { // never waits, never re-enters
-                try {
-                    cache.flush(takeReturned);
-                } finally {
-                    lock.unlock();
-                }
+        return published || unfilled[slot] || !cache.isOwner() || !cache.push(slot);
+    }
+
+    /** Puts the pages {@link #prepareFree} left for the return stack there, with one CAS. */
+    void returnRun(int[] slots, int n, boolean closed) {
+        if (n > 0) {
+            returned.pushAll(slots, n);
+            afterReturned(closed);
+        }
+    }
+
+    /** An owner asked for its cached pages hands them back now, if the lock is free (never waits, never re-enters). */
+    private void afterReturned(boolean closed) {
+        if (!closed && cache.isOwner() && cache.flushRequested() && lock.tryLock()) {
+            try {
+                cache.flush(takeReturned);
+            } finally {
+                lock.unlock();
             }
         }
     }

@@ -12,6 +12,7 @@ import java.lang.invoke.VarHandle;
  * <pre>
  *  head (one long):  [ count (32 bits) | top slot + 1 (32 bits, 0 = empty) ]
  *  next[slot]:       the slot below it, or -1
+ *  pushAll:          links a run below its last slot first, then swings the head with one CAS
  * </pre>
  * Keeping the count in the head makes {@link #sizeVolatile()} exact at every linearization point.
  */
@@ -44,6 +45,28 @@ final class ReturnStack {
             next[slot] = (int) h - 1; // plain store, published by the CAS below
             final long n = (((h >>> 32) + 1) << 32) | (slot + 1L);
             if (HEAD.compareAndSet(this, h, n)) {
+                return;
+            }
+        }
+    }
+
+    /**
+     * Pushes {@code slots[0 .. n)} with one CAS, as {@code n} pushes in that order would (the last one on top).
+     * Thread-safe, lock-free.
+     *
+     * @param n slots to push, ≥ 1
+     */
+    void pushAll(int[] slots, int n) {
+        for (int i = 1; i < n; i++) {
+            next[slots[i]] = slots[i - 1]; // plain stores, published by the CAS below
+        }
+        final int bottom = slots[0];
+        final long add = (long) n << 32;
+        final long top = slots[n - 1] + 1L;
+        while (true) {
+            final long h = (long) HEAD.getVolatile(this);
+            next[bottom] = (int) h - 1;
+            if (HEAD.compareAndSet(this, h, ((h & 0xFFFF_FFFF_0000_0000L) + add) | top)) {
                 return;
             }
         }

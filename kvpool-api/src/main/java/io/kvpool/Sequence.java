@@ -65,6 +65,9 @@ public final class Sequence implements AutoCloseable {
      * changes.
      */
     private long unsharedAtEpoch = -1;
+    /** Scratch for releasing pages in runs (truncate, close), made on first use. */
+    private int[] freedRun;
+    private static final int FREED_RUN = 32;
     /** The next sequence of the append in progress that needs pages (see BatchAppend), or null. */
     Sequence stepNext;
     private int[] copyFrom = new int[1];
@@ -367,11 +370,16 @@ public final class Sequence implements AutoCloseable {
         if (dropped > 0) {
             structureVersion++;
         }
-        for (int i = pageCount - 1; i >= keep; i--) {
-            final long h = handles[i];
-            handles[i] = 0;
-            pageCount--;
-            pool.release(h);
+        RuntimeException failed = null;
+        if (dropped > 0) {
+            final int end = pageCount;
+            pageCount = keep;
+            try {
+                pool.releaseAll(handles, keep, end, freedRun()); // last page first, one return-stack CAS a run
+            } catch (RuntimeException e) {
+                failed = e; // every page was released but the refused ones: finish the bookkeeping, then throw
+            }
+            Arrays.fill(handles, keep, end, 0);
         }
         tokenCount = n;
         publishedPages = Math.min(publishedPages, keep);
@@ -391,6 +399,17 @@ public final class Sequence implements AutoCloseable {
                 pool.allocations().topUpReservation(this, (int) (want - reservedPages));
             }
         }
+        if (failed != null) {
+            throw failed;
+        }
+    }
+
+    /** @return the scratch for the slots of one run of released pages (see KvPool#releaseAll) */
+    private int[] freedRun() {
+        if (freedRun == null) {
+            freedRun = new int[FREED_RUN];
+        }
+        return freedRun;
     }
 
     /**
@@ -538,14 +557,10 @@ public final class Sequence implements AutoCloseable {
             return;
         }
         RuntimeException first = null;
-        for (int i = pageCount - 1; i >= 0; i--) {
-            try {
-                pool.release(handles[i]);
-            } catch (RuntimeException e) {
-                if (first == null) {
-                    first = e;
-                }
-            }
+        try {
+            pool.releaseAll(handles, 0, pageCount, freedRun()); // last page first: a cached prefix's tail is evicted first
+        } catch (RuntimeException e) {
+            first = e;
         }
         pageCount = 0;
         tokenCount = 0;
