@@ -170,6 +170,15 @@ class ServerLivePageBrowserTest {
                     assertEquals("[]", m.path("outside").toString(), step + " px: labels/values outside the viewport");
                     assertTrue(m.path("scrollWidth").asInt() <= m.path("viewport").asInt(),
                         step + " px: the document scrolls sideways: scrollWidth " + m.path("scrollWidth") + " > clientWidth " + m.path("viewport"));
+
+                    // the tooltip of the map's rightmost square (hovered: a real mousemove on the canvas) stays inside too
+                    final JsonNode tip = JSON.readTree((String) browser.driver.executeScript(HOVER_RIGHTMOST));
+                    assertEquals("block", tip.path("display").asText(), step + " px: the tooltip shows: " + tip);
+                    assertTrue(tip.path("right").asDouble() <= tip.path("viewport").asDouble() + 0.5
+                        && tip.path("scrollWidth").asInt() <= tip.path("viewport").asInt(),
+                        step + " px: the tooltip of the rightmost square leaves the viewport or widens the page: " + tip);
+                    browser.driver.executeScript("document.querySelector('section.pool[data-role=\"decode\"] canvas.map')"
+                        + ".dispatchEvent(new MouseEvent('mouseleave'))");
                 }
             } catch (RuntimeException | Error e) {
                 e.addSuppressed(new Throwable("screenshot: " + browser.screenshot("server-live-page-layout-FAILED")));
@@ -177,6 +186,16 @@ class ServerLivePageBrowserTest {
             }
         }
     }
+
+    /** Hovers the decode map's last square of its first row; answers the tooltip's display, right edge, and the page's widths. */
+    static final String HOVER_RIGHTMOST = """
+        const c = document.querySelector('section.pool[data-role="decode"] canvas.map');
+        const cols = +c.dataset.cols, cell = +c.dataset.cell, r = c.getBoundingClientRect();
+        c.dispatchEvent(new MouseEvent('mousemove', { bubbles: true, clientX: r.left + (cols - 1) * cell + cell / 2, clientY: r.top + cell / 2 }));
+        const tip = c.parentNode.querySelector('.tip');
+        return JSON.stringify({ display: getComputedStyle(tip).display, text: tip.textContent, right: tip.getBoundingClientRect().right,
+                                viewport: document.documentElement.clientWidth, scrollWidth: document.documentElement.scrollWidth });
+        """;
 
     /**
      * Every visible element (checkVisibility: not in a closed {@code <details>}, not display:none) with text of its own (a label or a value): the boxes of that text (a Range over its text
