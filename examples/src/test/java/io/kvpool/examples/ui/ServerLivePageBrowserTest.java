@@ -134,9 +134,11 @@ class ServerLivePageBrowserTest {
     @Test
     void theServersPageFitsAt1280And420Pixels_noLabelOrValueOverlapsAnother_noSidewaysScroll() throws Exception {
         Browser.assumeInstalled();
+        final LinkGate gate = LinkGate.create(false);
         final ServerConfig config = ServerConfig.builder().port(0).contextTokens(512).prefillPages(PREFILL_PAGES)
             .decodePages(DECODE_PAGES).tokensPerPage(16).tokenDelay(Duration.ZERO).heartbeat(Duration.ofMillis(20))
-            .reconnectDelay(Duration.ofMillis(20)).build();
+            .transferTimeout(Duration.ofSeconds(120)).requestTimeout(Duration.ofSeconds(120))
+            .reconnectDelay(Duration.ofMillis(20)).gate(gate).build();
         try (KvServer server = KvServer.start(config); Browser browser = Browser.start()) {
             browser.recordProcesses();
             try {
@@ -146,6 +148,17 @@ class ServerLivePageBrowserTest {
                         .POST(HttpRequest.BodyPublishers.ofString("{\"prompt\":\"fit the page\",\"max_tokens\":4}")).build(),
                     HttpResponse.BodyHandlers.ofString());
                 assertEquals(200, done.statusCode(), done::body);
+                // a second request held mid-transfer, by a tenant with a long name: the holder tables are measured too
+                gate.close();
+                final String tenant = "a-tenant-with-a-name-as-long-as-the-server-takes-0123456789abcde";
+                assertEquals(64, tenant.length());
+                final CompletableFuture<HttpResponse<String>> held = HttpClient.newHttpClient().sendAsync(
+                    HttpRequest.newBuilder(server.baseUri().resolve("v1/completions"))
+                        .header("Authorization", "Bearer sk-" + tenant).header("Content-Type", "application/json")
+                        .POST(HttpRequest.BodyPublishers.ofString("{\"prompt\":\"" + "held while the page is measured ".repeat(8)
+                            + "\",\"max_tokens\":4}")).build(),
+                    HttpResponse.BodyHandlers.ofString());
+                assertTrue(gate.awaitHeld(1, Duration.ofSeconds(30)), "the held request's writes were never posted");
                 // loaded wide, then narrowed as an operator does (the page must re-lay itself out), then loaded narrow
                 browser.driver.manage().window().setSize(new Dimension(1280, 1000));
                 browser.driver.get(server.baseUri().toString());
@@ -158,6 +171,9 @@ class ServerLivePageBrowserTest {
                     }
                     await(browser, "live at " + step + " px with the request counted", r -> r.path("status").asText().equals("live")
                         && r.path("server").path("completed").asLong() == 1);
+                    new WebDriverWait(browser.driver, WAIT, Duration.ofMillis(50)).until(d -> ((Number) browser.driver.executeScript(
+                        "return document.querySelectorAll('table.holders tr[data-tenant=\"' + arguments[0] + '\"]').length", tenant))
+                        .intValue() == 2); // both pools list the held request
                     final long polls = ((Number) browser.driver.executeScript("return +document.getElementById('polls').textContent")).longValue();
                     new WebDriverWait(browser.driver, WAIT, Duration.ofMillis(50)).until(d -> ((Number) browser.driver.executeScript(
                         "return +document.getElementById('polls').textContent")).longValue() >= polls + 2); // redrawn since
@@ -180,6 +196,9 @@ class ServerLivePageBrowserTest {
                     browser.driver.executeScript("document.querySelector('section.pool[data-role=\"decode\"] canvas.map')"
                         + ".dispatchEvent(new MouseEvent('mouseleave'))");
                 }
+                gate.open();
+                final HttpResponse<String> after = held.get(60, TimeUnit.SECONDS);
+                assertEquals(200, after.statusCode(), after::body);
             } catch (RuntimeException | Error e) {
                 e.addSuppressed(new Throwable("screenshot: " + browser.screenshot("server-live-page-layout-FAILED")));
                 throw e;
