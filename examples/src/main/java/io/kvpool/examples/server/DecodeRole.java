@@ -60,6 +60,8 @@ final class DecodeRole implements DecodeService {
     private volatile int senderLinks;
     private final AtomicInteger heldSequences = new AtomicInteger();
     private final java.util.Set<Call> handedOver = java.util.concurrent.ConcurrentHashMap.newKeySet();
+    /** The pages each request holds here, for the live page: booked at admission and at commit, dropped when it is over. */
+    private final io.kvpool.examples.ui.PageHolders holders = new io.kvpool.examples.ui.PageHolders();
     private final LongAdder admitted = new LongAdder();
     private final LongAdder rejected = new LongAdder();
     private final LongAdder committed = new LongAdder();
@@ -134,6 +136,7 @@ final class DecodeRole implements DecodeService {
             }
             c.transfer = t;
             receiving.add(c);
+            holders.hold(c.requestId, c.tenant, "receiving", (int) pool.layout().pagesFor(c.promptTokens));
             admitted.increment();
             c.admission.complete(DecodeCall.Admitted.YES);
         } catch (RuntimeException e) {
@@ -229,10 +232,12 @@ final class DecodeRole implements DecodeService {
                 committed.increment();
                 heldSequences.incrementAndGet();
                 c.committed.set(t.sequence()); // handed over: generate() or an abort takes it
+                holders.hold(c.requestId, c.tenant, "decoding", t.sequence());
                 handedOver.add(c);
                 c.outcome.complete(DecodeCall.TransferOutcome.COMMITTED);
             } else {
                 failed.increment();
+                holders.release(c.requestId);
                 c.outcome.complete(new DecodeCall.TransferOutcome(false, String.valueOf(t.failure()), t.message()));
             }
         }
@@ -268,7 +273,7 @@ final class DecodeRole implements DecodeService {
         c.put("quarantine_releases", receiver.metrics().quarantineReleases());
         final String prom = PrometheusText.decodeRole(receiver.metrics(), activeTransfers, heldSequences.get(), ready,
             receiver.peerBuilds());
-        return new RoleStatus(ROLE, PoolView.of(ROLE, pool), c, prom);
+        return new RoleStatus(ROLE, PoolView.of(ROLE, pool).withHolders(holders.snapshot()), c, prom);
     }
 
     @Override
@@ -322,6 +327,7 @@ final class DecodeRole implements DecodeService {
                 return false;
             }
             handedOver.remove(this);
+            holders.release(requestId);
             s.close();
             heldSequences.decrementAndGet();
             return true;
@@ -363,6 +369,7 @@ final class DecodeRole implements DecodeService {
                 });
                 return new Generation(text, maxTokens, r);
             } finally {
+                holders.release(requestId);
                 seq.close();
                 heldSequences.decrementAndGet();
             }

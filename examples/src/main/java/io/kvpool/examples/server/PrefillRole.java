@@ -81,6 +81,8 @@ final class PrefillRole implements PrefillService {
     private final LongAdder duplicates = new LongAdder();
     /** Request ids admitted and not yet over (reserved by {@link #prefill}, released when the transfer ends). */
     private final Set<Long> inFlightIds = ConcurrentHashMap.newKeySet();
+    /** The pages each request in flight holds here, for the live page: booked at admission, dropped with its id. */
+    private final io.kvpool.examples.ui.PageHolders holders = new io.kvpool.examples.ui.PageHolders();
     private volatile boolean closed;
 
     /**
@@ -157,6 +159,7 @@ final class PrefillRole implements PrefillService {
                 }
                 seq.append(computed);
                 EchoKv.of(pool).writePrompt(seq, tokens, computed, tenant);
+                holders.hold(requestId, tenant, "prefill", seq);
                 pendingOffers.incrementAndGet(); // counted as active from here: the duty thread offers it later
                 try {
                     duty.submit(() -> offer(requestId, seq));
@@ -173,21 +176,27 @@ final class PrefillRole implements PrefillService {
             return null;
         } finally {
             if (!queued) {
-                inFlightIds.remove(requestId);
+                endRequest(requestId);
             }
         }
+    }
+
+    /** The request is over here: its id may be used again, and it holds no pages. */
+    private void endRequest(long requestId) {
+        holders.release(requestId);
+        inFlightIds.remove(requestId);
     }
 
     private void offer(long requestId, Sequence seq) {
         try {
             if (abortedBeforeArrival.remove(requestId) != null) { // aborted while its admission was on the way here
                 lateAfterAbort.increment();
-                inFlightIds.remove(requestId);
+                endRequest(requestId);
                 return; // the finally releases its pages
             }
             offers.put(requestId, sender.offer(requestId, seq)); // retains the pages for the transfer
         } catch (RuntimeException e) {
-            inFlightIds.remove(requestId);
+            endRequest(requestId);
             LOG.log(System.Logger.Level.WARNING, "prefill: offering request " + requestId + " failed: " + e);
         } finally {
             seq.close();
@@ -222,7 +231,7 @@ final class PrefillRole implements PrefillService {
                 if (t.isDone()) {
                     (t.state() == OutgoingTransfer.State.COMPLETED ? completed : drained).increment();
                     it.remove();
-                    inFlightIds.remove(t.requestId()); // only now may the id be used again
+                    endRequest(t.requestId()); // only now may the id be used again
                     n++;
                 }
             }
@@ -310,7 +319,7 @@ final class PrefillRole implements PrefillService {
         c.put("duplicate_ids_refused", duplicates.sum());
         c.put("refused_after_abort", lateAfterAbort.sum());
         final String prom = PrometheusText.prefillRole(sender.metrics(), active, linkUp, sender.peerBuilds());
-        return new RoleStatus(ROLE, PoolView.of(ROLE, pool), c, prom);
+        return new RoleStatus(ROLE, PoolView.of(ROLE, pool).withHolders(holders.snapshot()), c, prom);
     }
 
     /**

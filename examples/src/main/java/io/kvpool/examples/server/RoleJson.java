@@ -16,7 +16,7 @@ import java.util.Map;
  *
  * <pre>
  *   status      {"role":"decode","ready":true,"active_transfers":0,
- *                "pool":{"role":"decode","capacity":1024,"pages":"FFOO…","counters":{"free":1020,…}},
+ *                "pool":{"role":"decode","capacity":1024,"pages":"FFOO…","counters":{"free":1020,…},"holders":[…]},
  *                "counters":{"admitted":3,…},"prometheus":"# TYPE …"}
  *   rejection   {"role":"decode","reason":"RETRY_LATER","message":"…","numbers":{"pages_needed":8,…}}
  *   tokens      ["SGVs","bG8="]   (each token's UTF-8 bytes, base64)
@@ -35,6 +35,11 @@ final class RoleJson {
         pool.put("capacity", s.pool().capacity());
         pool.put("pages", s.pool().pages());
         pool.put("counters", new LinkedHashMap<>(s.pool().counters()));
+        if (!s.pool().holders().isEmpty()) { // the live page's "who holds which pages" (StateJson's shape)
+            final com.fasterxml.jackson.databind.node.ArrayNode holders = com.fasterxml.jackson.databind.node.JsonNodeFactory.instance.arrayNode();
+            io.kvpool.examples.ui.StateJson.holders(holders, s.pool().holders());
+            pool.put("holders", holders);
+        }
         final Map<String, Object> m = new LinkedHashMap<>();
         m.put("role", s.role());
         m.put("ready", ready);
@@ -48,7 +53,8 @@ final class RoleJson {
     /** @return the status read back */
     static RoleStatus status(JsonNode n) {
         final JsonNode p = field(n, "pool");
-        final PoolView view = new PoolView(text(p, "role"), (int) number(p, "capacity"), text(p, "pages"), longs(field(p, "counters")));
+        final PoolView view = new PoolView(text(p, "role"), (int) number(p, "capacity"), text(p, "pages"), longs(field(p, "counters")),
+            io.kvpool.examples.ui.StateJson.holders(p.get("holders"), "pool.holders"));
         return new RoleStatus(text(n, "role"), view, longs(field(n, "counters")), text(n, "prometheus"));
     }
 

@@ -17,11 +17,14 @@ import java.util.function.Supplier;
 /**
  * The live page: {@code GET /} serves a self-refreshing HTML page (resource {@code index.html} beside
  * this class: plain HTML, inline CSS and JavaScript, nothing fetched from elsewhere) that polls
- * {@code GET /api/state} and draws each pool's pages coloured by state, and the counters.
+ * {@code GET /api/state} and draws each pool's pages coloured by state and who holds them, rates over the last 1 and
+ * 5 minutes (from the counters it polled), recent drains and quarantines, and the counters.
  *
- * <p>{@code /api/state} answers {@link LiveState} as JSON ({@link StateJson}), never cached:
+ * <p>{@code /api/state} answers {@link LiveState} as JSON ({@link StateJson}), never cached
+ * (docs/example-server.md, "The live page and /api/state"):
  * <pre>
- * {"pools":[{"role":"prefill","capacity":512,"pages":"FFOOR...","counters":{"free":500,...}}, ...],
+ * {"pools":[{"role":"prefill","capacity":512,"pages":"FFOOR...","counters":{"free":500,...},
+ *            "holders":[{"request_id":7,"tenant":"alice","phase":"prefill","pages":2,"slots":[2,3]}]}, ...],
  *  "counters":{"requests":12,"completed":10,...}}
  * </pre>
  *

@@ -6,6 +6,7 @@ import io.kvpool.PoolSnapshot;
 import io.kvpool.SlotState;
 
 import java.util.LinkedHashMap;
+import java.util.List;
 import java.util.Map;
 import java.util.Objects;
 
@@ -24,9 +25,12 @@ import java.util.Objects;
  * @param pages    one state character per slot (length == capacity)
  * @param counters the pool's {@link PoolSnapshot} fields by name, plus anything the role adds, in
  *                 display order (kept)
- * @throws IllegalArgumentException if {@code pages} is not {@code capacity} characters of {@link #CODES}
+ * @param holders  the live requests holding pages of this pool, from the role's own bookkeeping
+ *                 ({@link PageHolders}); empty when the role books none
+ * @throws IllegalArgumentException if {@code pages} is not {@code capacity} characters of {@link #CODES}, or a
+ *                                  holder names a slot outside the pool
  */
-public record PoolView(String role, int capacity, String pages, Map<String, Long> counters) {
+public record PoolView(String role, int capacity, String pages, Map<String, Long> counters, List<Holder> holders) {
 
     /** Every state's character, in {@link SlotState} order: {@code CODES.charAt(state.ordinal()) == code(state)}. */
     public static final String CODES = "FORDQX";
@@ -44,6 +48,45 @@ public record PoolView(String role, int capacity, String pages, Map<String, Long
             }
         }
         counters = LiveState.orderedCopy(counters, "pool " + role);
+        holders = List.copyOf(holders);
+        for (Holder h : holders) {
+            for (int slot : h.slots()) {
+                if (slot < 0 || slot >= capacity) {
+                    throw new IllegalArgumentException("request " + h.requestId() + " holds slot " + slot + " of a pool of " + capacity);
+                }
+            }
+        }
+    }
+
+    /** A view with no holders booked. */
+    public PoolView(String role, int capacity, String pages, Map<String, Long> counters) {
+        this(role, capacity, pages, counters, List.of());
+    }
+
+    /** @return this view with the given holders */
+    public PoolView withHolders(List<Holder> holders) {
+        return new PoolView(role, capacity, pages, counters, holders);
+    }
+
+    /**
+     * One live request's pages in this pool.
+     *
+     * @param requestId the request id (the router's, below 2^53)
+     * @param tenant    its tenant
+     * @param phase     what the role is doing with it: "prefill" (written, being sent), "receiving", "decoding"
+     * @param pages     pages it holds
+     * @param slots     their slots, in block-table order; empty when the role does not know them (receiving), at most
+     *                  {@link PageHolders#MAX_SLOTS}
+     */
+    public record Holder(long requestId, String tenant, String phase, int pages, List<Integer> slots) {
+        public Holder {
+            Objects.requireNonNull(tenant, "tenant");
+            Objects.requireNonNull(phase, "phase");
+            slots = List.copyOf(slots);
+            if (pages < 0 || slots.size() > pages) {
+                throw new IllegalArgumentException("request " + requestId + ": " + slots.size() + " slots for " + pages + " pages");
+            }
+        }
     }
 
     /** The character the page map uses for a state. */

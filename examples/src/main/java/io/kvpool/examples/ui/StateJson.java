@@ -16,9 +16,11 @@ import java.util.Map;
  * {@link LiveState} and {@link PoolView} to and from the JSON that {@code GET /api/state} answers and
  * the page reads. Fields and counters keep their order:
  * <pre>
- * {"pools":[{"role":"prefill","capacity":8,"pages":"OOFFRFDQ","counters":{"capacity":8,"free":4,...}}, ...],
+ * {"pools":[{"role":"prefill","capacity":8,"pages":"OOFFRFDQ","counters":{"capacity":8,"free":4,...},
+ *             "holders":[{"request_id":7,"tenant":"alice","phase":"prefill","pages":2,"slots":[0,1]}, ...]}, ...],
  *  "counters":{"requests":12,"completed":10,...}}
  * </pre>
+ * {@code holders} ({@link PoolView.Holder}) is written only when the pool has some, and read as empty when absent.
  * A router whose roles run in other processes can read each role's pool with {@link #readPool}.
  */
 public final class StateJson {
@@ -74,7 +76,60 @@ public final class StateJson {
         n.put("capacity", p.capacity());
         n.put("pages", p.pages());
         counters(n.putObject("counters"), p.counters());
+        if (!p.holders().isEmpty()) {
+            holders(n.putArray("holders"), p.holders());
+        }
         return n;
+    }
+
+    /** Writes holders as the {@code holders} array of a pool. */
+    public static void holders(ArrayNode into, List<PoolView.Holder> holders) {
+        for (PoolView.Holder h : holders) {
+            final ObjectNode o = into.addObject();
+            o.put("request_id", h.requestId());
+            o.put("tenant", h.tenant());
+            o.put("phase", h.phase());
+            o.put("pages", h.pages());
+            final ArrayNode slots = o.putArray("slots");
+            h.slots().forEach(slots::add);
+        }
+    }
+
+    /**
+     * @param n     a pool's {@code holders} array, or {@code null} (none)
+     * @param where where it is, for the message
+     * @throws IllegalArgumentException if it is not such an array
+     */
+    public static List<PoolView.Holder> holders(JsonNode n, String where) {
+        if (n == null || n.isNull()) {
+            return List.of();
+        }
+        if (!n.isArray()) {
+            throw new IllegalArgumentException(where + " is " + n.getNodeType() + ", not an array");
+        }
+        final List<PoolView.Holder> out = new ArrayList<>(n.size());
+        for (int i = 0; i < n.size(); i++) {
+            final JsonNode h = n.get(i);
+            final String at = where + "[" + i + "]";
+            final JsonNode id = field(h, "request_id", at);
+            final JsonNode tenant = field(h, "tenant", at);
+            final JsonNode phase = field(h, "phase", at);
+            final JsonNode pages = field(h, "pages", at);
+            final JsonNode slots = field(h, "slots", at);
+            if (!id.isIntegralNumber() || !id.canConvertToLong() || !tenant.isTextual() || !phase.isTextual()
+                || !pages.isIntegralNumber() || !pages.canConvertToInt() || !slots.isArray()) {
+                throw new IllegalArgumentException(at + " needs an integer request_id, text tenant and phase, int pages and a slots array: " + h);
+            }
+            final List<Integer> s = new ArrayList<>(slots.size());
+            for (JsonNode slot : slots) {
+                if (!slot.isIntegralNumber() || !slot.canConvertToInt()) {
+                    throw new IllegalArgumentException(at + ".slots has " + slot + ", not an int");
+                }
+                s.add(slot.intValue());
+            }
+            out.add(new PoolView.Holder(id.longValue(), tenant.textValue(), phase.textValue(), pages.intValue(), s));
+        }
+        return out;
     }
 
     private static void counters(ObjectNode into, Map<String, Long> counters) {
@@ -119,7 +174,8 @@ public final class StateJson {
         if (!role.isTextual() || !pages.isTextual() || !capacity.canConvertToInt() || !capacity.isIntegralNumber()) {
             throw new IllegalArgumentException(where + " needs a text role, an int capacity and text pages: " + n);
         }
-        return new PoolView(role.textValue(), capacity.intValue(), pages.textValue(), counters(field(n, "counters", where), where + ".counters"));
+        return new PoolView(role.textValue(), capacity.intValue(), pages.textValue(), counters(field(n, "counters", where), where + ".counters"),
+            holders(n.get("holders"), where + ".holders"));
     }
 
     private static Map<String, Long> counters(JsonNode n, String where) {

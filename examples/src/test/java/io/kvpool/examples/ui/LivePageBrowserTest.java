@@ -57,6 +57,7 @@ class LivePageBrowserTest {
     private String testName;
     private int[] setupSlots; // prefill: 5 pages, the last two receiving
     private Sequence firstSequence; // decode: 40 tokens, 10 pages
+    private final PageHolders decodeHolders = new PageHolders(); // what the decode role would book; empty unless a test books
 
     @AfterAll
     static void quitBrowser() {
@@ -93,7 +94,8 @@ class LivePageBrowserTest {
         LivePage.mount(s, () -> {
             final Map<String, Long> c = new LinkedHashMap<>();
             counters.forEach((k, v) -> c.put(k, v.get()));
-            return new LiveState(List.of(PoolView.of("prefill", prefill.pool), PoolView.of("decode", decode.pool)), c);
+            return new LiveState(List.of(PoolView.of("prefill", prefill.pool),
+                PoolView.of("decode", decode.pool).withHolders(decodeHolders.snapshot())), c);
         });
         s.start();
         return s;
@@ -220,6 +222,178 @@ class LivePageBrowserTest {
             assertEquals(4L, back.pools.get("prefill").counts.get("owned"));
         });
     }
+
+    @Test
+    void showsRatesAsTheCountersIncreaseOverTheLastMinuteAndFiveMinutes() {
+        scenario(() -> {
+            load();
+            await("the first picture", this::matchesThePools);
+            counters.get("requests").addAndGet(30);
+            prefill.own(10); // 10 pages allocated
+            await("the new requests and pages", this::matchesThePools);
+            // a rate needs samples a second apart at least ('–' before)
+            final JsonNode rates = new WebDriverWait(browser.driver, WAIT, Duration.ofMillis(100)).until(d -> {
+                final JsonNode r = readJson(READ_RATES);
+                return r.path("requests").path("60").path("seconds").asDouble() >= 1 ? r : null;
+            });
+            assertTrue(matchesThePools(read()), "nothing changed since");
+            for (String window : List.of("60", "300")) {
+                final JsonNode req = rates.path("requests").path(window);
+                assertEquals(30, req.path("delta").asLong(), "requests over " + window + " s: " + rates);
+                final double seconds = req.path("seconds").asDouble();
+                assertTrue(seconds >= 1 && seconds < 300, "the window spans the page's samples so far: " + rates);
+                assertEquals(30 / seconds, Double.parseDouble(req.path("text").asText().replace(",", "")), 30 / seconds * 0.01 + 0.005,
+                    "the rate shown is delta / seconds: " + rates);
+                assertEquals(10, rates.path("allocations").path(window).path("delta").asLong(), "pages allocated: " + rates);
+                assertEquals(0, rates.path("completed").path(window).path("delta").asLong(), rates::toString);
+                assertEquals("0", rates.path("completed").path(window).path("text").asText(), rates::toString);
+            }
+            assertEquals(List.of("requests", "completed", "unsuccessful", "transfers", "allocations", "quarantines"),
+                rates.propertyStream().map(Map.Entry::getKey).toList(), "one row per rate whose counters the state has (no tokens here)");
+        });
+    }
+
+    @Test
+    void countersThatReadZeroAllAlongSitOnOneCompactLine_andMoveUpWhenTheyRise() {
+        scenario(() -> {
+            load();
+            await("the first picture", this::matchesThePools);
+            assertEquals(List.of("requests", "transfers"), serverCounterNames("#server-counters dl.counters"), "counters above 0, in the grid");
+            assertEquals(List.of("completed", "rejected", "aborted"), serverCounterNames("#server-counters .zeros dl.zero-list"),
+                "counters at 0, on the compact line");
+            final WebElement zeros = browser.driver.findElement(By.cssSelector("#server-counters .zeros"));
+            assertTrue(zeros.isDisplayed(), "still in sight");
+            assertTrue(zeros.getText().startsWith("at 0 since this page opened:"), zeros.getText());
+            assertTrue(zeros.getRect().getHeight() <= 24, "three zeros take one line of 12 px text: " + zeros.getRect().getHeight() + " px high");
+            assertTrue(browser.driver.findElement(By.cssSelector("section.pool[data-role='decode'] .zeros dd[data-counter='quarantineEvents']"))
+                .isDisplayed(), "a pool's zero counters are on its compact line too");
+
+            counters.get("aborted").incrementAndGet();
+            await("the abort counted", this::matchesThePools);
+            assertEquals(List.of("requests", "aborted", "transfers"), serverCounterNames("#server-counters dl.counters"),
+                "a counter that rose joins the grid, in the server's order");
+            assertEquals(List.of("completed", "rejected"), serverCounterNames("#server-counters .zeros dl.zero-list"));
+        });
+    }
+
+    private List<String> serverCounterNames(String container) {
+        return browser.driver.findElements(By.cssSelector(container + " dd[data-counter]")).stream()
+            .map(e -> e.getAttribute("data-counter")).toList();
+    }
+
+    @Test
+    void drainsAndQuarantinesShowAsEventsWhenTheyHappen_andTheirCountFlashes() {
+        scenario(() -> {
+            load();
+            await("the first picture", this::matchesThePools);
+            assertEquals(0, browser.driver.findElements(By.cssSelector("#events li[data-kind]")).size(), "nothing happened yet");
+            final int slot = setupSlots[3]; // RECEIVING
+            prefill.drain(slot);
+            final WebElement drained = awaitEvent("draining", "prefill", slot);
+            assertTrue(flashed("draining"), "the draining count flashes");
+            assertEquals("1", browser.driver.findElement(By.cssSelector("section.pool[data-role='prefill'] [data-count='draining']")).getText());
+            assertTrue(drained.isDisplayed() && drained.getText().contains("prefill: 1 page → draining (slot " + slot + ")"), drained.getText());
+            await("the draining page in its colour", this::matchesThePools);
+
+            prefill.quarantine(slot);
+            final WebElement quarantined = awaitEvent("quarantined", "prefill", slot);
+            assertTrue(flashed("quarantined"), "the quarantined count flashes");
+            assertTrue(!flashed("receiving"), "a count that did not rise does not flash");
+            assertTrue(quarantined.getText().contains("prefill: 1 page → quarantined (slot " + slot + ")"), quarantined.getText());
+            await("the quarantined page in its colour", this::matchesThePools);
+
+            prefill.free(slot);
+            final WebElement released = awaitEvent("released", "prefill", slot);
+            assertTrue(released.getText().contains("left quarantine"), released.getText());
+            await("the page free again", this::matchesThePools);
+            final List<String> kinds = browser.driver.findElements(By.cssSelector("#events li[data-slots]")).stream()
+                .map(e -> e.getAttribute("data-kind")).toList();
+            assertEquals(List.of("released", "quarantined", "draining"), kinds, "newest first");
+            final WebElement counted = browser.driver.findElement(By.cssSelector("#events li[data-kind='counter'][data-name='pool:prefill:quarantineEvents']"));
+            assertEquals("1", counted.getAttribute("data-delta"));
+            assertTrue(counted.getText().endsWith("prefill quarantineEvents +1"), counted.getText());
+            assertEquals(List.of("pool:prefill:quarantineEvents"), browser.driver.findElements(By.cssSelector("#events li[data-kind='counter']"))
+                .stream().map(e -> e.getAttribute("data-name")).toList(), "the pool's state gauges (quarantined ...) are not counter events");
+            browser.screenshot("live-page-events");
+        });
+    }
+
+    @Test
+    void hoveringASquareSaysWhichRequestAndTenantHoldsIt_andATableListsTheHolders() {
+        scenario(() -> {
+            decodeHolders.hold(7, "alice", "decoding", firstSequence);
+            load();
+            await("the first picture", this::matchesThePools);
+            final WebElement row = new WebDriverWait(browser.driver, WAIT, Duration.ofMillis(100)).until(d ->
+                d.findElements(By.cssSelector("section.pool[data-role='decode'] table.holders tr[data-request='7']")).stream().findFirst().orElse(null));
+            assertEquals("alice", row.getAttribute("data-tenant"));
+            assertEquals("10", row.getAttribute("data-pages"));
+            assertEquals("7 alice decoding 10", row.getText());
+
+            final int held = firstSequence.pageIndex(3);
+            assertEquals("slot " + held + ": owned · request 7 · tenant alice · decoding", hover("decode", held));
+            final int free = decode.expected().indexOf('F');
+            assertEquals("slot " + free + ": free", hover("decode", free));
+            assertEquals("slot " + setupSlots[0] + ": owned", hover("prefill", setupSlots[0]), "prefill books no holders here");
+
+            decodeHolders.release(7);
+            new WebDriverWait(browser.driver, WAIT, Duration.ofMillis(100)).until(d ->
+                d.findElements(By.cssSelector("section.pool[data-role='decode'] table.holders")).isEmpty());
+            assertEquals("slot " + held + ": owned", hover("decode", held), "a released request no longer shows");
+        });
+    }
+
+    private WebElement serverCounter(String name) {
+        return browser.driver.findElement(By.cssSelector("#server-counters dd[data-counter='" + name + "']"));
+    }
+
+    private WebElement awaitEvent(String kind, String role, int slot) {
+        final String css = "#events li[data-kind='" + kind + "'][data-role='" + role + "'][data-slots='" + slot + "']";
+        try {
+            return new WebDriverWait(browser.driver, WAIT, Duration.ofMillis(100)).until(d -> d.findElements(By.cssSelector(css)).stream()
+                .findFirst().orElse(null));
+        } catch (TimeoutException e) {
+            throw new AssertionError("no event " + css + "; the strip shows: "
+                + browser.driver.findElement(By.id("events")).getText(), e);
+        }
+    }
+
+    private boolean flashed(String state) {
+        return browser.driver.findElement(By.cssSelector("section.pool[data-role='prefill'] [data-count='" + state + "']"))
+            .getAttribute("class").contains("flash");
+    }
+
+    /** Moves the mouse over the centre of a slot's square (a real mousemove on the canvas) and returns the tooltip's text. */
+    private String hover(String role, int slot) {
+        return (String) browser.driver.executeScript("""
+            const c = document.querySelector('section.pool[data-role="' + arguments[0] + '"] canvas.map');
+            const cols = +c.dataset.cols, cell = +c.dataset.cell, r = c.getBoundingClientRect();
+            c.dispatchEvent(new MouseEvent('mousemove', { bubbles: true,
+              clientX: r.left + (arguments[1] % cols) * cell + cell / 2, clientY: r.top + Math.floor(arguments[1] / cols) * cell + cell / 2 }));
+            const tip = c.parentNode.querySelector('.tip');
+            return tip.style.display === 'block' && tip.dataset.slot === String(arguments[1]) ? tip.textContent : 'no tooltip';
+            """, role, slot);
+    }
+
+    private JsonNode readJson(String script) {
+        try {
+            return JSON.readTree((String) browser.driver.executeScript(script));
+        } catch (IOException e) {
+            throw new java.io.UncheckedIOException(e);
+        }
+    }
+
+    /** Each rate row: per window, its data-delta, data-seconds and text. */
+    private static final String READ_RATES = """
+        const out = {};
+        for (const tr of document.querySelectorAll('#rates tr[data-rate]')) {
+          const r = out[tr.dataset.rate] = {};
+          for (const td of tr.querySelectorAll('td[data-window]')) {
+            r[td.dataset.window] = { delta: +td.dataset.delta, seconds: +td.dataset.seconds, text: td.innerText.trim() };
+          }
+        }
+        return JSON.stringify(out);
+        """;
 
     // ---- page access
 
