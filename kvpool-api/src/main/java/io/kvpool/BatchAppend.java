@@ -74,14 +74,14 @@ final class BatchAppend {
         }
     }
 
-    static void checkTokens(int tokens) {
+    private static void checkTokens(int tokens) {
         if (tokens < 0) {
             throw new IllegalArgumentException("tokens must be ≥ 0, was " + tokens);
         }
     }
 
     /** @return a number for one step, never returned before (see {@link Sequence#stepMark}) */
-    static long nextCall() {
+    private static long nextCall() {
         return CALLS.incrementAndGet();
     }
 
@@ -91,11 +91,11 @@ final class BatchAppend {
      * Changes nothing but the plan.
      *
      * @param head  the list of sequences planned so far that need pages
-     * @param where and {@code index}: where the sequence is, for a refusal's message ("batch", "row")
+     * @param where and {@code index}: where the sequence is, for a refusal's message
      * @return the pages it needs; 0: the caller counts its tokens
      */
-    static int plan(KvPool pool, Sequence seq, int tokens, long maxContext, long epoch, long call, Sequence head,
-                    String where, int index) {
+    private static int plan(KvPool pool, Sequence seq, int tokens, long maxContext, long epoch, long call, Sequence head,
+                            String where, int index) {
         if (seq == null || seq.pool() != pool) {
             throw new IllegalArgumentException(where + "[" + index + "] is "
                 + (seq == null ? "null" : "a sequence of another pool (" + seq.pool() + ")"));
@@ -115,7 +115,7 @@ final class BatchAppend {
      *
      * @return {@code total}, or {@code -short} when the pool is {@code short} pages short
      */
-    static long allocateCopyApply(KvPool pool, Sequence head, int total, long beyond, boolean copies, int tokens) {
+    private static long allocateCopyApply(KvPool pool, Sequence head, int total, long beyond, boolean copies, int tokens) {
         final long got = pool.allocations().tryAllocateEach(head, total, beyond);
         if (got < 0) {
             return got;

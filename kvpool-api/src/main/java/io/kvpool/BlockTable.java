@@ -40,9 +40,6 @@ import java.util.Objects;
  * a row already holds is trusted. A closed sequence's row becomes empty (length 0, all padding), so the
  * table never names pages a closed sequence gave back.
  *
- * <p>{@link #appendEach} is a decode step over the rows ({@link KvPool#appendEach} on their sequences) with the
- * refresh done in the same pass over the rows.
- *
  * <p>Threads: not thread-safe; use it on the thread that owns the sequences (a scheduler), and hand the
  * memory to the kernel (or copy it to the device) after {@link #refresh()} returns. Allocation-free after
  * construction.
@@ -205,105 +202,6 @@ public final class BlockTable {
         // every length changes in a decode step: one bulk copy beats a bounds-checked store per row
         MemorySegment.copy(lengthValues, 0, lengths, INT_LE, 0, rows);
         return entries;
-    }
-
-    /**
-     * One decode step of the batch the rows hold: {@link KvPool#appendEach appends} {@code tokens} tokens to every
-     * row's sequence and brings the table up to date, in one pass over the rows (a {@link KvPool#appendEach} and a
-     * {@link #refresh()} each walk them once). Empty rows, and rows whose sequence is closed, are skipped (the latter
-     * empty, as in a refresh). All or nothing: when it throws or returns a
-     * negative number, no sequence and none of the table's memory changed. Allocation-free.
-     *
-     * @param pool   the pool of every row's sequence
-     * @param tokens tokens to add to each, ≥ 0 (1 for a plain decode step)
-     * @return the pages allocated (≥ 0); or {@code -short} when the sequences need pages their reservations do not
-     *         cover and the pool has {@code short} too few free unreserved pages: nothing changed
-     * @throws IllegalArgumentException if {@code tokens < 0}, a sequence is of another pool or in two rows, or an
-     *                                  append would exceed the max context
-     * @throws IllegalStateException    if a sequence or the pool is closed, or a row's sequence would hold more than
-     *                                  {@link #maxPages()} pages
-     */
-    public int appendEach(KvPool pool, int tokens) {
-        BatchAppend.checkTokens(tokens);
-        pool.ensureOpen();
-        final long maxContext = pool.maxContextTokens();
-        final long epoch = pool.allocations().retainEpoch(); // before any state word is read (Sequence#lastPageShared)
-        final long call = BatchAppend.nextCall();
-        Sequence head = null;
-        Sequence tail = null;
-        int total = 0;
-        long beyond = 0;
-        boolean copies = false;
-        int dirty = 0;
-        int r = 0;
-        try {
-            for (; r < rows; r++) {
-                final Sequence seq = sequences[r];
-                if (seq == null || seq.isClosed()) { // an empty row; a closed sequence's row empties, as in refresh
-                    lengthValues[r] = 0;
-                    if (written[r] != 0) {
-                        dirtyRows[dirty++] = r;
-                    }
-                    continue;
-                }
-                final int pagesBefore = seq.pageCount();
-                final boolean changed = pagesBefore != written[r] || seq.structureVersion() != versions[r];
-                final int pages = BatchAppend.plan(pool, seq, tokens, maxContext, epoch, call, head, "row", r);
-                if (pages == 0) {
-                    if (changed) {
-                        checkFits(r, seq, pagesBefore);
-                        dirtyRows[dirty++] = r;
-                    }
-                    seq.countTokens(tokens); // its only change: undone below if the step fails
-                    lengthValues[r] = seq.tokenCount();
-                    continue;
-                }
-                checkFits(r, seq, pagesBefore + pages - (seq.stepCow ? 1 : 0));
-                dirtyRows[dirty++] = r; // its length and new pages are written once the pages are had
-                seq.stepNext = null;
-                if (tail == null) {
-                    head = seq;
-                } else {
-                    tail.stepNext = seq;
-                }
-                tail = seq;
-                total += pages;
-                beyond += Math.max(0, pages - seq.reservedPages);
-                copies |= seq.stepCow;
-            }
-            final long got = head == null ? 0 : BatchAppend.allocateCopyApply(pool, head, total, beyond, copies, tokens);
-            if (got < 0) {
-                uncount(rows, tokens);
-                return (int) Math.max(Integer.MIN_VALUE, got);
-            }
-        } catch (RuntimeException e) {
-            uncount(r, tokens);
-            throw e;
-        }
-        for (int i = 0; i < dirty; i++) {
-            final int row = dirtyRows[i];
-            rewrite(row);
-            lengthValues[row] = sequences[row] == null ? 0 : sequences[row].tokenCount();
-        }
-        MemorySegment.copy(lengthValues, 0, lengths, INT_LE, 0, rows);
-        return total;
-    }
-
-    private void checkFits(int r, Sequence seq, int pages) {
-        if (pages > maxPages) {
-            throw new IllegalStateException("row " + r + "'s sequence would hold " + pages + " pages (" + seq.tokenCount()
-                + " tokens now); the table has room for " + maxPages + " pages per row");
-        }
-    }
-
-    /** Takes back the tokens an {@link #appendEach} counted in rows {@code [0, n)} whose sequences needed no page. */
-    private void uncount(int n, int tokens) {
-        for (int j = 0; j < n; j++) {
-            final Sequence seq = sequences[j];
-            if (seq != null && !seq.isClosed() && seq.stepPages == 0) {
-                seq.uncountTokens(tokens);
-            }
-        }
     }
 
     /** Brings one row's entries up to date with its sequence. @return entries written, padding included */

@@ -26,8 +26,7 @@ import java.util.concurrent.TimeUnit;
  * so the sequences never outgrow their admission. The score is per step. {@link DecodeStepBenchmark} times the
  * steady state of a server instead, where finishing sequences free 16 pages a step.
  * <ul>
- *   <li>{@code kvpool_step}: {@link BlockTable#appendEach} (appends and table in one pass);</li>
- *   <li>{@code kvpool_step_two_pass}: {@link KvPool#appendEach}, then {@link BlockTable#refresh()};</li>
+ *   <li>{@code kvpool_step}: {@link KvPool#appendEach}, then {@link BlockTable#refresh()};</li>
  *   <li>{@code baseline_step}: {@link NaiveBaselinePool}, with the whole block table rebuilt into an {@code int[]}.</li>
  * </ul>
  * Setup per invocation is JMH's {@code Level.Invocation}, acceptable here: an invocation lasts a few hundred
@@ -102,19 +101,6 @@ public class DecodeStepAppendOnlyBenchmark {
     @Benchmark
     @OperationsPerInvocation(STEPS)
     public int kvpool_step() {
-        int pages = 0;
-        for (int s = 0; s < STEPS; s++) {
-            pages += table.appendEach(pool, 1);
-        }
-        if (pages != expectedPages()) {
-            throw new IllegalStateException(pages + " pages allocated, expected " + expectedPages());
-        }
-        return pages;
-    }
-
-    @Benchmark
-    @OperationsPerInvocation(STEPS)
-    public int kvpool_step_two_pass() {
         int pages = 0;
         for (int s = 0; s < STEPS; s++) {
             pages += pool.appendEach(seqs, BATCH, 1);

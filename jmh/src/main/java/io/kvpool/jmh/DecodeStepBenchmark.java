@@ -25,11 +25,11 @@ import java.util.concurrent.TimeUnit;
  * same mix: on average 16 page allocations and 16 page frees per step, as in a server's steady state.
  * {@link Layouts#BOOKKEEPING}, the pool's defaults (CANARY fill on free, no allocator cache).
  *
- * <p>{@code kvpool_step}: {@link BlockTable#appendEach} appends one token to every row's sequence and brings the
- * batch's padded int32 {@code [256 × 64]} table and lengths in native memory (the shape a paged-attention kernel
- * takes) up to date in one pass: it writes only pages appended by the step, and rewrites the rows of finished
- * sequences. {@code kvpool_step_two_pass} does the same with {@link KvPool#appendEach} and then
- * {@link BlockTable#refresh()}; {@code kvpool_step_each_append} with {@link Sequence#append} on each sequence.
+ * <p>{@code kvpool_step}: {@link KvPool#appendEach} appends one token to every sequence (one lock acquisition for
+ * the step's pages), then {@link BlockTable#refresh()} brings the batch's padded int32 {@code [256 × 64]} table and
+ * lengths in native memory (the shape a paged-attention kernel takes) up to date: it writes only pages appended
+ * since the last step, and rewrites the rows of finished sequences. {@code kvpool_step_each_append} does the same
+ * with {@link Sequence#append} on each sequence.
  * {@link DecodeStepAppendOnlyBenchmark} times the steps without the finishing sequences' frees.
  * {@code baseline_step}: the same on {@link NaiveBaselinePool}, with the whole block table rebuilt from its
  * per-sequence lists into an {@code int[]}, as a pool without incremental tables does.
@@ -90,17 +90,6 @@ public class DecodeStepBenchmark {
 
     @Benchmark
     public int kvpool_step() {
-        finishAndRestart();
-        final int pages = table.appendEach(pool, 1); // the appends and the table in one pass over the rows
-        if (pages < 0) {
-            throw new IllegalStateException("the reservations cover every page: " + pool.snapshot());
-        }
-        return pages;
-    }
-
-    /** {@code kvpool_step} in two passes: {@link KvPool#appendEach} over the batch, then {@link BlockTable#refresh()}. */
-    @Benchmark
-    public int kvpool_step_two_pass() {
         finishAndRestart();
         if (pool.appendEach(seqs, BATCH, 1) < 0) {
             throw new IllegalStateException("the reservations cover every page: " + pool.snapshot());
