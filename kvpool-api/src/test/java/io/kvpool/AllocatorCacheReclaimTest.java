@@ -206,6 +206,31 @@ class AllocatorCacheReclaimTest {
     }
 
     @Test
+    void aTruncateTopUpTakesAnIdleOwnersCacheOnlyWhenItsUnreservedPagesFallShort() throws Exception {
+        try (KvPool pool = TestPools.builder(8).threadCache(4).build(); Owner owner = new Owner()) {
+            owner.cache(pool, 2);                                          // 6 free
+            final Sequence s = pool.admit(2 * TPP, 0).sequence();
+            s.append(2 * TPP);                                             // 4 free, 0 reserved
+            final Sequence filler = pool.admit(3 * TPP, 0).sequence();     // 3 reserved: 1 unreserved
+            final long last = s.pageHandle(1);
+            final long first = s.pageHandle(0);
+            pool.retain(last);
+            pool.retain(first);                                            // truncated pages stay in use: none comes back free
+            s.truncate(TPP);                                               // re-reserves 1: exactly the 1 unreserved
+            assertEquals(1, s.reservedPages());
+            assertEquals(2, cached(pool), "enough unreserved pages: the owner's cache is left alone");
+            s.truncate(0);                                                 // re-reserves 1 more: 0 unreserved, the owner's pages
+            assertEquals(2, s.reservedPages(), "the top-up took an idle owner's cached page");
+            assertEquals(0, cached(pool));
+            pool.release(last);
+            pool.release(first);
+            filler.close();
+            s.close();
+            assertEquals(0, pool.verifyAccounting().reserved());
+        }
+    }
+
+    @Test
     void aForkTakesAnIdleOwnersCacheWhenItNeedsExactlyThosePages() throws Exception {
         try (KvPool pool = TestPools.builder(8).threadCache(4).build(); Owner owner = new Owner()) {
             owner.cache(pool, 2);                                          // 6 free

@@ -117,6 +117,72 @@ class MutationGuardsTest {
         }
     }
 
+    @Test
+    void aPublishedPageThatCannotTakeAnotherReferenceIsNotAttached() {
+        final SlotWords[] words = new SlotWords[1];
+        final KvPoolBuilder builder = TestPools.builder(4);
+        builder.slotWords = n -> words[0] = SlotWords.ofArray(n);
+        try (KvPool pool = builder.build()) {
+            final int[] prompt = ids(TPP + 1, 8);
+            final Sequence a = written(pool, prompt, 0);
+            a.publish(prompt, 0);
+            final int slot = a.pageIndex(0);
+            final long one = words[0].getVolatile(slot);
+            // page 0 is OWNED and published, but holds the most references a page can have: RETAIN fails, and
+            // the page is in no free structure, so it cannot be revived either
+            words[0].setRelease(slot, SlotStateMachine.word(PageHandle.generation(a.pageHandle(0)), SlotStateMachine.OWNED,
+                SlotStateMachine.MAX_REFCOUNT));
+            final Sequence b = pool.admit(prompt, 0, 0).sequence();
+            assertEquals(0, b.tokenCount(), "a page that took no reference was attached");
+            assertEquals(0, b.pageCount());
+            assertEquals(2, b.reservedPages(), "no reserved page was used or given back");
+            assertEquals(0, pool.snapshot().prefixHits());
+            words[0].setRelease(slot, one);
+            b.close();
+            a.close();
+            assertEquals(1, pool.verifyAccounting().cachedFree());
+        }
+    }
+
+    @Test
+    void anAllocationThatEvictsManyCachedPagesFillsEveryOneOfThem() {
+        final int pages = 11;
+        try (KvPool pool = TestPools.builder(pages).build()) { // CANARY
+            final int[] prompt = ids((pages - 1) * TPP + 1, 9);
+            final Sequence a = written(pool, prompt, 0);
+            a.publish(prompt, 0);
+            a.close(); // 10 pages cached (written, not filled), 1 plain
+            assertEquals(pages - 1, pool.snapshot().cachedFree());
+            final Sequence b = pool.admit(prompt.length, 0).sequence();
+            b.append(prompt.length); // one allocation: the plain page, then 10 evictions
+            assertEquals(pages - 1, pool.snapshot().evictions());
+            for (int i = 0; i < b.pageCount(); i++) {
+                assertEquals(0, pool.firstCanaryToken(b.pageHandle(i), 0, TPP), "page " + i + " still holds its last tenant's bytes");
+            }
+            b.close();
+        }
+    }
+
+    @Test
+    void aLooseAllocationDrainsTheReturnStackOnlyWhenThePlainPagesRunOut() {
+        try (KvPool pool = TestPools.pool(3)) { // no allocator cache: every release goes to the return stack
+            final long first = pool.tryAllocate();
+            assertEquals(0, PageHandle.slot(first));
+            pool.release(first);
+            final long second = pool.tryAllocate();
+            assertEquals(1, PageHandle.slot(second), "the plain stack's next page, while slot 0 waits to be drained");
+            final long third = pool.tryAllocate();
+            assertEquals(2, PageHandle.slot(third));
+            final long fourth = pool.tryAllocate();
+            assertEquals(0, PageHandle.slot(fourth), "the plain pages ran out: the return stack was drained");
+            assertEquals(PageHandle.EXHAUSTED, pool.tryAllocate());
+            for (long h : new long[] {second, third, fourth}) {
+                pool.release(h);
+            }
+            assertEquals(3, pool.verifyAccounting().free());
+        }
+    }
+
     // ---- the return stack ----
 
     @Test
@@ -189,6 +255,32 @@ class MutationGuardsTest {
         assertEquals(2, pool.snapshot().openReservations(), "a closed pool neither opens nor cancels a reservation");
         assertEquals(SlotState.OWNED, pool.stateOfSlot(PageHandle.slot(h)), "the monitoring views still answer");
         assertEquals(1, pool.refcountOfSlot(PageHandle.slot(h)));
+    }
+
+    @Test
+    void aClosedPoolRefusesPageAccessEvenWhileAPinKeepsItsStorage() {
+        final KvPool pool = TestPools.pool(4);
+        final long owned = pool.tryAllocate();
+        final long pinned = pool.tryAllocate();
+        pool.handles().pinWriter(pinned);
+        pool.close();
+        assertNotNull(pool.storage().hostPage(PageHandle.slot(owned)), "the pin keeps the storage: only the pool's check refuses");
+        assertThrows(IllegalStateException.class, () -> pool.page(owned));
+        assertThrows(IllegalStateException.class, () -> pool.firstCanaryToken(owned, 0, 1));
+        pool.handles().commitReceive(pinned);
+    }
+
+    @Test
+    void aReservationIdThatWasNeverIssuedIsRefused() {
+        try (KvPool pool = TestPools.pool(4)) {
+            // index 1 and 2, generation 0: no reservation has used them yet
+            assertThrows(IllegalArgumentException.class, () -> pool.cancelReservation(1));
+            assertThrows(IllegalArgumentException.class, () -> pool.openSequence(2));
+            final PoolSnapshot s = pool.verifyAccounting();
+            assertEquals(0, s.openReservations());
+            assertEquals(0, s.openSequences());
+            assertEquals(0, s.reserved());
+        }
     }
 
     @Test
