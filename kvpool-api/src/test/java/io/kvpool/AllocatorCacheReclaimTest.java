@@ -231,6 +231,22 @@ class AllocatorCacheReclaimTest {
     }
 
     @Test
+    void aForkLeavesAnIdleOwnersCacheAloneWhenTheUnreservedPagesExactlySuffice() throws Exception {
+        try (KvPool pool = TestPools.builder(8).threadCache(4).build(); Owner owner = new Owner()) {
+            owner.cache(pool, 2);                                          // 6 free
+            final Sequence parent = pool.admit(TPP + 1, TPP - 1).sequence();
+            parent.append(TPP + 1);                                        // 2 pages, the last partial: 4 free
+            final Sequence filler = pool.admit(2 * TPP, 0).sequence();     // 2 unreserved
+            final Sequence child = parent.tryFork();                       // 1 copy-on-write credit each: exactly 2
+            assertNotNull(child);
+            assertEquals(2, cached(pool), "enough unreserved pages: the owner's cache is left alone");
+            child.close();
+            filler.close();
+            parent.close();
+        }
+    }
+
+    @Test
     void aForkTakesAnIdleOwnersCacheWhenItNeedsExactlyThosePages() throws Exception {
         try (KvPool pool = TestPools.builder(8).threadCache(4).build(); Owner owner = new Owner()) {
             owner.cache(pool, 2);                                          // 6 free

@@ -189,6 +189,7 @@ class HostPageStorageTest {
         assertThrows(IllegalStateException.class, () -> s.address(0, 0, 0));
         assertThrows(IllegalStateException.class, () -> s.fill(0, FillMode.ZERO));
         assertThrows(IllegalStateException.class, () -> s.firstCanaryToken(0, 0, 1));
+        assertThrows(IllegalStateException.class, () -> s.firstCanaryToken(0, 1, 1), "an empty token range too");
         assertThrows(IllegalStateException.class, () -> s.copyPages(new int[] {0}, 0, new int[] {1}, 0, 1));
         s.close();
     }

@@ -464,6 +464,30 @@ class MutationGuardsTest {
     }
 
     @Test
+    void aLooseAllocationWhoseLastFreeSlotRetiresReturnsExhausted() {
+        try (KvPool pool = TestPools.pool(1)) {
+            pool.slotTable().forceGenerationOfFreeSlot(0, PageHandle.MAX_GENERATION); // retires when taken
+            assertEquals(PageHandle.EXHAUSTED, pool.tryAllocate(), "one unreserved free page, and it retired when taken");
+            assertEquals(SlotState.RETIRED, pool.stateOfSlot(0));
+            assertEquals(PageHandle.EXHAUSTED, pool.tryAllocate());
+        }
+    }
+
+    @Test
+    void anAppendThatNeedsNoNewPageLeavesTheOwnersAllocatorCacheAlone() {
+        try (KvPool pool = TestPools.builder(4).threadCache(2).build()) {
+            final Sequence s = pool.admit(2 * TPP, 0).sequence();
+            s.append(1);                      // this thread allocates first: it owns the cache
+            pool.release(pool.tryAllocate()); // one page in its cache
+            assertEquals(1, pool.allocator().cache().sizeQuiescent());
+            s.append(TPP - 1);                // fills the last page: nothing to allocate, so no locked allocation either
+            assertEquals(1, pool.allocator().cache().sizeQuiescent(), "an append of no page flushed the owner's cache");
+            assertEquals(1, s.pageCount());
+            s.close();
+        }
+    }
+
+    @Test
     void aShortAllocationBeyondTheReservationSaysHowManyUnreservedPagesAreLeft() {
         try (KvPool pool = TestPools.pool(4)) {
             final Sequence s = pool.admit(TPP, 0).sequence();
