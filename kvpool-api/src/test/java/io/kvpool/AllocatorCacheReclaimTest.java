@@ -128,6 +128,28 @@ class AllocatorCacheReclaimTest {
     }
 
     @Test
+    void anOwnerAskedForItsCacheWhileThePoolLockIsHeldKeepsItUntilItCanTakeTheLock() throws Exception {
+        final HookWords[] words = new HookWords[1];
+        final KvPoolBuilder b = TestPools.builder(4).threadCache(4);
+        b.slotWords = n -> words[0] = new HookWords(n);
+        try (KvPool pool = b.build(); Owner owner = new Owner()) {
+            final long[] h = owner.run(() -> new long[] {pool.tryAllocate(), pool.tryAllocate(), pool.tryAllocate()});
+            owner.run(() -> pool.release(h[0]) && pool.release(h[1]));
+            assertEquals(2, cached(pool));
+            final long[] held = new long[1];
+            try (HeldLock lock = new HeldLock(words[0], () -> held[0] = pool.tryAllocate())) { // takes the last free page
+                pool.allocator().cache().requestFlush();
+                owner.run(() -> pool.release(h[2])); // never waits for the lock, and never moves the cache without it
+                assertEquals(2, cached(pool), "the owner moved its cache while another thread held the pool lock");
+                assertTrue(pool.allocator().cache().flushRequested());
+            }
+            owner.run(() -> pool.release(held[0])); // the lock is free now: this free hands the cache back
+            assertEquals(0, cached(pool));
+            assertEquals(4, pool.verifyAccounting().free());
+        }
+    }
+
+    @Test
     void flushAllocatorCacheHandsTheOwnersPagesToTheFreePages() throws Exception {
         try (KvPool pool = TestPools.builder(4).threadCache(4).build(); Owner owner = new Owner()) {
             owner.cache(pool, 2);
