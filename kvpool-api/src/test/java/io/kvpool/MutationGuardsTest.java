@@ -167,6 +167,17 @@ class MutationGuardsTest {
     }
 
     @Test
+    void theFreeGaugeCountsPagesStillOnTheReturnStack() {
+        try (KvPool pool = TestPools.pool(3)) { // no allocator cache: a release goes to the return stack
+            final long h = pool.tryAllocate();
+            assertEquals(2, pool.metrics().free());
+            pool.release(h); // not drained until the next locked operation needs it
+            assertEquals(3, pool.metrics().free(), "the page on the return stack is free");
+            assertEquals(3, pool.snapshot().free());
+        }
+    }
+
+    @Test
     void aLooseAllocationDrainsTheReturnStackOnlyWhenThePlainPagesRunOut() {
         try (KvPool pool = TestPools.pool(3)) { // no allocator cache: every release goes to the return stack
             final long first = pool.tryAllocate();
