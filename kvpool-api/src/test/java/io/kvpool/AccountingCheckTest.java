@@ -146,6 +146,20 @@ class AccountingCheckTest {
     }
 
     @Test
+    void verifyAccountingCatchesAnInUsePageSwappedForAFreeOneOnTheFreeStack() {
+        // every count and every size still agrees: only the per-slot check sees the two wrong slots
+        final int[] swapped = new int[2];
+        final String message = violation(p -> {
+            swapped[0] = p.allocator().freePages().popPlain();
+            swapped[1] = firstOwned(p);
+            p.allocator().freePages().pushPlain(swapped[1]);
+        });
+        final int first = Math.min(swapped[0], swapped[1]);
+        final String expected = first == swapped[0] ? "slot " + first + " is FREE" : "slot " + first + " is OWNED";
+        assertTrue(message.contains(expected) && message.contains("times in the free structures"), message);
+    }
+
+    @Test
     void verifyAccountingCatchesACachedFreePageWithoutAPublishedPrefix() {
         final String message = violation(p -> p.allocator().freePages().pushCached(p.allocator().freePages().popPlain()));
         assertTrue(message.contains("holds no published prefix"), message);

@@ -128,6 +128,28 @@ class AllocatorCacheReclaimTest {
     }
 
     @Test
+    void anOwnerAskedForItsCacheWhileThePoolLockIsHeldKeepsItUntilItCanTakeTheLock() throws Exception {
+        final HookWords[] words = new HookWords[1];
+        final KvPoolBuilder b = TestPools.builder(4).threadCache(4);
+        b.slotWords = n -> words[0] = new HookWords(n);
+        try (KvPool pool = b.build(); Owner owner = new Owner()) {
+            final long[] h = owner.run(() -> new long[] {pool.tryAllocate(), pool.tryAllocate(), pool.tryAllocate()});
+            owner.run(() -> pool.release(h[0]) && pool.release(h[1]));
+            assertEquals(2, cached(pool));
+            final long[] held = new long[1];
+            try (HeldLock lock = new HeldLock(words[0], () -> held[0] = pool.tryAllocate())) { // takes the last free page
+                pool.allocator().cache().requestFlush();
+                owner.run(() -> pool.release(h[2])); // never waits for the lock, and never moves the cache without it
+                assertEquals(2, cached(pool), "the owner moved its cache while another thread held the pool lock");
+                assertTrue(pool.allocator().cache().flushRequested());
+            }
+            owner.run(() -> pool.release(held[0])); // the lock is free now: this free hands the cache back
+            assertEquals(0, cached(pool));
+            assertEquals(4, pool.verifyAccounting().free());
+        }
+    }
+
+    @Test
     void flushAllocatorCacheHandsTheOwnersPagesToTheFreePages() throws Exception {
         try (KvPool pool = TestPools.builder(4).threadCache(4).build(); Owner owner = new Owner()) {
             owner.cache(pool, 2);
@@ -202,6 +224,47 @@ class AllocatorCacheReclaimTest {
             assertEquals(5, s.pageCount());
             filler.close();
             s.close();
+        }
+    }
+
+    @Test
+    void aTruncateTopUpTakesAnIdleOwnersCacheOnlyWhenItsUnreservedPagesFallShort() throws Exception {
+        try (KvPool pool = TestPools.builder(8).threadCache(4).build(); Owner owner = new Owner()) {
+            owner.cache(pool, 2);                                          // 6 free
+            final Sequence s = pool.admit(2 * TPP, 0).sequence();
+            s.append(2 * TPP);                                             // 4 free, 0 reserved
+            final Sequence filler = pool.admit(3 * TPP, 0).sequence();     // 3 reserved: 1 unreserved
+            final long last = s.pageHandle(1);
+            final long first = s.pageHandle(0);
+            pool.retain(last);
+            pool.retain(first);                                            // truncated pages stay in use: none comes back free
+            s.truncate(TPP);                                               // re-reserves 1: exactly the 1 unreserved
+            assertEquals(1, s.reservedPages());
+            assertEquals(2, cached(pool), "enough unreserved pages: the owner's cache is left alone");
+            s.truncate(0);                                                 // re-reserves 1 more: 0 unreserved, the owner's pages
+            assertEquals(2, s.reservedPages(), "the top-up took an idle owner's cached page");
+            assertEquals(0, cached(pool));
+            pool.release(last);
+            pool.release(first);
+            filler.close();
+            s.close();
+            assertEquals(0, pool.verifyAccounting().reserved());
+        }
+    }
+
+    @Test
+    void aForkLeavesAnIdleOwnersCacheAloneWhenTheUnreservedPagesExactlySuffice() throws Exception {
+        try (KvPool pool = TestPools.builder(8).threadCache(4).build(); Owner owner = new Owner()) {
+            owner.cache(pool, 2);                                          // 6 free
+            final Sequence parent = pool.admit(TPP + 1, TPP - 1).sequence();
+            parent.append(TPP + 1);                                        // 2 pages, the last partial: 4 free
+            final Sequence filler = pool.admit(2 * TPP, 0).sequence();     // 2 unreserved
+            final Sequence child = parent.tryFork();                       // 1 copy-on-write credit each: exactly 2
+            assertNotNull(child);
+            assertEquals(2, cached(pool), "enough unreserved pages: the owner's cache is left alone");
+            child.close();
+            filler.close();
+            parent.close();
         }
     }
 

@@ -189,8 +189,37 @@ class HostPageStorageTest {
         assertThrows(IllegalStateException.class, () -> s.address(0, 0, 0));
         assertThrows(IllegalStateException.class, () -> s.fill(0, FillMode.ZERO));
         assertThrows(IllegalStateException.class, () -> s.firstCanaryToken(0, 0, 1));
+        assertThrows(IllegalStateException.class, () -> s.firstCanaryToken(0, 1, 1), "an empty token range too");
         assertThrows(IllegalStateException.class, () -> s.copyPages(new int[] {0}, 0, new int[] {1}, 0, 1));
         s.close();
+    }
+
+    @Test
+    void aSegmentOfExactlyThePagesBytesIsEnough() {
+        try (Arena arena = Arena.ofConfined()) {
+            final MemorySegment exact = arena.allocate(2 * PAGE);
+            final HostPageStorage s = HostPageStorage.over(L, 2, exact, true, null);
+            assertCanary(s.hostPage(1));
+            s.close();
+            assertThrows(IllegalArgumentException.class, () -> HostPageStorage.over(L, 2, exact.asSlice(0, 2 * PAGE - 1), true, null),
+                "one byte short");
+        }
+    }
+
+    @Test
+    void aClosedStorageOverACallersMemoryNeitherFillsNorCopiesIt() {
+        // the caller's segment outlives the storage: only the storage's own check stops a write into it
+        try (Arena arena = Arena.ofConfined()) {
+            final MemorySegment mem = arena.allocate(2 * PAGE);
+            mem.asSlice(0, PAGE).fill((byte) 0x11);
+            mem.asSlice(PAGE, PAGE).fill((byte) 0x22);
+            final HostPageStorage s = HostPageStorage.over(L, 2, mem, false, null);
+            s.close();
+            assertThrows(IllegalStateException.class, () -> s.fill(0, FillMode.ZERO));
+            assertThrows(IllegalStateException.class, () -> s.copyPages(new int[] {0}, 0, new int[] {1}, 0, 1));
+            assertEquals(0x11, uniformByte(mem.asSlice(0, PAGE)), "a closed storage zeroed the caller's page 0");
+            assertEquals(0x22, uniformByte(mem.asSlice(PAGE, PAGE)), "a closed storage copied into the caller's page 1");
+        }
     }
 
     @Test

@@ -3,9 +3,12 @@ package io.kvpool;
 import io.kvpool.ApiReviewRegressionTest.CountingHookWords;
 import io.kvpool.ApiReviewRegressionTest.FailingCopyStorage;
 import io.kvpool.storage.FillMode;
+import io.kvpool.storage.HostPageStorage;
+import io.kvpool.storage.PageStorage;
 
 import org.junit.jupiter.api.Test;
 
+import java.lang.foreign.MemorySegment;
 import java.util.stream.IntStream;
 
 import static org.junit.jupiter.api.Assertions.*;
@@ -117,6 +120,83 @@ class MutationGuardsTest {
         }
     }
 
+    @Test
+    void aPublishedPageThatCannotTakeAnotherReferenceIsNotAttached() {
+        final SlotWords[] words = new SlotWords[1];
+        final KvPoolBuilder builder = TestPools.builder(4);
+        builder.slotWords = n -> words[0] = SlotWords.ofArray(n);
+        try (KvPool pool = builder.build()) {
+            final int[] prompt = ids(TPP + 1, 8);
+            final Sequence a = written(pool, prompt, 0);
+            a.publish(prompt, 0);
+            final int slot = a.pageIndex(0);
+            final long one = words[0].getVolatile(slot);
+            // page 0 is OWNED and published, but holds the most references a page can have: RETAIN fails, and
+            // the page is in no free structure, so it cannot be revived either
+            words[0].setRelease(slot, SlotStateMachine.word(PageHandle.generation(a.pageHandle(0)), SlotStateMachine.OWNED,
+                SlotStateMachine.MAX_REFCOUNT));
+            final Sequence b = pool.admit(prompt, 0, 0).sequence();
+            assertEquals(0, b.tokenCount(), "a page that took no reference was attached");
+            assertEquals(0, b.pageCount());
+            assertEquals(2, b.reservedPages(), "no reserved page was used or given back");
+            assertEquals(0, pool.snapshot().prefixHits());
+            words[0].setRelease(slot, one);
+            b.close();
+            a.close();
+            assertEquals(1, pool.verifyAccounting().cachedFree());
+        }
+    }
+
+    @Test
+    void anAllocationThatEvictsManyCachedPagesFillsEveryOneOfThem() {
+        final int pages = 11;
+        try (KvPool pool = TestPools.builder(pages).build()) { // CANARY
+            final int[] prompt = ids((pages - 1) * TPP + 1, 9);
+            final Sequence a = written(pool, prompt, 0);
+            a.publish(prompt, 0);
+            a.close(); // 10 pages cached (written, not filled), 1 plain
+            assertEquals(pages - 1, pool.snapshot().cachedFree());
+            final Sequence b = pool.admit(prompt.length, 0).sequence();
+            b.append(prompt.length); // one allocation: the plain page, then 10 evictions
+            assertEquals(pages - 1, pool.snapshot().evictions());
+            for (int i = 0; i < b.pageCount(); i++) {
+                assertEquals(0, pool.firstCanaryToken(b.pageHandle(i), 0, TPP), "page " + i + " still holds its last tenant's bytes");
+            }
+            b.close();
+        }
+    }
+
+    @Test
+    void theFreeGaugeCountsPagesStillOnTheReturnStack() {
+        try (KvPool pool = TestPools.pool(3)) { // no allocator cache: a release goes to the return stack
+            final long h = pool.tryAllocate();
+            assertEquals(2, pool.metrics().free());
+            pool.release(h); // not drained until the next locked operation needs it
+            assertEquals(3, pool.metrics().free(), "the page on the return stack is free");
+            assertEquals(3, pool.snapshot().free());
+        }
+    }
+
+    @Test
+    void aLooseAllocationDrainsTheReturnStackOnlyWhenThePlainPagesRunOut() {
+        try (KvPool pool = TestPools.pool(3)) { // no allocator cache: every release goes to the return stack
+            final long first = pool.tryAllocate();
+            assertEquals(0, PageHandle.slot(first));
+            pool.release(first);
+            final long second = pool.tryAllocate();
+            assertEquals(1, PageHandle.slot(second), "the plain stack's next page, while slot 0 waits to be drained");
+            final long third = pool.tryAllocate();
+            assertEquals(2, PageHandle.slot(third));
+            final long fourth = pool.tryAllocate();
+            assertEquals(0, PageHandle.slot(fourth), "the plain pages ran out: the return stack was drained");
+            assertEquals(PageHandle.EXHAUSTED, pool.tryAllocate());
+            for (long h : new long[] {second, third, fourth}) {
+                pool.release(h);
+            }
+            assertEquals(3, pool.verifyAccounting().free());
+        }
+    }
+
     // ---- the return stack ----
 
     @Test
@@ -192,6 +272,32 @@ class MutationGuardsTest {
     }
 
     @Test
+    void aClosedPoolRefusesPageAccessEvenWhileAPinKeepsItsStorage() {
+        final KvPool pool = TestPools.pool(4);
+        final long owned = pool.tryAllocate();
+        final long pinned = pool.tryAllocate();
+        pool.handles().pinWriter(pinned);
+        pool.close();
+        assertNotNull(pool.storage().hostPage(PageHandle.slot(owned)), "the pin keeps the storage: only the pool's check refuses");
+        assertThrows(IllegalStateException.class, () -> pool.page(owned));
+        assertThrows(IllegalStateException.class, () -> pool.firstCanaryToken(owned, 0, 1));
+        pool.handles().commitReceive(pinned);
+    }
+
+    @Test
+    void aReservationIdThatWasNeverIssuedIsRefused() {
+        try (KvPool pool = TestPools.pool(4)) {
+            // index 1 and 2, generation 0: no reservation has used them yet
+            assertThrows(IllegalArgumentException.class, () -> pool.cancelReservation(1));
+            assertThrows(IllegalArgumentException.class, () -> pool.openSequence(2));
+            final PoolSnapshot s = pool.verifyAccounting();
+            assertEquals(0, s.openReservations());
+            assertEquals(0, s.openSequences());
+            assertEquals(0, s.reserved());
+        }
+    }
+
+    @Test
     void anAppendRacingCloseThrowsInsteadOfAllocatingFromTheClosedPool() {
         final CountingHookWords[] words = new CountingHookWords[1];
         final KvPoolBuilder builder = TestPools.builder(4);
@@ -205,6 +311,22 @@ class MutationGuardsTest {
         assertTrue(pool.isClosed());
         assertEquals(1, s.pageCount(), "no page was allocated from the closed pool");
         assertEquals(1, pool.verifyAccounting().owned());
+    }
+
+    @Test
+    void aTruncateRacingCloseReservesNothingInTheClosedPool() {
+        final CountingHookWords[] words = new CountingHookWords[1];
+        final KvPoolBuilder builder = TestPools.builder(4);
+        builder.slotWords = n -> words[0] = new CountingHookWords(n);
+        final KvPool pool = builder.build();
+        final Sequence s = pool.admit(2 * TPP, 0).sequence();
+        s.append(2 * TPP); // nothing reserved any more
+        // truncate has checked that the pool is open; it releases page 1 and meanwhile the pool closes
+        words[0].arm(s.pageIndex(1), 0, pool::close);
+        assertThrows(IllegalStateException.class, () -> s.truncate(TPP));
+        assertTrue(pool.isClosed());
+        assertEquals(0, s.reservedPages(), "the top-up reserved a page of the closed pool");
+        assertEquals(0, pool.snapshot().reserved());
     }
 
     @Test
@@ -276,6 +398,120 @@ class MutationGuardsTest {
             assertEquals(1, snap.free());
             s.close();
             assertEquals(1, pool.verifyAccounting().free());
+        }
+    }
+
+    @Test
+    void aShortAllocationReleasesOnlyThePagesItTookAndTheReservationStillServes() {
+        try (KvPool pool = TestPools.pool(4)) {
+            final Sequence s = pool.admit(4 * TPP, 0).sequence(); // every page reserved
+            s.append(2 * TPP);                                    // slots 0 and 1; the sequence reuses their handle array
+            pool.slotTable().forceGenerationOfFreeSlot(2, PageHandle.MAX_GENERATION); // slot 2 retires when taken
+            assertThrows(PoolExhaustedException.class, () -> s.append(2 * TPP)); // slot 2 retires, slot 3 is given back
+            assertEquals(2, s.pageCount());
+            assertEquals(SlotState.OWNED, pool.stateOfSlot(s.pageIndex(1)), "the undo released a page the sequence holds");
+            assertEquals(1, pool.refcountOfSlot(s.pageIndex(1)));
+            assertEquals(SlotState.RETIRED, pool.stateOfSlot(2));
+            assertEquals(SlotState.FREE, pool.stateOfSlot(3));
+            assertEquals(2, s.reservedPages(), "2 reserved, 1 page left in service");
+            s.append(TPP); // from the reservation: the one page left is taken, not refused for want of unreserved pages
+            assertEquals(3, s.pageCount());
+            assertEquals(3, s.pageIndex(2));
+            s.close();
+            final PoolSnapshot snap = pool.verifyAccounting();
+            assertEquals(3, snap.free());
+            assertEquals(1, snap.retired());
+            assertEquals(0, snap.reserved());
+        }
+    }
+
+    /** Host storage that counts the fills of each page. */
+    static final class CountingFillStorage implements PageStorage {
+        final HostPageStorage d;
+        final int[] fills;
+
+        CountingFillStorage(KvLayout layout, int pages) {
+            d = HostPageStorage.allocate(layout, pages);
+            fills = new int[pages];
+        }
+
+        @Override public KvLayout layout() { return d.layout(); }
+        @Override public int pageCount() { return d.pageCount(); }
+        @Override public boolean isHostAccessible() { return true; }
+        @Override public MemorySegment hostPage(int page) { return d.hostPage(page); }
+        @Override public long address(int page, int layer, int kv) { return d.address(page, layer, kv); }
+        @Override public int firstCanaryToken(int page, int from, int to) { return d.firstCanaryToken(page, from, to); }
+        @Override public void copyPages(int[] src, int srcOff, int[] dst, int dstOff, int count) { d.copyPages(src, srcOff, dst, dstOff, count); }
+        @Override public void close() { d.close(); }
+
+        @Override
+        public void fill(int page, FillMode mode) {
+            fills[page]++;
+            d.fill(page, mode);
+        }
+    }
+
+    @Test
+    void aShortAllocationForgetsTheFillsOfThePagesItEvictedAndGaveBack() {
+        final CountingFillStorage[] storage = new CountingFillStorage[1];
+        try (KvPool pool = TestPools.builder(3).storage((l, n) -> storage[0] = new CountingFillStorage(l, n)).build()) {
+            final int[] prompt = ids(TPP + 1, 10);
+            final Sequence a = written(pool, prompt, 0);
+            a.publish(prompt, 0);
+            final int cached = a.pageIndex(0);
+            final int plain = a.pageIndex(1);
+            a.close(); // page 0 cached (not filled), page 1 plain (filled)
+            pool.slotTable().forceGenerationOfFreeSlot(plain, PageHandle.MAX_GENERATION); // retires when taken
+            final Sequence s = pool.admit(3 * TPP, 0).sequence();
+            final int before = storage[0].fills[cached];
+            // takes the third slot, retires `plain`, evicts `cached` (to be filled after the lock), then comes up short
+            assertThrows(PoolExhaustedException.class, () -> s.append(3 * TPP));
+            assertEquals(before + 1, storage[0].fills[cached], "given back unwritten: filled once, by the free path");
+            s.append(TPP); // the next allocation fills only what it evicted itself: nothing
+            assertEquals(before + 1, storage[0].fills[cached], "a fill left over from the failed allocation ran again");
+            s.close();
+            assertEquals(1, pool.verifyAccounting().retired());
+        }
+    }
+
+    @Test
+    void aLooseAllocationWhoseLastFreeSlotRetiresReturnsExhausted() {
+        try (KvPool pool = TestPools.pool(1)) {
+            pool.slotTable().forceGenerationOfFreeSlot(0, PageHandle.MAX_GENERATION); // retires when taken
+            assertEquals(PageHandle.EXHAUSTED, pool.tryAllocate(), "one unreserved free page, and it retired when taken");
+            assertEquals(SlotState.RETIRED, pool.stateOfSlot(0));
+            assertEquals(PageHandle.EXHAUSTED, pool.tryAllocate());
+        }
+    }
+
+    @Test
+    void anAppendThatNeedsNoNewPageLeavesTheOwnersAllocatorCacheAlone() {
+        try (KvPool pool = TestPools.builder(4).threadCache(2).build()) {
+            final Sequence s = pool.admit(2 * TPP, 0).sequence();
+            s.append(1);                      // this thread allocates first: it owns the cache
+            pool.release(pool.tryAllocate()); // one page in its cache
+            assertEquals(1, pool.allocator().cache().sizeQuiescent());
+            s.append(TPP - 1);                // fills the last page: nothing to allocate, so no locked allocation either
+            assertEquals(1, pool.allocator().cache().sizeQuiescent(), "an append of no page flushed the owner's cache");
+            assertEquals(1, s.pageCount());
+            s.close();
+        }
+    }
+
+    @Test
+    void aShortAllocationBeyondTheReservationSaysHowManyUnreservedPagesAreLeft() {
+        try (KvPool pool = TestPools.pool(4)) {
+            final Sequence s = pool.admit(TPP, 0).sequence();
+            s.append(TPP);                                        // slot 0; nothing reserved any more
+            pool.slotTable().forceGenerationOfFreeSlot(2, PageHandle.MAX_GENERATION);
+            pool.slotTable().forceGenerationOfFreeSlot(3, PageHandle.MAX_GENERATION);
+            final PoolExhaustedException e = assertThrows(PoolExhaustedException.class, () -> s.append(2 * TPP));
+            assertEquals("sequence needs 2 more pages, 0 of them reserved; the pool has 1 free unreserved pages for the other 2"
+                + " (capacity 4)", e.getMessage());
+            assertEquals(1, s.pageCount());
+            assertEquals(SlotState.FREE, pool.stateOfSlot(1), "the page taken before the shortfall is free again");
+            s.close();
+            assertEquals(2, pool.verifyAccounting().retired());
         }
     }
 
