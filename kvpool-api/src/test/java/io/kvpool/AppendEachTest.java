@@ -323,4 +323,37 @@ class AppendEachTest {
             }
         }
     }
+
+    @Test
+    void aStepThatComesUpShortTakesBackTheTokensItCountedForSequencesWithRoom() {
+        try (KvPool pool = TestPools.builder(8).build()) {
+            final Sequence roomy = pool.admit(2, 0).sequence();
+            final Sequence a = pool.admit(TPP, 0).sequence();
+            final Sequence b = pool.admit(TPP, 0).sequence();
+            final Sequence big = pool.admit(4 * TPP, 0).sequence(); // 7 of 8 pages reserved: 1 unreserved
+            roomy.append(1); // room for TPP - 1 more tokens: the plan counts its token at once
+            a.append(TPP);
+            b.append(TPP);
+            final Sequence[] batch = {roomy, a, b};
+            final List<View> before = views(batch);
+            assertEquals(-1, pool.appendEach(batch, 3, 1), "a and b need a page each beyond their reservations; 1 is free");
+            assertEquals(before, views(batch), "roomy's token, counted in the plan, must be taken back");
+            roomy.close();
+            a.close();
+            b.close();
+            big.close();
+        }
+    }
+
+    @Test
+    void aClosedPoolOrANegativeCountIsRefusedEvenForAnEmptyBatch() {
+        final KvPool pool = TestPools.builder(8).build();
+        final Sequence s = pool.admit(1, TPP).sequence();
+        s.append(1); // room in its page: a step would need no lock
+        assertThrows(IllegalArgumentException.class, () -> pool.appendEach(new Sequence[0], 0, -1));
+        pool.close();
+        assertThrows(IllegalStateException.class, () -> pool.appendEach(new Sequence[] {s}, 1, 1));
+        assertThrows(IllegalStateException.class, () -> pool.appendEach(new Sequence[0], 0, 1));
+        assertEquals(1, s.tokenCount());
+    }
 }
