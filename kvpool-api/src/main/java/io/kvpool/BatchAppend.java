@@ -47,7 +47,7 @@ final class BatchAppend {
         try {
             for (; i < count; i++) {
                 final Sequence seq = batch[i];
-                final int pages = plan(pool, seq, tokens, maxContext, epoch, call, head, "batch", i);
+                final int pages = plan(pool, seq, tokens, maxContext, epoch, call, head, i);
                 if (pages == 0) {
                     seq.countTokens(tokens); // its only change: undone below if the step fails
                     continue;
@@ -91,17 +91,17 @@ final class BatchAppend {
      * Changes nothing but the plan.
      *
      * @param head  the list of sequences planned so far that need pages
-     * @param where and {@code index}: where the sequence is, for a refusal's message
+     * @param index where the sequence is in the batch, for a refusal's message
      * @return the pages it needs; 0: the caller counts its tokens
      */
     private static int plan(KvPool pool, Sequence seq, int tokens, long maxContext, long epoch, long call, Sequence head,
-                            String where, int index) {
+                            int index) {
         if (seq == null || seq.pool() != pool) {
-            throw new IllegalArgumentException(where + "[" + index + "] is "
+            throw new IllegalArgumentException("batch[" + index + "] is "
                 + (seq == null ? "null" : "a sequence of another pool (" + seq.pool() + ")"));
         }
         if (seq.stepMark == call) {
-            throw new IllegalArgumentException(where + "[" + index + "]'s sequence appears earlier in the step too: "
+            throw new IllegalArgumentException("batch[" + index + "]'s sequence appears earlier in the step too: "
                 + "each sequence may take part once");
         }
         seq.stepMark = call;
@@ -129,7 +129,7 @@ final class BatchAppend {
             }
         }
         for (Sequence seq = head; seq != null; seq = seq.stepNext) {
-            seq.applyAppend(tokens, seq.stepPages);
+            seq.applyAppend(tokens);
         }
         return got;
     }

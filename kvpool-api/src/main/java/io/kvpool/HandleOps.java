@@ -124,13 +124,8 @@ final class HandleOps {
         final int phase = SlotStateMachine.phase(word);
         if (phase == SlotStateMachine.FREE) {
             allocator.onBecameFree(PageHandle.slot(handle), pool.isClosed());
-        } else if (phase == SlotStateMachine.RETIRED && prefix.isPublished(PageHandle.slot(handle))) {
-            lock.lock();
-            try {
-                prefix.unpublishLocked(PageHandle.slot(handle));
-            } finally {
-                lock.unlock();
-            }
+        } else if (phase == SlotStateMachine.RETIRED) {
+            unpublishRetired(PageHandle.slot(handle));
         }
         if (pool.isClosed() && (event == SlotEvent.COMMIT_RECEIVE || event == SlotEvent.DRAINED || event == SlotEvent.RELEASE_QUARANTINE)) {
             lifetime.afterUnpinEvent(word);
@@ -174,13 +169,8 @@ final class HandleOps {
                             n = 0;
                         }
                     }
-                } else if (phase == SlotStateMachine.RETIRED && prefix.isPublished(slot)) {
-                    lock.lock();
-                    try {
-                        prefix.unpublishLocked(slot);
-                    } finally {
-                        lock.unlock();
-                    }
+                } else if (phase == SlotStateMachine.RETIRED) {
+                    unpublishRetired(slot);
                 }
             }
         } finally {
@@ -188,6 +178,18 @@ final class HandleOps {
         }
         if (first != null) {
             throw first;
+        }
+    }
+
+    /** A page that just RETIRED leaves the prefix index, if it was there (pool lock): it can never be attached again. */
+    private void unpublishRetired(int slot) {
+        if (prefix.isPublished(slot)) {
+            lock.lock();
+            try {
+                prefix.unpublishLocked(slot);
+            } finally {
+                lock.unlock();
+            }
         }
     }
 

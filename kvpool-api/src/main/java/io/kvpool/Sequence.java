@@ -224,7 +224,7 @@ public final class Sequence implements AutoCloseable {
                 }
             }
         }
-        applyAppend(n, allocate);
+        applyAppend(n);
     }
 
     // ---- an append in three steps, shared with KvPool#appendEach ----
@@ -324,8 +324,9 @@ public final class Sequence implements AutoCloseable {
         pool.storage().copyPages(copyFrom, 0, copyTo, 0, 1);
     }
 
-    /** Completes an append planned by {@link #planAppend} whose {@code allocate} pages are in {@link #allocated}. */
-    void applyAppend(int n, int allocate) {
+    /** Completes an append planned by {@link #planAppend} whose {@link #stepPages} pages are in {@link #allocated}. */
+    void applyAppend(int n) {
+        final int allocate = stepPages;
         int k = 0;
         if (stepCow) {
             final long fresh = allocated[k++];
