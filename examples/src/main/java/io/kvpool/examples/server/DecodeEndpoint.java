@@ -2,11 +2,9 @@ package io.kvpool.examples.server;
 
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
-import com.sun.net.httpserver.HttpExchange;
+import io.kvpool.examples.http.HttpCall;
 
 import java.io.IOException;
-import java.io.OutputStream;
-import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.util.LinkedHashMap;
 import java.util.Map;
@@ -22,9 +20,8 @@ import java.util.concurrent.ConcurrentHashMap;
  * outcome, then — if the KV committed — the generated tokens and the result. An id already decoding here is
  * refused with 409 ({@value DuplicateRequestException#REASON}) <b>before</b> the role starts anything for it.
  *
- * <p>The stream is also how this process notices a router that went away: every heartbeat and token is
- * written and flushed, and a write that fails aborts the request here (the router's
- * {@code POST /internal/abort} usually comes first).
+ * <p>A router that closes the stream's connection aborts the request here as it happens (the HTTP front sees
+ * the close without writing); the router's {@code POST /internal/abort} usually comes too.
  */
 final class DecodeEndpoint extends RoleEndpoint {
 
@@ -59,7 +56,7 @@ final class DecodeEndpoint extends RoleEndpoint {
     }
 
     @Override
-    boolean route(HttpExchange ex, String path) throws ApiError, IOException {
+    boolean route(HttpCall ex, String path) throws ApiError, IOException {
         if (!path.equals("/internal/decode")) {
             return false;
         }
@@ -95,11 +92,11 @@ final class DecodeEndpoint extends RoleEndpoint {
         return true;
     }
 
-    private void stream(HttpExchange ex, long id, DecodeCall call, int maxNew) {
+    private void stream(HttpCall ex, long id, DecodeCall call, int maxNew) {
+        ex.onClientGone(() -> call.abort("the router closed the stream of request " + id));
+        final HttpCall out = ex;
         try {
-            ex.getResponseHeaders().set("Content-Type", "application/x-ndjson");
-            ex.sendResponseHeaders(200, 0);
-            final OutputStream out = ex.getResponseBody();
+            ex.startStream(200, "application/x-ndjson");
             DecodeCall.Admitted a;
             while ((a = call.awaitAdmission(heartbeat)) == null) {
                 event(out, Map.of("event", "waiting"));
@@ -139,7 +136,7 @@ final class DecodeEndpoint extends RoleEndpoint {
             call.abort("decode of request " + id + " failed: " + e.getMessage());
             LOG.log(System.Logger.Level.WARNING, "decode: request " + id + " failed: " + e);
             try {
-                event(ex.getResponseBody(), Map.of("event", "error", "message", String.valueOf(e.getMessage())));
+                event(out, Map.of("event", "error", "message", String.valueOf(e.getMessage())));
             } catch (IOException ignored) {
                 // the router is gone too
             }
@@ -167,9 +164,7 @@ final class DecodeEndpoint extends RoleEndpoint {
         }
     }
 
-    private void event(OutputStream out, Map<String, ?> m) throws IOException {
-        final byte[] line = (json.writeValueAsString(m) + "\n").getBytes(StandardCharsets.UTF_8);
-        out.write(line);
-        out.flush();
+    private void event(HttpCall out, Map<String, ?> m) throws IOException {
+        out.write(json.writeValueAsString(m) + "\n");
     }
 }

@@ -1,13 +1,13 @@
 package io.kvpool.examples.server;
 
 import com.fasterxml.jackson.databind.ObjectMapper;
-import com.sun.net.httpserver.HttpExchange;
+import io.kvpool.examples.http.HttpCall;
+import io.kvpool.examples.http.HttpLimits;
 
 import java.io.IOException;
-import java.io.OutputStream;
 import java.nio.charset.StandardCharsets;
 
-/** Writing responses with the JDK's HTTP server. */
+/** Answering a {@link HttpCall} with JSON and {@link ApiError}s, and the front's limits from a {@link ServerConfig}. */
 final class Http {
 
     private static final System.Logger LOG = System.getLogger("io.kvpool.examples.server");
@@ -15,35 +15,33 @@ final class Http {
     private Http() {
     }
 
-    static void sendJson(HttpExchange ex, ObjectMapper json, int status, Object body) throws IOException {
-        send(ex, status, "application/json", json.writeValueAsBytes(body));
+    /** @return the HTTP limits {@code config} asks for, with {@code maxBodyBytes} as the body limit */
+    static HttpLimits limits(ServerConfig config, long maxBodyBytes) {
+        return HttpLimits.DEFAULTS.withMaxBodyBytes(maxBodyBytes);
     }
 
-    static void send(HttpExchange ex, int status, String contentType, byte[] body) throws IOException {
-        ex.getResponseHeaders().set("Content-Type", contentType);
-        ex.sendResponseHeaders(status, body.length == 0 ? -1 : body.length);
-        if (body.length > 0) {
-            try (OutputStream out = ex.getResponseBody()) {
-                out.write(body);
-            }
-        }
+    static void sendJson(HttpCall call, ObjectMapper json, int status, Object body) throws IOException {
+        call.respond(status, "application/json", json.writeValueAsBytes(body));
     }
 
     /** Sends a JSON error (with {@code Retry-After} when it has one); a client already gone is only logged. */
-    static void sendError(HttpExchange ex, ObjectMapper json, ApiError e) {
+    static void sendError(HttpCall call, ObjectMapper json, ApiError e) {
         try {
-            if (e.retryAfterSeconds() > 0) {
-                ex.getResponseHeaders().set("Retry-After", Integer.toString(e.retryAfterSeconds()));
-            }
             if (e.status() == 401) {
-                ex.getResponseHeaders().set("WWW-Authenticate", "Bearer realm=\"kvpool-example\""); // RFC 9110 §11.6.1, RFC 6750
+                call.setHeader("WWW-Authenticate", "Bearer realm=\"kvpool-example\""); // RFC 9110 §11.6.1, RFC 6750
             }
-            if (e.status() == 413) {
-                ex.getResponseHeaders().set("Connection", "close"); // the rest of a huge body is not read
-            }
-            sendJson(ex, json, e.status(), e.body());
+            call.respondError(e.status(), e.type(), e.reason(), e.getMessage(), e.fields(), e.retryAfterSeconds());
         } catch (IOException gone) {
             LOG.log(System.Logger.Level.DEBUG, "error response not delivered: " + gone);
+        }
+    }
+
+    /** @throws ApiError 405 (with {@code Allow}) unless the request uses {@code method} */
+    static void method(HttpCall call, String method) throws ApiError {
+        if (!call.method().equals(method)) {
+            call.setHeader("Allow", method);
+            throw ApiError.of(405, "method_not_allowed", "method_not_allowed", call.method() + " " + call.path()
+                + " is not allowed; use " + method);
         }
     }
 

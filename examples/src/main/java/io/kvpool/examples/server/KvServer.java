@@ -1,9 +1,10 @@
 package io.kvpool.examples.server;
 
 import com.fasterxml.jackson.databind.ObjectMapper;
-import com.sun.net.httpserver.HttpExchange;
-import com.sun.net.httpserver.HttpServer;
 import io.kvpool.KvPool;
+import io.kvpool.examples.http.HttpCall;
+import io.kvpool.examples.http.HttpFront;
+import io.kvpool.examples.http.HttpHandler;
 import io.kvpool.examples.ui.LivePage;
 import io.kvpool.examples.ui.LiveState;
 
@@ -18,7 +19,7 @@ import java.util.Objects;
 import java.util.concurrent.CountDownLatch;
 
 /**
- * The example server: an HTTP front ({@link HttpServer}, the JDK's own, one virtual thread per request)
+ * The example server: an HTTP front ({@link HttpFront}: Netty, one virtual thread per request)
  * over a {@link Router} and two roles — by default {@link InJvmRoles}: prefill and decode in this JVM,
  * each with its own pool and transfer engine, KV moving between them through the transfer protocol; with
  * {@code --role router}, {@link RemoteRoles}: the roles are processes of their own ({@link RoleServer}), and
@@ -56,11 +57,17 @@ public final class KvServer implements AutoCloseable {
         this.config = config;
         this.roles = roles;
         this.router = new Router(config, roles.prefill(), roles.decode());
-        this.http = HttpFront.start(config.host(), config.port(), h -> {
-            h.createContext(CompletionsHandler.PATH, new CompletionsHandler(router, json, config.maxBodyBytes(), config.heartbeat()));
-            h.createContext("/v1/", this::notFound);
-            h.createContext("/metrics", this::metrics);
-            LivePage.mount(h, this::liveState); // GET / and /api/state
+        final HttpHandler completions = new CompletionsHandler(router, json);
+        final HttpHandler page = LivePage.handler(this::liveState); // GET /, /index.html and /api/state; 404 elsewhere
+        this.http = HttpFront.start(config.host(), config.port(), Http.limits(config, config.maxBodyBytes()), call -> {
+            final String path = call.path();
+            if (path.equals("/v1") || path.startsWith("/v1/")) {
+                completions.handle(call); // 404 for any other /v1 path, in the API's error shape
+            } else if (path.equals("/metrics")) {
+                metrics(call);
+            } else {
+                page.handle(call);
+            }
         });
     }
 
@@ -208,26 +215,14 @@ public final class KvServer implements AutoCloseable {
         closedLatch.await();
     }
 
-    private void metrics(HttpExchange ex) throws IOException {
-        try (ex) {
-            if (!ex.getRequestURI().getPath().equals("/metrics")) {
-                notFound(ex);
-                return;
-            }
-            if (!ex.getRequestMethod().equals("GET")) {
-                ex.getResponseHeaders().set("Allow", "GET");
-                Http.sendError(ex, json, ApiError.of(405, "method_not_allowed", "method_not_allowed",
-                    ex.getRequestMethod() + " /metrics is not allowed; use GET"));
-                return;
-            }
-            Http.send(ex, 200, "text/plain; version=0.0.4; charset=utf-8", Http.utf8(metricsText()));
+    private void metrics(HttpCall call) throws IOException {
+        try {
+            Http.method(call, "GET");
+        } catch (ApiError e) {
+            Http.sendError(call, json, e);
+            return;
         }
-    }
-
-    private void notFound(HttpExchange ex) {
-        try (ex) {
-            Http.sendError(ex, json, ApiError.of(404, "not_found", "no_such_path", "no endpoint at " + ex.getRequestURI().getPath()));
-        }
+        call.respond(200, "text/plain; version=0.0.4; charset=utf-8", Http.utf8(metricsText()));
     }
 
     /**
@@ -250,9 +245,9 @@ public final class KvServer implements AutoCloseable {
             } catch (InterruptedException e) {
                 Thread.currentThread().interrupt();
             }
-            http.stopListening(1); // the exchanges of those requests write their errors (the router's count ended before)
+            http.stopListening(Duration.ofSeconds(1)); // the calls of those requests write their errors (the router's count ended before)
             roles.close();
-            http.stopThreads();
+            http.close();
         } finally {
             closedLatch.countDown();
         }

@@ -2,7 +2,7 @@ package io.kvpool.examples.server;
 
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
-import com.sun.net.httpserver.HttpExchange;
+import io.kvpool.examples.http.HttpCall;
 
 import java.io.IOException;
 import java.util.LinkedHashMap;
@@ -44,7 +44,7 @@ final class PrefillEndpoint extends RoleEndpoint {
     }
 
     @Override
-    boolean route(HttpExchange ex, String path) throws ApiError, IOException {
+    boolean route(HttpCall ex, String path) throws ApiError, IOException {
         if (path.equals("/internal/prefill")) {
             method(ex, "POST");
             final JsonNode b = body(ex);

@@ -2,11 +2,10 @@ package io.kvpool.examples.server;
 
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
-import com.sun.net.httpserver.HttpExchange;
-import com.sun.net.httpserver.HttpHandler;
+import io.kvpool.examples.http.HttpCall;
+import io.kvpool.examples.http.HttpHandler;
 
 import java.io.IOException;
-import java.io.InputStream;
 import java.util.List;
 import java.util.Objects;
 import java.util.function.BooleanSupplier;
@@ -35,7 +34,8 @@ import java.util.function.Supplier;
 abstract class RoleEndpoint implements HttpHandler {
 
     private static final System.Logger LOG = System.getLogger("io.kvpool.examples.server");
-    private static final int MAX_BODY = 4 << 20;
+    /** Largest internal request body (the front answers 413 beyond it). */
+    static final int MAX_BODY = 4 << 20;
 
     protected final ObjectMapper json;
     private final String role;
@@ -80,12 +80,12 @@ abstract class RoleEndpoint implements HttpHandler {
      *
      * @return whether the path is one of the role's
      */
-    abstract boolean route(HttpExchange ex, String path) throws ApiError, IOException;
+    abstract boolean route(HttpCall ex, String path) throws ApiError, IOException;
 
     @Override
-    public final void handle(HttpExchange ex) {
-        try { // not try-with-resources: the catch blocks below still answer on the exchange
-            final String path = ex.getRequestURI().getPath();
+    public final void handle(HttpCall ex) {
+        try {
+            final String path = ex.path();
             switch (path) {
                 case "/internal/status" -> {
                     method(ex, "GET");
@@ -96,7 +96,7 @@ abstract class RoleEndpoint implements HttpHandler {
                 }
                 case "/metrics" -> {
                     method(ex, "GET");
-                    Http.send(ex, 200, "text/plain; version=0.0.4; charset=utf-8",
+                    ex.respond(200, "text/plain; version=0.0.4; charset=utf-8",
                         Http.utf8(PrometheusText.renderRoles(List.of(readouts.status().get()), config)));
                 }
                 case "/internal/accounting" -> {
@@ -113,7 +113,7 @@ abstract class RoleEndpoint implements HttpHandler {
                     method(ex, "POST");
                     final JsonNode b = body(ex);
                     abort(requestId(b), b.path("why").asText("the router aborted it"));
-                    Http.send(ex, 204, "application/json", new byte[0]);
+                    ex.respond(204, "application/json", new byte[0]);
                 }
                 default -> {
                     if (!path.startsWith("/internal/") || !route(ex, path)) {
@@ -131,29 +131,17 @@ abstract class RoleEndpoint implements HttpHandler {
         } catch (RuntimeException e) {
             LOG.log(System.Logger.Level.ERROR, role + ": internal request failed", e);
             Http.sendError(ex, json, ApiError.of(500, "server_error", "internal_error", role + ": " + e));
-        } finally {
-            ex.close();
         }
     }
 
     /** @throws ApiError 405 unless the request uses {@code method} */
-    static void method(HttpExchange ex, String method) throws ApiError {
-        if (!ex.getRequestMethod().equals(method)) {
-            ex.getResponseHeaders().set("Allow", method);
-            throw ApiError.of(405, "method_not_allowed", "method_not_allowed", ex.getRequestMethod() + " "
-                + ex.getRequestURI().getPath() + " is not allowed; use " + method);
-        }
+    static void method(HttpCall ex, String method) throws ApiError {
+        Http.method(ex, method);
     }
 
     /** @return the request body as JSON. @throws IllegalArgumentException if it is not a JSON object */
-    JsonNode body(HttpExchange ex) throws IOException {
-        final byte[] b;
-        try (InputStream in = ex.getRequestBody()) {
-            b = in.readNBytes(MAX_BODY + 1);
-        }
-        if (b.length > MAX_BODY) {
-            throw new IllegalArgumentException("internal request body exceeds " + MAX_BODY + " bytes");
-        }
+    JsonNode body(HttpCall ex) {
+        final byte[] b = ex.body(); // within MAX_BODY: the front refused a larger one with 413
         final JsonNode n;
         try {
             n = json.readTree(b);

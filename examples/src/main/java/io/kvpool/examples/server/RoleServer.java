@@ -1,6 +1,7 @@
 package io.kvpool.examples.server;
 
 import com.fasterxml.jackson.databind.ObjectMapper;
+import io.kvpool.examples.http.HttpFront;
 
 import java.io.IOException;
 import java.io.UncheckedIOException;
@@ -40,7 +41,7 @@ public final class RoleServer implements AutoCloseable {
         this.config = config;
         this.role = role;
         this.kvLink = kvLink;
-        this.http = HttpFront.start(config.host(), config.port(), h -> h.createContext("/", endpoint));
+        this.http = HttpFront.start(config.host(), config.port(), Http.limits(config, RoleEndpoint.MAX_BODY), endpoint);
     }
 
     /**
@@ -154,13 +155,13 @@ public final class RoleServer implements AutoCloseable {
             closed = true;
         }
         try {
-            http.stopListening();
+            http.stopListening(java.time.Duration.ZERO);
             try {
                 role.close();
             } catch (Exception e) {
                 System.getLogger("io.kvpool.examples.server").log(System.Logger.Level.WARNING, "closing the role failed: " + e);
             }
-            http.stopThreads();
+            http.close();
         } finally {
             closedLatch.countDown();
         }

@@ -19,8 +19,11 @@ import java.util.concurrent.atomic.AtomicLong;
  * <pre>
  *   tokenize ─ context check (400) ─ prefill.prefill (typed refusal) ─ decode.start ─ admission (typed refusal)
  *     ─ sink.admitted() ─ wait for the transfer (sink.heartbeat() while waiting) ─ sink.committed() ─ generate (sink.token())
- *   any IOException from the sink = the client is gone → decode.abort + prefill.abort → {@link ClientGone}
+ *   any IOException from the sink, or the sink's client gone = the client is gone → decode.abort + prefill.abort → {@link ClientGone}
  * </pre>
+ * A client's close is seen as it happens ({@link Sink#onClientGone}): decode's call is aborted at once, which ends
+ * whichever wait the request is in; the router then finds {@link Sink#clientGone} and ends the request as the
+ * client's abort.
  * Thread-safe: one call per request thread.
  */
 final class Router implements AutoCloseable {
@@ -43,6 +46,15 @@ final class Router implements AutoCloseable {
 
         /** One generated token. */
         void token(String text) throws IOException;
+
+        /** @return whether the client is known to be gone (seen without writing); any thread */
+        default boolean clientGone() {
+            return false;
+        }
+
+        /** Runs {@code action} once, on a thread of its own, when the client goes away (at once if it is gone). */
+        default void onClientGone(Runnable action) {
+        }
     }
 
     /** The client went away; both roles were told to abort the request. */
@@ -170,6 +182,7 @@ final class Router implements AutoCloseable {
                 done = true; // nothing was offered
                 throw reject(refused);
             }
+            throwIfGone(sink);
             try {
                 call = decode.start(id, tenant, tokens.size(), req.maxTokens());
             } catch (RoleRefusedException e) {
@@ -178,16 +191,20 @@ final class Router implements AutoCloseable {
                 throw unavailable(e instanceof RoleLostException ? e.getMessage() : "decode role: " + e.getMessage());
             }
             inFlight.put(id, call);
+            final DecodeCall started = call;
+            sink.onClientGone(() -> started.abort("the client of request " + id + " closed its connection"));
             if (closed) { // close() ran while this request was still with prefill: its sweep of inFlight missed us
                 throw serverClosing(id);
             }
             final long deadline = System.nanoTime() + config.requestTimeout().toNanos();
             DecodeCall.Admitted admitted;
             while ((admitted = call.awaitAdmission(slice(deadline))) == null) {
+                throwIfGone(sink);
                 if (System.nanoTime() - deadline >= 0) {
                     throw timeout(id, "decode admission");
                 }
             }
+            throwIfGone(sink);
             if (!admitted.admitted()) {
                 if (closed) { // refused because close() aborted it: the server's shutdown, not decode's pool
                     throw serverClosing(id);
@@ -197,11 +214,13 @@ final class Router implements AutoCloseable {
             sink.admitted(id);
             DecodeCall.TransferOutcome outcome;
             while ((outcome = call.awaitTransfer(slice(deadline))) == null) {
+                throwIfGone(sink);
                 if (System.nanoTime() - deadline >= 0) {
                     throw timeout(id, "KV transfer");
                 }
                 sink.heartbeat();
             }
+            throwIfGone(sink);
             if (!outcome.committed()) {
                 if (closed) { // the transfer was aborted by the server's own close, not by a fault
                     throw serverClosing(id);
@@ -272,7 +291,7 @@ final class Router implements AutoCloseable {
 
     /**
      * Generates on a thread of its own while this one writes the tokens to the client, so that a client that
-     * stops reading holds no decode pages: its write blocks (the JDK server has no write timeout) but generation
+     * stops reading holds no decode pages: its write waits (up to the front's stall timeout) but generation
      * runs to its end and frees the sequence; the tokens wait here. A client that is gone (a write failed), or
      * this thread interrupted, stops generation at its next token.
      */
@@ -310,6 +329,7 @@ final class Router implements AutoCloseable {
         try {
             return result.join();
         } catch (java.util.concurrent.CompletionException e) {
+            throwIfGone(sink); // generation stopped because the client's close aborted the call
             switch (e.getCause()) {
                 case IOException io -> throw io;
                 case InterruptedException ie -> throw ie;
@@ -317,6 +337,13 @@ final class Router implements AutoCloseable {
                 case Error err -> throw err;
                 default -> throw new IllegalStateException(e.getCause());
             }
+        }
+    }
+
+    /** @throws IOException if the sink's client is gone */
+    private static void throwIfGone(Sink sink) throws IOException {
+        if (sink.clientGone()) {
+            throw new IOException("the client closed the connection");
         }
     }
 

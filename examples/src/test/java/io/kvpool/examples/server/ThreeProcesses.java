@@ -73,6 +73,10 @@ final class ThreeProcesses implements AutoCloseable {
     RoleChild restartPrefill(Duration startWait) throws Exception {
         prefill = RoleChild.start(main, dir, "prefill", prefillArgs);
         prefill.awaitStarted(startWait);
+        // the router's probe still holds the old process's "unreachable" until it reads the new one: a request
+        // before that is answered 503 at once, as designed (RoleHealth), unless its 100 ms re-check wins
+        Await.until(() -> SeparateRolesTest.call(() -> router.roles().prefill().unavailable() == null), startWait,
+            () -> "the router to see the restarted prefill: " + prefill.log());
         return prefill;
     }
 

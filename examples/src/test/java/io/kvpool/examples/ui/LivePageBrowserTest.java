@@ -2,7 +2,8 @@ package io.kvpool.examples.ui;
 
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
-import com.sun.net.httpserver.HttpServer;
+import io.kvpool.examples.http.HttpFront;
+import io.kvpool.examples.http.HttpLimits;
 import io.kvpool.Sequence;
 import io.kvpool.SlotState;
 import org.junit.jupiter.api.AfterAll;
@@ -52,7 +53,7 @@ class LivePageBrowserTest {
     private PoolScene prefill;
     private PoolScene decode;
     private final Map<String, AtomicLong> counters = new LinkedHashMap<>();
-    private HttpServer server;
+    private HttpFront server;
     private int port;
     private String testName;
     private int[] setupSlots; // prefill: 5 pages, the last two receiving
@@ -86,25 +87,22 @@ class LivePageBrowserTest {
         counters.get("requests").set(2);
         counters.get("transfers").set(1);
         server = startServer(0);
-        port = server.getAddress().getPort();
+        port = server.port();
     }
 
-    private HttpServer startServer(int port) throws IOException {
-        final HttpServer s = HttpServer.create(new InetSocketAddress(InetAddress.getLoopbackAddress(), port), 0);
-        LivePage.mount(s, () -> {
+    private HttpFront startServer(int port) throws IOException {
+        return HttpFront.start("127.0.0.1", port, HttpLimits.DEFAULTS, LivePage.handler(() -> {
             final Map<String, Long> c = new LinkedHashMap<>();
             counters.forEach((k, v) -> c.put(k, v.get()));
             return new LiveState(List.of(PoolView.of("prefill", prefill.pool),
                 PoolView.of("decode", decode.pool).withHolders(decodeHolders.snapshot())), c);
-        });
-        s.start();
-        return s;
+        }));
     }
 
     @AfterEach
     void stopServer() {
         if (server != null) {
-            server.stop(0);
+            server.close();
         }
         try {
             if (browser != null) {
@@ -200,7 +198,7 @@ class LivePageBrowserTest {
         scenario(() -> {
             load();
             await("live", this::matchesThePools);
-            server.stop(0);
+            server.close();
             server = null;
             final Reading down = await("disconnected", r -> "disconnected".equals(r.status));
             assertTrue(down.statusText.startsWith("disconnected: server unreachable"), down.statusText);

@@ -1,14 +1,13 @@
 package io.kvpool.examples.ui;
 
-import com.sun.net.httpserver.HttpServer;
+import io.kvpool.examples.http.HttpFront;
+import io.kvpool.examples.http.HttpLimits;
 import io.kvpool.SlotState;
 import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
 
 import java.io.IOException;
-import java.net.InetAddress;
-import java.net.InetSocketAddress;
 import java.net.URI;
 import java.net.http.HttpClient;
 import java.net.http.HttpRequest;
@@ -31,14 +30,14 @@ import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
-/** {@link LivePage}'s routes over real HTTP (the JDK server and client), without a browser. */
+/** {@link LivePage}'s routes over real HTTP (the example's HTTP front and the JDK client), without a browser. */
 class LivePageHttpTest {
     private final HttpClient client = HttpClient.newBuilder().connectTimeout(Duration.ofSeconds(10)).build();
     private final AtomicInteger calls = new AtomicInteger();
     private final AtomicReference<Supplier<LiveState>> source = new AtomicReference<>();
     private PoolScene prefill;
     private PoolScene decode;
-    private HttpServer server;
+    private HttpFront server;
     private String base;
 
     @BeforeEach
@@ -47,19 +46,17 @@ class LivePageHttpTest {
         decode = new PoolScene(12);
         source.set(() -> new LiveState(List.of(PoolView.of("prefill", prefill.pool), PoolView.of("decode", decode.pool)),
             Map.of("requests", 3L)));
-        server = HttpServer.create(new InetSocketAddress(InetAddress.getLoopbackAddress(), 0), 0);
-        LivePage.mount(server, () -> {
+        server = HttpFront.start("127.0.0.1", 0, HttpLimits.DEFAULTS, LivePage.handler(() -> {
             calls.incrementAndGet();
             return source.get().get();
-        });
-        server.start();
-        base = "http://127.0.0.1:" + server.getAddress().getPort();
+        }));
+        base = "http://127.0.0.1:" + server.port();
     }
 
     @AfterEach
     void stop() {
         if (server != null) {
-            server.stop(0);
+            server.close();
         }
         prefill.close();
         decode.close();
@@ -118,7 +115,8 @@ class LivePageHttpTest {
                     .method(method, HttpRequest.BodyPublishers.ofString("{\"x\":1}")));
                 assertEquals(405, r.statusCode(), method + " " + path);
                 assertEquals("GET, HEAD", r.headers().firstValue("Allow").orElseThrow(), method + " " + path);
-                assertEquals("{\"error\":\"method not allowed\",\"method\":\"" + method + "\"}", text(r));
+                assertEquals("{\"error\":{\"type\":\"method_not_allowed\",\"reason\":\"method_not_allowed\",\"message\":\""
+                    + method + " " + path + " is not allowed; use GET, HEAD\"}}", text(r));
             }
         }
         assertEquals(0, calls.get(), "a refused request does not read the pools");
@@ -130,7 +128,7 @@ class LivePageHttpTest {
             final HttpResponse<byte[]> r = get(path);
             assertEquals(404, r.statusCode(), path);
             assertEquals("application/json", r.headers().firstValue("Content-Type").orElseThrow());
-            assertTrue(text(r).startsWith("{\"error\":\"not found\",\"path\":"), text(r));
+            assertTrue(text(r).startsWith("{\"error\":{\"type\":\"not_found\",\"reason\":\"no_such_path\",\"message\":\"no endpoint at "), text(r));
         }
         assertEquals(0, calls.get());
     }
@@ -144,21 +142,10 @@ class LivePageHttpTest {
         final HttpResponse<byte[]> r = get("/api/state");
         assertEquals(500, r.statusCode());
         assertEquals("no-store", r.headers().firstValue("Cache-Control").orElseThrow());
-        assertEquals("{\"error\":\"state unavailable\",\"message\":\"java.lang.IllegalStateException: decode role unreachable\"}", text(r));
+        assertEquals("{\"error\":{\"type\":\"server_error\",\"reason\":\"state_unavailable\",\"message\":"
+            + "\"state unavailable: java.lang.IllegalStateException: decode role unreachable\"}}", text(r));
         source.set(good);
         assertEquals(200, get("/api/state").statusCode());
-    }
-
-    @Test
-    void theServersOwnContextsWinForTheirPaths_andMountingTwiceIsRefused() throws Exception {
-        server.createContext("/metrics", ex -> {
-            ex.sendResponseHeaders(200, 1);
-            ex.getResponseBody().write('m');
-            ex.close();
-        });
-        assertEquals("m", text(get("/metrics")));
-        assertEquals(200, get("/").statusCode());
-        assertThrows(IllegalArgumentException.class, () -> LivePage.mount(server, source.get()));
     }
 
     @Test
@@ -199,9 +186,9 @@ class LivePageHttpTest {
     }
 
     @Test
-    void aHugeBodyIsReadOnlyUpToTheDrainLimitBeforeTheAnswer() throws Exception {
-        // declared 64 MiB, of which 1 MiB is sent: an unbounded drain would wait for the rest and never answer
-        try (java.net.Socket s = new java.net.Socket(InetAddress.getLoopbackAddress(), server.getAddress().getPort())) {
+    void aHugeBodyIsAnswered413BeforeItIsRead() throws Exception {
+        // declared 64 MiB, of which 1 MiB is sent: the front refuses it by its Content-Length, before reading it
+        try (java.net.Socket s = new java.net.Socket(java.net.InetAddress.getLoopbackAddress(), server.port())) {
             s.setSoTimeout(5_000);
             final Thread writer = Thread.ofVirtual().start(() -> {
                 try {
@@ -218,7 +205,7 @@ class LivePageHttpTest {
                 }
             });
             final String head = new String(s.getInputStream().readNBytes(12), StandardCharsets.US_ASCII);
-            assertEquals("HTTP/1.1 405", head, "the answer came while most of the body was still unread");
+            assertEquals("HTTP/1.1 413", head, "the answer came while most of the body was still unread");
             writer.join(5_000);
         }
     }

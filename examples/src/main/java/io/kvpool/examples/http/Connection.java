@@ -1,0 +1,430 @@
+package io.kvpool.examples.http;
+
+import io.netty.buffer.ByteBuf;
+import io.netty.buffer.Unpooled;
+import io.netty.channel.Channel;
+import io.netty.channel.ChannelFuture;
+import io.netty.channel.ChannelFutureListener;
+import io.netty.channel.ChannelHandlerContext;
+import io.netty.channel.ChannelInboundHandlerAdapter;
+import io.netty.handler.codec.DecoderResult;
+import io.netty.handler.codec.http.DefaultFullHttpResponse;
+import io.netty.handler.codec.http.FullHttpResponse;
+import io.netty.handler.codec.http.HttpContent;
+import io.netty.handler.codec.http.HttpHeaderNames;
+import io.netty.handler.codec.http.HttpHeaderValues;
+import io.netty.handler.codec.http.HttpRequest;
+import io.netty.handler.codec.http.HttpResponseStatus;
+import io.netty.handler.codec.http.HttpUtil;
+import io.netty.handler.codec.http.HttpVersion;
+import io.netty.handler.codec.http.LastHttpContent;
+import io.netty.handler.codec.http.TooLongHttpHeaderException;
+import io.netty.handler.codec.http.TooLongHttpLineException;
+import io.netty.util.ReferenceCountUtil;
+import io.netty.util.concurrent.ScheduledFuture;
+
+import java.util.ArrayDeque;
+import java.util.Arrays;
+import java.util.LinkedHashMap;
+import java.util.Map;
+import java.util.concurrent.Executor;
+import java.util.concurrent.TimeUnit;
+
+/**
+ * One client connection: reads requests whole, hands them to the handler one at a time, and enforces the
+ * {@link HttpLimits}. Everything here runs on the connection's event loop, except {@link #answered} (any thread).
+ *
+ * <pre>
+ *   reading:  NONE ──first byte──▶ HEAD ──head decoded──▶ BODY ──last content──▶ NONE   (the call is queued)
+ *                                    │ over a limit, malformed, too slow             │ body over the limit
+ *                                    ▼                                               ▼
+ *                                 REFUSED (error sent, then close)             DISCARD (413 sent; body read and
+ *                                                                                  dropped, then close)
+ *   busy:     a call is with the handler; the next queued call starts when its answer is on the wire.
+ *   timers:   none while busy; HEAD: the head's deadline (408); BODY: idle between reads (408);
+ *             NONE: idle between requests (close, nothing to answer).
+ * </pre>
+ * A close from either side marks the call in progress gone ({@link HttpCall#markGone}) at once: the handler
+ * learns it without writing.
+ */
+final class Connection {
+
+    private static final System.Logger LOG = System.getLogger("io.kvpool.examples.http");
+
+    /** Most bytes of a refused body read and dropped before the close, so the client reads its 413 instead of a reset. */
+    static final long DRAIN_LIMIT = 64L << 20;
+    /** How long a refused body is drained at most. */
+    private static final long DRAIN_NANOS = TimeUnit.SECONDS.toNanos(2);
+    /** Most requests a client may pipeline behind the one in progress. */
+    static final int MAX_QUEUED = 16;
+
+    private enum Reading { NONE, HEAD, BODY, REFUSED, DISCARD }
+
+    private final HttpFront front;
+    private final Channel channel;
+    private final HttpLimits limits;
+    private final Executor executor;
+    private final ArrayDeque<HttpCall> queued = new ArrayDeque<>();
+
+    private Reading reading = Reading.NONE;
+    private HttpCall current;
+    private ScheduledFuture<?> timer;
+    private long headDeadline;      // 0: not started (a head that began while busy gets its deadline when the call ends)
+    private long lastActivity;
+    private boolean closed;
+
+    private HttpRequest head;
+    private byte[] body;
+    private int bodyLength;
+    private long drained;
+    private boolean refusalOnWire;
+    private boolean drainDone;
+
+    Connection(HttpFront front, Channel channel, HttpLimits limits, Executor executor) {
+        this.front = front;
+        this.channel = channel;
+        this.limits = limits;
+        this.executor = executor;
+        this.lastActivity = System.nanoTime();
+        rearm();
+    }
+
+    /** Before the HTTP codec: notes when a request's first byte arrives. */
+    final class Wire extends ChannelInboundHandlerAdapter {
+        @Override
+        public void channelRead(ChannelHandlerContext ctx, Object msg) {
+            lastActivity = System.nanoTime();
+            if (reading == Reading.NONE && msg instanceof ByteBuf b && b.isReadable()) {
+                reading = Reading.HEAD;
+                headDeadline = current == null ? lastActivity + limits.headerTimeout().toNanos() : 0;
+                rearm();
+            }
+            if (reading == Reading.DISCARD && msg instanceof ByteBuf b) {
+                drained += b.readableBytes(); // counted before the codec: its chunks may be held back
+            }
+            ctx.fireChannelRead(msg);
+        }
+    }
+
+    /** After the HTTP codec: requests, the close, writability. */
+    final class Messages extends ChannelInboundHandlerAdapter {
+        @Override
+        public void channelRead(ChannelHandlerContext ctx, Object msg) {
+            try {
+                if (msg instanceof HttpRequest r) {
+                    onHead(r);
+                }
+                if (msg instanceof HttpContent c) {
+                    onContent(c);
+                }
+            } finally {
+                ReferenceCountUtil.release(msg);
+            }
+        }
+
+        @Override
+        public void channelInactive(ChannelHandlerContext ctx) {
+            closed = true;
+            cancelTimer();
+            if (current != null) {
+                current.markGone();
+            }
+            queued.clear();
+            ctx.fireChannelInactive();
+        }
+
+        @Override
+        public void channelWritabilityChanged(ChannelHandlerContext ctx) {
+            if (current != null) {
+                current.writabilityChanged();
+            }
+            ctx.fireChannelWritabilityChanged();
+        }
+
+        @Override
+        public void exceptionCaught(ChannelHandlerContext ctx, Throwable cause) {
+            LOG.log(System.Logger.Level.DEBUG, "connection " + channel.remoteAddress() + " failed: " + cause);
+            ctx.close();
+        }
+    }
+
+    private void onHead(HttpRequest r) {
+        if (reading == Reading.REFUSED || reading == Reading.DISCARD) {
+            return;
+        }
+        final DecoderResult result = r.decoderResult();
+        if (result.isFailure()) {
+            final Throwable cause = result.cause();
+            if (cause instanceof TooLongHttpHeaderException) {
+                refuse(431, "invalid_request_error", "header_too_large", "request header fields exceed "
+                    + limits.maxHeaderBytes() + " bytes", Map.of("max_header_bytes", limits.maxHeaderBytes()));
+            } else if (cause instanceof TooLongHttpLineException) {
+                refuse(414, "invalid_request_error", "request_line_too_long", "request line exceeds "
+                    + HttpLimits.MAX_REQUEST_LINE_BYTES + " bytes", Map.of("max_request_line_bytes", HttpLimits.MAX_REQUEST_LINE_BYTES));
+            } else {
+                refuse(400, "invalid_request_error", "malformed_http", "malformed HTTP request: " + cause.getMessage(), Map.of());
+            }
+            return;
+        }
+        if (r.protocolVersion().majorVersion() != 1) {
+            refuse(505, "invalid_request_error", "http_version_not_supported", "HTTP version " + r.protocolVersion()
+                + " is not supported; use HTTP/1.1", Map.of());
+            return;
+        }
+        final long declared;
+        try {
+            declared = HttpUtil.getContentLength(r, -1L);
+        } catch (NumberFormatException e) {
+            refuse(400, "invalid_request_error", "bad_content_length", "Content-Length is not a number: "
+                + r.headers().get(HttpHeaderNames.CONTENT_LENGTH), Map.of());
+            return;
+        }
+        head = r;
+        headDeadline = 0;
+        if (declared > limits.maxBodyBytes()) {
+            tooLarge(declared);
+            return;
+        }
+        reading = Reading.BODY;
+        body = new byte[(int) Math.max(0, Math.min(declared, 1 << 16))];
+        bodyLength = 0;
+        if (HttpUtil.is100ContinueExpected(r) && current == null) {
+            channel.writeAndFlush(new DefaultFullHttpResponse(HttpVersion.HTTP_1_1, HttpResponseStatus.CONTINUE));
+        }
+        rearm();
+    }
+
+    private void onContent(HttpContent c) {
+        if (reading == Reading.DISCARD) {
+            if (c instanceof LastHttpContent || drained > DRAIN_LIMIT) {
+                drainDone = true;
+                closeWhenDrained();
+            }
+            return;
+        }
+        if (reading != Reading.BODY) {
+            return;
+        }
+        if (c.decoderResult().isFailure()) {
+            refuse(400, "invalid_request_error", "malformed_body", "malformed request body: " + c.decoderResult().cause().getMessage(), Map.of());
+            return;
+        }
+        final ByteBuf b = c.content();
+        final int n = b.readableBytes();
+        if ((long) bodyLength + n > limits.maxBodyBytes()) {
+            tooLarge(-1);
+            return;
+        }
+        if (bodyLength + n > body.length) {
+            body = Arrays.copyOf(body, (int) Math.min(limits.maxBodyBytes(), Math.max((long) body.length * 2, bodyLength + n)));
+        }
+        b.readBytes(body, bodyLength, n);
+        bodyLength += n;
+        if (c instanceof LastHttpContent) {
+            final HttpCall call = new HttpCall(this, channel, head.method().name(), head.uri(), head.headers(),
+                bodyLength == body.length ? body : Arrays.copyOf(body, bodyLength), HttpUtil.isKeepAlive(head),
+                limits.stallTimeout().toNanos(), executor);
+            head = null;
+            body = null;
+            reading = Reading.NONE;
+            if (queued.size() >= MAX_QUEUED) {
+                LOG.log(System.Logger.Level.DEBUG, "connection " + channel.remoteAddress() + " pipelined more than " + MAX_QUEUED + " requests; closed");
+                channel.close();
+                return;
+            }
+            queued.add(call);
+            next();
+        }
+    }
+
+    /** Starts the next queued call unless one is with the handler. */
+    private void next() {
+        if (current != null || closed) {
+            rearm();
+            return;
+        }
+        final HttpCall call = queued.poll();
+        if (call == null) {
+            rearm();
+            return;
+        }
+        current = call;
+        cancelTimer();
+        front.callStarted();
+        executor.execute(() -> {
+            Throwable failure = null;
+            try {
+                front.handler().handle(call);
+            } catch (Throwable e) {
+                failure = e;
+                if (!(e instanceof java.io.IOException) || !call.clientGone()) {
+                    LOG.log(System.Logger.Level.ERROR, call.method() + " " + call.path() + " failed", e);
+                }
+            } finally {
+                call.finish(failure);
+            }
+        });
+    }
+
+    /** The answer of {@code call} is on the wire (or failed): the next request may start. Any thread. */
+    void answered(HttpCall call) {
+        if (!channel.eventLoop().inEventLoop()) {
+            channel.eventLoop().execute(() -> answered(call));
+            return;
+        }
+        if (current != call) {
+            return; // already done
+        }
+        current = null;
+        front.callEnded();
+        lastActivity = System.nanoTime();
+        if (!call.keepAlive() || !front.accepting()) {
+            channel.close();
+            return;
+        }
+        if (reading == Reading.HEAD && headDeadline == 0) {
+            headDeadline = lastActivity + limits.headerTimeout().toNanos(); // the head began while the call ran
+        }
+        next();
+    }
+
+    /** Closes the connection if {@code f} (an answer's last write) is not on the wire within the stall timeout. */
+    void armStall(ChannelFuture f) {
+        final ScheduledFuture<?> stall = channel.eventLoop().schedule(() -> {
+            if (!f.isDone()) {
+                LOG.log(System.Logger.Level.DEBUG, "connection " + channel.remoteAddress() + ": answer not read within the stall timeout; closed");
+                channel.close();
+            }
+        }, limits.stallTimeout().toNanos(), TimeUnit.NANOSECONDS);
+        f.addListener(done -> stall.cancel(false));
+    }
+
+    /** Closes the connection between requests (nothing in progress, nothing queued); the front's graceful stop. */
+    void closeIfIdle() {
+        if (current == null && queued.isEmpty()) {
+            channel.close();
+        }
+    }
+
+    /** @return whether a call is with the handler */
+    boolean busy() {
+        return current != null;
+    }
+
+    private void tooLarge(long declared) {
+        final Map<String, Object> f = new LinkedHashMap<>();
+        f.put("max_body_bytes", limits.maxBodyBytes());
+        if (declared >= 0) {
+            f.put("content_length", declared);
+        }
+        drainDone = false;
+        send(413, "request_too_large", "body_too_large", "request body " + (declared >= 0 ? "of " + declared + " bytes " : "")
+            + "exceeds the limit of " + limits.maxBodyBytes() + " bytes", f);
+        reading = Reading.DISCARD;
+        drained = 0;
+        // the client is still sending: read and drop up to DRAIN_LIMIT (or 2 s) so that it reads the 413, not a reset
+        timer = channel.eventLoop().schedule(() -> {
+            drainDone = true;
+            closeWhenDrained();
+        }, DRAIN_NANOS, TimeUnit.NANOSECONDS);
+    }
+
+    private void closeWhenDrained() {
+        if (drainDone && refusalOnWire) {
+            channel.close();
+        }
+    }
+
+    /** Answers an error the front found itself and closes the connection once it is on the wire. */
+    private void refuse(int status, String type, String reason, String message, Map<String, ?> fields) {
+        drainDone = true; // nothing to drain: close as soon as the answer is on the wire
+        send(status, type, reason, message, fields);
+        reading = Reading.REFUSED;
+    }
+
+    private void send(int status, String type, String reason, String message, Map<String, ?> fields) {
+        cancelTimer();
+        queued.clear();
+        head = null;
+        body = null;
+        if (current != null) { // an answer is being written: an error now would land inside it
+            LOG.log(System.Logger.Level.DEBUG, "connection " + channel.remoteAddress() + ": " + message + " (pipelined); closed");
+            channel.close();
+            return;
+        }
+        final FullHttpResponse r = new DefaultFullHttpResponse(HttpVersion.HTTP_1_1, HttpResponseStatus.valueOf(status),
+            Unpooled.wrappedBuffer(ErrorBodies.of(type, reason, message, fields)));
+        r.headers().set(HttpHeaderNames.CONTENT_TYPE, "application/json");
+        r.headers().setInt(HttpHeaderNames.CONTENT_LENGTH, r.content().readableBytes());
+        r.headers().set(HttpHeaderNames.CONNECTION, HttpHeaderValues.CLOSE);
+        front.refused(status);
+        final ChannelFuture f = channel.writeAndFlush(r);
+        armStall(f);
+        f.addListener((ChannelFutureListener) done -> {
+            refusalOnWire = true;
+            closeWhenDrained();
+        });
+    }
+
+    /** Sets the one timer that applies now (see the class comment). */
+    private void rearm() {
+        if (reading == Reading.REFUSED || reading == Reading.DISCARD) {
+            return; // the refusal's own close (and the drain's timer) apply
+        }
+        cancelTimer();
+        if (closed || current != null) {
+            return;
+        }
+        final long now = System.nanoTime();
+        final long delay;
+        switch (reading) {
+            case NONE, BODY -> delay = lastActivity + limits.idleTimeout().toNanos() - now;
+            case HEAD -> {
+                if (headDeadline == 0) {
+                    headDeadline = now + limits.headerTimeout().toNanos();
+                }
+                delay = headDeadline - now;
+            }
+            default -> {
+                return;
+            }
+        }
+        timer = channel.eventLoop().schedule(this::expired, Math.max(0, delay), TimeUnit.NANOSECONDS);
+    }
+
+    private void expired() {
+        timer = null;
+        if (closed || current != null) {
+            return;
+        }
+        final long now = System.nanoTime();
+        switch (reading) {
+            case NONE -> {
+                if (now - lastActivity >= limits.idleTimeout().toNanos()) {
+                    channel.close(); // idle between requests: nothing to answer
+                } else {
+                    rearm();
+                }
+            }
+            case BODY -> {
+                if (now - lastActivity >= limits.idleTimeout().toNanos()) {
+                    refuse(408, "timeout", "body_timeout", "no byte of the request body for " + limits.idleTimeout().toMillis()
+                        + " ms (the idle timeout)", Map.of("idle_timeout_ms", limits.idleTimeout().toMillis()));
+                } else {
+                    rearm();
+                }
+            }
+            case HEAD -> refuse(408, "timeout", "header_timeout", "request head not complete within "
+                + limits.headerTimeout().toMillis() + " ms of its first byte", Map.of("header_timeout_ms", limits.headerTimeout().toMillis()));
+            default -> {
+            }
+        }
+    }
+
+    private void cancelTimer() {
+        if (timer != null) {
+            timer.cancel(false);
+            timer = null;
+        }
+    }
+}

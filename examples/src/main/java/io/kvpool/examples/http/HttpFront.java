@@ -1,0 +1,251 @@
+package io.kvpool.examples.http;
+
+import io.netty.bootstrap.ServerBootstrap;
+import io.netty.channel.Channel;
+import io.netty.channel.ChannelInitializer;
+import io.netty.channel.ChannelOption;
+import io.netty.channel.EventLoopGroup;
+import io.netty.channel.MultiThreadIoEventLoopGroup;
+import io.netty.channel.WriteBufferWaterMark;
+import io.netty.channel.group.ChannelGroup;
+import io.netty.channel.group.DefaultChannelGroup;
+import io.netty.channel.nio.NioIoHandler;
+import io.netty.channel.socket.SocketChannel;
+import io.netty.channel.socket.nio.NioServerSocketChannel;
+import io.netty.handler.codec.http.HttpDecoderConfig;
+import io.netty.handler.codec.http.HttpServerCodec;
+import io.netty.util.AttributeKey;
+import io.netty.util.concurrent.GlobalEventExecutor;
+
+import java.io.IOException;
+import java.net.BindException;
+import java.net.InetSocketAddress;
+import java.net.URI;
+import java.time.Duration;
+import java.util.Objects;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Executors;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicInteger;
+import java.util.concurrent.atomic.LongAdder;
+
+/**
+ * An HTTP/1.1 server on Netty: two event-loop threads read and write every connection; each request, once read
+ * whole, is handed to the {@link HttpHandler} on a virtual thread of its own, so handlers may block. The front
+ * enforces the {@link HttpLimits} itself (431, 414, 413, 408, 400 for a malformed request or chunk, each a JSON
+ * error in the documented shape) and notices a client that closes its connection as it happens
+ * ({@link HttpCall#onClientGone}), without writing to it.
+ *
+ * <p>{@link #start} either returns a listening front or leaves no port bound and no thread running.
+ * {@link #stopListening} is the graceful half of a shutdown, {@link #close} the rest; both are idempotent.
+ */
+public final class HttpFront implements AutoCloseable {
+
+    private static final System.Logger LOG = System.getLogger("io.kvpool.examples.http");
+    private static final AttributeKey<Connection> CONNECTION = AttributeKey.valueOf("kvpool.connection");
+    /** Write buffer past which {@link HttpCall#write} waits for the client to read (Netty's writability). */
+    private static final WriteBufferWaterMark WATER_MARK = new WriteBufferWaterMark(32 << 10, 64 << 10);
+
+    private final String host;
+    private final HttpLimits limits;
+    private final HttpHandler handler;
+    private final EventLoopGroup acceptor = new MultiThreadIoEventLoopGroup(1, NioIoHandler.newFactory());
+    private final EventLoopGroup workers = new MultiThreadIoEventLoopGroup(2, NioIoHandler.newFactory());
+    private final ExecutorService executor = Executors.newVirtualThreadPerTaskExecutor();
+    private final ChannelGroup connections = new DefaultChannelGroup(GlobalEventExecutor.INSTANCE);
+    private final AtomicInteger open = new AtomicInteger();
+    private final AtomicInteger inFlight = new AtomicInteger();
+    private final LongAdder refusedConnections = new LongAdder();
+    private final LongAdder refusedRequests = new LongAdder();
+    private volatile boolean accepting = true;
+    private Channel listener;
+    private boolean stopped;
+    private boolean closed;
+
+    private HttpFront(String host, HttpLimits limits, HttpHandler handler) {
+        this.host = host;
+        this.limits = limits;
+        this.handler = handler;
+    }
+
+    /**
+     * Binds {@code host:port} and starts serving.
+     *
+     * @param port 0 for any free port ({@link #port()} says which)
+     * @throws IOException if the port cannot be bound (nothing is left behind)
+     */
+    public static HttpFront start(String host, int port, HttpLimits limits, HttpHandler handler) throws IOException {
+        Objects.requireNonNull(host, "host");
+        Objects.requireNonNull(limits, "limits");
+        Objects.requireNonNull(handler, "handler");
+        final HttpFront f = new HttpFront(host, limits, handler);
+        try {
+            f.bind(port);
+            return f;
+        } catch (IOException | RuntimeException | Error e) {
+            f.close();
+            throw e;
+        }
+    }
+
+    private void bind(int port) throws IOException {
+        final ServerBootstrap b = new ServerBootstrap()
+            .group(acceptor, workers)
+            .channel(NioServerSocketChannel.class)
+            .option(ChannelOption.SO_BACKLOG, 256)
+            .option(ChannelOption.SO_REUSEADDR, true)
+            .childOption(ChannelOption.TCP_NODELAY, true) // a response is headers then body: no Nagle delay
+            .childOption(ChannelOption.WRITE_BUFFER_WATER_MARK, WATER_MARK)
+            .childHandler(new ChannelInitializer<SocketChannel>() {
+                @Override
+                protected void initChannel(SocketChannel ch) {
+                    if (!accepting || open.incrementAndGet() > limits.maxConnections()) {
+                        if (accepting) {
+                            open.decrementAndGet();
+                        }
+                        refusedConnections.increment();
+                        ch.close(); // over the cap: closed before a byte is read (no request to answer yet)
+                        return;
+                    }
+                    ch.closeFuture().addListener(done -> open.decrementAndGet());
+                    connections.add(ch);
+                    final Connection c = new Connection(HttpFront.this, ch, limits, executor);
+                    ch.attr(CONNECTION).set(c);
+                    ch.pipeline()
+                        .addLast("wire", c.new Wire())
+                        .addLast("http", new HttpServerCodec(new HttpDecoderConfig()
+                            .setMaxInitialLineLength(HttpLimits.MAX_REQUEST_LINE_BYTES)
+                            .setMaxHeaderSize(limits.maxHeaderBytes())
+                            .setMaxChunkSize(64 << 10)))
+                        .addLast("calls", c.new Messages());
+                }
+            });
+        try {
+            listener = b.bind(new InetSocketAddress(host, port)).sync().channel();
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+            throw new IOException("interrupted while binding " + host + ":" + port, e);
+        } catch (Exception e) { // Netty rethrows the bind's checked exception unchecked
+            if (e instanceof IOException io) {
+                throw io instanceof BindException ? new BindException(host + ":" + port + ": " + io.getMessage()) : io;
+            }
+            throw e;
+        }
+    }
+
+    HttpHandler handler() {
+        return handler;
+    }
+
+    boolean accepting() {
+        return accepting;
+    }
+
+    void callStarted() {
+        inFlight.incrementAndGet();
+    }
+
+    void callEnded() {
+        inFlight.decrementAndGet();
+    }
+
+    void refused(int status) {
+        refusedRequests.increment();
+    }
+
+    /** @return the port it listens on (the actual one when 0 was asked) */
+    public int port() {
+        return ((InetSocketAddress) listener.localAddress()).getPort();
+    }
+
+    /** @return {@code http://host:port/} (an IPv6 host in brackets) */
+    public URI baseUri() {
+        final String h = host.contains(":") ? "[" + host + "]" : host;
+        return URI.create("http://" + h + ":" + port() + "/");
+    }
+
+    /** @return the limits it enforces */
+    public HttpLimits limits() {
+        return limits;
+    }
+
+    /** @return connections open now */
+    public int openConnections() {
+        return open.get();
+    }
+
+    /** @return requests with a handler now */
+    public int callsInFlight() {
+        return inFlight.get();
+    }
+
+    /** @return connections closed on arrival because {@link HttpLimits#maxConnections()} were open */
+    public long refusedConnections() {
+        return refusedConnections.sum();
+    }
+
+    /** @return requests the front answered with an error itself (431, 414, 413, 408, 400, 505) */
+    public long refusedRequests() {
+        return refusedRequests.sum();
+    }
+
+    /**
+     * Stops accepting connections, closes those between requests, waits up to {@code grace} for the calls in
+     * progress to be answered (each connection closes after its answer), then closes the rest (their calls see
+     * their clients gone). Idempotent; the second call returns at once.
+     */
+    public void stopListening(Duration grace) {
+        synchronized (this) {
+            if (stopped) {
+                return;
+            }
+            stopped = true;
+        }
+        accepting = false;
+        if (listener != null) {
+            listener.close().awaitUninterruptibly();
+        }
+        for (Channel ch : connections) {
+            final Connection c = ch.attr(CONNECTION).get();
+            if (c != null) {
+                ch.eventLoop().execute(c::closeIfIdle);
+            }
+        }
+        final long end = System.nanoTime() + grace.toNanos();
+        while (inFlight.get() > 0 && System.nanoTime() - end < 0) {
+            try {
+                Thread.sleep(5);
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+                break;
+            }
+        }
+        connections.close().awaitUninterruptibly();
+    }
+
+    /**
+     * {@link #stopListening} without grace if not done, then stops the event loops and the handlers' threads
+     * (a handler still running is interrupted). Idempotent.
+     */
+    @Override
+    public void close() {
+        synchronized (this) {
+            if (closed) {
+                return;
+            }
+            closed = true;
+        }
+        stopListening(Duration.ZERO);
+        acceptor.shutdownGracefully(0, 1, TimeUnit.SECONDS);
+        workers.shutdownGracefully(0, 1, TimeUnit.SECONDS);
+        executor.shutdownNow();
+        acceptor.terminationFuture().awaitUninterruptibly(2, TimeUnit.SECONDS);
+        workers.terminationFuture().awaitUninterruptibly(2, TimeUnit.SECONDS);
+        LOG.log(System.Logger.Level.DEBUG, "HTTP front on " + host + " closed");
+    }
+
+    @Override
+    public String toString() {
+        return "HttpFront[" + host + (listener == null ? "" : ":" + port()) + ", " + open.get() + " connections]";
+    }
+}

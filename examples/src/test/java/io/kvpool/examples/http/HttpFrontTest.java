@@ -1,0 +1,363 @@
+package io.kvpool.examples.http;
+
+import org.junit.jupiter.api.AfterEach;
+import org.junit.jupiter.api.Test;
+
+import java.io.ByteArrayOutputStream;
+import java.io.IOException;
+import java.io.InputStream;
+import java.io.OutputStream;
+import java.net.InetAddress;
+import java.net.Socket;
+import java.net.SocketException;
+import java.net.SocketTimeoutException;
+import java.nio.charset.StandardCharsets;
+import java.time.Duration;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicLong;
+import java.util.concurrent.atomic.AtomicReference;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+/**
+ * {@link HttpFront} over raw sockets: each limit answered as HTTP says and in the documented error shape, a
+ * client's close seen without a write, a client that stops reading bounded by the stall timeout, the connection
+ * cap, pipelining, and the graceful stop.
+ */
+class HttpFrontTest {
+
+    private static final HttpLimits FAST = new HttpLimits(8, 4096, 1024, Duration.ofMillis(300), Duration.ofMillis(300),
+        Duration.ofMillis(300));
+
+    private HttpFront front;
+
+    @AfterEach
+    void close() {
+        if (front != null) {
+            front.close();
+        }
+    }
+
+    private HttpFront start(HttpLimits limits, HttpHandler handler) throws IOException {
+        front = HttpFront.start("127.0.0.1", 0, limits, handler);
+        return front;
+    }
+
+    private Socket connect() throws IOException {
+        final Socket s = new Socket(InetAddress.getLoopbackAddress(), front.port());
+        s.setSoTimeout(10_000);
+        return s;
+    }
+
+    private static void send(Socket s, String text) throws IOException {
+        final OutputStream out = s.getOutputStream();
+        out.write(text.getBytes(StandardCharsets.ISO_8859_1));
+        out.flush();
+    }
+
+    /** @return everything until the server closes the connection */
+    private static String readToClose(Socket s) throws IOException {
+        final ByteArrayOutputStream b = new ByteArrayOutputStream();
+        final InputStream in = s.getInputStream();
+        final byte[] buf = new byte[8192];
+        try {
+            for (int n; (n = in.read(buf)) > 0; ) {
+                b.write(buf, 0, n);
+            }
+        } catch (SocketException reset) {
+            // closed with a reset after the answer: what was read stands
+        }
+        return b.toString(StandardCharsets.ISO_8859_1);
+    }
+
+    /** @return one response with a Content-Length body */
+    private static String readOne(Socket s) throws IOException {
+        final String head = readHead(s);
+        final int length = head.lines().filter(l -> l.toLowerCase().startsWith("content-length:"))
+            .mapToInt(l -> Integer.parseInt(l.substring(15).strip())).findFirst().orElse(0);
+        return head + new String(s.getInputStream().readNBytes(length), StandardCharsets.UTF_8);
+    }
+
+    /** @return one response's status line and headers */
+    private static String readHead(Socket s) throws IOException {
+        final InputStream in = s.getInputStream();
+        final StringBuilder head = new StringBuilder();
+        while (!head.toString().endsWith("\r\n\r\n")) {
+            final int c = in.read();
+            if (c < 0) {
+                throw new IOException("closed after: " + head);
+            }
+            head.append((char) c);
+        }
+        return head.toString();
+    }
+
+    private static final HttpHandler ECHO = call -> call.respond(200, "text/plain", (call.method() + " " + call.uri() + " "
+        + call.body().length).getBytes(StandardCharsets.UTF_8));
+
+    @Test
+    void aPortInUseIsRefusedNamingIt_andAClosedFrontFreesItsPort() throws Exception {
+        final int port;
+        try (java.net.ServerSocket taken = new java.net.ServerSocket(0, 50, InetAddress.getLoopbackAddress())) {
+            port = taken.getLocalPort();
+            final IOException e = assertThrows(IOException.class, () -> HttpFront.start("127.0.0.1", port, HttpLimits.DEFAULTS, ECHO));
+            assertTrue(e.getMessage().contains("127.0.0.1:" + port), e.getMessage());
+        }
+        final HttpFront ok = HttpFront.start("127.0.0.1", port, HttpLimits.DEFAULTS, ECHO);
+        try {
+            assertEquals("http://127.0.0.1:" + port + "/", ok.baseUri().toString());
+        } finally {
+            ok.close();
+            ok.close(); // idempotent
+        }
+        try (java.net.ServerSocket again = new java.net.ServerSocket(port, 50, InetAddress.getLoopbackAddress())) {
+            assertEquals(port, again.getLocalPort(), "the port is free again");
+        }
+    }
+
+    @Test
+    void aHeadOverTheLimitIs431InTheErrorShape() throws Exception {
+        start(FAST, ECHO);
+        try (Socket s = connect()) {
+            send(s, "GET / HTTP/1.1\r\nHost: x\r\nX-Big: " + "a".repeat(5000) + "\r\n\r\n");
+            final String r = readToClose(s);
+            assertTrue(r.startsWith("HTTP/1.1 431 "), r);
+            assertTrue(r.contains("{\"error\":{\"type\":\"invalid_request_error\",\"reason\":\"header_too_large\","
+                + "\"message\":\"request header fields exceed 4096 bytes\",\"max_header_bytes\":4096}}"), r);
+        }
+        assertEquals(1, front.refusedRequests());
+    }
+
+    @Test
+    void aMalformedChunkSizeIs400() throws Exception {
+        start(FAST, ECHO);
+        try (Socket s = connect()) {
+            send(s, "POST /x HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nhello\r\n0\r\n\r\n");
+            final String r = readToClose(s);
+            assertTrue(r.startsWith("HTTP/1.1 400 "), r);
+            assertTrue(r.contains("\"reason\":\"malformed_body\""), r);
+        }
+    }
+
+    @Test
+    void aBodyOverTheLimitIs413_declaredOrChunked() throws Exception {
+        start(FAST, ECHO);
+        try (Socket s = connect()) {
+            send(s, "POST /x HTTP/1.1\r\nHost: x\r\nContent-Length: 5000\r\n\r\n" + "b".repeat(5000));
+            final String r = readToClose(s);
+            assertTrue(r.startsWith("HTTP/1.1 413 "), r);
+            assertTrue(r.contains("\"reason\":\"body_too_large\",\"message\":\"request body of 5000 bytes exceeds the limit of 1024 bytes\","
+                + "\"max_body_bytes\":1024,\"content_length\":5000}}"), r);
+        }
+        try (Socket s = connect()) {
+            final String chunk = Integer.toHexString(800) + "\r\n" + "c".repeat(800) + "\r\n";
+            send(s, "POST /x HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n" + chunk + chunk + "0\r\n\r\n");
+            final String r = readToClose(s);
+            assertTrue(r.startsWith("HTTP/1.1 413 "), r);
+            assertTrue(r.contains("exceeds the limit of 1024 bytes"), r);
+        }
+        try (Socket s = connect()) { // at the limit: served
+            send(s, "POST /x HTTP/1.1\r\nHost: x\r\nContent-Length: 1024\r\n\r\n" + "d".repeat(1024));
+            assertTrue(readOne(s).endsWith("POST /x 1024"));
+        }
+    }
+
+    @Test
+    void aHeadTrickledSlowerThanTheHeaderTimeoutIs408AndClosed() throws Exception {
+        start(FAST, ECHO);
+        try (Socket s = connect()) {
+            final long t0 = System.nanoTime();
+            send(s, "GET / HTTP/1.1\r\n");
+            final Thread trickle = Thread.ofVirtual().start(() -> {
+                try {
+                    for (int i = 0; i < 100; i++) { // one header byte every 50 ms: each byte alone is in time
+                        send(s, "X");
+                        Thread.sleep(50);
+                    }
+                } catch (IOException | InterruptedException closed) {
+                    // the server closed it: expected
+                }
+            });
+            final String r = readToClose(s);
+            final long ms = TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - t0);
+            trickle.join(5_000);
+            assertTrue(r.startsWith("HTTP/1.1 408 "), r);
+            assertTrue(r.contains("\"reason\":\"header_timeout\""), r);
+            assertTrue(ms < 3_000, ms + " ms: the head's deadline counts from its first byte, not from the last");
+        }
+    }
+
+    @Test
+    void anIdleConnectionIsClosedAfterTheIdleTimeout_aBusyOneIsNot() throws Exception {
+        final CountDownLatch release = new CountDownLatch(1);
+        start(FAST, call -> {
+            if (call.path().equals("/slow")) {
+                release.await(5, TimeUnit.SECONDS);
+            }
+            ECHO.handle(call);
+        });
+        try (Socket s = connect()) {
+            send(s, "GET /a HTTP/1.1\r\nHost: x\r\n\r\n");
+            assertTrue(readOne(s).endsWith("GET /a 0"));
+            assertEquals("", readToClose(s), "closed with nothing more to say");
+        }
+        try (Socket s = connect()) {
+            send(s, "GET /slow HTTP/1.1\r\nHost: x\r\n\r\n");
+            Thread.sleep(900); // three idle timeouts while the handler works
+            release.countDown();
+            assertTrue(readOne(s).endsWith("GET /slow 0"));
+        }
+    }
+
+    @Test
+    void aClientsCloseIsSeenWithoutAWrite() throws Exception {
+        final CompletableFuture<Long> seen = new CompletableFuture<>();
+        final AtomicLong closedAt = new AtomicLong();
+        final CountDownLatch entered = new CountDownLatch(1);
+        start(HttpLimits.DEFAULTS, call -> {
+            call.onClientGone(() -> seen.complete(System.nanoTime()));
+            entered.countDown();
+            seen.get(10, TimeUnit.SECONDS); // writes nothing until then
+            assertTrue(call.clientGone());
+            assertThrows(IOException.class, () -> call.respond(200, "text/plain", new byte[1]));
+        });
+        try (Socket s = connect()) {
+            send(s, "GET /wait HTTP/1.1\r\nHost: x\r\n\r\n");
+            assertTrue(entered.await(10, TimeUnit.SECONDS));
+            closedAt.set(System.nanoTime());
+        }
+        final long ms = TimeUnit.NANOSECONDS.toMillis(seen.get(10, TimeUnit.SECONDS) - closedAt.get());
+        System.out.println("HttpFrontTest: a client's close seen after " + ms + " ms");
+        assertTrue(ms < 2_000, ms + " ms");
+    }
+
+    @Test
+    void aClientThatStopsReadingAStreamEndsItAfterTheStallTimeout() throws Exception {
+        final CompletableFuture<Throwable> ended = new CompletableFuture<>();
+        final AtomicLong written = new AtomicLong();
+        start(FAST, call -> {
+            call.startStream(200, "text/plain");
+            final byte[] piece = new byte[16 << 10];
+            try {
+                for (int i = 0; i < 100_000; i++) { // 1.6 GB if nothing held it back
+                    call.write(piece);
+                    written.addAndGet(piece.length);
+                }
+                ended.complete(null);
+            } catch (IOException e) {
+                ended.complete(e);
+            }
+        });
+        try (Socket s = connect()) {
+            s.setReceiveBufferSize(4096);
+            send(s, "GET /stream HTTP/1.1\r\nHost: x\r\n\r\n");
+            final Throwable e = ended.get(10, TimeUnit.SECONDS); // the client reads nothing
+            assertTrue(e instanceof IOException && e.getMessage().contains("stall timeout"), String.valueOf(e));
+            assertTrue(written.get() < 64 << 20, written.get() + " bytes written for a client that read nothing");
+        }
+    }
+
+    @Test
+    void connectionsOverTheCapAreClosedOnArrival() throws Exception {
+        start(new HttpLimits(2, 4096, 1024, Duration.ofSeconds(10), Duration.ofSeconds(10), Duration.ofSeconds(10)), ECHO);
+        try (Socket a = connect(); Socket b = connect()) {
+            send(a, "GET /a HTTP/1.1\r\nHost: x\r\n\r\n");
+            assertTrue(readOne(a).endsWith("GET /a 0"));
+            send(b, "GET /b HTTP/1.1\r\nHost: x\r\n\r\n");
+            assertTrue(readOne(b).endsWith("GET /b 0"));
+            try (Socket c = connect()) {
+                assertEquals("", readToClose(c), "the third connection is closed before it is read");
+            }
+            assertEquals(1, front.refusedConnections());
+            send(a, "GET /a2 HTTP/1.1\r\nHost: x\r\n\r\n");
+            assertTrue(readOne(a).endsWith("GET /a2 0"), "the first two still serve");
+        }
+        final long until = System.nanoTime() + TimeUnit.SECONDS.toNanos(5);
+        while (front.openConnections() > 0 && System.nanoTime() < until) {
+            Thread.sleep(5);
+        }
+        try (Socket d = connect()) { // room again
+            send(d, "GET /d HTTP/1.1\r\nHost: x\r\n\r\n");
+            assertTrue(readOne(d).endsWith("GET /d 0"));
+        }
+    }
+
+    @Test
+    void pipelinedRequestsAreAnsweredInOrder_andHeadHasNoBody() throws Exception {
+        start(FAST, ECHO);
+        try (Socket s = connect()) {
+            send(s, "GET /1 HTTP/1.1\r\nHost: x\r\n\r\nPOST /2 HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n\r\nabc"
+                + "HEAD /3 HTTP/1.1\r\nHost: x\r\n\r\nGET /4 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+            assertTrue(readOne(s).endsWith("GET /1 0"));
+            assertTrue(readOne(s).endsWith("POST /2 3"));
+            final String head = readHead(s); // the Content-Length says 9 ("HEAD /3 0"), but no body follows a HEAD
+            assertTrue(head.startsWith("HTTP/1.1 200") && head.contains("content-length: 9"), head);
+            final String last = readToClose(s);
+            assertTrue(last.startsWith("HTTP/1.1 200") && last.endsWith("GET /4 0") && last.contains("connection: close"), last);
+        }
+    }
+
+    @Test
+    void aHandlerThatThrowsOrAnswersNothingGets500_andTheConnectionServesOn() throws Exception {
+        start(FAST, call -> {
+            if (call.path().equals("/throw")) {
+                throw new IllegalStateException("injected");
+            }
+            if (call.path().equals("/ok")) {
+                ECHO.handle(call);
+            }
+        });
+        try (Socket s = connect()) {
+            send(s, "GET /throw HTTP/1.1\r\nHost: x\r\n\r\n");
+            final String a = readOne(s);
+            assertTrue(a.startsWith("HTTP/1.1 500") && a.contains("\"reason\":\"internal_error\"") && a.contains("injected"), a);
+            send(s, "GET /none HTTP/1.1\r\nHost: x\r\n\r\n");
+            final String b = readOne(s);
+            assertTrue(b.startsWith("HTTP/1.1 500") && b.contains("returned without an answer"), b);
+            send(s, "GET /ok HTTP/1.1\r\nHost: x\r\n\r\n");
+            assertTrue(readOne(s).endsWith("GET /ok 0"));
+        }
+    }
+
+    @Test
+    void aGracefulStopLetsTheCallInProgressAnswer_closesIdleOnes_andRefusesNewOnes() throws Exception {
+        final CountDownLatch entered = new CountDownLatch(1);
+        final AtomicReference<HttpCall> busy = new AtomicReference<>();
+        start(HttpLimits.DEFAULTS, call -> {
+            if (call.path().equals("/slow")) {
+                busy.set(call);
+                entered.countDown();
+                Thread.sleep(300);
+            }
+            ECHO.handle(call);
+        });
+        try (Socket idle = connect(); Socket working = connect()) {
+            send(idle, "GET /i HTTP/1.1\r\nHost: x\r\n\r\n");
+            assertTrue(readOne(idle).endsWith("GET /i 0"));
+            send(working, "GET /slow HTTP/1.1\r\nHost: x\r\n\r\n");
+            assertTrue(entered.await(10, TimeUnit.SECONDS));
+            final int port = front.port();
+            front.stopListening(Duration.ofSeconds(5));
+            final String answer = readToClose(working);
+            assertTrue(answer.startsWith("HTTP/1.1 200") && answer.endsWith("GET /slow 0"), answer);
+            assertEquals("", readToClose(idle), "the idle connection was closed");
+            assertFalse(busy.get().clientGone() && answer.isEmpty());
+            assertThrows(IOException.class, () -> {
+                try (Socket late = new Socket(InetAddress.getLoopbackAddress(), port)) {
+                    late.setSoTimeout(2_000);
+                    send(late, "GET / HTTP/1.1\r\nHost: x\r\n\r\n");
+                    if (late.getInputStream().read() < 0) {
+                        throw new IOException("closed");
+                    }
+                } catch (SocketTimeoutException e) {
+                    throw new AssertionError("a new connection was taken after the stop", e);
+                }
+            });
+        }
+    }
+}
