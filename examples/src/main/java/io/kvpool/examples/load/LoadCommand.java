@@ -1,5 +1,6 @@
 package io.kvpool.examples.load;
 
+import io.kvpool.examples.server.Cli;
 import io.kvpool.examples.server.KvServer;
 import io.kvpool.examples.server.ServerConfig;
 import io.kvpool.examples.server.Subcommand;
@@ -9,7 +10,6 @@ import java.net.URI;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
-import java.util.Set;
 
 /**
  * {@code load}: the bounded load generator ({@link LoadGenerator}) against a server at {@code --url}, or
@@ -19,38 +19,42 @@ import java.util.Set;
  */
 public final class LoadCommand implements Subcommand {
 
-    private static final Set<String> FLAGS = Set.of("--url", "--clients", "--duration", "--requests", "--tenants", "--prompt-tokens",
-        "--max-tokens", "--stream-ratio", "--abort-ratio", "--over-capacity-ratio", "--over-capacity-tokens", "--garbage-ratio",
-        "--seed", "--timeout-ms", "--max-body-bytes");
+    private static final List<Cli.Flag> FLAGS = List.of(
+        new Cli.Flag("--url", "URL", "a running server [none: start one in this JVM on a free port]"),
+        new Cli.Flag("--clients", "N", "concurrent clients, one virtual thread each [32]"),
+        new Cli.Flag("--duration", "D", "stop sending after D: 30, 30s or 500ms [10s]"),
+        new Cli.Flag("--requests", "N", "stop after N requests instead (overrides --duration)"),
+        new Cli.Flag("--tenants", "N", "tenants, keys sk-tenant0 … [16]"),
+        new Cli.Flag("--prompt-tokens", "MIN-MAX", "prompt of a normal request, log-uniform [8-256]"),
+        new Cli.Flag("--max-tokens", "MIN-MAX", "max_tokens, uniform [0-32]"),
+        new Cli.Flag("--stream-ratio", "P", "share of streamed requests [0.5]"),
+        new Cli.Flag("--abort-ratio", "P", "share the client abandons once admitted or mid-stream [0.05]"),
+        new Cli.Flag("--over-capacity-ratio", "P", "share of prompts larger than the server can take [0.02]"),
+        new Cli.Flag("--over-capacity-tokens", "MIN-MAX", "their prompt [a started server: just over its smaller of prefill pool and "
+            + "context; with --url: 4097-5120, over the default context]"),
+        new Cli.Flag("--garbage-ratio", "P", "share of bad input (malformed JSON, max_tokens -1 or missing, prompt not text, no key, "
+            + "a body over the limit) [0.01]"),
+        new Cli.Flag("--seed", "N", "seed of the request mix (and of a started server's faults) [1]"),
+        new Cli.Flag("--timeout-ms", "N", "longest wait for one response [60000]"),
+        new Cli.Flag("--max-body-bytes", "N", "the server's body limit, for the over-limit bodies: passed to a started server; "
+            + "with --url, the target's [1048576]"));
 
-    /** The usage text. */
-    public static String usage() {
-        return """
-            usage: KvServerMain load [options] [server options]     (./dev example load …)
+    private static final Options.Command COMMAND = Options.command("usage: KvServerMain load [options] [server options]     (./dev example load …)",
+        """
             Drives a server over loopback with many concurrent clients, then reports throughput, latency
             percentiles, answers by status and reason, and leaks: other tenants' secret markers in responses,
             completions whose KV is not their prompt, and (for a server it started) the pools' accounting.
-            options (defaults in brackets):
-              --url URL                      a running server [none: start one in this JVM on a free port]
-              --clients N                    concurrent clients, one virtual thread each [32]
-              --duration D                   stop sending after D: 30, 30s or 500ms [10s]
-              --requests N                   stop after N requests instead (overrides --duration)
-              --tenants N                    tenants, keys sk-tenant0 … [16]
-              --prompt-tokens MIN-MAX        prompt of a normal request, log-uniform [8-256]
-              --max-tokens MIN-MAX           max_tokens, uniform [0-32]
-              --stream-ratio P               share of streamed requests [0.5]
-              --abort-ratio P                share the client abandons once admitted or mid-stream [0.05]
-              --over-capacity-ratio P        share of prompts larger than the server can take [0.02]
-              --over-capacity-tokens MIN-MAX their prompt [a started server: just over its smaller of prefill
-                                             pool and context; with --url: 4097-5120, over the default context]
-              --garbage-ratio P              share of bad input (malformed JSON, max_tokens -1 or missing,
-                                             prompt not text, no key, a body over the limit) [0.01]
-              --seed N                       seed of the request mix (and of a started server's faults) [1]
-              --timeout-ms N                 longest wait for one response [60000]
-              --max-body-bytes N             the server's body limit, for the over-limit bodies: passed to a
-                                             started server; with --url, the target's [1048576]
-            server options (only without --url): any of 'serve --help', e.g. --token-delay-ms 0; --port is 0 here
-            """;
+            The server options apply only without --url, to the server it starts; --port is 0 there.""",
+        "load options (defaults in brackets):", FLAGS, ServerConfig.builder().port(0).build());
+
+    /** @return the command line {@link #run} parses, and its help */
+    static Options.Command command() {
+        return COMMAND;
+    }
+
+    /** @return the help, generated from the options {@link #run} parses */
+    public static String usage() {
+        return COMMAND.usage();
     }
 
     @Override
@@ -69,7 +73,7 @@ public final class LoadCommand implements Subcommand {
         final Duration duration;
         final Duration timeout;
         try {
-            o = Options.parse(args, FLAGS);
+            o = COMMAND.parse(args);
             if (o.help()) {
                 out.print(usage());
                 return 0;

@@ -1,16 +1,21 @@
 package io.kvpool.examples.load;
 
+import io.kvpool.examples.server.Cli;
+import io.kvpool.examples.server.ServerConfig;
+import io.kvpool.examples.server.ServerOptions;
+
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.LinkedHashMap;
+import java.util.LinkedHashSet;
 import java.util.List;
 import java.util.Map;
 import java.util.Set;
 
 /**
- * The command line of {@code load} and {@code replay}: their own flags ({@code --name value} or
- * {@code --name=value}), and everything else handed on to the server they start
- * ({@link io.kvpool.examples.server.ServerConfig#parse}), {@code --unsafe-…} switches included.
+ * The command line of {@code load} and {@code replay}: their own options, and the server's ({@link ServerOptions}),
+ * which go to the server they start, {@code --unsafe-…} switches included. Both kinds are parsed, and the help
+ * written, by one picocli {@link Cli} ({@link #command}); an option neither kind has is refused.
  */
 public final class Options {
 
@@ -24,45 +29,71 @@ public final class Options {
         this.help = help;
     }
 
+    /** A command's command line: its own options, then the server's it does not take itself. */
+    public static final class Command {
+        private final Cli cli;
+        private final Set<String> own;
+
+        private Command(Cli cli, Set<String> own) {
+            this.cli = cli;
+            this.own = own;
+        }
+
+        /**
+         * @throws IllegalArgumentException for an option neither the command nor the server has, a missing value or a
+         *                                  stray argument (picocli's words)
+         */
+        public Options parse(String[] args) {
+            final Cli.Parsed p = cli.parse(args);
+            final Map<String, String> mine = new LinkedHashMap<>();
+            final List<String> server = new ArrayList<>();
+            for (Cli.Given g : p.given()) {
+                if (own.contains(g.name())) {
+                    mine.put(g.name(), g.value()); // the last one given wins
+                } else {
+                    server.add(g.name());
+                    if (g.value() != null) {
+                        server.add(g.value());
+                    }
+                }
+            }
+            return new Options(mine, server, p.help());
+        }
+
+        /** @return the help, generated from the same options {@link #parse} takes */
+        public String usage() {
+            return cli.usage();
+        }
+
+        /** @return the command line itself */
+        public Cli cli() {
+            return cli;
+        }
+    }
+
     /**
+     * @param synopsis       the help's first line
+     * @param description    what the command does
+     * @param heading        the heading of the command's own options
+     * @param ownFlags       the command's own options (each with a value); a server option of the same name is left out
+     * @param serverDefaults the server configuration the command starts unless told otherwise: its values are the
+     *                       defaults the help shows for the server's options
+     */
+    public static Command command(String synopsis, String description, String heading, List<Cli.Flag> ownFlags, ServerConfig serverDefaults) {
+        final Set<String> names = new LinkedHashSet<>();
+        ownFlags.forEach(f -> names.add(f.name()));
+        return new Command(ServerOptions.addTo(new Cli(synopsis, description).section(heading, ownFlags), serverDefaults, names), names);
+    }
+
+    /**
+     * Parses with own options described by their names only.
+     *
      * @param ownFlags the flags this command takes itself (each with a value)
-     * @throws IllegalArgumentException for an argument that is not a flag, or a flag without its value
+     * @throws IllegalArgumentException for an argument that is not an option, an unknown option, or one without its value
      */
     public static Options parse(String[] args, Set<String> ownFlags) {
-        final Map<String, String> own = new LinkedHashMap<>();
-        final List<String> server = new ArrayList<>();
-        boolean help = false;
-        for (int i = 0; i < args.length; i++) {
-            final String a = args[i];
-            if (a.equals("--help") || a.equals("-h")) {
-                help = true;
-                continue;
-            }
-            if (!a.startsWith("--")) {
-                throw new IllegalArgumentException("unexpected argument '" + a + "' (flags start with --)");
-            }
-            final int eq = a.indexOf('=');
-            final String name = eq > 0 ? a.substring(0, eq) : a;
-            if (name.startsWith("--unsafe-")) {
-                server.add(a); // a switch: no value
-                continue;
-            }
-            final String value;
-            if (eq > 0) {
-                value = a.substring(eq + 1);
-            } else if (i + 1 < args.length) {
-                value = args[++i];
-            } else {
-                throw new IllegalArgumentException(name + " needs a value");
-            }
-            if (ownFlags.contains(name)) {
-                own.put(name, value);
-            } else {
-                server.add(name);
-                server.add(value);
-            }
-        }
-        return new Options(own, server, help);
+        final List<Cli.Flag> flags = ownFlags.stream().sorted().map(f -> new Cli.Flag(f, "VALUE", "")).toList();
+        return command("usage: [options] [server options]", "", "options:", flags, ServerConfig.builder().build()).parse(args);
     }
 
     /** @return whether {@code --help} was given */

@@ -1,6 +1,7 @@
 package io.kvpool.examples.replay;
 
 import io.kvpool.examples.load.Mix;
+import io.kvpool.examples.server.Cli;
 import io.kvpool.examples.load.Options;
 import io.kvpool.examples.load.Outcome;
 import io.kvpool.examples.server.ServerConfig;
@@ -10,7 +11,6 @@ import java.io.PrintStream;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Locale;
-import java.util.Set;
 
 /**
  * {@code replay}: the incident replay ({@link Replay}) from the command line. Exits 0 when no response
@@ -24,17 +24,21 @@ public final class ReplayCommand implements Subcommand {
     /** The incident's prefill pool, tokens. */
     public static final long INCIDENT_PREFILL = 681_280;
 
-    private static final Set<String> FLAGS = Set.of("--requests", "--clients", "--tenants", "--seed", "--abort-ratio",
-        "--over-capacity-ratio", "--stream-ratio");
+    private static final List<Cli.Flag> FLAGS = List.of(
+        new Cli.Flag("--requests", "N", "requests in all [600]"),
+        new Cli.Flag("--clients", "N", "concurrent clients [16]"),
+        new Cli.Flag("--tenants", "N", "tenants [8]"),
+        new Cli.Flag("--seed", "N", "seed of the requests and of the injected faults [1]"),
+        new Cli.Flag("--over-capacity-ratio", "P", "share of requests over the prefill pool, within the context [0.1]"),
+        new Cli.Flag("--abort-ratio", "P", "share the client abandons once admitted or mid-stream [0.1]"),
+        new Cli.Flag("--stream-ratio", "P", "share of streamed requests [0.5]"));
 
     /** The server the replay starts unless told otherwise: the incident's sizes divided by 512. */
     static final List<String> SERVER_DEFAULTS = List.of("--port", "0", "--context", "2048", "--prefill-pages", "83",
         "--decode-pages", "512", "--token-delay-ms", "1", "--heartbeat-ms", "20", "--reconnect-ms", "20", "--fault-rate", "0.02");
 
-    /** The usage text. */
-    public static String usage() {
-        return """
-            usage: KvServerMain replay [options] [server options]     (./dev example replay …)
+    private static final Options.Command COMMAND = Options.command("usage: KvServerMain replay [options] [server options]     (./dev example replay …)",
+        """
             Replays the 2026 incident over HTTP against a server in this JVM: a prefill pool smaller than the
             advertised context (1,048,576 advertised, 681,280 held; here ÷512: 2,048 and 83 pages × 16 = 1,328),
             tenants whose prompts are their secret markers (SECRET-<tenant>-<request>), over-capacity requests
@@ -42,20 +46,17 @@ public final class ReplayCommand implements Subcommand {
             table: requests, completed, rejected/retry later/failed by reason, aborted, and the responses that
             contain another tenant's marker. The safe server refuses the configuration; the replay shows the
             refusal and runs with the context it names. --unsafe-incident reproduces the leak.
-            options (defaults in brackets):
-              --requests N              requests in all [600]
-              --clients N               concurrent clients [16]
-              --tenants N               [8]
-              --seed N                  seed of the requests and of the injected faults [1]
-              --over-capacity-ratio P   [0.1]
-              --abort-ratio P           share the client abandons once admitted or mid-stream [0.1]
-              --stream-ratio P          [0.5]
-            server options: any of 'serve --help'; the replay's defaults:
-              --context 2048 --prefill-pages 83 --decode-pages 512 --token-delay-ms 1 --heartbeat-ms 20
-              --reconnect-ms 20 --fault-rate 0.02 (--port is 0)
-              --unsafe-incident   the 2026 incident's safeguards off: over-capacity requests become placeholders
-                                  and decode reads stale pages (or any single --unsafe-… switch)
-            """;
+            The server options' defaults shown are the replay's own.""",
+        "replay options (defaults in brackets):", FLAGS, ServerConfig.parse(SERVER_DEFAULTS.toArray(new String[0])));
+
+    /** @return the command line {@link #run} parses, and its help */
+    static Options.Command command() {
+        return COMMAND;
+    }
+
+    /** @return the help, generated from the options {@link #run} parses */
+    public static String usage() {
+        return COMMAND.usage();
     }
 
     @Override
@@ -67,7 +68,7 @@ public final class ReplayCommand implements Subcommand {
     public int run(String[] args, PrintStream out, PrintStream err) throws Exception {
         final Replay.Settings settings;
         try {
-            final Options o = Options.parse(args, FLAGS);
+            final Options o = COMMAND.parse(args);
             if (o.help()) {
                 out.print(usage());
                 return 0;

@@ -15,9 +15,14 @@ final class Http {
     private Http() {
     }
 
-    /** @return the HTTP limits {@code config} asks for, with {@code maxBodyBytes} as the body limit */
+    /**
+     * @return the HTTP limits {@code config} asks for ({@code --max-connections}, {@code --max-header-bytes},
+     *         {@code --header-timeout-ms}, {@code --idle-timeout-ms}, {@code --stall-timeout-ms}), with
+     *         {@code maxBodyBytes} as the body limit
+     */
     static HttpLimits limits(ServerConfig config, long maxBodyBytes) {
-        return HttpLimits.DEFAULTS.withMaxBodyBytes(maxBodyBytes);
+        return new HttpLimits(config.maxConnections(), config.maxHeaderBytes(), maxBodyBytes, config.headerTimeout(),
+            config.idleTimeout(), config.stallTimeout());
     }
 
     static void sendJson(HttpCall call, ObjectMapper json, int status, Object body) throws IOException {

@@ -3,6 +3,7 @@ package io.kvpool.examples.server;
 import com.fasterxml.jackson.databind.ObjectMapper;
 
 import java.io.PrintStream;
+import java.util.Set;
 
 /**
  * {@code preflight}: checks a running deployment before a router is put in front of it (or while one is) — each
@@ -12,14 +13,17 @@ import java.io.PrintStream;
  */
 final class PreflightCommand implements Subcommand {
 
-    static String usage() {
-        return """
-            usage: KvServerMain preflight --prefill-url URL --decode-url URL [serve options]   (./dev example preflight …)
+    private static final Cli CLI = ServerOptions.addTo(new Cli(
+        "usage: KvServerMain preflight --prefill-url URL --decode-url URL [serve options]   (./dev example preflight …)", """
             Reads each role's GET /internal/status and checks its build, environment, model and KV layout against
             what a router with these options expects, and its largest safe context (pool, one transfer descriptor)
             against --context. Exits 0 when everything matches, 1 with a table of what does not, 2 on bad usage.
-            The options that matter: --context, --tokens-per-page, --layers, --kv-heads, --head-dim, --environment.
-            """;
+            The options that matter: --context, --tokens-per-page, --layers, --kv-heads, --head-dim, --environment."""),
+        ServerConfig.builder().build(), Set.of());
+
+    /** @return the help, generated from the options {@link #run} parses */
+    static String usage() {
+        return CLI.usage();
     }
 
     @Override
@@ -29,13 +33,14 @@ final class PreflightCommand implements Subcommand {
 
     @Override
     public int run(String[] args, PrintStream out, PrintStream err) {
-        if (args.length > 0 && (args[0].equals("--help") || args[0].equals("-h"))) {
-            out.print(usage());
-            return 0;
-        }
         final ServerConfig cfg;
         try {
-            cfg = ServerConfig.parse(args);
+            final Cli.Parsed p = CLI.parse(args);
+            if (p.help()) {
+                out.print(usage());
+                return 0;
+            }
+            cfg = ServerOptions.apply(ServerConfig.builder(), p.given()).build();
         } catch (IllegalArgumentException e) {
             err.println("error: " + e.getMessage());
             err.print(usage());

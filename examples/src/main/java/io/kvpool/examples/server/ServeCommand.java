@@ -3,9 +3,19 @@ package io.kvpool.examples.server;
 import io.kvpool.PoolCapacityException;
 
 import java.io.PrintStream;
+import java.util.Set;
 
 /** {@code serve}: starts the server and runs until interrupted (Ctrl-C closes it cleanly). */
 final class ServeCommand implements Subcommand {
+
+    private static final Cli CLI = ServerOptions.addTo(new Cli("usage: KvServerMain serve [options]   (./dev example [options])",
+        "Runs the example server: router, prefill and decode in one JVM on host memory (the default), or one --role of them."),
+        ServerConfig.builder().build(), Set.of());
+
+    /** @return serve's command line: the server's options, their defaults the builder's */
+    static Cli cli() {
+        return CLI;
+    }
 
     @Override
     public String summary() {
@@ -14,17 +24,17 @@ final class ServeCommand implements Subcommand {
 
     @Override
     public int run(String[] args, PrintStream out, PrintStream err) throws Exception {
-        if (args.length > 0 && (args[0].equals("--help") || args[0].equals("-h"))) {
-            out.println("usage: KvServerMain serve [options]");
-            out.print(ServerConfig.usage());
-            return 0;
-        }
         final ServerConfig config;
         try {
-            config = ServerConfig.parse(args);
+            final Cli.Parsed p = CLI.parse(args);
+            if (p.help()) {
+                out.print(CLI.usage());
+                return 0;
+            }
+            config = ServerOptions.apply(ServerConfig.builder(), p.given()).build();
         } catch (IllegalArgumentException e) {
             err.println("error: " + e.getMessage());
-            err.print(ServerConfig.usage());
+            err.print(CLI.usage());
             return 2;
         }
         config.printUnsafeBanner(err); // prints only when a safeguard is off

@@ -1,36 +1,38 @@
 package io.kvpool.examples.server;
 
-import io.kvpool.DType;
 import io.kvpool.KvLayout;
 import io.kvpool.Safeguard;
 import io.kvpool.transfer.TransferSafeguard;
 
 import java.nio.file.Path;
 import java.time.Duration;
-import java.util.ArrayList;
-import java.util.Collections;
-import java.util.EnumSet;
 import java.util.List;
-import java.util.Locale;
 import java.util.Objects;
 import java.util.Set;
 
 /**
- * Everything the example server is started with: from a {@link #builder()} in code and tests, or from
- * command-line flags with {@link #parse(String[])} ({@link #usage()} lists them). Immutable.
+ * Everything the example server is started with: from a {@link #builder()} in code and tests, or from command-line
+ * options with {@link #parse(String[])} ({@link ServerOptions} holds them, {@link #usage()} lists them). A few records,
+ * each checked when built: where the server listens and its HTTP limits ({@link Listen}), what the pools hold
+ * ({@link Capacity}), its deadlines ({@link Timing}), which roles this process runs ({@link Topology}) and the
+ * safeguards switched off, for the incident replay only ({@link UnsafeSwitches}); the plain accessors
+ * ({@link #port()}, {@link #heartbeat()} …) read through to them.
  *
- * <h2>Safeguard switches (for the incident replay only)</h2>
- * {@code --unsafe-<name>} turns one safeguard <em>off</em>: the pool's {@link Safeguard}s
- * ({@code generation-check}, {@code free-page-fill}, {@code admission-rejection}) on both pools, the
- * transfer's {@link TransferSafeguard}s ({@code drain-wait}, {@code quarantine-on-timeout},
- * {@code length-check}, {@code canary-check}, {@code checksum}) on the decode side. And
- * {@code --unsafe-placeholder-on-overflow} reproduces the 2026 incident's mechanism: the prefill pool may
- * be smaller than the advertised context (the startup check only warns), and a request it cannot hold is
- * not rejected but becomes a one-token placeholder transfer while decode is told the full length.
- * {@code --unsafe-incident} is all of the incident's: the placeholder, and free-page fill, length check,
- * canary check and checksum off. With any of them the server prints a loud warning at startup.
+ * @param listen      the HTTP server's address and limits
+ * @param capacity    the pools and the advertised context
+ * @param timing      deadlines and pauses
+ * @param topology    which role(s) this process runs and where the others are ({@code --role} and friends; one JVM by default)
+ * @param switches    the safeguards switched off ({@code --unsafe-…}; none by default)
+ * @param device      where the pools live ({@code --device host|cuda}, default host)
+ * @param faults      the transfer faults to inject ({@code --fault-rate}, {@code --seed}; none by default)
+ * @param workDir     where the decode pool's file and the transfer socket go, or {@code null} for a fresh temp dir
+ *                    ({@code --work-dir})
+ * @param environment the deployment environment each role announces and the router expects ({@code --environment},
+ *                    default "example")
+ * @param gate        the test hook holding prefill's page writes, or {@code null} (never set from the command line)
  */
-public final class ServerConfig {
+public record ServerConfig(Listen listen, Capacity capacity, Timing timing, Topology topology, UnsafeSwitches switches, Device device,
+                           FaultPlan faults, Path workDir, String environment, LinkGate gate) {
 
     /** Where the pools live. */
     public enum Device {
@@ -40,103 +42,26 @@ public final class ServerConfig {
         CUDA
     }
 
-    /** The 2026 incident's pool-side switches. */
-    public static final Set<Safeguard> INCIDENT_POOL = Collections.unmodifiableSet(EnumSet.of(Safeguard.FREE_PAGE_FILL));
-    /** The 2026 incident's transfer-side switches. */
-    public static final Set<TransferSafeguard> INCIDENT_TRANSFER = Collections.unmodifiableSet(
-        EnumSet.of(TransferSafeguard.LENGTH_CHECK, TransferSafeguard.CANARY_CHECK, TransferSafeguard.CHECKSUM));
+    /** Pages one KV transfer descriptor carries: a prompt needing more can never be transferred. */
+    public static final int MAX_PAGES_PER_TRANSFER = Capacity.MAX_PAGES_PER_TRANSFER;
 
-    private final String host;
-    private final int port;
-    private final long contextTokens;
-    private final int prefillPages;
-    private final int decodePages;
-    private final int tokensPerPage;
-    private final int layers;
-    private final int kvHeads;
-    private final int headDim;
-    private final int maxBodyBytes;
-    private final Duration requestTimeout;
-    private final Duration tokenDelay;
-    private final Duration heartbeat;
-    private final Duration transferTimeout;
-    private final Duration reconnectDelay;
-    private final Duration ucxKeepalive;
-    private final Duration kvConnectTimeout;
-    private final Device device;
-    private final Set<Safeguard> unsafePool;
-    private final Set<TransferSafeguard> unsafeTransfer;
-    private final boolean unsafePlaceholderOnOverflow;
-    private final FaultPlan faults;
-    private final LinkGate gate;
-    private final Path workDir;
-    private final Topology topology;
-    private final String environment;
-    private final boolean clampContext;
-
-    private ServerConfig(Builder b) {
-        host = Objects.requireNonNull(b.host, "host");
-        port = range("port", b.port, 0, 65_535);
-        contextTokens = range("context", b.contextTokens, 1, Integer.MAX_VALUE);
-        prefillPages = range("prefill pages", b.prefillPages, 1, 1 << 24);
-        decodePages = range("decode pages", b.decodePages, 1, 1 << 24);
-        tokensPerPage = range("tokens per page", b.tokensPerPage, 1, 4096);
-        layers = range("layers", b.layers, 1, 1024);
-        kvHeads = range("kv heads", b.kvHeads, 1, 1024);
-        headDim = range("head dim", b.headDim, 1, 65_536);
-        maxBodyBytes = range("max body bytes", b.maxBodyBytes, 64, Integer.MAX_VALUE - 1);
-        requestTimeout = positive("request timeout", b.requestTimeout);
-        tokenDelay = nonNegative("token delay", b.tokenDelay);
-        heartbeat = positive("heartbeat", b.heartbeat);
-        transferTimeout = positive("transfer timeout", b.transferTimeout);
-        reconnectDelay = positive("reconnect delay", b.reconnectDelay);
-        ucxKeepalive = positive("UCX keepalive", b.ucxKeepalive);
-        kvConnectTimeout = positive("KV connect timeout", b.kvConnectTimeout);
-        if (ucxKeepalive.toMillis() < 10 || ucxKeepalive.compareTo(Duration.ofHours(1)) > 0) {
-            throw new IllegalArgumentException("--ucx-keepalive-ms must be 10 ms to 1 hour, was " + ucxKeepalive.toMillis());
-        }
-        device = Objects.requireNonNull(b.device, "device");
-        unsafePool = Collections.unmodifiableSet(b.unsafePool.isEmpty() ? EnumSet.noneOf(Safeguard.class) : EnumSet.copyOf(b.unsafePool));
-        unsafeTransfer = Collections.unmodifiableSet(b.unsafeTransfer.isEmpty()
-            ? EnumSet.noneOf(TransferSafeguard.class) : EnumSet.copyOf(b.unsafeTransfer));
-        unsafePlaceholderOnOverflow = b.unsafePlaceholderOnOverflow;
-        faults = Objects.requireNonNull(b.faults, "faults");
-        gate = b.gate;
-        workDir = b.workDir;
-        topology = Objects.requireNonNull(b.topology, "topology");
-        environment = Objects.requireNonNull(b.environment, "environment");
+    /** @throws IllegalArgumentException for an environment name out of bounds, or roles, transport and device that do not go together */
+    public ServerConfig {
+        Objects.requireNonNull(listen, "listen");
+        Objects.requireNonNull(capacity, "capacity");
+        Objects.requireNonNull(timing, "timing");
+        Objects.requireNonNull(topology, "topology");
+        Objects.requireNonNull(switches, "switches");
+        Objects.requireNonNull(device, "device");
+        Objects.requireNonNull(faults, "faults");
+        Objects.requireNonNull(environment, "environment");
         if (!environment.matches("[A-Za-z0-9_.-]{1,64}")) {
             throw new IllegalArgumentException("--environment must be 1..64 of [A-Za-z0-9_.-], was '" + environment + "'");
         }
-        clampContext = b.clampContext;
-        EchoKv.requireFits(layout());
-        checkDescriptor();
-        checkTopology();
+        checkTopology(topology, device, workDir);
     }
 
-    /** Pages one KV transfer descriptor carries: a prompt needing more can never be transferred. */
-    public static final int MAX_PAGES_PER_TRANSFER = io.kvpool.transfer.wire.WireFormat.MAX_ARRAY;
-
-    /**
-     * The advertised context must fit one transfer descriptor: a prompt of up to {@link #contextTokens()} tokens
-     * is admitted, and one that needs more than {@link #MAX_PAGES_PER_TRANSFER} pages could never move from prefill
-     * to decode — refused here at startup, with both numbers and what to change, not answered 429 for ever.
-     */
-    private void checkDescriptor() {
-        final long pages = layout().pagesFor(contextTokens);
-        if (pages > MAX_PAGES_PER_TRANSFER) {
-            final long carried = (long) MAX_PAGES_PER_TRANSFER * tokensPerPage;
-            final long minTokensPerPage = (contextTokens + MAX_PAGES_PER_TRANSFER - 1) / MAX_PAGES_PER_TRANSFER;
-            throw new IllegalArgumentException("the advertised context of " + contextTokens + " tokens needs " + pages
-                + " pages of " + tokensPerPage + " token(s), but one KV transfer descriptor carries at most " + MAX_PAGES_PER_TRANSFER
-                + " pages (" + carried + " tokens at " + tokensPerPage + " per page): a prompt that long could never move from "
-                + "prefill to decode; lower --context to ≤ " + carried
-                + (minTokensPerPage <= 4096 ? " or raise --tokens-per-page to ≥ " + minTokensPerPage : ""));
-        }
-    }
-
-    private void checkTopology() {
-        final Topology t = topology;
+    private static void checkTopology(Topology t, Device device, Path workDir) {
         if (t.role() == Topology.Role.ALL && t.transport() == Topology.Transport.UCX) {
             throw new IllegalArgumentException("--transport ucx needs the roles in separate processes (--role prefill, --role decode, "
                 + "--role router); in one JVM prefill and decode always use the shared-memory transport");
@@ -160,28 +85,7 @@ public final class ServerConfig {
         }
     }
 
-    private static int range(String name, long v, long min, long max) {
-        if (v < min || v > max) {
-            throw new IllegalArgumentException(name + " must be in [" + min + ", " + max + "], was " + v);
-        }
-        return (int) v;
-    }
-
-    private static Duration positive(String name, Duration d) {
-        if (d == null || d.isNegative() || d.isZero()) {
-            throw new IllegalArgumentException(name + " must be positive, was " + d);
-        }
-        return d;
-    }
-
-    private static Duration nonNegative(String name, Duration d) {
-        if (d == null || d.isNegative()) {
-            throw new IllegalArgumentException(name + " must be ≥ 0, was " + d);
-        }
-        return d;
-    }
-
-    /** @return a builder with the defaults (those of {@link #usage()}) */
+    /** @return a builder with the defaults (those {@link #usage()} shows) */
     public static Builder builder() {
         return new Builder();
     }
@@ -189,91 +93,127 @@ public final class ServerConfig {
     /** @return a builder holding this configuration */
     public Builder toBuilder() {
         final Builder b = new Builder();
-        b.host = host;
-        b.port = port;
-        b.contextTokens = contextTokens;
-        b.prefillPages = prefillPages;
-        b.decodePages = decodePages;
-        b.tokensPerPage = tokensPerPage;
-        b.layers = layers;
-        b.kvHeads = kvHeads;
-        b.headDim = headDim;
-        b.maxBodyBytes = maxBodyBytes;
-        b.requestTimeout = requestTimeout;
-        b.tokenDelay = tokenDelay;
-        b.heartbeat = heartbeat;
-        b.transferTimeout = transferTimeout;
-        b.reconnectDelay = reconnectDelay;
-        b.ucxKeepalive = ucxKeepalive;
-        b.kvConnectTimeout = kvConnectTimeout;
-        b.device = device;
-        b.unsafePool = unsafePool.isEmpty() ? EnumSet.noneOf(Safeguard.class) : EnumSet.copyOf(unsafePool);
-        b.unsafeTransfer = unsafeTransfer.isEmpty() ? EnumSet.noneOf(TransferSafeguard.class) : EnumSet.copyOf(unsafeTransfer);
-        b.unsafePlaceholderOnOverflow = unsafePlaceholderOnOverflow;
-        b.faults = faults;
-        b.gate = gate;
-        b.workDir = workDir;
+        b.host = listen.host();
+        b.port = listen.port();
+        b.maxBodyBytes = listen.maxBodyBytes();
+        b.maxConnections = listen.maxConnections();
+        b.headerTimeout = listen.headerTimeout();
+        b.idleTimeout = listen.idleTimeout();
+        b.maxHeaderBytes = listen.maxHeaderBytes();
+        b.stallTimeout = listen.stallTimeout();
+        b.contextTokens = capacity.contextTokens();
+        b.prefillPages = capacity.prefillPages();
+        b.decodePages = capacity.decodePages();
+        b.tokensPerPage = capacity.tokensPerPage();
+        b.layers = capacity.layers();
+        b.kvHeads = capacity.kvHeads();
+        b.headDim = capacity.headDim();
+        b.clampContext = capacity.clampContext();
+        b.requestTimeout = timing.requestTimeout();
+        b.tokenDelay = timing.tokenDelay();
+        b.heartbeat = timing.heartbeat();
+        b.transferTimeout = timing.transferTimeout();
+        b.reconnectDelay = timing.reconnectDelay();
+        b.ucxKeepalive = timing.ucxKeepalive();
+        b.kvConnectTimeout = timing.kvConnectTimeout();
         b.topology = topology;
+        b.unsafe = switches;
+        b.device = device;
+        b.faults = faults;
+        b.workDir = workDir;
         b.environment = environment;
-        b.clampContext = clampContext;
+        b.gate = gate;
         return b;
     }
 
-    // ---- properties ----
+    // ---- the plain accessors: each reads one value of the records above ----
 
     /** @return the address the HTTP server binds ({@code --host}, default 127.0.0.1) */
     public String host() {
-        return host;
+        return listen.host();
     }
 
     /** @return the HTTP port; 0 picks a free one ({@code --port}, default 8080) */
     public int port() {
-        return port;
-    }
-
-    /** @return the advertised max context, prompt + max_tokens ({@code --context}, default 4096) */
-    public long contextTokens() {
-        return contextTokens;
-    }
-
-    /** @return pages of the prefill pool ({@code --prefill-pages} or {@code --pages}, default 512) */
-    public int prefillPages() {
-        return prefillPages;
-    }
-
-    /** @return pages of the decode pool ({@code --decode-pages} or {@code --pages}, default 1024) */
-    public int decodePages() {
-        return decodePages;
-    }
-
-    /** @return the KV layout of both pools: layers × kv heads × head dim × FP16, tokens per page */
-    public KvLayout layout() {
-        return new KvLayout(layers, kvHeads, headDim, DType.FP16, tokensPerPage);
+        return listen.port();
     }
 
     /** @return the largest request body accepted ({@code --max-body-bytes}, default 1 MiB); larger gets 413 */
     public int maxBodyBytes() {
-        return maxBodyBytes;
+        return listen.maxBodyBytes();
+    }
+
+    /** @return the most HTTP connections open at once ({@code --max-connections}, default 1024) */
+    public int maxConnections() {
+        return listen.maxConnections();
+    }
+
+    /** @return how long the whole request head may take to arrive ({@code --header-timeout-ms}, default 10 s) */
+    public Duration headerTimeout() {
+        return listen.headerTimeout();
+    }
+
+    /** @return how long a keep-alive connection with no request in progress stays open ({@code --idle-timeout-ms}, default 60 s) */
+    public Duration idleTimeout() {
+        return listen.idleTimeout();
+    }
+
+    /** @return the largest request header fields, the request line apart ({@code --max-header-bytes}, default 16 KiB) */
+    public int maxHeaderBytes() {
+        return listen.maxHeaderBytes();
+    }
+
+    /** @return how long a response may wait for a client that stopped reading before it is aborted ({@code --stall-timeout-ms}, default 10 s) */
+    public Duration stallTimeout() {
+        return listen.stallTimeout();
+    }
+
+    /** @return the advertised max context, prompt + max_tokens ({@code --context}, default 4096) */
+    public long contextTokens() {
+        return capacity.contextTokens();
+    }
+
+    /** @return pages of the prefill pool ({@code --prefill-pages} or {@code --pages}, default 512) */
+    public int prefillPages() {
+        return capacity.prefillPages();
+    }
+
+    /** @return pages of the decode pool ({@code --decode-pages} or {@code --pages}, default 1024) */
+    public int decodePages() {
+        return capacity.decodePages();
+    }
+
+    /** @return the KV layout of both pools: layers × kv heads × head dim × FP16, tokens per page */
+    public KvLayout layout() {
+        return capacity.layout();
+    }
+
+    /**
+     * @return whether a router whose roles cannot carry its {@code --context} advertises the smallest role's largest
+     *         safe context instead of refusing to start ({@code --clamp-context}; off by default)
+     */
+    public boolean clampContext() {
+        return capacity.clampContext();
     }
 
     /** @return how long a request may wait for its KV transfer ({@code --request-timeout-ms}, default 30 s) */
     public Duration requestTimeout() {
-        return requestTimeout;
+        return timing.requestTimeout();
     }
 
     /** @return the pause after each generated token, standing in for a model step ({@code --token-delay-ms}, default 20 ms) */
     public Duration tokenDelay() {
-        return tokenDelay;
+        return timing.tokenDelay();
     }
 
     /** @return how often a streaming response that waits writes an SSE comment, noticing a gone client ({@code --heartbeat-ms}, default 200 ms) */
     public Duration heartbeat() {
-        return heartbeat;
+        return timing.heartbeat();
     }
 
     /** @return the transfer's completion and drain deadlines ({@code --transfer-timeout-ms}, default 10 s) */
     public Duration transferTimeout() {
-        return transferTimeout;
+        return timing.transferTimeout();
     }
 
     /**
@@ -282,7 +222,7 @@ public final class ServerConfig {
      *         the path heals
      */
     public Duration ucxKeepalive() {
-        return ucxKeepalive;
+        return timing.ucxKeepalive();
     }
 
     /**
@@ -291,290 +231,83 @@ public final class ServerConfig {
      *         {@link #reconnectDelay()}, sends a fresh SYN as soon as the path heals
      */
     public Duration kvConnectTimeout() {
-        return kvConnectTimeout;
+        return timing.kvConnectTimeout();
     }
 
     /** @return how long prefill waits before reconnecting a lost link ({@code --reconnect-ms}, default 200 ms) */
     public Duration reconnectDelay() {
-        return reconnectDelay;
-    }
-
-    /** @return where the pools live ({@code --device host|cuda}, default host) */
-    public Device device() {
-        return device;
+        return timing.reconnectDelay();
     }
 
     /** @return the pool safeguards switched off ({@code --unsafe-…}; empty by default) */
     public Set<Safeguard> unsafePool() {
-        return unsafePool;
+        return switches.pool();
     }
 
     /** @return the transfer safeguards switched off ({@code --unsafe-…}; empty by default) */
     public Set<TransferSafeguard> unsafeTransfer() {
-        return unsafeTransfer;
+        return switches.transfer();
     }
 
     /** @return whether over-capacity requests become one-token placeholders ({@code --unsafe-placeholder-on-overflow}) */
     public boolean unsafePlaceholderOnOverflow() {
-        return unsafePlaceholderOnOverflow;
+        return switches.placeholderOnOverflow();
     }
 
     /** @return whether any safeguard is off */
     public boolean unsafe() {
-        return !unsafePool.isEmpty() || !unsafeTransfer.isEmpty() || unsafePlaceholderOnOverflow;
+        return switches.any();
     }
 
     /** @return the {@code --unsafe-…} switches in effect, as flags */
     public List<String> unsafeSwitches() {
-        final List<String> out = new ArrayList<>();
-        unsafePool.forEach(s -> out.add(flag(s.name())));
-        unsafeTransfer.forEach(s -> out.add(flag(s.name())));
-        if (unsafePlaceholderOnOverflow) {
-            out.add("--unsafe-placeholder-on-overflow");
-        }
-        return out;
+        return switches.flags();
     }
 
-    /**
-     * Prints the loud banner a server started with safeguards off must show (serve, replay and load all
-     * call it); prints nothing when every safeguard is on.
-     */
+    /** Prints {@link UnsafeSwitches#printBanner the banner} of a server with safeguards off; nothing when every one is on. */
     public void printUnsafeBanner(java.io.PrintStream err) {
-        if (!unsafe()) {
-            return;
-        }
-        final String line = "!".repeat(100);
-        err.println(line);
-        err.println("!!! UNSAFE: safeguards switched OFF: " + String.join(" ", unsafeSwitches()));
-        err.println("!!! This server can answer one tenant with another tenant's data (the 2026 incident).");
-        err.println("!!! For the incident replay only. Never run it like this for anything else.");
-        err.println(line);
-    }
-
-    /** @return the transfer faults to inject ({@code --fault-rate}, {@code --seed}; none by default) */
-    public FaultPlan faults() {
-        return faults;
-    }
-
-    /** @return the test hook holding prefill's page writes, or {@code null} (never set from the command line) */
-    public LinkGate gate() {
-        return gate;
-    }
-
-    /** @return where the decode pool's file and the transfer socket go, or {@code null} for a fresh temp dir ({@code --work-dir}) */
-    public Path workDir() {
-        return workDir;
-    }
-
-    /** @return which role(s) this process runs and where the others are ({@code --role} and friends; one JVM by default) */
-    public Topology topology() {
-        return topology;
-    }
-
-    /** @return the deployment environment each role announces and the router expects ({@code --environment}, default "example") */
-    public String environment() {
-        return environment;
-    }
-
-    /**
-     * @return whether a router whose roles cannot carry its {@code --context} advertises the smallest role's largest
-     *         safe context instead of refusing to start ({@code --clamp-context}; off by default)
-     */
-    public boolean clampContext() {
-        return clampContext;
-    }
-
-    private static String flag(String enumName) {
-        return "--unsafe-" + enumName.toLowerCase(Locale.ROOT).replace('_', '-');
+        switches.printBanner(err);
     }
 
     @Override
     public String toString() {
-        return "ServerConfig[" + host + ":" + port + ", context " + contextTokens + " tokens, prefill " + prefillPages
-            + " pages, decode " + decodePages + " pages of " + layout() + ", device " + device
+        return "ServerConfig[" + host() + ":" + port() + ", context " + contextTokens() + " tokens, prefill " + prefillPages()
+            + " pages, decode " + decodePages() + " pages of " + layout() + ", device " + device
             + (faults.active() ? ", faults " + faults : "") + (unsafe() ? ", UNSAFE " + unsafeSwitches() : "")
             + (topology.role() == Topology.Role.ALL ? "" : ", role " + topology.role().flag() + " over " + topology.transport()) + "]";
     }
 
     // ---- command line ----
 
-    /** @return the flags {@link #parse} accepts, with their defaults */
+    /** @return {@code serve}'s help: every option {@link #parse} accepts, with its default */
     public static String usage() {
-        return OPTIONS + Topology.usage() + UNSAFE_OPTIONS;
+        return ServeCommand.cli().usage();
     }
-
-    private static final String OPTIONS = """
-            options (defaults in brackets):
-              --host ADDR                 address to bind [127.0.0.1]
-              --port N                    HTTP port, 0 for any free one [8080]
-              --context TOKENS            advertised max context, prompt + max_tokens [4096]
-              --pages N                   pages of each role's pool (sets both below)
-              --prefill-pages N           pages of the prefill pool [512]
-              --decode-pages N            pages of the decode pool [1024]
-              --tokens-per-page N         [16]
-              --layers N / --kv-heads N / --head-dim N    KV layout, FP16 [4 / 2 / 32]
-              --max-body-bytes N          larger request bodies get 413 [1048576]
-              --request-timeout-ms N      longest wait for a request's KV transfer [30000]
-              --token-delay-ms N          pause per generated token, a stand-in for a model step [20]
-              --heartbeat-ms N            SSE keep-alive while a stream waits; notices gone clients [200]
-              --transfer-timeout-ms N     transfer completion and drain deadlines [10000]
-              --reconnect-ms N            prefill's wait before reconnecting a lost link [200]
-              --ucx-keepalive-ms N        (ucx) how often a link checks its peer; a link torn down on the other
-                                          side while the path was cut fails this long after it heals [250]
-              --kv-connect-timeout-ms N   (ucx, prefill) TCP connect timeout of each attempt to reach decode's
-                                          bootstrap listener; short, so an attempt retries soon after a heal [300]
-              --device host|cuda          where the pools live [host]; cuda: device 0, separate role processes,
-                                          KV by CUDA IPC over --work-dir's socket
-              --fault-rate P              probability per page-write batch of an injected fault [0]
-              --seed N                    seed of the injected faults [1]
-              --work-dir DIR              where the decode pool file and transfer socket go [a new temp dir]
-              --environment NAME          the deployment environment the roles announce and the router expects [example]
-              --clamp-context             (router) advertise the smallest role's largest safe context instead of
-                                          refusing to start when a role cannot carry --context
-            """;
-
-    private static final String UNSAFE_OPTIONS = """
-            safeguard switches, for the incident replay only (each turns one safeguard OFF):
-              --unsafe-generation-check --unsafe-free-page-fill --unsafe-admission-rejection
-              --unsafe-drain-wait --unsafe-quarantine-on-timeout --unsafe-length-check
-              --unsafe-canary-check --unsafe-checksum
-              --unsafe-placeholder-on-overflow   an over-capacity request becomes a one-token placeholder
-                                                 transfer while decode is told the full length
-              --unsafe-incident                  all of the 2026 incident's: the placeholder, free-page fill,
-                                                 length check, canary check and checksum
-            """;
 
     /**
-     * Parses command-line flags ({@code --name value} or {@code --name=value}; see {@link #usage()}).
+     * Parses command-line options ({@code --name value} or {@code --name=value}; see {@link #usage()}), applied in the
+     * order given onto the {@link #builder()}'s defaults.
      *
-     * @throws IllegalArgumentException naming the flag and what is wrong with it
+     * @throws IllegalArgumentException naming the option and what is wrong with it
      */
     public static ServerConfig parse(String... args) {
-        final Builder b = builder();
-        for (int i = 0; i < args.length; i++) {
-            String name = args[i];
-            String value = null;
-            final int eq = name.indexOf('=');
-            if (name.startsWith("--") && eq > 0) {
-                value = name.substring(eq + 1);
-                name = name.substring(0, eq);
-            }
-            if (!name.startsWith("--")) {
-                throw new IllegalArgumentException("unexpected argument '" + name + "' (flags start with --)");
-            }
-            if (name.equals("--clamp-context")) {
-                if (value != null) {
-                    throw new IllegalArgumentException(name + " takes no value");
-                }
-                b.clampContext(true);
-                continue;
-            }
-            if (name.startsWith("--unsafe-")) {
-                if (value != null) {
-                    throw new IllegalArgumentException(name + " takes no value");
-                }
-                unsafe(b, name);
-                continue;
-            }
-            if (value == null) {
-                if (i + 1 >= args.length) {
-                    throw new IllegalArgumentException(name + " needs a value");
-                }
-                value = args[++i];
-            }
-            switch (name) {
-                case "--host" -> b.host(value);
-                case "--port" -> b.port(integer(name, value));
-                case "--context" -> b.contextTokens(number(name, value));
-                case "--pages" -> b.pages(integer(name, value));
-                case "--prefill-pages" -> b.prefillPages(integer(name, value));
-                case "--decode-pages" -> b.decodePages(integer(name, value));
-                case "--tokens-per-page" -> b.tokensPerPage(integer(name, value));
-                case "--layers" -> b.layers(integer(name, value));
-                case "--kv-heads" -> b.kvHeads(integer(name, value));
-                case "--head-dim" -> b.headDim(integer(name, value));
-                case "--max-body-bytes" -> b.maxBodyBytes(integer(name, value));
-                case "--request-timeout-ms" -> b.requestTimeout(Duration.ofMillis(number(name, value)));
-                case "--token-delay-ms" -> b.tokenDelay(Duration.ofMillis(number(name, value)));
-                case "--heartbeat-ms" -> b.heartbeat(Duration.ofMillis(number(name, value)));
-                case "--transfer-timeout-ms" -> b.transferTimeout(Duration.ofMillis(number(name, value)));
-                case "--reconnect-ms" -> b.reconnectDelay(Duration.ofMillis(number(name, value)));
-                case "--ucx-keepalive-ms" -> b.ucxKeepalive(Duration.ofMillis(number(name, value)));
-                case "--kv-connect-timeout-ms" -> b.kvConnectTimeout(Duration.ofMillis(number(name, value)));
-                case "--device" -> b.device(switch (value) {
-                    case "host" -> Device.HOST;
-                    case "cuda" -> Device.CUDA;
-                    default -> throw new IllegalArgumentException("--device is host or cuda, was '" + value + "'");
-                });
-                case "--fault-rate" -> {
-                    try {
-                        b.faults(new FaultPlan(Double.parseDouble(value), b.faults.seed()));
-                    } catch (NumberFormatException e) {
-                        throw new IllegalArgumentException("--fault-rate needs a number in [0, 1], was '" + value + "'");
-                    }
-                }
-                case "--seed" -> b.faults(new FaultPlan(b.faults.rate(), number(name, value)));
-                case "--work-dir" -> b.workDir(Path.of(value));
-                case "--environment" -> b.environment(value);
-                default -> {
-                    final Topology t = b.topology.parse(name, value);
-                    if (t == null) {
-                        throw new IllegalArgumentException("unknown option " + name);
-                    }
-                    b.topology(t);
-                }
-            }
+        final Cli.Parsed p = ServeCommand.cli().parse(args);
+        if (p.help()) {
+            throw new IllegalArgumentException("--help asks for the usage, not a configuration");
         }
-        return b.build();
-    }
-
-    private static void unsafe(Builder b, String flag) {
-        final String n = flag.substring("--unsafe-".length()).toUpperCase(Locale.ROOT).replace('-', '_');
-        switch (n) {
-            case "PLACEHOLDER_ON_OVERFLOW" -> b.unsafePlaceholderOnOverflow(true);
-            case "INCIDENT" -> {
-                b.unsafePlaceholderOnOverflow(true);
-                INCIDENT_POOL.forEach(b::unsafeDisable);
-                INCIDENT_TRANSFER.forEach(b::unsafeDisable);
-            }
-            default -> {
-                for (Safeguard s : Safeguard.values()) {
-                    if (s.name().equals(n)) {
-                        b.unsafeDisable(s);
-                        return;
-                    }
-                }
-                for (TransferSafeguard s : TransferSafeguard.values()) {
-                    if (s.name().equals(n)) {
-                        b.unsafeDisable(s);
-                        return;
-                    }
-                }
-                throw new IllegalArgumentException("unknown safeguard switch " + flag);
-            }
-        }
-    }
-
-    private static long number(String name, String value) {
-        try {
-            return Long.parseLong(value.replace("_", ""));
-        } catch (NumberFormatException e) {
-            throw new IllegalArgumentException(name + " needs a whole number, was '" + value + "'");
-        }
-    }
-
-    private static int integer(String name, String value) {
-        final long v = number(name, value);
-        if (v < Integer.MIN_VALUE || v > Integer.MAX_VALUE) {
-            throw new IllegalArgumentException(name + " is out of range: " + value);
-        }
-        return (int) v;
+        return ServerOptions.apply(builder(), p.given()).build();
     }
 
     /** Builds a {@link ServerConfig}; every setter returns the builder. */
     public static final class Builder {
         private String host = "127.0.0.1";
         private int port = 8080;
+        private int maxBodyBytes = 1 << 20;
+        private int maxConnections = 1024;
+        private Duration headerTimeout = Duration.ofSeconds(10);
+        private Duration idleTimeout = Duration.ofSeconds(60);
+        private int maxHeaderBytes = 16 * 1024;
+        private Duration stallTimeout = Duration.ofSeconds(10);
         private long contextTokens = 4096;
         private int prefillPages = 512;
         private int decodePages = 1024;
@@ -582,7 +315,7 @@ public final class ServerConfig {
         private int layers = 4;
         private int kvHeads = 2;
         private int headDim = 32;
-        private int maxBodyBytes = 1 << 20;
+        private boolean clampContext;
         private Duration requestTimeout = Duration.ofSeconds(30);
         private Duration tokenDelay = Duration.ofMillis(20);
         private Duration heartbeat = Duration.ofMillis(200);
@@ -590,16 +323,13 @@ public final class ServerConfig {
         private Duration reconnectDelay = Duration.ofMillis(200);
         private Duration ucxKeepalive = Duration.ofMillis(250);
         private Duration kvConnectTimeout = Duration.ofMillis(300);
+        private Topology topology = Topology.DEFAULT;
+        private UnsafeSwitches unsafe = UnsafeSwitches.NONE;
         private Device device = Device.HOST;
-        private EnumSet<Safeguard> unsafePool = EnumSet.noneOf(Safeguard.class);
-        private EnumSet<TransferSafeguard> unsafeTransfer = EnumSet.noneOf(TransferSafeguard.class);
-        private boolean unsafePlaceholderOnOverflow;
         private FaultPlan faults = FaultPlan.NONE;
-        private LinkGate gate;
         private Path workDir;
         private String environment = RoleParts.ENVIRONMENT;
-        private boolean clampContext;
-        private Topology topology = Topology.DEFAULT;
+        private LinkGate gate;
 
         private Builder() {
         }
@@ -613,6 +343,42 @@ public final class ServerConfig {
         /** Sets {@link ServerConfig#port()}. */
         public Builder port(int port) {
             this.port = port;
+            return this;
+        }
+
+        /** Sets {@link ServerConfig#maxBodyBytes()}. */
+        public Builder maxBodyBytes(int n) {
+            this.maxBodyBytes = n;
+            return this;
+        }
+
+        /** Sets {@link ServerConfig#maxConnections()}. */
+        public Builder maxConnections(int n) {
+            this.maxConnections = n;
+            return this;
+        }
+
+        /** Sets {@link ServerConfig#headerTimeout()}. */
+        public Builder headerTimeout(Duration d) {
+            this.headerTimeout = d;
+            return this;
+        }
+
+        /** Sets {@link ServerConfig#idleTimeout()}. */
+        public Builder idleTimeout(Duration d) {
+            this.idleTimeout = d;
+            return this;
+        }
+
+        /** Sets {@link ServerConfig#maxHeaderBytes()}. */
+        public Builder maxHeaderBytes(int n) {
+            this.maxHeaderBytes = n;
+            return this;
+        }
+
+        /** Sets {@link ServerConfig#stallTimeout()}. */
+        public Builder stallTimeout(Duration d) {
+            this.stallTimeout = d;
             return this;
         }
 
@@ -665,9 +431,9 @@ public final class ServerConfig {
             return this;
         }
 
-        /** Sets {@link ServerConfig#maxBodyBytes()}. */
-        public Builder maxBodyBytes(int n) {
-            this.maxBodyBytes = n;
+        /** Sets {@link ServerConfig#clampContext()}. */
+        public Builder clampContext(boolean on) {
+            this.clampContext = on;
             return this;
         }
 
@@ -719,28 +485,41 @@ public final class ServerConfig {
             return this;
         }
 
+        /** Sets {@link ServerConfig#switches()} (incident replay only). */
+        public Builder unsafe(UnsafeSwitches s) {
+            this.unsafe = Objects.requireNonNull(s, "switches");
+            return this;
+        }
+
+        /** @return the switches set so far */
+        UnsafeSwitches unsafe() {
+            return unsafe;
+        }
+
         /** Turns pool safeguards off (incident replay only). */
         public Builder unsafeDisable(Safeguard... s) {
-            unsafePool.addAll(List.of(s));
-            return this;
+            return unsafe(unsafe.off(s));
         }
 
         /** Turns transfer safeguards off (incident replay only). */
         public Builder unsafeDisable(TransferSafeguard... s) {
-            unsafeTransfer.addAll(List.of(s));
-            return this;
+            return unsafe(unsafe.off(s));
         }
 
-        /** The incident's placeholder: see {@link ServerConfig}. */
+        /** The incident's placeholder: see {@link UnsafeSwitches}. */
         public Builder unsafePlaceholderOnOverflow(boolean on) {
-            this.unsafePlaceholderOnOverflow = on;
-            return this;
+            return unsafe(new UnsafeSwitches(unsafe.pool(), unsafe.transfer(), on));
         }
 
         /** Sets {@link ServerConfig#faults()}. */
         public Builder faults(FaultPlan f) {
             this.faults = f;
             return this;
+        }
+
+        /** @return the fault plan set so far */
+        FaultPlan faults() {
+            return faults;
         }
 
         /** <b>Test hook</b>: holds prefill's page writes while the gate is closed. */
@@ -761,16 +540,15 @@ public final class ServerConfig {
             return this;
         }
 
-        /** Sets {@link ServerConfig#clampContext()}. */
-        public Builder clampContext(boolean on) {
-            this.clampContext = on;
-            return this;
-        }
-
         /** Sets {@link ServerConfig#topology()}. */
         public Builder topology(Topology t) {
             this.topology = t;
             return this;
+        }
+
+        /** @return the topology set so far */
+        Topology topology() {
+            return topology;
         }
 
         /** Sets the role of {@link ServerConfig#topology()}. */
@@ -779,9 +557,12 @@ public final class ServerConfig {
             return this;
         }
 
-        /** @throws IllegalArgumentException naming the first bad value */
+        /** @throws IllegalArgumentException naming the first bad value, with its range and the value */
         public ServerConfig build() {
-            return new ServerConfig(this);
+            return new ServerConfig(new Listen(host, port, maxBodyBytes, maxConnections, headerTimeout, idleTimeout, maxHeaderBytes, stallTimeout),
+                new Capacity(contextTokens, prefillPages, decodePages, tokensPerPage, layers, kvHeads, headDim, clampContext),
+                new Timing(requestTimeout, tokenDelay, heartbeat, transferTimeout, reconnectDelay, ucxKeepalive, kvConnectTimeout),
+                topology, unsafe, device, faults, workDir, environment, gate);
         }
     }
 }

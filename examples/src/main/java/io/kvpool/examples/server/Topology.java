@@ -127,19 +127,6 @@ public record Topology(Role role, Transport transport, URI prefillUrl, URI decod
         };
     }
 
-    /** @return the usage lines of this record's flags */
-    static String usage() {
-        return """
-            running the roles as separate processes (see README):
-              --role all|router|prefill|decode   what this process runs [all: router, prefill and decode in one JVM]
-              --prefill-url URL / --decode-url URL   (router) the roles' internal endpoints
-                                          [http://127.0.0.1:8081/ / http://127.0.0.1:8082/]
-              --transport shm|ucx         (prefill, decode) how KV moves between them [shm]; shm needs the same
-                                          --work-dir on both (decode creates the pool file and socket there)
-              --kv-address HOST:PORT      (prefill, decode with ucx) decode's UCX bootstrap listener [127.0.0.1:8090]
-            """;
-    }
-
     private static URI uri(String name, String value) {
         try {
             return URI.create(value);

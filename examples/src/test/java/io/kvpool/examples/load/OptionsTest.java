@@ -43,4 +43,20 @@ class OptionsTest {
         assertThrows(IllegalArgumentException.class, () -> Options.parse(new String[] {"--clients"}, own));
         assertThrows(IllegalArgumentException.class, () -> Options.parse(new String[] {"clients"}, own));
     }
+
+    @Test
+    void loadsHelpListsExactlyTheOptionsItParsesItsOwnAndTheServers() {
+        final Options.Command c = LoadCommand.command();
+        io.kvpool.examples.server.CommandLineTest.helpAndParserAgree(c.cli());
+        assertTrue(c.cli().names().containsAll(io.kvpool.examples.server.ServerOptions.names()), "every server option");
+        assertTrue(LoadCommand.usage().contains("--abort-ratio P") && LoadCommand.usage().contains("--port N"), LoadCommand::usage);
+        assertTrue(java.util.regex.Pattern.compile("(?m)^ +--port N .*\\[0]$").matcher(LoadCommand.usage()).find(), LoadCommand::usage);
+        // --seed and --max-body-bytes are load's own, and load passes them on itself
+        final Options o = c.parse(new String[] {"--seed", "5", "--max-body-bytes", "4096", "--port", "1", "--unsafe-checksum"});
+        assertEquals("5", o.text("--seed", null));
+        assertEquals("4096", o.text("--max-body-bytes", null));
+        assertEquals(List.of("--port", "1", "--unsafe-checksum"), o.serverArgs());
+        assertTrue(assertThrows(IllegalArgumentException.class, () -> c.parse(new String[] {"--nope"})).getMessage()
+            .contains("Unknown option: '--nope'"));
+    }
 }

@@ -75,14 +75,16 @@ class ServerConfigTest {
 
     @Test
     void badFlagsAreNamed() {
-        assertMessage("unknown option --nope", "--nope", "1");
-        assertMessage("--port needs a value", "--port");
+        // picocli's words for what no option takes: an unknown option (and the value after it), a missing value
+        assertMessage("Unknown options: '--nope', '1'", "--nope", "1");
+        assertMessage("Unknown option: '--nope'", "--nope");
+        assertMessage("Missing required parameter for option '--port' (N)", "--port");
         assertMessage("--port needs a whole number, was 'x'", "--port", "x");
         assertMessage("port must be in [0, 65535], was 70000", "--port", "70000");
-        assertMessage("unknown safeguard switch --unsafe-everything", "--unsafe-everything");
+        assertMessage("Unknown option: '--unsafe-everything'", "--unsafe-everything");
         assertMessage("--device is host or cuda, was 'tpu'", "--device", "tpu");
         assertMessage("fault rate must be in [0, 1], was 2.0", "--fault-rate", "2");
-        assertMessage("unexpected argument 'serve'", "serve");
+        assertMessage("Unmatched argument at index 0: 'serve'", "serve");
         assertMessage("the echo model needs token vectors of at least 84 bytes", "--head-dim", "8");
     }
 
