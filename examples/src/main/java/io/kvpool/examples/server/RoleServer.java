@@ -17,7 +17,7 @@ import java.util.concurrent.CountDownLatch;
  * <pre>
  *   router ──POST /internal/prefill, /internal/abort──▶ prefill process ══ KV (shm / ucx) ══▶ decode process
  *   router ──POST /internal/decode (events stream back), /internal/abort──────────────────▶ decode process
- *   router ──GET /internal/status (pool view, counters, Prometheus text)──▶ both
+ *   router ──GET /internal/status (pool view, counters, gauges)──▶ both
  * </pre>
  * The endpoints trust their caller (no keys): bind them to loopback or a private network.
  */
@@ -32,6 +32,7 @@ public final class RoleServer implements AutoCloseable {
     private final ServerConfig config;
     private final AutoCloseable role;
     private final String kvLink;
+    private final ServerMetrics metrics;
     private final HttpFront http;
     private final CountDownLatch closedLatch = new CountDownLatch(1);
     private boolean closed;
@@ -40,6 +41,7 @@ public final class RoleServer implements AutoCloseable {
         this.config = config;
         this.role = role;
         this.kvLink = kvLink;
+        this.metrics = endpoint.serveMetrics(ServerMetrics.forRole(config, (MeteredRole) role));
         this.http = HttpFront.start(config.host(), config.port(), h -> h.createContext("/", endpoint));
     }
 
@@ -161,6 +163,7 @@ public final class RoleServer implements AutoCloseable {
                 System.getLogger("io.kvpool.examples.server").log(System.Logger.Level.WARNING, "closing the role failed: " + e);
             }
             http.stopThreads();
+            metrics.close();
         } finally {
             closedLatch.countDown();
         }
