@@ -3,7 +3,6 @@ package io.kvpool.examples.server;
 import io.micrometer.core.instrument.FunctionCounter;
 import io.micrometer.core.instrument.Gauge;
 import io.micrometer.core.instrument.Meter;
-import io.micrometer.core.instrument.MeterRegistry;
 import io.micrometer.core.instrument.Tags;
 import io.micrometer.core.instrument.binder.jvm.ClassLoaderMetrics;
 import io.micrometer.core.instrument.binder.jvm.JvmGcMetrics;
@@ -126,11 +125,6 @@ final class ServerMetrics implements AutoCloseable {
         if (!local) {
             poolFromStatus(f);
         }
-    }
-
-    /** @return the registry (tests) */
-    MeterRegistry registry() {
-        return registry;
     }
 
     /**
