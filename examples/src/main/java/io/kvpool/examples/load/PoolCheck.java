@@ -98,7 +98,7 @@ public record PoolCheck(boolean ok, List<String> lines) {
                     final double busy = m.getOrDefault(p + "owned\"}", 0.0) + m.getOrDefault(p + "receiving\"}", 0.0)
                         + m.getOrDefault(p + "draining\"}", 0.0) + m.getOrDefault(p + "quarantined\"}", 0.0);
                     final double reserved = m.getOrDefault("kvpool_pool_reserved_pages{role=\"" + role + "\"}", 0.0);
-                    final double open = m.getOrDefault("kvpool_pool_open_sequences{role=\"" + role + "\"}", 0.0);
+                    final double open = m.getOrDefault("kvpool_pool_sequences_open{role=\"" + role + "\"}", 0.0);
                     final boolean roleClean = busy == 0 && reserved == 0 && open == 0 && free == capacity - retired;
                     clean &= roleClean;
                     lines.add(String.format(Locale.ROOT, "%-8s %s (from /metrics): %.0f of %.0f pages free, %.0f owned, %.0f receiving, %.0f draining, "

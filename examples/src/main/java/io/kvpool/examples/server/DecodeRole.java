@@ -4,10 +4,14 @@ import io.kvpool.Admission;
 import io.kvpool.KvPool;
 import io.kvpool.Sequence;
 import io.kvpool.examples.ui.PoolView;
+import io.kvpool.micrometer.KvPoolMeterBinder;
+import io.kvpool.micrometer.TransferReceiverMeterBinder;
 import io.kvpool.transfer.FailureReason;
 import io.kvpool.transfer.IncomingTransfer;
 import io.kvpool.transfer.TransferReceiver;
 import io.kvpool.transfer.spi.PeerLink;
+import io.micrometer.core.instrument.MeterRegistry;
+import io.micrometer.core.instrument.Tags;
 
 import java.io.IOException;
 import java.time.Duration;
@@ -36,7 +40,7 @@ import java.util.concurrent.atomic.LongAdder;
  * A committed sequence goes to exactly one owner: {@link DecodeCall#generate} or an abort, whichever takes
  * it first (an atomic hand-over); the owner closes it.
  */
-final class DecodeRole implements DecodeService {
+final class DecodeRole implements DecodeService, MeteredRole {
 
     static final String ROLE = "decode";
     private static final System.Logger LOG = System.getLogger("io.kvpool.examples.server");
@@ -259,6 +263,18 @@ final class DecodeRole implements DecodeService {
     }
 
     @Override
+    public String roleName() {
+        return ROLE;
+    }
+
+    /** Binds the decode pool ({@link KvPoolMeterBinder}) and the receiver ({@link TransferReceiverMeterBinder}). */
+    @Override
+    public void bindMeters(MeterRegistry registry, Tags tags) {
+        new KvPoolMeterBinder(pool, tags).bindTo(registry);
+        new TransferReceiverMeterBinder(receiver, tags).bindTo(registry);
+    }
+
+    @Override
     public RoleStatus status() {
         final Map<String, Long> c = new LinkedHashMap<>();
         c.put("admitted", admitted.sum());
@@ -271,9 +287,11 @@ final class DecodeRole implements DecodeService {
         c.put("generated_tokens", generated.sum());
         c.put("links_accepted", links.sum());
         c.put("quarantine_releases", receiver.metrics().quarantineReleases());
-        final String prom = PrometheusText.decodeRole(receiver.metrics(), activeTransfers, heldSequences.get(), ready,
-            receiver.peerBuilds());
-        return new RoleStatus(ROLE, PoolView.of(ROLE, pool).withHolders(holders.snapshot()), c, prom);
+        final Map<String, Long> g = new LinkedHashMap<>();
+        g.put(RoleStatus.ACTIVE_TRANSFERS, (long) activeTransfers);
+        g.put(RoleStatus.HELD_SEQUENCES, (long) heldSequences.get());
+        g.put(RoleStatus.LINK_UP, ready ? 1L : 0L);
+        return new RoleStatus(ROLE, PoolView.of(ROLE, pool).withHolders(holders.snapshot()), c, g);
     }
 
     @Override

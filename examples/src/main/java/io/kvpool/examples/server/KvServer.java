@@ -28,7 +28,7 @@ import java.util.concurrent.CountDownLatch;
  * <h2>Endpoints</h2>
  * <ul>
  *   <li>{@code POST /v1/completions} — {@link CompletionsHandler}</li>
- *   <li>{@code GET /metrics} — Prometheus text ({@link PrometheusText})</li>
+ *   <li>{@code GET /metrics} — Prometheus text ({@link ServerMetrics})</li>
  *   <li>{@code GET /} and {@code GET /api/state} — the live page ({@link LivePage}), fed by {@link #liveState()}</li>
  * </ul>
  *
@@ -48,6 +48,7 @@ public final class KvServer implements AutoCloseable {
     private final ServerConfig config;
     private final Roles roles;
     private final Router router;
+    private final ServerMetrics metrics;
     private final HttpFront http;
     private final ObjectMapper json = Json.strict();
     private final CountDownLatch closedLatch = new CountDownLatch(1);
@@ -57,18 +58,24 @@ public final class KvServer implements AutoCloseable {
         this.config = config;
         this.roles = roles;
         this.router = new Router(config, roles.prefill(), roles.decode());
+        this.metrics = ServerMetrics.forServer(config, router, roles);
         final HttpHandler completions = new CompletionsHandler(router, json);
         final HttpHandler page = LivePage.handler(this::liveState); // GET /, /index.html and /api/state; 404 elsewhere
-        this.http = HttpFront.start(config.host(), config.port(), Http.limits(config, config.maxBodyBytes()), call -> {
-            final String path = call.path();
-            if (path.equals("/v1") || path.startsWith("/v1/")) {
-                completions.handle(call); // 404 for any other /v1 path, in the API's error shape
-            } else if (path.equals("/metrics")) {
-                metrics(call);
-            } else {
-                page.handle(call);
-            }
-        });
+        try {
+            this.http = HttpFront.start(config.host(), config.port(), Http.limits(config, config.maxBodyBytes()), call -> {
+                final String path = call.path();
+                if (path.equals("/v1") || path.startsWith("/v1/")) {
+                    completions.handle(call); // 404 for any other /v1 path, in the API's error shape
+                } else if (path.equals("/metrics")) {
+                    metrics(call);
+                } else {
+                    page.handle(call);
+                }
+            });
+        } catch (IOException | RuntimeException e) {
+            metrics.close(); // nothing else holds it: the server never started
+            throw e;
+        }
     }
 
     /**
@@ -163,10 +170,10 @@ public final class KvServer implements AutoCloseable {
     public Map<String, Long> counters() {
         final RouterCounters c = router.counters();
         final Map<String, Long> m = new LinkedHashMap<>();
-        m.put("requests", c.requests.sum());
-        m.put("completed", c.completed.sum());
-        m.put("aborted", c.aborted.sum());
-        m.put("timed_out", c.timedOut.sum());
+        m.put("requests", (long) c.requests.count());
+        m.put("completed", (long) c.completed.count());
+        m.put("aborted", (long) c.aborted.count());
+        m.put("timed_out", (long) c.timedOut.count());
         m.put("rejected", c.rejectedTotal());
         m.put("failed", c.failedTotal());
         m.put("in_flight", (long) c.inFlight.get());
@@ -178,19 +185,18 @@ public final class KvServer implements AutoCloseable {
         return List.of(roles.prefill().status(), roles.decode().status());
     }
 
-    /** @return what the live page shows: both pools and the counters (router's, then each role's prefixed by its name) */
+    /**
+     * @return what the live page shows: both pools and the counters, named after their Prometheus names
+     *         ({@link ServerMetrics#liveCounters}: the router's, then each role's prefixed by its name)
+     */
     public LiveState liveState() {
         final List<RoleStatus> s = roleStatus();
-        final Map<String, Long> counters = new LinkedHashMap<>(counters());
-        for (RoleStatus r : s) {
-            r.counters().forEach((k, v) -> counters.put(r.role() + "_" + k, v));
-        }
-        return new LiveState(List.of(s.get(0).pool(), s.get(1).pool()), counters);
+        return new LiveState(List.of(s.get(0).pool(), s.get(1).pool()), metrics.liveCounters(s));
     }
 
-    /** @return the {@code /metrics} text */
+    /** @return the {@code /metrics} text (Micrometer's Prometheus registry, {@link ServerMetrics}) */
     public String metricsText() {
-        return PrometheusText.render(router.counters(), roleStatus(), config);
+        return metrics.scrape();
     }
 
     /**
@@ -222,7 +228,7 @@ public final class KvServer implements AutoCloseable {
             Http.sendError(call, json, e);
             return;
         }
-        call.respond(200, "text/plain; version=0.0.4; charset=utf-8", Http.utf8(metricsText()));
+        call.respond(200, ServerMetrics.CONTENT_TYPE, Http.utf8(metricsText()));
     }
 
     /**
@@ -248,6 +254,7 @@ public final class KvServer implements AutoCloseable {
             http.stopListening(Duration.ofSeconds(1)); // the calls of those requests write their errors (the router's count ended before)
             roles.close();
             http.close();
+            metrics.close();
         } finally {
             closedLatch.countDown();
         }

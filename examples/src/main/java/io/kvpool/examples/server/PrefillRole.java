@@ -4,10 +4,14 @@ import io.kvpool.Admission;
 import io.kvpool.KvPool;
 import io.kvpool.Sequence;
 import io.kvpool.examples.ui.PoolView;
+import io.kvpool.micrometer.KvPoolMeterBinder;
+import io.kvpool.micrometer.TransferSenderMeterBinder;
 import io.kvpool.transfer.OutgoingTransfer;
 import io.kvpool.transfer.Peer;
 import io.kvpool.transfer.TransferSender;
 import io.kvpool.transfer.spi.PeerLink;
+import io.micrometer.core.instrument.MeterRegistry;
+import io.micrometer.core.instrument.Tags;
 
 import java.time.Duration;
 import java.util.HashMap;
@@ -37,7 +41,7 @@ import java.util.function.Supplier;
  * another router in front of this process, or a restarted one, reusing it — is refused at once with a
  * {@link DuplicateRequestException}, so it can never be answered from the KV offered under that id before.
  */
-final class PrefillRole implements PrefillService {
+final class PrefillRole implements PrefillService, MeteredRole {
 
     static final String ROLE = "prefill";
     private static final System.Logger LOG = System.getLogger("io.kvpool.examples.server");
@@ -305,6 +309,18 @@ final class PrefillRole implements PrefillService {
     }
 
     @Override
+    public String roleName() {
+        return ROLE;
+    }
+
+    /** Binds the prefill pool ({@link KvPoolMeterBinder}) and the sender ({@link TransferSenderMeterBinder}). */
+    @Override
+    public void bindMeters(MeterRegistry registry, Tags tags) {
+        new KvPoolMeterBinder(pool, tags).bindTo(registry);
+        new TransferSenderMeterBinder(sender, tags).bindTo(registry);
+    }
+
+    @Override
     public RoleStatus status() {
         final Map<String, Long> c = new LinkedHashMap<>();
         c.put("admitted", admitted.sum());
@@ -318,8 +334,10 @@ final class PrefillRole implements PrefillService {
         c.put("injected_faults", injectedFaults.sum());
         c.put("duplicate_ids_refused", duplicates.sum());
         c.put("refused_after_abort", lateAfterAbort.sum());
-        final String prom = PrometheusText.prefillRole(sender.metrics(), active, linkUp, sender.peerBuilds());
-        return new RoleStatus(ROLE, PoolView.of(ROLE, pool).withHolders(holders.snapshot()), c, prom);
+        final Map<String, Long> g = new LinkedHashMap<>();
+        g.put(RoleStatus.ACTIVE_TRANSFERS, (long) active);
+        g.put(RoleStatus.LINK_UP, linkUp ? 1L : 0L);
+        return new RoleStatus(ROLE, PoolView.of(ROLE, pool).withHolders(holders.snapshot()), c, g);
     }
 
     /**

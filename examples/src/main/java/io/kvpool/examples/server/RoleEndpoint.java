@@ -6,7 +6,6 @@ import io.kvpool.examples.http.HttpCall;
 import io.kvpool.examples.http.HttpHandler;
 
 import java.io.IOException;
-import java.util.List;
 import java.util.Objects;
 import java.util.function.BooleanSupplier;
 import java.util.function.IntSupplier;
@@ -16,10 +15,10 @@ import java.util.function.Supplier;
  * The internal endpoints every role process serves to the router ({@link RoleServer}), and the plumbing
  * of its role-specific ones:
  * <ul>
- *   <li>{@code GET /internal/status} — {@link RoleJson#status}: pool view, counters, Prometheus text, transfers in
+ *   <li>{@code GET /internal/status} — {@link RoleJson#status}: pool view, counters, gauges, transfers in
  *       flight, whether the KV link is up, and {@code identity} ({@link RoleIdentity}: build, environment, model,
  *       layout, pool pages, largest safe context);</li>
- *   <li>{@code GET /metrics} — the role's own Prometheus text ({@link PrometheusText#renderRoles});</li>
+ *   <li>{@code GET /metrics} — the role's own Prometheus text ({@link ServerMetrics#forRole}: its JVM, pool and engine);</li>
  *   <li>{@code GET /internal/accounting} — checks the pool's accounting invariants ({@link io.kvpool.KvPool#verifyAccounting()};
  *       meaningful only at quiescence): {@code {"balanced":true,"snapshot":"…"}}, or 409 naming the first violation;</li>
  *   <li>{@code POST /internal/abort} {@code {"request_id":7,"why":"…"}} — half of a paired abort; 204 always
@@ -41,6 +40,7 @@ abstract class RoleEndpoint implements HttpHandler {
     private final String role;
     private final ServerConfig config;
     private final Readouts readouts;
+    private volatile ServerMetrics metrics;
 
     /**
      * What the common endpoints read of the role, as its own methods (for example {@code role::status}).
@@ -72,6 +72,12 @@ abstract class RoleEndpoint implements HttpHandler {
         return RoleIdentity.of(role, config, pages, readouts.pool().get().maxContextTokens());
     }
 
+    /** Serves {@code metrics} on {@code GET /metrics} (the role process's registry); @return {@code metrics} */
+    ServerMetrics serveMetrics(ServerMetrics metrics) {
+        this.metrics = Objects.requireNonNull(metrics, "metrics");
+        return metrics;
+    }
+
     /** Aborts {@code requestId} (idempotent; unknown ids do nothing). */
     abstract void abort(long requestId, String why);
 
@@ -96,8 +102,7 @@ abstract class RoleEndpoint implements HttpHandler {
                 }
                 case "/metrics" -> {
                     method(ex, "GET");
-                    ex.respond(200, "text/plain; version=0.0.4; charset=utf-8",
-                        Http.utf8(PrometheusText.renderRoles(List.of(readouts.status().get()), config)));
+                    ex.respond(200, ServerMetrics.CONTENT_TYPE, Http.utf8(Objects.requireNonNull(metrics, "no metrics served").scrape()));
                 }
                 case "/internal/accounting" -> {
                     method(ex, "GET");

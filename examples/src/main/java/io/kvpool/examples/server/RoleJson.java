@@ -17,7 +17,7 @@ import java.util.Map;
  * <pre>
  *   status      {"role":"decode","ready":true,"active_transfers":0,
  *                "pool":{"role":"decode","capacity":1024,"pages":"FFOO…","counters":{"free":1020,…},"holders":[…]},
- *                "counters":{"admitted":3,…},"prometheus":"# TYPE …"}
+ *                "counters":{"admitted":3,…},"gauges":{"active_transfers":0,"link_up":1,…}}
  *   rejection   {"role":"decode","reason":"RETRY_LATER","message":"…","numbers":{"pages_needed":8,…}}
  *   tokens      ["SGVs","bG8="]   (each token's UTF-8 bytes, base64)
  *   kv          {"text":"…","tenants":["alice"],"tokens":5,"canary":0,"garbage":0,"misplaced":0}
@@ -46,7 +46,7 @@ final class RoleJson {
         m.put("active_transfers", activeTransfers);
         m.put("pool", pool);
         m.put("counters", s.counters());
-        m.put("prometheus", s.prometheus());
+        m.put("gauges", s.gauges());
         return m;
     }
 
@@ -55,7 +55,7 @@ final class RoleJson {
         final JsonNode p = field(n, "pool");
         final PoolView view = new PoolView(text(p, "role"), (int) number(p, "capacity"), text(p, "pages"), longs(field(p, "counters")),
             io.kvpool.examples.ui.StateJson.holders(p.get("holders"), "pool.holders"));
-        return new RoleStatus(text(n, "role"), view, longs(field(n, "counters")), text(n, "prometheus"));
+        return new RoleStatus(text(n, "role"), view, longs(field(n, "counters")), longs(field(n, "gauges")));
     }
 
     static Map<String, Object> rejection(Rejection r) {

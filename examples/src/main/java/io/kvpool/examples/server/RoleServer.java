@@ -18,7 +18,7 @@ import java.util.concurrent.CountDownLatch;
  * <pre>
  *   router ──POST /internal/prefill, /internal/abort──▶ prefill process ══ KV (shm / ucx) ══▶ decode process
  *   router ──POST /internal/decode (events stream back), /internal/abort──────────────────▶ decode process
- *   router ──GET /internal/status (pool view, counters, Prometheus text)──▶ both
+ *   router ──GET /internal/status (pool view, counters, gauges)──▶ both
  * </pre>
  * The endpoints trust their caller (no keys): bind them to loopback or a private network.
  */
@@ -33,6 +33,7 @@ public final class RoleServer implements AutoCloseable {
     private final ServerConfig config;
     private final AutoCloseable role;
     private final String kvLink;
+    private final ServerMetrics metrics;
     private final HttpFront http;
     private final CountDownLatch closedLatch = new CountDownLatch(1);
     private boolean closed;
@@ -41,7 +42,13 @@ public final class RoleServer implements AutoCloseable {
         this.config = config;
         this.role = role;
         this.kvLink = kvLink;
-        this.http = HttpFront.start(config.host(), config.port(), Http.limits(config, RoleEndpoint.MAX_BODY), endpoint);
+        this.metrics = endpoint.serveMetrics(ServerMetrics.forRole(config, (MeteredRole) role));
+        try {
+            this.http = HttpFront.start(config.host(), config.port(), Http.limits(config, RoleEndpoint.MAX_BODY), endpoint);
+        } catch (IOException | RuntimeException e) {
+            metrics.close(); // nothing else holds it: the server never started
+            throw e;
+        }
     }
 
     /**
@@ -162,6 +169,7 @@ public final class RoleServer implements AutoCloseable {
                 System.getLogger("io.kvpool.examples.server").log(System.Logger.Level.WARNING, "closing the role failed: " + e);
             }
             http.close();
+            metrics.close();
         } finally {
             closedLatch.countDown();
         }

@@ -1,64 +1,86 @@
 package io.kvpool.examples.server;
 
-import java.util.Map;
-import java.util.TreeMap;
-import java.util.concurrent.ConcurrentHashMap;
-import java.util.concurrent.atomic.AtomicInteger;
-import java.util.concurrent.atomic.LongAdder;
+import io.micrometer.core.instrument.Counter;
+import io.micrometer.core.instrument.Gauge;
+import io.micrometer.core.instrument.MeterRegistry;
 
-/** The router's counters, readable from any thread. */
+import java.util.Objects;
+import java.util.concurrent.atomic.AtomicInteger;
+
+/**
+ * The router's counters, as Micrometer meters of the router's registry (the one {@code /metrics} serves,
+ * {@link ServerMetrics}); readable and incremented from any thread. Names in the Prometheus registry:
+ * <pre>
+ *   kvpool_requests_total, kvpool_requests_completed_total, kvpool_requests_aborted_total,
+ *   kvpool_requests_timed_out_total, kvpool_requests_in_flight (gauge),
+ *   kvpool_requests_rejected_total{reason,role}, kvpool_requests_failed_total{reason}, kvpool_http_errors_total{status}
+ * </pre>
+ * The tagged ones appear with their first tag value.
+ */
 final class RouterCounters {
 
-    final LongAdder requests = new LongAdder();
-    final LongAdder completed = new LongAdder();
-    final LongAdder aborted = new LongAdder();
-    final LongAdder timedOut = new LongAdder();
-    final AtomicInteger inFlight = new AtomicInteger();
-    private final ConcurrentHashMap<String, LongAdder> rejected = new ConcurrentHashMap<>();
-    private final ConcurrentHashMap<String, LongAdder> failed = new ConcurrentHashMap<>();
-    private final ConcurrentHashMap<Integer, LongAdder> errors = new ConcurrentHashMap<>();
+    static final String REJECTED = "kvpool.requests.rejected";
+    static final String FAILED = "kvpool.requests.failed";
+    static final String ERRORS = "kvpool.http.errors";
 
-    /** A refusal before any KV moved, by {@code role/reason}. */
+    final Counter requests;
+    final Counter completed;
+    final Counter aborted;
+    final Counter timedOut;
+    final AtomicInteger inFlight = new AtomicInteger();
+    private final MeterRegistry registry;
+
+    /** Counters in a registry of their own: the server's, which {@link ServerMetrics} completes, serves and closes. */
+    RouterCounters() {
+        this(ServerMetrics.newRegistry());
+    }
+
+    /** Counters registered in {@code registry}. */
+    RouterCounters(MeterRegistry registry) {
+        this.registry = Objects.requireNonNull(registry, "registry");
+        requests = Counter.builder("kvpool.requests").description("Completion requests the router received (authenticated)")
+            .register(registry);
+        completed = Counter.builder("kvpool.requests.completed").description("Completions answered in full").register(registry);
+        aborted = Counter.builder("kvpool.requests.aborted")
+            .description("Requests whose client went away; both roles were told to abort them").register(registry);
+        timedOut = Counter.builder("kvpool.requests.timed.out")
+            .description("Requests that waited longer than the request timeout").register(registry);
+        Gauge.builder("kvpool.requests.in.flight", inFlight, AtomicInteger::get).description("Requests being served now")
+            .register(registry);
+    }
+
+    /** @return the registry the counters are in */
+    MeterRegistry registry() {
+        return registry;
+    }
+
+    /** A refusal before any KV moved, by role and reason. */
     void rejected(String role, String reason) {
-        rejected.computeIfAbsent(role + "/" + reason, k -> new LongAdder()).increment();
+        Counter.builder(REJECTED).description("Requests refused before any KV moved, by the role that refused (router, prefill, "
+            + "decode) and reason").tags("role", role, "reason", reason).register(registry).increment();
     }
 
     /** A transfer that did not commit, by failure reason. */
     void failed(String reason) {
-        failed.computeIfAbsent(reason, k -> new LongAdder()).increment();
+        Counter.builder(FAILED).description("Requests whose KV transfer did not commit or whose role was lost, by reason")
+            .tag("reason", reason).register(registry).increment();
     }
 
     /** An error response, by status. */
     void error(int status) {
-        errors.computeIfAbsent(status, k -> new LongAdder()).increment();
-    }
-
-    /** @return refusals by {@code role/reason}, sorted */
-    Map<String, Long> rejected() {
-        return sums(rejected);
-    }
-
-    /** @return failed transfers by reason, sorted */
-    Map<String, Long> failed() {
-        return sums(failed);
-    }
-
-    /** @return error responses by status, sorted */
-    Map<Integer, Long> errors() {
-        return sums(errors);
+        Counter.builder(ERRORS).description("Error responses the server sent, by HTTP status").tag("status", Integer.toString(status))
+            .register(registry).increment();
     }
 
     long rejectedTotal() {
-        return rejected.values().stream().mapToLong(LongAdder::sum).sum();
+        return sum(REJECTED);
     }
 
     long failedTotal() {
-        return failed.values().stream().mapToLong(LongAdder::sum).sum();
+        return sum(FAILED);
     }
 
-    private static <K extends Comparable<K>> Map<K, Long> sums(ConcurrentHashMap<K, LongAdder> m) {
-        final Map<K, Long> out = new TreeMap<>();
-        m.forEach((k, v) -> out.put(k, v.sum()));
-        return out;
+    private long sum(String name) {
+        return (long) registry.find(name).counters().stream().mapToDouble(Counter::count).sum();
     }
 }

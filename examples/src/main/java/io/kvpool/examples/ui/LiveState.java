@@ -7,8 +7,9 @@ import java.util.Map;
 import java.util.Objects;
 
 /**
- * Everything the live page shows at one moment: each pool's view and the server's counters
- * (requests, completed, rejected, aborted, transfers ... by name).
+ * Everything the live page shows at one moment: each pool's view and the server's counters by name, in one
+ * style: snake_case, the Prometheus name less {@code kvpool_} and {@code _total} ({@code requests_completed},
+ * {@code requests_rejected}, a role's events prefixed by the role: {@code decode_transfers_committed}).
  *
  * @param pools    one view per pool, in display order
  * @param counters server-wide counters by name, in display order

@@ -115,16 +115,33 @@ public record PoolView(String role, int capacity, String pages, Map<String, Long
         return new PoolView(role, n, sb.toString(), counters(pool.snapshot()));
     }
 
-    /** A snapshot's fields by name, in declaration order. */
+    /**
+     * A snapshot's fields by name in snake_case ({@code openSequences} → {@code open_sequences}), in declaration
+     * order: the live page's one naming style (docs/example-server.md, "Metrics", maps them to the Prometheus names).
+     */
     public static Map<String, Long> counters(PoolSnapshot s) {
         final Map<String, Long> m = new LinkedHashMap<>();
         for (var c : PoolSnapshot.class.getRecordComponents()) {
             try {
-                m.put(c.getName(), (Long) c.getAccessor().invoke(s));
+                m.put(snakeCase(c.getName()), (Long) c.getAccessor().invoke(s));
             } catch (ReflectiveOperationException e) {
                 throw new IllegalStateException(e);
             }
         }
         return m;
+    }
+
+    /** @return {@code openSequences} → {@code open_sequences} */
+    static String snakeCase(String camel) {
+        final StringBuilder b = new StringBuilder(camel.length() + 4);
+        for (int i = 0; i < camel.length(); i++) {
+            final char c = camel.charAt(i);
+            if (Character.isUpperCase(c)) {
+                b.append('_').append(Character.toLowerCase(c));
+            } else {
+                b.append(c);
+            }
+        }
+        return b.toString();
     }
 }

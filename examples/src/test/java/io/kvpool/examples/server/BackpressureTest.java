@@ -49,8 +49,9 @@ class BackpressureTest {
             final HttpResponse<String> firstDone = held.get();
             assertEquals(200, firstDone.statusCode(), firstDone::body);
             final String m = server.metricsText();
-            assertTrue(m.contains("kvpool_requests_rejected_total{role=\"prefill\",reason=\"retry_later\"} 1"), m);
-            assertTrue(m.contains("kvpool_pool_rejections_total{role=\"prefill\",reason=\"retry_later\"} 1"), m);
+            final java.util.Map<String, Double> mm = Metrics.parse(m);
+            assertEquals(1.0, mm.get("kvpool_requests_rejected_total{reason=\"retry_later\",role=\"prefill\"}"), m);
+            assertEquals(1.0, mm.get("kvpool_pool_admissions_rejected_total{reason=\"retry_later\",role=\"prefill\"}"), m);
             ServerTests.assertBalanced(server);
         }
     }

@@ -67,10 +67,11 @@ class DisconnectTest {
             assertEquals(0, prefill.get("transfers_completed"), prefill::toString);
 
             final String text = server.metricsText();
-            assertTrue(text.contains("kvpool_deferred_release_total{outcome=\"drained\"} 1"), text);
-            assertTrue(text.contains("kvpool_deferred_release_seconds_count 1"), text);
-            assertTrue(text.contains("kvpool_requests_aborted_total 1"), text);
-            assertTrue(Metrics.parse(text).get("kvpool_deferred_release_seconds_sum") > 0, text);
+            final Map<String, Double> mm = Metrics.parse(text);
+            assertEquals(1.0, mm.get("kvpool_transfer_deferred_releases_total{outcome=\"drained\",role=\"decode\"}"), text);
+            assertEquals(1.0, mm.get("kvpool_transfer_deferred_hold_seconds_count{role=\"decode\"}"), text);
+            assertEquals(1.0, mm.get("kvpool_requests_aborted_total"), text);
+            assertTrue(mm.get("kvpool_transfer_deferred_hold_seconds_sum{role=\"decode\"}") > 0, text);
         }
     }
 

@@ -10,7 +10,6 @@ import java.net.URI;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.util.LinkedHashMap;
-import java.util.List;
 import java.util.Map;
 
 import static org.junit.jupiter.api.Assertions.assertFalse;
@@ -28,9 +27,9 @@ class EvidenceReviewRegressionTest {
         final Map<String, Long> c = new LinkedHashMap<>();
         c.put("capacity", 4L);
         c.put("free", 4L);
-        final RoleStatus prefill = new RoleStatus("prefill", new PoolView("prefill", 4, "FFFF", c), Map.of(), "");
+        final RoleStatus prefill = new RoleStatus("prefill", new PoolView("prefill", 4, "FFFF", c), Map.of(), Map.of());
         final RoleStatus decode = RoleStatus.unreachable("decode", "decode role at http://127.0.0.1:1/ is unreachable");
-        final String text = PrometheusText.render(new RouterCounters(), List.of(prefill, decode), ServerConfig.builder().build());
+        final String text = StatusRoles.routerMetrics(prefill, decode, ServerConfig.builder().build());
         final HttpServer http = HttpServer.create(new InetSocketAddress("127.0.0.1", 0), 0);
         http.createContext("/metrics", ex -> {
             try (ex) {

@@ -52,7 +52,7 @@ class IncidentTest {
             assertFalse(caught.isEmpty(), "the isolation check must catch the leak");
             assertTrue(caught.stream().anyMatch(v -> v.contains("alice")), caught::toString);
             assertEquals(1, server.roleStatus().get(0).counters().get("placeholders"));
-            assertTrue(server.metricsText().contains("kvpool_unsafe_switch{name=\"unsafe-length-check\"} 1"));
+            assertEquals(1.0, Metrics.parse(server.metricsText()).get("kvpool_unsafe_switch{name=\"unsafe-length-check\"}"));
             ServerTests.assertBalanced(server);
         }
     }
@@ -70,7 +70,7 @@ class IncidentTest {
             assertTrue(e.path("message").asText().contains("transferred 1 tokens, expected 200"), e::toString);
             assertFalse(b.body().contains("ALICE"), b::body);
             ServerTests.assertBalanced(server);
-            assertTrue(server.metricsText().contains("kvpool_transfers_failed_total{reason=\"length_mismatch\"} 1"));
+            assertEquals(1.0, Metrics.parse(server.metricsText()).get("kvpool_transfer_failures_total{reason=\"length_mismatch\",role=\"decode\"}"));
         }
     }
 }

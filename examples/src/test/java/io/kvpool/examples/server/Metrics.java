@@ -35,4 +35,9 @@ final class Metrics {
         }
         return samples;
     }
+
+    /** @return the families a text declares ({@code # TYPE}) whose names start with {@code kvpool_}, in order */
+    static java.util.List<String> families(String text) {
+        return text.lines().filter(l -> l.startsWith("# TYPE kvpool_")).map(l -> l.split(" ")[2]).toList();
+    }
 }

@@ -75,7 +75,7 @@ class RefusalsTest {
             final int status;
             if (ex.getRequestURI().getPath().equals("/internal/status")) {
                 status = 200;
-                final Map<String, Object> m = RoleJson.status(new RoleStatus(role, new PoolView(role, 0, "", Map.of()), Map.of(), ""), 0, true);
+                final Map<String, Object> m = RoleJson.status(new RoleStatus(role, new PoolView(role, 0, "", Map.of()), Map.of(), Map.of()), 0, true);
                 m.put("identity", RoleIdentity.of(role, ServerTests.small().build(), 128, 512).json()); // matches the router: it starts
                 b = TestClient.JSON.writeValueAsBytes(m);
             } else if (ex.getRequestURI().getPath().equals("/internal/abort")) {

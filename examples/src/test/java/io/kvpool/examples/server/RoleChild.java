@@ -147,7 +147,7 @@ final class RoleChild implements AutoCloseable {
         assertTrue(a.path("balanced").asBoolean(), () -> role + " pool does not balance: " + a);
         final JsonNode c = status().path("pool").path("counters");
         assertTrue(c.path("free").asLong() == c.path("capacity").asLong() && c.path("reserved").asLong() == 0
-            && c.path("openSequences").asLong() == 0 && c.path("openReservations").asLong() == 0, () -> role + " pool not clean: " + c);
+            && c.path("open_sequences").asLong() == 0 && c.path("open_reservations").asLong() == 0, () -> role + " pool not clean: " + c);
     }
 
     /** Kills the process (SIGKILL) and waits until it is reaped. */

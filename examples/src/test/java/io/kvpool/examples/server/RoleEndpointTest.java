@@ -164,7 +164,7 @@ class RoleEndpointTest {
     private boolean poolFree(URI u) {
         try {
             final JsonNode c = TestClient.JSON.readTree(call(u, "GET", "internal/status", null).body()).path("pool").path("counters");
-            return c.path("free").asLong() == c.path("capacity").asLong() && c.path("openSequences").asLong() == 0;
+            return c.path("free").asLong() == c.path("capacity").asLong() && c.path("open_sequences").asLong() == 0;
         } catch (Exception e) {
             return false;
         }

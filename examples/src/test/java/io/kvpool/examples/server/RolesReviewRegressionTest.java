@@ -152,7 +152,7 @@ class RolesReviewRegressionTest {
             .withUrls(decode.baseUri(), decode.baseUri())).build())) {
             final String text = router.metricsText();
             final long upLines = text.lines().filter(l -> l.startsWith("kvpool_role_up{role=\"decode\"}")).count();
-            assertTrue(text.contains("kvpool_role_up{role=\"prefill\"} 0") && upLines == 1,
+            assertTrue(Metrics.parse(text).get("kvpool_role_up{role=\"prefill\"}") == 0 && upLines == 1,
                 () -> "expected prefill down and decode once; got " + upLines + " decode series and: "
                     + text.lines().filter(l -> l.startsWith("kvpool_role_up")).toList());
         }

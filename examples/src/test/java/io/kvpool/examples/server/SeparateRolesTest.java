@@ -205,16 +205,25 @@ class SeparateRolesTest {
     void metricsAndLiveStateMergeBothRoleProcesses() throws Exception {
         final TestClient.Response r = roles.client.get("/metrics");
         assertEquals(200, r.status(), r::body);
-        assertEquals(List.of(), PromFormat.violations(r.body()), r::body); // the router's text, merged from both processes
-        assertEquals(List.of(), PromFormat.violations(roles.decode.metricsText()), "a role process's own /metrics");
+        assertEquals(List.of(), PromFormat.violations(r.body()), r::body); // the router's registry, fed by both processes' statuses
+        final String decodeText = roles.decode.metricsText();
+        assertEquals(List.of(), PromFormat.violations(decodeText), "a role process's own /metrics");
         final Map<String, Double> m = Metrics.parse(r.body());
         assertEquals(1.0, m.get("kvpool_role_up{role=\"prefill\"}"), r::body);
         assertEquals(1.0, m.get("kvpool_role_up{role=\"decode\"}"), r::body);
         assertEquals(64.0, m.get("kvpool_pool_capacity_pages{role=\"prefill\"}"), r::body);
         assertEquals(128.0, m.get("kvpool_pool_pages{role=\"decode\",state=\"free\"}"), r::body);
-        assertEquals(roles.decode.counter("transfers_committed"), m.get("kvpool_transfers_committed_total").longValue(), r::body);
-        assertEquals(1.0, m.get("kvpool_sender_link_up"), r::body);
+        assertEquals(roles.decode.counter("transfers_committed"),
+            m.get("kvpool_role_events_total{event=\"transfers_committed\",role=\"decode\"}").longValue(), r::body);
+        assertEquals(1.0, m.get("kvpool_role_link_up{role=\"prefill\"}"), r::body);
         assertEquals(roles.router.counters().get("completed"), m.get("kvpool_requests_completed_total").longValue());
+        assertTrue(m.get("jvm_threads_live_threads") > 0, "the router's own JVM");
+        // the decode process's own registry: its engine, its pool and its JVM, every series tagged role="decode"
+        final Map<String, Double> d = Metrics.parse(decodeText);
+        assertEquals(roles.decode.counter("transfers_committed"), d.get("kvpool_transfer_committed_total{role=\"decode\"}").longValue(), decodeText);
+        assertEquals(128.0, d.get("kvpool_pool_pages{role=\"decode\",state=\"free\"}"), decodeText);
+        assertTrue(d.get("process_uptime_seconds{role=\"decode\"}") > 0, decodeText);
+        assertTrue(d.keySet().stream().allMatch(k -> k.contains("role=\"decode\"")), decodeText);
 
         final LiveState s = roles.router.liveState(); // what GET /api/state serves
         assertEquals(List.of("prefill", "decode"), s.pools().stream().map(PoolView::role).toList());
@@ -231,7 +240,7 @@ class SeparateRolesTest {
     @Test
     @Order(5)
     void killingThePrefillProcessMidTransferQuarantinesDecodesPagesUntilItIsGoneAndTheRouterAnswers503() throws Exception {
-        final long released0 = roles.decode.counter("quarantine_releases"), events0 = roles.decode.poolCounter("quarantineEvents");
+        final long released0 = roles.decode.counter("quarantine_releases"), events0 = roles.decode.poolCounter("quarantine_events");
         roles.prefill.post("internal/test/gate", "{\"closed\":true}"); // prefill's page writes are held: the transfer stays in flight
         final Future<TestClient.Response> inFlight = pool.submit(() -> roles.client.complete("erin", BackpressureTest.words("e", 100), 4, false));
         Await.until(() -> call(() -> count(roles.decode.pages(), 'R') == 7 && roles.prefill.post("internal/test/gate", "{}").path("held").asLong() > 0),
@@ -244,7 +253,7 @@ class SeparateRolesTest {
         assertTrue(r.error().path("message").asText().contains("KV transfer of request"), r::body);
         Await.until(() -> call(() -> roles.decode.counter("quarantine_releases") == released0 + 1), WAIT,
             () -> "decode to release the quarantine once the prefill process is gone: " + show(roles.decode));
-        assertEquals(events0 + 7, roles.decode.poolCounter("quarantineEvents"), "every page of the transfer went through QUARANTINED");
+        assertEquals(events0 + 7, roles.decode.poolCounter("quarantine_events"), "every page of the transfer went through QUARANTINED");
         roles.decode.assertPoolClean();
 
         final TestClient.Response next = roles.client.complete("erin", "anyone there?", 2, false);
@@ -254,7 +263,8 @@ class SeparateRolesTest {
         final Map<String, Double> m = Metrics.parse(roles.router.metricsText());
         assertEquals(0.0, m.get("kvpool_role_up{role=\"prefill\"}"));
         assertEquals(1.0, m.get("kvpool_role_up{role=\"decode\"}"));
-        assertTrue(m.get("kvpool_deferred_release_total{outcome=\"error\"}") >= 1);
+        final String decodeText = roles.decode.metricsText(); // the engine's meters are on the role process's own /metrics
+        assertTrue(Metrics.parse(decodeText).get("kvpool_transfer_deferred_releases_total{outcome=\"error\",role=\"decode\"}") >= 1, decodeText);
     }
 
     @Test
@@ -311,6 +321,6 @@ class SeparateRolesTest {
         assertTrue(roles.router.awaitQuiescence(WAIT), () -> "no quiescence: " + roles.router.counters());
         roles.prefill.assertPoolClean(); // its transfers had completed before decode died
         assertEquals(failed0 + 2, roles.router.counters().get("failed"), () -> "both counted as role_lost: " + roles.router.metricsText());
-        assertTrue(roles.router.metricsText().contains("kvpool_requests_failed_total{reason=\"role_lost\"} 2"), roles.router::metricsText);
+        assertEquals(2.0, Metrics.parse(roles.router.metricsText()).get("kvpool_requests_failed_total{reason=\"role_lost\"}"), roles.router::metricsText);
     }
 }

@@ -98,7 +98,7 @@ class SeparateRolesUcxTest {
     @Test
     @Order(2)
     void killingThePrefillProcessMidTransferQuarantinesUntilTheUcxLinkIsTornDown() throws Exception {
-        final long released0 = roles.decode.counter("quarantine_releases"), events0 = roles.decode.poolCounter("quarantineEvents");
+        final long released0 = roles.decode.counter("quarantine_releases"), events0 = roles.decode.poolCounter("quarantine_events");
         roles.prefill.post("internal/test/gate", "{\"closed\":true}");
         final Future<TestClient.Response> inFlight = pool.submit(() -> roles.client.complete("erin", BackpressureTest.words("e", 100), 4, false));
         Await.until(() -> SeparateRolesTest.call(() -> SeparateRolesTest.count(roles.decode.pages(), 'R') == 7), WAIT,
@@ -109,7 +109,7 @@ class SeparateRolesUcxTest {
         assertEquals("peer_lost", r.error().path("reason").asText(), r::body);
         Await.until(() -> SeparateRolesTest.call(() -> roles.decode.counter("quarantine_releases") == released0 + 1), WAIT,
             () -> "decode to release the quarantine once the link's worker is closed: " + SeparateRolesTest.show(roles.decode));
-        assertEquals(events0 + 7, roles.decode.poolCounter("quarantineEvents"), "every page of the transfer went through QUARANTINED");
+        assertEquals(events0 + 7, roles.decode.poolCounter("quarantine_events"), "every page of the transfer went through QUARANTINED");
         roles.decode.assertPoolClean();
     }
 }

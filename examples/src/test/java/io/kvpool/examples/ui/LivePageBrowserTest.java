@@ -76,7 +76,7 @@ class LivePageBrowserTest {
         testName = info.getTestMethod().orElseThrow().getName();
         prefill = new PoolScene(64);
         decode = new PoolScene(4096); // thousands of pages: the map must stay light
-        for (String c : List.of("requests", "completed", "rejected", "aborted", "transfers")) {
+        for (String c : List.of("requests", "requests_completed", "requests_rejected", "requests_aborted", "transfers")) {
             counters.put(c, new AtomicLong());
         }
         // what a server shows: a prefill pool with a transfer in flight, a decode pool with one request
@@ -135,7 +135,7 @@ class LivePageBrowserTest {
                 r.pools.get("decode").counts);
             assertEquals("2", r.server.get("requests"));
             assertEquals("1", r.server.get("transfers"));
-            assertEquals("1", r.pools.get("decode").counters.get("openSequences"), "the pool's own counters are shown");
+            assertEquals("1", r.pools.get("decode").counters.get("open_sequences"), "the pool's own counters are shown");
             assertEquals("4,086", r.pools.get("decode").counters.get("free"));
             for (String role : List.of("prefill", "decode")) {
                 final WebElement sec = browser.driver.findElement(By.cssSelector("section.pool[data-role='" + role + "']"));
@@ -171,8 +171,8 @@ class LivePageBrowserTest {
             final Sequence big = decode.sequence(1000); // 250 pages
             decode.close(firstSequence);
             counters.get("requests").addAndGet(3);
-            counters.get("completed").addAndGet(1);
-            counters.get("aborted").addAndGet(1);
+            counters.get("requests_completed").addAndGet(1);
+            counters.get("requests_aborted").addAndGet(1);
             counters.get("transfers").addAndGet(2);
             assertEquals(1, prefill.expected(SlotState.DRAINING));
             assertEquals(1, prefill.expected(SlotState.QUARANTINED));
@@ -181,7 +181,7 @@ class LivePageBrowserTest {
             final Reading after = await("the changed pools", this::matchesThePools);
             assertTrue(after.polls > before.polls, "polls " + before.polls + " → " + after.polls);
             assertEquals("5", after.server.get("requests"));
-            assertEquals("1", after.server.get("aborted"));
+            assertEquals("1", after.server.get("requests_aborted"));
             assertEquals(Map.of("free", 50L, "owned", 11L, "receiving", 1L, "draining", 1L, "quarantined", 1L, "retired", 0L),
                 after.pools.get("prefill").counts);
             assertEquals(3846L, after.pools.get("decode").counts.get("free"));
@@ -257,20 +257,20 @@ class LivePageBrowserTest {
             load();
             await("the first picture", this::matchesThePools);
             assertEquals(List.of("requests", "transfers"), serverCounterNames("#server-counters dl.counters"), "counters above 0, in the grid");
-            assertEquals(List.of("completed", "rejected", "aborted"), serverCounterNames("#server-counters .zeros dl.zero-list"),
+            assertEquals(List.of("requests_completed", "requests_rejected", "requests_aborted"), serverCounterNames("#server-counters .zeros dl.zero-list"),
                 "counters at 0, on the compact line");
             final WebElement zeros = browser.driver.findElement(By.cssSelector("#server-counters .zeros"));
             assertTrue(zeros.isDisplayed(), "still in sight");
             assertTrue(zeros.getText().startsWith("at 0 since this page opened:"), zeros.getText());
             assertTrue(zeros.getRect().getHeight() <= 24, "three zeros take one line of 12 px text: " + zeros.getRect().getHeight() + " px high");
-            assertTrue(browser.driver.findElement(By.cssSelector("section.pool[data-role='decode'] .zeros dd[data-counter='quarantineEvents']"))
+            assertTrue(browser.driver.findElement(By.cssSelector("section.pool[data-role='decode'] .zeros dd[data-counter='quarantine_events']"))
                 .isDisplayed(), "a pool's zero counters are on its compact line too");
 
-            counters.get("aborted").incrementAndGet();
+            counters.get("requests_aborted").incrementAndGet();
             await("the abort counted", this::matchesThePools);
-            assertEquals(List.of("requests", "aborted", "transfers"), serverCounterNames("#server-counters dl.counters"),
+            assertEquals(List.of("requests", "requests_aborted", "transfers"), serverCounterNames("#server-counters dl.counters"),
                 "a counter that rose joins the grid, in the server's order");
-            assertEquals(List.of("completed", "rejected"), serverCounterNames("#server-counters .zeros dl.zero-list"));
+            assertEquals(List.of("requests_completed", "requests_rejected"), serverCounterNames("#server-counters .zeros dl.zero-list"));
         });
     }
 
@@ -307,10 +307,10 @@ class LivePageBrowserTest {
             final List<String> kinds = browser.driver.findElements(By.cssSelector("#events li[data-slots]")).stream()
                 .map(e -> e.getAttribute("data-kind")).toList();
             assertEquals(List.of("released", "quarantined", "draining"), kinds, "newest first");
-            final WebElement counted = browser.driver.findElement(By.cssSelector("#events li[data-kind='counter'][data-name='pool:prefill:quarantineEvents']"));
+            final WebElement counted = browser.driver.findElement(By.cssSelector("#events li[data-kind='counter'][data-name='pool:prefill:quarantine_events']"));
             assertEquals("1", counted.getAttribute("data-delta"));
-            assertTrue(counted.getText().endsWith("prefill quarantineEvents +1"), counted.getText());
-            assertEquals(List.of("pool:prefill:quarantineEvents"), browser.driver.findElements(By.cssSelector("#events li[data-kind='counter']"))
+            assertTrue(counted.getText().endsWith("prefill quarantine_events +1"), counted.getText());
+            assertEquals(List.of("pool:prefill:quarantine_events"), browser.driver.findElements(By.cssSelector("#events li[data-kind='counter']"))
                 .stream().map(e -> e.getAttribute("data-name")).toList(), "the pool's state gauges (quarantined ...) are not counter events");
             browser.screenshot("live-page-events");
         });

@@ -85,7 +85,7 @@ class LivePageHttpTest {
         assertEquals(decode.expected(), s.pools().get(1).pages());
         assertEquals(1, prefill.expected(SlotState.RECEIVING));
         assertEquals(3L, s.pools().get(1).counters().get("owned"));
-        assertEquals(1L, s.pools().get(1).counters().get("openSequences"));
+        assertEquals(1L, s.pools().get(1).counters().get("open_sequences"));
         assertEquals(2, calls.get());
     }
 

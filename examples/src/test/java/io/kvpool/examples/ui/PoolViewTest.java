@@ -52,12 +52,13 @@ class PoolViewTest {
 
             final PoolSnapshot snap = scene.pool.snapshot();
             assertEquals(PoolView.counters(snap), v.counters());
-            assertEquals(List.of(PoolSnapshot.class.getRecordComponents()).stream().map(c -> c.getName()).toList(),
-                List.copyOf(v.counters().keySet()), "counters keep the snapshot's order");
-            assertEquals(Map.of("free", 8L, "owned", 5L, "receiving", 1L, "draining", 1L, "quarantined", 1L, "openSequences", 1L),
+            assertEquals(List.of(PoolSnapshot.class.getRecordComponents()).stream().map(c -> PoolView.snakeCase(c.getName())).toList(),
+                List.copyOf(v.counters().keySet()), "counters keep the snapshot's order, in snake_case");
+            assertEquals("rejected_context_too_long", PoolView.snakeCase("rejectedContextTooLong"));
+            assertEquals(Map.of("free", 8L, "owned", 5L, "receiving", 1L, "draining", 1L, "quarantined", 1L, "open_sequences", 1L),
                 Map.of("free", v.counters().get("free"), "owned", v.counters().get("owned"), "receiving", v.counters().get("receiving"),
                     "draining", v.counters().get("draining"), "quarantined", v.counters().get("quarantined"),
-                    "openSequences", v.counters().get("openSequences")));
+                    "open_sequences", v.counters().get("open_sequences")));
 
             scene.close(seq);
             assertEquals(scene.expected(), PoolView.of("decode", scene.pool).pages(), "a new view sees the change");

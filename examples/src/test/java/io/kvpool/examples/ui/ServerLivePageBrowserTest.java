@@ -75,7 +75,7 @@ class ServerLivePageBrowserTest {
 
                 final JsonNode during = await(browser, "showing the transfer in flight", r ->
                     count(r, "decode", "receiving") > 0 && count(r, "prefill", "owned") > 0
-                        && r.path("server").path("requests").asLong() == 1 && r.path("server").path("completed").asLong() == 0);
+                        && r.path("server").path("requests").asLong() == 1 && r.path("server").path("requests_completed").asLong() == 0);
                 assertEquals(PREFILL_PAGES, count(during, "prefill", "free") + count(during, "prefill", "owned"), during::toString);
 
                 // who holds the pages: /api/state's holders, from each role's own bookkeeping, and the page's table
@@ -107,7 +107,7 @@ class ServerLivePageBrowserTest {
                 assertTrue(done.body().contains("live page follows"), done::body);
 
                 await(browser, "showing the request completed and every page free again", r ->
-                    r.path("server").path("completed").asLong() == 1
+                    r.path("server").path("requests_completed").asLong() == 1
                         && count(r, "prefill", "free") == PREFILL_PAGES && count(r, "decode", "free") == DECODE_PAGES);
                 LiveState after = server.liveState();
                 for (long end = System.nanoTime() + 10_000_000_000L; !noHolders(after) && System.nanoTime() - end < 0; ) {
@@ -170,7 +170,7 @@ class ServerLivePageBrowserTest {
                         browser.driver.navigate().refresh();
                     }
                     await(browser, "live at " + step + " px with the request counted", r -> r.path("status").asText().equals("live")
-                        && r.path("server").path("completed").asLong() == 1);
+                        && r.path("server").path("requests_completed").asLong() == 1);
                     new WebDriverWait(browser.driver, WAIT, Duration.ofMillis(50)).until(d -> ((Number) browser.driver.executeScript(
                         "return document.querySelectorAll('table.holders tr[data-tenant=\"' + arguments[0] + '\"]').length", tenant))
                         .intValue() == 2); // both pools list the held request

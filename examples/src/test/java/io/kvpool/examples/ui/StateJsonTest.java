@@ -20,8 +20,8 @@ class StateJsonTest {
         pc.put("owned", 1L);
         final Map<String, Long> sc = new LinkedHashMap<>();
         sc.put("requests", 12L);
-        sc.put("completed", 10L);
-        sc.put("rejected", 1L);
+        sc.put("requests_completed", 10L);
+        sc.put("requests_rejected", 1L);
         sc.put("big", Long.MAX_VALUE);
         return new LiveState(List.of(new PoolView("prefill", 6, "FORDQX", pc), new PoolView("decode", 2, "OF", Map.of())), sc);
     }
@@ -31,7 +31,7 @@ class StateJsonTest {
         assertEquals("{\"pools\":["
                 + "{\"role\":\"prefill\",\"capacity\":6,\"pages\":\"FORDQX\",\"counters\":{\"capacity\":6,\"free\":2,\"owned\":1}},"
                 + "{\"role\":\"decode\",\"capacity\":2,\"pages\":\"OF\",\"counters\":{}}],"
-                + "\"counters\":{\"requests\":12,\"completed\":10,\"rejected\":1,\"big\":9223372036854775807}}",
+                + "\"counters\":{\"requests\":12,\"requests_completed\":10,\"requests_rejected\":1,\"big\":9223372036854775807}}",
             new String(StateJson.write(sample()), StandardCharsets.UTF_8));
     }
 
