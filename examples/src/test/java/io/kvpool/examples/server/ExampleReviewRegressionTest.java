@@ -21,11 +21,9 @@ class ExampleReviewRegressionTest {
     private static final int MAX_TOKENS = 30_000;
 
     /**
-     * A streaming client that keeps its connection open but stops reading. Was: decode ran on the request's own
-     * HTTP thread and each token was a blocking socket write (the JDK server has no write timeout), so one client
-     * that never read pinned its decode sequence — pages and reservation — for as long as it kept the socket
-     * open. Now generation runs apart from the writes: it ends and frees its pages; only the request's own
-     * thread and connection wait for the client (the JDK server cannot time a write out).
+     * A streaming client that keeps its connection open but stops reading. Generation runs apart from the writes:
+     * it ends and frees its pages while the request's own thread waits for the client to read (here for longer
+     * than the test: a 60 s stall timeout).
      */
     @Test
     void aStreamingClientThatStopsReadingHoldsNoDecodePages() throws Exception {
@@ -33,18 +31,8 @@ class ExampleReviewRegressionTest {
         // the pages too, but not show that a client that stops reading does not stop the generation
         final Duration requestTimeout = Duration.ofSeconds(6);
         try (KvServer server = KvServer.start(ServerTests.small().contextTokens(32_768).prefillPages(2_100).decodePages(2_100)
-            .requestTimeout(requestTimeout).build());
-             Socket s = new Socket()) {
-            s.setReceiveBufferSize(2048); // before connect: a small window, so the server's writes block soon
-            s.connect(new java.net.InetSocketAddress(server.baseUri().getHost(), server.baseUri().getPort()));
-            final byte[] body = TestClient.body("a", MAX_TOKENS, true).getBytes(StandardCharsets.UTF_8);
-            final OutputStream out = s.getOutputStream();
-            out.write(("POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer sk-mallory\r\n"
-                + "Content-Type: application/json\r\nContent-Length: " + body.length + "\r\n\r\n").getBytes(StandardCharsets.US_ASCII));
-            out.write(body);
-            out.flush();
-            // ... and never read. The client is still there (its socket is open), it just does not read.
-
+            .requestTimeout(requestTimeout).stallTimeout(Duration.ofSeconds(60)).build());
+             Socket s = stalledStream(server)) {
             // the duty threads are not blocked: another tenant is still served
             final TestClient client = new TestClient(server);
             final TestClient.Response ok = client.complete("alice", "still served", 3, false);
@@ -63,6 +51,37 @@ class ExampleReviewRegressionTest {
             assertTrue(generated >= MAX_TOKENS, "generated " + generated);
             assertEquals(1L, server.counters().get("in_flight"), "the stalled request itself still waits for its client");
         }
+    }
+
+    /** The stall timeout ends a request whose client stopped reading, as the client's abort. */
+    @Test
+    void aStreamStalledLongerThanTheStallTimeoutEndsAsTheClientsAbort() throws Exception {
+        try (KvServer server = KvServer.start(ServerTests.small().contextTokens(32_768).prefillPages(2_100).decodePages(2_100)
+            .requestTimeout(Duration.ofSeconds(30)).stallTimeout(Duration.ofMillis(500)).build());
+             Socket s = stalledStream(server)) {
+            final long end = System.nanoTime() + Duration.ofSeconds(20).toNanos();
+            while (System.nanoTime() < end && (server.counters().get("aborted") < 1 || server.counters().get("in_flight") > 0)) {
+                Thread.sleep(20);
+            }
+            assertEquals(1L, server.counters().get("aborted"), server.counters()::toString);
+            assertEquals(0L, server.counters().get("in_flight"), server.counters()::toString);
+            assertTrue(server.awaitQuiescence(Duration.ofSeconds(10)));
+            ServerTests.assertBalanced(server);
+        }
+    }
+
+    /** @return a connection that asked for a {@link #MAX_TOKENS}-token stream and will never read it */
+    private static Socket stalledStream(KvServer server) throws Exception {
+        final Socket s = new Socket();
+        s.setReceiveBufferSize(2048); // before connect: a small window, so the server's writes wait soon
+        s.connect(new java.net.InetSocketAddress(server.baseUri().getHost(), server.baseUri().getPort()));
+        final byte[] body = TestClient.body("a", MAX_TOKENS, true).getBytes(StandardCharsets.UTF_8);
+        final OutputStream out = s.getOutputStream();
+        out.write(("POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer sk-mallory\r\n"
+            + "Content-Type: application/json\r\nContent-Length: " + body.length + "\r\n\r\n").getBytes(StandardCharsets.US_ASCII));
+        out.write(body);
+        out.flush();
+        return s; // ... and never read: the client is still there (its socket is open), it just does not read
     }
 
     /**
