@@ -118,7 +118,11 @@ public final class HttpCall {
         final FullHttpResponse r = new DefaultFullHttpResponse(HttpVersion.HTTP_1_1, HttpResponseStatus.valueOf(status),
             head || content.length == 0 ? Unpooled.EMPTY_BUFFER : Unpooled.wrappedBuffer(content));
         headers(r, contentType);
-        r.headers().setInt(HttpHeaderNames.CONTENT_LENGTH, content.length);
+        if (status != 204 && status != 304) { // RFC 9110 §8.6: neither carries a Content-Length
+            r.headers().setInt(HttpHeaderNames.CONTENT_LENGTH, content.length);
+        } else {
+            r.headers().remove(HttpHeaderNames.CONTENT_TYPE);
+        }
         last(channel.writeAndFlush(r));
     }
 

@@ -303,6 +303,23 @@ class HttpFrontTest {
     }
 
     @Test
+    void a204CarriesNoContentLengthAndTheConnectionServesOn() throws Exception {
+        start(FAST, call -> {
+            if (call.path().equals("/none")) {
+                call.respond(204, "application/json", new byte[0]);
+            } else {
+                ECHO.handle(call);
+            }
+        });
+        try (Socket s = connect()) {
+            send(s, "POST /none HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}GET /after HTTP/1.1\r\nHost: x\r\n\r\n");
+            final String head = readHead(s).toLowerCase(java.util.Locale.ROOT);
+            assertTrue(head.startsWith("http/1.1 204") && !head.contains("content-length") && !head.contains("content-type"), head);
+            assertTrue(readOne(s).endsWith("GET /after 0"));
+        }
+    }
+
+    @Test
     void aHandlerThatThrowsOrAnswersNothingGets500_andTheConnectionServesOn() throws Exception {
         start(FAST, call -> {
             if (call.path().equals("/throw")) {
