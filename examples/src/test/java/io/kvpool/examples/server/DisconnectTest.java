@@ -95,10 +95,14 @@ class DisconnectTest {
         final LinkGate gate = LinkGate.create(true);
         try (KvServer server = KvServer.start(ServerTests.held(gate).tokenDelay(Duration.ofMillis(20)).build())) {
             final TestClient client = new TestClient(server);
+            final long closed;
             try (Socket s = client.openRaw("carol", BackpressureTest.words("c", 40), 100, false)) {
                 assertTrue(gate.awaitHeld(3, Duration.ofSeconds(10)));
+                closed = System.nanoTime();
             } // gone while the transfer is held
             awaitAbortedInBothRoles(server);
+            System.out.println("DisconnectTest: both roles told to abort " + (System.nanoTime() - closed) / 1_000_000
+                + " ms after the client closed (polled every 1 ms)");
             assertEquals(1, server.counters().get("aborted"), "counted as the client's abort, not a failure");
             assertTrue(gate.held() >= 3, "the writes are still held: the abort came from the close alone");
             gate.open();
