@@ -357,7 +357,7 @@ final class Connection {
         r.headers().set(HttpHeaderNames.CONTENT_TYPE, "application/json");
         r.headers().setInt(HttpHeaderNames.CONTENT_LENGTH, r.content().readableBytes());
         r.headers().set(HttpHeaderNames.CONNECTION, HttpHeaderValues.CLOSE);
-        front.refused(status);
+        front.refusedRequest();
         final ChannelFuture f = channel.writeAndFlush(r);
         armStall(f);
         f.addListener((ChannelFutureListener) done -> {

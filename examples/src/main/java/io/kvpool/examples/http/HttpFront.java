@@ -149,7 +149,7 @@ public final class HttpFront implements AutoCloseable {
         inFlight.decrementAndGet();
     }
 
-    void refused(int status) {
+    void refusedRequest() {
         refusedRequests.increment();
     }
 

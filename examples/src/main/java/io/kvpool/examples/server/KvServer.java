@@ -76,6 +76,7 @@ public final class KvServer implements AutoCloseable {
             metrics.close(); // nothing else holds it: the server never started
             throw e;
         }
+        metrics.bindHttp(http);
     }
 
     /**

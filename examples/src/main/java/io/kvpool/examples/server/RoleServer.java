@@ -49,6 +49,7 @@ public final class RoleServer implements AutoCloseable {
             metrics.close(); // nothing else holds it: the server never started
             throw e;
         }
+        metrics.bindHttp(http);
     }
 
     /**

@@ -261,6 +261,22 @@ final class ServerMetrics implements AutoCloseable {
         return FunctionCounter.builder(name, f, x -> x.pool(field)).description(description).tags(f.tags);
     }
 
+    /**
+     * Adds the HTTP front's meters: connections open, connections closed on arrival over the cap, requests the
+     * front refused itself (431, 414, 413, 408, 400, 505), calls with a handler.
+     */
+    void bindHttp(io.kvpool.examples.http.HttpFront front) {
+        Gauge.builder("kvpool.http.connections.open", front, io.kvpool.examples.http.HttpFront::openConnections)
+            .description("HTTP connections open now").register(registry);
+        Gauge.builder("kvpool.http.calls.in.flight", front, io.kvpool.examples.http.HttpFront::callsInFlight)
+            .description("HTTP requests with a handler now").register(registry);
+        FunctionCounter.builder("kvpool.http.connections.refused", front, io.kvpool.examples.http.HttpFront::refusedConnections)
+            .description("HTTP connections closed on arrival because --max-connections were open").register(registry);
+        FunctionCounter.builder("kvpool.http.requests.refused", front, io.kvpool.examples.http.HttpFront::refusedRequests)
+            .description("HTTP requests the front answered with an error before any handler: over a limit (431, 414, 413), "
+                + "too slow (408) or malformed (400, 505)").register(registry);
+    }
+
     /** Stops the GC listener and closes the registry. Idempotent. */
     @Override
     public synchronized void close() {

@@ -89,6 +89,22 @@ class ServerMetricsTest {
     }
 
     @Test
+    void theHttpFrontsConnectionsAndRefusalsAreMeters() throws Exception {
+        try (KvServer server = KvServer.start(ServerTests.small().maxHeaderBytes(1024).build())) {
+            try (java.net.Socket s = new java.net.Socket(server.baseUri().getHost(), server.port())) {
+                s.getOutputStream().write(("GET / HTTP/1.1\r\nHost: x\r\nX-Big: " + "a".repeat(2048) + "\r\n\r\n")
+                    .getBytes(java.nio.charset.StandardCharsets.US_ASCII));
+                final String answer = new String(s.getInputStream().readAllBytes(), java.nio.charset.StandardCharsets.US_ASCII);
+                assertTrue(answer.startsWith("HTTP/1.1 431"), answer);
+            }
+            final Map<String, Double> m = Metrics.parse(new TestClient(server).get("/metrics").body());
+            assertEquals(1.0, m.get("kvpool_http_requests_refused_total"), m::toString);
+            assertEquals(0.0, m.get("kvpool_http_connections_refused_total"), m::toString);
+            assertTrue(m.get("kvpool_http_connections_open") >= 1.0, m::toString); // the scrape's own
+        }
+    }
+
+    @Test
     void aRoleTheRouterCannotReachIsDownWithAnEmptyPoolAndItsEventsAppearOnceItIsRead() {
         final Map<String, Long> c = new LinkedHashMap<>();
         c.put("capacity", 4L);
