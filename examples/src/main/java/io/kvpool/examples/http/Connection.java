@@ -60,6 +60,26 @@ final class Connection {
 
     private enum Reading { NONE, HEAD, BODY, REFUSED, DISCARD }
 
+    /** Why the server closed a connection (a client's own close is {@link #CLIENT}). */
+    enum Close {
+        /** the client closed it, or it broke */
+        CLIENT,
+        /** the request said {@code Connection: close}, or HTTP/1.0 without keep-alive */
+        REQUESTED,
+        /** idle between requests for the idle timeout */
+        IDLE,
+        /** after an error the front answered itself (431, 414, 413, 408, 400, 505) */
+        REFUSED,
+        /** an answer cut short: the client left, read nothing for the stall timeout, or the handler failed mid-answer */
+        CUT,
+        /** more than {@link #MAX_QUEUED} pipelined requests, or an error behind one in progress */
+        PIPELINE,
+        /** an exception in the connection's pipeline */
+        FAILED,
+        /** the front is stopping */
+        STOPPING
+    }
+
     private final HttpFront front;
     private final Channel channel;
     private final HttpLimits limits;
@@ -72,6 +92,7 @@ final class Connection {
     private long headDeadline;      // 0: not started (a head that began while busy gets its deadline when the call ends)
     private long lastActivity;
     private boolean closed;
+    private Close closeReason;
 
     private HttpRequest head;
     private byte[] body;
@@ -125,6 +146,7 @@ final class Connection {
         @Override
         public void channelInactive(ChannelHandlerContext ctx) {
             closed = true;
+            front.connectionClosed(closeReason == null ? Close.CLIENT : closeReason);
             cancelTimer();
             if (current != null) {
                 current.markGone();
@@ -144,7 +166,7 @@ final class Connection {
         @Override
         public void exceptionCaught(ChannelHandlerContext ctx, Throwable cause) {
             LOG.log(System.Logger.Level.DEBUG, "connection " + channel.remoteAddress() + " failed: " + cause);
-            ctx.close();
+            close(Close.FAILED);
         }
     }
 
@@ -229,7 +251,7 @@ final class Connection {
             reading = Reading.NONE;
             if (queued.size() >= MAX_QUEUED) {
                 LOG.log(System.Logger.Level.DEBUG, "connection " + channel.remoteAddress() + " pipelined more than " + MAX_QUEUED + " requests; closed");
-                channel.close();
+                close(Close.PIPELINE);
                 return;
             }
             queued.add(call);
@@ -279,7 +301,7 @@ final class Connection {
         front.callEnded();
         lastActivity = System.nanoTime();
         if (!call.keepAlive() || !front.accepting()) {
-            channel.close();
+            close(call.keepAlive() ? Close.STOPPING : Close.REQUESTED);
             return;
         }
         if (reading == Reading.HEAD && headDeadline == 0) {
@@ -293,7 +315,7 @@ final class Connection {
         final ScheduledFuture<?> stall = channel.eventLoop().schedule(() -> {
             if (!f.isDone()) {
                 LOG.log(System.Logger.Level.DEBUG, "connection " + channel.remoteAddress() + ": answer not read within the stall timeout; closed");
-                channel.close();
+                close(Close.CUT);
             }
         }, limits.stallTimeout().toNanos(), TimeUnit.NANOSECONDS);
         f.addListener(done -> stall.cancel(false));
@@ -302,7 +324,7 @@ final class Connection {
     /** Closes the connection between requests (nothing in progress, nothing queued); the front's graceful stop. */
     void closeIfIdle() {
         if (current == null && queued.isEmpty()) {
-            channel.close();
+            close(Close.STOPPING);
         }
     }
 
@@ -331,7 +353,7 @@ final class Connection {
 
     private void closeWhenDrained() {
         if (drainDone && refusalOnWire) {
-            channel.close();
+            close(Close.REFUSED);
         }
     }
 
@@ -349,7 +371,7 @@ final class Connection {
         body = null;
         if (current != null) { // an answer is being written: an error now would land inside it
             LOG.log(System.Logger.Level.DEBUG, "connection " + channel.remoteAddress() + ": " + message + " (pipelined); closed");
-            channel.close();
+            close(Close.PIPELINE);
             return;
         }
         final FullHttpResponse r = new DefaultFullHttpResponse(HttpVersion.HTTP_1_1, HttpResponseStatus.valueOf(status),
@@ -364,6 +386,19 @@ final class Connection {
             refusalOnWire = true;
             closeWhenDrained();
         });
+    }
+
+    /** Closes the connection for {@code why} (the first reason given is the one counted). Any thread. */
+    void close(Close why) {
+        if (!channel.eventLoop().inEventLoop()) {
+            channel.eventLoop().execute(() -> close(why));
+            return;
+        }
+        if (closeReason == null && !closed) {
+            closeReason = why;
+            LOG.log(System.Logger.Level.DEBUG, () -> "connection " + channel.remoteAddress() + " closed by the server: " + why);
+        }
+        channel.close();
     }
 
     /** Sets the one timer that applies now (see the class comment). */
@@ -401,7 +436,7 @@ final class Connection {
         switch (reading) {
             case NONE -> {
                 if (now - lastActivity >= limits.idleTimeout().toNanos()) {
-                    channel.close(); // idle between requests: nothing to answer
+                    close(Close.IDLE); // idle between requests: nothing to answer
                 } else {
                     rearm();
                 }

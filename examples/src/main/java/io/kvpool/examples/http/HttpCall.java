@@ -265,7 +265,7 @@ public final class HttpCall {
             }
         } catch (IOException | RuntimeException e) {
             LOG.log(System.Logger.Level.DEBUG, "ending " + method + " " + path() + " failed: " + e);
-            channel.close(); // the answer is cut short: the connection cannot carry another request
+            connection.close(Connection.Close.CUT); // the answer is cut short: the connection cannot carry another request
             connection.answered(this);
         }
     }
@@ -313,7 +313,7 @@ public final class HttpCall {
             long left = stallNanos;
             while (!gone && !channel.isWritable()) {
                 if (left <= 0) {
-                    channel.close();
+                    connection.close(Connection.Close.CUT);
                     throw new IOException("the client read nothing for " + TimeUnit.NANOSECONDS.toMillis(stallNanos)
                         + " ms (the stall timeout) with " + channel.bytesBeforeWritable() + " bytes waiting; closed");
                 }

@@ -57,6 +57,7 @@ public final class HttpFront implements AutoCloseable {
     private final AtomicInteger inFlight = new AtomicInteger();
     private final LongAdder refusedConnections = new LongAdder();
     private final LongAdder refusedRequests = new LongAdder();
+    private final java.util.Map<Connection.Close, LongAdder> closes = new java.util.EnumMap<>(Connection.Close.class);
     private volatile boolean accepting = true;
     private Channel listener;
     private boolean stopped;
@@ -66,6 +67,9 @@ public final class HttpFront implements AutoCloseable {
         this.host = host;
         this.limits = limits;
         this.handler = handler;
+        for (Connection.Close c : Connection.Close.values()) {
+            closes.put(c, new LongAdder());
+        }
     }
 
     /**
@@ -149,6 +153,10 @@ public final class HttpFront implements AutoCloseable {
         inFlight.decrementAndGet();
     }
 
+    void connectionClosed(Connection.Close why) {
+        closes.get(why).increment();
+    }
+
     void refusedRequest() {
         refusedRequests.increment();
     }
@@ -184,24 +192,33 @@ public final class HttpFront implements AutoCloseable {
         return refusedConnections.sum();
     }
 
+    /**
+     * @return connections closed so far by reason, by lower-case name: {@code client} (the client's own close),
+     *         {@code requested}, {@code idle}, {@code refused}, {@code cut}, {@code pipeline}, {@code failed},
+     *         {@code stopping}
+     */
+    public java.util.Map<String, Long> closedConnections() {
+        final java.util.Map<String, Long> m = new java.util.LinkedHashMap<>();
+        closes.forEach((k, v) -> m.put(k.name().toLowerCase(java.util.Locale.ROOT), v.sum()));
+        return m;
+    }
+
     /** @return requests the front answered with an error itself (431, 414, 413, 408, 400, 505) */
     public long refusedRequests() {
         return refusedRequests.sum();
     }
 
     /**
-     * Stops accepting connections, closes those between requests, waits up to {@code grace} for the calls in
-     * progress to be answered (each connection closes after its answer), then closes the rest (their calls see
-     * their clients gone). Idempotent; the second call returns at once.
+     * Stops accepting connections and closes those between requests; a connection with a call in progress closes
+     * after its answer. Idempotent.
      */
-    public void stopListening(Duration grace) {
+    public void stopAccepting() {
         synchronized (this) {
-            if (stopped) {
+            if (!accepting) {
                 return;
             }
-            stopped = true;
+            accepting = false;
         }
-        accepting = false;
         if (listener != null) {
             listener.close().awaitUninterruptibly();
         }
@@ -211,13 +228,47 @@ public final class HttpFront implements AutoCloseable {
                 ch.eventLoop().execute(c::closeIfIdle);
             }
         }
-        final long end = System.nanoTime() + grace.toNanos();
-        while (inFlight.get() > 0 && System.nanoTime() - end < 0) {
+    }
+
+    /**
+     * Waits until no call is with a handler, at most {@code timeout}.
+     *
+     * @return whether none is
+     */
+    public boolean awaitNoCalls(Duration timeout) {
+        final long end = System.nanoTime() + timeout.toNanos();
+        while (inFlight.get() > 0) {
+            if (System.nanoTime() - end >= 0) {
+                return false;
+            }
             try {
                 Thread.sleep(5);
             } catch (InterruptedException e) {
                 Thread.currentThread().interrupt();
-                break;
+                return false;
+            }
+        }
+        return true;
+    }
+
+    /**
+     * {@link #stopAccepting}, waits up to {@code grace} for the calls in progress to be answered
+     * ({@link #awaitNoCalls}), then closes every connection left (their calls see their clients gone). Idempotent;
+     * the second call returns at once.
+     */
+    public void stopListening(Duration grace) {
+        synchronized (this) {
+            if (stopped) {
+                return;
+            }
+            stopped = true;
+        }
+        stopAccepting();
+        awaitNoCalls(grace);
+        for (Channel ch : connections) {
+            final Connection c = ch.attr(CONNECTION).get();
+            if (c != null) {
+                c.close(Connection.Close.STOPPING); // queued on its event loop ahead of the group's close below
             }
         }
         connections.close().awaitUninterruptibly();

@@ -233,6 +233,20 @@ public final class KvServer implements AutoCloseable {
     }
 
     /**
+     * Stops gracefully, as {@code serve} does on SIGTERM or Ctrl-C: takes no new connection and answers a new request
+     * on an open one 503 {@code server_draining} (Retry-After), lets the requests in flight finish for up to
+     * {@code grace} (each connection closes after its answer), then {@link #close()}s, which aborts what is left.
+     * Returns as soon as nothing is in flight. Idempotent, as {@link #close()} is.
+     */
+    public void shutdown(Duration grace) {
+        Objects.requireNonNull(grace, "grace");
+        router.drain();
+        http.stopAccepting();
+        http.awaitNoCalls(grace);
+        close(); // what is left is aborted, and its clients are told so
+    }
+
+    /**
      * Stops taking requests (503), aborts those in flight (paired; their clients get a 503 {@code server_closing}
      * error, counted as a failure, not as a client abort), lets their transfers drain (up to 2 s), stops the HTTP
      * server, then closes the roles. Idempotent.

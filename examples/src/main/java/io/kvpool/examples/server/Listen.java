@@ -18,9 +18,11 @@ import java.util.Objects;
  *                       1024..1048576)
  * @param stallTimeout   how long a response may wait for a client that stopped reading before it is aborted
  *                       ({@code --stall-timeout-ms})
+ * @param shutdownGrace  how long a server asked to stop (SIGTERM, Ctrl-C) lets the requests in flight finish
+ *                       before it aborts the rest ({@code --shutdown-grace-ms}, ≥ 0)
  */
 public record Listen(String host, int port, int maxBodyBytes, int maxConnections, Duration headerTimeout, Duration idleTimeout,
-                     int maxHeaderBytes, Duration stallTimeout) {
+                     int maxHeaderBytes, Duration stallTimeout, Duration shutdownGrace) {
 
     /** @throws IllegalArgumentException naming the first value out of range, with the range and the value */
     public Listen {
@@ -32,5 +34,9 @@ public record Listen(String host, int port, int maxBodyBytes, int maxConnections
         Checks.positive("idle timeout", idleTimeout);
         Checks.range("max header bytes", maxHeaderBytes, 1024, 1 << 20);
         Checks.positive("stall timeout", stallTimeout);
+        Objects.requireNonNull(shutdownGrace, "shutdownGrace");
+        if (shutdownGrace.isNegative()) {
+            throw new IllegalArgumentException("shutdown grace must be ≥ 0 ms, was " + shutdownGrace.toMillis() + " ms");
+        }
     }
 }

@@ -78,6 +78,11 @@ abstract class RoleEndpoint implements HttpHandler {
         return metrics;
     }
 
+    /** @return the role's transfers not yet over (decode: with the committed sequences it still decodes) */
+    int activeTransfers() {
+        return readouts.activeTransfers().getAsInt();
+    }
+
     /** Aborts {@code requestId} (idempotent; unknown ids do nothing). */
     abstract void abort(long requestId, String why);
 

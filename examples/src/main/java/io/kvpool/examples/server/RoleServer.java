@@ -12,7 +12,7 @@ import java.util.concurrent.CountDownLatch;
 /**
  * One role of the example server in a process of its own ({@code --role prefill} or {@code --role decode}):
  * the role ({@link SeparateRoles}: its pool, its transfer engine and the KV transport to the other role) and
- * a JDK HTTP server on {@code --host}/{@code --port} with the internal endpoints the router calls
+ * an HTTP front ({@link HttpFront}) on {@code --host}/{@code --port} with the internal endpoints the router calls
  * ({@link PrefillEndpoint}, {@link DecodeEndpoint}, and {@link RoleEndpoint}'s common ones).
  *
  * <pre>
@@ -35,6 +35,7 @@ public final class RoleServer implements AutoCloseable {
     private final String kvLink;
     private final ServerMetrics metrics;
     private final HttpFront http;
+    private final java.util.function.IntSupplier activeTransfers;
     private final CountDownLatch closedLatch = new CountDownLatch(1);
     private boolean closed;
 
@@ -42,6 +43,7 @@ public final class RoleServer implements AutoCloseable {
         this.config = config;
         this.role = role;
         this.kvLink = kvLink;
+        this.activeTransfers = endpoint::activeTransfers;
         this.metrics = endpoint.serveMetrics(ServerMetrics.forRole(config, (MeteredRole) role));
         try {
             this.http = HttpFront.start(config.host(), config.port(), Http.limits(config, RoleEndpoint.MAX_BODY), endpoint);
@@ -151,6 +153,26 @@ public final class RoleServer implements AutoCloseable {
     /** Blocks until {@link #close()} finished. */
     public void awaitClose() throws InterruptedException {
         closedLatch.await();
+    }
+
+    /**
+     * Stops gracefully, as {@code serve} does on SIGTERM or Ctrl-C: takes no new connection, lets the router's calls in
+     * flight (a decode stream runs until its generation ends) and the role's transfers finish for up to {@code grace}
+     * together, then {@link #close()}s. Returns as soon as nothing is in flight. Idempotent, as {@link #close()} is.
+     */
+    public void shutdown(java.time.Duration grace) {
+        final long end = System.nanoTime() + grace.toNanos();
+        http.stopAccepting();
+        http.awaitNoCalls(grace);
+        while (activeTransfers.getAsInt() > 0 && System.nanoTime() - end < 0) {
+            try {
+                Thread.sleep(5);
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+                break;
+            }
+        }
+        close();
     }
 
     /** Stops the endpoints, then closes the role (prefill aborts what is in flight; decode fails it and lets it drain). Idempotent. */

@@ -94,6 +94,7 @@ final class Router implements AutoCloseable {
     private final AtomicLong ids;
     private final ConcurrentHashMap<Long, DecodeCall> inFlight = new ConcurrentHashMap<>();
     private volatile boolean closed;
+    private volatile boolean draining;
 
     Router(ServerConfig config, PrefillService prefill, DecodeService decode) {
         this.config = Objects.requireNonNull(config, "config");
@@ -160,6 +161,11 @@ final class Router implements AutoCloseable {
         }
         if (closed) {
             throw unavailable("the server is shutting down");
+        }
+        if (draining) {
+            counters.rejected("router", "draining");
+            throw new ApiError(503, "service_unavailable", "server_draining", "the server is stopping: it finishes the requests "
+                + "in flight and takes no new ones", Map.of(), 1);
         }
         refuseIfKnownDown();
         final long id = ids.incrementAndGet();
@@ -371,6 +377,11 @@ final class Router implements AutoCloseable {
 
     private static ApiError unavailable(String why) {
         return new ApiError(503, "service_unavailable", "unavailable", why, Map.of(), 1);
+    }
+
+    /** Refuses new requests (503 {@code server_draining}, Retry-After) and lets those in flight finish. Idempotent. */
+    void drain() {
+        draining = true;
     }
 
     /** Stops taking requests and aborts those in flight (their threads see the failure). Idempotent. */

@@ -51,7 +51,7 @@ final class ServeCommand implements Subcommand {
             err.println("refusing to start: " + e.getMessage());
             return 1;
         }
-        Runtime.getRuntime().addShutdownHook(new Thread(server::close, "kvpool-shutdown"));
+        Runtime.getRuntime().addShutdownHook(new Thread(() -> server.shutdown(config.shutdownGrace()), "kvpool-shutdown"));
         banner(server, out);
         server.awaitClose();
         return 0;
@@ -71,7 +71,7 @@ final class ServeCommand implements Subcommand {
             err.println("refusing to start: " + e.getMessage());
             return 1;
         }
-        Runtime.getRuntime().addShutdownHook(new Thread(role::close, "kvpool-shutdown"));
+        Runtime.getRuntime().addShutdownHook(new Thread(() -> role.shutdown(config.shutdownGrace()), "kvpool-shutdown"));
         final Topology.Role r = config.topology().role();
         // the first line is what scripts and tests read: the role, its URL, its KV link
         out.println("kvpool " + r.flag() + " role on " + role.baseUri() + " (KV " + role.kvLink() + ")");

@@ -101,6 +101,7 @@ public record ServerConfig(Listen listen, Capacity capacity, Timing timing, Topo
         b.idleTimeout = listen.idleTimeout();
         b.maxHeaderBytes = listen.maxHeaderBytes();
         b.stallTimeout = listen.stallTimeout();
+        b.shutdownGrace = listen.shutdownGrace();
         b.contextTokens = capacity.contextTokens();
         b.prefillPages = capacity.prefillPages();
         b.decodePages = capacity.decodePages();
@@ -166,6 +167,14 @@ public record ServerConfig(Listen listen, Capacity capacity, Timing timing, Topo
     /** @return how long a response may wait for a client that stopped reading before it is aborted ({@code --stall-timeout-ms}, default 10 s) */
     public Duration stallTimeout() {
         return listen.stallTimeout();
+    }
+
+    /**
+     * @return how long {@link KvServer#shutdown} lets the requests in flight finish before it aborts the rest
+     *         ({@code --shutdown-grace-ms}, default 10 s)
+     */
+    public Duration shutdownGrace() {
+        return listen.shutdownGrace();
     }
 
     /** @return the advertised max context, prompt + max_tokens ({@code --context}, default 4096) */
@@ -308,6 +317,7 @@ public record ServerConfig(Listen listen, Capacity capacity, Timing timing, Topo
         private Duration idleTimeout = Duration.ofSeconds(60);
         private int maxHeaderBytes = 16 * 1024;
         private Duration stallTimeout = Duration.ofSeconds(10);
+        private Duration shutdownGrace = Duration.ofSeconds(10);
         private long contextTokens = 4096;
         private int prefillPages = 512;
         private int decodePages = 1024;
@@ -379,6 +389,12 @@ public record ServerConfig(Listen listen, Capacity capacity, Timing timing, Topo
         /** Sets {@link ServerConfig#stallTimeout()}. */
         public Builder stallTimeout(Duration d) {
             this.stallTimeout = d;
+            return this;
+        }
+
+        /** Sets {@link ServerConfig#shutdownGrace()}. */
+        public Builder shutdownGrace(Duration d) {
+            this.shutdownGrace = d;
             return this;
         }
 
@@ -559,7 +575,7 @@ public record ServerConfig(Listen listen, Capacity capacity, Timing timing, Topo
 
         /** @throws IllegalArgumentException naming the first bad value, with its range and the value */
         public ServerConfig build() {
-            return new ServerConfig(new Listen(host, port, maxBodyBytes, maxConnections, headerTimeout, idleTimeout, maxHeaderBytes, stallTimeout),
+            return new ServerConfig(new Listen(host, port, maxBodyBytes, maxConnections, headerTimeout, idleTimeout, maxHeaderBytes, stallTimeout, shutdownGrace),
                 new Capacity(contextTokens, prefillPages, decodePages, tokensPerPage, layers, kvHeads, headDim, clampContext),
                 new Timing(requestTimeout, tokenDelay, heartbeat, transferTimeout, reconnectDelay, ucxKeepalive, kvConnectTimeout),
                 topology, unsafe, device, faults, workDir, environment, gate);

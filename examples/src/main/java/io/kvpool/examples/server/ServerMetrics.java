@@ -275,6 +275,13 @@ final class ServerMetrics implements AutoCloseable {
         FunctionCounter.builder("kvpool.http.requests.refused", front, io.kvpool.examples.http.HttpFront::refusedRequests)
             .description("HTTP requests the front answered with an error before any handler: over a limit (431, 414, 413), "
                 + "too slow (408) or malformed (400, 505)").register(registry);
+        for (String reason : front.closedConnections().keySet()) {
+            FunctionCounter.builder("kvpool.http.connections.closed", front, f -> f.closedConnections().get(reason))
+                .tag("reason", reason)
+                .description("HTTP connections closed, by who and why: client (the client's own close), requested "
+                    + "(Connection: close), idle, refused (after the front's own error), cut (an answer cut short), pipeline, "
+                    + "failed, stopping").register(registry);
+        }
     }
 
     /** Stops the GC listener and closes the registry. Idempotent. */

@@ -142,6 +142,9 @@ public final class ServerOptions {
             c -> ms(c.idleTimeout()), (b, v) -> b.idleTimeout(millis("--idle-timeout-ms", v))));
         o.add(new Option(HTTP, "--stall-timeout-ms", "N", "a response whose client stops reading for this long is aborted",
             c -> ms(c.stallTimeout()), (b, v) -> b.stallTimeout(millis("--stall-timeout-ms", v))));
+        o.add(new Option(HTTP, "--shutdown-grace-ms", "N", "on SIGTERM or Ctrl-C, how long requests in flight may finish "
+            + "before the rest are aborted (new ones get 503 server_draining)", c -> ms(c.shutdownGrace()),
+            (b, v) -> b.shutdownGrace(millis("--shutdown-grace-ms", v))));
     }
 
     private static BiConsumer<ServerConfig.Builder, String> topology(String name) {

@@ -48,6 +48,15 @@ class HttpFrontTest {
         return front;
     }
 
+    /** Waits (up to 5 s) until the front counted {@code n} connections closed for {@code reason}. */
+    private void awaitClosed(String reason, long n) throws InterruptedException {
+        final long end = System.nanoTime() + TimeUnit.SECONDS.toNanos(5);
+        while (front.closedConnections().get(reason) != n && System.nanoTime() < end) {
+            Thread.sleep(2);
+        }
+        assertEquals(n, front.closedConnections().get(reason), () -> front.closedConnections().toString());
+    }
+
     private Socket connect() throws IOException {
         final Socket s = new Socket(InetAddress.getLoopbackAddress(), front.port());
         s.setSoTimeout(10_000);
@@ -131,6 +140,7 @@ class HttpFrontTest {
                 + "\"message\":\"request header fields exceed 4096 bytes\",\"max_header_bytes\":4096}}"), r);
         }
         assertEquals(1, front.refusedRequests());
+        awaitClosed("refused", 1);
     }
 
     @Test
@@ -206,6 +216,7 @@ class HttpFrontTest {
             assertTrue(readOne(s).endsWith("GET /a 0"));
             assertEquals("", readToClose(s), "closed with nothing more to say");
         }
+        awaitClosed("idle", 1);
         try (Socket s = connect()) {
             send(s, "GET /slow HTTP/1.1\r\nHost: x\r\n\r\n");
             Thread.sleep(900); // three idle timeouts while the handler works
@@ -258,6 +269,7 @@ class HttpFrontTest {
             send(s, "GET /stream HTTP/1.1\r\nHost: x\r\n\r\n");
             final Throwable e = ended.get(10, TimeUnit.SECONDS); // the client reads nothing
             assertTrue(e instanceof IOException && e.getMessage().contains("stall timeout"), String.valueOf(e));
+            awaitClosed("cut", 1);
             assertTrue(written.get() < 64 << 20, written.get() + " bytes written for a client that read nothing");
         }
     }
@@ -300,6 +312,7 @@ class HttpFrontTest {
             final String last = readToClose(s);
             assertTrue(last.startsWith("HTTP/1.1 200") && last.endsWith("GET /4 0") && last.contains("connection: close"), last);
         }
+        awaitClosed("requested", 1);
     }
 
     @Test
@@ -363,6 +376,7 @@ class HttpFrontTest {
             final String answer = readToClose(working);
             assertTrue(answer.startsWith("HTTP/1.1 200") && answer.endsWith("GET /slow 0"), answer);
             assertEquals("", readToClose(idle), "the idle connection was closed");
+            awaitClosed("stopping", 2); // the idle one at once, the working one after its answer
             assertFalse(busy.get().clientGone() && answer.isEmpty());
             assertThrows(IOException.class, () -> {
                 try (Socket late = new Socket(InetAddress.getLoopbackAddress(), port)) {

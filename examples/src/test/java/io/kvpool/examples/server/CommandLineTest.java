@@ -107,11 +107,13 @@ public class CommandLineTest {
         assertEquals(Duration.ofSeconds(60), d.idleTimeout());
         assertEquals(16_384, d.maxHeaderBytes());
         assertEquals(Duration.ofSeconds(10), d.stallTimeout());
+        assertEquals(Duration.ofSeconds(10), d.shutdownGrace());
         assertEquals(new Listen("127.0.0.1", 8080, 1 << 20, 1024, Duration.ofSeconds(10), Duration.ofSeconds(60), 16_384,
-            Duration.ofSeconds(10)), d.listen());
+            Duration.ofSeconds(10), Duration.ofSeconds(10)), d.listen());
 
         final ServerConfig c = ServerConfig.parse("--max-connections", "1_000_000", "--header-timeout-ms", "250", "--idle-timeout-ms=5000",
-            "--max-header-bytes", "1024", "--stall-timeout-ms", "1");
+            "--max-header-bytes", "1024", "--stall-timeout-ms", "1", "--shutdown-grace-ms", "0");
+        assertEquals(Duration.ZERO, c.shutdownGrace(), "0: abort at once, as close() does");
         assertEquals(1_000_000, c.listen().maxConnections());
         assertEquals(Duration.ofMillis(250), c.listen().headerTimeout());
         assertEquals(Duration.ofMillis(5000), c.listen().idleTimeout());
@@ -119,7 +121,8 @@ public class CommandLineTest {
         assertEquals(Duration.ofMillis(1), c.listen().stallTimeout());
         assertEquals(c, c.toBuilder().build());
         assertEquals(c.listen(), ServerConfig.builder().maxConnections(1_000_000).headerTimeout(Duration.ofMillis(250))
-            .idleTimeout(Duration.ofMillis(5000)).maxHeaderBytes(1024).stallTimeout(Duration.ofMillis(1)).build().listen());
+            .idleTimeout(Duration.ofMillis(5000)).maxHeaderBytes(1024).stallTimeout(Duration.ofMillis(1)).shutdownGrace(Duration.ZERO)
+            .build().listen());
 
         assertRefused("max connections must be in [1, 1000000], was 0", "--max-connections", "0");
         assertRefused("max connections must be in [1, 1000000], was 1000001", "--max-connections", "1000001");
@@ -129,6 +132,7 @@ public class CommandLineTest {
         assertRefused("header timeout must be positive, was 0 ms", "--header-timeout-ms", "0");
         assertRefused("idle timeout must be positive, was -5 ms", "--idle-timeout-ms", "-5");
         assertRefused("stall timeout must be positive, was 0 ms", "--stall-timeout-ms", "0");
+        assertRefused("shutdown grace must be ≥ 0 ms, was -1 ms", "--shutdown-grace-ms", "-1");
         assertRefused("Missing required parameter for option '--stall-timeout-ms' (N)", "--stall-timeout-ms");
     }
 
