@@ -146,6 +146,9 @@ final class Connection {
         @Override
         public void channelInactive(ChannelHandlerContext ctx) {
             closed = true;
+            LOG.log(System.Logger.Level.TRACE, () -> "connection " + channel.remoteAddress() + " closed ("
+                + (closeReason == null ? "by the client" : closeReason) + "), a call " + (current == null ? "not " : "") + "in progress, "
+                + queued.size() + " queued, reading " + reading);
             front.connectionClosed(closeReason == null ? Close.CLIENT : closeReason);
             cancelTimer();
             if (current != null) {
@@ -166,7 +169,7 @@ final class Connection {
         @Override
         public void exceptionCaught(ChannelHandlerContext ctx, Throwable cause) {
             LOG.log(System.Logger.Level.DEBUG, "connection " + channel.remoteAddress() + " failed: " + cause);
-            close(Close.FAILED);
+            close(cause instanceof java.io.IOException ? Close.CLIENT : Close.FAILED); // a reset or a broken pipe is the client's
         }
     }
 
@@ -271,6 +274,7 @@ final class Connection {
             return;
         }
         current = call;
+        LOG.log(System.Logger.Level.TRACE, () -> "connection " + channel.remoteAddress() + ": " + call.method() + " " + call.uri());
         cancelTimer();
         front.callStarted();
         executor.execute(() -> {
@@ -279,7 +283,7 @@ final class Connection {
                 front.handler().handle(call);
             } catch (Throwable e) {
                 failure = e;
-                if (!(e instanceof java.io.IOException) || !call.clientGone()) {
+                if (!(e instanceof java.io.IOException) || !(call.clientGone() || !channel.isActive())) {
                     LOG.log(System.Logger.Level.ERROR, call.method() + " " + call.path() + " failed", e);
                 }
             } finally {
@@ -394,7 +398,7 @@ final class Connection {
             channel.eventLoop().execute(() -> close(why));
             return;
         }
-        if (closeReason == null && !closed) {
+        if (why != Close.CLIENT && closeReason == null && !closed && channel.isActive()) { // inactive: the client closed it
             closeReason = why;
             LOG.log(System.Logger.Level.DEBUG, () -> "connection " + channel.remoteAddress() + " closed by the server: " + why);
         }
