@@ -31,8 +31,9 @@ import java.util.concurrent.TimeUnit;
  * A stream that breaks — the decode process died, or stopped answering — ends the call honestly: before
  * admission as a 503 refusal ({@code decode_unavailable}), before the transfer's outcome as a failed transfer
  * ({@code ROLE_LOST}, 502), during generation as a {@link RoleLostException}. {@link #abort} tells the process
- * ({@code POST /internal/abort}) and drops the stream; the process also aborts on its own when it sees the
- * stream gone (at its next heartbeat or token).
+ * ({@code POST /internal/abort}), which ends the stream; the reader reads it to its end, so the connection goes back
+ * to the client's pool whole. A stream not ended {@link #DROP_AFTER} after the abort is dropped, and the process
+ * aborts on its own when it sees it gone.
  */
 final class RemoteDecodeCall implements DecodeCall {
 
@@ -51,6 +52,14 @@ final class RemoteDecodeCall implements DecodeCall {
     private final LinkedBlockingQueue<Map.Entry<String, JsonNode>> events = new LinkedBlockingQueue<>();
     private volatile String lostBecause;
     private volatile boolean aborted;
+    private volatile boolean ended;
+
+    /**
+     * How long after {@link #abort} a stream the process has not ended is dropped. Not at once: the JDK client may
+     * already have put the connection back in its pool (the process ended the stream, the reader has not read that
+     * far yet), and closing the stream then closes a pooled connection under the next request on it.
+     */
+    static final Duration DROP_AFTER = Duration.ofSeconds(1);
 
     private RemoteDecodeCall(RoleClient client, AbortDelivery aborts, ObjectMapper json, long requestId, Duration stall, InputStream stream) {
         this.client = client;
@@ -92,6 +101,8 @@ final class RemoteDecodeCall implements DecodeCall {
             lost("the stream ended before its last event");
         } catch (IOException | RuntimeException e) {
             lost(e.toString());
+        } finally {
+            ended = true;
         }
     }
 
@@ -201,6 +212,13 @@ final class RemoteDecodeCall implements DecodeCall {
         admission.complete(new Admitted(false, new Rejection(DecodeRole.ROLE, Rejection.Reason.UNAVAILABLE, msg, Map.of())));
         outcome.complete(new TransferOutcome(false, "ABORTED", msg));
         aborts.send(requestId, why); // delivered (and retried) on its own thread: the caller does not wait for the role
+        CompletableFuture.delayedExecutor(DROP_AFTER.toMillis(), java.util.concurrent.TimeUnit.MILLISECONDS).execute(this::dropUnlessEnded);
+    }
+
+    private void dropUnlessEnded() {
+        if (ended) {
+            return; // read to its end: the connection is whole, and may already carry another request
+        }
         try {
             stream.close();
         } catch (IOException ignored) {

@@ -73,4 +73,54 @@ class RemoteDecodeCallAbortTest {
             decode.stop(0);
         }
     }
+
+    /** A decode stub on the HTTP front: admits, then holds the stream until {@code end} counts down, then ends it. */
+    private static io.kvpool.examples.http.HttpFront stub(CountDownLatch end, CountDownLatch clientGone) throws java.io.IOException {
+        return io.kvpool.examples.http.HttpFront.start("127.0.0.1", 0, io.kvpool.examples.http.HttpLimits.DEFAULTS, call -> {
+            if (call.path().equals("/internal/abort")) {
+                end.countDown(); // as the decode role does: the abort ends the stream
+                call.respond(204, "application/json", new byte[0]);
+                return;
+            }
+            call.onClientGone(clientGone::countDown);
+            call.startStream(200, "application/x-ndjson");
+            call.write("{\"event\":\"admitted\"}\n");
+            end.await(20, TimeUnit.SECONDS);
+            call.endStream();
+        });
+    }
+
+    @Test
+    void aStreamTheProcessEndsAfterTheAbortIsReadToItsEndNotClosed() throws Exception {
+        final CountDownLatch end = new CountDownLatch(1);
+        final CountDownLatch gone = new CountDownLatch(1);
+        try (io.kvpool.examples.http.HttpFront decode = stub(end, gone)) {
+            final ObjectMapper json = new ObjectMapper();
+            final RoleClient client = new RoleClient(DecodeRole.ROLE, decode.baseUri(), json);
+            final RemoteDecodeCall call = RemoteDecodeCall.open(client, json, 42, "alice", 8, 2, Duration.ofSeconds(10));
+            assertTrue(call.awaitAdmission(Duration.ofSeconds(10)).admitted());
+            call.abort("client gone");
+            assertFalse(gone.await(RemoteDecodeCall.DROP_AFTER.toMillis() * 2, TimeUnit.MILLISECONDS),
+                "the stream was closed: its connection may already have been back in the client's pool");
+            assertEquals(0L, decode.closedConnections().get("client"), decode.closedConnections()::toString);
+        }
+    }
+
+    @Test
+    void aStreamTheProcessDoesNotEndIsDroppedAfterDropAfter() throws Exception {
+        final CountDownLatch never = new CountDownLatch(2); // the abort counts one down: the stream stays open
+        final CountDownLatch gone = new CountDownLatch(1);
+        try (io.kvpool.examples.http.HttpFront decode = stub(never, gone)) {
+            final ObjectMapper json = new ObjectMapper();
+            final RoleClient client = new RoleClient(DecodeRole.ROLE, decode.baseUri(), json);
+            final RemoteDecodeCall call = RemoteDecodeCall.open(client, json, 43, "alice", 8, 2, Duration.ofSeconds(10));
+            assertTrue(call.awaitAdmission(Duration.ofSeconds(10)).admitted());
+            final long t0 = System.nanoTime();
+            call.abort("client gone");
+            assertTrue(gone.await(10, TimeUnit.SECONDS), "a stream the process does not end is dropped");
+            final long ms = (System.nanoTime() - t0) / 1_000_000;
+            assertTrue(ms >= RemoteDecodeCall.DROP_AFTER.toMillis() / 2, ms + " ms: dropped before the process had its chance to end it");
+            never.countDown();
+        }
+    }
 }
