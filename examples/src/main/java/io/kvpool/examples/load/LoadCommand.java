@@ -1,9 +1,9 @@
 package io.kvpool.examples.load;
 
-import io.kvpool.examples.server.Cli;
 import io.kvpool.examples.server.KvServer;
-import io.kvpool.examples.server.ServerConfig;
 import io.kvpool.examples.server.Subcommand;
+import io.kvpool.examples.server.config.Cli;
+import io.kvpool.examples.server.config.ServerConfig;
 
 import java.io.PrintStream;
 import java.net.URI;

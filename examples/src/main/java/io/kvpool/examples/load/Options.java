@@ -1,8 +1,8 @@
 package io.kvpool.examples.load;
 
-import io.kvpool.examples.server.Cli;
-import io.kvpool.examples.server.ServerConfig;
-import io.kvpool.examples.server.ServerOptions;
+import io.kvpool.examples.server.config.Cli;
+import io.kvpool.examples.server.config.ServerConfig;
+import io.kvpool.examples.server.config.ServerOptions;
 
 import java.time.Duration;
 import java.util.ArrayList;

@@ -1,6 +1,5 @@
 package io.kvpool.examples.load;
 
-import java.util.Locale;
 import io.kvpool.KvPool;
 import io.kvpool.PoolSnapshot;
 import io.kvpool.examples.server.KvServer;
@@ -14,6 +13,7 @@ import java.time.Duration;
 import java.util.ArrayList;
 import java.util.LinkedHashMap;
 import java.util.List;
+import java.util.Locale;
 import java.util.Map;
 
 /**

@@ -8,7 +8,7 @@ import io.kvpool.examples.load.Mix;
 import io.kvpool.examples.load.Outcome;
 import io.kvpool.examples.load.PoolCheck;
 import io.kvpool.examples.server.KvServer;
-import io.kvpool.examples.server.ServerConfig;
+import io.kvpool.examples.server.config.ServerConfig;
 
 import java.io.PrintStream;
 import java.time.Duration;

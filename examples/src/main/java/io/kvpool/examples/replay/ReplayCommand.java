@@ -1,11 +1,11 @@
 package io.kvpool.examples.replay;
 
 import io.kvpool.examples.load.Mix;
-import io.kvpool.examples.server.Cli;
 import io.kvpool.examples.load.Options;
 import io.kvpool.examples.load.Outcome;
-import io.kvpool.examples.server.ServerConfig;
 import io.kvpool.examples.server.Subcommand;
+import io.kvpool.examples.server.config.Cli;
+import io.kvpool.examples.server.config.ServerConfig;
 
 import java.io.PrintStream;
 import java.util.ArrayList;

@@ -5,6 +5,18 @@ import io.kvpool.KvPool;
 import io.kvpool.examples.http.HttpCall;
 import io.kvpool.examples.http.HttpFront;
 import io.kvpool.examples.http.HttpHandler;
+import io.kvpool.examples.server.api.ApiError;
+import io.kvpool.examples.server.api.Http;
+import io.kvpool.examples.server.api.Json;
+import io.kvpool.examples.server.config.ServerConfig;
+import io.kvpool.examples.server.metrics.ServerMetrics;
+import io.kvpool.examples.server.remote.RemoteRoles;
+import io.kvpool.examples.server.role.InJvmRoles;
+import io.kvpool.examples.server.role.RoleStatus;
+import io.kvpool.examples.server.role.Roles;
+import io.kvpool.examples.server.router.CompletionsHandler;
+import io.kvpool.examples.server.router.Router;
+import io.kvpool.examples.server.router.RouterCounters;
 import io.kvpool.examples.ui.LivePage;
 import io.kvpool.examples.ui.LiveState;
 

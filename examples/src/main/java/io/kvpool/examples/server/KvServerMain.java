@@ -1,5 +1,7 @@
 package io.kvpool.examples.server;
 
+import io.kvpool.examples.server.config.ServerConfig;
+
 import java.io.PrintStream;
 import java.util.Arrays;
 import java.util.LinkedHashMap;

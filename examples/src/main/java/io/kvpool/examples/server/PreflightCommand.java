@@ -1,6 +1,14 @@
 package io.kvpool.examples.server;
 
 import com.fasterxml.jackson.databind.ObjectMapper;
+import io.kvpool.examples.server.config.Cli;
+import io.kvpool.examples.server.config.ServerConfig;
+import io.kvpool.examples.server.config.ServerOptions;
+import io.kvpool.examples.server.remote.Preflight;
+import io.kvpool.examples.server.remote.RemoteStatus;
+import io.kvpool.examples.server.remote.RoleClient;
+import io.kvpool.examples.server.role.DecodeRole;
+import io.kvpool.examples.server.role.PrefillRole;
 
 import java.io.PrintStream;
 import java.util.Set;

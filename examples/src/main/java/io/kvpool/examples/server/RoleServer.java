@@ -2,6 +2,18 @@ package io.kvpool.examples.server;
 
 import com.fasterxml.jackson.databind.ObjectMapper;
 import io.kvpool.examples.http.HttpFront;
+import io.kvpool.examples.server.api.Http;
+import io.kvpool.examples.server.api.Json;
+import io.kvpool.examples.server.config.ServerConfig;
+import io.kvpool.examples.server.config.Topology;
+import io.kvpool.examples.server.link.LinkGate;
+import io.kvpool.examples.server.metrics.ServerMetrics;
+import io.kvpool.examples.server.remote.DecodeEndpoint;
+import io.kvpool.examples.server.remote.PrefillEndpoint;
+import io.kvpool.examples.server.remote.RoleEndpoint;
+import io.kvpool.examples.server.role.MeteredRole;
+import io.kvpool.examples.server.role.PrefillRole;
+import io.kvpool.examples.server.role.SeparateRoles;
 
 import java.io.IOException;
 import java.io.UncheckedIOException;

@@ -1,21 +1,17 @@
 package io.kvpool.examples.server;
 
 import io.kvpool.PoolCapacityException;
+import io.kvpool.examples.server.config.Cli;
+import io.kvpool.examples.server.config.ServerConfig;
+import io.kvpool.examples.server.config.ServerOptions;
+import io.kvpool.examples.server.config.Topology;
 
 import java.io.PrintStream;
-import java.util.Set;
 
 /** {@code serve}: starts the server and runs until interrupted (Ctrl-C closes it cleanly). */
 final class ServeCommand implements Subcommand {
 
-    private static final Cli CLI = ServerOptions.addTo(new Cli("usage: KvServerMain serve [options]   (./dev example [options])",
-        "Runs the example server: router, prefill and decode in one JVM on host memory (the default), or one --role of them."),
-        ServerConfig.builder().build(), Set.of());
-
-    /** @return serve's command line: the server's options, their defaults the builder's */
-    static Cli cli() {
-        return CLI;
-    }
+    private static final Cli CLI = ServerOptions.serve();
 
     @Override
     public String summary() {

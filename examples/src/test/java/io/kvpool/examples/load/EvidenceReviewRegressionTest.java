@@ -2,7 +2,7 @@ package io.kvpool.examples.load;
 
 import com.sun.net.httpserver.HttpExchange;
 import com.sun.net.httpserver.HttpServer;
-import io.kvpool.examples.server.EchoTokenizer;
+import io.kvpool.examples.server.echo.EchoTokenizer;
 import org.junit.jupiter.api.Test;
 
 import java.io.ByteArrayOutputStream;

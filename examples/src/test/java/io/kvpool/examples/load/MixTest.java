@@ -1,6 +1,6 @@
 package io.kvpool.examples.load;
 
-import io.kvpool.examples.server.EchoTokenizer;
+import io.kvpool.examples.server.echo.EchoTokenizer;
 import org.junit.jupiter.api.Test;
 
 import java.util.EnumMap;

@@ -48,7 +48,7 @@ class OptionsTest {
     void loadsHelpListsExactlyTheOptionsItParsesItsOwnAndTheServers() {
         final Options.Command c = LoadCommand.command();
         io.kvpool.examples.server.CommandLineTest.helpAndParserAgree(c.cli());
-        assertTrue(c.cli().names().containsAll(io.kvpool.examples.server.ServerOptions.names()), "every server option");
+        assertTrue(c.cli().names().containsAll(io.kvpool.examples.server.config.ServerOptions.names()), "every server option");
         assertTrue(LoadCommand.usage().contains("--abort-ratio P") && LoadCommand.usage().contains("--port N"), LoadCommand::usage);
         assertTrue(java.util.regex.Pattern.compile("(?m)^ +--port N .*\\[0]$").matcher(LoadCommand.usage()).find(), LoadCommand::usage);
         // --seed and --max-body-bytes are load's own, and load passes them on itself

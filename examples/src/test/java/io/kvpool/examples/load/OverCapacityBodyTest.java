@@ -1,7 +1,7 @@
 package io.kvpool.examples.load;
 
 import io.kvpool.examples.server.KvServer;
-import io.kvpool.examples.server.ServerConfig;
+import io.kvpool.examples.server.config.ServerConfig;
 import org.junit.jupiter.api.Test;
 
 import java.time.Duration;

@@ -1,7 +1,7 @@
 package io.kvpool.examples.replay;
 
 import io.kvpool.examples.server.CommandLineTest;
-import io.kvpool.examples.server.ServerOptions;
+import io.kvpool.examples.server.config.ServerOptions;
 import org.junit.jupiter.api.Test;
 
 import java.util.regex.Pattern;

@@ -7,11 +7,11 @@ import java.util.function.Supplier;
 import static org.junit.jupiter.api.Assertions.fail;
 
 /** Waits for a condition the server reaches on its own threads (polling, never a fixed sleep). */
-final class Await {
+public final class Await {
     private Await() {
     }
 
-    static void until(BooleanSupplier condition, Duration timeout, Supplier<String> what) throws InterruptedException {
+    public static void until(BooleanSupplier condition, Duration timeout, Supplier<String> what) throws InterruptedException {
         final long end = System.nanoTime() + timeout.toNanos();
         while (!condition.getAsBoolean()) {
             if (System.nanoTime() - end > 0) {

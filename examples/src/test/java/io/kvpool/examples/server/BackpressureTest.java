@@ -1,6 +1,7 @@
 package io.kvpool.examples.server;
 
 import com.fasterxml.jackson.databind.JsonNode;
+import io.kvpool.examples.server.link.LinkGate;
 import org.junit.jupiter.api.Test;
 
 import java.net.http.HttpClient;

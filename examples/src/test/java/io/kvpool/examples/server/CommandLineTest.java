@@ -1,5 +1,11 @@
 package io.kvpool.examples.server;
 
+import io.kvpool.examples.server.config.Cli;
+import io.kvpool.examples.server.config.Listen;
+import io.kvpool.examples.server.config.ServerConfig;
+import io.kvpool.examples.server.config.ServerOptions;
+import io.kvpool.examples.server.config.UnsafeSwitches;
+import io.kvpool.examples.server.link.FaultPlan;
 import org.junit.jupiter.api.Test;
 
 import java.io.ByteArrayOutputStream;
@@ -59,8 +65,8 @@ public class CommandLineTest {
 
     @Test
     void serveAndPreflightHelpListsExactlyTheOptionsTheyParse() {
-        helpAndParserAgree(ServeCommand.cli());
-        assertEquals(ServerOptions.names(), ServeCommand.cli().names());
+        helpAndParserAgree(ServerOptions.serve());
+        assertEquals(ServerOptions.names(), ServerOptions.serve().names());
         assertTrue(ServerConfig.usage().startsWith("usage: KvServerMain serve [options]"), ServerConfig::usage);
         assertTrue(PreflightCommand.usage().startsWith("usage: KvServerMain preflight"), PreflightCommand::usage);
         assertTrue(PreflightCommand.usage().contains("--prefill-url URL"), PreflightCommand::usage);
@@ -73,7 +79,7 @@ public class CommandLineTest {
         assertEquals(defaults, ServerConfig.parse());
         final Pattern shown = Pattern.compile("\\[([^\\]]+)]$");
         int checked = 0;
-        for (Cli.Flag f : ServeCommand.cli().flags()) {
+        for (Cli.Flag f : ServerOptions.serve().flags()) {
             final Matcher m = shown.matcher(f.description());
             if (f.isSwitch() || !m.find() || f.name().equals("--work-dir")) { // --work-dir's default is "a new temp dir"
                 continue;
@@ -167,7 +173,7 @@ public class CommandLineTest {
     @Test
     void theUnsafeSwitchesLiveInOnePlace() throws IOException {
         final Set<String> switches = UnsafeSwitches.switches().stream().map(UnsafeSwitches.Switch::flag).collect(Collectors.toSet());
-        final Set<String> parsed = ServeCommand.cli().names().stream().filter(n -> n.contains("unsafe")).collect(Collectors.toSet());
+        final Set<String> parsed = ServerOptions.serve().names().stream().filter(n -> n.contains("unsafe")).collect(Collectors.toSet());
         assertEquals(switches, parsed);
         for (UnsafeSwitches.Switch s : UnsafeSwitches.switches()) {
             assertEquals(s.turnsOff(), ServerConfig.parse(s.flag()).switches(), s.flag());

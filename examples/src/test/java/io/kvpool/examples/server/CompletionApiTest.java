@@ -2,6 +2,7 @@ package io.kvpool.examples.server;
 
 import com.fasterxml.jackson.databind.JsonNode;
 import io.kvpool.PoolSnapshot;
+import io.kvpool.examples.server.echo.EchoTokenizer;
 import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;

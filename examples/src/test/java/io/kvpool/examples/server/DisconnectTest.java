@@ -1,6 +1,8 @@
 package io.kvpool.examples.server;
 
 import io.kvpool.PoolSnapshot;
+import io.kvpool.examples.server.link.LinkGate;
+import io.kvpool.examples.server.role.InJvmRoles;
 import io.kvpool.transfer.FailureReason;
 import io.kvpool.transfer.ReceiverMetrics;
 import org.junit.jupiter.api.Test;

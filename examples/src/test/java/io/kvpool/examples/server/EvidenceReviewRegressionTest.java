@@ -2,6 +2,8 @@ package io.kvpool.examples.server;
 
 import com.sun.net.httpserver.HttpServer;
 import io.kvpool.examples.load.PoolCheck;
+import io.kvpool.examples.server.config.ServerConfig;
+import io.kvpool.examples.server.role.RoleStatus;
 import io.kvpool.examples.ui.PoolView;
 import org.junit.jupiter.api.Test;
 

@@ -1,6 +1,8 @@
 package io.kvpool.examples.server;
 
 import com.fasterxml.jackson.databind.JsonNode;
+import io.kvpool.examples.server.echo.EchoTokenizer;
+import io.kvpool.examples.server.link.LinkGate;
 import org.junit.jupiter.api.Test;
 
 import java.io.OutputStream;

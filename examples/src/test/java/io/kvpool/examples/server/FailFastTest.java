@@ -1,5 +1,8 @@
 package io.kvpool.examples.server;
 
+import io.kvpool.examples.server.config.Topology;
+import io.kvpool.examples.server.remote.RemoteFixtures;
+import io.kvpool.examples.server.role.PrefillService;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
 import org.junit.jupiter.api.io.TempDir;
@@ -88,7 +91,7 @@ class FailFastTest {
         try (InJvmRoleServers roles = InJvmRoleServers.start(ServerTests.small().workDir(dir), Duration.ofSeconds(30));
              Frozen frozen = new Frozen();
              KvServer router = router(frozen.uri(), roles.decode.baseUri())) {
-            Thread.sleep(RoleClient.STATUS_TIMEOUT.toMillis() + 1_000); // the probe's status call has timed out: prefill known down
+            Thread.sleep(RemoteFixtures.STATUS_TIMEOUT.toMillis() + 1_000); // the probe's status call has timed out: prefill known down
             final List<Long> ms = timed503s(router, 10, "prefill_unavailable");
             System.out.println("FailFastTest: prefill frozen → 503 in ms " + ms + ", median " + median(ms));
             assertTrue(ms.stream().allMatch(t -> t <= BOUND_MS), () -> "503s took " + ms + " ms");
@@ -102,9 +105,9 @@ class FailFastTest {
             port = s.getLocalPort();
         }
         final URI down = URI.create("http://127.0.0.1:" + port + "/");
-        try (RemotePrefill remote = new RemotePrefill(new RoleClient(PrefillRole.ROLE, down, TestClient.JSON));
+        try (PrefillService remote = RemoteFixtures.prefill(down, TestClient.JSON);
              Frozen frozen = new Frozen();
-             RemotePrefill toFrozen = new RemotePrefill(new RoleClient(PrefillRole.ROLE, frozen.uri(), TestClient.JSON))) {
+             PrefillService toFrozen = RemoteFixtures.prefill(frozen.uri(), TestClient.JSON)) {
             long t0 = System.nanoTime();
             toFrozen.abort(76, "test: a frozen role");
             final long frozenMs = (System.nanoTime() - t0) / 1_000_000;

@@ -1,5 +1,7 @@
 package io.kvpool.examples.server;
 
+import io.kvpool.examples.server.link.FaultPlan;
+import io.kvpool.examples.server.role.InJvmRoles;
 import io.kvpool.transfer.ReceiverMetrics;
 import org.junit.jupiter.api.Test;
 

@@ -1,6 +1,8 @@
 package io.kvpool.examples.server;
 
 import com.fasterxml.jackson.databind.JsonNode;
+import io.kvpool.examples.server.config.ServerConfig;
+import io.kvpool.examples.server.config.Topology;
 
 import java.net.URI;
 import java.net.http.HttpClient;

@@ -2,6 +2,7 @@ package io.kvpool.examples.server;
 
 import com.fasterxml.jackson.databind.JsonNode;
 import io.kvpool.Safeguard;
+import io.kvpool.examples.server.config.ServerConfig;
 import io.kvpool.transfer.TransferSafeguard;
 import org.junit.jupiter.api.Test;
 

@@ -1,6 +1,7 @@
 package io.kvpool.examples.server;
 
 import com.fasterxml.jackson.databind.JsonNode;
+import io.kvpool.examples.server.echo.EchoTokenizer;
 
 import java.util.ArrayList;
 import java.util.List;

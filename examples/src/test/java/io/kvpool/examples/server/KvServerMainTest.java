@@ -1,6 +1,7 @@
 package io.kvpool.examples.server;
 
 import io.kvpool.PoolCapacityException;
+import io.kvpool.examples.server.config.Topology;
 import org.junit.jupiter.api.Test;
 
 import java.io.ByteArrayOutputStream;

@@ -1,5 +1,6 @@
 package io.kvpool.examples.server;
 
+import io.kvpool.examples.server.role.RoleParts;
 import org.junit.jupiter.api.Test;
 
 import java.util.Map;
@@ -32,8 +33,8 @@ class MetricsTest {
 
             // requests
             // each role names the build its link's peer runs, in one family (the roles share one build here)
-            assertEquals(1, m.get("kvpool_peer_info{build=\"" + RoleIdentity.BUILD + "\",role=\"decode\"}"), r::body);
-            assertEquals(1, m.get("kvpool_peer_info{build=\"" + RoleIdentity.BUILD + "\",role=\"prefill\"}"), r::body);
+            assertEquals(1, m.get("kvpool_peer_info{build=\"" + RoleParts.BUILD + "\",role=\"decode\"}"), r::body);
+            assertEquals(1, m.get("kvpool_peer_info{build=\"" + RoleParts.BUILD + "\",role=\"prefill\"}"), r::body);
             assertEquals(6, m.get("kvpool_requests_total")); // the 401 never reached the router
             assertEquals(5, m.get("kvpool_requests_completed_total"));
             assertEquals(0, m.get("kvpool_requests_aborted_total"));

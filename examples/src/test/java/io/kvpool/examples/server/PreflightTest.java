@@ -1,5 +1,7 @@
 package io.kvpool.examples.server;
 
+import io.kvpool.examples.server.config.ServerConfig;
+import io.kvpool.examples.server.config.Topology;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
 import org.junit.jupiter.api.io.TempDir;

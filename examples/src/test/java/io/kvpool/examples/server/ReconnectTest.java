@@ -1,5 +1,8 @@
 package io.kvpool.examples.server;
 
+import io.kvpool.examples.server.link.LinkGate;
+import io.kvpool.examples.server.role.DecodeRole;
+import io.kvpool.examples.server.role.RoleFixtures;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
 
@@ -25,8 +28,8 @@ class ReconnectTest {
                 gate.dropLink();
                 Await.until(() -> decode.status().counters().get("links_accepted") > accepted && decode.ready(), Duration.ofSeconds(15),
                     () -> "prefill to reconnect: " + decode);
-                Await.until(() -> decode.senderLinks() == 1, Duration.ofSeconds(5),
-                    () -> decode.senderLinks() + " prefill links kept after " + n + " reconnects");
+                Await.until(() -> RoleFixtures.senderLinks(decode) == 1, Duration.ofSeconds(5),
+                    () -> RoleFixtures.senderLinks(decode) + " prefill links kept after " + n + " reconnects");
             }
             final TestClient.Response r = client.complete("alice", "still here after six reconnects", 3, false);
             assertEquals(200, r.status(), r::body);

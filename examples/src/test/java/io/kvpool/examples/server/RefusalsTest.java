@@ -1,9 +1,13 @@
 package io.kvpool.examples.server;
 
 import com.sun.net.httpserver.HttpServer;
-import io.kvpool.Admission;
+import io.kvpool.examples.server.api.ApiError;
+import io.kvpool.examples.server.config.ServerConfig;
+import io.kvpool.examples.server.config.Topology;
+import io.kvpool.examples.server.remote.RemoteFixtures;
+import io.kvpool.examples.server.role.Rejection;
+import io.kvpool.examples.server.role.RoleStatus;
 import io.kvpool.examples.ui.PoolView;
-import io.kvpool.transfer.FailureReason;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
 
@@ -53,12 +57,7 @@ class RefusalsTest {
 
     @Test
     void aPromptOverOneDescriptorIsA413NotARetry() {
-        assertEquals(Rejection.Reason.EXCEEDS_TRANSFER, DecodeRole.reason(FailureReason.REJECTED, null, 65_537));
-        assertEquals(Rejection.Reason.RETRY_LATER, DecodeRole.reason(FailureReason.REJECTED, null, 65_536), "transfer slots busy");
-        assertEquals(Rejection.Reason.RETRY_LATER, DecodeRole.reason(FailureReason.REJECTED, Admission.Decision.RETRY_LATER, 8));
-        assertEquals(Rejection.Reason.EXCEEDS_POOL, DecodeRole.reason(FailureReason.REJECTED, Admission.Decision.REJECTED_EXCEEDS_POOL, 8));
-        assertEquals(Rejection.Reason.CONTEXT_TOO_LONG, DecodeRole.reason(FailureReason.REJECTED, Admission.Decision.REJECTED_CONTEXT_TOO_LONG, 8));
-        assertEquals(Rejection.Reason.UNAVAILABLE, DecodeRole.reason(FailureReason.PEER_LOST, null, 8));
+        // decode's side of it (a prompt over one descriptor is EXCEEDS_TRANSFER): role.DecodeRoleReasonTest
         final ApiError e = ApiError.of(new Rejection("decode", Rejection.Reason.EXCEEDS_TRANSFER, "m", Map.of()));
         assertEquals(413, e.status());
         assertEquals("exceeds_transfer", e.reason());
@@ -75,8 +74,8 @@ class RefusalsTest {
             final int status;
             if (ex.getRequestURI().getPath().equals("/internal/status")) {
                 status = 200;
-                final Map<String, Object> m = RoleJson.status(new RoleStatus(role, new PoolView(role, 0, "", Map.of()), Map.of(), Map.of()), 0, true);
-                m.put("identity", RoleIdentity.of(role, ServerTests.small().build(), 128, 512).json()); // matches the router: it starts
+                final Map<String, Object> m = RemoteFixtures.statusJson(new RoleStatus(role, new PoolView(role, 0, "", Map.of()), Map.of(), Map.of()), 0,
+                    true, ServerTests.small().build(), 128, 512); // its identity matches the router's: it starts
                 b = TestClient.JSON.writeValueAsBytes(m);
             } else if (ex.getRequestURI().getPath().equals("/internal/abort")) {
                 ex.sendResponseHeaders(204, -1);

@@ -2,6 +2,12 @@ package io.kvpool.examples.server;
 
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
+import io.kvpool.examples.server.config.Topology;
+import io.kvpool.examples.server.echo.EchoTokenizer;
+import io.kvpool.examples.server.remote.RemoteFixtures;
+import io.kvpool.examples.server.role.DecodeService;
+import io.kvpool.examples.server.role.DuplicateRequestException;
+import io.kvpool.examples.server.role.RoleRefusedException;
 import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
@@ -20,7 +26,6 @@ import java.util.ArrayList;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
-import java.util.SplittableRandom;
 import java.util.concurrent.TimeUnit;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
@@ -80,7 +85,7 @@ class RequestIdsTest {
         final Map<String, Object> m = new LinkedHashMap<>();
         m.put("request_id", id);
         m.put("tenant", tenant);
-        m.put("tokens", RoleJson.tokens(EchoTokenizer.encode(prompt)));
+        m.put("tokens", RemoteFixtures.tokens(EchoTokenizer.encode(prompt)));
         return m;
     }
 
@@ -128,25 +133,6 @@ class RequestIdsTest {
         assertNotEquals(ids.get(0), ids.get(1), "two routers issued the same request id");
         post(prefill, "internal/abort", Map.of("request_id", 1, "why", "test over"));
         awaitIdle();
-    }
-
-    @Test
-    void routerIdsArePositiveExactInJsonAndStartAtARandomEpoch() {
-        final SplittableRandom r = new SplittableRandom(5);
-        final java.util.Set<Long> firsts = new java.util.HashSet<>();
-        for (int i = 0; i < 1000; i++) {
-            final long first = Router.firstId(r);
-            assertTrue(first > 0 && first + (1L << Router.ID_COUNTER_BITS) - 1 <= Router.MAX_ID, () -> Long.toHexString(first));
-            assertEquals(0, first & ((1L << Router.ID_COUNTER_BITS) - 1), "the counter starts at 0 in every epoch");
-            firsts.add(first);
-        }
-        assertTrue(firsts.size() > 990, firsts.size() + " distinct epochs of 1000 draws");
-        assertEquals(1L << Router.ID_COUNTER_BITS, Router.firstId(new java.util.random.RandomGenerator() {
-            @Override
-            public long nextLong() {
-                return 0;
-            }
-        }), "the smallest epoch is 1, never 0");
     }
 
     @Test
@@ -208,7 +194,7 @@ class RequestIdsTest {
      */
     @Test
     void aDecodeErrorBeforeAdmissionAnswersTheRouterAtOnce() throws Exception {
-        try (RemoteDecode remote = new RemoteDecode(new RoleClient("decode", decode.baseUri(), new ObjectMapper()), new ObjectMapper(),
+        try (DecodeService remote = RemoteFixtures.decode(decode.baseUri(), new ObjectMapper(),
             Duration.ofSeconds(5))) {
             final long t0 = System.nanoTime();
             final RoleRefusedException e = assertThrows(RoleRefusedException.class, () -> remote.start(99, "alice", 0, 2));

@@ -1,6 +1,10 @@
 package io.kvpool.examples.server;
 
 import com.fasterxml.jackson.databind.JsonNode;
+import io.kvpool.examples.server.config.ServerConfig;
+import io.kvpool.examples.server.config.Topology;
+import io.kvpool.examples.server.echo.EchoTokenizer;
+import io.kvpool.examples.server.remote.RemoteFixtures;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.io.TempDir;
 
@@ -97,12 +101,12 @@ class RoleEndpointTest {
             assertEquals("tokens[0] has 9 bytes; a token has 1..8", error(tooLong).path("message").asText());
             assertEquals(404, call(u, "POST", "internal/test/gate", "{}").statusCode(), "the test hook is off without -D" + RoleServer.TEST_HOOKS);
 
-            final String tokens = TestClient.JSON.writeValueAsString(RoleJson.tokens(EchoTokenizer.encode("Hello from alice")));
+            final String tokens = TestClient.JSON.writeValueAsString(RemoteFixtures.tokens(EchoTokenizer.encode("Hello from alice")));
             final HttpResponse<String> ok = call(u, "POST", "internal/prefill", "{\"request_id\":2,\"tenant\":\"alice\",\"tokens\":" + tokens + "}");
             assertEquals(200, ok.statusCode(), ok::body);
             assertEquals("{\"admitted\":true}", ok.body());
             final HttpResponse<String> big = call(u, "POST", "internal/prefill", "{\"request_id\":3,\"tenant\":\"alice\",\"tokens\":"
-                + TestClient.JSON.writeValueAsString(RoleJson.tokens(EchoTokenizer.encode(BackpressureTest.words("w", 600)))) + "}");
+                + TestClient.JSON.writeValueAsString(RemoteFixtures.tokens(EchoTokenizer.encode(BackpressureTest.words("w", 600)))) + "}");
             final JsonNode r = TestClient.JSON.readTree(big.body());
             assertFalse(r.path("admitted").asBoolean(), big::body);
             assertEquals("CONTEXT_TOO_LONG", r.path("rejection").path("reason").asText(), big::body);
@@ -144,7 +148,7 @@ class RoleEndpointTest {
         }
         try (RoleServer prefill = RoleServer.start(role(Topology.Role.PREFILL))) {
             final URI u = prefill.baseUri();
-            final String tokens = TestClient.JSON.writeValueAsString(RoleJson.tokens(EchoTokenizer.encode("Hello")));
+            final String tokens = TestClient.JSON.writeValueAsString(RemoteFixtures.tokens(EchoTokenizer.encode("Hello")));
             for (String[] bad : new String[][]{
                 {"0", "\"alice\"", tokens, "request_id must be ≥ 1, was 0"},
                 {"-7", "\"alice\"", tokens, "request_id must be ≥ 1, was -7"},

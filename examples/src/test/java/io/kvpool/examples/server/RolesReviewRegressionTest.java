@@ -1,6 +1,8 @@
 package io.kvpool.examples.server;
 
 import com.fasterxml.jackson.databind.JsonNode;
+import io.kvpool.examples.server.config.Topology;
+import io.kvpool.examples.server.remote.RemoteFixtures;
 import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
@@ -32,7 +34,7 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 /**
  * Regressions from a review of the example server's multi-process mode (--role router|prefill|decode), 2026-11-30:
  * a prefill and a decode {@link RoleServer} in this JVM, linked over shared memory as separate processes would be,
- * and routers ({@link KvServer} over {@link RemoteRoles}) in front of them. Each test failed before its fix.
+ * and routers ({@link KvServer} over {@link io.kvpool.examples.server.remote.RemoteRoles}) in front of them. Each test failed before its fix.
  */
 @Timeout(value = 120, unit = TimeUnit.SECONDS)
 class RolesReviewRegressionTest {
@@ -88,7 +90,7 @@ class RolesReviewRegressionTest {
         assertTrue(idle(prefill.baseUri(), 64) && idle(decode.baseUri(), 128), "roles idle before");
         final long admittedBefore = status(prefill.baseUri()).path("counters").path("admitted").asLong();
         final long abortsBefore = status(prefill.baseUri()).path("counters").path("abort_requests").asLong();
-        try (DelayingProxy proxy = new DelayingProxy(prefill.port(), RoleClient.CALL_TIMEOUT.plusSeconds(1));
+        try (DelayingProxy proxy = new DelayingProxy(prefill.port(), RemoteFixtures.CALL_TIMEOUT.plusSeconds(1));
              KvServer router = KvServer.start(ServerTests.small().topology(Topology.DEFAULT.withRole(Topology.Role.ROUTER)
                  .withUrls(proxy.uri(), decode.baseUri())).build())) {
             final TestClient.Response r = new TestClient(router).complete("alice", "alice's secret: the owl flies at dawn", 2, false);

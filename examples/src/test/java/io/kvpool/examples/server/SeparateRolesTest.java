@@ -32,7 +32,7 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 /**
  * The three-process server over shared memory: the decode and prefill roles each in a child JVM
  * ({@code KvServerMain serve --role decode|prefill}, one {@code --work-dir}), the router in this JVM over
- * {@link RemoteRoles}. Completions for two tenants, paired aborts across processes for streamed and
+ * {@link io.kvpool.examples.server.remote.RemoteRoles}. Completions for two tenants, paired aborts across processes for streamed and
  * non-streamed clients that leave, merged metrics and live state — and the prefill process killed mid-transfer
  * (decode's pages go through QUARANTINED and are freed, the router answers 503), then restarted on the same
  * port, its link dropped while it lives (decode's pages stay QUARANTINED until the process is gone); last, the

@@ -2,6 +2,8 @@ package io.kvpool.examples.server;
 
 import io.kvpool.KvPool;
 import io.kvpool.PoolSnapshot;
+import io.kvpool.examples.server.config.ServerConfig;
+import io.kvpool.examples.server.link.LinkGate;
 
 import java.time.Duration;
 
@@ -9,7 +11,7 @@ import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 /** What the server tests share: a small, fast configuration and the end-of-test accounting check. */
-final class ServerTests {
+public final class ServerTests {
 
     private ServerTests() {
     }
@@ -21,7 +23,7 @@ final class ServerTests {
     static final Duration HELD = Duration.ofSeconds(60);
 
     /** Small pools, no token delay, quick heartbeats, an ephemeral port. */
-    static ServerConfig.Builder small() {
+    public static ServerConfig.Builder small() {
         return ServerConfig.builder().port(0).contextTokens(512).prefillPages(64).decodePages(128).tokensPerPage(16)
             .tokenDelay(Duration.ZERO).heartbeat(Duration.ofMillis(20)).transferTimeout(Duration.ofSeconds(5))
             .requestTimeout(Duration.ofSeconds(10)).reconnectDelay(Duration.ofMillis(20));

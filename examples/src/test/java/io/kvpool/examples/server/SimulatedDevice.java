@@ -3,6 +3,11 @@ package io.kvpool.examples.server;
 import io.kvpool.KvLayout;
 import io.kvpool.KvPool;
 import io.kvpool.cuda.ipc.SimulatedIpc;
+import io.kvpool.examples.server.link.CopyingPageIo;
+import io.kvpool.examples.server.link.DeviceBackend;
+import io.kvpool.examples.server.link.LinkSource;
+import io.kvpool.examples.server.link.PageIo;
+import io.kvpool.examples.server.role.RoleParts;
 import io.kvpool.storage.HostPageStorage;
 import io.kvpool.storage.PageStorage;
 import io.kvpool.transfer.PageChecksums;
@@ -17,7 +22,7 @@ import java.util.function.BiFunction;
 
 /**
  * {@code --device cuda} with host memory standing in for the GPU, so that the example's whole device path runs
- * without one: {@link RoleParts} and {@link SeparateRoles} take the device branches, the echo model reaches
+ * without one: {@link RoleParts} and {@link io.kvpool.examples.server.role.SeparateRoles} take the device branches, the echo model reaches
  * every page through {@link CopyingPageIo} (as on a device pool, though the copies here are host to host), and
  * KV moves over the real CUDA IPC transport and link state machine on kvpool-cuda's host-memory engine
  * ({@link SimulatedIpc}). What it cannot stand in for is the GPU itself — {@code DevicePageStorage}, the
@@ -42,7 +47,7 @@ final class SimulatedDevice implements DeviceBackend {
 
     /** Runs a role process ({@code KvServerMain}'s arguments) with this backend behind {@code --device cuda}. */
     public static void main(String[] args) throws Exception {
-        RoleParts.useDevice(new SimulatedDevice());
+        DeviceBackend.use(new SimulatedDevice());
         KvServerMain.main(args);
     }
 

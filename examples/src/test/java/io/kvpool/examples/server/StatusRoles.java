@@ -1,11 +1,21 @@
 package io.kvpool.examples.server;
 
+import io.kvpool.examples.server.config.ServerConfig;
+import io.kvpool.examples.server.metrics.ServerMetrics;
+import io.kvpool.examples.server.role.DecodeCall;
+import io.kvpool.examples.server.role.DecodeService;
+import io.kvpool.examples.server.role.PrefillService;
+import io.kvpool.examples.server.role.Rejection;
+import io.kvpool.examples.server.role.RoleStatus;
+import io.kvpool.examples.server.role.Roles;
+import io.kvpool.examples.server.router.Router;
+
 import java.util.List;
 import java.util.concurrent.atomic.AtomicReference;
 
 /**
  * Roles that only report a status, set by the test: what a router of role processes sees of them (neither is a
- * {@link MeteredRole}, so {@link ServerMetrics} feeds their meters from the status, as for {@link RemoteRoles}).
+ * {@link io.kvpool.examples.server.role.MeteredRole}, so {@link ServerMetrics} feeds their meters from the status, as for {@link io.kvpool.examples.server.remote.RemoteRoles}).
  */
 final class StatusRoles implements Roles {
 

@@ -1,5 +1,6 @@
 package io.kvpool.examples.server;
 
+import io.kvpool.examples.server.role.RoleStatus;
 import org.junit.jupiter.api.Test;
 
 import java.io.IOException;

@@ -1,5 +1,7 @@
 package io.kvpool.examples.server;
 
+import io.kvpool.examples.server.config.Topology;
+
 import java.nio.file.Path;
 import java.time.Duration;
 import java.util.List;
@@ -10,7 +12,7 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 /**
  * The three-process server the separate-roles tests run against: the decode and prefill roles each in a child
  * JVM ({@link RoleChild}), the router in this JVM ({@link KvServer} with {@link ServerTests#small()} over
- * {@link RemoteRoles}), and a {@link TestClient} on it.
+ * {@link io.kvpool.examples.server.remote.RemoteRoles}), and a {@link TestClient} on it.
  *
  * <pre>
  *   TestClient ──HTTP──▶ router (this JVM) ──HTTP──▶ decode child ◀──KV link── prefill child

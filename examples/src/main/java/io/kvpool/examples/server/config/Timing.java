@@ -1,0 +1,33 @@
+package io.kvpool.examples.server.config;
+
+import java.time.Duration;
+
+/**
+ * The server's deadlines and pauses, other than the HTTP connection limits of {@link Listen}.
+ *
+ * @param requestTimeout   how long a request may wait for its KV transfer ({@code --request-timeout-ms})
+ * @param tokenDelay       the pause after each generated token, standing in for a model step ({@code --token-delay-ms}, may be 0)
+ * @param heartbeat        how often a response that waits writes something, noticing a gone client ({@code --heartbeat-ms})
+ * @param transferTimeout  the transfer's completion and drain deadlines ({@code --transfer-timeout-ms})
+ * @param reconnectDelay   how long prefill waits before reconnecting a lost link ({@code --reconnect-ms})
+ * @param ucxKeepalive     how often a UCX link's endpoints check their peer ({@code --ucx-keepalive-ms}, 10 ms to 1 hour)
+ * @param kvConnectTimeout how long prefill's TCP connect to decode's UCX bootstrap listener may take
+ *                         ({@code --kv-connect-timeout-ms})
+ */
+public record Timing(Duration requestTimeout, Duration tokenDelay, Duration heartbeat, Duration transferTimeout, Duration reconnectDelay,
+                     Duration ucxKeepalive, Duration kvConnectTimeout) {
+
+    /** @throws IllegalArgumentException naming the first value out of range, with the value */
+    public Timing {
+        Checks.positive("request timeout", requestTimeout);
+        Checks.nonNegative("token delay", tokenDelay);
+        Checks.positive("heartbeat", heartbeat);
+        Checks.positive("transfer timeout", transferTimeout);
+        Checks.positive("reconnect delay", reconnectDelay);
+        Checks.positive("UCX keepalive", ucxKeepalive);
+        Checks.positive("KV connect timeout", kvConnectTimeout);
+        if (ucxKeepalive.toMillis() < 10 || ucxKeepalive.compareTo(Duration.ofHours(1)) > 0) {
+            throw new IllegalArgumentException("--ucx-keepalive-ms must be 10 ms to 1 hour, was " + ucxKeepalive.toMillis());
+        }
+    }
+}

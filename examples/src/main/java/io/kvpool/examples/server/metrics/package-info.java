@@ -1,0 +1,9 @@
+/**
+ * {@code /metrics}: {@link io.kvpool.examples.server.metrics.ServerMetrics} completes the router's registry with the
+ * JVM's meters and both roles' (bound live for a role in this JVM, fed by its status for one elsewhere), or builds a
+ * role process's own.
+ *
+ * <p>Dependency rule: uses {@code router} (its counters), {@code role} and {@code config}; used by {@code remote}
+ * (a role process's endpoint) and {@code server}.
+ */
+package io.kvpool.examples.server.metrics;

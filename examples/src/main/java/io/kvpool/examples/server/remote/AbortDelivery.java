@@ -1,0 +1,128 @@
+package io.kvpool.examples.server.remote;
+
+import io.kvpool.examples.server.role.PrefillRole;
+import io.kvpool.examples.server.role.RoleLostException;
+import io.kvpool.examples.server.role.RoleRefusedException;
+
+import java.time.Duration;
+import java.util.Map;
+import java.util.Objects;
+import java.util.concurrent.atomic.AtomicInteger;
+import java.util.concurrent.atomic.LongAdder;
+
+/**
+ * The router's half of a paired abort to a role process, delivered without making the client wait: {@link #send}
+ * returns at once, and a virtual thread posts {@code POST /internal/abort}, retrying (50 ms, doubling to 1 s) until
+ * the role takes it (204), refuses it for good (a 4xx: {@link RoleRefusedException}), or is declared gone — it has
+ * not taken it for {@link #GIVE_UP} (a role process gone that long lost what it held with it; one that was only
+ * cut off has long dropped the request itself: its transfer deadlines are shorter). Thread-safe.
+ */
+final class AbortDelivery implements AutoCloseable {
+
+    private static final System.Logger LOG = System.getLogger("io.kvpool.examples.server");
+
+    /** How long an abort is retried before its role is declared gone (as long as a role remembers an early abort). */
+    static final Duration GIVE_UP = Duration.ofNanos(PrefillRole.REMEMBER_ABORTS_NANOS);
+    private static final long FIRST_RETRY_MS = 50;
+    private static final long MAX_RETRY_MS = 1_000;
+
+    private final RoleClient client;
+    private final RoleHealth health;
+    private final AtomicInteger pending = new AtomicInteger();
+    private final LongAdder delivered = new LongAdder();
+    private final LongAdder retries = new LongAdder();
+    private final LongAdder abandoned = new LongAdder();
+    private volatile boolean closed;
+
+    /** @param health told when the role is found unreachable, or {@code null} */
+    AbortDelivery(RoleClient client, RoleHealth health) {
+        this.client = Objects.requireNonNull(client, "client");
+        this.health = health;
+    }
+
+    /** Queues the abort of {@code requestId}; returns at once. */
+    void send(long requestId, String why) {
+        final Map<String, Object> body = Map.of("request_id", requestId, "why", why);
+        pending.incrementAndGet();
+        Thread.ofVirtual().name("kvpool-abort-" + requestId).start(() -> {
+            try {
+                deliver(requestId, body);
+            } finally {
+                pending.decrementAndGet();
+            }
+        });
+    }
+
+    private void deliver(long requestId, Map<String, Object> body) {
+        final long giveUpAt = System.nanoTime() + GIVE_UP.toNanos();
+        long wait = FIRST_RETRY_MS;
+        while (true) {
+            try {
+                client.post("internal/abort", body);
+                delivered.increment();
+                return;
+            } catch (RoleRefusedException e) { // it will never take this abort
+                abandoned.increment();
+                LOG.log(System.Logger.Level.WARNING, "abort of request " + requestId + " refused: " + e.getMessage());
+                return;
+            } catch (RuntimeException e) {
+                if (e instanceof RoleLostException && health != null) {
+                    health.lost(e.getMessage());
+                }
+                if (closed || System.nanoTime() - giveUpAt >= 0) {
+                    abandoned.increment();
+                    LOG.log(System.Logger.Level.WARNING, "abort of request " + requestId + " not delivered"
+                        + (closed ? " before the router closed" : " within " + GIVE_UP.toSeconds() + " s: the role is declared gone") + ": " + e.getMessage());
+                    return;
+                }
+                retries.increment();
+                try {
+                    Thread.sleep(wait);
+                } catch (InterruptedException ie) {
+                    abandoned.increment();
+                    return;
+                }
+                wait = Math.min(MAX_RETRY_MS, wait * 2);
+            }
+        }
+    }
+
+    /** @return aborts not yet delivered nor given up */
+    int pending() {
+        return pending.get();
+    }
+
+    /** @return aborts the role took */
+    long delivered() {
+        return delivered.sum();
+    }
+
+    /** @return attempts that failed and were retried */
+    long retries() {
+        return retries.sum();
+    }
+
+    /** @return aborts given up on (refused, role declared gone, router closed) */
+    long abandoned() {
+        return abandoned.sum();
+    }
+
+    /** Waits up to {@code drain} for what is pending (one more try each), then gives up the rest. */
+    void close(Duration drain) {
+        final long end = System.nanoTime() + drain.toNanos();
+        while (pending.get() > 0 && System.nanoTime() - end < 0) {
+            try {
+                Thread.sleep(10);
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+                break;
+            }
+        }
+        closed = true;
+    }
+
+    @Override
+    public void close() {
+        close(Duration.ofSeconds(2));
+    }
+}

@@ -1,0 +1,175 @@
+package io.kvpool.examples.server.remote;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.ObjectMapper;
+import io.kvpool.examples.http.HttpCall;
+import io.kvpool.examples.server.api.ApiError;
+import io.kvpool.examples.server.config.ServerConfig;
+import io.kvpool.examples.server.role.DecodeCall;
+import io.kvpool.examples.server.role.DecodeRole;
+import io.kvpool.examples.server.role.DuplicateRequestException;
+
+import java.io.IOException;
+import java.time.Duration;
+import java.util.LinkedHashMap;
+import java.util.Map;
+import java.util.Objects;
+import java.util.concurrent.ConcurrentHashMap;
+
+/**
+ * The decode role process's internal endpoint (besides {@link RoleEndpoint}'s):
+ * {@code POST /internal/decode} {@code {"request_id":7,"tenant":"alice","prompt_tokens":5,"max_new_tokens":8}}
+ * starts the request on the {@link DecodeRole} and answers 200 at once (so the router's abort that may
+ * follow finds the call), then streams its events, one JSON object per line, as {@link RemoteDecodeCall}
+ * reads them: heartbeats while admission and the transfer are pending, the admission, the transfer's
+ * outcome, then — if the KV committed — the generated tokens and the result. An id already decoding here is
+ * refused with 409 ({@value DuplicateRequestException#REASON}) <b>before</b> the role starts anything for it.
+ *
+ * <p>A router that closes the stream's connection aborts the request here as it happens (the HTTP front sees
+ * the close without writing); the router's {@code POST /internal/abort} usually comes too.
+ */
+public final class DecodeEndpoint extends RoleEndpoint {
+
+    private static final System.Logger LOG = System.getLogger("io.kvpool.examples.server");
+
+    private final DecodeRole role;
+    private final Duration heartbeat;
+    private final ConcurrentHashMap<Long, Slot> calls = new ConcurrentHashMap<>();
+
+    public DecodeEndpoint(DecodeRole role, ObjectMapper json, ServerConfig config) {
+        Objects.requireNonNull(role, "role"); // before the method references below, for the message
+        super(DecodeRole.ROLE, json, config, new Readouts(role::pool, role::status, role::activeTransfers, role::ready));
+        this.role = role;
+        this.heartbeat = config.heartbeat();
+    }
+
+    @Override
+    void abort(long requestId, String why) {
+        final Slot s = calls.get(requestId);
+        if (s != null) {
+            s.abort(why);
+        }
+    }
+
+    /** @return a field that must be an int (a cast would wrap 2^32 + 5 to 5 and start a transfer for 5 tokens) */
+    private static int intField(JsonNode b, String name) throws ApiError {
+        final long v = RoleJson.number(b, name);
+        if (v < Integer.MIN_VALUE || v > Integer.MAX_VALUE) {
+            throw ApiError.badRequest("bad_field", name + " " + v + " is not an int");
+        }
+        return (int) v;
+    }
+
+    @Override
+    boolean route(HttpCall ex, String path) throws ApiError, IOException {
+        if (!path.equals("/internal/decode")) {
+            return false;
+        }
+        method(ex, "POST");
+        final JsonNode b = body(ex);
+        final long id = requestId(b);
+        final String tenant = tenant(b);
+        final int prompt = intField(b, "prompt_tokens");
+        final int maxNew = intField(b, "max_new_tokens");
+        if (prompt < 1) { // checked here, before the 200: the receiver's own check would come as an error event after it
+            throw ApiError.badRequest("bad_field", "prompt_tokens must be ≥ 1, was " + prompt);
+        }
+        if (maxNew < 0) {
+            throw ApiError.badRequest("bad_field", "max_new_tokens must be ≥ 0, was " + maxNew);
+        }
+        final Slot slot = new Slot();
+        if (calls.putIfAbsent(id, slot) != null) { // claimed before the role starts anything: a duplicate sends no descriptor
+            throw ApiError.of(new DuplicateRequestException("decode: request id " + id + " is already decoding here (two routers,"
+                + " or a restarted one, reusing an id); refused without touching the request in flight"));
+        }
+        try {
+            final DecodeCall call;
+            try {
+                call = role.start(id, tenant, prompt, maxNew);
+            } catch (IllegalStateException e) {
+                throw closed("decode role: " + e.getMessage());
+            }
+            slot.set(call);
+            stream(ex, id, call, maxNew);
+        } finally {
+            calls.remove(id, slot);
+        }
+        return true;
+    }
+
+    private void stream(HttpCall ex, long id, DecodeCall call, int maxNew) {
+        ex.onClientGone(() -> call.abort("the router closed the stream of request " + id));
+        final HttpCall out = ex;
+        try {
+            ex.startStream(200, "application/x-ndjson");
+            DecodeCall.Admitted a;
+            while ((a = call.awaitAdmission(heartbeat)) == null) {
+                event(out, Map.of("event", "waiting"));
+            }
+            if (!a.admitted()) {
+                event(out, Map.of("event", "rejected", "rejection", RoleJson.rejection(a.rejection())));
+                return;
+            }
+            event(out, Map.of("event", "admitted"));
+            DecodeCall.TransferOutcome o;
+            while ((o = call.awaitTransfer(heartbeat)) == null) {
+                event(out, Map.of("event", "waiting"));
+            }
+            if (!o.committed()) {
+                final Map<String, Object> m = new LinkedHashMap<>();
+                m.put("event", "transfer");
+                m.put("committed", false);
+                m.put("failure", String.valueOf(o.failure()));
+                m.put("message", String.valueOf(o.message()));
+                event(out, m);
+                return;
+            }
+            event(out, Map.of("event", "transfer", "committed", true));
+            final DecodeCall.Generation g = call.generate(maxNew, t -> event(out, Map.of("event", "token", "text", t)));
+            final Map<String, Object> done = new LinkedHashMap<>();
+            done.put("event", "done");
+            done.put("text", g.text());
+            done.put("completion_tokens", g.completionTokens());
+            done.put("kv", RoleJson.kv(g.kv()));
+            event(out, done);
+        } catch (IOException gone) {
+            call.abort("the router's stream of request " + id + " broke: " + gone.getMessage());
+        } catch (InterruptedException e) {
+            call.abort("decode role interrupted");
+            Thread.currentThread().interrupt();
+        } catch (RuntimeException e) {
+            call.abort("decode of request " + id + " failed: " + e.getMessage());
+            LOG.log(System.Logger.Level.WARNING, "decode: request " + id + " failed: " + e);
+            try {
+                event(out, Map.of("event", "error", "message", String.valueOf(e.getMessage())));
+            } catch (IOException ignored) {
+                // the router is gone too
+            }
+        }
+    }
+
+    /** A request id claimed here: its call once started, and an abort that came before it. */
+    private static final class Slot {
+        private DecodeCall call;
+        private String abortedBecause;
+
+        synchronized void set(DecodeCall c) {
+            call = c;
+            if (abortedBecause != null) {
+                c.abort(abortedBecause);
+            }
+        }
+
+        synchronized void abort(String why) {
+            if (call != null) {
+                call.abort(why);
+            } else if (abortedBecause == null) {
+                abortedBecause = why;
+            }
+        }
+    }
+
+    private void event(HttpCall out, Map<String, ?> m) throws IOException {
+        out.write(json.writeValueAsString(m) + "\n");
+    }
+}

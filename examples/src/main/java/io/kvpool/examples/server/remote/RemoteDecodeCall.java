@@ -1,0 +1,238 @@
+package io.kvpool.examples.server.remote;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.ObjectMapper;
+import io.kvpool.examples.server.echo.EchoDecoder;
+import io.kvpool.examples.server.role.DecodeCall;
+import io.kvpool.examples.server.role.DecodeRole;
+import io.kvpool.examples.server.role.Rejection;
+import io.kvpool.examples.server.role.RoleLostException;
+
+import java.io.BufferedReader;
+import java.io.IOException;
+import java.io.InputStream;
+import java.io.InputStreamReader;
+import java.nio.charset.StandardCharsets;
+import java.time.Duration;
+import java.util.LinkedHashMap;
+import java.util.Map;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.LinkedBlockingQueue;
+import java.util.concurrent.TimeUnit;
+
+/**
+ * One request on a decode role in another process: the {@code POST /internal/decode} stream, read by a
+ * virtual thread into the call's state. The decode process writes one JSON object per line:
+ * <pre>
+ *   {"event":"waiting"}                                    heartbeat while admission or the transfer is pending
+ *   {"event":"admitted"}  | {"event":"rejected","rejection":{…}}
+ *   {"event":"transfer","committed":true} | {"event":"transfer","committed":false,"failure":"PEER_LOST","message":"…"}
+ *   {"event":"token","text":"…"} …                         generation starts as soon as the KV committed
+ *   {"event":"done","text":"…","completion_tokens":8,"kv":{…}} | {"event":"error","message":"…"}
+ * </pre>
+ * An {@code error} event ends whatever is still pending: before admission as a 503 refusal
+ * ({@code decode_unavailable}), before the transfer's outcome as a failed transfer ({@value #ROLE_ERROR}, 502), during
+ * generation as a {@link RoleLostException}.
+ * A stream that breaks — the decode process died, or stopped answering — ends the call honestly: before
+ * admission as a 503 refusal ({@code decode_unavailable}), before the transfer's outcome as a failed transfer
+ * ({@code ROLE_LOST}, 502), during generation as a {@link RoleLostException}. {@link #abort} tells the process
+ * ({@code POST /internal/abort}), which ends the stream; the reader reads it to its end, so the connection goes back
+ * to the client's pool whole. A stream not ended {@link #DROP_AFTER} after the abort is dropped, and the process
+ * aborts on its own when it sees it gone.
+ */
+final class RemoteDecodeCall implements DecodeCall {
+
+    private static final System.Logger LOG = System.getLogger("io.kvpool.examples.server");
+    /** The transfer failure of a request the decode process failed before its KV committed (an {@code error} event). */
+    static final String ROLE_ERROR = "ROLE_ERROR";
+
+    private final RoleClient client;
+    private final AbortDelivery aborts;
+    private final ObjectMapper json;
+    private final long requestId;
+    private final Duration stall;
+    private final InputStream stream;
+    private final CompletableFuture<Admitted> admission = new CompletableFuture<>();
+    private final CompletableFuture<TransferOutcome> outcome = new CompletableFuture<>();
+    private final LinkedBlockingQueue<Map.Entry<String, JsonNode>> events = new LinkedBlockingQueue<>();
+    private volatile String lostBecause;
+    private volatile boolean aborted;
+    private volatile boolean ended;
+
+    /**
+     * How long after {@link #abort} a stream the process has not ended is dropped. Not at once: the JDK client may
+     * already have put the connection back in its pool (the process ended the stream, the reader has not read that
+     * far yet), and closing the stream then closes a pooled connection under the next request on it.
+     */
+    static final Duration DROP_AFTER = Duration.ofSeconds(1);
+
+    private RemoteDecodeCall(RoleClient client, AbortDelivery aborts, ObjectMapper json, long requestId, Duration stall, InputStream stream) {
+        this.client = client;
+        this.aborts = aborts;
+        this.json = json;
+        this.requestId = requestId;
+        this.stall = stall;
+        this.stream = stream;
+    }
+
+    /** {@link #open(RoleClient, ObjectMapper, AbortDelivery, long, String, int, int, Duration)} with an abort delivery of its own. */
+    static RemoteDecodeCall open(RoleClient client, ObjectMapper json, long requestId, String tenant, int promptTokens,
+                                 int maxNewTokens, Duration stall) {
+        return open(client, json, new AbortDelivery(client, null), requestId, tenant, promptTokens, maxNewTokens, stall);
+    }
+
+    static RemoteDecodeCall open(RoleClient client, ObjectMapper json, AbortDelivery aborts, long requestId, String tenant,
+                                 int promptTokens, int maxNewTokens, Duration stall) {
+        final Map<String, Object> body = new LinkedHashMap<>();
+        body.put("request_id", requestId);
+        body.put("tenant", tenant);
+        body.put("prompt_tokens", promptTokens);
+        body.put("max_new_tokens", maxNewTokens);
+        final RemoteDecodeCall c = new RemoteDecodeCall(client, aborts, json, requestId, stall, client.stream("internal/decode", body));
+        Thread.ofVirtual().name("kvpool-decode-stream-" + requestId).start(c::read);
+        return c;
+    }
+
+    private void read() {
+        try (BufferedReader in = new BufferedReader(new InputStreamReader(stream, StandardCharsets.UTF_8))) {
+            for (String line; (line = in.readLine()) != null; ) {
+                if (!line.isBlank() && onEvent(json.readTree(line))) {
+                    while (in.readLine() != null) {
+                        // the role ends the stream right after its last event: read to the end so the connection is reused
+                    }
+                    return;
+                }
+            }
+            lost("the stream ended before its last event");
+        } catch (IOException | RuntimeException e) {
+            lost(e.toString());
+        } finally {
+            ended = true;
+        }
+    }
+
+    /** @return whether this was the stream's last event */
+    private boolean onEvent(JsonNode n) {
+        final String event = RoleJson.text(n, "event");
+        switch (event) {
+            case "waiting" -> {
+                return false;
+            }
+            case "admitted" -> admission.complete(Admitted.YES);
+            case "rejected" -> {
+                final Rejection r = RoleJson.rejection(RoleJson.field(n, "rejection"));
+                admission.complete(new Admitted(false, r));
+                outcome.complete(new TransferOutcome(false, "REJECTED", r.message()));
+                return true;
+            }
+            case "transfer" -> {
+                final boolean committed = RoleJson.bool(n, "committed");
+                outcome.complete(committed ? TransferOutcome.COMMITTED
+                    : new TransferOutcome(false, RoleJson.text(n, "failure"), RoleJson.text(n, "message")));
+                return !committed;
+            }
+            case "error" -> {
+                // the process failed the request: whatever the router still waits for ends now, not at its timeout
+                final String msg = client.describe() + " failed request " + requestId + ": " + RoleJson.text(n, "message");
+                admission.complete(new Admitted(false, new Rejection(DecodeRole.ROLE, Rejection.Reason.UNAVAILABLE, msg, Map.of())));
+                outcome.complete(new TransferOutcome(false, ROLE_ERROR, msg));
+                events.add(Map.entry(event, n));
+                return true;
+            }
+            case "token", "done" -> {
+                events.add(Map.entry(event, n));
+                return event.equals("done");
+            }
+            default -> throw new IllegalArgumentException("unknown event '" + event + "' in the decode stream");
+        }
+        return false;
+    }
+
+    private void lost(String why) {
+        if (aborted) {
+            return; // we dropped the stream ourselves
+        }
+        final String msg = client.describe() + ": the stream of request " + requestId + " broke: " + why;
+        lostBecause = msg;
+        LOG.log(System.Logger.Level.WARNING, msg);
+        admission.complete(new Admitted(false, new Rejection(DecodeRole.ROLE, Rejection.Reason.UNAVAILABLE, msg, Map.of())));
+        outcome.complete(new TransferOutcome(false, "ROLE_LOST", msg));
+        events.add(Map.entry("lost", json.createObjectNode().put("message", msg)));
+    }
+
+    @Override
+    public Admitted awaitAdmission(Duration timeout) throws InterruptedException {
+        return DecodeCall.await(admission, timeout, client.describe() + ": request " + requestId);
+    }
+
+    @Override
+    public TransferOutcome awaitTransfer(Duration timeout) throws InterruptedException {
+        return DecodeCall.await(outcome, timeout, client.describe() + ": request " + requestId);
+    }
+
+    /**
+     * Hands the streamed tokens to {@code sink} (the decode process generates as soon as the KV committed,
+     * {@code maxTokens} as asked at start).
+     *
+     * @throws RoleLostException if the stream broke, the process failed the request, or no token came within the stall limit
+     */
+    @Override
+    public Generation generate(int maxTokens, EchoDecoder.TokenSink sink) throws IOException, InterruptedException {
+        final TransferOutcome o = outcome.getNow(null);
+        if (o == null || !o.committed()) {
+            throw new IllegalStateException("request " + requestId + " has no committed KV to decode (" + (aborted ? "aborted" : o) + ")");
+        }
+        while (true) {
+            final Map.Entry<String, JsonNode> e = events.poll(stall.toNanos(), TimeUnit.NANOSECONDS);
+            if (e == null) {
+                throw new RoleLostException(client.describe() + " sent no token of request " + requestId + " for " + stall.toMillis() + " ms");
+            }
+            final JsonNode n = e.getValue();
+            switch (e.getKey()) {
+                case "token" -> sink.token(RoleJson.text(n, "text"));
+                case "done" -> {
+                    return new Generation(RoleJson.text(n, "text"), (int) RoleJson.number(n, "completion_tokens"),
+                        RoleJson.kv(RoleJson.field(n, "kv")));
+                }
+                case "error" -> throw new RoleLostException(client.describe() + " failed request " + requestId + ": " + RoleJson.text(n, "message"));
+                case "aborted" -> throw new IOException("request " + requestId + " was aborted: " + RoleJson.text(n, "message"));
+                default -> throw new RoleLostException(lostBecause);
+            }
+        }
+    }
+
+    /**
+     * Tells the decode process (it aborts the transfer or stops generating) without waiting for it
+     * ({@link AbortDelivery}), then drops the stream. Idempotent.
+     */
+    @Override
+    public void abort(String why) {
+        if (aborted) {
+            return;
+        }
+        aborted = true;
+        events.add(Map.entry("aborted", json.createObjectNode().put("message", why))); // a generate() waiting ends now
+        // so does a wait for admission or for the transfer (lost() stays silent once we dropped the stream)
+        final String msg = "request " + requestId + " was aborted: " + why;
+        admission.complete(new Admitted(false, new Rejection(DecodeRole.ROLE, Rejection.Reason.UNAVAILABLE, msg, Map.of())));
+        outcome.complete(new TransferOutcome(false, "ABORTED", msg));
+        aborts.send(requestId, why); // delivered (and retried) on its own thread: the caller does not wait for the role
+        CompletableFuture.delayedExecutor(DROP_AFTER.toMillis(), java.util.concurrent.TimeUnit.MILLISECONDS).execute(this::dropUnlessEnded);
+    }
+
+    private void dropUnlessEnded() {
+        if (ended) {
+            return; // read to its end: the connection is whole, and may already carry another request
+        }
+        try {
+            stream.close();
+        } catch (IOException ignored) {
+            // dropping it
+        }
+    }
+
+    @Override
+    public String toString() {
+        return "RemoteDecodeCall[" + requestId + " at " + client.base() + (aborted ? ", aborted" : "") + "]";
+    }
+}

@@ -1,0 +1,110 @@
+package io.kvpool.examples.server.remote;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import io.kvpool.examples.server.role.PrefillRole;
+import io.kvpool.examples.server.role.PrefillService;
+import io.kvpool.examples.server.role.Rejection;
+import io.kvpool.examples.server.role.RoleLostException;
+import io.kvpool.examples.server.role.RoleStatus;
+
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.Objects;
+
+/**
+ * The router's {@link PrefillService} for a prefill role in another process, over its internal endpoints
+ * ({@link io.kvpool.examples.server.RoleServer}): {@code POST /internal/prefill}, {@code POST /internal/abort},
+ * {@code GET /internal/status}. Closing it closes the client only; the process runs on.
+ */
+final class RemotePrefill implements PrefillService {
+
+    private final RoleClient client;
+    private final RoleHealth health;
+    private final AbortDelivery aborts;
+
+    RemotePrefill(RoleClient client) {
+        this(client, null);
+    }
+
+    /** @param verify checks each status the router reads of the role (see {@link RoleHealth}), or {@code null} */
+    RemotePrefill(RoleClient client, java.util.function.Function<RemoteStatus, String> verify) {
+        this.client = Objects.requireNonNull(client, "client");
+        this.health = new RoleHealth(client, PrefillRole.ROLE, false, verify);
+        this.aborts = new AbortDelivery(client, health);
+    }
+
+    /**
+     * {@inheritDoc}
+     *
+     * @throws RoleLostException if the process cannot be reached (an {@link IllegalStateException}: the router answers 503)
+     */
+    @Override
+    public Rejection prefill(long requestId, String tenant, List<byte[]> tokens) {
+        final Map<String, Object> body = new LinkedHashMap<>();
+        body.put("request_id", requestId);
+        body.put("tenant", tenant);
+        body.put("tokens", RoleJson.tokens(tokens));
+        final JsonNode r;
+        try {
+            r = client.post("internal/prefill", body);
+        } catch (RoleLostException e) {
+            health.lost(e.getMessage()); // requests after this one are answered at once until a status read says it is back
+            throw e;
+        }
+        try {
+            return RoleJson.bool(r, "admitted") ? null : RoleJson.rejection(RoleJson.field(r, "rejection"));
+        } catch (IllegalArgumentException e) {
+            throw new IllegalStateException(client.describe() + " answered POST /internal/prefill with " + r + ": " + e.getMessage(), e);
+        }
+    }
+
+    /**
+     * Tells the process to abort, without waiting for it: {@link AbortDelivery} retries until the process takes it
+     * or is declared gone (a process that is gone has nothing left to abort: its pages died with it).
+     */
+    @Override
+    public void abort(long requestId, String why) {
+        aborts.send(requestId, why);
+    }
+
+    @Override
+    public String unavailable() throws InterruptedException {
+        return health.unavailable();
+    }
+
+    /** @return the delivery of this role's aborts (for tests and metrics) */
+    AbortDelivery aborts() {
+        return aborts;
+    }
+
+    /** @return what the router knows of the role's readiness */
+    RoleHealth health() {
+        return health;
+    }
+
+    @Override
+    public RoleStatus status() {
+        return RemoteStatus.read(client, PrefillRole.ROLE).status();
+    }
+
+    @Override
+    public int activeTransfers() {
+        return RemoteStatus.read(client, PrefillRole.ROLE).activeTransfers();
+    }
+
+    @Override
+    public void close() {
+        health.close();
+        try {
+            aborts.close(); // what is pending gets its chance first
+        } finally {
+            client.close();
+        }
+    }
+
+    @Override
+    public String toString() {
+        return "RemotePrefill[" + client.base() + "]";
+    }
+}

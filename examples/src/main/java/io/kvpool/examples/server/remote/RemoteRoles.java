@@ -1,0 +1,85 @@
+package io.kvpool.examples.server.remote;
+
+import com.fasterxml.jackson.databind.ObjectMapper;
+import io.kvpool.examples.server.api.Json;
+import io.kvpool.examples.server.config.ServerConfig;
+import io.kvpool.examples.server.config.Topology;
+import io.kvpool.examples.server.role.DecodeRole;
+import io.kvpool.examples.server.role.PrefillRole;
+import io.kvpool.examples.server.role.RolePair;
+
+import java.util.Objects;
+
+/**
+ * The router's {@link io.kvpool.examples.server.role.Roles} when prefill and decode each run in a process of their own
+ * ({@code --role router --prefill-url … --decode-url …}). The roles that are up are checked at start
+ * ({@link #preflight}); a role that is not up yet answers its requests with 503 and shows as down
+ * ({@code kvpool_role_up 0}) until it is, and is checked then.
+ * Closing closes the clients only; the role processes run on.
+ */
+public final class RemoteRoles extends RolePair<RemotePrefill, RemoteDecode> {
+
+    private RemoteRoles(RemotePrefill prefill, RemoteDecode decode) {
+        super(prefill, decode);
+    }
+
+    private static final System.Logger LOG = System.getLogger("io.kvpool.examples.server");
+
+    /**
+     * @return clients for the roles at the configuration's {@code --prefill-url} and {@code --decode-url}; each status
+     *         the router reads of a role (on every reconnect) is checked against {@code cfg} ({@link Preflight}): a role
+     *         that does not match is answered as unavailable, naming the mismatch
+     */
+    public static RemoteRoles connect(ServerConfig cfg) {
+        Objects.requireNonNull(cfg, "cfg");
+        final ObjectMapper json = Json.strict();
+        final Topology t = cfg.topology();
+        final RoleIdentity expected = RoleIdentity.expected(cfg);
+        final java.util.function.Function<RemoteStatus, String> verify = s -> {
+            final java.util.List<RoleIdentity.Mismatch> m = Preflight.mismatches(s, expected, cfg.contextTokens());
+            return m.isEmpty() ? null : s.status().role() + " role does not match the router: " + m;
+        };
+        return new RemoteRoles(new RemotePrefill(new RoleClient(PrefillRole.ROLE, t.prefillUrl(), json), verify),
+            new RemoteDecode(new RoleClient(DecodeRole.ROLE, t.decodeUrl(), json), json, cfg.requestTimeout(), verify));
+    }
+
+    /**
+     * The router's startup check: reads each role's identity and capacity and refuses a deployment that does not
+     * match — another build, environment, model or layout, or a role whose largest safe context is smaller than
+     * {@code --context} — naming each role's numbers. With {@code --clamp-context}, a deployment whose only mismatch
+     * is the context starts advertising the smallest role's largest safe context instead. A role not up yet is
+     * checked when it comes ({@link #connect}).
+     *
+     * @return {@code cfg}, or with {@code --clamp-context} the configuration with the context it may advertise
+     * @throws IllegalStateException with the table of what does not match
+     */
+    public static ServerConfig preflight(ServerConfig cfg) {
+        final ObjectMapper json = Json.strict();
+        final Preflight f;
+        try (RoleClient p = new RoleClient(PrefillRole.ROLE, cfg.topology().prefillUrl(), json);
+             RoleClient d = new RoleClient(DecodeRole.ROLE, cfg.topology().decodeUrl(), json)) {
+            f = Preflight.check(cfg, RemoteStatus.read(p, PrefillRole.ROLE), RemoteStatus.read(d, DecodeRole.ROLE));
+        }
+        final java.util.List<RoleIdentity.Mismatch> wrong = f.mismatches().stream().filter(m -> !m.what().equals("reachable")).toList();
+        if (!f.reachable()) {
+            LOG.log(System.Logger.Level.WARNING, "router: a role is not up yet; it is checked when it comes:\n" + f.table());
+        }
+        if (wrong.isEmpty()) {
+            return cfg;
+        }
+        if (cfg.clampContext() && wrong.stream().allMatch(RoleIdentity.Mismatch::contextOnly)) {
+            final long c = f.smallestSafeContext();
+            LOG.log(System.Logger.Level.WARNING, "router: --clamp-context: advertising " + c + " tokens instead of --context "
+                + cfg.contextTokens() + ":\n" + f.table());
+            return cfg.toBuilder().contextTokens(c).build();
+        }
+        throw new IllegalStateException("the roles do not match this router" + (wrong.stream().allMatch(RoleIdentity.Mismatch::contextOnly)
+            ? " (lower --context, give the roles larger pools, or start the router with --clamp-context to advertise "
+            + f.smallestSafeContext() + " tokens)" : "") + ":\n" + f.table());
+    }
+
+    @Override
+    public String toString() {
+        return "RemoteRoles[" + prefill + ", " + decode + "]";
+    }
+}

@@ -1,0 +1,177 @@
+package io.kvpool.examples.server.remote;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.ObjectMapper;
+import io.kvpool.examples.server.role.DuplicateRequestException;
+import io.kvpool.examples.server.role.RoleLostException;
+import io.kvpool.examples.server.role.RoleRefusedException;
+
+import java.io.IOException;
+import java.io.InputStream;
+import java.io.UncheckedIOException;
+import java.net.URI;
+import java.net.http.HttpClient;
+import java.net.http.HttpRequest;
+import java.net.http.HttpResponse;
+import java.nio.charset.StandardCharsets;
+import java.time.Duration;
+import java.util.Objects;
+
+/**
+ * The router's HTTP client for one role process's internal endpoints ({@link io.kvpool.examples.server.RoleServer}): JSON in, JSON
+ * or a line stream out. Every failure names the role, its URL and the call: a role that cannot be reached
+ * is a {@link RoleLostException}; a role that answers with an error status is an
+ * {@link IllegalStateException} carrying the role's own message. Thread-safe.
+ */
+public final class RoleClient implements AutoCloseable {
+
+    /** Longest wait for a role to answer a call (prefill, abort); the decode stream has its own stall limit. */
+    static final Duration CALL_TIMEOUT = Duration.ofSeconds(10);
+    /** Longest wait for a role's status (the router's /metrics and live page wait for it). */
+    static final Duration STATUS_TIMEOUT = Duration.ofSeconds(2);
+
+    private final String role;
+    private final URI base;
+    private final ObjectMapper json;
+    private final HttpClient http;
+
+    public RoleClient(String role, URI base, ObjectMapper json) {
+        this.role = Objects.requireNonNull(role, "role");
+        this.base = Objects.requireNonNull(base, "base");
+        this.json = Objects.requireNonNull(json, "json");
+        this.http = HttpClient.newBuilder().version(HttpClient.Version.HTTP_1_1).connectTimeout(Duration.ofSeconds(2)).build();
+    }
+
+    /** @return the role's base URL */
+    URI base() {
+        return base;
+    }
+
+    /** @return e.g. {@code decode role at http://127.0.0.1:8082/} */
+    String describe() {
+        return role + " role at " + base;
+    }
+
+    /**
+     * POSTs {@code body} as JSON and reads a JSON answer ({@code null} for 204).
+     *
+     * @throws RoleLostException     if the role cannot be reached or does not answer within {@link #CALL_TIMEOUT}
+     * @throws IllegalStateException if it answers with an error status (its message included); a
+     *                               {@link DuplicateRequestException} for a 409 {@value DuplicateRequestException#REASON},
+     *                               a {@link RoleRefusedException} for any other 4xx
+     */
+    JsonNode post(String path, Object body) {
+        final HttpResponse<byte[]> r = send(request(path, CALL_TIMEOUT).POST(publish(body)).build(), HttpResponse.BodyHandlers.ofByteArray());
+        return answer("POST", path, r.statusCode(), r.body());
+    }
+
+    /** Like {@link #post} but never throws: for aborts, where a role that is gone has nothing left to abort. @return whether it answered 2xx */
+    boolean postQuietly(String path, Object body) {
+        try {
+            post(path, body);
+            return true;
+        } catch (RuntimeException e) {
+            System.getLogger("io.kvpool.examples.server").log(System.Logger.Level.DEBUG, e.getMessage());
+            return false;
+        }
+    }
+
+    /** GETs a JSON answer within {@link #STATUS_TIMEOUT}. @throws RoleLostException / IllegalStateException as {@link #post} */
+    JsonNode get(String path) {
+        final HttpResponse<byte[]> r = send(request(path, STATUS_TIMEOUT).GET().build(), HttpResponse.BodyHandlers.ofByteArray());
+        return answer("GET", path, r.statusCode(), r.body());
+    }
+
+    /**
+     * POSTs {@code body} and returns the answer's body as a stream once its headers arrived (within
+     * {@link #CALL_TIMEOUT}; none on the body: the caller reads it for as long as the role streams, and closing
+     * it drops the connection).
+     *
+     * @throws RoleLostException     if the role cannot be reached
+     * @throws IllegalStateException if it answers with an error status
+     */
+    InputStream stream(String path, Object body) {
+        final HttpRequest req = request(path, CALL_TIMEOUT).POST(publish(body)).build(); // the timeout bounds the headers only
+        final HttpResponse<InputStream> r = send(req, HttpResponse.BodyHandlers.ofInputStream());
+        if (r.statusCode() != 200) {
+            byte[] b;
+            try (InputStream in = r.body()) {
+                b = in.readNBytes(64 * 1024);
+            } catch (IOException e) {
+                b = new byte[0];
+            }
+            answer("POST", path, r.statusCode(), b);
+            throw new IllegalStateException(describe() + " answered " + r.statusCode() + " to POST /" + path + " instead of a stream");
+        }
+        return r.body();
+    }
+
+    private HttpRequest.Builder request(String path, Duration timeout) {
+        return HttpRequest.newBuilder(base.resolve(path)).timeout(timeout).header("Content-Type", "application/json");
+    }
+
+    private HttpRequest.BodyPublisher publish(Object body) {
+        try {
+            return HttpRequest.BodyPublishers.ofByteArray(json.writeValueAsBytes(body));
+        } catch (IOException e) {
+            throw new UncheckedIOException(e);
+        }
+    }
+
+    private <T> HttpResponse<T> send(HttpRequest req, HttpResponse.BodyHandler<T> handler) {
+        try {
+            return http.send(req, handler);
+        } catch (IOException e) {
+            throw new RoleLostException(describe() + " is unreachable (" + req.method() + " " + req.uri().getPath() + "): " + why(e), e);
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+            throw new RoleLostException(describe() + ": interrupted while waiting for " + req.method() + " " + req.uri().getPath(), e);
+        }
+    }
+
+    /** @return what went wrong, from the exception and its causes (the JDK's ConnectException carries no message) */
+    static String why(IOException e) {
+        if (e instanceof java.net.http.HttpTimeoutException) {
+            return "no answer in time (" + e.getMessage() + ")";
+        }
+        final StringBuilder b = new StringBuilder(e.getClass().getSimpleName());
+        for (Throwable t = e; t != null; t = t.getCause()) {
+            if (t.getMessage() != null) {
+                b.append(": ").append(t.getMessage());
+                return b.toString();
+            }
+        }
+        return b.append(e instanceof java.net.ConnectException ? ": connection refused (is the process running?)" : "").toString();
+    }
+
+    private JsonNode answer(String method, String path, int status, byte[] body) {
+        if (status == 204) {
+            return null;
+        }
+        JsonNode n;
+        try {
+            n = body.length == 0 ? null : json.readTree(body);
+        } catch (IOException e) {
+            n = null;
+        }
+        if (status / 100 == 2 && n != null) {
+            return n;
+        }
+        final JsonNode err = n == null ? null : n.path("error").path("message");
+        final String what = err == null || err.isMissingNode() ? new String(body, StandardCharsets.UTF_8) : err.asText();
+        final String msg = describe() + " answered " + status + " to " + method + " /" + path + ": " + what;
+        if (status == 409 && n != null && DuplicateRequestException.REASON.equals(n.path("error").path("reason").asText())) {
+            throw new DuplicateRequestException(msg);
+        }
+        if (status / 100 == 4) { // the role will never take this call: no retry makes it
+            throw new RoleRefusedException(msg, status);
+        }
+        throw new IllegalStateException(msg);
+    }
+
+    /** Drops every connection at once (an open decode stream ends); idempotent. */
+    @Override
+    public void close() {
+        http.shutdownNow();
+    }
+}

@@ -1,0 +1,174 @@
+package io.kvpool.examples.server.remote;
+
+import java.time.Duration;
+import java.util.Objects;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.ExecutionException;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.TimeoutException;
+import java.util.concurrent.atomic.AtomicReference;
+
+/**
+ * What the router knows of one role process's readiness, so that a request for a role known down is answered at
+ * once instead of after a call's timeout. A probe reads the role's {@code GET /internal/status} every
+ * {@link #PROBE_EVERY}; a call that finds the role unreachable marks it down at once ({@link #lost}).
+ *
+ * <pre>
+ *   unknown (no probe answered yet) ─┐
+ *   ready   (status read; for decode: its KV link up) ──▶ the request goes on
+ *   down    (unreachable, the wrong role, not matching the router, or decode without a KV link) ──▶ re-checked once, at most {@link #RECHECK_WAIT}:
+ *           still down → 503 + Retry-After at once; ready again → the request goes on
+ * </pre>
+ * The re-check is shared by every request that asks while it runs (one status call, however many requests), and
+ * it is what keeps a state a moment old from refusing a role that just came back. Thread-safe.
+ */
+final class RoleHealth implements AutoCloseable {
+
+    private static final System.Logger LOG = System.getLogger("io.kvpool.examples.server");
+
+    /** How often the probe reads the role's status. */
+    static final Duration PROBE_EVERY = Duration.ofMillis(200);
+    /** Longest a request waits for the re-check of a role known down (the figure for a fast 503). */
+    static final Duration RECHECK_WAIT = Duration.ofMillis(100);
+
+    /** One reading: {@code why} is {@code null} when the role can take requests. */
+    record State(String why, long atNanos) {
+        boolean ready() {
+            return why == null;
+        }
+    }
+
+    private final RoleClient client; // its own: probes neither wait behind calls nor ride their connections
+    private final String role;
+    private final boolean needsLink;
+    private final java.util.function.Function<RemoteStatus, String> verify;
+    /** A status read under way, and when it began. */
+    private record Check(CompletableFuture<State> result, long startedAt) {
+    }
+
+    private final AtomicReference<Check> checking = new AtomicReference<>();
+    private volatile State state; // null: unknown
+    private volatile boolean closed;
+    private final Thread probe;
+
+    /**
+     * @param calls     the client the router calls the role with (the probe uses one of its own, to the same URL)
+     * @param needsLink whether the role is ready only with its KV link up (decode: it can take a transfer only then)
+     */
+    RoleHealth(RoleClient calls, String role, boolean needsLink) {
+        this(calls, role, needsLink, null);
+    }
+
+    /**
+     * @param verify checks every status read from the role (its identity and capacity, on every reconnect): why it
+     *               does not match the router, or {@code null}; {@code null} for no check
+     */
+    RoleHealth(RoleClient calls, String role, boolean needsLink, java.util.function.Function<RemoteStatus, String> verify) {
+        this.verify = verify;
+        this.client = new RoleClient(Objects.requireNonNull(role, "role"), calls.base(), new com.fasterxml.jackson.databind.ObjectMapper());
+        this.role = Objects.requireNonNull(role, "role");
+        this.needsLink = needsLink;
+        this.probe = Thread.ofVirtual().name("kvpool-probe-" + role).start(this::probeLoop);
+    }
+
+    private void probeLoop() {
+        while (!closed) {
+            try {
+                check().result().get();
+                Thread.sleep(PROBE_EVERY);
+            } catch (InterruptedException e) {
+                return;
+            } catch (ExecutionException e) {
+                LOG.log(System.Logger.Level.DEBUG, role + " probe failed: " + e.getCause());
+            }
+        }
+    }
+
+    /** Starts a status read, or joins the one running. */
+    private Check check() {
+        while (true) {
+            final Check running = checking.get();
+            if (running != null) {
+                return running;
+            }
+            final Check check = new Check(new CompletableFuture<>(), System.nanoTime());
+            final CompletableFuture<State> mine = check.result();
+            if (checking.compareAndSet(null, check)) {
+                Thread.ofVirtual().name("kvpool-check-" + role).start(() -> {
+                    try {
+                        final State s = read();
+                        if (!closed) {
+                            state = s;
+                        }
+                        mine.complete(s);
+                    } catch (Throwable t) {
+                        mine.completeExceptionally(t);
+                    } finally {
+                        checking.compareAndSet(check, null);
+                    }
+                });
+                return check;
+            }
+        }
+    }
+
+    private State read() {
+        final RemoteStatus s = RemoteStatus.read(client, role);
+        final String why;
+        final String mismatch;
+        if (!s.status().up()) {
+            why = s.status().down();
+        } else if (verify != null && (mismatch = verify.apply(s)) != null) {
+            why = mismatch; // a role that came back as another build, environment or layout, or with a smaller pool
+        } else if (needsLink && !s.ready()) {
+            why = client.describe() + ": no prefill link is up; retry later";
+        } else {
+            why = null;
+        }
+        return new State(why, System.nanoTime());
+    }
+
+    /**
+     * @return why the role cannot take a request now, or {@code null} when it can (or nothing is known yet);
+     *         waits at most {@link #RECHECK_WAIT}, and only for a role known down whose re-check began less than
+     *         that long ago (a role that does not answer its re-check is not waited for again by every request)
+     */
+    String unavailable() throws InterruptedException {
+        final State s = state;
+        if (s == null || s.ready()) {
+            return null;
+        }
+        final Check c = check();
+        final long left = RECHECK_WAIT.toNanos() - (System.nanoTime() - c.startedAt());
+        if (left <= 0) {
+            return s.why();
+        }
+        try {
+            final State now = c.result().get(left, TimeUnit.NANOSECONDS);
+            return now.why();
+        } catch (TimeoutException e) {
+            return s.why(); // the re-check is still waiting on the role: what we knew stands
+        } catch (ExecutionException e) {
+            return s.why();
+        }
+    }
+
+    /** A call found the role unreachable: known down from now until a status read says otherwise. */
+    void lost(String why) {
+        if (!closed) {
+            state = new State(Objects.requireNonNull(why, "why"), System.nanoTime());
+        }
+    }
+
+    /** @return the last reading, or {@code null} before the first */
+    State state() {
+        return state;
+    }
+
+    @Override
+    public void close() {
+        closed = true;
+        probe.interrupt();
+        client.close();
+    }
+}

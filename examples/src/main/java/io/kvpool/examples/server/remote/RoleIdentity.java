@@ -1,0 +1,117 @@
+package io.kvpool.examples.server.remote;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import io.kvpool.examples.server.config.ServerConfig;
+import io.kvpool.examples.server.role.RoleParts;
+
+import java.util.ArrayList;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.Objects;
+
+/**
+ * Who a role process is and what it can carry, as its {@code GET /internal/status} reports it (field
+ * {@code identity}) and the router checks it at startup, on every reconnect, and {@code preflight} checks a
+ * running deployment: its build, environment, model and KV layout must be the router's; its largest safe context
+ * must cover the context the router advertises.
+ *
+ * @param role              "prefill", "decode" (or "router" for what the router expects)
+ * @param build             the build ({@link #BUILD})
+ * @param environment       {@code --environment}
+ * @param model             the model id both sides of a transfer announce
+ * @param layout            the KV layout, as text
+ * @param layoutFingerprint the layout's fingerprint (what the transfer handshake compares)
+ * @param poolPages         pages of the role's pool (0 for the router)
+ * @param contextTokens     the role's own {@code --context}
+ * @param maxSafeContext    the largest context the role can carry: its pool's max context, and no more than one
+ *                          transfer descriptor carries
+ */
+record RoleIdentity(String role, String build, String environment, String model, String layout, long layoutFingerprint,
+                    long poolPages, long contextTokens, long maxSafeContext) {
+
+    /** This build, as roles report it and the transfer handshake announces it. */
+    static final String BUILD = RoleParts.BUILD;
+
+    RoleIdentity {
+        Objects.requireNonNull(role, "role");
+        Objects.requireNonNull(build, "build");
+        Objects.requireNonNull(environment, "environment");
+        Objects.requireNonNull(model, "model");
+        Objects.requireNonNull(layout, "layout");
+    }
+
+    /** @return a role's identity: the configuration it runs, its pool's pages and max context */
+    static RoleIdentity of(String role, ServerConfig cfg, long poolPages, long poolMaxContext) {
+        final long carried = (long) ServerConfig.MAX_PAGES_PER_TRANSFER * cfg.layout().tokensPerPage();
+        return new RoleIdentity(role, BUILD, cfg.environment(), RoleParts.MODEL_ID, cfg.layout().toString(), cfg.layout().fingerprint(),
+            poolPages, cfg.contextTokens(), Math.min(poolMaxContext, carried));
+    }
+
+    /** @return what a router with this configuration expects of its roles */
+    static RoleIdentity expected(ServerConfig cfg) {
+        return of("router", cfg, 0, cfg.contextTokens());
+    }
+
+    Map<String, Object> json() {
+        final Map<String, Object> m = new LinkedHashMap<>();
+        m.put("role", role);
+        m.put("build", build);
+        m.put("environment", environment);
+        m.put("model", model);
+        m.put("layout", layout);
+        m.put("layout_fingerprint", layoutFingerprint);
+        m.put("pool_pages", poolPages);
+        m.put("context_tokens", contextTokens);
+        m.put("max_safe_context_tokens", maxSafeContext);
+        return m;
+    }
+
+    static RoleIdentity read(JsonNode n) {
+        return new RoleIdentity(RoleJson.text(n, "role"), RoleJson.text(n, "build"), RoleJson.text(n, "environment"),
+            RoleJson.text(n, "model"), RoleJson.text(n, "layout"), RoleJson.number(n, "layout_fingerprint"),
+            RoleJson.number(n, "pool_pages"), RoleJson.number(n, "context_tokens"), RoleJson.number(n, "max_safe_context_tokens"));
+    }
+
+    /**
+     * One way a role differs from what the router expects.
+     *
+     * @param role     the role
+     * @param what     the property ("environment", "largest safe context" …)
+     * @param expected what the router expects
+     * @param actual   what the role reported
+     */
+    record Mismatch(String role, String what, String expected, String actual) {
+        /** @return whether only the context differs (what {@code --clamp-context} may resolve) */
+        boolean contextOnly() {
+            return what.equals("largest safe context");
+        }
+
+        @Override
+        public String toString() {
+            return role + " " + what + ": " + actual + ", the router expects " + expected;
+        }
+    }
+
+    /** @return how this role differs from {@code expected} for a router advertising {@code advertised} tokens */
+    List<Mismatch> against(RoleIdentity expected, long advertised) {
+        final List<Mismatch> out = new ArrayList<>();
+        if (!build.equals(expected.build)) {
+            out.add(new Mismatch(role, "build", expected.build, build));
+        }
+        if (!environment.equals(expected.environment)) {
+            out.add(new Mismatch(role, "environment", expected.environment, environment));
+        }
+        if (!model.equals(expected.model)) {
+            out.add(new Mismatch(role, "model", expected.model, model));
+        }
+        if (layoutFingerprint != expected.layoutFingerprint) {
+            out.add(new Mismatch(role, "layout", expected.layout, layout));
+        }
+        if (maxSafeContext < advertised) {
+            out.add(new Mismatch(role, "largest safe context", "≥ " + advertised + " tokens (advertised)",
+                maxSafeContext + " tokens (" + poolPages + " pages, --context " + contextTokens + ")"));
+        }
+        return out;
+    }
+}

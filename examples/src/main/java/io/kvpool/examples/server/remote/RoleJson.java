@@ -1,0 +1,169 @@
+package io.kvpool.examples.server.remote;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import io.kvpool.examples.server.echo.EchoDecoder;
+import io.kvpool.examples.server.echo.EchoTokenizer;
+import io.kvpool.examples.server.role.Rejection;
+import io.kvpool.examples.server.role.RoleStatus;
+import io.kvpool.examples.ui.PoolView;
+
+import java.util.ArrayList;
+import java.util.Base64;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+
+/**
+ * The JSON of the router ↔ role endpoints (see {@link io.kvpool.examples.server.RoleServer}): both directions of each value, so
+ * that the two ends cannot drift apart. Readers are strict: a missing or mistyped field is an
+ * {@link IllegalArgumentException} naming it.
+ *
+ * <pre>
+ *   status      {"role":"decode","ready":true,"active_transfers":0,
+ *                "pool":{"role":"decode","capacity":1024,"pages":"FFOO…","counters":{"free":1020,…},"holders":[…]},
+ *                "counters":{"admitted":3,…},"gauges":{"active_transfers":0,"link_up":1,…}}
+ *   rejection   {"role":"decode","reason":"RETRY_LATER","message":"…","numbers":{"pages_needed":8,…}}
+ *   tokens      ["SGVs","bG8="]   (each token's UTF-8 bytes, base64)
+ *   kv          {"text":"…","tenants":["alice"],"tokens":5,"canary":0,"garbage":0,"misplaced":0}
+ * </pre>
+ */
+final class RoleJson {
+
+    private RoleJson() {
+    }
+
+    /** @return the status as JSON, with what the router's quiescence and readiness checks read */
+    static Map<String, Object> status(RoleStatus s, int activeTransfers, boolean ready) {
+        final Map<String, Object> pool = new LinkedHashMap<>();
+        pool.put("role", s.pool().role());
+        pool.put("capacity", s.pool().capacity());
+        pool.put("pages", s.pool().pages());
+        pool.put("counters", new LinkedHashMap<>(s.pool().counters()));
+        if (!s.pool().holders().isEmpty()) { // the live page's "who holds which pages" (StateJson's shape)
+            final com.fasterxml.jackson.databind.node.ArrayNode holders = com.fasterxml.jackson.databind.node.JsonNodeFactory.instance.arrayNode();
+            io.kvpool.examples.ui.StateJson.holders(holders, s.pool().holders());
+            pool.put("holders", holders);
+        }
+        final Map<String, Object> m = new LinkedHashMap<>();
+        m.put("role", s.role());
+        m.put("ready", ready);
+        m.put("active_transfers", activeTransfers);
+        m.put("pool", pool);
+        m.put("counters", s.counters());
+        m.put("gauges", s.gauges());
+        return m;
+    }
+
+    /** @return the status read back */
+    static RoleStatus status(JsonNode n) {
+        final JsonNode p = field(n, "pool");
+        final PoolView view = new PoolView(text(p, "role"), (int) number(p, "capacity"), text(p, "pages"), longs(field(p, "counters")),
+            io.kvpool.examples.ui.StateJson.holders(p.get("holders"), "pool.holders"));
+        return new RoleStatus(text(n, "role"), view, longs(field(n, "counters")), longs(field(n, "gauges")));
+    }
+
+    static Map<String, Object> rejection(Rejection r) {
+        final Map<String, Object> m = new LinkedHashMap<>();
+        m.put("role", r.role());
+        m.put("reason", r.reason().name());
+        m.put("message", r.message());
+        m.put("numbers", r.numbers());
+        return m;
+    }
+
+    static Rejection rejection(JsonNode n) {
+        final String reason = text(n, "reason");
+        final Rejection.Reason r;
+        try {
+            r = Rejection.Reason.valueOf(reason);
+        } catch (IllegalArgumentException e) {
+            throw new IllegalArgumentException("unknown rejection reason '" + reason + "'");
+        }
+        return new Rejection(text(n, "role"), r, text(n, "message"), longs(field(n, "numbers")));
+    }
+
+    static List<String> tokens(List<byte[]> tokens) {
+        final List<String> out = new ArrayList<>(tokens.size());
+        for (byte[] t : tokens) {
+            out.add(Base64.getEncoder().encodeToString(t));
+        }
+        return out;
+    }
+
+    static List<byte[]> tokens(JsonNode n) {
+        if (n == null || !n.isArray()) {
+            throw new IllegalArgumentException("tokens must be an array of base64 strings");
+        }
+        final List<byte[]> out = new ArrayList<>(n.size());
+        for (JsonNode t : n) {
+            if (!t.isTextual()) {
+                throw new IllegalArgumentException("tokens[" + out.size() + "] is not a string");
+            }
+            final byte[] b = Base64.getDecoder().decode(t.asText());
+            if (b.length < 1 || b.length > EchoTokenizer.MAX_TOKEN_BYTES) {
+                throw new IllegalArgumentException("tokens[" + out.size() + "] has " + b.length + " bytes; a token has 1.."
+                    + EchoTokenizer.MAX_TOKEN_BYTES);
+            }
+            out.add(b);
+        }
+        return out;
+    }
+
+    static Map<String, Object> kv(EchoDecoder.Reconstruction r) {
+        final Map<String, Object> m = new LinkedHashMap<>();
+        m.put("text", r.text());
+        m.put("tenants", r.tenants());
+        m.put("tokens", r.tokens());
+        m.put("canary", r.canary());
+        m.put("garbage", r.garbage());
+        m.put("misplaced", r.misplaced());
+        return m;
+    }
+
+    static EchoDecoder.Reconstruction kv(JsonNode n) {
+        final List<String> tenants = new ArrayList<>();
+        for (JsonNode t : field(n, "tenants")) {
+            tenants.add(t.asText());
+        }
+        return new EchoDecoder.Reconstruction(text(n, "text"), tenants, (int) number(n, "tokens"), (int) number(n, "canary"),
+            (int) number(n, "garbage"), (int) number(n, "misplaced"));
+    }
+
+    static JsonNode field(JsonNode n, String name) {
+        final JsonNode f = n == null ? null : n.get(name);
+        if (f == null || f.isNull()) {
+            throw new IllegalArgumentException("field '" + name + "' is missing");
+        }
+        return f;
+    }
+
+    static String text(JsonNode n, String name) {
+        final JsonNode f = field(n, name);
+        if (!f.isTextual()) {
+            throw new IllegalArgumentException("field '" + name + "' must be a string, was " + f.getNodeType());
+        }
+        return f.asText();
+    }
+
+    static long number(JsonNode n, String name) {
+        final JsonNode f = field(n, name);
+        if (!f.isIntegralNumber() || !f.canConvertToLong()) {
+            throw new IllegalArgumentException("field '" + name + "' must be an integer, was " + f);
+        }
+        return f.asLong();
+    }
+
+    static boolean bool(JsonNode n, String name) {
+        final JsonNode f = field(n, name);
+        if (!f.isBoolean()) {
+            throw new IllegalArgumentException("field '" + name + "' must be true or false, was " + f);
+        }
+        return f.asBoolean();
+    }
+
+    private static Map<String, Long> longs(JsonNode n) {
+        final Map<String, Long> m = new LinkedHashMap<>();
+        n.properties().forEach(e -> m.put(e.getKey(), e.getValue().asLong()));
+        return m;
+    }
+}

@@ -1,0 +1,415 @@
+package io.kvpool.examples.server.role;
+
+import io.kvpool.Admission;
+import io.kvpool.KvPool;
+import io.kvpool.Sequence;
+import io.kvpool.examples.server.config.ServerConfig;
+import io.kvpool.examples.server.echo.EchoDecoder;
+import io.kvpool.examples.server.echo.EchoKv;
+import io.kvpool.examples.server.link.GrantingLink;
+import io.kvpool.examples.server.link.LinkSource;
+import io.kvpool.examples.server.link.LocalGrants;
+import io.kvpool.examples.ui.PoolView;
+import io.kvpool.micrometer.KvPoolMeterBinder;
+import io.kvpool.micrometer.TransferReceiverMeterBinder;
+import io.kvpool.transfer.FailureReason;
+import io.kvpool.transfer.IncomingTransfer;
+import io.kvpool.transfer.TransferReceiver;
+import io.kvpool.transfer.spi.PeerLink;
+import io.micrometer.core.instrument.MeterRegistry;
+import io.micrometer.core.instrument.Tags;
+
+import java.io.IOException;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.Objects;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.atomic.AtomicInteger;
+import java.util.concurrent.atomic.AtomicReference;
+import java.util.concurrent.atomic.LongAdder;
+
+/**
+ * The decode role in this JVM: its own pool (in a mapped file, which the shared-memory transport lets
+ * prefill write), a {@link TransferReceiver} on its own {@link DutyCycle} accepting prefill's links from
+ * a {@link LinkSource} (the shared-memory listener, or UCX's acceptor), and the echo model's decode, run on the calling router thread once the KV
+ * committed.
+ *
+ * <pre>
+ *   router thread:  start() ──submit──▶ duty: receiver.start (admission, pin, DESCRIPTOR) → admission future
+ *                   abort()  ──submit──▶ duty: receiver.abort (pages DRAINING → drain handshake)
+ *   duty thread:    accept links · receiver.doWork() · COMMITTED → sequence handed over / failed → outcome
+ *   router thread:  generate(): read every page of the block table, rebuild the prompt, append tokens
+ * </pre>
+ * A committed sequence goes to exactly one owner: {@link DecodeCall#generate} or an abort, whichever takes
+ * it first (an atomic hand-over); the owner closes it.
+ */
+public final class DecodeRole implements DecodeService, MeteredRole {
+
+    public static final String ROLE = "decode";
+    private static final System.Logger LOG = System.getLogger("io.kvpool.examples.server");
+
+    private final KvPool pool;
+    private final TransferReceiver receiver;
+    private final LinkSource listener;
+    private final LocalGrants grants;
+    private final Duration tokenDelay;
+    private final Runnable cleanup;
+    private final DutyCycle duty;
+
+    // ---- duty thread only ----
+    private final List<Integer> senders = new ArrayList<>();
+    private final List<Call> receiving = new ArrayList<>();
+    private int senderPeer = -1;
+
+    // ---- any thread ----
+    private volatile boolean ready;
+    private volatile int activeTransfers;
+    private volatile int senderLinks;
+    private final AtomicInteger heldSequences = new AtomicInteger();
+    private final java.util.Set<Call> handedOver = java.util.concurrent.ConcurrentHashMap.newKeySet();
+    /** The pages each request holds here, for the live page: booked at admission and at commit, dropped when it is over. */
+    private final io.kvpool.examples.ui.PageHolders holders = new io.kvpool.examples.ui.PageHolders();
+    private final LongAdder admitted = new LongAdder();
+    private final LongAdder rejected = new LongAdder();
+    private final LongAdder committed = new LongAdder();
+    private final LongAdder failed = new LongAdder();
+    private final LongAdder abortRequests = new LongAdder();
+    private final LongAdder abortedTransfers = new LongAdder();
+    private final LongAdder releasedUnused = new LongAdder();
+    private final LongAdder generated = new LongAdder();
+    private final LongAdder links = new LongAdder();
+    private volatile boolean closed;
+
+    /**
+     * @param pool     the decode pool, on the listener's mapped storage (owned: closed with the role)
+     * @param receiver the engine, on {@code pool} (owned)
+     * @param listener where prefill's links arrive (owned; closed after the receiver, before the pool)
+     * @param grants   grants shared with a prefill role in this JVM, or {@code null}
+     * @param cleanup  run after everything is closed (e.g. delete the work directory)
+     */
+    DecodeRole(KvPool pool, TransferReceiver receiver, LinkSource listener, LocalGrants grants, Duration tokenDelay, Runnable cleanup) {
+        this.pool = Objects.requireNonNull(pool, "pool");
+        this.receiver = Objects.requireNonNull(receiver, "receiver");
+        this.listener = Objects.requireNonNull(listener, "listener");
+        this.grants = grants;
+        this.tokenDelay = Objects.requireNonNull(tokenDelay, "tokenDelay");
+        this.cleanup = Objects.requireNonNull(cleanup, "cleanup");
+        this.duty = new DutyCycle("kvpool-decode", this::work, this::shutdown);
+    }
+
+    /** @return the decode pool (for accounting checks) */
+    public KvPool pool() {
+        return pool;
+    }
+
+    /** @return prefill links this role still considers (handshaking or up); dead ones are dropped at once */
+    int senderLinks() {
+        return senderLinks;
+    }
+
+    /** @return the receiver's metrics (readable from any thread) */
+    io.kvpool.transfer.ReceiverMetrics metrics() {
+        return receiver.metrics();
+    }
+
+    @Override
+    public DecodeCall start(long requestId, String tenant, int promptTokens, int maxNewTokens) {
+        if (closed) {
+            throw new IllegalStateException("decode role is closed");
+        }
+        final Call c = new Call(requestId, tenant, promptTokens, maxNewTokens);
+        duty.submit(() -> begin(c));
+        return c;
+    }
+
+    @Override
+    public boolean ready() {
+        return ready;
+    }
+
+    // ---- duty thread ----
+
+    private void begin(Call c) {
+        try {
+            if (senderPeer < 0) {
+                c.reject(new Rejection(ROLE, Rejection.Reason.UNAVAILABLE, "decode: no prefill link is up; retry later",
+                    numbers(c)), "no prefill link is up");
+                return;
+            }
+            final IncomingTransfer t = receiver.start(c.requestId, c.promptTokens, c.maxNewTokens, senderPeer);
+            if (t.state() == IncomingTransfer.State.REJECTED) {
+                c.reject(rejection(c, t), t.message());
+                return;
+            }
+            c.transfer = t;
+            receiving.add(c);
+            holders.hold(c.requestId, c.tenant, "receiving", (int) pool.layout().pagesFor(c.promptTokens));
+            admitted.increment();
+            c.admission.complete(DecodeCall.Admitted.YES);
+        } catch (RuntimeException e) {
+            c.admission.completeExceptionally(e);
+            c.outcome.completeExceptionally(e);
+        }
+    }
+
+    private Rejection rejection(Call c, IncomingTransfer t) {
+        final Rejection.Reason reason = reason(t.failure(), t.admissionDecision(), pool.layout().pagesFor(c.promptTokens));
+        return new Rejection(ROLE, reason, "decode pool: " + t.message(), numbers(c));
+    }
+
+    /**
+     * Why the receiver refused a transfer, as the router answers it: retryable (429/503) only when waiting can help.
+     *
+     * @param failure     the transfer's failure (REJECTED or PEER_LOST)
+     * @param decision    the pool's admission decision, or {@code null} when the receiver refused before admission
+     * @param promptPages pages the prompt needs
+     */
+    static Rejection.Reason reason(FailureReason failure, Admission.Decision decision, long promptPages) {
+        if (failure == FailureReason.PEER_LOST) {
+            return Rejection.Reason.UNAVAILABLE; // the link may come back
+        }
+        if (decision == Admission.Decision.REJECTED_CONTEXT_TOO_LONG) {
+            return Rejection.Reason.CONTEXT_TOO_LONG;
+        }
+        if (decision == Admission.Decision.REJECTED_EXCEEDS_POOL) {
+            return Rejection.Reason.EXCEEDS_POOL;
+        }
+        if (decision == null && promptPages > ServerConfig.MAX_PAGES_PER_TRANSFER) {
+            return Rejection.Reason.EXCEEDS_TRANSFER; // more pages than one descriptor carries: no wait makes it fit
+        }
+        return Rejection.Reason.RETRY_LATER; // pages or transfer slots taken now
+    }
+
+    /**
+     * The numbers of a refusal, read on the duty thread right after the decision (the pages a rejection names
+     * as available are the pool's free pages no admission has promised, as admission counted them).
+     */
+    private Map<String, Long> numbers(Call c) {
+        final Map<String, Long> n = new LinkedHashMap<>();
+        final long requested = (long) c.promptTokens + c.maxNewTokens;
+        final io.kvpool.PoolSnapshot s = pool.snapshot();
+        n.put("requested_tokens", requested);
+        n.put("max_context_tokens", pool.maxContextTokens());
+        n.put("pages_needed", pool.layout().pagesFor(requested));
+        n.put("pages_available", Math.max(0, s.free() - s.reserved()));
+        n.put("pages_in_service", s.capacity() - s.retired());
+        return n;
+    }
+
+    private void onAbort(Call c, String why) {
+        abortRequests.increment();
+        final IncomingTransfer t = c.transfer;
+        if (t != null && t.state() == IncomingTransfer.State.RECEIVING && receiver.abort(t, why)) {
+            abortedTransfers.increment();
+        }
+        if (c.release()) {
+            releasedUnused.increment();
+        }
+    }
+
+    private int work() {
+        int n = 0;
+        for (PeerLink l; (l = listener.accept()) != null; n++) {
+            senders.add(receiver.addPeer(new GrantingLink(l, grants)));
+            links.increment();
+        }
+        n += receiver.doWork();
+        senderPeer = -1;
+        for (int i = senders.size() - 1; i >= 0; i--) {
+            final io.kvpool.transfer.Peer p = receiver.peer(senders.get(i));
+            if (p.state() == io.kvpool.transfer.Peer.State.FAILED || p.state() == io.kvpool.transfer.Peer.State.REFUSED) {
+                // a dead link is never a candidate again: forget it here (transfers on it hold their own peer id, and
+                // the receiver keeps the peer for its quarantine), so this list does not grow with every reconnect
+                senders.remove(i);
+            } else if (senderPeer < 0 && p.isUp()) {
+                senderPeer = senders.get(i);
+            }
+        }
+        senderLinks = senders.size();
+        ready = senderPeer >= 0;
+        for (int i = receiving.size() - 1; i >= 0; i--) {
+            final Call c = receiving.get(i);
+            final IncomingTransfer t = c.transfer;
+            if (t.state() == IncomingTransfer.State.RECEIVING) {
+                continue;
+            }
+            receiving.remove(i);
+            n++;
+            if (t.state() == IncomingTransfer.State.COMMITTED) {
+                committed.increment();
+                heldSequences.incrementAndGet();
+                c.committed.set(t.sequence()); // handed over: generate() or an abort takes it
+                holders.hold(c.requestId, c.tenant, "decoding", t.sequence());
+                handedOver.add(c);
+                c.outcome.complete(DecodeCall.TransferOutcome.COMMITTED);
+            } else {
+                failed.increment();
+                holders.release(c.requestId);
+                c.outcome.complete(new DecodeCall.TransferOutcome(false, String.valueOf(t.failure()), t.message()));
+            }
+        }
+        activeTransfers = receiver.activeTransfers();
+        return n;
+    }
+
+    private void shutdown() {
+        try {
+            receiver.close(); // transfers still receiving fail; their pages stay held until proven
+            for (Call c : receiving) {
+                c.outcome.complete(new DecodeCall.TransferOutcome(false, FailureReason.ABORTED.name(), "decode role closed"));
+            }
+            receiving.clear();
+        } finally {
+            listener.close();
+            ready = false;
+        }
+    }
+
+    @Override
+    public String roleName() {
+        return ROLE;
+    }
+
+    /** Binds the decode pool ({@link KvPoolMeterBinder}) and the receiver ({@link TransferReceiverMeterBinder}). */
+    @Override
+    public void bindMeters(MeterRegistry registry, Tags tags) {
+        new KvPoolMeterBinder(pool, tags).bindTo(registry);
+        new TransferReceiverMeterBinder(receiver, tags).bindTo(registry);
+    }
+
+    @Override
+    public RoleStatus status() {
+        final Map<String, Long> c = new LinkedHashMap<>();
+        c.put("admitted", admitted.sum());
+        c.put("rejected", rejected.sum());
+        c.put("transfers_committed", committed.sum());
+        c.put("transfers_failed", failed.sum());
+        c.put("abort_requests", abortRequests.sum());
+        c.put("aborted_transfers", abortedTransfers.sum());
+        c.put("released_unused", releasedUnused.sum());
+        c.put("generated_tokens", generated.sum());
+        c.put("links_accepted", links.sum());
+        c.put("quarantine_releases", receiver.metrics().quarantineReleases());
+        final Map<String, Long> g = new LinkedHashMap<>();
+        g.put(RoleStatus.ACTIVE_TRANSFERS, (long) activeTransfers);
+        g.put(RoleStatus.HELD_SEQUENCES, (long) heldSequences.get());
+        g.put(RoleStatus.LINK_UP, ready ? 1L : 0L);
+        return new RoleStatus(ROLE, PoolView.of(ROLE, pool).withHolders(holders.snapshot()), c, g);
+    }
+
+    @Override
+    public int activeTransfers() {
+        return activeTransfers + heldSequences.get();
+    }
+
+    @Override
+    public void close() {
+        if (closed) {
+            return;
+        }
+        closed = true;
+        duty.close();
+        for (Call c : handedOver) {
+            c.release(); // committed, never decoded
+        }
+        pool.close(); // reports pages still held (and keeps their memory) if any transfer is still draining
+        cleanup.run();
+    }
+
+    @Override
+    public String toString() {
+        return "DecodeRole[" + pool + ", " + activeTransfers + " receiving, " + heldSequences.get() + " decoding, "
+            + (ready ? "ready" : "no prefill link") + "]";
+    }
+
+    /** One request on the decode side. */
+    private final class Call implements DecodeCall {
+        final long requestId;
+        final String tenant;
+        final int promptTokens;
+        final int maxNewTokens;
+        final CompletableFuture<Admitted> admission = new CompletableFuture<>();
+        final CompletableFuture<TransferOutcome> outcome = new CompletableFuture<>();
+        final AtomicReference<Sequence> committed = new AtomicReference<>();
+        volatile boolean aborted;
+        IncomingTransfer transfer; // duty thread
+
+        Call(long requestId, String tenant, int promptTokens, int maxNewTokens) {
+            this.requestId = requestId;
+            this.tenant = tenant;
+            this.promptTokens = promptTokens;
+            this.maxNewTokens = maxNewTokens;
+        }
+
+        /** Closes the committed sequence if nobody took it. @return whether this call closed it */
+        boolean release() {
+            final Sequence s = committed.getAndSet(null);
+            if (s == null) {
+                return false;
+            }
+            handedOver.remove(this);
+            holders.release(requestId);
+            s.close();
+            heldSequences.decrementAndGet();
+            return true;
+        }
+
+        void reject(Rejection r, String message) {
+            rejected.increment();
+            admission.complete(new Admitted(false, r));
+            outcome.complete(new TransferOutcome(false, FailureReason.REJECTED.name(), message));
+        }
+
+        @Override
+        public Admitted awaitAdmission(Duration timeout) throws InterruptedException {
+            return DecodeCall.await(admission, timeout, "decode role: request " + requestId);
+        }
+
+        @Override
+        public TransferOutcome awaitTransfer(Duration timeout) throws InterruptedException {
+            return DecodeCall.await(outcome, timeout, "decode role: request " + requestId);
+        }
+
+        @Override
+        public Generation generate(int maxTokens, EchoDecoder.TokenSink sink) throws IOException, InterruptedException {
+            final Sequence seq = committed.getAndSet(null);
+            handedOver.remove(this);
+            if (seq == null) {
+                throw new IllegalStateException("request " + requestId + " has no committed KV to decode ("
+                    + (aborted ? "aborted" : "transfer " + outcome.getNow(null)) + ")");
+            }
+            try {
+                final EchoKv kv = EchoKv.of(pool);
+                final EchoDecoder.Reconstruction r = EchoDecoder.reconstruct(kv, seq, Math.min(promptTokens, seq.tokenCount()));
+                final String text = EchoDecoder.generate(kv, seq, maxTokens, tenant, tokenDelay, token -> {
+                    if (aborted) {
+                        throw new IOException("request " + requestId + " was aborted");
+                    }
+                    sink.token(token);
+                    generated.increment();
+                });
+                return new Generation(text, maxTokens, r);
+            } finally {
+                holders.release(requestId);
+                seq.close();
+                heldSequences.decrementAndGet();
+            }
+        }
+
+        @Override
+        public void abort(String why) {
+            if (aborted) {
+                return;
+            }
+            aborted = true;
+            try {
+                duty.submit(() -> onAbort(this, why));
+            } catch (IllegalStateException closedAlready) {
+                LOG.log(System.Logger.Level.DEBUG, "abort of request " + requestId + " after close: " + why);
+            }
+        }
+    }
+}

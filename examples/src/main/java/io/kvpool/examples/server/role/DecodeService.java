@@ -1,0 +1,42 @@
+package io.kvpool.examples.server.role;
+
+/**
+ * What the router asks of the decode role. {@link InJvmRoles} has the implementation in this JVM
+ * ({@link DecodeRole}); a role in another process implements the same calls over its own channel, and
+ * the router does not change.
+ */
+public interface DecodeService extends AutoCloseable {
+
+    /**
+     * Starts receiving a request's KV from the prefill role: the decode pool admits {@code promptTokens +
+     * maxNewTokens}, pins pages and sends the descriptor. Never blocks; the outcome is read from the call.
+     *
+     * @param promptTokens the tokens decode expects (the router's count of the prompt)
+     * @throws IllegalStateException if the role is closed
+     */
+    DecodeCall start(long requestId, String tenant, int promptTokens, int maxNewTokens);
+
+    /** @return whether a prefill link is up, i.e. {@link #start} can admit now */
+    boolean ready();
+
+    /**
+     * Whether the role can take a transfer now ({@link #ready()}), as far as the router knows, without a call that
+     * could wait for a role that is down (see {@link PrefillService#unavailable()}). The router asks before it has
+     * prefill compute anything: a decode that cannot take the KV gets no prefill.
+     *
+     * @return why the role cannot take a transfer now, or {@code null} when it can
+     */
+    default String unavailable() throws InterruptedException {
+        return ready() ? null : "decode: no prefill link is up; retry later";
+    }
+
+    /** @return the pool view, counters and metrics */
+    RoleStatus status();
+
+    /** @return transfers not yet in a final state (0 at quiescence), plus committed sequences not yet closed */
+    int activeTransfers();
+
+    /** Closes the role (idempotent): fails what is in flight and closes its pool. */
+    @Override
+    void close();
+}

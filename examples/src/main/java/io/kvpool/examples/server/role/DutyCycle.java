@@ -1,0 +1,130 @@
+package io.kvpool.examples.server.role;
+
+import org.agrona.concurrent.Agent;
+import org.agrona.concurrent.AgentRunner;
+import org.agrona.concurrent.BackoffIdleStrategy;
+
+import java.util.Objects;
+import java.util.concurrent.ConcurrentLinkedQueue;
+import java.util.concurrent.locks.LockSupport;
+import java.util.function.IntSupplier;
+
+/**
+ * One transfer engine's thread: an Agrona {@link Agent} whose duty cycle runs the commands other threads
+ * {@link #submit} (through a thread-safe queue: HTTP threads never touch the engine) and then the
+ * engine's own work. Nothing in a duty cycle blocks; when there is no work the thread backs off (spin,
+ * yield, then park up to {@value #MAX_PARK_MICROS} µs), and a submit wakes it.
+ *
+ * <pre>
+ *   HTTP thread ──submit(cmd)──▶ [ConcurrentLinkedQueue] ──▶ duty cycle: run cmds · work() · idle
+ * </pre>
+ */
+final class DutyCycle implements AutoCloseable {
+
+    private static final System.Logger LOG = System.getLogger("io.kvpool.examples.server");
+    private static final long MAX_PARK_MICROS = 500;
+
+    private final String name;
+    private final ConcurrentLinkedQueue<Runnable> commands = new ConcurrentLinkedQueue<>();
+    private final AgentRunner runner;
+    private final Thread thread;
+    private final Runnable afterCheck;
+    private volatile boolean closed;
+
+    /**
+     * Starts the thread.
+     *
+     * @param name    the thread's and the agent's name
+     * @param work    the engine's duty cycle ({@code doWork()}); returns work done
+     * @param onClose run on the duty thread when it stops (close the engine there)
+     */
+    DutyCycle(String name, IntSupplier work, Runnable onClose) {
+        this(name, work, onClose, () -> {
+        });
+    }
+
+    /**
+     * @param afterCheck <b>test hook</b>: runs in {@link #submit} between its closed check and its enqueue (a test
+     *                   widens the race with {@link #close} there); a no-op otherwise
+     */
+    DutyCycle(String name, IntSupplier work, Runnable onClose, Runnable afterCheck) {
+        this.name = Objects.requireNonNull(name, "name");
+        this.afterCheck = Objects.requireNonNull(afterCheck, "afterCheck");
+        final Agent agent = new Agent() {
+            @Override
+            public int doWork() {
+                int n = 0;
+                for (Runnable c; (c = commands.poll()) != null; n++) {
+                    c.run();
+                }
+                return n + work.getAsInt();
+            }
+
+            @Override
+            public void onClose() {
+                for (Runnable c; (c = commands.poll()) != null; ) {
+                    c.run(); // commands submitted before close still run (they complete their callers)
+                }
+                onClose.run();
+            }
+
+            @Override
+            public String roleName() {
+                return name;
+            }
+        };
+        this.runner = new AgentRunner(new BackoffIdleStrategy(20, 20, 1_000, MAX_PARK_MICROS * 1_000),
+            e -> LOG.log(System.Logger.Level.ERROR, name + ": duty cycle failed", e), null, agent);
+        this.thread = AgentRunner.startOnThread(runner, r -> {
+            final Thread t = new Thread(r, name);
+            t.setDaemon(true);
+            return t;
+        });
+    }
+
+    /**
+     * Runs {@code command} on the duty thread, in submission order. A submit that races {@link #close} either
+     * runs its command (on the duty thread, or on the closing thread against the closed engine) or throws —
+     * never neither: a command enqueued after close drained the queue is taken back out, and the submit throws.
+     * <pre>
+     *   submit: check closed ─ add ─ closed now? ─ remove it: throw   (close: closed = true ─ stop the thread ─ drain)
+     *                                            └ already taken: close's drain or the duty thread runs it
+     * </pre>
+     * ({@code closed} is written before close drains and read after the add; both are volatile/CAS, so a
+     * submit that reads {@code closed == false} after its add is ordered before the drain, which then sees it.)
+     *
+     * @throws IllegalStateException if the cycle is closed (the command will not run)
+     */
+    void submit(Runnable command) {
+        Objects.requireNonNull(command, "command");
+        if (closed) {
+            throw new IllegalStateException(name + " is closed");
+        }
+        afterCheck.run();
+        final Runnable entry = command::run; // its own identity: remove() takes back this submit's entry, no other
+        commands.add(entry);
+        if (closed && commands.remove(entry)) {
+            throw new IllegalStateException(name + " is closed");
+        }
+        LockSupport.unpark(thread);
+    }
+
+    /** @return whether the calling thread is the duty thread */
+    boolean onDutyThread() {
+        return Thread.currentThread() == thread;
+    }
+
+    /** Stops the thread after its current cycle; {@code onClose} runs there. Idempotent; waits for the thread. */
+    @Override
+    public void close() {
+        closed = true;
+        runner.close();
+        for (Runnable c; (c = commands.poll()) != null; ) {
+            try {
+                c.run(); // raced with close: runs here, against a closed engine, so it completes its caller
+            } catch (RuntimeException e) {
+                LOG.log(System.Logger.Level.DEBUG, name + ": command after close failed", e);
+            }
+        }
+    }
+}

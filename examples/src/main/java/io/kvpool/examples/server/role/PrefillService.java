@@ -1,0 +1,54 @@
+package io.kvpool.examples.server.role;
+
+import java.util.List;
+
+/**
+ * What the router asks of the prefill role. {@link InJvmRoles} has the implementation in this JVM
+ * ({@link PrefillRole}); a role in another process implements the same calls over its own channel, and
+ * the router does not change.
+ *
+ * <p>Thread-safe: the router calls it from one thread per request; calls for one request id come from
+ * one thread, in order.
+ */
+public interface PrefillService extends AutoCloseable {
+
+    /**
+     * Admits the prompt into the prefill pool, computes its KV (the echo model writes every token's bytes,
+     * position and tenant into every layer) and offers it for transfer under {@code requestId}. Returns
+     * once admission decided; the transfer runs on the role's own thread, driven by the decode side's
+     * descriptor.
+     *
+     * @param tokens the prompt's tokens ({@link io.kvpool.examples.server.echo.EchoTokenizer})
+     * @return {@code null} if admitted, else the typed refusal (nothing of the request is left in the pool)
+     * @throws IllegalStateException if the role is closed
+     */
+    Rejection prefill(long requestId, String tenant, List<byte[]> tokens);
+
+    /**
+     * Aborts the request's transfer (half of a paired abort): nothing more is written, the decode side is
+     * told, and the KV pages are released once every write ended. Idempotent; does nothing for a request
+     * that is unknown or whose transfer already completed.
+     */
+    void abort(long requestId, String why);
+
+    /**
+     * Whether the role can take a request now, as far as the router knows — answered from what it already knows,
+     * never by a call that could wait for a role that is down (a role process known down is re-checked for at most
+     * {@link io.kvpool.examples.server.remote.RoleHealth#RECHECK_WAIT}).
+     *
+     * @return why the role cannot take a request now, or {@code null} when it can (or nothing is known yet)
+     */
+    default String unavailable() throws InterruptedException {
+        return null;
+    }
+
+    /** @return the pool view, counters and metrics */
+    RoleStatus status();
+
+    /** @return transfers not yet over (0 at quiescence) */
+    int activeTransfers();
+
+    /** Closes the role (idempotent): aborts what is in flight and closes its pool. */
+    @Override
+    void close();
+}

@@ -1,0 +1,52 @@
+package io.kvpool.examples.server.role;
+
+import io.kvpool.examples.ui.PoolView;
+
+import java.util.Collections;
+import java.util.LinkedHashMap;
+import java.util.Map;
+import java.util.Objects;
+
+/**
+ * What a role reports about itself for {@code /metrics} and the live page. A role in this JVM builds it
+ * from its pool and engine; a role in another process sends the same fields as JSON
+ * ({@link io.kvpool.examples.server.remote.RoleJson}), and a router that cannot reach it reports it {@linkplain #unreachable unreachable}.
+ * The router turns these numbers into meters of its own registry ({@link io.kvpool.examples.server.metrics.ServerMetrics}).
+ *
+ * @param role     "prefill" or "decode"
+ * @param pool     its pool's page map and counters (an empty map of 0 pages when unreachable)
+ * @param counters the role's own counters by name (transfers, aborts ...), each only ever growing
+ * @param gauges   the role's gauges now by name ({@link #ACTIVE_TRANSFERS}, {@link #LINK_UP}, {@link #HELD_SEQUENCES})
+ * @param down     why the router could not read the role's status, or {@code null} when it did
+ */
+public record RoleStatus(String role, PoolView pool, Map<String, Long> counters, Map<String, Long> gauges, String down) {
+
+    /** Gauge: transfers the role's engine has not finished. */
+    public static final String ACTIVE_TRANSFERS = "active_transfers";
+    /** Gauge: 1 while the role's KV link to the other role is up, else 0. */
+    public static final String LINK_UP = "link_up";
+    /** Gauge (decode only): committed sequences decode holds. */
+    public static final String HELD_SEQUENCES = "held_sequences";
+
+    public RoleStatus {
+        Objects.requireNonNull(role, "role");
+        Objects.requireNonNull(pool, "pool");
+        counters = Collections.unmodifiableMap(new LinkedHashMap<>(counters));
+        gauges = Collections.unmodifiableMap(new LinkedHashMap<>(gauges));
+    }
+
+    /** A status read from a role that is up. */
+    public RoleStatus(String role, PoolView pool, Map<String, Long> counters, Map<String, Long> gauges) {
+        this(role, pool, counters, gauges, null);
+    }
+
+    /** @return the status of a role the router cannot reach: no pages, no counters, no gauges, and why */
+    public static RoleStatus unreachable(String role, String why) {
+        return new RoleStatus(role, new PoolView(role, 0, "", Map.of()), Map.of(), Map.of(), Objects.requireNonNull(why, "why"));
+    }
+
+    /** @return whether the status was read from the role ({@link #down()} is {@code null}) */
+    public boolean up() {
+        return down == null;
+    }
+}

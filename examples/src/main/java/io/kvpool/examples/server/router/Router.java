@@ -1,0 +1,411 @@
+package io.kvpool.examples.server.router;
+
+import io.kvpool.examples.server.api.ApiError;
+import io.kvpool.examples.server.config.ServerConfig;
+import io.kvpool.examples.server.echo.EchoTokenizer;
+import io.kvpool.examples.server.role.DecodeCall;
+import io.kvpool.examples.server.role.DecodeService;
+import io.kvpool.examples.server.role.DuplicateRequestException;
+import io.kvpool.examples.server.role.PrefillService;
+import io.kvpool.examples.server.role.Rejection;
+import io.kvpool.examples.server.role.RoleLostException;
+import io.kvpool.examples.server.role.RoleRefusedException;
+
+import java.io.IOException;
+import java.time.Duration;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.Objects;
+import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.atomic.AtomicLong;
+
+/**
+ * The router: one completion from tenant and prompt to generated text, knowing nothing of HTTP. It
+ * tokenizes, checks the advertised context, asks prefill to admit and compute, asks decode to admit and
+ * receive, waits for the transfer, and has decode generate. Every refusal is typed ({@link ApiError});
+ * and whenever a request ends without success — client gone, refusal, failed transfer, timeout — it
+ * aborts <b>both</b> roles for that request (paired aborts), so neither side keeps pages for it.
+ *
+ * <pre>
+ *   tokenize ─ context check (400) ─ prefill.prefill (typed refusal) ─ decode.start ─ admission (typed refusal)
+ *     ─ sink.admitted() ─ wait for the transfer (sink.heartbeat() while waiting) ─ sink.committed() ─ generate (sink.token())
+ *   any IOException from the sink, or the sink's client gone = the client is gone → decode.abort + prefill.abort → {@link ClientGone}
+ * </pre>
+ * A client's close is seen as it happens ({@link Sink#onClientGone}): decode's call is aborted at once, which ends
+ * whichever wait the request is in; the router then finds {@link Sink#clientGone} and ends the request as the
+ * client's abort.
+ * Thread-safe: one call per request thread.
+ */
+public final class Router implements AutoCloseable {
+
+    /** What the HTTP side does at each step; any {@link IOException} means the client is gone. */
+    interface Sink {
+        /** Both roles admitted request {@code requestId}: a streaming response sends its headers now. */
+        void admitted(long requestId) throws IOException;
+
+        /** Called every heartbeat while the transfer runs; a streaming response writes a keep-alive. */
+        void heartbeat() throws IOException;
+
+        /**
+         * The KV transfer committed: from here on the answer is a success unless generation itself fails (the
+         * server closing, a decode process lost). A non-streaming response sends its 200 headers now and
+         * heartbeats while decode generates, so that a client that left is noticed (and both roles aborted).
+         */
+        default void committed(long requestId) throws IOException {
+        }
+
+        /** One generated token. */
+        void token(String text) throws IOException;
+
+        /** @return whether the client is known to be gone (seen without writing); any thread */
+        default boolean clientGone() {
+            return false;
+        }
+
+        /** Runs {@code action} once, on a thread of its own, when the client goes away (at once if it is gone). */
+        default void onClientGone(Runnable action) {
+        }
+    }
+
+    /** The client went away; both roles were told to abort the request. */
+    static final class ClientGone extends Exception {
+        private static final long serialVersionUID = 1L;
+
+        ClientGone(long requestId, IOException cause) {
+            super("client of request " + requestId + " is gone: " + cause.getMessage(), cause);
+        }
+    }
+
+    /**
+     * A request as the HTTP side parsed it.
+     *
+     * @param prompt    the prompt text
+     * @param maxTokens tokens to generate, ≥ 0
+     * @param stream    whether the response streams
+     */
+    record Request(String prompt, int maxTokens, boolean stream) {
+    }
+
+    /**
+     * A finished completion.
+     *
+     * @param requestId    the router's id for it
+     * @param tenant       whose request it was
+     * @param promptTokens tokens of the prompt
+     * @param generation   what decode produced
+     */
+    record Completion(long requestId, String tenant, int promptTokens, DecodeCall.Generation generation) {
+    }
+
+    private final ServerConfig config;
+    private final PrefillService prefill;
+    private final DecodeService decode;
+    private final RouterCounters counters = new RouterCounters();
+    private final AtomicLong ids;
+    private final ConcurrentHashMap<Long, DecodeCall> inFlight = new ConcurrentHashMap<>();
+    private volatile boolean closed;
+    private volatile boolean draining;
+
+    public Router(ServerConfig config, PrefillService prefill, DecodeService decode) {
+        this.config = Objects.requireNonNull(config, "config");
+        this.prefill = Objects.requireNonNull(prefill, "prefill");
+        this.decode = Objects.requireNonNull(decode, "decode");
+        this.ids = new AtomicLong(firstId(ID_EPOCHS));
+    }
+
+    /** Where each router draws its id epoch: a process-wide CSPRNG (router processes started together get different epochs). */
+    private static final java.util.random.RandomGenerator ID_EPOCHS = new java.security.SecureRandom();
+
+    /** Bits of a request id below the epoch: a router issues up to 2^32 ids before it runs into the next epoch. */
+    static final int ID_COUNTER_BITS = 32;
+    /** Largest request id: ids stay exact as JSON numbers everywhere (JavaScript included); the wire format's i64 holds them. */
+    static final long MAX_ID = (1L << 53) - 1;
+
+    /**
+     * Request ids are unique per router <b>instance</b>, not only per process: the role processes key offers,
+     * descriptors and decode calls by request id, and two routers in front of the same roles (or a router
+     * restarted while its last requests still linger there) must not meet. Each router starts at a random
+     * epoch in bits 32..52 (1 .. 2^21−1; never 0) and counts up from there:
+     * <pre>
+     *   bit 63..53  52 ............ 32  31 ............ 0
+     *       0       epoch (random, ≠ 0)   counter (from 1)
+     * </pre>
+     * Positive, at most {@link #MAX_ID}. Two routers share an epoch with odds 1 in 2^21 − 1; even then a
+     * clash is refused by the roles ({@link DuplicateRequestException}, a 503 here), never answered with
+     * another request's KV.
+     *
+     * @return the id before a router's first
+     */
+    static long firstId(java.util.random.RandomGenerator random) {
+        final long epoch = 1 + random.nextLong(MAX_ID >>> ID_COUNTER_BITS); // 1 .. 2^21 − 1
+        return epoch << ID_COUNTER_BITS;
+    }
+
+    public RouterCounters counters() {
+        return counters;
+    }
+
+    /**
+     * Runs one completion.
+     *
+     * @throws ApiError   a typed refusal or failure (nothing of the request is left in either pool, or
+     *                    what is left drains on its own)
+     * @throws ClientGone the sink failed: the client is gone, both roles were told to abort
+     */
+    Completion complete(String tenant, Request req, Sink sink) throws ApiError, ClientGone, InterruptedException {
+        counters.requests.increment();
+        final List<byte[]> tokens = EchoTokenizer.encode(req.prompt());
+        if (tokens.isEmpty()) {
+            throw ApiError.badRequest("empty_prompt", "prompt must contain at least one character");
+        }
+        final long requested = (long) tokens.size() + req.maxTokens();
+        if (requested > config.contextTokens()) {
+            final Map<String, Long> n = new LinkedHashMap<>();
+            n.put("prompt_tokens", (long) tokens.size());
+            n.put("max_tokens", (long) req.maxTokens());
+            n.put("requested_tokens", requested);
+            n.put("max_context_tokens", config.contextTokens());
+            throw reject(new Rejection("router", Rejection.Reason.CONTEXT_TOO_LONG, "request of " + requested
+                + " tokens (" + tokens.size() + " prompt + " + req.maxTokens() + " max_tokens) exceeds the max context of "
+                + config.contextTokens() + " tokens", n));
+        }
+        if (closed) {
+            throw unavailable("the server is shutting down");
+        }
+        if (draining) {
+            counters.rejected("router", "draining");
+            throw new ApiError(503, "service_unavailable", "server_draining", "the server is stopping: it finishes the requests "
+                + "in flight and takes no new ones", Map.of(), 1);
+        }
+        refuseIfKnownDown();
+        final long id = ids.incrementAndGet();
+        counters.inFlight.incrementAndGet();
+        DecodeCall call = null;
+        boolean done = false;
+        try {
+            final Rejection refused;
+            try {
+                refused = prefill.prefill(id, tenant, tokens);
+            } catch (DuplicateRequestException e) {
+                done = true; // nothing was offered under our id: the request in flight there under it is not ours to abort
+                throw unavailable(e.getMessage());
+            } catch (RoleRefusedException e) {
+                throw refusedByRole(e);
+            } catch (IllegalStateException e) {
+                throw unavailable(e instanceof RoleLostException ? e.getMessage() : "prefill role: " + e.getMessage());
+            }
+            if (refused != null) {
+                done = true; // nothing was offered
+                throw reject(refused);
+            }
+            throwIfGone(sink);
+            try {
+                call = decode.start(id, tenant, tokens.size(), req.maxTokens());
+            } catch (RoleRefusedException e) {
+                throw refusedByRole(e);
+            } catch (IllegalStateException e) {
+                throw unavailable(e instanceof RoleLostException ? e.getMessage() : "decode role: " + e.getMessage());
+            }
+            inFlight.put(id, call);
+            final DecodeCall started = call;
+            sink.onClientGone(() -> started.abort("the client of request " + id + " closed its connection"));
+            if (closed) { // close() ran while this request was still with prefill: its sweep of inFlight missed us
+                throw serverClosing(id);
+            }
+            final long deadline = System.nanoTime() + config.requestTimeout().toNanos();
+            DecodeCall.Admitted admitted;
+            while ((admitted = call.awaitAdmission(slice(deadline))) == null) {
+                throwIfGone(sink);
+                if (System.nanoTime() - deadline >= 0) {
+                    throw timeout(id, "decode admission");
+                }
+            }
+            throwIfGone(sink);
+            if (!admitted.admitted()) {
+                if (closed) { // refused because close() aborted it: the server's shutdown, not decode's pool
+                    throw serverClosing(id);
+                }
+                throw reject(admitted.rejection());
+            }
+            sink.admitted(id);
+            DecodeCall.TransferOutcome outcome;
+            while ((outcome = call.awaitTransfer(slice(deadline))) == null) {
+                throwIfGone(sink);
+                if (System.nanoTime() - deadline >= 0) {
+                    throw timeout(id, "KV transfer");
+                }
+                sink.heartbeat();
+            }
+            throwIfGone(sink);
+            if (!outcome.committed()) {
+                if (closed) { // the transfer was aborted by the server's own close, not by a fault
+                    throw serverClosing(id);
+                }
+                counters.failed(outcome.failure() == null ? "unknown" : outcome.failure().toLowerCase(java.util.Locale.ROOT));
+                throw ApiError.transferFailed(id, outcome);
+            }
+            sink.committed(id);
+            final DecodeCall.Generation g;
+            try {
+                g = generateApart(call, req.maxTokens(), sink);
+            } catch (RoleLostException e) {
+                counters.failed("role_lost");
+                throw new ApiError(502, "server_error", "role_lost", "request " + id + ": " + e.getMessage(),
+                    Map.of("request_id", id), 0);
+            }
+            done = true;
+            counters.completed.increment();
+            return new Completion(id, tenant, tokens.size(), g);
+        } catch (IOException gone) {
+            if (closed) { // the server's own abort (close() cut the request short), not the client's
+                throw serverClosing(id);
+            }
+            counters.aborted.increment();
+            throw new ClientGone(id, gone);
+        } finally {
+            if (!done) {
+                // paired abort: whatever ended this request, neither role keeps anything for it
+                final String why = "request " + id + " ended without a completion";
+                if (call != null) {
+                    call.abort(why);
+                }
+                try {
+                    prefill.abort(id, why);
+                } catch (IllegalStateException closedAlready) {
+                    // the role is closing and aborts everything itself
+                }
+            }
+            if (call != null) {
+                inFlight.remove(id);
+            }
+            counters.inFlight.decrementAndGet();
+        }
+    }
+
+    /**
+     * Answers at once (503, Retry-After) for a role known down, before anything is asked of either: prefill
+     * unreachable, or decode unable to take the KV — no prefill computes for a decode that cannot take it.
+     * Costs no call to a healthy role; a role known down is re-checked for at most {@link io.kvpool.examples.server.remote.RoleHealth#RECHECK_WAIT}.
+     */
+    private void refuseIfKnownDown() throws ApiError, InterruptedException {
+        final String prefillDown = prefill.unavailable();
+        if (prefillDown != null) {
+            counters.rejected("prefill", "unavailable");
+            throw new ApiError(503, "service_unavailable", "prefill_unavailable", prefillDown, Map.of("role", "prefill"), 1);
+        }
+        final String decodeDown = decode.unavailable();
+        if (decodeDown != null) {
+            throw reject(new Rejection("decode", Rejection.Reason.UNAVAILABLE, decodeDown, Map.of()));
+        }
+    }
+
+    private ApiError serverClosing(long id) {
+        counters.failed("server_closing");
+        return new ApiError(503, "service_unavailable", "server_closing", "request " + id + " was cut short: the server is shutting down",
+            Map.of("request_id", id), 1);
+    }
+
+    /**
+     * Generates on a thread of its own while this one writes the tokens to the client, so that a client that
+     * stops reading holds no decode pages: its write waits (up to the front's stall timeout) but generation
+     * runs to its end and frees the sequence; the tokens wait here. A client that is gone (a write failed), or
+     * this thread interrupted, stops generation at its next token.
+     */
+    private static DecodeCall.Generation generateApart(DecodeCall call, int maxTokens, Sink sink) throws IOException, InterruptedException {
+        final java.util.concurrent.LinkedBlockingQueue<Object> tokens = new java.util.concurrent.LinkedBlockingQueue<>();
+        final Object end = new Object();
+        final java.util.concurrent.atomic.AtomicReference<IOException> gone = new java.util.concurrent.atomic.AtomicReference<>();
+        final java.util.concurrent.CompletableFuture<DecodeCall.Generation> result = new java.util.concurrent.CompletableFuture<>();
+        Thread.ofVirtual().name("kvpool-generate").start(() -> {
+            try {
+                result.complete(call.generate(maxTokens, t -> {
+                    final IOException g = gone.get();
+                    if (g != null) {
+                        throw g;
+                    }
+                    tokens.add(t);
+                }));
+            } catch (Throwable e) {
+                result.completeExceptionally(e);
+            } finally {
+                tokens.add(end);
+            }
+        });
+        try {
+            for (Object t; (t = tokens.take()) != end; ) {
+                sink.token((String) t);
+            }
+        } catch (IOException e) {
+            gone.set(e);
+            throw e;
+        } catch (InterruptedException e) {
+            gone.set(new IOException("the request's thread was interrupted", e));
+            throw e;
+        }
+        try {
+            return result.join();
+        } catch (java.util.concurrent.CompletionException e) {
+            throwIfGone(sink); // generation stopped because the client's close aborted the call
+            switch (e.getCause()) {
+                case IOException io -> throw io;
+                case InterruptedException ie -> throw ie;
+                case RuntimeException re -> throw re;
+                case Error err -> throw err;
+                default -> throw new IllegalStateException(e.getCause());
+            }
+        }
+    }
+
+    /** @throws IOException if the sink's client is gone */
+    private static void throwIfGone(Sink sink) throws IOException {
+        if (sink.clientGone()) {
+            throw new IOException("the client closed the connection");
+        }
+    }
+
+    private Duration slice(long deadline) {
+        final long left = deadline - System.nanoTime();
+        return Duration.ofNanos(Math.max(1, Math.min(left, config.heartbeat().toNanos())));
+    }
+
+    private ApiError reject(Rejection r) {
+        counters.rejected(r.role(), r.reason().name().toLowerCase(java.util.Locale.ROOT));
+        return ApiError.of(r);
+    }
+
+    private ApiError timeout(long id, String what) {
+        counters.timedOut.increment();
+        return new ApiError(504, "timeout", "request_timeout", what + " of request " + id + " did not finish within "
+            + config.requestTimeout().toMillis() + " ms", Map.of("request_id", id, "request_timeout_ms", config.requestTimeout().toMillis()), 0);
+    }
+
+    /** A role refused the router's call itself (a 4xx): permanent, so a 502 without {@code Retry-After}. */
+    private ApiError refusedByRole(RoleRefusedException e) {
+        counters.failed("role_refused");
+        return new ApiError(502, "server_error", "role_refused", e.getMessage(), Map.of("role_status", e.status()), 0);
+    }
+
+    private static ApiError unavailable(String why) {
+        return new ApiError(503, "service_unavailable", "unavailable", why, Map.of(), 1);
+    }
+
+    /** Refuses new requests (503 {@code server_draining}, Retry-After) and lets those in flight finish. Idempotent. */
+    void drain() {
+        draining = true;
+    }
+
+    /** Stops taking requests and aborts those in flight (their threads see the failure). Idempotent. */
+    @Override
+    public void close() {
+        closed = true;
+        inFlight.forEach((id, call) -> {
+            call.abort("server closing");
+            try {
+                prefill.abort(id, "server closing");
+            } catch (IllegalStateException ignored) {
+                // already closed
+            }
+        });
+    }
+}

@@ -1,0 +1,128 @@
+package io.kvpool.examples.server.remote;
+
+import com.fasterxml.jackson.databind.ObjectMapper;
+import com.sun.net.httpserver.HttpServer;
+import io.kvpool.examples.server.role.DecodeCall;
+import io.kvpool.examples.server.role.DecodeRole;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.Timeout;
+
+import java.io.OutputStream;
+import java.net.InetAddress;
+import java.net.InetSocketAddress;
+import java.net.URI;
+import java.nio.charset.StandardCharsets;
+import java.time.Duration;
+import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.TimeUnit;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertNotNull;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+/**
+ * The router's own abort of a remote decode call ends every wait on it at once, whatever the decode process
+ * sends (here: nothing after "admitted"). Was (from a review, 2026-11-30): the abort dropped the stream, the
+ * stream's end was taken for "ours" and reported nothing, and a request waiting for its transfer waited out its
+ * whole timeout — on a router closing, its client's connection was cut instead of answered 503.
+ */
+@Timeout(value = 30, unit = TimeUnit.SECONDS)
+class RemoteDecodeCallAbortTest {
+
+    @Test
+    void anAbortEndsAWaitForTheTransferAtOnce() throws Exception {
+        final CountDownLatch hold = new CountDownLatch(1);
+        final HttpServer decode = HttpServer.create(new InetSocketAddress(InetAddress.getLoopbackAddress(), 0), 0);
+        decode.setExecutor(java.util.concurrent.Executors.newVirtualThreadPerTaskExecutor());
+        decode.createContext("/internal/decode", ex -> { // admits, then says nothing more until the test ends
+            ex.getRequestBody().readAllBytes();
+            ex.sendResponseHeaders(200, 0);
+            try (OutputStream out = ex.getResponseBody()) {
+                out.write("{\"event\":\"admitted\"}\n".getBytes(StandardCharsets.UTF_8));
+                out.flush();
+                hold.await(20, TimeUnit.SECONDS);
+            } catch (InterruptedException | java.io.IOException e) {
+                // the client dropped the stream
+            }
+        });
+        decode.createContext("/internal/abort", ex -> { // acknowledges, sends no event on the stream
+            ex.getRequestBody().readAllBytes();
+            final byte[] b = "{}".getBytes(StandardCharsets.UTF_8);
+            ex.sendResponseHeaders(200, b.length);
+            try (OutputStream out = ex.getResponseBody()) {
+                out.write(b);
+            }
+        });
+        decode.start();
+        try {
+            final ObjectMapper json = new ObjectMapper();
+            final RoleClient client = new RoleClient(DecodeRole.ROLE, URI.create("http://127.0.0.1:" + decode.getAddress().getPort() + "/"), json);
+            final RemoteDecodeCall call = RemoteDecodeCall.open(client, json, 42, "alice", 8, 2, Duration.ofSeconds(10));
+            final DecodeCall.Admitted admitted = call.awaitAdmission(Duration.ofSeconds(10));
+            assertNotNull(admitted);
+            assertTrue(admitted.admitted());
+            call.abort("router closing");
+            final long t0 = System.nanoTime();
+            final DecodeCall.TransferOutcome o = call.awaitTransfer(Duration.ofSeconds(5));
+            final long ms = (System.nanoTime() - t0) / 1_000_000;
+            assertNotNull(o, "the wait for the transfer outlived the abort by 5 s");
+            assertFalse(o.committed());
+            assertEquals("ABORTED", o.failure());
+            assertTrue(ms < 2_000, "took " + ms + " ms");
+        } finally {
+            hold.countDown();
+            decode.stop(0);
+        }
+    }
+
+    /** A decode stub on the HTTP front: admits, then holds the stream until {@code end} counts down, then ends it. */
+    private static io.kvpool.examples.http.HttpFront stub(CountDownLatch end, CountDownLatch clientGone) throws java.io.IOException {
+        return io.kvpool.examples.http.HttpFront.start("127.0.0.1", 0, io.kvpool.examples.http.HttpLimits.DEFAULTS, call -> {
+            if (call.path().equals("/internal/abort")) {
+                end.countDown(); // as the decode role does: the abort ends the stream
+                call.respond(204, "application/json", new byte[0]);
+                return;
+            }
+            call.onClientGone(clientGone::countDown);
+            call.startStream(200, "application/x-ndjson");
+            call.write("{\"event\":\"admitted\"}\n");
+            end.await(20, TimeUnit.SECONDS);
+            call.endStream();
+        });
+    }
+
+    @Test
+    void aStreamTheProcessEndsAfterTheAbortIsReadToItsEndNotClosed() throws Exception {
+        final CountDownLatch end = new CountDownLatch(1);
+        final CountDownLatch gone = new CountDownLatch(1);
+        try (io.kvpool.examples.http.HttpFront decode = stub(end, gone)) {
+            final ObjectMapper json = new ObjectMapper();
+            final RoleClient client = new RoleClient(DecodeRole.ROLE, decode.baseUri(), json);
+            final RemoteDecodeCall call = RemoteDecodeCall.open(client, json, 42, "alice", 8, 2, Duration.ofSeconds(10));
+            assertTrue(call.awaitAdmission(Duration.ofSeconds(10)).admitted());
+            call.abort("client gone");
+            assertFalse(gone.await(RemoteDecodeCall.DROP_AFTER.toMillis() * 2, TimeUnit.MILLISECONDS),
+                "the stream was closed: its connection may already have been back in the client's pool");
+            assertEquals(0L, decode.closedConnections().get("client"), decode.closedConnections()::toString);
+        }
+    }
+
+    @Test
+    void aStreamTheProcessDoesNotEndIsDroppedAfterDropAfter() throws Exception {
+        final CountDownLatch never = new CountDownLatch(2); // the abort counts one down: the stream stays open
+        final CountDownLatch gone = new CountDownLatch(1);
+        try (io.kvpool.examples.http.HttpFront decode = stub(never, gone)) {
+            final ObjectMapper json = new ObjectMapper();
+            final RoleClient client = new RoleClient(DecodeRole.ROLE, decode.baseUri(), json);
+            final RemoteDecodeCall call = RemoteDecodeCall.open(client, json, 43, "alice", 8, 2, Duration.ofSeconds(10));
+            assertTrue(call.awaitAdmission(Duration.ofSeconds(10)).admitted());
+            final long t0 = System.nanoTime();
+            call.abort("client gone");
+            assertTrue(gone.await(10, TimeUnit.SECONDS), "a stream the process does not end is dropped");
+            final long ms = (System.nanoTime() - t0) / 1_000_000;
+            assertTrue(ms >= RemoteDecodeCall.DROP_AFTER.toMillis() / 2, ms + " ms: dropped before the process had its chance to end it");
+            never.countDown();
+        }
+    }
+}

@@ -1,0 +1,102 @@
+package io.kvpool.examples.server.router;
+
+import io.kvpool.examples.server.Await;
+import io.kvpool.examples.server.ServerTests;
+import io.kvpool.examples.server.api.ApiError;
+import io.kvpool.examples.server.config.ServerConfig;
+import io.kvpool.examples.server.role.InJvmRoles;
+import io.kvpool.examples.server.role.PrefillService;
+import io.kvpool.examples.server.role.Rejection;
+import io.kvpool.examples.server.role.RoleStatus;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.Timeout;
+
+import java.time.Duration;
+import java.util.List;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.TimeUnit;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+/**
+ * A router that closes while a request is still with prefill (before it reached decode, so close()'s sweep of
+ * the requests in flight cannot see it): the request must end as the server's abort — 503 {@code server_closing}
+ * — and leave nothing in either pool. Was (from a review, 2026-11-30): it went on to decode after the close,
+ * where nobody would abort it, and its client's connection was cut when the server stopped.
+ */
+@Timeout(value = 60, unit = TimeUnit.SECONDS)
+class RouterCloseTest {
+
+    @Test
+    void aRequestStillWithPrefillWhenTheRouterClosesEndsAs503ServerClosing() throws Exception {
+        final ServerConfig cfg = ServerTests.small().build();
+        try (InJvmRoles roles = InJvmRoles.start(cfg, Duration.ofSeconds(10))) {
+            final CountDownLatch entered = new CountDownLatch(1);
+            final CountDownLatch release = new CountDownLatch(1);
+            final PrefillService held = new PrefillService() { // the real prefill role, held inside prefill()
+                @Override
+                public Rejection prefill(long requestId, String tenant, List<byte[]> tokens) {
+                    entered.countDown();
+                    try {
+                        release.await();
+                    } catch (InterruptedException e) {
+                        Thread.currentThread().interrupt();
+                    }
+                    return roles.prefill().prefill(requestId, tenant, tokens);
+                }
+
+                @Override
+                public void abort(long requestId, String why) {
+                    roles.prefill().abort(requestId, why);
+                }
+
+                @Override
+                public RoleStatus status() {
+                    return roles.prefill().status();
+                }
+
+                @Override
+                public int activeTransfers() {
+                    return roles.prefill().activeTransfers();
+                }
+
+                @Override
+                public void close() {
+                }
+            };
+            final Router router = new Router(cfg, held, roles.decode());
+            final CompletableFuture<Object> result = CompletableFuture.supplyAsync(() -> {
+                try {
+                    return router.complete("alice", new Router.Request("held with prefill", 3, false), new Router.Sink() {
+                        @Override
+                        public void admitted(long requestId) {
+                        }
+
+                        @Override
+                        public void heartbeat() {
+                        }
+
+                        @Override
+                        public void token(String text) {
+                        }
+                    });
+                } catch (Exception e) {
+                    return e;
+                }
+            });
+            assertTrue(entered.await(10, TimeUnit.SECONDS), "the request never reached prefill");
+            router.close();
+            release.countDown();
+            final Object r = result.get(20, TimeUnit.SECONDS);
+            assertTrue(r instanceof ApiError, "expected a refusal, got " + r);
+            final ApiError e = (ApiError) r;
+            assertEquals(503, e.status(), e::getMessage);
+            assertTrue(e.body().toString().contains("server_closing"), () -> e.body().toString());
+            Await.until(() -> roles.prefill().activeTransfers() == 0 && roles.decodePool().snapshot().inUse() == 0
+                && roles.prefillPool().snapshot().inUse() == 0, Duration.ofSeconds(10),
+                () -> "pools after: prefill " + roles.prefillPool().snapshot() + ", decode " + roles.decodePool().snapshot());
+        }
+    }
+}
