@@ -273,7 +273,7 @@ public final class ServerMetrics implements AutoCloseable {
      * Adds the HTTP front's meters: connections open, connections closed on arrival over the cap, requests the
      * front refused itself (431, 414, 413, 408, 400, 505), calls with a handler.
      */
-    void bindHttp(io.kvpool.examples.http.HttpFront front) {
+    public void bindHttp(io.kvpool.examples.http.HttpFront front) {
         Gauge.builder("kvpool.http.connections.open", front, io.kvpool.examples.http.HttpFront::openConnections)
             .description("HTTP connections open now").register(registry);
         Gauge.builder("kvpool.http.calls.in.flight", front, io.kvpool.examples.http.HttpFront::callsInFlight)

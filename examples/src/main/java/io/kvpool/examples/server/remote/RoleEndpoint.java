@@ -86,7 +86,7 @@ public abstract class RoleEndpoint implements HttpHandler {
     }
 
     /** @return the role's transfers not yet over (decode: with the committed sequences it still decodes) */
-    int activeTransfers() {
+    public int activeTransfers() {
         return readouts.activeTransfers().getAsInt();
     }
 

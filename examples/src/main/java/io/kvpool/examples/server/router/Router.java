@@ -391,7 +391,7 @@ public final class Router implements AutoCloseable {
     }
 
     /** Refuses new requests (503 {@code server_draining}, Retry-After) and lets those in flight finish. Idempotent. */
-    void drain() {
+    public void drain() {
         draining = true;
     }
 
