@@ -43,7 +43,7 @@ class LayoutTest {
         m.put("server.role", Set.of("server.config", "server.echo", "server.link", "ui"));
         m.put("server.api", Set.of("server.role", "server.config", "http"));
         m.put("server.router", Set.of("server.api", "server.role", "server.config", "server.echo", "http"));
-        m.put("server.metrics", Set.of("server.router", "server.role", "server.config"));
+        m.put("server.metrics", Set.of("server.router", "server.role", "server.config", "http"));
         m.put("server.remote", Set.of("server.metrics", "server.api", "server.role", "server.config", "server.echo", "server.link",
             "http", "ui"));
         m.put("server", Set.of("server.remote", "server.metrics", "server.router", "server.api", "server.role", "server.config",
