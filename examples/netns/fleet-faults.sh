@@ -80,7 +80,7 @@ java=${JAVA_HOME:-/usr/lib/jvm/temurin-25-jdk-amd64}/bin/java
 [[ -x $java ]] || skip "no JDK 25 at ${JAVA_HOME:-/usr/lib/jvm/temurin-25-jdk-amd64}"
 ./dev mvn -q -o -DskipTests package -pl examples -am dependency:copy-dependencies -DincludeScope=runtime \
   -DoutputDirectory="$work/lib" >"$work/build.log" 2>&1 || { cat "$work/build.log"; echo "fleet-faults: FAIL: build" >&2; exit 1; }
-cp examples/target/*examples-*.jar "$work/lib/" 2>/dev/null || cp examples/target/examples-*.jar "$work/lib/"
+cp examples/target/kvpool-examples-*.jar "$work/lib/" # the artifact by its name: a jar left under another name is stale
 rm -f "$work"/lib/*-tests.jar
 cp="$work/lib/*"
 main=io.kvpool.examples.server.KvServerMain
