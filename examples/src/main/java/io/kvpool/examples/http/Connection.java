@@ -41,8 +41,10 @@ import java.util.concurrent.TimeUnit;
  *                                 REFUSED (error sent, then close)             DISCARD (413 sent; body read and
  *                                                                                  dropped, then close)
  *   busy:     a call is with the handler; the next queued call starts when its answer is on the wire.
- *   timers:   none while busy; HEAD: the head's deadline (408); BODY: idle between reads (408);
- *             NONE: idle between requests (close, nothing to answer).
+ *   timers:   none while busy; HEAD: the head's deadline (408); BODY: the whole body within the idle timeout
+ *             of its head (408); NONE: idle between requests (close, nothing to answer).
+ *   queued:   at most MAX_QUEUED pipelined requests and maxBodyBytes of their bodies behind the call in
+ *             progress (beyond: close). Reading never stops: that is how a client's close is seen at once.
  * </pre>
  * A close from either side marks the call in progress gone ({@link HttpCall#markGone}) at once: the handler
  * learns it without writing.
@@ -91,6 +93,8 @@ final class Connection {
     private ScheduledFuture<?> timer;
     private long headDeadline;      // 0: not started (a head that began while busy gets its deadline when the call ends)
     private long lastActivity;
+    private long bodyStarted;
+    private long queuedBytes;
     private boolean closed;
     private Close closeReason;
 
@@ -155,6 +159,7 @@ final class Connection {
                 current.markGone();
             }
             queued.clear();
+            queuedBytes = 0;
             ctx.fireChannelInactive();
         }
 
@@ -211,6 +216,7 @@ final class Connection {
             return;
         }
         reading = Reading.BODY;
+        bodyStarted = System.nanoTime();
         body = new byte[(int) Math.max(0, Math.min(declared, 1 << 16))];
         bodyLength = 0;
         if (HttpUtil.is100ContinueExpected(r) && current == null) {
@@ -252,27 +258,32 @@ final class Connection {
             head = null;
             body = null;
             reading = Reading.NONE;
-            if (queued.size() >= MAX_QUEUED) {
+            if (queued.size() >= MAX_QUEUED || (current != null && queuedBytes + call.body().length > limits.maxBodyBytes())) {
                 LOG.log(System.Logger.Level.DEBUG, "connection " + channel.remoteAddress() + " pipelined more than " + MAX_QUEUED + " requests; closed");
                 close(Close.PIPELINE);
                 return;
             }
             queued.add(call);
+            queuedBytes += call.body().length;
             next();
         }
     }
 
     /** Starts the next queued call unless one is with the handler. */
     private void next() {
-        if (current != null || closed) {
+        if (current != null || closed || !channel.isActive()) { // closing: a queued call would start on a dead channel
             rearm();
             return;
         }
         final HttpCall call = queued.poll();
         if (call == null) {
+            if (!front.accepting()) {
+                close(Close.STOPPING); // the front is stopping and nothing is left to answer here
+            }
             rearm();
             return;
         }
+        queuedBytes -= call.body().length;
         current = call;
         LOG.log(System.Logger.Level.TRACE, () -> "connection " + channel.remoteAddress() + ": " + call.method() + " " + call.uri());
         cancelTimer();
@@ -304,14 +315,12 @@ final class Connection {
         current = null;
         front.callEnded();
         lastActivity = System.nanoTime();
-        if (!call.keepAlive() || !front.accepting()) {
-            close(call.keepAlive() ? Close.STOPPING : Close.REQUESTED);
+        if (!call.keepAlive()) {
+            close(Close.REQUESTED);
             return;
         }
-        if (reading == Reading.HEAD && headDeadline == 0) {
-            headDeadline = lastActivity + limits.headerTimeout().toNanos(); // the head began while the call ran
-        }
-        next();
+        next(); // a head begun while the call ran gets its deadline from rearm() once no call runs; stopping: the
+                // requests already read are still answered (the router says 503 server_draining), then the close
     }
 
     /** Closes the connection if {@code f} (an answer's last write) is not on the wire within the stall timeout. */
@@ -330,6 +339,11 @@ final class Connection {
         if (current == null && queued.isEmpty()) {
             close(Close.STOPPING);
         }
+    }
+
+    /** @return whether the front still takes requests (an answer says {@code Connection: close} once it does not) */
+    boolean frontAccepting() {
+        return front.accepting();
     }
 
     /** @return whether a call is with the handler */
@@ -371,6 +385,7 @@ final class Connection {
     private void send(int status, String type, String reason, String message, Map<String, ?> fields) {
         cancelTimer();
         queued.clear();
+        queuedBytes = 0;
         head = null;
         body = null;
         if (current != null) { // an answer is being written: an error now would land inside it
@@ -417,7 +432,8 @@ final class Connection {
         final long now = System.nanoTime();
         final long delay;
         switch (reading) {
-            case NONE, BODY -> delay = lastActivity + limits.idleTimeout().toNanos() - now;
+            case NONE -> delay = lastActivity + limits.idleTimeout().toNanos() - now;
+            case BODY -> delay = bodyStarted + limits.idleTimeout().toNanos() - now;
             case HEAD -> {
                 if (headDeadline == 0) {
                     headDeadline = now + limits.headerTimeout().toNanos();
@@ -446,9 +462,9 @@ final class Connection {
                 }
             }
             case BODY -> {
-                if (now - lastActivity >= limits.idleTimeout().toNanos()) {
-                    refuse(408, "timeout", "body_timeout", "no byte of the request body for " + limits.idleTimeout().toMillis()
-                        + " ms (the idle timeout)", Map.of("idle_timeout_ms", limits.idleTimeout().toMillis()));
+                if (now - bodyStarted >= limits.idleTimeout().toNanos()) {
+                    refuse(408, "timeout", "body_timeout", "request body not complete within " + limits.idleTimeout().toMillis()
+                        + " ms of its head (the idle timeout)", Map.of("idle_timeout_ms", limits.idleTimeout().toMillis()));
                 } else {
                     rearm();
                 }

@@ -60,6 +60,7 @@ public final class HttpCall {
     private final List<Runnable> goneActions = new ArrayList<>(1); // guarded by lock
     private volatile boolean gone;
     private State state = State.OPEN;
+    private boolean lastIssued; // the answer's last write was handed to Netty: its listener ends the call
 
     HttpCall(Connection connection, Channel channel, String method, String uri, HttpHeaders requestHeaders, byte[] body,
              boolean keepAlive, long stallNanos, Executor listeners) {
@@ -113,6 +114,7 @@ public final class HttpCall {
      */
     public void respond(int status, String contentType, byte[] content) throws IOException {
         Objects.requireNonNull(content, "content");
+        Objects.requireNonNull(contentType, "contentType");
         begin(State.ANSWERED);
         final boolean head = "HEAD".equals(method);
         final FullHttpResponse r = new DefaultFullHttpResponse(HttpVersion.HTTP_1_1, HttpResponseStatus.valueOf(status),
@@ -143,6 +145,7 @@ public final class HttpCall {
      * @throws IllegalStateException if the call was answered already
      */
     public void startStream(int status, String contentType) throws IOException {
+        Objects.requireNonNull(contentType, "contentType");
         begin(State.STREAMING);
         final HttpResponse r = new DefaultHttpResponse(HttpVersion.HTTP_1_1, HttpResponseStatus.valueOf(status));
         headers(r, contentType);
@@ -180,8 +183,8 @@ public final class HttpCall {
         if (state != State.STREAMING) {
             throw new IllegalStateException("endStream() needs startStream() first; state " + state);
         }
-        state = State.ANSWERED;
         throwIfGone();
+        state = State.ANSWERED;
         last(channel.writeAndFlush(LastHttpContent.EMPTY_LAST_CONTENT));
     }
 
@@ -210,7 +213,16 @@ public final class HttpCall {
         } finally {
             lock.unlock();
         }
-        listeners.execute(action);
+        run(action);
+    }
+
+    /** Runs {@code action} on the front's executor, or on a thread of its own once that is shut down. */
+    private void run(Runnable action) {
+        try {
+            listeners.execute(action);
+        } catch (java.util.concurrent.RejectedExecutionException stopped) {
+            Thread.ofVirtual().name("kvpool-http-gone").start(action);
+        }
     }
 
     /** The connection closed: wakes a waiting writer, runs the actions. Event loop. */
@@ -229,7 +241,7 @@ public final class HttpCall {
             lock.unlock();
         }
         for (Runnable r : run) {
-            listeners.execute(() -> {
+            run(() -> {
                 try {
                     r.run();
                 } catch (RuntimeException e) {
@@ -261,6 +273,9 @@ public final class HttpCall {
                     ? "the handler of " + method + " " + path() + " returned without an answer"
                     : "internal error: " + failure, Map.of(), 0);
                 case ANSWERED -> {
+                    if (!lastIssued) { // an answer that failed between its start and its last write
+                        throw new IOException("the answer of " + method + " " + path() + " was cut short");
+                    }
                 }
             }
         } catch (IOException | RuntimeException e) {
@@ -281,13 +296,14 @@ public final class HttpCall {
     private void headers(HttpResponse r, String contentType) {
         r.headers().set(responseHeaders);
         r.headers().set(HttpHeaderNames.CONTENT_TYPE, contentType);
-        if (!keepAlive) {
+        if (!keepAlive || !connection.frontAccepting()) { // the front stopping: say so, so the client sends no more here
             r.headers().set(HttpHeaderNames.CONNECTION, HttpHeaderValues.CLOSE);
         }
     }
 
     /** The answer's last write: when it is on the wire, the connection takes its next request (or closes). */
     private void last(ChannelFuture f) {
+        lastIssued = true;
         connection.armStall(f);
         f.addListener(done -> connection.answered(this));
     }

@@ -103,8 +103,9 @@ public final class HttpFront implements AutoCloseable {
             .childHandler(new ChannelInitializer<SocketChannel>() {
                 @Override
                 protected void initChannel(SocketChannel ch) {
-                    if (!accepting || open.incrementAndGet() > limits.maxConnections()) {
-                        if (accepting) {
+                    final boolean taking = accepting; // read once: the count must be undone exactly when it was done
+                    if (!taking || open.incrementAndGet() > limits.maxConnections()) {
+                        if (taking) {
                             open.decrementAndGet();
                         }
                         refusedConnections.increment();

@@ -13,7 +13,8 @@ import java.util.Objects;
  * @param maxHeaderBytes most bytes of a request's header fields (the request line has its own 8 KiB limit: 414)
  * @param maxBodyBytes   most bytes of a request body (declared or received)
  * @param headerTimeout  from a request's first byte until its head is complete
- * @param idleTimeout    how long a connection may sit between requests, or between reads of a body, before it is closed
+ * @param idleTimeout    how long a connection may sit between requests before it is closed, and the longest a body
+ *                       may take to arrive after its head (408 beyond)
  * @param stallTimeout   how long a response may wait for a client that stopped reading before it is aborted
  */
 public record HttpLimits(int maxConnections, int maxHeaderBytes, long maxBodyBytes, Duration headerTimeout,

@@ -391,4 +391,76 @@ class HttpFrontTest {
             });
         }
     }
+
+    @Test
+    void aStreamEndedAfterItsClientLeftStillEndsTheCall() throws Exception {
+        final CountDownLatch gone = new CountDownLatch(1);
+        final CompletableFuture<Throwable> ending = new CompletableFuture<>();
+        start(FAST, call -> {
+            call.onClientGone(gone::countDown);
+            call.startStream(200, "text/plain");
+            call.write("first\n");
+            gone.await(10, TimeUnit.SECONDS);
+            try {
+                call.endStream();
+                ending.complete(null);
+            } catch (IOException e) {
+                ending.complete(e);
+            }
+        });
+        try (Socket s = connect()) {
+            send(s, "GET /s HTTP/1.1\r\nHost: x\r\n\r\n");
+            readHead(s);
+        }
+        assertTrue(ending.get(10, TimeUnit.SECONDS) instanceof IOException, "endStream after the close throws");
+        assertTrue(front.awaitNoCalls(Duration.ofSeconds(5)), front.callsInFlight() + " calls still counted in flight");
+    }
+
+    @Test
+    void aGracefulStopAnswersThePipelinedRequestsAlreadyRead_theLastSayingClose() throws Exception {
+        final CountDownLatch entered = new CountDownLatch(1);
+        start(HttpLimits.DEFAULTS, call -> {
+            if (call.path().equals("/slow")) {
+                entered.countDown();
+                Thread.sleep(300);
+            }
+            ECHO.handle(call);
+        });
+        try (Socket s = connect()) {
+            send(s, "GET /slow HTTP/1.1\r\nHost: x\r\n\r\nGET /next HTTP/1.1\r\nHost: x\r\n\r\n");
+            assertTrue(entered.await(10, TimeUnit.SECONDS));
+            Thread.sleep(50); // the second request is read and queued behind the first
+            final Thread stopper = Thread.ofVirtual().start(() -> front.stopListening(Duration.ofSeconds(5)));
+            final String first = readOne(s);
+            final String second = readToClose(s);
+            stopper.join(10_000);
+            assertTrue(first.endsWith("GET /slow 0"), first);
+            assertTrue(second.startsWith("HTTP/1.1 200") && second.endsWith("GET /next 0")
+                && second.toLowerCase(java.util.Locale.ROOT).contains("connection: close"), second);
+        }
+    }
+
+    @Test
+    void aBodyTrickledLongerThanTheIdleTimeoutIs408() throws Exception {
+        start(FAST, ECHO);
+        try (Socket s = connect()) {
+            final long t0 = System.nanoTime();
+            send(s, "POST /b HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n");
+            final Thread trickle = Thread.ofVirtual().start(() -> {
+                try {
+                    for (int i = 0; i < 1000; i++) { // one byte every 50 ms: each alone well within the idle timeout
+                        send(s, "b");
+                        Thread.sleep(50);
+                    }
+                } catch (IOException | InterruptedException closed) {
+                    // the server closed it: expected
+                }
+            });
+            final String r = readToClose(s);
+            final long ms = TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - t0);
+            trickle.join(5_000);
+            assertTrue(r.startsWith("HTTP/1.1 408 ") && r.contains("\"reason\":\"body_timeout\""), r);
+            assertTrue(ms < 3_000, ms + " ms: the body's deadline counts from its head, not from its last byte");
+        }
+    }
 }
