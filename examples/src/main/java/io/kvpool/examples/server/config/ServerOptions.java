@@ -93,7 +93,7 @@ public final class ServerOptions {
             (b, v) -> b.requestTimeout(millis("--request-timeout-ms", v))));
         o.add(new Option(GENERAL, "--token-delay-ms", "N", "pause per generated token, a stand-in for a model step", c -> ms(c.tokenDelay()),
             (b, v) -> b.tokenDelay(millis("--token-delay-ms", v))));
-        o.add(new Option(GENERAL, "--heartbeat-ms", "N", "SSE keep-alive while a stream waits; notices gone clients", c -> ms(c.heartbeat()),
+        o.add(new Option(GENERAL, "--heartbeat-ms", "N", "how often a stream waiting for its KV sends an SSE comment (keeps proxies from timing it out)", c -> ms(c.heartbeat()),
             (b, v) -> b.heartbeat(millis("--heartbeat-ms", v))));
         o.add(new Option(GENERAL, "--transfer-timeout-ms", "N", "transfer completion and drain deadlines", c -> ms(c.transferTimeout()),
             (b, v) -> b.transferTimeout(millis("--transfer-timeout-ms", v))));
