@@ -346,11 +346,6 @@ final class Connection {
         return front.accepting();
     }
 
-    /** @return whether a call is with the handler */
-    boolean busy() {
-        return current != null;
-    }
-
     private void tooLarge(long declared) {
         final Map<String, Object> f = new LinkedHashMap<>();
         f.put("max_body_bytes", limits.maxBodyBytes());

@@ -49,9 +49,4 @@ public record HttpLimits(int maxConnections, int maxHeaderBytes, long maxBodyByt
             throw new IllegalArgumentException(name + " must be positive, was " + d);
         }
     }
-
-    /** @return these limits with another body limit */
-    public HttpLimits withMaxBodyBytes(long bytes) {
-        return new HttpLimits(maxConnections, maxHeaderBytes, bytes, headerTimeout, idleTimeout, stallTimeout);
-    }
 }
