@@ -4,6 +4,7 @@ import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import io.kvpool.examples.http.HttpCall;
 import io.kvpool.examples.server.api.ApiError;
+import io.kvpool.examples.server.api.Http;
 import io.kvpool.examples.server.config.ServerConfig;
 import io.kvpool.examples.server.role.DecodeCall;
 import io.kvpool.examples.server.role.DecodeRole;
@@ -65,7 +66,7 @@ public final class DecodeEndpoint extends RoleEndpoint {
         if (!path.equals("/internal/decode")) {
             return false;
         }
-        method(ex, "POST");
+        Http.method(ex, "POST");
         final JsonNode b = body(ex);
         final long id = requestId(b);
         final String tenant = tenant(b);

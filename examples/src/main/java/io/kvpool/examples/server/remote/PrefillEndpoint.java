@@ -53,7 +53,7 @@ public final class PrefillEndpoint extends RoleEndpoint {
     @Override
     boolean route(HttpCall ex, String path) throws ApiError, IOException {
         if (path.equals("/internal/prefill")) {
-            method(ex, "POST");
+            Http.method(ex, "POST");
             final JsonNode b = body(ex);
             final long id = requestId(b);
             final String tenant = tenant(b);
@@ -78,7 +78,7 @@ public final class PrefillEndpoint extends RoleEndpoint {
             return true;
         }
         if (path.equals("/internal/test/gate") && gate != null) {
-            method(ex, "POST");
+            Http.method(ex, "POST");
             final JsonNode b = body(ex);
             if (b.has("closed")) {
                 if (RoleJson.bool(b, "closed")) {

@@ -106,18 +106,18 @@ public abstract class RoleEndpoint implements HttpHandler {
             final String path = ex.path();
             switch (path) {
                 case "/internal/status" -> {
-                    method(ex, "GET");
+                    Http.method(ex, "GET");
                     final java.util.Map<String, Object> s = RoleJson.status(readouts.status().get(), readouts.activeTransfers().getAsInt(),
                         readouts.ready().getAsBoolean());
                     s.put("identity", identity().json());
                     Http.sendJson(ex, json, 200, s);
                 }
                 case "/metrics" -> {
-                    method(ex, "GET");
+                    Http.method(ex, "GET");
                     ex.respond(200, ServerMetrics.CONTENT_TYPE, Http.utf8(Objects.requireNonNull(metrics, "no metrics served").scrape()));
                 }
                 case "/internal/accounting" -> {
-                    method(ex, "GET");
+                    Http.method(ex, "GET");
                     final io.kvpool.PoolSnapshot snap;
                     try {
                         snap = readouts.pool().get().verifyAccounting();
@@ -127,7 +127,7 @@ public abstract class RoleEndpoint implements HttpHandler {
                     Http.sendJson(ex, json, 200, java.util.Map.of("balanced", snap.balanced(), "snapshot", snap.toString()));
                 }
                 case "/internal/abort" -> {
-                    method(ex, "POST");
+                    Http.method(ex, "POST");
                     final JsonNode b = body(ex);
                     abort(requestId(b), b.path("why").asText("the router aborted it"));
                     ex.respond(204, "application/json", new byte[0]);
@@ -151,10 +151,6 @@ public abstract class RoleEndpoint implements HttpHandler {
         }
     }
 
-    /** @throws ApiError 405 unless the request uses {@code method} */
-    static void method(HttpCall ex, String method) throws ApiError {
-        Http.method(ex, method);
-    }
 
     /** @return the request body as JSON. @throws IllegalArgumentException if it is not a JSON object */
     JsonNode body(HttpCall ex) {
