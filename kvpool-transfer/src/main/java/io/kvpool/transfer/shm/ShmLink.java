@@ -27,9 +27,10 @@ import java.util.Objects;
 import java.util.Optional;
 
 /**
- * A {@link PeerLink} between two processes on one host: control frames over a Unix domain socket,
- * page writes as plain memory copies into the receiver's pool file, which the sender maps
- * ({@link MappedPageStorage}). Made by {@link ShmTransport#connect} (sender) and
+ * A {@link PeerLink} between two processes on one host: control frames through two shared-memory rings
+ * ({@link ShmRingFile}), page writes as plain memory copies into the receiver's pool file, which the sender
+ * maps ({@link MappedPageStorage}). A Unix domain socket carries the bootstrap and then only its end: the
+ * peer's close (or death) is its EOF. Made by {@link ShmTransport#connect} (sender) and
  * {@link ShmListener#accept} (receiver).
  *
  * <h2>How it keeps the {@link PeerLink} semantics</h2>
@@ -39,6 +40,13 @@ import java.util.Optional;
  *       reveals its path only after it has the peer's pid, and refuses a peer whose pid is not a live
  *       process it can see, or which runs in another pid namespace, or whose pid started here at another
  *       time than the peer says: the death of that pid would prove nothing about the peer.</li>
+ *   <li><b>Control frames</b> go through the rings once the bootstrap is done: no system call per frame.
+ *       The listener creates the ring file when the connector's bootstrap is version 3 and names it in its
+ *       answer; the connector maps it and deletes its name. A version-2 connector, or a listener that could
+ *       not create the file, keeps the frames on the socket. Frames sent before the bootstrap exchange is
+ *       done wait in this link until it is. In ring mode the socket is read at most every
+ *       {@value #SOCKET_CHECK_MICROS} µs, for its EOF: the frames the peer put in the ring before it closed
+ *       are all delivered before the failure is.</li>
  *   <li><b>Writes</b> ({@link #putBatch}) are synchronous {@link MemorySegment#copy} calls from the source
  *       page into the mapped destination page: truly one-sided (the receiver does nothing). Each reaches
  *       its terminal state ({@link #OK}, or {@link #FAILED} if the copy itself threw) before
@@ -72,6 +80,9 @@ public final class ShmLink implements PeerLink {
      */
     static final long MAX_QUEUED_BYTES = 64L << 20;
 
+    /** How often, at most, a link in ring mode reads its socket to see whether the peer closed it. */
+    static final long SOCKET_CHECK_MICROS = 1_000;
+
     private record Event(int kind, long token, int status) {
     }
 
@@ -85,6 +96,15 @@ public final class ShmLink implements PeerLink {
     private ByteBuffer in = ByteBuffer.allocate(64 * 1024);
     private int readPos;
     private boolean ownBootstrapSent;
+    private ByteBuffer bootstrapOut; // this side's bootstrap, written to the socket ahead of everything else
+    /** Where a listener creates the ring file for a version-3 peer; {@code null}: frames stay on the socket. */
+    private final Path ringDirectory;
+    private ShmRingFile ringFile;    // non-null in ring mode
+    private ShmRing ringOut, ringIn;
+    private boolean ringNameLive;    // listener: the ring file's name exists until the peer's first bytes prove it mapped it
+    private boolean peerEof;         // ring mode: the socket reported EOF; fail once the ring is empty
+    private long lastSocketCheck = System.nanoTime();
+    private final ByteBuffer socketProbe = ByteBuffer.allocate(64);
     private Bootstrap peer;
     private Optional<Instant> peerStart = Optional.empty();
     private MappedPageStorage remote;
@@ -99,22 +119,43 @@ public final class ShmLink implements PeerLink {
      *                       arrived (listener, so the path is revealed only to a peer whose pid we know)
      */
     ShmLink(SocketChannel channel, String socketName, MappedPageStorage local, boolean bootstrapFirst) {
+        this(channel, socketName, local, bootstrapFirst, null);
+    }
+
+    /**
+     * @param ringDirectory where a listener creates the ring file for a peer that speaks rings; {@code null}
+     *                      keeps the frames on the socket (ignored by a connector)
+     */
+    ShmLink(SocketChannel channel, String socketName, MappedPageStorage local, boolean bootstrapFirst, Path ringDirectory) {
         this.channel = Objects.requireNonNull(channel, "channel");
         this.socketName = socketName;
         this.local = local;
+        this.ringDirectory = ringDirectory;
         if (bootstrapFirst) {
-            queueOwnBootstrap();
+            queueOwnBootstrap(Bootstrap.VERSION, null);
         }
     }
 
-    private void queueOwnBootstrap() {
-        final Bootstrap own = local == null ? new Bootstrap(selfPid, 0, "")
+    private void queueOwnBootstrap(int version, ShmRingFile ring) {
+        Bootstrap own = local == null ? new Bootstrap(selfPid, 0, "")
             : new Bootstrap(selfPid, local.identity(), local.file().toAbsolutePath().toString());
-        final byte[] bootstrap = own.encode();
-        out.add(ByteBuffer.wrap(bootstrap));
-        queuedBytes += bootstrap.length;
+        own = own.withVersion(version);
+        if (ring != null) {
+            own = own.withRing(ring);
+        }
+        bootstrapOut = ByteBuffer.wrap(own.encode());
         ownBootstrapSent = true;
         flushOut();
+    }
+
+    /** {@return the ring file's path, or {@code null} outside ring mode (tests: its name must not be left behind)} */
+    Path ringFile() {
+        return ringFile == null ? null : ringFile.file();
+    }
+
+    /** {@return whether control frames go through the shared-memory rings (else through the socket)} */
+    public boolean usesRings() {
+        return ringIn != null;
     }
 
     // ---- state ----
@@ -191,6 +232,15 @@ public final class ShmLink implements PeerLink {
             // closing: nothing more to do with the socket
         }
         out.clear();
+        bootstrapOut = null;
+        deleteRingName(); // no peer will map it from now on
+    }
+
+    private void deleteRingName() {
+        if (ringNameLive) {
+            ringNameLive = false;
+            ringFile.deleteFile();
+        }
     }
 
     // ---- control channel ----
@@ -224,22 +274,42 @@ public final class ShmLink implements PeerLink {
             return;
         }
         try {
+            if (bootstrapOut != null) {
+                channel.write(bootstrapOut);
+                if (bootstrapOut.hasRemaining()) {
+                    return;
+                }
+                bootstrapOut = null;
+            }
+            if (peer == null) {
+                return; // frames wait for the bootstrap exchange: it says whether they go to a ring or the socket
+            }
             while (!out.isEmpty()) {
                 final ByteBuffer b = out.peek();
-                channel.write(b);
+                if (ringOut != null) {
+                    ringOut.write(b);
+                } else {
+                    channel.write(b);
+                }
                 if (b.hasRemaining()) {
-                    return; // socket buffer full: the rest goes out on a later poll
+                    return; // ring or socket buffer full: the rest goes out on a later poll
                 }
                 queuedBytes -= b.capacity();
                 out.poll();
             }
         } catch (IOException e) {
             fail("socket write failed: " + e);
+        } catch (ShmRing.CorruptRingException e) {
+            fail(e.getMessage());
         }
     }
 
     private void readIn() {
         if (failure != null || closed || tornDown) {
+            return;
+        }
+        if (ringIn != null) {
+            readRing();
             return;
         }
         try {
@@ -255,6 +325,42 @@ public final class ShmLink implements PeerLink {
             }
         } catch (IOException e) {
             fail("socket read failed: " + e);
+        }
+    }
+
+    /**
+     * Ring mode: moves what the peer published into {@code in}, and reads the socket — for its EOF only — at
+     * most every {@value #SOCKET_CHECK_MICROS} µs. After the EOF the link fails once the ring is empty, so that
+     * every frame the peer wrote before it closed is delivered first.
+     */
+    private void readRing() {
+        try {
+            final int n = ringIn.read(in);
+            if (n > 0 && ringNameLive) {
+                deleteRingName(); // the peer wrote into the ring, so it has mapped it: the name is no longer needed
+            }
+            if (!peerEof) {
+                final long now = System.nanoTime();
+                if (now - lastSocketCheck < SOCKET_CHECK_MICROS * 1_000) {
+                    return;
+                }
+                lastSocketCheck = now;
+                socketProbe.clear();
+                final int r = channel.read(socketProbe);
+                if (r > 0) {
+                    fail("the peer sent " + r + " bytes on the socket after the bootstrap, where it sends nothing in ring mode");
+                    return;
+                }
+                peerEof = r < 0;
+            }
+            if (peerEof && ringIn.available() == 0) {
+                // its close came after its last ring write: nothing more will ever be published
+                fail("peer closed the socket (EOF)");
+            }
+        } catch (IOException e) {
+            fail("socket read failed: " + e);
+        } catch (ShmRing.CorruptRingException e) {
+            failHard(e.getMessage());
         }
     }
 
@@ -313,12 +419,49 @@ public final class ShmLink implements PeerLink {
                 return;
             }
         }
+        if (in.position() > len && b.version() > 2 && (!ownBootstrapSent || !b.ringFile().isEmpty())) {
+            // a version-3 connector holds its frames until it has our bootstrap, and a listener that named a ring
+            // puts them there: these bytes are not from a peer that speaks version 3
+            failHard("peer sent " + (in.position() - len) + " bytes on the socket after its version-" + b.version() + " bootstrap");
+            return;
+        }
+        if (ownBootstrapSent && !b.ringFile().isEmpty()) {
+            try {
+                ringFile = ShmRingFile.map(Path.of(b.ringFile()), b.ringNonce());
+            } catch (RuntimeException e) {
+                failHard("cannot map the peer's control ring " + b.ringFile() + ": " + e.getMessage());
+                return;
+            }
+            ringFile.deleteFile(); // mapped: the name is no longer needed by anyone
+            startRings(true);
+        }
         peer = b;
         peerStart = ph.get().info().startInstant();
         readPos = len;
         if (!ownBootstrapSent) {
-            queueOwnBootstrap();
+            ShmRingFile ring = null;
+            if (b.version() > 2 && ringDirectory != null) {
+                try {
+                    ring = ShmRingFile.create(ringDirectory);
+                } catch (RuntimeException e) {
+                    // not fatal: the frames stay on the socket, as with a version-2 peer
+                    System.getLogger(ShmLink.class.getName()).log(System.Logger.Level.WARNING, describe()
+                        + ": cannot create a control ring in " + ringDirectory + ", control frames use the socket: " + e.getMessage());
+                }
+            }
+            if (ring != null) {
+                ringFile = ring;
+                ringNameLive = true;
+                startRings(false);
+            }
+            queueOwnBootstrap(b.version(), ring);
         }
+    }
+
+    private void startRings(boolean connector) {
+        ringOut = ringFile.outgoing(connector);
+        ringIn = ringFile.incoming(connector);
+        lastSocketCheck = System.nanoTime();
     }
 
     /** A failure before or during the bootstrap: nothing buffered may be delivered as a frame. */
@@ -658,6 +801,11 @@ public final class ShmLink implements PeerLink {
         closeChannel();
         if (remote != null) {
             remote.close();
+        }
+        if (ringFile != null) {
+            ringFile.close();
+            ringIn = null;
+            ringOut = null;
         }
         in = ByteBuffer.allocate(0); // no frame is read or delivered after close: an engine may keep a closed link long
         readPos = 0;

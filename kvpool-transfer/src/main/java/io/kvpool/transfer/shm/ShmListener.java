@@ -29,6 +29,8 @@ public final class ShmListener implements AutoCloseable {
     private final List<Pending> pending = new ArrayList<>();
     /** How long a connection may take to send its bootstrap before it is dropped (tests shorten it). */
     long bootstrapTimeoutNanos = java.util.concurrent.TimeUnit.SECONDS.toNanos(10);
+    /** Where control rings are created for peers that speak them; {@code null} keeps frames on the socket (tests). */
+    Path ringDirectory = ShmRingFile.defaultDirectory();
     private String lastRejection;
     private boolean closed;
 
@@ -68,7 +70,7 @@ public final class ShmListener implements AutoCloseable {
         try {
             for (SocketChannel c; (c = server.accept()) != null; ) {
                 c.configureBlocking(false);
-                pending.add(new Pending(new ShmLink(c, socketPath.toString(), pool, false), System.nanoTime()));
+                pending.add(new Pending(new ShmLink(c, socketPath.toString(), pool, false, ringDirectory), System.nanoTime()));
             }
         } catch (IOException e) {
             throw new UncheckedIOException("accept on unix socket " + socketPath + " failed: " + e.getMessage(), e);

@@ -113,26 +113,132 @@ class ShmLinkTest {
         return new ShmLink[] {sender, receiver[0]};
     }
 
-    /** A raw socket peer that sent a valid sender bootstrap, and the receiver link the listener made for it. */
-    record Raw(SocketChannel ch, ShmLink link) {
+    /**
+     * A raw socket peer that sent a valid sender bootstrap, the receiver link the listener made for it, and the
+     * listener's answer.
+     */
+    record Raw(SocketChannel ch, ShmLink link, Bootstrap answer) {
     }
 
+    /** A raw peer speaking version 2 of the bootstrap: its frames go over the socket, as before rings. */
     Raw raw() throws IOException {
+        final Raw raw = raw(2);
+        assertFalse(raw.link().usesRings(), "a version-2 peer keeps its frames on the socket");
+        assertEquals(new Bootstrap(ProcessHandle.current().pid(), pool.identity(), pool.file().toAbsolutePath().toString())
+            .withVersion(2), raw.answer(), "answered in version 2");
+        return raw;
+    }
+
+    Raw raw(int version) throws IOException {
         final SocketChannel ch = SocketChannel.open(StandardProtocolFamily.UNIX);
         ch.connect(UnixDomainSocketAddress.of(dir.resolve("sock")));
         toClose.add(ch);
-        ch.write(ByteBuffer.wrap(new Bootstrap(ProcessHandle.current().pid(), 0, "").encode()));
+        ch.write(ByteBuffer.wrap(new Bootstrap(ProcessHandle.current().pid(), 0, "").withVersion(version).encode()));
         final ShmLink[] link = new ShmLink[1];
         await("accept", () -> link[0] != null, () -> link[0] = listener.accept());
         toClose.add(link[0]);
         // the receiver announces its pool file only now that it knows our pid
-        final ByteBuffer in = ByteBuffer.allocate(Bootstrap.FIXED_BYTES + Bootstrap.MAX_PATH_BYTES);
+        final ByteBuffer in = ByteBuffer.allocate(Bootstrap.MAX_BYTES);
         while (Bootstrap.length(in) < 0 || in.position() < Bootstrap.length(in)) {
             ch.read(in);
         }
-        final Bootstrap theirs = Bootstrap.decode(in, Bootstrap.length(in));
-        assertEquals(new Bootstrap(ProcessHandle.current().pid(), pool.identity(), pool.file().toAbsolutePath().toString()), theirs);
-        return new Raw(ch, link[0]);
+        return new Raw(ch, link[0], Bootstrap.decode(in, Bootstrap.length(in)));
+    }
+
+    @Test
+    void aVersionThreeConnectorGetsRingsAndNoRingFileIsLeftBehind() {
+        final ShmLink[] p = pair();
+        assertTrue(p[0].usesRings() && p[1].usesRings(), "both ends use the rings");
+        final Path ring = p[1].ringFile();
+        assertFalse(java.nio.file.Files.exists(ring), "the connector deleted the ring file's name once it mapped it: " + ring);
+        p[0].send(WireCodec.encode(new Message.Refuse("over the ring")));
+        final Recorder r = new Recorder();
+        await("frame", () -> r.frames.size() == 1, () -> p[1].poll(r, 10));
+        assertEquals(new Message.Refuse("over the ring"), r.frames.get(0));
+    }
+
+    @Test
+    void theListenerDeletesARingNoPeerEverMapped() throws IOException {
+        final Raw raw = raw(3);
+        assertTrue(raw.link().usesRings());
+        final Path ring = Path.of(raw.answer().ringFile());
+        assertTrue(java.nio.file.Files.exists(ring), "named in the answer: " + ring);
+        raw.link().close();
+        assertFalse(java.nio.file.Files.exists(ring), "closed before the peer mapped it: the listener removed it");
+    }
+
+    @Test
+    void aListenerThatCannotCreateARingKeepsTheFramesOnTheSocket() {
+        listener.ringDirectory = dir.resolve("no-such-directory");
+        final ShmLink[] p = pair();
+        assertFalse(p[0].usesRings() || p[1].usesRings());
+        p[0].send(WireCodec.encode(new Message.Refuse("over the socket")));
+        p[1].send(WireCodec.encode(new Message.Refuse("back")));
+        final Recorder r = new Recorder(), back = new Recorder();
+        await("frames", () -> r.frames.size() == 1 && back.frames.size() == 1, () -> {
+            p[1].poll(r, 10);
+            p[0].poll(back, 10);
+        });
+        assertEquals(new Message.Refuse("over the socket"), r.frames.get(0));
+        assertEquals(new Message.Refuse("back"), back.frames.get(0));
+    }
+
+    @Test
+    void framesSentBeforeTheBootstrapIsDoneWaitAndArriveThroughTheRing() {
+        final ShmLink sender = ShmTransport.connect(dir.resolve("sock"));
+        toClose.add(sender);
+        sender.send(WireCodec.encode(new Message.Refuse("early")));
+        final ShmLink[] receiver = new ShmLink[1];
+        final Recorder r = new Recorder();
+        await("early frame", () -> r.frames.size() == 1, () -> {
+            if (receiver[0] == null) {
+                receiver[0] = listener.accept();
+            } else {
+                receiver[0].poll(r, 10);
+            }
+            sender.poll(new Recorder(), 10);
+        });
+        toClose.add(receiver[0]);
+        assertTrue(sender.usesRings() && receiver[0].usesRings());
+        assertEquals(new Message.Refuse("early"), r.frames.get(0));
+    }
+
+    @Test
+    void inRingModeThePeersCloseFailsTheLinkAfterEveryFrameItWroteBefore() {
+        final ShmLink[] p = pair();
+        for (int i = 0; i < 50; i++) {
+            p[0].send(WireCodec.encode(new Message.Drained(i, i, 0, 3, 3, 0)));
+        }
+        p[0].close();
+        final Recorder r = new Recorder();
+        await("failure", () -> !r.failures.isEmpty(), () -> p[1].poll(r, 3));
+        assertEquals(50, r.frames.size(), "every frame before the close, then the failure");
+        assertTrue(r.failures.get(0).contains("EOF"), r.failures.get(0));
+        p[1].poll(r, 10);
+        assertEquals(1, r.failures.size(), "delivered once");
+    }
+
+    @Test
+    void inRingModeBytesOnTheSocketFailTheLink() throws IOException {
+        final Raw raw = raw(3);
+        raw.ch().write(ByteBuffer.wrap(WireCodec.encode(new Message.Refuse("on the wrong channel"))));
+        final Recorder r = new Recorder();
+        await("failure", () -> !r.failures.isEmpty(), () -> raw.link().poll(r, 10));
+        assertTrue(r.failures.get(0).contains("on the socket after the bootstrap"), r.failures.get(0));
+        assertTrue(r.frames.isEmpty());
+    }
+
+    @Test
+    void aPeerThatCorruptsTheRingPositionsFailsTheLink() throws IOException {
+        final Raw raw = raw(3);
+        try (ShmRingFile ring = ShmRingFile.map(Path.of(raw.answer().ringFile()), raw.answer().ringNonce())) {
+            // the peer's tail of the connector→listener ring, two capacities ahead of what the listener read
+            ring.segmentForTest().set(ValueLayout.JAVA_LONG, 128, 2 * ShmRingFile.CAPACITY);
+            final Recorder r = new Recorder();
+            await("failure", () -> !r.failures.isEmpty(), () -> raw.link().poll(r, 10));
+            assertTrue(r.failures.get(0).contains("control ring"), r.failures.get(0));
+            assertTrue(r.frames.isEmpty());
+        }
     }
 
     @Test
@@ -144,7 +250,8 @@ class ShmLinkTest {
                 case 0 -> new Message.Drained(i, i * 7, 1, i, i, 0);
                 case 1 -> new Message.Abort(i, 2, Message.Abort.TIMEOUT, "detail " + "x".repeat(i % 200));
                 default -> new Message.Descriptor(i, i, 3, 16, LAYOUT.fingerprint(), 1, 0,
-                    new long[i == 2 ? 20_000 : i % 50], new byte[i % 100]); // 160 KB once: more than the 64 KiB buffer
+                    new long[i == 2 ? 20_000 : i % 3 == 2 && i < 30 ? 60_000 : i % 50], new byte[i % 100]);
+                // 160 KB once (more than the 64 KiB input buffer), and 480 KB frames that fill the 1 MiB ring
             };
             sent.add(m);
             p[0].send(WireCodec.encode(m));
