@@ -205,21 +205,29 @@ final class HandleOps {
     private long tryPinWriter(long handle) {
         lock.lock();
         try {
-            pool.ensureOpen();
-            final long slot = slots.validate(handle);
-            if (slot < 0) {
-                countRefusal(slot);
-                return slot;
-            }
-            if (prefix.isPublished((int) slot)) {
-                return PageHandle.ILLEGAL_STATE;
-            }
-            final long word = slots.apply(handle, SlotEvent.PIN_WRITER);
-            countRefusal(word);
-            return word;
+            return pinWriterLocked(handle);
         } finally {
             lock.unlock();
         }
+    }
+
+    /** Most pages pinned under one hold of the lock, so that allocation elsewhere waits no longer than that. */
+    private static final int PINS_PER_LOCK = 64;
+
+    /** PIN_WRITER with the lock held. */
+    private long pinWriterLocked(long handle) {
+        pool.ensureOpen();
+        final long slot = slots.validate(handle);
+        if (slot < 0) {
+            countRefusal(slot);
+            return slot;
+        }
+        if (prefix.isPublished((int) slot)) {
+            return PageHandle.ILLEGAL_STATE;
+        }
+        final long word = slots.apply(handle, SlotEvent.PIN_WRITER);
+        countRefusal(word);
+        return word;
     }
 
     long transition(long handle, SlotEvent event) {
@@ -263,6 +271,40 @@ final class HandleOps {
             final long word = tryPinWriter(handle);
             if (word < 0) {
                 throw refusal(handle, word, SlotEvent.PIN_WRITER);
+            }
+        }
+
+        @Override
+        public void pinWriters(long[] handles, int from, int to) {
+            java.util.Objects.checkFromToIndex(from, to, handles.length);
+            int i = from;
+            long word = 0;
+            try {
+                while (i < to && word >= 0) {
+                    final int end = Math.min(to, i + PINS_PER_LOCK);
+                    lock.lock();
+                    try {
+                        for (; i < end && (word = pinWriterLocked(handles[i])) >= 0; i++) {
+                            // pinned: on to the next
+                        }
+                    } finally {
+                        lock.unlock();
+                    }
+                }
+            } catch (RuntimeException e) { // the pool closed meanwhile
+                unpin(handles, from, i);
+                throw e;
+            }
+            if (i < to) {
+                unpin(handles, from, i);
+                throw refusal(handles[i], word, SlotEvent.PIN_WRITER);
+            }
+        }
+
+        private void unpin(long[] handles, int from, int to) {
+            for (int j = from; j < to; j++) {
+                transition(handles[j], SlotEvent.BEGIN_DRAIN); // no writer was given these pages: nothing to wait for
+                transition(handles[j], SlotEvent.DRAINED);
             }
         }
 

@@ -136,6 +136,59 @@ class HandleLifecycleTest {
     }
 
     @Test
+    void pinWritersPinsAllOrNone() {
+        try (KvPool pool = TestPools.pool(200)) {
+            final long[] h = new long[150]; // more than one hold of the lock (64 pages each)
+            for (int i = 0; i < h.length; i++) {
+                h[i] = pool.tryAllocate();
+            }
+            pool.retain(h[130]); // shared: cannot be pinned
+            final IllegalSlotTransitionException e = assertThrows(IllegalSlotTransitionException.class,
+                () -> pool.handles().pinWriters(h, 0, h.length));
+            assertTrue(e.getMessage().contains("slot " + PageHandle.slot(h[130])), e.getMessage());
+            for (long x : h) {
+                assertEquals(SlotState.OWNED, pool.state(x), "the pages pinned before the refusal were unpinned");
+            }
+            assertEquals(0, pool.snapshot().receiving());
+            assertEquals(0, pool.snapshot().draining());
+            pool.release(h[130]);
+            pool.handles().pinWriters(h, 10, h.length);
+            assertEquals(140, pool.snapshot().receiving());
+            assertEquals(SlotState.OWNED, pool.state(h[9]), "outside the range");
+            assertThrows(IndexOutOfBoundsException.class, () -> pool.handles().pinWriters(h, 0, h.length + 1));
+            for (int i = 10; i < h.length; i++) {
+                pool.handles().commitReceive(h[i]);
+            }
+            for (long x : h) {
+                pool.release(x);
+            }
+            assertEquals(200, pool.verifyAccounting().free());
+        }
+    }
+
+    @Test
+    void theDefaultPinWritersIsAllOrNoneToo() {
+        try (KvPool pool = TestPools.pool(4)) {
+            final io.kvpool.spi.TransportHandles real = pool.handles();
+            final io.kvpool.spi.TransportHandles byDefault = new io.kvpool.spi.TransportHandles() { // only the one-page methods
+                public void pinWriter(long x) { real.pinWriter(x); }
+                public void commitReceive(long x) { real.commitReceive(x); }
+                public void beginDrain(long x) { real.beginDrain(x); }
+                public void drained(long x) { real.drained(x); }
+                public void quarantine(long x) { real.quarantine(x); }
+                public void releaseQuarantine(long x) { real.releaseQuarantine(x); }
+            };
+            final long[] h = {pool.tryAllocate(), pool.tryAllocate(), pool.tryAllocate()};
+            pool.retain(h[2]);
+            assertThrows(IllegalSlotTransitionException.class, () -> byDefault.pinWriters(h, 0, 3));
+            assertEquals(0, pool.snapshot().receiving());
+            pool.release(h[2]);
+            byDefault.pinWriters(h, 0, 3);
+            assertEquals(3, pool.snapshot().receiving());
+        }
+    }
+
+    @Test
     void freedPagesAreFilledAsConfigured() {
         for (FillMode mode : FillMode.values()) {
             try (KvPool pool = TestPools.builder(1).fillMode(mode).build()) {

@@ -38,6 +38,35 @@ public interface TransportHandles {
     void pinWriter(long handle);
 
     /**
+     * Pins {@code handles[from .. to)} as {@link #pinWriter} does, all or none: if one page cannot be pinned,
+     * the pages this call pinned are unpinned again (RECEIVING → DRAINING → OWNED: no writer can have been
+     * given them yet) and the refusal for that page is thrown. Takes the pool lock once per up to 64 pages
+     * rather than once per page.
+     *
+     * @param handles the pages' handles
+     * @param from    first index, inclusive
+     * @param to      last index, exclusive
+     * @throws StaleHandleException           if a handle is stale or not a handle of this pool
+     * @throws IllegalSlotTransitionException if a page is shared, published or not OWNED
+     * @throws IndexOutOfBoundsException      if the range is not within {@code handles}
+     */
+    default void pinWriters(long[] handles, int from, int to) {
+        java.util.Objects.checkFromToIndex(from, to, handles.length);
+        int i = from;
+        try {
+            for (; i < to; i++) {
+                pinWriter(handles[i]);
+            }
+        } catch (RuntimeException e) {
+            for (int j = from; j < i; j++) {
+                beginDrain(handles[j]);
+                drained(handles[j]);
+            }
+            throw e;
+        }
+    }
+
+    /**
      * The transfer into the page was verified: RECEIVING → OWNED (or FREE if no reference is left).
      *
      * @param handle the page's handle

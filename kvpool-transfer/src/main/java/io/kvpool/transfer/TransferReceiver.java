@@ -64,6 +64,7 @@ public final class TransferReceiver extends TransferEndpoint {
 
     private final KvPool pool;
     private final KvLayout layout;
+    private final long layoutFingerprint; // computed once: fingerprint() hashes a string each call
     private final long completionTimeoutNanos;
     private final long drainTimeoutNanos;
     private final boolean checksums;
@@ -86,6 +87,7 @@ public final class TransferReceiver extends TransferEndpoint {
         super(b.identity, b.clock, b.strictBuild);
         this.pool = b.pool;
         this.layout = pool.layout();
+        this.layoutFingerprint = layout.fingerprint();
         if (b.identity.layoutFingerprint() != layout.fingerprint()) {
             throw new IllegalArgumentException("identity's layout fingerprint " + PeerIdentity.hex(b.identity.layoutFingerprint())
                 + " is not the pool's " + PeerIdentity.hex(layout.fingerprint()) + " (" + layout + ")");
@@ -216,17 +218,12 @@ public final class TransferReceiver extends TransferEndpoint {
                 + expected + " tokens: " + e.getMessage());
         }
         final long[] handles = new long[seq.pageCount()];
-        int pinned = 0;
+        for (int i = 0; i < handles.length; i++) {
+            handles[i] = seq.pageHandle(i);
+        }
         try {
-            for (; pinned < handles.length; pinned++) {
-                handles[pinned] = seq.pageHandle(pinned);
-                pool.handles().pinWriter(handles[pinned]);
-            }
+            pool.handles().pinWriters(handles, 0, handles.length); // all or none: a refusal leaves none pinned
         } catch (RuntimeException e) {
-            for (int i = 0; i < pinned; i++) {
-                pool.handles().beginDrain(handles[i]); // nothing was registered: no writer can exist yet
-                pool.handles().drained(handles[i]);
-            }
             seq.close();
             throw e;
         }
@@ -260,7 +257,7 @@ public final class TransferReceiver extends TransferEndpoint {
                 fail(t, FailureReason.PEER_LOST, "could not register " + (to - from) + " pages on " + p + ": " + e.getMessage(), now);
                 return t;
             }
-            send(p, new Message.Descriptor(requestId, slot, t.generation, expected, layout.fingerprint(), n, r, handles,
+            send(p, new Message.Descriptor(requestId, slot, t.generation, expected, layoutFingerprint, n, r, handles,
                 t.registrations[r].key()));
             if (t.state != IncomingTransfer.State.RECEIVING) {
                 return t; // the send took the peer down and failed the transfer: ask no other sender

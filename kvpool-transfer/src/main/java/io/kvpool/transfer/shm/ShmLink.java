@@ -1,5 +1,6 @@
 package io.kvpool.transfer.shm;
 
+import io.kvpool.storage.HostPageStorage;
 import io.kvpool.storage.PageStorage;
 import io.kvpool.transfer.TransferException;
 import io.kvpool.transfer.spi.LinkFailedException;
@@ -83,7 +84,18 @@ public final class ShmLink implements PeerLink {
     /** How often, at most, a link in ring mode reads its socket to see whether the peer closed it. */
     static final long SOCKET_CHECK_MICROS = 1_000;
 
-    private record Event(int kind, long token, int status) {
+    /** A flush, or a run of {@code count} writes with consecutive tokens from {@code token} and one status. */
+    private static final class Event {
+        final int kind, status;
+        long token;
+        int count;
+
+        Event(int kind, long token, int count, int status) {
+            this.kind = kind;
+            this.token = token;
+            this.count = count;
+            this.status = status;
+        }
     }
 
     private final SocketChannel channel;
@@ -258,8 +270,25 @@ public final class ShmLink implements PeerLink {
             throw new IllegalArgumentException("frame header declares a " + body + "-byte body, the array carries "
                 + (frame.length - WireFormat.HEADER_BYTES));
         }
-        out.add(ByteBuffer.wrap(frame.clone()));
-        queuedBytes += frame.length;
+        if (out.isEmpty() && ringOut != null && failure == null) {
+            // nothing queued ahead of it: straight into the ring, and only what does not fit is kept (a copy: the
+            // caller may reuse its array once send returns)
+            final ByteBuffer b = ByteBuffer.wrap(frame);
+            try {
+                ringOut.write(b);
+            } catch (ShmRing.CorruptRingException e) {
+                fail(e.getMessage());
+                throw new LinkFailedException(describe() + ": " + failure);
+            }
+            if (!b.hasRemaining()) {
+                return;
+            }
+            out.add(ByteBuffer.wrap(Arrays.copyOfRange(frame, b.position(), frame.length)));
+            queuedBytes += frame.length - b.position();
+        } else {
+            out.add(ByteBuffer.wrap(frame.clone()));
+            queuedBytes += frame.length;
+        }
         flushOut();
         if (queuedBytes > MAX_QUEUED_BYTES) {
             // a peer that stopped reading: the control frames would pile up here without end
@@ -476,13 +505,23 @@ public final class ShmLink implements PeerLink {
         Objects.requireNonNull(listener, "listener");
         int n = 0;
         while (n < limit && !events.isEmpty()) {
-            final Event e = events.poll();
-            if (e.kind() == EV_WRITE) {
-                listener.onWriteDone(this, e.token(), e.status());
+            final Event e = events.peek();
+            if (e.kind == EV_WRITE) {
+                final long first = e.token;
+                final int k = Math.min(e.count, limit - n); // each write counts as one event against the limit
+                if (k == e.count) {
+                    events.poll();
+                } else {
+                    e.token += k;
+                    e.count -= k;
+                }
+                listener.onWritesDone(this, first, k, e.status);
+                n += k;
             } else {
-                listener.onFlushDone(this, e.token(), e.status() == OK);
+                events.poll();
+                listener.onFlushDone(this, e.token, e.status == OK);
+                n++;
             }
-            n++;
         }
         if (n >= limit) {
             return n;
@@ -746,7 +785,7 @@ public final class ShmLink implements PeerLink {
         if (!source.isHostAccessible()) {
             throw new IllegalArgumentException("shm writes copy from host memory; source storage " + source + " is not host accessible");
         }
-        if (source.layout().fingerprint() != remote.layout().fingerprint()) {
+        if (!source.layout().equals(remote.layout())) { // equal layouts, equal fingerprints (and equals is cheap)
             throw new IllegalArgumentException("source layout " + source.layout() + " (fingerprint 0x"
                 + Long.toHexString(source.layout().fingerprint()) + ") differs from the peer's " + remote.layout()
                 + " (fingerprint 0x" + Long.toHexString(remote.layout().fingerprint()) + ")");
@@ -759,10 +798,17 @@ public final class ShmLink implements PeerLink {
         }
         final MemorySegment dstAll = remote.segment();
         final long pageBytes = remote.layout().bytesPerPage();
+        final MemorySegment srcAll = wholeSegment(source); // one segment, not a slice per page
+        Event run = null;
         for (int i = 0; i < count; i++) {
             int status;
             try {
-                MemorySegment.copy(source.hostPage(src[off + i]), 0, dstAll, r.slots()[dst[off + i]] * pageBytes, pageBytes);
+                final long to = r.slots()[dst[off + i]] * pageBytes;
+                if (srcAll != null) {
+                    MemorySegment.copy(srcAll, src[off + i] * pageBytes, dstAll, to, pageBytes);
+                } else {
+                    MemorySegment.copy(source.hostPage(src[off + i]), 0, dstAll, to, pageBytes);
+                }
                 status = OK;
             } catch (RuntimeException | InternalError e) {
                 // InternalError: the JVM's answer to SIGBUS, e.g. the pool file shrank under the mapping — a
@@ -770,7 +816,22 @@ public final class ShmLink implements PeerLink {
                 // posted nothing, and the writes before it were posted)
                 status = FAILED; // may have landed in part, as FAILED allows
             }
-            events.add(new Event(EV_WRITE, firstToken + i, status));
+            if (run != null && run.status == status) {
+                run.count++;
+            } else {
+                run = new Event(EV_WRITE, firstToken + i, 1, status);
+                events.add(run);
+            }
+        }
+    }
+
+    /** @return the segment over all of a host storage's pages (page p at p × bytesPerPage), or null to go page by page */
+    private static MemorySegment wholeSegment(PageStorage storage) {
+        try {
+            return storage instanceof HostPageStorage h ? h.segment()
+                : storage instanceof MappedPageStorage m ? m.segment() : null;
+        } catch (RuntimeException e) {
+            return null; // closed: each page's copy fails on its own, and reports FAILED
         }
     }
 
@@ -779,7 +840,7 @@ public final class ShmLink implements PeerLink {
     public void flush(long token) {
         ensureUp();
         VarHandle.fullFence();
-        events.add(new Event(EV_FLUSH, token, OK));
+        events.add(new Event(EV_FLUSH, token, 1, OK));
     }
 
     /** Nothing to cancel: every write completed inside {@link #putBatch} and its terminal state is already queued. */

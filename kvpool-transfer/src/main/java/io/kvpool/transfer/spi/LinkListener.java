@@ -23,6 +23,23 @@ public interface LinkListener {
     void onWriteDone(PeerLink link, long token, int status);
 
     /**
+     * A run of writes with consecutive tokens reached the same terminal state: the writes
+     * {@code firstToken, firstToken + 1, …, firstToken + count − 1}, in that order. Links whose writes finish
+     * in batches report them so; the default calls {@link #onWriteDone} for each, and a listener that can
+     * account for the run at once overrides it.
+     *
+     * @param link       the link they were posted on
+     * @param firstToken the first write's token
+     * @param count      how many writes, ≥ 1
+     * @param status     {@link PeerLink#OK}, {@link PeerLink#FAILED} or {@link PeerLink#CANCELED}, the same for all
+     */
+    default void onWritesDone(PeerLink link, long firstToken, int count, int status) {
+        for (int i = 0; i < count; i++) {
+            onWriteDone(link, firstToken + i, status);
+        }
+    }
+
+    /**
      * A flush finished.
      *
      * @param link  the link it was asked on

@@ -48,7 +48,10 @@ public final class WireCodec {
         if (v1Hello && ((Message.Hello) m).identity().minVersion() != ((Message.Hello) m).identity().maxVersion()) {
             throw new IllegalArgumentException("a version-1 HELLO carries one version, not " + ((Message.Hello) m).identity().versions());
         }
-        final ByteBuffer body = ByteBuffer.allocate(bodyLength(m) - (v1Hello ? 4 : 0)).order(ByteOrder.LITTLE_ENDIAN);
+        final int bodyBytes = bodyLength(m) - (v1Hello ? 4 : 0);
+        final ByteBuffer frame = ByteBuffer.allocate(HEADER_BYTES + bodyBytes).order(ByteOrder.LITTLE_ENDIAN);
+        frame.putShort((short) MAGIC).put((byte) version).put((byte) m.type()).putInt(bodyBytes);
+        final ByteBuffer body = frame; // the body follows the header in the same array
         switch (m) {
             case Message.Hello h -> {
                 final PeerIdentity id = h.identity();
@@ -95,11 +98,9 @@ public final class WireCodec {
                 str(body, truncate(c.detail()));
             }
         }
-        if (body.hasRemaining()) {
+        if (frame.hasRemaining()) {
             throw new AssertionError("body length mismatch for " + m);
         }
-        final ByteBuffer frame = ByteBuffer.allocate(HEADER_BYTES + body.capacity()).order(ByteOrder.LITTLE_ENDIAN);
-        frame.putShort((short) MAGIC).put((byte) version).put((byte) m.type()).putInt(body.capacity()).put(body.array());
         return frame.array();
     }
 
