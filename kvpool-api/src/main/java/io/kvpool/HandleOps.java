@@ -121,6 +121,12 @@ final class HandleOps {
         if (event == SlotEvent.RETAIN) {
             retains.incrementAndGet(); // after the CAS: see retainEpoch
         }
+        afterTransition(handle, event, word);
+        return word;
+    }
+
+    /** What a successful transition to {@code word} leads to beyond the state word: the free structures, the prefix index, the kept storage. */
+    private void afterTransition(long handle, SlotEvent event, long word) {
         final int phase = SlotStateMachine.phase(word);
         if (phase == SlotStateMachine.FREE) {
             allocator.onBecameFree(PageHandle.slot(handle), pool.isClosed());
@@ -130,7 +136,71 @@ final class HandleOps {
         if (pool.isClosed() && (event == SlotEvent.COMMIT_RECEIVE || event == SlotEvent.DRAINED || event == SlotEvent.RELEASE_QUARANTINE)) {
             lifetime.afterUnpinEvent(word);
         }
-        return word;
+    }
+
+    /**
+     * RETAIN of {@code handles[from .. to)}, all or none: on a refusal the pages this call retained are released
+     * again and the refusal is thrown. The retain epoch moves on once, after the last CAS.
+     *
+     * @throws IllegalStateException if the pool is closed
+     */
+    void retainAll(long[] handles, int from, int to) {
+        java.util.Objects.checkFromToIndex(from, to, handles.length);
+        pool.ensureOpen();
+        int i = from;
+        long word = 0;
+        for (; i < to; i++) {
+            word = slots.apply(handles[i], SlotEvent.RETAIN);
+            if (word < 0) {
+                break;
+            }
+        }
+        if (i > from) {
+            retains.addAndGet(i - from); // after the CASes: see retainEpoch
+        }
+        if (i < to) {
+            countRefusal(word);
+            final RuntimeException refused = refusal(handles[i], word, SlotEvent.RETAIN);
+            for (int j = from; j < i; j++) {
+                transition(handles[j], SlotEvent.RELEASE);
+            }
+            throw refused;
+        }
+    }
+
+    /**
+     * An event that ends a pin ({@link SlotEvent#COMMIT_RECEIVE} and the like) on {@code handles[from .. to)}: what
+     * {@code transition(h, event)} on each would do, the page counts added once. A refusal does not stop it:
+     * every other page is moved, then the first refusal is thrown.
+     */
+    void transitionAll(long[] handles, int from, int to, SlotEvent event) {
+        java.util.Objects.checkFromToIndex(from, to, handles.length);
+        if (event == SlotEvent.ALLOCATE || event == SlotEvent.PIN_WRITER || event == SlotEvent.RETAIN) {
+            throw new IllegalArgumentException(event + " has its own batch operation, or none");
+        }
+        if (pool.isClosed() && !lifetime.retained()) {
+            throw new IllegalStateException("kvpool is closed");
+        }
+        final PageCounts.Delta delta = new PageCounts.Delta();
+        RuntimeException first = null;
+        try {
+            for (int i = from; i < to; i++) {
+                final long word = slots.apply(handles[i], event, delta);
+                if (word < 0) {
+                    countRefusal(word);
+                    if (first == null) {
+                        first = refusal(handles[i], word, event);
+                    }
+                    continue;
+                }
+                afterTransition(handles[i], event, word);
+            }
+        } finally {
+            slots.counts().add(delta);
+        }
+        if (first != null) {
+            throw first;
+        }
     }
 
     /**
@@ -205,7 +275,7 @@ final class HandleOps {
     private long tryPinWriter(long handle) {
         lock.lock();
         try {
-            return pinWriterLocked(handle);
+            return pinWriterLocked(handle, null);
         } finally {
             lock.unlock();
         }
@@ -214,8 +284,8 @@ final class HandleOps {
     /** Most pages pinned under one hold of the lock, so that allocation elsewhere waits no longer than that. */
     private static final int PINS_PER_LOCK = 64;
 
-    /** PIN_WRITER with the lock held. */
-    private long pinWriterLocked(long handle) {
+    /** PIN_WRITER with the lock held, its phase move counted in {@code delta} (or at once if null). */
+    private long pinWriterLocked(long handle, PageCounts.Delta delta) {
         pool.ensureOpen();
         final long slot = slots.validate(handle);
         if (slot < 0) {
@@ -225,7 +295,7 @@ final class HandleOps {
         if (prefix.isPublished((int) slot)) {
             return PageHandle.ILLEGAL_STATE;
         }
-        final long word = slots.apply(handle, SlotEvent.PIN_WRITER);
+        final long word = slots.apply(handle, SlotEvent.PIN_WRITER, delta);
         countRefusal(word);
         return word;
     }
@@ -279,12 +349,13 @@ final class HandleOps {
             java.util.Objects.checkFromToIndex(from, to, handles.length);
             int i = from;
             long word = 0;
+            final PageCounts.Delta delta = new PageCounts.Delta();
             try {
                 while (i < to && word >= 0) {
                     final int end = Math.min(to, i + PINS_PER_LOCK);
                     lock.lock();
                     try {
-                        for (; i < end && (word = pinWriterLocked(handles[i])) >= 0; i++) {
+                        for (; i < end && (word = pinWriterLocked(handles[i], delta)) >= 0; i++) {
                             // pinned: on to the next
                         }
                     } finally {
@@ -292,9 +363,11 @@ final class HandleOps {
                     }
                 }
             } catch (RuntimeException e) { // the pool closed meanwhile
+                slots.counts().add(delta);
                 unpin(handles, from, i);
                 throw e;
             }
+            slots.counts().add(delta);
             if (i < to) {
                 unpin(handles, from, i);
                 throw refusal(handles[i], word, SlotEvent.PIN_WRITER);
@@ -306,6 +379,11 @@ final class HandleOps {
                 transition(handles[j], SlotEvent.BEGIN_DRAIN); // no writer was given these pages: nothing to wait for
                 transition(handles[j], SlotEvent.DRAINED);
             }
+        }
+
+        @Override
+        public void commitReceiveAll(long[] handles, int from, int to) {
+            transitionAll(handles, from, to, SlotEvent.COMMIT_RECEIVE);
         }
 
         @Override

@@ -190,6 +190,40 @@ public final class KvPool implements AutoCloseable {
         return SlotStateMachine.phase(ops.transition(handle, SlotEvent.RELEASE)) == SlotStateMachine.FREE;
     }
 
+    /**
+     * {@link #retain} of {@code handles[from .. to)}, all or none: if one page cannot be retained, the references
+     * this call added are dropped again and the refusal for that page is thrown. For a holder of many pages at
+     * once, such as a transfer sender keeping a request's pages while it copies them.
+     *
+     * @param handles the pages' handles
+     * @param from    first index, inclusive
+     * @param to      last index, exclusive
+     * @throws StaleHandleException           if a handle is stale or not a handle of this pool
+     * @throws IllegalSlotTransitionException if a page is not OWNED
+     * @throws IllegalStateException          if the pool is closed, or a page has the most references a page can have
+     * @throws IndexOutOfBoundsException      if the range is not within {@code handles}
+     */
+    public void retainAll(long[] handles, int from, int to) {
+        ops.retainAll(handles, from, to);
+    }
+
+    /**
+     * {@link #release} of {@code handles[from .. to)}, the last first; the pages that become FREE reach the free
+     * pages in runs. A refusal does not stop it: every other page is released, then the first refusal is thrown.
+     *
+     * @param handles the pages' handles
+     * @param from    first index, inclusive
+     * @param to      last index, exclusive
+     * @throws StaleHandleException           if a handle is stale or not a handle of this pool
+     * @throws IllegalSlotTransitionException if a page's state does not allow it
+     * @throws IllegalStateException          if the pool is closed and keeps no pinned pages
+     * @throws IndexOutOfBoundsException      if the range is not within {@code handles}
+     */
+    public void releaseAll(long[] handles, int from, int to) {
+        java.util.Objects.checkFromToIndex(from, to, handles.length);
+        ops.releaseAll(handles, from, to, new int[Math.min(64, Math.max(1, to - from))]);
+    }
+
     /** {@return the writer-pin operations for transports (pin, commit, drain, quarantine); not application API} */
     @SuppressWarnings("exports") // io.kvpool.spi is exported to the transport modules only
     public TransportHandles handles() {

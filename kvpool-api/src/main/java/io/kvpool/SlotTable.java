@@ -65,6 +65,14 @@ final class SlotTable {
      *         for a handle of another pool)
      */
     long apply(long handle, SlotEvent event) {
+        return apply(handle, event, null);
+    }
+
+    /**
+     * As {@link #apply(long, SlotEvent)}, the phase move counted in {@code delta} (a batch's, added to the counts
+     * at its end) or, if it is {@code null}, in the counts at once.
+     */
+    long apply(long handle, SlotEvent event, PageCounts.Delta delta) {
         final long refused = screen(handle);
         if (refused < 0) {
             return refused;
@@ -79,7 +87,11 @@ final class SlotTable {
                 return next;
             }
             if (words.compareAndSet(slot, word, next)) {
-                counts.moved(SlotStateMachine.phase(word), SlotStateMachine.phase(next));
+                if (delta == null) {
+                    counts.moved(SlotStateMachine.phase(word), SlotStateMachine.phase(next));
+                } else {
+                    delta.moved(SlotStateMachine.phase(word), SlotStateMachine.phase(next));
+                }
                 return next;
             }
         }

@@ -167,6 +167,47 @@ class HandleLifecycleTest {
     }
 
     @Test
+    void retainAllIsAllOrNoneAndMovesTheRetainEpochOnce() {
+        try (KvPool pool = TestPools.pool(8)) {
+            final long[] h = {pool.tryAllocate(), pool.tryAllocate(), pool.tryAllocate(), pool.tryAllocate()};
+            final long stale = h[2];
+            pool.release(stale); // freed: its handle is stale now
+            final long epoch = pool.allocations().retainEpoch();
+            assertThrows(StaleHandleException.class, () -> pool.retainAll(h, 0, 4));
+            for (int i : new int[] {0, 1, 3}) {
+                assertEquals(1, pool.refcountOfSlot(PageHandle.slot(h[i])), "page " + i + ": the call's references were dropped");
+            }
+            h[2] = pool.tryAllocate();
+            pool.retainAll(h, 0, 4);
+            for (long x : h) {
+                assertEquals(2, pool.refcountOfSlot(PageHandle.slot(x)));
+            }
+            assertTrue(pool.allocations().retainEpoch() >= epoch + 4, "the epoch moved on past the retains");
+            pool.releaseAll(h, 0, 4);
+            pool.releaseAll(h, 0, 4);
+            assertEquals(8, pool.verifyAccounting().free());
+        }
+    }
+
+    @Test
+    void releaseAllAndCommitReceiveAllGoPastARefusalThenThrowIt() {
+        try (KvPool pool = TestPools.pool(8)) {
+            final long[] h = {pool.tryAllocate(), pool.tryAllocate(), pool.tryAllocate()};
+            pool.handles().pinWriters(h, 0, 3);
+            pool.handles().commitReceive(h[1]); // no longer RECEIVING
+            assertThrows(IllegalSlotTransitionException.class, () -> pool.handles().commitReceiveAll(h, 0, 3));
+            assertEquals(SlotState.OWNED, pool.state(h[0]));
+            assertEquals(SlotState.OWNED, pool.state(h[2]), "the page after the refusal was committed too");
+            assertEquals(0, pool.snapshot().receiving(), "the batch's counts were added");
+            pool.release(h[1]);
+            assertThrows(StaleHandleException.class, () -> pool.releaseAll(h, 0, 3));
+            assertNull(pool.state(h[0]), "released past the stale handle");
+            assertNull(pool.state(h[2]));
+            assertEquals(8, pool.verifyAccounting().free());
+        }
+    }
+
+    @Test
     void theDefaultPinWritersIsAllOrNoneToo() {
         try (KvPool pool = TestPools.pool(4)) {
             final io.kvpool.spi.TransportHandles real = pool.handles();

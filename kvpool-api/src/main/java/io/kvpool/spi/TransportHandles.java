@@ -76,6 +76,34 @@ public interface TransportHandles {
     void commitReceive(long handle);
 
     /**
+     * {@link #commitReceive} of {@code handles[from .. to)}. A refusal does not stop it: every other page is
+     * committed, then the refusal for the first page that could not be is thrown.
+     *
+     * @param handles the pages' handles
+     * @param from    first index, inclusive
+     * @param to      last index, exclusive
+     * @throws StaleHandleException           if a handle is stale or not a handle of this pool
+     * @throws IllegalSlotTransitionException if a page is not RECEIVING
+     * @throws IndexOutOfBoundsException      if the range is not within {@code handles}
+     */
+    default void commitReceiveAll(long[] handles, int from, int to) {
+        java.util.Objects.checkFromToIndex(from, to, handles.length);
+        RuntimeException first = null;
+        for (int i = from; i < to; i++) {
+            try {
+                commitReceive(handles[i]);
+            } catch (RuntimeException e) {
+                if (first == null) {
+                    first = e;
+                }
+            }
+        }
+        if (first != null) {
+            throw first;
+        }
+    }
+
+    /**
      * The transfer failed or was aborted: RECEIVING → DRAINING, waiting for the sender's confirmation.
      *
      * @param handle the page's handle

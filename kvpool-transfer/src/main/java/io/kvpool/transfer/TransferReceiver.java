@@ -487,9 +487,7 @@ public final class TransferReceiver extends TransferEndpoint {
                 }
             }
         }
-        for (long h : t.handles) {
-            pool.handles().commitReceive(h);
-        }
+        pool.handles().commitReceiveAll(t.handles, 0, t.handles.length);
         closeRegistrations(t);
         t.state = IncomingTransfer.State.COMMITTED;
         end(t);

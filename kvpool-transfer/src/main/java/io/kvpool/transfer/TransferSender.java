@@ -205,17 +205,7 @@ public final class TransferSender extends TransferEndpoint {
             throw new IllegalArgumentException(tokenCount + " tokens need " + layout.pagesFor(tokenCount) + " pages, got "
                 + handles.length);
         }
-        int retained = 0;
-        try {
-            for (; retained < handles.length; retained++) {
-                pool.retain(handles[retained]);
-            }
-        } catch (RuntimeException e) {
-            for (int i = 0; i < retained; i++) {
-                pool.release(handles[i]);
-            }
-            throw e;
-        }
+        pool.retainAll(handles, 0, handles.length); // all or none
         final OutgoingTransfer t = new OutgoingTransfer(requestId, handles.clone(), tokenCount, nextSerial++);
         offers.put(requestId, t);
         bySerial.put(t.serial, t);
@@ -601,9 +591,7 @@ public final class TransferSender extends TransferEndpoint {
         t.finished = true;
         if (!t.sourceReleased) {
             t.sourceReleased = true;
-            for (long h : t.sourceHandles) {
-                pool.release(h);
-            }
+            pool.releaseAll(t.sourceHandles, 0, t.sourceHandles.length);
         }
         if (t.peer != null) {
             t.peer.users--;

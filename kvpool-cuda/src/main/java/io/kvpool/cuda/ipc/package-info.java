@@ -3,8 +3,8 @@
  * prefill and a decode process on one node, both pools in GPU memory
  * ({@link io.kvpool.cuda.DevicePageStorage}), pages written one-sidedly from the prefill arena into the
  * decode arena by a kernel the prefill process launches. Control frames use the shared-memory
- * transport's Unix-socket framing ({@link io.kvpool.transfer.shm.ShmTransport#listen(java.nio.file.Path)},
- * control only). The transfer protocol itself is drawn in {@code io.kvpool.transfer}'s package comment.
+ * transport's control channel ({@link io.kvpool.transfer.shm.ShmTransport#listen(java.nio.file.Path)},
+ * control only): the bootstrap over a Unix socket, then the frames through its shared-memory rings. The transfer protocol itself is drawn in {@code io.kvpool.transfer}'s package comment.
  *
  * <h2>Protocol and lifetime (this comment is its one drawing)</h2>
  * <pre>
@@ -13,7 +13,7 @@
  *  ───────────────────────                                         ────────────────────────────────
  *  unix socket ◀── bootstrap(pid) ─────────────────────────────── (pid must be a live process here)
  *              ─── bootstrap(pid) ───────────────────────────────▶
- *              ⇄ HELLO / HELLO (kvpool frames from here on, in order, at most once)
+ *              ⇄ HELLO / HELLO (kvpool frames from here on, in the control rings, in order, at most once)
  *
  *  register(pool storage, slots)
  *    cuIpcGetMemHandle(arena) → 96-byte DeviceIpc handle (magic, version, layout fingerprint, pages,

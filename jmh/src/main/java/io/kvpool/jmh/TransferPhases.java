@@ -1,0 +1,138 @@
+package io.kvpool.jmh;
+
+import io.kvpool.DType;
+import io.kvpool.KvLayout;
+import io.kvpool.KvPool;
+import io.kvpool.PageHandle;
+import io.kvpool.Sequence;
+import io.kvpool.storage.FillMode;
+import io.kvpool.transfer.IncomingTransfer;
+import io.kvpool.transfer.PeerIdentity;
+import io.kvpool.transfer.TransferReceiver;
+import io.kvpool.transfer.TransferSender;
+import io.kvpool.transfer.shm.MappedPageStorage;
+import io.kvpool.transfer.shm.ShmLink;
+import io.kvpool.transfer.shm.ShmListener;
+import io.kvpool.transfer.shm.ShmTransport;
+import io.kvpool.transfer.spi.RemoteRegion;
+
+import java.io.IOException;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.time.Duration;
+
+/**
+ * Where the time of one {@link TransferProtocolBenchmark} transfer goes (64 pages of 16 KiB, checksums off,
+ * fill NONE, one thread), phase by phase, next to the raw {@code putBatch + flush} of the same pages on the same
+ * link. A diagnostic, not a benchmark: {@code System.nanoTime} around each call, the mean of the second half of
+ * the iterations. The fixed cost is the total minus the raw time.
+ *
+ * <pre>java -cp jmh/target/benchmarks.jar io.kvpool.jmh.TransferPhases [iterations]</pre>
+ */
+public final class TransferPhases {
+    private TransferPhases() {
+    }
+
+    public static void main(String[] args) throws IOException {
+        final int n = args.length > 0 ? Integer.parseInt(args[0]) : 400_000;
+        final int pages = TransferProtocolBenchmark.PAGES, tokens = TransferProtocolBenchmark.TOKENS;
+        final KvLayout layout = new KvLayout(1, 4, 64, DType.FP16, TransferProtocolBenchmark.TOKENS_PER_PAGE);
+        final Path tmp = Files.createTempDirectory(Files.isDirectory(Path.of("/dev/shm")) ? Path.of("/dev/shm")
+            : Path.of(System.getProperty("java.io.tmpdir")), "kvpool-phases");
+        try (KvPool prefill = KvPool.builder(layout).pages(pages + 4).maxContextTokens(tokens).build();
+             KvPool decode = KvPool.builder(layout).pages(2 * pages + 8).maxContextTokens(tokens).fillMode(FillMode.NONE)
+                 .storage((l, p) -> MappedPageStorage.create(tmp.resolve("pool"), l, p)).build()) {
+            final PeerIdentity id = PeerIdentity.of(layout, "phases-model", "phases", "1");
+            final TransferSender sender = TransferSender.builder(prefill, id).checksums(false).maxPagesInFlight(pages).build();
+            final TransferReceiver receiver = TransferReceiver.builder(decode, id).checksums(false)
+                .completionTimeout(Duration.ofSeconds(10)).build();
+            final RawFlush raw = new RawFlush();
+            final ShmListener listener = ShmTransport.listen(tmp.resolve("sock"), (MappedPageStorage) decode.storage());
+            final ShmLink out = ShmTransport.connect(tmp.resolve("sock"));
+            ShmLink in = null;
+            while (in == null || !out.isReady()) {
+                in = in == null ? listener.accept() : in;
+                out.poll(raw, 16);
+            }
+            sender.addPeer(out);
+            final int peer = receiver.addPeer(in);
+            while (!receiver.peer(peer).isUp() || !sender.peer(0).isUp()) {
+                sender.doWork();
+                receiver.doWork();
+            }
+            final Sequence source = prefill.admit(tokens, 0).sequence();
+            source.append(tokens);
+            final long[] handles = new long[pages];
+            for (int i = 0; i < pages; i++) {
+                handles[i] = source.pageHandle(i);
+            }
+
+            final String[] names = {"sender.offer", "receiver.start", "sender: descriptor → copy → flush",
+                "sender: flush done → completion", "receiver: completion → commit", "committed sequence closed"};
+            final long[] sum = new long[names.length];
+            for (int it = 0; it < n; it++) {
+                final long t0 = System.nanoTime();
+                sender.offer(it + 1, handles, tokens);
+                final long t1 = System.nanoTime();
+                final IncomingTransfer t = receiver.start(it + 1, tokens, 0, peer);
+                final long t2 = System.nanoTime();
+                sender.doWork();
+                final long t3 = System.nanoTime();
+                sender.doWork();
+                final long t4 = System.nanoTime();
+                while (t.state() == IncomingTransfer.State.RECEIVING) {
+                    receiver.doWork();
+                    sender.doWork();
+                }
+                final long t5 = System.nanoTime();
+                if (t.state() != IncomingTransfer.State.COMMITTED) {
+                    throw new IllegalStateException(t.toString());
+                }
+                t.sequence().close();
+                final long t6 = System.nanoTime();
+                if (it >= n / 2) {
+                    final long[] d = {t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4, t6 - t5};
+                    for (int i = 0; i < d.length; i++) {
+                        sum[i] += d[i];
+                    }
+                }
+            }
+
+            final Sequence target = decode.admit(tokens, 0).sequence();
+            target.append(tokens);
+            final int[] idx = new int[pages], src = new int[pages], dst = new int[pages];
+            for (int i = 0; i < pages; i++) {
+                idx[i] = i;
+                src[i] = PageHandle.slot(handles[i]);
+                dst[i] = PageHandle.slot(target.pageHandle(i));
+            }
+            final RemoteRegion region = out.attach(in.register(decode.storage(), dst).key(), pages);
+            long rawSum = 0;
+            for (int it = 0; it < n; it++) {
+                final long t0 = System.nanoTime();
+                raw.putBatchAndFlush(out, region, idx, prefill.storage(), src, pages);
+                if (it >= n / 2) {
+                    rawSum += System.nanoTime() - t0;
+                }
+            }
+
+            final double half = n - n / 2;
+            double total = 0;
+            for (int i = 0; i < names.length; i++) {
+                System.out.printf("%-36s %8.0f ns%n", names[i], sum[i] / half);
+                total += sum[i] / half;
+            }
+            System.out.printf("%-36s %8.0f ns%n%-36s %8.0f ns%n%-36s %8.0f ns (%.2f× raw)%n", "protocol, total", total,
+                "raw putBatch + flush", rawSum / half, "fixed cost", total - rawSum / half, rawSum / half / total);
+            target.close();
+            source.close();
+            receiver.close();
+            sender.close();
+            listener.close();
+        } finally {
+            Files.deleteIfExists(tmp.resolve("pool"));
+            Files.deleteIfExists(tmp.resolve("sock"));
+            Files.deleteIfExists(tmp);
+        }
+    }
+}
