@@ -127,14 +127,19 @@ final class HandleOps {
 
     /** What a successful transition to {@code word} leads to beyond the state word: the free structures, the prefix index, the kept storage. */
     private void afterTransition(long handle, SlotEvent event, long word) {
+        afterTransitionInPool(handle, word);
+        if (pool.isClosed() && endsPin(event)) {
+            lifetime.afterUnpinEvent(word);
+        }
+    }
+
+    /** The free structures and the prefix index after a successful transition to {@code word}. */
+    private void afterTransitionInPool(long handle, long word) {
         final int phase = SlotStateMachine.phase(word);
         if (phase == SlotStateMachine.FREE) {
             allocator.onBecameFree(PageHandle.slot(handle), pool.isClosed());
         } else if (phase == SlotStateMachine.RETIRED) {
             unpublishRetired(PageHandle.slot(handle));
-        }
-        if (pool.isClosed() && (event == SlotEvent.COMMIT_RECEIVE || event == SlotEvent.DRAINED || event == SlotEvent.RELEASE_QUARANTINE)) {
-            lifetime.afterUnpinEvent(word);
         }
     }
 
@@ -146,10 +151,14 @@ final class HandleOps {
      */
     void retainAll(long[] handles, int from, int to) {
         java.util.Objects.checkFromToIndex(from, to, handles.length);
-        pool.ensureOpen();
         int i = from;
         long word = 0;
+        boolean closed = false;
         for (; i < to; i++) {
+            if (pool.isClosed()) { // as RETAIN of one page is refused once the pool is closed
+                closed = true;
+                break;
+            }
             word = slots.apply(handles[i], SlotEvent.RETAIN);
             if (word < 0) {
                 break;
@@ -159,10 +168,19 @@ final class HandleOps {
             retains.addAndGet(i - from); // after the CASes: see retainEpoch
         }
         if (i < to) {
-            countRefusal(word);
-            final RuntimeException refused = refusal(handles[i], word, SlotEvent.RETAIN);
+            final RuntimeException refused;
+            if (closed) {
+                refused = new IllegalStateException("kvpool is closed");
+            } else {
+                countRefusal(word);
+                refused = refusal(handles[i], word, SlotEvent.RETAIN);
+            }
             for (int j = from; j < i; j++) {
-                transition(handles[j], SlotEvent.RELEASE);
+                // our own references: dropped even if the pool closed meanwhile (RELEASE of one page would refuse then)
+                final long released = slots.apply(handles[j], SlotEvent.RELEASE);
+                if (released >= 0) {
+                    afterTransition(handles[j], SlotEvent.RELEASE, released);
+                }
             }
             throw refused;
         }
@@ -183,6 +201,7 @@ final class HandleOps {
         }
         final PageCounts.Delta delta = new PageCounts.Delta();
         RuntimeException first = null;
+        int unpinned = 0;
         try {
             for (int i = from; i < to; i++) {
                 final long word = slots.apply(handles[i], event, delta);
@@ -193,14 +212,27 @@ final class HandleOps {
                     }
                     continue;
                 }
-                afterTransition(handles[i], event, word);
+                afterTransitionInPool(handles[i], word);
+                if (endsPin(event) && !SlotStateMachine.pinned(SlotStateMachine.phase(word))) {
+                    unpinned++;
+                }
             }
         } finally {
             slots.counts().add(delta);
+            // Only now, after the counts: a close that counted these pages as still pinned set its flag before it
+            // read the counts, so this read sees it and counts them down (as the one-page path does after its CAS).
+            if (unpinned > 0 && pool.isClosed()) {
+                lifetime.afterUnpinEvents(unpinned);
+            }
         }
         if (first != null) {
             throw first;
         }
+    }
+
+    /** @return whether the event ends a writer pin, after which a closed pool may release its kept storage */
+    private static boolean endsPin(SlotEvent event) {
+        return event == SlotEvent.COMMIT_RECEIVE || event == SlotEvent.DRAINED || event == SlotEvent.RELEASE_QUARANTINE;
     }
 
     /**
@@ -359,15 +391,14 @@ final class HandleOps {
                             // pinned: on to the next
                         }
                     } finally {
+                        slots.counts().add(delta); // before the lock goes: close counts the pinned pages under it
                         lock.unlock();
                     }
                 }
             } catch (RuntimeException e) { // the pool closed meanwhile
-                slots.counts().add(delta);
                 unpin(handles, from, i);
                 throw e;
             }
-            slots.counts().add(delta);
             if (i < to) {
                 unpin(handles, from, i);
                 throw refusal(handles[i], word, SlotEvent.PIN_WRITER);

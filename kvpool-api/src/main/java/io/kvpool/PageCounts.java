@@ -60,7 +60,7 @@ final class PageCounts {
         }
     }
 
-    /** Adds a batch's moves (one adder call per count that changed). */
+    /** Adds a batch's moves (one adder call per count that changed) and zeroes the delta. */
     void add(Delta d) {
         if (d.receiving != 0) {
             receiving.add(d.receiving);
@@ -77,6 +77,7 @@ final class PageCounts {
         if (d.retired != 0) {
             retired.add(d.retired);
         }
+        d.receiving = d.draining = d.quarantined = d.quarantineEvents = d.retired = 0;
     }
 
     /** A successful CAS moved a slot from phase {@code from} to phase {@code to} (both SlotStateMachine constants). */

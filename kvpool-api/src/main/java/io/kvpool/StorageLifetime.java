@@ -61,6 +61,16 @@ final class StorageLifetime {
         }
     }
 
+    /**
+     * As {@link #afterUnpinEvent} for {@code pages} pages a batch unpinned, called once the batch's page counts are
+     * added (so the same argument holds: a page close counted is counted down by a thread that sees the pool closed).
+     */
+    void afterUnpinEvents(int pages) {
+        if (pages > 0 && pinnedAfterClose.addAndGet(-pages) <= 0) {
+            releaseIfUnpinned();
+        }
+    }
+
     /** @return pages pinned at close not yet counted down (tests) */
     long pinnedAfterClose() {
         return pinnedAfterClose.get();

@@ -207,6 +207,83 @@ class HandleLifecycleTest {
         }
     }
 
+    /** Slot words that run a hook once, on the current thread, just before the CAS on one slot. */
+    static final class CasHookWords implements SlotWords {
+        private final SlotWords d;
+        volatile int slot = -1;
+        volatile Runnable hook;
+
+        CasHookWords(int n) {
+            d = SlotWords.ofArray(n);
+        }
+
+        @Override
+        public long getVolatile(int i) {
+            return d.getVolatile(i);
+        }
+
+        @Override
+        public boolean compareAndSet(int i, long e, long u) {
+            final Runnable r = hook;
+            if (i == slot && r != null) {
+                hook = null;
+                r.run();
+            }
+            return d.compareAndSet(i, e, u);
+        }
+
+        @Override
+        public void setRelease(int i, long v) {
+            d.setRelease(i, v);
+        }
+
+        @Override
+        public int length() {
+            return d.length();
+        }
+    }
+
+    @Test
+    void aCloseInTheMiddleOfCommitReceiveAllStillReleasesTheKeptStorage() throws Exception {
+        final CasHookWords[] words = new CasHookWords[1];
+        final KvPoolBuilder b = TestPools.builder(8);
+        b.slotWords = n -> words[0] = new CasHookWords(n);
+        final KvPool pool = b.build();
+        final long[] h = {pool.tryAllocate(), pool.tryAllocate(), pool.tryAllocate()};
+        pool.handles().pinWriters(h, 0, 3);
+        // the first page is committed before the close, the other two after it, all in one batch
+        words[0].slot = PageHandle.slot(h[1]);
+        words[0].hook = () -> {
+            final Thread closer = new Thread(pool::close);
+            closer.start();
+            try {
+                closer.join();
+            } catch (InterruptedException e) {
+                throw new AssertionError(e);
+            }
+        };
+        pool.handles().commitReceiveAll(h, 0, 3);
+        assertTrue(pool.isClosed());
+        assertThrows(IllegalStateException.class, () -> pool.storage().hostPage(0),
+            "every pin ended after the close: the kept storage must be released");
+    }
+
+    @Test
+    void aCloseInTheMiddleOfRetainAllDropsWhatItRetained() {
+        final CasHookWords[] words = new CasHookWords[1];
+        final KvPoolBuilder b = TestPools.builder(8);
+        b.slotWords = n -> words[0] = new CasHookWords(n);
+        final KvPool pool = b.build();
+        final long[] h = {pool.tryAllocate(), pool.tryAllocate(), pool.tryAllocate()};
+        words[0].slot = PageHandle.slot(h[1]);
+        words[0].hook = pool::close;
+        final IllegalStateException e = assertThrows(IllegalStateException.class, () -> pool.retainAll(h, 0, 3));
+        assertTrue(e.getMessage().contains("closed"), e.getMessage());
+        for (long x : h) {
+            assertEquals(1, pool.refcountOfSlot(PageHandle.slot(x)), "no reference of the call is left");
+        }
+    }
+
     @Test
     void theDefaultPinWritersIsAllOrNoneToo() {
         try (KvPool pool = TestPools.pool(4)) {

@@ -40,8 +40,8 @@ public interface TransportHandles {
     /**
      * Pins {@code handles[from .. to)} as {@link #pinWriter} does, all or none: if one page cannot be pinned,
      * the pages this call pinned are unpinned again (RECEIVING → DRAINING → OWNED: no writer can have been
-     * given them yet) and the refusal for that page is thrown. Takes the pool lock once per up to 64 pages
-     * rather than once per page.
+     * given them yet) and the refusal for that page is thrown. The pool's own implementation takes its lock once
+     * per up to 64 pages rather than once per page; this default pins one page at a time.
      *
      * @param handles the pages' handles
      * @param from    first index, inclusive

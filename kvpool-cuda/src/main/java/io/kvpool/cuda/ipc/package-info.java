@@ -4,7 +4,8 @@
  * ({@link io.kvpool.cuda.DevicePageStorage}), pages written one-sidedly from the prefill arena into the
  * decode arena by a kernel the prefill process launches. Control frames use the shared-memory
  * transport's control channel ({@link io.kvpool.transfer.shm.ShmTransport#listen(java.nio.file.Path)},
- * control only): the bootstrap over a Unix socket, then the frames through its shared-memory rings. The transfer protocol itself is drawn in {@code io.kvpool.transfer}'s package comment.
+ * control only): the bootstrap over a Unix socket, then the frames through its shared-memory rings (or on the
+ * socket, with a peer that speaks bootstrap version 2 or a listener that could not create the ring file). The transfer protocol itself is drawn in {@code io.kvpool.transfer}'s package comment.
  *
  * <h2>Protocol and lifetime (this comment is its one drawing)</h2>
  * <pre>
@@ -13,7 +14,7 @@
  *  ───────────────────────                                         ────────────────────────────────
  *  unix socket ◀── bootstrap(pid) ─────────────────────────────── (pid must be a live process here)
  *              ─── bootstrap(pid) ───────────────────────────────▶
- *              ⇄ HELLO / HELLO (kvpool frames from here on, in the control rings, in order, at most once)
+ *              ⇄ HELLO / HELLO (kvpool frames from here on, in order, at most once; in the control rings)
  *
  *  register(pool storage, slots)
  *    cuIpcGetMemHandle(arena) → 96-byte DeviceIpc handle (magic, version, layout fingerprint, pages,

@@ -115,8 +115,9 @@ record Bootstrap(int version, long pid, long pidNamespace, long startTicks, long
 
     /**
      * @param in bytes received so far, from position 0 to position (not consumed)
-     * @return total bytes of the bootstrap message once known (≥ {@link #FIXED_BYTES}), or -1 while
-     *         fewer than {@link #FIXED_BYTES} bytes are there (magic and version are checked from 8 bytes on)
+     * @return total bytes of the bootstrap message once known (at least {@link #FIXED_BYTES_V2} for version 2,
+     *         {@link #FIXED_BYTES} for version 3), or -1 while fewer bytes than the version's fixed part are there
+     *         (magic and version are checked from 8 bytes on)
      * @throws TransferException on a bad magic, version or path length
      */
     static int length(ByteBuffer in) {
@@ -166,7 +167,9 @@ record Bootstrap(int version, long pid, long pidNamespace, long startTicks, long
         if (version != 2) {
             ringNonce = b.getLong();
             ringLen = b.getShort() & 0xFFFF;
-            b.position(FIXED_BYTES);
+            if (b.getShort() != 0 || b.getInt() != 0) {
+                throw new TransferException("shm bootstrap: the reserved bytes 50..55 of a version-" + version + " bootstrap are not 0");
+            }
         }
         final String path = utf8(b, pathLen, "pool file path");
         final String ring = utf8(b, ringLen, "ring path");

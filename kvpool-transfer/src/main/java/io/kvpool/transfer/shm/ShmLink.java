@@ -279,6 +279,9 @@ public final class ShmLink implements PeerLink {
             } catch (ShmRing.CorruptRingException e) {
                 fail(e.getMessage());
                 throw new LinkFailedException(describe() + ": " + failure);
+            } catch (InternalError e) {
+                fail(ringFault(e));
+                throw new LinkFailedException(describe() + ": " + failure);
             }
             if (!b.hasRemaining()) {
                 return;
@@ -330,7 +333,17 @@ public final class ShmLink implements PeerLink {
             fail("socket write failed: " + e);
         } catch (ShmRing.CorruptRingException e) {
             fail(e.getMessage());
+        } catch (InternalError e) {
+            fail(ringFault(e));
         }
+    }
+
+    /**
+     * InternalError is the JVM's answer to SIGBUS on a mapped file: the ring file was truncated under the mapping
+     * (a broken peer). It fails the link like any broken peer, not the thread that polls it.
+     */
+    private String ringFault(InternalError e) {
+        return "the control ring " + ringFile.file() + " faulted (truncated under its mapping?): " + e.getMessage();
     }
 
     private void readIn() {
@@ -390,6 +403,8 @@ public final class ShmLink implements PeerLink {
             fail("socket read failed: " + e);
         } catch (ShmRing.CorruptRingException e) {
             failHard(e.getMessage());
+        } catch (InternalError e) {
+            failHard(ringFault(e));
         }
     }
 
@@ -454,6 +469,10 @@ public final class ShmLink implements PeerLink {
             failHard("peer sent " + (in.position() - len) + " bytes on the socket after its version-" + b.version() + " bootstrap");
             return;
         }
+        if (!ownBootstrapSent && !b.ringFile().isEmpty()) {
+            failHard("peer names a control ring in its connector's bootstrap; only a listener creates one");
+            return;
+        }
         if (ownBootstrapSent && !b.ringFile().isEmpty()) {
             try {
                 ringFile = ShmRingFile.map(Path.of(b.ringFile()), b.ringNonce());
@@ -464,12 +483,13 @@ public final class ShmLink implements PeerLink {
             ringFile.deleteFile(); // mapped: the name is no longer needed by anyone
             startRings(true);
         }
+        final boolean connector = ownBootstrapSent;
         peer = b;
         peerStart = ph.get().info().startInstant();
         readPos = len;
         if (!ownBootstrapSent) {
             ShmRingFile ring = null;
-            if (b.version() > 2 && ringDirectory != null) {
+            if (b.version() > 2 && ringDirectory != null && failure == null) {
                 try {
                     ring = ShmRingFile.create(ringDirectory);
                 } catch (RuntimeException e) {
@@ -484,6 +504,9 @@ public final class ShmLink implements PeerLink {
                 startRings(false);
             }
             queueOwnBootstrap(b.version(), ring);
+        }
+        if (connector) {
+            flushOut(); // the frames held for the bootstrap go out now, not on the next poll
         }
     }
 

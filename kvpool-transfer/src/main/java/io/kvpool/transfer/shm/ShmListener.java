@@ -29,8 +29,12 @@ public final class ShmListener implements AutoCloseable {
     private final List<Pending> pending = new ArrayList<>();
     /** How long a connection may take to send its bootstrap before it is dropped (tests shorten it). */
     long bootstrapTimeoutNanos = java.util.concurrent.TimeUnit.SECONDS.toNanos(10);
-    /** Where control rings are created for peers that speak them; {@code null} keeps frames on the socket (tests). */
-    Path ringDirectory = ShmRingFile.defaultDirectory();
+    /**
+     * Where control rings are created for peers that speak them: the socket's own directory, which every peer that
+     * reaches the socket can reach too (a private /dev/shm in a container would not be); {@code null} keeps frames on
+     * the socket (tests).
+     */
+    Path ringDirectory;
     private String lastRejection;
     private boolean closed;
 
@@ -38,6 +42,7 @@ public final class ShmListener implements AutoCloseable {
     ShmListener(Path socketPath, MappedPageStorage pool) {
         this.socketPath = Objects.requireNonNull(socketPath, "socketPath");
         this.pool = pool;
+        this.ringDirectory = socketPath.toAbsolutePath().getParent();
         if (pool != null && !pool.isOwner()) {
             throw new IllegalArgumentException("a listener exposes the pool file it created; " + pool + " is a mapping of another's");
         }

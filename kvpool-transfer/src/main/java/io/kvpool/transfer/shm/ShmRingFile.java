@@ -55,12 +55,6 @@ final class ShmRingFile implements AutoCloseable {
         this.segment = segment;
     }
 
-    /** {@return where rings are created by default: {@code /dev/shm} (memory) if it is a writable directory, else the temp directory} */
-    static Path defaultDirectory() {
-        final Path shm = Path.of("/dev/shm");
-        return Files.isDirectory(shm) && Files.isWritable(shm) ? shm : Path.of(System.getProperty("java.io.tmpdir"));
-    }
-
     /**
      * Creates a ring file ({@code rw-------}) in {@code directory} and maps it.
      *
@@ -74,7 +68,16 @@ final class ShmRingFile implements AutoCloseable {
                 PosixFilePermissions.asFileAttribute(PosixFilePermissions.fromString("rw-------")));
             final MemorySegment s;
             try (FileChannel ch = FileChannel.open(file, StandardOpenOption.READ, StandardOpenOption.WRITE)) {
-                s = ch.map(FileChannel.MapMode.READ_WRITE, 0, DATA_AT + 2 * CAPACITY, arena); // grows the file
+                // written, not just sized: a full tmpfs says so here (ENOSPC), not later as SIGBUS in a ring access
+                final java.nio.ByteBuffer zeros = java.nio.ByteBuffer.allocate(64 * 1024);
+                final long size = DATA_AT + 2 * CAPACITY;
+                for (long at = 0; at < size; at += zeros.limit()) {
+                    zeros.clear().limit((int) Math.min(zeros.capacity(), size - at));
+                    while (zeros.hasRemaining()) {
+                        ch.write(zeros, at + zeros.position());
+                    }
+                }
+                s = ch.map(FileChannel.MapMode.READ_WRITE, 0, DATA_AT + 2 * CAPACITY, arena);
             }
             long nonce;
             do {
@@ -85,11 +88,11 @@ final class ShmRingFile implements AutoCloseable {
             s.set(ValueLayout.JAVA_LONG, NONCE_AT, nonce);
             s.set(ValueLayout.JAVA_LONG, CAPACITY_AT, CAPACITY);
             return new ShmRingFile(file, nonce, arena, s);
-        } catch (IOException | RuntimeException e) {
+        } catch (IOException | RuntimeException | InternalError e) { // InternalError: SIGBUS on the mapping
             arena.close();
             deleteQuietly(file);
             throw e instanceof IOException io ? new UncheckedIOException("cannot create a control ring in " + directory + ": " + e, io)
-                : (RuntimeException) e;
+                : e instanceof RuntimeException re ? re : new IllegalStateException("cannot create a control ring in " + directory + ": " + e, e);
         }
     }
 
@@ -129,6 +132,9 @@ final class ShmRingFile implements AutoCloseable {
         } catch (RuntimeException e) {
             arena.close();
             throw e;
+        } catch (InternalError e) { // SIGBUS: the file shrank between its size check and the header read
+            arena.close();
+            throw new IllegalArgumentException("control ring " + file + " faulted while its header was read: " + e, e);
         }
     }
 

@@ -14,11 +14,11 @@ import io.kvpool.storage.PageStorage;
  *       point after {@link #putBatch}; until the receiver {@link #tearDown tears the link down} or
  *       {@link Registration#revoke revokes} the registration (and either returns {@code true}), a write may
  *       still land, even after the sender reported it failed or gave up.</li>
- *   <li><b>A write's completion is not delivery.</b> {@link LinkListener#onWriteDone} with {@link #OK}
- *       means only that the source bytes may be reused (UCX semantics). Delivery of every write posted
+ *   <li><b>A write's completion is not delivery.</b> {@link LinkListener#onWriteDone} (or a run of
+ *       them, {@link LinkListener#onWritesDone}) with {@link #OK} means only that the source bytes may be reused (UCX semantics). Delivery of every write posted
  *       before a {@link #flush} is proven only by {@link LinkListener#onFlushDone} with {@code ok}.</li>
  *   <li><b>Every posted write reaches exactly one terminal state</b> ({@link #OK}, {@link #FAILED},
- *       {@link #CANCELED}), reported once through {@link #poll} — also after {@link #cancelWrites} and
+ *       {@link #CANCELED}), reported once through {@link #poll}, alone or in a run of consecutive tokens — also after {@link #cancelWrites} and
  *       after the link failed. A transport that cannot guarantee this for some writes must never report
  *       them, so the sender never claims a drain it cannot prove.</li>
  *   <li><b>Threading.</b> Not thread-safe: one owner thread calls every method; events are delivered

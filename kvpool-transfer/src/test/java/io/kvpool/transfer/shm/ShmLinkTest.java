@@ -42,7 +42,7 @@ class ShmLinkTest {
     final List<AutoCloseable> toClose = new ArrayList<>();
 
     /** Records every event. */
-    static final class Recorder implements LinkListener {
+    static class Recorder implements LinkListener {
         final List<Message> frames = new ArrayList<>();
         final List<long[]> writes = new ArrayList<>();
         final List<Object[]> flushes = new ArrayList<>();
@@ -226,6 +226,78 @@ class ShmLinkTest {
         await("failure", () -> !r.failures.isEmpty(), () -> raw.link().poll(r, 10));
         assertTrue(r.failures.get(0).contains("on the socket after the bootstrap"), r.failures.get(0));
         assertTrue(r.frames.isEmpty());
+    }
+
+    @Test
+    void writesAreReportedInRunsWithinThePollLimit() {
+        final ShmLink[] p = pair();
+        final Registration reg = p[1].register(pool, new int[] {0, 1, 2, 3, 4});
+        final RemoteRegion region = p[0].attach(reg.key(), 5);
+        final List<String> runs = new ArrayList<>();
+        final Recorder r = new Recorder() {
+            @Override
+            public void onWritesDone(PeerLink link, long firstToken, int count, int status) {
+                runs.add(firstToken + "+" + count);
+                super.onWritesDone(link, firstToken, count, status);
+            }
+        };
+        try (HostPageStorage src = HostPageStorage.allocate(LAYOUT, 5)) {
+            p[0].putBatch(region, new int[] {0, 1, 2, 3, 4}, src, new int[] {0, 1, 2, 3, 4}, 0, 5, 100);
+            p[0].flush(9);
+            assertEquals(2, p[0].poll(r, 2));
+            assertEquals(2, p[0].poll(r, 2));
+            assertEquals(2, p[0].poll(r, 2), "the last write and the flush");
+        }
+        assertEquals(List.of("100+2", "102+2", "104+1"), runs, "one run per batch, cut at the limit");
+        assertEquals(5, r.writes.size());
+        for (int i = 0; i < 5; i++) {
+            assertArrayEquals(new long[] {100 + i, PeerLink.OK}, r.writes.get(i));
+        }
+        assertEquals(1, r.flushes.size());
+    }
+
+    @Test
+    void aRingFileTruncatedUnderItsMappingFailsTheLinkNotThePoller() throws IOException {
+        final Raw raw = raw(3);
+        try (java.nio.channels.FileChannel ch = java.nio.channels.FileChannel.open(Path.of(raw.answer().ringFile()),
+            java.nio.file.StandardOpenOption.WRITE)) {
+            ch.truncate(0); // what a broken peer could do: every access to the mapping now faults (SIGBUS)
+        }
+        final Recorder r = new Recorder();
+        await("failure", () -> !r.failures.isEmpty(), () -> raw.link().poll(r, 10));
+        assertTrue(r.failures.get(0).contains("faulted"), r.failures.get(0));
+        assertThrows(LinkFailedException.class, () -> raw.link().send(WireCodec.encode(new Message.Refuse("x"))));
+    }
+
+    @Test
+    void malformedVersionThreeBootstrapsAreRefused() throws IOException {
+        final long pid = ProcessHandle.current().pid();
+        final byte[] good = new Bootstrap(pid, 0, "").encode();
+        final byte[] longRingPath = good.clone();
+        longRingPath[48] = (byte) 0x88; // ring path length 5000: over the 4096-byte limit
+        longRingPath[49] = (byte) 0x13;
+        final byte[] reserved = good.clone();
+        reserved[53] = 1;
+        final java.util.Map<String, byte[]> cases = new java.util.LinkedHashMap<>();
+        cases.put("exceeds 4096", longRingPath);
+        cases.put("reserved bytes", reserved);
+        cases.put("nonce 0 goes with an empty path", new Bootstrap(3, pid, Bootstrap.OWN_PID_NAMESPACE, Bootstrap.startTicks(pid), 0, "",
+            42, "").encode());
+        cases.put("only a listener creates one", new Bootstrap(3, pid, Bootstrap.OWN_PID_NAMESPACE, Bootstrap.startTicks(pid), 0, "",
+            42, "/dev/shm/elsewhere").encode());
+        for (var c : cases.entrySet()) {
+            final SocketChannel ch = SocketChannel.open(StandardProtocolFamily.UNIX);
+            toClose.add(ch);
+            ch.connect(UnixDomainSocketAddress.of(dir.resolve("sock")));
+            final ByteBuffer bytes = ByteBuffer.wrap(c.getValue());
+            while (bytes.hasRemaining()) {
+                ch.write(bytes.slice(bytes.position(), Math.min(7, bytes.remaining()))); // in pieces: reassembled first
+                bytes.position(Math.min(bytes.limit(), bytes.position() + 7));
+                assertNull(listener.accept());
+            }
+            await(c.getKey(), () -> listener.lastRejection() != null && listener.lastRejection().contains(c.getKey()),
+                () -> assertNull(listener.accept()));
+        }
     }
 
     @Test
