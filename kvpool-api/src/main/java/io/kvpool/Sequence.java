@@ -77,8 +77,12 @@ public final class Sequence implements AutoCloseable {
     Sequence stepNext;
     private long[] handles;
     private int[] blockTable;
+    /**
+     * Per page, the prefix hash and digest (high and low halves, see {@link PrefixCache}) of the pages up to and
+     * including it; {@code null} until the sequence's first published or attached page (most sequences have none),
+     * then as long as {@link #handles}. An unset page reads 0.
+     */
     private long[] pageHashes;
-    /** Per page, the prefix digest of the pages up to and including it, high and low halves (see {@link PrefixCache}). */
     private long[] pageDigestHi;
     private long[] pageDigestLo;
     /** Scratch for the handles of one allocation, reused so that append allocates nothing. */
@@ -107,9 +111,7 @@ public final class Sequence implements AutoCloseable {
         this.hasSalt = hasSalt;
         this.handles = initialPages == 0 ? NO_LONGS : new long[initialPages];
         this.blockTable = initialPages == 0 ? NO_INTS : new int[initialPages];
-        this.pageHashes = initialPages == 0 ? NO_LONGS : new long[initialPages];
-        this.pageDigestHi = initialPages == 0 ? NO_LONGS : new long[initialPages];
-        this.pageDigestLo = initialPages == 0 ? NO_LONGS : new long[initialPages];
+
     }
 
     // ---- queries ----
@@ -487,9 +489,11 @@ public final class Sequence implements AutoCloseable {
         }
         System.arraycopy(handles, 0, child.handles, 0, pageCount);
         System.arraycopy(blockTable, 0, child.blockTable, 0, pageCount);
-        System.arraycopy(pageHashes, 0, child.pageHashes, 0, pageCount);
-        System.arraycopy(pageDigestHi, 0, child.pageDigestHi, 0, pageCount);
-        System.arraycopy(pageDigestLo, 0, child.pageDigestLo, 0, pageCount);
+        if (pageHashes != null) {
+            child.pageHashes = Arrays.copyOf(pageHashes, child.handles.length);
+            child.pageDigestHi = Arrays.copyOf(pageDigestHi, child.handles.length);
+            child.pageDigestLo = Arrays.copyOf(pageDigestLo, child.handles.length);
+        }
         child.pageCount = pageCount;
         child.tokenCount = tokenCount;
         child.publishedPages = publishedPages;
@@ -603,9 +607,11 @@ public final class Sequence implements AutoCloseable {
             final int n = (int) Math.max(Math.max(8, handles.length * 2L), Math.min(admittedPages, PageHandle.MAX_SLOT + 1L));
             handles = Arrays.copyOf(handles, n);
             blockTable = Arrays.copyOf(blockTable, n);
-            pageHashes = Arrays.copyOf(pageHashes, n);
-            pageDigestHi = Arrays.copyOf(pageDigestHi, n);
-            pageDigestLo = Arrays.copyOf(pageDigestLo, n);
+            if (pageHashes != null) {
+                pageHashes = Arrays.copyOf(pageHashes, n);
+                pageDigestHi = Arrays.copyOf(pageDigestHi, n);
+                pageDigestLo = Arrays.copyOf(pageDigestLo, n);
+            }
         }
         handles[pageCount] = handle;
         blockTable[pageCount] = PageHandle.slot(handle);
@@ -623,14 +629,21 @@ public final class Sequence implements AutoCloseable {
     }
 
     long pageHash(int i) {
-        return pageHashes[i];
+        Objects.checkIndex(i, handles.length);
+        return pageHashes == null ? 0 : pageHashes[i];
     }
 
     PrefixDigest pageDigest(int i) {
-        return new PrefixDigest(pageDigestHi[i], pageDigestLo[i]);
+        Objects.checkIndex(i, handles.length);
+        return pageHashes == null ? new PrefixDigest(0, 0) : new PrefixDigest(pageDigestHi[i], pageDigestLo[i]);
     }
 
     void setPageHash(int i, long hash, PrefixDigest digest) {
+        if (pageHashes == null) { // the first: made as long as the block table (addPage grows them together)
+            pageHashes = new long[handles.length];
+            pageDigestHi = new long[handles.length];
+            pageDigestLo = new long[handles.length];
+        }
         pageHashes[i] = hash;
         pageDigestHi[i] = digest.hi();
         pageDigestLo[i] = digest.lo();
