@@ -208,18 +208,12 @@ class HandleLifecycleTest {
     }
 
     /** Slot words that run a hook once, on the current thread, just before the CAS on one slot. */
-    static final class CasHookWords implements SlotWords {
-        private final SlotWords d;
+    static final class CasHookWords extends ForwardingSlotWords {
         volatile int slot = -1;
         volatile Runnable hook;
 
         CasHookWords(int n) {
-            d = SlotWords.ofArray(n);
-        }
-
-        @Override
-        public long getVolatile(int i) {
-            return d.getVolatile(i);
+            super(n);
         }
 
         @Override
@@ -230,16 +224,6 @@ class HandleLifecycleTest {
                 r.run();
             }
             return d.compareAndSet(i, e, u);
-        }
-
-        @Override
-        public void setRelease(int i, long v) {
-            d.setRelease(i, v);
-        }
-
-        @Override
-        public int length() {
-            return d.length();
         }
     }
 

@@ -33,12 +33,11 @@ class PoolLockSerializationTest {
     private static final long WAIT_MS = Long.getLong("kvpool.lock.waitMillis", 300);
 
     /** State words that run a one-shot callback on a chosen thread's next read. */
-    static final class HookWords implements SlotWords {
-        private final SlotWords d;
+    static final class HookWords extends ForwardingSlotWords {
         private final Map<Thread, Runnable> hooks = new ConcurrentHashMap<>();
 
         HookWords(int n) {
-            d = SlotWords.ofArray(n);
+            super(n);
         }
 
         void onNextRead(Thread t, Runnable r) {
@@ -52,21 +51,6 @@ class PoolLockSerializationTest {
                 r.run();
             }
             return d.getVolatile(i);
-        }
-
-        @Override
-        public boolean compareAndSet(int i, long e, long u) {
-            return d.compareAndSet(i, e, u);
-        }
-
-        @Override
-        public void setRelease(int i, long v) {
-            d.setRelease(i, v);
-        }
-
-        @Override
-        public int length() {
-            return d.length();
         }
     }
 
