@@ -13,7 +13,8 @@ import java.util.Objects;
  * The shared-memory transport: {@link ShmLink}s between processes on one host. The receiver (decode)
  * keeps its pool in a {@link MappedPageStorage} and {@link #listen listens} on a Unix domain socket;
  * a sender (prefill) {@link #connect connects}, learns the pool file's path in the bootstrap exchange,
- * maps it and writes pages with plain memory copies.
+ * maps it and writes pages with plain memory copies. Control frames go through two rings in a file the listener
+ * creates next to the socket for each link ({@link ShmLink}); where it cannot, they stay on the socket.
  *
  * <pre>{@code
  * // receiver
