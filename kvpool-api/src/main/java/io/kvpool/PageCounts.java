@@ -32,74 +32,72 @@ final class PageCounts {
     final LongAdder quarantineEvents = new LongAdder();
     final LongAdder retired = new LongAdder();
 
-    /** Phase moves of one batch, in plain fields of the thread that runs it; {@link #add} hands them over. */
-    static final class Delta {
-        long receiving, draining, quarantined, quarantineEvents, retired;
+    /** Where a phase move is counted: these adders, or a batch's {@link Delta}. */
+    interface Sink {
+        /** Adds {@code n} to count {@code which} (one of the indices below). */
+        void count(int which, long n);
+    }
 
-        /** As {@link PageCounts#moved}, into this delta. */
-        void moved(int from, int to) {
-            if (from == to) {
-                return;
+    // the counts a phase move changes, by index
+    private static final int RECEIVING = 0, DRAINING = 1, QUARANTINED = 2, QUARANTINE_EVENTS = 3, RETIRED = 4, COUNTS = 5;
+
+    /**
+     * Counts that a successful CAS moved a slot from phase {@code from} to phase {@code to} (both SlotStateMachine
+     * constants): the one place that says which phases are counted.
+     */
+    static void moved(int from, int to, Sink sink) {
+        if (from == to) {
+            return;
+        }
+        switch (from) {
+            case SlotStateMachine.RECEIVING -> sink.count(RECEIVING, -1);
+            case SlotStateMachine.DRAINING -> sink.count(DRAINING, -1);
+            case SlotStateMachine.QUARANTINED -> sink.count(QUARANTINED, -1);
+            default -> { }
+        }
+        switch (to) {
+            case SlotStateMachine.RETIRED -> sink.count(RETIRED, 1);
+            case SlotStateMachine.RECEIVING -> sink.count(RECEIVING, 1);
+            case SlotStateMachine.DRAINING -> sink.count(DRAINING, 1);
+            case SlotStateMachine.QUARANTINED -> {
+                sink.count(QUARANTINED, 1);
+                sink.count(QUARANTINE_EVENTS, 1);
             }
-            switch (from) {
-                case SlotStateMachine.RECEIVING -> receiving--;
-                case SlotStateMachine.DRAINING -> draining--;
-                case SlotStateMachine.QUARANTINED -> quarantined--;
-                default -> { }
-            }
-            switch (to) {
-                case SlotStateMachine.RETIRED -> retired++;
-                case SlotStateMachine.RECEIVING -> receiving++;
-                case SlotStateMachine.DRAINING -> draining++;
-                case SlotStateMachine.QUARANTINED -> {
-                    quarantined++;
-                    quarantineEvents++;
-                }
-                default -> { }
-            }
+            default -> { }
+        }
+    }
+
+    /** The counts themselves as a sink: every move lands at once. */
+    final Sink now = (which, n) -> adder(which).add(n);
+
+    private LongAdder adder(int which) {
+        return switch (which) {
+            case RECEIVING -> receiving;
+            case DRAINING -> draining;
+            case QUARANTINED -> quarantined;
+            case QUARANTINE_EVENTS -> quarantineEvents;
+            case RETIRED -> retired;
+            default -> throw new IllegalArgumentException("no count " + which);
+        };
+    }
+
+    /** Phase moves of one batch, in plain fields of the thread that runs it; {@link #add} hands them over. */
+    static final class Delta implements Sink {
+        private final long[] n = new long[COUNTS];
+
+        @Override
+        public void count(int which, long k) {
+            n[which] += k;
         }
     }
 
     /** Adds a batch's moves (one adder call per count that changed) and zeroes the delta. */
     void add(Delta d) {
-        if (d.receiving != 0) {
-            receiving.add(d.receiving);
-        }
-        if (d.draining != 0) {
-            draining.add(d.draining);
-        }
-        if (d.quarantined != 0) {
-            quarantined.add(d.quarantined);
-        }
-        if (d.quarantineEvents != 0) {
-            quarantineEvents.add(d.quarantineEvents);
-        }
-        if (d.retired != 0) {
-            retired.add(d.retired);
-        }
-        d.receiving = d.draining = d.quarantined = d.quarantineEvents = d.retired = 0;
-    }
-
-    /** A successful CAS moved a slot from phase {@code from} to phase {@code to} (both SlotStateMachine constants). */
-    void moved(int from, int to) {
-        if (from == to) {
-            return;
-        }
-        switch (from) {
-            case SlotStateMachine.RECEIVING -> receiving.decrement();
-            case SlotStateMachine.DRAINING -> draining.decrement();
-            case SlotStateMachine.QUARANTINED -> quarantined.decrement();
-            default -> { }
-        }
-        switch (to) {
-            case SlotStateMachine.RETIRED -> retired.increment();
-            case SlotStateMachine.RECEIVING -> receiving.increment();
-            case SlotStateMachine.DRAINING -> draining.increment();
-            case SlotStateMachine.QUARANTINED -> {
-                quarantined.increment();
-                quarantineEvents.increment();
+        for (int i = 0; i < COUNTS; i++) {
+            if (d.n[i] != 0) {
+                adder(i).add(d.n[i]);
+                d.n[i] = 0;
             }
-            default -> { }
         }
     }
 }

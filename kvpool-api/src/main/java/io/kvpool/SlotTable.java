@@ -87,11 +87,7 @@ final class SlotTable {
                 return next;
             }
             if (words.compareAndSet(slot, word, next)) {
-                if (delta == null) {
-                    counts.moved(SlotStateMachine.phase(word), SlotStateMachine.phase(next));
-                } else {
-                    delta.moved(SlotStateMachine.phase(word), SlotStateMachine.phase(next));
-                }
+                PageCounts.moved(SlotStateMachine.phase(word), SlotStateMachine.phase(next), delta == null ? counts.now : delta);
                 return next;
             }
         }
@@ -112,7 +108,7 @@ final class SlotTable {
         final long next = SlotStateMachine.next(word, 0, SlotEvent.ALLOCATE);
         if (next >= 0) {
             words.setRelease(slot, next);
-            counts.moved(SlotStateMachine.FREE, SlotStateMachine.phase(next)); // RETIRED at the last generation
+            PageCounts.moved(SlotStateMachine.FREE, SlotStateMachine.phase(next), counts.now); // RETIRED at the last generation
         }
         return next;
     }
