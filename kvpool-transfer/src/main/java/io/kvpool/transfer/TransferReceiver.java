@@ -88,9 +88,9 @@ public final class TransferReceiver extends TransferEndpoint {
         this.pool = b.pool;
         this.layout = pool.layout();
         this.layoutFingerprint = layout.fingerprint();
-        if (b.identity.layoutFingerprint() != layout.fingerprint()) {
+        if (b.identity.layoutFingerprint() != layoutFingerprint) {
             throw new IllegalArgumentException("identity's layout fingerprint " + PeerIdentity.hex(b.identity.layoutFingerprint())
-                + " is not the pool's " + PeerIdentity.hex(layout.fingerprint()) + " (" + layout + ")");
+                + " is not the pool's " + PeerIdentity.hex(layoutFingerprint) + " (" + layout + ")");
         }
         this.completionTimeoutNanos = b.completionTimeout.toNanos();
         this.drainTimeoutNanos = b.drainTimeout.toNanos();

@@ -114,9 +114,9 @@ public final class TransferSender extends TransferEndpoint {
         this.pool = b.pool;
         this.layout = pool.layout();
         this.layoutFingerprint = layout.fingerprint();
-        if (b.identity.layoutFingerprint() != layout.fingerprint()) {
+        if (b.identity.layoutFingerprint() != layoutFingerprint) {
             throw new IllegalArgumentException("identity's layout fingerprint " + PeerIdentity.hex(b.identity.layoutFingerprint())
-                + " is not the pool's " + PeerIdentity.hex(layout.fingerprint()) + " (" + layout + ")");
+                + " is not the pool's " + PeerIdentity.hex(layoutFingerprint) + " (" + layout + ")");
         }
         this.maxPagesInFlight = b.maxPagesInFlight;
         this.checksums = b.checksums;
@@ -267,7 +267,7 @@ public final class TransferSender extends TransferEndpoint {
             return;
         }
         final String bad = d.layoutFingerprint() != layoutFingerprint
-            ? "layout fingerprint " + PeerIdentity.hex(d.layoutFingerprint()) + " is not this sender's " + PeerIdentity.hex(layout.fingerprint())
+            ? "layout fingerprint " + PeerIdentity.hex(d.layoutFingerprint()) + " is not this sender's " + PeerIdentity.hex(layoutFingerprint)
             : d.senders() < 1 || d.senderRank() < 0 || d.senderRank() >= d.senders()
             ? "rank " + d.senderRank() + " of " + d.senders() + " senders"
             : d.expectedTokens() < 0
@@ -469,6 +469,11 @@ public final class TransferSender extends TransferEndpoint {
         }
         inFlight -= count;
         t.succeeded += count;
+        afterWrites(t);
+    }
+
+    /** After writes of {@code t} ended: post more, or, if it is failing, see whether it is drained. */
+    private void afterWrites(OutgoingTransfer t) {
         if (t.state == OutgoingTransfer.State.WRITING) {
             pump(t);
         } else if (t.state == OutgoingTransfer.State.FAILING) {
@@ -493,11 +498,7 @@ public final class TransferSender extends TransferEndpoint {
                     Message.Abort.SENDER_FAILED);
             }
         }
-        if (t.state == OutgoingTransfer.State.WRITING) {
-            pump(t);
-        } else if (t.state == OutgoingTransfer.State.FAILING) {
-            maybeDrained(t);
-        }
+        afterWrites(t);
     }
 
     @Override

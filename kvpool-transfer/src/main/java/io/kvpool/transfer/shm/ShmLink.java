@@ -274,13 +274,7 @@ public final class ShmLink implements PeerLink {
             // nothing queued ahead of it: straight into the ring, and only what does not fit is kept (a copy: the
             // caller may reuse its array once send returns)
             final ByteBuffer b = ByteBuffer.wrap(frame);
-            try {
-                ringOut.write(b);
-            } catch (ShmRing.CorruptRingException e) {
-                fail(e.getMessage());
-                throw new LinkFailedException(describe() + ": " + failure);
-            } catch (InternalError e) {
-                fail(ringFault(e));
+            if (!writeRing(b)) {
                 throw new LinkFailedException(describe() + ": " + failure);
             }
             if (!b.hasRemaining()) {
@@ -318,10 +312,10 @@ public final class ShmLink implements PeerLink {
             }
             while (!out.isEmpty()) {
                 final ByteBuffer b = out.peek();
-                if (ringOut != null) {
-                    ringOut.write(b);
-                } else {
+                if (ringOut == null) {
                     channel.write(b);
+                } else if (!writeRing(b)) {
+                    return;
                 }
                 if (b.hasRemaining()) {
                     return; // ring or socket buffer full: the rest goes out on a later poll
@@ -331,11 +325,20 @@ public final class ShmLink implements PeerLink {
             }
         } catch (IOException e) {
             fail("socket write failed: " + e);
+        }
+    }
+
+    /** Writes what fits of {@code b} into the outgoing ring. @return false if the ring is broken: the link failed */
+    private boolean writeRing(ByteBuffer b) {
+        try {
+            ringOut.write(b);
+            return true;
         } catch (ShmRing.CorruptRingException e) {
             fail(e.getMessage());
         } catch (InternalError e) {
             fail(ringFault(e));
         }
+        return false;
     }
 
     /**
