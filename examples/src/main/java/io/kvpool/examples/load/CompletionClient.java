@@ -26,9 +26,19 @@ import java.util.Set;
  * tokens, and the leak checks — other tenants' {@link Markers} anywhere in what came back, and whether the
  * KV the server read ({@code kvpool.kv_text}) is exactly the prompt that was sent.
  *
- * <p>A streamed response is read line by line as it arrives; an abort closes the response stream, which
- * closes the connection, and the server notices at its next write (a heartbeat or a token) and aborts
- * the request on both roles. Thread-safe: one client serves every caller thread.
+ * <p>A streamed response is read line by line as it arrives, and after {@code [DONE]} to its end; an abort
+ * closes the response stream, which closes the connection, and the server notices at its next write (a
+ * heartbeat or a token) and aborts the request on both roles. Thread-safe: {@link #send} may be called from
+ * any thread; a load generator gives each of its clients a {@link #session()} instead, with connections of
+ * its own.
+ *
+ * <p>Why sessions, and why read past {@code [DONE]}: the JDK client puts a connection back in its pool as
+ * soon as a response is whole, and a response stream closed after that moment still closes the connection,
+ * under whichever request took it from the pool next. That request then fails with "HTTP/1.1 header parser
+ * received no bytes", and the server sees only a client that closed an idle connection. Against a bare
+ * {@code HttpFront} (16 threads, 64,000 requests a run, half of them short streams) closing each stream at
+ * {@code [DONE]} gave 7 such failures in 4 runs and ~1,500 client closes a run; reading to the end of the
+ * stream gave 1 in 6 runs; reading to the end with a client per thread gave none in 3 runs.
  */
 public final class CompletionClient implements AutoCloseable {
 
@@ -48,7 +58,7 @@ public final class CompletionClient implements AutoCloseable {
         this.endpoint = Objects.requireNonNull(base, "base").resolve("/v1/completions");
         this.timeout = Objects.requireNonNull(timeout, "timeout");
         this.maxBodyBytes = maxBodyBytes;
-        this.http = HttpClient.newBuilder().version(HttpClient.Version.HTTP_1_1).connectTimeout(Duration.ofSeconds(5)).build();
+        this.http = newHttpClient();
     }
 
     /** @return the body of a completion request */
@@ -62,10 +72,45 @@ public final class CompletionClient implements AutoCloseable {
 
     /** Sends one request and waits for its end (or disconnects, as the shot says). Never throws for what the server does. */
     public Outcome send(Shot s) throws InterruptedException {
+        return send(http, s);
+    }
+
+    /**
+     * {@return a client of its own for one caller: its requests go on its own connections} Close it when done.
+     * A load generator's client uses one, so that another client's late close never lands under its request.
+     */
+    public Session session() {
+        return new Session(newHttpClient());
+    }
+
+    /** One caller's requests on connections of their own ({@link #session()}). Not thread-safe; close is idempotent. */
+    public final class Session implements AutoCloseable {
+        private final HttpClient own;
+
+        private Session(HttpClient own) {
+            this.own = own;
+        }
+
+        /** As {@link CompletionClient#send}, on this session's connections. */
+        public Outcome send(Shot s) throws InterruptedException {
+            return CompletionClient.this.send(own, s);
+        }
+
+        @Override
+        public void close() {
+            own.close();
+        }
+    }
+
+    private static HttpClient newHttpClient() {
+        return HttpClient.newBuilder().version(HttpClient.Version.HTTP_1_1).connectTimeout(Duration.ofSeconds(5)).build();
+    }
+
+    private Outcome send(HttpClient http, Shot s) throws InterruptedException {
         final long t0 = System.nanoTime();
         try {
             if (s.kind() == Shot.Kind.GARBAGE) {
-                return garbage(s, t0);
+                return garbage(http, s, t0);
             }
             final HttpRequest req = HttpRequest.newBuilder(endpoint).timeout(timeout).header("Authorization", "Bearer sk-" + s.tenant())
                 .header("Content-Type", "application/json")
@@ -78,11 +123,9 @@ public final class CompletionClient implements AutoCloseable {
                 return streamed(http, s, req, t0);
             }
             // An abort closes the response stream early, and the JDK client may by then have put the connection back
-            // in its pool (the response was whole) yet still close it: the next request on it gets no answer ("header
-            // parser received no bytes"). Measured against a bare HttpFront: 1 such failure every 2-3 runs of 19,200
-            // requests sharing a pool with 6,400 aborts; none in 6 runs with the aborts on a client of their own. So
-            // each abort gets a client (and a connection) of its own.
-            final HttpClient own = HttpClient.newBuilder().version(HttpClient.Version.HTTP_1_1).connectTimeout(Duration.ofSeconds(5)).build();
+            // in its pool (the response was whole) yet still close it: the next request on it would get no answer
+            // (see the class comment). So each abort gets a client, and a connection, of its own.
+            final HttpClient own = newHttpClient();
             try {
                 return streamed(own, s, req, t0);
             } finally {
@@ -168,6 +211,14 @@ public final class CompletionClient implements AutoCloseable {
             final String data = line.substring(6);
             if (data.equals("[DONE]")) {
                 final long total = System.nanoTime() - t0;
+                // to the end of the stream: closing it before would race the JDK client's pool (class comment)
+                final StringBuilder after = new StringBuilder();
+                for (String more; (more = r.readLine()) != null; ) {
+                    after.append(more);
+                }
+                if (!after.isEmpty()) {
+                    return unexpected(s, 200, "data_after_done", total, Markers.foreign(s.tenant(), raw.append(text)), cut(after.toString()));
+                }
                 raw.append(text);
                 final Set<String> foreign = Markers.foreign(s.tenant(), raw);
                 if (error != null) {
@@ -218,7 +269,7 @@ public final class CompletionClient implements AutoCloseable {
         return new Outcome(s, Outcome.Kind.UNEXPECTED, status, reason, -1, total, 0, foreign, List.of(), false, cut(body));
     }
 
-    private Outcome garbage(Shot s, long t0) throws IOException, InterruptedException {
+    private Outcome garbage(HttpClient http, Shot s, long t0) throws IOException, InterruptedException {
         final Garbage g = s.garbage();
         final byte[] body = g.body(s.prompt(), maxBodyBytes).getBytes(StandardCharsets.UTF_8);
         final HttpRequest.Builder b = HttpRequest.newBuilder(endpoint).timeout(timeout).header("Content-Type", "application/json")

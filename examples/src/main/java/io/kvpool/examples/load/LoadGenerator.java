@@ -10,7 +10,8 @@ import java.util.concurrent.Future;
 import java.util.concurrent.atomic.AtomicLong;
 
 /**
- * Runs {@code clients} concurrent clients, each a virtual thread sending one request after another
+ * Runs {@code clients} concurrent clients, each a virtual thread with a {@link CompletionClient#session()} of its own
+ * sending one request after another
  * (closed loop: a client waits for its answer before the next), taking the next index from a shared
  * counter, until {@code requests} were taken or {@code duration} is up; requests in flight then finish.
  */
@@ -72,12 +73,14 @@ public final class LoadGenerator {
             for (int c = 0; c < clients; c++) {
                 parts.add(threads.submit(() -> {
                     final List<Outcome> mine = new ArrayList<>();
-                    while (duration == null || System.nanoTime() - end < 0) {
-                        final long i = next.getAndIncrement();
-                        if (requests > 0 && i >= requests) {
-                            break;
+                    try (CompletionClient.Session session = client.session()) { // connections of its own
+                        while (duration == null || System.nanoTime() - end < 0) {
+                            final long i = next.getAndIncrement();
+                            if (requests > 0 && i >= requests) {
+                                break;
+                            }
+                            mine.add(session.send(mix.shot(i)));
                         }
-                        mine.add(client.send(mix.shot(i)));
                     }
                     return mine;
                 }));
