@@ -413,6 +413,14 @@ final class HandleOps {
         }
 
         @Override
+        public void appendPinned(Sequence seq, int tokens) {
+            if (seq.pool() != pool) {
+                throw new IllegalArgumentException(seq + " belongs to another pool");
+            }
+            seq.appendPinned(tokens);
+        }
+
+        @Override
         public void commitReceiveAll(long[] handles, int from, int to) {
             transitionAll(handles, from, to, SlotEvent.COMMIT_RECEIVE);
         }

@@ -90,6 +90,28 @@ final class PoolAllocations {
     }
 
     /**
+     * Pins the {@code count} pages a {@link #tryAllocateEach} just gave {@code seq} for a writer (RECEIVING), before
+     * their handles leave the allocating thread: a release-store each ({@link SlotTable#pinFresh}), not a CAS.
+     *
+     * @throws IllegalStateException if the pool closed meanwhile (nothing is pinned then)
+     */
+    void pinFresh(Sequence seq, int count) {
+        final PageCounts.Delta delta = new PageCounts.Delta();
+        lock.lock();
+        try {
+            pool.ensureOpen();
+            for (int k = 0; k < count; k++) {
+                if (slots.pinFresh(PageHandle.slot(seq.allocated[k]), delta) < 0) {
+                    throw new IllegalStateException("allocator bug: fresh page " + PageHandle.toString(seq.allocated[k]) + " is not OWNED(1)");
+                }
+            }
+        } finally {
+            slots.counts().add(delta); // under the lock: close counts the pinned pages under it
+            lock.unlock();
+        }
+    }
+
+    /**
      * Under the lock, gives back what {@link #tryAllocateEach} took before it came up short at page {@code k} of
      * {@code failed}: the pages of the sequences before it in the list (and their reservations), and its first
      * {@code k}.

@@ -222,6 +222,21 @@ public final class Sequence implements AutoCloseable {
      * @throws IllegalStateException    if the sequence or pool is closed
      */
     public void append(int n) {
+        append(n, false);
+    }
+
+    /**
+     * As {@link #append}, with the new pages pinned for a writer (RECEIVING) before they enter the block table:
+     * {@link io.kvpool.spi.TransportHandles#appendPinned}. Only for a sequence without pages.
+     */
+    void appendPinned(int n) {
+        if (pageCount != 0) {
+            throw new IllegalStateException("appendPinned needs a sequence without pages; this one holds " + pageCount);
+        }
+        append(n, true);
+    }
+
+    private void append(int n, boolean pinned) {
         final int allocate = planAppend(n);
         if (allocate > 0) {
             stepNext = null; // a batch of one: the same allocation path as KvPool#appendEach
@@ -238,6 +253,14 @@ public final class Sequence implements AutoCloseable {
                     copyLastPageInto(allocated[0]);
                 } catch (RuntimeException e) {
                     pool.allocations().undoEach(this); // all or nothing: the reservation too
+                    throw e;
+                }
+            }
+            if (pinned) {
+                try {
+                    pool.allocations().pinFresh(this, allocate);
+                } catch (RuntimeException e) {
+                    pool.allocations().undoEach(this); // the pool closed: nothing was pinned
                     throw e;
                 }
             }

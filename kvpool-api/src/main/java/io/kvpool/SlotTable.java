@@ -94,6 +94,25 @@ final class SlotTable {
     }
 
     /**
+     * Pins a page that was just allocated and whose handle has not left the allocating thread: OWNED(1) →
+     * RECEIVING(1). Only the allocator calls this, under the pool lock. As in {@link #allocate}, no other thread
+     * can act on this tenancy (nobody else holds its handle) and a thread holding an older word fails its CAS,
+     * so a release-store suffices.
+     *
+     * @param delta where the phase move is counted (added to the counts under the same lock)
+     * @return the new state word, or {@link PageHandle#ILLEGAL_STATE} if the slot was not OWNED(1) (an allocator bug)
+     */
+    long pinFresh(int slot, PageCounts.Delta delta) {
+        final long word = words.getVolatile(slot);
+        final long next = SlotStateMachine.next(word, SlotStateMachine.generation(word), SlotEvent.PIN_WRITER);
+        if (next >= 0) {
+            words.setRelease(slot, next);
+            PageCounts.moved(SlotStateMachine.phase(word), SlotStateMachine.phase(next), delta);
+        }
+        return next;
+    }
+
+    /**
      * Takes a FREE slot into service. Only the allocator calls this, under the pool lock, for a slot it has
      * just removed from the free structures. No other thread can change a FREE word: every handle event on
      * a FREE slot is refused (STALE) without a write, and a thread still holding an older word of this

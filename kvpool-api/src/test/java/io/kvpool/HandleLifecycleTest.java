@@ -290,6 +290,81 @@ class HandleLifecycleTest {
         }
     }
 
+    /**
+     * appendPinned gives a fresh sequence its pages already RECEIVING: closing the sequence cannot free them while
+     * a writer may still write (the pin holds them), and the commit ends the pin. The same through the interface's
+     * default (append, then pinWriters): both leave the pool in the same states.
+     */
+    @Test
+    void appendPinnedPinsEveryNewPageBeforeItsHandleLeaves() {
+        for (boolean own : new boolean[] {true, false}) {
+            try (KvPool pool = TestPools.pool(8)) {
+                final io.kvpool.spi.TransportHandles real = pool.handles();
+                final io.kvpool.spi.TransportHandles handles = own ? real : new io.kvpool.spi.TransportHandles() {
+                    public void pinWriter(long x) { real.pinWriter(x); }
+                    public void commitReceive(long x) { real.commitReceive(x); }
+                    public void beginDrain(long x) { real.beginDrain(x); }
+                    public void drained(long x) { real.drained(x); }
+                    public void quarantine(long x) { real.quarantine(x); }
+                    public void releaseQuarantine(long x) { real.releaseQuarantine(x); }
+                };
+                final int tokens = 5 * TestPools.SMALL.tokensPerPage() - 1;
+                final Sequence seq = pool.admit(tokens, 0).sequence();
+                handles.appendPinned(seq, tokens);
+                assertEquals(5, seq.pageCount());
+                assertEquals(tokens, seq.tokenCount());
+                final long[] h = new long[5];
+                for (int i = 0; i < 5; i++) {
+                    h[i] = seq.pageHandle(i);
+                    assertEquals(SlotState.RECEIVING, pool.state(h[i]), (own ? "pool's" : "default") + ": page " + i);
+                }
+                assertEquals(5, pool.snapshot().receiving());
+                seq.close();
+                for (long x : h) {
+                    assertEquals(SlotState.RECEIVING, pool.state(x), "the pin holds a page its sequence released");
+                }
+                assertEquals(3, pool.verifyAccounting().free(), "five pages held by the pin alone");
+                handles.commitReceiveAll(h, 0, 5);
+                assertEquals(8, pool.verifyAccounting().free(), "the commit of unreferenced pages frees them");
+                assertEquals(0, pool.snapshot().receiving());
+            }
+        }
+    }
+
+    @Test
+    void appendPinnedRefusesASequenceWithPagesAnotherPoolsSequenceAndTooManyPages() {
+        try (KvPool pool = TestPools.pool(4); KvPool other = TestPools.pool(4)) {
+            final int perPage = TestPools.SMALL.tokensPerPage();
+            final Sequence held = pool.admit(perPage, 0).sequence();
+            held.append(1);
+            final IllegalStateException e = assertThrows(IllegalStateException.class, () -> pool.handles().appendPinned(held, 1));
+            assertTrue(e.getMessage().contains("holds 1"), e.getMessage());
+            final Sequence foreign = other.admit(perPage, 0).sequence();
+            assertThrows(IllegalArgumentException.class, () -> pool.handles().appendPinned(foreign, 1));
+            assertEquals(4, other.verifyAccounting().free());
+            held.close();
+            foreign.close();
+            final Sequence hog = pool.admit(2 * perPage, 0).sequence();
+            hog.append(2 * perPage);
+            final Sequence big = pool.admit(perPage, 0).sequence();
+            assertThrows(PoolExhaustedException.class, () -> pool.handles().appendPinned(big, 3 * perPage), "3 pages, 2 free");
+            assertEquals(0, big.pageCount(), "nothing appended");
+            assertEquals(0, pool.snapshot().receiving(), "nothing pinned");
+            big.close();
+            hog.close();
+            assertEquals(4, pool.verifyAccounting().free());
+        }
+    }
+
+    @Test
+    void appendPinnedOnAClosedPoolThrowsAndAppendsNothing() {
+        final KvPool pool = TestPools.pool(4);
+        final Sequence seq = pool.admit(TestPools.SMALL.tokensPerPage(), 0).sequence();
+        pool.close();
+        assertThrows(IllegalStateException.class, () -> pool.handles().appendPinned(seq, 1));
+        assertEquals(0, seq.pageCount());
+    }
+
     @Test
     void freedPagesAreFilledAsConfigured() {
         for (FillMode mode : FillMode.values()) {

@@ -67,6 +67,31 @@ public interface TransportHandles {
     }
 
     /**
+     * Appends {@code tokens} to a sequence without pages, its new pages pinned for a writer (RECEIVING) from the
+     * start: what {@link io.kvpool.Sequence#append} and then {@link #pinWriters} of its pages do, all or none. The
+     * pool's own implementation pins each fresh page with a plain store under the allocation's lock (nobody else
+     * holds its handle yet), not a CAS per page; this default appends, then pins, and leaves the pages in the
+     * sequence, unpinned, if the pin fails.
+     *
+     * @param seq    a sequence of this pool that holds no page yet
+     * @param tokens tokens to append
+     * @throws IllegalArgumentException if {@code seq} belongs to another pool
+     * @throws IllegalStateException    if {@code seq} holds pages, is closed, or the pool is closed
+     * @throws io.kvpool.PoolExhaustedException if the pool cannot supply the pages (nothing is appended)
+     */
+    default void appendPinned(io.kvpool.Sequence seq, int tokens) {
+        if (seq.pageCount() != 0) {
+            throw new IllegalStateException("appendPinned needs a sequence without pages; this one holds " + seq.pageCount());
+        }
+        seq.append(tokens);
+        final long[] handles = new long[seq.pageCount()];
+        for (int i = 0; i < handles.length; i++) {
+            handles[i] = seq.pageHandle(i);
+        }
+        pinWriters(handles, 0, handles.length);
+    }
+
+    /**
      * The transfer into the page was verified: RECEIVING → OWNED (or FREE if no reference is left).
      *
      * @param handle the page's handle
