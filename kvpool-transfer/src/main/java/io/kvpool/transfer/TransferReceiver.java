@@ -211,7 +211,7 @@ public final class TransferReceiver extends TransferEndpoint {
         // placeholder admits one token, and so the receiver expects one (the incident replay's stub).
         final int expected = (int) Math.min(promptTokens, a.sequence().admittedTokens());
         try {
-            seq.append(expected);
+            pool.handles().appendPinned(seq, expected); // RECEIVING from the start: all or none
         } catch (RuntimeException e) {
             seq.close();
             return reject(t, FailureReason.REJECTED, "could not allocate " + layout.pagesFor(expected) + " pages for "
@@ -220,12 +220,6 @@ public final class TransferReceiver extends TransferEndpoint {
         final long[] handles = new long[seq.pageCount()];
         for (int i = 0; i < handles.length; i++) {
             handles[i] = seq.pageHandle(i);
-        }
-        try {
-            pool.handles().pinWriters(handles, 0, handles.length); // all or none: a refusal leaves none pinned
-        } catch (RuntimeException e) {
-            seq.close();
-            throw e;
         }
         t.sequence = seq;
         t.handles = handles;
@@ -239,7 +233,6 @@ public final class TransferReceiver extends TransferEndpoint {
         t.confirmed = new boolean[n];
         t.suspect = new boolean[n];
         t.tokenCounts = new int[n];
-        t.checksums = new int[handles.length];
         t.state = IncomingTransfer.State.RECEIVING;
         t.deadline = now + completionTimeoutNanos;
         active.add(t);
@@ -252,7 +245,7 @@ public final class TransferReceiver extends TransferEndpoint {
             final int from = TransferPlan.firstPage(handles.length, n, r);
             final int to = TransferPlan.firstPage(handles.length, n, r + 1);
             try {
-                t.registrations[r] = p.link.register(pool.storage(), Arrays.copyOfRange(slotsOf, from, to));
+                t.registrations[r] = p.link.register(pool.storage(), n == 1 ? slotsOf : Arrays.copyOfRange(slotsOf, from, to));
             } catch (RuntimeException e) {
                 fail(t, FailureReason.PEER_LOST, "could not register " + (to - from) + " pages on " + p + ": " + e.getMessage(), now);
                 return t;
@@ -432,6 +425,9 @@ public final class TransferReceiver extends TransferEndpoint {
                 + (to - from) + " pages", now);
             return;
         } else {
+            if (t.checksums == null) {
+                t.checksums = new int[t.handles.length]; // made when the first checksums arrive: none with them off
+            }
             System.arraycopy(c.checksums(), 0, t.checksums, from, c.checksums().length);
             if (c.checksums().length < to - from) {
                 // a short sender checksums only the pages it has; the length check (or, with it off, the

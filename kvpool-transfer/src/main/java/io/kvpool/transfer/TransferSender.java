@@ -49,6 +49,8 @@ public final class TransferSender extends TransferEndpoint {
     private final KvLayout layout;
     private final long layoutFingerprint; // computed once: fingerprint() hashes a string each call
     private final int maxPagesInFlight;
+    /** pump's destination and source page numbers, reused from batch to batch (owner thread only) */
+    private int[] dstScratch = new int[0], srcScratch = new int[0];
     private final boolean checksums;
     private final PageChecksums checksummer;
     private final long drainDeadlineNanos;
@@ -417,8 +419,12 @@ public final class TransferSender extends TransferEndpoint {
         final int end = sourceEnd(t);
         final int room = (int) Math.min(maxPagesInFlight - inFlight, end - t.nextPage);
         if (room > 0) {
-            final int[] dst = new int[room];
-            final int[] src = new int[room];
+            if (dstScratch.length < room) { // the link reads them during putBatch and keeps neither (PeerLink)
+                dstScratch = new int[room];
+                srcScratch = new int[room];
+            }
+            final int[] dst = dstScratch;
+            final int[] src = srcScratch;
             for (int i = 0; i < room; i++) {
                 final int page = t.nextPage + i;
                 final long v = pool.validate(t.sourceHandles[page]);

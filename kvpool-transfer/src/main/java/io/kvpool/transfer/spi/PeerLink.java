@@ -71,7 +71,7 @@ public interface PeerLink extends AutoCloseable {
      * Lets the peer write the given pages of a local storage, for one transfer.
      *
      * @param storage the receiver pool's storage
-     * @param slots   the destination slots, in the order the descriptor lists them
+     * @param slots   the destination slots, in the order the descriptor lists them; read during the call, not kept
      * @return the registration; its {@link Registration#key()} goes into the descriptor
      */
     Registration register(PageStorage storage, int[] slots);
@@ -113,6 +113,8 @@ public interface PeerLink extends AutoCloseable {
      * @param off        index of the batch's first entry in {@code dst} and {@code src}
      * @param count      number of pages to write
      * @param firstToken token reported for the first write; write {@code i} reports {@code firstToken + i}
+     *                   (the link reads {@code dst} and {@code src} during the call and keeps neither: the caller
+     *                   reuses them)
      * @throws LinkFailedException       if the link is down
      * @throws IllegalArgumentException  if the region is not from this link or this transport cannot read
      *                                   the source storage
