@@ -18,7 +18,8 @@
 # Verdict (exit 0 only if all hold):
 #   - the load generator's verdict: no response with another tenant's marker, no completion whose KV is not
 #     its prompt, no unexpected answer, both pools balanced at quiescence (read from the router's /metrics);
-#   - after each heal a probe completes within RECOVERY_LIMIT_S, 3 s by default (the measured times are printed).
+#   - after each heal the roles log the KV link up again within LINK_LIMIT_MS (2 s; the goal is 1 s), and a probe
+#     through the router completes within RECOVERY_LIMIT_S (3 s); both times are printed.
 # A page freed before its teardown proof, into which a late put of the frozen or cut-off prefill then lands,
 # would surface as a completion whose KV is not its prompt, or as another tenant's marker: the load verdict.
 #
@@ -53,6 +54,11 @@ WARM=$(win 15); DOWN1=$(win 10); DOWN2=$(win 60); HOLE=$(win 20); FREEZE=$(win 2
 # (this script, 2 cores, two runs, 7 of 8 heals within 1 s; 0.65 to 1.14 s for 30 s blackholes and link-downs); the
 # limit leaves slack for a loaded machine.
 RECOVERY_LIMIT_S=${RECOVERY_LIMIT_S:-3}
+# The link itself, as the roles log it: from the heal until prefill and decode both logged the reconnected link UP
+# (their log lines carry milliseconds), when the fault cost the link at all. The goal is 1 s; measured 184 and
+# 359 ms after the blackhole and the freeze but 1,083 ms after the 60 s link-down (one full run; the 10 s
+# link-down did not cost the link), so the limit is 2 s until that case is understood.
+LINK_LIMIT_MS=${LINK_LIMIT_MS:-2000}
 total=$((WARM + DOWN1 + AFTER + DOWN2 + AFTER + HOLE + AFTER + FREEZE + AFTER))
 
 tag=kvf$$
@@ -137,17 +143,41 @@ start "$R" load X=1 -- load --url http://127.0.0.1:8080/ --duration "${total}s" 
   --over-capacity-ratio 0.02
 
 now_ms() { date +%s%3N; }
+log_ms() { # log_ms LINE: epoch ms of a role log line's timestamp (KvServerMain's format: "2026-12-02 14:45:12.345 …")
+  date -d "${1:0:23}" +%s%3N
+}
+first_after() { # first_after LOG PATTERN MS: epoch ms of the first line of LOG matching PATTERN logged at or after MS
+  local line t
+  while IFS= read -r line; do
+    t=$(log_ms "$line" 2>/dev/null) || continue
+    if (( t >= $3 )); then echo "$t"; return; fi
+  done < <(grep -E "$2" "$1" || true)
+}
+link_back() { # link_back FAULT_MS HEAL_MS: ms from the heal until both roles logged their KV link up again, or why not
+  local lost up_p up_d
+  lost=$(first_after "$work/prefill.log" 'link to decode lost|retired the link' "$1")
+  [[ -n $lost ]] || { echo "never lost"; return; }
+  up_p=$(first_after "$work/prefill.log" 'UP\) speaking version' "$2")
+  up_d=$(first_after "$work/decode.log" 'UP\) speaking version' "$2")
+  [[ -n $up_p && -n $up_d ]] || { echo "not logged up"; return; }
+  echo "$(( (up_p > up_d ? up_p : up_d) - $2 )) ms"
+}
 recoveries=()
 fail=0
-recover() { # recover FAULT: after a heal, time until a probe completes; then the rest of the window
-  local what=$1 start end
+recover() { # recover FAULT FAULT_MS: after a heal, time until a probe completes and until both links were up; then the rest of the window
+  local what=$1 start end linked
   start=$(now_ms)
   while true; do
     if [[ $(probe) == 200 ]]; then
       end=$(now_ms)
-      recoveries+=("$what: $(( end - start )) ms")
-      echo "fleet-faults: $what healed, path back after $(( end - start )) ms"
+      linked=$(link_back "$2" "$start")
+      recoveries+=("$what: link $linked, path $(( end - start )) ms")
+      echo "fleet-faults: $what healed: KV link back (both roles' logs) $linked; path back (a probe answered) after $(( end - start )) ms"
       (( end - start <= RECOVERY_LIMIT_S * 1000 )) || { echo "fleet-faults: FAIL: $what: recovery over ${RECOVERY_LIMIT_S} s" >&2; fail=1; }
+      if [[ $linked =~ ^([0-9]+)\ ms$ ]] && (( BASH_REMATCH[1] > LINK_LIMIT_MS )); then
+        echo "fleet-faults: FAIL: $what: the KV link came back $linked after the heal, the goal is ${LINK_LIMIT_MS} ms" >&2
+        fail=1
+      fi
       break
     fi
     if (( $(now_ms) - start > AFTER * 1000 )); then
@@ -165,15 +195,15 @@ recover() { # recover FAULT: after a heal, time until a probe completes; then th
 link() { ip -n "$P" link set "$KV_P" "$1"; ip -n "$D" link set "$KV_D" "$1"; }
 
 sleep "$WARM"
-echo "fleet-faults: fault 1: KV link down for ${DOWN1} s"; link down; sleep "$DOWN1"; link up; recover "link down ${DOWN1} s"
-echo "fleet-faults: fault 2: KV link down for ${DOWN2} s"; link down; sleep "$DOWN2"; link up; recover "link down ${DOWN2} s"
+echo "fleet-faults: fault 1: KV link down for ${DOWN1} s"; at=$(now_ms); link down; sleep "$DOWN1"; link up; recover "link down ${DOWN1} s" "$at"
+echo "fleet-faults: fault 2: KV link down for ${DOWN2} s"; at=$(now_ms); link down; sleep "$DOWN2"; link up; recover "link down ${DOWN2} s" "$at"
 echo "fleet-faults: fault 3: KV path blackholed for ${HOLE} s"
-ip -n "$P" route add blackhole 10.231.3.2/32; ip -n "$D" route add blackhole 10.231.3.1/32
+at=$(now_ms); ip -n "$P" route add blackhole 10.231.3.2/32; ip -n "$D" route add blackhole 10.231.3.1/32
 sleep "$HOLE"
 ip -n "$P" route del blackhole 10.231.3.2/32; ip -n "$D" route del blackhole 10.231.3.1/32
-recover "blackhole ${HOLE} s"
+recover "blackhole ${HOLE} s" "$at"
 echo "fleet-faults: fault 4: prefill frozen for ${FREEZE} s"
-kill -STOP "$prefill_pid"; sleep "$FREEZE"; kill -CONT "$prefill_pid"; recover "prefill frozen ${FREEZE} s"
+at=$(now_ms); kill -STOP "$prefill_pid"; sleep "$FREEZE"; kill -CONT "$prefill_pid"; recover "prefill frozen ${FREEZE} s" "$at"
 
 load_rc=0
 wait "$load_pid" || load_rc=$?
