@@ -268,18 +268,23 @@ class HandleLifecycleTest {
         }
     }
 
+    /** {@return handles that forward only the one-page methods to {@code real}: every batch method is the interface's default} */
+    private static io.kvpool.spi.TransportHandles onePageMethodsOf(io.kvpool.spi.TransportHandles real) {
+        return new io.kvpool.spi.TransportHandles() {
+            public void pinWriter(long x) { real.pinWriter(x); }
+            public void commitReceive(long x) { real.commitReceive(x); }
+            public void beginDrain(long x) { real.beginDrain(x); }
+            public void drained(long x) { real.drained(x); }
+            public void quarantine(long x) { real.quarantine(x); }
+            public void releaseQuarantine(long x) { real.releaseQuarantine(x); }
+        };
+    }
+
     @Test
     void theDefaultPinWritersIsAllOrNoneToo() {
         try (KvPool pool = TestPools.pool(4)) {
             final io.kvpool.spi.TransportHandles real = pool.handles();
-            final io.kvpool.spi.TransportHandles byDefault = new io.kvpool.spi.TransportHandles() { // only the one-page methods
-                public void pinWriter(long x) { real.pinWriter(x); }
-                public void commitReceive(long x) { real.commitReceive(x); }
-                public void beginDrain(long x) { real.beginDrain(x); }
-                public void drained(long x) { real.drained(x); }
-                public void quarantine(long x) { real.quarantine(x); }
-                public void releaseQuarantine(long x) { real.releaseQuarantine(x); }
-            };
+            final io.kvpool.spi.TransportHandles byDefault = onePageMethodsOf(real);
             final long[] h = {pool.tryAllocate(), pool.tryAllocate(), pool.tryAllocate()};
             pool.retain(h[2]);
             assertThrows(IllegalSlotTransitionException.class, () -> byDefault.pinWriters(h, 0, 3));
@@ -300,14 +305,7 @@ class HandleLifecycleTest {
         for (boolean own : new boolean[] {true, false}) {
             try (KvPool pool = TestPools.pool(8)) {
                 final io.kvpool.spi.TransportHandles real = pool.handles();
-                final io.kvpool.spi.TransportHandles handles = own ? real : new io.kvpool.spi.TransportHandles() {
-                    public void pinWriter(long x) { real.pinWriter(x); }
-                    public void commitReceive(long x) { real.commitReceive(x); }
-                    public void beginDrain(long x) { real.beginDrain(x); }
-                    public void drained(long x) { real.drained(x); }
-                    public void quarantine(long x) { real.quarantine(x); }
-                    public void releaseQuarantine(long x) { real.releaseQuarantine(x); }
-                };
+                final io.kvpool.spi.TransportHandles handles = own ? real : onePageMethodsOf(real);
                 final int tokens = 5 * TestPools.SMALL.tokensPerPage() - 1;
                 final Sequence seq = pool.admit(tokens, 0).sequence();
                 handles.appendPinned(seq, tokens);
