@@ -55,9 +55,11 @@ WARM=$(win 15); DOWN1=$(win 10); DOWN2=$(win 60); HOLE=$(win 20); FREEZE=$(win 2
 # limit leaves slack for a loaded machine.
 RECOVERY_LIMIT_S=${RECOVERY_LIMIT_S:-3}
 # The link itself, as the roles log it: from the heal until prefill and decode both logged the reconnected link UP
-# (their log lines carry milliseconds), when the fault cost the link at all. The goal is 1 s; measured 184 and
-# 359 ms after the blackhole and the freeze but 1,083 ms after the 60 s link-down (one full run; the 10 s
-# link-down did not cost the link), so the limit is 2 s until that case is understood.
+# (their log lines carry milliseconds), when the fault cost the link at all. The goal is 1 s. Two full runs:
+# blackhole 359 / 328 ms, frozen prefill 184 / 266 ms, but the 60 s link-down 1,083 / 1,156 ms (the 10 s one
+# never cost the link). A link that failed during the outage comes back within ~0.1 s of the heal (prefill
+# retries every 200 ms); one whose failure prefill learns only after the heal waits for its old TCP connection's
+# next retransmission to draw decode's reset, 0.2 to 1.3 s. So the limit is 2 s until that case is fixed.
 LINK_LIMIT_MS=${LINK_LIMIT_MS:-2000}
 total=$((WARM + DOWN1 + AFTER + DOWN2 + AFTER + HOLE + AFTER + FREEZE + AFTER))
 
@@ -154,13 +156,16 @@ first_after() { # first_after LOG PATTERN MS: epoch ms of the first line of LOG 
   done < <(grep -E "$2" "$1" || true)
 }
 link_back() { # link_back FAULT_MS HEAL_MS: ms from the heal until both roles logged their KV link up again, or why not
-  local lost up_p up_d
+  local lost up_p up_d up
   lost=$(first_after "$work/prefill.log" 'link to decode lost|retired the link' "$1")
   [[ -n $lost ]] || { echo "never lost"; return; }
-  up_p=$(first_after "$work/prefill.log" 'UP\) speaking version' "$2")
-  up_d=$(first_after "$work/decode.log" 'UP\) speaking version' "$2")
+  # the first UP after the loss: no link can come up before the heal, and one may come up while the heal's own
+  # commands (ip, kill) are still returning, before HEAL_MS was read: that counts as 0
+  up_p=$(first_after "$work/prefill.log" 'UP\) speaking version' "$lost")
+  up_d=$(first_after "$work/decode.log" 'UP\) speaking version' "$lost")
   [[ -n $up_p && -n $up_d ]] || { echo "not logged up"; return; }
-  echo "$(( (up_p > up_d ? up_p : up_d) - $2 )) ms"
+  up=$(( (up_p > up_d ? up_p : up_d) - $2 ))
+  echo "$(( up > 0 ? up : 0 )) ms"
 }
 recoveries=()
 fail=0
