@@ -93,7 +93,8 @@ final class PoolAllocations {
      * Pins the {@code count} pages a {@link #tryAllocateEach} just gave {@code seq} for a writer (RECEIVING), before
      * their handles leave the allocating thread: a release-store each ({@link SlotTable#pinFresh}), not a CAS.
      *
-     * @throws IllegalStateException if the pool closed meanwhile (nothing is pinned then)
+     * @throws IllegalStateException if the pool closed meanwhile, or a fresh page was not OWNED(1); nothing is left
+     *                               pinned then
      */
     void pinFresh(Sequence seq, int count) {
         final PageCounts.Delta delta = new PageCounts.Delta();
@@ -102,7 +103,12 @@ final class PoolAllocations {
             pool.ensureOpen();
             for (int k = 0; k < count; k++) {
                 if (slots.pinFresh(PageHandle.slot(seq.allocated[k]), delta) < 0) {
-                    throw new IllegalStateException("allocator bug: fresh page " + PageHandle.toString(seq.allocated[k]) + " is not OWNED(1)");
+                    for (int j = 0; j < k; j++) { // no writer was given these pages: RECEIVING → DRAINING → OWNED
+                        ops.tryTransition(seq.allocated[j], SlotEvent.BEGIN_DRAIN);
+                        ops.tryTransition(seq.allocated[j], SlotEvent.DRAINED);
+                    }
+                    throw new IllegalStateException("fresh page " + PageHandle.toString(seq.allocated[k]) + " is not OWNED(1): "
+                        + "an allocator bug, or an older handle's event with the generation check disabled");
                 }
             }
         } finally {

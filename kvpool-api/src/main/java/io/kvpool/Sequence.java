@@ -260,7 +260,7 @@ public final class Sequence implements AutoCloseable {
                 try {
                     pool.allocations().pinFresh(this, allocate);
                 } catch (RuntimeException e) {
-                    pool.allocations().undoEach(this); // the pool closed: nothing was pinned
+                    pool.allocations().undoEach(this); // nothing is left pinned (pinFresh): all back, as after a failed copy
                     throw e;
                 }
             }

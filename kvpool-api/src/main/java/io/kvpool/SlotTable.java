@@ -97,18 +97,25 @@ final class SlotTable {
      * Pins a page that was just allocated and whose handle has not left the allocating thread: OWNED(1) →
      * RECEIVING(1). Only the allocator calls this, under the pool lock. As in {@link #allocate}, no other thread
      * can act on this tenancy (nobody else holds its handle) and a thread holding an older word fails its CAS,
-     * so a release-store suffices.
+     * so a release-store suffices. Not so with the generation check disabled (a test's safeguard switch): an older
+     * handle's event then applies to the new tenancy, so that mode pays the CAS.
      *
      * @param delta where the phase move is counted (added to the counts under the same lock)
-     * @return the new state word, or {@link PageHandle#ILLEGAL_STATE} if the slot was not OWNED(1) (an allocator bug)
+     * @return the new state word, or {@link PageHandle#ILLEGAL_STATE} if the slot was not OWNED(1) (an allocator bug,
+     *         or an older handle's event that won, with the generation check disabled)
      */
     long pinFresh(int slot, PageCounts.Delta delta) {
         final long word = words.getVolatile(slot);
         final long next = SlotStateMachine.next(word, SlotStateMachine.generation(word), SlotEvent.PIN_WRITER);
-        if (next >= 0) {
-            words.setRelease(slot, next);
-            PageCounts.moved(SlotStateMachine.phase(word), SlotStateMachine.phase(next), delta);
+        if (next < 0) {
+            return next;
         }
+        if (checkGeneration) {
+            words.setRelease(slot, next);
+        } else if (!words.compareAndSet(slot, word, next)) {
+            return PageHandle.ILLEGAL_STATE;
+        }
+        PageCounts.moved(SlotStateMachine.phase(word), SlotStateMachine.phase(next), delta);
         return next;
     }
 

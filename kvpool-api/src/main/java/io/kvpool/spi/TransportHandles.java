@@ -68,14 +68,16 @@ public interface TransportHandles {
 
     /**
      * Appends {@code tokens} to a sequence without pages, its new pages pinned for a writer (RECEIVING) from the
-     * start: what {@link io.kvpool.Sequence#append} and then {@link #pinWriters} of its pages do, all or none. The
-     * pool's own implementation pins each fresh page with a plain store under the allocation's lock (nobody else
-     * holds its handle yet), not a CAS per page; this default appends, then pins, and leaves the pages in the
-     * sequence, unpinned, if the pin fails.
+     * start: what {@link io.kvpool.Sequence#append} and then {@link #pinWriters} of its pages do. The pool's own
+     * implementation checks the sequence's pool first and is all or none: it pins each fresh page with a plain
+     * store under the allocation's lock (nobody else holds its handle yet), not a CAS per page. This default
+     * appends, then pins; if the pin is refused, the pages stay in the sequence, unpinned, and the refusal is
+     * thrown.
      *
      * @param seq    a sequence of this pool that holds no page yet
      * @param tokens tokens to append
-     * @throws IllegalArgumentException if {@code seq} belongs to another pool
+     * @throws IllegalArgumentException if {@code seq} belongs to another pool (the pool's implementation; the
+     *                                  default throws the pin's {@link StaleHandleException} instead)
      * @throws IllegalStateException    if {@code seq} holds pages, is closed, or the pool is closed
      * @throws io.kvpool.PoolExhaustedException if the pool cannot supply the pages (nothing is appended)
      */
