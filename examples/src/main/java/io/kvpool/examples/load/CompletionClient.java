@@ -19,6 +19,8 @@ import java.util.List;
 import java.util.Map;
 import java.util.Objects;
 import java.util.Set;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Executors;
 
 /**
  * Sends {@link Shot}s to {@code POST /v1/completions} with the JDK's {@link HttpClient} (HTTP/1.1, one
@@ -47,6 +49,8 @@ public final class CompletionClient implements AutoCloseable {
     private final URI endpoint;
     private final Duration timeout;
     private final int maxBodyBytes;
+    /** Every JDK client's asynchronous tasks, on virtual threads: many sessions share it. */
+    private final ExecutorService tasks = Executors.newVirtualThreadPerTaskExecutor();
     private final HttpClient http;
 
     /**
@@ -78,6 +82,7 @@ public final class CompletionClient implements AutoCloseable {
     /**
      * {@return a client of its own for one caller: its requests go on its own connections} Close it when done.
      * A load generator's client uses one, so that another client's late close never lands under its request.
+     * Each session's JDK client runs one selector thread (a platform thread) while it is open.
      */
     public Session session() {
         return new Session(newHttpClient());
@@ -102,8 +107,9 @@ public final class CompletionClient implements AutoCloseable {
         }
     }
 
-    private static HttpClient newHttpClient() {
-        return HttpClient.newBuilder().version(HttpClient.Version.HTTP_1_1).connectTimeout(Duration.ofSeconds(5)).build();
+    /** A JDK client on {@link #tasks}: it adds one selector thread of its own, not a thread pool. */
+    private HttpClient newHttpClient() {
+        return HttpClient.newBuilder().version(HttpClient.Version.HTTP_1_1).connectTimeout(Duration.ofSeconds(5)).executor(tasks).build();
     }
 
     private Outcome send(HttpClient http, Shot s) throws InterruptedException {
@@ -211,13 +217,10 @@ public final class CompletionClient implements AutoCloseable {
             final String data = line.substring(6);
             if (data.equals("[DONE]")) {
                 final long total = System.nanoTime() - t0;
-                // to the end of the stream: closing it before would race the JDK client's pool (class comment)
-                final StringBuilder after = new StringBuilder();
-                for (String more; (more = r.readLine()) != null; ) {
-                    after.append(more);
-                }
-                if (!after.isEmpty()) {
-                    return unexpected(s, 200, "data_after_done", total, Markers.foreign(s.tenant(), raw.append(text)), cut(after.toString()));
+                final String after = rest(r, in);
+                if (after != null) {
+                    return unexpected(s, 200, after.startsWith(NO_END) ? "no_end_after_done" : "data_after_done", total,
+                        Markers.foreign(s.tenant(), raw.append(text)), cut(after));
                 }
                 raw.append(text);
                 final Set<String> foreign = Markers.foreign(s.tenant(), raw);
@@ -258,6 +261,39 @@ public final class CompletionClient implements AutoCloseable {
         }
         return new Outcome(s, Outcome.Kind.UNEXPECTED, 200, "stream_cut", ttft, System.nanoTime() - t0, tokens,
             Markers.foreign(s.tenant(), raw.append(text)), List.of(), false, "the stream ended without [DONE]: " + cut(raw.toString()));
+    }
+
+    private static final String NO_END = "the stream did not end after [DONE]: ";
+
+    /**
+     * Reads a stream past {@code [DONE]} to its end: closing it before would race the JDK client's pool (class
+     * comment). The wait is bounded by the client's timeout (the request's own timeout ends with the headers): a
+     * stream not ended by then is closed.
+     *
+     * @return {@code null} if nothing but blank and comment lines followed; else what did, or {@link #NO_END} and why
+     */
+    private String rest(BufferedReader r, InputStream in) {
+        final Thread guard = Thread.ofVirtual().start(() -> {
+            try {
+                Thread.sleep(timeout);
+                in.close(); // unblocks the read below
+            } catch (InterruptedException | IOException e) {
+                // ended in time, or already closed
+            }
+        });
+        final StringBuilder after = new StringBuilder();
+        try {
+            for (String more; (more = r.readLine()) != null; ) {
+                if (!more.isEmpty() && !more.startsWith(":") && after.length() < 1000) {
+                    after.append(more).append('\n');
+                }
+            }
+        } catch (IOException e) {
+            return NO_END + e;
+        } finally {
+            guard.interrupt();
+        }
+        return after.isEmpty() ? null : after.toString();
     }
 
     private static Outcome aborted(Shot s, long t0, long ttft, int tokens, CharSequence text) {
@@ -317,5 +353,6 @@ public final class CompletionClient implements AutoCloseable {
     @Override
     public void close() {
         http.close();
+        tasks.shutdown();
     }
 }

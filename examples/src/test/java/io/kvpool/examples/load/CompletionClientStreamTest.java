@@ -71,6 +71,24 @@ class CompletionClientStreamTest {
         }
     }
 
+    /** A comment line after {@code [DONE]} is not data; a stream that does not end is given up after the client's timeout. */
+    @Test
+    void aStreamThatDoesNotEndAfterDoneIsGivenUpAfterTheTimeout() throws Exception {
+        try (HttpFront front = server(": still here\n\n");
+             CompletionClient client = new CompletionClient(front.baseUri(), Duration.ofSeconds(10), 1 << 20)) {
+            assertEquals(Outcome.Kind.COMPLETED, client.send(streamed(0)).kind(), "a comment after [DONE]");
+        }
+        try (HttpFront front = server("", 2_000);
+             CompletionClient client = new CompletionClient(front.baseUri(), Duration.ofMillis(300), 1 << 20)) {
+            final long t0 = System.nanoTime();
+            final Outcome o = client.send(streamed(0));
+            final long ms = (System.nanoTime() - t0) / 1_000_000;
+            assertEquals(Outcome.Kind.UNEXPECTED, o.kind(), o.toString());
+            assertEquals("no_end_after_done", o.reason(), o.toString());
+            assertTrue(ms < 1_900, "gave up after " + ms + " ms, the timeout is 300 ms and the stream ends at 2,000");
+        }
+    }
+
     /**
      * 16 sessions on one client object, 4,000 streams each with no pause before their end: every request finds its
      * answer and no connection is closed. Opt-in ({@code -Dkvpool.soak=true}, ~1 min on 2 cores): a rate, not a
