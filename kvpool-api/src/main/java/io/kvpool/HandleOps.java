@@ -332,6 +332,17 @@ final class HandleOps {
         return word;
     }
 
+    /**
+     * Ends the pins of {@code handles[from .. to)}, pages this thread just pinned and gave no writer: RECEIVING →
+     * DRAINING → OWNED, nothing to wait for. For the rollback of a pin batch.
+     */
+    void unpinUnwritten(long[] handles, int from, int to) {
+        for (int j = from; j < to; j++) {
+            transition(handles[j], SlotEvent.BEGIN_DRAIN);
+            transition(handles[j], SlotEvent.DRAINED);
+        }
+    }
+
     long transition(long handle, SlotEvent event) {
         final long word = tryTransition(handle, event);
         if (word < 0) {
@@ -396,19 +407,12 @@ final class HandleOps {
                     }
                 }
             } catch (RuntimeException e) { // the pool closed meanwhile
-                unpin(handles, from, i);
+                unpinUnwritten(handles, from, i);
                 throw e;
             }
             if (i < to) {
-                unpin(handles, from, i);
+                unpinUnwritten(handles, from, i);
                 throw refusal(handles[i], word, SlotEvent.PIN_WRITER);
-            }
-        }
-
-        private void unpin(long[] handles, int from, int to) {
-            for (int j = from; j < to; j++) {
-                transition(handles[j], SlotEvent.BEGIN_DRAIN); // no writer was given these pages: nothing to wait for
-                transition(handles[j], SlotEvent.DRAINED);
             }
         }
 

@@ -103,10 +103,7 @@ final class PoolAllocations {
             pool.ensureOpen();
             for (int k = 0; k < count; k++) {
                 if (slots.pinFresh(PageHandle.slot(seq.allocated[k]), delta) < 0) {
-                    for (int j = 0; j < k; j++) { // no writer was given these pages: RECEIVING → DRAINING → OWNED
-                        ops.tryTransition(seq.allocated[j], SlotEvent.BEGIN_DRAIN);
-                        ops.tryTransition(seq.allocated[j], SlotEvent.DRAINED);
-                    }
+                    ops.unpinUnwritten(seq.allocated, 0, k);
                     throw new IllegalStateException("fresh page " + PageHandle.toString(seq.allocated[k]) + " is not OWNED(1): "
                         + "an allocator bug, or an older handle's event with the generation check disabled");
                 }

@@ -111,7 +111,6 @@ public final class Sequence implements AutoCloseable {
         this.hasSalt = hasSalt;
         this.handles = initialPages == 0 ? NO_LONGS : new long[initialPages];
         this.blockTable = initialPages == 0 ? NO_INTS : new int[initialPages];
-
     }
 
     // ---- queries ----
