@@ -53,6 +53,20 @@ abstract class TransferEndpoint implements LinkListener, AutoCloseable {
     }
 
     /**
+     * {@return the layout's fingerprint, computed once for an endpoint to keep (it hashes a string per call)}
+     *
+     * @throws IllegalArgumentException if the identity announces another layout than the pool's
+     */
+    static long checkedFingerprint(PeerIdentity identity, io.kvpool.KvLayout layout) {
+        final long fingerprint = layout.fingerprint();
+        if (identity.layoutFingerprint() != fingerprint) {
+            throw new IllegalArgumentException("identity's layout fingerprint " + PeerIdentity.hex(identity.layoutFingerprint())
+                + " is not the pool's " + PeerIdentity.hex(fingerprint) + " (" + layout + ")");
+        }
+        return fingerprint;
+    }
+
+    /**
      * Whether this side sends its HELLO as soon as a link is added. The receiver does; a sender answers the
      * receiver's HELLO in its layout, so that a version-1 receiver (which reads nothing but a version-1 HELLO)
      * is answered in version 1. An identity of version 1 only behaves as version-1 code did: it sends at once.

@@ -64,7 +64,7 @@ public final class TransferReceiver extends TransferEndpoint {
 
     private final KvPool pool;
     private final KvLayout layout;
-    private final long layoutFingerprint; // computed once: fingerprint() hashes a string each call
+    private final long layoutFingerprint; // checkedFingerprint: computed once
     private final long completionTimeoutNanos;
     private final long drainTimeoutNanos;
     private final boolean checksums;
@@ -87,11 +87,7 @@ public final class TransferReceiver extends TransferEndpoint {
         super(b.identity, b.clock, b.strictBuild);
         this.pool = b.pool;
         this.layout = pool.layout();
-        this.layoutFingerprint = layout.fingerprint();
-        if (b.identity.layoutFingerprint() != layoutFingerprint) {
-            throw new IllegalArgumentException("identity's layout fingerprint " + PeerIdentity.hex(b.identity.layoutFingerprint())
-                + " is not the pool's " + PeerIdentity.hex(layoutFingerprint) + " (" + layout + ")");
-        }
+        this.layoutFingerprint = checkedFingerprint(b.identity, layout);
         this.completionTimeoutNanos = b.completionTimeout.toNanos();
         this.drainTimeoutNanos = b.drainTimeout.toNanos();
         this.checksums = b.checksums;

@@ -47,7 +47,7 @@ public final class TransferSender extends TransferEndpoint {
 
     private final KvPool pool;
     private final KvLayout layout;
-    private final long layoutFingerprint; // computed once: fingerprint() hashes a string each call
+    private final long layoutFingerprint; // checkedFingerprint: computed once
     private final int maxPagesInFlight;
     /** pump's destination and source page numbers, reused from batch to batch (owner thread only) */
     private int[] dstScratch = new int[0], srcScratch = new int[0];
@@ -115,11 +115,7 @@ public final class TransferSender extends TransferEndpoint {
         super(b.identity, b.clock, b.strictBuild);
         this.pool = b.pool;
         this.layout = pool.layout();
-        this.layoutFingerprint = layout.fingerprint();
-        if (b.identity.layoutFingerprint() != layoutFingerprint) {
-            throw new IllegalArgumentException("identity's layout fingerprint " + PeerIdentity.hex(b.identity.layoutFingerprint())
-                + " is not the pool's " + PeerIdentity.hex(layoutFingerprint) + " (" + layout + ")");
-        }
+        this.layoutFingerprint = checkedFingerprint(b.identity, layout);
         this.maxPagesInFlight = b.maxPagesInFlight;
         this.checksums = b.checksums;
         this.checksummer = b.checksummer;
