@@ -218,10 +218,9 @@ public final class CompletionClient implements AutoCloseable {
             final String data = line.substring(6);
             if (data.equals("[DONE]")) {
                 final long total = System.nanoTime() - t0;
-                final String after = rest(r, in);
+                final AfterDone after = rest(r, in);
                 if (after != null) {
-                    return unexpected(s, 200, after.startsWith(NO_END) ? "no_end_after_done" : "data_after_done", total,
-                        Markers.foreign(s.tenant(), raw.append(text)), cut(after));
+                    return unexpected(s, 200, after.reason(), total, Markers.foreign(s.tenant(), raw.append(text)), cut(after.detail()));
                 }
                 raw.append(text);
                 final Set<String> foreign = Markers.foreign(s.tenant(), raw);
@@ -264,16 +263,19 @@ public final class CompletionClient implements AutoCloseable {
             Markers.foreign(s.tenant(), raw.append(text)), List.of(), false, "the stream ended without [DONE]: " + cut(raw.toString()));
     }
 
-    private static final String NO_END = "the stream did not end after [DONE]: ";
+    /** What was wrong past {@code [DONE]}: {@code reason} for the outcome, {@code detail} for its message. */
+    private record AfterDone(String reason, String detail) {
+    }
 
     /**
      * Reads a stream past {@code [DONE]} to its end: closing it before would race the JDK client's pool (class
      * comment). The wait is bounded by the client's timeout (the request's own timeout ends with the headers): a
      * stream not ended by then is closed.
      *
-     * @return {@code null} if nothing but blank and comment lines followed; else what did, or {@link #NO_END} and why
+     * @return {@code null} if nothing but blank and comment lines followed; else {@code data_after_done} with what
+     *         did, or {@code no_end_after_done} with why the read ended
      */
-    private String rest(BufferedReader r, InputStream in) {
+    private AfterDone rest(BufferedReader r, InputStream in) {
         final Thread guard = Thread.ofVirtual().start(() -> {
             try {
                 Thread.sleep(timeout);
@@ -290,11 +292,11 @@ public final class CompletionClient implements AutoCloseable {
                 }
             }
         } catch (IOException e) {
-            return NO_END + e;
+            return new AfterDone("no_end_after_done", "the stream did not end after [DONE]: " + e);
         } finally {
             guard.interrupt();
         }
-        return after.isEmpty() ? null : after.toString();
+        return after.isEmpty() ? null : new AfterDone("data_after_done", after.toString());
     }
 
     private static Outcome aborted(Shot s, long t0, long ttft, int tokens, CharSequence text) {

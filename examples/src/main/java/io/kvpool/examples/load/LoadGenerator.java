@@ -10,10 +10,10 @@ import java.util.concurrent.Future;
 import java.util.concurrent.atomic.AtomicLong;
 
 /**
- * Runs {@code clients} concurrent clients, each a virtual thread with a {@link CompletionClient#session()} of its own
- * sending one request after another
- * (closed loop: a client waits for its answer before the next), taking the next index from a shared
- * counter, until {@code requests} were taken or {@code duration} is up; requests in flight then finish.
+ * Runs {@code clients} concurrent clients, each a virtual thread with a {@link CompletionClient#session()} of its
+ * own, sending one request after another (closed loop: a client waits for its answer before the next), taking
+ * the next index from a shared counter, until {@code requests} were taken or {@code duration} is up; requests
+ * in flight then finish.
  */
 public final class LoadGenerator {
 
