@@ -58,6 +58,14 @@ public final class Peer {
     boolean tornDown;
     /** Transfers with writes that may still report on this link (a sender's); a down link is polled while > 0. */
     int users;
+    // heartbeat (links of version 3 and later, see Heartbeat), on the engine's thread:
+    /** A frame arrived since the duty cycle last looked. */
+    boolean heard;
+    /** When the duty cycle last saw {@link #heard} (or the link came UP). */
+    long lastHeardNanos;
+    /** A PING went out at {@link #pingSentNanos} and nothing was heard since. */
+    boolean pinging;
+    long pingSentNanos;
 
     Peer(int id, PeerLink link) {
         this.id = id;

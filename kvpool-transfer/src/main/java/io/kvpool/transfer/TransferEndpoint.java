@@ -5,6 +5,7 @@ import io.kvpool.transfer.spi.PeerLink;
 import io.kvpool.transfer.wire.MalformedMessageException;
 import io.kvpool.transfer.wire.Message;
 import io.kvpool.transfer.wire.WireCodec;
+import io.kvpool.transfer.wire.WireFormat;
 
 import java.nio.ByteBuffer;
 import java.util.ArrayList;
@@ -40,16 +41,16 @@ abstract class TransferEndpoint implements LinkListener, AutoCloseable {
     final LongAdder malformedFrames = new LongAdder();
     final LongAdder refusedPeers = new LongAdder();
     final LongAdder duplicateHellos = new LongAdder();
+    final LongAdder heartbeatFailures = new LongAdder();
+    /** When this side pings a quiet link and fails a silent one (links of version 3 and later). */
+    final Heartbeat heartbeat;
     boolean closed;
 
-    TransferEndpoint(PeerIdentity identity, NanoClock clock) {
-        this(identity, clock, false);
-    }
-
-    TransferEndpoint(PeerIdentity identity, NanoClock clock, boolean strictBuild) {
+    TransferEndpoint(PeerIdentity identity, NanoClock clock, boolean strictBuild, Heartbeat heartbeat) {
         this.identity = Objects.requireNonNull(identity, "identity");
         this.clock = Objects.requireNonNull(clock, "clock");
         this.strictBuild = strictBuild;
+        this.heartbeat = Objects.requireNonNull(heartbeat, "heartbeat");
     }
 
     /**
@@ -84,7 +85,7 @@ abstract class TransferEndpoint implements LinkListener, AutoCloseable {
 
     /** @return the layout our first HELLO uses: 1 for an identity of version 1 only, else the current one */
     private int helloFormat() {
-        return identity.maxVersion() < 2 ? 1 : io.kvpool.transfer.wire.WireFormat.VERSION;
+        return identity.maxVersion() < 2 ? 1 : WireFormat.HELLO_FORMAT;
     }
 
     /**
@@ -151,8 +152,18 @@ abstract class TransferEndpoint implements LinkListener, AutoCloseable {
         return duplicateHellos.sum();
     }
 
+    /** @return links this side failed because the peer answered no PING within the {@link Heartbeat} timeout */
+    public long heartbeatFailures() {
+        return heartbeatFailures.sum();
+    }
+
+    /** {@return when this side pings a quiet link and fails a silent one} */
+    public Heartbeat heartbeat() {
+        return heartbeat;
+    }
+
     /**
-     * One duty cycle: polls every link, then checks deadlines.
+     * One duty cycle: polls every link, then checks heartbeats and deadlines.
      *
      * @return work done (events handled), 0 when idle
      */
@@ -180,7 +191,48 @@ abstract class TransferEndpoint implements LinkListener, AutoCloseable {
             }
             return false;
         });
-        return work + onDuty(clock.nanoTime());
+        final long now = clock.nanoTime();
+        if (heartbeat.isOn() && !closed) {
+            work += heartbeats(now);
+        }
+        return work + onDuty(now);
+    }
+
+    /**
+     * Pings the quiet links of version 3 and later and fails the silent ones ({@link Heartbeat}). Runs after the
+     * links were polled, so a frame that waited in a transport during a stall of this thread counts as heard.
+     *
+     * @return work done: PINGs sent and links failed
+     */
+    private int heartbeats(long now) {
+        int work = 0;
+        for (int i = 0; i < polled.size(); i++) {
+            final Peer p = polled.get(i);
+            if (p.version < 3 || !p.carries()) {
+                continue;
+            }
+            if (p.heard) {
+                p.heard = false;
+                p.pinging = false;
+                p.lastHeardNanos = now;
+            } else if (p.pinging) {
+                if (now - p.pingSentNanos >= heartbeat.timeoutNanos()) {
+                    heartbeatFailures.increment();
+                    fail(p, Peer.State.FAILED, "heartbeat: nothing heard from the peer for "
+                        + java.time.Duration.ofNanos(now - p.lastHeardNanos).toMillis() + " ms, "
+                        + java.time.Duration.ofNanos(now - p.pingSentNanos).toMillis() + " ms of them after a PING ("
+                        + heartbeat.idle().toMillis() + " ms idle, " + heartbeat.timeout().toMillis() + " ms timeout)");
+                    work++;
+                }
+            } else if (now - p.lastHeardNanos >= heartbeat.idleNanos()) {
+                p.pinging = true;
+                p.pingSentNanos = now;
+                if (send(p, new Message.Ping(now))) {
+                    work++;
+                }
+            }
+        }
+        return work;
     }
 
     /** A peer that is down and owes nothing left the duty cycle for good: drop what was kept for it. */
@@ -217,6 +269,7 @@ abstract class TransferEndpoint implements LinkListener, AutoCloseable {
             fail(p, Peer.State.FAILED, "malformed frame: " + e.getMessage());
             return;
         }
+        p.heard = true; // the heartbeat's proof of life: the duty cycle reads it (and the clock) once per cycle
         if (p.state == Peer.State.HANDSHAKE) {
             switch (m) {
                 case Message.Hello h -> {
@@ -233,6 +286,8 @@ abstract class TransferEndpoint implements LinkListener, AutoCloseable {
                     }
                     if (mismatches.isEmpty()) {
                         p.version = identity.commonVersion(h.identity());
+                        p.lastHeardNanos = clock.nanoTime();
+                        p.heard = false;
                         p.moveTo(Peer.State.UP);
                         upByBuild.merge(h.identity().buildVersion(), 1, Integer::sum);
                         final boolean otherBuild = !identity.buildVersion().equals(h.identity().buildVersion());
@@ -259,7 +314,9 @@ abstract class TransferEndpoint implements LinkListener, AutoCloseable {
             }
             return;
         }
-        if (m instanceof Message.Hello ? version != p.helloFormat : version != p.version) {
+        // the handshake's frames keep the layout of the peer's HELLO; the rest speak the negotiated version
+        final boolean handshakeFrame = m instanceof Message.Hello || m instanceof Message.Refuse;
+        if (handshakeFrame ? version != p.helloFormat : version != p.version) {
             malformedFrames.increment();
             fail(p, Peer.State.FAILED, "protocol error: a " + m.getClass().getSimpleName() + " of version " + version
                 + " on a link speaking version " + p.version);
@@ -276,6 +333,10 @@ abstract class TransferEndpoint implements LinkListener, AutoCloseable {
                 }
             }
             case Message.Refuse r -> fail(p, Peer.State.REFUSED, "refused by the peer: " + r.reason());
+            case Message.Ping ping -> send(p, new Message.Pong(ping.token())); // answered also with the heartbeat OFF
+            case Message.Pong pong -> {
+                // proof of life, counted above like any frame
+            }
             default -> {
                 try {
                     onMessage(p, m);

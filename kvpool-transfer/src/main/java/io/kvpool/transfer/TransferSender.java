@@ -112,7 +112,7 @@ public final class TransferSender extends TransferEndpoint {
     }
 
     private TransferSender(Builder b) {
-        super(b.identity, b.clock, b.strictBuild);
+        super(b.identity, b.clock, b.strictBuild, b.heartbeat);
         this.pool = b.pool;
         this.layout = pool.layout();
         this.layoutFingerprint = checkedFingerprint(b.identity, layout);
@@ -708,6 +708,7 @@ public final class TransferSender extends TransferEndpoint {
         private final PeerIdentity identity;
         private NanoClock clock = NanoClock.SYSTEM;
         private boolean strictBuild;
+        private Heartbeat heartbeat = Heartbeat.DEFAULT;
         private int maxPagesInFlight = 64;
         private boolean checksums = true;
         private PageChecksums checksummer = PageChecksums.HOST;
@@ -729,6 +730,20 @@ public final class TransferSender extends TransferEndpoint {
          */
         public Builder strictBuild(boolean on) {
             this.strictBuild = on;
+            return this;
+        }
+
+        /**
+         * Sets when this side pings a quiet link and fails a silent one; see {@link Heartbeat}. Links that speak
+         * protocol version 1 or 2 have no heartbeat.
+         *
+         * @param heartbeat the setting; {@link Heartbeat#DEFAULT} (a PING after 1 s of silence, the link failed
+         *                  3 s later) by default, {@link Heartbeat#OFF} to leave failure detection to the transport
+         * @return this builder
+         * @throws NullPointerException if {@code heartbeat} is null
+         */
+        public Builder heartbeat(Heartbeat heartbeat) {
+            this.heartbeat = Objects.requireNonNull(heartbeat, "heartbeat");
             return this;
         }
 

@@ -8,11 +8,17 @@
  *  link up ── HELLO(versions [min,max], layout fingerprint, model, environment, build) ──▶
  *            ◀── HELLO (answered in kind: to a version-1 HELLO, a version-1 HELLO of one version)
  *            the link speaks v = the highest version both ranges hold; every later frame carries v
+ *            (a HELLO's header names its body layout, 2 for every range, so version-2 code reads a later HELLO)
  *            no common version, or layout / model / environment differ (build too, with strictBuild):
  *            REFUSE(both sides' values, both ranges), link closed; nothing else is accepted before the
  *            HELLOs match. A differing build is allowed: logged once per link, exported (peerBuilds()).
  *            A copy of the peer's HELLO later is ignored (counted); another HELLO fails the link.
  *            (version-1 code sends its HELLO at once and reads only version 1: prefill is rolled out first)
+ *
+ *  heartbeat (v ≥ 3), both sides, while the link is up (Heartbeat: idle, timeout):
+ *            nothing heard for idle ── PING(token) ──▶      ◀── PONG(token), sent from the duty cycle
+ *            still nothing heard for timeout after the PING: the link FAILED, as if the transport lost it
+ *            (any frame counts as heard; every engine answers PINGs, also with its own heartbeat OFF)
  *
  *  start(request, tokens): admission (typed rejection, never a placeholder) → append → pin every page
  *  rejected (admission, no slot, a sender down):

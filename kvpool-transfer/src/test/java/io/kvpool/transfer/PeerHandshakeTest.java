@@ -78,8 +78,8 @@ class PeerHandshakeTest {
         final String otherFp = "0x" + Long.toHexString(OTHER_LAYOUT.fingerprint());
         return List.of(
             // changed by the fleet issue (item 1): versions are ranges that must overlap, not equal numbers
-            new Case("protocol versions", new PeerIdentity(3, r.layoutFingerprint(), r.modelId(), r.environment(), r.buildVersion()),
-                Kv.LAYOUT, "[3,3]", "[1,2]"),
+            new Case("protocol versions", new PeerIdentity(9, r.layoutFingerprint(), r.modelId(), r.environment(), r.buildVersion()),
+                Kv.LAYOUT, "[9,9]", "[1,3]"),
             new Case("layout fingerprint", prod(OTHER_LAYOUT), OTHER_LAYOUT, otherFp, fp),
             new Case("model", PeerIdentity.of(Kv.LAYOUT, "glm-4.6@r4", "production", "v1.2.0"), Kv.LAYOUT, "glm-4.6@r4", "glm-4.6@r3"),
             new Case("environment", PeerIdentity.of(Kv.LAYOUT, "glm-4.6@r3", "staging", "v1.2.0"), Kv.LAYOUT, "staging", "production"));
@@ -122,12 +122,12 @@ class PeerHandshakeTest {
 
     @Test
     void everyDifferingFieldIsNamedAtOnce() {
-        final PeerIdentity s = new PeerIdentity(3, OTHER_LAYOUT.fingerprint(), "m2", "staging", "b2");
+        final PeerIdentity s = new PeerIdentity(9, OTHER_LAYOUT.fingerprint(), "m2", "staging", "b2");
         try (Pair p = new Pair(OTHER_LAYOUT, s, prod(Kv.LAYOUT))) {
             final String f = p.atReceiver().failure();
             assertEquals(Peer.State.REFUSED, p.atReceiver().state(), f);
             // changed by the fleet issue (item 1): version ranges; the build is named only with strictBuild (VersionNegotiationTest)
-            for (String part : new String[] {"4 mismatch", "protocol versions: local=[1,2] remote=[3,3]", "layout fingerprint: local=0x",
+            for (String part : new String[] {"4 mismatch", "protocol versions: local=[1,3] remote=[9,9]", "layout fingerprint: local=0x",
                 "model: local=glm-4.6@r3 remote=m2", "environment: local=production remote=staging"}) {
                 assertTrue(f.contains(part), () -> "'" + f + "' lacks '" + part + "'");
             }

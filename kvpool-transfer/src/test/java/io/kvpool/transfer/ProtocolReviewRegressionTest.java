@@ -333,7 +333,7 @@ class ProtocolReviewRegressionTest {
         // peer (counted as malformed) and the cycle goes on to the other peers
         final RuntimeException[] toThrow = {new IllegalStateException("handler bug")};
         final int[] handled = new int[1];
-        final var e = new TransferEndpoint(Kv.identity(), new ManualClock()) {
+        final var e = new TransferEndpoint(Kv.identity(), new ManualClock(), false, Heartbeat.OFF) {
             @Override
             int onDuty(long now) {
                 return 0;

@@ -231,11 +231,11 @@ class VersionNegotiationTest {
 
     @Test
     void rangesWithNoVersionInCommonAreRefusedNamingBothRanges() {
-        try (Rig rig = new Rig(id("test", "b").withVersions(3, 4), id("test", "b"), false)) {
+        try (Rig rig = new Rig(id("test", "b").withVersions(8, 9), id("test", "b"), false)) {
             final Peer r = rig.receiver.peer(rig.rp);
             assertEquals(Peer.State.REFUSED, r.state(), r::toString);
-            assertTrue(r.failure().contains("protocol versions: local=[1,2] remote=[3,4]"), r.failure());
-            assertTrue(rig.sender.peer(rig.sp).failure().contains("protocol versions: local=[3,4] remote=[1,2]"),
+            assertTrue(r.failure().contains("protocol versions: local=[1,3] remote=[8,9]"), r.failure());
+            assertTrue(rig.sender.peer(rig.sp).failure().contains("protocol versions: local=[8,9] remote=[1,3]"),
                 rig.sender.peer(rig.sp).failure());
         }
     }
@@ -252,7 +252,7 @@ class VersionNegotiationTest {
                 link.injectRaw(format == 1 ? WireCodecV1.encode(new Message.Hello(receiver)) : WireCodec.encode(new Message.Hello(receiver)));
                 sender.doWork();
                 assertEquals(List.of(new Message.Hello(format == 1 ? Kv.identity().withVersions(1, 1) : Kv.identity())), link.sent);
-                assertEquals(format, sender.peer(p).protocolVersion());
+                assertEquals(format == 1 ? 1 : WireFormat.VERSION, sender.peer(p).protocolVersion());
                 assertTrue(sender.peer(p).isUp());
                 sender.close();
             }
@@ -265,11 +265,11 @@ class VersionNegotiationTest {
             final TransferReceiver receiver = TransferReceiver.builder(pool, Kv.identity()).clock(new ManualClock()).build();
             final ScriptedLink link = new ScriptedLink();
             final int p = receiver.addPeer(link);
-            link.hello(Kv.identity()); // version 2
+            link.hello(Kv.identity()); // version 3
             link.injectRaw(WireCodec.encode(new Message.Drained(0, 1, 0, 0, 0, 0), 1));
             receiver.doWork();
             assertEquals(Peer.State.FAILED, receiver.peer(p).state());
-            assertTrue(receiver.peer(p).failure().contains("Drained of version 1 on a link speaking version 2"),
+            assertTrue(receiver.peer(p).failure().contains("Drained of version 1 on a link speaking version 3"),
                 receiver.peer(p).failure());
             receiver.close();
         }

@@ -235,4 +235,30 @@ public sealed interface Message {
             return WireFormat.CANCEL;
         }
     }
+
+    /**
+     * Either side → the other (version 3 and later): a heartbeat. An engine sends it on a link it has heard
+     * nothing from for a while; the peer answers with a {@link Pong} carrying the same token at once. Any frame
+     * from the peer proves it alive, not only the PONG.
+     *
+     * @param token echoed by the answer (the sender's clock reading, so the answer tells the round trip)
+     */
+    record Ping(long token) implements Message {
+        @Override
+        public int type() {
+            return WireFormat.PING;
+        }
+    }
+
+    /**
+     * The answer to a {@link Ping} (version 3 and later).
+     *
+     * @param token the PING's token
+     */
+    record Pong(long token) implements Message {
+        @Override
+        public int type() {
+            return WireFormat.PONG;
+        }
+    }
 }

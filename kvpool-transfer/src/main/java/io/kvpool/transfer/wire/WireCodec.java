@@ -18,31 +18,36 @@ public final class WireCodec {
 
     /**
      * {@return the frame for a message in this code's newest version, {@link WireFormat#VERSION}, header included,
-     * as a new array}
+     * as a new array} A HELLO goes out in {@link WireFormat#HELLO_FORMAT}, the layout every HELLO with a range uses.
      *
      * @param m the message; a REFUSE reason or ABORT detail too long for the frame is truncated
      * @throws IllegalArgumentException if an array or the region key is longer than {@link WireFormat} allows
      */
     public static byte[] encode(Message m) {
-        return encode(m, VERSION);
+        return encode(m, m instanceof Message.Hello ? HELLO_FORMAT : VERSION);
     }
 
     /**
      * Encodes a message in a given version of the wire format.
      *
      * @param m       the message; a REFUSE reason or ABORT detail too long for the frame is truncated
-     * @param version the header's version: the link's negotiated version (a HELLO's: the layout of its body;
-     *                version 1 carries one version, so the identity's range must be a single version)
+     * @param version the header's version: the link's negotiated version (a HELLO's: the layout of its body, 1 or
+     *                {@link WireFormat#HELLO_FORMAT}; version 1 carries one version, so the identity's range must be
+     *                a single version)
      * @return the frame for a message, as a new array
-     * @throws IllegalArgumentException for a version this code does not speak, a message that version lacks, or
-     *                                  a version-1 HELLO of a range
+     * @throws IllegalArgumentException for a version this code does not speak, a message that version lacks, a
+     *                                  version-1 HELLO of a range, or a HELLO in a version that is not a HELLO layout
      */
     public static byte[] encode(Message m, int version) {
         if (version < MIN_VERSION || version > VERSION) {
             throw new IllegalArgumentException("version " + version + " is outside [" + MIN_VERSION + ", " + VERSION + "]");
         }
         if (m.type() > lastType(version)) {
-            throw new IllegalArgumentException(m.getClass().getSimpleName() + " needs version 2, not " + version);
+            throw new IllegalArgumentException(m.getClass().getSimpleName() + " needs version " + (m.type() > CANCEL ? 3 : 2)
+                + ", not " + version);
+        }
+        if (m instanceof Message.Hello && version > HELLO_FORMAT) {
+            throw new IllegalArgumentException("a HELLO's header names its body layout, 1 or " + HELLO_FORMAT + ", not " + version);
         }
         final boolean v1Hello = version == 1 && m instanceof Message.Hello;
         if (v1Hello && ((Message.Hello) m).identity().minVersion() != ((Message.Hello) m).identity().maxVersion()) {
@@ -97,6 +102,8 @@ public final class WireCodec {
                 body.putLong(c.requestId()).putInt(c.reason());
                 str(body, truncate(c.detail()));
             }
+            case Message.Ping p -> body.putLong(p.token());
+            case Message.Pong p -> body.putLong(p.token());
         }
         if (frame.hasRemaining()) {
             throw new AssertionError("body length mismatch for " + m);
@@ -106,7 +113,11 @@ public final class WireCodec {
 
     /** @return the last type code a version knows */
     private static int lastType(int version) {
-        return version == 1 ? DRAINED : LAST_TYPE;
+        return switch (version) {
+            case 1 -> DRAINED;
+            case 2 -> CANCEL;
+            default -> LAST_TYPE;
+        };
     }
 
     /**
@@ -130,6 +141,8 @@ public final class WireCodec {
             case Message.Abort a -> 8 + 4 + 4 + strLen(truncate(a.detail()));
             case Message.Drained d -> 8 + 4 + 4 + 24;
             case Message.Cancel c -> 8 + 4 + strLen(truncate(c.detail()));
+            case Message.Ping p -> 8;
+            case Message.Pong p -> 8;
         };
     }
 
@@ -157,7 +170,10 @@ public final class WireCodec {
                 + MIN_VERSION + " to " + VERSION);
         }
         if (type < HELLO || type > lastType(version)) {
-            throw new MalformedMessageException("unknown message type " + type);
+            throw new MalformedMessageException("unknown message type " + type + " in version " + version);
+        }
+        if (type == HELLO && version > HELLO_FORMAT) {
+            throw new MalformedMessageException("a HELLO's header names its body layout, 1 or " + HELLO_FORMAT + ", not " + version);
         }
         if (len > MAX_BODY_BYTES) {
             throw new MalformedMessageException("body of " + len + " bytes exceeds the limit of " + MAX_BODY_BYTES);
@@ -237,6 +253,8 @@ public final class WireCodec {
                 case ABORT -> new Message.Abort(b.getLong(), b.getInt(), b.getInt(), str(b));
                 case DRAINED -> new Message.Drained(b.getLong(), b.getInt(), b.getInt(), b.getLong(), b.getLong(), b.getLong());
                 case CANCEL -> new Message.Cancel(b.getLong(), b.getInt(), str(b));
+                case PING -> new Message.Ping(b.getLong());
+                case PONG -> new Message.Pong(b.getLong());
                 default -> throw new MalformedMessageException("unknown message type " + type);
             };
             if (b.hasRemaining()) {

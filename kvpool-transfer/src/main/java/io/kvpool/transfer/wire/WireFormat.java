@@ -8,7 +8,7 @@ package io.kvpool.transfer.wire;
  *   0        2        3        4                 8
  *   +--------+--------+--------+-----------------+------------------------------+
  *   | magic  | version| type   | body length     | body (exactly that many bytes)|
- *   | 0x4B56 | u8 1|2 | u8     | u32             |                               |
+ *   | 0x4B56 | u8 1-3 | u8     | u32             |                               |
  *   +--------+--------+--------+-----------------+------------------------------+
  *
  *  bodies (str = u16 length + UTF-8 bytes, ≤ 256; arrays = u32 count + elements)
@@ -24,10 +24,14 @@ package io.kvpool.transfer.wire;
  *   5 ABORT       i64 transferId, i32 generation, i32 reason (see Abort), str detail
  *   6 DRAINED     i64 transferId, i32 generation, i32 senderRank, i64 posted, i64 succeeded, i64 failed
  *   7 CANCEL      i64 requestId, i32 reason (see Cancel), str detail                    (version 2 and later)
+ *   8 PING        i64 token: "are you there?", answered by a PONG with the same token  (version 3 and later)
+ *   9 PONG        i64 token, copied from the PING it answers                           (version 3 and later)
  * </pre>
  *
- * The header's version is the link's negotiated version (the highest both HELLOs' ranges share); a HELLO
- * carries the version of its own layout (2, or 1 towards version-1 code), and so does a REFUSE answering it.
+ * The header's version is the link's negotiated version (the highest both HELLOs' ranges share). A HELLO's
+ * header names the layout of its body instead: {@link #HELLO_FORMAT} (2), or 1 towards version-1 code, whatever
+ * range it announces, so that code of an older version can read the HELLO of a newer one and agree on a version
+ * both speak. A REFUSE answering a HELLO uses that HELLO's header version.
  * Decoding is strict: a wrong magic, a version outside [{@link #MIN_VERSION}, {@link #VERSION}], an unknown type, a body
  * length that differs from what the fields add up to, a count or string longer than its limit, or bytes
  * left over all fail with {@link MalformedMessageException}, and the link that carried the frame is closed.
@@ -40,9 +44,14 @@ public final class WireFormat {
     /** First two bytes of every frame ("KV" read as a little-endian u16 is 0x564B; on the wire: 4B 56). */
     public static final int MAGIC = 0x564B;
     /** Newest protocol version this code speaks (the top of its HELLO's range). */
-    public static final int VERSION = 2;
+    public static final int VERSION = 3;
     /** Oldest protocol version this code still speaks (version 1: the HELLO of one version, no CANCEL). */
     public static final int MIN_VERSION = 1;
+    /**
+     * The header version of every HELLO that announces a range (all but version-1 code's): the body layout version 2
+     * introduced, which later versions keep, so a version-2 peer reads a later peer's HELLO.
+     */
+    public static final int HELLO_FORMAT = 2;
     /** Bytes before the body. */
     public static final int HEADER_BYTES = 8;
     /** Largest body accepted (a descriptor of {@link #MAX_ARRAY} pages with the largest key fits). */
@@ -56,6 +65,8 @@ public final class WireFormat {
     public static final int HELLO = 1, REFUSE = 2, DESCRIPTOR = 3, COMPLETION = 4, ABORT = 5, DRAINED = 6;
     /** Type code of CANCEL, which version 1 lacks: a link of version 1 never carries it. */
     public static final int CANCEL = 7;
+    /** Type codes of the heartbeat, which versions 1 and 2 lack: a link of an older version never carries them. */
+    public static final int PING = 8, PONG = 9;
     /** The last type code of {@link #VERSION}. */
-    static final int LAST_TYPE = CANCEL;
+    static final int LAST_TYPE = PONG;
 }

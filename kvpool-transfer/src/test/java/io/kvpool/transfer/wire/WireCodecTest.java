@@ -46,18 +46,22 @@ class WireCodecTest {
         out.add(new Message.Abort(0, 0, 0, MAX_STR));
         out.add(new Message.Drained(3, 7, -1, 10, 9, 1));
         out.add(new Message.Drained(Long.MIN_VALUE, Integer.MIN_VALUE, Integer.MAX_VALUE, -1, Long.MIN_VALUE, Long.MAX_VALUE));
+        out.add(new Message.Ping(123_456_789_000L));
+        out.add(new Message.Ping(Long.MIN_VALUE));
+        out.add(new Message.Pong(-1));
+        out.add(new Message.Pong(Long.MAX_VALUE));
         return out;
     }
 
     @Test
     void everyMessageTypeRoundTripsExactly() {
-        final boolean[] seen = new boolean[CANCEL + 1];
+        final boolean[] seen = new boolean[PONG + 1];
         for (Message m : samples()) {
             final byte[] frame = WireCodec.encode(m);
             final ByteBuffer h = ByteBuffer.wrap(frame).order(ByteOrder.LITTLE_ENDIAN);
             assertEquals(0x4B, frame[0] & 0xFF, "magic byte 0 on the wire");
             assertEquals(0x56, frame[1] & 0xFF, "magic byte 1 on the wire");
-            assertEquals(VERSION, frame[2]);
+            assertEquals(m instanceof Message.Hello ? HELLO_FORMAT : VERSION, frame[2], "a HELLO's header names its layout");
             assertEquals(m.type(), frame[3]);
             assertEquals(frame.length - HEADER_BYTES, h.getInt(4), "body length field");
             assertEquals(frame.length - HEADER_BYTES, WireCodec.bodyLength(ByteBuffer.wrap(frame)));
@@ -67,7 +71,7 @@ class WireCodecTest {
             assertArrayEquals(frame, WireCodec.encode(back), () -> "re-encoding of " + m);
             seen[m.type()] = true;
         }
-        for (int t = HELLO; t <= CANCEL; t++) {
+        for (int t = HELLO; t <= PONG; t++) {
             assertTrue(seen[t], "no sample of type " + t);
         }
     }
@@ -79,6 +83,30 @@ class WireCodecTest {
         final byte[] f = WireCodec.encode(c);
         f[2] = 1;
         malformed(f, "unknown message type 7");
+    }
+
+    @Test
+    void version2FramesLackTheHeartbeat() {
+        for (Message m : new Message[] {new Message.Ping(7), new Message.Pong(7)}) {
+            final IllegalArgumentException e = assertThrows(IllegalArgumentException.class, () -> WireCodec.encode(m, 2));
+            assertTrue(e.getMessage().contains("needs version 3, not 2"), e.getMessage());
+            final byte[] f = WireCodec.encode(m);
+            f[2] = 2;
+            malformed(f, "unknown message type " + m.type() + " in version 2");
+        }
+    }
+
+    @Test
+    void aHelloIsFramedInItsLayoutNotInTheNewestVersion() {
+        // version-2 code reads a HELLO of header version 2 only: a HELLO announcing [1,3] must still be framed so
+        final byte[] f = WireCodec.encode(new Message.Hello(ID.withVersions(MIN_VERSION, VERSION)));
+        assertEquals(HELLO_FORMAT, f[2]);
+        assertEquals(new Message.Hello(ID.withVersions(MIN_VERSION, VERSION)), WireCodecV2.decode(f));
+        final IllegalArgumentException e = assertThrows(IllegalArgumentException.class,
+            () -> WireCodec.encode(new Message.Hello(ID), VERSION));
+        assertTrue(e.getMessage().contains("1 or 2, not 3"), e.getMessage());
+        f[2] = (byte) VERSION;
+        malformed(f, "a HELLO's header names its body layout, 1 or 2, not 3");
     }
 
     @Test
@@ -159,9 +187,8 @@ class WireCodecTest {
 
     @Test
     void versionsOutsideTheSupportedRangeAreNamed() {
-        // changed by the fleet issue (item 1): this code speaks versions 1 and 2 (was: only 1)
-        for (int v : new int[] {0, 3, 255}) {
-            final byte[] f = frame(new Message.Hello(ID));
+        for (int v : new int[] {0, VERSION + 1, 255}) {
+            final byte[] f = frame(new Message.Drained(5, 2, 0, 3, 2, 1));
             f[2] = (byte) v;
             malformed(f, "version " + v);
         }
@@ -169,7 +196,7 @@ class WireCodecTest {
 
     @Test
     void unknownTypesAreNamed() {
-        for (int t : new int[] {0, 7, 255}) {
+        for (int t : new int[] {0, PONG + 1, 255}) {
             final byte[] f = frame(new Message.Refuse("x"));
             f[3] = (byte) t;
             malformed(f, "type " + t);

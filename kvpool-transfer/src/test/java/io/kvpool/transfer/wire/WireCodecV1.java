@@ -65,6 +65,8 @@ public final class WireCodecV1 {
             case Message.Drained d -> body.putLong(d.transferId()).putInt(d.generation()).putInt(d.senderRank())
                 .putLong(d.posted()).putLong(d.succeeded()).putLong(d.failed());
             case Message.Cancel c -> throw new IllegalArgumentException("version 1 has no CANCEL"); // added with version 2
+            case Message.Ping p -> throw new IllegalArgumentException("version 1 has no PING"); // added with version 3
+            case Message.Pong p -> throw new IllegalArgumentException("version 1 has no PONG");
         }
         if (body.hasRemaining()) {
             throw new AssertionError("body length mismatch for " + m);
@@ -84,6 +86,8 @@ public final class WireCodecV1 {
             case Message.Abort a -> 8 + 4 + 4 + strLen(truncate(a.detail()));
             case Message.Drained d -> 8 + 4 + 4 + 24;
             case Message.Cancel c -> throw new IllegalArgumentException("version 1 has no CANCEL"); // added with version 2
+            case Message.Ping p -> throw new IllegalArgumentException("version 1 has no PING"); // added with version 3
+            case Message.Pong p -> throw new IllegalArgumentException("version 1 has no PONG");
         };
     }
 

@@ -1,0 +1,328 @@
+package io.kvpool.transfer;
+
+import io.kvpool.KvPool;
+import io.kvpool.Sequence;
+import io.kvpool.storage.PageStorage;
+import io.kvpool.transfer.sim.SimFaults;
+import io.kvpool.transfer.sim.SimLink;
+import io.kvpool.transfer.sim.SimNetwork;
+import io.kvpool.transfer.spi.LinkListener;
+import io.kvpool.transfer.spi.PeerLink;
+import io.kvpool.transfer.spi.Registration;
+import io.kvpool.transfer.spi.RemoteRegion;
+import io.kvpool.transfer.testkit.Kv;
+import io.kvpool.transfer.wire.Message;
+import io.kvpool.transfer.wire.WireCodec;
+import io.kvpool.transfer.wire.WireCodecV2;
+import io.kvpool.transfer.wire.WireFormat;
+import org.junit.jupiter.api.Test;
+
+import java.nio.ByteBuffer;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.List;
+
+import static org.junit.jupiter.api.Assertions.*;
+
+/**
+ * The heartbeat of links of version 3 and later ({@link Heartbeat}): a quiet link stays up on PINGs alone, a peer
+ * that falls silent while its transport still says "up" (a partition, a stopped engine) is found within the
+ * idle time plus the timeout, and a peer of version 2 is never sent one.
+ */
+class HeartbeatTest {
+
+    static final Heartbeat FAST = Heartbeat.every(Duration.ofMillis(100), Duration.ofMillis(300));
+    static final long STEP_NANOS = 10_000_000L;
+
+    /**
+     * A link across a path the test can cut. While cut, frames either way are lost, the other side's close does
+     * not arrive, and the link still reports itself up: what UCX over TCP does across a partition. Counts the frames sent by type, and can check that
+     * every frame sent is one version-2 code reads.
+     */
+    static final class Path implements PeerLink {
+        final PeerLink in;
+        final boolean readableByV2;
+        final List<Integer> sentTypes = new ArrayList<>();
+        boolean cut;
+
+        Path(PeerLink in, boolean readableByV2) {
+            this.in = in;
+            this.readableByV2 = readableByV2;
+        }
+
+        long sent(int type) {
+            return sentTypes.stream().filter(t -> t == type).count();
+        }
+
+        @Override
+        public void send(byte[] frame) {
+            if (readableByV2) {
+                WireCodecV2.decode(frame); // throws if version-2 code could not read it
+            }
+            sentTypes.add(frame[3] & 0xFF);
+            if (!cut) {
+                in.send(frame);
+            }
+        }
+
+        @Override
+        public int poll(LinkListener l, int limit) {
+            return in.poll(new LinkListener() {
+                @Override public void onFrame(PeerLink link, ByteBuffer frame) {
+                    if (!cut) {
+                        l.onFrame(Path.this, frame);
+                    }
+                }
+                @Override public void onWriteDone(PeerLink link, long token, int status) { l.onWriteDone(Path.this, token, status); }
+                @Override public void onFlushDone(PeerLink link, long token, boolean ok) { l.onFlushDone(Path.this, token, ok); }
+                @Override public void onLinkFailed(PeerLink link, String reason) {
+                    if (!cut) { // the other side's close does not cross a partition
+                        l.onLinkFailed(Path.this, reason);
+                    }
+                }
+            }, limit);
+        }
+
+        @Override public String describe() { return in.describe(); }
+        @Override public boolean isUp() { return cut || in.isUp(); }
+        @Override public Registration register(PageStorage s, int[] slots) { return in.register(s, slots); }
+        @Override public boolean tearDown() { return in.tearDown(); }
+        @Override public RemoteRegion attach(byte[] key, int pages) { return in.attach(key, pages); }
+        @Override public void putBatch(RemoteRegion r, int[] dst, PageStorage s, int[] src, int off, int n, long t) { in.putBatch(r, dst, s, src, off, n, t); }
+        @Override public void flush(long token) { in.flush(token); }
+        @Override public void cancelWrites() { in.cancelWrites(); }
+        @Override public void close() { in.close(); }
+    }
+
+    static final class Rig implements AutoCloseable {
+        final SimNetwork net = new SimNetwork(7, SimFaults.NONE);
+        final KvPool prefill = Kv.pool(32);
+        final KvPool decode = Kv.pool(32);
+        final TransferSender sender;
+        final TransferReceiver receiver;
+        final Path atSender;
+        final Path atReceiver;
+        final int sp;
+        final int rp;
+        boolean senderRuns = true;
+
+        Rig(Heartbeat senderBeat, Heartbeat receiverBeat, PeerIdentity receiverId) {
+            sender = TransferSender.builder(prefill, Kv.identity()).heartbeat(senderBeat).clock(net.clock()).build();
+            receiver = TransferReceiver.builder(decode, receiverId).heartbeat(receiverBeat).clock(net.clock()).build();
+            final SimLink[] l = net.connect("prefill", "decode", true);
+            final boolean v2 = receiverId.maxVersion() == 2;
+            atSender = new Path(l[0], v2);
+            atReceiver = new Path(l[1], v2);
+            rp = receiver.addPeer(atReceiver);
+            sp = sender.addPeer(atSender);
+            run(Duration.ofMillis(50));
+        }
+
+        Rig(Heartbeat beat) {
+            this(beat, beat, Kv.identity());
+        }
+
+        void run(Duration d) {
+            for (long end = net.now() + d.toNanos(); net.now() < end; ) {
+                if (senderRuns) {
+                    sender.doWork();
+                }
+                receiver.doWork();
+                net.advance(STEP_NANOS);
+            }
+        }
+
+        /** Runs until either side's peer is down, at most {@code d}; @return sim time taken */
+        Duration runUntilDown(Duration d) {
+            final long start = net.now();
+            while (net.now() - start < d.toNanos() && sender.peer(sp).isUp() && receiver.peer(rp).isUp()) {
+                run(Duration.ofNanos(STEP_NANOS));
+            }
+            return Duration.ofNanos(net.now() - start);
+        }
+
+        Peer s() {
+            return sender.peer(sp);
+        }
+
+        Peer r() {
+            return receiver.peer(rp);
+        }
+
+        @Override
+        public void close() {
+            sender.close();
+            receiver.close();
+            prefill.close();
+            decode.close();
+        }
+    }
+
+    @Test
+    void aQuietLinkStaysUpOnPingsAlone() {
+        try (Rig rig = new Rig(FAST)) {
+            assertEquals(3, rig.s().protocolVersion());
+            rig.run(Duration.ofSeconds(10));
+            assertTrue(rig.s().isUp(), rig.s()::toString);
+            assertTrue(rig.r().isUp(), rig.r()::toString);
+            // about one PING per idle period and side (a PONG heard resets the other side's idle time too)
+            final long pings = rig.atSender.sent(WireFormat.PING) + rig.atReceiver.sent(WireFormat.PING);
+            assertTrue(pings >= 40 && pings <= 200, "PINGs in 10 s at 100 ms idle: " + pings);
+            assertEquals(rig.atSender.sent(WireFormat.PING), rig.atReceiver.sent(WireFormat.PONG), "every PING answered");
+            assertEquals(0, rig.sender.heartbeatFailures() + rig.receiver.heartbeatFailures());
+        }
+    }
+
+    @Test
+    void aCutPathFailsTheLinkOnBothSidesWithinIdlePlusTimeout() {
+        try (Rig rig = new Rig(FAST)) {
+            rig.run(Duration.ofSeconds(1));
+            rig.atSender.cut = true;
+            rig.atReceiver.cut = true;
+            final long cutAt = rig.net.now();
+            rig.run(Duration.ofSeconds(2));
+            for (Peer p : List.of(rig.s(), rig.r())) {
+                assertEquals(Peer.State.FAILED, p.state(), p::toString);
+                assertTrue(p.failure().contains("heartbeat: nothing heard from the peer for"), p.failure());
+                assertTrue(p.failure().contains("(100 ms idle, 300 ms timeout)"), p.failure());
+            }
+            assertEquals(1, rig.sender.heartbeatFailures());
+            assertEquals(1, rig.receiver.heartbeatFailures());
+            // found between idle + timeout and that plus one idle period (the last frame heard came before the cut)
+            final long ms = (rig.net.now() - cutAt) / 1_000_000;
+            assertTrue(ms >= 400, "ran " + ms + " ms");
+        }
+    }
+
+    @Test
+    void theFailureComesWithinIdlePlusTimeoutOfTheLastFrame() {
+        try (Rig rig = new Rig(FAST)) {
+            rig.run(Duration.ofSeconds(1));
+            rig.atSender.cut = true;
+            rig.atReceiver.cut = true;
+            final Duration took = rig.runUntilDown(Duration.ofSeconds(5));
+            assertTrue(took.toMillis() >= 300 && took.toMillis() <= 100 + 300 + 2 * STEP_NANOS / 1_000_000,
+                "the first side found the link silent after " + took.toMillis() + " ms");
+        }
+    }
+
+    @Test
+    void withTheHeartbeatOffACutPathLeavesTheLinkUp() {
+        // the control: without the heartbeat nothing notices a path that loses every frame while the link says "up"
+        try (Rig rig = new Rig(Heartbeat.OFF)) {
+            rig.atSender.cut = true;
+            rig.atReceiver.cut = true;
+            rig.run(Duration.ofSeconds(60));
+            assertTrue(rig.s().isUp(), rig.s()::toString);
+            assertTrue(rig.r().isUp(), rig.r()::toString);
+            assertEquals(0, rig.atSender.sent(WireFormat.PING) + rig.atReceiver.sent(WireFormat.PING));
+        }
+    }
+
+    @Test
+    void aStoppedSenderEngineFailsItsTransfersAtTheReceiverAndThePoolBalances() {
+        try (Rig rig = new Rig(FAST)) {
+            final Sequence src = rig.prefill.admit(9, 0).sequence();
+            src.append(9);
+            Kv.write(src, 5);
+            final IncomingTransfer t = rig.receiver.start(5, 9, 0, rig.rp); // the descriptor goes out; no offer yet
+            rig.run(Duration.ofMillis(50));
+            assertEquals(IncomingTransfer.State.RECEIVING, t.state());
+            rig.senderRuns = false; // prefill's engine thread stopped: its link stays up, nothing answers
+            rig.run(Duration.ofSeconds(1));
+            assertEquals(Peer.State.FAILED, rig.r().state(), rig.r()::toString);
+            assertTrue(rig.r().failure().startsWith("heartbeat:"), rig.r().failure());
+            assertEquals(FailureReason.PEER_LOST, t.failure(), t::toString);
+            // the receiver tore the link down; nothing was written, so its pages come back once proven
+            rig.run(Duration.ofSeconds(1));
+            assertEquals(0, rig.receiver.activeTransfers());
+            assertEquals(0, rig.decode.snapshot().inUse(), rig.decode.snapshot()::toString);
+            src.close();
+        }
+    }
+
+    @Test
+    void oneLongStepOfTheClockDoesNotFailALinkWhosePeerHadNoTurn() {
+        // a GC pause or a long step of a test clock: the PING goes out after it, and the peer gets its turn to answer
+        try (Rig rig = new Rig(FAST)) {
+            rig.net.advance(Duration.ofSeconds(30).toNanos());
+            rig.run(Duration.ofSeconds(1));
+            assertTrue(rig.s().isUp(), rig.s()::toString);
+            assertTrue(rig.r().isUp(), rig.r()::toString);
+        }
+    }
+
+    @Test
+    void aVersion2PeerIsNeverPingedAndLinksUp() {
+        // decode on the previous release: every frame to it must be one WireCodecV2 (the version-2 codec) reads
+        try (Rig rig = new Rig(FAST, FAST, Kv.identity().withVersions(1, 2))) {
+            assertTrue(rig.s().isUp(), rig.s()::toString);
+            assertEquals(2, rig.s().protocolVersion());
+            assertEquals(2, rig.r().protocolVersion());
+            rig.run(Duration.ofSeconds(10));
+            assertTrue(rig.s().isUp(), rig.s()::toString);
+            assertEquals(0, rig.atSender.sent(WireFormat.PING) + rig.atReceiver.sent(WireFormat.PING));
+            final Sequence src = rig.prefill.admit(9, 0).sequence();
+            src.append(9);
+            Kv.write(src, 6);
+            rig.sender.offer(6, src);
+            src.close();
+            final IncomingTransfer t = rig.receiver.start(6, 9, 0, rig.rp);
+            rig.run(Duration.ofMillis(500));
+            assertEquals(IncomingTransfer.State.COMMITTED, t.state(), t::toString);
+            try (Sequence got = t.sequence()) {
+                assertEquals(Kv.Finding.OK, Kv.check(got, 6, 9));
+            }
+        }
+    }
+
+    @Test
+    void aPingIsAnsweredAlsoWithTheHeartbeatOff() {
+        try (KvPool pool = Kv.pool(16)) {
+            final TransferReceiver receiver = TransferReceiver.builder(pool, Kv.identity()).heartbeat(Heartbeat.OFF)
+                .clock(new ManualClock()).build();
+            final ScriptedLink link = new ScriptedLink();
+            final int p = receiver.addPeer(link);
+            link.hello(Kv.identity());
+            receiver.doWork();
+            link.inject(new Message.Ping(42));
+            receiver.doWork();
+            assertEquals(new Message.Pong(42), link.sent.get(link.sent.size() - 1));
+            assertTrue(receiver.peer(p).isUp());
+            receiver.close();
+        }
+    }
+
+    @Test
+    void aPingOnAVersion2LinkIsAProtocolError() {
+        try (KvPool pool = Kv.pool(16)) {
+            final TransferReceiver receiver = TransferReceiver.builder(pool, Kv.identity()).clock(new ManualClock()).build();
+            final ScriptedLink link = new ScriptedLink();
+            final int p = receiver.addPeer(link);
+            link.hello(Kv.identity().withVersions(1, 2));
+            receiver.doWork();
+            assertEquals(2, receiver.peer(p).protocolVersion());
+            final byte[] ping = WireCodec.encode(new Message.Ping(1));
+            ping[2] = 2;
+            link.injectRaw(ping);
+            receiver.doWork();
+            assertEquals(Peer.State.FAILED, receiver.peer(p).state());
+            assertTrue(receiver.peer(p).failure().contains("unknown message type 8 in version 2"), receiver.peer(p).failure());
+            receiver.close();
+        }
+    }
+
+    @Test
+    void settingsAreCheckedAndNamed() {
+        final IllegalArgumentException e = assertThrows(IllegalArgumentException.class,
+            () -> Heartbeat.every(Duration.ofMillis(100), Duration.ZERO));
+        assertTrue(e.getMessage().contains("heartbeat timeout must be positive, was PT0S"), e.getMessage());
+        assertThrows(IllegalArgumentException.class, () -> Heartbeat.every(null, Duration.ofSeconds(1)));
+        assertFalse(Heartbeat.OFF.isOn());
+        assertEquals("Heartbeat[idle 1000 ms, timeout 3000 ms]", Heartbeat.DEFAULT.toString());
+        try (KvPool pool = Kv.pool(4)) {
+            assertEquals(Heartbeat.DEFAULT, TransferSender.builder(pool, Kv.identity()).build().heartbeat());
+            assertEquals(FAST, TransferReceiver.builder(pool, Kv.identity()).heartbeat(FAST).build().heartbeat());
+        }
+    }
+}
