@@ -15,18 +15,26 @@ import java.util.function.Function;
  * {@code kvpool.peer.info}: one row per build of the peers whose links are UP (tag {@code build}, value 1), and
  * {@code kvpool.peer.links}: how many links are UP. The rows follow the engine's {@code peerBuilds()}: each read of
  * {@code kvpool.peer.links} (every scrape reads it) brings them up to date, so a build that came or went shows in
- * the rows from the next scrape on. Holds the engine weakly, as every binder's meter does.
+ * the rows from the next scrape on. {@code kvpool.peer.heartbeat.failures}: links the engine failed because the peer
+ * answered no PING in time. Holds the engine weakly, as every binder's meter does.
  */
 final class PeerInfo {
 
     static final String INFO_DESCRIPTION =
         "1 for each build (tag build) of the peers whose links are UP, as their HELLO named it: a rollout mixes builds";
     static final String LINKS_DESCRIPTION = "Links to peers whose handshake passed, UP now (every build)";
+    static final String HEARTBEAT_DESCRIPTION =
+        "Links failed because the peer sent nothing within the heartbeat timeout after a PING (a partition, a stopped peer)";
 
     private PeerInfo() {
     }
 
-    static <E> void bind(MeterRegistry registry, E engine, Function<E, Map<String, Integer>> builds, Tags tags) {
+    static <E> void bind(MeterRegistry registry, E engine, Function<E, Map<String, Integer>> builds,
+                         java.util.function.ToDoubleFunction<E> heartbeatFailures, Tags tags) {
+        io.micrometer.core.instrument.FunctionCounter.builder("kvpool.peer.heartbeat.failures", engine, heartbeatFailures)
+            .description(HEARTBEAT_DESCRIPTION)
+            .tags(tags)
+            .register(registry); // a function counter holds its object weakly
         final MultiGauge info = MultiGauge.builder("kvpool.peer.info").description(INFO_DESCRIPTION).tags(tags).register(registry);
         final WeakReference<E> ref = new WeakReference<>(engine);
         final Refresh<E> refresh = new Refresh<>(info, ref, builds);

@@ -120,7 +120,7 @@ public final class TransferReceiverMeterBinder implements MeterBinder {
         counter(r, "kvpool.transfer.links.retired",
             "Links retired after an unproven write (no revocable registration): no new transfer on them, torn down once "
                 + "those in flight ended", ReceiverMetrics::linksRetired).register(registry);
-        PeerInfo.bind(registry, r, TransferReceiver::peerBuilds, tags);
+        PeerInfo.bind(registry, r, TransferReceiver::peerBuilds, e -> e.heartbeatFailures(), tags);
     }
 
     /** @return the tag value of an enum constant: its name in lower case, in every default locale */

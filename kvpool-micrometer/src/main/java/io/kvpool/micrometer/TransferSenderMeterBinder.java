@@ -92,7 +92,7 @@ public final class TransferSenderMeterBinder implements MeterBinder {
             .register(registry);
         counter(s, "kvpool.transfer.sender.cancels.received", cancels, SenderMetrics::linksRetired).tag("outcome", "retiring")
             .register(registry);
-        PeerInfo.bind(registry, s, TransferSender::peerBuilds, tags);
+        PeerInfo.bind(registry, s, TransferSender::peerBuilds, e -> e.heartbeatFailures(), tags);
     }
 
     private FunctionCounter.Builder<TransferSender> counter(TransferSender s, String name, String description,

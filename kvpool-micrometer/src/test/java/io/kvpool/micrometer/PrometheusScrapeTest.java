@@ -53,7 +53,8 @@ class PrometheusScrapeTest {
         "kvpool_transfer_links_retired_total counter",
         "kvpool_transfer_sender_cancels_received_total counter",
         "kvpool_peer_info gauge",
-        "kvpool_peer_links gauge"));
+        "kvpool_peer_links gauge",
+        "kvpool_peer_heartbeat_failures_total counter"));
 
     @Test
     void aScrapeHasEveryFamilyWithHelpAndTheExpectedNamesLabelsAndValuesInAnyDefaultLocale() {

@@ -64,12 +64,13 @@ class TransferMeterBindersTest {
             expected.add("kvpool.transfer.links.retired");
             expected.add("kvpool.peer.info{build=build-1}");
             expected.add("kvpool.peer.links");
+            expected.add("kvpool.peer.heartbeat.failures");
             assertEquals(expected, rx.keySet());
             assertEquals(new TreeSet<>(java.util.List.of("kvpool.transfer.sender.completed", "kvpool.transfer.sender.drained",
                 "kvpool.transfer.sender.writes.posted", "kvpool.transfer.sender.writes.failed", "kvpool.transfer.sender.forced.cancels",
                 "kvpool.transfer.sender.descriptors.duplicate", "kvpool.transfer.sender.cancels.received{outcome=ended}",
                 "kvpool.transfer.sender.cancels.received{outcome=ignored}", "kvpool.transfer.sender.cancels.received{outcome=retiring}",
-                "kvpool.peer.info{build=build-1}", "kvpool.peer.links")),
+                "kvpool.peer.info{build=build-1}", "kvpool.peer.links", "kvpool.peer.heartbeat.failures")),
                 tx.keySet());
             assertEquals(rx.size() + tx.size(), registry.getMeters().size(), "every meter carries the common tag");
             for (Map<String, Meter> meters : java.util.List.of(rx, tx)) {
@@ -83,8 +84,9 @@ class TransferMeterBindersTest {
             assertInstanceOf(FunctionTimer.class, rx.get("kvpool.transfer.deferred.hold"));
             assertInstanceOf(TimeGauge.class, rx.get("kvpool.transfer.deferred.hold.max"));
             assertEquals(Meter.Type.COUNTER, rx.get("kvpool.transfer.failures{reason=aborted}").getId().getType());
-            tx.forEach((key, m) -> assertEquals(key.startsWith("kvpool.peer.") ? Meter.Type.GAUGE : Meter.Type.COUNTER,
-                m.getId().getType(), key));
+            tx.forEach((key, m) -> assertEquals(key.startsWith("kvpool.peer.") && !key.endsWith(".failures") ? Meter.Type.GAUGE
+                : Meter.Type.COUNTER, m.getId().getType(), key));
+            assertEquals(Meter.Type.COUNTER, rx.get("kvpool.peer.heartbeat.failures").getId().getType());
             assertEquals(Meter.Type.GAUGE, rx.get("kvpool.peer.info{build=build-1}").getId().getType());
         }
     }
