@@ -11,14 +11,14 @@ import io.kvpool.transfer.spi.PeerLink;
  *       │  HELLO with a mismatch: we send REFUSE ─▶ REFUSED
  *       │  REFUSE received                        ─▶ REFUSED
  *       │  any other frame first, malformed frame  ─▶ FAILED
- *   UP ──link failed, malformed frame, close, teardown──▶ FAILED      (REFUSE received ─▶ REFUSED)
+ *   UP ──link failed, malformed frame, heartbeat unanswered, close, teardown──▶ FAILED   (REFUSE received ─▶ REFUSED)
  *    │
  *    │ receiver: a suspect write on a link that cannot revoke one registration (it sends CANCEL(link, retiring))
  *    │ sender: that CANCEL received
  *    ▼
  *   RETIRING ──receiver: no transfer in flight on it any more: torn down (proving its quarantines free)──▶ FAILED
  *       (sender: the receiver's teardown reaches it as a failed link ─▶ FAILED)
- *       (no new transfer starts on it; the ones in flight finish; link failed, malformed frame ─▶ FAILED,
+ *       (no new transfer starts on it; the ones in flight finish; link failed, malformed frame, heartbeat ─▶ FAILED,
  *        REFUSE received ─▶ REFUSED)
  * </pre>
  * Every change goes through one checked transition ({@code moveTo}); any other throws. A

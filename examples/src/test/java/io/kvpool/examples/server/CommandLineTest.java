@@ -152,6 +152,8 @@ public class CommandLineTest {
         assertRefused("request timeout must be positive, was 0 ms", "--request-timeout-ms", "0");
         assertRefused("token delay must be ≥ 0, was -1 ms", "--token-delay-ms", "-1");
         assertRefused("--ucx-keepalive-ms must be 10 ms to 1 hour, was 5", "--ucx-keepalive-ms", "5");
+        assertRefused("KV heartbeat must be ≥ 0, was -1 ms", "--kv-heartbeat-ms", "-1");
+        assertRefused("KV heartbeat timeout must be positive, was 0 ms", "--kv-heartbeat-timeout-ms", "0");
         assertRefused("--port is out of range: 99999999999", "--port", "99999999999");
     }
 

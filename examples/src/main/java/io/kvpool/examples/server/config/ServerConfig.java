@@ -121,6 +121,8 @@ public record ServerConfig(Listen listen, Capacity capacity, Timing timing, Topo
         b.reconnectDelay = timing.reconnectDelay();
         b.ucxKeepalive = timing.ucxKeepalive();
         b.kvConnectTimeout = timing.kvConnectTimeout();
+        b.kvHeartbeat = timing.kvHeartbeat();
+        b.kvHeartbeatTimeout = timing.kvHeartbeatTimeout();
         b.topology = topology;
         b.unsafe = switches;
         b.device = device;
@@ -247,6 +249,16 @@ public record ServerConfig(Listen listen, Capacity capacity, Timing timing, Topo
         return timing.kvConnectTimeout();
     }
 
+    /**
+     * @return the KV links' heartbeat ({@code --kv-heartbeat-ms}, default 1 s of silence before a PING, 0 for none;
+     *         {@code --kv-heartbeat-timeout-ms}, default 3 s more before the link fails): a link whose peer went silent
+     *         behind a cut path fails while the cut lasts, so prefill is already reconnecting when it heals
+     */
+    public io.kvpool.transfer.Heartbeat kvHeartbeat() {
+        return timing.kvHeartbeat().isZero() ? io.kvpool.transfer.Heartbeat.OFF
+            : io.kvpool.transfer.Heartbeat.every(timing.kvHeartbeat(), timing.kvHeartbeatTimeout());
+    }
+
     /** @return how long prefill waits before reconnecting a lost link ({@code --reconnect-ms}, default 200 ms) */
     public Duration reconnectDelay() {
         return timing.reconnectDelay();
@@ -337,6 +349,8 @@ public record ServerConfig(Listen listen, Capacity capacity, Timing timing, Topo
         private Duration reconnectDelay = Duration.ofMillis(200);
         private Duration ucxKeepalive = Duration.ofMillis(250);
         private Duration kvConnectTimeout = Duration.ofMillis(300);
+        private Duration kvHeartbeat = io.kvpool.transfer.Heartbeat.DEFAULT.idle();
+        private Duration kvHeartbeatTimeout = io.kvpool.transfer.Heartbeat.DEFAULT.timeout();
         private Topology topology = Topology.DEFAULT;
         private UnsafeSwitches unsafe = UnsafeSwitches.NONE;
         private Device device = Device.HOST;
@@ -487,6 +501,18 @@ public record ServerConfig(Listen listen, Capacity capacity, Timing timing, Topo
             return this;
         }
 
+        /** Sets the silence before a KV link's PING, {@link ServerConfig#kvHeartbeat()}; zero for none. */
+        public Builder kvHeartbeat(Duration d) {
+            this.kvHeartbeat = d;
+            return this;
+        }
+
+        /** Sets the silence after a KV link's PING before it fails, {@link ServerConfig#kvHeartbeat()}. */
+        public Builder kvHeartbeatTimeout(Duration d) {
+            this.kvHeartbeatTimeout = d;
+            return this;
+        }
+
         /** Sets {@link ServerConfig#ucxKeepalive()}. */
         public Builder ucxKeepalive(Duration d) {
             this.ucxKeepalive = d;
@@ -581,7 +607,8 @@ public record ServerConfig(Listen listen, Capacity capacity, Timing timing, Topo
         public ServerConfig build() {
             return new ServerConfig(new Listen(host, port, maxBodyBytes, maxConnections, headerTimeout, idleTimeout, maxHeaderBytes, stallTimeout, shutdownGrace),
                 new Capacity(contextTokens, prefillPages, decodePages, tokensPerPage, layers, kvHeads, headDim, clampContext),
-                new Timing(requestTimeout, tokenDelay, heartbeat, transferTimeout, reconnectDelay, ucxKeepalive, kvConnectTimeout),
+                new Timing(requestTimeout, tokenDelay, heartbeat, transferTimeout, reconnectDelay, ucxKeepalive, kvConnectTimeout, kvHeartbeat,
+                    kvHeartbeatTimeout),
                 topology, unsafe, device, faults, workDir, environment, gate);
         }
     }

@@ -102,6 +102,12 @@ public final class ServerOptions {
         o.add(new Option(GENERAL, "--ucx-keepalive-ms", "N", "(ucx) how often a link checks its peer; a link torn down on the other "
             + "side while the path was cut fails this long after it heals", c -> ms(c.ucxKeepalive()),
             (b, v) -> b.ucxKeepalive(millis("--ucx-keepalive-ms", v))));
+        o.add(new Option(GENERAL, "--kv-heartbeat-ms", "N", "KV links: silence before a PING to the peer; 0: none (then a link "
+            + "whose peer went silent behind a cut path fails only when the transport notices)", c -> ms(c.timing().kvHeartbeat()),
+            (b, v) -> b.kvHeartbeat(millis("--kv-heartbeat-ms", v))));
+        o.add(new Option(GENERAL, "--kv-heartbeat-timeout-ms", "N", "KV links: silence after a PING before the link fails and "
+            + "prefill reconnects", c -> ms(c.timing().kvHeartbeatTimeout()),
+            (b, v) -> b.kvHeartbeatTimeout(millis("--kv-heartbeat-timeout-ms", v))));
         o.add(new Option(GENERAL, "--kv-connect-timeout-ms", "N", "(ucx, prefill) TCP connect timeout of each attempt to reach decode's "
             + "bootstrap listener; short, so an attempt retries soon after a heal", c -> ms(c.kvConnectTimeout()),
             (b, v) -> b.kvConnectTimeout(millis("--kv-connect-timeout-ms", v))));

@@ -13,9 +13,12 @@ import java.time.Duration;
  * @param ucxKeepalive     how often a UCX link's endpoints check their peer ({@code --ucx-keepalive-ms}, 10 ms to 1 hour)
  * @param kvConnectTimeout how long prefill's TCP connect to decode's UCX bootstrap listener may take
  *                         ({@code --kv-connect-timeout-ms})
+ * @param kvHeartbeat      the KV link heartbeat's silence before a PING ({@code --kv-heartbeat-ms}); zero: no PINGs
+ * @param kvHeartbeatTimeout the KV link heartbeat's silence after a PING before the link fails
+ *                         ({@code --kv-heartbeat-timeout-ms})
  */
 public record Timing(Duration requestTimeout, Duration tokenDelay, Duration heartbeat, Duration transferTimeout, Duration reconnectDelay,
-                     Duration ucxKeepalive, Duration kvConnectTimeout) {
+                     Duration ucxKeepalive, Duration kvConnectTimeout, Duration kvHeartbeat, Duration kvHeartbeatTimeout) {
 
     /** @throws IllegalArgumentException naming the first value out of range, with the value */
     public Timing {
@@ -26,6 +29,8 @@ public record Timing(Duration requestTimeout, Duration tokenDelay, Duration hear
         Checks.positive("reconnect delay", reconnectDelay);
         Checks.positive("UCX keepalive", ucxKeepalive);
         Checks.positive("KV connect timeout", kvConnectTimeout);
+        Checks.nonNegative("KV heartbeat", kvHeartbeat);
+        Checks.positive("KV heartbeat timeout", kvHeartbeatTimeout);
         if (ucxKeepalive.toMillis() < 10 || ucxKeepalive.compareTo(Duration.ofHours(1)) > 0) {
             throw new IllegalArgumentException("--ucx-keepalive-ms must be 10 ms to 1 hour, was " + ucxKeepalive.toMillis());
         }

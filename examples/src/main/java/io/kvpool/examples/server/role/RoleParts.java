@@ -82,7 +82,7 @@ public final class RoleParts {
     /** @return the decode side's engine on {@code pool} */
     static TransferReceiver receiver(ServerConfig cfg, KvPool pool) {
         final TransferReceiver.Builder b = TransferReceiver.builder(pool, identity(cfg))
-            .completionTimeout(cfg.transferTimeout()).drainTimeout(cfg.transferTimeout())
+            .completionTimeout(cfg.transferTimeout()).drainTimeout(cfg.transferTimeout()).heartbeat(cfg.kvHeartbeat())
             .unsafeDisable(cfg.unsafeTransfer().toArray(new TransferSafeguard[0]));
         if (cfg.device() == ServerConfig.Device.CUDA) {
             b.checksums(device().checksums());
@@ -93,7 +93,7 @@ public final class RoleParts {
     /** @return the prefill side's engine on {@code pool} */
     static TransferSender sender(ServerConfig cfg, KvPool pool) {
         final TransferSender.Builder b = TransferSender.builder(pool, identity(cfg))
-            .drainDeadline(cfg.transferTimeout()).descriptorTimeout(cfg.transferTimeout());
+            .drainDeadline(cfg.transferTimeout()).descriptorTimeout(cfg.transferTimeout()).heartbeat(cfg.kvHeartbeat());
         if (cfg.device() == ServerConfig.Device.CUDA) {
             b.checksums(device().checksums());
         }

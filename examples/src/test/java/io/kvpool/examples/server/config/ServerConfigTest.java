@@ -29,7 +29,7 @@ class ServerConfigTest {
             "--decode-pages", "700", "--tokens-per-page", "8", "--layers", "2", "--kv-heads", "4", "--head-dim", "16",
             "--max-body-bytes", "4096", "--request-timeout-ms", "1500", "--token-delay-ms", "0", "--heartbeat-ms", "50",
             "--transfer-timeout-ms", "700", "--reconnect-ms", "30", "--fault-rate", "0.25", "--seed", "9", "--device", "host",
-            "--ucx-keepalive-ms", "100", "--kv-connect-timeout-ms", "450");
+            "--ucx-keepalive-ms", "100", "--kv-connect-timeout-ms", "450", "--kv-heartbeat-ms", "200", "--kv-heartbeat-timeout-ms", "900");
         assertEquals(0, c.port());
         assertEquals("0.0.0.0", c.host());
         assertEquals(2048, c.contextTokens());
@@ -49,6 +49,9 @@ class ServerConfigTest {
         assertEquals(Duration.ofMillis(450), c.kvConnectTimeout());
         assertEquals(Duration.ofMillis(250), d.ucxKeepalive(), "UCX's own 20 s would be noticed that long after a heal");
         assertEquals(Duration.ofMillis(300), d.kvConnectTimeout());
+        assertEquals(io.kvpool.transfer.Heartbeat.every(Duration.ofMillis(200), Duration.ofMillis(900)), c.kvHeartbeat());
+        assertEquals(io.kvpool.transfer.Heartbeat.DEFAULT, d.kvHeartbeat());
+        assertEquals(io.kvpool.transfer.Heartbeat.OFF, ServerConfig.parse("--kv-heartbeat-ms", "0").kvHeartbeat());
         assertThrows(IllegalArgumentException.class, () -> ServerConfig.parse("--ucx-keepalive-ms", "5"));
         assertEquals(new FaultPlan(0.25, 9), c.faults());
         assertEquals(c.toString(), c.toBuilder().build().toString());
