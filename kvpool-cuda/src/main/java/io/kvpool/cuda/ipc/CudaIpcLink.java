@@ -9,11 +9,11 @@ import io.kvpool.transfer.spi.PeerLink;
 import io.kvpool.transfer.spi.FixedRegistration;
 import io.kvpool.transfer.spi.Registration;
 import io.kvpool.transfer.spi.RemoteRegion;
+import io.kvpool.transfer.spi.SlotChecks;
 import io.kvpool.transfer.wire.WireFormat;
 
 import java.nio.ByteBuffer;
 import java.util.ArrayDeque;
-import java.util.Arrays;
 import java.util.EnumSet;
 import java.util.HashMap;
 import java.util.IdentityHashMap;
@@ -402,16 +402,7 @@ public final class CudaIpcLink implements PeerLink {
         if (slots.length > MAX_REGISTERED_SLOTS) {
             throw new IllegalArgumentException(slots.length + " slots in one registration, at most " + MAX_REGISTERED_SLOTS);
         }
-        final int[] sorted = slots.clone();
-        Arrays.sort(sorted);
-        for (int i = 0; i < sorted.length; i++) {
-            if (sorted[i] < 0 || sorted[i] >= storage.pageCount()) {
-                throw new IndexOutOfBoundsException("slot " + sorted[i] + " of a storage of " + storage.pageCount() + " pages");
-            }
-            if (i > 0 && sorted[i] == sorted[i - 1]) {
-                throw new IllegalArgumentException("slot " + sorted[i] + " is registered twice");
-            }
-        }
+        SlotChecks.requireDistinct(slots, storage.pageCount(), "registered twice");
         exported = true; // conservative: from here on the peer may hold a handle to this arena
         byte[] handle = exports.get(storage);
         if (handle == null) {
@@ -530,13 +521,7 @@ public final class CudaIpcLink implements PeerLink {
             dstPages[i] = page;
             srcPages[i] = Objects.checkIndex(src[off + i], source.pageCount());
         }
-        final int[] sorted = dstPages.clone();
-        Arrays.sort(sorted);
-        for (int i = 1; i < count; i++) {
-            if (sorted[i] == sorted[i - 1]) {
-                throw new IllegalArgumentException("slot " + sorted[i] + " is a destination twice in one put batch");
-            }
-        }
+        SlotChecks.requireDistinct(dstPages, m.pages(), "a destination twice in one put batch");
         final long id;
         try {
             id = engine.submit(m, source, srcPages, dstPages, count);

@@ -9,6 +9,7 @@ import io.kvpool.transfer.spi.PeerLink;
 import io.kvpool.transfer.spi.FixedRegistration;
 import io.kvpool.transfer.spi.Registration;
 import io.kvpool.transfer.spi.RemoteRegion;
+import io.kvpool.transfer.spi.SlotChecks;
 import io.kvpool.transfer.wire.MalformedMessageException;
 import io.kvpool.transfer.wire.WireCodec;
 import io.kvpool.transfer.wire.WireFormat;
@@ -651,7 +652,7 @@ public final class ShmLink implements PeerLink {
             throw new IllegalArgumentException(slots.length + " slots in one registration, at most " + MAX_REGISTERED_SLOTS
                 + " fit a " + WireFormat.MAX_KEY_BYTES + "-byte region key");
         }
-        requireDistinct(slots, local.pageCount());
+        SlotChecks.requireDistinct(slots, local.pageCount(), "registered twice");
         final int id = nextRegistration++;
         final ByteBuffer key = ByteBuffer.allocate(KEY_FIXED_BYTES + 4 * slots.length).order(ByteOrder.LITTLE_ENDIAN);
         key.putInt(KEY_MAGIC).putLong(local.identity()).putInt(id).putInt(slots.length);
@@ -659,31 +660,6 @@ public final class ShmLink implements PeerLink {
             key.putInt(s);
         }
         return FixedRegistration.of(key.array()); // the peer maps the whole pool file: nothing to revoke
-    }
-
-    /**
-     * Checks that every slot is in {@code [0, pageCount)} and none is repeated: in one pass when the slots run
-     * strictly up or strictly down (a fresh allocation's usually do), else by sorting a copy.
-     */
-    static void requireDistinct(int[] slots, int pageCount) {
-        boolean up = true, down = true;
-        for (int i = 0; i < slots.length; i++) {
-            Objects.checkIndex(slots[i], pageCount);
-            if (i > 0) {
-                up &= slots[i] > slots[i - 1];
-                down &= slots[i] < slots[i - 1];
-            }
-        }
-        if (up || down) {
-            return;
-        }
-        final int[] sorted = slots.clone();
-        Arrays.sort(sorted);
-        for (int i = 1; i < sorted.length; i++) {
-            if (sorted[i] == sorted[i - 1]) {
-                throw new IllegalArgumentException("slot " + sorted[i] + " is registered twice");
-            }
-        }
     }
 
     /**

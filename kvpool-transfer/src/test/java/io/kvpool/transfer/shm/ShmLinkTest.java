@@ -145,22 +145,6 @@ class ShmLinkTest {
         return new Raw(ch, link[0], Bootstrap.decode(in, Bootstrap.length(in)));
     }
 
-    /** A registration refuses a repeated or out-of-range slot whatever the order; runs up or down skip the sort. */
-    @Test
-    void aRegistrationRefusesARepeatedSlotInAnyOrder() {
-        ShmLink.requireDistinct(new int[] {1, 2, 5, 9}, 10);
-        ShmLink.requireDistinct(new int[] {9, 5, 2, 1}, 10);
-        ShmLink.requireDistinct(new int[] {5, 1, 9, 2}, 10);
-        ShmLink.requireDistinct(new int[] {}, 10);
-        for (int[] bad : new int[][] {{5, 1, 5, 2}, {1, 2, 2, 3}, {3, 2, 2, 1}, {7, 7}}) {
-            final IllegalArgumentException e = assertThrows(IllegalArgumentException.class, () -> ShmLink.requireDistinct(bad, 10),
-                java.util.Arrays.toString(bad));
-            assertTrue(e.getMessage().contains("registered twice"), e.getMessage());
-        }
-        assertThrows(IndexOutOfBoundsException.class, () -> ShmLink.requireDistinct(new int[] {1, 10}, 10));
-        assertThrows(IndexOutOfBoundsException.class, () -> ShmLink.requireDistinct(new int[] {3, -1, 2}, 10));
-    }
-
     @Test
     void aVersionThreeConnectorGetsRingsAndNoRingFileIsLeftBehind() {
         final ShmLink[] p = pair();
