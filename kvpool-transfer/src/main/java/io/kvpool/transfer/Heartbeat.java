@@ -24,11 +24,15 @@ import java.util.Objects;
  * backed-off retransmission, seconds later. A heartbeat fails such a link while the partition lasts, so the
  * application's reconnect loop is already running when the path comes back.
  *
- * <p>The timeout counts from the PING, not from the last frame heard, so one long stall of the engine's own
- * thread (or one step of a test clock) cannot fail a link whose peer had no chance to answer. Every engine
- * answers PINGs, also one built with {@link #OFF}. Links of versions 1 and 2 carry no heartbeat. Immutable.
+ * <p>The timeout counts from the PING, not from the last frame heard, and a gap in the engine's own duty cycle
+ * longer than the idle time (a GC pause, one step of a test clock) restarts it, so a stall on this side cannot
+ * fail a link whose peer had no chance to answer. Every engine answers PINGs, also one built with {@link #OFF}.
+ * Links of versions 1 and 2 carry no heartbeat. Immutable.
  */
 public final class Heartbeat {
+
+    /** The longest idle time or timeout: far from the {@code long} nanoseconds' limit, so their sum cannot overflow. */
+    private static final Duration LONGEST = Duration.ofDays(365);
 
     /** No PINGs sent: a link fails only when its transport says so. */
     public static final Heartbeat OFF = new Heartbeat(0, 0);
@@ -46,14 +50,14 @@ public final class Heartbeat {
 
     /**
      * A heartbeat that pings a link quiet for {@code idle} and fails it when nothing arrives within {@code timeout}
-     * of that PING. A peer found gone is then known between {@code idle + timeout} and that plus one duty cycle
-     * after its last frame.
+     * of that PING. A peer found gone is then known {@code idle + timeout} after its last frame, plus up to three
+     * duty cycles (one to note the frame, one to send the PING, one to see the timeout pass).
      *
      * @param idle    silence before a PING, &gt; 0
      * @param timeout silence after the PING before the link fails, &gt; 0; allow for the peer's longest pause (GC,
      *                a busy duty cycle) and the round trip
      * @return the setting
-     * @throws IllegalArgumentException if either is null, zero or negative
+     * @throws IllegalArgumentException if either is null, zero, negative or longer than 365 days
      */
     public static Heartbeat every(Duration idle, Duration timeout) {
         return new Heartbeat(positive("idle", idle).toNanos(), positive("timeout", timeout).toNanos());
@@ -62,6 +66,9 @@ public final class Heartbeat {
     private static Duration positive(String name, Duration d) {
         if (d == null || d.isNegative() || d.isZero()) {
             throw new IllegalArgumentException("heartbeat " + name + " must be positive, was " + d);
+        }
+        if (d.compareTo(LONGEST) > 0) {
+            throw new IllegalArgumentException("heartbeat " + name + " must be at most " + LONGEST.toDays() + " days, was " + d);
         }
         return d;
     }

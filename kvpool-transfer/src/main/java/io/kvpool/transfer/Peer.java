@@ -54,6 +54,8 @@ public final class Peer {
     int version;
     /** The layout version of the peer's HELLO frame (1 or 2): our HELLO answering it, and a REFUSE, use it. */
     int helloFormat;
+    /** The layout version of our own HELLO (1 or 2): the peer's REFUSE answering it uses it. */
+    int ownHelloFormat;
     boolean helloSent;
     boolean tornDown;
     /** Transfers with writes that may still report on this link (a sender's); a down link is polled while > 0. */
@@ -66,6 +68,8 @@ public final class Peer {
     /** A PING went out at {@link #pingSentNanos} and nothing was heard since. */
     boolean pinging;
     long pingSentNanos;
+    /** The last poll delivered as many events as it may: more wait, a frame may be among them. */
+    boolean backlogged;
 
     Peer(int id, PeerLink link) {
         this.id = id;

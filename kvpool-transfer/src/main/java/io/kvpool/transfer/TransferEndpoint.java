@@ -44,6 +44,9 @@ abstract class TransferEndpoint implements LinkListener, AutoCloseable {
     final LongAdder heartbeatFailures = new LongAdder();
     /** When this side pings a quiet link and fails a silent one (links of version 3 and later). */
     final Heartbeat heartbeat;
+    /** The clock at the last heartbeat check, and how many there were: a long gap is this engine's own stall. */
+    private long lastHeartbeatCycleNanos;
+    private long heartbeatCycles;
     boolean closed;
 
     TransferEndpoint(PeerIdentity identity, NanoClock clock, boolean strictBuild, Heartbeat heartbeat) {
@@ -79,11 +82,12 @@ abstract class TransferEndpoint implements LinkListener, AutoCloseable {
     /** Our HELLO in the given layout version (1: one version, the lowest of ours, as version-1 code sent). */
     private void sendHello(Peer p, int format) {
         p.helloSent = true;
+        p.ownHelloFormat = format;
         final PeerIdentity id = format == 1 ? identity.withVersions(identity.minVersion(), identity.minVersion()) : identity;
         p.link.send(WireCodec.encode(new Message.Hello(id), format));
     }
 
-    /** @return the layout our first HELLO uses: 1 for an identity of version 1 only, else the current one */
+    /** @return the layout our first HELLO uses: 1 for an identity of version 1 only, else {@link WireFormat#HELLO_FORMAT} */
     private int helloFormat() {
         return identity.maxVersion() < 2 ? 1 : WireFormat.HELLO_FORMAT;
     }
@@ -176,7 +180,9 @@ abstract class TransferEndpoint implements LinkListener, AutoCloseable {
             final Peer p = polled.get(i);
             if (!closed && (p.state == Peer.State.HANDSHAKE || p.state == Peer.State.UP || p.state == Peer.State.RETIRING)
                 || p.users > 0) {
-                work += p.link.poll(this, POLL_LIMIT); // a down link still owes its writes' terminal states
+                final int n = p.link.poll(this, POLL_LIMIT); // a down link still owes its writes' terminal states
+                p.backlogged = n >= POLL_LIMIT; // events left behind: a frame may be among them
+                work += n;
             }
         }
         // A peer that is down (FAILED and REFUSED are final) and owes no write's terminal state (users only
@@ -201,10 +207,16 @@ abstract class TransferEndpoint implements LinkListener, AutoCloseable {
     /**
      * Pings the quiet links of version 3 and later and fails the silent ones ({@link Heartbeat}). Runs after the
      * links were polled, so a frame that waited in a transport during a stall of this thread counts as heard.
+     * The wait for an answer restarts after a gap in this engine's own duty cycle longer than the idle time (a
+     * GC pause, a stepped test clock: the peer had no turn to be heard), and a link whose poll left events
+     * behind is not failed in that cycle (the answer may be among them).
      *
      * @return work done: PINGs sent and links failed
      */
     private int heartbeats(long now) {
+        final boolean stalled = heartbeatCycles > 0 && now - lastHeartbeatCycleNanos > heartbeat.idleNanos();
+        lastHeartbeatCycleNanos = now;
+        heartbeatCycles++;
         int work = 0;
         for (int i = 0; i < polled.size(); i++) {
             final Peer p = polled.get(i);
@@ -216,7 +228,9 @@ abstract class TransferEndpoint implements LinkListener, AutoCloseable {
                 p.pinging = false;
                 p.lastHeardNanos = now;
             } else if (p.pinging) {
-                if (now - p.pingSentNanos >= heartbeat.timeoutNanos()) {
+                if (stalled) {
+                    p.pingSentNanos = now;
+                } else if (!p.backlogged && now - p.pingSentNanos >= heartbeat.timeoutNanos()) {
                     heartbeatFailures.increment();
                     fail(p, Peer.State.FAILED, "heartbeat: nothing heard from the peer for "
                         + java.time.Duration.ofNanos(now - p.lastHeardNanos).toMillis() + " ms, "
@@ -314,12 +328,18 @@ abstract class TransferEndpoint implements LinkListener, AutoCloseable {
             }
             return;
         }
-        // the handshake's frames keep the layout of the peer's HELLO; the rest speak the negotiated version
-        final boolean handshakeFrame = m instanceof Message.Hello || m instanceof Message.Refuse;
-        if (handshakeFrame ? version != p.helloFormat : version != p.version) {
+        // a copy of the peer's HELLO keeps its layout; a REFUSE answers our HELLO in that HELLO's layout (older code
+        // framed it in the negotiated version, also accepted); everything else speaks the negotiated version
+        final boolean ok = switch (m) {
+            case Message.Hello h -> version == p.helloFormat;
+            case Message.Refuse r -> version == p.ownHelloFormat || version == p.version;
+            default -> version == p.version;
+        };
+        if (!ok) {
             malformedFrames.increment();
             fail(p, Peer.State.FAILED, "protocol error: a " + m.getClass().getSimpleName() + " of version " + version
-                + " on a link speaking version " + p.version);
+                + " on a link speaking version " + p.version + (m instanceof Message.Hello ? " (the peer's HELLO was framed in "
+                + p.helloFormat + ")" : ""));
             return;
         }
         switch (m) {

@@ -216,6 +216,20 @@ class VersionNegotiationTest {
     }
 
     @Test
+    void aRefuseAnsweringAVersion1HelloIsARefusalNotAProtocolError() {
+        // both HELLOs cross: the sender's (version 1 only) in layout 1, the receiver's in layout 2; the receiver's
+        // REFUSE answers the sender's HELLO in its layout, 1, which the sender must read as a refusal
+        try (Rig rig = new Rig(p -> TransferSender.builder(p, id("test", "v1.3.0").withVersions(1, 1)),
+            p -> TransferReceiver.builder(p, id("test", "v1.2.0")).strictBuild(true), false)) {
+            final Peer s = rig.sender.peer(rig.sp);
+            assertEquals(Peer.State.REFUSED, s.state(), s::toString);
+            assertTrue(s.failure().contains("build: local=v1.2.0 remote=v1.3.0"), s.failure());
+            assertEquals(0, rig.sender.malformedFrames() + rig.receiver.malformedFrames());
+            assertEquals(1, rig.sender.refusedPeers());
+        }
+    }
+
+    @Test
     void anEnvironmentMismatchIsStillRefusedWithBothNamesAcrossBuilds() {
         try (Rig rig = new Rig(id("staging", "v1.3.0"), id("production", "v1.2.0"), false)) {
             final Peer r = rig.receiver.peer(rig.rp);
