@@ -11,6 +11,7 @@ import io.kvpool.transfer.spi.PeerLink;
  *       │  HELLO with a mismatch: we send REFUSE ─▶ REFUSED
  *       │  REFUSE received                        ─▶ REFUSED
  *       │  any other frame first, malformed frame  ─▶ FAILED
+ *       │  nothing for the heartbeat's idle + timeout (heartbeat on) ─▶ FAILED
  *   UP ──link failed, malformed frame, heartbeat unanswered, close, teardown──▶ FAILED   (REFUSE received ─▶ REFUSED)
  *    │
  *    │ receiver: a suspect write on a link that cannot revoke one registration (it sends CANCEL(link, retiring))
@@ -63,7 +64,7 @@ public final class Peer {
     // heartbeat (links of version 3 and later, see Heartbeat), on the engine's thread:
     /** A frame arrived since the duty cycle last looked. */
     boolean heard;
-    /** When the duty cycle last saw {@link #heard} (or the link came UP). */
+    /** When the duty cycle last saw {@link #heard} (or the link came UP; in HANDSHAKE: when the link was added). */
     long lastHeardNanos;
     /** A PING went out at {@link #pingSentNanos} and nothing was heard since. */
     boolean pinging;

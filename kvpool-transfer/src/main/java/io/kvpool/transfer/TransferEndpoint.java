@@ -102,6 +102,7 @@ abstract class TransferEndpoint implements LinkListener, AutoCloseable {
     public int addPeer(PeerLink link) {
         ensureOpen();
         final Peer p = new Peer(peers.size(), Objects.requireNonNull(link, "link"));
+        p.lastHeardNanos = clock.nanoTime(); // the handshake's wait for the peer's HELLO starts now
         peers.add(p);
         polled.add(p);
         byLink.putIfAbsent(link, p);
@@ -156,7 +157,10 @@ abstract class TransferEndpoint implements LinkListener, AutoCloseable {
         return duplicateHellos.sum();
     }
 
-    /** @return links this side failed because the peer answered no PING within the {@link Heartbeat} timeout */
+    /**
+     * @return links this side failed because the peer answered no PING within the {@link Heartbeat} timeout, or sent
+     *         no HELLO within its idle time plus timeout
+     */
     public long heartbeatFailures() {
         return heartbeatFailures.sum();
     }
@@ -220,6 +224,10 @@ abstract class TransferEndpoint implements LinkListener, AutoCloseable {
         int work = 0;
         for (int i = 0; i < polled.size(); i++) {
             final Peer p = polled.get(i);
+            if (p.state == Peer.State.HANDSHAKE) {
+                work += handshakeWait(p, now, stalled);
+                continue;
+            }
             if (p.version < 3 || !p.carries()) {
                 continue;
             }
@@ -247,6 +255,28 @@ abstract class TransferEndpoint implements LinkListener, AutoCloseable {
             }
         }
         return work;
+    }
+
+    /**
+     * Fails a link whose peer sent nothing since it was added for the heartbeat's idle time plus its timeout: a
+     * handshake never answered (a peer of any version sends its HELLO at once, or answers ours). A stall of this
+     * engine restarts the wait, as for a PING.
+     *
+     * @return 1 if the link was failed, else 0
+     */
+    private int handshakeWait(Peer p, long now, boolean stalled) {
+        if (stalled) {
+            p.lastHeardNanos = now;
+            return 0;
+        }
+        final long limit = heartbeat.idleNanos() + heartbeat.timeoutNanos();
+        if (p.backlogged || now - p.lastHeardNanos < limit) {
+            return 0;
+        }
+        heartbeatFailures.increment();
+        fail(p, Peer.State.FAILED, "handshake: no HELLO from the peer within " + java.time.Duration.ofNanos(now - p.lastHeardNanos).toMillis()
+            + " ms (the heartbeat's " + heartbeat.idle().toMillis() + " ms idle + " + heartbeat.timeout().toMillis() + " ms timeout)");
+        return 1;
     }
 
     /** A peer that is down and owes nothing left the duty cycle for good: drop what was kept for it. */

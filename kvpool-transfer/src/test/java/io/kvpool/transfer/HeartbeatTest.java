@@ -319,6 +319,31 @@ class HeartbeatTest {
     }
 
     @Test
+    void aHandshakeNeverAnsweredFailsAfterIdlePlusTimeout() {
+        try (KvPool pool = Kv.pool(16)) {
+            for (Heartbeat beat : new Heartbeat[] {FAST, Heartbeat.OFF}) {
+                final ManualClock clock = new ManualClock();
+                final TransferReceiver receiver = TransferReceiver.builder(pool, Kv.identity()).heartbeat(beat).clock(clock).build();
+                final ScriptedLink link = new ScriptedLink(); // the peer connected and says nothing
+                final int p = receiver.addPeer(link);
+                for (int i = 0; i < 100; i++) {
+                    receiver.doWork();
+                    clock.advanceMillis(10);
+                }
+                if (beat == Heartbeat.OFF) { // the control: nothing watches the handshake
+                    assertEquals(Peer.State.HANDSHAKE, receiver.peer(p).state());
+                } else {
+                    assertEquals(Peer.State.FAILED, receiver.peer(p).state());
+                    assertTrue(receiver.peer(p).failure().matches("handshake: no HELLO from the peer within 4\\d0 ms "
+                        + "\\(the heartbeat's 100 ms idle \\+ 300 ms timeout\\)"), receiver.peer(p).failure());
+                    assertEquals(1, receiver.heartbeatFailures());
+                }
+                receiver.close();
+            }
+        }
+    }
+
+    @Test
     void aPingIsAnsweredAlsoWithTheHeartbeatOff() {
         try (KvPool pool = Kv.pool(16)) {
             final TransferReceiver receiver = TransferReceiver.builder(pool, Kv.identity()).heartbeat(Heartbeat.OFF)
