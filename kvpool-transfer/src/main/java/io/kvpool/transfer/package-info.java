@@ -19,6 +19,7 @@
  *            nothing heard for idle ── PING(token) ──▶      ◀── PONG(token), sent from the duty cycle
  *            still nothing heard for timeout after the PING: the link FAILED, as if the transport lost it
  *            (any frame counts as heard; every engine answers PINGs, also with its own heartbeat OFF)
+ *            a link that heard nothing since it was added, for idle + timeout, fails in HANDSHAKE (any version)
  *
  *  start(request, tokens): admission (typed rejection, never a placeholder) → append → pin every page
  *  rejected (admission, no slot, a sender down):
