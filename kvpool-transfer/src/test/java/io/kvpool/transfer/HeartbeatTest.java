@@ -39,14 +39,13 @@ class HeartbeatTest {
      * not arrive, and the link still reports itself up: what UCX over TCP does across a partition. Counts the frames sent by type, and can check that
      * every frame sent is one version-2 code reads.
      */
-    static final class Path implements PeerLink {
-        final PeerLink in;
+    static final class Path extends ForwardingLink {
         final boolean readableByV2;
         final List<Integer> sentTypes = new ArrayList<>();
         boolean cut;
 
         Path(PeerLink in, boolean readableByV2) {
-            this.in = in;
+            super(in);
             this.readableByV2 = readableByV2;
         }
 
@@ -66,32 +65,23 @@ class HeartbeatTest {
         }
 
         @Override
-        public int poll(LinkListener l, int limit) {
-            return in.poll(new LinkListener() {
-                @Override public void onFrame(PeerLink link, ByteBuffer frame) {
-                    if (!cut) {
-                        l.onFrame(Path.this, frame);
-                    }
-                }
-                @Override public void onWriteDone(PeerLink link, long token, int status) { l.onWriteDone(Path.this, token, status); }
-                @Override public void onFlushDone(PeerLink link, long token, boolean ok) { l.onFlushDone(Path.this, token, ok); }
-                @Override public void onLinkFailed(PeerLink link, String reason) {
-                    if (!cut) { // the other side's close does not cross a partition
-                        l.onLinkFailed(Path.this, reason);
-                    }
-                }
-            }, limit);
+        void frameArrived(LinkListener listener, ByteBuffer frame) {
+            if (!cut) {
+                listener.onFrame(this, frame);
+            }
         }
 
-        @Override public String describe() { return in.describe(); }
-        @Override public boolean isUp() { return cut || in.isUp(); }
-        @Override public Registration register(PageStorage s, int[] slots) { return in.register(s, slots); }
-        @Override public boolean tearDown() { return in.tearDown(); }
-        @Override public RemoteRegion attach(byte[] key, int pages) { return in.attach(key, pages); }
-        @Override public void putBatch(RemoteRegion r, int[] dst, PageStorage s, int[] src, int off, int n, long t) { in.putBatch(r, dst, s, src, off, n, t); }
-        @Override public void flush(long token) { in.flush(token); }
-        @Override public void cancelWrites() { in.cancelWrites(); }
-        @Override public void close() { in.close(); }
+        @Override
+        void linkFailed(LinkListener listener, String reason) {
+            if (!cut) { // the other side's close does not cross a partition
+                listener.onLinkFailed(this, reason);
+            }
+        }
+
+        @Override
+        public boolean isUp() {
+            return cut || in.isUp();
+        }
     }
 
     static final class Rig implements AutoCloseable {

@@ -36,12 +36,11 @@ class VersionNegotiationTest {
     }
 
     /** A link whose sends must be frames version-1 code reads: what goes to a version-1 peer. */
-    static final class ReadableByV1 implements PeerLink {
-        final PeerLink in;
+    static final class ReadableByV1 extends ForwardingLink {
         final List<byte[]> frames = new ArrayList<>();
 
         ReadableByV1(PeerLink in) {
-            this.in = in;
+            super(in);
         }
 
         @Override
@@ -50,22 +49,6 @@ class VersionNegotiationTest {
             frames.add(frame.clone());
             in.send(frame);
         }
-
-        @Override public String describe() { return in.describe(); }
-        @Override public boolean isUp() { return in.isUp(); }
-        @Override public int poll(LinkListener l, int limit) { return in.poll(new LinkListener() {
-                @Override public void onFrame(PeerLink link, java.nio.ByteBuffer frame) { l.onFrame(ReadableByV1.this, frame); }
-                @Override public void onWriteDone(PeerLink link, long token, int status) { l.onWriteDone(ReadableByV1.this, token, status); }
-                @Override public void onFlushDone(PeerLink link, long token, boolean ok) { l.onFlushDone(ReadableByV1.this, token, ok); }
-                @Override public void onLinkFailed(PeerLink link, String reason) { l.onLinkFailed(ReadableByV1.this, reason); }
-            }, limit); }
-        @Override public Registration register(PageStorage s, int[] slots) { return in.register(s, slots); }
-        @Override public boolean tearDown() { return in.tearDown(); }
-        @Override public RemoteRegion attach(byte[] key, int pages) { return in.attach(key, pages); }
-        @Override public void putBatch(RemoteRegion r, int[] dst, PageStorage s, int[] src, int off, int n, long t) { in.putBatch(r, dst, s, src, off, n, t); }
-        @Override public void flush(long token) { in.flush(token); }
-        @Override public void cancelWrites() { in.cancelWrites(); }
-        @Override public void close() { in.close(); }
     }
 
     static final class Rig implements AutoCloseable {
