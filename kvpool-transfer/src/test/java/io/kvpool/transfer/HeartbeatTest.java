@@ -85,7 +85,7 @@ class HeartbeatTest {
     }
 
     static final class Rig implements AutoCloseable {
-        final SimNetwork net = new SimNetwork(7, SimFaults.NONE);
+        final SimNetwork net;
         final KvPool prefill = Kv.pool(32);
         final KvPool decode = Kv.pool(32);
         final TransferSender sender;
@@ -97,9 +97,15 @@ class HeartbeatTest {
         boolean senderRuns = true;
 
         Rig(Heartbeat senderBeat, Heartbeat receiverBeat, PeerIdentity senderId, PeerIdentity receiverId) {
+            this(senderBeat, receiverBeat, senderId, receiverId, SimFaults.NONE, true);
+        }
+
+        Rig(Heartbeat senderBeat, Heartbeat receiverBeat, PeerIdentity senderId, PeerIdentity receiverId, SimFaults faults,
+            boolean revocable) {
+            net = new SimNetwork(7, faults);
             sender = TransferSender.builder(prefill, senderId).heartbeat(senderBeat).clock(net.clock()).build();
             receiver = TransferReceiver.builder(decode, receiverId).heartbeat(receiverBeat).clock(net.clock()).build();
-            final SimLink[] l = net.connect("prefill", "decode", true);
+            final SimLink[] l = net.connect("prefill", "decode", revocable);
             // what a version-2 side receives must be readable by version-2 code
             atSender = new Path(l[0], receiverId.maxVersion() == 2);
             atReceiver = new Path(l[1], senderId.maxVersion() == 2);
@@ -252,6 +258,36 @@ class HeartbeatTest {
             assertEquals(0, rig.receiver.activeTransfers());
             assertEquals(0, rig.decode.snapshot().inUse(), rig.decode.snapshot()::toString);
             src.close();
+        }
+    }
+
+    @Test
+    void aSilentSendersWritesInFlightKeepItsPagesUntilTheTeardownProvesThemOver() {
+        // every write straggles 1-2 s; the sender's engine stops with them in flight; the link cannot revoke
+        final SimFaults late = SimFaults.NONE.withStragglers(1.0, 1_000_000_000L, 2_000_000_000L);
+        try (Rig rig = new Rig(FAST, FAST, Kv.identity(), Kv.identity(), late, false)) {
+            final Sequence src = rig.prefill.admit(9, 0).sequence();
+            src.append(9);
+            Kv.write(src, 8);
+            rig.sender.offer(8, src);
+            src.close();
+            final IncomingTransfer t = rig.receiver.start(8, 9, 0, rig.rp);
+            while (rig.sender.metrics().writesPosted() < 3) {
+                rig.run(Duration.ofNanos(STEP_NANOS));
+            }
+            rig.senderRuns = false;
+            while (rig.r().state() != Peer.State.FAILED) {
+                assertEquals(3, rig.decode.snapshot().inUse(), "pages freed before the link failed");
+                rig.run(Duration.ofNanos(STEP_NANOS));
+            }
+            assertTrue(rig.r().failure().startsWith("heartbeat:"), rig.r().failure());
+            assertTrue(rig.net.now() < Duration.ofSeconds(1).toNanos(), "failed while the writes were still in flight");
+            assertEquals(FailureReason.PEER_LOST, t.failure(), t::toString);
+            rig.run(Duration.ofSeconds(3)); // the stragglers' time to land has passed
+            assertEquals(3, rig.net.droppedWrites(), "every late write was dropped by the teardown, none landed");
+            assertEquals(0, rig.net.landedWrites());
+            assertEquals(1, rig.receiver.metrics().quarantineReleases(), "the pages were quarantined and freed by the teardown proof");
+            assertEquals(0, rig.decode.snapshot().inUse(), rig.decode.snapshot()::toString);
         }
     }
 
