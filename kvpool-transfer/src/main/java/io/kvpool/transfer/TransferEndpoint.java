@@ -44,9 +44,8 @@ abstract class TransferEndpoint implements LinkListener, AutoCloseable {
     final LongAdder heartbeatFailures = new LongAdder();
     /** When this side pings a quiet link and fails a silent one (links of version 3 and later). */
     final Heartbeat heartbeat;
-    /** The clock at the last heartbeat check, and how many there were: a long gap is this engine's own stall. */
+    /** The clock at the last heartbeat check (at construction before the first): a long gap is this engine's own stall. */
     private long lastHeartbeatCycleNanos;
-    private long heartbeatCycles;
     boolean closed;
 
     TransferEndpoint(PeerIdentity identity, NanoClock clock, boolean strictBuild, Heartbeat heartbeat) {
@@ -54,6 +53,7 @@ abstract class TransferEndpoint implements LinkListener, AutoCloseable {
         this.clock = Objects.requireNonNull(clock, "clock");
         this.strictBuild = strictBuild;
         this.heartbeat = Objects.requireNonNull(heartbeat, "heartbeat");
+        this.lastHeartbeatCycleNanos = clock.nanoTime();
     }
 
     /**
@@ -218,9 +218,8 @@ abstract class TransferEndpoint implements LinkListener, AutoCloseable {
      * @return work done: PINGs sent and links failed
      */
     private int heartbeats(long now) {
-        final boolean stalled = heartbeatCycles > 0 && now - lastHeartbeatCycleNanos > heartbeat.idleNanos();
+        final boolean stalled = now - lastHeartbeatCycleNanos > heartbeat.idleNanos();
         lastHeartbeatCycleNanos = now;
-        heartbeatCycles++;
         int work = 0;
         for (int i = 0; i < polled.size(); i++) {
             final Peer p = polled.get(i);
@@ -240,10 +239,9 @@ abstract class TransferEndpoint implements LinkListener, AutoCloseable {
                     p.pingSentNanos = now;
                 } else if (!p.backlogged && now - p.pingSentNanos >= heartbeat.timeoutNanos()) {
                     heartbeatFailures.increment();
-                    fail(p, Peer.State.FAILED, "heartbeat: nothing heard from the peer for "
-                        + java.time.Duration.ofNanos(now - p.lastHeardNanos).toMillis() + " ms, "
-                        + java.time.Duration.ofNanos(now - p.pingSentNanos).toMillis() + " ms of them after a PING ("
-                        + heartbeat.idle().toMillis() + " ms idle, " + heartbeat.timeout().toMillis() + " ms timeout)");
+                    fail(p, Peer.State.FAILED, "heartbeat: nothing heard from the peer for " + ms(now - p.lastHeardNanos) + " ms, "
+                        + ms(now - p.pingSentNanos) + " ms of them after a PING (" + ms(heartbeat.idleNanos()) + " ms idle, "
+                        + ms(heartbeat.timeoutNanos()) + " ms timeout)");
                     work++;
                 }
             } else if (now - p.lastHeardNanos >= heartbeat.idleNanos()) {
@@ -274,9 +272,13 @@ abstract class TransferEndpoint implements LinkListener, AutoCloseable {
             return 0;
         }
         heartbeatFailures.increment();
-        fail(p, Peer.State.FAILED, "handshake: no HELLO from the peer within " + java.time.Duration.ofNanos(now - p.lastHeardNanos).toMillis()
-            + " ms (the heartbeat's " + heartbeat.idle().toMillis() + " ms idle + " + heartbeat.timeout().toMillis() + " ms timeout)");
+        fail(p, Peer.State.FAILED, "handshake: no HELLO from the peer within " + ms(now - p.lastHeardNanos) + " ms (the heartbeat's "
+            + ms(heartbeat.idleNanos()) + " ms idle + " + ms(heartbeat.timeoutNanos()) + " ms timeout)");
         return 1;
+    }
+
+    private static long ms(long nanos) {
+        return nanos / 1_000_000;
     }
 
     /** A peer that is down and owes nothing left the duty cycle for good: drop what was kept for it. */

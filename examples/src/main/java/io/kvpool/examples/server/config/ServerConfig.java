@@ -4,6 +4,7 @@ import io.kvpool.KvLayout;
 import io.kvpool.Safeguard;
 import io.kvpool.examples.server.link.FaultPlan;
 import io.kvpool.examples.server.link.LinkGate;
+import io.kvpool.transfer.Heartbeat;
 import io.kvpool.transfer.TransferSafeguard;
 
 import java.nio.file.Path;
@@ -254,9 +255,9 @@ public record ServerConfig(Listen listen, Capacity capacity, Timing timing, Topo
      *         {@code --kv-heartbeat-timeout-ms}, default 3 s more before the link fails): a link whose peer went silent
      *         behind a cut path fails while the cut lasts, so prefill is already reconnecting when it heals
      */
-    public io.kvpool.transfer.Heartbeat kvHeartbeat() {
-        return timing.kvHeartbeat().isZero() ? io.kvpool.transfer.Heartbeat.OFF
-            : io.kvpool.transfer.Heartbeat.every(timing.kvHeartbeat(), timing.kvHeartbeatTimeout());
+    public Heartbeat kvHeartbeat() {
+        return timing.kvHeartbeat().isZero() ? Heartbeat.OFF
+            : Heartbeat.every(timing.kvHeartbeat(), timing.kvHeartbeatTimeout());
     }
 
     /** @return how long prefill waits before reconnecting a lost link ({@code --reconnect-ms}, default 200 ms) */
@@ -349,8 +350,8 @@ public record ServerConfig(Listen listen, Capacity capacity, Timing timing, Topo
         private Duration reconnectDelay = Duration.ofMillis(200);
         private Duration ucxKeepalive = Duration.ofMillis(250);
         private Duration kvConnectTimeout = Duration.ofMillis(300);
-        private Duration kvHeartbeat = io.kvpool.transfer.Heartbeat.DEFAULT.idle();
-        private Duration kvHeartbeatTimeout = io.kvpool.transfer.Heartbeat.DEFAULT.timeout();
+        private Duration kvHeartbeat = Heartbeat.DEFAULT.idle();
+        private Duration kvHeartbeatTimeout = Heartbeat.DEFAULT.timeout();
         private Topology topology = Topology.DEFAULT;
         private UnsafeSwitches unsafe = UnsafeSwitches.NONE;
         private Device device = Device.HOST;
