@@ -120,21 +120,8 @@ class HeartbeatTest {
 
         /** One request through the link; @return its final state at the receiver */
         IncomingTransfer.State transfer(long req, int tokens) {
-            final Sequence src = prefill.admit(tokens, 0).sequence();
-            src.append(tokens);
-            Kv.write(src, req);
-            sender.offer(req, src);
-            src.close();
-            final IncomingTransfer t = receiver.start(req, tokens, 0, rp);
-            for (int i = 0; i < 100 && t.state() == IncomingTransfer.State.RECEIVING; i++) {
-                run(Duration.ofNanos(STEP_NANOS));
-            }
-            if (t.state() == IncomingTransfer.State.COMMITTED) {
-                try (Sequence got = t.sequence()) {
-                    assertEquals(Kv.Finding.OK, Kv.check(got, req, tokens));
-                }
-            }
-            return t.state();
+            final IncomingTransfer t = OneRequest.offerAndStart(sender, prefill, receiver, rp, req, tokens);
+            return OneRequest.finish(t, () -> run(Duration.ofNanos(STEP_NANOS)), 100, req, tokens);
         }
 
         void run(Duration d) {
@@ -266,12 +253,7 @@ class HeartbeatTest {
         // every write straggles 1-2 s; the sender's engine stops with them in flight; the link cannot revoke
         final SimFaults late = SimFaults.NONE.withStragglers(1.0, 1_000_000_000L, 2_000_000_000L);
         try (Rig rig = new Rig(FAST, FAST, Kv.identity(), Kv.identity(), late, false)) {
-            final Sequence src = rig.prefill.admit(9, 0).sequence();
-            src.append(9);
-            Kv.write(src, 8);
-            rig.sender.offer(8, src);
-            src.close();
-            final IncomingTransfer t = rig.receiver.start(8, 9, 0, rig.rp);
+            final IncomingTransfer t = OneRequest.offerAndStart(rig.sender, rig.prefill, rig.receiver, rig.rp, 8, 9);
             while (rig.sender.metrics().writesPosted() < 3) {
                 rig.run(Duration.ofNanos(STEP_NANOS));
             }

@@ -88,19 +88,8 @@ class VersionNegotiationTest {
 
         /** One request through the link; @return its final state at the receiver */
         IncomingTransfer.State transfer(long req, int tokens) {
-            final Sequence src = prefill.admit(tokens, 0).sequence();
-            src.append(tokens);
-            Kv.write(src, req);
-            sender.offer(req, src);
-            src.close();
-            final IncomingTransfer t = receiver.start(req, tokens, 0, rp);
-            run(200);
-            if (t.state() == IncomingTransfer.State.COMMITTED) {
-                try (Sequence got = t.sequence()) {
-                    assertEquals(Kv.Finding.OK, Kv.check(got, req, tokens));
-                }
-            }
-            return t.state();
+            final IncomingTransfer t = OneRequest.offerAndStart(sender, prefill, receiver, rp, req, tokens);
+            return OneRequest.finish(t, () -> run(1), 200, req, tokens);
         }
 
         @Override
