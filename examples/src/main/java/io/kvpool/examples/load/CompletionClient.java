@@ -322,9 +322,7 @@ public final class CompletionClient implements AutoCloseable {
             r = http.send(b.build(), HttpResponse.BodyHandlers.ofString(StandardCharsets.UTF_8));
         } catch (IOException e) {
             return new Outcome(s, Outcome.Kind.UNEXPECTED, 0, "client_error", -1, System.nanoTime() - t0, 0, Set.of(), List.of(), false,
-                g + " expected " + g.status() + " " + g.reason() + ", the connection failed instead"
-                    + (g == Garbage.HUGE_BODY || g == Garbage.HUGE_CHUNKED_BODY ? " (a server that closes with the body unread can reset it "
-                    + "before its answer is read)" : "") + ": " + e);
+                "the connection failed (" + e + ") where " + g + " expected " + g.status() + " " + g.reason());
         }
         final String reason = parse(r.body()).path("error").path("reason").asText(null);
         final boolean ok = r.statusCode() == g.status() && g.reason().equals(reason);
