@@ -40,6 +40,8 @@ import java.util.concurrent.TimeUnit;
  *                                    ▼                                               ▼
  *                                 REFUSED (error sent, then close)             DISCARD (413 sent; body read and
  *                                                                                  dropped, then close)
+ *   refusals: an error found while a call is with the handler waits for the calls before it to be answered
+ *             (HTTP/1.1 answers in order), then goes out; reading stops taking requests the moment it is found.
  *   busy:     a call is with the handler; the next queued call starts when its answer is on the wire.
  *   timers:   none while busy; HEAD: the head's deadline (408); BODY: the whole body within the idle timeout
  *             of its head (408); NONE: idle between requests (close, nothing to answer).
@@ -74,7 +76,7 @@ final class Connection {
         REFUSED,
         /** an answer cut short: the client left, read nothing for the stall timeout, or the handler failed mid-answer */
         CUT,
-        /** more than {@link #MAX_QUEUED} pipelined requests, or an error behind one in progress */
+        /** more than {@link #MAX_QUEUED} pipelined requests, or more than the body limit of their bodies */
         PIPELINE,
         /** an exception in the connection's pipeline */
         FAILED,
@@ -104,6 +106,7 @@ final class Connection {
     private long drained;
     private boolean refusalOnWire;
     private boolean drainDone;
+    private FullHttpResponse deferred; // a refusal waiting for the calls before it (see "refusals" above)
 
     Connection(HttpFront front, Channel channel, HttpLimits limits, Executor executor) {
         this.front = front;
@@ -160,6 +163,7 @@ final class Connection {
             }
             queued.clear();
             queuedBytes = 0;
+            deferred = null;
             ctx.fireChannelInactive();
         }
 
@@ -277,6 +281,12 @@ final class Connection {
         }
         final HttpCall call = queued.poll();
         if (call == null) {
+            if (deferred != null) {
+                final FullHttpResponse r = deferred;
+                deferred = null;
+                write(r);
+                return;
+            }
             if (!front.accepting()) {
                 close(Close.STOPPING); // the front is stopping and nothing is left to answer here
             }
@@ -357,11 +367,6 @@ final class Connection {
             + "exceeds the limit of " + limits.maxBodyBytes() + " bytes", f);
         reading = Reading.DISCARD;
         drained = 0;
-        // the client is still sending: read and drop up to DRAIN_LIMIT (or 2 s) so that it reads the 413, not a reset
-        timer = channel.eventLoop().schedule(() -> {
-            drainDone = true;
-            closeWhenDrained();
-        }, DRAIN_NANOS, TimeUnit.NANOSECONDS);
     }
 
     private void closeWhenDrained() {
@@ -377,23 +382,35 @@ final class Connection {
         reading = Reading.REFUSED;
     }
 
+    /** Sends the front's own error now, or after the calls before it when one is with the handler. */
     private void send(int status, String type, String reason, String message, Map<String, ?> fields) {
         cancelTimer();
-        queued.clear();
-        queuedBytes = 0;
         head = null;
         body = null;
-        if (current != null) { // an answer is being written: an error now would land inside it
-            LOG.log(System.Logger.Level.DEBUG, "connection " + channel.remoteAddress() + ": " + message + " (pipelined); closed");
-            close(Close.PIPELINE);
-            return;
-        }
         final FullHttpResponse r = new DefaultFullHttpResponse(HttpVersion.HTTP_1_1, HttpResponseStatus.valueOf(status),
             Unpooled.wrappedBuffer(ErrorBodies.of(type, reason, message, fields)));
         r.headers().set(HttpHeaderNames.CONTENT_TYPE, "application/json");
         r.headers().setInt(HttpHeaderNames.CONTENT_LENGTH, r.content().readableBytes());
         r.headers().set(HttpHeaderNames.CONNECTION, HttpHeaderValues.CLOSE);
         front.refusedRequest();
+        if (current != null) {
+            // Its answer may even be on the wire already, with answered() still to run; closing now would cut
+            // that answer or leave this request unanswered.
+            deferred = r;
+            return;
+        }
+        write(r);
+    }
+
+    private void write(FullHttpResponse r) {
+        cancelTimer();
+        if (!drainDone) {
+            // the client is still sending: read and drop up to DRAIN_LIMIT (or 2 s) so that it reads the 413, not a reset
+            timer = channel.eventLoop().schedule(() -> {
+                drainDone = true;
+                closeWhenDrained();
+            }, DRAIN_NANOS, TimeUnit.NANOSECONDS);
+        }
         final ChannelFuture f = channel.writeAndFlush(r);
         armStall(f);
         f.addListener((ChannelFutureListener) done -> {

@@ -315,6 +315,46 @@ class HttpFrontTest {
         awaitClosed("requested", 1);
     }
 
+    /**
+     * A request refused by the front while the one before it is still with the handler: the refusal waits for that
+     * answer and follows it, in order. A client that sends its next request as soon as it read an answer meets this
+     * too, when the answer's write is done before the front has seen it done.
+     */
+    @Test
+    void aRefusalBehindACallInProgressIsAnsweredAfterIt_bodyOrHead() throws Exception {
+        final String[] refused = {
+            "POST /big HTTP/1.1\r\nHost: x\r\nContent-Length: 5000\r\n\r\n" + "b".repeat(5000),
+            "POST /big HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n" + ("320\r\n" + "c".repeat(800) + "\r\n").repeat(2)
+                + "0\r\n\r\n",
+            "GET /big HTTP/1.1\r\nHost: x\r\nX-Big: " + "a".repeat(5000) + "\r\n\r\n"};
+        final String[] expected = {"HTTP/1.1 413 ", "HTTP/1.1 413 ", "HTTP/1.1 431 "};
+        final AtomicReference<CountDownLatch> release = new AtomicReference<>();
+        final AtomicReference<CountDownLatch> entered = new AtomicReference<>();
+        start(FAST, call -> {
+            if (call.path().equals("/slow")) {
+                entered.get().countDown();
+                release.get().await(10, TimeUnit.SECONDS);
+            }
+            ECHO.handle(call);
+        });
+        for (int i = 0; i < refused.length; i++) {
+            entered.set(new CountDownLatch(1));
+            release.set(new CountDownLatch(1));
+            try (Socket s = connect()) {
+                send(s, "GET /slow HTTP/1.1\r\nHost: x\r\n\r\n" + refused[i]);
+                assertTrue(entered.get().await(10, TimeUnit.SECONDS));
+                Thread.sleep(50); // the refused request is read while /slow is with the handler
+                release.get().countDown();
+                final String first = readOne(s);
+                assertTrue(first.startsWith("HTTP/1.1 200") && first.endsWith("GET /slow 0"), first);
+                final String second = readToClose(s);
+                assertTrue(second.startsWith(expected[i]), refused[i].substring(0, 40) + " → " + second);
+            }
+            awaitClosed("refused", i + 1);
+        }
+        assertEquals(0, front.closedConnections().get("pipeline"));
+    }
+
     @Test
     void a204CarriesNoContentLengthAndTheConnectionServesOn() throws Exception {
         start(FAST, call -> {
