@@ -172,6 +172,44 @@ class LinkRetirementTest extends TwoSenderReceiverFixture {
         assertTrue(pool.verifyAccounting().balanced());
     }
 
+    /**
+     * A retiring link is still watched: its peer falling silent (a partition) fails it within the heartbeat's idle
+     * time plus its timeout, long before the transfer still in flight on it would time out, and its teardown is
+     * still the proof that frees the quarantined pages. With the heartbeat off the same silence leaves it RETIRING.
+     */
+    @Test
+    void aRetiringLinkWhosePeerFallsSilentIsFailedByTheHeartbeat() {
+        for (Heartbeat beat : new Heartbeat[] {HeartbeatTest.FAST, Heartbeat.OFF}) {
+            setUp(b -> b.heartbeat(beat).completionTimeout(java.time.Duration.ofSeconds(10)));
+            final IncomingTransfer inFlight = startOne(10);
+            final IncomingTransfer s = suspect();
+            rx.doWork();
+            assertEquals(Peer.State.RETIRING, rx.peer(pa).state());
+            long waited = 0;
+            while (rx.peer(pa).state() == Peer.State.RETIRING && waited < 2_000) {
+                clock.advanceMillis(10);
+                waited += 10;
+                rx.doWork();
+            }
+            if (beat == Heartbeat.OFF) {
+                assertEquals(Peer.State.RETIRING, rx.peer(pa).state(), "without the heartbeat only the transfer's timeout ends it");
+                assertEquals(IncomingTransfer.State.RECEIVING, inFlight.state(), inFlight::toString);
+                assertTrue(a.sent(Message.Ping.class).isEmpty());
+                continue;
+            }
+            assertEquals(Peer.State.FAILED, rx.peer(pa).state());
+            assertTrue(rx.peer(pa).failure().startsWith("heartbeat:"), rx.peer(pa).failure());
+            assertTrue(waited <= 100 + 300 + 20, "failed after " + waited + " ms, idle 100 ms + timeout 300 ms");
+            assertFalse(a.sent(Message.Ping.class).isEmpty(), "the retiring link was pinged first");
+            assertEquals(FailureReason.PEER_LOST, inFlight.failure(), inFlight::toString);
+            assertEquals(IncomingTransfer.State.QUARANTINED, s.state(), "held until the teardown proves no write can land");
+            a.tearDownProves = true;
+            rx.doWork();
+            assertEquals(0, rx.activeTransfers());
+            assertTrue(pool.verifyAccounting().balanced());
+        }
+    }
+
     @Test
     void aRevocableRegistrationNeedsNoRetirement() {
         a.revocable = true;
