@@ -703,12 +703,7 @@ public final class TransferSender extends TransferEndpoint {
     }
 
     /** Builds a {@link TransferSender}. */
-    public static final class Builder {
-        private final KvPool pool;
-        private final PeerIdentity identity;
-        private NanoClock clock = NanoClock.SYSTEM;
-        private boolean strictBuild;
-        private Heartbeat heartbeat = Heartbeat.DEFAULT;
+    public static final class Builder extends EndpointBuilder<Builder> {
         private int maxPagesInFlight = 64;
         private boolean checksums = true;
         private PageChecksums checksummer = PageChecksums.HOST;
@@ -716,47 +711,7 @@ public final class TransferSender extends TransferEndpoint {
         private Duration descriptorTimeout = Duration.ofSeconds(60);
 
         private Builder(KvPool pool, PeerIdentity identity) {
-            this.pool = Objects.requireNonNull(pool, "pool");
-            this.identity = Objects.requireNonNull(identity, "identity");
-        }
-
-        /**
-         * Whether a peer running another build is refused (default false: builds may differ during a rollout, and
-         * each link names a differing build once in the log and in {@code peerBuilds()}). Protocol versions must
-         * share one, and layout, model and environment must be equal, either way.
-         *
-         * @param on true to refuse a peer whose build differs
-         * @return this builder
-         */
-        public Builder strictBuild(boolean on) {
-            this.strictBuild = on;
-            return this;
-        }
-
-        /**
-         * Sets when this side pings a quiet link and fails a silent one; see {@link Heartbeat}. Links that speak
-         * protocol version 1 or 2 have no heartbeat.
-         *
-         * @param heartbeat the setting; {@link Heartbeat#DEFAULT} (a PING after 1 s of silence, the link failed
-         *                  3 s later) by default, {@link Heartbeat#OFF} to leave failure detection to the transport
-         * @return this builder
-         * @throws NullPointerException if {@code heartbeat} is null
-         */
-        public Builder heartbeat(Heartbeat heartbeat) {
-            this.heartbeat = Objects.requireNonNull(heartbeat, "heartbeat");
-            return this;
-        }
-
-        /**
-         * Sets the clock that deadlines are measured on.
-         *
-         * @param clock the clock; {@link NanoClock#SYSTEM} by default
-         * @return this builder
-         * @throws NullPointerException if {@code clock} is null
-         */
-        public Builder clock(NanoClock clock) {
-            this.clock = Objects.requireNonNull(clock, "clock");
-            return this;
+            super(pool, identity);
         }
 
         /**
@@ -807,7 +762,7 @@ public final class TransferSender extends TransferEndpoint {
          * @throws IllegalArgumentException if {@code d} is null, zero or negative
          */
         public Builder drainDeadline(Duration d) {
-            this.drainDeadline = TransferReceiver.Builder.positive("drainDeadline", d);
+            this.drainDeadline = positive("drainDeadline", d);
             return this;
         }
 
@@ -819,7 +774,7 @@ public final class TransferSender extends TransferEndpoint {
          * @throws IllegalArgumentException if {@code d} is null, zero or negative
          */
         public Builder descriptorTimeout(Duration d) {
-            this.descriptorTimeout = TransferReceiver.Builder.positive("descriptorTimeout", d);
+            this.descriptorTimeout = positive("descriptorTimeout", d);
             return this;
         }
 
