@@ -25,7 +25,9 @@ import java.time.Duration;
  * Where the time of one {@link TransferProtocolBenchmark} transfer goes (64 pages of 16 KiB, checksums off,
  * fill NONE, one thread), phase by phase, next to the raw {@code putBatch + flush} of the same pages on the same
  * link. A diagnostic, not a benchmark: {@code System.nanoTime} around each call, the mean of the second half of
- * the iterations. The fixed cost is the total minus the raw time.
+ * the iterations. The fixed cost is the total minus the raw time. Last, the pools' share of that cost: the same
+ * pool calls the protocol makes (retain and release of the source, admission, allocation into RECEIVING, commit
+ * and close at decode) with no copy between them, so with caches warm.
  *
  * <pre>java -cp jmh/target/benchmarks.jar io.kvpool.jmh.TransferPhases [iterations]</pre>
  */
@@ -116,6 +118,35 @@ public final class TransferPhases {
                 }
             }
 
+            // the pool's part alone, with no copy between its steps: the same calls the protocol makes on both pools
+            final String[] poolNames = {"  prefill: retain 64 (offer)", "  decode: admit", "  decode: 64 pages allocated RECEIVING",
+                "  decode: commit 64", "  decode: close; prefill: release 64"};
+            final long[] poolSum = new long[poolNames.length];
+            final long[] received = new long[pages];
+            for (int it = 0; it < n; it++) {
+                final long t0 = System.nanoTime();
+                prefill.retainAll(handles, 0, pages);
+                final long t1 = System.nanoTime();
+                final Sequence s = decode.admit(tokens, 0).sequence();
+                final long t2 = System.nanoTime();
+                decode.handles().appendPinned(s, tokens);
+                final long t3 = System.nanoTime();
+                for (int i = 0; i < pages; i++) {
+                    received[i] = s.pageHandle(i);
+                }
+                decode.handles().commitReceiveAll(received, 0, pages);
+                final long t4 = System.nanoTime();
+                s.close();
+                prefill.releaseAll(handles, 0, pages);
+                final long t5 = System.nanoTime();
+                if (it >= n / 2) {
+                    final long[] d = {t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4};
+                    for (int i = 0; i < d.length; i++) {
+                        poolSum[i] += d[i];
+                    }
+                }
+            }
+
             final double half = n - n / 2;
             double total = 0;
             for (int i = 0; i < names.length; i++) {
@@ -124,6 +155,13 @@ public final class TransferPhases {
             }
             System.out.printf("%-36s %8.0f ns%n%-36s %8.0f ns%n%-36s %8.0f ns (%.2f× raw)%n", "protocol, total", total,
                 "raw putBatch + flush", rawSum / half, "fixed cost", total - rawSum / half, rawSum / half / total);
+            double poolTotal = 0;
+            System.out.println("the pools' part of it, alone (no copy in between: caches warm):");
+            for (int i = 0; i < poolNames.length; i++) {
+                System.out.printf("%-36s %8.0f ns%n", poolNames[i], poolSum[i] / half);
+                poolTotal += poolSum[i] / half;
+            }
+            System.out.printf("%-36s %8.0f ns%n", "  pools, total", poolTotal);
             target.close();
             source.close();
             receiver.close();
