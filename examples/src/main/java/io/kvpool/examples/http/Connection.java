@@ -41,7 +41,8 @@ import java.util.concurrent.TimeUnit;
  *                                 REFUSED (error sent, then close)             DISCARD (413 sent; body read and
  *                                                                                  dropped, then close)
  *   refusals: an error found while a call is with the handler waits for the calls before it to be answered
- *             (HTTP/1.1 answers in order), then goes out; reading stops taking requests the moment it is found.
+ *             (HTTP/1.1 answers in order), then goes out; reading stops taking requests the moment it is found,
+ *             and more than DRAIN_LIMIT bytes read while it waits close the connection (PIPELINE).
  *   busy:     a call is with the handler; the next queued call starts when its answer is on the wire.
  *   timers:   none while busy; HEAD: the head's deadline (408); BODY: the whole body within the idle timeout
  *             of its head (408); NONE: idle between requests (close, nothing to answer).
@@ -76,7 +77,10 @@ final class Connection {
         REFUSED,
         /** an answer cut short: the client left, read nothing for the stall timeout, or the handler failed mid-answer */
         CUT,
-        /** more than {@link #MAX_QUEUED} pipelined requests, or more than the body limit of their bodies */
+        /**
+         * more than {@link #MAX_QUEUED} pipelined requests, more than the body limit of their bodies, or more than
+         * {@link #DRAIN_LIMIT} bytes sent behind a refusal that waits for a call in progress
+         */
         PIPELINE,
         /** an exception in the connection's pipeline */
         FAILED,
@@ -127,8 +131,16 @@ final class Connection {
                 headDeadline = current == null ? lastActivity + limits.headerTimeout().toNanos() : 0;
                 rearm();
             }
-            if (reading == Reading.DISCARD && msg instanceof ByteBuf b) {
+            if ((reading == Reading.DISCARD || reading == Reading.REFUSED) && msg instanceof ByteBuf b) {
                 drained += b.readableBytes(); // counted before the codec: its chunks may be held back
+                if (deferred != null && drained > DRAIN_LIMIT) {
+                    // a refusal waiting for a long call must not let the client stream on for as long as it lasts
+                    LOG.log(System.Logger.Level.DEBUG, () -> "connection " + channel.remoteAddress() + ": " + drained
+                        + " bytes sent behind a refusal waiting for a call in progress; closed");
+                    ReferenceCountUtil.release(msg);
+                    close(Close.PIPELINE);
+                    return;
+                }
             }
             ctx.fireChannelRead(msg);
         }
@@ -163,7 +175,10 @@ final class Connection {
             }
             queued.clear();
             queuedBytes = 0;
-            deferred = null;
+            if (deferred != null) {
+                ReferenceCountUtil.release(deferred);
+                deferred = null;
+            }
             ctx.fireChannelInactive();
         }
 
@@ -380,6 +395,7 @@ final class Connection {
         drainDone = true; // nothing to drain: close as soon as the answer is on the wire
         send(status, type, reason, message, fields);
         reading = Reading.REFUSED;
+        drained = 0; // what follows is dropped; counted only to bound a refusal that waits
     }
 
     /** Sends the front's own error now, or after the calls before it when one is with the handler. */
@@ -396,6 +412,8 @@ final class Connection {
         if (current != null) {
             // Its answer may even be on the wire already, with answered() still to run; closing now would cut
             // that answer or leave this request unanswered.
+            LOG.log(System.Logger.Level.TRACE, () -> "connection " + channel.remoteAddress() + ": " + status + " " + reason
+                + " waits for the " + (queued.size() + 1) + " calls before it");
             deferred = r;
             return;
         }

@@ -204,7 +204,10 @@ public final class HttpFront implements AutoCloseable {
         return m;
     }
 
-    /** @return requests the front answered with an error itself (431, 414, 413, 408, 400, 505) */
+    /**
+     * @return requests the front refused itself (431, 414, 413, 408, 400, 505), counted when refused: a refusal that
+     *         waits for a call in progress counts even if its client leaves before it goes out
+     */
     public long refusedRequests() {
         return refusedRequests.sum();
     }

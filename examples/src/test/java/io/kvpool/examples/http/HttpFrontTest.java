@@ -328,6 +328,7 @@ class HttpFrontTest {
                 + "0\r\n\r\n",
             "GET /big HTTP/1.1\r\nHost: x\r\nX-Big: " + "a".repeat(5000) + "\r\n\r\n"};
         final String[] expected = {"HTTP/1.1 413 ", "HTTP/1.1 413 ", "HTTP/1.1 431 "};
+        final String queued = "GET /queued HTTP/1.1\r\nHost: x\r\n\r\n";
         final AtomicReference<CountDownLatch> release = new AtomicReference<>();
         final AtomicReference<CountDownLatch> entered = new AtomicReference<>();
         start(FAST, call -> {
@@ -337,22 +338,60 @@ class HttpFrontTest {
             }
             ECHO.handle(call);
         });
-        for (int i = 0; i < refused.length; i++) {
+        for (int i = 0; i < refused.length + 1; i++) {
+            final boolean withQueued = i == refused.length; // a request queued between them is answered too, in order
+            final int k = withQueued ? 0 : i;
             entered.set(new CountDownLatch(1));
             release.set(new CountDownLatch(1));
             try (Socket s = connect()) {
-                send(s, "GET /slow HTTP/1.1\r\nHost: x\r\n\r\n" + refused[i]);
+                send(s, "GET /slow HTTP/1.1\r\nHost: x\r\n\r\n" + (withQueued ? queued : "") + refused[k]);
                 assertTrue(entered.get().await(10, TimeUnit.SECONDS));
-                Thread.sleep(50); // the refused request is read while /slow is with the handler
+                final long end = System.nanoTime() + TimeUnit.SECONDS.toNanos(10);
+                while (front.refusedRequests() != i + 1 && System.nanoTime() < end) {
+                    Thread.sleep(1); // until the refusal is made, while /slow is still with the handler
+                }
+                assertEquals(i + 1, front.refusedRequests(), "refused while the call before it is in progress");
                 release.get().countDown();
                 final String first = readOne(s);
                 assertTrue(first.startsWith("HTTP/1.1 200") && first.endsWith("GET /slow 0"), first);
-                final String second = readToClose(s);
-                assertTrue(second.startsWith(expected[i]), refused[i].substring(0, 40) + " → " + second);
+                if (withQueued) {
+                    final String second = readOne(s);
+                    assertTrue(second.startsWith("HTTP/1.1 200") && second.endsWith("GET /queued 0"), second);
+                }
+                final String last = readToClose(s);
+                assertTrue(last.startsWith(expected[k]), refused[k].substring(0, 40) + " → " + last);
             }
             awaitClosed("refused", i + 1);
         }
         assertEquals(0, front.closedConnections().get("pipeline"));
+    }
+
+    /** A refusal waiting for a call in progress does not let its client stream on: past the drain limit, closed. */
+    @Test
+    void aRefusalWaitingForACallBoundsWhatItsClientMaySendMeanwhile() throws Exception {
+        final CountDownLatch entered = new CountDownLatch(1);
+        final CountDownLatch release = new CountDownLatch(1);
+        start(FAST, call -> {
+            entered.countDown();
+            release.await(20, TimeUnit.SECONDS);
+            ECHO.handle(call);
+        });
+        try (Socket s = connect()) {
+            send(s, "GET /slow HTTP/1.1\r\nHost: x\r\n\r\nPOST /big HTTP/1.1\r\nHost: x\r\nContent-Length: 100000000000\r\n\r\n");
+            assertTrue(entered.await(10, TimeUnit.SECONDS));
+            final byte[] chunk = new byte[1 << 20];
+            try {
+                for (long sent = 0; sent <= Connection.DRAIN_LIMIT + chunk.length; sent += chunk.length) {
+                    s.getOutputStream().write(chunk);
+                }
+            } catch (IOException closed) {
+                // the server closed it while we were still sending: what this test expects
+            }
+            awaitClosed("pipeline", 1);
+        } finally {
+            release.countDown();
+        }
+        assertEquals(1, front.refusedRequests());
     }
 
     @Test
