@@ -140,7 +140,9 @@ public final class DecodeEndpoint extends RoleEndpoint {
             Thread.currentThread().interrupt();
         } catch (RuntimeException e) {
             call.abort("decode of request " + id + " failed: " + e.getMessage());
-            LOG.log(System.Logger.Level.WARNING, "decode: request " + id + " failed: " + e);
+            // an abort that came first (the router's, for a client that left) is routine, not a failure
+            LOG.log(e instanceof java.util.concurrent.CancellationException ? System.Logger.Level.DEBUG : System.Logger.Level.WARNING,
+                "decode: request " + id + " failed: " + e);
             try {
                 event(out, Map.of("event", "error", "message", String.valueOf(e.getMessage())));
             } catch (IOException ignored) {

@@ -180,7 +180,10 @@ final class RemoteDecodeCall implements DecodeCall {
     public Generation generate(int maxTokens, EchoDecoder.TokenSink sink) throws IOException, InterruptedException {
         final TransferOutcome o = outcome.getNow(null);
         if (o == null || !o.committed()) {
-            throw new IllegalStateException("request " + requestId + " has no committed KV to decode (" + (aborted ? "aborted" : o) + ")");
+            if (aborted) {
+                throw new java.util.concurrent.CancellationException("request " + requestId + " was aborted before its decode began");
+            }
+            throw new IllegalStateException("request " + requestId + " has no committed KV to decode (" + o + ")");
         }
         while (true) {
             final Map.Entry<String, JsonNode> e = events.poll(stall.toNanos(), TimeUnit.NANOSECONDS);

@@ -29,7 +29,8 @@ public interface DecodeCall {
      * into the sequence, handing each to {@code sink}. Releases the sequence when done or failed.
      *
      * @throws IOException           what the sink threw (the client is gone)
-     * @throws IllegalStateException if the transfer did not commit, or the call was aborted
+     * @throws IllegalStateException if the transfer did not commit; a {@link java.util.concurrent.CancellationException}
+     *                               (one) if the call was aborted first
      */
     Generation generate(int maxTokens, EchoDecoder.TokenSink sink) throws IOException, InterruptedException;
 

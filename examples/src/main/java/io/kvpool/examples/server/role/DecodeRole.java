@@ -377,9 +377,12 @@ public final class DecodeRole implements DecodeService, MeteredRole {
         public Generation generate(int maxTokens, EchoDecoder.TokenSink sink) throws IOException, InterruptedException {
             final Sequence seq = committed.getAndSet(null);
             handedOver.remove(this);
+            if (seq == null && aborted) { // an abort that won the race with this call: its KV is released already
+                throw new java.util.concurrent.CancellationException("request " + requestId + " was aborted before its decode began");
+            }
             if (seq == null) {
-                throw new IllegalStateException("request " + requestId + " has no committed KV to decode ("
-                    + (aborted ? "aborted" : "transfer " + outcome.getNow(null)) + ")");
+                throw new IllegalStateException("request " + requestId + " has no committed KV to decode (transfer "
+                    + outcome.getNow(null) + ")");
             }
             try {
                 final EchoKv kv = EchoKv.of(pool);

@@ -1,0 +1,55 @@
+package io.kvpool.examples.server.role;
+
+import io.kvpool.examples.server.Await;
+import io.kvpool.examples.server.ServerTests;
+import io.kvpool.examples.server.echo.EchoTokenizer;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.Timeout;
+
+import java.time.Duration;
+import java.util.List;
+import java.util.concurrent.CancellationException;
+import java.util.concurrent.TimeUnit;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertNotNull;
+import static org.junit.jupiter.api.Assertions.assertNull;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+/**
+ * A request aborted after its KV committed but before its decode began (a client that left in between): the
+ * decode ends as a {@link CancellationException}, which the decode endpoint logs as routine rather than as a
+ * failure, and its KV is released unused.
+ */
+@Timeout(value = 60, unit = TimeUnit.SECONDS)
+class AbortBeforeDecodeTest {
+
+    @Test
+    void anAbortBetweenCommitAndDecodeIsACancellationAndFreesTheKv() throws Exception {
+        try (InJvmRoles roles = InJvmRoles.start(ServerTests.small().build(), Duration.ofSeconds(10))) {
+            final List<byte[]> tokens = EchoTokenizer.encode("a prompt that will not be decoded");
+            assertNull(roles.prefill().prefill(1, "alice", tokens));
+            final DecodeCall call = roles.decode().start(1, "alice", tokens.size(), 4);
+            DecodeCall.Admitted admitted;
+            while ((admitted = call.awaitAdmission(Duration.ofSeconds(5))) == null) {
+                Thread.onSpinWait();
+            }
+            assertTrue(admitted.admitted(), admitted::toString);
+            DecodeCall.TransferOutcome outcome;
+            while ((outcome = call.awaitTransfer(Duration.ofSeconds(5))) == null) {
+                Thread.onSpinWait();
+            }
+            assertTrue(outcome.committed(), outcome::toString);
+            assertTrue(roles.decodePool().snapshot().inUse() > 0, "the committed KV waits for its decode");
+            call.abort("the client left");
+            // the abort runs on decode's duty thread: once it has, the committed KV is released unused
+            Await.until(() -> roles.decodePool().snapshot().inUse() == 0, Duration.ofSeconds(10),
+                () -> "decode's pages freed: " + roles.decodePool().snapshot());
+            final CancellationException e = assertThrows(CancellationException.class, () -> call.generate(4, t -> { }));
+            assertNotNull(e.getMessage());
+            assertTrue(e.getMessage().contains("request 1 was aborted before its decode began"), e.getMessage());
+            assertEquals(0, roles.decodePool().snapshot().inUse());
+        }
+    }
+}
