@@ -43,7 +43,8 @@ abstract class EndpointBuilder<B extends EndpointBuilder<B>> {
 
     /**
      * Sets when this side pings a quiet link and fails a silent one; see {@link Heartbeat}. Links that speak
-     * protocol version 1 or 2 have no heartbeat.
+     * protocol version 1 or 2 are not pinged; a link of any version whose peer sends no HELLO for the idle time
+     * plus the timeout fails.
      *
      * @param heartbeat the setting; {@link Heartbeat#DEFAULT} (a PING after 1 s of silence, the link failed
      *                  3 s later) by default, {@link Heartbeat#OFF} to leave failure detection to the transport

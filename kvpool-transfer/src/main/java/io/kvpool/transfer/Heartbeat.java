@@ -24,9 +24,10 @@ import java.util.Objects;
  * backed-off retransmission, seconds later. A heartbeat fails such a link while the partition lasts, so the
  * application's reconnect loop is already running when the path comes back.
  *
- * <p>The timeout counts from the PING, not from the last frame heard, and a gap in the engine's own duty cycle
- * longer than the idle time (a GC pause, one step of a test clock) restarts it, so a stall on this side cannot
- * fail a link whose peer had no chance to answer. Every engine answers PINGs, also one built with {@link #OFF}.
+ * <p>The timeout counts from the PING, not from the last frame heard, and of a gap in the engine's own duty
+ * cycle (a GC pause, a frozen host, one step of a test clock) only a quarter of the timeout counts toward it, so
+ * a stall on this side cannot fail a link whose peer had no chance to answer, while a duty cycle that is merely
+ * slow still fails a silent link, later. Every engine answers PINGs, also one built with {@link #OFF}.
  * Links of versions 1 and 2 carry no heartbeat. Immutable.
  */
 public final class Heartbeat {
@@ -51,7 +52,8 @@ public final class Heartbeat {
     /**
      * A heartbeat that pings a link quiet for {@code idle} and fails it when nothing arrives within {@code timeout}
      * of that PING. A peer found gone is then known {@code idle + timeout} after its last frame, plus up to three
-     * duty cycles (one to note the frame, one to send the PING, one to see the timeout pass).
+     * duty cycles (one to note the frame, one to send the PING, one to see the timeout pass), while those cycles
+     * are shorter than a quarter of the timeout (of a longer one, only that quarter counts).
      *
      * @param idle    silence before a PING, &gt; 0
      * @param timeout silence after the PING before the link fails, &gt; 0; allow for the peer's longest pause (GC,
@@ -94,6 +96,14 @@ public final class Heartbeat {
 
     long timeoutNanos() {
         return timeoutNanos;
+    }
+
+    /**
+     * Internal. The most of one gap in an engine's duty cycle that counts toward a wait: a quarter of the timeout.
+     * A longer gap (a GC pause, a frozen host, a stepped test clock) may have kept the peer from answering too.
+     */
+    long stallAllowanceNanos() {
+        return timeoutNanos / 4;
     }
 
     @Override

@@ -211,20 +211,21 @@ abstract class TransferEndpoint implements LinkListener, AutoCloseable {
     /**
      * Pings the quiet links of version 3 and later and fails the silent ones ({@link Heartbeat}). Runs after the
      * links were polled, so a frame that waited in a transport during a stall of this thread counts as heard.
-     * The wait for an answer restarts after a gap in this engine's own duty cycle longer than the idle time (a
-     * GC pause, a stepped test clock: the peer had no turn to be heard), and a link whose poll left events
-     * behind is not failed in that cycle (the answer may be among them).
+     * Of a gap in this engine's own duty cycle (a GC pause, a frozen host, a stepped test clock: the peer may have
+     * had no turn either) only {@link Heartbeat#stallAllowanceNanos()} counts toward a wait, and a link whose poll
+     * left events behind is not failed in that cycle (the answer may be among them).
      *
      * @return work done: PINGs sent and links failed
      */
     private int heartbeats(long now) {
-        final boolean stalled = now - lastHeartbeatCycleNanos > heartbeat.idleNanos();
+        final long stall = Math.max(0, now - lastHeartbeatCycleNanos - heartbeat.stallAllowanceNanos());
         lastHeartbeatCycleNanos = now;
         int work = 0;
         for (int i = 0; i < polled.size(); i++) {
             final Peer p = polled.get(i);
             if (p.state == Peer.State.HANDSHAKE) {
-                work += handshakeWait(p, now, stalled);
+                p.lastHeardNanos = Math.min(now, p.lastHeardNanos + stall); // its wait started when it was added
+                work += handshakeWait(p, now);
                 continue;
             }
             if (p.version < 3 || !p.carries()) {
@@ -235,9 +236,8 @@ abstract class TransferEndpoint implements LinkListener, AutoCloseable {
                 p.pinging = false;
                 p.lastHeardNanos = now;
             } else if (p.pinging) {
-                if (stalled) {
-                    p.pingSentNanos = now;
-                } else if (!p.backlogged && now - p.pingSentNanos >= heartbeat.timeoutNanos()) {
+                p.pingSentNanos += stall;
+                if (!p.backlogged && now - p.pingSentNanos >= heartbeat.timeoutNanos()) {
                     heartbeatFailures.increment();
                     fail(p, Peer.State.FAILED, "heartbeat: nothing heard from the peer for " + ms(now - p.lastHeardNanos) + " ms, "
                         + ms(now - p.pingSentNanos) + " ms of them after a PING (" + ms(heartbeat.idleNanos()) + " ms idle, "
@@ -258,15 +258,11 @@ abstract class TransferEndpoint implements LinkListener, AutoCloseable {
     /**
      * Fails a link whose peer sent nothing since it was added for the heartbeat's idle time plus its timeout: a
      * handshake never answered (a peer of any version sends its HELLO at once, or answers ours). A stall of this
-     * engine restarts the wait, as for a PING.
+     * engine counts as for a PING (the caller has moved the start by it).
      *
      * @return 1 if the link was failed, else 0
      */
-    private int handshakeWait(Peer p, long now, boolean stalled) {
-        if (stalled) {
-            p.lastHeardNanos = now;
-            return 0;
-        }
+    private int handshakeWait(Peer p, long now) {
         final long limit = heartbeat.idleNanos() + heartbeat.timeoutNanos();
         if (p.backlogged || now - p.lastHeardNanos < limit) {
             return 0;

@@ -305,6 +305,37 @@ class HeartbeatTest {
     }
 
     @Test
+    void anIdleTimeShorterThanTheDutyCycleStillFailsACutPath() {
+        // idle 5 ms against duty cycles of 10 ms: no cycle may count as a stall that restarts the wait
+        try (Rig rig = new Rig(Heartbeat.every(Duration.ofMillis(5), Duration.ofMillis(300)))) {
+            rig.run(Duration.ofMillis(200));
+            assertTrue(rig.r().isUp(), rig.r()::toString);
+            rig.atSender.cut = true;
+            rig.atReceiver.cut = true;
+            final Duration took = rig.runUntilDown(Duration.ofSeconds(30));
+            assertEquals(Peer.State.FAILED, rig.r().state(), rig.r()::toString);
+            assertTrue(took.toMillis() <= 5 + 300 + 3 * 10, "failed after " + took.toMillis() + " ms");
+        }
+    }
+
+    @Test
+    void aStallLongerThanTheTimeoutButShorterThanTheIdleTimeDoesNotFailALinkWhosePeerHadNoTurn() {
+        // idle 1 s, timeout 300 ms: both engines stalled 600 ms with a PING out; the peer answers on its next turn
+        try (Rig rig = new Rig(Heartbeat.every(Duration.ofSeconds(1), Duration.ofMillis(300)))) {
+            rig.senderRuns = false;
+            final long pings = rig.atReceiver.sent(WireFormat.PING);
+            while (rig.atReceiver.sent(WireFormat.PING) == pings) {
+                rig.run(Duration.ofNanos(STEP_NANOS));
+            }
+            rig.net.advance(Duration.ofMillis(600).toNanos());
+            rig.senderRuns = true;
+            rig.run(Duration.ofMillis(100));
+            assertTrue(rig.r().isUp(), rig.r()::toString);
+            assertTrue(rig.s().isUp(), rig.s()::toString);
+        }
+    }
+
+    @Test
     void aVersion2PeerIsNeverPingedAndLinksUp() {
         // decode, then prefill, on the previous release: every frame to it must be one WireCodecV2 (the version-2
         // codec) reads
