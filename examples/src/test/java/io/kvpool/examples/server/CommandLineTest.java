@@ -154,6 +154,9 @@ public class CommandLineTest {
         assertRefused("--ucx-keepalive-ms must be 10 ms to 1 hour, was 5", "--ucx-keepalive-ms", "5");
         assertRefused("KV heartbeat must be ≥ 0, was -1 ms", "--kv-heartbeat-ms", "-1");
         assertRefused("KV heartbeat timeout must be positive, was 0 ms", "--kv-heartbeat-timeout-ms", "0");
+        assertRefused("--kv-heartbeat-ms must be at most 365 days (31536000000 ms), was 31536000001", "--kv-heartbeat-ms", "31536000001");
+        assertRefused("--kv-heartbeat-timeout-ms must be at most 365 days (31536000000 ms), was 31536000001",
+            "--kv-heartbeat-timeout-ms", "31536000001");
         assertRefused("--port is out of range: 99999999999", "--port", "99999999999");
     }
 

@@ -34,5 +34,14 @@ public record Timing(Duration requestTimeout, Duration tokenDelay, Duration hear
         if (ucxKeepalive.toMillis() < 10 || ucxKeepalive.compareTo(Duration.ofHours(1)) > 0) {
             throw new IllegalArgumentException("--ucx-keepalive-ms must be 10 ms to 1 hour, was " + ucxKeepalive.toMillis());
         }
+        final Duration year = Duration.ofDays(365); // Heartbeat.every's own limit, checked here to name the option
+        if (kvHeartbeat.compareTo(year) > 0) {
+            throw new IllegalArgumentException("--kv-heartbeat-ms must be at most 365 days (" + year.toMillis() + " ms), was "
+                + kvHeartbeat.toMillis());
+        }
+        if (kvHeartbeatTimeout.compareTo(year) > 0) {
+            throw new IllegalArgumentException("--kv-heartbeat-timeout-ms must be at most 365 days (" + year.toMillis()
+                + " ms), was " + kvHeartbeatTimeout.toMillis());
+        }
     }
 }
