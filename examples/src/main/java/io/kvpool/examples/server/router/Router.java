@@ -192,8 +192,8 @@ public final class Router implements AutoCloseable {
                 throw unavailable(e.getMessage());
             } catch (RoleRefusedException e) {
                 throw refusedByRole(e);
-            } catch (IllegalStateException e) {
-                throw unavailable(e instanceof RoleLostException ? e.getMessage() : "prefill role: " + e.getMessage());
+            } catch (IllegalStateException e) { // the role was lost during the call: what refuseIfKnownDown says once known
+                throw prefillUnavailable(e instanceof RoleLostException ? e.getMessage() : "prefill role: " + e.getMessage());
             }
             if (refused != null) {
                 done = true; // nothing was offered
@@ -204,8 +204,9 @@ public final class Router implements AutoCloseable {
                 call = decode.start(id, tenant, tokens.size(), req.maxTokens());
             } catch (RoleRefusedException e) {
                 throw refusedByRole(e);
-            } catch (IllegalStateException e) {
-                throw unavailable(e instanceof RoleLostException ? e.getMessage() : "decode role: " + e.getMessage());
+            } catch (IllegalStateException e) { // as for prefill: typed as a decode known down would be
+                throw reject(new Rejection("decode", Rejection.Reason.UNAVAILABLE,
+                    e instanceof RoleLostException ? e.getMessage() : "decode role: " + e.getMessage(), Map.of()));
             }
             inFlight.put(id, call);
             final DecodeCall started = call;
@@ -291,8 +292,7 @@ public final class Router implements AutoCloseable {
     private void refuseIfKnownDown() throws ApiError, InterruptedException {
         final String prefillDown = prefill.unavailable();
         if (prefillDown != null) {
-            counters.rejected("prefill", "unavailable");
-            throw new ApiError(503, "service_unavailable", "prefill_unavailable", prefillDown, Map.of("role", "prefill"), 1);
+            throw prefillUnavailable(prefillDown);
         }
         final String decodeDown = decode.unavailable();
         if (decodeDown != null) {
@@ -384,6 +384,12 @@ public final class Router implements AutoCloseable {
     private ApiError refusedByRole(RoleRefusedException e) {
         counters.failed("role_refused");
         return new ApiError(502, "server_error", "role_refused", e.getMessage(), Map.of("role_status", e.status()), 0);
+    }
+
+    /** 503 {@code prefill_unavailable}: the prefill role is down, known before the call or found during it. */
+    private ApiError prefillUnavailable(String why) {
+        counters.rejected("prefill", "unavailable");
+        return new ApiError(503, "service_unavailable", "prefill_unavailable", why, Map.of("role", "prefill"), 1);
     }
 
     private static ApiError unavailable(String why) {
