@@ -193,7 +193,7 @@ public final class Router implements AutoCloseable {
             } catch (RoleRefusedException e) {
                 throw refusedByRole(e);
             } catch (IllegalStateException e) { // the role was lost during the call: what refuseIfKnownDown says once known
-                throw prefillUnavailable(e instanceof RoleLostException ? e.getMessage() : "prefill role: " + e.getMessage());
+                throw prefillUnavailable(lost("prefill", e));
             }
             if (refused != null) {
                 done = true; // nothing was offered
@@ -204,9 +204,8 @@ public final class Router implements AutoCloseable {
                 call = decode.start(id, tenant, tokens.size(), req.maxTokens());
             } catch (RoleRefusedException e) {
                 throw refusedByRole(e);
-            } catch (IllegalStateException e) { // as for prefill: typed as a decode known down would be
-                throw reject(new Rejection("decode", Rejection.Reason.UNAVAILABLE,
-                    e instanceof RoleLostException ? e.getMessage() : "decode role: " + e.getMessage(), Map.of()));
+            } catch (IllegalStateException e) { // as for prefill
+                throw decodeUnavailable(lost("decode", e));
             }
             inFlight.put(id, call);
             final DecodeCall started = call;
@@ -296,7 +295,7 @@ public final class Router implements AutoCloseable {
         }
         final String decodeDown = decode.unavailable();
         if (decodeDown != null) {
-            throw reject(new Rejection("decode", Rejection.Reason.UNAVAILABLE, decodeDown, Map.of()));
+            throw decodeUnavailable(decodeDown);
         }
     }
 
@@ -390,6 +389,16 @@ public final class Router implements AutoCloseable {
     private ApiError prefillUnavailable(String why) {
         counters.rejected("prefill", "unavailable");
         return new ApiError(503, "service_unavailable", "prefill_unavailable", why, Map.of("role", "prefill"), 1);
+    }
+
+    /** 503 {@code decode_unavailable}: the decode role is down or cannot take a transfer, known before the call or found during it. */
+    private ApiError decodeUnavailable(String why) {
+        return reject(new Rejection("decode", Rejection.Reason.UNAVAILABLE, why, Map.of()));
+    }
+
+    /** @return why a call to {@code role} failed: a lost role's message names it already */
+    private static String lost(String role, IllegalStateException e) {
+        return e instanceof RoleLostException ? e.getMessage() : role + " role: " + e.getMessage();
     }
 
     private static ApiError unavailable(String why) {
