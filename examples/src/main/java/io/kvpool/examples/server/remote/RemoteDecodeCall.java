@@ -181,7 +181,7 @@ final class RemoteDecodeCall implements DecodeCall {
         final TransferOutcome o = outcome.getNow(null);
         if (o == null || !o.committed()) {
             if (aborted) {
-                throw new java.util.concurrent.CancellationException("request " + requestId + " was aborted before its decode began");
+                throw DecodeCall.abortedBeforeDecode(requestId);
             }
             throw new IllegalStateException("request " + requestId + " has no committed KV to decode (" + o + ")");
         }

@@ -34,6 +34,11 @@ public interface DecodeCall {
      */
     Generation generate(int maxTokens, EchoDecoder.TokenSink sink) throws IOException, InterruptedException;
 
+    /** @return what {@link #generate} throws for a call whose abort came first */
+    static java.util.concurrent.CancellationException abortedBeforeDecode(long requestId) {
+        return new java.util.concurrent.CancellationException("request " + requestId + " was aborted before its decode began");
+    }
+
     /**
      * Aborts the request (half of a paired abort): a transfer still receiving fails and its pages drain;
      * a committed sequence not yet generating is released; a running generation stops at its next token.

@@ -378,7 +378,7 @@ public final class DecodeRole implements DecodeService, MeteredRole {
             final Sequence seq = committed.getAndSet(null);
             handedOver.remove(this);
             if (seq == null && aborted) { // an abort that won the race with this call: its KV is released already
-                throw new java.util.concurrent.CancellationException("request " + requestId + " was aborted before its decode began");
+                throw DecodeCall.abortedBeforeDecode(requestId);
             }
             if (seq == null) {
                 throw new IllegalStateException("request " + requestId + " has no committed KV to decode (transfer "
