@@ -32,8 +32,8 @@ import java.util.Objects;
  */
 public final class Heartbeat {
 
-    /** The longest idle time or timeout: far from the {@code long} nanoseconds' limit, so their sum cannot overflow. */
-    private static final Duration LONGEST = Duration.ofDays(365);
+    /** The longest idle time or timeout, 365 days: far from the {@code long} nanoseconds' limit, so their sum cannot overflow. */
+    public static final Duration LONGEST = Duration.ofDays(365);
 
     /** No PINGs sent: a link fails only when its transport says so. */
     public static final Heartbeat OFF = new Heartbeat(0, 0);

@@ -1,5 +1,7 @@
 package io.kvpool.examples.server.config;
 
+import io.kvpool.transfer.Heartbeat;
+
 import java.time.Duration;
 
 /**
@@ -34,14 +36,15 @@ public record Timing(Duration requestTimeout, Duration tokenDelay, Duration hear
         if (ucxKeepalive.toMillis() < 10 || ucxKeepalive.compareTo(Duration.ofHours(1)) > 0) {
             throw new IllegalArgumentException("--ucx-keepalive-ms must be 10 ms to 1 hour, was " + ucxKeepalive.toMillis());
         }
-        final Duration year = Duration.ofDays(365); // Heartbeat.every's own limit, checked here to name the option
-        if (kvHeartbeat.compareTo(year) > 0) {
-            throw new IllegalArgumentException("--kv-heartbeat-ms must be at most 365 days (" + year.toMillis() + " ms), was "
-                + kvHeartbeat.toMillis());
-        }
-        if (kvHeartbeatTimeout.compareTo(year) > 0) {
-            throw new IllegalArgumentException("--kv-heartbeat-timeout-ms must be at most 365 days (" + year.toMillis()
-                + " ms), was " + kvHeartbeatTimeout.toMillis());
+        atMostHeartbeatsLongest("--kv-heartbeat-ms", kvHeartbeat);
+        atMostHeartbeatsLongest("--kv-heartbeat-timeout-ms", kvHeartbeatTimeout);
+    }
+
+    /** Heartbeat.every's own limit, checked here so that the message names the option. */
+    private static void atMostHeartbeatsLongest(String option, Duration d) {
+        if (d.compareTo(Heartbeat.LONGEST) > 0) {
+            throw new IllegalArgumentException(option + " must be at most " + Heartbeat.LONGEST.toDays() + " days ("
+                + Heartbeat.LONGEST.toMillis() + " ms), was " + d.toMillis());
         }
     }
 }
