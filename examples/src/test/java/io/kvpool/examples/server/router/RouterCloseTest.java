@@ -69,19 +69,7 @@ class RouterCloseTest {
             final Router router = new Router(cfg, held, roles.decode());
             final CompletableFuture<Object> result = CompletableFuture.supplyAsync(() -> {
                 try {
-                    return router.complete("alice", new Router.Request("held with prefill", 3, false), new Router.Sink() {
-                        @Override
-                        public void admitted(long requestId) {
-                        }
-
-                        @Override
-                        public void heartbeat() {
-                        }
-
-                        @Override
-                        public void token(String text) {
-                        }
-                    });
+                    return router.complete("alice", new Router.Request("held with prefill", 3, false), NoSink.INSTANCE);
                 } catch (Exception e) {
                     return e;
                 }

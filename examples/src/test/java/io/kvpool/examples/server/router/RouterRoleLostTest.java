@@ -28,20 +28,6 @@ import static org.junit.jupiter.api.Assertions.assertThrows;
 @Timeout(value = 60, unit = TimeUnit.SECONDS)
 class RouterRoleLostTest {
 
-    private static final Router.Sink SINK = new Router.Sink() {
-        @Override
-        public void admitted(long requestId) {
-        }
-
-        @Override
-        public void heartbeat() {
-        }
-
-        @Override
-        public void token(String text) {
-        }
-    };
-
     @Test
     void aPrefillLostDuringItsCallIsPrefillUnavailable() {
         final ServerConfig cfg = ServerTests.small().build();
@@ -71,7 +57,7 @@ class RouterRoleLostTest {
                 }
             };
             final ApiError e = assertThrows(ApiError.class, () -> new Router(cfg, lost, roles.decode())
-                .complete("alice", new Router.Request("hello", 2, false), SINK));
+                .complete("alice", new Router.Request("hello", 2, false), NoSink.INSTANCE));
             assertEquals(503, e.status());
             assertEquals("prefill_unavailable", e.reason(), e::getMessage);
             assertEquals(1, e.retryAfterSeconds());
@@ -108,7 +94,7 @@ class RouterRoleLostTest {
                 }
             };
             final ApiError e = assertThrows(ApiError.class, () -> new Router(cfg, roles.prefill(), lost)
-                .complete("alice", new Router.Request("hello", 2, false), SINK));
+                .complete("alice", new Router.Request("hello", 2, false), NoSink.INSTANCE));
             assertEquals(503, e.status());
             assertEquals("decode_unavailable", e.reason(), e::getMessage);
             assertEquals(1, e.retryAfterSeconds());
