@@ -58,8 +58,9 @@ public final class ReceiverMetrics {
     }
 
     /**
-     * Transfers started with {@link TransferReceiver#start}, admitted or not (a call refused for its
-     * arguments is not counted).
+     * Transfers started with {@link TransferReceiver#start}, admitted or not. A call refused for its arguments is
+     * not counted, nor one that throws because the pool failed to allocate (read meanwhile, it may be counted
+     * for an instant).
      *
      * @return the count so far
      */

@@ -4,6 +4,7 @@ import io.kvpool.Admission;
 import io.kvpool.KvLayout;
 import io.kvpool.KvPool;
 import io.kvpool.PageHandle;
+import io.kvpool.PoolExhaustedException;
 import io.kvpool.Sequence;
 import io.kvpool.transfer.spi.PeerLink;
 import io.kvpool.transfer.spi.Registration;
@@ -160,6 +161,9 @@ public final class TransferReceiver extends TransferEndpoint {
      *         more pages than one descriptor carries, {@link WireFormat#MAX_ARRAY}), or RECEIVING
      * @throws IllegalArgumentException for {@code promptTokens < 1}, {@code maxNewTokens < 0}, no sender, a peer id
      *                                  never given by {@link #addPeer}, or a peer listed twice (not counted as started)
+     * @throws TransferException        if the pool admitted the request but failed to allocate its pages for another
+     *                                  reason than a lack of them (the storage's fill failed; the cause says why).
+     *                                  Nothing is held then, the senders were told, and the call is not counted
      */
     public IncomingTransfer start(long requestId, int promptTokens, int maxNewTokens, int... senderPeers) {
         ensureOpen();
@@ -208,10 +212,12 @@ public final class TransferReceiver extends TransferEndpoint {
         final int expected = (int) Math.min(promptTokens, a.sequence().admittedTokens());
         try {
             pool.handles().appendPinned(seq, expected); // RECEIVING from the start: all or none
-        } catch (RuntimeException e) {
+        } catch (PoolExhaustedException e) { // admission's reservation should prevent it; waiting can help if not
             seq.close();
             return reject(t, FailureReason.REJECTED, "could not allocate " + layout.pagesFor(expected) + " pages for "
                 + expected + " tokens: " + e.getMessage());
+        } catch (RuntimeException e) {
+            throw allocationFault(t, seq, expected, e);
         }
         final long[] handles = new long[seq.pageCount()];
         for (int i = 0; i < handles.length; i++) {
@@ -253,6 +259,28 @@ public final class TransferReceiver extends TransferEndpoint {
             }
         }
         return t;
+    }
+
+    /**
+     * The pool admitted the request but could not hand out its pages for a reason that is not a lack of pages: the
+     * storage failed (a fill before reuse) or an allocator invariant broke. That is not a refusal a client should
+     * retry, so it leaves {@link #start} as an exception. Nothing of it is left: the sequence is closed, the senders
+     * are told (CANCEL) so they release their offers now, and the call is not counted as started.
+     */
+    private TransferException allocationFault(IncomingTransfer t, Sequence seq, int expected, RuntimeException e) {
+        final String message = "request " + t.requestId + ": the decode pool admitted " + expected + " tokens but could not "
+            + "allocate their " + layout.pagesFor(expected) + " pages: " + e;
+        final TransferException fault = new TransferException(message, e);
+        try {
+            seq.close();
+        } catch (RuntimeException closing) {
+            fault.addSuppressed(closing);
+        }
+        metrics.started.decrement(); // as for a call refused for its arguments: a call that throws is not a transfer
+        for (int id : t.senderPeers) {
+            cancel(peers.get(id), t.requestId, Message.Cancel.ABORTED, message);
+        }
+        return fault;
     }
 
     private IncomingTransfer reject(IncomingTransfer t, FailureReason reason, String message) {
