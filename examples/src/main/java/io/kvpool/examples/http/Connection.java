@@ -44,6 +44,9 @@ import java.util.concurrent.TimeUnit;
  *             (HTTP/1.1 answers in order), then goes out; reading stops taking requests the moment it is found,
  *             and more than DRAIN_LIMIT bytes read while it waits close the connection (PIPELINE).
  *   busy:     a call is with the handler; the next queued call starts when its answer is on the wire.
+ *   stopping: the requests already read are answered; the answer that finds nothing queued says
+ *             {@code Connection: close}, and after an answer that said it nothing more is answered (RFC 9112
+ *             §9.6): the connection closes, and a request read meanwhile is the client's to send elsewhere.
  *   timers:   none while busy; HEAD: the head's deadline (408); BODY: the whole body within the idle timeout
  *             of its head (408); NONE: idle between requests (close, nothing to answer).
  *   queued:   at most MAX_QUEUED pipelined requests and maxBodyBytes of their bodies behind the call in
@@ -93,6 +96,8 @@ final class Connection {
     private final HttpLimits limits;
     private final Executor executor;
     private final ArrayDeque<HttpCall> queued = new ArrayDeque<>();
+    /** {@code queued.size()} for the handler threads' reads ({@link #nothingQueued}); written on the event loop. */
+    private volatile int queuedCalls;
 
     private Reading reading = Reading.NONE;
     private HttpCall current;
@@ -174,6 +179,7 @@ final class Connection {
                 current.markGone();
             }
             queued.clear();
+            queuedCalls = 0;
             queuedBytes = 0;
             if (deferred != null) {
                 ReferenceCountUtil.release(deferred);
@@ -283,6 +289,7 @@ final class Connection {
                 return;
             }
             queued.add(call);
+            queuedCalls = queued.size();
             queuedBytes += call.body().length;
             next();
         }
@@ -308,6 +315,7 @@ final class Connection {
             rearm();
             return;
         }
+        queuedCalls = queued.size();
         queuedBytes -= call.body().length;
         current = call;
         LOG.log(System.Logger.Level.TRACE, () -> "connection " + channel.remoteAddress() + ": " + call.method() + " " + call.uri());
@@ -344,8 +352,12 @@ final class Connection {
             close(Close.REQUESTED);
             return;
         }
+        if (call.saidClose()) { // the front is stopping and said so: nothing more on this connection (RFC 9112 §9.6)
+            close(Close.STOPPING);
+            return;
+        }
         next(); // a head begun while the call ran gets its deadline from rearm() once no call runs; stopping: the
-                // requests already read are still answered (the router says 503 server_draining), then the close
+                // requests already read are still answered (the router says 503 server_draining), the last saying close
     }
 
     /** Closes the connection if {@code f} (an answer's last write) is not on the wire within the stall timeout. */
@@ -369,6 +381,14 @@ final class Connection {
     /** @return whether the front still takes requests (an answer says {@code Connection: close} once it does not) */
     boolean frontAccepting() {
         return front.accepting();
+    }
+
+    /**
+     * @return whether no request waits behind the call in progress (any thread; a request read right after may be
+     *         missed, and is then not answered if the answer being written says close)
+     */
+    boolean nothingQueued() {
+        return queuedCalls == 0;
     }
 
     private void tooLarge(long declared) {

@@ -52,6 +52,8 @@ public final class HttpCall {
     private final HttpHeaders requestHeaders;
     private final byte[] body;
     private final boolean keepAlive;
+    /** Set by the handler thread as the answer's head is built; read on the event loop once it is on the wire. */
+    private volatile boolean saidClose;
     private final long stallNanos;
     private final Executor listeners;
     private final HttpHeaders responseHeaders = new DefaultHttpHeaders();
@@ -296,8 +298,11 @@ public final class HttpCall {
     private void headers(HttpResponse r, String contentType) {
         r.headers().set(responseHeaders);
         r.headers().set(HttpHeaderNames.CONTENT_TYPE, contentType);
-        if (!keepAlive || !connection.frontAccepting()) { // the front stopping: say so, so the client sends no more here
+        // the front stopping: the last answer says so, so the client sends no more here; one with requests queued
+        // behind it does not, since they are still answered and nothing may follow an answer that said close
+        if (!keepAlive || (!connection.frontAccepting() && connection.nothingQueued())) {
             r.headers().set(HttpHeaderNames.CONNECTION, HttpHeaderValues.CLOSE);
+            saidClose = true;
         }
     }
 
@@ -311,6 +316,11 @@ public final class HttpCall {
     /** @return whether the connection closes after this answer */
     boolean keepAlive() {
         return keepAlive;
+    }
+
+    /** @return whether this call's answer said {@code Connection: close} (then nothing more is answered on its connection) */
+    boolean saidClose() {
+        return saidClose;
     }
 
     private void throwIfGone() throws IOException {

@@ -514,8 +514,50 @@ class HttpFrontTest {
             final String second = readToClose(s);
             stopper.join(10_000);
             assertTrue(first.endsWith("GET /slow 0"), first);
+            assertFalse(first.toLowerCase(java.util.Locale.ROOT).contains("connection: close"),
+                "an answer with a request queued behind it must not say close: " + first);
             assertTrue(second.startsWith("HTTP/1.1 200") && second.endsWith("GET /next 0")
                 && second.toLowerCase(java.util.Locale.ROOT).contains("connection: close"), second);
+        }
+    }
+
+    @Test
+    void aGracefulStopAnswersNothingAfterAnAnswerThatSaidClose() throws Exception {
+        final CountDownLatch entered = new CountDownLatch(1);
+        final CountDownLatch stopped = new CountDownLatch(1);
+        final CountDownLatch release = new CountDownLatch(1);
+        start(HttpLimits.DEFAULTS, call -> {
+            if (call.path().equals("/stream")) {
+                entered.countDown();
+                stopped.await(); // the head is built after the stop began, with nothing queued: it says close
+                call.startStream(200, "text/plain");
+                call.write("part;");
+                release.await();
+                call.endStream();
+                return;
+            }
+            ECHO.handle(call);
+        });
+        try (Socket s = connect()) {
+            send(s, "GET /stream HTTP/1.1\r\nHost: x\r\n\r\n");
+            assertTrue(entered.await(10, TimeUnit.SECONDS));
+            final Thread stopper = Thread.ofVirtual().start(() -> front.stopListening(Duration.ofSeconds(5)));
+            final long end = System.nanoTime() + TimeUnit.SECONDS.toNanos(5);
+            while (front.accepting() && System.nanoTime() < end) {
+                Thread.sleep(1);
+            }
+            assertFalse(front.accepting());
+            stopped.countDown();
+            final String head = readHead(s);
+            assertTrue(head.toLowerCase(java.util.Locale.ROOT).contains("connection: close"), head);
+            send(s, "GET /next HTTP/1.1\r\nHost: x\r\n\r\n"); // sent before the client read the close
+            Thread.sleep(200); // read and queued behind the stream meanwhile
+            release.countDown();
+            final String rest = readToClose(s);
+            stopper.join(10_000);
+            assertTrue(rest.contains("part;"), rest);
+            assertFalse(rest.contains("HTTP/1.1"), "answered after an answer that said close: " + rest);
+            awaitClosed("stopping", 1);
         }
     }
 
