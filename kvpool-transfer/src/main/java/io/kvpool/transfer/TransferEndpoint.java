@@ -179,6 +179,10 @@ abstract class TransferEndpoint implements LinkListener, AutoCloseable {
         if (closed && !workAfterClose()) {
             return 0;
         }
+        // Read before the polls: every frame that arrived by then is read below (unless a poll hit its limit, see
+        // backlogged), so a link judged silent at this time was silent. Read after them, a frame arriving on a link
+        // already polled while a later poll ran would go unread at a time past its deadline.
+        final long now = clock.nanoTime();
         int work = 0;
         for (int i = 0; i < polled.size(); i++) {
             final Peer p = polled.get(i);
@@ -201,7 +205,6 @@ abstract class TransferEndpoint implements LinkListener, AutoCloseable {
             }
             return false;
         });
-        final long now = clock.nanoTime();
         if (heartbeat.isOn() && !closed) {
             work += heartbeats(now);
         }
@@ -210,7 +213,8 @@ abstract class TransferEndpoint implements LinkListener, AutoCloseable {
 
     /**
      * Pings the quiet links of version 3 and later and fails the silent ones ({@link Heartbeat}). Runs after the
-     * links were polled, so a frame that waited in a transport during a stall of this thread counts as heard.
+     * links were polled with a time read before the polls, so a frame that waited in a transport during a stall of
+     * this thread, or arrived while the cycle polled, counts as heard.
      * Of a gap in this engine's own duty cycle (a GC pause, a frozen host, a stepped test clock: the peer may have
      * had no turn either) only {@link Heartbeat#stallAllowanceNanos()} counts toward a wait, and a link whose poll
      * left events behind is not failed in that cycle (the answer may be among them).

@@ -383,6 +383,57 @@ class HeartbeatTest {
     }
 
     @Test
+    void aFrameThatArrivesWhileTheCycleIsPollingIsHeardBeforeItsLinkIsJudged() {
+        try (KvPool pool = Kv.pool(16)) {
+            final ManualClock clock = new ManualClock();
+            final TransferReceiver receiver = TransferReceiver.builder(pool, Kv.identity()).heartbeat(FAST).clock(clock).build();
+            final ScriptedLink a = new ScriptedLink();
+            final ScriptedLink b = new ScriptedLink();
+            final Runnable[] duringPollOfB = new Runnable[1];
+            final ForwardingLink slowB = new ForwardingLink(b) { // a poll that takes a while (many completions, say)
+                @Override
+                public int poll(LinkListener l, int limit) {
+                    final Runnable r = duringPollOfB[0];
+                    duringPollOfB[0] = null;
+                    if (r != null) {
+                        r.run();
+                    }
+                    return super.poll(l, limit);
+                }
+            };
+            final int pa = receiver.addPeer(a); // polled before b
+            receiver.addPeer(slowB);
+            a.hello(Kv.identity());
+            b.hello(Kv.identity());
+            receiver.doWork();
+            assertTrue(receiver.peer(pa).isUp(), receiver.peer(pa)::toString);
+            while (a.sent(Message.Ping.class).isEmpty()) { // a falls quiet; b keeps talking
+                clock.advanceMillis(10);
+                b.inject(new Message.Ping(1));
+                receiver.doWork();
+            }
+            final Message.Ping ping = a.sent(Message.Ping.class).get(0);
+            final long deadline = ping.token() + FAST.timeoutNanos(); // the token is the time it was sent
+            while (clock.now + STEP_NANOS < deadline) {
+                clock.advanceMillis(10);
+                b.inject(new Message.Ping(1));
+                receiver.doWork();
+            }
+            assertTrue(receiver.peer(pa).isUp(), receiver.peer(pa)::toString);
+            // a's PONG arrives while the cycle polls b, after a was polled, and b's poll ends past a's deadline
+            duringPollOfB[0] = () -> {
+                clock.now = deadline + 5_000_000L;
+                a.inject(new Message.Pong(ping.token()));
+            };
+            receiver.doWork();
+            receiver.doWork(); // the next cycle reads it
+            assertTrue(receiver.peer(pa).isUp(), receiver.peer(pa)::toString);
+            assertEquals(0, receiver.heartbeatFailures());
+            receiver.close();
+        }
+    }
+
+    @Test
     void aPingIsAnsweredAlsoWithTheHeartbeatOff() {
         try (KvPool pool = Kv.pool(16)) {
             final TransferReceiver receiver = TransferReceiver.builder(pool, Kv.identity()).heartbeat(Heartbeat.OFF)
