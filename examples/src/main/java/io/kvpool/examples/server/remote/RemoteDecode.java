@@ -5,7 +5,6 @@ import io.kvpool.examples.server.role.DecodeCall;
 import io.kvpool.examples.server.role.DecodeRole;
 import io.kvpool.examples.server.role.DecodeService;
 import io.kvpool.examples.server.role.RoleLostException;
-import io.kvpool.examples.server.role.RoleStatus;
 
 import java.time.Duration;
 import java.util.Objects;
@@ -15,13 +14,10 @@ import java.util.Objects;
  * {@code POST /internal/decode} whose answer streams the request's events back ({@link RemoteDecodeCall});
  * {@code GET /internal/status} for the rest. Closing it drops the client's connections; the process runs on.
  */
-final class RemoteDecode implements DecodeService {
+final class RemoteDecode extends RemoteRole implements DecodeService {
 
-    private final RoleClient client;
     private final ObjectMapper json;
     private final Duration stall;
-    private final RoleHealth health;
-    private final AbortDelivery aborts;
 
     /** @param stall longest wait for the decode stream's next token before the role counts as lost */
     RemoteDecode(RoleClient client, ObjectMapper json, Duration stall) {
@@ -30,11 +26,9 @@ final class RemoteDecode implements DecodeService {
 
     /** @param verify checks each status the router reads of the role (see {@link RoleHealth}), or {@code null} */
     RemoteDecode(RoleClient client, ObjectMapper json, Duration stall, java.util.function.Function<RemoteStatus, String> verify) {
-        this.client = Objects.requireNonNull(client, "client");
+        super(client, DecodeRole.ROLE, true, verify);
         this.json = Objects.requireNonNull(json, "json");
         this.stall = Objects.requireNonNull(stall, "stall");
-        this.health = new RoleHealth(client, DecodeRole.ROLE, true, verify);
-        this.aborts = new AbortDelivery(client, health);
     }
 
     /**
@@ -55,43 +49,8 @@ final class RemoteDecode implements DecodeService {
     }
 
     @Override
-    public String unavailable() throws InterruptedException {
-        return health.unavailable();
-    }
-
-    /** @return the delivery of this role's aborts (for tests and metrics) */
-    AbortDelivery aborts() {
-        return aborts;
-    }
-
-    /** @return what the router knows of the role's readiness */
-    RoleHealth health() {
-        return health;
-    }
-
-    @Override
     public boolean ready() {
         return RemoteStatus.read(client, DecodeRole.ROLE).ready();
-    }
-
-    @Override
-    public RoleStatus status() {
-        return RemoteStatus.read(client, DecodeRole.ROLE).status();
-    }
-
-    @Override
-    public int activeTransfers() {
-        return RemoteStatus.read(client, DecodeRole.ROLE).activeTransfers();
-    }
-
-    @Override
-    public void close() {
-        health.close();
-        try {
-            aborts.close();
-        } finally {
-            client.close();
-        }
     }
 
     @Override

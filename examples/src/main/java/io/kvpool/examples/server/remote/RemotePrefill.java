@@ -5,23 +5,17 @@ import io.kvpool.examples.server.role.PrefillRole;
 import io.kvpool.examples.server.role.PrefillService;
 import io.kvpool.examples.server.role.Rejection;
 import io.kvpool.examples.server.role.RoleLostException;
-import io.kvpool.examples.server.role.RoleStatus;
 
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
-import java.util.Objects;
 
 /**
  * The router's {@link PrefillService} for a prefill role in another process, over its internal endpoints
  * ({@link io.kvpool.examples.server.RoleServer}): {@code POST /internal/prefill}, {@code POST /internal/abort},
  * {@code GET /internal/status}. Closing it closes the client only; the process runs on.
  */
-final class RemotePrefill implements PrefillService {
-
-    private final RoleClient client;
-    private final RoleHealth health;
-    private final AbortDelivery aborts;
+final class RemotePrefill extends RemoteRole implements PrefillService {
 
     RemotePrefill(RoleClient client) {
         this(client, null);
@@ -29,9 +23,7 @@ final class RemotePrefill implements PrefillService {
 
     /** @param verify checks each status the router reads of the role (see {@link RoleHealth}), or {@code null} */
     RemotePrefill(RoleClient client, java.util.function.Function<RemoteStatus, String> verify) {
-        this.client = Objects.requireNonNull(client, "client");
-        this.health = new RoleHealth(client, PrefillRole.ROLE, false, verify);
-        this.aborts = new AbortDelivery(client, health);
+        super(client, PrefillRole.ROLE, false, verify);
     }
 
     /**
@@ -66,41 +58,6 @@ final class RemotePrefill implements PrefillService {
     @Override
     public void abort(long requestId, String why) {
         aborts.send(requestId, why);
-    }
-
-    @Override
-    public String unavailable() throws InterruptedException {
-        return health.unavailable();
-    }
-
-    /** @return the delivery of this role's aborts (for tests and metrics) */
-    AbortDelivery aborts() {
-        return aborts;
-    }
-
-    /** @return what the router knows of the role's readiness */
-    RoleHealth health() {
-        return health;
-    }
-
-    @Override
-    public RoleStatus status() {
-        return RemoteStatus.read(client, PrefillRole.ROLE).status();
-    }
-
-    @Override
-    public int activeTransfers() {
-        return RemoteStatus.read(client, PrefillRole.ROLE).activeTransfers();
-    }
-
-    @Override
-    public void close() {
-        health.close();
-        try {
-            aborts.close(); // what is pending gets its chance first
-        } finally {
-            client.close();
-        }
     }
 
     @Override

@@ -1,0 +1,70 @@
+package io.kvpool.examples.server.remote;
+
+import io.kvpool.examples.server.role.RoleStatus;
+
+import java.util.Objects;
+import java.util.function.Function;
+
+/**
+ * What the router's client of a role in another process does the same for either role: its readiness as the
+ * router knows it ({@link RoleHealth}), the delivery of its aborts ({@link AbortDelivery}), its status read over
+ * {@code GET /internal/status}, and the close. Closing it closes the client only; the process runs on.
+ */
+abstract class RemoteRole implements AutoCloseable {
+
+    final RoleClient client;
+    final RoleHealth health;
+    final AbortDelivery aborts;
+    private final String role;
+
+    /**
+     * @param role       the role's name in its status ({@code prefill} or {@code decode})
+     * @param needsPeers whether the role is ready only with a KV link up (see {@link RoleHealth})
+     * @param verify     checks each status the router reads of the role, or {@code null}
+     */
+    RemoteRole(RoleClient client, String role, boolean needsPeers, Function<RemoteStatus, String> verify) {
+        this.client = Objects.requireNonNull(client, "client");
+        this.role = role;
+        this.health = new RoleHealth(client, role, needsPeers, verify);
+        this.aborts = new AbortDelivery(client, health);
+    }
+
+    /**
+     * @return why the role is known to be down, or {@code null} if it may be asked (see {@link RoleHealth#unavailable})
+     * @throws InterruptedException if interrupted while a re-check of a role known down runs
+     */
+    public String unavailable() throws InterruptedException {
+        return health.unavailable();
+    }
+
+    /** @return the role's status, read from the process */
+    public RoleStatus status() {
+        return RemoteStatus.read(client, role).status();
+    }
+
+    /** @return the role's transfers in progress, read from the process */
+    public int activeTransfers() {
+        return RemoteStatus.read(client, role).activeTransfers();
+    }
+
+    /** @return the delivery of this role's aborts (for tests and metrics) */
+    AbortDelivery aborts() {
+        return aborts;
+    }
+
+    /** @return what the router knows of the role's readiness */
+    RoleHealth health() {
+        return health;
+    }
+
+    /** Stops the health checks, gives pending aborts their chance, then drops the client's connections. */
+    @Override
+    public void close() {
+        health.close();
+        try {
+            aborts.close(); // what is pending gets its chance first
+        } finally {
+            client.close();
+        }
+    }
+}
