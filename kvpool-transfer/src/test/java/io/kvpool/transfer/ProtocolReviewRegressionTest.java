@@ -517,15 +517,9 @@ class ProtocolReviewRegressionTest {
     }
 
     /** Host storage that says it is not host-accessible, as device storage will. */
-    record DeviceLikeStorage(io.kvpool.storage.PageStorage inner) implements io.kvpool.storage.PageStorage {
-        @Override
-        public io.kvpool.KvLayout layout() {
-            return inner.layout();
-        }
-
-        @Override
-        public int pageCount() {
-            return inner.pageCount();
+    static final class DeviceLikeStorage extends ForwardingStorage {
+        DeviceLikeStorage(io.kvpool.storage.PageStorage inner) {
+            super(inner);
         }
 
         @Override
@@ -536,31 +530,6 @@ class ProtocolReviewRegressionTest {
         @Override
         public java.lang.foreign.MemorySegment hostPage(int page) {
             throw new UnsupportedOperationException("device memory");
-        }
-
-        @Override
-        public long address(int page, int layer, int kv) {
-            return inner.address(page, layer, kv);
-        }
-
-        @Override
-        public void fill(int page, io.kvpool.storage.FillMode mode) {
-            inner.fill(page, mode);
-        }
-
-        @Override
-        public int firstCanaryToken(int page, int fromToken, int toToken) {
-            return inner.firstCanaryToken(page, fromToken, toToken);
-        }
-
-        @Override
-        public void copyPages(int[] src, int srcOff, int[] dst, int dstOff, int count) {
-            inner.copyPages(src, srcOff, dst, dstOff, count);
-        }
-
-        @Override
-        public void close() {
-            inner.close();
         }
     }
 }

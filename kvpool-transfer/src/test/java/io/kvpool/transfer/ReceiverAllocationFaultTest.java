@@ -5,7 +5,6 @@ import io.kvpool.KvPool;
 import io.kvpool.Sequence;
 import io.kvpool.storage.FillMode;
 import io.kvpool.storage.HostPageStorage;
-import io.kvpool.storage.PageStorage;
 import io.kvpool.transfer.sim.SimFaults;
 import io.kvpool.transfer.sim.SimLink;
 import io.kvpool.transfer.sim.SimNetwork;
@@ -13,7 +12,6 @@ import io.kvpool.transfer.testkit.Kv;
 import org.junit.jupiter.api.Test;
 
 import java.io.UncheckedIOException;
-import java.lang.foreign.MemorySegment;
 
 import static org.junit.jupiter.api.Assertions.*;
 
@@ -28,13 +26,12 @@ class ReceiverAllocationFaultTest {
     static final int TOKENS = PAGES * Kv.LAYOUT.tokensPerPage();
 
     /** Host storage whose fill fails while {@link #failing} is set. */
-    static final class FlakyFillStorage implements PageStorage {
-        final PageStorage inner;
+    static final class FlakyFillStorage extends ForwardingStorage {
         volatile boolean failing;
         int failedFills;
 
         FlakyFillStorage(KvLayout layout, int pages) {
-            inner = HostPageStorage.allocate(layout, pages);
+            super(HostPageStorage.allocate(layout, pages));
         }
 
         @Override
@@ -43,47 +40,7 @@ class ReceiverAllocationFaultTest {
                 failedFills++;
                 throw new UncheckedIOException(new java.io.IOException("injected fill failure of page " + page));
             }
-            inner.fill(page, mode);
-        }
-
-        @Override
-        public KvLayout layout() {
-            return inner.layout();
-        }
-
-        @Override
-        public int pageCount() {
-            return inner.pageCount();
-        }
-
-        @Override
-        public boolean isHostAccessible() {
-            return inner.isHostAccessible();
-        }
-
-        @Override
-        public MemorySegment hostPage(int page) {
-            return inner.hostPage(page);
-        }
-
-        @Override
-        public long address(int page, int layer, int kv) {
-            return inner.address(page, layer, kv);
-        }
-
-        @Override
-        public int firstCanaryToken(int page, int fromToken, int toToken) {
-            return inner.firstCanaryToken(page, fromToken, toToken);
-        }
-
-        @Override
-        public void copyPages(int[] src, int srcOff, int[] dst, int dstOff, int count) {
-            inner.copyPages(src, srcOff, dst, dstOff, count);
-        }
-
-        @Override
-        public void close() {
-            inner.close();
+            super.fill(page, mode);
         }
     }
 
