@@ -117,6 +117,9 @@ public final class TransferReceiverMeterBinder implements MeterBinder {
         counter(r, "kvpool.transfer.cancels.sent",
             "CANCEL messages (type 7) sent to senders: a request refused before any descriptor left, or a failed transfer's "
                 + "senders told by request", ReceiverMetrics::cancelsSent).register(registry);
+        counter(r, "kvpool.transfer.allocation.faults",
+            "Requests the decode pool admitted but could not allocate pages for, for another reason than a lack of "
+                + "them (its storage failed): start threw, nothing was held", ReceiverMetrics::allocationFaults).register(registry);
         counter(r, "kvpool.transfer.links.retired",
             "Links retired after an unproven write (no revocable registration): no new transfer on them, torn down once "
                 + "those in flight ended", ReceiverMetrics::linksRetired).register(registry);

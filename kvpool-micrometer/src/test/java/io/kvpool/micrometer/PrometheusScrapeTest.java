@@ -50,6 +50,7 @@ class PrometheusScrapeTest {
         "kvpool_transfer_sender_forced_cancels_total counter",
         "kvpool_transfer_sender_descriptors_duplicate_total counter",
         "kvpool_transfer_cancels_sent_total counter",
+        "kvpool_transfer_allocation_faults_total counter",
         "kvpool_transfer_links_retired_total counter",
         "kvpool_transfer_sender_cancels_received_total counter",
         "kvpool_peer_info gauge",

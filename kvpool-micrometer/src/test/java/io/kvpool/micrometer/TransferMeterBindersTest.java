@@ -61,6 +61,7 @@ class TransferMeterBindersTest {
                 expected.add("kvpool.transfer.acks.ignored{reason=" + why + "}");
             }
             expected.add("kvpool.transfer.cancels.sent");
+            expected.add("kvpool.transfer.allocation.faults");
             expected.add("kvpool.transfer.links.retired");
             expected.add("kvpool.peer.info{build=build-1}");
             expected.add("kvpool.peer.links");

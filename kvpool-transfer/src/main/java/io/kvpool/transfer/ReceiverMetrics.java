@@ -32,6 +32,7 @@ public final class ReceiverMetrics {
     final LongAdder quarantineReleases = new LongAdder();
     final LongAdder linksRetired = new LongAdder();
     final LongAdder cancelsSent = new LongAdder();
+    final LongAdder allocationFaults = new LongAdder();
     final LongAdder holdNanosTotal = new LongAdder();
     final AtomicLong holdNanosMax = new AtomicLong();
     final LongAdder holdsEnded = new LongAdder();
@@ -59,8 +60,7 @@ public final class ReceiverMetrics {
 
     /**
      * Transfers started with {@link TransferReceiver#start}, admitted or not. A call refused for its arguments is
-     * not counted, nor one that throws because the pool failed to allocate (read meanwhile, it may be counted
-     * for an instant).
+     * not counted, nor one that throws because the pool failed to allocate ({@link #allocationFaults()}).
      *
      * @return the count so far
      */
@@ -135,6 +135,17 @@ public final class ReceiverMetrics {
      */
     public long cancelsSent() {
         return cancelsSent.sum();
+    }
+
+    /**
+     * Calls of {@link TransferReceiver#start} that threw because the pool admitted the request but failed to
+     * allocate its pages for another reason than a lack of them (the storage failed to fill a page). Each is a
+     * fault to investigate, not a refusal.
+     *
+     * @return the count so far
+     */
+    public long allocationFaults() {
+        return allocationFaults.sum();
     }
 
     /**
@@ -234,7 +245,7 @@ public final class ReceiverMetrics {
     public String toString() {
         return "ReceiverMetrics[started=" + started() + ", committed=" + committed() + ", failures=" + failures
             + ", deferredRelease=" + deferredRelease + ", heldPages=" + heldPages() + ", quarantinedPages=" + quarantinedPages()
-            + ", quarantineReleases=" + quarantineReleases() + ", linksRetired=" + linksRetired() + ", cancelsSent=" + cancelsSent() + ", holdsEnded=" + holdsEnded() + ", holdNanosTotal=" + holdNanosTotal()
+            + ", quarantineReleases=" + quarantineReleases() + ", linksRetired=" + linksRetired() + ", cancelsSent=" + cancelsSent() + ", allocationFaults=" + allocationFaults() + ", holdsEnded=" + holdsEnded() + ", holdNanosTotal=" + holdNanosTotal()
             + ", holdNanosMax=" + holdNanosMax() + ", ackBeforeRegistration=" + ackBeforeRegistration() + ", ackStaleGeneration="
             + ackStaleGeneration() + ", ackDuplicate=" + ackDuplicate() + ", ackWrongPeer=" + ackWrongPeer() + ", ackInconsistent="
             + ackInconsistent() + ", ackLate=" + ackLate() + "]";

@@ -163,7 +163,8 @@ public final class TransferReceiver extends TransferEndpoint {
      *                                  never given by {@link #addPeer}, or a peer listed twice (not counted as started)
      * @throws TransferException        if the pool admitted the request but failed to allocate its pages for another
      *                                  reason than a lack of them (the storage's fill failed; the cause says why).
-     *                                  Nothing is held then, the senders were told, and the call is not counted
+     *                                  Nothing is held then, the senders were told, and the call is counted in
+     *                                  {@link ReceiverMetrics#allocationFaults()}, not in started
      */
     public IncomingTransfer start(long requestId, int promptTokens, int maxNewTokens, int... senderPeers) {
         ensureOpen();
@@ -186,7 +187,8 @@ public final class TransferReceiver extends TransferEndpoint {
                 }
             }
         }
-        metrics.started.increment(); // a call refused for its arguments above is not a transfer
+        // counted as started where it ends: rejected (reject) or admitted and allocated (below); a call refused for
+        // its arguments above, or one that throws, is not a transfer
         if (layout.pagesFor(promptTokens) > WireFormat.MAX_ARRAY) {
             return reject(t, FailureReason.REJECTED, "request " + requestId + " of " + promptTokens + " tokens needs "
                 + layout.pagesFor(promptTokens) + " pages of " + layout.tokensPerPage() + " tokens; one descriptor carries at most "
@@ -219,6 +221,7 @@ public final class TransferReceiver extends TransferEndpoint {
         } catch (RuntimeException e) {
             throw allocationFault(t, seq, expected, e);
         }
+        metrics.started.increment();
         final long[] handles = new long[seq.pageCount()];
         for (int i = 0; i < handles.length; i++) {
             handles[i] = seq.pageHandle(i);
@@ -265,7 +268,8 @@ public final class TransferReceiver extends TransferEndpoint {
      * The pool admitted the request but could not hand out its pages for a reason that is not a lack of pages: the
      * storage failed (a fill before reuse) or an allocator invariant broke. That is not a refusal a client should
      * retry, so it leaves {@link #start} as an exception. Nothing of it is left: the sequence is closed, the senders
-     * are told (CANCEL) so they release their offers now, and the call is not counted as started.
+     * are told (CANCEL) so they release their offers now, and the call is counted as an allocation fault, not as
+     * started.
      */
     private TransferException allocationFault(IncomingTransfer t, Sequence seq, int expected, RuntimeException e) {
         final String message = "request " + t.requestId + ": the decode pool admitted " + expected + " tokens but could not "
@@ -276,7 +280,7 @@ public final class TransferReceiver extends TransferEndpoint {
         } catch (RuntimeException closing) {
             fault.addSuppressed(closing);
         }
-        metrics.started.decrement(); // as for a call refused for its arguments: a call that throws is not a transfer
+        metrics.allocationFaults.increment(); // not a transfer, so not in started
         for (int id : t.senderPeers) {
             cancel(peers.get(id), t.requestId, Message.Cancel.ABORTED, message);
         }
@@ -284,6 +288,7 @@ public final class TransferReceiver extends TransferEndpoint {
     }
 
     private IncomingTransfer reject(IncomingTransfer t, FailureReason reason, String message) {
+        metrics.started.increment();
         t.state = IncomingTransfer.State.REJECTED;
         t.failure = reason;
         t.message = message;
@@ -846,7 +851,7 @@ public final class TransferReceiver extends TransferEndpoint {
         }
         t.state = IncomingTransfer.State.RELEASED;
         metrics.heldPages.addAndGet(-t.handles.length);
-        metrics.holdEnded(now - t.holdStartedAt);
+        metrics.holdEnded(Math.max(0, now - t.holdStartedAt)); // the cycle's time is read before its polls, which may start holds
         end(t);
     }
 

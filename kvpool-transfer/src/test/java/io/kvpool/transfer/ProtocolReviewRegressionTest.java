@@ -1,5 +1,6 @@
 package io.kvpool.transfer;
 
+import io.kvpool.transfer.testkit.ForwardingStorage;
 import io.kvpool.transfer.testkit.Kv;
 import io.kvpool.KvPool;
 import io.kvpool.PageHandle;

@@ -8,6 +8,7 @@ import io.kvpool.storage.HostPageStorage;
 import io.kvpool.transfer.sim.SimFaults;
 import io.kvpool.transfer.sim.SimLink;
 import io.kvpool.transfer.sim.SimNetwork;
+import io.kvpool.transfer.testkit.ForwardingStorage;
 import io.kvpool.transfer.testkit.Kv;
 import org.junit.jupiter.api.Test;
 
@@ -76,6 +77,7 @@ class ReceiverAllocationFaultTest {
             // nothing held or counted, and the sender was told at once
             assertEquals(0, receiver.activeTransfers());
             assertEquals(0, receiver.metrics().started(), receiver.metrics()::toString);
+            assertEquals(1, receiver.metrics().allocationFaults(), receiver.metrics()::toString);
             assertEquals(0, decode.snapshot().owned(), decode.snapshot()::toString);
             assertEquals(0, decode.snapshot().reserved(), decode.snapshot()::toString);
             assertTrue(decode.verifyAccounting().balanced());
