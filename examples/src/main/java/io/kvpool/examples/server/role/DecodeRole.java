@@ -14,6 +14,7 @@ import io.kvpool.micrometer.KvPoolMeterBinder;
 import io.kvpool.micrometer.TransferReceiverMeterBinder;
 import io.kvpool.transfer.FailureReason;
 import io.kvpool.transfer.IncomingTransfer;
+import io.kvpool.transfer.TransferException;
 import io.kvpool.transfer.TransferReceiver;
 import io.kvpool.transfer.spi.PeerLink;
 import io.micrometer.core.instrument.MeterRegistry;
@@ -49,6 +50,11 @@ import java.util.concurrent.atomic.LongAdder;
 public final class DecodeRole implements DecodeService, MeteredRole {
 
     public static final String ROLE = "decode";
+    /**
+     * The failure of a transfer the decode pool admitted but could not allocate pages for, for another reason than
+     * a lack of them (its storage failed): answered 502 {@code transfer_failed}, reason {@code allocation_fault}.
+     */
+    public static final String ALLOCATION_FAULT = "ALLOCATION_FAULT";
     private static final System.Logger LOG = System.getLogger("io.kvpool.examples.server");
 
     private final KvPool pool;
@@ -139,7 +145,16 @@ public final class DecodeRole implements DecodeService, MeteredRole {
                     numbers(c)), "no prefill link is up");
                 return;
             }
-            final IncomingTransfer t = receiver.start(c.requestId, c.promptTokens, c.maxNewTokens, senderPeer);
+            final IncomingTransfer t;
+            try {
+                t = receiver.start(c.requestId, c.promptTokens, c.maxNewTokens, senderPeer);
+            } catch (TransferException fault) { // admitted, then the pool's storage failed: a failed transfer, not a "retry"
+                admitted.increment();
+                failed.increment();
+                c.admission.complete(DecodeCall.Admitted.YES);
+                c.outcome.complete(new DecodeCall.TransferOutcome(false, ALLOCATION_FAULT, fault.getMessage()));
+                return;
+            }
             if (t.state() == IncomingTransfer.State.REJECTED) {
                 c.reject(rejection(c, t), t.message());
                 return;
