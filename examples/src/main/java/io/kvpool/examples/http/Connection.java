@@ -44,9 +44,12 @@ import java.util.concurrent.TimeUnit;
  *             (HTTP/1.1 answers in order), then goes out; reading stops taking requests the moment it is found,
  *             and more than DRAIN_LIMIT bytes read while it waits close the connection (PIPELINE).
  *   busy:     a call is with the handler; the next queued call starts when its answer is on the wire.
- *   stopping: the requests already read are answered; the answer that finds nothing queued says
- *             {@code Connection: close}, and after an answer that said it nothing more is answered (RFC 9112
- *             §9.6): the connection closes, and a request read meanwhile is the client's to send elsewhere.
+ *   stopping: the requests read before the stop are answered; the answer with none of them queued behind it
+ *             says {@code Connection: close}, and after an answer that said it nothing more is answered (RFC 9112
+ *             §9.6): the connection closes, and a request read after the stop is the client's to send elsewhere.
+ *             (A request read after the stop behind an answer that did not say close, because its head was
+ *             built before the stop, is answered, saying close.) So a client that keeps pipelining cannot hold
+ *             a connection open through the stop: at most the requests queued at the stop are answered first.
  *   timers:   none while busy; HEAD: the head's deadline (408); BODY: the whole body within the idle timeout
  *             of its head (408); NONE: idle between requests (close, nothing to answer).
  *   queued:   at most MAX_QUEUED pipelined requests and maxBodyBytes of their bodies behind the call in
@@ -96,7 +99,12 @@ final class Connection {
     private final HttpLimits limits;
     private final Executor executor;
     private final ArrayDeque<HttpCall> queued = new ArrayDeque<>();
-    /** {@code queued.size()} for the handler threads' reads ({@link #nothingQueued}); written on the event loop. */
+    /**
+     * How many of the queued calls were read before the front stopped: a prefix of the queue, since a front that
+     * stopped never accepts again. Written on the event loop, read by handler threads ({@link #nothingQueuedFromBeforeTheStop}).
+     */
+    private volatile int queuedBeforeStop;
+    /** {@code queued.size()}, for {@link HttpFront#queuedRequests()}; written on the event loop. */
     private volatile int queuedCalls;
 
     private Reading reading = Reading.NONE;
@@ -180,6 +188,7 @@ final class Connection {
             }
             queued.clear();
             queuedCalls = 0;
+            queuedBeforeStop = 0;
             queuedBytes = 0;
             if (deferred != null) {
                 ReferenceCountUtil.release(deferred);
@@ -290,6 +299,9 @@ final class Connection {
             }
             queued.add(call);
             queuedCalls = queued.size();
+            if (front.accepting()) {
+                queuedBeforeStop++; // plain read-modify-write: only the event loop writes it
+            }
             queuedBytes += call.body().length;
             next();
         }
@@ -316,6 +328,9 @@ final class Connection {
             return;
         }
         queuedCalls = queued.size();
+        if (queuedBeforeStop > 0) { // the head of the queue is one of them
+            queuedBeforeStop--;
+        }
         queuedBytes -= call.body().length;
         current = call;
         LOG.log(System.Logger.Level.TRACE, () -> "connection " + channel.remoteAddress() + ": " + call.method() + " " + call.uri());
@@ -384,11 +399,17 @@ final class Connection {
     }
 
     /**
-     * @return whether no request waits behind the call in progress (any thread; a request read right after may be
-     *         missed, and is then not answered if the answer being written says close)
+     * @return whether no request read before the front stopped waits behind the call in progress (any thread; one
+     *         read right after it stopped may be missed, and is then not answered if the answer being written says
+     *         close)
      */
-    boolean nothingQueued() {
-        return queuedCalls == 0;
+    boolean nothingQueuedFromBeforeTheStop() {
+        return queuedBeforeStop == 0;
+    }
+
+    /** @return requests queued behind the call in progress now (any thread) */
+    int queuedRequests() {
+        return queuedCalls;
     }
 
     private void tooLarge(long declared) {

@@ -298,9 +298,10 @@ public final class HttpCall {
     private void headers(HttpResponse r, String contentType) {
         r.headers().set(responseHeaders);
         r.headers().set(HttpHeaderNames.CONTENT_TYPE, contentType);
-        // the front stopping: the last answer says so, so the client sends no more here; one with requests queued
-        // behind it does not, since they are still answered and nothing may follow an answer that said close
-        if (!keepAlive || (!connection.frontAccepting() && connection.nothingQueued())) {
+        // the front stopping: the last answer says so, so the client sends no more here; one with requests read before
+        // the stop queued behind it does not, since they are still answered and nothing may follow an answer that
+        // said close (requests read after the stop do not count: they would let a pipelining client go on for ever)
+        if (!keepAlive || (!connection.frontAccepting() && connection.nothingQueuedFromBeforeTheStop())) {
             r.headers().set(HttpHeaderNames.CONNECTION, HttpHeaderValues.CLOSE);
             saidClose = true;
         }

@@ -162,6 +162,18 @@ public final class HttpFront implements AutoCloseable {
         refusedRequests.increment();
     }
 
+    /** @return requests read and queued behind a call in progress, over every connection now (for tests) */
+    int queuedRequests() {
+        int n = 0;
+        for (Channel ch : connections) {
+            final Connection c = ch.attr(CONNECTION).get();
+            if (c != null) {
+                n += c.queuedRequests();
+            }
+        }
+        return n;
+    }
+
     /** @return the port it listens on (the actual one when 0 was asked) */
     public int port() {
         return ((InetSocketAddress) listener.localAddress()).getPort();

@@ -508,7 +508,7 @@ class HttpFrontTest {
         try (Socket s = connect()) {
             send(s, "GET /slow HTTP/1.1\r\nHost: x\r\n\r\nGET /next HTTP/1.1\r\nHost: x\r\n\r\n");
             assertTrue(entered.await(10, TimeUnit.SECONDS));
-            Thread.sleep(50); // the second request is read and queued behind the first
+            awaitQueued(1); // the second request is read and queued behind the first
             final Thread stopper = Thread.ofVirtual().start(() -> front.stopListening(Duration.ofSeconds(5)));
             final String first = readOne(s);
             final String second = readToClose(s);
@@ -551,7 +551,7 @@ class HttpFrontTest {
             final String head = readHead(s);
             assertTrue(head.toLowerCase(java.util.Locale.ROOT).contains("connection: close"), head);
             send(s, "GET /next HTTP/1.1\r\nHost: x\r\n\r\n"); // sent before the client read the close
-            Thread.sleep(200); // read and queued behind the stream meanwhile
+            awaitQueued(1);
             release.countDown();
             final String rest = readToClose(s);
             stopper.join(10_000);
@@ -559,6 +559,48 @@ class HttpFrontTest {
             assertFalse(rest.contains("HTTP/1.1"), "answered after an answer that said close: " + rest);
             awaitClosed("stopping", 1);
         }
+    }
+
+    @Test
+    void requestsPipelinedAfterTheStopCannotHoldTheConnectionOpen() throws Exception {
+        final CountDownLatch entered = new CountDownLatch(1);
+        final CountDownLatch release = new CountDownLatch(1);
+        start(HttpLimits.DEFAULTS, call -> {
+            if (call.path().equals("/slow")) {
+                entered.countDown();
+                release.await();
+            }
+            ECHO.handle(call);
+        });
+        try (Socket s = connect()) {
+            send(s, "GET /slow HTTP/1.1\r\nHost: x\r\n\r\n");
+            assertTrue(entered.await(10, TimeUnit.SECONDS));
+            final Thread stopper = Thread.ofVirtual().start(() -> front.stopListening(Duration.ofSeconds(5)));
+            final long end = System.nanoTime() + TimeUnit.SECONDS.toNanos(5);
+            while (front.accepting() && System.nanoTime() < end) {
+                Thread.sleep(1);
+            }
+            assertFalse(front.accepting());
+            // a client that keeps pipelining: had these kept the answer in progress from saying close, each of
+            // their answers would find the next queued behind it
+            send(s, "GET /a HTTP/1.1\r\nHost: x\r\n\r\nGET /b HTTP/1.1\r\nHost: x\r\n\r\n");
+            awaitQueued(2);
+            release.countDown();
+            final String all = readToClose(s);
+            stopper.join(10_000);
+            assertTrue(all.startsWith("HTTP/1.1 200") && all.endsWith("GET /slow 0")
+                && all.toLowerCase(java.util.Locale.ROOT).contains("connection: close"), all);
+            assertFalse(all.contains("GET /a") || all.contains("GET /b"), "answered after an answer that said close: " + all);
+        }
+    }
+
+    /** Waits (up to 5 s) until {@code n} requests are queued behind calls in progress. */
+    private void awaitQueued(int n) throws InterruptedException {
+        final long end = System.nanoTime() + TimeUnit.SECONDS.toNanos(5);
+        while (front.queuedRequests() != n && System.nanoTime() < end) {
+            Thread.sleep(1);
+        }
+        assertEquals(n, front.queuedRequests(), "requests queued");
     }
 
     @Test
