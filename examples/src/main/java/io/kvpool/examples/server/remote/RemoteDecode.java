@@ -26,9 +26,16 @@ final class RemoteDecode extends RemoteRole implements DecodeService {
 
     /** @param verify checks each status the router reads of the role (see {@link RoleHealth}), or {@code null} */
     RemoteDecode(RoleClient client, ObjectMapper json, Duration stall, java.util.function.Function<RemoteStatus, String> verify) {
-        super(client, DecodeRole.ROLE, true, verify);
-        this.json = Objects.requireNonNull(json, "json");
-        this.stall = Objects.requireNonNull(stall, "stall");
+        super(checked(client, json, stall), DecodeRole.ROLE, true, verify);
+        this.json = json;
+        this.stall = stall;
+    }
+
+    /** Checks the arguments before the base class starts the role's health checks. @return {@code client} */
+    private static RoleClient checked(RoleClient client, ObjectMapper json, Duration stall) {
+        Objects.requireNonNull(json, "json");
+        Objects.requireNonNull(stall, "stall");
+        return client;
     }
 
     /**
