@@ -541,12 +541,7 @@ class HttpFrontTest {
         try (Socket s = connect()) {
             send(s, "GET /stream HTTP/1.1\r\nHost: x\r\n\r\n");
             assertTrue(entered.await(10, TimeUnit.SECONDS));
-            final Thread stopper = Thread.ofVirtual().start(() -> front.stopListening(Duration.ofSeconds(5)));
-            final long end = System.nanoTime() + TimeUnit.SECONDS.toNanos(5);
-            while (front.accepting() && System.nanoTime() < end) {
-                Thread.sleep(1);
-            }
-            assertFalse(front.accepting());
+            final Thread stopper = stopInBackground();
             stopped.countDown();
             final String head = readHead(s);
             assertTrue(head.toLowerCase(java.util.Locale.ROOT).contains("connection: close"), head);
@@ -575,12 +570,7 @@ class HttpFrontTest {
         try (Socket s = connect()) {
             send(s, "GET /slow HTTP/1.1\r\nHost: x\r\n\r\n");
             assertTrue(entered.await(10, TimeUnit.SECONDS));
-            final Thread stopper = Thread.ofVirtual().start(() -> front.stopListening(Duration.ofSeconds(5)));
-            final long end = System.nanoTime() + TimeUnit.SECONDS.toNanos(5);
-            while (front.accepting() && System.nanoTime() < end) {
-                Thread.sleep(1);
-            }
-            assertFalse(front.accepting());
+            final Thread stopper = stopInBackground();
             // a client that keeps pipelining: had these kept the answer in progress from saying close, each of
             // their answers would find the next queued behind it
             send(s, "GET /a HTTP/1.1\r\nHost: x\r\n\r\nGET /b HTTP/1.1\r\nHost: x\r\n\r\n");
@@ -592,6 +582,17 @@ class HttpFrontTest {
                 && all.toLowerCase(java.util.Locale.ROOT).contains("connection: close"), all);
             assertFalse(all.contains("GET /a") || all.contains("GET /b"), "answered after an answer that said close: " + all);
         }
+    }
+
+    /** Starts a graceful stop (5 s of grace) on another thread; returns once the front no longer accepts. */
+    private Thread stopInBackground() throws InterruptedException {
+        final Thread stopper = Thread.ofVirtual().start(() -> front.stopListening(Duration.ofSeconds(5)));
+        final long end = System.nanoTime() + TimeUnit.SECONDS.toNanos(5);
+        while (front.accepting() && System.nanoTime() < end) {
+            Thread.sleep(1);
+        }
+        assertFalse(front.accepting());
+        return stopper;
     }
 
     /** Waits (up to 5 s) until {@code n} requests are queued behind calls in progress. */
