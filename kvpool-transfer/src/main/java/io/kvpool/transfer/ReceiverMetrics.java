@@ -59,8 +59,9 @@ public final class ReceiverMetrics {
     }
 
     /**
-     * Transfers started with {@link TransferReceiver#start}, admitted or not. A call refused for its arguments is
-     * not counted, nor one that throws because the pool failed to allocate ({@link #allocationFaults()}).
+     * Transfers started with {@link TransferReceiver#start}, admitted or not: each call that returned a transfer. A
+     * call that throws is not counted: one refused for its arguments, one whose pool failed to allocate
+     * ({@link #allocationFaults()}), or one whose pool was closed under it.
      *
      * @return the count so far
      */

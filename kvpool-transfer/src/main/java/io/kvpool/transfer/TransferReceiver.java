@@ -161,7 +161,7 @@ public final class TransferReceiver extends TransferEndpoint {
      *         more pages than one descriptor carries, {@link WireFormat#MAX_ARRAY}), or RECEIVING
      * @throws IllegalArgumentException for {@code promptTokens < 1}, {@code maxNewTokens < 0}, no sender, a peer id
      *                                  never given by {@link #addPeer}, or a peer listed twice (not counted as started)
-     * @throws TransferException        if the pool admitted the request but failed to allocate its pages for another
+     * @throws AllocationFaultException if the pool admitted the request but failed to allocate its pages for another
      *                                  reason than a lack of them (the storage's fill failed; the cause says why).
      *                                  Nothing is held then, the senders were told, and the call is counted in
      *                                  {@link ReceiverMetrics#allocationFaults()}, not in started
@@ -271,10 +271,10 @@ public final class TransferReceiver extends TransferEndpoint {
      * are told (CANCEL) so they release their offers now, and the call is counted as an allocation fault, not as
      * started.
      */
-    private TransferException allocationFault(IncomingTransfer t, Sequence seq, int expected, RuntimeException e) {
+    private AllocationFaultException allocationFault(IncomingTransfer t, Sequence seq, int expected, RuntimeException e) {
         final String message = "request " + t.requestId + ": the decode pool admitted " + expected + " tokens but could not "
             + "allocate their " + layout.pagesFor(expected) + " pages: " + e;
-        final TransferException fault = new TransferException(message, e);
+        final AllocationFaultException fault = new AllocationFaultException(message, e);
         try {
             seq.close();
         } catch (RuntimeException closing) {

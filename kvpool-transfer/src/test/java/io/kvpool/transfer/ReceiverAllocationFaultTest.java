@@ -68,7 +68,7 @@ class ReceiverAllocationFaultTest {
             assertEquals(1, storage[0].failedFills, "the fill at free failed");
 
             offer(prefill, sender, 1);
-            final TransferException fault = assertThrows(TransferException.class, () -> receiver.start(1, TOKENS, 0, rp));
+            final AllocationFaultException fault = assertThrows(AllocationFaultException.class, () -> receiver.start(1, TOKENS, 0, rp));
             assertInstanceOf(UncheckedIOException.class, fault.getCause(), fault::toString);
             assertTrue(fault.getMessage().contains("request 1") && fault.getMessage().contains(PAGES + " pages"),
                 fault::getMessage);

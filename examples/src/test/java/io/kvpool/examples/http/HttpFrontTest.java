@@ -498,18 +498,20 @@ class HttpFrontTest {
     @Test
     void aGracefulStopAnswersThePipelinedRequestsAlreadyRead_theLastSayingClose() throws Exception {
         final CountDownLatch entered = new CountDownLatch(1);
+        final CountDownLatch stopped = new CountDownLatch(1);
         start(HttpLimits.DEFAULTS, call -> {
             if (call.path().equals("/slow")) {
                 entered.countDown();
-                Thread.sleep(300);
+                stopped.await(); // both heads are built after the stop began
             }
             ECHO.handle(call);
         });
         try (Socket s = connect()) {
             send(s, "GET /slow HTTP/1.1\r\nHost: x\r\n\r\nGET /next HTTP/1.1\r\nHost: x\r\n\r\n");
             assertTrue(entered.await(10, TimeUnit.SECONDS));
-            awaitQueued(1); // the second request is read and queued behind the first
-            final Thread stopper = Thread.ofVirtual().start(() -> front.stopListening(Duration.ofSeconds(5)));
+            awaitQueued(1); // the second request is read and queued behind the first, before the stop
+            final Thread stopper = stopInBackground();
+            stopped.countDown();
             final String first = readOne(s);
             final String second = readToClose(s);
             stopper.join(10_000);

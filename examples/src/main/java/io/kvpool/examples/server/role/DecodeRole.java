@@ -14,7 +14,7 @@ import io.kvpool.micrometer.KvPoolMeterBinder;
 import io.kvpool.micrometer.TransferReceiverMeterBinder;
 import io.kvpool.transfer.FailureReason;
 import io.kvpool.transfer.IncomingTransfer;
-import io.kvpool.transfer.TransferException;
+import io.kvpool.transfer.AllocationFaultException;
 import io.kvpool.transfer.TransferReceiver;
 import io.kvpool.transfer.spi.PeerLink;
 import io.micrometer.core.instrument.MeterRegistry;
@@ -148,7 +148,7 @@ public final class DecodeRole implements DecodeService, MeteredRole {
             final IncomingTransfer t;
             try {
                 t = receiver.start(c.requestId, c.promptTokens, c.maxNewTokens, senderPeer);
-            } catch (TransferException fault) { // admitted, then the pool's storage failed: a failed transfer, not a "retry"
+            } catch (AllocationFaultException fault) { // admitted, then the pool's storage failed: a failed transfer, not a "retry"
                 admitted.increment();
                 failed.increment();
                 c.admission.complete(DecodeCall.Admitted.YES);
