@@ -25,7 +25,7 @@ import java.time.Duration;
  * Where the time of one {@link TransferProtocolBenchmark} transfer goes (64 pages of 16 KiB, checksums off,
  * fill NONE, one thread), phase by phase, next to the raw {@code putBatch + flush} of the same pages on the same
  * link. A diagnostic, not a benchmark: {@code System.nanoTime} around each call, the mean of the second half of
- * the iterations. The fixed cost is the total minus the raw time. Last, the pools' share of that cost: the same
+ * the iterations, with the bytes the thread allocated in each phase. The fixed cost is the total minus the raw time. Last, the pools' share of that cost: the same
  * pool calls the protocol makes (retain and release of the source, admission, allocation into RECEIVING, commit
  * and close at decode) with no copy between them, so with caches warm.
  *
@@ -33,6 +33,15 @@ import java.time.Duration;
  */
 public final class TransferPhases {
     private TransferPhases() {
+    }
+
+    private static final com.sun.management.ThreadMXBean THREADS =
+        (com.sun.management.ThreadMXBean) java.lang.management.ManagementFactory.getThreadMXBean();
+
+    /** Records the time and this thread's allocated bytes so far at phase boundary {@code i}. */
+    private static void stamp(long[] at, long[] allocatedAt, int i) {
+        at[i] = System.nanoTime();
+        allocatedAt[i] = THREADS.getCurrentThreadAllocatedBytes();
     }
 
     public static void main(String[] args) throws IOException {
@@ -71,31 +80,32 @@ public final class TransferPhases {
 
             final String[] names = {"sender.offer", "receiver.start", "sender: descriptor → copy → flush",
                 "sender: flush done → completion", "receiver: completion → commit", "committed sequence closed"};
-            final long[] sum = new long[names.length];
+            final long[] sum = new long[names.length], bytes = new long[names.length];
+            final long[] at = new long[names.length + 1], allocatedAt = new long[names.length + 1]; // reused: no allocation of ours in the loop
             for (int it = 0; it < n; it++) {
-                final long t0 = System.nanoTime();
+                stamp(at, allocatedAt, 0);
                 sender.offer(it + 1, handles, tokens);
-                final long t1 = System.nanoTime();
+                stamp(at, allocatedAt, 1);
                 final IncomingTransfer t = receiver.start(it + 1, tokens, 0, peer);
-                final long t2 = System.nanoTime();
+                stamp(at, allocatedAt, 2);
                 sender.doWork();
-                final long t3 = System.nanoTime();
+                stamp(at, allocatedAt, 3);
                 sender.doWork();
-                final long t4 = System.nanoTime();
+                stamp(at, allocatedAt, 4);
                 while (t.state() == IncomingTransfer.State.RECEIVING) {
                     receiver.doWork();
                     sender.doWork();
                 }
-                final long t5 = System.nanoTime();
+                stamp(at, allocatedAt, 5);
                 if (t.state() != IncomingTransfer.State.COMMITTED) {
                     throw new IllegalStateException(t.toString());
                 }
                 t.sequence().close();
-                final long t6 = System.nanoTime();
+                stamp(at, allocatedAt, 6);
                 if (it >= n / 2) {
-                    final long[] d = {t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4, t6 - t5};
-                    for (int i = 0; i < d.length; i++) {
-                        sum[i] += d[i];
+                    for (int i = 0; i < names.length; i++) {
+                        sum[i] += at[i + 1] - at[i];
+                        bytes[i] += allocatedAt[i + 1] - allocatedAt[i];
                     }
                 }
             }
@@ -150,7 +160,7 @@ public final class TransferPhases {
             final double half = n - n / 2;
             double total = 0;
             for (int i = 0; i < names.length; i++) {
-                System.out.printf("%-36s %8.0f ns%n", names[i], sum[i] / half);
+                System.out.printf("%-36s %8.0f ns %7.0f B%n", names[i], sum[i] / half, bytes[i] / half);
                 total += sum[i] / half;
             }
             System.out.printf("%-36s %8.0f ns%n%-36s %8.0f ns%n%-36s %8.0f ns (%.2f× raw)%n", "protocol, total", total,
