@@ -158,7 +158,9 @@ public final class TransferReceiver extends TransferEndpoint {
      * @param senderPeers  the peer ids (from {@link #addPeer}) of the senders, rank 0 first; each writes a
      *                     contiguous share of the pages ({@link TransferPlan})
      * @return the transfer: REJECTED (with the admission's typed decision or the reason — also for a request of
-     *         more pages than one descriptor carries, {@link WireFormat#MAX_ARRAY}), or RECEIVING
+     *         more pages than one descriptor carries, {@link WireFormat#MAX_ARRAY}), or RECEIVING. A rejection, retryable
+     *         or not, sends a CANCEL to each sender it can still reach (links of version 2 and later): their offers of this
+     *         request end and release their pages, so trying again later needs the senders to offer the request again
      * @throws IllegalArgumentException for {@code promptTokens < 1}, {@code maxNewTokens < 0}, no sender, a peer id
      *                                  never given by {@link #addPeer}, or a peer listed twice (not counted as started)
      * @throws AllocationFaultException if the pool admitted the request but failed to allocate its pages for another

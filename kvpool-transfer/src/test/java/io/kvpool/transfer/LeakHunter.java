@@ -399,13 +399,10 @@ final class LeakHunter {
         final int tokens = cfg.decodeSizedByRouter ? r.prompt : r.announced;
         final IncomingTransfer t = d.receiver.start(r.id, tokens, 4, peers);
         if (t.state() == IncomingTransfer.State.REJECTED) {
-            if (t.admissionDecision() == io.kvpool.Admission.Decision.RETRY_LATER
-                || t.failure() == FailureReason.PEER_LOST) {
-                requeue(r);
-            } else {
-                report.rejected++;
-                withdraw(r);
-            }
+            // the rejection CANCELled the senders' offers, retryable or not: their pages are released, and another
+            // start of this request would find no offer (a server retries with a new prefill, which this does not)
+            report.rejected++;
+            withdraw(r);
             return;
         }
         r.in = t;
