@@ -132,4 +132,49 @@ class PreflightTest {
             }
         }
     }
+
+    @Test
+    void aRoleOfAnotherBuildIsServedAndShownUnlessTheRouterIsStrict() throws Exception {
+        // one work dir: prefill finds decode's transfer socket there
+        try (RoleServer decode = RoleServer.start(ServerTests.small().role(Topology.Role.DECODE).workDir(dir).buildTag("next").build());
+             RoleServer prefill = RoleServer.start(ServerTests.small().role(Topology.Role.PREFILL).workDir(dir).build())) {
+            final String next = ServerTests.small().buildTag("next").build().build(), ours = ServerTests.small().build().build();
+            assertTrue(next.endsWith("+next") && !next.equals(ours), next + " vs " + ours);
+            assertEquals(0, run("preflight", "--prefill-url", prefill.baseUri().toString(), "--decode-url", decode.baseUri().toString(),
+                "--context", "512"), this::out);
+            final String t = out();
+            assertTrue(t.contains(next + "  ≠"), t);
+            assertTrue(t.contains("note: decode runs another build (" + next + ", the router " + ours + "): served"), t);
+            assertTrue(t.contains("every role matches") && t.endsWith("OK\n"), t);
+
+            // the KV link across the two builds comes up, and the router serves over it
+            try (KvServer router = KvServer.start(routerOver(prefill, decode, false))) {
+                Await.until(() -> InJvmRoleServers.status(decode.baseUri()).path("ready").asBoolean(), Duration.ofSeconds(30), () -> "linked");
+                assertEquals(200, new TestClient(router).complete("alice", "hello", 2, false).status());
+            }
+
+            out.reset();
+            assertEquals(1, run("preflight", "--prefill-url", prefill.baseUri().toString(), "--decode-url", decode.baseUri().toString(),
+                "--context", "512", "--strict-build"), this::out);
+            assertTrue(out().contains("MISMATCH decode build: " + next + ", the router expects " + ours), out());
+            assertTrue(out().contains(next + "  ✗"), out());
+            final ServerConfig strict = routerOver(prefill, decode, false).toBuilder().strictBuild(true).build();
+            final IllegalStateException e = assertThrows(IllegalStateException.class, () -> KvServer.start(strict));
+            assertTrue(e.getMessage().contains("decode build: " + next), e::getMessage);
+        }
+    }
+
+    @Test
+    void aRoleOfAnotherModelIsRefusedNamingBoth() throws Exception {
+        final Path a = Files.createDirectory(dir.resolve("a")), b = Files.createDirectory(dir.resolve("b"));
+        try (RoleServer decode = RoleServer.start(ServerTests.small().role(Topology.Role.DECODE).workDir(a).build());
+             RoleServer prefill = RoleServer.start(ServerTests.small().role(Topology.Role.PREFILL).workDir(b).model("other-model@2").build())) {
+            assertEquals(1, run("preflight", "--prefill-url", prefill.baseUri().toString(), "--decode-url", decode.baseUri().toString(),
+                "--context", "512"), this::out);
+            assertTrue(out().contains("MISMATCH prefill model: other-model@2, the router expects kvpool-echo@1"), out());
+            assertTrue(out().contains("other-model@2  ✗"), out());
+            final IllegalStateException e = assertThrows(IllegalStateException.class, () -> KvServer.start(routerOver(prefill, decode, false)));
+            assertTrue(e.getMessage().contains("prefill model: other-model@2"), e::getMessage);
+        }
+    }
 }

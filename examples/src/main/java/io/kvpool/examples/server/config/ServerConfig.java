@@ -30,12 +30,12 @@ import java.util.Set;
  * @param faults      the transfer faults to inject ({@code --fault-rate}, {@code --seed}; none by default)
  * @param workDir     where the decode pool's file and the transfer socket go, or {@code null} for a fresh temp dir
  *                    ({@code --work-dir})
- * @param environment the deployment environment each role announces and the router expects ({@code --environment},
- *                    default "example")
+ * @param deployment  what each role announces and the router expects: environment, model, build
+ *                    ({@code --environment}, {@code --model}, {@code --build-tag}, {@code --strict-build})
  * @param gate        the test hook holding prefill's page writes, or {@code null} (never set from the command line)
  */
 public record ServerConfig(Listen listen, Capacity capacity, Timing timing, Topology topology, UnsafeSwitches switches, Device device,
-                           FaultPlan faults, Path workDir, String environment, LinkGate gate) {
+                           FaultPlan faults, Path workDir, Deployment deployment, LinkGate gate) {
 
     /** Where the pools live. */
     public enum Device {
@@ -48,9 +48,9 @@ public record ServerConfig(Listen listen, Capacity capacity, Timing timing, Topo
     /** Pages one KV transfer descriptor carries: a prompt needing more can never be transferred. */
     public static final int MAX_PAGES_PER_TRANSFER = Capacity.MAX_PAGES_PER_TRANSFER;
     /** The environment both roles announce unless {@code --environment} names another. */
-    public static final String DEFAULT_ENVIRONMENT = "example";
+    public static final String DEFAULT_ENVIRONMENT = Deployment.DEFAULT_ENVIRONMENT;
 
-    /** @throws IllegalArgumentException for an environment name out of bounds, or roles, transport and device that do not go together */
+    /** @throws IllegalArgumentException for roles, transport and device that do not go together */
     public ServerConfig {
         Objects.requireNonNull(listen, "listen");
         Objects.requireNonNull(capacity, "capacity");
@@ -59,10 +59,7 @@ public record ServerConfig(Listen listen, Capacity capacity, Timing timing, Topo
         Objects.requireNonNull(switches, "switches");
         Objects.requireNonNull(device, "device");
         Objects.requireNonNull(faults, "faults");
-        Objects.requireNonNull(environment, "environment");
-        if (!environment.matches("[A-Za-z0-9_.-]{1,64}")) {
-            throw new IllegalArgumentException("--environment must be 1..64 of [A-Za-z0-9_.-], was '" + environment + "'");
-        }
+        Objects.requireNonNull(deployment, "deployment");
         checkTopology(topology, device, workDir);
     }
 
@@ -129,7 +126,7 @@ public record ServerConfig(Listen listen, Capacity capacity, Timing timing, Topo
         b.device = device;
         b.faults = faults;
         b.workDir = workDir;
-        b.environment = environment;
+        b.deployment = deployment;
         b.gate = gate;
         return b;
     }
@@ -210,6 +207,26 @@ public record ServerConfig(Listen listen, Capacity capacity, Timing timing, Topo
      */
     public boolean clampContext() {
         return capacity.clampContext();
+    }
+
+    /** @return the deployment environment every role announces and the router expects ({@code --environment}, default "example") */
+    public String environment() {
+        return deployment.environment();
+    }
+
+    /** @return the model id every role announces and the router expects ({@code --model}, default "kvpool-echo@1") */
+    public String model() {
+        return deployment.model();
+    }
+
+    /** @return the build this process announces: the jar's, with {@code --build-tag} after a {@code +} */
+    public String build() {
+        return deployment.build();
+    }
+
+    /** @return whether a role or KV peer of another build is refused ({@code --strict-build}; off by default: served and shown) */
+    public boolean strictBuild() {
+        return deployment.strictBuild();
     }
 
     /** @return how long a request may wait for its KV transfer ({@code --request-timeout-ms}, default 30 s) */
@@ -357,7 +374,7 @@ public record ServerConfig(Listen listen, Capacity capacity, Timing timing, Topo
         private Device device = Device.HOST;
         private FaultPlan faults = FaultPlan.NONE;
         private Path workDir;
-        private String environment = DEFAULT_ENVIRONMENT;
+        private Deployment deployment = Deployment.DEFAULT;
         private LinkGate gate;
 
         private Builder() {
@@ -583,7 +600,25 @@ public record ServerConfig(Listen listen, Capacity capacity, Timing timing, Topo
 
         /** Sets {@link ServerConfig#environment()}. */
         public Builder environment(String name) {
-            this.environment = name;
+            this.deployment = new Deployment(name, deployment.model(), deployment.buildTag(), deployment.strictBuild());
+            return this;
+        }
+
+        /** Sets {@link ServerConfig#model()}. */
+        public Builder model(String id) {
+            this.deployment = new Deployment(deployment.environment(), id, deployment.buildTag(), deployment.strictBuild());
+            return this;
+        }
+
+        /** Sets the build tag of {@link ServerConfig#build()}. */
+        public Builder buildTag(String tag) {
+            this.deployment = new Deployment(deployment.environment(), deployment.model(), tag, deployment.strictBuild());
+            return this;
+        }
+
+        /** Sets {@link ServerConfig#strictBuild()}. */
+        public Builder strictBuild(boolean on) {
+            this.deployment = new Deployment(deployment.environment(), deployment.model(), deployment.buildTag(), on);
             return this;
         }
 
@@ -610,7 +645,7 @@ public record ServerConfig(Listen listen, Capacity capacity, Timing timing, Topo
                 new Capacity(contextTokens, prefillPages, decodePages, tokensPerPage, layers, kvHeads, headDim, clampContext),
                 new Timing(requestTimeout, tokenDelay, heartbeat, transferTimeout, reconnectDelay, ucxKeepalive, kvConnectTimeout, kvHeartbeat,
                     kvHeartbeatTimeout),
-                topology, unsafe, device, faults, workDir, environment, gate);
+                topology, unsafe, device, faults, workDir, deployment, gate);
         }
     }
 }

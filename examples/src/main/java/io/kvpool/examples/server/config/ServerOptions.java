@@ -133,6 +133,12 @@ public final class ServerOptions {
             c -> c.workDir() == null ? "a new temp dir" : c.workDir().toString(), (b, v) -> b.workDir(Path.of(v))));
         o.add(new Option(GENERAL, "--environment", "NAME", "the deployment environment the roles announce and the router expects",
             ServerConfig::environment, ServerConfig.Builder::environment));
+        o.add(new Option(GENERAL, "--model", "ID", "the model id the roles announce and the router expects", ServerConfig::model,
+            ServerConfig.Builder::model));
+        o.add(new Option(GENERAL, "--build-tag", "TAG", "a deployment's name for this build (an image tag, a commit), announced after "
+            + "the jar's version (none by default)", null, ServerConfig.Builder::buildTag));
+        o.add(new Option(GENERAL, "--strict-build", null, "refuse a role or KV peer of another build (by default it is served, "
+            + "logged once and shown by kvpool_peer_info and preflight)", null, (b, v) -> b.strictBuild(true)));
         o.add(new Option(GENERAL, "--clamp-context", null, "(router) advertise the smallest role's largest safe context instead of "
             + "refusing to start when a role cannot carry --context", null, (b, v) -> b.clampContext(true)));
     }

@@ -25,13 +25,16 @@ public record Preflight(RoleIdentity expected, long advertised, RemoteStatus pre
         final RoleIdentity expected = RoleIdentity.expected(cfg);
         final List<RoleIdentity.Mismatch> m = new ArrayList<>();
         for (RemoteStatus s : List.of(prefill, decode)) {
-            m.addAll(mismatches(s, expected, cfg.contextTokens()));
+            m.addAll(mismatches(s, expected, cfg.contextTokens(), cfg.strictBuild()));
         }
         return new Preflight(expected, cfg.contextTokens(), prefill, decode, List.copyOf(m));
     }
 
-    /** @return how one role's status differs from what the router expects (a role down is one mismatch) */
-    static List<RoleIdentity.Mismatch> mismatches(RemoteStatus s, RoleIdentity expected, long advertised) {
+    /**
+     * @param strictBuild whether another build is a mismatch ({@code --strict-build})
+     * @return how one role's status differs from what the router expects (a role down is one mismatch)
+     */
+    static List<RoleIdentity.Mismatch> mismatches(RemoteStatus s, RoleIdentity expected, long advertised, boolean strictBuild) {
         final String role = s.status().role();
         if (!s.status().up()) {
             return List.of(new RoleIdentity.Mismatch(role, "reachable", "up", "down: " + s.status().down()));
@@ -39,7 +42,7 @@ public record Preflight(RoleIdentity expected, long advertised, RemoteStatus pre
         if (s.identity() == null) {
             return List.of(new RoleIdentity.Mismatch(role, "identity", "reported", "not reported (another build?)"));
         }
-        return s.identity().against(expected, advertised);
+        return s.identity().against(expected, advertised, strictBuild);
     }
 
     /** @return whether every role answered and matches */
@@ -63,7 +66,10 @@ public record Preflight(RoleIdentity expected, long advertised, RemoteStatus pre
         return min;
     }
 
-    /** @return the table: each property for the router and each role, a mark on what does not match, then the mismatches */
+    /**
+     * @return the table: each property for the router and each role, {@code ✗} on what does not match and {@code ≠} on a
+     *         build that differs but is served, then a note per such build and the mismatches
+     */
     public String table() {
         final StringBuilder b = new StringBuilder();
         final String fmt = "  %-22s %-34s %-34s %-34s%n";
@@ -73,9 +79,17 @@ public record Preflight(RoleIdentity expected, long advertised, RemoteStatus pre
         row(b, fmt, "environment", expected.environment(), p == null ? null : p.environment(), d == null ? null : d.environment(), "environment");
         row(b, fmt, "model", expected.model(), p == null ? null : p.model(), d == null ? null : d.model(), "model");
         row(b, fmt, "layout", expected.layout(), p == null ? null : p.layout(), d == null ? null : d.layout(), "layout");
-        row(b, fmt, "pool pages", "-", p == null ? null : Long.toString(p.poolPages()), d == null ? null : Long.toString(d.poolPages()), "pool");
+        // a pool too small shows as the context it can carry: the one mismatch marks both rows
+        row(b, fmt, "pool pages", "-", p == null ? null : Long.toString(p.poolPages()), d == null ? null : Long.toString(d.poolPages()),
+            "largest safe context");
         row(b, fmt, "largest safe context", advertised + " (advertised)", p == null ? null : Long.toString(p.maxSafeContext()),
             d == null ? null : Long.toString(d.maxSafeContext()), "largest safe context");
+        for (RoleIdentity r : new RoleIdentity[] {p, d}) {
+            if (r != null && !r.build().equals(expected.build()) && !bad(r.role(), "build")) {
+                b.append("  note: ").append(r.role()).append(" runs another build (").append(r.build()).append(", the router ")
+                    .append(expected.build()).append("): served, as in a rolling upgrade; --strict-build refuses it\n");
+            }
+        }
         if (mismatches.isEmpty()) {
             b.append("  every role matches\n");
         }
@@ -93,8 +107,14 @@ public record Preflight(RoleIdentity expected, long advertised, RemoteStatus pre
         if (value == null) {
             return "?";
         }
-        final boolean bad = mismatches.stream().anyMatch(m -> m.role().equals(role) && m.what().equals(what));
-        return bad ? value + "  ✗" : value;
+        if (bad(role, what)) {
+            return value + "  ✗";
+        }
+        return what.equals("build") && !value.equals(expected.build()) ? value + "  ≠" : value;
+    }
+
+    private boolean bad(String role, String what) {
+        return mismatches.stream().anyMatch(m -> m.role().equals(role) && m.what().equals(what));
     }
 
     public Preflight {

@@ -35,8 +35,16 @@ public final class RemoteRoles extends RolePair<RemotePrefill, RemoteDecode> {
         final ObjectMapper json = Json.strict();
         final Topology t = cfg.topology();
         final RoleIdentity expected = RoleIdentity.expected(cfg);
+        final java.util.Map<String, String> buildsSeen = new java.util.concurrent.ConcurrentHashMap<>();
         final java.util.function.Function<RemoteStatus, String> verify = s -> {
-            final java.util.List<RoleIdentity.Mismatch> m = Preflight.mismatches(s, expected, cfg.contextTokens());
+            final java.util.List<RoleIdentity.Mismatch> m = Preflight.mismatches(s, expected, cfg.contextTokens(), cfg.strictBuild());
+            final RoleIdentity id = s.identity();
+            if (m.isEmpty() && id != null && !id.build().equals(expected.build())
+                && !id.build().equals(buildsSeen.put(s.status().role(), id.build()))) {
+                // once per role and build, not per probe: a rolling upgrade is a state, not an event per request
+                LOG.log(System.Logger.Level.INFO, "router: " + s.status().role() + " runs build " + id.build() + ", the router "
+                    + expected.build() + ": served (--strict-build would refuse it)");
+            }
             return m.isEmpty() ? null : s.status().role() + " role does not match the router: " + m;
         };
         return new RemoteRoles(new RemotePrefill(new RoleClient(PrefillRole.ROLE, t.prefillUrl(), json), verify),
@@ -45,7 +53,7 @@ public final class RemoteRoles extends RolePair<RemotePrefill, RemoteDecode> {
 
     /**
      * The router's startup check: reads each role's identity and capacity and refuses a deployment that does not
-     * match — another build, environment, model or layout, or a role whose largest safe context is smaller than
+     * match — another environment, model or layout (or build, with {@code --strict-build}), or a role whose largest safe context is smaller than
      * {@code --context} — naming each role's numbers. With {@code --clamp-context}, a deployment whose only mismatch
      * is the context starts advertising the smallest role's largest safe context instead. A role not up yet is
      * checked when it comes ({@link #connect}).

@@ -2,7 +2,6 @@ package io.kvpool.examples.server.remote;
 
 import com.fasterxml.jackson.databind.JsonNode;
 import io.kvpool.examples.server.config.ServerConfig;
-import io.kvpool.examples.server.role.RoleParts;
 
 import java.util.ArrayList;
 import java.util.LinkedHashMap;
@@ -13,11 +12,12 @@ import java.util.Objects;
 /**
  * Who a role process is and what it can carry, as its {@code GET /internal/status} reports it (field
  * {@code identity}) and the router checks it at startup, on every reconnect, and {@code preflight} checks a
- * running deployment: its build, environment, model and KV layout must be the router's; its largest safe context
- * must cover the context the router advertises.
+ * running deployment: its environment, model and KV layout must be the router's, and its build too under
+ * {@code --strict-build} (by default another build is served: a rolling upgrade); its largest safe context must
+ * cover the context the router advertises.
  *
  * @param role              "prefill", "decode" (or "router" for what the router expects)
- * @param build             the build ({@link #BUILD})
+ * @param build             the build ({@link ServerConfig#build()})
  * @param environment       {@code --environment}
  * @param model             the model id both sides of a transfer announce
  * @param layout            the KV layout, as text
@@ -30,9 +30,6 @@ import java.util.Objects;
 record RoleIdentity(String role, String build, String environment, String model, String layout, long layoutFingerprint,
                     long poolPages, long contextTokens, long maxSafeContext) {
 
-    /** This build, as roles report it and the transfer handshake announces it. */
-    static final String BUILD = RoleParts.BUILD;
-
     RoleIdentity {
         Objects.requireNonNull(role, "role");
         Objects.requireNonNull(build, "build");
@@ -44,7 +41,7 @@ record RoleIdentity(String role, String build, String environment, String model,
     /** @return a role's identity: the configuration it runs, its pool's pages and max context */
     static RoleIdentity of(String role, ServerConfig cfg, long poolPages, long poolMaxContext) {
         final long carried = (long) ServerConfig.MAX_PAGES_PER_TRANSFER * cfg.layout().tokensPerPage();
-        return new RoleIdentity(role, BUILD, cfg.environment(), RoleParts.MODEL_ID, cfg.layout().toString(), cfg.layout().fingerprint(),
+        return new RoleIdentity(role, cfg.build(), cfg.environment(), cfg.model(), cfg.layout().toString(), cfg.layout().fingerprint(),
             poolPages, cfg.contextTokens(), Math.min(poolMaxContext, carried));
     }
 
@@ -93,10 +90,15 @@ record RoleIdentity(String role, String build, String environment, String model,
         }
     }
 
-    /** @return how this role differs from {@code expected} for a router advertising {@code advertised} tokens */
-    List<Mismatch> against(RoleIdentity expected, long advertised) {
+    /**
+     * @param expected    what the router expects
+     * @param advertised  the context the router advertises
+     * @param strictBuild whether another build is a mismatch ({@code --strict-build}); by default it is not
+     * @return how this role differs from {@code expected}
+     */
+    List<Mismatch> against(RoleIdentity expected, long advertised, boolean strictBuild) {
         final List<Mismatch> out = new ArrayList<>();
-        if (!build.equals(expected.build)) {
+        if (strictBuild && !build.equals(expected.build)) {
             out.add(new Mismatch(role, "build", expected.build, build));
         }
         if (!environment.equals(expected.environment)) {

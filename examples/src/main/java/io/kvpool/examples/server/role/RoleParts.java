@@ -4,6 +4,7 @@ import io.kvpool.ContextPolicy;
 import io.kvpool.KvPool;
 import io.kvpool.KvPoolBuilder;
 import io.kvpool.Safeguard;
+import io.kvpool.examples.server.config.Deployment;
 import io.kvpool.examples.server.config.ServerConfig;
 import io.kvpool.examples.server.link.DeviceBackend;
 import io.kvpool.storage.PageStorage;
@@ -13,7 +14,6 @@ import io.kvpool.transfer.TransferSafeguard;
 import io.kvpool.transfer.TransferSender;
 
 import java.util.EnumSet;
-import java.util.Objects;
 import java.util.function.BiFunction;
 
 /**
@@ -25,10 +25,10 @@ import java.util.function.BiFunction;
  */
 public final class RoleParts {
 
-    /** This build, as both sides announce it: {@code kvpool-examples/} and the jar's version ({@code dev} outside a jar). */
-    public static final String BUILD = "kvpool-examples/" + Objects.requireNonNullElse(RoleParts.class.getPackage().getImplementationVersion(), "dev");
-    /** The model id both sides announce in their HELLO. */
-    public static final String MODEL_ID = "kvpool-echo@1";
+    /** This jar's build, as both sides announce it without {@code --build-tag}: {@link Deployment#JAR_BUILD}. */
+    public static final String BUILD = Deployment.JAR_BUILD;
+    /** The model id both sides announce in their HELLO unless {@code --model} names another. */
+    public static final String MODEL_ID = Deployment.DEFAULT_MODEL;
     /** The environment both sides announce unless {@code --environment} names another. */
     public static final String ENVIRONMENT = ServerConfig.DEFAULT_ENVIRONMENT;
 
@@ -42,7 +42,7 @@ public final class RoleParts {
 
     /** @return the identity both sides announce: layout, model, environment, build */
     static PeerIdentity identity(ServerConfig cfg) {
-        return PeerIdentity.of(cfg.layout(), MODEL_ID, cfg.environment(), BUILD);
+        return PeerIdentity.of(cfg.layout(), cfg.model(), cfg.environment(), cfg.build());
     }
 
     /**
@@ -83,6 +83,7 @@ public final class RoleParts {
     static TransferReceiver receiver(ServerConfig cfg, KvPool pool) {
         final TransferReceiver.Builder b = TransferReceiver.builder(pool, identity(cfg))
             .completionTimeout(cfg.transferTimeout()).drainTimeout(cfg.transferTimeout()).heartbeat(cfg.kvHeartbeat())
+            .strictBuild(cfg.strictBuild())
             .unsafeDisable(cfg.unsafeTransfer().toArray(new TransferSafeguard[0]));
         if (cfg.device() == ServerConfig.Device.CUDA) {
             b.checksums(device().checksums());
@@ -93,7 +94,8 @@ public final class RoleParts {
     /** @return the prefill side's engine on {@code pool} */
     static TransferSender sender(ServerConfig cfg, KvPool pool) {
         final TransferSender.Builder b = TransferSender.builder(pool, identity(cfg))
-            .drainDeadline(cfg.transferTimeout()).descriptorTimeout(cfg.transferTimeout()).heartbeat(cfg.kvHeartbeat());
+            .drainDeadline(cfg.transferTimeout()).descriptorTimeout(cfg.transferTimeout()).heartbeat(cfg.kvHeartbeat())
+            .strictBuild(cfg.strictBuild());
         if (cfg.device() == ServerConfig.Device.CUDA) {
             b.checksums(device().checksums());
         }
