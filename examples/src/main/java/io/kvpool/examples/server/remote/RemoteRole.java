@@ -37,6 +37,17 @@ abstract class RemoteRole implements AutoCloseable {
         return health.unavailable();
     }
 
+    /**
+     * As {@link #unavailable()}, waiting no later than {@code untilNanos} ({@link System#nanoTime()}) either.
+     *
+     * @param untilNanos the latest time to wait until
+     * @return why the role is known to be down, or {@code null} if it may be asked
+     * @throws InterruptedException if interrupted while a re-check of a role known down runs
+     */
+    public String unavailable(long untilNanos) throws InterruptedException {
+        return health.unavailable(untilNanos);
+    }
+
     /** @return the role's status, read from the process */
     public RoleStatus status() {
         return RemoteStatus.read(client, role).status();

@@ -31,7 +31,7 @@ final class RoleHealth implements AutoCloseable {
     /** Longest a request waits for the re-check of a role known down (the figure for a fast 503). */
     static final Duration RECHECK_WAIT = Duration.ofMillis(100);
 
-    /** One reading: {@code why} is {@code null} when the role can take requests. */
+    /** One reading, as of {@code atNanos} ({@link System#nanoTime()}): {@code why} is {@code null} when the role can take requests. */
     record State(String why, long atNanos) {
         boolean ready() {
             return why == null;
@@ -43,11 +43,12 @@ final class RoleHealth implements AutoCloseable {
     private final boolean needsLink;
     private final java.util.function.Function<RemoteStatus, String> verify;
     /** A status read under way, and when it began. */
-    private record Check(CompletableFuture<State> result, long startedAt) {
+    record Check(CompletableFuture<State> result, long startedAt) {
     }
 
     private final AtomicReference<Check> checking = new AtomicReference<>();
-    private volatile State state; // null: unknown
+    /** The newest reading (null: unknown). A status read replaces only a reading older than the read's start. */
+    private final AtomicReference<State> state = new AtomicReference<>();
     private volatile boolean closed;
     private final Thread probe;
 
@@ -84,8 +85,8 @@ final class RoleHealth implements AutoCloseable {
         }
     }
 
-    /** Starts a status read, or joins the one running. */
-    private Check check() {
+    /** Starts a status read, or joins the one running (package-private: a test waits for the read under way). */
+    Check check() {
         while (true) {
             final Check running = checking.get();
             if (running != null) {
@@ -96,9 +97,10 @@ final class RoleHealth implements AutoCloseable {
             if (checking.compareAndSet(null, check)) {
                 Thread.ofVirtual().name("kvpool-check-" + role).start(() -> {
                     try {
-                        final State s = read();
+                        final State s = read(check.startedAt());
                         if (!closed) {
-                            state = s;
+                            // a role found lost while this read ran stays down: the read may have been answered first
+                            state.getAndUpdate(old -> old == null || old.atNanos() - check.startedAt() <= 0 ? s : old);
                         }
                         mine.complete(s);
                     } catch (Throwable t) {
@@ -112,7 +114,8 @@ final class RoleHealth implements AutoCloseable {
         }
     }
 
-    private State read() {
+    /** @param startedAt when the read began: the time its reading stands for */
+    private State read(long startedAt) {
         final RemoteStatus s = RemoteStatus.read(client, role);
         final String why;
         final String mismatch;
@@ -125,7 +128,7 @@ final class RoleHealth implements AutoCloseable {
         } else {
             why = null;
         }
-        return new State(why, System.nanoTime());
+        return new State(why, startedAt);
     }
 
     /**
@@ -134,18 +137,28 @@ final class RoleHealth implements AutoCloseable {
      *         that long ago (a role that does not answer its re-check is not waited for again by every request)
      */
     String unavailable() throws InterruptedException {
-        final State s = state;
+        return unavailable(System.nanoTime() + RECHECK_WAIT.toNanos());
+    }
+
+    /**
+     * As {@link #unavailable()}, waiting no later than {@code untilNanos} either: a caller that checks two roles gives
+     * both one deadline, so that two re-checks take {@link #RECHECK_WAIT} together, not each.
+     *
+     * @param untilNanos the latest {@link System#nanoTime()} to wait until
+     */
+    String unavailable(long untilNanos) throws InterruptedException {
+        final State s = state.get();
         if (s == null || s.ready()) {
             return null;
         }
         final Check c = check();
-        final long left = RECHECK_WAIT.toNanos() - (System.nanoTime() - c.startedAt());
+        final long now = System.nanoTime();
+        final long left = Math.min(RECHECK_WAIT.toNanos() - (now - c.startedAt()), untilNanos - now);
         if (left <= 0) {
             return s.why();
         }
         try {
-            final State now = c.result().get(left, TimeUnit.NANOSECONDS);
-            return now.why();
+            return c.result().get(left, TimeUnit.NANOSECONDS).why();
         } catch (TimeoutException e) {
             return s.why(); // the re-check is still waiting on the role: what we knew stands
         } catch (ExecutionException e) {
@@ -153,16 +166,16 @@ final class RoleHealth implements AutoCloseable {
         }
     }
 
-    /** A call found the role unreachable: known down from now until a status read says otherwise. */
+    /** A call found the role unreachable: known down from now until a status read begun later says otherwise. */
     void lost(String why) {
         if (!closed) {
-            state = new State(Objects.requireNonNull(why, "why"), System.nanoTime());
+            state.set(new State(Objects.requireNonNull(why, "why"), System.nanoTime()));
         }
     }
 
     /** @return the last reading, or {@code null} before the first */
     State state() {
-        return state;
+        return state.get();
     }
 
     @Override

@@ -30,6 +30,17 @@ public interface DecodeService extends AutoCloseable {
         return ready() ? null : "decode: no prefill link is up; retry later";
     }
 
+    /**
+     * As {@link #unavailable()}, waiting no later than {@code untilNanos} ({@link System#nanoTime()}) either: the router
+     * gives both roles one deadline.
+     *
+     * @param untilNanos the latest time to wait until
+     * @return why the role cannot take a transfer now, or {@code null} when it can
+     */
+    default String unavailable(long untilNanos) throws InterruptedException {
+        return unavailable();
+    }
+
     /** @return the pool view, counters and metrics */
     RoleStatus status();
 

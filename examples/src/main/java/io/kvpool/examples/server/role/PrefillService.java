@@ -42,6 +42,17 @@ public interface PrefillService extends AutoCloseable {
         return null;
     }
 
+    /**
+     * As {@link #unavailable()}, waiting no later than {@code untilNanos} ({@link System#nanoTime()}) either: the router
+     * gives both roles one deadline.
+     *
+     * @param untilNanos the latest time to wait until
+     * @return why the role cannot take a request now, or {@code null} when it can
+     */
+    default String unavailable(long untilNanos) throws InterruptedException {
+        return unavailable();
+    }
+
     /** @return the pool view, counters and metrics */
     RoleStatus status();
 

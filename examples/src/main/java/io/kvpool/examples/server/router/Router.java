@@ -283,17 +283,22 @@ public final class Router implements AutoCloseable {
         }
     }
 
+    /** Longest a request waits for the re-checks of roles known down, both together (the figure for a fast 503). */
+    static final java.time.Duration KNOWN_DOWN_WAIT = java.time.Duration.ofMillis(100);
+
     /**
      * Answers at once (503, Retry-After) for a role known down, before anything is asked of either: prefill
      * unreachable, or decode unable to take the KV — no prefill computes for a decode that cannot take it.
-     * Costs no call to a healthy role; a role known down is re-checked for at most {@link io.kvpool.examples.server.remote.RoleHealth#RECHECK_WAIT}.
+     * Costs no call to a healthy role; the roles known down are re-checked for at most {@link #KNOWN_DOWN_WAIT} together.
      */
     private void refuseIfKnownDown() throws ApiError, InterruptedException {
-        final String prefillDown = prefill.unavailable();
+        // one deadline for both re-checks: a prefill that comes back ready late must not give decode's a second wait
+        final long until = System.nanoTime() + KNOWN_DOWN_WAIT.toNanos();
+        final String prefillDown = prefill.unavailable(until);
         if (prefillDown != null) {
             throw prefillUnavailable(prefillDown);
         }
-        final String decodeDown = decode.unavailable();
+        final String decodeDown = decode.unavailable(until);
         if (decodeDown != null) {
             throw decodeUnavailable(decodeDown);
         }
