@@ -50,6 +50,9 @@ import java.util.concurrent.TimeUnit;
  * Events are queued by the transport's UCX thread and delivered only by {@link #poll} on the caller's thread.
  */
 public final class UcxLink implements PeerLink {
+    private static final System.Logger LOG = System.getLogger("io.kvpool.transfer.ucx");
+    /** Owner thread: failed progress calls, and how many of them the log has told (see progressFailed). */
+    private long progressFailures, progressFailuresLogged, lastProgressFailureLog;
 
     private static final int KEY_MAGIC = 0x4B584355; // "UCXK" little-endian
     private static final int KEY_FIXED_BYTES = 4 + 8 + 8 + 4 + 4 + 4;
@@ -630,7 +633,7 @@ public final class UcxLink implements PeerLink {
             try {
                 closeRequest = ep.closeNonBlockingForce();
             } catch (RuntimeException e) {
-                System.err.println(describe() + ": force close failed: " + e);
+                LOG.log(System.Logger.Level.WARNING, describe() + ": force close failed: " + e);
                 closeRequest = null;
                 if (fence) {
                     closeWorkerNow(); // a teardown: the only other way to stop the peer's writes
@@ -663,7 +666,7 @@ public final class UcxLink implements PeerLink {
             try {
                 worker.cancelRequest(recvRequest);
             } catch (RuntimeException e) {
-                System.err.println(describe() + ": cancel of the control receive failed: " + e);
+                LOG.log(System.Logger.Level.WARNING, describe() + ": cancel of the control receive failed: " + e);
             }
         }
         for (UcpRemoteKey k : remoteKeys.values()) {
@@ -692,7 +695,7 @@ public final class UcxLink implements PeerLink {
             w.close();
         } catch (RuntimeException e) {
             closedOk = false;
-            System.err.println(describe() + ": closing the worker failed, so its teardown is NOT proven: " + e);
+            LOG.log(System.Logger.Level.WARNING, describe() + ": closing the worker failed, so its teardown is NOT proven: " + e);
         }
         publishWrites(); // completions that fired inside close()
         for (WriteCallback cb : java.util.List.copyOf(inFlight)) {
@@ -716,10 +719,26 @@ public final class UcxLink implements PeerLink {
                 n++;
             }
         } catch (Exception e) {
-            System.err.println(describe() + ": progress failed: " + e);
+            progressFailed(e);
         }
         publishWrites();
         return n;
+    }
+
+    /**
+     * Owner thread: logs a failed progress call, the first at once and then at most one line a second with the count
+     * since: progress runs in the engine's busy loop, so a worker that keeps failing would otherwise log each turn.
+     */
+    private void progressFailed(Exception e) {
+        progressFailures++;
+        final long now = System.nanoTime();
+        if (progressFailures == 1 || now - lastProgressFailureLog >= 1_000_000_000L) {
+            final long since = progressFailures - progressFailuresLogged;
+            LOG.log(System.Logger.Level.WARNING, describe() + ": progress failed" + (since > 1 ? " (" + since + " times since the last line)" : "")
+                + ": " + e);
+            lastProgressFailureLog = now;
+            progressFailuresLogged = progressFailures;
+        }
     }
 
     /** Owner thread: whether UCX owes this link a completion (a write or flush in flight): progress without parking. */

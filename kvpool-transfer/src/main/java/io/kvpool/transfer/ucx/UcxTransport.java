@@ -60,6 +60,7 @@ import java.util.concurrent.locks.LockSupport;
  * until this transport closes; close the transport before the storages it registered.
  */
 public final class UcxTransport implements AutoCloseable {
+    private static final System.Logger LOG = System.getLogger("io.kvpool.transfer.ucx");
 
     private static final long PARK_NANOS = 20_000;
     private static final int SPINS_BEFORE_PARK = 200;
@@ -274,7 +275,7 @@ public final class UcxTransport implements AutoCloseable {
                 return null;
             });
         } catch (RuntimeException e) {
-            System.err.println("UCX transport '" + name + "': closing an unused worker failed: " + e);
+            LOG.log(System.Logger.Level.WARNING, "UCX transport '" + name + "': closing an unused worker failed: " + e);
         }
     }
 
@@ -410,7 +411,7 @@ public final class UcxTransport implements AutoCloseable {
             r.run();
         } catch (Throwable t) {
             // commands report their own failures; this is a bug guard, never let the owner thread die
-            System.err.println("UCX transport '" + name + "': command failed: " + t);
+            LOG.log(System.Logger.Level.ERROR, "UCX transport '" + name + "': command failed: " + t, t);
         }
     }
 
@@ -468,7 +469,7 @@ public final class UcxTransport implements AutoCloseable {
             try {
                 m.deregister();
             } catch (RuntimeException e) {
-                System.err.println("UCX transport '" + name + "': deregister failed: " + e);
+                LOG.log(System.Logger.Level.WARNING, "UCX transport '" + name + "': deregister failed: " + e);
             }
         }
         registered.clear();
