@@ -2,7 +2,11 @@ package io.kvpool.transfer;
 
 /** Why a transfer did not commit. Each failure also carries a message with the numbers. */
 public enum FailureReason {
-    /** Admission refused the request before any page was allocated (see {@link io.kvpool.Admission.Decision}). */
+    /**
+     * Refused before any page was allocated: by admission ({@link IncomingTransfer#admissionDecision()} says how, and
+     * whether to retry), or with no admission decision because every transfer slot was busy (retry later) or the
+     * request needs more pages than one descriptor carries (it never fits; the message gives both numbers).
+     */
     REJECTED,
     /** The completion's token count differs from the expected count. */
     LENGTH_MISMATCH,
@@ -14,10 +18,10 @@ public enum FailureReason {
     BAD_COMPLETION,
     /** A sender aborted (a write or flush failed, or it was told to). */
     SENDER_ABORTED,
-    /** The receiver's side aborted it ({@link TransferReceiver#abort}). */
+    /** The receiver's side aborted it ({@link TransferReceiver#abort}), or could not register its pages on a link that is up. */
     ABORTED,
     /** No completion arrived by the deadline. */
     TIMEOUT,
-    /** A sender's link failed or was refused. */
+    /** A sender's link failed, was refused, or was not up (a retiring link takes no new transfer): another link may serve. */
     PEER_LOST
 }

@@ -7,6 +7,7 @@ import io.kvpool.PageHandle;
 import io.kvpool.PoolExhaustedException;
 import io.kvpool.Sequence;
 import io.kvpool.transfer.spi.PeerLink;
+import io.kvpool.transfer.spi.LinkFailedException;
 import io.kvpool.transfer.spi.Registration;
 import io.kvpool.transfer.wire.Message;
 import io.kvpool.transfer.wire.WireFormat;
@@ -253,8 +254,13 @@ public final class TransferReceiver extends TransferEndpoint {
             final int to = TransferPlan.firstPage(handles.length, n, r + 1);
             try {
                 t.registrations[r] = p.link.register(pool.storage(), n == 1 ? slotsOf : Arrays.copyOfRange(slotsOf, from, to));
-            } catch (RuntimeException e) {
+            } catch (LinkFailedException e) { // the link went down: another link may take the request
                 fail(t, FailureReason.PEER_LOST, "could not register " + (to - from) + " pages on " + p + ": " + e.getMessage(), now);
+                return t;
+            } catch (RuntimeException e) {
+                // the link is up but cannot register these pages (storage it cannot reach, more pages than its key
+                // holds): a deployment fault that waiting does not cure, so not PEER_LOST, which callers retry
+                fail(t, FailureReason.ABORTED, "could not register " + (to - from) + " pages on " + p + ", which is up: " + e, now);
                 return t;
             }
             send(p, new Message.Descriptor(requestId, slot, t.generation, expected, layoutFingerprint, n, r, handles,
