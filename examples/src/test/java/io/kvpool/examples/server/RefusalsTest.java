@@ -97,6 +97,27 @@ class RefusalsTest {
     }
 
     @Test
+    void aRoleThatFailsTheRoutersCallIsA502WithoutRetryAfterAndStaysUp() throws Exception {
+        final HttpServer prefill = stubRole("prefill", 500); // took the call and failed it: a storage fault, a bug
+        final HttpServer decode = stubRole("decode", 500);
+        try (KvServer router = KvServer.start(ServerTests.small().topology(Topology.DEFAULT.withRole(Topology.Role.ROUTER)
+            .withUrls(URI.create("http://127.0.0.1:" + prefill.getAddress().getPort() + "/"),
+                URI.create("http://127.0.0.1:" + decode.getAddress().getPort() + "/"))).build())) {
+            for (int i = 0; i < 2; i++) { // the second finds prefill still up: a 500 is not a lost role
+                final TestClient.Response r = new TestClient(router).complete("alice", "hello", 2, false);
+                assertEquals(502, r.status(), r::body); // was 503 + Retry-After: 1, and the role marked down
+                assertNull(r.retryAfter(), r::body);
+                assertEquals("role_error", r.error().path("reason").asText(), r::body);
+                assertEquals(500, r.error().path("role_status").asInt(), r::body);
+                assertTrue(r.error().path("message").asText().contains("answered 500 to POST /internal/prefill"), r::body);
+            }
+        } finally {
+            prefill.stop(0);
+            decode.stop(0);
+        }
+    }
+
+    @Test
     void aRoleThatRefusesTheRoutersCallIsA502WithoutRetryAfter() throws Exception {
         final HttpServer prefill = stubRole("prefill", 404);
         final HttpServer decode = stubRole("decode", 404);

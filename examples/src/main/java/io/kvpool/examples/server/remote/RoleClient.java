@@ -166,6 +166,9 @@ public final class RoleClient implements AutoCloseable {
         if (status / 100 == 4) { // the role will never take this call: no retry makes it
             throw new RoleRefusedException(msg, status);
         }
+        if (status / 100 == 5 && status != 503) { // the role took the call and failed it (its 500): it is up, and says why
+            throw new RoleRefusedException(msg, status);
+        }
         throw new IllegalStateException(msg);
     }
 

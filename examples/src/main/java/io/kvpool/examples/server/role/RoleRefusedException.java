@@ -16,7 +16,7 @@ public final class RoleRefusedException extends IllegalStateException {
         this.status = status;
     }
 
-    /** @return the role's HTTP status (4xx) */
+    /** @return the role's HTTP status: 4xx (it refused the call), or 5xx other than 503 (it failed the call) */
     public int status() {
         return status;
     }

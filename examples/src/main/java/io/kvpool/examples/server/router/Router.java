@@ -385,9 +385,11 @@ public final class Router implements AutoCloseable {
     }
 
     /** A role refused the router's call itself (a 4xx): permanent, so a 502 without {@code Retry-After}. */
+    /** A role refused the call (4xx: 502 {@code role_refused}) or failed it (5xx but 503: 502 {@code role_error}); no retry. */
     private ApiError refusedByRole(RoleRefusedException e) {
-        counters.failed("role_refused");
-        return new ApiError(502, "server_error", "role_refused", e.getMessage(), Map.of("role_status", e.status()), 0);
+        final String reason = e.status() / 100 == 4 ? "role_refused" : "role_error";
+        counters.failed(reason);
+        return new ApiError(502, "server_error", reason, e.getMessage(), Map.of("role_status", e.status()), 0);
     }
 
     /** 503 {@code prefill_unavailable}: the prefill role is down, known before the call or found during it. */
