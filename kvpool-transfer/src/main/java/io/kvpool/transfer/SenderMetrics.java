@@ -24,7 +24,8 @@ public final class SenderMetrics {
 
     /**
      * Offers a receiver's CANCEL ended (it rejected or aborted the request): released at once if nothing was
-     * posted, else once every posted write reached a terminal state.
+     * posted, else once every posted write reached a terminal state. A CANCEL that came before its offer ends the
+     * offer when it comes, within the descriptor timeout.
      *
      * @return the count so far
      */
@@ -33,7 +34,8 @@ public final class SenderMetrics {
     }
 
     /**
-     * CANCELs that named no offer of this sender still open (not offered yet, or already over): ignored.
+     * CANCELs that named no offer of this sender still open (already over, or not offered within the descriptor
+     * timeout after the CANCEL came): ignored.
      *
      * @return the count so far
      */

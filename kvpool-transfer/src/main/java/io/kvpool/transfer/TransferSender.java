@@ -24,7 +24,7 @@ import java.util.Objects;
  * <h2>A transfer's states</h2>
  * <pre>
  *  offer() ─▶ WAITING ──DESCRIPTOR (matched by request id; may come first)──▶ WRITING
- *  WAITING ──CANCEL (the receiver rejected or aborted the request)──▶ DRAINED, pages released at once
+ *  WAITING ──CANCEL (the receiver rejected or aborted the request; may come first)──▶ DRAINED, pages released at once
  *  WRITING ──every page posted (≤ maxPagesInFlight at a time) and completed OK──▶ FLUSHING
  *  FLUSHING ──flush proves delivery──▶ COMPLETION sent ─▶ COMPLETED
  *  WRITING / FLUSHING ──a write or flush fails · ABORT or CANCEL received · abort() · link lost──▶ FAILING
@@ -57,6 +57,14 @@ public final class TransferSender extends TransferEndpoint {
     private final long descriptorTimeoutNanos;
     private final Long2ObjectHashMap<OutgoingTransfer> offers = new Long2ObjectHashMap<>();
     private final Long2ObjectHashMap<PendingDescriptor> early = new Long2ObjectHashMap<>();
+    /**
+     * CANCELs that came before their request's offer (decode refused it while prefill was still computing), by request
+     * id: the offer ends at once when it comes. Each is kept for the descriptor timeout, and at most
+     * {@link #MAX_EARLY_CANCELS} at a time.
+     */
+    private final Long2ObjectHashMap<EarlyCancel> cancelledEarly = new Long2ObjectHashMap<>();
+    static final int MAX_EARLY_CANCELS = 65_536;
+    private long nextEarlyCancelPurge;
     private final Int2ObjectHashMap<OutgoingTransfer> bySerial = new Int2ObjectHashMap<>();
     private final List<OutgoingTransfer> active = new ArrayList<>();
     private final List<OutgoingTransfer> scratch = new ArrayList<>();
@@ -65,6 +73,9 @@ public final class TransferSender extends TransferEndpoint {
     private final SenderMetrics metrics = new SenderMetrics();
 
     private record PendingDescriptor(Peer peer, Message.Descriptor d) {
+    }
+
+    private record EarlyCancel(String why, long expires) {
     }
 
     /**
@@ -187,7 +198,8 @@ public final class TransferSender extends TransferEndpoint {
 
     /**
      * Offers KV held in pages by handle. Retains each page (the handles must be current OWNED pages of
-     * this sender's pool).
+     * this sender's pool). If a receiver's CANCEL of this request id came first (it refused the request while
+     * this side was still computing it), within the descriptor timeout, the offer ends at once and releases them.
      *
      * @param requestId  the request
      * @param handles    the pages, in logical order; {@code ceil(tokenCount / tokensPerPage)} of them
@@ -209,6 +221,14 @@ public final class TransferSender extends TransferEndpoint {
         bySerial.put(t.serial, t);
         t.deadline = clock.nanoTime() + descriptorTimeoutNanos;
         active.add(t);
+        final EarlyCancel ec = cancelledEarly.remove(requestId);
+        if (ec != null) { // the receiver refused the request before we offered it: release now, not at the timeout
+            t.failure = ec.why() + " (before it was offered)";
+            t.state = OutgoingTransfer.State.FAILING;
+            metrics.cancelled.increment();
+            maybeDrained(t);
+            return t;
+        }
         final PendingDescriptor pd = early.remove(requestId);
         if (pd != null) {
             begin(t, pd.peer, pd.d);
@@ -382,8 +402,11 @@ public final class TransferSender extends TransferEndpoint {
             && (t.state == OutgoingTransfer.State.WRITING || t.state == OutgoingTransfer.State.FLUSHING)) {
             metrics.cancelled.increment();
             fail(t, why, false, 0);
+        } else if (t == null && cancelledEarly.size() < MAX_EARLY_CANCELS) {
+            // not offered yet: prefill may still be computing it. Kept so the offer ends when it comes
+            cancelledEarly.put(c.requestId(), new EarlyCancel(why, clock.nanoTime() + descriptorTimeoutNanos));
         } else {
-            metrics.cancelsIgnored.increment(); // not offered (yet), already failing, or another receiver's
+            metrics.cancelsIgnored.increment(); // already failing or over, another receiver's, or too many kept
         }
     }
 
@@ -607,6 +630,16 @@ public final class TransferSender extends TransferEndpoint {
     @Override
     int onDuty(long now) {
         int work = 0;
+        if (!cancelledEarly.isEmpty() && now - nextEarlyCancelPurge >= 0) { // a scan at most every 100 ms
+            nextEarlyCancelPurge = now + 100_000_000L;
+            cancelledEarly.values().removeIf(ec -> {
+                if (now - ec.expires() >= 0) {
+                    metrics.cancelsIgnored.increment(); // its offer never came
+                    return true;
+                }
+                return false;
+            });
+        }
         scratch.clear();
         scratch.addAll(active);
         for (int i = 0; i < scratch.size(); i++) {

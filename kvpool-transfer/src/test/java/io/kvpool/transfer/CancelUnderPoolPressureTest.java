@@ -109,7 +109,8 @@ class CancelUnderPoolPressureTest {
     @Test
     void anAbortedTransferWhoseDescriptorWasLostReleasesTheWaitingOffer() {
         try (KvPool pool = Kv.pool(16)) {
-            final TransferSender sender = TransferSender.builder(pool, Kv.identity()).clock(new ManualClock()).build();
+            final ManualClock clock = new ManualClock();
+            final TransferSender sender = TransferSender.builder(pool, Kv.identity()).clock(clock).descriptorTimeout(Duration.ofSeconds(60)).build();
             final ScriptedLink link = new ScriptedLink();
             sender.addPeer(link);
             link.hello(Kv.identity());
@@ -127,7 +128,51 @@ class CancelUnderPoolPressureTest {
             assertEquals(0, sender.activeTransfers());
             assertEquals(0, pool.snapshot().owned(), pool.snapshot()::toString);
             assertEquals(1, sender.metrics().cancelled());
-            assertEquals(1, sender.metrics().cancelsIgnored());
+            assertEquals(0, sender.metrics().cancelsIgnored(), "request 12345 may still be offered");
+            clock.advanceMillis(60_001);
+            sender.doWork();
+            assertEquals(1, sender.metrics().cancelsIgnored(), "not offered within the descriptor timeout: dropped");
+            final Sequence late = pool.admit(TOKENS, 0).sequence();
+            late.append(TOKENS);
+            final OutgoingTransfer offeredLate = sender.offer(12345, late);
+            late.close();
+            assertEquals(OutgoingTransfer.State.WAITING, offeredLate.state(), "a CANCEL that expired ends nothing");
+            sender.abort(offeredLate, "test over");
+            sender.doWork();
+            sender.close();
+        }
+    }
+
+    @Test
+    void aCancelThatComesBeforeItsOfferEndsTheOfferWhenItComes() {
+        // decode refused request 9 while prefill was still computing it: the CANCEL is there before the offer
+        try (KvPool pool = Kv.pool(16)) {
+            final TransferSender sender = TransferSender.builder(pool, Kv.identity()).clock(new ManualClock()).build();
+            final ScriptedLink link = new ScriptedLink();
+            sender.addPeer(link);
+            link.hello(Kv.identity());
+            sender.doWork();
+            link.inject(new Message.Cancel(9, Message.Cancel.REJECTED, "decode pool full"));
+            sender.doWork();
+            assertEquals(0, sender.metrics().cancelled());
+
+            final Sequence src = pool.admit(TOKENS, 0).sequence();
+            src.append(TOKENS);
+            final OutgoingTransfer t = sender.offer(9, src);
+            final Sequence other = pool.admit(TOKENS, 0).sequence();
+            other.append(TOKENS);
+            final OutgoingTransfer u = sender.offer(10, other);
+            src.close();
+            other.close();
+            assertEquals(OutgoingTransfer.State.DRAINED, t.state(), t::toString);
+            assertTrue(t.failure().contains("decode pool full") && t.failure().contains("before it was offered"), t::failure);
+            assertEquals(1, sender.metrics().cancelled());
+            assertEquals(OutgoingTransfer.State.WAITING, u.state(), "another request's offer is not touched");
+            assertEquals(TOKENS / Kv.LAYOUT.tokensPerPage(), pool.snapshot().owned(), "only request 10's pages are held: "
+                + pool.snapshot());
+            sender.abort(u, "test over");
+            sender.doWork();
+            assertEquals(0, pool.snapshot().owned(), pool.snapshot()::toString);
             sender.close();
         }
     }
