@@ -750,8 +750,8 @@ public final class TransferReceiver extends TransferEndpoint {
 
     /**
      * A suspect's link: torn down at once if it is down anyway (nothing else can use it); if it is up, retired
-     * (torn down once the transfers in flight on it ended, {@link #retireIdle}) or, without retirement, torn down
-     * now — failing every transfer on it.
+     * (torn down once the transfers in flight on it ended, {@link #retireIdle}) or, without retirement or on a link
+     * of version 1 or 2, torn down now — failing every transfer on it.
      *
      * @return whether the teardown is proven now
      */
@@ -762,10 +762,12 @@ public final class TransferReceiver extends TransferEndpoint {
         if (!tearDownOnTimeout) {
             return false;
         }
-        if (retireSuspectLinks) {
+        if (retireSuspectLinks && p.version >= 3) {
             retire(p);
             return false;
         }
+        // a sender before version 3 cannot be told of a retirement (it ignores CANCEL(link, RETIRING)) and would keep
+        // the link, refused every new transfer on it, until the teardown: tearing down now lets it reconnect at once
         return tearDown(p);
     }
 

@@ -87,6 +87,26 @@ class LinkRetirementTest extends TwoSenderReceiverFixture {
     }
 
     @Test
+    void aLinkOfASenderThatCannotBeToldIsTornDownAtOnceNotRetired() {
+        // a version-2 sender ignores CANCEL(link, RETIRING): retired, its link would be refused new work until the
+        // teardown without the sender knowing to open another
+        final ScriptedLink old = new ScriptedLink().hello(Kv.identity().withVersions(1, 2));
+        final int po = rx.addPeer(old);
+        rx.doWork();
+        assertEquals(2, rx.peer(po).protocolVersion());
+        final IncomingTransfer inFlight = rx.start(REQ, 10, 0, po);
+        final IncomingTransfer s = rx.start(SUSPECT_REQ, 10, 0, po);
+        old.inject(new Message.Abort(s.transferId(), s.generation(), Message.Abort.SENDER_FAILED, "write failed"));
+        old.inject(new Message.Drained(s.transferId(), s.generation(), 0, 3, 2, 1));
+        rx.doWork();
+        assertEquals(IncomingTransfer.State.QUARANTINED, s.state(), s::toString);
+        assertTrue(old.tearDowns > 0, "torn down at once");
+        assertEquals(0, rx.metrics().linksRetired());
+        assertEquals(FailureReason.PEER_LOST, inFlight.failure(), inFlight::toString);
+        assertTrue(rx.peer(pa).isUp(), "the other links are untouched");
+    }
+
+    @Test
     void tornDownAtOnceTheOtherTransferInFlightOnTheLinkFailsPeerLost() {
         // what retirement replaces (and the first test's contrast: the same steps fail the transfer in flight)
         setUp(x -> x.retireSuspectLinks(false));
