@@ -15,7 +15,9 @@ import java.util.concurrent.atomic.LongAdder;
  * returns at once, and a virtual thread posts {@code POST /internal/abort}, retrying (50 ms, doubling to 1 s) until
  * the role takes it (204), refuses it for good (a 4xx: {@link RoleRefusedException}), or is declared gone — it has
  * not taken it for {@link #GIVE_UP} (a role process gone that long lost what it held with it; one that was only
- * cut off has long dropped the request itself: its transfer deadlines are shorter). Thread-safe.
+ * cut off has long dropped the request itself: its transfer deadlines are shorter). At most {@link #MAX_POSTS} posts
+ * are under way at once, so the aborts that piled up while a role was gone reach it paced when it is back, not all
+ * in the same second. Thread-safe.
  */
 final class AbortDelivery implements AutoCloseable {
 
@@ -25,6 +27,10 @@ final class AbortDelivery implements AutoCloseable {
     static final Duration GIVE_UP = Duration.ofNanos(PrefillRole.REMEMBER_ABORTS_NANOS);
     private static final long FIRST_RETRY_MS = 50;
     private static final long MAX_RETRY_MS = 1_000;
+    /** Most abort posts under way to the role at once. */
+    static final int MAX_POSTS = 8;
+    /** How long {@link #close(Duration)} waits for the last tries it asked for (each one call). */
+    private static final long LAST_TRY_WAIT_MS = 1_000;
 
     private final RoleClient client;
     private final RoleHealth health;
@@ -32,7 +38,10 @@ final class AbortDelivery implements AutoCloseable {
     private final LongAdder delivered = new LongAdder();
     private final LongAdder retries = new LongAdder();
     private final LongAdder abandoned = new LongAdder();
-    private volatile boolean closed;
+    private final java.util.concurrent.Semaphore posts = new java.util.concurrent.Semaphore(MAX_POSTS);
+    /** Deliverers waiting between tries: close wakes them for their last try. */
+    private final java.util.Set<Thread> waiting = java.util.concurrent.ConcurrentHashMap.newKeySet();
+    private volatile boolean closing;
 
     /** @param health told when the role is found unreachable, or {@code null} */
     AbortDelivery(RoleClient client, RoleHealth health) {
@@ -57,6 +66,13 @@ final class AbortDelivery implements AutoCloseable {
         final long giveUpAt = System.nanoTime() + GIVE_UP.toNanos();
         long wait = FIRST_RETRY_MS;
         while (true) {
+            final boolean last = closing; // a try begun once close asked for the last ones is the last
+            boolean permit = false;
+            try {
+                posts.acquire();
+                permit = true;
+            } catch (InterruptedException e) { // woken by close while waiting for a turn: its last try goes now
+            }
             try {
                 client.post("internal/abort", body);
                 delivered.increment();
@@ -69,21 +85,29 @@ final class AbortDelivery implements AutoCloseable {
                 if (e instanceof RoleLostException && health != null) {
                     health.lost(e.getMessage());
                 }
-                if (closed || System.nanoTime() - giveUpAt >= 0) {
+                if (last || System.nanoTime() - giveUpAt >= 0) {
                     abandoned.increment();
                     LOG.log(System.Logger.Level.WARNING, "abort of request " + requestId + " not delivered"
-                        + (closed ? " before the router closed" : " within " + GIVE_UP.toSeconds() + " s: the role is declared gone") + ": " + e.getMessage());
+                        + (last ? " before the router closed" : " within " + GIVE_UP.toSeconds() + " s: the role is declared gone") + ": " + e.getMessage());
                     return;
                 }
                 retries.increment();
-                try {
-                    Thread.sleep(wait);
-                } catch (InterruptedException ie) {
-                    abandoned.increment();
-                    return;
+            } finally {
+                if (permit) {
+                    posts.release();
                 }
-                wait = Math.min(MAX_RETRY_MS, wait * 2);
             }
+            final Thread me = Thread.currentThread();
+            waiting.add(me); // before reading closing: a close after this read interrupts the sleep below
+            try {
+                if (!closing) {
+                    Thread.sleep(wait);
+                }
+            } catch (InterruptedException ie) { // close woke us: one last try now
+            } finally {
+                waiting.remove(me);
+            }
+            wait = Math.min(MAX_RETRY_MS, wait * 2);
         }
     }
 
@@ -107,18 +131,26 @@ final class AbortDelivery implements AutoCloseable {
         return abandoned.sum();
     }
 
-    /** Waits up to {@code drain} for what is pending (one more try each), then gives up the rest. */
+    /**
+     * Waits up to {@code drain} for what is pending, then has each abort still pending try once more at once and waits
+     * up to a second for those tries: the caller may close the client when this returns. What fails then is given up.
+     */
     void close(Duration drain) {
-        final long end = System.nanoTime() + drain.toNanos();
-        while (pending.get() > 0 && System.nanoTime() - end < 0) {
+        awaitPending(System.nanoTime() + drain.toNanos());
+        closing = true;
+        waiting.forEach(Thread::interrupt);
+        awaitPending(System.nanoTime() + LAST_TRY_WAIT_MS * 1_000_000L);
+    }
+
+    private void awaitPending(long until) {
+        while (pending.get() > 0 && System.nanoTime() - until < 0) {
             try {
                 Thread.sleep(10);
             } catch (InterruptedException e) {
                 Thread.currentThread().interrupt();
-                break;
+                return;
             }
         }
-        closed = true;
     }
 
     @Override

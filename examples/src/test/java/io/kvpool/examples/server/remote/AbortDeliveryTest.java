@@ -1,0 +1,107 @@
+package io.kvpool.examples.server.remote;
+
+import com.fasterxml.jackson.databind.ObjectMapper;
+import com.sun.net.httpserver.HttpServer;
+import io.kvpool.examples.server.Await;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.Timeout;
+
+import java.io.IOException;
+import java.io.OutputStream;
+import java.net.InetAddress;
+import java.net.InetSocketAddress;
+import java.net.URI;
+import java.nio.charset.StandardCharsets;
+import java.time.Duration;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicBoolean;
+import java.util.concurrent.atomic.AtomicInteger;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+/** The router's abort delivery to a role process: paced while the role is away, and a last try at close. */
+@Timeout(value = 60, unit = TimeUnit.SECONDS)
+class AbortDeliveryTest {
+
+    /** A role whose {@code /internal/abort} answers 503 (closing) until {@link #up}, each answer after a short pause. */
+    static final class Role implements AutoCloseable {
+        final HttpServer server;
+        final AtomicBoolean up = new AtomicBoolean();
+        final AtomicInteger attempts = new AtomicInteger(), inFlight = new AtomicInteger(), mostInFlight = new AtomicInteger();
+        final AtomicInteger taken = new AtomicInteger();
+
+        Role(long pauseMs) throws IOException {
+            server = HttpServer.create(new InetSocketAddress(InetAddress.getLoopbackAddress(), 0), 0);
+            server.setExecutor(java.util.concurrent.Executors.newVirtualThreadPerTaskExecutor());
+            server.createContext("/internal/abort", ex -> {
+                ex.getRequestBody().readAllBytes();
+                attempts.incrementAndGet();
+                mostInFlight.accumulateAndGet(inFlight.incrementAndGet(), Math::max);
+                try {
+                    Thread.sleep(pauseMs);
+                } catch (InterruptedException e) {
+                    Thread.currentThread().interrupt();
+                }
+                inFlight.decrementAndGet();
+                if (up.get()) {
+                    taken.incrementAndGet();
+                    ex.sendResponseHeaders(204, -1);
+                    ex.close();
+                    return;
+                }
+                final byte[] b = "{\"error\":{\"type\":\"service_unavailable\",\"reason\":\"closing\",\"message\":\"closing\"}}"
+                    .getBytes(StandardCharsets.UTF_8);
+                ex.sendResponseHeaders(503, b.length);
+                try (OutputStream o = ex.getResponseBody()) {
+                    o.write(b);
+                }
+            });
+            server.start();
+        }
+
+        URI base() {
+            return URI.create("http://127.0.0.1:" + server.getAddress().getPort() + "/");
+        }
+
+        @Override
+        public void close() {
+            server.stop(0);
+        }
+    }
+
+    @Test
+    void theAbortsStillPendingAtCloseTryOnceMoreBeforeCloseReturns() throws Exception {
+        try (Role role = new Role(0)) {
+            final RoleClient client = new RoleClient("prefill", role.base(), new ObjectMapper());
+            final AbortDelivery aborts = new AbortDelivery(client, null);
+            aborts.send(7, "the client left");
+            Await.until(() -> role.attempts.get() >= 3, Duration.ofSeconds(10), () -> "three refused tries");
+            role.up.set(true); // the role is back while the delivery waits out its backoff
+            aborts.close(Duration.ZERO);
+            client.close(); // as RemoteRole.close does right after
+            assertEquals(1, aborts.delivered(), "the last try went before close returned");
+            assertEquals(1, role.taken.get());
+            assertEquals(0, aborts.pending());
+        }
+    }
+
+    @Test
+    void atMostMaxPostsAreUnderWayAtOnceWhileARoleIsAway() throws Exception {
+        try (Role role = new Role(30)) {
+            final RoleClient client = new RoleClient("prefill", role.base(), new ObjectMapper());
+            final AbortDelivery aborts = new AbortDelivery(client, null);
+            final int n = 6 * AbortDelivery.MAX_POSTS;
+            for (int i = 1; i <= n; i++) {
+                aborts.send(i, "the client left");
+            }
+            Await.until(() -> role.attempts.get() >= 2 * n, Duration.ofSeconds(20), () -> "every abort tried twice: " + role.attempts);
+            role.up.set(true);
+            Await.until(() -> aborts.delivered() == n, Duration.ofSeconds(20), () -> "delivered " + aborts.delivered() + " of " + n);
+            assertTrue(role.mostInFlight.get() <= AbortDelivery.MAX_POSTS, () -> role.mostInFlight + " posts at once");
+            assertTrue(role.mostInFlight.get() > 1, () -> "the posts overlapped: " + role.mostInFlight);
+            aborts.close(Duration.ZERO);
+            client.close();
+        }
+    }
+}
