@@ -19,6 +19,7 @@ final class RateLimitedLog {
     private static final class Key {
         long lastLine;
         long suppressed;
+        System.Logger.Level level;
     }
 
     private final System.Logger log;
@@ -60,9 +61,23 @@ final class RateLimitedLog {
         final Key state = k == null ? new Key() : k;
         state.lastLine = now;
         state.suppressed = 0;
+        state.level = level;
         keys.putIfAbsent(key, state);
         log.log(level, more == 0 ? message.get() : message.get() + " (" + more + " more since the last line)");
         return true;
+    }
+
+    /**
+     * Writes, for each key with lines left out since its last line, one line saying how many: what an owner that
+     * closes calls, so that a burst that ended is still counted in the log.
+     */
+    void flush(String owner) {
+        keys.forEach((key, k) -> {
+            if (k.suppressed > 0) {
+                log.log(k.level, owner + ": " + k.suppressed + " more " + key + " lines left out since the last one");
+                k.suppressed = 0;
+            }
+        });
     }
 
     /** @return lines of this key left out since its last line */

@@ -101,7 +101,7 @@ public final class TransferReceiver extends TransferEndpoint {
         this.tearDownOnTimeout = b.tearDownOnTimeout;
         this.retireSuspectLinks = b.retireSuspectLinks;
         this.disabled = b.disabled.isEmpty() ? Set.of() : Set.copyOf(b.disabled);
-        this.quarantineLog = new RateLimitedLog(LOG, b.clock, LOG_INTERVAL_NANOS);
+        this.quarantineLog = new RateLimitedLog(b.transferLog, b.clock, LOG_INTERVAL_NANOS);
         this.slots = new IncomingTransfer[b.maxTransfers];
         this.slotGeneration = new int[b.maxTransfers];
         if (!disabled.isEmpty()) {
@@ -955,6 +955,7 @@ public final class TransferReceiver extends TransferEndpoint {
         }
         closed = true;
         closeLinks();
+        quarantineLog.flush(toString());
     }
 
     @Override
@@ -976,6 +977,8 @@ public final class TransferReceiver extends TransferEndpoint {
         private PageChecksums checksummer = PageChecksums.HOST;
         private boolean tearDownOnTimeout = true;
         private boolean retireSuspectLinks = true;
+        /** Where the rate-limited per-transfer lines go (tests read them). */
+        System.Logger transferLog = LOG;
         private int maxTransfers = 1024;
         private final EnumSet<TransferSafeguard> disabled = EnumSet.noneOf(TransferSafeguard.class);
 
