@@ -45,7 +45,11 @@ class VersionNegotiationTest {
 
         @Override
         public void send(byte[] frame) {
-            WireCodecV1.decode(frame); // throws if version-1 code could not read it
+            // version-1 code reads it (the fixture throws otherwise) as the same message this code means, and would
+            // have sent the very same bytes for it: a field swapped in both of this code's encoder and decoder fails here
+            final Message old = WireCodecV1.decode(frame);
+            assertEquals(old, WireCodec.decode(frame), "what version-1 code reads is what was sent");
+            assertArrayEquals(WireCodecV1.encode(old), frame, () -> "version-1 code encodes " + old + " to other bytes");
             frames.add(frame.clone());
             in.send(frame);
         }
