@@ -22,7 +22,8 @@ public interface DecodeService extends AutoCloseable {
     /**
      * Whether the role can take a transfer now ({@link #ready()}), as far as the router knows, without a call that
      * could wait for a role that is down (see {@link PrefillService#unavailable()}). The router asks before it has
-     * prefill compute anything: a decode that cannot take the KV gets no prefill.
+     * prefill compute anything: a decode known unable to take a transfer (down, no prefill link) gets no prefill. Its
+     * admission comes after prefill, so a decode whose pool is full still costs one.
      *
      * @return why the role cannot take a transfer now, or {@code null} when it can
      */
