@@ -97,7 +97,9 @@ public final class ApiError extends Exception {
             case CONTEXT_TOO_LONG -> new ApiError(400, "invalid_request_error", reason, r.message(), f, 0);
             case EXCEEDS_POOL, EXCEEDS_TRANSFER -> new ApiError(413, "request_too_large", reason, r.message(), f, 0);
             case RETRY_LATER -> new ApiError(429, "rate_limit_error", reason, r.message(), f, 1);
-            case UNAVAILABLE -> new ApiError(503, "service_unavailable", "decode_unavailable", r.message(), f, 1);
+            // the refusing role names it: decode without a prefill link, or prefill that had the request aborted first
+            case UNAVAILABLE -> new ApiError(503, "service_unavailable", (r.role().equals("prefill") ? "prefill" : "decode")
+                + "_unavailable", r.message(), f, 1);
         };
     }
 

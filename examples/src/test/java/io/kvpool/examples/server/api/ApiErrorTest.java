@@ -18,6 +18,7 @@ class ApiErrorTest {
         check(ApiError.of(new Rejection("decode", Rejection.Reason.EXCEEDS_POOL, "m", n)), 413, "exceeds_pool", 0);
         check(ApiError.of(new Rejection("decode", Rejection.Reason.RETRY_LATER, "m", n)), 429, "retry_later", 1);
         check(ApiError.of(new Rejection("decode", Rejection.Reason.UNAVAILABLE, "m", n)), 503, "decode_unavailable", 1);
+        check(ApiError.of(new Rejection("prefill", Rejection.Reason.UNAVAILABLE, "m", n)), 503, "prefill_unavailable", 1);
         final ApiError e = ApiError.of(new Rejection("prefill", Rejection.Reason.EXCEEDS_POOL, "needs 9 pages", n));
         @SuppressWarnings("unchecked") final Map<String, Object> body = (Map<String, Object>) e.body().get("error");
         assertEquals("prefill", body.get("role"));
