@@ -110,15 +110,10 @@ class CancelUnderPoolPressureTest {
     void anAbortedTransferWhoseDescriptorWasLostReleasesTheWaitingOffer() {
         try (KvPool pool = Kv.pool(16)) {
             final ManualClock clock = new ManualClock();
-            final TransferSender sender = TransferSender.builder(pool, Kv.identity()).clock(clock).descriptorTimeout(Duration.ofSeconds(60)).build();
             final ScriptedLink link = new ScriptedLink();
-            sender.addPeer(link);
-            link.hello(Kv.identity());
-            sender.doWork();
-            final Sequence src = pool.admit(TOKENS, 0).sequence();
-            src.append(TOKENS);
-            final OutgoingTransfer t = sender.offer(9, src);
-            src.close();
+            final TransferSender sender = linkedSender(TransferSender.builder(pool, Kv.identity()).clock(clock)
+                .descriptorTimeout(Duration.ofSeconds(60)), link);
+            final OutgoingTransfer t = offer(pool, sender, 9);
             // the receiver's descriptor never arrived; it aborts slot 0 generation 1 and cancels request 9
             link.inject(new Message.Abort(0, 1, Message.Abort.RECEIVER_FAILED, "timeout"))
                 .inject(new Message.Cancel(9, Message.Cancel.ABORTED, "timeout"))
@@ -132,10 +127,7 @@ class CancelUnderPoolPressureTest {
             clock.advanceMillis(60_001);
             sender.doWork();
             assertEquals(1, sender.metrics().cancelsIgnored(), "not offered within the descriptor timeout: dropped");
-            final Sequence late = pool.admit(TOKENS, 0).sequence();
-            late.append(TOKENS);
-            final OutgoingTransfer offeredLate = sender.offer(12345, late);
-            late.close();
+            final OutgoingTransfer offeredLate = offer(pool, sender, 12345);
             assertEquals(OutgoingTransfer.State.WAITING, offeredLate.state(), "a CANCEL that expired ends nothing");
             sender.abort(offeredLate, "test over");
             sender.doWork();
@@ -147,23 +139,14 @@ class CancelUnderPoolPressureTest {
     void aCancelThatComesBeforeItsOfferEndsTheOfferWhenItComes() {
         // decode refused request 9 while prefill was still computing it: the CANCEL is there before the offer
         try (KvPool pool = Kv.pool(16)) {
-            final TransferSender sender = TransferSender.builder(pool, Kv.identity()).clock(new ManualClock()).build();
             final ScriptedLink link = new ScriptedLink();
-            sender.addPeer(link);
-            link.hello(Kv.identity());
-            sender.doWork();
+            final TransferSender sender = linkedSender(TransferSender.builder(pool, Kv.identity()).clock(new ManualClock()), link);
             link.inject(new Message.Cancel(9, Message.Cancel.REJECTED, "decode pool full"));
             sender.doWork();
             assertEquals(0, sender.metrics().cancelled());
 
-            final Sequence src = pool.admit(TOKENS, 0).sequence();
-            src.append(TOKENS);
-            final OutgoingTransfer t = sender.offer(9, src);
-            final Sequence other = pool.admit(TOKENS, 0).sequence();
-            other.append(TOKENS);
-            final OutgoingTransfer u = sender.offer(10, other);
-            src.close();
-            other.close();
+            final OutgoingTransfer t = offer(pool, sender, 9);
+            final OutgoingTransfer u = offer(pool, sender, 10);
             assertEquals(OutgoingTransfer.State.DRAINED, t.state(), t::toString);
             assertTrue(t.failure().contains("decode pool full") && t.failure().contains("before it was offered"), t::failure);
             assertEquals(1, sender.metrics().cancelled());
@@ -180,15 +163,9 @@ class CancelUnderPoolPressureTest {
     @Test
     void aCancelWhileWritingReleasesOnlyOnceEveryWriteIsTerminal() {
         try (KvPool pool = Kv.pool(16)) {
-            final TransferSender sender = TransferSender.builder(pool, Kv.identity()).clock(new ManualClock()).build();
             final ScriptedLink link = new ScriptedLink();
-            sender.addPeer(link);
-            link.hello(Kv.identity());
-            sender.doWork();
-            final Sequence src = pool.admit(TOKENS, 0).sequence();
-            src.append(TOKENS);
-            final OutgoingTransfer t = sender.offer(9, src);
-            src.close();
+            final TransferSender sender = linkedSender(TransferSender.builder(pool, Kv.identity()).clock(new ManualClock()), link);
+            final OutgoingTransfer t = offer(pool, sender, 9);
             link.inject(new Message.Descriptor(9, 0, 1, TOKENS, Kv.LAYOUT.fingerprint(), 1, 0, new long[PAGES_PER_REQUEST],
                 new byte[] {0}));
             sender.doWork();
@@ -210,5 +187,23 @@ class CancelUnderPoolPressureTest {
             assertEquals(0, pool.snapshot().owned(), "released once every write was terminal");
             sender.close();
         }
+    }
+
+    /** A sender on a {@link ScriptedLink} whose HELLO has been answered (the receiver's side is scripted). */
+    private static TransferSender linkedSender(TransferSender.Builder b, ScriptedLink link) {
+        final TransferSender sender = b.build();
+        sender.addPeer(link);
+        link.hello(Kv.identity());
+        sender.doWork();
+        return sender;
+    }
+
+    /** Offers request {@code id}, {@link #TOKENS} tokens of freshly written pages; the offer holds them. */
+    private static OutgoingTransfer offer(KvPool pool, TransferSender sender, long id) {
+        final Sequence src = pool.admit(TOKENS, 0).sequence();
+        src.append(TOKENS);
+        final OutgoingTransfer t = sender.offer(id, src);
+        src.close();
+        return t;
     }
 }
