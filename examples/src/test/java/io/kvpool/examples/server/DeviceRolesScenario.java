@@ -1,6 +1,5 @@
 package io.kvpool.examples.server;
 
-import java.net.ServerSocket;
 import java.nio.file.Path;
 import java.time.Duration;
 import java.util.concurrent.ExecutorService;
@@ -24,10 +23,7 @@ final class DeviceRolesScenario {
 
     /** Runs the scenario with the role children started through {@code main}. */
     static void run(Class<?> main, Path dir, String where) throws Exception {
-        final int prefillPort;
-        try (ServerSocket s = new ServerSocket(0)) {
-            prefillPort = s.getLocalPort();
-        }
+        final int prefillPort = FixedPort.belowEphemeralRange();
         final String[] args = {"--device", "cuda", "--work-dir", dir.toString(), "--context", "512", "--prefill-pages", "64",
             "--decode-pages", "128", "--token-delay-ms", "0", "--transfer-timeout-ms", "30000", "--reconnect-ms", "50"};
         final ExecutorService pool = Executors.newVirtualThreadPerTaskExecutor();

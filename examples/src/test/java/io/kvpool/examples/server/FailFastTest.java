@@ -100,10 +100,7 @@ class FailFastTest {
 
     @Test
     void anAbortIsSentWithoutWaitingAndDeliveredOnceTheRoleIsBack() throws Exception {
-        final int port;
-        try (ServerSocket s = new ServerSocket(0, 1, InetAddress.getLoopbackAddress())) {
-            port = s.getLocalPort();
-        }
+        final int port = FixedPort.belowEphemeralRange();
         final URI down = URI.create("http://127.0.0.1:" + port + "/");
         try (PrefillService remote = RemoteFixtures.prefill(down, TestClient.JSON);
              Frozen frozen = new Frozen();

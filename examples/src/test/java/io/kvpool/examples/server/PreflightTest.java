@@ -8,8 +8,6 @@ import org.junit.jupiter.api.io.TempDir;
 
 import java.io.ByteArrayOutputStream;
 import java.io.PrintStream;
-import java.net.InetAddress;
-import java.net.ServerSocket;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;
@@ -105,10 +103,7 @@ class PreflightTest {
 
     @Test
     void aRoleThatComesBackAsAnotherEnvironmentIsRefusedNamingTheMismatch() throws Exception {
-        final int port;
-        try (ServerSocket s = new ServerSocket(0, 1, InetAddress.getLoopbackAddress())) {
-            port = s.getLocalPort();
-        }
+        final int port = FixedPort.belowEphemeralRange();
         try (RoleServer decode = RoleServer.start(ServerTests.small().role(Topology.Role.DECODE).workDir(dir).build())) {
             RoleServer prefill = RoleServer.start(ServerTests.small().role(Topology.Role.PREFILL).workDir(dir).port(port).build());
             try (KvServer router = KvServer.start(routerOver(prefill, decode, false))) {

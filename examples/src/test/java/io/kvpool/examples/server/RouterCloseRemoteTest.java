@@ -4,7 +4,6 @@ import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
 import org.junit.jupiter.api.io.TempDir;
 
-import java.net.ServerSocket;
 import java.nio.file.Path;
 import java.time.Duration;
 import java.util.concurrent.ExecutorService;
@@ -29,10 +28,7 @@ class RouterCloseRemoteTest {
 
     @Test
     void aRouterClosingMidTransferAnswers503ServerClosing() throws Exception {
-        final int prefillPort;
-        try (ServerSocket s = new ServerSocket(0)) {
-            prefillPort = s.getLocalPort();
-        }
+        final int prefillPort = FixedPort.belowEphemeralRange();
         final String[] args = {"--work-dir", dir.toString(), "--context", "512", "--prefill-pages", "64", "--decode-pages", "128",
             "--token-delay-ms", "0", "--transfer-timeout-ms", "30000", "--reconnect-ms", "50"};
         final String[] prefillArgs = java.util.Arrays.copyOf(args, args.length + 2);

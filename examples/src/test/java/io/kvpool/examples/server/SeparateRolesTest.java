@@ -14,7 +14,6 @@ import org.junit.jupiter.api.Timeout;
 import org.junit.jupiter.api.io.TempDir;
 
 import java.io.IOException;
-import java.net.ServerSocket;
 import java.net.Socket;
 import java.nio.file.Path;
 import java.time.Duration;
@@ -61,10 +60,7 @@ class SeparateRolesTest {
 
     @BeforeAll
     static void start() throws Exception {
-        final int prefillPort;
-        try (ServerSocket s = new ServerSocket(0)) {
-            prefillPort = s.getLocalPort(); // fixed, so that a restarted prefill process is where the router looks
-        }
+        final int prefillPort = FixedPort.belowEphemeralRange(); // fixed, so that a restarted prefill process is where the router looks
         // prefill connects (and reconnects) to decode's socket on its own
         roles = ThreeProcesses.start(dir, roleArgs(), roleArgs("--port", Integer.toString(prefillPort)), WAIT);
         assertEquals("shm:" + dir.resolve("transfer.sock"), roles.decode.kvLink());
