@@ -60,7 +60,8 @@ public final class TransferSender extends TransferEndpoint {
     /**
      * CANCELs that came before their request's offer (decode refused it while prefill was still computing), by request
      * id: the offer ends at once when it comes. Each is kept for the descriptor timeout, and at most
-     * {@link #MAX_EARLY_CANCELS} at a time.
+     * {@link #MAX_EARLY_CANCELS} at a time. A later descriptor for the same request drops it: the receiver took the
+     * request after all. A link that goes down keeps its CANCELs: the receiver still refused the request.
      */
     private final Long2ObjectHashMap<EarlyCancel> cancelledEarly = new Long2ObjectHashMap<>();
     static final int MAX_EARLY_CANCELS = 65_536;
@@ -136,6 +137,7 @@ public final class TransferSender extends TransferEndpoint {
         }
         this.drainDeadlineNanos = b.drainDeadline.toNanos();
         this.descriptorTimeoutNanos = b.descriptorTimeout.toNanos();
+        this.nextEarlyCancelPurge = clock.nanoTime(); // not 0: nanoTime's origin may lie in the future
     }
 
     /**
@@ -222,7 +224,9 @@ public final class TransferSender extends TransferEndpoint {
         t.deadline = clock.nanoTime() + descriptorTimeoutNanos;
         active.add(t);
         final EarlyCancel ec = cancelledEarly.remove(requestId);
-        if (ec != null) { // the receiver refused the request before we offered it: release now, not at the timeout
+        if (ec != null && clock.nanoTime() - ec.expires() >= 0) {
+            metrics.cancelsIgnored.increment(); // expired, not purged yet: as if it had been
+        } else if (ec != null) { // the receiver refused the request before we offered it: release now, not at the timeout
             t.failure = ec.why() + " (before it was offered)";
             t.state = OutgoingTransfer.State.FAILING;
             metrics.cancelled.increment();
@@ -299,6 +303,9 @@ public final class TransferSender extends TransferEndpoint {
         final OutgoingTransfer t = offers.get(d.requestId());
         if (t == null) {
             seen(p, d.transferId(), d.generation(), d.senderRank(), true, 0, 0); // nothing posted yet
+            if (cancelledEarly.remove(d.requestId()) != null) {
+                metrics.cancelsIgnored.increment(); // the receiver asks for the request again: its CANCEL is stale
+            }
             final PendingDescriptor old = early.put(d.requestId(), new PendingDescriptor(p, d));
             if (old != null) {
                 refuse(old.peer, old.d.transferId(), old.d.generation(), old.d.senderRank(), "superseded by a newer descriptor");
@@ -402,7 +409,7 @@ public final class TransferSender extends TransferEndpoint {
             && (t.state == OutgoingTransfer.State.WRITING || t.state == OutgoingTransfer.State.FLUSHING)) {
             metrics.cancelled.increment();
             fail(t, why, false, 0);
-        } else if (t == null && cancelledEarly.size() < MAX_EARLY_CANCELS) {
+        } else if (t == null && (pd == null || pd.peer == p) && cancelledEarly.size() < MAX_EARLY_CANCELS) {
             // not offered yet: prefill may still be computing it. Kept so the offer ends when it comes
             cancelledEarly.put(c.requestId(), new EarlyCancel(why, clock.nanoTime() + descriptorTimeoutNanos));
         } else {

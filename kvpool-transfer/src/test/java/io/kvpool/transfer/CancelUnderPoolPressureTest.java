@@ -161,6 +161,64 @@ class CancelUnderPoolPressureTest {
     }
 
     @Test
+    void aDescriptorAfterACancelTakesTheRequestAgain() {
+        // decode refused request 9, then admitted it after all: its newer descriptor wins over the kept CANCEL
+        try (KvPool pool = Kv.pool(16)) {
+            final ScriptedLink link = new ScriptedLink();
+            final TransferSender sender = linkedSender(TransferSender.builder(pool, Kv.identity()).clock(new ManualClock()), link);
+            link.inject(new Message.Cancel(9, Message.Cancel.REJECTED, "decode pool full"));
+            link.inject(new Message.Descriptor(9, 0, 1, TOKENS, Kv.LAYOUT.fingerprint(), 1, 0, new long[PAGES_PER_REQUEST],
+                new byte[] {0}));
+            sender.doWork();
+            final OutgoingTransfer t = offer(pool, sender, 9);
+            assertEquals(OutgoingTransfer.State.WRITING, t.state(), t::toString);
+            assertEquals(1, sender.metrics().cancelsIgnored(), "the stale CANCEL is counted as ignored");
+            sender.abort(t, "test over");
+            sender.close();
+        }
+    }
+
+    @Test
+    void aCancelKeptPastTheDescriptorTimeoutDoesNotEndALaterOffer() {
+        try (KvPool pool = Kv.pool(16)) {
+            final ScriptedLink link = new ScriptedLink();
+            final ManualClock clock = new ManualClock();
+            final TransferSender sender = linkedSender(TransferSender.builder(pool, Kv.identity()).clock(clock)
+                .descriptorTimeout(Duration.ofSeconds(5)), link);
+            link.inject(new Message.Cancel(9, Message.Cancel.REJECTED, "decode pool full"));
+            sender.doWork();
+            clock.advanceMillis(5_000); // expired, and no duty cycle has purged it yet
+            final OutgoingTransfer t = offer(pool, sender, 9);
+            assertEquals(OutgoingTransfer.State.WAITING, t.state(), t::toString);
+            assertEquals(1, sender.metrics().cancelsIgnored());
+            sender.abort(t, "test over");
+            sender.close();
+        }
+    }
+
+    @Test
+    void aCancelFromAReceiverThatDidNotAskForTheRequestIsIgnored() {
+        // request 9's descriptor came from one receiver; another receiver's CANCEL for that id must not end it
+        try (KvPool pool = Kv.pool(16)) {
+            final ScriptedLink asked = new ScriptedLink(), other = new ScriptedLink();
+            final TransferSender sender = linkedSender(TransferSender.builder(pool, Kv.identity()).clock(new ManualClock()), asked);
+            sender.addPeer(other);
+            other.hello(Kv.identity());
+            sender.doWork();
+            asked.inject(new Message.Descriptor(9, 0, 1, TOKENS, Kv.LAYOUT.fingerprint(), 1, 0, new long[PAGES_PER_REQUEST],
+                new byte[] {0}));
+            sender.doWork();
+            other.inject(new Message.Cancel(9, Message.Cancel.REJECTED, "not mine"));
+            sender.doWork();
+            final OutgoingTransfer t = offer(pool, sender, 9);
+            assertEquals(OutgoingTransfer.State.WRITING, t.state(), t::toString);
+            assertEquals(1, sender.metrics().cancelsIgnored());
+            sender.abort(t, "test over");
+            sender.close();
+        }
+    }
+
+    @Test
     void aCancelWhileWritingReleasesOnlyOnceEveryWriteIsTerminal() {
         try (KvPool pool = Kv.pool(16)) {
             final ScriptedLink link = new ScriptedLink();
