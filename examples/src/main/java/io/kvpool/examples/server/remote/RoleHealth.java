@@ -158,7 +158,9 @@ final class RoleHealth implements AutoCloseable {
             return s.why();
         }
         try {
-            return c.result().get(left, TimeUnit.NANOSECONDS).why();
+            c.result().get(left, TimeUnit.NANOSECONDS);
+            // the merged reading, not the read's own: a read begun before a newer loss does not undo it
+            return state.get().why();
         } catch (TimeoutException e) {
             return s.why(); // the re-check is still waiting on the role: what we knew stands
         } catch (ExecutionException e) {

@@ -5,6 +5,7 @@ import com.sun.net.httpserver.HttpServer;
 import io.kvpool.examples.server.RoleServer;
 import io.kvpool.examples.server.ServerTests;
 import io.kvpool.examples.server.config.Topology;
+import io.kvpool.examples.server.Await;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
 import org.junit.jupiter.api.io.TempDir;
@@ -17,6 +18,8 @@ import java.net.http.HttpClient;
 import java.net.http.HttpRequest;
 import java.net.http.HttpResponse;
 import java.nio.file.Path;
+import java.time.Duration;
+import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicBoolean;
@@ -25,6 +28,7 @@ import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertNull;
 import static org.junit.jupiter.api.Assertions.assertTrue;
+import static org.junit.jupiter.api.Assumptions.assumeTrue;
 
 /**
  * What the router knows of a role: a call that finds the role lost marks it down, and only a status read that
@@ -38,54 +42,93 @@ class RoleHealthTest {
 
     @Test
     void aStatusReadBegunBeforeALossDoesNotUndoIt() throws Exception {
-        final byte[] status;
-        try (RoleServer prefill = RoleServer.start(ServerTests.small().role(Topology.Role.PREFILL).workDir(dir).build())) {
-            status = HttpClient.newHttpClient().send(HttpRequest.newBuilder(prefill.baseUri().resolve("internal/status")).build(),
-                HttpResponse.BodyHandlers.ofByteArray()).body();
-        }
-        // a role that answers its status as the real one did, and holds one read while the test says so
-        final AtomicBoolean holdNext = new AtomicBoolean();
-        final CountDownLatch held = new CountDownLatch(1), release = new CountDownLatch(1);
-        final HttpServer role = HttpServer.create(new InetSocketAddress(InetAddress.getLoopbackAddress(), 0), 0);
-        role.setExecutor(java.util.concurrent.Executors.newVirtualThreadPerTaskExecutor());
-        role.createContext("/internal/status", ex -> {
-            if (holdNext.compareAndSet(true, false)) {
-                held.countDown();
-                try {
-                    release.await();
-                } catch (InterruptedException e) {
-                    Thread.currentThread().interrupt();
-                }
-            }
-            ex.sendResponseHeaders(200, status.length);
-            try (OutputStream o = ex.getResponseBody()) {
-                o.write(status);
-            }
-        });
-        role.start();
-        final URI base = URI.create("http://127.0.0.1:" + role.getAddress().getPort() + "/");
-        try (RoleClient calls = new RoleClient("prefill", base, new ObjectMapper());
+        try (HeldRole role = new HeldRole(dir);
+             RoleClient calls = new RoleClient("prefill", role.base, new ObjectMapper());
              RoleHealth health = new RoleHealth(calls, "prefill", false)) {
-            io.kvpool.examples.server.Await.until(() -> health.state() != null && health.state().ready(),
-                java.time.Duration.ofSeconds(10), () -> "the first probe: " + health.state());
+            Await.until(() -> health.state() != null && health.state().ready(), Duration.ofSeconds(10), () -> "the first probe: " + health.state());
 
-            holdNext.set(true);
-            assertTrue(held.await(10, TimeUnit.SECONDS), "the next probe's read reached the role");
+            role.holdNext.set(true);
+            assertTrue(role.held.await(10, TimeUnit.SECONDS), "the next probe's read reached the role");
             final RoleHealth.Check underWay = health.check(); // joins the held read
             health.lost("connection reset by the role");
-            release.countDown();
+            role.release.countDown();
             final RoleHealth.State read = underWay.result().get(10, TimeUnit.SECONDS);
             assertTrue(read.ready(), "the held read itself found the role ready: " + read);
             assertEquals("connection reset by the role", health.state().why(), "the loss, newer than the read's start, stands");
             assertFalse(health.state().ready());
 
             // the next read begins after the loss: it may say ready again
-            io.kvpool.examples.server.Await.until(() -> health.state().ready(), java.time.Duration.ofSeconds(10),
-                () -> "a read begun after the loss: " + health.state());
+            Await.until(() -> health.state().ready(), Duration.ofSeconds(10), () -> "a read begun after the loss: " + health.state());
             assertNull(health.unavailable());
-        } finally {
+        }
+    }
+
+    @Test
+    void aRequestThatJoinsAReadBegunBeforeALossIsToldTheLoss() throws Exception {
+        try (HeldRole role = new HeldRole(dir);
+             RoleClient calls = new RoleClient("prefill", role.base, new ObjectMapper());
+             RoleHealth health = new RoleHealth(calls, "prefill", false)) {
+            Await.until(() -> health.state() != null && health.state().ready(), Duration.ofSeconds(10), () -> "the first probe: " + health.state());
+
+            role.holdNext.set(true);
+            assertTrue(role.held.await(10, TimeUnit.SECONDS), "the next probe's read reached the role");
+            final RoleHealth.Check underWay = health.check();
+            health.lost("connection reset by the role");
+            final CompletableFuture<String> answer = CompletableFuture.supplyAsync(() -> {
+                try {
+                    return health.unavailable(); // joins the held read, which began before the loss
+                } catch (InterruptedException e) {
+                    throw new IllegalStateException(e);
+                }
+            });
+            role.release.countDown();
+            final RoleHealth.State read = underWay.result().get(10, TimeUnit.SECONDS);
+            final long readTookNanos = System.nanoTime() - underWay.startedAt();
+            final String why = answer.get(10, TimeUnit.SECONDS);
+            assumeTrue(readTookNanos < RoleHealth.RECHECK_WAIT.toNanos(),
+                () -> "the held read took " + readTookNanos / 1_000_000 + " ms, past the re-check wait: the request did not join it");
+            assertTrue(read.ready(), "the joined read itself found the role ready: " + read);
+            assertEquals("connection reset by the role", why, "the request is told what the router knows, not the older read");
+        }
+    }
+
+    /** A role that answers its status as a real prefill did, and holds one read while the test says so. */
+    private static final class HeldRole implements AutoCloseable {
+        final AtomicBoolean holdNext = new AtomicBoolean();
+        final CountDownLatch held = new CountDownLatch(1), release = new CountDownLatch(1);
+        final HttpServer server;
+        final URI base;
+
+        HeldRole(Path dir) throws Exception {
+            final byte[] status;
+            try (RoleServer prefill = RoleServer.start(ServerTests.small().role(Topology.Role.PREFILL).workDir(dir).build())) {
+                status = HttpClient.newHttpClient().send(HttpRequest.newBuilder(prefill.baseUri().resolve("internal/status")).build(),
+                    HttpResponse.BodyHandlers.ofByteArray()).body();
+            }
+            server = HttpServer.create(new InetSocketAddress(InetAddress.getLoopbackAddress(), 0), 0);
+            server.setExecutor(java.util.concurrent.Executors.newVirtualThreadPerTaskExecutor());
+            server.createContext("/internal/status", ex -> {
+                if (holdNext.compareAndSet(true, false)) {
+                    held.countDown();
+                    try {
+                        release.await();
+                    } catch (InterruptedException e) {
+                        Thread.currentThread().interrupt();
+                    }
+                }
+                ex.sendResponseHeaders(200, status.length);
+                try (OutputStream o = ex.getResponseBody()) {
+                    o.write(status);
+                }
+            });
+            server.start();
+            base = URI.create("http://127.0.0.1:" + server.getAddress().getPort() + "/");
+        }
+
+        @Override
+        public void close() {
             release.countDown();
-            role.stop(0);
+            server.stop(0);
         }
     }
 }
