@@ -7,17 +7,20 @@ import io.kvpool.examples.server.role.RoleRefusedException;
 import java.time.Duration;
 import java.util.Map;
 import java.util.Objects;
+import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicInteger;
 import java.util.concurrent.atomic.LongAdder;
 
 /**
  * The router's half of a paired abort to a role process, delivered without making the client wait: {@link #send}
  * returns at once, and a virtual thread posts {@code POST /internal/abort}, retrying (50 ms, doubling to 1 s) until
- * the role takes it (204), refuses it for good (a 4xx: {@link RoleRefusedException}), or is declared gone — it has
+ * the role takes it (204), refuses it for good (a 4xx), or is declared gone — it has
  * not taken it for {@link #GIVE_UP} (a role process gone that long lost what it held with it; one that was only
  * cut off has long dropped the request itself: its transfer deadlines are shorter). At most {@link #MAX_POSTS} posts
  * are under way at once, so the aborts that piled up while a role was gone reach it paced when it is back, not all
- * in the same second. Thread-safe.
+ * in the same second. A role that failed the call (a 5xx) is retried like one that is away: its failure may pass.
+ * Thread-safe.
  */
 final class AbortDelivery implements AutoCloseable {
 
@@ -31,6 +34,8 @@ final class AbortDelivery implements AutoCloseable {
     static final int MAX_POSTS = 8;
     /** How long {@link #close(Duration)} waits for the last tries it asked for (each one call). */
     private static final long LAST_TRY_WAIT_MS = 1_000;
+    /** How often a deliverer waiting for a turn looks whether close asked for the last tries. */
+    private static final long TURN_POLL_MS = 20;
 
     private final RoleClient client;
     private final RoleHealth health;
@@ -39,9 +44,8 @@ final class AbortDelivery implements AutoCloseable {
     private final LongAdder retries = new LongAdder();
     private final LongAdder abandoned = new LongAdder();
     private final java.util.concurrent.Semaphore posts = new java.util.concurrent.Semaphore(MAX_POSTS);
-    /** Deliverers waiting between tries: close wakes them for their last try. */
-    private final java.util.Set<Thread> waiting = java.util.concurrent.ConcurrentHashMap.newKeySet();
-    private volatile boolean closing;
+    /** Opened by close: deliverers waiting for a turn or between tries go for their last try at once. */
+    private final CountDownLatch closing = new CountDownLatch(1);
 
     /** @param health told when the role is found unreachable, or {@code null} */
     AbortDelivery(RoleClient client, RoleHealth health) {
@@ -66,22 +70,18 @@ final class AbortDelivery implements AutoCloseable {
         final long giveUpAt = System.nanoTime() + GIVE_UP.toNanos();
         long wait = FIRST_RETRY_MS;
         while (true) {
-            final boolean last = closing; // a try begun once close asked for the last ones is the last
-            boolean permit = false;
-            try {
-                posts.acquire();
-                permit = true;
-            } catch (InterruptedException e) { // woken by close while waiting for a turn: its last try goes now
-            }
+            final boolean permit = awaitTurn();
+            final boolean last = closing.getCount() == 0; // a try begun once close asked for the last ones is the last
             try {
                 client.post("internal/abort", body);
                 delivered.increment();
                 return;
-            } catch (RoleRefusedException e) { // it will never take this abort
-                abandoned.increment();
-                LOG.log(System.Logger.Level.WARNING, "abort of request " + requestId + " refused: " + e.getMessage());
-                return;
             } catch (RuntimeException e) {
+                if (e instanceof RoleRefusedException r && r.status() / 100 == 4) { // it will never take this abort
+                    abandoned.increment();
+                    LOG.log(System.Logger.Level.WARNING, "abort of request " + requestId + " refused: " + e.getMessage());
+                    return;
+                }
                 if (e instanceof RoleLostException && health != null) {
                     health.lost(e.getMessage());
                 }
@@ -97,17 +97,36 @@ final class AbortDelivery implements AutoCloseable {
                     posts.release();
                 }
             }
-            final Thread me = Thread.currentThread();
-            waiting.add(me); // before reading closing: a close after this read interrupts the sleep below
-            try {
-                if (!closing) {
-                    Thread.sleep(wait);
-                }
-            } catch (InterruptedException ie) { // close woke us: one last try now
-            } finally {
-                waiting.remove(me);
-            }
+            awaitClosing(wait);
             wait = Math.min(MAX_RETRY_MS, wait * 2);
+        }
+    }
+
+    /**
+     * Waits for one of the {@link #MAX_POSTS} turns. Not interruptible by close: close opens {@code closing}, and a
+     * deliverer waiting then goes without a turn, since the router is stopping and its client closes next.
+     *
+     * @return whether a turn was taken (release it after the post)
+     */
+    private boolean awaitTurn() {
+        try {
+            while (closing.getCount() > 0) {
+                if (posts.tryAcquire(TURN_POLL_MS, TimeUnit.MILLISECONDS)) {
+                    return true;
+                }
+            }
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt(); // nobody interrupts deliverers but a JVM going down: try once, no turn
+        }
+        return false;
+    }
+
+    /** Sleeps {@code ms}, or less if close asks for the last tries. */
+    private void awaitClosing(long ms) {
+        try {
+            closing.await(ms, TimeUnit.MILLISECONDS);
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
         }
     }
 
@@ -132,13 +151,13 @@ final class AbortDelivery implements AutoCloseable {
     }
 
     /**
-     * Waits up to {@code drain} for what is pending, then has each abort still pending try once more at once and waits
-     * up to a second for those tries: the caller may close the client when this returns. What fails then is given up.
+     * Waits up to {@code drain} for what is pending, then has each abort still pending try once more at once, without
+     * waiting for a turn, and waits up to a second for those tries. The caller closes the client when this returns: a
+     * last try still under way then fails, and like every last try that fails it is given up (logged, counted).
      */
     void close(Duration drain) {
         awaitPending(System.nanoTime() + drain.toNanos());
-        closing = true;
-        waiting.forEach(Thread::interrupt);
+        closing.countDown();
         awaitPending(System.nanoTime() + LAST_TRY_WAIT_MS * 1_000_000L);
     }
 

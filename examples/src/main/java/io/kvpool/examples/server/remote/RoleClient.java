@@ -58,7 +58,7 @@ public final class RoleClient implements AutoCloseable {
      * @throws RoleLostException     if the role cannot be reached or does not answer within {@link #CALL_TIMEOUT}
      * @throws IllegalStateException if it answers with an error status (its message included); a
      *                               {@link DuplicateRequestException} for a 409 {@value DuplicateRequestException#REASON},
-     *                               a {@link RoleRefusedException} for any other 4xx
+     *                               a {@link RoleRefusedException} for any other 4xx and for a 5xx other than 503
      */
     JsonNode post(String path, Object body) {
         final HttpResponse<byte[]> r = send(request(path, CALL_TIMEOUT).POST(publish(body)).build(), HttpResponse.BodyHandlers.ofByteArray());

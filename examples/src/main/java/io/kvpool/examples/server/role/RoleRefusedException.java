@@ -1,10 +1,12 @@
 package io.kvpool.examples.server.role;
 
 /**
- * A role process answered the router's internal call with a 4xx (other than a duplicate id's 409): the router sent
- * something the role will never take — a malformed call, a path or method it does not serve (another build, a wrong
- * URL). Waiting does not change that, so the router answers it as a 502 <b>without</b> {@code Retry-After}, unlike a
- * role that is unreachable or closing ({@link RoleLostException}, 503).
+ * A role process answered the router's internal call with an error that says the role is up: a 4xx other than a
+ * duplicate id's 409 (the role refused the call: malformed, or a path or method it does not serve, as in another build
+ * or a wrong URL), or a 5xx other than 503 (the role took the call and failed it). The router answers the client a 502
+ * <b>without</b> {@code Retry-After} and does not mark the role down, unlike a role that is unreachable or closing
+ * ({@link RoleLostException}, 503). A 4xx never turns into a success on retry; a 5xx may, so background work such as
+ * abort delivery retries it.
  */
 public final class RoleRefusedException extends IllegalStateException {
     private static final long serialVersionUID = 1L;

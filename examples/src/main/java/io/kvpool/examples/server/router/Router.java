@@ -384,7 +384,6 @@ public final class Router implements AutoCloseable {
             + config.requestTimeout().toMillis() + " ms", Map.of("request_id", id, "request_timeout_ms", config.requestTimeout().toMillis()), 0);
     }
 
-    /** A role refused the router's call itself (a 4xx): permanent, so a 502 without {@code Retry-After}. */
     /** A role refused the call (4xx: 502 {@code role_refused}) or failed it (5xx but 503: 502 {@code role_error}); no retry. */
     private ApiError refusedByRole(RoleRefusedException e) {
         final String reason = e.status() / 100 == 4 ? "role_refused" : "role_error";

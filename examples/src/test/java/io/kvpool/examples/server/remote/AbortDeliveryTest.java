@@ -24,7 +24,7 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 @Timeout(value = 60, unit = TimeUnit.SECONDS)
 class AbortDeliveryTest {
 
-    /** A role whose {@code /internal/abort} answers 503 (closing) until {@link #up}, each answer after a short pause. */
+    /** A role whose {@code /internal/abort} answers {@code downStatus} until {@link #up}, each answer after a short pause. */
     static final class Role implements AutoCloseable {
         final HttpServer server;
         final AtomicBoolean up = new AtomicBoolean();
@@ -32,6 +32,10 @@ class AbortDeliveryTest {
         final AtomicInteger taken = new AtomicInteger();
 
         Role(long pauseMs) throws IOException {
+            this(pauseMs, 503); // closing
+        }
+
+        Role(long pauseMs, int downStatus) throws IOException {
             server = HttpServer.create(new InetSocketAddress(InetAddress.getLoopbackAddress(), 0), 0);
             server.setExecutor(java.util.concurrent.Executors.newVirtualThreadPerTaskExecutor());
             server.createContext("/internal/abort", ex -> {
@@ -52,7 +56,7 @@ class AbortDeliveryTest {
                 }
                 final byte[] b = "{\"error\":{\"type\":\"service_unavailable\",\"reason\":\"closing\",\"message\":\"closing\"}}"
                     .getBytes(StandardCharsets.UTF_8);
-                ex.sendResponseHeaders(503, b.length);
+                ex.sendResponseHeaders(downStatus, b.length);
                 try (OutputStream o = ex.getResponseBody()) {
                     o.write(b);
                 }
@@ -83,6 +87,54 @@ class AbortDeliveryTest {
             assertEquals(1, aborts.delivered(), "the last try went before close returned");
             assertEquals(1, role.taken.get());
             assertEquals(0, aborts.pending());
+        }
+    }
+
+    @Test
+    void anAbortTheRoleFailedWithA5xxIsRetriedUntilTaken() throws Exception {
+        for (int failed : new int[] {500, 502, 504}) {
+            try (Role role = new Role(0, failed)) {
+                final RoleClient client = new RoleClient("prefill", role.base(), new ObjectMapper());
+                final AbortDelivery aborts = new AbortDelivery(client, null);
+                aborts.send(7, "the client left");
+                Await.until(() -> role.attempts.get() >= 2, Duration.ofSeconds(10), () -> "a second try after a " + failed);
+                role.up.set(true);
+                Await.until(() -> aborts.delivered() == 1, Duration.ofSeconds(10),
+                    () -> "delivered after " + failed + "s; abandoned " + aborts.abandoned());
+                assertEquals(0, aborts.abandoned());
+                aborts.close(Duration.ZERO);
+                client.close();
+            }
+        }
+    }
+
+    @Test
+    void anAbortTheRoleRefusedWithA4xxIsNotRetried() throws Exception {
+        try (Role role = new Role(0, 400)) {
+            final RoleClient client = new RoleClient("prefill", role.base(), new ObjectMapper());
+            final AbortDelivery aborts = new AbortDelivery(client, null);
+            aborts.send(7, "the client left");
+            Await.until(() -> aborts.abandoned() == 1, Duration.ofSeconds(10), () -> "given up after the 400");
+            assertEquals(1, role.attempts.get(), "one try: a 400 will never turn into a 204");
+            aborts.close(Duration.ZERO);
+            client.close();
+        }
+    }
+
+    @Test
+    void anAbortWaitingForATurnAtCloseGoesAtOnce() throws Exception {
+        try (Role role = new Role(3_000)) { // each answer takes 3 s: the turns stay taken
+            final RoleClient client = new RoleClient("prefill", role.base(), new ObjectMapper());
+            final AbortDelivery aborts = new AbortDelivery(client, null);
+            for (int i = 1; i <= AbortDelivery.MAX_POSTS + 1; i++) {
+                aborts.send(i, "the client left");
+            }
+            Await.until(() -> role.inFlight.get() == AbortDelivery.MAX_POSTS, Duration.ofSeconds(10), () -> "every turn taken");
+            final Thread closer = Thread.ofVirtual().start(() -> aborts.close(Duration.ZERO));
+            Await.until(() -> role.attempts.get() == AbortDelivery.MAX_POSTS + 1, Duration.ofMillis(1_500),
+                () -> "the abort waiting for a turn to try at once; " + role.attempts + " tries reached the role");
+            closer.join();
+            client.close();
         }
     }
 
