@@ -259,7 +259,9 @@ public final class TransferReceiver extends TransferEndpoint {
                 return t;
             } catch (RuntimeException e) {
                 // the link is up but cannot register these pages (storage it cannot reach, more pages than its key
-                // holds): a deployment fault that waiting does not cure, so not PEER_LOST, which callers retry
+                // holds, a link created to send only): a deployment fault that waiting does not cure, so not
+                // PEER_LOST, which callers retry. A UCX thread that did not answer in time lands here too: a wedged
+                // transport, which a retry on the same process would meet again
                 fail(t, FailureReason.ABORTED, "could not register " + (to - from) + " pages on " + p + ", which is up: " + e, now);
                 return t;
             }

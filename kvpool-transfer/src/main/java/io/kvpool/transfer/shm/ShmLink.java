@@ -636,14 +636,16 @@ public final class ShmLink implements PeerLink {
      *
      * @param storage must be the {@link MappedPageStorage} this link announced to the peer
      * @param slots   distinct slots, at most {@link #MAX_REGISTERED_SLOTS}
-     * @throws LinkFailedException      if the link is down or this side exposes no pool
+     * @throws LinkFailedException      if the link is down
+     * @throws IllegalStateException    if this side exposes no pool (the link was created to send only)
      * @throws IllegalArgumentException if the storage is another one, or a slot is out of range or repeated
      */
     @Override
     public Registration register(PageStorage storage, int[] slots) {
         ensureUp();
         if (local == null) {
-            throw new LinkFailedException(describe() + " exposes no mapped pool: create the link with one to receive");
+            // a deployment fault, not a lost link: the receiver counts it ABORTED, which callers do not retry
+            throw new IllegalStateException(describe() + " exposes no mapped pool: create the link with one to receive");
         }
         if (storage != local) {
             throw new IllegalArgumentException("register needs the mapped storage this link exposes (" + local + "), got " + storage);
