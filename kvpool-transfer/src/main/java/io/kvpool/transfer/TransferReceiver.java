@@ -46,7 +46,9 @@ import java.util.Set;
  * A suspect's link that is still up and cannot revoke the registration is <em>retired</em>, not torn down at once
  * ({@link Peer.State#RETIRING}): no new transfer starts on it, the transfers in flight on it finish (commit,
  * drain, or end quarantined themselves), and then it is torn down — the same teardown, the same proof, without
- * failing every other transfer on the link ({@link Builder#retireSuspectLinks}).
+ * failing every other transfer on the link ({@link Builder#retireSuspectLinks}). The link of a sender that speaks
+ * protocol version 1 or 2 is torn down at once instead: such a sender cannot be told of a retirement and would keep
+ * offering work on the link.
  * A sender whose valid COMPLETION arrived counts as confirmed: it sends one only after a flush proved
  * every write it posted was delivered. Nothing here frees a page on a timer.
  *
@@ -1057,7 +1059,8 @@ public final class TransferReceiver extends TransferEndpoint {
          * ({@link Peer#isUp()} is false, {@link Peer.State#RETIRING}: open a fresh link for new work), the transfers in
          * flight on it finish, then it is torn down and the teardown proves its quarantined pages free — or, with
          * false, torn down at once, failing every transfer on it with {@link FailureReason#PEER_LOST}. The proof is
-         * the same teardown either way.
+         * the same teardown either way. A sender that speaks protocol version 1 or 2 cannot be told of a retirement,
+         * so its link is torn down at once whatever this says.
          *
          * @param on whether to retire such a link rather than tear it down at once
          * @return this builder
