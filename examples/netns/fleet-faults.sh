@@ -90,6 +90,8 @@ trap cleanup EXIT
 # a signal ends the run as failed: "exit N" here runs the EXIT trap with that status (a bare trap on TERM would
 # run cleanup with the status of whatever command the signal interrupted, 0 after a sleep)
 trap 'exit 129' HUP; trap 'exit 130' INT; trap 'exit 143' TERM
+# bash runs a trap only once the foreground command ends: a long sleep waited on in the background ends at a signal
+pause() { sleep "$1" & wait $!; }
 
 # ---- the program: the example server's jar and its runtime dependencies, from the build in this tree
 java=${JAVA_HOME:-/usr/lib/jvm/temurin-25-jdk-amd64}/bin/java
@@ -103,11 +105,13 @@ main=io.kvpool.examples.server.KvServerMain
 
 # ---- the network
 for ns in "$R" "$P" "$D"; do
+  ip netns del "$ns" 2>/dev/null || true # a leftover of a killed run that had this PID
   ip netns add "$ns" || skip "cannot create network namespaces here (ip netns add failed)"
   created+=("$ns")
   ip -n "$ns" link set lo up
 done
 pair() { # pair NS_A NAME_A ADDR_A NS_B NAME_B ADDR_B
+  ip link del "$2" 2>/dev/null || true # likewise
   ip link add "$2" type veth peer name "$5" || skip "cannot create veth pairs here (ip link add … type veth failed)"
   veths+=("$2")
   ip link set "$2" netns "$1"; ip link set "$5" netns "$4"
@@ -213,7 +217,7 @@ recover() { # recover FAULT FAULT_MS SECONDS: after a heal, time until a probe c
     sleep 0.1
   done
   local left=$(( AFTER * 1000 - ($(now_ms) - start) ))
-  (( left > 0 )) && sleep "$(awk "BEGIN { print $left / 1000 }")"
+  (( left > 0 )) && pause "$(awk "BEGIN { print $left / 1000 }")"
   return 0
 }
 # A heal brings decode's end back first: prefill is the side that connects, and a connect made while only its own
@@ -226,29 +230,32 @@ link() {
   else ip -n "$P" link set "$KV_P" down; ip -n "$D" link set "$KV_D" down; fi
 }
 
-sleep "$WARM"
-echo "fleet-faults: fault 1: KV link down for ${DOWN1} s"; at=$(now_ms); link down; sleep "$DOWN1"; link up; recover "link down ${DOWN1} s" "$at" "$DOWN1"
-echo "fleet-faults: fault 2: KV link down for ${DOWN2} s"; at=$(now_ms); link down; sleep "$DOWN2"; link up; recover "link down ${DOWN2} s" "$at" "$DOWN2"
+pause "$WARM"
+echo "fleet-faults: fault 1: KV link down for ${DOWN1} s"; at=$(now_ms); link down; pause "$DOWN1"; link up; recover "link down ${DOWN1} s" "$at" "$DOWN1"
+echo "fleet-faults: fault 2: KV link down for ${DOWN2} s"; at=$(now_ms); link down; pause "$DOWN2"; link up; recover "link down ${DOWN2} s" "$at" "$DOWN2"
 echo "fleet-faults: fault 3: KV path blackholed for ${HOLE} s"
 at=$(now_ms); ip -n "$P" route add blackhole 10.231.3.2/32; ip -n "$D" route add blackhole 10.231.3.1/32
-sleep "$HOLE"
+pause "$HOLE"
 ip -n "$D" route del blackhole 10.231.3.1/32; ip -n "$P" route del blackhole 10.231.3.2/32 # decode's first, as in link()
 recover "blackhole ${HOLE} s" "$at" "$HOLE"
 echo "fleet-faults: fault 4: prefill frozen for ${FREEZE} s"
-active() { # active ROLE_URL: the role's transfers in flight, from its /internal/status (-1 if it does not answer)
-  ip netns exec "$R" curl -s -m 2 "$1internal/status" | grep -o '"active_transfers":[0-9]*' | head -1 | cut -d: -f2 || true
+gauge() { # gauge ROLE_URL NAME: one gauge of the role's /internal/status, or -1 if the role does not answer
+  local v
+  v=$(ip netns exec "$R" curl -s -m 2 "$1internal/status" | grep -o "\"$2\":[0-9]*" | head -1 | cut -d: -f2 || true)
+  echo "${v:--1}"
 }
-# freeze it with transfers in flight, so that puts are queued in the frozen process (the load keeps some there nearly
-# always; this waits for a moment that shows it)
+active() { gauge "$1" active_transfers; } # transfers not over (prefill: offers waiting for decode's descriptor too)
+# freeze it with writes posted and not yet terminal, so that puts are queued in the frozen process (the load keeps
+# some there nearly always; this waits for a moment that shows it)
 queued=0
 for _ in $(seq 1 50); do
-  queued=$(active http://10.231.1.2:8081/); queued=${queued:-0}
+  queued=$(gauge http://10.231.1.2:8081/ pages_in_flight)
   (( queued > 0 )) && break
   sleep 0.1
 done
-(( queued > 0 )) || { echo "fleet-faults: FAIL: prefill showed no transfer in flight to freeze in 5 s" >&2; fail=1; }
-at=$(now_ms); kill -STOP "$prefill_pid"; sleep "$FREEZE"; kill -CONT "$prefill_pid"
-echo "fleet-faults: prefill was frozen with $queued transfer(s) in flight"
+(( queued > 0 )) || { echo "fleet-faults: FAIL: prefill showed no page being written to freeze in 5 s" >&2; fail=1; }
+at=$(now_ms); kill -STOP "$prefill_pid"; pause "$FREEZE"; kill -CONT "$prefill_pid"
+echo "fleet-faults: prefill was frozen with $queued page(s) being written"
 recover "prefill frozen ${FREEZE} s" "$at" "$FREEZE"
 
 load_rc=0

@@ -67,6 +67,7 @@ class MetricsTest {
             assertEquals(0, m.get("kvpool_transfer_quarantined_pages{role=\"decode\"}"));
             assertEquals(1, m.get("kvpool_role_link_up{role=\"decode\"}"));
             assertEquals(1, m.get("kvpool_role_link_up{role=\"prefill\"}"));
+            assertEquals(0, m.get("kvpool_role_pages_in_flight{role=\"prefill\"}"), "every write is over");
             assertEquals(5, m.get("kvpool_role_events_total{event=\"transfers_completed\",role=\"prefill\"}"));
             assertEquals(5, m.get("kvpool_role_events_total{event=\"transfers_committed\",role=\"decode\"}"));
             assertEquals(15, m.get("kvpool_role_events_total{event=\"generated_tokens\",role=\"decode\"}"));

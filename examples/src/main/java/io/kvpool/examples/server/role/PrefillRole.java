@@ -66,6 +66,8 @@ public final class PrefillRole implements PrefillService, MeteredRole {
 
     // ---- any thread ----
     private volatile int active;
+    /** Pages the sender is writing now (posted, not yet terminal): read by status, written by the duty thread. */
+    private volatile long pagesInFlight;
     /** How long an abort of a request this role does not know is remembered (well past the router's call timeout). */
     public static final long REMEMBER_ABORTS_NANOS = java.util.concurrent.TimeUnit.SECONDS.toNanos(60);
     /** Aborts of requests not (yet) offered here, by id, with when they are forgotten. */
@@ -243,6 +245,7 @@ public final class PrefillRole implements PrefillService, MeteredRole {
             }
         }
         active = sender.activeTransfers();
+        pagesInFlight = sender.pagesInFlight();
         return n;
     }
 
@@ -307,6 +310,7 @@ public final class PrefillRole implements PrefillService, MeteredRole {
             }
         }
         active = sender.activeTransfers();
+        pagesInFlight = sender.pagesInFlight();
         linkUp = false;
     }
 
@@ -339,6 +343,7 @@ public final class PrefillRole implements PrefillService, MeteredRole {
         final Map<String, Long> g = new LinkedHashMap<>();
         g.put(RoleStatus.ACTIVE_TRANSFERS, (long) active);
         g.put(RoleStatus.LINK_UP, linkUp ? 1L : 0L);
+        g.put(RoleStatus.PAGES_IN_FLIGHT, pagesInFlight);
         return new RoleStatus(ROLE, PoolView.of(ROLE, pool).withHolders(holders.snapshot()), c, g);
     }
 

@@ -16,7 +16,8 @@ import java.util.Objects;
  * @param role     "prefill" or "decode"
  * @param pool     its pool's page map and counters (an empty map of 0 pages when unreachable)
  * @param counters the role's own counters by name (transfers, aborts ...), each only ever growing
- * @param gauges   the role's gauges now by name ({@link #ACTIVE_TRANSFERS}, {@link #LINK_UP}, {@link #HELD_SEQUENCES})
+ * @param gauges   the role's gauges now by name ({@link #ACTIVE_TRANSFERS}, {@link #LINK_UP}, {@link #HELD_SEQUENCES},
+ *                 {@link #PAGES_IN_FLIGHT})
  * @param down     why the router could not read the role's status, or {@code null} when it did
  */
 public record RoleStatus(String role, PoolView pool, Map<String, Long> counters, Map<String, Long> gauges, String down) {
@@ -27,6 +28,8 @@ public record RoleStatus(String role, PoolView pool, Map<String, Long> counters,
     public static final String LINK_UP = "link_up";
     /** Gauge (decode only): committed sequences decode holds. */
     public static final String HELD_SEQUENCES = "held_sequences";
+    /** Gauge (prefill only): pages it is writing to decode now, posted and not yet terminal. */
+    public static final String PAGES_IN_FLIGHT = "pages_in_flight";
 
     public RoleStatus {
         Objects.requireNonNull(role, "role");
