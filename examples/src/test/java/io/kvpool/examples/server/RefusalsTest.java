@@ -103,7 +103,7 @@ class RefusalsTest {
         try (KvServer router = KvServer.start(ServerTests.small().topology(Topology.DEFAULT.withRole(Topology.Role.ROUTER)
             .withUrls(URI.create("http://127.0.0.1:" + prefill.getAddress().getPort() + "/"),
                 URI.create("http://127.0.0.1:" + decode.getAddress().getPort() + "/"))).build())) {
-            for (int i = 0; i < 2; i++) { // the second finds prefill still up: a 500 is not a lost role
+            for (int i = 0; i < 2; i++) { // the second alike (RoleFailureHealthTest: the role is not marked down)
                 final TestClient.Response r = new TestClient(router).complete("alice", "hello", 2, false);
                 assertEquals(502, r.status(), r::body); // was 503 + Retry-After: 1, and the role marked down
                 assertNull(r.retryAfter(), r::body);
