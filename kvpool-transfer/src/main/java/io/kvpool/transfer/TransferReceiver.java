@@ -172,9 +172,53 @@ public final class TransferReceiver extends TransferEndpoint {
      *                                  {@link ReceiverMetrics#allocationFaults()}, not in started
      */
     public IncomingTransfer start(long requestId, int promptTokens, int maxNewTokens, int... senderPeers) {
+        return start(requestId, null, promptTokens, maxNewTokens, senderPeers);
+    }
+
+    /**
+     * Asks the senders for the KV of a request the pool admitted earlier: {@code admitted}, a sequence of this
+     * receiver's pool that holds no page yet, typically admitted before prefill computed, so that prefill computes
+     * nothing for a decode that has no room (a reservation). The receiver takes the sequence over whatever the
+     * outcome: on COMMITTED it is {@link IncomingTransfer#sequence()}, and a rejection or failure closes it.
+     *
+     * @param requestId    the request (keys checksums; must be the id the senders were offered)
+     * @param admitted     the admitted sequence, without pages; admitted for at least {@code promptTokens}
+     * @param promptTokens the tokens whose KV the senders hold
+     * @param senderPeers  the sender peers, as for {@link #start(long, int, int, int...)}
+     * @return the transfer, as {@link #start(long, int, int, int...)} returns it; REJECTED also when the sequence was
+     *         admitted for fewer than {@code promptTokens} tokens (a receiver never takes a prompt cut short)
+     * @throws IllegalArgumentException as {@link #start(long, int, int, int...)} does, and if {@code admitted} belongs to
+     *                                  another pool, is closed or holds pages (the sequence is not taken over then)
+     * @throws AllocationFaultException as {@link #start(long, int, int, int...)} does
+     */
+    public IncomingTransfer start(long requestId, Sequence admitted, int promptTokens, int... senderPeers) {
+        Objects.requireNonNull(admitted, "admitted");
+        if (admitted.pool() != pool || admitted.isClosed() || admitted.pageCount() != 0) {
+            throw new IllegalArgumentException("a reserved sequence must be an open sequence of this receiver's pool without "
+                + "pages; got " + admitted + (admitted.pool() != pool ? " of another pool" : ""));
+        }
+        return start(requestId, admitted, promptTokens, 0, senderPeers);
+    }
+
+    /** Both starts: {@code reserved} is the admitted sequence, or {@code null} to admit here. */
+    private IncomingTransfer start(long requestId, Sequence reserved, int promptTokens, int maxNewTokens, int[] senderPeers) {
         ensureOpen();
         final long now = clock.nanoTime();
         final IncomingTransfer t = new IncomingTransfer(requestId, promptTokens, maxNewTokens, senderPeers, now);
+        try {
+            return admitAndAsk(t, reserved, now);
+        } finally {
+            if (reserved != null && t.sequence != reserved) {
+                reserved.close(); // refused or rejected before it held pages: the reservation goes back now
+            }
+        }
+    }
+
+    private IncomingTransfer admitAndAsk(IncomingTransfer t, Sequence reserved, long now) {
+        final long requestId = t.requestId;
+        final int promptTokens = t.promptTokens;
+        final int maxNewTokens = t.maxNewTokens;
+        final int[] senderPeers = t.senderPeers;
         if (promptTokens < 1 || maxNewTokens < 0) {
             throw new IllegalArgumentException("promptTokens must be ≥ 1 and maxNewTokens ≥ 0, were " + promptTokens + " and " + maxNewTokens);
         }
@@ -208,15 +252,24 @@ public final class TransferReceiver extends TransferEndpoint {
         if (slot < 0) {
             return reject(t, FailureReason.REJECTED, "all " + slots.length + " transfer slots are busy; retry later");
         }
-        final Admission a = pool.admit(promptTokens, maxNewTokens);
-        t.admissionDecision = a.decision();
-        if (!a.admitted()) {
-            return reject(t, FailureReason.REJECTED, a.message());
+        final Sequence seq;
+        if (reserved == null) {
+            final Admission a = pool.admit(promptTokens, maxNewTokens);
+            t.admissionDecision = a.decision();
+            if (!a.admitted()) {
+                return reject(t, FailureReason.REJECTED, a.message());
+            }
+            seq = a.sequence();
+        } else if (reserved.admittedTokens() < promptTokens) {
+            return reject(t, FailureReason.REJECTED, "request " + requestId + " was admitted for " + reserved.admittedTokens()
+                + " tokens, its prompt has " + promptTokens);
+        } else {
+            t.admissionDecision = Admission.Decision.ADMITTED;
+            seq = reserved;
         }
-        final Sequence seq = a.sequence();
         // Admission (or, with ADMISSION_REJECTION off, its placeholder) decides what we can take: the
         // placeholder admits one token, and so the receiver expects one (the incident replay's stub).
-        final int expected = (int) Math.min(promptTokens, a.sequence().admittedTokens());
+        final int expected = (int) Math.min(promptTokens, seq.admittedTokens());
         try {
             pool.handles().appendPinned(seq, expected); // RECEIVING from the start: all or none
         } catch (PoolExhaustedException e) { // admission's reservation should prevent it; waiting can help if not

@@ -1,0 +1,117 @@
+package io.kvpool.transfer;
+
+import io.kvpool.Admission;
+import io.kvpool.KvPool;
+import io.kvpool.Sequence;
+import io.kvpool.transfer.sim.SimFaults;
+import io.kvpool.transfer.sim.SimLink;
+import io.kvpool.transfer.sim.SimNetwork;
+import io.kvpool.transfer.testkit.Kv;
+import org.junit.jupiter.api.Test;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+/**
+ * A transfer into a sequence the decode pool admitted before prefill computed (a reservation): it commits like any
+ * other, the receiver takes the sequence over, and whatever refuses the transfer gives the reservation back.
+ */
+class ReceiverReservationTest {
+
+    static final int TOKENS = 4 * Kv.LAYOUT.tokensPerPage();
+
+    static final class Rig implements AutoCloseable {
+        final SimNetwork net = new SimNetwork(11, SimFaults.NONE);
+        final KvPool prefill = Kv.pool(16);
+        final KvPool decode = Kv.pool(16);
+        final TransferSender sender = TransferSender.builder(prefill, Kv.identity()).clock(net.clock()).build();
+        final TransferReceiver receiver = TransferReceiver.builder(decode, Kv.identity()).clock(net.clock()).build();
+        final int rp;
+
+        Rig() {
+            final SimLink[] l = net.connect("prefill", "decode", true);
+            rp = receiver.addPeer(l[1]);
+            sender.addPeer(l[0]);
+            run(20);
+            assertTrue(receiver.peer(rp).isUp(), receiver.peer(rp)::toString);
+        }
+
+        void run(int steps) {
+            for (int i = 0; i < steps; i++) {
+                sender.doWork();
+                receiver.doWork();
+                net.advance(10_000);
+            }
+        }
+
+        void offer(long req) {
+            try (Sequence src = prefill.admit(TOKENS, 0).sequence()) {
+                src.append(TOKENS);
+                Kv.write(src, req);
+                sender.offer(req, src);
+            }
+        }
+
+        @Override
+        public void close() {
+            sender.close();
+            receiver.close();
+            prefill.close();
+            decode.close();
+        }
+    }
+
+    @Test
+    void aTransferIntoAReservedSequenceCommitsTheRequestsKv() {
+        try (Rig rig = new Rig()) {
+            final Admission a = rig.decode.admit(TOKENS, 8); // before prefill computes
+            assertTrue(a.admitted(), a::message);
+            rig.offer(7);
+            final IncomingTransfer t = rig.receiver.start(7, a.sequence(), TOKENS, rig.rp);
+            assertEquals(IncomingTransfer.State.COMMITTED, OneRequest.finish(t, () -> rig.run(1), 200, 7, TOKENS), t::toString);
+            assertTrue(a.sequence().isClosed(), "the committed sequence is the reserved one (OneRequest.finish closed it)");
+            assertEquals(0, rig.decode.snapshot().owned(), rig.decode.snapshot()::toString);
+            assertEquals(0, rig.decode.snapshot().openSequences());
+        }
+    }
+
+    @Test
+    void aRefusedTransferGivesTheReservationBack() {
+        try (Rig rig = new Rig()) {
+            final Sequence reserved = rig.decode.admit(TOKENS, 0).sequence();
+            rig.offer(8);
+            final IncomingTransfer t = rig.receiver.start(8, reserved, TOKENS + 1, rig.rp); // more than it was admitted for
+            assertEquals(IncomingTransfer.State.REJECTED, t.state(), t::toString);
+            assertTrue(t.message().contains("admitted for " + TOKENS + " tokens, its prompt has " + (TOKENS + 1)), t::message);
+            assertTrue(reserved.isClosed(), "taken over and closed");
+            assertEquals(0, rig.decode.snapshot().reserved(), rig.decode.snapshot()::toString);
+            rig.run(20);
+            assertEquals(0, rig.prefill.snapshot().owned(), "the CANCEL ended prefill's offer: " + rig.prefill.snapshot());
+
+            final Sequence second = rig.decode.admit(TOKENS, 0).sequence();
+            rig.receiver.close();
+            assertThrows(IllegalStateException.class, () -> rig.receiver.start(9, second, TOKENS, rig.rp));
+            assertFalse(second.isClosed(), "a call refused before the receiver took the sequence leaves it to its owner");
+            second.close();
+        }
+    }
+
+    @Test
+    void aSequenceTheReceiverCannotTakeIsRefusedAndLeftAlone() {
+        try (Rig rig = new Rig(); KvPool other = Kv.pool(16)) {
+            final Sequence foreign = other.admit(TOKENS, 0).sequence();
+            assertThrows(IllegalArgumentException.class, () -> rig.receiver.start(1, foreign, TOKENS, rig.rp));
+            assertFalse(foreign.isClosed());
+            foreign.close();
+
+            final Sequence withPages = rig.decode.admit(TOKENS, 0).sequence();
+            withPages.append(1);
+            assertThrows(IllegalArgumentException.class, () -> rig.receiver.start(2, withPages, TOKENS, rig.rp));
+            assertFalse(withPages.isClosed());
+            withPages.close();
+            assertEquals(0, rig.decode.snapshot().owned());
+        }
+    }
+}
