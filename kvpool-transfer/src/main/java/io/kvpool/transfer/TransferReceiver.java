@@ -186,7 +186,9 @@ public final class TransferReceiver extends TransferEndpoint {
      * @param promptTokens the tokens whose KV the senders hold
      * @param senderPeers  the sender peers, as for {@link #start(long, int, int, int...)}
      * @return the transfer, as {@link #start(long, int, int, int...)} returns it; REJECTED also when the sequence was
-     *         admitted for fewer than {@code promptTokens} tokens (a receiver never takes a prompt cut short)
+     *         admitted for fewer than {@code promptTokens} tokens (a prompt is never cut short, unless the pool's
+     *         {@link io.kvpool.Safeguard#ADMISSION_REJECTION} is off: its one-token placeholder is then taken as
+     *         {@link #start(long, int, int, int...)} takes it)
      * @throws IllegalArgumentException as {@link #start(long, int, int, int...)} does, and if {@code admitted} belongs to
      *                                  another pool, is closed or holds pages (the sequence is not taken over then)
      * @throws AllocationFaultException as {@link #start(long, int, int, int...)} does
@@ -260,7 +262,8 @@ public final class TransferReceiver extends TransferEndpoint {
                 return reject(t, FailureReason.REJECTED, a.message());
             }
             seq = a.sequence();
-        } else if (reserved.admittedTokens() < promptTokens) {
+        } else if (reserved.admittedTokens() < promptTokens && !pool.disabledSafeguards().contains(io.kvpool.Safeguard.ADMISSION_REJECTION)) {
+            // (with that safeguard off the pool admitted a placeholder, which is taken as below: the incident's case)
             return reject(t, FailureReason.REJECTED, "request " + requestId + " was admitted for " + reserved.admittedTokens()
                 + " tokens, its prompt has " + promptTokens);
         } else {

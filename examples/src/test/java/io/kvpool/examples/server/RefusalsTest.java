@@ -109,7 +109,9 @@ class RefusalsTest {
                 assertNull(r.retryAfter(), r::body);
                 assertEquals("role_error", r.error().path("reason").asText(), r::body);
                 assertEquals(500, r.error().path("role_status").asInt(), r::body);
-                assertTrue(r.error().path("message").asText().contains("answered 500 to POST /internal/prefill"), r::body);
+                // decode's reservation is the router's first call
+                assertTrue(r.error().path("message").asText().contains("decode role at"), r::body);
+                assertTrue(r.error().path("message").asText().contains("answered 500 to POST /internal/reserve"), r::body);
             }
         } finally {
             prefill.stop(0);

@@ -9,6 +9,7 @@ import io.kvpool.examples.server.config.ServerConfig;
 import io.kvpool.examples.server.role.DecodeCall;
 import io.kvpool.examples.server.role.DecodeRole;
 import io.kvpool.examples.server.role.DuplicateRequestException;
+import io.kvpool.examples.server.role.Rejection;
 
 import java.io.IOException;
 import java.time.Duration;
@@ -18,7 +19,10 @@ import java.util.Objects;
 import java.util.concurrent.ConcurrentHashMap;
 
 /**
- * The decode role process's internal endpoint (besides {@link RoleEndpoint}'s):
+ * The decode role process's internal endpoints (besides {@link RoleEndpoint}'s):
+ * {@code POST /internal/reserve} {@code {"request_id":7,"tenant":"alice","prompt_tokens":5,"max_new_tokens":8}}
+ * admits the request ahead of prefill ({@link DecodeRole#reserve}) and answers {@code {"admitted":true}} or
+ * {@code {"admitted":false,"rejection":{…}}}; {@code POST /internal/abort} gives the reservation back.
  * {@code POST /internal/decode} {@code {"request_id":7,"tenant":"alice","prompt_tokens":5,"max_new_tokens":8}}
  * starts the request on the {@link DecodeRole} and answers 200 at once (so the router's abort that may
  * follow finds the call), then streams its events, one JSON object per line, as {@link RemoteDecodeCall}
@@ -49,6 +53,8 @@ public final class DecodeEndpoint extends RoleEndpoint {
         final Slot s = calls.get(requestId);
         if (s != null) {
             s.abort(why);
+        } else {
+            role.unreserve(requestId, why); // a request the router gave up on before its decode call
         }
     }
 
@@ -63,7 +69,8 @@ public final class DecodeEndpoint extends RoleEndpoint {
 
     @Override
     boolean route(HttpCall ex, String path) throws ApiError, IOException {
-        if (!path.equals("/internal/decode")) {
+        final boolean reserve = path.equals("/internal/reserve");
+        if (!reserve && !path.equals("/internal/decode")) {
             return false;
         }
         Http.method(ex, "POST");
@@ -77,6 +84,10 @@ public final class DecodeEndpoint extends RoleEndpoint {
         }
         if (maxNew < 0) {
             throw ApiError.badRequest("bad_field", "max_new_tokens must be ≥ 0, was " + maxNew);
+        }
+        if (reserve) {
+            reserve(ex, id, tenant, prompt, maxNew);
+            return true;
         }
         final Slot slot = new Slot();
         if (calls.putIfAbsent(id, slot) != null) { // claimed before the role starts anything: a duplicate sends no descriptor
@@ -96,6 +107,24 @@ public final class DecodeEndpoint extends RoleEndpoint {
             calls.remove(id, slot);
         }
         return true;
+    }
+
+    private void reserve(HttpCall ex, long id, String tenant, int prompt, int maxNew) throws ApiError, IOException {
+        final Rejection r;
+        try {
+            r = role.reserve(id, tenant, prompt, maxNew);
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+            throw closed("decode role: interrupted");
+        } catch (IllegalStateException e) {
+            throw closed("decode role: " + e.getMessage());
+        }
+        final Map<String, Object> out = new LinkedHashMap<>();
+        out.put("admitted", r == null);
+        if (r != null) {
+            out.put("rejection", RoleJson.rejection(r));
+        }
+        Http.sendJson(ex, json, 200, out);
     }
 
     private void stream(HttpCall ex, long id, DecodeCall call, int maxNew) {

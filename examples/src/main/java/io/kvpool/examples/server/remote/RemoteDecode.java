@@ -1,23 +1,33 @@
 package io.kvpool.examples.server.remote;
 
+import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import io.kvpool.examples.server.role.DecodeCall;
 import io.kvpool.examples.server.role.DecodeRole;
 import io.kvpool.examples.server.role.DecodeService;
+import io.kvpool.examples.server.role.Rejection;
 import io.kvpool.examples.server.role.RoleLostException;
+import io.kvpool.examples.server.role.RoleRefusedException;
 
 import java.time.Duration;
+import java.util.LinkedHashMap;
+import java.util.Map;
 import java.util.Objects;
 
 /**
  * The router's {@link DecodeService} for a decode role in another process: each {@link #start} opens one
- * {@code POST /internal/decode} whose answer streams the request's events back ({@link RemoteDecodeCall});
- * {@code GET /internal/status} for the rest. Closing it drops the client's connections; the process runs on.
+ * {@code POST /internal/decode} whose answer streams the request's events back ({@link RemoteDecodeCall}), after
+ * a {@code POST /internal/reserve} ({@link #reserve}); {@code GET /internal/status} for the rest. Closing it drops
+ * the client's connections; the process runs on.
  */
 final class RemoteDecode extends RemoteRole implements DecodeService {
 
+    private static final System.Logger LOG = System.getLogger("io.kvpool.examples.server");
+
     private final ObjectMapper json;
     private final Duration stall;
+    /** False once the process answered 404 to a reservation: a build before reservations, which admits at start. */
+    private volatile boolean reserves = true;
 
     /** @param stall longest wait for the decode stream's next token before the role counts as lost */
     RemoteDecode(RoleClient client, ObjectMapper json, Duration stall) {
@@ -52,6 +62,54 @@ final class RemoteDecode extends RemoteRole implements DecodeService {
         } catch (RoleLostException e) {
             health.lost(e.getMessage());
             throw e;
+        }
+    }
+
+    /**
+     * {@inheritDoc} A decode process of a build without reservations (404) is asked no more: it admits at
+     * {@link #start}, as before, and this is logged once.
+     *
+     * @throws RoleLostException     if the process cannot be reached (the router answers 503)
+     * @throws RoleRefusedException  if it refuses the call itself (another 4xx) or fails it (a 5xx but 503)
+     * @throws IllegalStateException if it is closing, or answers what is not a reservation's answer
+     */
+    @Override
+    public Rejection reserve(long requestId, String tenant, int promptTokens, int maxNewTokens) {
+        if (!reserves) {
+            return null;
+        }
+        final Map<String, Object> body = new LinkedHashMap<>();
+        body.put("request_id", requestId);
+        body.put("tenant", tenant);
+        body.put("prompt_tokens", promptTokens);
+        body.put("max_new_tokens", maxNewTokens);
+        final JsonNode r;
+        try {
+            r = client.post("internal/reserve", body);
+        } catch (RoleLostException e) {
+            health.lost(e.getMessage());
+            throw e;
+        } catch (RoleRefusedException e) {
+            if (e.status() != 404) {
+                throw e;
+            }
+            reserves = false;
+            LOG.log(System.Logger.Level.WARNING, client.describe() + " does not take reservations (a build before them): "
+                + "it admits at the decode call, after prefill computed");
+            return null;
+        }
+        try {
+            return RoleJson.bool(r, "admitted") ? null : RoleJson.rejection(RoleJson.field(r, "rejection"));
+        } catch (IllegalArgumentException e) {
+            throw new IllegalStateException(client.describe() + " answered POST /internal/reserve with " + r + ": " + e.getMessage(), e);
+        }
+    }
+
+    /** Gives the reservation back through the role's abort, delivered in the background ({@link AbortDelivery}). */
+    @Override
+    public void unreserve(long requestId, String why) {
+        if (reserves) {
+            aborts.send(requestId, why);
         }
     }
 

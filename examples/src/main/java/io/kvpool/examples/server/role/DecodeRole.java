@@ -39,9 +39,12 @@ import java.util.concurrent.atomic.LongAdder;
  * committed.
  *
  * <pre>
- *   router thread:  start() ──submit──▶ duty: receiver.start (admission, pin, DESCRIPTOR) → admission future
+ *   router thread:  reserve() ─submit─▶ duty: pool.admit → the reservation, kept by request id (waits for this step)
+ *                   start() ──submit──▶ duty: receiver.start (the reservation or an admission, pin, DESCRIPTOR) → admission future
+ *                   unreserve() ─submit─▶ duty: the reservation closed, if start did not take it
  *                   abort()  ──submit──▶ duty: receiver.abort (pages DRAINING → drain handshake)
  *   duty thread:    accept links · receiver.doWork() · COMMITTED → sequence handed over / failed → outcome
+ *                   · reservations older than the request timeout closed
  *   router thread:  generate(): read every page of the block table, rebuild the prompt, append tokens
  * </pre>
  * A committed sequence goes to exactly one owner: {@link DecodeCall#generate} or an abort, whichever takes
@@ -64,11 +67,18 @@ public final class DecodeRole implements DecodeService, MeteredRole {
     private final Duration tokenDelay;
     private final Runnable cleanup;
     private final DutyCycle duty;
+    private final long reservationTtlNanos;
 
     // ---- duty thread only ----
     private final List<Integer> senders = new ArrayList<>();
     private final List<Call> receiving = new ArrayList<>();
+    /** Admissions made ahead of prefill, by request id, until start takes them, unreserve, expiry or close. */
+    private final Map<Long, Reserved> reservations = new java.util.HashMap<>();
+    private long nextExpiryScan;
     private int senderPeer = -1;
+
+    private record Reserved(Sequence seq, long expiresAt) {
+    }
 
     // ---- any thread ----
     private volatile boolean ready;
@@ -85,6 +95,8 @@ public final class DecodeRole implements DecodeService, MeteredRole {
     private final LongAdder abortRequests = new LongAdder();
     private final LongAdder abortedTransfers = new LongAdder();
     private final LongAdder releasedUnused = new LongAdder();
+    private final LongAdder reservedAhead = new LongAdder();
+    private final LongAdder reservationsExpired = new LongAdder();
     private final LongAdder generated = new LongAdder();
     private final LongAdder links = new LongAdder();
     private volatile boolean closed;
@@ -94,15 +106,18 @@ public final class DecodeRole implements DecodeService, MeteredRole {
      * @param receiver the engine, on {@code pool} (owned)
      * @param listener where prefill's links arrive (owned; closed after the receiver, before the pool)
      * @param grants   grants shared with a prefill role in this JVM, or {@code null}
+     * @param reservationTtl how long a {@link #reserve} holds its pages for a {@link #start} that does not come
      * @param cleanup  run after everything is closed (e.g. delete the work directory)
      */
-    DecodeRole(KvPool pool, TransferReceiver receiver, LinkSource listener, LocalGrants grants, Duration tokenDelay, Runnable cleanup) {
+    DecodeRole(KvPool pool, TransferReceiver receiver, LinkSource listener, LocalGrants grants, Duration tokenDelay,
+               Duration reservationTtl, Runnable cleanup) {
         this.pool = Objects.requireNonNull(pool, "pool");
         this.receiver = Objects.requireNonNull(receiver, "receiver");
         this.listener = Objects.requireNonNull(listener, "listener");
         this.grants = grants;
         this.tokenDelay = Objects.requireNonNull(tokenDelay, "tokenDelay");
         this.cleanup = Objects.requireNonNull(cleanup, "cleanup");
+        this.reservationTtlNanos = reservationTtl.toNanos();
         this.duty = new DutyCycle("kvpool-decode", this::work, this::shutdown);
     }
 
@@ -131,6 +146,48 @@ public final class DecodeRole implements DecodeService, MeteredRole {
         return c;
     }
 
+    /**
+     * {@inheritDoc} The admission runs on the duty thread, which this call waits for.
+     *
+     * @throws IllegalStateException if the role is closed
+     */
+    @Override
+    public Rejection reserve(long requestId, String tenant, int promptTokens, int maxNewTokens) throws InterruptedException {
+        if (closed) {
+            throw new IllegalStateException("decode role is closed");
+        }
+        final CompletableFuture<Rejection> answer = new CompletableFuture<>();
+        duty.submit(() -> {
+            try {
+                answer.complete(admitAhead(requestId, promptTokens, maxNewTokens));
+            } catch (RuntimeException e) {
+                answer.completeExceptionally(e);
+            }
+        });
+        try {
+            return answer.get(10, java.util.concurrent.TimeUnit.SECONDS); // the duty thread answers in microseconds
+        } catch (java.util.concurrent.ExecutionException e) {
+            throw e.getCause() instanceof RuntimeException r ? r : new IllegalStateException(e.getCause());
+        } catch (java.util.concurrent.TimeoutException e) {
+            throw new IllegalStateException("decode role: the reservation of request " + requestId + " got no answer in 10 s");
+        }
+    }
+
+    @Override
+    public void unreserve(long requestId, String why) {
+        try {
+            duty.submit(() -> {
+                final Reserved r = reservations.remove(requestId);
+                if (r != null) {
+                    r.seq().close();
+                    releasedUnused.increment();
+                }
+            });
+        } catch (IllegalStateException closedAlready) {
+            // the role's close closes every reservation
+        }
+    }
+
     @Override
     public boolean ready() {
         return ready;
@@ -138,16 +195,75 @@ public final class DecodeRole implements DecodeService, MeteredRole {
 
     // ---- duty thread ----
 
+    /** {@link #reserve} on the duty thread. @return the refusal, or {@code null} once the pages are promised */
+    private Rejection admitAhead(long requestId, int promptTokens, int maxNewTokens) {
+        final Map<String, Long> n = numbers(promptTokens, maxNewTokens);
+        if (senderPeer < 0) {
+            rejected.increment();
+            return new Rejection(ROLE, Rejection.Reason.UNAVAILABLE, "decode: no prefill link is up; retry later", n);
+        }
+        if (reservations.containsKey(requestId)) { // two routers, or a restarted one, reusing an id
+            rejected.increment();
+            return new Rejection(ROLE, Rejection.Reason.UNAVAILABLE, "decode: request id " + requestId + " is already reserved "
+                + "here; refused without touching that reservation", n);
+        }
+        final long promptPages = pool.layout().pagesFor(promptTokens);
+        if (promptPages > ServerConfig.MAX_PAGES_PER_TRANSFER) { // the transfer would refuse it after prefill computed
+            rejected.increment();
+            return new Rejection(ROLE, Rejection.Reason.EXCEEDS_TRANSFER, "decode: request " + requestId + " needs " + promptPages
+                + " pages; one transfer carries at most " + ServerConfig.MAX_PAGES_PER_TRANSFER, n);
+        }
+        final Admission a = pool.admit(promptTokens, maxNewTokens);
+        if (!a.admitted()) {
+            rejected.increment();
+            return new Rejection(ROLE, reason(FailureReason.REJECTED, a.decision(), promptPages), "decode pool: " + a.message(),
+                numbers(promptTokens, maxNewTokens));
+        }
+        reservations.put(requestId, new Reserved(a.sequence(), System.nanoTime() + reservationTtlNanos));
+        reservedAhead.increment();
+        return null;
+    }
+
+    /** Closes the reservations no start took within their time (a router that died, or lost the request). */
+    private int expireReservations() {
+        final long now = System.nanoTime();
+        if (reservations.isEmpty() || now - nextExpiryScan < 0) {
+            return 0;
+        }
+        nextExpiryScan = now + 100_000_000L; // a scan at most every 100 ms
+        int n = 0;
+        for (java.util.Iterator<Reserved> it = reservations.values().iterator(); it.hasNext(); ) {
+            final Reserved r = it.next();
+            if (now - r.expiresAt() >= 0) {
+                it.remove();
+                r.seq().close();
+                reservationsExpired.increment();
+                n++;
+            }
+        }
+        return n;
+    }
+
     private void begin(Call c) {
+        final Reserved r = reservations.remove(c.requestId); // taken by this call whatever follows
         try {
             if (senderPeer < 0) {
+                if (r != null) {
+                    r.seq().close();
+                }
                 c.reject(new Rejection(ROLE, Rejection.Reason.UNAVAILABLE, "decode: no prefill link is up; retry later",
                     numbers(c)), "no prefill link is up");
                 return;
             }
             final IncomingTransfer t;
             try {
-                t = receiver.start(c.requestId, c.promptTokens, c.maxNewTokens, senderPeer);
+                t = r == null ? receiver.start(c.requestId, c.promptTokens, c.maxNewTokens, senderPeer)
+                    : receiver.start(c.requestId, r.seq(), c.promptTokens, senderPeer); // takes the sequence over
+            } catch (IllegalArgumentException | IllegalStateException e) { // refused before it took the sequence over
+                if (r != null) {
+                    r.seq().close();
+                }
+                throw e;
             } catch (AllocationFaultException fault) { // admitted, then the pool's storage failed: a failed transfer, not a "retry"
                 admitted.increment();
                 failed.increment();
@@ -203,8 +319,12 @@ public final class DecodeRole implements DecodeService, MeteredRole {
      * as available are the pool's free pages no admission has promised, as admission counted them).
      */
     private Map<String, Long> numbers(Call c) {
+        return numbers(c.promptTokens, c.maxNewTokens);
+    }
+
+    private Map<String, Long> numbers(int promptTokens, int maxNewTokens) {
         final Map<String, Long> n = new LinkedHashMap<>();
-        final long requested = (long) c.promptTokens + c.maxNewTokens;
+        final long requested = (long) promptTokens + maxNewTokens;
         final io.kvpool.PoolSnapshot s = pool.snapshot();
         n.put("requested_tokens", requested);
         n.put("max_context_tokens", pool.maxContextTokens());
@@ -245,6 +365,7 @@ public final class DecodeRole implements DecodeService, MeteredRole {
         }
         senderLinks = senders.size();
         ready = senderPeer >= 0;
+        n += expireReservations();
         for (int i = receiving.size() - 1; i >= 0; i--) {
             final Call c = receiving.get(i);
             final IncomingTransfer t = c.transfer;
@@ -277,6 +398,8 @@ public final class DecodeRole implements DecodeService, MeteredRole {
                 c.outcome.complete(new DecodeCall.TransferOutcome(false, FailureReason.ABORTED.name(), "decode role closed"));
             }
             receiving.clear();
+            reservations.values().forEach(r -> r.seq().close());
+            reservations.clear();
         } finally {
             listener.close();
             ready = false;
@@ -305,6 +428,8 @@ public final class DecodeRole implements DecodeService, MeteredRole {
         c.put("abort_requests", abortRequests.sum());
         c.put("aborted_transfers", abortedTransfers.sum());
         c.put("released_unused", releasedUnused.sum());
+        c.put("reserved_ahead", reservedAhead.sum());
+        c.put("reservations_expired", reservationsExpired.sum());
         c.put("generated_tokens", generated.sum());
         c.put("links_accepted", links.sum());
         c.put("quarantine_releases", receiver.metrics().quarantineReleases());

@@ -8,13 +8,31 @@ package io.kvpool.examples.server.role;
 public interface DecodeService extends AutoCloseable {
 
     /**
-     * Starts receiving a request's KV from the prefill role: the decode pool admits {@code promptTokens +
-     * maxNewTokens}, pins pages and sends the descriptor. Never blocks; the outcome is read from the call.
+     * Starts receiving a request's KV from the prefill role: the pages {@link #reserve} promised it (or, without a
+     * reservation, the decode pool admits {@code promptTokens + maxNewTokens} now) are pinned and the descriptor sent.
+     * Never blocks; the outcome is read from the call.
      *
      * @param promptTokens the tokens decode expects (the router's count of the prompt)
      * @throws IllegalStateException if the role is closed
      */
     DecodeCall start(long requestId, String tenant, int promptTokens, int maxNewTokens);
+
+    /**
+     * Admits a request before prefill computes it, so that prefill computes nothing for a decode with no room: the
+     * pages stay promised to {@code requestId} until {@link #start} takes them, {@link #unreserve} gives them back,
+     * or the reservation expires (the server's request timeout). Waits for the admission only.
+     *
+     * @return {@code null} when reserved, or when this role does not reserve (it then admits at {@link #start}); else
+     *         the typed refusal (no room now, too long, no prefill link)
+     * @throws IllegalStateException if the role is closed or cannot be reached (a {@link RoleLostException})
+     */
+    default Rejection reserve(long requestId, String tenant, int promptTokens, int maxNewTokens) throws InterruptedException {
+        return null;
+    }
+
+    /** Gives back what {@link #reserve} holds for {@code requestId} if {@link #start} has not taken it. Never blocks; idempotent. */
+    default void unreserve(long requestId, String why) {
+    }
 
     /** @return whether a prefill link is up, i.e. {@link #start} can admit now */
     boolean ready();
@@ -22,8 +40,8 @@ public interface DecodeService extends AutoCloseable {
     /**
      * Whether the role can take a transfer now ({@link #ready()}), as far as the router knows, without a call that
      * could wait for a role that is down (see {@link PrefillService#unavailable()}). The router asks before it has
-     * prefill compute anything: a decode known unable to take a transfer (down, no prefill link) gets no prefill. Its
-     * admission comes after prefill, so a decode whose pool is full still costs one.
+     * prefill compute anything: a decode known unable to take a transfer (down, no prefill link) gets no prefill, and
+     * one without room refuses the {@link #reserve} that comes next.
      *
      * @return why the role cannot take a transfer now, or {@code null} when it can
      */

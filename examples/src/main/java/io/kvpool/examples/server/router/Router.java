@@ -22,13 +22,15 @@ import java.util.concurrent.atomic.AtomicLong;
 
 /**
  * The router: one completion from tenant and prompt to generated text, knowing nothing of HTTP. It
- * tokenizes, checks the advertised context, asks prefill to admit and compute, asks decode to admit and
- * receive, waits for the transfer, and has decode generate. Every refusal is typed ({@link ApiError});
+ * tokenizes, checks the advertised context, has decode admit the request (a reservation: prefill computes nothing
+ * for a decode with no room), asks prefill to admit and compute, asks decode to receive into what it reserved,
+ * waits for the transfer, and has decode generate. Every refusal is typed ({@link ApiError});
  * and whenever a request ends without success — client gone, refusal, failed transfer, timeout — it
  * aborts <b>both</b> roles for that request (paired aborts), so neither side keeps pages for it.
  *
  * <pre>
- *   tokenize ─ context check (400) ─ prefill.prefill (typed refusal) ─ decode.start ─ admission (typed refusal)
+ *   tokenize ─ context check (400) ─ decode.reserve (typed refusal) ─ prefill.prefill (typed refusal) ─ decode.start
+ *     ─ admission (typed refusal: a decode that does not reserve admits here)
  *     ─ sink.admitted() ─ wait for the transfer (sink.heartbeat() while waiting) ─ sink.committed() ─ generate (sink.token())
  *   any IOException from the sink, or the sink's client gone = the client is gone → decode.abort + prefill.abort → {@link ClientGone}
  * </pre>
@@ -183,12 +185,27 @@ public final class Router implements AutoCloseable {
         counters.inFlight.incrementAndGet();
         DecodeCall call = null;
         boolean done = false;
+        boolean askedDecode = false;
         try {
+            final Rejection noRoom;
+            try {
+                askedDecode = true; // from here a reservation may exist (even if the call fails): the end gives it back
+                noRoom = decode.reserve(id, tenant, tokens.size(), req.maxTokens());
+            } catch (RoleRefusedException e) {
+                throw refusedByRole(e);
+            } catch (IllegalStateException e) { // the role was lost during the call
+                throw decodeUnavailable(lost("decode", e));
+            }
+            if (noRoom != null) {
+                done = true; // decode holds nothing for the request, and prefill was never asked
+                throw reject(noRoom);
+            }
             final Rejection refused;
             try {
                 refused = prefill.prefill(id, tenant, tokens);
             } catch (DuplicateRequestException e) {
                 done = true; // nothing was offered under our id: the request in flight there under it is not ours to abort
+                decode.unreserve(id, "prefill refused request " + id + ": " + e.getMessage());
                 throw unavailable(e.getMessage());
             } catch (RoleRefusedException e) {
                 throw refusedByRole(e);
@@ -197,6 +214,7 @@ public final class Router implements AutoCloseable {
             }
             if (refused != null) {
                 done = true; // nothing was offered
+                decode.unreserve(id, "prefill refused request " + id + ": " + refused.message());
                 throw reject(refused);
             }
             throwIfGone(sink);
@@ -269,6 +287,8 @@ public final class Router implements AutoCloseable {
                 final String why = "request " + id + " ended without a completion";
                 if (call != null) {
                     call.abort(why);
+                } else if (askedDecode) {
+                    decode.unreserve(id, why);
                 }
                 try {
                     prefill.abort(id, why);

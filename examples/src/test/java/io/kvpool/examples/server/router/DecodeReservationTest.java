@@ -1,0 +1,141 @@
+package io.kvpool.examples.server.router;
+
+import io.kvpool.examples.server.Await;
+import io.kvpool.examples.server.ServerTests;
+import io.kvpool.examples.server.api.ApiError;
+import io.kvpool.examples.server.config.ServerConfig;
+import io.kvpool.examples.server.role.DecodeCall;
+import io.kvpool.examples.server.role.DecodeService;
+import io.kvpool.examples.server.role.InJvmRoles;
+import io.kvpool.examples.server.role.Rejection;
+import io.kvpool.examples.server.role.RoleStatus;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.Timeout;
+
+import java.time.Duration;
+import java.util.concurrent.TimeUnit;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertNull;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+/**
+ * Decode admits a request before prefill computes it (a reservation), so that a decode with no room costs prefill
+ * nothing: the request is refused 429 before prefill is asked. The reservation is taken by the decode call, or given
+ * back when the request ends without one.
+ */
+@Timeout(value = 60, unit = TimeUnit.SECONDS)
+class DecodeReservationTest {
+
+    static final String PROMPT = "a prompt of a few tokens";
+    static final int MAX_TOKENS = 4;
+
+    @Test
+    void aDecodeWithNoRoomIsRefusedBeforePrefillComputes() throws Exception {
+        final ServerConfig cfg = ServerTests.small().build();
+        try (InJvmRoles roles = InJvmRoles.start(cfg, Duration.ofSeconds(10))) {
+            Await.until(roles.decode()::ready, Duration.ofSeconds(10), () -> "the prefill link");
+            fill(roles.decode());
+            final Router router = new Router(cfg, roles.prefill(), roles.decode());
+            final long prefillAdmitted = counter(roles.prefill().status(), "admitted");
+            final ApiError e = assertThrows(ApiError.class, () -> router.complete("alice", new Router.Request(PROMPT, MAX_TOKENS, false),
+                NoSink.INSTANCE));
+            assertEquals(429, e.status(), e::getMessage);
+            assertEquals("retry_later", e.reason(), e::getMessage);
+            assertTrue(e.getMessage().contains("decode pool"), e::getMessage);
+            assertEquals(prefillAdmitted, counter(roles.prefill().status(), "admitted"), "prefill computed nothing for it");
+        }
+    }
+
+    @Test
+    void withoutReservationsTheSameRefusalComesAfterPrefillComputed() throws Exception {
+        // the control: a decode that admits only at the transfer (a build before reservations) costs prefill a request
+        final ServerConfig cfg = ServerTests.small().build();
+        try (InJvmRoles roles = InJvmRoles.start(cfg, Duration.ofSeconds(10))) {
+            Await.until(roles.decode()::ready, Duration.ofSeconds(10), () -> "the prefill link");
+            fill(roles.decode());
+            final Router router = new Router(cfg, roles.prefill(), new NoReservations(roles.decode()));
+            final long prefillAdmitted = counter(roles.prefill().status(), "admitted");
+            final ApiError e = assertThrows(ApiError.class, () -> router.complete("alice", new Router.Request(PROMPT, MAX_TOKENS, false),
+                NoSink.INSTANCE));
+            assertEquals(429, e.status(), e::getMessage);
+            assertEquals(prefillAdmitted + 1, counter(roles.prefill().status(), "admitted"), "prefill computed it for nothing");
+        }
+    }
+
+    @Test
+    void aCompletedRequestUsesItsReservationAndARefusedOneGivesItBack() throws Exception {
+        final ServerConfig cfg = ServerTests.small().build();
+        try (InJvmRoles roles = InJvmRoles.start(cfg, Duration.ofSeconds(10))) {
+            Await.until(roles.decode()::ready, Duration.ofSeconds(10), () -> "the prefill link");
+            final Router router = new Router(cfg, roles.prefill(), roles.decode());
+            final Router.Completion done = router.complete("alice", new Router.Request(PROMPT, MAX_TOKENS, false), NoSink.INSTANCE);
+            assertEquals(MAX_TOKENS, done.generation().completionTokens());
+            assertEquals(1, counter(roles.decode().status(), "reserved_ahead"));
+
+            // a reservation whose request never reaches its decode call is given back, not left to expire
+            assertNull(roles.decode().reserve(99, "bob", 8, 0));
+            roles.decode().unreserve(99, "test: the router gave up");
+            Await.until(() -> roles.decodePool().snapshot().openSequences() == 0 && roles.decodePool().snapshot().reserved() == 0,
+                Duration.ofSeconds(10), () -> "the reservation given back: " + roles.decodePool().snapshot());
+            assertEquals(0, counter(roles.decode().status(), "reservations_expired"));
+        }
+    }
+
+    @Test
+    void aReservationNoDecodeCallTakesExpires() throws Exception {
+        final ServerConfig cfg = ServerTests.small().requestTimeout(Duration.ofMillis(300)).build();
+        try (InJvmRoles roles = InJvmRoles.start(cfg, Duration.ofSeconds(10))) {
+            Await.until(roles.decode()::ready, Duration.ofSeconds(10), () -> "the prefill link");
+            assertNull(roles.decode().reserve(5, "carol", 8, 0)); // its router died: no decode call, no abort
+            assertEquals(1, roles.decodePool().snapshot().openSequences());
+            Await.until(() -> counter(roles.decode().status(), "reservations_expired") == 1, Duration.ofSeconds(10),
+                () -> "the reservation to expire: " + roles.decode().status().counters());
+            assertEquals(0, roles.decodePool().snapshot().openSequences(), roles.decodePool().snapshot()::toString);
+            assertEquals(0, roles.decodePool().snapshot().reserved());
+        }
+    }
+
+    /** Reserves the decode pool until it refuses: every page is promised to a request that is not coming. */
+    private static void fill(DecodeService decode) throws InterruptedException {
+        for (long id = 1_000_000; ; id++) {
+            final Rejection r = decode.reserve(id, "filler", 256, 0);
+            if (r != null) {
+                assertEquals(Rejection.Reason.RETRY_LATER, r.reason(), r::message);
+                return;
+            }
+        }
+    }
+
+    private static long counter(RoleStatus s, String name) {
+        return s.counters().getOrDefault(name, -1L);
+    }
+
+    /** A decode as a build before reservations: everything but {@link DecodeService#reserve} delegated. */
+    private record NoReservations(DecodeService d) implements DecodeService {
+        @Override
+        public DecodeCall start(long requestId, String tenant, int promptTokens, int maxNewTokens) {
+            return d.start(requestId, tenant, promptTokens, maxNewTokens);
+        }
+
+        @Override
+        public boolean ready() {
+            return d.ready();
+        }
+
+        @Override
+        public RoleStatus status() {
+            return d.status();
+        }
+
+        @Override
+        public int activeTransfers() {
+            return d.activeTransfers();
+        }
+
+        @Override
+        public void close() {
+        }
+    }
+}
