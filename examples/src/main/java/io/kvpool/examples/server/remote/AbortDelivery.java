@@ -53,33 +53,44 @@ final class AbortDelivery implements AutoCloseable {
         this.health = health;
     }
 
-    /** Queues the abort of {@code requestId}; returns at once. */
+    /** Queues the abort of {@code requestId} ({@code POST /internal/abort}); returns at once. */
     void send(long requestId, String why) {
+        send("internal/abort", requestId, why);
+    }
+
+    /**
+     * Queues a post of {@code {"request_id":…,"why":…}} to {@code path}, delivered as an abort is (the decode role's
+     * {@code internal/unreserve} goes this way too); returns at once.
+     */
+    void send(String path, long requestId, String why) {
         final Map<String, Object> body = Map.of("request_id", requestId, "why", why);
         pending.incrementAndGet();
         Thread.ofVirtual().name("kvpool-abort-" + requestId).start(() -> {
             try {
-                deliver(requestId, body);
+                deliver(path, requestId, body);
+            } catch (InterruptedException e) { // nobody interrupts deliverers but a JVM going down
+                abandoned.increment();
+                LOG.log(System.Logger.Level.WARNING, "POST /" + path + " of request " + requestId + " not delivered: interrupted");
             } finally {
                 pending.decrementAndGet();
             }
         });
     }
 
-    private void deliver(long requestId, Map<String, Object> body) {
+    private void deliver(String path, long requestId, Map<String, Object> body) throws InterruptedException {
         final long giveUpAt = System.nanoTime() + GIVE_UP.toNanos();
         long wait = FIRST_RETRY_MS;
         while (true) {
             final boolean permit = awaitTurn();
             final boolean last = closing.getCount() == 0; // a try begun once close asked for the last ones is the last
             try {
-                client.post("internal/abort", body);
+                client.post(path, body);
                 delivered.increment();
                 return;
             } catch (RuntimeException e) {
                 if (e instanceof RoleRefusedException r && r.status() / 100 == 4) { // it will never take this abort
                     abandoned.increment();
-                    LOG.log(System.Logger.Level.WARNING, "abort of request " + requestId + " refused: " + e.getMessage());
+                    LOG.log(System.Logger.Level.WARNING, "POST /" + path + " of request " + requestId + " refused: " + e.getMessage());
                     return;
                 }
                 if (e instanceof RoleLostException && health != null) {
@@ -87,7 +98,7 @@ final class AbortDelivery implements AutoCloseable {
                 }
                 if (last || System.nanoTime() - giveUpAt >= 0) {
                     abandoned.increment();
-                    LOG.log(System.Logger.Level.WARNING, "abort of request " + requestId + " not delivered"
+                    LOG.log(System.Logger.Level.WARNING, "POST /" + path + " of request " + requestId + " not delivered"
                         + (last ? " before the router closed" : " within " + GIVE_UP.toSeconds() + " s: the role is declared gone") + ": " + e.getMessage());
                     return;
                 }
@@ -107,27 +118,20 @@ final class AbortDelivery implements AutoCloseable {
      * deliverer waiting then goes without a turn, since the router is stopping and its client closes next.
      *
      * @return whether a turn was taken (release it after the post)
+     * @throws InterruptedException if interrupted: the delivery is given up
      */
-    private boolean awaitTurn() {
-        try {
-            while (closing.getCount() > 0) {
-                if (posts.tryAcquire(TURN_POLL_MS, TimeUnit.MILLISECONDS)) {
-                    return true;
-                }
+    private boolean awaitTurn() throws InterruptedException {
+        while (closing.getCount() > 0) {
+            if (posts.tryAcquire(TURN_POLL_MS, TimeUnit.MILLISECONDS)) {
+                return true;
             }
-        } catch (InterruptedException e) {
-            Thread.currentThread().interrupt(); // nobody interrupts deliverers but a JVM going down: try once, no turn
         }
         return false;
     }
 
     /** Sleeps {@code ms}, or less if close asks for the last tries. */
-    private void awaitClosing(long ms) {
-        try {
-            closing.await(ms, TimeUnit.MILLISECONDS);
-        } catch (InterruptedException e) {
-            Thread.currentThread().interrupt();
-        }
+    private void awaitClosing(long ms) throws InterruptedException {
+        closing.await(ms, TimeUnit.MILLISECONDS);
     }
 
     /** @return aborts not yet delivered nor given up */

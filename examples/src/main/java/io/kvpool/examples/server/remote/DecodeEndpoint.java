@@ -22,7 +22,9 @@ import java.util.concurrent.ConcurrentHashMap;
  * The decode role process's internal endpoints (besides {@link RoleEndpoint}'s):
  * {@code POST /internal/reserve} {@code {"request_id":7,"tenant":"alice","prompt_tokens":5,"max_new_tokens":8}}
  * admits the request ahead of prefill ({@link DecodeRole#reserve}) and answers {@code {"admitted":true}} or
- * {@code {"admitted":false,"rejection":{…}}}; {@code POST /internal/abort} gives the reservation back.
+ * {@code {"admitted":false,"rejection":{…}}}, or 409 for an id decoding here; {@code POST /internal/unreserve}
+ * {@code {"request_id":7}} gives a reservation back (204 always; it never touches a call under way, which may be
+ * another router's request under a reused id).
  * {@code POST /internal/decode} {@code {"request_id":7,"tenant":"alice","prompt_tokens":5,"max_new_tokens":8}}
  * starts the request on the {@link DecodeRole} and answers 200 at once (so the router's abort that may
  * follow finds the call), then streams its events, one JSON object per line, as {@link RemoteDecodeCall}
@@ -53,8 +55,6 @@ public final class DecodeEndpoint extends RoleEndpoint {
         final Slot s = calls.get(requestId);
         if (s != null) {
             s.abort(why);
-        } else {
-            role.unreserve(requestId, why); // a request the router gave up on before its decode call
         }
     }
 
@@ -69,6 +69,13 @@ public final class DecodeEndpoint extends RoleEndpoint {
 
     @Override
     boolean route(HttpCall ex, String path) throws ApiError, IOException {
+        if (path.equals("/internal/unreserve")) {
+            Http.method(ex, "POST");
+            final JsonNode b = body(ex);
+            role.unreserve(requestId(b), b.path("why").asText("the router gave the reservation back"));
+            ex.respond(204, "application/json", new byte[0]);
+            return true;
+        }
         final boolean reserve = path.equals("/internal/reserve");
         if (!reserve && !path.equals("/internal/decode")) {
             return false;
@@ -86,6 +93,10 @@ public final class DecodeEndpoint extends RoleEndpoint {
             throw ApiError.badRequest("bad_field", "max_new_tokens must be ≥ 0, was " + maxNew);
         }
         if (reserve) {
+            if (calls.containsKey(id)) { // a reused id: its reservation would be taken by no call of ours
+                throw ApiError.of(new DuplicateRequestException("decode: request id " + id + " is already decoding here (two "
+                    + "routers, or a restarted one, reusing an id); not reserved"));
+            }
             reserve(ex, id, tenant, prompt, maxNew);
             return true;
         }

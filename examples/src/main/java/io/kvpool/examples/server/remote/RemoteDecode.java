@@ -26,8 +26,11 @@ final class RemoteDecode extends RemoteRole implements DecodeService {
 
     private final ObjectMapper json;
     private final Duration stall;
-    /** False once the process answered 404 to a reservation: a build before reservations, which admits at start. */
-    private volatile boolean reserves = true;
+    /** How long a process that answered 404 to a reservation is not asked again (it may be upgraded meanwhile). */
+    static final Duration ASK_AGAIN = Duration.ofSeconds(30);
+    /** Until when this process is not asked for reservations: it answered 404 (a build before them). */
+    private volatile long noReservationsUntil = System.nanoTime();
+    private volatile boolean asked404;
 
     /** @param stall longest wait for the decode stream's next token before the role counts as lost */
     RemoteDecode(RoleClient client, ObjectMapper json, Duration stall) {
@@ -66,8 +69,9 @@ final class RemoteDecode extends RemoteRole implements DecodeService {
     }
 
     /**
-     * {@inheritDoc} A decode process of a build without reservations (404) is asked no more: it admits at
-     * {@link #start}, as before, and this is logged once.
+     * {@inheritDoc} A decode process of a build without reservations (404) is not asked again for
+     * {@link #ASK_AGAIN} (a rollout may upgrade it meanwhile): it admits at {@link #start}, as before. The first 404
+     * is logged.
      *
      * @throws RoleLostException     if the process cannot be reached (the router answers 503)
      * @throws RoleRefusedException  if it refuses the call itself (another 4xx) or fails it (a 5xx but 503)
@@ -75,7 +79,7 @@ final class RemoteDecode extends RemoteRole implements DecodeService {
      */
     @Override
     public Rejection reserve(long requestId, String tenant, int promptTokens, int maxNewTokens) {
-        if (!reserves) {
+        if (System.nanoTime() - noReservationsUntil < 0) {
             return null;
         }
         final Map<String, Object> body = new LinkedHashMap<>();
@@ -93,9 +97,12 @@ final class RemoteDecode extends RemoteRole implements DecodeService {
             if (e.status() != 404) {
                 throw e;
             }
-            reserves = false;
-            LOG.log(System.Logger.Level.WARNING, client.describe() + " does not take reservations (a build before them): "
-                + "it admits at the decode call, after prefill computed");
+            noReservationsUntil = System.nanoTime() + ASK_AGAIN.toNanos();
+            if (!asked404) {
+                asked404 = true;
+                LOG.log(System.Logger.Level.WARNING, client.describe() + " does not take reservations (a build before them): "
+                    + "it admits at the decode call, after prefill computed; asked again every " + ASK_AGAIN.toSeconds() + " s");
+            }
             return null;
         }
         try {
@@ -105,11 +112,14 @@ final class RemoteDecode extends RemoteRole implements DecodeService {
         }
     }
 
-    /** Gives the reservation back through the role's abort, delivered in the background ({@link AbortDelivery}). */
+    /**
+     * Gives the reservation back ({@code POST /internal/unreserve}, delivered in the background as aborts are:
+     * {@link AbortDelivery}). Not sent while the process is known not to take reservations.
+     */
     @Override
     public void unreserve(long requestId, String why) {
-        if (reserves) {
-            aborts.send(requestId, why);
+        if (System.nanoTime() - noReservationsUntil >= 0) {
+            aborts.send("internal/unreserve", requestId, why);
         }
     }
 

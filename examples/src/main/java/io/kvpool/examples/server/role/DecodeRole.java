@@ -106,7 +106,8 @@ public final class DecodeRole implements DecodeService, MeteredRole {
      * @param receiver the engine, on {@code pool} (owned)
      * @param listener where prefill's links arrive (owned; closed after the receiver, before the pool)
      * @param grants   grants shared with a prefill role in this JVM, or {@code null}
-     * @param reservationTtl how long a {@link #reserve} holds its pages for a {@link #start} that does not come
+     * @param reservationTtl how long a {@link #reserve} holds its pages for a {@link #start} that does not come (see
+     *                       {@link #reservationTtl}); one that expires only makes the start admit anew
      * @param cleanup  run after everything is closed (e.g. delete the work directory)
      */
     DecodeRole(KvPool pool, TransferReceiver receiver, LinkSource listener, LocalGrants grants, Duration tokenDelay,
@@ -118,7 +119,17 @@ public final class DecodeRole implements DecodeService, MeteredRole {
         this.tokenDelay = Objects.requireNonNull(tokenDelay, "tokenDelay");
         this.cleanup = Objects.requireNonNull(cleanup, "cleanup");
         this.reservationTtlNanos = reservationTtl.toNanos();
+        this.nextExpiryScan = System.nanoTime(); // not 0: nanoTime's origin may lie in the future
         this.duty = new DutyCycle("kvpool-decode", this::work, this::shutdown);
+    }
+
+    /**
+     * How long a reservation waits for its decode call: twice the request timeout. The router asks prefill between the
+     * two and starts its request deadline only at the decode call, so one request timeout alone could expire the
+     * reservation of a slow prefill; an expired one is not a fault (the decode call then admits as without one).
+     */
+    static Duration reservationTtl(ServerConfig cfg) {
+        return cfg.requestTimeout().multipliedBy(2);
     }
 
     /** @return the decode pool (for accounting checks) */
@@ -197,6 +208,9 @@ public final class DecodeRole implements DecodeService, MeteredRole {
 
     /** {@link #reserve} on the duty thread. @return the refusal, or {@code null} once the pages are promised */
     private Rejection admitAhead(long requestId, int promptTokens, int maxNewTokens) {
+        if (closed) { // run by the closing thread after shutdown: nothing may be promised any more
+            throw new IllegalStateException("decode role is closed");
+        }
         final Map<String, Long> n = numbers(promptTokens, maxNewTokens);
         if (senderPeer < 0) {
             rejected.increment();
@@ -260,7 +274,7 @@ public final class DecodeRole implements DecodeService, MeteredRole {
                 t = r == null ? receiver.start(c.requestId, c.promptTokens, c.maxNewTokens, senderPeer)
                     : receiver.start(c.requestId, r.seq(), c.promptTokens, senderPeer); // takes the sequence over
             } catch (IllegalArgumentException | IllegalStateException e) { // refused before it took the sequence over
-                if (r != null) {
+                if (r != null && r.seq().pageCount() == 0) { // never a sequence whose pages a transfer has pinned
                     r.seq().close();
                 }
                 throw e;
@@ -403,6 +417,7 @@ public final class DecodeRole implements DecodeService, MeteredRole {
         } finally {
             listener.close();
             ready = false;
+            senderPeer = -1;
         }
     }
 

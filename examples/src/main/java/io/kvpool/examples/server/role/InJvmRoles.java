@@ -75,7 +75,7 @@ public final class InJvmRoles extends RolePair<PrefillRole, DecodeRole> {
             listener = ShmTransport.listen(socket, (MappedPageStorage) decodePool.storage());
             final LocalGrants grants = new LocalGrants();
             final Path cleanupDir = own ? dir : null;
-            decode = new DecodeRole(decodePool, receiver, LinkSource.shm(listener), grants, cfg.tokenDelay(), cfg.requestTimeout(),
+            decode = new DecodeRole(decodePool, receiver, LinkSource.shm(listener), grants, cfg.tokenDelay(), DecodeRole.reservationTtl(cfg),
                 () -> deleteQuietly(cleanupDir, socket, poolFile));
             final TransferSender sender = RoleParts.sender(cfg, prefillPool);
             final java.util.concurrent.atomic.AtomicInteger linkNumber = new java.util.concurrent.atomic.AtomicInteger();

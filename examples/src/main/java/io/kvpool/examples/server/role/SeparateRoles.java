@@ -111,7 +111,7 @@ public final class SeparateRoles {
         try {
             final TransferReceiver receiver = RoleParts.receiver(cfg, pool);
             source = device.listen(socket);
-            return new Decode(new DecodeRole(pool, receiver, source, null, cfg.tokenDelay(), cfg.requestTimeout(), () -> { }), source.describe());
+            return new Decode(new DecodeRole(pool, receiver, source, null, cfg.tokenDelay(), DecodeRole.reservationTtl(cfg), () -> { }), source.describe());
         } catch (RuntimeException e) {
             if (source != null) {
                 source.close();
@@ -131,7 +131,7 @@ public final class SeparateRoles {
         try {
             final TransferReceiver receiver = RoleParts.receiver(cfg, pool);
             listener = ShmTransport.listen(socket, (MappedPageStorage) pool.storage());
-            final DecodeRole role = new DecodeRole(pool, receiver, LinkSource.shm(listener), null, cfg.tokenDelay(), cfg.requestTimeout(),
+            final DecodeRole role = new DecodeRole(pool, receiver, LinkSource.shm(listener), null, cfg.tokenDelay(), DecodeRole.reservationTtl(cfg),
                 () -> InJvmRoles.deleteQuietly(null, socket, poolFile));
             return new Decode(role, "shm:" + socket);
         } catch (RuntimeException e) {
@@ -167,7 +167,7 @@ public final class SeparateRoles {
         try {
             final TransferReceiver receiver = RoleParts.receiver(cfg, pool);
             acceptor = new UcxAcceptor(UcxTransport.open("decode", cfg.ucxKeepalive()), cfg.topology().kvHost(), cfg.topology().kvPort(), UCX_BOOTSTRAP);
-            final DecodeRole role = new DecodeRole(pool, receiver, acceptor, null, cfg.tokenDelay(), cfg.requestTimeout(), () -> { });
+            final DecodeRole role = new DecodeRole(pool, receiver, acceptor, null, cfg.tokenDelay(), DecodeRole.reservationTtl(cfg), () -> { });
             return new Decode(role, "ucx:" + cfg.topology().kvHost() + ":" + acceptor.port());
         } catch (RuntimeException e) {
             if (acceptor != null) {

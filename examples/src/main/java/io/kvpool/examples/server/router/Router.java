@@ -185,12 +185,15 @@ public final class Router implements AutoCloseable {
         counters.inFlight.incrementAndGet();
         DecodeCall call = null;
         boolean done = false;
-        boolean askedDecode = false;
+        boolean askedDecode = false, askedPrefill = false;
         try {
             final Rejection noRoom;
             try {
                 askedDecode = true; // from here a reservation may exist (even if the call fails): the end gives it back
                 noRoom = decode.reserve(id, tenant, tokens.size(), req.maxTokens());
+            } catch (DuplicateRequestException e) {
+                done = true; // decode reserved nothing under our id: the request decoding there under it is not ours
+                throw unavailable(e.getMessage());
             } catch (RoleRefusedException e) {
                 throw refusedByRole(e);
             } catch (IllegalStateException e) { // the role was lost during the call
@@ -202,6 +205,7 @@ public final class Router implements AutoCloseable {
             }
             final Rejection refused;
             try {
+                askedPrefill = true;
                 refused = prefill.prefill(id, tenant, tokens);
             } catch (DuplicateRequestException e) {
                 done = true; // nothing was offered under our id: the request in flight there under it is not ours to abort
@@ -291,7 +295,9 @@ public final class Router implements AutoCloseable {
                     decode.unreserve(id, why);
                 }
                 try {
-                    prefill.abort(id, why);
+                    if (askedPrefill) {
+                        prefill.abort(id, why);
+                    }
                 } catch (IllegalStateException closedAlready) {
                     // the role is closing and aborts everything itself
                 }

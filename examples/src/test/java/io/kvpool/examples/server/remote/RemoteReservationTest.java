@@ -1,19 +1,25 @@
 package io.kvpool.examples.server.remote;
 
 import com.fasterxml.jackson.databind.ObjectMapper;
+import com.fasterxml.jackson.databind.JsonNode;
 import com.sun.net.httpserver.HttpServer;
+import io.kvpool.examples.server.Await;
+import io.kvpool.examples.server.RoleServer;
 import io.kvpool.examples.server.ServerTests;
+import io.kvpool.examples.server.config.Topology;
 import io.kvpool.examples.server.role.Rejection;
 import io.kvpool.examples.server.role.RoleStatus;
 import io.kvpool.examples.ui.PoolView;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
+import org.junit.jupiter.api.io.TempDir;
 
 import java.io.OutputStream;
 import java.net.InetAddress;
 import java.net.InetSocketAddress;
 import java.net.URI;
 import java.nio.charset.StandardCharsets;
+import java.nio.file.Path;
 import java.time.Duration;
 import java.util.Map;
 import java.util.concurrent.TimeUnit;
@@ -22,6 +28,7 @@ import java.util.concurrent.atomic.AtomicInteger;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertNotNull;
 import static org.junit.jupiter.api.Assertions.assertNull;
+import static org.junit.jupiter.api.Assertions.assertTrue;
 
 /** The router's reservation at a decode process: its refusal read as typed, and a build without reservations tolerated. */
 @Timeout(value = 60, unit = TimeUnit.SECONDS)
@@ -54,11 +61,43 @@ class RemoteReservationTest {
             assertNull(d.reserve(7, "alice", 5, 8), "no reservation: the request goes on, and decode admits at its call");
             assertNull(d.reserve(8, "alice", 5, 8));
             assertEquals(1, calls.get(), "asked once");
-            d.unreserve(7, "test"); // nothing to give back: no abort is posted for it
-            Thread.sleep(100);
+            d.unreserve(7, "test"); // nothing to give back: nothing is posted for it
+            d.close(); // waits for what is being delivered
             assertEquals(1, calls.get());
         } finally {
             decode.stop(0);
+        }
+    }
+
+    @Test
+    void aReservationOverHttpHoldsDecodePagesUntilGivenBack(@TempDir Path dir) throws Exception {
+        // one work dir: prefill finds decode's transfer socket there, and decode reserves only with its link up
+        try (RoleServer decodeRole = RoleServer.start(ServerTests.small().role(Topology.Role.DECODE).workDir(dir).build());
+             RoleServer prefillRole = RoleServer.start(ServerTests.small().role(Topology.Role.PREFILL).workDir(dir).build());
+             RemoteDecode d = new RemoteDecode(new RoleClient("decode", decodeRole.baseUri(), new ObjectMapper()), new ObjectMapper(),
+                 Duration.ofSeconds(5))) {
+            Await.until(() -> status(decodeRole.baseUri()).path("ready").asBoolean(), Duration.ofSeconds(30),
+                () -> "linked");
+            assertNull(d.reserve(7, "alice", 40, 8));
+            final JsonNode held = status(decodeRole.baseUri());
+            assertEquals(1, held.path("counters").path("reserved_ahead").asLong(), held::toString);
+            assertEquals(3, held.path("pool").path("counters").path("reserved").asLong(), () -> "48 tokens: 3 pages of 16 promised: " + held);
+            d.unreserve(7, "test: the request ended before its decode call");
+            Await.until(() -> status(decodeRole.baseUri()).path("pool").path("counters").path("reserved").asLong() == 0
+                    && status(decodeRole.baseUri()).path("pool").path("counters").path("open_sequences").asLong() == 0, Duration.ofSeconds(10),
+                () -> "the reservation given back: " + status(decodeRole.baseUri()));
+        }
+    }
+
+    private static JsonNode status(URI role) {
+        try {
+            return new ObjectMapper().readTree(java.net.http.HttpClient.newHttpClient().send(java.net.http.HttpRequest.newBuilder(
+                role.resolve("internal/status")).build(), java.net.http.HttpResponse.BodyHandlers.ofByteArray()).body());
+        } catch (java.io.IOException e) {
+            throw new java.io.UncheckedIOException(e);
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+            throw new IllegalStateException(e);
         }
     }
 

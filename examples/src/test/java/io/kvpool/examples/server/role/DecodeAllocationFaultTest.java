@@ -68,7 +68,7 @@ class DecodeAllocationFaultTest {
         final KvPool prefillPool = RoleParts.prefillPool(cfg);
         final TransferSender sender = RoleParts.sender(cfg, prefillPool);
         try (DecodeRole decode = new DecodeRole(decodePool, RoleParts.receiver(cfg, decodePool), shm(listener), null,
-            cfg.tokenDelay(), cfg.requestTimeout(), () -> { })) {
+            cfg.tokenDelay(), DecodeRole.reservationTtl(cfg), () -> { })) {
             connect(dir.resolve("transfer.sock"), sender, decode);
 
             // every page's fill now fails: every page, used and freed here, must be filled again before reuse,
