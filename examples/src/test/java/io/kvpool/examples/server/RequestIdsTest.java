@@ -165,6 +165,7 @@ class RequestIdsTest {
     void decodeRefusesAnIdAlreadyDecodingBeforeItStartsASecondTransfer() throws Exception {
         final long admitted = status(decode).path("counters").path("admitted").asLong();
         final long rejected = status(decode).path("counters").path("rejected").asLong();
+        final long abortsBefore = status(decode).path("counters").path("abort_requests").asLong();
         // request 88's stream stays open: its KV never comes (nothing offered), so it waits for its transfer
         final HttpResponse<InputStream> first = InJvmRoleServers.HTTP.send(HttpRequest.newBuilder(decode.baseUri().resolve("internal/decode"))
             .POST(HttpRequest.BodyPublishers.ofString(TestClient.JSON.writeValueAsString(decodeBody(88, "alice", 5, 2)))).build(),
@@ -179,6 +180,13 @@ class RequestIdsTest {
             Thread.sleep(100); // a duty cycle or more: a second start would have been counted by now
             assertEquals(admitted + 1, status(decode).path("counters").path("admitted").asLong(), "no second admission for the duplicate");
             assertEquals(rejected, status(decode).path("counters").path("rejected").asLong(), "no second start for the duplicate");
+
+            // another router reusing the id: no reservation under it, and giving one back leaves the call decoding alone
+            final HttpResponse<String> dupReserve = post(decode, "internal/reserve", decodeBody(88, "mallory", 5, 2));
+            assertEquals(409, dupReserve.statusCode(), dupReserve::body);
+            assertEquals(204, post(decode, "internal/unreserve", Map.of("request_id", 88, "why", "mallory's router gave up")).statusCode());
+            Thread.sleep(100);
+            assertEquals(0, status(decode).path("counters").path("abort_requests").asLong() - abortsBefore, "88 was not aborted");
             assertEquals(204, post(decode, "internal/abort", Map.of("request_id", 88, "why", "test over")).statusCode());
             final String rest = new String(in.readAllBytes(), StandardCharsets.UTF_8);
             assertTrue(rest.contains("\"committed\":false"), rest);
