@@ -3,9 +3,6 @@ package io.kvpool.transfer;
 import io.kvpool.Admission;
 import io.kvpool.KvPool;
 import io.kvpool.Sequence;
-import io.kvpool.transfer.sim.SimFaults;
-import io.kvpool.transfer.sim.SimLink;
-import io.kvpool.transfer.sim.SimNetwork;
 import io.kvpool.transfer.testkit.Kv;
 import io.kvpool.transfer.wire.Message;
 import org.junit.jupiter.api.Test;
@@ -23,30 +20,10 @@ class CancelUnderPoolPressureTest {
     static final int PAGES_PER_REQUEST = 4;
     static final int TOKENS = PAGES_PER_REQUEST * Kv.LAYOUT.tokensPerPage();
 
-    static final class Rig implements AutoCloseable {
-        final SimNetwork net = new SimNetwork(5, SimFaults.NONE);
-        final KvPool prefill = Kv.pool(3 * PAGES_PER_REQUEST); // room for 3 requests
-        final KvPool decode = Kv.pool(PAGES_PER_REQUEST - 1);  // too small for any: every request is rejected
-        final TransferSender sender;
-        final TransferReceiver receiver;
-        final int rp;
-
+    /** Prefill with room for 3 requests; decode too small for any, so every request is rejected. */
+    static final class Rig extends SimPair {
         Rig(PeerIdentity decodeIdentity) {
-            sender = TransferSender.builder(prefill, Kv.identity()).clock(net.clock()).build(); // 60 s descriptor timeout
-            receiver = TransferReceiver.builder(decode, decodeIdentity).clock(net.clock()).build();
-            final SimLink[] l = net.connect("prefill", "decode", true);
-            rp = receiver.addPeer(l[1]);
-            sender.addPeer(l[0]);
-            run(20);
-            assertTrue(receiver.peer(rp).isUp(), receiver.peer(rp)::toString);
-        }
-
-        void run(int steps) {
-            for (int i = 0; i < steps; i++) {
-                sender.doWork();
-                receiver.doWork();
-                net.advance(10_000); // 10 µs: the whole test is milliseconds of the 60 s timeout
-            }
+            super(5, Kv.pool(3 * PAGES_PER_REQUEST), Kv.pool(PAGES_PER_REQUEST - 1), decodeIdentity);
         }
 
         /** Prefill computes a request and offers it; decode rejects it. @return whether prefill had room */
@@ -64,14 +41,6 @@ class CancelUnderPoolPressureTest {
             assertEquals(IncomingTransfer.State.REJECTED, t.state(), t::toString);
             run(20);
             return true;
-        }
-
-        @Override
-        public void close() {
-            sender.close();
-            receiver.close();
-            prefill.close();
-            decode.close();
         }
     }
 

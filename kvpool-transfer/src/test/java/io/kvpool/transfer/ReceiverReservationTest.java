@@ -3,9 +3,6 @@ package io.kvpool.transfer;
 import io.kvpool.Admission;
 import io.kvpool.KvPool;
 import io.kvpool.Sequence;
-import io.kvpool.transfer.sim.SimFaults;
-import io.kvpool.transfer.sim.SimLink;
-import io.kvpool.transfer.sim.SimNetwork;
 import io.kvpool.transfer.testkit.Kv;
 import org.junit.jupiter.api.Test;
 
@@ -22,28 +19,9 @@ class ReceiverReservationTest {
 
     static final int TOKENS = 4 * Kv.LAYOUT.tokensPerPage();
 
-    static final class Rig implements AutoCloseable {
-        final SimNetwork net = new SimNetwork(11, SimFaults.NONE);
-        final KvPool prefill = Kv.pool(16);
-        final KvPool decode = Kv.pool(16);
-        final TransferSender sender = TransferSender.builder(prefill, Kv.identity()).clock(net.clock()).build();
-        final TransferReceiver receiver = TransferReceiver.builder(decode, Kv.identity()).clock(net.clock()).build();
-        final int rp;
-
+    static final class Rig extends SimPair {
         Rig() {
-            final SimLink[] l = net.connect("prefill", "decode", true);
-            rp = receiver.addPeer(l[1]);
-            sender.addPeer(l[0]);
-            run(20);
-            assertTrue(receiver.peer(rp).isUp(), receiver.peer(rp)::toString);
-        }
-
-        void run(int steps) {
-            for (int i = 0; i < steps; i++) {
-                sender.doWork();
-                receiver.doWork();
-                net.advance(10_000);
-            }
+            super(11, Kv.pool(16), Kv.pool(16), Kv.identity());
         }
 
         void offer(long req) {
@@ -52,14 +30,6 @@ class ReceiverReservationTest {
                 Kv.write(src, req);
                 sender.offer(req, src);
             }
-        }
-
-        @Override
-        public void close() {
-            sender.close();
-            receiver.close();
-            prefill.close();
-            decode.close();
         }
     }
 

@@ -1,22 +1,15 @@
 package io.kvpool.examples.server;
 
-import com.sun.net.httpserver.HttpServer;
 import io.kvpool.examples.server.api.ApiError;
 import io.kvpool.examples.server.config.ServerConfig;
 import io.kvpool.examples.server.config.Topology;
-import io.kvpool.examples.server.remote.RemoteFixtures;
+import io.kvpool.examples.server.remote.StubRole;
 import io.kvpool.examples.server.role.Rejection;
-import io.kvpool.examples.server.role.RoleStatus;
-import io.kvpool.examples.ui.PoolView;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
 
 import java.io.ByteArrayOutputStream;
-import java.io.OutputStream;
 import java.io.PrintStream;
-import java.net.InetAddress;
-import java.net.InetSocketAddress;
-import java.net.URI;
 import java.nio.charset.StandardCharsets;
 import java.util.Map;
 import java.util.concurrent.TimeUnit;
@@ -64,48 +57,22 @@ class RefusalsTest {
         assertEquals(0, e.retryAfterSeconds(), "no wait makes it fit");
     }
 
-    /** A stub role process: its status says ready, and every other call is refused with {@code refusal} (404: another build). */
-    private static HttpServer stubRole(String role, int refusal) throws Exception {
-        final HttpServer s = HttpServer.create(new InetSocketAddress(InetAddress.getLoopbackAddress(), 0), 0);
-        s.setExecutor(java.util.concurrent.Executors.newVirtualThreadPerTaskExecutor());
-        s.createContext("/", ex -> {
-            ex.getRequestBody().readAllBytes();
-            final byte[] b;
-            final int status;
-            if (ex.getRequestURI().getPath().equals("/internal/status")) {
-                status = 200;
-                final Map<String, Object> m = RemoteFixtures.statusJson(new RoleStatus(role, new PoolView(role, 0, "", Map.of()), Map.of(), Map.of()), 0,
-                    true, ServerTests.small().build(), 128, 512); // its identity matches the router's: it starts
-                b = TestClient.JSON.writeValueAsBytes(m);
-            } else if (ex.getRequestURI().getPath().equals("/internal/reserve")) { // decode has room: the refusal is the next call's
-                status = 200;
-                b = "{\"admitted\":true}".getBytes(StandardCharsets.UTF_8);
-            } else if (ex.getRequestURI().getPath().equals("/internal/abort") || ex.getRequestURI().getPath().equals("/internal/unreserve")) {
-                ex.sendResponseHeaders(204, -1);
-                ex.close();
-                return;
-            } else {
-                status = refusal;
-                b = ("{\"error\":{\"type\":\"not_found\",\"reason\":\"no_such_path\",\"message\":\"no endpoint at "
-                    + ex.getRequestURI().getPath() + "\"}}").getBytes(StandardCharsets.UTF_8);
-            }
-            ex.getResponseHeaders().set("Content-Type", "application/json");
-            ex.sendResponseHeaders(status, b.length);
-            try (OutputStream out = ex.getResponseBody()) {
-                out.write(b);
-            }
+    /** A stub role process: decode reserves, aborts are taken, and every other call is refused with {@code refusal} (404: another build). */
+    private static StubRole stubRole(String role, int refusal) {
+        return StubRole.start(role, path -> switch (path) {
+            case "/internal/reserve" -> new StubRole.Reply(200, "{\"admitted\":true}"); // decode has room: the refusal is the next call's
+            case "/internal/abort", "/internal/unreserve" -> StubRole.Reply.NO_CONTENT;
+            default -> StubRole.Reply.error(refusal, path);
         });
-        s.start();
-        return s;
     }
 
     @Test
     void aRoleThatFailsTheRoutersCallIsA502WithoutRetryAfterAndStaysUp() throws Exception {
-        final HttpServer prefill = stubRole("prefill", 500); // took the call and failed it: a storage fault, a bug
-        final HttpServer decode = stubRole("decode", 500);
+        final StubRole prefill = stubRole("prefill", 500); // took the call and failed it: a storage fault, a bug
+        final StubRole decode = stubRole("decode", 500);
         try (KvServer router = KvServer.start(ServerTests.small().topology(Topology.DEFAULT.withRole(Topology.Role.ROUTER)
-            .withUrls(URI.create("http://127.0.0.1:" + prefill.getAddress().getPort() + "/"),
-                URI.create("http://127.0.0.1:" + decode.getAddress().getPort() + "/"))).build())) {
+            .withUrls(prefill.base(),
+                decode.base())).build())) {
             for (int i = 0; i < 2; i++) { // the second alike (RoleFailureHealthTest: the role is not marked down)
                 final TestClient.Response r = new TestClient(router).complete("alice", "hello", 2, false);
                 assertEquals(502, r.status(), r::body); // was 503 + Retry-After: 1, and the role marked down
@@ -115,18 +82,18 @@ class RefusalsTest {
                 assertTrue(r.error().path("message").asText().contains("answered 500 to POST /internal/prefill"), r::body);
             }
         } finally {
-            prefill.stop(0);
-            decode.stop(0);
+            prefill.close();
+            decode.close();
         }
     }
 
     @Test
     void aRoleThatRefusesTheRoutersCallIsA502WithoutRetryAfter() throws Exception {
-        final HttpServer prefill = stubRole("prefill", 404);
-        final HttpServer decode = stubRole("decode", 404);
+        final StubRole prefill = stubRole("prefill", 404);
+        final StubRole decode = stubRole("decode", 404);
         try (KvServer router = KvServer.start(ServerTests.small().topology(Topology.DEFAULT.withRole(Topology.Role.ROUTER)
-            .withUrls(URI.create("http://127.0.0.1:" + prefill.getAddress().getPort() + "/"),
-                URI.create("http://127.0.0.1:" + decode.getAddress().getPort() + "/"))).build())) {
+            .withUrls(prefill.base(),
+                decode.base())).build())) {
             final TestClient.Response r = new TestClient(router).complete("alice", "hello", 2, false);
             assertEquals(502, r.status(), r::body); // was 503 + Retry-After: 1, for a call the role will never take
             assertNull(r.retryAfter(), r::body);
@@ -134,8 +101,8 @@ class RefusalsTest {
             assertEquals(404, r.error().path("role_status").asInt(), r::body);
             assertTrue(r.error().path("message").asText().contains("answered 404 to POST /internal/prefill"), r::body);
         } finally {
-            prefill.stop(0);
-            decode.stop(0);
+            prefill.close();
+            decode.close();
         }
     }
 }

@@ -130,12 +130,7 @@ public final class DecodeEndpoint extends RoleEndpoint {
         } catch (IllegalStateException e) {
             throw closed("decode role: " + e.getMessage());
         }
-        final Map<String, Object> out = new LinkedHashMap<>();
-        out.put("admitted", r == null);
-        if (r != null) {
-            out.put("rejection", RoleJson.rejection(r));
-        }
-        Http.sendJson(ex, json, 200, out);
+        Http.sendJson(ex, json, 200, RoleJson.admission(r));
     }
 
     private void stream(HttpCall ex, long id, DecodeCall call, int maxNew) {

@@ -12,7 +12,6 @@ import io.kvpool.examples.server.role.PrefillRole;
 import io.kvpool.examples.server.role.Rejection;
 
 import java.io.IOException;
-import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.Objects;
@@ -69,12 +68,7 @@ public final class PrefillEndpoint extends RoleEndpoint {
             } catch (IllegalStateException e) {
                 throw closed("prefill role: " + e.getMessage());
             }
-            final Map<String, Object> out = new LinkedHashMap<>();
-            out.put("admitted", r == null);
-            if (r != null) {
-                out.put("rejection", RoleJson.rejection(r));
-            }
-            Http.sendJson(ex, json, 200, out);
+            Http.sendJson(ex, json, 200, RoleJson.admission(r));
             return true;
         }
         if (path.equals("/internal/test/gate") && gate != null) {

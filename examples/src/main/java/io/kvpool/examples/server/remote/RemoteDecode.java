@@ -105,11 +105,7 @@ final class RemoteDecode extends RemoteRole implements DecodeService {
             }
             return null;
         }
-        try {
-            return RoleJson.bool(r, "admitted") ? null : RoleJson.rejection(RoleJson.field(r, "rejection"));
-        } catch (IllegalArgumentException e) {
-            throw new IllegalStateException(client.describe() + " answered POST /internal/reserve with " + r + ": " + e.getMessage(), e);
-        }
+        return RoleJson.admission(r, client.describe() + " answered POST /internal/reserve");
     }
 
     /**

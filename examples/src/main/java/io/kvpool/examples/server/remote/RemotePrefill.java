@@ -44,11 +44,7 @@ final class RemotePrefill extends RemoteRole implements PrefillService {
             health.lost(e.getMessage()); // requests after this one are answered at once until a status read says it is back
             throw e;
         }
-        try {
-            return RoleJson.bool(r, "admitted") ? null : RoleJson.rejection(RoleJson.field(r, "rejection"));
-        } catch (IllegalArgumentException e) {
-            throw new IllegalStateException(client.describe() + " answered POST /internal/prefill with " + r + ": " + e.getMessage(), e);
-        }
+        return RoleJson.admission(r, client.describe() + " answered POST /internal/prefill");
     }
 
     /**

@@ -62,6 +62,31 @@ final class RoleJson {
         return new RoleStatus(text(n, "role"), view, longs(field(n, "counters")), longs(field(n, "gauges")));
     }
 
+    /** @return an admission's answer: {@code {"admitted":true}}, or {@code {"admitted":false,"rejection":{…}}} for {@code r} */
+    static Map<String, Object> admission(Rejection r) {
+        final Map<String, Object> out = new LinkedHashMap<>();
+        out.put("admitted", r == null);
+        if (r != null) {
+            out.put("rejection", rejection(r));
+        }
+        return out;
+    }
+
+    /**
+     * Reads an admission's answer ({@link #admission(Rejection)}).
+     *
+     * @param what the call, for the message ({@code decode role at http://… answered POST /internal/reserve})
+     * @return {@code null} when admitted, else the refusal
+     * @throws IllegalStateException if the answer is not an admission's
+     */
+    static Rejection admission(JsonNode n, String what) {
+        try {
+            return bool(n, "admitted") ? null : rejection(field(n, "rejection"));
+        } catch (IllegalArgumentException e) {
+            throw new IllegalStateException(what + " with " + n + ": " + e.getMessage(), e);
+        }
+    }
+
     static Map<String, Object> rejection(Rejection r) {
         final Map<String, Object> m = new LinkedHashMap<>();
         m.put("role", r.role());

@@ -2,26 +2,18 @@ package io.kvpool.examples.server.remote;
 
 import com.fasterxml.jackson.databind.ObjectMapper;
 import com.fasterxml.jackson.databind.JsonNode;
-import com.sun.net.httpserver.HttpServer;
 import io.kvpool.examples.server.Await;
 import io.kvpool.examples.server.RoleServer;
 import io.kvpool.examples.server.ServerTests;
 import io.kvpool.examples.server.config.Topology;
 import io.kvpool.examples.server.role.Rejection;
-import io.kvpool.examples.server.role.RoleStatus;
-import io.kvpool.examples.ui.PoolView;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
 import org.junit.jupiter.api.io.TempDir;
 
-import java.io.OutputStream;
-import java.net.InetAddress;
-import java.net.InetSocketAddress;
 import java.net.URI;
-import java.nio.charset.StandardCharsets;
 import java.nio.file.Path;
 import java.time.Duration;
-import java.util.Map;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicInteger;
 
@@ -37,9 +29,9 @@ class RemoteReservationTest {
     @Test
     void aDecodeRefusalOfAReservationIsTyped() throws Exception {
         final AtomicInteger calls = new AtomicInteger();
-        final HttpServer decode = stub(200, "{\"admitted\":false,\"rejection\":{\"role\":\"decode\",\"reason\":\"RETRY_LATER\","
+        final StubRole decode = stub(200, "{\"admitted\":false,\"rejection\":{\"role\":\"decode\",\"reason\":\"RETRY_LATER\","
             + "\"message\":\"decode pool: 0 pages free\",\"numbers\":{\"pages_available\":0}}}", calls);
-        try (RemoteDecode d = new RemoteDecode(new RoleClient("decode", base(decode), new ObjectMapper()), new ObjectMapper(),
+        try (RemoteDecode d = new RemoteDecode(new RoleClient("decode", decode.base(), new ObjectMapper()), new ObjectMapper(),
             Duration.ofSeconds(5))) {
             final Rejection r = d.reserve(7, "alice", 5, 8);
             assertNotNull(r);
@@ -47,16 +39,16 @@ class RemoteReservationTest {
             assertEquals(0L, r.numbers().get("pages_available"));
             assertEquals(1, calls.get());
         } finally {
-            decode.stop(0);
+            decode.close();
         }
     }
 
     @Test
     void aDecodeOfABuildWithoutReservationsIsAskedOnceThenAdmitsAtItsDecodeCall() throws Exception {
         final AtomicInteger calls = new AtomicInteger();
-        final HttpServer decode = stub(404, "{\"error\":{\"type\":\"not_found\",\"reason\":\"no_such_path\",\"message\":\"no endpoint\"}}",
+        final StubRole decode = stub(404, "{\"error\":{\"type\":\"not_found\",\"reason\":\"no_such_path\",\"message\":\"no endpoint\"}}",
             calls);
-        try (RemoteDecode d = new RemoteDecode(new RoleClient("decode", base(decode), new ObjectMapper()), new ObjectMapper(),
+        try (RemoteDecode d = new RemoteDecode(new RoleClient("decode", decode.base(), new ObjectMapper()), new ObjectMapper(),
             Duration.ofSeconds(5))) {
             assertNull(d.reserve(7, "alice", 5, 8), "no reservation: the request goes on, and decode admits at its call");
             assertNull(d.reserve(8, "alice", 5, 8));
@@ -65,7 +57,7 @@ class RemoteReservationTest {
             d.close(); // waits for what is being delivered
             assertEquals(1, calls.get());
         } finally {
-            decode.stop(0);
+            decode.close();
         }
     }
 
@@ -101,42 +93,11 @@ class RemoteReservationTest {
         }
     }
 
-    private static URI base(HttpServer s) {
-        return URI.create("http://127.0.0.1:" + s.getAddress().getPort() + "/");
-    }
-
-    /** A decode process whose status reads ready and whose {@code /internal/reserve} answers {@code status, body}. */
-    private static HttpServer stub(int status, String body, AtomicInteger reserveCalls) throws Exception {
-        final HttpServer s = HttpServer.create(new InetSocketAddress(InetAddress.getLoopbackAddress(), 0), 0);
-        s.setExecutor(java.util.concurrent.Executors.newVirtualThreadPerTaskExecutor());
-        s.createContext("/", ex -> {
-            ex.getRequestBody().readAllBytes();
-            final byte[] b;
-            final int code;
-            if (ex.getRequestURI().getPath().equals("/internal/status")) {
-                code = 200;
-                b = new ObjectMapper().writeValueAsBytes(RemoteFixtures.statusJson(new RoleStatus("decode",
-                    new PoolView("decode", 0, "", Map.of()), Map.of(), Map.of()), 0, true, ServerTests.small().build(), 128, 512));
-            } else if (ex.getRequestURI().getPath().equals("/internal/reserve")) {
-                reserveCalls.incrementAndGet();
-                code = status;
-                b = body.getBytes(StandardCharsets.UTF_8);
-            } else {
-                reserveCalls.incrementAndGet(); // an abort posted: counted with the reservations, none is expected
-                code = 204;
-                b = new byte[0];
-            }
-            ex.getResponseHeaders().set("Content-Type", "application/json");
-            ex.sendResponseHeaders(code, code == 204 ? -1 : b.length);
-            if (code != 204) {
-                try (OutputStream out = ex.getResponseBody()) {
-                    out.write(b);
-                }
-            } else {
-                ex.close();
-            }
+    /** A decode role whose {@code /internal/reserve} answers {@code status, body}; every call to it, or to another path, counted. */
+    private static StubRole stub(int status, String body, AtomicInteger calls) {
+        return StubRole.start("decode", path -> {
+            calls.incrementAndGet(); // a reservation, or anything else posted (none is expected)
+            return path.equals("/internal/reserve") ? new StubRole.Reply(status, body) : StubRole.Reply.NO_CONTENT;
         });
-        s.start();
-        return s;
     }
 }

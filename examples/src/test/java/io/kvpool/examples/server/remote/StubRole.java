@@ -1,0 +1,89 @@
+package io.kvpool.examples.server.remote;
+
+import com.fasterxml.jackson.databind.ObjectMapper;
+import com.sun.net.httpserver.HttpServer;
+import io.kvpool.examples.server.ServerTests;
+import io.kvpool.examples.server.role.RoleStatus;
+import io.kvpool.examples.ui.PoolView;
+
+import java.io.IOException;
+import java.io.OutputStream;
+import java.io.UncheckedIOException;
+import java.net.InetAddress;
+import java.net.InetSocketAddress;
+import java.net.URI;
+import java.nio.charset.StandardCharsets;
+import java.util.Map;
+import java.util.function.Function;
+
+/**
+ * A role process of a test's making, on loopback: {@code GET /internal/status} reads ready, with an identity that
+ * matches a router of {@link ServerTests#small()}; every other path answers what the test's function says.
+ */
+public final class StubRole implements AutoCloseable {
+
+    /** One answer: an HTTP status and a JSON body (none for 204). */
+    public record Reply(int status, String body) {
+        /** 204, no body. */
+        public static final Reply NO_CONTENT = new Reply(204, "");
+
+        /** @return {@code status} with a JSON error naming {@code path} */
+        public static Reply error(int status, String path) {
+            return new Reply(status, "{\"error\":{\"type\":\"server_error\",\"reason\":\"stub\",\"message\":\"no endpoint at " + path
+                + "\"}}");
+        }
+    }
+
+    private final HttpServer server;
+
+    private StubRole(HttpServer server) {
+        this.server = server;
+    }
+
+    /**
+     * @param role    "prefill" or "decode", as its status names it
+     * @param answers the reply to each call but the status, by path ({@code /internal/prefill} …); called on the
+     *                server's threads
+     */
+    public static StubRole start(String role, Function<String, Reply> answers) {
+        final byte[] status;
+        try {
+            status = new ObjectMapper().writeValueAsBytes(RemoteFixtures.statusJson(new RoleStatus(role, new PoolView(role, 0, "",
+                Map.of()), Map.of(), Map.of()), 0, true, ServerTests.small().build(), 128, 512));
+            final HttpServer s = HttpServer.create(new InetSocketAddress(InetAddress.getLoopbackAddress(), 0), 0);
+            s.setExecutor(java.util.concurrent.Executors.newVirtualThreadPerTaskExecutor());
+            s.createContext("/", ex -> {
+                ex.getRequestBody().readAllBytes();
+                final String path = ex.getRequestURI().getPath();
+                final Reply r = path.equals("/internal/status") ? new Reply(200, new String(status, StandardCharsets.UTF_8))
+                    : answers.apply(path);
+                if (r.status() == 204) {
+                    ex.sendResponseHeaders(204, -1);
+                    ex.close();
+                    return;
+                }
+                final byte[] b = r.body().getBytes(StandardCharsets.UTF_8);
+                ex.getResponseHeaders().set("Content-Type", "application/json");
+                ex.sendResponseHeaders(r.status(), b.length);
+                try (OutputStream out = ex.getResponseBody()) {
+                    out.write(b);
+                }
+            });
+            s.start();
+            return new StubRole(s);
+        } catch (IOException e) {
+            throw new UncheckedIOException(e);
+        }
+    }
+
+    /** @return e.g. {@code http://127.0.0.1:40123/} */
+    public URI base() {
+        return URI.create("http://127.0.0.1:" + server.getAddress().getPort() + "/");
+    }
+
+    /** Stops the server at once; idempotent. */
+    @Override
+    public void close() {
+        server.stop(0);
+    }
+}
