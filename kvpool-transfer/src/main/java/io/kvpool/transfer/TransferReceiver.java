@@ -178,8 +178,9 @@ public final class TransferReceiver extends TransferEndpoint {
     /**
      * Asks the senders for the KV of a request the pool admitted earlier: {@code admitted}, a sequence of this
      * receiver's pool that holds no page yet, typically admitted before prefill computed, so that prefill computes
-     * nothing for a decode that has no room (a reservation). The receiver takes the sequence over whatever the
-     * outcome: on COMMITTED it is {@link IncomingTransfer#sequence()}, and a rejection or failure closes it.
+     * nothing for a decode that has no room (a reservation). The receiver takes the sequence over unless the call
+     * throws for the sequence itself or for a closed receiver: on COMMITTED it is {@link IncomingTransfer#sequence()},
+     * and every other outcome closes it, a rejection, a failure and an exception for the other arguments included.
      *
      * @param requestId    the request (keys checksums; must be the id the senders were offered)
      * @param admitted     the admitted sequence, without pages; admitted for at least {@code promptTokens}
@@ -192,6 +193,7 @@ public final class TransferReceiver extends TransferEndpoint {
      * @throws IllegalArgumentException as {@link #start(long, int, int, int...)} does, and if {@code admitted} belongs to
      *                                  another pool, is closed or holds pages (the sequence is not taken over then)
      * @throws AllocationFaultException as {@link #start(long, int, int, int...)} does
+     * @throws IllegalStateException    if the receiver is closed (the sequence is not taken over)
      */
     public IncomingTransfer start(long requestId, Sequence admitted, int promptTokens, int... senderPeers) {
         Objects.requireNonNull(admitted, "admitted");

@@ -60,6 +60,10 @@ class ReceiverReservationTest {
             rig.run(20);
             assertEquals(0, rig.prefill.snapshot().owned(), "the CANCEL ended prefill's offer: " + rig.prefill.snapshot());
 
+            final Sequence noSuchPeer = rig.decode.admit(TOKENS, 0).sequence();
+            assertThrows(IllegalArgumentException.class, () -> rig.receiver.start(10, noSuchPeer, TOKENS, 5));
+            assertTrue(noSuchPeer.isClosed(), "an exception for another argument: taken over and closed");
+
             final Sequence second = rig.decode.admit(TOKENS, 0).sequence();
             rig.receiver.close();
             assertThrows(IllegalStateException.class, () -> rig.receiver.start(9, second, TOKENS, rig.rp));
