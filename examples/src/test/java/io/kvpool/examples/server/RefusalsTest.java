@@ -88,6 +88,40 @@ class RefusalsTest {
     }
 
     @Test
+    void aDecodeThatFailsTheReservationIsA502AndPrefillIsNeverAsked() throws Exception {
+        try (StubRole prefill = stubRole("prefill", 500);
+             StubRole decode = StubRole.start("decode", path -> path.equals("/internal/reserve") ? StubRole.Reply.error(500, path)
+                 : StubRole.Reply.NO_CONTENT);
+             KvServer router = KvServer.start(routerOver(prefill, decode))) {
+            final TestClient.Response r = new TestClient(router).complete("alice", "hello", 2, false);
+            assertEquals(502, r.status(), r::body);
+            assertEquals("role_error", r.error().path("reason").asText(), r::body);
+            assertTrue(r.error().path("message").asText().contains("answered 500 to POST /internal/reserve"), r::body);
+            assertEquals(java.util.List.of(), prefill.paths(), "prefill computed nothing and was sent no abort");
+        }
+    }
+
+    @Test
+    void aPrefillRefusalGivesDecodesReservationBack() throws Exception {
+        try (StubRole prefill = StubRole.start("prefill", path -> path.equals("/internal/prefill")
+                 ? new StubRole.Reply(200, "{\"admitted\":false,\"rejection\":{\"role\":\"prefill\",\"reason\":\"RETRY_LATER\","
+                     + "\"message\":\"prefill pool: no room now\",\"numbers\":{}}}")
+                 : StubRole.Reply.NO_CONTENT);
+             StubRole decode = stubRole("decode", 500);
+             KvServer router = KvServer.start(routerOver(prefill, decode))) {
+            final TestClient.Response r = new TestClient(router).complete("alice", "hello", 2, false);
+            assertEquals(429, r.status(), r::body);
+            Await.until(() -> decode.paths().contains("/internal/unreserve"), java.time.Duration.ofSeconds(10),
+                () -> "decode's reservation given back: " + decode.paths());
+            assertEquals(java.util.List.of("/internal/prefill"), prefill.paths(), "prefill refused it: no abort to send");
+        }
+    }
+
+    private static ServerConfig routerOver(StubRole prefill, StubRole decode) {
+        return ServerTests.small().topology(Topology.DEFAULT.withRole(Topology.Role.ROUTER).withUrls(prefill.base(), decode.base())).build();
+    }
+
+    @Test
     void aRoleThatRefusesTheRoutersCallIsA502WithoutRetryAfter() throws Exception {
         final StubRole prefill = stubRole("prefill", 404);
         final StubRole decode = stubRole("decode", 404);

@@ -20,7 +20,8 @@ import java.util.concurrent.atomic.LongAdder;
  * cut off has long dropped the request itself: its transfer deadlines are shorter). At most {@link #MAX_POSTS} posts
  * are under way at once, so the aborts that piled up while a role was gone reach it paced when it is back, not all
  * in the same second. A role that failed the call (a 5xx) is retried like one that is away: its failure may pass.
- * Thread-safe.
+ * The decode role's give-backs of reservations ({@code POST /internal/unreserve}) go the same way, sharing the limit
+ * and the counts. Thread-safe.
  */
 final class AbortDelivery implements AutoCloseable {
 

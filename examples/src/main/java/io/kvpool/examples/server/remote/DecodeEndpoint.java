@@ -23,8 +23,8 @@ import java.util.concurrent.ConcurrentHashMap;
  * {@code POST /internal/reserve} {@code {"request_id":7,"tenant":"alice","prompt_tokens":5,"max_new_tokens":8}}
  * admits the request ahead of prefill ({@link DecodeRole#reserve}) and answers {@code {"admitted":true}} or
  * {@code {"admitted":false,"rejection":{…}}}, or 409 for an id decoding here; {@code POST /internal/unreserve}
- * {@code {"request_id":7}} gives a reservation back (204 always; it never touches a call under way, which may be
- * another router's request under a reused id).
+ * {@code {"request_id":7}} gives a reservation back (204 for any id, known or not; it never touches a call under way,
+ * which may be another router's request under a reused id).
  * {@code POST /internal/decode} {@code {"request_id":7,"tenant":"alice","prompt_tokens":5,"max_new_tokens":8}}
  * starts the request on the {@link DecodeRole} and answers 200 at once (so the router's abort that may
  * follow finds the call), then streams its events, one JSON object per line, as {@link RemoteDecodeCall}

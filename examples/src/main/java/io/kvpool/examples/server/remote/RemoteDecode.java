@@ -30,7 +30,12 @@ final class RemoteDecode extends RemoteRole implements DecodeService {
     static final Duration ASK_AGAIN = Duration.ofSeconds(30);
     /** Until when this process is not asked for reservations: it answered 404 (a build before them). */
     private volatile long noReservationsUntil = System.nanoTime();
-    private volatile boolean asked404;
+    private final java.util.concurrent.atomic.AtomicBoolean logged404 = new java.util.concurrent.atomic.AtomicBoolean();
+    /**
+     * Ids the process may hold a reservation for: it answered "reserved", or the call got no answer (it may have
+     * reserved anyway). A decode call or a give-back ends each; only these are given back.
+     */
+    private final java.util.Set<Long> mayHold = java.util.concurrent.ConcurrentHashMap.newKeySet();
 
     /** @param stall longest wait for the decode stream's next token before the role counts as lost */
     RemoteDecode(RoleClient client, ObjectMapper json, Duration stall) {
@@ -60,6 +65,7 @@ final class RemoteDecode extends RemoteRole implements DecodeService {
      */
     @Override
     public DecodeCall start(long requestId, String tenant, int promptTokens, int maxNewTokens) {
+        mayHold.remove(requestId); // the call takes the reservation, or admits without one
         try {
             return RemoteDecodeCall.open(client, json, aborts, requestId, tenant, promptTokens, maxNewTokens, stall);
         } catch (RoleLostException e) {
@@ -75,6 +81,8 @@ final class RemoteDecode extends RemoteRole implements DecodeService {
      *
      * @throws RoleLostException     if the process cannot be reached (the router answers 503)
      * @throws RoleRefusedException  if it refuses the call itself (another 4xx) or fails it (a 5xx but 503)
+     * @throws io.kvpool.examples.server.role.DuplicateRequestException if the id is decoding there (409: another
+     *                               router's request under a reused id)
      * @throws IllegalStateException if it is closing, or answers what is not a reservation's answer
      */
     @Override
@@ -88,33 +96,41 @@ final class RemoteDecode extends RemoteRole implements DecodeService {
         body.put("prompt_tokens", promptTokens);
         body.put("max_new_tokens", maxNewTokens);
         final JsonNode r;
+        mayHold.add(requestId);
         try {
             r = client.post("internal/reserve", body);
-        } catch (RoleLostException e) {
+        } catch (RoleLostException e) { // no answer: it may have reserved, so the id stays to be given back
             health.lost(e.getMessage());
             throw e;
-        } catch (RoleRefusedException e) {
-            if (e.status() != 404) {
+        } catch (RuntimeException e) { // it answered: refused, failed or closing, so nothing is reserved
+            mayHold.remove(requestId);
+            if (!(e instanceof RoleRefusedException refused) || refused.status() != 404) {
                 throw e;
             }
             noReservationsUntil = System.nanoTime() + ASK_AGAIN.toNanos();
-            if (!asked404) {
-                asked404 = true;
+            if (logged404.compareAndSet(false, true)) {
                 LOG.log(System.Logger.Level.WARNING, client.describe() + " does not take reservations (a build before them): "
                     + "it admits at the decode call, after prefill computed; asked again every " + ASK_AGAIN.toSeconds() + " s");
             }
             return null;
         }
-        return RoleJson.admission(r, client.describe() + " answered POST /internal/reserve");
+        // an answer that is not an admission's throws, and the id stays to be given back in case
+        final Rejection refused = RoleJson.admission(r, client.describe() + " answered POST /internal/reserve");
+        if (refused != null) {
+            mayHold.remove(requestId);
+        }
+        return refused;
     }
 
     /**
      * Gives the reservation back ({@code POST /internal/unreserve}, delivered in the background as aborts are:
-     * {@link AbortDelivery}). Not sent while the process is known not to take reservations.
+     * {@link AbortDelivery}). Sent for a request whose reserve call the process answered "reserved", or whose call
+     * failed without an answer (the process may have reserved it); not for one it refused or did not reserve (a build
+     * before reservations).
      */
     @Override
     public void unreserve(long requestId, String why) {
-        if (System.nanoTime() - noReservationsUntil >= 0) {
+        if (mayHold.remove(requestId)) {
             aborts.send("internal/unreserve", requestId, why);
         }
     }

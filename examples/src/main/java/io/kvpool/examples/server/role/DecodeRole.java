@@ -44,7 +44,7 @@ import java.util.concurrent.atomic.LongAdder;
  *                   unreserve() ─submit─▶ duty: the reservation closed, if start did not take it
  *                   abort()  ──submit──▶ duty: receiver.abort (pages DRAINING → drain handshake)
  *   duty thread:    accept links · receiver.doWork() · COMMITTED → sequence handed over / failed → outcome
- *                   · reservations older than the request timeout closed
+ *                   · reservations older than twice the request timeout closed
  *   router thread:  generate(): read every page of the block table, rebuild the prompt, append tokens
  * </pre>
  * A committed sequence goes to exactly one owner: {@link DecodeCall#generate} or an abort, whichever takes
@@ -74,6 +74,13 @@ public final class DecodeRole implements DecodeService, MeteredRole {
     private final List<Call> receiving = new ArrayList<>();
     /** Admissions made ahead of prefill, by request id, until start takes them, unreserve, expiry or close. */
     private final Map<Long, Reserved> reservations = new java.util.HashMap<>();
+    /**
+     * Ids given back before their reservation arrived (a router whose reserve call timed out while this role was
+     * frozen; the calls then arrive in any order), until when: such a reserve is refused instead of held until it
+     * expires. Kept as long as a prefill role remembers an early abort, at most {@link #MAX_EARLY_GIVE_BACKS}.
+     */
+    private final Map<Long, Long> givenBackEarly = new java.util.HashMap<>();
+    static final int MAX_EARLY_GIVE_BACKS = 65_536;
     private long nextExpiryScan;
     private int senderPeer = -1;
 
@@ -192,6 +199,8 @@ public final class DecodeRole implements DecodeService, MeteredRole {
                 if (r != null) {
                     r.seq().close();
                     releasedUnused.increment();
+                } else if (givenBackEarly.size() < MAX_EARLY_GIVE_BACKS) {
+                    givenBackEarly.put(requestId, System.nanoTime() + PrefillRole.REMEMBER_ABORTS_NANOS);
                 }
             });
         } catch (IllegalStateException closedAlready) {
@@ -215,6 +224,11 @@ public final class DecodeRole implements DecodeService, MeteredRole {
         if (senderPeer < 0) {
             rejected.increment();
             return new Rejection(ROLE, Rejection.Reason.UNAVAILABLE, "decode: no prefill link is up; retry later", n);
+        }
+        if (givenBackEarly.remove(requestId) != null) { // its router gave it back before this call arrived
+            rejected.increment();
+            return new Rejection(ROLE, Rejection.Reason.UNAVAILABLE, "decode: request " + requestId + " was given back before its "
+                + "reservation arrived; not reserved", n);
         }
         if (reservations.containsKey(requestId)) { // two routers, or a restarted one, reusing an id
             rejected.increment();
@@ -241,10 +255,11 @@ public final class DecodeRole implements DecodeService, MeteredRole {
     /** Closes the reservations no start took within their time (a router that died, or lost the request). */
     private int expireReservations() {
         final long now = System.nanoTime();
-        if (reservations.isEmpty() || now - nextExpiryScan < 0) {
+        if ((reservations.isEmpty() && givenBackEarly.isEmpty()) || now - nextExpiryScan < 0) {
             return 0;
         }
         nextExpiryScan = now + 100_000_000L; // a scan at most every 100 ms
+        givenBackEarly.values().removeIf(until -> now - until >= 0);
         int n = 0;
         for (java.util.Iterator<Reserved> it = reservations.values().iterator(); it.hasNext(); ) {
             final Reserved r = it.next();

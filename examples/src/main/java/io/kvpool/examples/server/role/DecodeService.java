@@ -20,7 +20,7 @@ public interface DecodeService extends AutoCloseable {
     /**
      * Admits a request before prefill computes it, so that prefill computes nothing for a decode with no room: the
      * pages stay promised to {@code requestId} until {@link #start} takes them, {@link #unreserve} gives them back,
-     * or the reservation expires (the server's request timeout). Waits for the admission only.
+     * or the reservation expires (twice the server's request timeout). Waits for the admission only.
      *
      * @return {@code null} when reserved, or when this role does not reserve (it then admits at {@link #start}); else
      *         the typed refusal (no room now, too long, no prefill link)
@@ -30,7 +30,10 @@ public interface DecodeService extends AutoCloseable {
         return null;
     }
 
-    /** Gives back what {@link #reserve} holds for {@code requestId} if {@link #start} has not taken it. Never blocks; idempotent. */
+    /**
+     * Gives back what {@link #reserve} holds for {@code requestId} if {@link #start} has not taken it; a reserve of
+     * that id that arrives later is refused. Never blocks; idempotent.
+     */
     default void unreserve(long requestId, String why) {
     }
 

@@ -38,8 +38,25 @@ class RemoteReservationTest {
             assertEquals(Rejection.Reason.RETRY_LATER, r.reason());
             assertEquals(0L, r.numbers().get("pages_available"));
             assertEquals(1, calls.get());
+            d.unreserve(7, "test: the request ends"); // refused: nothing to give back, nothing posted
+            d.close();
+            assertEquals(1, calls.get(), decode.paths()::toString);
         } finally {
             decode.close();
+        }
+    }
+
+    @Test
+    void onlyAReservationTheProcessMayHoldIsGivenBack() throws Exception {
+        final AtomicInteger calls = new AtomicInteger();
+        try (StubRole decode = stub(200, "{\"admitted\":true}", calls)) {
+            final RemoteDecode d = new RemoteDecode(new RoleClient("decode", decode.base(), new ObjectMapper()), new ObjectMapper(),
+                Duration.ofSeconds(5));
+            assertNull(d.reserve(7, "alice", 5, 8));
+            d.unreserve(7, "test: request 7 ended before its decode call");
+            d.unreserve(7, "test: a second give-back of 7 posts nothing");
+            d.close();
+            assertEquals(1, decode.paths().stream().filter("/internal/unreserve"::equals).count(), decode.paths()::toString);
         }
     }
 

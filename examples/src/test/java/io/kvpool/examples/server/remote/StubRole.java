@@ -35,9 +35,16 @@ public final class StubRole implements AutoCloseable {
     }
 
     private final HttpServer server;
+    private final java.util.Queue<String> paths;
 
-    private StubRole(HttpServer server) {
+    private StubRole(HttpServer server, java.util.Queue<String> paths) {
         this.server = server;
+        this.paths = paths;
+    }
+
+    /** @return the paths of the calls answered so far but the status reads, in the order they came */
+    public java.util.List<String> paths() {
+        return java.util.List.copyOf(paths);
     }
 
     /**
@@ -47,6 +54,7 @@ public final class StubRole implements AutoCloseable {
      */
     public static StubRole start(String role, Function<String, Reply> answers) {
         final byte[] status;
+        final java.util.Queue<String> paths = new java.util.concurrent.ConcurrentLinkedQueue<>();
         try {
             status = new ObjectMapper().writeValueAsBytes(RemoteFixtures.statusJson(new RoleStatus(role, new PoolView(role, 0, "",
                 Map.of()), Map.of(), Map.of()), 0, true, ServerTests.small().build(), 128, 512));
@@ -55,6 +63,9 @@ public final class StubRole implements AutoCloseable {
             s.createContext("/", ex -> {
                 ex.getRequestBody().readAllBytes();
                 final String path = ex.getRequestURI().getPath();
+                if (!path.equals("/internal/status")) {
+                    paths.add(path);
+                }
                 final Reply r = path.equals("/internal/status") ? new Reply(200, new String(status, StandardCharsets.UTF_8))
                     : answers.apply(path);
                 if (r.status() == 204) {
@@ -70,7 +81,7 @@ public final class StubRole implements AutoCloseable {
                 }
             });
             s.start();
-            return new StubRole(s);
+            return new StubRole(s, paths);
         } catch (IOException e) {
             throw new UncheckedIOException(e);
         }

@@ -84,6 +84,19 @@ class DecodeReservationTest {
     }
 
     @Test
+    void aReservationGivenBackBeforeItArrivedIsRefused() throws Exception {
+        // a router whose reserve call timed out gives it back; here the give-back reaches decode first
+        final ServerConfig cfg = ServerTests.small().build();
+        try (InJvmRoles roles = InJvmRoles.start(cfg, Duration.ofSeconds(10))) {
+            Await.until(roles.decode()::ready, Duration.ofSeconds(10), () -> "the prefill link");
+            roles.decode().unreserve(42, "test: the router gave up on its reserve call");
+            final Rejection r = roles.decode().reserve(42, "dave", 8, 0);
+            assertTrue(r != null && r.message().contains("given back before its reservation arrived"), () -> String.valueOf(r));
+            assertEquals(0, roles.decodePool().snapshot().openSequences(), "nothing held for it");
+        }
+    }
+
+    @Test
     void aReservationNoDecodeCallTakesExpires() throws Exception {
         final ServerConfig cfg = ServerTests.small().requestTimeout(Duration.ofMillis(300)).build();
         try (InJvmRoles roles = InJvmRoles.start(cfg, Duration.ofSeconds(10))) {
