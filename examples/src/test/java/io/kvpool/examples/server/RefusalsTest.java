@@ -98,6 +98,8 @@ class RefusalsTest {
             assertEquals("role_error", r.error().path("reason").asText(), r::body);
             assertTrue(r.error().path("message").asText().contains("answered 500 to POST /internal/reserve"), r::body);
             assertEquals(java.util.List.of(), prefill.paths(), "prefill computed nothing and was sent no abort");
+            router.close(); // waits for what is being delivered
+            assertEquals(java.util.List.of("/internal/reserve"), decode.paths(), "a failed reserve holds nothing to give back");
         }
     }
 

@@ -65,13 +65,15 @@ final class RemoteDecode extends RemoteRole implements DecodeService {
      */
     @Override
     public DecodeCall start(long requestId, String tenant, int promptTokens, int maxNewTokens) {
-        mayHold.remove(requestId); // the call takes the reservation, or admits without one
         try {
-            return RemoteDecodeCall.open(client, json, aborts, requestId, tenant, promptTokens, maxNewTokens, stall);
-        } catch (RoleLostException e) {
+            final DecodeCall call = RemoteDecodeCall.open(client, json, aborts, requestId, tenant, promptTokens, maxNewTokens, stall);
+            mayHold.remove(requestId); // the call took the reservation (or admitted without one)
+            return call;
+        } catch (RoleLostException e) { // the call may never have reached the process: the id stays to be given back
             health.lost(e.getMessage());
             throw e;
-        }
+        } // a refused call leaves the id too: its reservation, if any, is still held there
+
     }
 
     /**
@@ -102,7 +104,7 @@ final class RemoteDecode extends RemoteRole implements DecodeService {
         } catch (RoleLostException e) { // no answer: it may have reserved, so the id stays to be given back
             health.lost(e.getMessage());
             throw e;
-        } catch (RuntimeException e) { // it answered: refused, failed or closing, so nothing is reserved
+        } catch (RoleRefusedException | io.kvpool.examples.server.role.DuplicateRequestException e) { // refused: nothing reserved
             mayHold.remove(requestId);
             if (!(e instanceof RoleRefusedException refused) || refused.status() != 404) {
                 throw e;

@@ -41,7 +41,8 @@ import java.util.concurrent.atomic.LongAdder;
  * <pre>
  *   router thread:  reserve() ─submit─▶ duty: pool.admit → the reservation, kept by request id (waits for this step)
  *                   start() ──submit──▶ duty: receiver.start (the reservation or an admission, pin, DESCRIPTOR) → admission future
- *                   unreserve() ─submit─▶ duty: the reservation closed, if start did not take it
+ *                   unreserve() ─submit─▶ duty: the reservation closed, if start did not take it; else the id
+ *                                 remembered a while, so that a reserve arriving after it is refused
  *                   abort()  ──submit──▶ duty: receiver.abort (pages DRAINING → drain handshake)
  *   duty thread:    accept links · receiver.doWork() · COMMITTED → sequence handed over / failed → outcome
  *                   · reservations older than twice the request timeout closed
@@ -75,9 +76,10 @@ public final class DecodeRole implements DecodeService, MeteredRole {
     /** Admissions made ahead of prefill, by request id, until start takes them, unreserve, expiry or close. */
     private final Map<Long, Reserved> reservations = new java.util.HashMap<>();
     /**
-     * Ids given back before their reservation arrived (a router whose reserve call timed out while this role was
-     * frozen; the calls then arrive in any order), until when: such a reserve is refused instead of held until it
-     * expires. Kept as long as a prefill role remembers an early abort, at most {@link #MAX_EARLY_GIVE_BACKS}.
+     * Ids given back while no reservation was held for them, until when: mostly ids whose reserve has not arrived yet
+     * (a router whose reserve call timed out while this role was frozen; the calls then arrive in any order), whose
+     * late reserve is refused instead of held until it expires; also ids whose reservation expired or was taken.
+     * Kept as long as a prefill role remembers an early abort, at most {@link #MAX_EARLY_GIVE_BACKS}.
      */
     private final Map<Long, Long> givenBackEarly = new java.util.HashMap<>();
     static final int MAX_EARLY_GIVE_BACKS = 65_536;

@@ -31,8 +31,8 @@ public interface DecodeService extends AutoCloseable {
     }
 
     /**
-     * Gives back what {@link #reserve} holds for {@code requestId} if {@link #start} has not taken it; a reserve of
-     * that id that arrives later is refused. Never blocks; idempotent.
+     * Gives back what {@link #reserve} holds for {@code requestId} if {@link #start} has not taken it. A reserve of that
+     * id that arrives later may be refused (the decode role remembers such ids for a while). Never blocks; idempotent.
      */
     default void unreserve(long requestId, String why) {
     }

@@ -20,6 +20,7 @@ import java.util.concurrent.atomic.AtomicInteger;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertNotNull;
 import static org.junit.jupiter.api.Assertions.assertNull;
+import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 /** The router's reservation at a decode process: its refusal read as typed, and a build without reservations tolerated. */
@@ -57,6 +58,23 @@ class RemoteReservationTest {
             d.unreserve(7, "test: a second give-back of 7 posts nothing");
             d.close();
             assertEquals(1, decode.paths().stream().filter("/internal/unreserve"::equals).count(), decode.paths()::toString);
+        }
+    }
+
+    @Test
+    void aReservationWhoseDecodeCallFailedIsStillGivenBack() throws Exception {
+        try (StubRole decode = StubRole.start("decode", path -> switch (path) {
+            case "/internal/reserve" -> new StubRole.Reply(200, "{\"admitted\":true}");
+            case "/internal/decode" -> StubRole.Reply.error(500, path); // the call failed: the reservation is still there
+            default -> StubRole.Reply.NO_CONTENT;
+        })) {
+            final RemoteDecode d = new RemoteDecode(new RoleClient("decode", decode.base(), new ObjectMapper()), new ObjectMapper(),
+                Duration.ofSeconds(5));
+            assertNull(d.reserve(7, "alice", 5, 8));
+            assertThrows(IllegalStateException.class, () -> d.start(7, "alice", 5, 8));
+            d.unreserve(7, "test: the request ended without a decode call");
+            d.close();
+            assertEquals(java.util.List.of("/internal/reserve", "/internal/decode", "/internal/unreserve"), decode.paths());
         }
     }
 

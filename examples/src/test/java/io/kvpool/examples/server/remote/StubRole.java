@@ -42,7 +42,7 @@ public final class StubRole implements AutoCloseable {
         this.paths = paths;
     }
 
-    /** @return the paths of the calls answered so far but the status reads, in the order they came */
+    /** @return the paths of the calls received so far but the status reads, in the order they came */
     public java.util.List<String> paths() {
         return java.util.List.copyOf(paths);
     }
