@@ -106,6 +106,8 @@ public final class Router implements AutoCloseable {
     private final RouterCounters counters = new RouterCounters();
     private final AtomicLong ids;
     private final ConcurrentHashMap<Long, DecodeCall> inFlight = new ConcurrentHashMap<>();
+    /** Requests between decode's reservation and their decode call (with prefill): close gives theirs back at once. */
+    private final java.util.Set<Long> reservedOnly = ConcurrentHashMap.newKeySet();
     private volatile boolean closed;
     private volatile boolean draining;
 
@@ -203,6 +205,10 @@ public final class Router implements AutoCloseable {
                 done = true; // decode holds nothing for the request, and prefill was never asked
                 throw reject(noRoom);
             }
+            reservedOnly.add(id);
+            if (closed) { // close() ran during the reservation: its sweep of reservedOnly missed us
+                throw serverClosing(id);
+            }
             final Rejection refused;
             try {
                 askedPrefill = true;
@@ -230,6 +236,7 @@ public final class Router implements AutoCloseable {
                 throw decodeUnavailable(lost("decode", e));
             }
             inFlight.put(id, call);
+            reservedOnly.remove(id);
             final DecodeCall started = call;
             sink.onClientGone(() -> started.abort("the client of request " + id + " closed its connection"));
             if (closed) { // close() ran while this request was still with prefill: its sweep of inFlight missed us
@@ -305,6 +312,7 @@ public final class Router implements AutoCloseable {
             if (call != null) {
                 inFlight.remove(id);
             }
+            reservedOnly.remove(id);
             counters.inFlight.decrementAndGet();
         }
     }
@@ -446,6 +454,16 @@ public final class Router implements AutoCloseable {
     @Override
     public void close() {
         closed = true;
+        // a request still with prefill gives decode's pages back now, not when prefill answers (the roles may be
+        // closed by then, and a give-back then waits for the reservation to expire)
+        reservedOnly.forEach(id -> {
+            decode.unreserve(id, "server closing");
+            try {
+                prefill.abort(id, "server closing");
+            } catch (IllegalStateException ignored) {
+                // already closed
+            }
+        });
         inFlight.forEach((id, call) -> {
             call.abort("server closing");
             try {

@@ -7,12 +7,14 @@ import io.kvpool.examples.server.config.ServerConfig;
 import io.kvpool.examples.server.role.DecodeCall;
 import io.kvpool.examples.server.role.DecodeService;
 import io.kvpool.examples.server.role.InJvmRoles;
+import io.kvpool.examples.server.role.PrefillService;
 import io.kvpool.examples.server.role.Rejection;
 import io.kvpool.examples.server.role.RoleStatus;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
 
 import java.time.Duration;
+import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
@@ -97,6 +99,29 @@ class DecodeReservationTest {
     }
 
     @Test
+    void aRouterClosingGivesBackTheReservationsOfRequestsStillWithPrefill() throws Exception {
+        final ServerConfig cfg = ServerTests.small().build();
+        try (InJvmRoles roles = InJvmRoles.start(cfg, Duration.ofSeconds(10))) {
+            Await.until(roles.decode()::ready, Duration.ofSeconds(10), () -> "the prefill link");
+            final CountDownLatch computing = new CountDownLatch(1), done = new CountDownLatch(1);
+            final Router router = new Router(cfg, new SlowPrefill(roles.prefill(), computing, done), roles.decode());
+            final Thread request = Thread.ofVirtual().start(() -> {
+                try {
+                    router.complete("alice", new Router.Request(PROMPT, MAX_TOKENS, false), NoSink.INSTANCE);
+                } catch (Exception expected) { // 503 server_closing
+                }
+            });
+            assertTrue(computing.await(10, TimeUnit.SECONDS), "the request reached prefill");
+            assertEquals(1, roles.decodePool().snapshot().openSequences(), "decode holds its reservation");
+            router.close();
+            Await.until(() -> roles.decodePool().snapshot().openSequences() == 0, Duration.ofSeconds(10),
+                () -> "the reservation given back while prefill still computes: " + roles.decodePool().snapshot());
+            done.countDown();
+            request.join(10_000);
+        }
+    }
+
+    @Test
     void aReservationNoDecodeCallTakesExpires() throws Exception {
         final ServerConfig cfg = ServerTests.small().requestTimeout(Duration.ofMillis(300)).build();
         try (InJvmRoles roles = InJvmRoles.start(cfg, Duration.ofSeconds(10))) {
@@ -123,6 +148,39 @@ class DecodeReservationTest {
 
     private static long counter(RoleStatus s, String name) {
         return s.counters().getOrDefault(name, -1L);
+    }
+
+    /** A prefill whose every call waits for {@code done} once it said it is {@code computing}. */
+    private record SlowPrefill(PrefillService p, CountDownLatch computing, CountDownLatch done) implements PrefillService {
+        @Override
+        public Rejection prefill(long requestId, String tenant, java.util.List<byte[]> tokens) {
+            computing.countDown();
+            try {
+                done.await();
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+            }
+            return p.prefill(requestId, tenant, tokens);
+        }
+
+        @Override
+        public void abort(long requestId, String why) {
+            p.abort(requestId, why);
+        }
+
+        @Override
+        public RoleStatus status() {
+            return p.status();
+        }
+
+        @Override
+        public int activeTransfers() {
+            return p.activeTransfers();
+        }
+
+        @Override
+        public void close() {
+        }
     }
 
     /** A decode as a build before reservations: everything but {@link DecodeService#reserve} delegated. */
