@@ -220,12 +220,13 @@ public final class Router implements AutoCloseable {
             } catch (RoleRefusedException e) {
                 throw refusedByRole(e);
             } catch (IllegalStateException e) { // the role was lost during the call: what refuseIfKnownDown says once known
-                throw prefillUnavailable(lost("prefill", e));
+                throw closed ? serverClosing(id) : prefillUnavailable(lost("prefill", e));
             }
             if (refused != null) {
                 done = true; // nothing was offered
                 decode.unreserve(id, "prefill refused request " + id + ": " + refused.message());
-                throw reject(refused);
+                // close() aborted it at prefill while the call was on its way: the server's shutdown, not prefill's
+                throw closed ? serverClosing(id) : reject(refused);
             }
             throwIfGone(sink);
             try {
