@@ -2,7 +2,6 @@ package io.kvpool.transfer;
 
 import io.kvpool.KvLayout;
 import io.kvpool.KvPool;
-import io.kvpool.PageHandle;
 import io.kvpool.Sequence;
 import io.kvpool.transfer.spi.PeerLink;
 import io.kvpool.transfer.wire.Message;

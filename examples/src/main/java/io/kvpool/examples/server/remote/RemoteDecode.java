@@ -10,8 +10,6 @@ import io.kvpool.examples.server.role.RoleLostException;
 import io.kvpool.examples.server.role.RoleRefusedException;
 
 import java.time.Duration;
-import java.util.LinkedHashMap;
-import java.util.Map;
 import java.util.Objects;
 
 /**
@@ -73,7 +71,6 @@ final class RemoteDecode extends RemoteRole implements DecodeService {
             health.lost(e.getMessage());
             throw e;
         } // a refused call leaves the id too: its reservation, if any, is still held there
-
     }
 
     /**
@@ -92,15 +89,10 @@ final class RemoteDecode extends RemoteRole implements DecodeService {
         if (System.nanoTime() - noReservationsUntil < 0) {
             return null;
         }
-        final Map<String, Object> body = new LinkedHashMap<>();
-        body.put("request_id", requestId);
-        body.put("tenant", tenant);
-        body.put("prompt_tokens", promptTokens);
-        body.put("max_new_tokens", maxNewTokens);
         final JsonNode r;
         mayHold.add(requestId);
         try {
-            r = client.post("internal/reserve", body);
+            r = client.post("internal/reserve", RoleJson.decodeRequest(requestId, tenant, promptTokens, maxNewTokens));
         } catch (RoleLostException e) { // no answer: it may have reserved, so the id stays to be given back
             health.lost(e.getMessage());
             throw e;

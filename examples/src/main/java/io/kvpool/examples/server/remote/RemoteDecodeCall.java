@@ -14,7 +14,6 @@ import java.io.InputStream;
 import java.io.InputStreamReader;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
-import java.util.LinkedHashMap;
 import java.util.Map;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.LinkedBlockingQueue;
@@ -83,12 +82,8 @@ final class RemoteDecodeCall implements DecodeCall {
 
     static RemoteDecodeCall open(RoleClient client, ObjectMapper json, AbortDelivery aborts, long requestId, String tenant,
                                  int promptTokens, int maxNewTokens, Duration stall) {
-        final Map<String, Object> body = new LinkedHashMap<>();
-        body.put("request_id", requestId);
-        body.put("tenant", tenant);
-        body.put("prompt_tokens", promptTokens);
-        body.put("max_new_tokens", maxNewTokens);
-        final RemoteDecodeCall c = new RemoteDecodeCall(client, aborts, json, requestId, stall, client.stream("internal/decode", body));
+        final RemoteDecodeCall c = new RemoteDecodeCall(client, aborts, json, requestId, stall,
+            client.stream("internal/decode", RoleJson.decodeRequest(requestId, tenant, promptTokens, maxNewTokens)));
         Thread.ofVirtual().name("kvpool-decode-stream-" + requestId).start(c::read);
         return c;
     }

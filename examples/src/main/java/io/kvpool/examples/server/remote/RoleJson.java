@@ -62,6 +62,19 @@ final class RoleJson {
         return new RoleStatus(text(n, "role"), view, longs(field(n, "counters")), longs(field(n, "gauges")));
     }
 
+    /**
+     * @return the body of decode's {@code /internal/reserve} and {@code /internal/decode} calls, which
+     *         {@code DecodeEndpoint} reads alike
+     */
+    static Map<String, Object> decodeRequest(long requestId, String tenant, int promptTokens, int maxNewTokens) {
+        final Map<String, Object> body = new LinkedHashMap<>();
+        body.put("request_id", requestId);
+        body.put("tenant", tenant);
+        body.put("prompt_tokens", promptTokens);
+        body.put("max_new_tokens", maxNewTokens);
+        return body;
+    }
+
     /** @return an admission's answer: {@code {"admitted":true}}, or {@code {"admitted":false,"rejection":{…}}} for {@code r} */
     static Map<String, Object> admission(Rejection r) {
         final Map<String, Object> out = new LinkedHashMap<>();

@@ -222,36 +222,43 @@ public final class DecodeRole implements DecodeService, MeteredRole {
         if (closed) { // run by the closing thread after shutdown: nothing may be promised any more
             throw new IllegalStateException("decode role is closed");
         }
-        final Map<String, Long> n = numbers(promptTokens, maxNewTokens);
         if (senderPeer < 0) {
-            rejected.increment();
-            return new Rejection(ROLE, Rejection.Reason.UNAVAILABLE, "decode: no prefill link is up; retry later", n);
+            return refuseAhead(noPrefillLink(promptTokens, maxNewTokens));
         }
         if (givenBackEarly.remove(requestId) != null) { // its router gave it back before this call arrived
-            rejected.increment();
-            return new Rejection(ROLE, Rejection.Reason.UNAVAILABLE, "decode: request " + requestId + " was given back before its "
-                + "reservation arrived; not reserved", n);
+            return refuseAhead(new Rejection(ROLE, Rejection.Reason.UNAVAILABLE, "decode: request " + requestId + " was given back "
+                + "before its reservation arrived; not reserved", numbers(promptTokens, maxNewTokens)));
         }
         if (reservations.containsKey(requestId)) { // two routers, or a restarted one, reusing an id
-            rejected.increment();
-            return new Rejection(ROLE, Rejection.Reason.UNAVAILABLE, "decode: request id " + requestId + " is already reserved "
-                + "here; refused without touching that reservation", n);
+            return refuseAhead(new Rejection(ROLE, Rejection.Reason.UNAVAILABLE, "decode: request id " + requestId + " is already "
+                + "reserved here; refused without touching that reservation", numbers(promptTokens, maxNewTokens)));
         }
         final long promptPages = pool.layout().pagesFor(promptTokens);
         if (promptPages > ServerConfig.MAX_PAGES_PER_TRANSFER) { // the transfer would refuse it after prefill computed
-            rejected.increment();
-            return new Rejection(ROLE, Rejection.Reason.EXCEEDS_TRANSFER, "decode: request " + requestId + " needs " + promptPages
-                + " pages; one transfer carries at most " + ServerConfig.MAX_PAGES_PER_TRANSFER, n);
+            return refuseAhead(new Rejection(ROLE, Rejection.Reason.EXCEEDS_TRANSFER, "decode: request " + requestId + " needs "
+                + promptPages + " pages; one transfer carries at most " + ServerConfig.MAX_PAGES_PER_TRANSFER,
+                numbers(promptTokens, maxNewTokens)));
         }
         final Admission a = pool.admit(promptTokens, maxNewTokens);
         if (!a.admitted()) {
-            rejected.increment();
-            return new Rejection(ROLE, reason(FailureReason.REJECTED, a.decision(), promptPages), "decode pool: " + a.message(),
-                numbers(promptTokens, maxNewTokens));
+            return refuseAhead(new Rejection(ROLE, reason(FailureReason.REJECTED, a.decision(), promptPages), "decode pool: "
+                + a.message(), numbers(promptTokens, maxNewTokens)));
         }
         reservations.put(requestId, new Reserved(a.sequence(), System.nanoTime() + reservationTtlNanos));
         reservedAhead.increment();
         return null;
+    }
+
+    /** Counts a refused reservation. @return {@code r} */
+    private Rejection refuseAhead(Rejection r) {
+        rejected.increment();
+        return r;
+    }
+
+    /** The refusal of a request while no prefill link is up: waiting can help. Its numbers read the pool now. */
+    private Rejection noPrefillLink(int promptTokens, int maxNewTokens) {
+        return new Rejection(ROLE, Rejection.Reason.UNAVAILABLE, "decode: no prefill link is up; retry later",
+            numbers(promptTokens, maxNewTokens));
     }
 
     /** Closes the reservations no start took within their time (a router that died, or lost the request). */
@@ -282,8 +289,7 @@ public final class DecodeRole implements DecodeService, MeteredRole {
                 if (r != null) {
                     r.seq().close();
                 }
-                c.reject(new Rejection(ROLE, Rejection.Reason.UNAVAILABLE, "decode: no prefill link is up; retry later",
-                    numbers(c)), "no prefill link is up");
+                c.reject(noPrefillLink(c.promptTokens, c.maxNewTokens), "no prefill link is up");
                 return;
             }
             final IncomingTransfer t;

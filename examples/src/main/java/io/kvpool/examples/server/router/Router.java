@@ -302,12 +302,8 @@ public final class Router implements AutoCloseable {
                 } else if (askedDecode) {
                     decode.unreserve(id, why);
                 }
-                try {
-                    if (askedPrefill) {
-                        prefill.abort(id, why);
-                    }
-                } catch (IllegalStateException closedAlready) {
-                    // the role is closing and aborts everything itself
+                if (askedPrefill) {
+                    abortAtPrefill(id, why);
                 }
             }
             if (call != null) {
@@ -459,19 +455,20 @@ public final class Router implements AutoCloseable {
         // closed by then, and a give-back then waits for the reservation to expire)
         reservedOnly.forEach(id -> {
             decode.unreserve(id, "server closing");
-            try {
-                prefill.abort(id, "server closing");
-            } catch (IllegalStateException ignored) {
-                // already closed
-            }
+            abortAtPrefill(id, "server closing");
         });
         inFlight.forEach((id, call) -> {
             call.abort("server closing");
-            try {
-                prefill.abort(id, "server closing");
-            } catch (IllegalStateException ignored) {
-                // already closed
-            }
+            abortAtPrefill(id, "server closing");
         });
+    }
+
+    /** Half of a paired abort; a prefill role that is closing aborts everything itself. */
+    private void abortAtPrefill(long id, String why) {
+        try {
+            prefill.abort(id, why);
+        } catch (IllegalStateException closedAlready) {
+            // nothing left to abort there
+        }
     }
 }
