@@ -1,15 +1,10 @@
 package io.kvpool.transfer;
 
 import io.kvpool.KvPool;
-import io.kvpool.Sequence;
-import io.kvpool.storage.PageStorage;
 import io.kvpool.transfer.sim.SimFaults;
 import io.kvpool.transfer.sim.SimLink;
 import io.kvpool.transfer.sim.SimNetwork;
-import io.kvpool.transfer.spi.LinkListener;
 import io.kvpool.transfer.spi.PeerLink;
-import io.kvpool.transfer.spi.Registration;
-import io.kvpool.transfer.spi.RemoteRegion;
 import io.kvpool.transfer.testkit.Kv;
 import io.kvpool.transfer.wire.MalformedMessageException;
 import io.kvpool.transfer.wire.Message;

@@ -45,10 +45,7 @@ class RoleHealthTest {
         try (HeldRole role = new HeldRole(dir);
              RoleClient calls = new RoleClient("prefill", role.base, new ObjectMapper());
              RoleHealth health = new RoleHealth(calls, "prefill", false)) {
-            Await.until(() -> health.state() != null && health.state().ready(), Duration.ofSeconds(10), () -> "the first probe: " + health.state());
-
-            role.holdNext.set(true);
-            assertTrue(role.held.await(10, TimeUnit.SECONDS), "the next probe's read reached the role");
+            role.holdNextProbeRead(health);
             final RoleHealth.Check underWay = health.check(); // joins the held read
             health.lost("connection reset by the role");
             role.release.countDown();
@@ -68,10 +65,7 @@ class RoleHealthTest {
         try (HeldRole role = new HeldRole(dir);
              RoleClient calls = new RoleClient("prefill", role.base, new ObjectMapper());
              RoleHealth health = new RoleHealth(calls, "prefill", false)) {
-            Await.until(() -> health.state() != null && health.state().ready(), Duration.ofSeconds(10), () -> "the first probe: " + health.state());
-
-            role.holdNext.set(true);
-            assertTrue(role.held.await(10, TimeUnit.SECONDS), "the next probe's read reached the role");
+            role.holdNextProbeRead(health);
             final RoleHealth.Check underWay = health.check();
             health.lost("connection reset by the role");
             final AtomicReference<String> answer = new AtomicReference<>("(no answer)");
@@ -108,6 +102,14 @@ class RoleHealthTest {
         final CountDownLatch held = new CountDownLatch(1), release = new CountDownLatch(1);
         final HttpServer server;
         final URI base;
+
+        /** Waits for the first probe's reading, then holds the next probe's read at the role until {@link #release}. */
+        void holdNextProbeRead(RoleHealth health) throws InterruptedException {
+            Await.until(() -> health.state() != null && health.state().ready(), Duration.ofSeconds(10),
+                () -> "the first probe: " + health.state());
+            holdNext.set(true);
+            assertTrue(held.await(10, TimeUnit.SECONDS), "the next probe's read reached the role");
+        }
 
         HeldRole(Path dir) throws Exception {
             final byte[] status;
