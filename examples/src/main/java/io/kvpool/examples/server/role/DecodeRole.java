@@ -79,14 +79,23 @@ public final class DecodeRole implements DecodeService, MeteredRole {
      * Ids given back while no reservation was held for them, until when: mostly ids whose reserve has not arrived yet
      * (a router whose reserve call timed out while this role was frozen; the calls then arrive in any order), whose
      * late reserve is refused instead of held until it expires; also ids whose reservation expired or was taken.
-     * Kept as long as a prefill role remembers an early abort, at most {@link #MAX_EARLY_GIVE_BACKS}.
+     * Kept as long as a prefill role remembers an early abort, at most {@link #MAX_EARLY_GIVE_BACKS}; give-backs beyond
+     * that are counted ({@code give_backs_not_kept}), and a reserve arriving after one of them is held until it expires.
      */
     private final Map<Long, Long> givenBackEarly = new java.util.HashMap<>();
-    static final int MAX_EARLY_GIVE_BACKS = 65_536;
+    /** Most give-backs of unreserved ids decode remembers at once. */
+    public static final int MAX_EARLY_GIVE_BACKS = 65_536;
     private long nextExpiryScan;
     private int senderPeer = -1;
 
-    private record Reserved(Sequence seq, long expiresAt) {
+    /**
+     * A reservation, with what decode knows of the request it was made for: its tenant and sizes. Two routers (or a
+     * restarted one) may reuse a request id; a decode call that is not for this request does not take it.
+     */
+    private record Reserved(Sequence seq, long expiresAt, String tenant, int promptTokens, int maxNewTokens) {
+        boolean isFor(Call c) {
+            return tenant.equals(c.tenant) && promptTokens == c.promptTokens && maxNewTokens == c.maxNewTokens;
+        }
     }
 
     // ---- any thread ----
@@ -106,6 +115,7 @@ public final class DecodeRole implements DecodeService, MeteredRole {
     private final LongAdder releasedUnused = new LongAdder();
     private final LongAdder reservedAhead = new LongAdder();
     private final LongAdder reservationsExpired = new LongAdder();
+    private final LongAdder giveBacksNotKept = new LongAdder();
     private final LongAdder generated = new LongAdder();
     private final LongAdder links = new LongAdder();
     private volatile boolean closed;
@@ -179,7 +189,7 @@ public final class DecodeRole implements DecodeService, MeteredRole {
         final CompletableFuture<Rejection> answer = new CompletableFuture<>();
         duty.submit(() -> {
             try {
-                answer.complete(admitAhead(requestId, promptTokens, maxNewTokens));
+                answer.complete(admitAhead(requestId, tenant, promptTokens, maxNewTokens));
             } catch (RuntimeException e) {
                 answer.completeExceptionally(e);
             }
@@ -203,6 +213,8 @@ public final class DecodeRole implements DecodeService, MeteredRole {
                     releasedUnused.increment();
                 } else if (givenBackEarly.size() < MAX_EARLY_GIVE_BACKS) {
                     givenBackEarly.put(requestId, System.nanoTime() + PrefillRole.REMEMBER_ABORTS_NANOS);
+                } else {
+                    giveBacksNotKept.increment(); // a reserve arriving after it is held until it expires
                 }
             });
         } catch (IllegalStateException closedAlready) {
@@ -218,7 +230,7 @@ public final class DecodeRole implements DecodeService, MeteredRole {
     // ---- duty thread ----
 
     /** {@link #reserve} on the duty thread. @return the refusal, or {@code null} once the pages are promised */
-    private Rejection admitAhead(long requestId, int promptTokens, int maxNewTokens) {
+    private Rejection admitAhead(long requestId, String tenant, int promptTokens, int maxNewTokens) {
         if (closed) { // run by the closing thread after shutdown: nothing may be promised any more
             throw new IllegalStateException("decode role is closed");
         }
@@ -244,7 +256,8 @@ public final class DecodeRole implements DecodeService, MeteredRole {
             return refuseAhead(new Rejection(ROLE, reason(FailureReason.REJECTED, a.decision(), promptPages), "decode pool: "
                 + a.message(), numbers(promptTokens, maxNewTokens)));
         }
-        reservations.put(requestId, new Reserved(a.sequence(), System.nanoTime() + reservationTtlNanos));
+        reservations.put(requestId, new Reserved(a.sequence(), System.nanoTime() + reservationTtlNanos, tenant, promptTokens,
+            maxNewTokens));
         reservedAhead.increment();
         return null;
     }
@@ -283,7 +296,15 @@ public final class DecodeRole implements DecodeService, MeteredRole {
     }
 
     private void begin(Call c) {
-        final Reserved r = reservations.remove(c.requestId); // taken by this call whatever follows
+        final Reserved held = reservations.get(c.requestId);
+        if (held != null && !held.isFor(c)) {
+            // another request reserved this id (two routers, or a restarted one, reusing ids): it keeps its reservation
+            c.reject(new Rejection(ROLE, Rejection.Reason.UNAVAILABLE, "decode: request id " + c.requestId + " is reserved here "
+                + "for another request (tenant or sizes differ); refused without touching that reservation", numbers(c)),
+                "request id " + c.requestId + " is reserved for another request");
+            return;
+        }
+        final Reserved r = held == null ? null : reservations.remove(c.requestId); // taken by this call whatever follows
         try {
             if (senderPeer < 0) {
                 if (r != null) {
@@ -468,6 +489,7 @@ public final class DecodeRole implements DecodeService, MeteredRole {
         c.put("released_unused", releasedUnused.sum());
         c.put("reserved_ahead", reservedAhead.sum());
         c.put("reservations_expired", reservationsExpired.sum());
+        c.put("give_backs_not_kept", giveBacksNotKept.sum());
         c.put("generated_tokens", generated.sum());
         c.put("links_accepted", links.sum());
         c.put("quarantine_releases", receiver.metrics().quarantineReleases());

@@ -5,6 +5,7 @@ import io.kvpool.examples.server.ServerTests;
 import io.kvpool.examples.server.api.ApiError;
 import io.kvpool.examples.server.config.ServerConfig;
 import io.kvpool.examples.server.role.DecodeCall;
+import io.kvpool.examples.server.role.DecodeRole;
 import io.kvpool.examples.server.role.DecodeService;
 import io.kvpool.examples.server.role.InJvmRoles;
 import io.kvpool.examples.server.role.PrefillService;
@@ -132,6 +133,46 @@ class DecodeReservationTest {
                 () -> "the reservation to expire: " + roles.decode().status().counters());
             assertEquals(0, roles.decodePool().snapshot().openSequences(), roles.decodePool().snapshot()::toString);
             assertEquals(0, roles.decodePool().snapshot().reserved());
+        }
+    }
+
+    @Test
+    void aDecodeCallForAnotherRequestUnderAReservedIdLeavesTheReservationAlone() throws Exception {
+        // two routers reusing id 7: alice's router reserved it, bob's decode call arrives first
+        final ServerConfig cfg = ServerTests.small().build();
+        try (InJvmRoles roles = InJvmRoles.start(cfg, Duration.ofSeconds(10))) {
+            Await.until(roles.decode()::ready, Duration.ofSeconds(10), () -> "the prefill link");
+            assertNull(roles.decode().reserve(7, "alice", 8, 0));
+            final long reserved = roles.decodePool().snapshot().reserved();
+
+            final DecodeCall.Admitted bob = roles.decode().start(7, "bob", 8, 0).awaitAdmission(Duration.ofSeconds(10));
+            assertTrue(bob != null && !bob.admitted(), () -> "bob's call must not take alice's reservation: " + bob);
+            assertEquals(Rejection.Reason.UNAVAILABLE, bob.rejection().reason(), bob.rejection()::message);
+            assertTrue(bob.rejection().message().contains("reserved here for another request"), bob.rejection()::message);
+            assertEquals(1, roles.decodePool().snapshot().openSequences(), "alice's reservation, and nothing admitted for bob");
+            assertEquals(reserved, roles.decodePool().snapshot().reserved(), "alice's reservation untouched");
+
+            // alice's own call takes it: no second admission
+            final DecodeCall alice = roles.decode().start(7, "alice", 8, 0);
+            assertEquals(DecodeCall.Admitted.YES, alice.awaitAdmission(Duration.ofSeconds(10)));
+            assertEquals(1, roles.decodePool().snapshot().openSequences(), "the reservation became the transfer's sequence");
+            alice.abort("test: prefill never offers request 7");
+            Await.until(() -> roles.decodePool().snapshot().openSequences() == 0, Duration.ofSeconds(10),
+                () -> "the aborted transfer's pages back: " + roles.decodePool().snapshot());
+        }
+    }
+
+    @Test
+    void giveBacksBeyondTheOnesDecodeRemembersAreCounted() throws Exception {
+        final ServerConfig cfg = ServerTests.small().build();
+        try (InJvmRoles roles = InJvmRoles.start(cfg, Duration.ofSeconds(10))) {
+            Await.until(roles.decode()::ready, Duration.ofSeconds(10), () -> "the prefill link");
+            final DecodeService decode = roles.decode();
+            for (long id = 1; id <= DecodeRole.MAX_EARLY_GIVE_BACKS + 2; id++) { // none of them reserved
+                decode.unreserve(id, "test: the router gave up on its reserve call");
+            }
+            Await.until(() -> counter(decode.status(), "give_backs_not_kept") == 2, Duration.ofSeconds(30),
+                () -> "two give-backs beyond the kept ones: " + decode.status().counters());
         }
     }
 
