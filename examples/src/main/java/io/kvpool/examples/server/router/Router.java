@@ -198,8 +198,8 @@ public final class Router implements AutoCloseable {
                 throw unavailable(e.getMessage());
             } catch (RoleRefusedException e) {
                 throw refusedByRole(e);
-            } catch (IllegalStateException e) { // the role was lost during the call
-                throw decodeUnavailable(lost("decode", e));
+            } catch (IllegalStateException e) { // the role was lost during the call, or closed with this router
+                throw closed ? serverClosing(id) : decodeUnavailable(lost("decode", e));
             }
             if (noRoom != null) {
                 done = true; // decode holds nothing for the request, and prefill was never asked
@@ -234,7 +234,7 @@ public final class Router implements AutoCloseable {
             } catch (RoleRefusedException e) {
                 throw refusedByRole(e);
             } catch (IllegalStateException e) { // as for prefill
-                throw decodeUnavailable(lost("decode", e));
+                throw closed ? serverClosing(id) : decodeUnavailable(lost("decode", e));
             }
             inFlight.put(id, call);
             reservedOnly.remove(id);

@@ -4,6 +4,8 @@ import io.kvpool.examples.server.Await;
 import io.kvpool.examples.server.ServerTests;
 import io.kvpool.examples.server.api.ApiError;
 import io.kvpool.examples.server.config.ServerConfig;
+import io.kvpool.examples.server.role.DecodeCall;
+import io.kvpool.examples.server.role.DecodeService;
 import io.kvpool.examples.server.role.InJvmRoles;
 import io.kvpool.examples.server.role.PrefillService;
 import io.kvpool.examples.server.role.Rejection;
@@ -16,15 +18,16 @@ import java.util.List;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicReference;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 /**
- * A router that closes while a request is still with prefill (before it reached decode, so close()'s sweep of
- * the requests in flight cannot see it): the request must end as the server's abort — 503 {@code server_closing}
- * — and leave nothing in either pool. Was (from a review, 2026-11-30): it went on to decode after the close,
- * where nobody would abort it, and its client's connection was cut when the server stopped.
+ * A router that closes while a request is on its way (still with prefill, or between prefill and decode, where
+ * close()'s sweep of the requests at decode cannot see it): the request ends as the server's abort, 503
+ * {@code server_closing}, not as a role's failure, and leaves nothing in either pool: no page, no reservation.
  */
 @Timeout(value = 60, unit = TimeUnit.SECONDS)
 class RouterCloseTest {
@@ -82,9 +85,66 @@ class RouterCloseTest {
             final ApiError e = (ApiError) r;
             assertEquals(503, e.status(), e::getMessage);
             assertTrue(e.body().toString().contains("server_closing"), () -> e.body().toString());
-            Await.until(() -> roles.prefill().activeTransfers() == 0 && roles.decodePool().snapshot().inUse() == 0
-                && roles.prefillPool().snapshot().inUse() == 0, Duration.ofSeconds(10),
-                () -> "pools after: prefill " + roles.prefillPool().snapshot() + ", decode " + roles.decodePool().snapshot());
+            awaitNothingLeft(roles);
         }
+    }
+
+    @Test
+    void aRequestWhoseDecodeClosesWithTheRouterEndsAs503ServerClosing() throws Exception {
+        final ServerConfig cfg = ServerTests.small().build();
+        try (InJvmRoles roles = InJvmRoles.start(cfg, Duration.ofSeconds(10))) {
+            Await.until(roles.decode()::ready, Duration.ofSeconds(10), () -> "the prefill link");
+            final AtomicReference<Router> router = new AtomicReference<>();
+            final DecodeService closing = new DecodeService() { // the real decode role, closed with the router at the decode call
+                @Override
+                public Rejection reserve(long requestId, String tenant, int promptTokens, int maxNewTokens) throws InterruptedException {
+                    return roles.decode().reserve(requestId, tenant, promptTokens, maxNewTokens);
+                }
+
+                @Override
+                public void unreserve(long requestId, String why) {
+                    roles.decode().unreserve(requestId, why);
+                }
+
+                @Override
+                public DecodeCall start(long requestId, String tenant, int promptTokens, int maxNewTokens) {
+                    router.get().close();
+                    throw new IllegalStateException("decode role is closed"); // what a role closed with the server says
+                }
+
+                @Override
+                public boolean ready() {
+                    return roles.decode().ready();
+                }
+
+                @Override
+                public RoleStatus status() {
+                    return roles.decode().status();
+                }
+
+                @Override
+                public int activeTransfers() {
+                    return roles.decode().activeTransfers();
+                }
+
+                @Override
+                public void close() {
+                }
+            };
+            router.set(new Router(cfg, roles.prefill(), closing));
+            final ApiError e = assertThrows(ApiError.class, () -> router.get().complete("alice",
+                new Router.Request("closed at decode", 3, false), NoSink.INSTANCE));
+            assertEquals(503, e.status(), e::getMessage);
+            assertTrue(e.body().toString().contains("server_closing"), () -> e.body().toString());
+            awaitNothingLeft(roles);
+        }
+    }
+
+    /** No transfer, page, open sequence or reservation left in either pool. */
+    private static void awaitNothingLeft(InJvmRoles roles) throws InterruptedException {
+        Await.until(() -> roles.prefill().activeTransfers() == 0 && roles.decodePool().snapshot().inUse() == 0
+                && roles.prefillPool().snapshot().inUse() == 0 && roles.decodePool().snapshot().openSequences() == 0
+                && roles.decodePool().snapshot().reserved() == 0, Duration.ofSeconds(10),
+            () -> "pools after: prefill " + roles.prefillPool().snapshot() + ", decode " + roles.decodePool().snapshot());
     }
 }
