@@ -7,6 +7,7 @@ import io.kvpool.transfer.testkit.Kv;
 import org.junit.jupiter.api.Test;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertSame;
 import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
@@ -40,8 +41,11 @@ class ReceiverReservationTest {
             assertTrue(a.admitted(), a::message);
             rig.offer(7);
             final IncomingTransfer t = rig.receiver.start(7, a.sequence(), TOKENS, rig.rp);
+            rig.run(200);
+            assertEquals(IncomingTransfer.State.COMMITTED, t.state(), t::toString);
+            assertSame(a.sequence(), t.sequence(), "the committed sequence is the reserved one");
             assertEquals(IncomingTransfer.State.COMMITTED, OneRequest.finish(t, () -> rig.run(1), 200, 7, TOKENS), t::toString);
-            assertTrue(a.sequence().isClosed(), "the committed sequence is the reserved one (OneRequest.finish closed it)");
+            assertTrue(a.sequence().isClosed(), "OneRequest.finish closed it");
             assertEquals(0, rig.decode.snapshot().owned(), rig.decode.snapshot()::toString);
             assertEquals(0, rig.decode.snapshot().openSequences());
         }

@@ -15,6 +15,7 @@ import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
 
 import java.time.Duration;
+import java.util.List;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
 
@@ -72,10 +73,12 @@ class DecodeReservationTest {
         final ServerConfig cfg = ServerTests.small().build();
         try (InJvmRoles roles = InJvmRoles.start(cfg, Duration.ofSeconds(10))) {
             Await.until(roles.decode()::ready, Duration.ofSeconds(10), () -> "the prefill link");
-            final Router router = new Router(cfg, roles.prefill(), roles.decode());
+            final long[] fillerEnd = new long[1];
+            final Router router = new Router(cfg, roles.prefill(), new FillAfterReserve(roles.decode(), fillerEnd));
             final Router.Completion done = router.complete("alice", new Router.Request(PROMPT, MAX_TOKENS, false), NoSink.INSTANCE);
-            assertEquals(MAX_TOKENS, done.generation().completionTokens());
-            assertEquals(1, counter(roles.decode().status(), "reserved_ahead"));
+            assertEquals(MAX_TOKENS, done.generation().completionTokens(), "decoded in a full pool: in its reservation");
+            assertEquals(1 + fillerEnd[0] - FILLER_IDS, counter(roles.decode().status(), "reserved_ahead"), "its own and the fillers'");
+            giveBack(roles.decode(), fillerEnd[0]);
 
             // a reservation whose request never reaches its decode call is given back, not left to expire
             assertNull(roles.decode().reserve(99, "bob", 8, 0));
@@ -143,22 +146,25 @@ class DecodeReservationTest {
         try (InJvmRoles roles = InJvmRoles.start(cfg, Duration.ofSeconds(10))) {
             Await.until(roles.decode()::ready, Duration.ofSeconds(10), () -> "the prefill link");
             assertNull(roles.decode().reserve(7, "alice", 8, 0));
+            final long end = fill(roles.decode()); // no admission is possible now: a call admitted took the reservation
             final long reserved = roles.decodePool().snapshot().reserved();
 
-            final DecodeCall.Admitted bob = roles.decode().start(7, "bob", 8, 0).awaitAdmission(Duration.ofSeconds(10));
-            assertTrue(bob != null && !bob.admitted(), () -> "bob's call must not take alice's reservation: " + bob);
-            assertEquals(Rejection.Reason.UNAVAILABLE, bob.rejection().reason(), bob.rejection()::message);
-            assertTrue(bob.rejection().message().contains("reserved here for another request"), bob.rejection()::message);
-            assertEquals(1, roles.decodePool().snapshot().openSequences(), "alice's reservation, and nothing admitted for bob");
+            for (DecodeCall other : List.of(roles.decode().start(7, "bob", 8, 0), roles.decode().start(7, "alice", 9, 0),
+                roles.decode().start(7, "alice", 8, 1))) {
+                final DecodeCall.Admitted a = other.awaitAdmission(Duration.ofSeconds(10));
+                assertTrue(a != null && !a.admitted(), () -> "a call of another request must not take alice's reservation: " + a);
+                assertEquals(Rejection.Reason.UNAVAILABLE, a.rejection().reason(), a.rejection()::message);
+                assertTrue(a.rejection().message().contains("reserved here for another request"), a.rejection()::message);
+            }
             assertEquals(reserved, roles.decodePool().snapshot().reserved(), "alice's reservation untouched");
 
-            // alice's own call takes it: no second admission
+            // alice's own call is admitted although the pool is full: it took her reservation
             final DecodeCall alice = roles.decode().start(7, "alice", 8, 0);
             assertEquals(DecodeCall.Admitted.YES, alice.awaitAdmission(Duration.ofSeconds(10)));
-            assertEquals(1, roles.decodePool().snapshot().openSequences(), "the reservation became the transfer's sequence");
             alice.abort("test: prefill never offers request 7");
-            Await.until(() -> roles.decodePool().snapshot().openSequences() == 0, Duration.ofSeconds(10),
-                () -> "the aborted transfer's pages back: " + roles.decodePool().snapshot());
+            giveBack(roles.decode(), end);
+            Await.until(() -> roles.decodePool().snapshot().openSequences() == 0 && roles.decodePool().snapshot().reserved() == 0,
+                Duration.ofSeconds(10), () -> "everything given back: " + roles.decodePool().snapshot());
         }
     }
 
@@ -176,14 +182,27 @@ class DecodeReservationTest {
         }
     }
 
-    /** Reserves the decode pool until it refuses: every page is promised to a request that is not coming. */
-    private static void fill(DecodeService decode) throws InterruptedException {
-        for (long id = 1_000_000; ; id++) {
+    static final long FILLER_IDS = 1_000_000;
+
+    /**
+     * Reserves the decode pool until it refuses: every page is promised to a request that is not coming.
+     *
+     * @return the end of the ids reserved, from {@link #FILLER_IDS} (exclusive)
+     */
+    private static long fill(DecodeService decode) throws InterruptedException {
+        for (long id = FILLER_IDS; ; id++) {
             final Rejection r = decode.reserve(id, "filler", 256, 0);
             if (r != null) {
                 assertEquals(Rejection.Reason.RETRY_LATER, r.reason(), r::message);
-                return;
+                return id;
             }
+        }
+    }
+
+    /** Gives back what {@link #fill} reserved. */
+    private static void giveBack(DecodeService decode, long end) {
+        for (long id = FILLER_IDS; id < end; id++) {
+            decode.unreserve(id, "test: filler");
         }
     }
 
@@ -217,6 +236,47 @@ class DecodeReservationTest {
         @Override
         public int activeTransfers() {
             return p.activeTransfers();
+        }
+
+        @Override
+        public void close() {
+        }
+    }
+
+    /** A decode that, once it reserved a request, promises every other page: the request's call must use its reservation. */
+    private record FillAfterReserve(DecodeService d, long[] fillerEnd) implements DecodeService {
+        @Override
+        public Rejection reserve(long requestId, String tenant, int promptTokens, int maxNewTokens) throws InterruptedException {
+            final Rejection r = d.reserve(requestId, tenant, promptTokens, maxNewTokens);
+            if (r == null) {
+                fillerEnd[0] = fill(d);
+            }
+            return r;
+        }
+
+        @Override
+        public void unreserve(long requestId, String why) {
+            d.unreserve(requestId, why);
+        }
+
+        @Override
+        public DecodeCall start(long requestId, String tenant, int promptTokens, int maxNewTokens) {
+            return d.start(requestId, tenant, promptTokens, maxNewTokens);
+        }
+
+        @Override
+        public boolean ready() {
+            return d.ready();
+        }
+
+        @Override
+        public RoleStatus status() {
+            return d.status();
+        }
+
+        @Override
+        public int activeTransfers() {
+            return d.activeTransfers();
         }
 
         @Override
