@@ -68,7 +68,7 @@ final class RemoteDecode extends RemoteRole implements DecodeService {
             mayHold.remove(requestId); // the call took the reservation (or admitted without one)
             return call;
         } catch (RoleLostException e) { // the call may never have reached the process: the id stays to be given back
-            health.lost(e.getMessage());
+            lostUnlessInterrupted(e);
             throw e;
         } // a refused call leaves the id too: its reservation, if any, is still held there
     }
@@ -94,7 +94,7 @@ final class RemoteDecode extends RemoteRole implements DecodeService {
         try {
             r = client.post("internal/reserve", RoleJson.decodeRequest(requestId, tenant, promptTokens, maxNewTokens));
         } catch (RoleLostException e) { // no answer: it may have reserved, so the id stays to be given back
-            health.lost(e.getMessage());
+            lostUnlessInterrupted(e);
             throw e;
         } catch (RoleRefusedException | io.kvpool.examples.server.role.DuplicateRequestException e) { // refused: nothing reserved
             mayHold.remove(requestId);

@@ -41,7 +41,7 @@ final class RemotePrefill extends RemoteRole implements PrefillService {
         try {
             r = client.post("internal/prefill", body);
         } catch (RoleLostException e) {
-            health.lost(e.getMessage()); // requests after this one are answered at once until a status read says it is back
+            lostUnlessInterrupted(e); // requests after this one are answered at once until a status read says it is back
             throw e;
         }
         return RoleJson.admission(r, client.describe() + " answered POST /internal/prefill");

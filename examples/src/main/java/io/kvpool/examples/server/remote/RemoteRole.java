@@ -63,6 +63,16 @@ abstract class RemoteRole implements AutoCloseable {
         return aborts;
     }
 
+    /**
+     * A call found the role unreachable: it is known down from now on ({@link RoleHealth#lost}). Not when the calling
+     * thread was interrupted (the client re-sets its flag): that says something of this router, not of the role.
+     */
+    void lostUnlessInterrupted(io.kvpool.examples.server.role.RoleLostException e) {
+        if (!Thread.currentThread().isInterrupted()) {
+            health.lost(e.getMessage());
+        }
+    }
+
     /** @return what the router knows of the role's readiness */
     RoleHealth health() {
         return health;

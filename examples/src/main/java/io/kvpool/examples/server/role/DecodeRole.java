@@ -83,6 +83,13 @@ public final class DecodeRole implements DecodeService, MeteredRole {
      * that are counted ({@code give_backs_not_kept}), and a reserve arriving after one of them is held until it expires.
      */
     private final Map<Long, Long> givenBackEarly = new java.util.HashMap<>();
+    /**
+     * Longest a {@link #reserve} waits for the duty thread, which answers in microseconds unless it is stuck. Half the
+     * router's call timeout, so that a router calling over HTTP gets this role's answer, not a timeout of its own that
+     * would count the process as lost.
+     */
+    static final Duration RESERVE_WAIT = Duration.ofSeconds(5);
+
     /** Most give-backs of unreserved ids decode remembers at once. */
     public static final int MAX_EARLY_GIVE_BACKS = 65_536;
     private long nextExpiryScan;
@@ -195,11 +202,12 @@ public final class DecodeRole implements DecodeService, MeteredRole {
             }
         });
         try {
-            return answer.get(10, java.util.concurrent.TimeUnit.SECONDS); // the duty thread answers in microseconds
+            return answer.get(RESERVE_WAIT.toMillis(), java.util.concurrent.TimeUnit.MILLISECONDS);
         } catch (java.util.concurrent.ExecutionException e) {
             throw e.getCause() instanceof RuntimeException r ? r : new IllegalStateException(e.getCause());
-        } catch (java.util.concurrent.TimeoutException e) {
-            throw new IllegalStateException("decode role: the reservation of request " + requestId + " got no answer in 10 s");
+        } catch (java.util.concurrent.TimeoutException e) { // a reservation made later is closed by the give-back that follows
+            throw new IllegalStateException("decode role: the reservation of request " + requestId + " got no answer in "
+                + RESERVE_WAIT.toSeconds() + " s");
         }
     }
 

@@ -79,6 +79,47 @@ class RemoteReservationTest {
     }
 
     @Test
+    void aReserveCallCutShortByTheRoutersOwnInterruptDoesNotCountTheRoleLost() throws Exception {
+        final java.util.concurrent.CountDownLatch arrived = new java.util.concurrent.CountDownLatch(1);
+        final java.util.concurrent.CountDownLatch release = new java.util.concurrent.CountDownLatch(1);
+        try (StubRole decode = StubRole.start("decode", path -> {
+            if (path.equals("/internal/reserve")) {
+                arrived.countDown();
+                try {
+                    release.await(); // a decode slow to answer
+                } catch (InterruptedException e) {
+                    Thread.currentThread().interrupt();
+                }
+                return new StubRole.Reply(200, "{\"admitted\":true}");
+            }
+            return StubRole.Reply.NO_CONTENT;
+        });
+             RemoteDecode d = new RemoteDecode(new RoleClient("decode", decode.base(), new ObjectMapper()), new ObjectMapper(),
+                 Duration.ofSeconds(5))) {
+            final java.util.concurrent.CompletableFuture<Throwable> thrown = new java.util.concurrent.CompletableFuture<>();
+            final Thread caller = Thread.ofPlatform().start(() -> {
+                try {
+                    d.reserve(7, "alice", 5, 8);
+                    thrown.complete(null);
+                } catch (Throwable t) {
+                    thrown.complete(t);
+                }
+            });
+            assertTrue(arrived.await(10, TimeUnit.SECONDS), "the reserve call reached decode");
+            caller.interrupt(); // the router's own thread, interrupted (its server stopping, say)
+            final Throwable t = thrown.get(10, TimeUnit.SECONDS);
+            assertTrue(t instanceof IllegalStateException, () -> "the call ends with an exception: " + t);
+            final RoleHealth.State s = d.health().state();
+            assertTrue(s == null || s.why() == null || !s.why().contains("interrupted"),
+                () -> "an interrupt of the router's thread is no news of the role: " + s);
+            release.countDown();
+            d.unreserve(7, "test: the call got no answer, decode may hold it"); // still given back
+            d.close();
+            assertTrue(decode.paths().contains("/internal/unreserve"), decode.paths()::toString);
+        }
+    }
+
+    @Test
     void aDecodeOfABuildWithoutReservationsIsAskedOnceThenAdmitsAtItsDecodeCall() throws Exception {
         final AtomicInteger calls = new AtomicInteger();
         final StubRole decode = stub(404, "{\"error\":{\"type\":\"not_found\",\"reason\":\"no_such_path\",\"message\":\"no endpoint\"}}",
