@@ -41,6 +41,9 @@ def default_files():
         readme = os.path.join(ROOT, entry, "README.md")
         if entry != "docs" and not entry.startswith(".") and os.path.isfile(readme):
             files.append(readme)
+        module_docs = os.path.join(ROOT, entry, "docs")
+        if entry != "docs" and not entry.startswith(".") and os.path.isdir(module_docs):
+            files += [os.path.join(module_docs, n) for n in sorted(os.listdir(module_docs)) if n.endswith(".md")]
     return [f for f in files if os.path.isfile(f)]
 
 

@@ -1,11 +1,10 @@
 #!/usr/bin/env bash
-# One GPU visit, run ON the device machine from the repository root after kvpool-cuda/pack-gpu.sh
-# (kvpool-cuda/gpu/pack.sh, trimmed) filled .gpu/ here (device tool: carry [".gpu"], command
-# `bash kvpool-cuda/gpu-visit.sh`, timeout_s 600):
+# One GPU run, on a CUDA host without Java, from the root of a checkout whose .gpu/ kvpool-cuda/pack-gpu.sh
+# (kvpool-cuda/gpu/pack.sh, trimmed) filled; allow it 10 minutes:
 #   1. kvpool-cuda's tests, GPU required, run from kvpool-cuda/ (about 1.5 min; io.kvpool.cuda includes its
 #      subpackage io.kvpool.cuda.ipc: the CUDA IPC transport's two-JVM tests, CudaIpcTwoProcessGpuTest).
 #      KernelEmulationTest and MemcpyBatchAbiTest are excluded: they need no GPU and run in CI already.
-#   1b. examples' DeviceRolesGpuTest (issue #5's --device cuda, three role JVMs on the GPU), from examples/.
+#   1b. examples' DeviceRolesGpuTest (the example server's --device cuda, three role JVMs on the GPU), from examples/.
 #   2. two JMH runs, BlockCopyBenchmark (3 variants × 4 page sizes = 12 forks) then OffloadBenchmark (6
 #      variants: kernel and cuMemcpyBatchAsync engines, contiguous ceilings; 24 forks), one fork at a time
 #      (~8.5 s a fork). To fit, warm-up is ONE 0.5 s iteration instead of the classes' two 1 s ones
@@ -14,8 +13,8 @@
 #      No -foe: a failing variant (e.g. a driver without cuMemcpyBatchAsync) must not cost the other
 #      measurements; JMH's "<failure>" lines mark the run failed instead.
 # Time: at most 150 + 60 + 130 + 240 = 580 s of timeouts (expected ≈ 90 + 30 + 105 + 205 = 430 s); give the
-# device tool timeout_s 600.
-# Out ($OUT; the device tool brings back at most 8 files): summary.txt (the short version), tests.log
+# run 600 s.
+# Out ($OUT, default .gpu/out; few files, for runners that bring back at most 8): summary.txt (the short version), tests.log
 # (both test runs), junit.tgz (JUnit XML), jmh-blockcopy.{log,json}, jmh-offload.{log,json}: 7 files.
 # Runs every part even if one fails; exits non-zero if anything failed. (JUnit: run.sh scans the class path, so filter with
 # --include-package; the console launcher refuses --select-package together with scanning.)
@@ -45,7 +44,7 @@ say "tests: exit $rc$( ((rc == 124)) && echo ' (timed out)')"
 
 say ""
 say ""
-say "=== examples: DeviceRolesGpuTest (issue #5's --device cuda: three role processes on the GPU) ==="
+say "=== examples: DeviceRolesGpuTest (--device cuda: three role processes on the GPU) ==="
 [[ -d $OUT/junit ]] && mv "$OUT/junit" "$OUT/junit-cuda" # run.sh always reports into $OUT/junit
 exlog=$(mktemp)
 (cd examples && mkdir -p target && timeout 60 bash ../.gpu/run.sh tests --include-classname='.*DeviceRolesGpuTest') > "$exlog" 2>&1

@@ -4,9 +4,9 @@
 # .gpu/lib the jars that only the live page's browser test needs (Selenium and what it pulls in: Guava,
 # OpenTelemetry, Byte Buddy), and those only kvpool-micrometer needs (Micrometer, its tests' Prometheus client,
 # HdrHistogram, LatencyUtils: 3.6 MiB more). No test the visit runs loads them (gpu-visit.sh filters by package
-# and class name before loading), and with the browser test's the pack is over the 64 MiB the device tool
-# carries. Runs from a normal checkout or a git worktree. Then: device tool, carry [".gpu"],
-# `bash kvpool-cuda/gpu-visit.sh`.
+# and class name before loading), and with the browser test's the pack is over 64 MiB, the most a pack may
+# hold to travel with a checkout to the GPU host. Runs from a normal checkout or a git worktree. Then, on the
+# GPU host, from a checkout that holds .gpu/: `bash kvpool-cuda/gpu-visit.sh`.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 bash kvpool-cuda/gpu/pack.sh
