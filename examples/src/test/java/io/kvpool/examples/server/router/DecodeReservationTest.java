@@ -244,7 +244,14 @@ class DecodeReservationTest {
     }
 
     /** A decode that, once it reserved a request, promises every other page: the request's call must use its reservation. */
-    private record FillAfterReserve(DecodeService d, long[] fillerEnd) implements DecodeService {
+    private static final class FillAfterReserve extends ForwardingDecode {
+        private final long[] fillerEnd;
+
+        FillAfterReserve(DecodeService d, long[] fillerEnd) {
+            super(d);
+            this.fillerEnd = fillerEnd;
+        }
+
         @Override
         public Rejection reserve(long requestId, String tenant, int promptTokens, int maxNewTokens) throws InterruptedException {
             final Rejection r = d.reserve(requestId, tenant, promptTokens, maxNewTokens);
@@ -253,61 +260,21 @@ class DecodeReservationTest {
             }
             return r;
         }
+    }
+
+    /** A decode as a build before reservations: it reserves nothing, and admits at the decode call. */
+    private static final class NoReservations extends ForwardingDecode {
+        NoReservations(DecodeService d) {
+            super(d);
+        }
+
+        @Override
+        public Rejection reserve(long requestId, String tenant, int promptTokens, int maxNewTokens) {
+            return null;
+        }
 
         @Override
         public void unreserve(long requestId, String why) {
-            d.unreserve(requestId, why);
-        }
-
-        @Override
-        public DecodeCall start(long requestId, String tenant, int promptTokens, int maxNewTokens) {
-            return d.start(requestId, tenant, promptTokens, maxNewTokens);
-        }
-
-        @Override
-        public boolean ready() {
-            return d.ready();
-        }
-
-        @Override
-        public RoleStatus status() {
-            return d.status();
-        }
-
-        @Override
-        public int activeTransfers() {
-            return d.activeTransfers();
-        }
-
-        @Override
-        public void close() {
-        }
-    }
-
-    /** A decode as a build before reservations: everything but {@link DecodeService#reserve} delegated. */
-    private record NoReservations(DecodeService d) implements DecodeService {
-        @Override
-        public DecodeCall start(long requestId, String tenant, int promptTokens, int maxNewTokens) {
-            return d.start(requestId, tenant, promptTokens, maxNewTokens);
-        }
-
-        @Override
-        public boolean ready() {
-            return d.ready();
-        }
-
-        @Override
-        public RoleStatus status() {
-            return d.status();
-        }
-
-        @Override
-        public int activeTransfers() {
-            return d.activeTransfers();
-        }
-
-        @Override
-        public void close() {
         }
     }
 }

@@ -95,40 +95,11 @@ class RouterCloseTest {
         try (InJvmRoles roles = InJvmRoles.start(cfg, Duration.ofSeconds(10))) {
             Await.until(roles.decode()::ready, Duration.ofSeconds(10), () -> "the prefill link");
             final AtomicReference<Router> router = new AtomicReference<>();
-            final DecodeService closing = new DecodeService() { // the real decode role, closed with the router at the decode call
-                @Override
-                public Rejection reserve(long requestId, String tenant, int promptTokens, int maxNewTokens) throws InterruptedException {
-                    return roles.decode().reserve(requestId, tenant, promptTokens, maxNewTokens);
-                }
-
-                @Override
-                public void unreserve(long requestId, String why) {
-                    roles.decode().unreserve(requestId, why);
-                }
-
+            final DecodeService closing = new ForwardingDecode(roles.decode()) { // closed with the router at the decode call
                 @Override
                 public DecodeCall start(long requestId, String tenant, int promptTokens, int maxNewTokens) {
                     router.get().close();
                     throw new IllegalStateException("decode role is closed"); // what a role closed with the server says
-                }
-
-                @Override
-                public boolean ready() {
-                    return roles.decode().ready();
-                }
-
-                @Override
-                public RoleStatus status() {
-                    return roles.decode().status();
-                }
-
-                @Override
-                public int activeTransfers() {
-                    return roles.decode().activeTransfers();
-                }
-
-                @Override
-                public void close() {
                 }
             };
             router.set(new Router(cfg, roles.prefill(), closing));
