@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs the whole kvpool-vs-baseline benchmark suite (issue #2) and records it:
+# Runs the four pool benchmarks against their naive baseline and records them:
 #   jmh/results/<name>.json   JMH's JSON (-rf json)
 #   jmh/results/<name>.txt    JMH's console output
 #   jmh/results/<name>.md     the exact command, the machine, and the Markdown table (jmh/tools/jmh_table.py)
@@ -7,7 +7,7 @@
 # usage: jmh/run-benchmarks.sh [JMH run options]
 #   default options: -f 1 -wi 2 -i 5 -w 1s -r 1s   (short; raise them on a quiet machine)
 #   RESULT_NAME=... names the result files (default: UTC timestamp)
-# Always added: the benchmark regex (issue #2's four pool benchmarks), -prof gc (allocation per op), -rf json.
+# Always added: the benchmark regex (the four pool benchmarks), -prof gc (allocation per op), -rf json.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -17,7 +17,7 @@ opts=("$@")
 out=jmh/results
 mkdir -p "$out"
 json=$out/$name.json
-# issue #2's pool benchmarks only: the transfer (ops/s, µs/op) and GPU ones have their own runs and tables, and
+# the pool benchmarks only: the transfer (ops/s, µs/op) and GPU ones have their own runs and tables, and
 # jmh_table.py refuses their units
 cmd=(./dev jmh 'io.kvpool.jmh.(AdmissionBenchmark|PageAllocBenchmark|ForkBenchmark|PrefixLookupBenchmark)' "${opts[@]}" -prof gc -rf json -rff "$json")
 

@@ -18,7 +18,7 @@ import java.nio.charset.StandardCharsets;
  *
  *  offset(layer l, kv k (0 = K, 1 = V), token t) = ((2·l + k)·T + t) · bytesPerTokenVector
  * </pre>
- * Device backends may lay pages out differently (per layer, see issue #4); they document their own
+ * Device backends may lay pages out differently (per layer, as kvpool-cuda does); they document their own
  * addressing and the pool never assumes contiguity there.
  *
  * <h2>Fingerprint</h2>

@@ -28,7 +28,7 @@ import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 /**
- * Issue #2, admission: random requests ({@link KvPool#admit}, {@link KvPool#tryReserve},
+ * Admission: random requests ({@link KvPool#admit}, {@link KvPool#tryReserve},
  * {@link KvPool#openSequence}, {@link KvPool#cancelReservation}), growth and closes against a model of
  * free and reserved pages. A request is ADMITTED iff {@code prompt + maxNew ≤ maxContext} and its pages
  * fit {@code free − reserved}; the typed decision and its numbers match the model; {@code reserved ≤ free}

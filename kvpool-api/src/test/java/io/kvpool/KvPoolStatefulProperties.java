@@ -42,7 +42,7 @@ import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 /**
- * Issue #2: random operation sequences against a simple model ({@link PoolHarness}). After every
+ * Random operation sequences against a simple model ({@link PoolHarness}). After every
  * operation: the accounting verifies and matches the model's page counts; every live sequence has
  * {@code ceil(tokens / tokensPerPage)} pages; refcounts equal the live holders; two live sequences share
  * a page only through fork lineage or a prefix-cache attach under the page's salt; every sequence reads

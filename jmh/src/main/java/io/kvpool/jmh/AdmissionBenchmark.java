@@ -26,7 +26,7 @@ import java.util.concurrent.TimeUnit;
  *
  * <ul>
  *   <li>{@code reserve_cancel}: the allocation-free path, {@link KvPool#tryReserve} +
- *       {@link KvPool#cancelReservation}. Goal of issue #2: ≤ 100 ns and 0 B/op ({@code -prof gc}).</li>
+ *       {@link KvPool#cancelReservation}. Goal: ≤ 100 ns and 0 B/op ({@code -prof gc}).</li>
  *   <li>{@code admit_close}: the object path, {@link KvPool#admit(int, int)} (an {@link Admission} and a
  *       {@link Sequence}) + {@link Sequence#close()}.</li>
  * </ul>

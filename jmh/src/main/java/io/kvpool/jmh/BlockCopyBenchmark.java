@@ -28,7 +28,7 @@ import java.util.Random;
 import java.util.concurrent.TimeUnit;
 
 /**
- * Issue #4: device-to-device page copies on the GPU, three ways in the same run, per page size
+ * Device-to-device page copies on the GPU, three ways in the same run, per page size
  * ({@link #pageKiB}: all planes of one page, BF16, 16 tokens/page, 128 dim):
  * <ul>
  *   <li>{@code batched}: {@link DevicePageStorage#copyPagesAsync} of {@code N} random, disjoint

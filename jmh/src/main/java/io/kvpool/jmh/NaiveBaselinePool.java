@@ -12,7 +12,7 @@ import java.util.Arrays;
 import java.util.HashMap;
 
 /**
- * The naive baseline of issue #2: what a straightforward page pool looks like. Every method is
+ * The naive baseline of the pool benchmarks: what a straightforward page pool looks like. Every method is
  * {@code synchronized}; free pages are an {@link ArrayDeque}{@code <Integer>} used as a LIFO stack;
  * refcounts are a {@link HashMap}{@code <Integer, Integer>} (a page is in use iff it has an entry);
  * the prefix index is a {@link HashMap}{@code <Long, Integer>} from chained page hash to page.

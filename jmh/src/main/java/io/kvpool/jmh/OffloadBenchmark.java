@@ -30,7 +30,7 @@ import java.util.Random;
 import java.util.concurrent.TimeUnit;
 
 /**
- * Issue #4: offload to and restore from pinned host memory versus contiguous pinned copies, in the
+ * Offload to and restore from pinned host memory versus contiguous pinned copies, in the
  * same run, per page size ({@link #pageKiB}: the layouts of {@link BlockCopyBenchmark}). Goal: offload
  * and restore at &ge; 90 % of the contiguous rate of the same direction.
  * <ul>
@@ -45,7 +45,7 @@ import java.util.concurrent.TimeUnit;
  *   <li>{@code offloadMemcpyBatch}, {@code restoreMemcpyBatch}: the same with
  *       {@link OffloadEngine#MEMCPY_BATCH}: ONE {@code cuMemcpyBatchAsync} of {@code N × 2·layers} copies of
  *       one page-plane each (the copy engines move the bytes), on the storage's own stream (ordered with
- *       the NULL stream the events are recorded on), then the wait. Issue #4: whichever of the kernel and
+ *       the NULL stream the events are recorded on), then the wait. Whichever of the kernel and
  *       the batch copy measures faster becomes {@link OffloadEngine}'s default;</li>
  *   <li>{@code contiguousD2H}: one {@code cuMemcpyDtoHAsync} of the same {@code N} pages' bytes from a
  *       separate device buffer into a separate pinned buffer (also {@code cuMemHostAlloc(PORTABLE |

@@ -25,7 +25,7 @@ import java.util.concurrent.atomic.AtomicLongArray;
  * <ul>
  *   <li>{@code alloc_free}: fill NONE, {@link Layouts#BOOKKEEPING} (512 B pages, never touched),
  *       4,096 pages — pure bookkeeping, with the pool's defaults: every allocation takes the pool lock,
- *       every free goes through the lock-free return stack. Goal of issue #2: ≤ 20 ns and ≥ 5× the
+ *       every free goes through the lock-free return stack. Goal: ≤ 20 ns and ≥ 5× the
  *       baseline.</li>
  *   <li>{@code alloc_free_cached}: the same with the opt-in allocator cache ({@code threadCache(32)}, for a
  *       server whose allocations come from one scheduler thread): the benchmark thread is that thread,

@@ -53,7 +53,7 @@ import java.util.concurrent.TimeUnit;
  * Everything runs in one JVM on one thread; the link is a real Unix-socket + mapped-file {@link ShmLink}
  * pair (the sender maps the decode pool file a second time, as a peer process would). Every op moves the
  * same bytes, so throughput ratios are the cost ratios: {@code protocol / raw_putBatch_flush} is what the
- * protocol keeps of the transport (issue #3's goal: ≥ 0.8×, and ≤ 5 % overhead with checksums off and
+ * protocol keeps of the transport (the goal: ≥ 0.8×, and ≤ 5 % overhead with checksums off and
  * {@code fill=NONE}, which isolates the protocol from the pool's free-page fill). The {@code bytes}
  * secondary result is bytes per second; bytes per op = pages × page size, printed at setup.
  * The pool file goes to {@code /dev/shm} when it exists (tmpfs), else to the temp directory.

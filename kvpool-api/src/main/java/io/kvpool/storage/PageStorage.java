@@ -5,8 +5,8 @@ import io.kvpool.KvLayout;
 import java.lang.foreign.MemorySegment;
 
 /**
- * Where a pool's pages live: host memory ({@link HostPageStorage}), device memory (issue #4), or a
- * mapped file shared with another process (issue #3). The pool owns the <em>bookkeeping</em> of pages
+ * Where a pool's pages live: host memory ({@link HostPageStorage}), device memory (kvpool-cuda), or a
+ * mapped file shared with another process (kvpool-transfer). The pool owns the <em>bookkeeping</em> of pages
  * (states, handles, refcounts); a storage owns only their <em>bytes</em> and never sees a handle: every
  * method takes slot indices that the pool has already validated.
  *

@@ -26,7 +26,7 @@ import java.util.Objects;
  * </pre>
  * The opener checks the fingerprint against the layout it expects and refuses a mismatch naming both.
  * Who may write into which pages, and when the exporter may reuse them, is the transfer protocol's job
- * (issue #3): an opened arena is like a registration that cannot be revoked — only closing it in the
+ * (kvpool-transfer): an opened arena is like a registration that cannot be revoked — only closing it in the
  * writer's process (or that process ending) stops its writes.
  */
 public final class DeviceIpc {

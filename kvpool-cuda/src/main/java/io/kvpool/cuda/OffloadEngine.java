@@ -5,7 +5,7 @@ package io.kvpool.cuda;
  * the arena and pinned host memory ({@link PinnedPageBuffer}). Both issue ONE operation per batch, never one
  * per page.
  *
- * <p>Issue #4 asks for whichever measures faster: {@code OffloadBenchmark} runs both against contiguous
+ * <p>The default should be whichever measures faster: {@code OffloadBenchmark} runs both against contiguous
  * pinned copies on the GPU machine ({@code offload}/{@code restore} versus
  * {@code offloadMemcpyBatch}/{@code restoreMemcpyBatch}). {@link #KERNEL} stays the default until that
  * measurement says otherwise.

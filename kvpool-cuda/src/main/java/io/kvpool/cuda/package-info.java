@@ -1,5 +1,5 @@
 /**
- * Device page storage on JCuda and batched block-copy kernels. Issue #4 builds it on
+ * Device page storage on JCuda and batched block-copy kernels, built on
  * the {@link io.kvpool.storage.PageStorage} SPI of {@code kvpool-api}.
  */
 package io.kvpool.cuda;

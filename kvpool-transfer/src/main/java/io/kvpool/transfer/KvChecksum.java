@@ -11,7 +11,7 @@ import java.util.zip.CRC32C;
  * Per-page KV checksums keyed by <em>logical position</em>, never by slot, so they survive relocation
  * (a page copied, offloaded, or transferred into another pool's slot has the same checksum).
  *
- * <h2>Definition (a GPU kernel, issue #4, must produce the same value)</h2>
+ * <h2>Definition (a GPU kernel must produce the same value)</h2>
  * For logical page {@code p} of request {@code r} holding tokens {@code [t0, t0 + n)} with
  * {@code t0 = p · tokensPerPage}, {@code n = min(tokensPerPage, tokenCount − t0)}:
  * <pre>

@@ -65,7 +65,7 @@ final class LeakHunter {
         boolean checksums = true;
         Boolean revocableLinks = null;  // null: alternate (half like RDMA, half like UCX over tcp)
         long senderDrainDeadlineMs = 30;
-        boolean retireSuspectLinks = true; // false: a suspect's link is torn down at once (before issue #13's item 4)
+        boolean retireSuspectLinks = true; // false: a suspect's link is torn down at once (before link retirement)
         EnumSet<Safeguard> poolOff = EnumSet.noneOf(Safeguard.class);
         EnumSet<TransferSafeguard> transferOff = EnumSet.noneOf(TransferSafeguard.class);
         SimFaults faults = SimFaults.NONE.withWrites(0.002, 0.0005, 0.0005, 0.0005)

@@ -5,7 +5,7 @@ import org.junit.jupiter.api.Test;
 import static org.junit.jupiter.api.Assertions.*;
 
 /**
- * The soak of issue #13's item 4: the leak hunter's chaos on links that cannot revoke one registration (UCX over
+ * The soak of link retirement: the leak hunter's chaos on links that cannot revoke one registration (UCX over
  * tcp, shared memory across processes), where every suspect write needs its link's teardown as proof. Torn down at
  * once, the link took every other transfer in flight on it down too (collateral {@code PEER_LOST}); retired, it takes
  * no new transfer, finishes those in flight, and only then is torn down. The same runs, both ways, with nothing leaked,

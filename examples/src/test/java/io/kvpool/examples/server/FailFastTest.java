@@ -24,18 +24,18 @@ import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 /**
- * Issue item 6, failing fast: the router answers a request for a role known down at once (503, Retry-After), has
+ * Failing fast: the router answers a request for a role known down at once (503, Retry-After), has
  * prefill compute nothing for a decode that cannot take the KV, and sends its paired aborts without making the
  * client wait — and still delivers them. Was: with prefill's link down each request waited ~4 s for its 503, with
  * prefill frozen ~20 s, and a partition prefilled (and threw away) every request.
  *
- * <p>The issue's figure is 100 ms; on a loaded 2-core CI machine the assertions allow 1 s and the tests print the
+ * <p>The goal is 100 ms; on a loaded 2-core CI machine the assertions allow 1 s and the tests print the
  * median they measured.
  */
 @Timeout(value = 120, unit = TimeUnit.SECONDS)
 class FailFastTest {
 
-    /** The bound asserted per answer (the issue's figure is 100 ms; CI machines are slow and shared). */
+    /** The bound asserted per answer (the goal is 100 ms; CI machines are slow and shared). */
     static final long BOUND_MS = 1_000;
 
     @TempDir

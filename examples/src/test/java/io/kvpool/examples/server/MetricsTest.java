@@ -9,8 +9,9 @@ import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 /**
- * {@code GET /metrics} of the one-JVM server ({@code --role all}): every family the issue asks for, each declared once,
- * with values that add up; both pools and engines in one registry, told apart by {@code role}.
+ * {@code GET /metrics} of the one-JVM server ({@code --role all}): every required family (requests, pools, rejections,
+ * stale handles, transfers and their integrity, deferred releases, the JVM), each declared once, with values that add
+ * up; both pools and engines in one registry, told apart by {@code role}.
  */
 class MetricsTest {
 

@@ -19,7 +19,7 @@ import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 /**
- * Issue item 7, the deployment pre-check: each role reports its identity and capacity; the router refuses to start
+ * The deployment pre-check: each role reports its identity and capacity; the router refuses to start
  * over roles that do not match it (naming each role's numbers; {@code --clamp-context} advertises the smallest
  * role's largest safe context instead), re-checks a role that comes back, and {@code preflight} checks a running
  * deployment, exiting non-zero with a table of what does not match.

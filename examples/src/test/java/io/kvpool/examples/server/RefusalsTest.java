@@ -20,7 +20,7 @@ import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 /**
- * Issue item 2: a refusal is retryable (429/503 with Retry-After) only when waiting can help; a refusal that no wait
+ * A refusal is retryable (429/503 with Retry-After) only when waiting can help; a refusal that no wait
  * lifts is a 4xx (or a 502 for a role that will never take the call) without Retry-After. The audit is in
  * examples/docs/example-server-refusals.md.
  */
@@ -29,7 +29,7 @@ class RefusalsTest {
 
     @Test
     void theServerRefusesToStartWithAContextOneTransferDescriptorCannotCarry() throws Exception {
-        // the issue's case: 65,537 tokens at 1 token per page was a 429 retry_later for ever
+        // the case this fixes: 65,537 tokens at 1 token per page was a 429 retry_later for ever
         final IllegalArgumentException e = assertThrows(IllegalArgumentException.class,
             () -> ServerConfig.parse("--tokens-per-page", "1", "--context", "80000", "--pages", "80000"));
         final String m = e.getMessage();

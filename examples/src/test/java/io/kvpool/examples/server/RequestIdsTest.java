@@ -195,7 +195,7 @@ class RequestIdsTest {
     /**
      * A call decode can never take is answered at once. Was: 0 prompt tokens started the call, and the decode pool's
      * admission threw on the role's thread — a 200 stream with an {@code error} event, which the router took for a
-     * 503 (retry). Issue item 8c changes that: the endpoint refuses it with 400 before it starts anything, and the
+     * 503 (retry). Now the endpoint refuses it with 400 before it starts anything, and the
      * router gets a {@link RoleRefusedException} (a 502 without Retry-After) from {@code start} itself.
      */
     @Test

@@ -117,7 +117,7 @@ class RoleEndpointTest {
         }
     }
 
-    /** Issue item 8c: nonsense the router never sends is a 400 naming the field, before the role starts anything. */
+    /** Nonsense the router never sends is a 400 naming the field, before the role starts anything. */
     @Test
     void internalEndpointsRefuseNonPositiveIdsAndCountsAndMalformedTenantsWith400() throws Exception {
         try (RoleServer decode = RoleServer.start(role(Topology.Role.DECODE))) {

@@ -26,7 +26,7 @@ import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 /**
- * The live page of the REAL server in headless Chromium (issue #5: "it loads, shows both pools, and changes
+ * The live page of the REAL server in headless Chromium (the goal: "it loads, shows both pools, and changes
  * when requests run"). {@link LivePageBrowserTest} checks every square against pools the test drives by
  * hand; this one checks the wiring: {@link KvServer}'s own page, fed by its own roles, follows a request
  * through the disaggregated path. A {@link LinkGate} holds the transfer's writes so the page is read while
@@ -125,11 +125,11 @@ class ServerLivePageBrowserTest {
     }
 
     /**
-     * Issue #15: at 1280 px the server's long counter names ran into their neighbours' values
-     * ({@code prefill_transfers_completed 19prefill_transfers_drained}) and at 420 px the page scrolled sideways. The
-     * real server's page, after a request ran (so counters are non-zero and long numbers too), is measured at both
-     * widths: the text of every label and value ({@link #TEXT_BOXES}) must not intersect any other's, must lie inside
-     * the viewport, and the document must not be wider than the viewport.
+     * At 1280 px the server's long counter names must not run into their neighbours' values (as they once did:
+     * {@code prefill_transfers_completed 19prefill_transfers_drained}), and at 420 px the page must not scroll
+     * sideways. The real server's page, after a request ran (so counters are non-zero and long numbers too), is
+     * measured at both widths: the text of every label and value ({@link #TEXT_BOXES}) must not intersect any
+     * other's, must lie inside the viewport, and the document must not be wider than the viewport.
      */
     @Test
     void theServersPageFitsAt1280And420Pixels_noLabelOrValueOverlapsAnother_noSidewaysScroll() throws Exception {

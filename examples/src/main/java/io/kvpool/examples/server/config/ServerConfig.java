@@ -41,7 +41,7 @@ public record ServerConfig(Listen listen, Capacity capacity, Timing timing, Topo
     public enum Device {
         /** Host memory (the default; no GPU needed). */
         HOST,
-        /** GPU memory through kvpool-cuda (issue #4). */
+        /** GPU memory through kvpool-cuda. */
         CUDA
     }
 

@@ -28,7 +28,7 @@ final class RoleHealth implements AutoCloseable {
 
     /** How often the probe reads the role's status. */
     static final Duration PROBE_EVERY = Duration.ofMillis(200);
-    /** Longest a request waits for the re-check of a role known down (the figure for a fast 503). */
+    /** Longest a request waits for the re-check of a role known down (the goal for a fast 503). */
     static final Duration RECHECK_WAIT = Duration.ofMillis(100);
 
     /** One reading, as of {@code atNanos} ({@link System#nanoTime()}): {@code why} is {@code null} when the role can take requests. */

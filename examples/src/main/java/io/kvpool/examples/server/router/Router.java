@@ -314,7 +314,7 @@ public final class Router implements AutoCloseable {
         }
     }
 
-    /** Longest a request waits for the re-checks of roles known down, both together (the figure for a fast 503). */
+    /** Longest a request waits for the re-checks of roles known down, both together (the goal for a fast 503). */
     static final java.time.Duration KNOWN_DOWN_WAIT = java.time.Duration.ofMillis(100);
 
     /**
