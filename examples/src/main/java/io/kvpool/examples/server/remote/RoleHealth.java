@@ -42,6 +42,7 @@ final class RoleHealth implements AutoCloseable {
     private final String role;
     private final boolean needsLink;
     private final java.util.function.Function<RemoteStatus, String> verify;
+    private final long recheckWaitNanos;
     /** A status read under way, and when it began. */
     record Check(CompletableFuture<State> result, long startedAt) {
     }
@@ -65,6 +66,13 @@ final class RoleHealth implements AutoCloseable {
      *               does not match the router, or {@code null}; {@code null} for no check
      */
     RoleHealth(RoleClient calls, String role, boolean needsLink, java.util.function.Function<RemoteStatus, String> verify) {
+        this(calls, role, needsLink, verify, RECHECK_WAIT);
+    }
+
+    /** @param recheckWait longest a request waits for a re-check ({@link #RECHECK_WAIT}; a test may wait longer) */
+    RoleHealth(RoleClient calls, String role, boolean needsLink, java.util.function.Function<RemoteStatus, String> verify,
+               Duration recheckWait) {
+        this.recheckWaitNanos = recheckWait.toNanos();
         this.verify = verify;
         this.client = new RoleClient(Objects.requireNonNull(role, "role"), calls.base(), new com.fasterxml.jackson.databind.ObjectMapper());
         this.role = Objects.requireNonNull(role, "role");
@@ -137,7 +145,7 @@ final class RoleHealth implements AutoCloseable {
      *         that long ago (a role that does not answer its re-check is not waited for again by every request)
      */
     String unavailable() throws InterruptedException {
-        return unavailable(System.nanoTime() + RECHECK_WAIT.toNanos());
+        return unavailable(System.nanoTime() + recheckWaitNanos);
     }
 
     /**
@@ -153,7 +161,7 @@ final class RoleHealth implements AutoCloseable {
         }
         final Check c = check();
         final long now = System.nanoTime();
-        final long left = Math.min(RECHECK_WAIT.toNanos() - (now - c.startedAt()), untilNanos - now);
+        final long left = Math.min(recheckWaitNanos - (now - c.startedAt()), untilNanos - now);
         if (left <= 0) {
             return s.why();
         }
