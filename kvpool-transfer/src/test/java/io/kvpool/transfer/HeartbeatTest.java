@@ -4,8 +4,6 @@ import io.kvpool.KvPool;
 import io.kvpool.Sequence;
 import io.kvpool.storage.PageStorage;
 import io.kvpool.transfer.sim.SimFaults;
-import io.kvpool.transfer.sim.SimLink;
-import io.kvpool.transfer.sim.SimNetwork;
 import io.kvpool.transfer.spi.LinkListener;
 import io.kvpool.transfer.spi.PeerLink;
 import io.kvpool.transfer.spi.Registration;
@@ -84,16 +82,9 @@ class HeartbeatTest {
         }
     }
 
-    static final class Rig implements AutoCloseable {
-        final SimNetwork net;
-        final KvPool prefill = Kv.pool(32);
-        final KvPool decode = Kv.pool(32);
-        final TransferSender sender;
-        final TransferReceiver receiver;
-        final Path atSender;
-        final Path atReceiver;
-        final int sp;
-        final int rp;
+    static final class Rig extends SimPair {
+        final Path senderPath;
+        final Path receiverPath;
         boolean senderRuns = true;
 
         Rig(Heartbeat senderBeat, Heartbeat receiverBeat, PeerIdentity senderId, PeerIdentity receiverId) {
@@ -102,15 +93,14 @@ class HeartbeatTest {
 
         Rig(Heartbeat senderBeat, Heartbeat receiverBeat, PeerIdentity senderId, PeerIdentity receiverId, SimFaults faults,
             boolean revocable) {
-            net = new SimNetwork(7, faults);
-            sender = TransferSender.builder(prefill, senderId).heartbeat(senderBeat).clock(net.clock()).build();
-            receiver = TransferReceiver.builder(decode, receiverId).heartbeat(receiverBeat).clock(net.clock()).build();
-            final SimLink[] l = net.connect("prefill", "decode", revocable);
-            // what a version-2 side receives must be readable by version-2 code
-            atSender = new Path(l[0], receiverId.maxVersion() == 2);
-            atReceiver = new Path(l[1], senderId.maxVersion() == 2);
-            rp = receiver.addPeer(atReceiver);
-            sp = sender.addPeer(atSender);
+            super(new Setup(Kv.pool(32), Kv.pool(32)).faults(faults, revocable)
+                .sender(p -> TransferSender.builder(p, senderId).heartbeat(senderBeat))
+                .receiver(p -> TransferReceiver.builder(p, receiverId).heartbeat(receiverBeat))
+                // what a version-2 side receives must be readable by version-2 code
+                .links(l -> new Path(l, receiverId.maxVersion() == 2), l -> new Path(l, senderId.maxVersion() == 2))
+                .settle(0, false));
+            senderPath = (Path) senderLink;
+            receiverPath = (Path) receiverLink;
             run(Duration.ofMillis(50));
         }
 
@@ -150,14 +140,6 @@ class HeartbeatTest {
         Peer r() {
             return receiver.peer(rp);
         }
-
-        @Override
-        public void close() {
-            sender.close();
-            receiver.close();
-            prefill.close();
-            decode.close();
-        }
     }
 
     @Test
@@ -168,9 +150,9 @@ class HeartbeatTest {
             assertTrue(rig.s().isUp(), rig.s()::toString);
             assertTrue(rig.r().isUp(), rig.r()::toString);
             // about one PING per idle period and side (a PONG heard resets the other side's idle time too)
-            final long pings = rig.atSender.sent(WireFormat.PING) + rig.atReceiver.sent(WireFormat.PING);
+            final long pings = rig.senderPath.sent(WireFormat.PING) + rig.receiverPath.sent(WireFormat.PING);
             assertTrue(pings >= 40 && pings <= 200, "PINGs in 10 s at 100 ms idle: " + pings);
-            assertEquals(rig.atSender.sent(WireFormat.PING), rig.atReceiver.sent(WireFormat.PONG), "every PING answered");
+            assertEquals(rig.senderPath.sent(WireFormat.PING), rig.receiverPath.sent(WireFormat.PONG), "every PING answered");
             assertEquals(0, rig.sender.heartbeatFailures() + rig.receiver.heartbeatFailures());
         }
     }
@@ -179,8 +161,8 @@ class HeartbeatTest {
     void aCutPathFailsTheLinkOnBothSidesWithinIdlePlusTimeout() {
         try (Rig rig = new Rig(FAST)) {
             rig.run(Duration.ofSeconds(1));
-            rig.atSender.cut = true;
-            rig.atReceiver.cut = true;
+            rig.senderPath.cut = true;
+            rig.receiverPath.cut = true;
             final long cutAt = rig.net.now();
             while (rig.net.now() - cutAt < Duration.ofSeconds(2).toNanos()
                 && (rig.s().state() != Peer.State.FAILED || rig.r().state() != Peer.State.FAILED)) {
@@ -204,12 +186,12 @@ class HeartbeatTest {
     void aBusyLinkSendsNoPing() {
         // any frame counts as heard: transfers back to back keep both sides hearing from each other
         try (Rig rig = new Rig(FAST)) {
-            final long pingsBefore = rig.atSender.sent(WireFormat.PING) + rig.atReceiver.sent(WireFormat.PING);
+            final long pingsBefore = rig.senderPath.sent(WireFormat.PING) + rig.receiverPath.sent(WireFormat.PING);
             for (long req = 1; req <= 60; req++) {
                 assertEquals(IncomingTransfer.State.COMMITTED, rig.transfer(req, 9));
             }
             assertTrue(rig.net.now() > Duration.ofMillis(500).toNanos(), "the transfers took " + rig.net.now() / 1_000_000 + " ms");
-            assertEquals(pingsBefore, rig.atSender.sent(WireFormat.PING) + rig.atReceiver.sent(WireFormat.PING));
+            assertEquals(pingsBefore, rig.senderPath.sent(WireFormat.PING) + rig.receiverPath.sent(WireFormat.PING));
         }
     }
 
@@ -217,12 +199,12 @@ class HeartbeatTest {
     void withTheHeartbeatOffACutPathLeavesTheLinkUp() {
         // the control: without the heartbeat nothing notices a path that loses every frame while the link says "up"
         try (Rig rig = new Rig(Heartbeat.OFF)) {
-            rig.atSender.cut = true;
-            rig.atReceiver.cut = true;
+            rig.senderPath.cut = true;
+            rig.receiverPath.cut = true;
             rig.run(Duration.ofSeconds(60));
             assertTrue(rig.s().isUp(), rig.s()::toString);
             assertTrue(rig.r().isUp(), rig.r()::toString);
-            assertEquals(0, rig.atSender.sent(WireFormat.PING) + rig.atReceiver.sent(WireFormat.PING));
+            assertEquals(0, rig.senderPath.sent(WireFormat.PING) + rig.receiverPath.sent(WireFormat.PING));
         }
     }
 
@@ -288,8 +270,8 @@ class HeartbeatTest {
     void oneLongStepOfTheClockWhileAPingIsUnansweredRestartsTheWait() {
         try (Rig rig = new Rig(FAST)) {
             rig.senderRuns = false; // the receiver pings, nobody answers yet
-            final long pings = rig.atReceiver.sent(WireFormat.PING);
-            while (rig.atReceiver.sent(WireFormat.PING) == pings) {
+            final long pings = rig.receiverPath.sent(WireFormat.PING);
+            while (rig.receiverPath.sent(WireFormat.PING) == pings) {
                 rig.run(Duration.ofNanos(STEP_NANOS));
             }
             rig.net.advance(Duration.ofSeconds(30).toNanos()); // both engines stalled 30 s with the PING out
@@ -310,8 +292,8 @@ class HeartbeatTest {
         try (Rig rig = new Rig(Heartbeat.every(Duration.ofMillis(5), Duration.ofMillis(300)))) {
             rig.run(Duration.ofMillis(200));
             assertTrue(rig.r().isUp(), rig.r()::toString);
-            rig.atSender.cut = true;
-            rig.atReceiver.cut = true;
+            rig.senderPath.cut = true;
+            rig.receiverPath.cut = true;
             final Duration took = rig.runUntilDown(Duration.ofSeconds(30));
             assertEquals(Peer.State.FAILED, rig.r().state(), rig.r()::toString);
             assertTrue(took.toMillis() <= 5 + 300 + 3 * 10, "failed after " + took.toMillis() + " ms");
@@ -323,8 +305,8 @@ class HeartbeatTest {
         // idle 1 s, timeout 300 ms: both engines stalled 600 ms with a PING out; the peer answers on its next turn
         try (Rig rig = new Rig(Heartbeat.every(Duration.ofSeconds(1), Duration.ofMillis(300)))) {
             rig.senderRuns = false;
-            final long pings = rig.atReceiver.sent(WireFormat.PING);
-            while (rig.atReceiver.sent(WireFormat.PING) == pings) {
+            final long pings = rig.receiverPath.sent(WireFormat.PING);
+            while (rig.receiverPath.sent(WireFormat.PING) == pings) {
                 rig.run(Duration.ofNanos(STEP_NANOS));
             }
             rig.net.advance(Duration.ofMillis(600).toNanos());
@@ -353,7 +335,7 @@ class HeartbeatTest {
         assertEquals(2, rig.r().protocolVersion());
         rig.run(Duration.ofSeconds(10));
         assertTrue(rig.s().isUp(), rig.s()::toString);
-        assertEquals(0, rig.atSender.sent(WireFormat.PING) + rig.atReceiver.sent(WireFormat.PING));
+        assertEquals(0, rig.senderPath.sent(WireFormat.PING) + rig.receiverPath.sent(WireFormat.PING));
         assertEquals(IncomingTransfer.State.COMMITTED, rig.transfer(6, 9));
     }
 

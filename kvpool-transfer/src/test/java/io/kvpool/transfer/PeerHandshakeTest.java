@@ -5,9 +5,6 @@ import io.kvpool.DType;
 import io.kvpool.KvLayout;
 import io.kvpool.KvPool;
 import io.kvpool.PoolSnapshot;
-import io.kvpool.transfer.sim.SimFaults;
-import io.kvpool.transfer.sim.SimLink;
-import io.kvpool.transfer.sim.SimNetwork;
 import io.kvpool.transfer.wire.Message;
 import io.kvpool.transfer.wire.WireCodec;
 import io.kvpool.transfer.wire.WireFormat;
@@ -27,45 +24,20 @@ class PeerHandshakeTest {
         return PeerIdentity.of(layout, "glm-4.6@r3", "production", "v1.2.0");
     }
 
-    /** A sender and a receiver over a fault-free simulated link. */
-    static final class Pair implements AutoCloseable {
-        final SimNetwork net = new SimNetwork(7, SimFaults.NONE);
-        final KvPool prefill;
-        final KvPool decode;
-        final TransferSender sender;
-        final TransferReceiver receiver;
-        final int senderPeer;
-        final int receiverPeer;
-
+    /** A sender and a receiver over a fault-free simulated link; the handshake may fail. */
+    static final class Pair extends SimPair {
         Pair(KvLayout senderLayout, PeerIdentity senderId, PeerIdentity receiverId) {
-            prefill = KvPool.builder(senderLayout).pages(16).maxContextTokens(16L * senderLayout.tokensPerPage()).build();
-            decode = Kv.pool(16);
-            sender = TransferSender.builder(prefill, senderId).clock(net.clock()).build();
-            receiver = TransferReceiver.builder(decode, receiverId).clock(net.clock()).build();
-            final SimLink[] l = net.connect("prefill", "decode", true);
-            senderPeer = sender.addPeer(l[0]);
-            receiverPeer = receiver.addPeer(l[1]);
-            for (int i = 0; i < 20; i++) {
-                sender.doWork();
-                receiver.doWork();
-                net.advance(10_000);
-            }
+            super(new Setup(KvPool.builder(senderLayout).pages(16).maxContextTokens(16L * senderLayout.tokensPerPage()).build(),
+                Kv.pool(16)).sender(p -> TransferSender.builder(p, senderId)).receiver(p -> TransferReceiver.builder(p, receiverId))
+                .settle(20, false));
         }
 
         Peer atSender() {
-            return sender.peer(senderPeer);
+            return sender.peer(sp);
         }
 
         Peer atReceiver() {
-            return receiver.peer(receiverPeer);
-        }
-
-        @Override
-        public void close() {
-            sender.close();
-            receiver.close();
-            prefill.close();
-            decode.close();
+            return receiver.peer(rp);
         }
     }
 
@@ -110,7 +82,7 @@ class PeerHandshakeTest {
 
                 // a transfer from the refused sender is rejected before anything is allocated
                 final PoolSnapshot before = p.decode.snapshot();
-                final IncomingTransfer t = p.receiver.start(1, 8, 4, p.receiverPeer);
+                final IncomingTransfer t = p.receiver.start(1, 8, 4, p.rp);
                 assertEquals(IncomingTransfer.State.REJECTED, t.state(), t::toString);
                 assertEquals(FailureReason.PEER_LOST, t.failure());
                 assertNull(t.admissionDecision(), "admission must not be asked for a refused sender");
@@ -145,7 +117,7 @@ class PeerHandshakeTest {
             assertEquals(prod(Kv.LAYOUT), p.atReceiver().remote());
             assertEquals(0, p.receiver.refusedPeers() + p.sender.refusedPeers());
             // and a transfer from it is not rejected for the peer
-            final IncomingTransfer t = p.receiver.start(1, 8, 4, p.receiverPeer);
+            final IncomingTransfer t = p.receiver.start(1, 8, 4, p.rp);
             assertEquals(IncomingTransfer.State.RECEIVING, t.state(), t::toString);
             p.receiver.abort(t, "test over");
         }

@@ -5,8 +5,6 @@ import io.kvpool.KvPool;
 import io.kvpool.Sequence;
 import io.kvpool.SlotState;
 import io.kvpool.transfer.sim.SimFaults;
-import io.kvpool.transfer.sim.SimLink;
-import io.kvpool.transfer.sim.SimNetwork;
 import org.junit.jupiter.api.Test;
 
 import java.time.Duration;
@@ -16,37 +14,18 @@ import static org.junit.jupiter.api.Assertions.*;
 /** End-to-end transfers over the simulated network: the happy paths and the late-write cases. */
 class SimTransferTest {
 
-    static final class Rig implements AutoCloseable {
-        final SimNetwork net;
-        final KvPool prefill;
-        final KvPool decode;
-        final TransferSender sender;
-        final TransferReceiver receiver;
+    static final class Rig extends SimPair {
+        /** The sender's peer id at the receiver. */
         final int peer;
 
         Rig(long seed, SimFaults faults, boolean revocable, int prefillPages, int decodePages,
             java.util.function.UnaryOperator<TransferReceiver.Builder> rb) {
-            net = new SimNetwork(seed, faults);
-            prefill = Kv.pool(prefillPages);
-            decode = Kv.pool(decodePages);
-            sender = TransferSender.builder(prefill, Kv.identity()).clock(net.clock()).maxPagesInFlight(8)
-                .drainDeadline(Duration.ofMillis(50)).build();
-            receiver = rb.apply(TransferReceiver.builder(decode, Kv.identity()).clock(net.clock())
-                .completionTimeout(Duration.ofMillis(20)).drainTimeout(Duration.ofMillis(20))).build();
-            final SimLink[] l = net.connect("prefill", "decode", revocable);
-            sender.addPeer(l[0]);
-            peer = receiver.addPeer(l[1]);
-            run(10);
-            assertTrue(receiver.peer(peer).isUp(), () -> receiver.peer(peer).toString());
-        }
-
-        /** Runs both engines and the network for {@code steps} steps of 10 µs. */
-        void run(int steps) {
-            for (int i = 0; i < steps; i++) {
-                sender.doWork();
-                receiver.doWork();
-                net.advance(10_000);
-            }
+            super(new Setup(Kv.pool(prefillPages), Kv.pool(decodePages)).seed(seed).faults(faults, revocable)
+                .sender(p -> TransferSender.builder(p, Kv.identity()).maxPagesInFlight(8).drainDeadline(Duration.ofMillis(50)))
+                .receiver(p -> rb.apply(TransferReceiver.builder(p, Kv.identity()).completionTimeout(Duration.ofMillis(20))
+                    .drainTimeout(Duration.ofMillis(20))))
+                .settle(10, true));
+            peer = rp;
         }
 
         Sequence prefillRequest(long requestId, int tokens) {
@@ -54,14 +33,6 @@ class SimTransferTest {
             s.append(tokens);
             Kv.write(s, requestId);
             return s;
-        }
-
-        @Override
-        public void close() {
-            sender.close();
-            receiver.close();
-            prefill.close();
-            decode.close();
         }
     }
 

@@ -1,9 +1,6 @@
 package io.kvpool.transfer;
 
 import io.kvpool.KvPool;
-import io.kvpool.transfer.sim.SimFaults;
-import io.kvpool.transfer.sim.SimLink;
-import io.kvpool.transfer.sim.SimNetwork;
 import io.kvpool.transfer.spi.PeerLink;
 import io.kvpool.transfer.testkit.Kv;
 import io.kvpool.transfer.wire.MalformedMessageException;
@@ -50,53 +47,22 @@ class VersionNegotiationTest {
         }
     }
 
-    static final class Rig implements AutoCloseable {
-        final SimNetwork net = new SimNetwork(11, SimFaults.NONE);
-        final KvPool prefill = Kv.pool(32);
-        final KvPool decode = Kv.pool(32);
-        final TransferSender sender;
-        final TransferReceiver receiver;
-        final PeerLink senderLink;
-        final PeerLink receiverLink;
-        final int sp;
-        final int rp;
-
+    static final class Rig extends SimPair {
         Rig(java.util.function.Function<KvPool, TransferSender.Builder> sb,
             java.util.function.Function<KvPool, TransferReceiver.Builder> rb, boolean receiverIsV1) {
-            sender = sb.apply(prefill).clock(net.clock()).build();
-            receiver = rb.apply(decode).clock(net.clock()).build();
-            final SimLink[] l = net.connect("prefill", "decode", true);
-            senderLink = receiverIsV1 ? new ReadableByV1(l[0]) : l[0];
-            receiverLink = receiverIsV1 ? new ReadableByV1(l[1]) : l[1];
-            rp = receiver.addPeer(receiverLink);
-            sp = sender.addPeer(senderLink);
-            run(20);
+            super(new Setup(Kv.pool(32), Kv.pool(32)).seed(11).sender(sb).receiver(rb)
+                .links(l -> receiverIsV1 ? new ReadableByV1(l) : l, l -> receiverIsV1 ? new ReadableByV1(l) : l)
+                .settle(20, false)); // some of these links are meant to be refused
         }
 
         Rig(PeerIdentity s, PeerIdentity r, boolean receiverIsV1) {
             this(p -> TransferSender.builder(p, s), p -> TransferReceiver.builder(p, r), receiverIsV1);
         }
 
-        void run(int steps) {
-            for (int i = 0; i < steps; i++) {
-                sender.doWork();
-                receiver.doWork();
-                net.advance(10_000);
-            }
-        }
-
         /** One request through the link; @return its final state at the receiver */
         IncomingTransfer.State transfer(long req, int tokens) {
             final IncomingTransfer t = OneRequest.offerAndStart(sender, prefill, receiver, rp, req, tokens);
             return OneRequest.finish(t, () -> run(1), 200, req, tokens);
-        }
-
-        @Override
-        public void close() {
-            sender.close();
-            receiver.close();
-            prefill.close();
-            decode.close();
         }
     }
 
