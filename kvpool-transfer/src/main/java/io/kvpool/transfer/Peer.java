@@ -71,6 +71,11 @@ public final class Peer {
     long pingSentNanos;
     /** The last poll delivered as many events as it may: more wait, a frame may be among them. */
     boolean backlogged;
+    /**
+     * A sender's: the last protocol frame from this peer was an ABORT naming a transfer this sender had begun or ended.
+     * The receiver follows each ABORT with a CANCEL of the same attempt, which that ABORT has then answered already.
+     */
+    boolean abortAnswered;
 
     Peer(int id, PeerLink link) {
         this.id = id;

@@ -202,7 +202,8 @@ public final class TransferSender extends TransferEndpoint {
      * this sender's pool). If a receiver's CANCEL of this request id came first (it refused the request while
      * this side was still computing it), within the descriptor timeout, the offer ends at once and releases them.
      *
-     * @param requestId  the request
+     * @param requestId  the request; an id must not name another request while a transfer of it may run (see the
+     *                   package documentation, "Request ids": a descriptor finds its offer by this id alone)
      * @param handles    the pages, in logical order; {@code ceil(tokenCount / tokensPerPage)} of them
      * @param tokenCount tokens of KV they hold
      * @return the transfer
@@ -267,10 +268,12 @@ public final class TransferSender extends TransferEndpoint {
 
     @Override
     void onMessage(Peer p, Message m) {
+        final boolean afterAnsweredAbort = p.abortAnswered;
+        p.abortAnswered = false;
         switch (m) {
             case Message.Descriptor d -> onDescriptor(p, d);
             case Message.Abort a -> onAbort(p, a);
-            case Message.Cancel c -> onCancel(p, c);
+            case Message.Cancel c -> onCancel(p, c, afterAnsweredAbort);
             default -> {
                 malformedFrames.increment();
                 fail(p, Peer.State.FAILED, "protocol error: a sender does not accept " + m.getClass().getSimpleName());
@@ -357,11 +360,14 @@ public final class TransferSender extends TransferEndpoint {
             if (t.state == OutgoingTransfer.State.WRITING || t.state == OutgoingTransfer.State.FLUSHING) {
                 fail(t, "aborted by the receiver (reason " + a.reason() + "): " + a.detail(), false, 0);
             }
+            p.abortAnswered = true;
             return; // FAILING: its DRAINED follows once every posted write ended
         }
+        boolean waiting = false;
         for (PendingDescriptor pd : early.values()) {
             if (pd.peer == p && pd.d.transferId() == a.transferId() && pd.d.generation() == a.generation()) {
                 early.remove(pd.d.requestId());
+                waiting = true; // its offer has not come: the CANCEL that follows ends it when it does
                 break;
             }
         }
@@ -373,16 +379,22 @@ public final class TransferSender extends TransferEndpoint {
         } else if (r.generation == a.generation() && r.over) {
             // over already: repeat the truth (its DRAINED may have been lost)
             send(p, new Message.Drained(a.transferId(), a.generation(), r.rank, r.posted, r.proven, r.posted - r.proven));
+            p.abortAnswered = !waiting; // begun and ended here, or refused: the attempt is answered
         }
         // an older generation's ABORT: stale, nothing to say
     }
 
     /**
-     * The receiver will not take the request (it rejected or aborted it): an offer still waiting releases its
-     * pages at once (nothing was posted); one writing to that receiver fails as after an ABORT, and releases once
-     * every posted write is terminal.
+     * The receiver will not take the request (it rejected or aborted an attempt of it): an offer still waiting releases
+     * its pages at once (nothing was posted), and a request not offered yet is remembered, so that its offer ends at
+     * once. A CANCEL names only the request id, and an id may see several attempts, so it ends nothing under way: a
+     * transfer writing or flushing, and a descriptor waiting for its offer, are another attempt's (an aborted attempt
+     * that reached this sender is ended by the ABORT before its CANCEL). A CANCEL(ABORTED) right after an ABORT this
+     * sender answered for a transfer it had begun or ended is that attempt's echo, and does nothing.
+     *
+     * @param afterAnsweredAbort whether the frame before it from {@code p} was such an ABORT
      */
-    private void onCancel(Peer p, Message.Cancel c) {
+    private void onCancel(Peer p, Message.Cancel c, boolean afterAnsweredAbort) {
         if (c.reason() == Message.Cancel.RETIRING && c.requestId() == Message.Cancel.LINK) {
             if (p.state == Peer.State.UP) {
                 p.moveTo(Peer.State.RETIRING); // its transfers in flight go on; the receiver sends no new descriptor
@@ -392,10 +404,6 @@ public final class TransferSender extends TransferEndpoint {
             }
             return;
         }
-        final PendingDescriptor pd = early.get(c.requestId());
-        if (pd != null && pd.peer == p) {
-            early.remove(c.requestId());
-        }
         final OutgoingTransfer t = offers.get(c.requestId());
         final String why = "cancelled by the receiver (" + (c.reason() == Message.Cancel.REJECTED ? "rejected" : "aborted")
             + "): " + c.detail();
@@ -404,15 +412,13 @@ public final class TransferSender extends TransferEndpoint {
             t.state = OutgoingTransfer.State.FAILING;
             metrics.cancelled.increment();
             maybeDrained(t); // nothing was posted: released now
-        } else if (t != null && t.peer == p
-            && (t.state == OutgoingTransfer.State.WRITING || t.state == OutgoingTransfer.State.FLUSHING)) {
-            metrics.cancelled.increment();
-            fail(t, why, false, 0);
-        } else if (t == null && (pd == null || pd.peer == p) && cancelledEarly.size() < MAX_EARLY_CANCELS) {
+        } else if (t == null && !(afterAnsweredAbort && c.reason() == Message.Cancel.ABORTED) && !early.containsKey(c.requestId())
+            && cancelledEarly.size() < MAX_EARLY_CANCELS) {
             // not offered yet: prefill may still be computing it. Kept so the offer ends when it comes
             cancelledEarly.put(c.requestId(), new EarlyCancel(why, clock.nanoTime() + descriptorTimeoutNanos));
         } else {
-            metrics.cancelsIgnored.increment(); // already failing or over, another receiver's, or too many kept
+            // under way or over (another attempt's, or this one's echo), a descriptor waiting for its offer, or too many kept
+            metrics.cancelsIgnored.increment();
         }
     }
 

@@ -188,7 +188,7 @@ class CancelUnderPoolPressureTest {
     }
 
     @Test
-    void aCancelWhileWritingReleasesOnlyOnceEveryWriteIsTerminal() {
+    void anAbortWhileWritingReleasesOnlyOnceEveryWriteIsTerminal() {
         try (KvPool pool = Kv.pool(16)) {
             final ScriptedLink link = new ScriptedLink();
             final TransferSender sender = linkedSender(TransferSender.builder(pool, Kv.identity()).clock(new ManualClock()), link);
@@ -198,8 +198,11 @@ class CancelUnderPoolPressureTest {
             sender.doWork();
             assertEquals(OutgoingTransfer.State.WRITING, t.state());
             assertEquals(PAGES_PER_REQUEST, link.postedTokens.size());
-            link.inject(new Message.Cancel(9, Message.Cancel.ABORTED, "decode gave up"));
+            // what a receiver that gives up sends: the transfer's ABORT, then the request's CANCEL
+            link.inject(new Message.Abort(0, 1, Message.Abort.REQUESTED, "decode gave up"))
+                .inject(new Message.Cancel(9, Message.Cancel.ABORTED, "decode gave up"));
             sender.doWork();
+            assertEquals(1, sender.metrics().cancelsIgnored(), "the CANCEL echoes the ABORT it follows");
             assertEquals(OutgoingTransfer.State.FAILING, t.state(), "writes in flight: the pages stay retained");
             assertEquals(PAGES_PER_REQUEST, pool.snapshot().owned());
             for (long token : link.postedTokens) {
@@ -212,6 +215,83 @@ class CancelUnderPoolPressureTest {
             }
             assertEquals(OutgoingTransfer.State.DRAINED, t.state());
             assertEquals(0, pool.snapshot().owned(), "released once every write was terminal");
+            sender.close();
+        }
+    }
+
+    @Test
+    void aCancelNeverEndsATransferUnderWay() {
+        // request 9 is writing; a CANCEL of 9 without an ABORT of this transfer is another attempt's (a start of the
+        // same id that decode refused): the transfer under way goes on
+        try (KvPool pool = Kv.pool(16)) {
+            final ScriptedLink link = new ScriptedLink();
+            final TransferSender sender = linkedSender(TransferSender.builder(pool, Kv.identity()).clock(new ManualClock()), link);
+            final OutgoingTransfer t = offer(pool, sender, 9);
+            link.inject(new Message.Descriptor(9, 0, 1, TOKENS, Kv.LAYOUT.fingerprint(), 1, 0, new long[PAGES_PER_REQUEST],
+                new byte[] {0}));
+            sender.doWork();
+            link.inject(new Message.Cancel(9, Message.Cancel.REJECTED, "request 9 is already receiving"))
+                .inject(new Message.Cancel(9, Message.Cancel.ABORTED, "an allocation fault of another start"));
+            sender.doWork();
+            assertEquals(OutgoingTransfer.State.WRITING, t.state(), t::toString);
+            assertEquals(2, sender.metrics().cancelsIgnored());
+            sender.abort(t, "test over");
+            sender.close();
+        }
+    }
+
+    @Test
+    void theEchoOfAnAnsweredAbortDoesNotEndARetryOfTheRequest() {
+        // request 9 fails at the sender (a write failed): ABORT and DRAINED go to decode, whose abort of the transfer
+        // echoes ABORT and CANCEL. The application retries 9 at once: the echo must not end the retry
+        try (KvPool pool = Kv.pool(16)) {
+            final ScriptedLink link = new ScriptedLink();
+            final TransferSender sender = linkedSender(TransferSender.builder(pool, Kv.identity()).clock(new ManualClock()), link);
+            final OutgoingTransfer first = offer(pool, sender, 9);
+            link.inject(new Message.Descriptor(9, 0, 1, TOKENS, Kv.LAYOUT.fingerprint(), 1, 0, new long[PAGES_PER_REQUEST],
+                new byte[] {0}));
+            sender.doWork();
+            for (long token : link.postedTokens) {
+                link.completeWrite(token, io.kvpool.transfer.spi.PeerLink.FAILED);
+            }
+            sender.doWork();
+            if (!link.flushTokens.isEmpty()) {
+                link.completeFlush(link.flushTokens.getLast(), true);
+                sender.doWork();
+            }
+            assertEquals(OutgoingTransfer.State.DRAINED, first.state(), first::toString);
+            link.inject(new Message.Abort(0, 1, Message.Abort.RECEIVER_FAILED, "sender aborted"))
+                .inject(new Message.Cancel(9, Message.Cancel.ABORTED, "sender aborted"));
+            sender.doWork();
+            final OutgoingTransfer retry = offer(pool, sender, 9);
+            assertEquals(OutgoingTransfer.State.WAITING, retry.state(), () -> "the retry waits for its descriptor: " + retry);
+            link.inject(new Message.Descriptor(9, 0, 2, TOKENS, Kv.LAYOUT.fingerprint(), 1, 0, new long[PAGES_PER_REQUEST],
+                new byte[] {0}));
+            sender.doWork();
+            assertEquals(OutgoingTransfer.State.WRITING, retry.state(), retry::toString);
+            sender.abort(retry, "test over");
+            sender.close();
+        }
+    }
+
+    @Test
+    void theEchoOfAnAnsweredAbortLeavesANewerDescriptorWaitingForItsOffer() {
+        // decode asked for request 9 twice before prefill offered it: the newer descriptor supersedes the older (which
+        // is refused), decode fails the older and echoes ABORT and CANCEL. The newer one must still find the offer
+        try (KvPool pool = Kv.pool(16)) {
+            final ScriptedLink link = new ScriptedLink();
+            final TransferSender sender = linkedSender(TransferSender.builder(pool, Kv.identity()).clock(new ManualClock()), link);
+            link.inject(new Message.Descriptor(9, 0, 1, TOKENS, Kv.LAYOUT.fingerprint(), 1, 0, new long[PAGES_PER_REQUEST],
+                new byte[] {0}))
+                .inject(new Message.Descriptor(9, 1, 1, TOKENS, Kv.LAYOUT.fingerprint(), 1, 0, new long[PAGES_PER_REQUEST],
+                    new byte[] {0}));
+            sender.doWork();
+            link.inject(new Message.Abort(0, 1, Message.Abort.RECEIVER_FAILED, "superseded"))
+                .inject(new Message.Cancel(9, Message.Cancel.ABORTED, "superseded"));
+            sender.doWork();
+            final OutgoingTransfer t = offer(pool, sender, 9);
+            assertEquals(OutgoingTransfer.State.WRITING, t.state(), () -> "the newer descriptor took the offer: " + t);
+            sender.abort(t, "test over");
             sender.close();
         }
     }

@@ -92,14 +92,15 @@ class ProtocolReviewRegressionTest {
         final Message.Drained truth = new Message.Drained(3, 9, 0, 2, 1, 1);
         assertEquals(truth, link.sent(Message.Drained.class).getLast());
         link.inject(d); // the same descriptor again, late
+        tx.doWork();
+        assertEquals(1, tx.metrics().duplicateDescriptors());
+        final int posted = link.postedTokens.size();
+        offer(pool, tx, REQ, 8); // the application retries the request while the late copy is there to be taken
+        tx.doWork();
+        assertEquals(posted, link.postedTokens.size(), "a retry must wait for a new descriptor, not reuse an ended one");
         link.inject(new Message.Abort(3, 9, Message.Abort.RECEIVER_FAILED, "timeout"));
         tx.doWork();
         assertEquals(truth, link.sent(Message.Drained.class).getLast(), "an ABORT after the end must get the truth");
-        assertEquals(1, tx.metrics().duplicateDescriptors());
-        final int posted = link.postedTokens.size();
-        offer(pool, tx, REQ, 8); // the application retries the request
-        tx.doWork();
-        assertEquals(posted, link.postedTokens.size(), "a retry must wait for a new descriptor, not reuse an ended one");
     }
 
     @Test
