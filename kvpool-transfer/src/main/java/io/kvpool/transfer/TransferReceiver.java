@@ -161,9 +161,11 @@ public final class TransferReceiver extends TransferEndpoint {
      * @param senderPeers  the peer ids (from {@link #addPeer}) of the senders, rank 0 first; each writes a
      *                     contiguous share of the pages ({@link TransferPlan})
      * @return the transfer: REJECTED (with the admission's typed decision or the reason — also for a request of
-     *         more pages than one descriptor carries, {@link WireFormat#MAX_ARRAY}), or RECEIVING. A rejection, retryable
-     *         or not, sends a CANCEL to each sender it can still reach (links of version 2 and later): their offers of this
-     *         request end and release their pages, so trying again later needs the senders to offer the request again
+     *         more pages than one descriptor carries, {@link WireFormat#MAX_ARRAY}, and for a request id this receiver
+     *         is receiving already), or RECEIVING. A rejection, retryable or not, sends a CANCEL to each sender it can
+     *         still reach (links of version 2 and later): their offers of this request end and release their pages, so
+     *         trying again later needs the senders to offer the request again. Not for an id already receiving: those
+     *         offers are that transfer's
      * @throws IllegalArgumentException for {@code promptTokens < 1}, {@code maxNewTokens < 0}, no sender, a peer id
      *                                  never given by {@link #addPeer}, or a peer listed twice (not counted as started)
      * @throws AllocationFaultException if the pool admitted the request but failed to allocate its pages for another
@@ -250,6 +252,15 @@ public final class TransferReceiver extends TransferEndpoint {
         for (int id : senderPeers) {
             if (!peers.get(id).isUp()) {
                 return reject(t, FailureReason.PEER_LOST, "sender " + peers.get(id) + " is not up");
+            }
+        }
+        for (int i = 0; i < active.size(); i++) {
+            final IncomingTransfer other = active.get(i);
+            if (other.requestId == requestId && other.state == IncomingTransfer.State.RECEIVING) {
+                // A descriptor finds its offer by request id alone: a second transfer of the id could take the first's
+                // offer, and a CANCEL of it would end the first. So no CANCEL either.
+                return reject(t, FailureReason.REJECTED, "request " + requestId + " is already receiving (transfer "
+                    + other.transferId + "/" + other.generation + "): a request id names one transfer at a time", false);
             }
         }
         final int slot = freeSlot();
@@ -358,13 +369,18 @@ public final class TransferReceiver extends TransferEndpoint {
     }
 
     private IncomingTransfer reject(IncomingTransfer t, FailureReason reason, String message) {
+        return reject(t, reason, message, true);
+    }
+
+    /** @param tellSenders whether to CANCEL the senders' offers of the request (not when they are another transfer's) */
+    private IncomingTransfer reject(IncomingTransfer t, FailureReason reason, String message, boolean tellSenders) {
         metrics.started.increment();
         t.state = IncomingTransfer.State.REJECTED;
         t.failure = reason;
         t.message = message;
         metrics.failures.get(reason).increment();
         // no descriptor went out: without a CANCEL each sender would pin the request's pages until its timeout
-        for (int id : t.senderPeers) {
+        for (int id : tellSenders ? t.senderPeers : new int[0]) {
             cancel(peers.get(id), t.requestId, Message.Cancel.REJECTED, message);
         }
         return t;

@@ -23,7 +23,9 @@
  *
  *  start(request, tokens): admission (typed rejection, never a placeholder) → append → pin every page
  *  rejected (admission, no slot, a sender down):
- *            ── CANCEL(request, rejected, why) ──▶ (v ≥ 2)    an offer still waiting: released at once
+ *            ── CANCEL(request, rejected, why) ──▶ (v ≥ 2)    an offer still waiting: released at once;
+ *                                                              none yet: its offer ends when it comes
+ *  rejected because the request is receiving already: no CANCEL (the offers are that transfer's)
  *  RECEIVING → register pages [first(r), first(r+1)) for each sender
  *            ── DESCRIPTOR(request, slot, generation, tokens, layout, n, r, handles, region key) ──▶
  *                                                              offer(request, sequence) (either order)
@@ -37,9 +39,12 @@
  *  abort / failure (either side, any time before commit)
  *            ── ABORT(slot, generation, reason) ──▶            marked FAILED first: nothing more posted
  *            ── CANCEL(request, aborted, why) ──▶ (v ≥ 2)     an offer whose descriptor never came: released
- *                                                              at once; one writing: as ABORT (below). Source
- *                                                              pages are released only once every write the
- *                                                              sender posted for the request is terminal
+ *                                                              at once. Right after an ABORT of a transfer the
+ *                                                              sender began or ended: that ABORT's echo, nothing
+ *                                                              more (a CANCEL never ends a transfer under way: it
+ *                                                              names the request, which may see a later attempt).
+ *                                                              Source pages are released only once every write
+ *                                                              the sender posted for the request is terminal
  *  pages DRAINING; the sequence is closed                     wait until every posted write is terminal
  *  (only the writer pins hold the pages)                      (OK / FAILED / CANCELED), then flush
  *            ◀── DRAINED(slot, generation, r, posted, proven, unproven) ──
@@ -53,7 +58,13 @@
  *            no new DESCRIPTOR on it; those in flight finish   fresh one for new work; finish those in flight
  *            then torn down (the quarantine's proof)           (older senders ignore it: no such request)
  * </pre>
- * Acknowledgements are keyed by transfer slot <em>and</em> generation and accepted only from the rank's
+ * <b>Request ids.</b> A descriptor finds its offer by request id alone, and checksums are keyed by it. So an id must
+ * name one request between a sender and a receiver for as long as a transfer of it may run (the sender's descriptor
+ * timeout, the receiver's completion timeout): an offer of another request under an id the receiver is receiving
+ * would be taken as that request's KV, and no check can tell them apart. Draw ids that do not repeat, e.g. a random
+ * per-process epoch in the high bits and a counter below. A receiver refuses to start an id it is receiving already.
+ *
+ * <p>Acknowledgements are keyed by transfer slot <em>and</em> generation and accepted only from the rank's
  * own link; early, stale, duplicate, foreign-link and inconsistent ones are ignored and counted
  * ({@link io.kvpool.transfer.ReceiverMetrics}). A sender that never saw a generation answers its ABORT
  * with DRAINED(rank −1, nothing posted); one that finished repeats its true counts.

@@ -63,6 +63,28 @@ class SimTransferTest {
         }
     }
 
+    @Test
+    void aSecondStartOfAnIdBeingReceivedIsRefusedAndTheFirstCommits() {
+        // a descriptor finds its offer by request id alone: two transfers of one id could take each other's offer, and
+        // a CANCEL of the second would end the first
+        try (Rig rig = new Rig(4, SimFaults.NONE, true, 64, 64, b -> b)) {
+            final IncomingTransfer first = rig.receiver.start(5, 20, 0, rig.peer); // before prefill offers it
+            rig.run(5);
+            final IncomingTransfer second = rig.receiver.start(5, 20, 0, rig.peer);
+            assertEquals(IncomingTransfer.State.REJECTED, second.state(), second::toString);
+            assertTrue(second.message().contains("already receiving"), second::message);
+            final Sequence src = rig.prefillRequest(5, 20);
+            rig.sender.offer(5, src);
+            src.close();
+            rig.run(200);
+            assertEquals(IncomingTransfer.State.COMMITTED, first.state(), first::toString);
+            assertEquals(0, rig.sender.metrics().cancelled() + rig.sender.metrics().cancelsIgnored(), "no CANCEL was sent");
+            try (Sequence got = first.sequence()) {
+                assertEquals(Kv.Finding.OK, Kv.check(got, 5, 20));
+            }
+        }
+    }
+
     /** Free pages of the decode pool that hold bytes other than the canary: a write landed after release. */
     static int freePagesWithData(KvPool pool) {
         int n = 0;
