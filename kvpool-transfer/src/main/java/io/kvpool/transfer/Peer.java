@@ -72,10 +72,12 @@ public final class Peer {
     /** The last poll delivered as many events as it may: more wait, a frame may be among them. */
     boolean backlogged;
     /**
-     * A sender's: the last protocol frame from this peer was an ABORT naming a transfer this sender had begun or ended.
-     * The receiver follows each ABORT with a CANCEL of the same attempt, which that ABORT has then answered already.
+     * A sender's: the last protocol frame from this peer was an ABORT of an attempt an offer had taken (running or
+     * ended), of request {@link #abortAnsweredRequest}. The receiver follows each ABORT with a CANCEL of the request,
+     * which that ABORT has then answered already.
      */
     boolean abortAnswered;
+    long abortAnsweredRequest;
 
     Peer(int id, PeerLink link) {
         this.id = id;

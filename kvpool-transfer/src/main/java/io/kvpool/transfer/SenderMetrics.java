@@ -23,9 +23,9 @@ public final class SenderMetrics {
     }
 
     /**
-     * Offers a receiver's CANCEL ended (it rejected or aborted the request): released at once if nothing was
-     * posted, else once every posted write reached a terminal state. A CANCEL that came before its offer ends the
-     * offer when it comes, within the descriptor timeout.
+     * Offers a receiver's CANCEL ended (it rejected or aborted the request) while they waited for a descriptor:
+     * released at once, nothing was posted. A CANCEL that came before its offer ends the offer when it comes, within
+     * the descriptor timeout.
      *
      * @return the count so far
      */
@@ -34,8 +34,9 @@ public final class SenderMetrics {
     }
 
     /**
-     * CANCELs that named no offer of this sender still open (already over, or not offered within the descriptor
-     * timeout after the CANCEL came): ignored.
+     * CANCELs that ended nothing: the echo of an ABORT that ended the attempt, a request under way or over (another
+     * attempt's), a descriptor waiting for its offer, another receiver's request, too many kept, or a request not
+     * offered within the descriptor timeout after the CANCEL came.
      *
      * @return the count so far
      */

@@ -164,8 +164,8 @@ public final class TransferReceiver extends TransferEndpoint {
      *         more pages than one descriptor carries, {@link WireFormat#MAX_ARRAY}, and for a request id this receiver
      *         is receiving already), or RECEIVING. A rejection, retryable or not, sends a CANCEL to each sender it can
      *         still reach (links of version 2 and later): their offers of this request end and release their pages, so
-     *         trying again later needs the senders to offer the request again. Not for an id already receiving: those
-     *         offers are that transfer's
+     *         trying again later needs the senders to offer the request again. For an id already receiving, the senders
+     *         of that transfer are not told: their offers are its
      * @throws IllegalArgumentException for {@code promptTokens < 1}, {@code maxNewTokens < 0}, no sender, a peer id
      *                                  never given by {@link #addPeer}, or a peer listed twice (not counted as started)
      * @throws AllocationFaultException if the pool admitted the request but failed to allocate its pages for another
@@ -244,6 +244,16 @@ public final class TransferReceiver extends TransferEndpoint {
         }
         // counted as started where it ends: rejected (reject) or admitted and allocated (below); a call refused for
         // its arguments above, or one that throws, is not a transfer
+        for (int i = 0; i < active.size(); i++) {
+            final IncomingTransfer other = active.get(i);
+            if (other.requestId == requestId && other.state == IncomingTransfer.State.RECEIVING) {
+                // A descriptor finds its offer by request id alone: a second transfer of the id could take the first's
+                // offer. Its senders get no CANCEL (their offers are the first's); any other sender does
+                return reject(t, FailureReason.REJECTED, "request " + requestId + " is already receiving (transfer "
+                    + other.transferId + "/" + other.generation + "): a request id names one transfer at a time",
+                    other.senderPeers);
+            }
+        }
         if (layout.pagesFor(promptTokens) > WireFormat.MAX_ARRAY) {
             return reject(t, FailureReason.REJECTED, "request " + requestId + " of " + promptTokens + " tokens needs "
                 + layout.pagesFor(promptTokens) + " pages of " + layout.tokensPerPage() + " tokens; one descriptor carries at most "
@@ -252,15 +262,6 @@ public final class TransferReceiver extends TransferEndpoint {
         for (int id : senderPeers) {
             if (!peers.get(id).isUp()) {
                 return reject(t, FailureReason.PEER_LOST, "sender " + peers.get(id) + " is not up");
-            }
-        }
-        for (int i = 0; i < active.size(); i++) {
-            final IncomingTransfer other = active.get(i);
-            if (other.requestId == requestId && other.state == IncomingTransfer.State.RECEIVING) {
-                // A descriptor finds its offer by request id alone: a second transfer of the id could take the first's
-                // offer, and a CANCEL of it would end the first. So no CANCEL either.
-                return reject(t, FailureReason.REJECTED, "request " + requestId + " is already receiving (transfer "
-                    + other.transferId + "/" + other.generation + "): a request id names one transfer at a time", false);
             }
         }
         final int slot = freeSlot();
@@ -369,21 +370,34 @@ public final class TransferReceiver extends TransferEndpoint {
     }
 
     private IncomingTransfer reject(IncomingTransfer t, FailureReason reason, String message) {
-        return reject(t, reason, message, true);
+        return reject(t, reason, message, NO_PEERS);
     }
 
-    /** @param tellSenders whether to CANCEL the senders' offers of the request (not when they are another transfer's) */
-    private IncomingTransfer reject(IncomingTransfer t, FailureReason reason, String message, boolean tellSenders) {
+    private static final int[] NO_PEERS = new int[0];
+
+    /** @param spared senders told nothing: their offers of the request are another transfer's */
+    private IncomingTransfer reject(IncomingTransfer t, FailureReason reason, String message, int[] spared) {
         metrics.started.increment();
         t.state = IncomingTransfer.State.REJECTED;
         t.failure = reason;
         t.message = message;
         metrics.failures.get(reason).increment();
         // no descriptor went out: without a CANCEL each sender would pin the request's pages until its timeout
-        for (int id : tellSenders ? t.senderPeers : new int[0]) {
-            cancel(peers.get(id), t.requestId, Message.Cancel.REJECTED, message);
+        for (int id : t.senderPeers) {
+            if (!contains(spared, id)) {
+                cancel(peers.get(id), t.requestId, Message.Cancel.REJECTED, message);
+            }
         }
         return t;
+    }
+
+    private static boolean contains(int[] a, int v) {
+        for (int x : a) {
+            if (x == v) {
+                return true;
+            }
+        }
+        return false;
     }
 
     /** Tells a sender this request will not be received (links of version 1 lack CANCEL: their senders time out). */

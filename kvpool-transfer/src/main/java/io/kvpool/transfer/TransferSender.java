@@ -24,9 +24,10 @@ import java.util.Objects;
  * <pre>
  *  offer() ─▶ WAITING ──DESCRIPTOR (matched by request id; may come first)──▶ WRITING
  *  WAITING ──CANCEL (the receiver rejected or aborted the request; may come first)──▶ DRAINED, pages released at once
+ *      (a CANCEL never ends WRITING or FLUSHING: it names the request, not the attempt; the ABORT before it does)
  *  WRITING ──every page posted (≤ maxPagesInFlight at a time) and completed OK──▶ FLUSHING
  *  FLUSHING ──flush proves delivery──▶ COMPLETION sent ─▶ COMPLETED
- *  WRITING / FLUSHING ──a write or flush fails · ABORT or CANCEL received · abort() · link lost──▶ FAILING
+ *  WRITING / FLUSHING ──a write or flush fails · ABORT received · abort() · link lost──▶ FAILING
  *      (marked failed FIRST: nothing more is posted; ABORT → receiver unless it asked)
  *  FAILING ──every posted write terminal (OK, FAILED or CANCELED), then a flush──▶ DRAINED(posted, proven,
  *      unproven) sent ─▶ DRAINED      (a deadline passes first: the transport force-cancels; still wait)
@@ -87,6 +88,10 @@ public final class TransferSender extends TransferEndpoint {
         int generation;
         int rank;
         boolean over;
+        /** This generation's descriptor was taken by an offer (not refused, not only seen early). */
+        boolean begun;
+        /** The request of the offer that took it, when {@link #begun}. */
+        long requestId;
         long posted;
         long proven;
     }
@@ -114,6 +119,9 @@ public final class TransferSender extends TransferEndpoint {
     private void seen(Peer p, long transferId, int generation, int rank, boolean over, long posted, long proven) {
         final SlotRecord r = record(p, transferId, true);
         if (generation > r.generation || generation == r.generation && (!r.over || posted >= r.posted)) {
+            if (generation > r.generation) {
+                r.begun = false;
+            }
             r.generation = generation;
             r.rank = rank;
             r.over = over;
@@ -268,12 +276,12 @@ public final class TransferSender extends TransferEndpoint {
 
     @Override
     void onMessage(Peer p, Message m) {
-        final boolean afterAnsweredAbort = p.abortAnswered;
+        final long answered = p.abortAnswered ? p.abortAnsweredRequest : NO_REQUEST;
         p.abortAnswered = false;
         switch (m) {
             case Message.Descriptor d -> onDescriptor(p, d);
             case Message.Abort a -> onAbort(p, a);
-            case Message.Cancel c -> onCancel(p, c, afterAnsweredAbort);
+            case Message.Cancel c -> onCancel(p, c, answered != NO_REQUEST && answered == c.requestId());
             default -> {
                 malformedFrames.increment();
                 fail(p, Peer.State.FAILED, "protocol error: a sender does not accept " + m.getClass().getSimpleName());
@@ -332,6 +340,9 @@ public final class TransferSender extends TransferEndpoint {
         t.peer = p;
         p.users++;
         seen(p, d.transferId(), d.generation(), d.senderRank(), false, 0, 0);
+        final SlotRecord begun = record(p, d.transferId(), false);
+        begun.begun = true;
+        begun.requestId = t.requestId;
         t.transferId = d.transferId();
         t.generation = d.generation();
         t.rank = d.senderRank();
@@ -360,14 +371,12 @@ public final class TransferSender extends TransferEndpoint {
             if (t.state == OutgoingTransfer.State.WRITING || t.state == OutgoingTransfer.State.FLUSHING) {
                 fail(t, "aborted by the receiver (reason " + a.reason() + "): " + a.detail(), false, 0);
             }
-            p.abortAnswered = true;
+            answered(p, t.requestId);
             return; // FAILING: its DRAINED follows once every posted write ended
         }
-        boolean waiting = false;
         for (PendingDescriptor pd : early.values()) {
             if (pd.peer == p && pd.d.transferId() == a.transferId() && pd.d.generation() == a.generation()) {
-                early.remove(pd.d.requestId());
-                waiting = true; // its offer has not come: the CANCEL that follows ends it when it does
+                early.remove(pd.d.requestId()); // its offer has not come: the CANCEL that follows ends it when it does
                 break;
             }
         }
@@ -379,22 +388,34 @@ public final class TransferSender extends TransferEndpoint {
         } else if (r.generation == a.generation() && r.over) {
             // over already: repeat the truth (its DRAINED may have been lost)
             send(p, new Message.Drained(a.transferId(), a.generation(), r.rank, r.posted, r.proven, r.posted - r.proven));
-            p.abortAnswered = !waiting; // begun and ended here, or refused: the attempt is answered
+            if (r.begun) {
+                answered(p, r.requestId); // an offer took it and it ended: its request's next CANCEL is this ABORT's echo
+            } // refused, or only seen waiting for its offer: the CANCEL that follows is for that offer, to come
         }
         // an older generation's ABORT: stale, nothing to say
     }
+
+    /** The last frame from {@code p} was an ABORT of an attempt of {@code requestId} that an offer had taken. */
+    private static void answered(Peer p, long requestId) {
+        p.abortAnswered = true;
+        p.abortAnsweredRequest = requestId;
+    }
+
+    /** No request: {@link Peer#abortAnsweredRequest} when no ABORT was just answered. */
+    private static final long NO_REQUEST = Long.MIN_VALUE;
 
     /**
      * The receiver will not take the request (it rejected or aborted an attempt of it): an offer still waiting releases
      * its pages at once (nothing was posted), and a request not offered yet is remembered, so that its offer ends at
      * once. A CANCEL names only the request id, and an id may see several attempts, so it ends nothing under way: a
      * transfer writing or flushing, and a descriptor waiting for its offer, are another attempt's (an aborted attempt
-     * that reached this sender is ended by the ABORT before its CANCEL). A CANCEL(ABORTED) right after an ABORT this
-     * sender answered for a transfer it had begun or ended is that attempt's echo, and does nothing.
+     * that reached this sender is ended by the ABORT before its CANCEL). A CANCEL(ABORTED) right after an ABORT of an
+     * attempt of the same request that an offer had taken is that ABORT's echo, and does nothing, not even to an offer
+     * waiting (a retry offered since).
      *
-     * @param afterAnsweredAbort whether the frame before it from {@code p} was such an ABORT
+     * @param echo whether the frame before it from {@code p} was such an ABORT, of this request
      */
-    private void onCancel(Peer p, Message.Cancel c, boolean afterAnsweredAbort) {
+    private void onCancel(Peer p, Message.Cancel c, boolean echo) {
         if (c.reason() == Message.Cancel.RETIRING && c.requestId() == Message.Cancel.LINK) {
             if (p.state == Peer.State.UP) {
                 p.moveTo(Peer.State.RETIRING); // its transfers in flight go on; the receiver sends no new descriptor
@@ -407,13 +428,14 @@ public final class TransferSender extends TransferEndpoint {
         final OutgoingTransfer t = offers.get(c.requestId());
         final String why = "cancelled by the receiver (" + (c.reason() == Message.Cancel.REJECTED ? "rejected" : "aborted")
             + "): " + c.detail();
-        if (t != null && t.state == OutgoingTransfer.State.WAITING) {
+        if (echo && c.reason() == Message.Cancel.ABORTED) {
+            metrics.cancelsIgnored.increment(); // the ABORT before it ended that attempt; an offer waiting is a retry
+        } else if (t != null && t.state == OutgoingTransfer.State.WAITING) {
             t.failure = why;
             t.state = OutgoingTransfer.State.FAILING;
             metrics.cancelled.increment();
             maybeDrained(t); // nothing was posted: released now
-        } else if (t == null && !(afterAnsweredAbort && c.reason() == Message.Cancel.ABORTED) && !early.containsKey(c.requestId())
-            && cancelledEarly.size() < MAX_EARLY_CANCELS) {
+        } else if (t == null && !early.containsKey(c.requestId()) && cancelledEarly.size() < MAX_EARLY_CANCELS) {
             // not offered yet: prefill may still be computing it. Kept so the offer ends when it comes
             cancelledEarly.put(c.requestId(), new EarlyCancel(why, clock.nanoTime() + descriptorTimeoutNanos));
         } else {

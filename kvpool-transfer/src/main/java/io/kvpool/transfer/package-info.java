@@ -25,7 +25,7 @@
  *  rejected (admission, no slot, a sender down):
  *            ── CANCEL(request, rejected, why) ──▶ (v ≥ 2)    an offer still waiting: released at once;
  *                                                              none yet: its offer ends when it comes
- *  rejected because the request is receiving already: no CANCEL (the offers are that transfer's)
+ *  rejected because the request is receiving already: no CANCEL to that transfer's senders (the offers are its)
  *  RECEIVING → register pages [first(r), first(r+1)) for each sender
  *            ── DESCRIPTOR(request, slot, generation, tokens, layout, n, r, handles, region key) ──▶
  *                                                              offer(request, sequence) (either order)
@@ -39,10 +39,10 @@
  *  abort / failure (either side, any time before commit)
  *            ── ABORT(slot, generation, reason) ──▶            marked FAILED first: nothing more posted
  *            ── CANCEL(request, aborted, why) ──▶ (v ≥ 2)     an offer whose descriptor never came: released
- *                                                              at once. Right after an ABORT of a transfer the
- *                                                              sender began or ended: that ABORT's echo, nothing
- *                                                              more (a CANCEL never ends a transfer under way: it
- *                                                              names the request, which may see a later attempt).
+ *                                                              at once. Right after an ABORT of an attempt an offer
+ *                                                              took: that ABORT's echo, nothing more (not even to
+ *                                                              a retry's offer). A CANCEL never ends an attempt
+ *                                                              under way: it names the request, not the attempt.
  *                                                              Source pages are released only once every write
  *                                                              the sender posted for the request is terminal
  *  pages DRAINING; the sequence is closed                     wait until every posted write is terminal
@@ -62,7 +62,8 @@
  * name one request between a sender and a receiver for as long as a transfer of it may run (the sender's descriptor
  * timeout, the receiver's completion timeout): an offer of another request under an id the receiver is receiving
  * would be taken as that request's KV, and no check can tell them apart. Draw ids that do not repeat, e.g. a random
- * per-process epoch in the high bits and a counter below. A receiver refuses to start an id it is receiving already.
+ * per-process epoch in the high bits and a counter below. A receiver refuses to start an id it is receiving already,
+ * and does not CANCEL that transfer's senders for it.
  *
  * <p>Acknowledgements are keyed by transfer slot <em>and</em> generation and accepted only from the rank's
  * own link; early, stale, duplicate, foreign-link and inconsistent ones are ignored and counted

@@ -136,8 +136,7 @@ class CancelUnderPoolPressureTest {
             final ScriptedLink link = new ScriptedLink();
             final TransferSender sender = linkedSender(TransferSender.builder(pool, Kv.identity()).clock(new ManualClock()), link);
             link.inject(new Message.Cancel(9, Message.Cancel.REJECTED, "decode pool full"));
-            link.inject(new Message.Descriptor(9, 0, 1, TOKENS, Kv.LAYOUT.fingerprint(), 1, 0, new long[PAGES_PER_REQUEST],
-                new byte[] {0}));
+            link.inject(descriptor(9, 0, 1));
             sender.doWork();
             final OutgoingTransfer t = offer(pool, sender, 9);
             assertEquals(OutgoingTransfer.State.WRITING, t.state(), t::toString);
@@ -174,8 +173,7 @@ class CancelUnderPoolPressureTest {
             sender.addPeer(other);
             other.hello(Kv.identity());
             sender.doWork();
-            asked.inject(new Message.Descriptor(9, 0, 1, TOKENS, Kv.LAYOUT.fingerprint(), 1, 0, new long[PAGES_PER_REQUEST],
-                new byte[] {0}));
+            asked.inject(descriptor(9, 0, 1));
             sender.doWork();
             other.inject(new Message.Cancel(9, Message.Cancel.REJECTED, "not mine"));
             sender.doWork();
@@ -193,8 +191,7 @@ class CancelUnderPoolPressureTest {
             final ScriptedLink link = new ScriptedLink();
             final TransferSender sender = linkedSender(TransferSender.builder(pool, Kv.identity()).clock(new ManualClock()), link);
             final OutgoingTransfer t = offer(pool, sender, 9);
-            link.inject(new Message.Descriptor(9, 0, 1, TOKENS, Kv.LAYOUT.fingerprint(), 1, 0, new long[PAGES_PER_REQUEST],
-                new byte[] {0}));
+            link.inject(descriptor(9, 0, 1));
             sender.doWork();
             assertEquals(OutgoingTransfer.State.WRITING, t.state());
             assertEquals(PAGES_PER_REQUEST, link.postedTokens.size());
@@ -227,8 +224,7 @@ class CancelUnderPoolPressureTest {
             final ScriptedLink link = new ScriptedLink();
             final TransferSender sender = linkedSender(TransferSender.builder(pool, Kv.identity()).clock(new ManualClock()), link);
             final OutgoingTransfer t = offer(pool, sender, 9);
-            link.inject(new Message.Descriptor(9, 0, 1, TOKENS, Kv.LAYOUT.fingerprint(), 1, 0, new long[PAGES_PER_REQUEST],
-                new byte[] {0}));
+            link.inject(descriptor(9, 0, 1));
             sender.doWork();
             link.inject(new Message.Cancel(9, Message.Cancel.REJECTED, "request 9 is already receiving"))
                 .inject(new Message.Cancel(9, Message.Cancel.ABORTED, "an allocation fault of another start"));
@@ -248,8 +244,7 @@ class CancelUnderPoolPressureTest {
             final ScriptedLink link = new ScriptedLink();
             final TransferSender sender = linkedSender(TransferSender.builder(pool, Kv.identity()).clock(new ManualClock()), link);
             final OutgoingTransfer first = offer(pool, sender, 9);
-            link.inject(new Message.Descriptor(9, 0, 1, TOKENS, Kv.LAYOUT.fingerprint(), 1, 0, new long[PAGES_PER_REQUEST],
-                new byte[] {0}));
+            link.inject(descriptor(9, 0, 1));
             sender.doWork();
             for (long token : link.postedTokens) {
                 link.completeWrite(token, io.kvpool.transfer.spi.PeerLink.FAILED);
@@ -265,12 +260,93 @@ class CancelUnderPoolPressureTest {
             sender.doWork();
             final OutgoingTransfer retry = offer(pool, sender, 9);
             assertEquals(OutgoingTransfer.State.WAITING, retry.state(), () -> "the retry waits for its descriptor: " + retry);
-            link.inject(new Message.Descriptor(9, 0, 2, TOKENS, Kv.LAYOUT.fingerprint(), 1, 0, new long[PAGES_PER_REQUEST],
-                new byte[] {0}));
+            link.inject(descriptor(9, 0, 2));
             sender.doWork();
             assertEquals(OutgoingTransfer.State.WRITING, retry.state(), retry::toString);
             sender.abort(retry, "test over");
             sender.close();
+        }
+    }
+
+    @Test
+    void theEchoOfAnAnsweredAbortDoesNotEndARetryOfferedBeforeItCame() {
+        // as above, but the application retries 9 before decode's echo arrives: the retry waits for its own descriptor
+        try (KvPool pool = Kv.pool(16)) {
+            final ScriptedLink link = new ScriptedLink();
+            final TransferSender sender = linkedSender(TransferSender.builder(pool, Kv.identity()).clock(new ManualClock()), link);
+            final OutgoingTransfer first = offer(pool, sender, 9);
+            link.inject(descriptor(9, 0, 1));
+            sender.doWork();
+            for (long token : link.postedTokens) {
+                link.completeWrite(token, io.kvpool.transfer.spi.PeerLink.FAILED);
+            }
+            sender.doWork();
+            if (!link.flushTokens.isEmpty()) {
+                link.completeFlush(link.flushTokens.getLast(), true);
+                sender.doWork();
+            }
+            assertEquals(OutgoingTransfer.State.DRAINED, first.state(), first::toString);
+            final OutgoingTransfer retry = offer(pool, sender, 9);
+            link.inject(new Message.Abort(0, 1, Message.Abort.RECEIVER_FAILED, "sender aborted"))
+                .inject(new Message.Cancel(9, Message.Cancel.ABORTED, "sender aborted"));
+            sender.doWork();
+            assertEquals(OutgoingTransfer.State.WAITING, retry.state(), () -> "the echo ended the retry: " + retry);
+            assertEquals(1, sender.metrics().cancelsIgnored());
+            sender.abort(retry, "test over");
+            sender.close();
+        }
+    }
+
+    @Test
+    void theCancelAfterARefusedDescriptorsAbortEndsTheOfferWhenItComes() {
+        // decode's descriptor of 9 came before prefill offered 9 and was refused (bad): decode fails that transfer with
+        // ABORT and CANCEL. Nothing took that descriptor, so the CANCEL is not an echo: the offer of 9 ends at once
+        try (KvPool pool = Kv.pool(16)) {
+            final ScriptedLink link = new ScriptedLink();
+            final TransferSender sender = linkedSender(TransferSender.builder(pool, Kv.identity()).clock(new ManualClock()), link);
+            link.inject(new Message.Descriptor(9, 0, 1, TOKENS, 0xBADL, 1, 0, new long[PAGES_PER_REQUEST], new byte[] {0}));
+            sender.doWork();
+            assertEquals(1, link.sent(Message.Abort.class).size(), "the bad descriptor was refused");
+            link.inject(new Message.Abort(0, 1, Message.Abort.RECEIVER_FAILED, "sender refused"))
+                .inject(new Message.Cancel(9, Message.Cancel.ABORTED, "sender refused"));
+            sender.doWork();
+            final OutgoingTransfer t = offer(pool, sender, 9);
+            assertEquals(OutgoingTransfer.State.DRAINED, t.state(), () -> "ended at once, not after the descriptor timeout: " + t);
+            assertEquals(0, pool.snapshot().owned(), "its pages released");
+            sender.close();
+        }
+    }
+
+    @Test
+    void aRejectionOfAnotherStartLeavesADescriptorWaitingForItsOffer() {
+        try (KvPool pool = Kv.pool(16)) {
+            final ScriptedLink link = new ScriptedLink();
+            final TransferSender sender = linkedSender(TransferSender.builder(pool, Kv.identity()).clock(new ManualClock()), link);
+            link.inject(descriptor(9, 0, 1)).inject(new Message.Cancel(9, Message.Cancel.REJECTED, "another start of 9"));
+            sender.doWork();
+            final OutgoingTransfer t = offer(pool, sender, 9);
+            assertEquals(OutgoingTransfer.State.WRITING, t.state(), () -> "the waiting descriptor took the offer: " + t);
+            sender.abort(t, "test over");
+            sender.close();
+        }
+    }
+
+    @Test
+    void aSecondStartOfAReceivingIdCancelsOnlyAtSendersNotOfTheFirst() {
+        try (KvPool pool = Kv.pool(32)) {
+            final TransferReceiver rx = ProtocolReviewRegressionTest.slowReceiver(pool, new ManualClock());
+            final ScriptedLink a = ProtocolReviewRegressionTest.hello(), b = ProtocolReviewRegressionTest.hello();
+            final IncomingTransfer first = ProtocolReviewRegressionTest.startOn(rx, a, b); // ranks 0 and 1
+            assertEquals(IncomingTransfer.State.RECEIVING, first.state(), first::toString);
+            final ScriptedLink c = ProtocolReviewRegressionTest.hello();
+            final int pc = rx.addPeer(c);
+            rx.doWork();
+            final IncomingTransfer second = rx.start(ProtocolReviewRegressionTest.REQ, 8, 0, 0, pc);
+            assertEquals(IncomingTransfer.State.REJECTED, second.state(), second::toString);
+            assertEquals(0, a.sent(Message.Cancel.class).size(), "the first transfer's sender is not told");
+            assertEquals(1, c.sent(Message.Cancel.class).size(), "a sender of the second alone is");
+            rx.abort(first, "test over");
+            rx.close();
         }
     }
 
@@ -281,10 +357,8 @@ class CancelUnderPoolPressureTest {
         try (KvPool pool = Kv.pool(16)) {
             final ScriptedLink link = new ScriptedLink();
             final TransferSender sender = linkedSender(TransferSender.builder(pool, Kv.identity()).clock(new ManualClock()), link);
-            link.inject(new Message.Descriptor(9, 0, 1, TOKENS, Kv.LAYOUT.fingerprint(), 1, 0, new long[PAGES_PER_REQUEST],
-                new byte[] {0}))
-                .inject(new Message.Descriptor(9, 1, 1, TOKENS, Kv.LAYOUT.fingerprint(), 1, 0, new long[PAGES_PER_REQUEST],
-                    new byte[] {0}));
+            link.inject(descriptor(9, 0, 1))
+                .inject(descriptor(9, 1, 1));
             sender.doWork();
             link.inject(new Message.Abort(0, 1, Message.Abort.RECEIVER_FAILED, "superseded"))
                 .inject(new Message.Cancel(9, Message.Cancel.ABORTED, "superseded"));
@@ -294,6 +368,12 @@ class CancelUnderPoolPressureTest {
             sender.abort(t, "test over");
             sender.close();
         }
+    }
+
+    /** A receiver's descriptor of request {@code req} ({@link #TOKENS} tokens, one sender) in transfer slot {@code slot}. */
+    private static Message.Descriptor descriptor(long req, int slot, int generation) {
+        return new Message.Descriptor(req, slot, generation, TOKENS, Kv.LAYOUT.fingerprint(), 1, 0, new long[PAGES_PER_REQUEST],
+            new byte[] {0});
     }
 
     /** A sender on a {@link ScriptedLink} whose HELLO has been answered (the receiver's side is scripted). */

@@ -98,9 +98,12 @@ class ProtocolReviewRegressionTest {
         offer(pool, tx, REQ, 8); // the application retries the request while the late copy is there to be taken
         tx.doWork();
         assertEquals(posted, link.postedTokens.size(), "a retry must wait for a new descriptor, not reuse an ended one");
-        link.inject(new Message.Abort(3, 9, Message.Abort.RECEIVER_FAILED, "timeout"));
+        final OutgoingTransfer retry = tx.openTransfers().getFirst();
+        link.inject(new Message.Abort(3, 9, Message.Abort.RECEIVER_FAILED, "timeout"))
+            .inject(new Message.Cancel(REQ, Message.Cancel.ABORTED, "timeout")); // and its echo, as a receiver sends
         tx.doWork();
         assertEquals(truth, link.sent(Message.Drained.class).getLast(), "an ABORT after the end must get the truth");
+        assertEquals(OutgoingTransfer.State.WAITING, retry.state(), "the echo must not end the retry");
     }
 
     @Test

@@ -197,10 +197,11 @@ public sealed interface Message {
 
     /**
      * Receiver → sender (version 2 and later): the receiver will not take this request — it rejected it at
-     * admission, or its transfer failed. The sender releases its offer at once if it posted nothing for it,
-     * else once every write it posted reached a terminal state (as after an ABORT). Keyed by request id, since a
-     * rejected request never had a transfer slot; a CANCEL for a request the sender holds no open offer of is
-     * ignored (counted).
+     * admission, or its transfer failed. Keyed by request id, since a rejected request never had a transfer slot. The
+     * sender releases an offer of the request still waiting for its descriptor at once, and keeps a CANCEL that comes
+     * before the offer for the descriptor timeout. It ends nothing under way: an attempt that reached the sender is
+     * ended by the ABORT (by slot and generation) the receiver sends first, and the CANCEL right after such an ABORT is
+     * its echo. Other CANCELs are ignored (counted).
      *
      * <p>With {@link #RETIRING} and request id {@link #LINK} it names no request but the link it arrives on: the
      * receiver retired it (a write on it was unproven and it cannot revoke one registration), so no new transfer
