@@ -276,12 +276,12 @@ public final class TransferSender extends TransferEndpoint {
 
     @Override
     void onMessage(Peer p, Message m) {
-        final long answered = p.abortAnswered ? p.abortAnsweredRequest : NO_REQUEST;
+        final boolean afterAnsweredAbort = p.abortAnswered;
         p.abortAnswered = false;
         switch (m) {
             case Message.Descriptor d -> onDescriptor(p, d);
             case Message.Abort a -> onAbort(p, a);
-            case Message.Cancel c -> onCancel(p, c, answered != NO_REQUEST && answered == c.requestId());
+            case Message.Cancel c -> onCancel(p, c, afterAnsweredAbort && p.abortAnsweredRequest == c.requestId());
             default -> {
                 malformedFrames.increment();
                 fail(p, Peer.State.FAILED, "protocol error: a sender does not accept " + m.getClass().getSimpleName());
@@ -400,9 +400,6 @@ public final class TransferSender extends TransferEndpoint {
         p.abortAnswered = true;
         p.abortAnsweredRequest = requestId;
     }
-
-    /** No request: {@link Peer#abortAnsweredRequest} when no ABORT was just answered. */
-    private static final long NO_REQUEST = Long.MIN_VALUE;
 
     /**
      * The receiver will not take the request (it rejected or aborted an attempt of it): an offer still waiting releases

@@ -199,7 +199,7 @@ class CancelUnderPoolPressureTest {
             link.inject(new Message.Abort(0, 1, Message.Abort.REQUESTED, "decode gave up"))
                 .inject(new Message.Cancel(9, Message.Cancel.ABORTED, "decode gave up"));
             sender.doWork();
-            assertEquals(1, sender.metrics().cancelsIgnored(), "the CANCEL echoes the ABORT it follows");
+            assertEquals(1, sender.metrics().cancelsIgnored(), "the CANCEL after the ABORT ends nothing more");
             assertEquals(OutgoingTransfer.State.FAILING, t.state(), "writes in flight: the pages stay retained");
             assertEquals(PAGES_PER_REQUEST, pool.snapshot().owned());
             for (long token : link.postedTokens) {
@@ -318,6 +318,53 @@ class CancelUnderPoolPressureTest {
     }
 
     @Test
+    void anAnsweredAbortOfOneRequestIsNoEchoForAnothersCancel() {
+        // request 9 ended at the sender; decode's ABORT of it is answered. Right after it comes a CANCEL of request 10,
+        // which decode aborted before prefill offered it: not 9's echo, so 10's offer must end when it comes
+        try (KvPool pool = Kv.pool(16)) {
+            final ScriptedLink link = new ScriptedLink();
+            final TransferSender sender = linkedSender(TransferSender.builder(pool, Kv.identity()).clock(new ManualClock()), link);
+            final OutgoingTransfer nine = offer(pool, sender, 9);
+            link.inject(descriptor(9, 0, 1));
+            sender.doWork();
+            for (long token : link.postedTokens) {
+                link.completeWrite(token, io.kvpool.transfer.spi.PeerLink.FAILED);
+            }
+            sender.doWork();
+            if (!link.flushTokens.isEmpty()) {
+                link.completeFlush(link.flushTokens.getLast(), true);
+                sender.doWork();
+            }
+            assertEquals(OutgoingTransfer.State.DRAINED, nine.state(), nine::toString);
+            link.inject(new Message.Abort(0, 1, Message.Abort.RECEIVER_FAILED, "sender aborted"))
+                .inject(new Message.Cancel(10, Message.Cancel.ABORTED, "an allocation fault of request 10"));
+            sender.doWork();
+            final OutgoingTransfer ten = offer(pool, sender, 10);
+            assertEquals(OutgoingTransfer.State.DRAINED, ten.state(), () -> "10's CANCEL ends its offer at once: " + ten);
+            sender.close();
+        }
+    }
+
+    @Test
+    void aDescriptorAbortedBeforeItsOfferEndsTheOfferWhenItComes() {
+        // decode asked for 9 before prefill offered it, then gave up: ABORT drops the waiting descriptor, and its CANCEL
+        // (no echo: no offer took that descriptor) is kept, so the offer ends at once rather than at its timeout
+        try (KvPool pool = Kv.pool(16)) {
+            final ScriptedLink link = new ScriptedLink();
+            final TransferSender sender = linkedSender(TransferSender.builder(pool, Kv.identity()).clock(new ManualClock()), link);
+            link.inject(descriptor(9, 0, 1));
+            sender.doWork();
+            link.inject(new Message.Abort(0, 1, Message.Abort.REQUESTED, "decode gave up"))
+                .inject(new Message.Cancel(9, Message.Cancel.ABORTED, "decode gave up"));
+            sender.doWork();
+            final OutgoingTransfer t = offer(pool, sender, 9);
+            assertEquals(OutgoingTransfer.State.DRAINED, t.state(), () -> "ended at once: " + t);
+            assertEquals(0, pool.snapshot().owned());
+            sender.close();
+        }
+    }
+
+    @Test
     void aRejectionOfAnotherStartLeavesADescriptorWaitingForItsOffer() {
         try (KvPool pool = Kv.pool(16)) {
             final ScriptedLink link = new ScriptedLink();
@@ -345,13 +392,19 @@ class CancelUnderPoolPressureTest {
             assertEquals(IncomingTransfer.State.REJECTED, second.state(), second::toString);
             assertEquals(0, a.sent(Message.Cancel.class).size(), "the first transfer's sender is not told");
             assertEquals(1, c.sent(Message.Cancel.class).size(), "a sender of the second alone is");
+            // checked before the other refusals, which CANCEL every sender: here one of them is down
+            c.failLink("test: a sender down");
+            rx.doWork();
+            final IncomingTransfer third = rx.start(ProtocolReviewRegressionTest.REQ, 8, 0, 0, pc);
+            assertTrue(third.message().contains("already receiving"), third::message);
+            assertEquals(0, a.sent(Message.Cancel.class).size(), "the first transfer's sender is still not told");
             rx.abort(first, "test over");
             rx.close();
         }
     }
 
     @Test
-    void theEchoOfAnAnsweredAbortLeavesANewerDescriptorWaitingForItsOffer() {
+    void theCancelAfterASupersededDescriptorsAbortLeavesTheNewerOneWaitingForItsOffer() {
         // decode asked for request 9 twice before prefill offered it: the newer descriptor supersedes the older (which
         // is refused), decode fails the older and echoes ABORT and CANCEL. The newer one must still find the offer
         try (KvPool pool = Kv.pool(16)) {
