@@ -184,9 +184,10 @@ public final class DecodeRole implements DecodeService, MeteredRole {
     }
 
     /**
-     * {@inheritDoc} The admission runs on the duty thread, which this call waits for.
+     * {@inheritDoc} The admission runs on the duty thread, which this call waits for, at most {@link #RESERVE_WAIT}.
      *
-     * @throws IllegalStateException if the role is closed
+     * @throws IllegalStateException if the role is closed, or the duty thread did not answer within {@link #RESERVE_WAIT}
+     *                               (a reservation it makes later is closed by the give-back that follows)
      */
     @Override
     public Rejection reserve(long requestId, String tenant, int promptTokens, int maxNewTokens) throws InterruptedException {
@@ -206,7 +207,7 @@ public final class DecodeRole implements DecodeService, MeteredRole {
         } catch (java.util.concurrent.ExecutionException e) {
             throw e.getCause() instanceof RuntimeException r ? r : new IllegalStateException(e.getCause());
         } catch (java.util.concurrent.TimeoutException e) { // a reservation made later is closed by the give-back that follows
-            throw new IllegalStateException("decode role: the reservation of request " + requestId + " got no answer in "
+            throw new IllegalStateException("the reservation of request " + requestId + " got no answer from the duty thread in "
                 + RESERVE_WAIT.toSeconds() + " s");
         }
     }

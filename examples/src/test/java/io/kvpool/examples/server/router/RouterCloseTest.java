@@ -91,15 +91,37 @@ class RouterCloseTest {
 
     @Test
     void aRequestWhoseDecodeClosesWithTheRouterEndsAs503ServerClosing() throws Exception {
+        assertServerClosing(true);
+    }
+
+    @Test
+    void aRequestWhoseReservationMeetsADecodeClosedWithTheRouterEndsAs503ServerClosing() throws Exception {
+        assertServerClosing(false);
+    }
+
+    /**
+     * The router closes while a request is on its way to decode, and the decode role, closed with the server, refuses
+     * the call: at the decode call ({@code atStart}) or at the reservation before prefill.
+     */
+    private static void assertServerClosing(boolean atStart) throws Exception {
         final ServerConfig cfg = ServerTests.small().build();
         try (InJvmRoles roles = InJvmRoles.start(cfg, Duration.ofSeconds(10))) {
             Await.until(roles.decode()::ready, Duration.ofSeconds(10), () -> "the prefill link");
             final AtomicReference<Router> router = new AtomicReference<>();
-            final DecodeService closing = new ForwardingDecode(roles.decode()) { // closed with the router at the decode call
+            final DecodeService closing = new ForwardingDecode(roles.decode()) { // closed with the router
+                @Override
+                public Rejection reserve(long requestId, String tenant, int promptTokens, int maxNewTokens) throws InterruptedException {
+                    if (atStart) {
+                        return super.reserve(requestId, tenant, promptTokens, maxNewTokens);
+                    }
+                    router.get().close();
+                    throw new IllegalStateException("decode role is closed"); // what a role closed with the server says
+                }
+
                 @Override
                 public DecodeCall start(long requestId, String tenant, int promptTokens, int maxNewTokens) {
                     router.get().close();
-                    throw new IllegalStateException("decode role is closed"); // what a role closed with the server says
+                    throw new IllegalStateException("decode role is closed");
                 }
             };
             router.set(new Router(cfg, roles.prefill(), closing));
