@@ -243,18 +243,7 @@ class CancelUnderPoolPressureTest {
         try (KvPool pool = Kv.pool(16)) {
             final ScriptedLink link = new ScriptedLink();
             final TransferSender sender = linkedSender(TransferSender.builder(pool, Kv.identity()).clock(new ManualClock()), link);
-            final OutgoingTransfer first = offer(pool, sender, 9);
-            link.inject(descriptor(9, 0, 1));
-            sender.doWork();
-            for (long token : link.postedTokens) {
-                link.completeWrite(token, io.kvpool.transfer.spi.PeerLink.FAILED);
-            }
-            sender.doWork();
-            if (!link.flushTokens.isEmpty()) {
-                link.completeFlush(link.flushTokens.getLast(), true);
-                sender.doWork();
-            }
-            assertEquals(OutgoingTransfer.State.DRAINED, first.state(), first::toString);
+            failedAtTheSender(pool, sender, link, 9);
             link.inject(new Message.Abort(0, 1, Message.Abort.RECEIVER_FAILED, "sender aborted"))
                 .inject(new Message.Cancel(9, Message.Cancel.ABORTED, "sender aborted"));
             sender.doWork();
@@ -274,18 +263,7 @@ class CancelUnderPoolPressureTest {
         try (KvPool pool = Kv.pool(16)) {
             final ScriptedLink link = new ScriptedLink();
             final TransferSender sender = linkedSender(TransferSender.builder(pool, Kv.identity()).clock(new ManualClock()), link);
-            final OutgoingTransfer first = offer(pool, sender, 9);
-            link.inject(descriptor(9, 0, 1));
-            sender.doWork();
-            for (long token : link.postedTokens) {
-                link.completeWrite(token, io.kvpool.transfer.spi.PeerLink.FAILED);
-            }
-            sender.doWork();
-            if (!link.flushTokens.isEmpty()) {
-                link.completeFlush(link.flushTokens.getLast(), true);
-                sender.doWork();
-            }
-            assertEquals(OutgoingTransfer.State.DRAINED, first.state(), first::toString);
+            failedAtTheSender(pool, sender, link, 9);
             final OutgoingTransfer retry = offer(pool, sender, 9);
             link.inject(new Message.Abort(0, 1, Message.Abort.RECEIVER_FAILED, "sender aborted"))
                 .inject(new Message.Cancel(9, Message.Cancel.ABORTED, "sender aborted"));
@@ -324,18 +302,7 @@ class CancelUnderPoolPressureTest {
         try (KvPool pool = Kv.pool(16)) {
             final ScriptedLink link = new ScriptedLink();
             final TransferSender sender = linkedSender(TransferSender.builder(pool, Kv.identity()).clock(new ManualClock()), link);
-            final OutgoingTransfer nine = offer(pool, sender, 9);
-            link.inject(descriptor(9, 0, 1));
-            sender.doWork();
-            for (long token : link.postedTokens) {
-                link.completeWrite(token, io.kvpool.transfer.spi.PeerLink.FAILED);
-            }
-            sender.doWork();
-            if (!link.flushTokens.isEmpty()) {
-                link.completeFlush(link.flushTokens.getLast(), true);
-                sender.doWork();
-            }
-            assertEquals(OutgoingTransfer.State.DRAINED, nine.state(), nine::toString);
+            failedAtTheSender(pool, sender, link, 9);
             link.inject(new Message.Abort(0, 1, Message.Abort.RECEIVER_FAILED, "sender aborted"))
                 .inject(new Message.Cancel(10, Message.Cancel.ABORTED, "an allocation fault of request 10"));
             sender.doWork();
@@ -421,6 +388,25 @@ class CancelUnderPoolPressureTest {
             sender.abort(t, "test over");
             sender.close();
         }
+    }
+
+    /**
+     * Offers request {@code req}, takes decode's descriptor (slot 0, generation 1) and fails every write: the sender
+     * sends ABORT and DRAINED, and the offer is over (DRAINED) before decode's answer comes.
+     */
+    private static void failedAtTheSender(KvPool pool, TransferSender sender, ScriptedLink link, long req) {
+        final OutgoingTransfer t = offer(pool, sender, req);
+        link.inject(descriptor(req, 0, 1));
+        sender.doWork();
+        for (long token : link.postedTokens) {
+            link.completeWrite(token, io.kvpool.transfer.spi.PeerLink.FAILED);
+        }
+        sender.doWork();
+        if (!link.flushTokens.isEmpty()) {
+            link.completeFlush(link.flushTokens.getLast(), true);
+            sender.doWork();
+        }
+        assertEquals(OutgoingTransfer.State.DRAINED, t.state(), t::toString);
     }
 
     /** A receiver's descriptor of request {@code req} ({@link #TOKENS} tokens, one sender) in transfer slot {@code slot}. */
