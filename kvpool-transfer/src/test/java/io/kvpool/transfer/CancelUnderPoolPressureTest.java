@@ -109,7 +109,7 @@ class CancelUnderPoolPressureTest {
         // decode refused request 9 while prefill was still computing it: the CANCEL is there before the offer
         try (KvPool pool = Kv.pool(16)) {
             final ScriptedLink link = new ScriptedLink();
-            final TransferSender sender = linkedSender(TransferSender.builder(pool, Kv.identity()).clock(new ManualClock()), link);
+            final TransferSender sender = linkedSender(pool, link);
             link.inject(new Message.Cancel(9, Message.Cancel.REJECTED, "decode pool full"));
             sender.doWork();
             assertEquals(0, sender.metrics().cancelled());
@@ -134,7 +134,7 @@ class CancelUnderPoolPressureTest {
         // decode refused request 9, then admitted it after all: its newer descriptor wins over the kept CANCEL
         try (KvPool pool = Kv.pool(16)) {
             final ScriptedLink link = new ScriptedLink();
-            final TransferSender sender = linkedSender(TransferSender.builder(pool, Kv.identity()).clock(new ManualClock()), link);
+            final TransferSender sender = linkedSender(pool, link);
             link.inject(new Message.Cancel(9, Message.Cancel.REJECTED, "decode pool full"));
             link.inject(descriptor(9, 0, 1));
             sender.doWork();
@@ -189,10 +189,8 @@ class CancelUnderPoolPressureTest {
     void anAbortWhileWritingReleasesOnlyOnceEveryWriteIsTerminal() {
         try (KvPool pool = Kv.pool(16)) {
             final ScriptedLink link = new ScriptedLink();
-            final TransferSender sender = linkedSender(TransferSender.builder(pool, Kv.identity()).clock(new ManualClock()), link);
-            final OutgoingTransfer t = offer(pool, sender, 9);
-            link.inject(descriptor(9, 0, 1));
-            sender.doWork();
+            final TransferSender sender = linkedSender(pool, link);
+            final OutgoingTransfer t = writing(pool, sender, link, 9);
             assertEquals(OutgoingTransfer.State.WRITING, t.state());
             assertEquals(PAGES_PER_REQUEST, link.postedTokens.size());
             // what a receiver that gives up sends: the transfer's ABORT, then the request's CANCEL
@@ -202,14 +200,7 @@ class CancelUnderPoolPressureTest {
             assertEquals(1, sender.metrics().cancelsIgnored(), "the CANCEL after the ABORT ends nothing more");
             assertEquals(OutgoingTransfer.State.FAILING, t.state(), "writes in flight: the pages stay retained");
             assertEquals(PAGES_PER_REQUEST, pool.snapshot().owned());
-            for (long token : link.postedTokens) {
-                link.completeWrite(token, io.kvpool.transfer.spi.PeerLink.OK);
-            }
-            sender.doWork();
-            if (!link.flushTokens.isEmpty()) {
-                link.completeFlush(link.flushTokens.get(link.flushTokens.size() - 1), true);
-                sender.doWork();
-            }
+            endWrites(sender, link, io.kvpool.transfer.spi.PeerLink.OK);
             assertEquals(OutgoingTransfer.State.DRAINED, t.state());
             assertEquals(0, pool.snapshot().owned(), "released once every write was terminal");
             sender.close();
@@ -222,10 +213,8 @@ class CancelUnderPoolPressureTest {
         // same id that decode refused): the transfer under way goes on
         try (KvPool pool = Kv.pool(16)) {
             final ScriptedLink link = new ScriptedLink();
-            final TransferSender sender = linkedSender(TransferSender.builder(pool, Kv.identity()).clock(new ManualClock()), link);
-            final OutgoingTransfer t = offer(pool, sender, 9);
-            link.inject(descriptor(9, 0, 1));
-            sender.doWork();
+            final TransferSender sender = linkedSender(pool, link);
+            final OutgoingTransfer t = writing(pool, sender, link, 9);
             link.inject(new Message.Cancel(9, Message.Cancel.REJECTED, "request 9 is already receiving"))
                 .inject(new Message.Cancel(9, Message.Cancel.ABORTED, "an allocation fault of another start"));
             sender.doWork();
@@ -242,7 +231,7 @@ class CancelUnderPoolPressureTest {
         // echoes ABORT and CANCEL. The application retries 9 at once: the echo must not end the retry
         try (KvPool pool = Kv.pool(16)) {
             final ScriptedLink link = new ScriptedLink();
-            final TransferSender sender = linkedSender(TransferSender.builder(pool, Kv.identity()).clock(new ManualClock()), link);
+            final TransferSender sender = linkedSender(pool, link);
             failedAtTheSender(pool, sender, link, 9);
             link.inject(new Message.Abort(0, 1, Message.Abort.RECEIVER_FAILED, "sender aborted"))
                 .inject(new Message.Cancel(9, Message.Cancel.ABORTED, "sender aborted"));
@@ -262,7 +251,7 @@ class CancelUnderPoolPressureTest {
         // as above, but the application retries 9 before decode's echo arrives: the retry waits for its own descriptor
         try (KvPool pool = Kv.pool(16)) {
             final ScriptedLink link = new ScriptedLink();
-            final TransferSender sender = linkedSender(TransferSender.builder(pool, Kv.identity()).clock(new ManualClock()), link);
+            final TransferSender sender = linkedSender(pool, link);
             failedAtTheSender(pool, sender, link, 9);
             final OutgoingTransfer retry = offer(pool, sender, 9);
             link.inject(new Message.Abort(0, 1, Message.Abort.RECEIVER_FAILED, "sender aborted"))
@@ -281,7 +270,7 @@ class CancelUnderPoolPressureTest {
         // ABORT and CANCEL. Nothing took that descriptor, so the CANCEL is not an echo: the offer of 9 ends at once
         try (KvPool pool = Kv.pool(16)) {
             final ScriptedLink link = new ScriptedLink();
-            final TransferSender sender = linkedSender(TransferSender.builder(pool, Kv.identity()).clock(new ManualClock()), link);
+            final TransferSender sender = linkedSender(pool, link);
             link.inject(new Message.Descriptor(9, 0, 1, TOKENS, 0xBADL, 1, 0, new long[PAGES_PER_REQUEST], new byte[] {0}));
             sender.doWork();
             assertEquals(1, link.sent(Message.Abort.class).size(), "the bad descriptor was refused");
@@ -301,7 +290,7 @@ class CancelUnderPoolPressureTest {
         // which decode aborted before prefill offered it: not 9's echo, so 10's offer must end when it comes
         try (KvPool pool = Kv.pool(16)) {
             final ScriptedLink link = new ScriptedLink();
-            final TransferSender sender = linkedSender(TransferSender.builder(pool, Kv.identity()).clock(new ManualClock()), link);
+            final TransferSender sender = linkedSender(pool, link);
             failedAtTheSender(pool, sender, link, 9);
             link.inject(new Message.Abort(0, 1, Message.Abort.RECEIVER_FAILED, "sender aborted"))
                 .inject(new Message.Cancel(10, Message.Cancel.ABORTED, "an allocation fault of request 10"));
@@ -318,7 +307,7 @@ class CancelUnderPoolPressureTest {
         // (no echo: no offer took that descriptor) is kept, so the offer ends at once rather than at its timeout
         try (KvPool pool = Kv.pool(16)) {
             final ScriptedLink link = new ScriptedLink();
-            final TransferSender sender = linkedSender(TransferSender.builder(pool, Kv.identity()).clock(new ManualClock()), link);
+            final TransferSender sender = linkedSender(pool, link);
             link.inject(descriptor(9, 0, 1));
             sender.doWork();
             link.inject(new Message.Abort(0, 1, Message.Abort.REQUESTED, "decode gave up"))
@@ -335,7 +324,7 @@ class CancelUnderPoolPressureTest {
     void aRejectionOfAnotherStartLeavesADescriptorWaitingForItsOffer() {
         try (KvPool pool = Kv.pool(16)) {
             final ScriptedLink link = new ScriptedLink();
-            final TransferSender sender = linkedSender(TransferSender.builder(pool, Kv.identity()).clock(new ManualClock()), link);
+            final TransferSender sender = linkedSender(pool, link);
             link.inject(descriptor(9, 0, 1)).inject(new Message.Cancel(9, Message.Cancel.REJECTED, "another start of 9"));
             sender.doWork();
             final OutgoingTransfer t = offer(pool, sender, 9);
@@ -376,7 +365,7 @@ class CancelUnderPoolPressureTest {
         // is refused), decode fails the older and echoes ABORT and CANCEL. The newer one must still find the offer
         try (KvPool pool = Kv.pool(16)) {
             final ScriptedLink link = new ScriptedLink();
-            final TransferSender sender = linkedSender(TransferSender.builder(pool, Kv.identity()).clock(new ManualClock()), link);
+            final TransferSender sender = linkedSender(pool, link);
             link.inject(descriptor(9, 0, 1))
                 .inject(descriptor(9, 1, 1));
             sender.doWork();
@@ -395,24 +384,40 @@ class CancelUnderPoolPressureTest {
      * sends ABORT and DRAINED, and the offer is over (DRAINED) before decode's answer comes.
      */
     private static void failedAtTheSender(KvPool pool, TransferSender sender, ScriptedLink link, long req) {
+        final OutgoingTransfer t = writing(pool, sender, link, req);
+        endWrites(sender, link, io.kvpool.transfer.spi.PeerLink.FAILED);
+        assertEquals(OutgoingTransfer.State.DRAINED, t.state(), t::toString);
+    }
+
+    /** Offers request {@code req} and takes decode's descriptor of it (slot 0, generation 1): its writes are posted. */
+    private static OutgoingTransfer writing(KvPool pool, TransferSender sender, ScriptedLink link, long req) {
         final OutgoingTransfer t = offer(pool, sender, req);
         link.inject(descriptor(req, 0, 1));
         sender.doWork();
+        return t;
+    }
+
+    /** Ends every write posted on {@code link} with {@code status}, then proves the flush that follows, if any. */
+    private static void endWrites(TransferSender sender, ScriptedLink link, int status) {
         for (long token : link.postedTokens) {
-            link.completeWrite(token, io.kvpool.transfer.spi.PeerLink.FAILED);
+            link.completeWrite(token, status);
         }
         sender.doWork();
         if (!link.flushTokens.isEmpty()) {
             link.completeFlush(link.flushTokens.getLast(), true);
             sender.doWork();
         }
-        assertEquals(OutgoingTransfer.State.DRAINED, t.state(), t::toString);
     }
 
     /** A receiver's descriptor of request {@code req} ({@link #TOKENS} tokens, one sender) in transfer slot {@code slot}. */
     private static Message.Descriptor descriptor(long req, int slot, int generation) {
         return new Message.Descriptor(req, slot, generation, TOKENS, Kv.LAYOUT.fingerprint(), 1, 0, new long[PAGES_PER_REQUEST],
             new byte[] {0});
+    }
+
+    /** {@link #linkedSender(TransferSender.Builder, ScriptedLink)} with the defaults and a clock no test here advances. */
+    private static TransferSender linkedSender(KvPool pool, ScriptedLink link) {
+        return linkedSender(TransferSender.builder(pool, Kv.identity()).clock(new ManualClock()), link);
     }
 
     /** A sender on a {@link ScriptedLink} whose HELLO has been answered (the receiver's side is scripted). */
