@@ -3,6 +3,7 @@ package io.kvpool.transfer.sim;
 import io.kvpool.storage.PageStorage;
 import io.kvpool.transfer.NanoClock;
 import io.kvpool.transfer.spi.PeerLink;
+import io.kvpool.transfer.spi.SlotChecks;
 
 import java.lang.foreign.MemorySegment;
 import java.lang.foreign.ValueLayout;
@@ -149,6 +150,7 @@ public final class SimNetwork {
     }
 
     SimRegistration register(SimLink owner, PageStorage storage, int[] slots, boolean revocable) {
+        SlotChecks.requireDistinct(slots, storage.pageCount(), "registered twice");
         final SimRegistration r = new SimRegistration(registrations.size(), owner, storage, slots.clone(), revocable);
         registrations.add(r);
         return r;

@@ -73,6 +73,10 @@ public interface PeerLink extends AutoCloseable {
      * @param storage the receiver pool's storage
      * @param slots   the destination slots, in the order the descriptor lists them; read during the call, not kept
      * @return the registration; its {@link Registration#key()} goes into the descriptor
+     * @throws LinkFailedException       if the link is down
+     * @throws IndexOutOfBoundsException if a slot is outside the storage ({@link SlotChecks#requireDistinct})
+     * @throws IllegalArgumentException  if a slot is listed twice, or the slots do not fit one region key
+     * @throws IllegalStateException     if this link cannot receive (a shared-memory link that exposes no pool)
      */
     Registration register(PageStorage storage, int[] slots);
 

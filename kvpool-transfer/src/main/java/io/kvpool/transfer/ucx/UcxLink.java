@@ -6,6 +6,7 @@ import io.kvpool.transfer.spi.LinkListener;
 import io.kvpool.transfer.spi.PeerLink;
 import io.kvpool.transfer.spi.Registration;
 import io.kvpool.transfer.spi.RemoteRegion;
+import io.kvpool.transfer.spi.SlotChecks;
 import io.kvpool.transfer.wire.WireCodec;
 import io.kvpool.transfer.wire.WireFormat;
 import org.openucx.jucx.UcxCallback;
@@ -262,12 +263,11 @@ public final class UcxLink implements PeerLink {
                 + " is not host-accessible");
         }
         final int storagePages = storage.pageCount();
-        for (int i = 0; i < slots.length; i++) {
-            if (slots[i] < 0 || slots[i] >= storagePages) {
-                throw new IllegalArgumentException(describe() + ": slot " + slots[i] + " at index " + i + " is outside 0.."
-                    + (storagePages - 1));
-            }
+        if (KEY_FIXED_BYTES + 4L * slots.length > WireFormat.MAX_KEY_BYTES) { // checked again below, with the rkey's length
+            throw new IllegalArgumentException(describe() + ": a key for " + slots.length + " slots needs more than the "
+                + WireFormat.MAX_KEY_BYTES + " bytes the wire allows");
         }
+        SlotChecks.requireDistinct(slots, storagePages, "registered twice");
         final int keyBytes;
         final byte[][] rkeyAndBase = transport.call(() -> {
             final UcpMemory m = transport.registration(storage);

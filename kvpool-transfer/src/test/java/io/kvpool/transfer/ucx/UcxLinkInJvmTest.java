@@ -169,9 +169,12 @@ class UcxLinkInJvmTest {
         final Registration reg = receiver.register(dstStorage, new int[] {1, 2});
         final LinkFailedException count = assertThrows(LinkFailedException.class, () -> sender.attach(reg.key(), 3));
         assertTrue(count.getMessage().contains("2 slots") && count.getMessage().contains("3 pages"), count.getMessage());
-        final IllegalArgumentException slot = assertThrows(IllegalArgumentException.class,
+        final IndexOutOfBoundsException slot = assertThrows(IndexOutOfBoundsException.class,
             () -> receiver.register(dstStorage, new int[] {64}));
         assertTrue(slot.getMessage().contains("64"), slot.getMessage());
+        final IllegalArgumentException twice = assertThrows(IllegalArgumentException.class,
+            () -> receiver.register(dstStorage, new int[] {3, 5, 3}));
+        assertTrue(twice.getMessage().contains("slot 3 is registered twice"), twice.getMessage());
         final IllegalArgumentException big = assertThrows(IllegalArgumentException.class,
             () -> receiver.register(dstStorage, new int[70_000])); // over WireFormat.MAX_KEY_BYTES / 4 slots
         assertTrue(big.getMessage().contains("70000"), big.getMessage());
