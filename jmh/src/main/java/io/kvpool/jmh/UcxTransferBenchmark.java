@@ -68,7 +68,7 @@ import java.util.stream.IntStream;
  *       both: the {@code rawJucx} fork ran two idle transport threads, waking every ~50 µs, beside it, and the
  *       {@code ucxLink} fork the raw receiver's thread).</li>
  * </ul>
- * On 2 cores expect ±20 % noise (see {@code ucx.md}); note the machine's load alongside any figure.
+ * On 2 cores expect ±20 % noise (see docs/dependencies.md, "UCX from Java"); note the machine's load alongside any figure.
  */
 @BenchmarkMode(Mode.AverageTime)
 @Fork(value = 1, jvmArgsAppend = {"--enable-native-access=ALL-UNNAMED", "-Xms256m", "-Xmx256m"})
@@ -240,7 +240,7 @@ public class UcxTransferBenchmark {
             rkey.close();
             recvRunning = false;
             recvThread.join(5000);
-            dstMem.deregister(); // before the context closes (ucx.md)
+            dstMem.deregister(); // before the context closes (docs/dependencies.md, "UCX from Java")
             send.close();
             recv.close();
             sendCtx.close();

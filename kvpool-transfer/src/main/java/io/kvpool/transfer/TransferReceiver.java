@@ -659,7 +659,7 @@ public final class TransferReceiver extends TransferEndpoint {
     }
 
     /**
-     * A DRAINED with writes that failed or were not proven delivered: they may still land (ucx.md), so it
+     * A DRAINED with writes that failed or were not proven delivered: they may still land (docs/dependencies.md, "UCX from Java"), so it
      * proves nothing. The pages are quarantined until the transport proves this sender can no longer write.
      */
     private void unproven(IncomingTransfer t, int r, Message.Drained d) {

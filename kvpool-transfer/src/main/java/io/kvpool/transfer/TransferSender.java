@@ -34,7 +34,7 @@ import java.util.Objects;
  * </pre>
  * One failed write never makes a transfer drained while its other writes are in flight. A write that
  * completed OK is proven delivered only by a flush, and one that failed or was cancelled may still land
- * (ucx.md), so DRAINED says how many writes are proven; only {@code unproven = 0} lets the receiver free
+ * (docs/dependencies.md, "UCX from Java"), so DRAINED says how many writes are proven; only {@code unproven = 0} lets the receiver free
  * the pages — otherwise they stay quarantined until the transport proves the link can no longer write. The source
  * pages are retained from {@link #offer} until every write reading them ended, so a source page is never
  * reused while the transport may still read it.

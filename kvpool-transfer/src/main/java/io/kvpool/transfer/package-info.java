@@ -78,7 +78,7 @@
  *       flush, cancel, tear down) with the semantics every transport keeps.</li>
  *   <li>Transports: {@link io.kvpool.transfer.sim} (in-JVM, deterministic fault injection, for tests),
  *       {@link io.kvpool.transfer.shm} (processes on one host through a mapped pool file),
- *       {@link io.kvpool.transfer.ucx} (UCX via JUCX, for RDMA hosts).</li>
+ *       {@link io.kvpool.transfer.ucx} (UCX via JUCX, between hosts, over UCX's tcp transport).</li>
  *   <li>{@code io.kvpool.transfer.wire} (exported to kvpool-cuda only): the versioned, strictly decoded control messages.</li>
  *   <li>{@link io.kvpool.transfer.KvChecksum} and {@link io.kvpool.transfer.PageChecksums}, the seam through which
  *       engines compute it (on host pages by default; kvpool-cuda plugs in one kernel launch per run of pages for

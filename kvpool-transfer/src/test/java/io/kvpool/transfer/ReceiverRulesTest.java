@@ -334,7 +334,7 @@ class ReceiverRulesTest extends TwoSenderReceiverFixture {
 
     @Test
     void aDrainedWithUnprovenWritesIsNoProofAndQuarantines() {
-        // one write failed: a failed one-sided write may still land (ucx.md); only the transport can prove it won't
+        // one write failed: a failed one-sided write may still land (docs/dependencies.md, "UCX from Java"); only the transport can prove it won't
         final IncomingTransfer t = startOne(10);
         a.inject(new Message.Abort(t.transferId(), t.generation(), Message.Abort.SENDER_FAILED, "write failed"));
         a.inject(new Message.Drained(t.transferId(), t.generation(), 0, 3, 2, 1));

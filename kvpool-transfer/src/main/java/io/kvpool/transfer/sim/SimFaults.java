@@ -8,7 +8,7 @@ package io.kvpool.transfer.sim;
  * @param maxWriteDelayNanos  and at most this long (uniform; writes overtake each other)
  * @param writeFail           a write completes FAILED; half of those land anyway (a failed write may have landed)
  * @param lostWrite           a write completes OK, its flush succeeds, and it never lands (a transport bug,
- *                            see {@code ucx.md})
+ *                            see docs/dependencies.md, "UCX from Java")
  * @param misdirectedWrite    a write lands in another page of the same registration (the checksum's case)
  * @param corruptedWrite      a write lands with one byte flipped
  * @param stragglerWrite      a write lands very late: between {@code stragglerMinNanos} and {@code stragglerMaxNanos}

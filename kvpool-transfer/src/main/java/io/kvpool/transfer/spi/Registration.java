@@ -10,7 +10,7 @@ public interface Registration extends AutoCloseable {
      * Tries to revoke the peer's access to these pages.
      *
      * @return whether the transport proves that no write through this registration can land any more
-     *         (RDMA memory-window invalidation can; tcp/shared-memory emulation cannot, see {@code ucx.md})
+     *         (RDMA memory-window invalidation can; tcp/shared-memory emulation cannot, see docs/dependencies.md, "UCX from Java")
      */
     boolean revoke();
 

@@ -36,7 +36,7 @@ import java.util.concurrent.TimeUnit;
  *       carries the packed rkey, the base address, the page size and the slots, so a well-behaved sender
  *       only ever addresses the listed slots. UCX cannot restrict access to those slots, and
  *       {@link Registration#revoke} returns {@code false}: deregistration does not revoke remote access on
- *       tcp/shm ({@code ucx.md}).</li>
+ *       tcp/shm (docs/dependencies.md, "UCX from Java").</li>
  *   <li>{@link #putBatch} posts one {@code putNonBlocking} per page; its callback is the write's terminal
  *       state. {@link #flush} is {@code flushNonBlocking} on the endpoint, the only proof of delivery.</li>
  *   <li>{@link #cancelWrites} force-closes the endpoint ({@code closeNonBlockingForce}): every pending
@@ -299,7 +299,7 @@ public final class UcxLink implements PeerLink {
 
             @Override
             public boolean revoke() {
-                return false; // deregistration does not revoke remote access on tcp/shm (ucx.md); tearDown does
+                return false; // deregistration does not revoke remote access on tcp/shm (docs/dependencies.md, "UCX from Java"); tearDown does
             }
 
             @Override
@@ -678,7 +678,7 @@ public final class UcxLink implements PeerLink {
             // Only a teardown destroys the worker. cancelWrites() and close() only force-close the endpoint (as
             // before per-link workers): destroying the worker drops its connections abruptly, and a receiver still
             // applying our puts then acks on a failed endpoint, which aborts it in UCX 1.13.1 ("ucp_request.inl:346
-            // Fatal: unexpected error: Endpoint timeout", ucx.md; UcxLinkInJvmTest's cancel case hit it 3 in 8).
+            // Fatal: unexpected error: Endpoint timeout", docs/dependencies.md, "UCX from Java"; UcxLinkInJvmTest's cancel case hit it 3 in 8).
             closeWorkerNow();
         }
     }
@@ -770,7 +770,7 @@ public final class UcxLink implements PeerLink {
      * finished, every write ended and {@code graceNanos} passed — else every closed link kept its worker, sockets
      * and place in the progress loop until the transport closed. The grace is for the peer: destroying a worker
      * drops its connections at once, and a peer still applying our last puts then acks on a failed endpoint,
-     * which UCX 1.13.1 answers with a fatal abort of that process (ucx.md). After it the link is torn down
+     * which UCX 1.13.1 answers with a fatal abort of that process (docs/dependencies.md, "UCX from Java"). After it the link is torn down
      * for good ({@link #tearDown} then reports the proof at once). @return whether the worker was destroyed
      */
     boolean reapClosed(long nowNanos, long graceNanos) {

@@ -147,7 +147,7 @@ class UcxLinkLifecycleTest {
     @Test
     void aClosedLinksWorkerStaysForTheGrace() throws Exception {
         // the other side: the peer may still be applying our last puts, and UCX 1.13.1 aborts a process that
-        // acks on an endpoint whose worker vanished (ucx.md), so the worker is not destroyed at once
+        // acks on an endpoint whose worker vanished (docs/dependencies.md, "UCX from Java"), so the worker is not destroyed at once
         final UcxLink[] p = pair("grace");
         p[0].close();
         Thread.sleep(500); // well inside the default 5 s grace, past several reaping rounds
