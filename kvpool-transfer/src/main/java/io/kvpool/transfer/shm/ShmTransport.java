@@ -57,13 +57,13 @@ public final class ShmTransport {
     }
 
     /**
-     * Connects as a sender that exposes no pool of its own. The connection itself does not wait for the
-     * listener to accept; the bootstrap exchange completes in {@link ShmLink#poll}
-     * ({@link ShmLink#isReady()}).
+     * Connects as a sender that exposes no pool of its own. Never blocks: the connection does not wait for the
+     * listener to accept, and the bootstrap exchange completes in {@link ShmLink#poll} ({@link ShmLink#isReady()}).
      *
      * @param socketPath the receiver's socket
      * @return the link
-     * @throws LinkFailedException if nothing listens there
+     * @throws LinkFailedException if nothing listens there, or the listener's backlog of connections it has not
+     *                             accepted yet is full
      */
     public static ShmLink connect(Path socketPath) {
         return connect(socketPath, null);
@@ -75,15 +75,19 @@ public final class ShmTransport {
      * @param socketPath the peer's socket
      * @param localPool  this side's pool (created by {@link MappedPageStorage#create}), or {@code null}
      * @return the link
-     * @throws LinkFailedException if nothing listens there
+     * @throws LinkFailedException as {@link #connect(Path)} does
      */
     public static ShmLink connect(Path socketPath, MappedPageStorage localPool) {
         Objects.requireNonNull(socketPath, "socketPath");
         SocketChannel ch = null;
         try {
             ch = SocketChannel.open(StandardProtocolFamily.UNIX);
-            ch.connect(UnixDomainSocketAddress.of(socketPath)); // a unix-socket connect completes at once (or fails)
+            // non-blocking first: a unix-socket connect then completes at once or fails, EAGAIN when the listener's
+            // backlog is full (a blocking one would wait for an accept that may never come, stalling the caller)
             ch.configureBlocking(false);
+            if (!ch.connect(UnixDomainSocketAddress.of(socketPath))) {
+                throw new IOException("the connect did not complete at once");
+            }
             return new ShmLink(ch, socketPath.toString(), localPool, true);
         } catch (IOException e) {
             if (ch != null) {

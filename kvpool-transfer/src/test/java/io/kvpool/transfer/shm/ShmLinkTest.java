@@ -69,6 +69,24 @@ class ShmLinkTest {
         }
     }
 
+    @Test
+    void aConnectToAListenerThatDoesNotAcceptFailsInsteadOfBlocking() {
+        // the listener's backlog (50) fills; a blocking connect would then wait for an accept that never comes,
+        // freezing the caller's duty cycle and every other link on it
+        final LinkFailedException full = assertTimeoutPreemptively(java.time.Duration.ofSeconds(10), () -> {
+            for (int i = 0; i < 10_000; i++) {
+                try {
+                    toClose.add(ShmTransport.connect(dir.resolve("sock")));
+                } catch (LinkFailedException e) {
+                    return e;
+                }
+            }
+            return null;
+        });
+        assertNotNull(full, "10,000 connects to a listener that accepts none all succeeded");
+        assertTrue(full.getMessage().contains(dir.resolve("sock").toString()), full.getMessage());
+    }
+
     @BeforeEach
     void setUp() {
         pool = MappedPageStorage.create(dir.resolve("pool"), LAYOUT, 8);
