@@ -51,8 +51,8 @@ public final class Router implements AutoCloseable {
 
         /**
          * The KV transfer committed: from here on the answer is a success unless generation itself fails (the
-         * server closing, a decode process lost). A non-streaming response sends its 200 headers now and
-         * heartbeats while decode generates, so that a client that left is noticed (and both roles aborted).
+         * server closing, a decode process lost). Nothing is written by default: a non-streaming response is
+         * written whole once its outcome is known, and notices a client that left through {@link #clientGone}.
          */
         default void committed(long requestId) throws IOException {
         }
@@ -283,6 +283,13 @@ public final class Router implements AutoCloseable {
                 counters.failed("role_lost");
                 throw new ApiError(502, "server_error", "role_lost", "request " + id + ": " + e.getMessage(),
                     Map.of("request_id", id), 0);
+            } catch (java.util.concurrent.CancellationException aborted) {
+                // an abort between the commit and generate's start released the KV first: the client's or close()'s
+                throwIfGone(sink);
+                if (closed) {
+                    throw serverClosing(id);
+                }
+                throw aborted;
             }
             done = true;
             counters.completed.increment();

@@ -133,6 +133,106 @@ class RouterCloseTest {
         }
     }
 
+    @Test
+    void aRouterClosingRightAfterTheCommitEndsTheRequestAs503ServerClosing() throws Exception {
+        final Object r = abortedRightAfterCommit(true, NoSink.INSTANCE);
+        assertTrue(r instanceof ApiError, "expected a refusal, got " + r);
+        final ApiError e = (ApiError) r;
+        assertEquals(503, e.status(), e::getMessage);
+        assertTrue(e.body().toString().contains("server_closing"), () -> e.body().toString());
+    }
+
+    @Test
+    void aClientLeavingRightAfterTheCommitEndsTheRequestAsClientGone() throws Exception {
+        final java.util.concurrent.atomic.AtomicBoolean gone = new java.util.concurrent.atomic.AtomicBoolean();
+        final Router.Sink leaving = new Router.Sink() {
+            @Override
+            public void admitted(long requestId) {
+            }
+
+            @Override
+            public void heartbeat() {
+            }
+
+            @Override
+            public void token(String text) {
+            }
+
+            @Override
+            public boolean clientGone() {
+                return gone.get();
+            }
+        };
+        final Object r = abortedRightAfterCommit(false, leaving, () -> gone.set(true));
+        assertTrue(r instanceof Router.ClientGone, "expected the client's abort, got " + r);
+    }
+
+    private static Object abortedRightAfterCommit(boolean closeRouter, Router.Sink sink) throws Exception {
+        return abortedRightAfterCommit(closeRouter, sink, () -> { });
+    }
+
+    /**
+     * The KV commits, and as the router's generate call begins, before it takes the sequence, the call is aborted: by
+     * the router's close ({@code closeRouter}) or, as the client's own abort does, at decode once {@code leave} has
+     * run. The abort wins: generate finds no committed sequence.
+     *
+     * @return how {@link Router#complete} ended: its result or what it threw
+     */
+    private static Object abortedRightAfterCommit(boolean closeRouter, Router.Sink sink, Runnable leave) throws Exception {
+        final ServerConfig cfg = ServerTests.small().build();
+        try (InJvmRoles roles = InJvmRoles.start(cfg, Duration.ofSeconds(10))) {
+            Await.until(roles.decode()::ready, Duration.ofSeconds(10), () -> "the prefill link");
+            final AtomicReference<Router> router = new AtomicReference<>();
+            final DecodeService abortingAtCommit = new ForwardingDecode(roles.decode()) {
+                @Override
+                public DecodeCall start(long requestId, String tenant, int promptTokens, int maxNewTokens) {
+                    final DecodeCall real = super.start(requestId, tenant, promptTokens, maxNewTokens);
+                    return new DecodeCall() {
+                        @Override
+                        public Admitted awaitAdmission(Duration timeout) throws InterruptedException {
+                            return real.awaitAdmission(timeout);
+                        }
+
+                        @Override
+                        public TransferOutcome awaitTransfer(Duration timeout) throws InterruptedException {
+                            return real.awaitTransfer(timeout);
+                        }
+
+                        @Override
+                        public Generation generate(int maxTokens, io.kvpool.examples.server.echo.EchoDecoder.TokenSink s)
+                            throws java.io.IOException, InterruptedException {
+                            // after every check the router makes between the commit and this call
+                            leave.run();
+                            if (closeRouter) {
+                                router.get().close();
+                            } else {
+                                real.abort("the client closed the connection");
+                            }
+                            // the abort runs on decode's duty thread: let it release the committed sequence first
+                            Await.until(() -> roles.decodePool().snapshot().openSequences() == 0, Duration.ofSeconds(10),
+                                () -> "the abort's release: " + roles.decodePool().snapshot());
+                            return real.generate(maxTokens, s);
+                        }
+
+                        @Override
+                        public void abort(String why) {
+                            real.abort(why);
+                        }
+                    };
+                }
+            };
+            router.set(new Router(cfg, roles.prefill(), abortingAtCommit));
+            Object r;
+            try {
+                r = router.get().complete("alice", new Router.Request("aborted at commit", 3, false), sink);
+            } catch (Exception e) {
+                r = e;
+            }
+            awaitNothingLeft(roles);
+            return r;
+        }
+    }
+
     /** No transfer, page, open sequence or reservation left in either pool. */
     private static void awaitNothingLeft(InJvmRoles roles) throws InterruptedException {
         Await.until(() -> roles.prefill().activeTransfers() == 0 && roles.decodePool().snapshot().inUse() == 0
