@@ -15,17 +15,21 @@ import java.util.Set;
 
 /**
  * {@code preflight}: checks a running deployment before a router is put in front of it (or while one is) — each
- * role's build, environment, model, KV layout, and pool against the context the router advertises
- * ({@link Preflight}). Prints a table; exits 0 when everything matches, 1 with the table of what does not, 2 on bad
+ * role's build, environment, model, KV layout, and pool against the context the router advertises, and the KV link
+ * between the roles ({@link Preflight}). Prints a table; exits 0 when everything matches, 1 with the table of what does not, 2 on bad
  * usage.
  */
 final class PreflightCommand implements Subcommand {
+
+    /** How long roles that match but have no KV link between them get to link before that counts as a mismatch. */
+    static final java.time.Duration LINK_WAIT = java.time.Duration.ofSeconds(5);
 
     private static final Cli CLI = ServerOptions.addTo(new Cli(
         "usage: KvServerMain preflight --prefill-url URL --decode-url URL [serve options]   (./dev example preflight …)", """
             Reads each role's GET /internal/status and checks its build, environment, model and KV layout against
             what a router with these options expects, and its largest safe context (pool, one transfer descriptor)
-            against --context. Exits 0 when everything matches, 1 with a table of what does not, 2 on bad usage.
+            against --context, and that the roles are linked to each other (waiting up to 5 s for a link that
+            is not up yet). Exits 0 when everything matches, 1 with a table of what does not, 2 on bad usage.
             The options that matter: --context, --tokens-per-page, --layers, --kv-heads, --head-dim, --environment."""),
         ServerConfig.builder().build(), Set.of());
 
@@ -55,10 +59,23 @@ final class PreflightCommand implements Subcommand {
             return 2;
         }
         final ObjectMapper json = new ObjectMapper();
-        final Preflight f;
+        Preflight f;
         try (RoleClient p = new RoleClient(PrefillRole.ROLE, cfg.topology().prefillUrl(), json);
              RoleClient d = new RoleClient(DecodeRole.ROLE, cfg.topology().decodeUrl(), json)) {
-            f = Preflight.check(cfg, RemoteStatus.read(p, PrefillRole.ROLE), RemoteStatus.read(d, DecodeRole.ROLE));
+            final long end = System.nanoTime() + LINK_WAIT.toNanos();
+            while (true) {
+                f = Preflight.check(cfg, RemoteStatus.read(p, PrefillRole.ROLE), RemoteStatus.read(d, DecodeRole.ROLE));
+                // roles that match but are not linked may have just started: give their link a moment
+                if (!f.onlyUnlinked() || System.nanoTime() - end >= 0) {
+                    break;
+                }
+                try {
+                    Thread.sleep(100);
+                } catch (InterruptedException e) {
+                    Thread.currentThread().interrupt();
+                    break;
+                }
+            }
         }
         out.println("kvpool preflight: prefill at " + cfg.topology().prefillUrl() + ", decode at " + cfg.topology().decodeUrl()
             + ", advertised context " + cfg.contextTokens() + " tokens");

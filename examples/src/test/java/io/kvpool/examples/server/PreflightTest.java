@@ -53,6 +53,7 @@ class PreflightTest {
                 roles.decode.baseUri().toString(), "--context", "512"), this::out);
             assertTrue(out().contains("every role matches") && out().endsWith("OK\n"), out());
             assertTrue(out().contains("largest safe context   512 (advertised)"), out());
+            assertTrue(out().contains("KV link"), out());
             final var id = InJvmRoleServers.status(roles.decode.baseUri()).path("identity");
             assertEquals("decode", id.path("role").asText(), id::toString);
             assertEquals("example", id.path("environment").asText(), id::toString);
@@ -61,6 +62,40 @@ class PreflightTest {
             try (KvServer router = KvServer.start(routerOver(roles.prefill, roles.decode, false))) {
                 assertEquals(512, router.config().contextTokens());
                 assertEquals(200, new TestClient(router).complete("alice", "hello", 2, false).status());
+            }
+        }
+    }
+
+    @Test
+    void swappedRoleUrlsStopTheRouterAndFailPreflight() throws Exception {
+        try (InJvmRoleServers roles = InJvmRoleServers.start(ServerTests.small().workDir(dir), Duration.ofSeconds(30))) {
+            // no wait makes a miswired URL the role asked for: refused, not "not up yet"
+            final IllegalStateException e = assertThrows(IllegalStateException.class,
+                () -> KvServer.start(routerOver(roles.decode, roles.prefill, false)));
+            assertTrue(e.getMessage().contains("MISMATCH prefill role: the decode role answers at its URL, the router expects prefill"),
+                e::getMessage);
+            assertTrue(e.getMessage().contains("MISMATCH decode role: the prefill role answers at its URL"), e::getMessage);
+            assertEquals(1, run("preflight", "--prefill-url", roles.decode.baseUri().toString(), "--decode-url",
+                roles.prefill.baseUri().toString(), "--context", "512"), this::out);
+            assertTrue(out().endsWith("FAILED: 2 mismatch(es)\n"), out());
+        }
+    }
+
+    @Test
+    void rolesThatMatchButAreNotLinkedFailPreflight() throws Exception {
+        // another work dir each: prefill never finds decode's transfer socket
+        final Path a = Files.createDirectory(dir.resolve("a")), b = Files.createDirectory(dir.resolve("b"));
+        try (RoleServer decode = RoleServer.start(ServerTests.small().role(Topology.Role.DECODE).workDir(a).build());
+             RoleServer prefill = RoleServer.start(ServerTests.small().role(Topology.Role.PREFILL).workDir(b).build())) {
+            assertEquals(1, run("preflight", "--prefill-url", prefill.baseUri().toString(), "--decode-url", decode.baseUri().toString(),
+                "--context", "512"), this::out);
+            final String t = out();
+            assertTrue(t.contains("MISMATCH decode KV link: down (the roles are not linked"), t);
+            assertTrue(t.contains("MISMATCH prefill KV link: down"), t);
+            assertTrue(t.contains("down  ✗"), t);
+            assertTrue(t.endsWith("FAILED: 2 mismatch(es)\n"), t);
+            try (KvServer router = KvServer.start(routerOver(prefill, decode, false))) { // the link is checked as requests come
+                assertEquals(512, router.config().contextTokens());
             }
         }
     }

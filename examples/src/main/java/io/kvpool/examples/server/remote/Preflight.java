@@ -27,7 +27,23 @@ public record Preflight(RoleIdentity expected, long advertised, RemoteStatus pre
         for (RemoteStatus s : List.of(prefill, decode)) {
             m.addAll(mismatches(s, expected, cfg.contextTokens(), cfg.strictBuild()));
         }
+        if (m.isEmpty()) { // any other mismatch explains a link that is down (a refused HELLO, a role that is not up)
+            for (RemoteStatus s : List.of(prefill, decode)) {
+                if (!s.ready()) {
+                    m.add(new RoleIdentity.Mismatch(s.status().role(), KV_LINK, "up", "down (the roles are not linked: another "
+                        + "--work-dir, --kv-address or --transport, or not linked yet)"));
+                }
+            }
+        }
         return new Preflight(expected, cfg.contextTokens(), prefill, decode, List.copyOf(m));
+    }
+
+    /** The mismatch of roles that match but have no KV link between them (checked only when nothing else differs). */
+    static final String KV_LINK = "KV link";
+
+    /** @return whether the roles match in everything but a KV link that is not up (it may come up yet) */
+    public boolean onlyUnlinked() {
+        return !mismatches.isEmpty() && mismatches.stream().allMatch(x -> x.what().equals(KV_LINK));
     }
 
     /**
@@ -36,6 +52,9 @@ public record Preflight(RoleIdentity expected, long advertised, RemoteStatus pre
      */
     static List<RoleIdentity.Mismatch> mismatches(RemoteStatus s, RoleIdentity expected, long advertised, boolean strictBuild) {
         final String role = s.status().role();
+        if (s.otherRole() != null) { // a miswired URL: no wait makes it the role asked for
+            return List.of(new RoleIdentity.Mismatch(role, "role", role, "the " + s.otherRole() + " role answers at its URL"));
+        }
         if (!s.status().up()) {
             return List.of(new RoleIdentity.Mismatch(role, "reachable", "up", "down: " + s.status().down()));
         }
@@ -50,10 +69,6 @@ public record Preflight(RoleIdentity expected, long advertised, RemoteStatus pre
         return mismatches.isEmpty();
     }
 
-    /** @return whether every role answered (a role down is checked when it comes back) */
-    boolean reachable() {
-        return prefill.status().up() && decode.status().up();
-    }
 
     /** @return the smallest largest-safe-context of the roles that reported one, or the advertised context */
     long smallestSafeContext() {
@@ -84,6 +99,7 @@ public record Preflight(RoleIdentity expected, long advertised, RemoteStatus pre
             "largest safe context");
         row(b, fmt, "largest safe context", advertised + " (advertised)", p == null ? null : Long.toString(p.maxSafeContext()),
             d == null ? null : Long.toString(d.maxSafeContext()), "largest safe context");
+        row(b, fmt, KV_LINK, "up", link(prefill), link(decode), KV_LINK);
         for (RoleIdentity r : new RoleIdentity[] {p, d}) {
             if (r != null && !r.build().equals(expected.build()) && !bad(r.role(), "build")) {
                 b.append("  note: ").append(r.role()).append(" runs another build (").append(r.build()).append(", the router ")
@@ -97,6 +113,10 @@ public record Preflight(RoleIdentity expected, long advertised, RemoteStatus pre
             b.append("  MISMATCH ").append(m).append('\n');
         }
         return b.toString();
+    }
+
+    private static String link(RemoteStatus s) {
+        return !s.status().up() ? null : s.ready() ? "up" : "down";
     }
 
     private void row(StringBuilder b, String fmt, String name, String router, String p, String d, String what) {

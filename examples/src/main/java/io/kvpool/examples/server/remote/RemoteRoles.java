@@ -68,9 +68,12 @@ public final class RemoteRoles extends RolePair<RemotePrefill, RemoteDecode> {
              RoleClient d = new RoleClient(DecodeRole.ROLE, cfg.topology().decodeUrl(), json)) {
             f = Preflight.check(cfg, RemoteStatus.read(p, PrefillRole.ROLE), RemoteStatus.read(d, DecodeRole.ROLE));
         }
-        final java.util.List<RoleIdentity.Mismatch> wrong = f.mismatches().stream().filter(m -> !m.what().equals("reachable")).toList();
-        if (!f.reachable()) {
-            LOG.log(System.Logger.Level.WARNING, "router: a role is not up yet; it is checked when it comes:\n" + f.table());
+        // a role not up yet, or roles not linked yet, are checked when they come; a miswired URL is not "not up yet"
+        final java.util.List<RoleIdentity.Mismatch> wrong = f.mismatches().stream()
+            .filter(m -> !m.what().equals("reachable") && !m.what().equals(Preflight.KV_LINK)).toList();
+        if (wrong.size() < f.mismatches().size()) {
+            LOG.log(System.Logger.Level.WARNING, "router: a role, or the KV link between them, is not up yet; it is checked when "
+                + "it comes:\n" + f.table());
         }
         if (wrong.isEmpty()) {
             return cfg;

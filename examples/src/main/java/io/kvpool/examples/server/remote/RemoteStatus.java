@@ -12,8 +12,10 @@ import io.kvpool.examples.server.role.RoleStatus;
  * @param activeTransfers transfers not yet over (0 when unreachable: nothing the router can wait for)
  * @param ready           whether the role's KV link is up
  * @param identity        its identity and capacity, or {@code null} when unreachable or not reported
+ * @param otherRole       the role that answered instead, when the URL serves another role than the one asked for
+ *                        (the status is then unreachable); else {@code null}
  */
-public record RemoteStatus(RoleStatus status, int activeTransfers, boolean ready, RoleIdentity identity) {
+public record RemoteStatus(RoleStatus status, int activeTransfers, boolean ready, RoleIdentity identity, String otherRole) {
 
     /** @return the role's status, or an unreachable one naming what failed; never throws */
     public static RemoteStatus read(RoleClient client, String role) {
@@ -22,13 +24,13 @@ public record RemoteStatus(RoleStatus status, int activeTransfers, boolean ready
             final RoleStatus s = RoleJson.status(n);
             if (!s.role().equals(role)) { // a wrong URL, or another role restarted on that port: not the role asked for
                 return new RemoteStatus(RoleStatus.unreachable(role, client.describe() + " is the " + s.role() + " role, not the " + role + " role"),
-                    0, false, null);
+                    0, false, null, s.role());
             }
             final JsonNode id = n.get("identity");
             return new RemoteStatus(s, (int) RoleJson.number(n, "active_transfers"), RoleJson.bool(n, "ready"),
-                id == null || id.isNull() ? null : RoleIdentity.read(id));
+                id == null || id.isNull() ? null : RoleIdentity.read(id), null);
         } catch (RuntimeException e) {
-            return new RemoteStatus(RoleStatus.unreachable(role, e.getMessage()), 0, false, null);
+            return new RemoteStatus(RoleStatus.unreachable(role, e.getMessage()), 0, false, null, null);
         }
     }
 }
