@@ -167,6 +167,13 @@ class CompletionApiTest {
         assertEquals(512, ctx.path("max_context_tokens").asLong());
         assertTrue(ctx.path("message").asText().contains(String.valueOf(promptTokens + 600)) && ctx.path("message").asText().contains("512"));
         expect(client.complete("alice", "hi", Integer.MAX_VALUE, false), 400, "invalid_request_error", "context_too_long");
+        // beyond an int, and at the edge of a long: named as sent, never wrapped into a request that fits
+        for (String max : new String[] {"5000000000", String.valueOf(Long.MAX_VALUE)}) {
+            final JsonNode huge = expect(client.post("/v1/completions", key, "{\"prompt\": \"hi\", \"max_tokens\": " + max + "}"),
+                400, "invalid_request_error", "context_too_long");
+            assertEquals(max, huge.path("max_tokens").asText(), huge::toString);
+            assertTrue(huge.path("message").asText().contains(max), huge::toString);
+        }
 
         // a body over the limit: 413 naming the limit
         final JsonNode big = expect(client.complete("alice", "x".repeat(5000), 1, false), 413, "request_too_large", "body_too_large");

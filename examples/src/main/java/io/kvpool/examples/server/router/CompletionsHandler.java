@@ -121,8 +121,8 @@ public final class CompletionsHandler implements HttpHandler {
         if (stream != null && !stream.isNull() && !stream.isBoolean()) {
             throw ApiError.badRequest("invalid_stream", "stream must be true or false, got " + stream);
         }
-        // larger than an int can never fit a context; the context check names the numbers
-        return new Router.Request(prompt.asText(), (int) Math.min(maxTokens, Integer.MAX_VALUE / 2), stream != null && stream.asBoolean());
+        // the context check names the numbers, as the client sent them
+        return new Router.Request(prompt.asText(), maxTokens, stream != null && stream.asBoolean());
     }
 
     static Map<String, Object> completion(Router.Completion c) {

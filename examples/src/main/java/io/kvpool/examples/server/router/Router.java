@@ -86,7 +86,7 @@ public final class Router implements AutoCloseable {
      * @param maxTokens tokens to generate, ≥ 0
      * @param stream    whether the response streams
      */
-    record Request(String prompt, int maxTokens, boolean stream) {
+    record Request(String prompt, long maxTokens, boolean stream) {
     }
 
     /**
@@ -163,17 +163,19 @@ public final class Router implements AutoCloseable {
         if (tokens.isEmpty()) {
             throw ApiError.badRequest("empty_prompt", "prompt must contain at least one character");
         }
-        final long requested = (long) tokens.size() + req.maxTokens();
+        // saturates: a max_tokens near Long.MAX_VALUE must not wrap to a request that fits
+        final long requested = req.maxTokens() > Long.MAX_VALUE - tokens.size() ? Long.MAX_VALUE : tokens.size() + req.maxTokens();
         if (requested > config.contextTokens()) {
             final Map<String, Long> n = new LinkedHashMap<>();
             n.put("prompt_tokens", (long) tokens.size());
-            n.put("max_tokens", (long) req.maxTokens());
+            n.put("max_tokens", req.maxTokens());
             n.put("requested_tokens", requested);
             n.put("max_context_tokens", config.contextTokens());
             throw reject(new Rejection("router", Rejection.Reason.CONTEXT_TOO_LONG, "request of " + requested
                 + " tokens (" + tokens.size() + " prompt + " + req.maxTokens() + " max_tokens) exceeds the max context of "
                 + config.contextTokens() + " tokens", n));
         }
+        final int maxTokens = Math.toIntExact(req.maxTokens()); // within the context, checked above
         if (closed) {
             throw unavailable("the server is shutting down");
         }
@@ -192,7 +194,7 @@ public final class Router implements AutoCloseable {
             final Rejection noRoom;
             try {
                 askedDecode = true; // from here a reservation may exist (even if the call fails): the end gives it back
-                noRoom = decode.reserve(id, tenant, tokens.size(), req.maxTokens());
+                noRoom = decode.reserve(id, tenant, tokens.size(), maxTokens);
             } catch (DuplicateRequestException e) {
                 done = true; // decode reserved nothing under our id: the request decoding there under it is not ours
                 throw unavailable(e.getMessage());
@@ -230,7 +232,7 @@ public final class Router implements AutoCloseable {
             }
             throwIfGone(sink);
             try {
-                call = decode.start(id, tenant, tokens.size(), req.maxTokens());
+                call = decode.start(id, tenant, tokens.size(), maxTokens);
             } catch (RoleRefusedException e) {
                 throw refusedByRole(e);
             } catch (IllegalStateException e) { // as for prefill
@@ -278,7 +280,7 @@ public final class Router implements AutoCloseable {
             sink.committed(id);
             final DecodeCall.Generation g;
             try {
-                g = generateApart(call, req.maxTokens(), sink);
+                g = generateApart(call, maxTokens, sink);
             } catch (RoleLostException e) {
                 counters.failed("role_lost");
                 throw new ApiError(502, "server_error", "role_lost", "request " + id + ": " + e.getMessage(),
