@@ -125,6 +125,20 @@ class SimTransferTest {
     }
 
     @Test
+    void aLinkWhoseWritesWereForceCancelledFailsAtItsOwnEndToo() {
+        // a transport that cancels by force-closing its endpoint takes the link down, and says so at both ends, as UCX
+        // does: else the sender kept a dead peer UP, polled, counted in peerBuilds, and offered work on it
+        try (Rig rig = new Rig(1, SimFaults.NONE, true, 64, 64, b -> b)) {
+            rig.senderLink.cancelWrites();
+            rig.run(50);
+            assertEquals(Peer.State.FAILED, rig.sender.peer(rig.sp).state(), () -> rig.sender.peer(rig.sp).toString());
+            assertEquals(Peer.State.FAILED, rig.receiver.peer(rig.rp).state(), () -> rig.receiver.peer(rig.rp).toString());
+            assertEquals(0, rig.sender.polledPeers());
+            assertTrue(rig.sender.peerBuilds().isEmpty(), () -> rig.sender.peerBuilds().toString());
+        }
+    }
+
+    @Test
     void aLateWriteAfterTheReceiverGaveUpLandsOnlyWhereNothingCanReadIt() {
         assertEquals(0, lateWrites(true), "a late write landed in a page that was released");
     }

@@ -240,6 +240,10 @@ public final class SimLink implements PeerLink {
         cancelPending();
         if (up) {
             down("writes force-cancelled");
+            if (!failureQueued) { // this end learns it from poll too, as from any other failure of the link
+                failureQueued = true;
+                ready.add(new FailEvent("writes force-cancelled: the link is closed"));
+            }
             final SimLink other = peer;
             net.schedule(net.now() + net.delay(net.faults().maxFrameDelayNanos()), () -> other.failFromPeer("peer force-closed"));
         }

@@ -139,7 +139,8 @@ public interface PeerLink extends AutoCloseable {
     /**
      * Cancels the writes that can still be cancelled (not yet on the wire); every posted write still
      * reaches a terminal state through {@link #poll}. A transport that can only cancel by force-closing
-     * the endpoint does so (and the link goes down).
+     * the endpoint does so: the link goes down, and {@link #poll} reports that failure at this end too
+     * ({@link LinkListener#onLinkFailed}).
      */
     void cancelWrites();
 
