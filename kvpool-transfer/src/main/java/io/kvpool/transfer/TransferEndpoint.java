@@ -299,6 +299,15 @@ abstract class TransferEndpoint implements LinkListener, AutoCloseable {
     /** The peer can no longer be used (failed, refused, malformed frame). Called once. */
     abstract void onPeerDown(Peer peer);
 
+    /**
+     * @return the newest version both identities claim and this build's wire format encodes, or -1: an identity may
+     *         claim versions the codec cannot write (a range set by hand), and a link must never settle on one
+     */
+    private int negotiated(PeerIdentity remote) {
+        final int v = Math.min(WireFormat.VERSION, Math.min(identity.maxVersion(), remote.maxVersion()));
+        return v >= Math.max(WireFormat.MIN_VERSION, Math.max(identity.minVersion(), remote.minVersion())) ? v : -1;
+    }
+
     @Override
     public final void onFrame(PeerLink link, ByteBuffer frame) {
         final Peer p = peerOf(link);
@@ -321,7 +330,11 @@ abstract class TransferEndpoint implements LinkListener, AutoCloseable {
                 case Message.Hello h -> {
                     p.remote = h.identity();
                     p.helloFormat = version;
-                    final List<String> mismatches = identity.mismatches(h.identity(), strictBuild);
+                    final List<String> mismatches = new ArrayList<>(identity.mismatches(h.identity(), strictBuild));
+                    if (identity.commonVersion(h.identity()) >= 0 && negotiated(h.identity()) < 0) {
+                        mismatches.add(0, "protocol versions: local=" + identity.versions() + " remote=" + h.identity().versions()
+                            + " share none with this build's wire format [" + WireFormat.MIN_VERSION + "," + WireFormat.VERSION + "]");
+                    }
                     if (!p.helloSent) {
                         try {
                             sendHello(p, version); // in kind: a version-1 peer reads only a version-1 HELLO
@@ -331,7 +344,7 @@ abstract class TransferEndpoint implements LinkListener, AutoCloseable {
                         }
                     }
                     if (mismatches.isEmpty()) {
-                        p.version = identity.commonVersion(h.identity());
+                        p.version = negotiated(h.identity());
                         p.lastHeardNanos = clock.nanoTime();
                         p.heard = false;
                         p.moveTo(Peer.State.UP);

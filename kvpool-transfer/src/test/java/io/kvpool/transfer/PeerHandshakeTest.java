@@ -49,13 +49,13 @@ class PeerHandshakeTest {
         final String fp = "0x" + Long.toHexString(Kv.LAYOUT.fingerprint());
         final String otherFp = "0x" + Long.toHexString(OTHER_LAYOUT.fingerprint());
         return List.of(
-            // changed by the fleet issue (item 1): versions are ranges that must overlap, not equal numbers
+            // versions are ranges that must overlap, not equal numbers
             new Case("protocol versions", new PeerIdentity(9, r.layoutFingerprint(), r.modelId(), r.environment(), r.buildVersion()),
                 Kv.LAYOUT, "[9,9]", "[1,3]"),
             new Case("layout fingerprint", prod(OTHER_LAYOUT), OTHER_LAYOUT, otherFp, fp),
             new Case("model", PeerIdentity.of(Kv.LAYOUT, "glm-4.6@r4", "production", "v1.2.0"), Kv.LAYOUT, "glm-4.6@r4", "glm-4.6@r3"),
             new Case("environment", PeerIdentity.of(Kv.LAYOUT, "glm-4.6@r3", "staging", "v1.2.0"), Kv.LAYOUT, "staging", "production"));
-        // a build difference is no longer refused by default (fleet issue, item 1): see VersionNegotiationTest, which
+        // a build difference is not refused by default: see VersionNegotiationTest, which
         // refuses it with strictBuild(true) and keeps serving without
     }
 
@@ -98,7 +98,7 @@ class PeerHandshakeTest {
         try (Pair p = new Pair(OTHER_LAYOUT, s, prod(Kv.LAYOUT))) {
             final String f = p.atReceiver().failure();
             assertEquals(Peer.State.REFUSED, p.atReceiver().state(), f);
-            // changed by the fleet issue (item 1): version ranges; the build is named only with strictBuild (VersionNegotiationTest)
+            // version ranges; the build is named only with strictBuild (VersionNegotiationTest)
             for (String part : new String[] {"4 mismatch", "protocol versions: local=[1,3] remote=[9,9]", "layout fingerprint: local=0x",
                 "model: local=glm-4.6@r3 remote=m2", "environment: local=production remote=staging"}) {
                 assertTrue(f.contains(part), () -> "'" + f + "' lacks '" + part + "'");
@@ -224,7 +224,7 @@ class PeerHandshakeTest {
 
     @Test
     void aDuplicatedIdenticalHelloIsIgnoredAndCounted() {
-        // changed by the fleet issue (item 8): a duplicated identical HELLO used to fail the link
+        // a copy of the HELLO (a duplicated frame) is no protocol error: the link stays up
         try (Scripted s = new Scripted().up()) {
             s.link.hello(Kv.identity()).hello(Kv.identity());
             s.receiver.doWork();

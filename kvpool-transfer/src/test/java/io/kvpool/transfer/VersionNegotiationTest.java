@@ -85,6 +85,24 @@ class VersionNegotiationTest {
     }
 
     @Test
+    void identitiesClaimingVersionsBeyondTheWireFormatSettleOnOneItSpeaks() {
+        // both claim a version this build cannot encode: the link speaks the newest one it can, instead of failing
+        // every frame it sends after the handshake
+        final int beyond = WireFormat.VERSION + 1;
+        try (Rig rig = new Rig(id("test", "b1").withVersions(1, beyond), id("test", "b1").withVersions(1, beyond), false)) {
+            assertEquals(WireFormat.VERSION, rig.receiver.peer(rig.rp).protocolVersion());
+            assertEquals(WireFormat.VERSION, rig.sender.peer(rig.sp).protocolVersion());
+            assertEquals(IncomingTransfer.State.COMMITTED, rig.transfer(1, 9));
+        }
+        try (Rig rig = new Rig(id("test", "b1").withVersions(beyond, beyond), id("test", "b1").withVersions(beyond, beyond), false)) {
+            final Peer r = rig.receiver.peer(rig.rp);
+            assertEquals(Peer.State.REFUSED, r.state(), r::toString);
+            assertTrue(r.failure().contains("protocol versions: local=[" + beyond + "," + beyond + "] remote=[" + beyond + "," + beyond
+                + "] share none with this build's wire format [" + WireFormat.MIN_VERSION + "," + WireFormat.VERSION + "]"), r.failure());
+        }
+    }
+
+    @Test
     void aPreviousVersionReceiverAndACurrentSenderLinkUpAndTransfer() {
         // decode on the previous release (version 1 only, builds strictly equal, as version-1 code refused others);
         // prefill on this one. Every frame either sends must be one version-1 code reads.
