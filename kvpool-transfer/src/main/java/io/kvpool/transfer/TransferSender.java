@@ -503,6 +503,7 @@ public final class TransferSender extends TransferEndpoint {
             try {
                 t.peer.link.flush(((long) t.serial << 32) | FLUSH);
             } catch (RuntimeException e) {
+                t.flushPending = false; // no answer comes for a flush that threw: DRAINED must not wait for one
                 fail(t, "flush failed: " + e.getMessage(), true, Message.Abort.SENDER_FAILED);
             }
         }

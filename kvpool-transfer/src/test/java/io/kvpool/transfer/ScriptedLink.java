@@ -156,8 +156,14 @@ final class ScriptedLink implements PeerLink {
         }
     }
 
+    /** When set, {@link #flush} throws it (a transport that refuses a flush while it still reports the link up). */
+    RuntimeException flushFails;
+
     @Override
     public void flush(long token) {
+        if (flushFails != null) {
+            throw flushFails;
+        }
         flushTokens.add(token);
     }
 

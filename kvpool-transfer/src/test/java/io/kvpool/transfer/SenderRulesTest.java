@@ -67,6 +67,24 @@ class SenderRulesTest {
     }
 
     @Test
+    void aFlushThatThrowsEndsTheTransferDrainedWithNothingProven() {
+        final OutgoingTransfer t = offer(8); // 2 pages: one batch
+        link.inject(descriptor(8));
+        tx.doWork();
+        link.flushFails = new IllegalStateException("flush refused");
+        link.postedTokens.forEach(tok -> link.completeWrite(tok, PeerLink.OK));
+        tx.doWork(); // the writes end OK; the flush that follows throws
+        // no answer will come for a flush that threw: the transfer does not wait for one
+        assertEquals(OutgoingTransfer.State.DRAINED, t.state(), t::toString);
+        final Message.Drained d = link.sent(Message.Drained.class).getFirst();
+        assertEquals(2, d.posted());
+        assertEquals(0, d.succeeded(), "nothing was proven delivered");
+        assertEquals(2, d.failed());
+        assertTrue(sourceStates().stream().allMatch(s -> s == SlotState.FREE), "source pages released: " + sourceStates());
+        assertTrue(pool.verifyAccounting().balanced());
+    }
+
+    @Test
     void writesGoInBoundedBatchesThenAFlushThenTheCompletion() {
         final OutgoingTransfer t = offer(20); // 5 pages
         link.inject(descriptor(20));
