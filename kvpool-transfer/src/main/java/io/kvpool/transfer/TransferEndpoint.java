@@ -473,9 +473,19 @@ abstract class TransferEndpoint implements LinkListener, AutoCloseable {
     @Override
     public abstract void close();
 
-    /** Closes every peer's link, best effort (the pages' states, not the links, protect the memory). */
+    /**
+     * Takes every peer that is not down yet to FAILED and closes every link, best effort (the pages' states, not the
+     * links, protect the memory). A peer that still owes writes' terminal states stays polled until they came.
+     */
     final void closeLinks() {
         for (Peer p : peers) {
+            if (p.state == Peer.State.HANDSHAKE || p.state == Peer.State.UP || p.state == Peer.State.RETIRING) {
+                if (p.state != Peer.State.HANDSHAKE) {
+                    upByBuild.computeIfPresent(p.remote.buildVersion(), (b, n) -> n == 1 ? null : n - 1);
+                }
+                p.moveTo(Peer.State.FAILED);
+                p.failure = getClass().getSimpleName() + " closed";
+            }
             try {
                 p.link.close();
             } catch (RuntimeException ignored) {

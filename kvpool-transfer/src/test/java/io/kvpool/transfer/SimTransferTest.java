@@ -125,6 +125,24 @@ class SimTransferTest {
     }
 
     @Test
+    void closingAnEngineTakesItsPeersDown() {
+        // else a closed engine went on exporting its links as UP (peerBuilds, the peers' states)
+        try (Rig rig = new Rig(1, SimFaults.NONE, true, 64, 64, b -> b)) {
+            assertEquals(java.util.Map.of("build-1", 1), rig.receiver.peerBuilds());
+            rig.receiver.close();
+            rig.sender.close();
+            for (TransferEndpoint e : new TransferEndpoint[] {rig.receiver, rig.sender}) {
+                final Peer p = e.peer(0);
+                assertEquals(Peer.State.FAILED, p.state(), p::toString);
+                assertTrue(p.failure().contains("closed"), p::failure);
+                assertTrue(e.peerBuilds().isEmpty(), () -> e + ": " + e.peerBuilds());
+            }
+            rig.receiver.close(); // idempotent, as before
+            rig.sender.close();
+        }
+    }
+
+    @Test
     void aLinkWhoseWritesWereForceCancelledFailsAtItsOwnEndToo() {
         // a transport that cancels by force-closing its endpoint takes the link down, and says so at both ends, as UCX
         // does: else the sender kept a dead peer UP, polled, counted in peerBuilds, and offered work on it
