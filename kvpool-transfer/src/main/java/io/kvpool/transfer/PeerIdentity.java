@@ -154,7 +154,8 @@ public record PeerIdentity(int minVersion, int maxVersion, long layoutFingerprin
     }
 
     /**
-     * Refuses a peer whose identity differs from this one, the local one, in any field.
+     * Refuses a peer that a link would refuse by default: no protocol version in common, or another layout, model
+     * or environment. A differing build is accepted (see {@link #mismatches(PeerIdentity, boolean)}).
      *
      * @param remote the other side's identity
      * @throws PeerMismatchException naming every differing field with both values

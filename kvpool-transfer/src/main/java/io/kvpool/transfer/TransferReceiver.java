@@ -916,14 +916,20 @@ public final class TransferReceiver extends TransferEndpoint {
         return false;
     }
 
+    /** The receiver's own teardown of a suspect's link (a failed transfer's writes not proven ended). */
     private boolean tearDown(Peer p) {
+        return tearDown(p, p.state == Peer.State.RETIRING
+            ? "retired and torn down by the receiver: a write on it was unproven; no transfer was in flight on it any more"
+            : "torn down by the receiver: it did not prove that a failed transfer's writes ended");
+    }
+
+    /** @param why the peer's failure, if it is not down yet */
+    private boolean tearDown(Peer p, String why) {
         if (p.tornDown) {
             return true;
         }
-        if (p.state == Peer.State.UP || p.state == Peer.State.RETIRING) {
-            fail(p, Peer.State.FAILED, p.state == Peer.State.RETIRING
-                ? "retired and torn down by the receiver: a write on it was unproven; no transfer was in flight on it any more"
-                : "torn down by the receiver: it did not prove that a failed transfer's writes ended");
+        if (p.state == Peer.State.HANDSHAKE || p.state == Peer.State.UP || p.state == Peer.State.RETIRING) {
+            fail(p, Peer.State.FAILED, why);
         }
         p.tornDown = p.link.tearDown();
         return p.tornDown;
@@ -941,7 +947,7 @@ public final class TransferReceiver extends TransferEndpoint {
      */
     public boolean tearDownPeer(int peerId) {
         ensureOpen();
-        final boolean proven = tearDown(peers.get(peerId));
+        final boolean proven = tearDown(peers.get(peerId), "torn down by the application (tearDownPeer)");
         onDuty(clock.nanoTime());
         return proven;
     }
@@ -1130,8 +1136,10 @@ public final class TransferReceiver extends TransferEndpoint {
         /**
          * Whether the receiver tears down the link of a sender that did not prove its writes ended — it
          * missed the drain deadline or reported unproven writes — so the quarantined pages can be released
-         * once the transport proves the teardown (default true). Every other transfer on that link fails
-         * too. With false, quarantined pages wait for a revocable registration or {@link #tearDownPeer}.
+         * once the transport proves the teardown (default true). With {@link #retireSuspectLinks} (the default, on
+         * links of version 3) the link is retired first: the other transfers on it finish, then it is torn down;
+         * without, every other transfer on it fails at once. With false, quarantined pages wait for a revocable
+         * registration or {@link #tearDownPeer}.
          *
          * @param on whether to tear down such a sender's link
          * @return this builder

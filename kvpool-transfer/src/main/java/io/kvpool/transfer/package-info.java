@@ -53,10 +53,11 @@
  *  no DRAINED by the drain deadline             → QUARANTINED            (outcome timeout)
  *  QUARANTINED → FREE only when, for each unconfirmed rank, the transport proves no write can land:
  *  the registration was revoked, or the peer's link was torn down on the receiver's side. Never a timer.
- *  a suspect rank's link that cannot revoke is retired, not torn down at once:
- *            ── CANCEL(link, retiring, why) ──▶ (v ≥ 2)        the link takes no new descriptor: open a
+ *  a suspect rank's link that cannot revoke is retired (v ≥ 3), not torn down at once:
+ *            ── CANCEL(link, retiring, why) ──▶                the link takes no new descriptor: open a
  *            no new DESCRIPTOR on it; those in flight finish   fresh one for new work; finish those in flight
- *            then torn down (the quarantine's proof)           (older senders ignore it: no such request)
+ *            then torn down (the quarantine's proof)
+ *  on a link of version 1 or 2 (whose sender cannot be told) it is torn down at once, failing what runs on it
  * </pre>
  * <b>Request ids.</b> A descriptor finds its offer by request id alone, and checksums are keyed by it. So an id must
  * name one request between a sender and a receiver for as long as a transfer of it may run (the sender's descriptor

@@ -61,6 +61,25 @@ class ReceiverRulesTest extends TwoSenderReceiverFixture {
     }
 
     @Test
+    void tearDownPeerTakesAnyLivePeerDownNamingTheApplication() {
+        rx.tearDownPeer(pa); // UP
+        assertEquals(Peer.State.FAILED, rx.peer(pa).state());
+        assertEquals("torn down by the application (tearDownPeer)", rx.peer(pa).failure());
+        try (KvPool other = Kv.pool(16)) { // a peer still in its handshake, nothing watching it
+            final TransferReceiver receiver = TransferReceiver.builder(other, Kv.identity()).heartbeat(Heartbeat.OFF)
+                .clock(new ManualClock()).build();
+            final int p = receiver.addPeer(new ScriptedLink());
+            receiver.doWork();
+            assertEquals(Peer.State.HANDSHAKE, receiver.peer(p).state());
+            receiver.tearDownPeer(p);
+            receiver.doWork();
+            assertEquals(Peer.State.FAILED, receiver.peer(p).state(), receiver.peer(p)::toString);
+            assertEquals(0, receiver.polledPeers(), "a torn-down peer is polled no more");
+            receiver.close();
+        }
+    }
+
+    @Test
     void aValidCompletionCommitsAndThePagesBecomeTheCallers() {
         final IncomingTransfer t = startOne(10);
         final Message.Descriptor d = a.sent(Message.Descriptor.class).getFirst();
