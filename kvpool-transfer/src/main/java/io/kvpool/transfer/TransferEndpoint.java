@@ -142,7 +142,11 @@ abstract class TransferEndpoint implements LinkListener, AutoCloseable {
         return peers.get(id);
     }
 
-    /** @return frames that did not decode (each closed its link) */
+    /**
+     * @return frames that did not decode, or that decoded but broke the protocol (a frame before the handshake, a
+     *         version the link does not speak, a second HELLO with another identity, one the engine could not act
+     *         on); each failed its link
+     */
     public long malformedFrames() {
         return malformedFrames.sum();
     }

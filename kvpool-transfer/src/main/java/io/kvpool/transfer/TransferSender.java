@@ -434,7 +434,9 @@ public final class TransferSender extends TransferEndpoint {
             maybeDrained(t); // nothing was posted: released now
         } else if (t == null && !early.containsKey(c.requestId()) && cancelledEarly.size() < MAX_EARLY_CANCELS) {
             // not offered yet: prefill may still be computing it. Kept so the offer ends when it comes
-            cancelledEarly.put(c.requestId(), new EarlyCancel(why, clock.nanoTime() + descriptorTimeoutNanos));
+            if (cancelledEarly.put(c.requestId(), new EarlyCancel(why, clock.nanoTime() + descriptorTimeoutNanos)) != null) {
+                metrics.cancelsIgnored.increment(); // the one it replaces ends nothing now
+            }
         } else {
             // under way or over (another attempt's, or this one's echo), a descriptor waiting for its offer, or too many kept
             metrics.cancelsIgnored.increment();

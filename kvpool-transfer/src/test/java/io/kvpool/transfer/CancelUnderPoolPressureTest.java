@@ -105,6 +105,23 @@ class CancelUnderPoolPressureTest {
     }
 
     @Test
+    void aSecondCancelBeforeTheOfferIsCountedOnce() {
+        // two rejections of request 9 before prefill offered it: one ends the offer, the other ended nothing
+        try (KvPool pool = Kv.pool(16)) {
+            final ScriptedLink link = new ScriptedLink();
+            final TransferSender sender = linkedSender(pool, link);
+            link.inject(new Message.Cancel(9, Message.Cancel.REJECTED, "decode pool full"));
+            link.inject(new Message.Cancel(9, Message.Cancel.REJECTED, "decode pool still full"));
+            sender.doWork();
+            final OutgoingTransfer t = offer(pool, sender, 9);
+            assertEquals(OutgoingTransfer.State.DRAINED, t.state(), t::toString);
+            assertEquals(1, sender.metrics().cancelled());
+            assertEquals(1, sender.metrics().cancelsIgnored(), "every CANCEL is counted once: one ended the offer");
+            sender.close();
+        }
+    }
+
+    @Test
     void aCancelThatComesBeforeItsOfferEndsTheOfferWhenItComes() {
         // decode refused request 9 while prefill was still computing it: the CANCEL is there before the offer
         try (KvPool pool = Kv.pool(16)) {

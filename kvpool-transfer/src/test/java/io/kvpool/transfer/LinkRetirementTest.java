@@ -59,6 +59,9 @@ class LinkRetirementTest extends TwoSenderReceiverFixture {
         assertEquals(1, rx.metrics().linksRetired());
         assertTrue(a.sent(Message.Cancel.class).stream().anyMatch(c -> c.requestId() == Message.Cancel.LINK
             && c.reason() == Message.Cancel.RETIRING), "the sender is told to open a fresh link");
+        final long requestCancels = java.util.stream.Stream.of(a, b).flatMap(l -> l.sent(Message.Cancel.class).stream())
+            .filter(c -> c.requestId() != Message.Cancel.LINK).count();
+        assertEquals(requestCancels, rx.metrics().cancelsSent(), "the link's notice is counted as a retirement, not as a request's CANCEL");
 
         final int descriptors = a.sent(Message.Descriptor.class).size();
         final IncomingTransfer refused = rx.start(100, 5, 0, pa);
