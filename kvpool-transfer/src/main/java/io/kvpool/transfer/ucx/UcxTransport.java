@@ -24,6 +24,7 @@ import java.util.Map;
 import java.util.Objects;
 import java.util.Optional;
 import java.util.concurrent.Callable;
+import java.util.concurrent.CancellationException;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.ConcurrentLinkedQueue;
 import java.util.concurrent.ExecutionException;
@@ -82,6 +83,10 @@ public final class UcxTransport implements AutoCloseable {
     volatile long closedWorkerGraceNanos = TimeUnit.SECONDS.toNanos(5);
     private long lastReap;
     private volatile boolean running = true;
+    /** Whether {@link #execute} takes commands; cleared by the owner thread under {@link #commands}' lock once it drained them. */
+    private boolean accepting = true;
+    /** How long a {@link #call} waits for the owner thread (tests shorten it). */
+    volatile Duration callTimeout = CALL_TIMEOUT;
     private volatile boolean closed;
     private final CompletableFuture<Void> stopped = new CompletableFuture<>();
 
@@ -211,7 +216,7 @@ public final class UcxTransport implements AutoCloseable {
     public UcxLink connect(Socket socket, String label, Duration timeout) {
         ensureOpen();
         final long myTag = nextTag.getAndIncrement();
-        final UcpWorker worker = call(() -> context.newWorker(new UcpWorkerParams()));
+        final UcpWorker worker = call(() -> context.newWorker(new UcpWorkerParams()), callTimeout, UcpWorker::close);
         final byte[] myAddress;
         try {
             myAddress = call(() -> {
@@ -257,7 +262,7 @@ public final class UcxTransport implements AutoCloseable {
             throw e;
         }
         final UcxLink link = new UcxLink(this, worker, label, myTag, peerTag);
-        call(() -> {
+        return call(() -> {
             try {
                 link.start(peerAddress);
             } catch (RuntimeException e) {
@@ -266,9 +271,11 @@ public final class UcxTransport implements AutoCloseable {
                     + " could not be created: " + e, e);
             }
             links.add(link); // progressed from now on
-            return null;
+            return link;
+        }, callTimeout, l -> { // the caller timed out and holds no link: nothing of it may stay
+            links.remove(l);
+            l.closeWorkerNow();
         });
-        return link;
     }
 
     private void closeWorker(UcpWorker w) {
@@ -291,21 +298,36 @@ public final class UcxTransport implements AutoCloseable {
         return Thread.currentThread() == thread;
     }
 
-    /** Queues a command for the owner thread (runs in queue order). */
+    /**
+     * Queues a command for the owner thread (runs in queue order). A command accepted here always runs: the owner
+     * thread stops accepting only once its queue is empty, under {@link #commands}' lock.
+     *
+     * @throws LinkFailedException if the transport closed
+     */
     void execute(Runnable r) {
-        if (!running) {
-            throw new LinkFailedException("UCX transport '" + name + "' is closed");
+        synchronized (commands) {
+            if (!accepting) {
+                throw new LinkFailedException("UCX transport '" + name + "' is closed");
+            }
+            commands.add(r);
         }
-        commands.add(r);
         LockSupport.unpark(thread);
     }
 
     /** Runs a command on the owner thread and waits for its result. */
     <T> T call(Callable<T> c) {
-        return call(c, CALL_TIMEOUT);
+        return call(c, callTimeout, null);
     }
 
-    <T> T call(Callable<T> c, Duration timeout) {
+    /**
+     * Runs a command on the owner thread and waits up to {@code timeout} for its result. A caller that gives up
+     * leaves nothing behind: the command does not run if it had not started, and what it returns if it had is
+     * handed to {@code ifAbandoned} (on the owner thread) to be released.
+     *
+     * @param ifAbandoned releases the result of a command whose caller gave up, or {@code null} if it holds nothing
+     * @throws TransferException if no answer came in time, or the command threw a checked exception
+     */
+    <T> T call(Callable<T> c, Duration timeout, java.util.function.Consumer<? super T> ifAbandoned) {
         if (isOwnerThread()) {
             try {
                 return c.call();
@@ -317,26 +339,46 @@ public final class UcxTransport implements AutoCloseable {
         }
         final CompletableFuture<T> f = new CompletableFuture<>();
         execute(() -> {
+            if (f.isDone()) {
+                return; // its caller gave up before it ran
+            }
+            final T v;
             try {
-                f.complete(c.call());
+                v = c.call();
             } catch (Throwable t) {
                 f.completeExceptionally(t);
+                return;
+            }
+            if (!f.complete(v) && ifAbandoned != null) {
+                ifAbandoned.accept(v); // its caller gave up while it ran: nobody else will release what it made
             }
         });
         try {
             return f.get(timeout.toMillis(), TimeUnit.MILLISECONDS);
         } catch (ExecutionException e) {
-            if (e.getCause() instanceof RuntimeException r) {
-                throw r;
-            }
-            throw new TransferException("UCX transport '" + name + "': " + e.getCause(), e.getCause());
+            throw rethrown(e);
         } catch (TimeoutException e) {
+            if (!f.completeExceptionally(new CancellationException("its caller gave up"))) {
+                try {
+                    return f.getNow(null); // it finished just now: the result is the caller's after all
+                } catch (java.util.concurrent.CompletionException done) {
+                    throw rethrown(done);
+                }
+            }
             throw new TransferException("UCX transport '" + name + "': no answer from the UCX thread within "
                 + timeout.toMillis() + " ms");
         } catch (InterruptedException e) {
+            f.completeExceptionally(new CancellationException("its caller was interrupted"));
             Thread.currentThread().interrupt();
             throw new TransferException("UCX transport '" + name + "': interrupted while waiting for the UCX thread");
         }
+    }
+
+    private RuntimeException rethrown(Exception e) {
+        if (e.getCause() instanceof RuntimeException r) {
+            return r;
+        }
+        return new TransferException("UCX transport '" + name + "': " + e.getCause(), e.getCause());
     }
 
     /** Owner thread: the storage's registration, made on first use (the whole storage, once). */
@@ -455,9 +497,18 @@ public final class UcxTransport implements AutoCloseable {
     }
 
     private void shutdown() {
-        Runnable r;
-        while ((r = commands.poll()) != null) {
-            runCommand(r);
+        // run what was queued, then stop accepting: under the queue's lock, so nothing is accepted after the last poll
+        while (true) {
+            Runnable r;
+            while ((r = commands.poll()) != null) {
+                runCommand(r);
+            }
+            synchronized (commands) {
+                if (commands.isEmpty()) {
+                    accepting = false;
+                    break;
+                }
+            }
         }
         final long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(5);
         for (UcxLink l : links) {
