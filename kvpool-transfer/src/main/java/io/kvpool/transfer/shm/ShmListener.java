@@ -38,6 +38,14 @@ public final class ShmListener implements AutoCloseable {
     private String lastRejection;
     private boolean closed;
 
+    /** Takes the next waiting connection, or {@code null} if none waits. */
+    interface Acceptor {
+        SocketChannel accept() throws IOException;
+    }
+
+    /** The server socket's accept (tests make it fail). */
+    Acceptor acceptor;
+
     /** @param pool the pool file exposed to every peer, or {@code null} for control frames only ({@link ShmTransport#listen(Path)}) */
     ShmListener(Path socketPath, MappedPageStorage pool) {
         this.socketPath = Objects.requireNonNull(socketPath, "socketPath");
@@ -58,6 +66,7 @@ public final class ShmListener implements AutoCloseable {
         } catch (IOException e) {
             throw new UncheckedIOException("cannot listen on unix socket " + socketPath + ": " + e.getMessage(), e);
         }
+        acceptor = server::accept;
     }
 
     /**
@@ -72,14 +81,29 @@ public final class ShmListener implements AutoCloseable {
         if (closed) {
             throw new IllegalStateException("shm listener on " + socketPath + " is closed");
         }
+        // first the connections already here: an accept that fails (no file descriptor left) must not stop them from
+        // being handed out or timed out, which frees descriptors
+        final ShmLink ready = advancePending();
+        if (ready != null) {
+            return ready;
+        }
         try {
-            for (SocketChannel c; (c = server.accept()) != null; ) {
+            for (SocketChannel c; (c = acceptor.accept()) != null; ) {
                 c.configureBlocking(false);
                 pending.add(new Pending(new ShmLink(c, socketPath.toString(), pool, false, ringDirectory), System.nanoTime()));
             }
         } catch (IOException e) {
             throw new UncheckedIOException("accept on unix socket " + socketPath + " failed: " + e.getMessage(), e);
         }
+        return advancePending();
+    }
+
+    /**
+     * Advances each connection's bootstrap: drops one that failed or timed out.
+     *
+     * @return the first that is ready (removed from the waiting ones), or {@code null}
+     */
+    private ShmLink advancePending() {
         final long now = System.nanoTime();
         for (Iterator<Pending> it = pending.iterator(); it.hasNext(); ) {
             final Pending p = it.next();

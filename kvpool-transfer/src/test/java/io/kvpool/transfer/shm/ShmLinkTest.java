@@ -70,6 +70,25 @@ class ShmLinkTest {
     }
 
     @Test
+    void aFailingAcceptStillServesTheConnectionsAlreadyWaiting() throws Exception {
+        // out of file descriptors, accept() throws every time: the connections already accepted must still be timed
+        // out (freeing theirs) and handed out, or the listener never recovers
+        listener.bootstrapTimeoutNanos = java.util.concurrent.TimeUnit.MILLISECONDS.toNanos(50);
+        final SocketChannel silent = SocketChannel.open(StandardProtocolFamily.UNIX);
+        toClose.add(silent);
+        silent.connect(UnixDomainSocketAddress.of(dir.resolve("sock")));
+        assertNull(listener.accept(), "accepted; its bootstrap never comes");
+        listener.acceptor = () -> {
+            throw new IOException("Too many open files");
+        };
+        Thread.sleep(100);
+        final java.io.UncheckedIOException e = assertThrows(java.io.UncheckedIOException.class, listener::accept);
+        assertTrue(e.getMessage().contains("Too many open files"), e.getMessage());
+        assertNotNull(listener.lastRejection(), "the silent connection was not timed out");
+        assertTrue(listener.lastRejection().contains("no bootstrap within 50 ms"), listener.lastRejection());
+    }
+
+    @Test
     void aConnectToAListenerThatDoesNotAcceptFailsInsteadOfBlocking() {
         // the listener's backlog (50) fills; a blocking connect would then wait for an accept that never comes,
         // freezing the caller's duty cycle and every other link on it
