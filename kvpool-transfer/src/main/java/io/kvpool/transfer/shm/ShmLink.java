@@ -166,6 +166,29 @@ public final class ShmLink implements PeerLink {
         return ringFile == null ? null : ringFile.file();
     }
 
+    /**
+     * Maps the ring a listener named: at its path or, if this process reaches the socket's directory by another path (a
+     * bind mount in a container), next to the socket as this process sees it. The nonce proves it is the ring named.
+     */
+    private ShmRingFile mapRing(Bootstrap b) {
+        final Path named = Path.of(b.ringFile());
+        try {
+            return ShmRingFile.map(named, b.ringNonce());
+        } catch (RuntimeException first) {
+            final Path socketDir = Path.of(socketName).toAbsolutePath().getParent();
+            final Path local = socketDir == null || named.getFileName() == null ? null : socketDir.resolve(named.getFileName());
+            if (local == null || local.equals(named)) {
+                throw first;
+            }
+            try {
+                return ShmRingFile.map(local, b.ringNonce());
+            } catch (RuntimeException second) {
+                first.addSuppressed(second);
+                throw first;
+            }
+        }
+    }
+
     /** {@return whether control frames go through the shared-memory rings (else through the socket)} */
     public boolean usesRings() {
         return ringIn != null;
@@ -479,7 +502,7 @@ public final class ShmLink implements PeerLink {
         }
         if (ownBootstrapSent && !b.ringFile().isEmpty()) {
             try {
-                ringFile = ShmRingFile.map(Path.of(b.ringFile()), b.ringNonce());
+                ringFile = mapRing(b);
             } catch (RuntimeException e) {
                 failHard("cannot map the peer's control ring " + b.ringFile() + ": " + e.getMessage());
                 return;

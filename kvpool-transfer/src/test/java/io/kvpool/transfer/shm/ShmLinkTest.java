@@ -195,6 +195,32 @@ class ShmLinkTest {
     }
 
     @Test
+    void aConnectorThatSeesTheSocketsDirectoryElsewhereStillFindsTheRing() throws IOException {
+        // the listener names the ring by its own path to the socket's directory; a connector that reaches that
+        // directory by another path (a bind mount in a container) finds the ring next to the socket as it sees it
+        final Path view = java.nio.file.Files.createSymbolicLink(dir.resolve("listeners-view"), dir);
+        listener.ringDirectory = view;
+        final ShmLink sender = ShmTransport.connect(dir.resolve("sock"));
+        toClose.add(sender);
+        final ShmLink[] receiver = new ShmLink[1];
+        await("accept", () -> receiver[0] != null, () -> receiver[0] = listener.accept());
+        toClose.add(receiver[0]);
+        java.nio.file.Files.delete(view); // the connector cannot reach the listener's path
+        final Recorder sink = new Recorder();
+        await("bootstrap", () -> sender.isReady() || !sink.failures.isEmpty(), () -> sender.poll(sink, 100));
+        assertEquals(List.of(), sink.failures);
+        assertTrue(sender.usesRings() && receiver[0].usesRings());
+        sender.send(WireCodec.encode(new Message.Refuse("over the ring")));
+        final Recorder r = new Recorder();
+        await("frame", () -> r.frames.size() == 1, () -> receiver[0].poll(r, 10));
+        assertEquals(new Message.Refuse("over the ring"), r.frames.get(0));
+        try (var left = java.nio.file.Files.list(dir)) {
+            assertEquals(List.of(), left.filter(f -> f.getFileName().toString().startsWith("kvpool-ring")).toList(),
+                "the connector deleted the ring's name once it mapped it");
+        }
+    }
+
+    @Test
     void theListenerDeletesARingNoPeerEverMapped() throws IOException {
         final Raw raw = raw(3);
         assertTrue(raw.link().usesRings());
