@@ -108,6 +108,39 @@ public final class Router implements AutoCloseable {
     private final ConcurrentHashMap<Long, DecodeCall> inFlight = new ConcurrentHashMap<>();
     /** Requests between decode's reservation and their decode call (with prefill): close gives theirs back at once. */
     private final java.util.Set<Long> reservedOnly = ConcurrentHashMap.newKeySet();
+    /**
+     * Threads inside a call to a role (reserve, prefill, start), which a stuck role process holds up to its call
+     * timeout: close() interrupts them, so that the request ends now as 503 {@code server_closing}. Guarded by itself.
+     */
+    private final java.util.Set<Thread> inRoleCall = new java.util.HashSet<>();
+
+    /** A call to a role that close() may interrupt. */
+    @FunctionalInterface
+    private interface RoleCall<T> {
+        T call() throws InterruptedException;
+    }
+
+    /**
+     * Runs a call to a role so that {@link #close} can interrupt it. A call that close() interrupted throws as the role
+     * does (RoleLostException from a remote role, InterruptedException from one in this JVM); the caller maps that to
+     * {@code server_closing} because {@link #closed} is set. No interrupt from close() survives the call.
+     */
+    private <T> T roleCall(RoleCall<T> c) throws InterruptedException {
+        final Thread me = Thread.currentThread();
+        synchronized (inRoleCall) {
+            inRoleCall.add(me);
+        }
+        try {
+            return c.call();
+        } finally {
+            synchronized (inRoleCall) {
+                inRoleCall.remove(me);
+            }
+            if (closed) {
+                Thread.interrupted(); // close() may have interrupted the call as it returned: the request's clean-up must not see it
+            }
+        }
+    }
     private volatile boolean closed;
     private volatile boolean draining;
 
@@ -194,7 +227,7 @@ public final class Router implements AutoCloseable {
             final Rejection noRoom;
             try {
                 askedDecode = true; // from here a reservation may exist (even if the call fails): the end gives it back
-                noRoom = decode.reserve(id, tenant, tokens.size(), maxTokens);
+                noRoom = roleCall(() -> decode.reserve(id, tenant, tokens.size(), maxTokens));
             } catch (DuplicateRequestException e) {
                 done = true; // decode reserved nothing under our id: the request decoding there under it is not ours
                 throw unavailable(e.getMessage());
@@ -202,6 +235,8 @@ public final class Router implements AutoCloseable {
                 throw refusedByRole(e);
             } catch (IllegalStateException e) { // the role was lost during the call, or closed with this router
                 throw closed ? serverClosing(id) : decodeUnavailable(lost("decode", e));
+            } catch (InterruptedException e) {
+                throw interruptedAtRole(id, e);
             }
             if (noRoom != null) {
                 done = true; // decode holds nothing for the request, and prefill was never asked
@@ -214,7 +249,7 @@ public final class Router implements AutoCloseable {
             final Rejection refused;
             try {
                 askedPrefill = true;
-                refused = prefill.prefill(id, tenant, tokens);
+                refused = roleCall(() -> prefill.prefill(id, tenant, tokens));
             } catch (DuplicateRequestException e) {
                 done = true; // nothing was offered under our id: the request in flight there under it is not ours to abort
                 decode.unreserve(id, "prefill refused request " + id + ": " + e.getMessage());
@@ -223,6 +258,8 @@ public final class Router implements AutoCloseable {
                 throw refusedByRole(e);
             } catch (IllegalStateException e) { // the role was lost during the call: what refuseIfKnownDown says once known
                 throw closed ? serverClosing(id) : prefillUnavailable(lost("prefill", e));
+            } catch (InterruptedException e) {
+                throw interruptedAtRole(id, e);
             }
             if (refused != null) {
                 done = true; // nothing was offered
@@ -232,11 +269,13 @@ public final class Router implements AutoCloseable {
             }
             throwIfGone(sink);
             try {
-                call = decode.start(id, tenant, tokens.size(), maxTokens);
+                call = roleCall(() -> decode.start(id, tenant, tokens.size(), maxTokens));
             } catch (RoleRefusedException e) {
                 throw refusedByRole(e);
             } catch (IllegalStateException e) { // as for prefill
                 throw closed ? serverClosing(id) : decodeUnavailable(lost("decode", e));
+            } catch (InterruptedException e) {
+                throw interruptedAtRole(id, e);
             }
             inFlight.put(id, call);
             reservedOnly.remove(id);
@@ -342,6 +381,14 @@ public final class Router implements AutoCloseable {
         if (decodeDown != null) {
             throw decodeUnavailable(decodeDown);
         }
+    }
+
+    /** An interrupt during a call to a role: close()'s (the server's shutdown), or the caller's own, passed on. */
+    private ApiError interruptedAtRole(long id, InterruptedException e) throws InterruptedException {
+        if (closed) {
+            return serverClosing(id);
+        }
+        throw e;
     }
 
     private ApiError serverClosing(long id) {
@@ -460,6 +507,9 @@ public final class Router implements AutoCloseable {
     @Override
     public void close() {
         closed = true;
+        synchronized (inRoleCall) { // a call to a stuck role process would hold its request up to the call timeout
+            inRoleCall.forEach(Thread::interrupt);
+        }
         // a request still with prefill gives decode's pages back now, not when prefill answers (the roles may be
         // closed by then, and a give-back then waits for the reservation to expire)
         reservedOnly.forEach(id -> {

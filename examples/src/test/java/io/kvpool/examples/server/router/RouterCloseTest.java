@@ -90,6 +90,64 @@ class RouterCloseTest {
     }
 
     @Test
+    void aRequestBlockedInACallToAStuckRoleEndsAs503ServerClosingWhenTheRouterCloses() throws Exception {
+        // a role process that does not answer holds the request thread in its HTTP call (up to the call timeout):
+        // close() must end that call now, so that the client reads the server's 503 before the server stops
+        final ServerConfig cfg = ServerTests.small().build();
+        try (InJvmRoles roles = InJvmRoles.start(cfg, Duration.ofSeconds(10))) {
+            final CountDownLatch entered = new CountDownLatch(1);
+            final PrefillService stuck = new PrefillService() {
+                @Override
+                public Rejection prefill(long requestId, String tenant, List<byte[]> tokens) {
+                    entered.countDown();
+                    try {
+                        Thread.sleep(30_000); // what RoleClient's HTTP call does with a stuck role: waits, interruptibly
+                    } catch (InterruptedException e) {
+                        Thread.currentThread().interrupt();
+                        throw new io.kvpool.examples.server.role.RoleLostException("prefill: interrupted while waiting", e);
+                    }
+                    return roles.prefill().prefill(requestId, tenant, tokens);
+                }
+
+                @Override
+                public void abort(long requestId, String why) {
+                    roles.prefill().abort(requestId, why);
+                }
+
+                @Override
+                public RoleStatus status() {
+                    return roles.prefill().status();
+                }
+
+                @Override
+                public int activeTransfers() {
+                    return roles.prefill().activeTransfers();
+                }
+
+                @Override
+                public void close() {
+                }
+            };
+            final Router router = new Router(cfg, stuck, roles.decode());
+            final CompletableFuture<Object> result = CompletableFuture.supplyAsync(() -> {
+                try {
+                    return router.complete("alice", new Router.Request("stuck at prefill", 3, false), NoSink.INSTANCE);
+                } catch (Exception e) {
+                    return e;
+                }
+            }, task -> Thread.ofPlatform().daemon().start(task)); // its own thread: a stuck one must not hold the common pool
+            assertTrue(entered.await(10, TimeUnit.SECONDS), "the request never reached prefill");
+            router.close();
+            final Object r = result.get(5, TimeUnit.SECONDS);
+            assertTrue(r instanceof ApiError, "expected a refusal, got " + r);
+            final ApiError e = (ApiError) r;
+            assertEquals(503, e.status(), e::getMessage);
+            assertTrue(e.body().toString().contains("server_closing"), () -> e.body().toString());
+            awaitNothingLeft(roles);
+        }
+    }
+
+    @Test
     void aRequestWhoseDecodeClosesWithTheRouterEndsAs503ServerClosing() throws Exception {
         assertServerClosing(true);
     }
