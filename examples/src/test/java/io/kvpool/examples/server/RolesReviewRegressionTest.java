@@ -144,19 +144,28 @@ class RolesReviewRegressionTest {
     }
 
     /**
-     * Was: the router trusted the role a status names: with --prefill-url pointing at the decode process (a wrong
-     * URL, or a process restarted with another role on that port) the merged /metrics reported decode twice — the
-     * series duplicated, which Prometheus rejects — and no prefill at all, instead of prefill as down.
+     * The router must not trust the role a status names: when a process of another role comes up at the prefill URL
+     * (a process restarted with another role on that port), the merged /metrics must report prefill as down, not
+     * decode twice (duplicated series, which Prometheus rejects) and no prefill at all. At startup such a URL stops the
+     * router (PreflightTest); here the wrong process comes after.
      */
     @Test
     void mergedMetricsReportAProcessOfTheWrongRoleAtAUrlAsThatRoleDown() throws Exception {
+        final int port = FixedPort.belowEphemeralRange();
+        final URI prefillUrl = URI.create("http://127.0.0.1:" + port + "/");
         try (KvServer router = KvServer.start(ServerTests.small().topology(Topology.DEFAULT.withRole(Topology.Role.ROUTER)
-            .withUrls(decode.baseUri(), decode.baseUri())).build())) {
-            final String text = router.metricsText();
-            final long upLines = text.lines().filter(l -> l.startsWith("kvpool_role_up{role=\"decode\"}")).count();
-            assertTrue(Metrics.parse(text).get("kvpool_role_up{role=\"prefill\"}") == 0 && upLines == 1,
+            .withUrls(prefillUrl, decode.baseUri())).build());
+             RoleServer wrong = RoleServer.start(ServerTests.small().role(Topology.Role.DECODE)
+                 .workDir(java.nio.file.Files.createTempDirectory(dir, "wrong")).port(port).build())) {
+            final String[] text = {""};
+            Await.until(() -> {
+                text[0] = router.metricsText();
+                return text[0].contains("kvpool_role_up{role=\"prefill\"}");
+            }, WAIT, () -> "the prefill series: " + text[0]);
+            final long upLines = text[0].lines().filter(l -> l.startsWith("kvpool_role_up{role=\"decode\"}")).count();
+            assertTrue(Metrics.parse(text[0]).get("kvpool_role_up{role=\"prefill\"}") == 0 && upLines == 1,
                 () -> "expected prefill down and decode once; got " + upLines + " decode series and: "
-                    + text.lines().filter(l -> l.startsWith("kvpool_role_up")).toList());
+                    + text[0].lines().filter(l -> l.startsWith("kvpool_role_up")).toList());
         }
     }
 
