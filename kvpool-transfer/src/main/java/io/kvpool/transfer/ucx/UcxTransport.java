@@ -320,12 +320,16 @@ public final class UcxTransport implements AutoCloseable {
     }
 
     /**
-     * Runs a command on the owner thread and waits up to {@code timeout} for its result. A caller that gives up
-     * leaves nothing behind: the command does not run if it had not started, and what it returns if it had is
-     * handed to {@code ifAbandoned} (on the owner thread) to be released.
+     * Runs a command on the owner thread and waits up to {@code timeout} for its result. A command that makes
+     * something ({@code ifAbandoned} given) leaves nothing behind when its caller gives up (times out or is
+     * interrupted): it does not run if it had not started, and what it returns if it had is handed to
+     * {@code ifAbandoned} (on the owner thread) to be released. A command without one always runs, so that a
+     * command that releases something (a close, a teardown) is never lost to its caller's impatience.
      *
-     * @param ifAbandoned releases the result of a command whose caller gave up, or {@code null} if it holds nothing
-     * @throws TransferException if no answer came in time, or the command threw a checked exception
+     * @param ifAbandoned releases the result of a command whose caller gave up; {@code null} for a command that must
+     *                    run whatever its caller does
+     * @throws TransferException if no answer came in time, the caller was interrupted, or the command threw a checked
+     *                           exception
      */
     <T> T call(Callable<T> c, Duration timeout, java.util.function.Consumer<? super T> ifAbandoned) {
         if (isOwnerThread()) {
@@ -339,8 +343,8 @@ public final class UcxTransport implements AutoCloseable {
         }
         final CompletableFuture<T> f = new CompletableFuture<>();
         execute(() -> {
-            if (f.isDone()) {
-                return; // its caller gave up before it ran
+            if (ifAbandoned != null && f.isDone()) {
+                return; // it makes something, and its caller gave up before it ran: nobody would take it
             }
             final T v;
             try {
@@ -359,18 +363,25 @@ public final class UcxTransport implements AutoCloseable {
             throw rethrown(e);
         } catch (TimeoutException e) {
             if (!f.completeExceptionally(new CancellationException("its caller gave up"))) {
-                try {
-                    return f.getNow(null); // it finished just now: the result is the caller's after all
-                } catch (java.util.concurrent.CompletionException done) {
-                    throw rethrown(done);
-                }
+                return resultOf(f); // it finished just now: the result is the caller's after all
             }
             throw new TransferException("UCX transport '" + name + "': no answer from the UCX thread within "
                 + timeout.toMillis() + " ms");
         } catch (InterruptedException e) {
-            f.completeExceptionally(new CancellationException("its caller was interrupted"));
             Thread.currentThread().interrupt();
+            if (!f.completeExceptionally(new CancellationException("its caller was interrupted"))) {
+                return resultOf(f); // it finished just now: the caller takes it (and keeps its interrupt)
+            }
             throw new TransferException("UCX transport '" + name + "': interrupted while waiting for the UCX thread");
+        }
+    }
+
+    /** @return the result of a command that completed, or what it threw */
+    private <T> T resultOf(CompletableFuture<T> f) {
+        try {
+            return f.getNow(null);
+        } catch (java.util.concurrent.CompletionException done) {
+            throw rethrown(done);
         }
     }
 
