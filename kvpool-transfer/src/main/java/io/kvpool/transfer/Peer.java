@@ -12,6 +12,7 @@ import io.kvpool.transfer.spi.PeerLink;
  *       │  REFUSE received                        ─▶ REFUSED
  *       │  any other frame first, malformed frame  ─▶ FAILED
  *       │  nothing for the heartbeat's idle + timeout (heartbeat on) ─▶ FAILED
+ *       │  the engine closed, the receiver's tearDownPeer            ─▶ FAILED
  *   UP ──link failed, malformed frame, heartbeat unanswered, close, teardown──▶ FAILED   (REFUSE received ─▶ REFUSED)
  *    │
  *    │ receiver: a suspect write on a link that cannot revoke one registration (it sends CANCEL(link, retiring))

@@ -174,6 +174,9 @@ class CompletionApiTest {
             assertEquals(max, huge.path("max_tokens").asText(), huge::toString);
             assertTrue(huge.path("message").asText().contains(max), huge::toString);
         }
+        final JsonNode edge = expect(client.post("/v1/completions", key, "{\"prompt\": \"hi\", \"max_tokens\": " + Long.MAX_VALUE + "}"),
+            400, "invalid_request_error", "context_too_long");
+        assertTrue(edge.path("message").asText().startsWith("request of more than " + Long.MAX_VALUE + " tokens"), edge::toString);
 
         // a body over the limit: 413 naming the limit
         final JsonNode big = expect(client.complete("alice", "x".repeat(5000), 1, false), 413, "request_too_large", "body_too_large");

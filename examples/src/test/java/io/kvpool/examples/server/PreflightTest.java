@@ -72,7 +72,8 @@ class PreflightTest {
             // no wait makes a miswired URL the role asked for: refused, not "not up yet"
             final IllegalStateException e = assertThrows(IllegalStateException.class,
                 () -> KvServer.start(routerOver(roles.decode, roles.prefill, false)));
-            assertTrue(e.getMessage().contains("MISMATCH prefill role: the decode role answers at its URL, the router expects prefill"),
+            assertTrue(e.getMessage().contains("MISMATCH prefill role: the decode role answers at its URL (")
+                && e.getMessage().contains(roles.decode.baseUri().toString()) && e.getMessage().contains("the router expects prefill"),
                 e::getMessage);
             assertTrue(e.getMessage().contains("MISMATCH decode role: the prefill role answers at its URL"), e::getMessage);
             assertEquals(1, run("preflight", "--prefill-url", roles.decode.baseUri().toString(), "--decode-url",

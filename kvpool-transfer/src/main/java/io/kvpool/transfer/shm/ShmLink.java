@@ -504,7 +504,8 @@ public final class ShmLink implements PeerLink {
             try {
                 ringFile = mapRing(b);
             } catch (RuntimeException e) {
-                failHard("cannot map the peer's control ring " + b.ringFile() + ": " + e.getMessage());
+                failHard("cannot map the peer's control ring " + b.ringFile() + ": " + e.getMessage()
+                    + (e.getSuppressed().length > 0 ? "; nor next to the socket as this process sees it: " + e.getSuppressed()[0].getMessage() : ""));
                 return;
             }
             ringFile.deleteFile(); // mapped: the name is no longer needed by anyone

@@ -204,7 +204,8 @@ public final class Router implements AutoCloseable {
             n.put("max_tokens", req.maxTokens());
             n.put("requested_tokens", requested);
             n.put("max_context_tokens", config.contextTokens());
-            throw reject(new Rejection("router", Rejection.Reason.CONTEXT_TOO_LONG, "request of " + requested
+            throw reject(new Rejection("router", Rejection.Reason.CONTEXT_TOO_LONG, "request of "
+                + (requested == Long.MAX_VALUE ? "more than " + Long.MAX_VALUE : Long.toString(requested))
                 + " tokens (" + tokens.size() + " prompt + " + req.maxTokens() + " max_tokens) exceeds the max context of "
                 + config.contextTokens() + " tokens", n));
         }
