@@ -125,6 +125,9 @@ public final class DecodeRole implements DecodeService, MeteredRole {
     private final LongAdder giveBacksNotKept = new LongAdder();
     private final LongAdder generated = new LongAdder();
     private final LongAdder links = new LongAdder();
+    private final LongAdder acceptFailures = new LongAdder();
+    private static final long ACCEPT_WARNING_INTERVAL_NANOS = java.util.concurrent.TimeUnit.SECONDS.toNanos(10);
+    private long nextAcceptWarning = System.nanoTime(); // duty thread only
     private volatile boolean closed;
 
     /**
@@ -414,9 +417,20 @@ public final class DecodeRole implements DecodeService, MeteredRole {
 
     private int work() {
         int n = 0;
-        for (PeerLink l; (l = listener.accept()) != null; n++) {
-            senders.add(receiver.addPeer(new GrantingLink(l, grants)));
-            links.increment();
+        try {
+            for (PeerLink l; (l = listener.accept()) != null; n++) {
+                senders.add(receiver.addPeer(new GrantingLink(l, grants)));
+                links.increment();
+            }
+        } catch (RuntimeException e) {
+            // e.g. out of file descriptors: new links wait, but the links already up and their deadlines must not
+            acceptFailures.increment();
+            final long now = System.nanoTime();
+            if (now - nextAcceptWarning >= 0) {
+                nextAcceptWarning = now + ACCEPT_WARNING_INTERVAL_NANOS;
+                LOG.log(System.Logger.Level.WARNING, "decode: accepting links at " + listener.describe() + " failed ("
+                    + acceptFailures.sum() + " times so far; logged at most every 10 s): " + e);
+            }
         }
         n += receiver.doWork();
         senderPeer = -1;
@@ -501,6 +515,7 @@ public final class DecodeRole implements DecodeService, MeteredRole {
         c.put("give_backs_not_kept", giveBacksNotKept.sum());
         c.put("generated_tokens", generated.sum());
         c.put("links_accepted", links.sum());
+        c.put("accept_failures", acceptFailures.sum());
         c.put("quarantine_releases", receiver.metrics().quarantineReleases());
         final Map<String, Long> g = new LinkedHashMap<>();
         g.put(RoleStatus.ACTIVE_TRANSFERS, (long) activeTransfers);

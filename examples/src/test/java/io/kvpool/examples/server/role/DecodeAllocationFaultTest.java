@@ -116,7 +116,7 @@ class DecodeAllocationFaultTest {
     }
 
     /** Connects prefill's sender to the decode role and drives the sender until both sides are up. */
-    private static void connect(Path socket, TransferSender sender, DecodeRole decode) throws IOException, InterruptedException {
+    static void connect(Path socket, TransferSender sender, DecodeRole decode) throws IOException, InterruptedException {
         final ShmLink link = ShmTransport.connect(socket);
         final LinkListener bootstrap = new LinkListener() {
             @Override public void onFrame(PeerLink l, ByteBuffer frame) { }
