@@ -199,8 +199,58 @@ public final class CompletionClient implements AutoCloseable {
             e.path("message").asText(cut(body)));
     }
 
+    /**
+     * Closes a stream that sent nothing for the client's timeout (the request's own timeout ends with the headers): a
+     * request hung in the server must not hold a load thread, and with it the run's report, for ever.
+     */
+    private final class StallGuard implements AutoCloseable {
+        private volatile long lastProgress = System.nanoTime();
+        private volatile boolean fired;
+        private final Thread watcher;
+
+        StallGuard(InputStream in) {
+            watcher = Thread.ofVirtual().start(() -> {
+                try {
+                    for (long idle; (idle = System.nanoTime() - lastProgress) < timeout.toNanos(); ) {
+                        Thread.sleep(Duration.ofNanos(timeout.toNanos() - idle));
+                    }
+                    fired = true;
+                    in.close(); // unblocks the read
+                } catch (InterruptedException | IOException e) {
+                    // the stream ended first, or was closed already
+                }
+            });
+        }
+
+        void progress() {
+            lastProgress = System.nanoTime();
+        }
+
+        boolean fired() {
+            return fired;
+        }
+
+        @Override
+        public void close() {
+            watcher.interrupt();
+        }
+    }
+
     /** A stream: comments, one chunk per token, a last chunk with {@code usage} and {@code kvpool}, {@code [DONE]}. */
     private Outcome stream(Shot s, InputStream in, long t0) throws IOException {
+        final StallGuard guard = new StallGuard(in);
+        try (guard) {
+            return stream(s, in, t0, guard);
+        } catch (IOException e) {
+            if (guard.fired()) {
+                return unexpected(s, 200, "stream_stalled", System.nanoTime() - t0, Set.of(),
+                    "nothing came on the stream for " + timeout.toMillis() + " ms: " + e);
+            }
+            throw e;
+        }
+    }
+
+    private Outcome stream(Shot s, InputStream in, long t0, StallGuard guard) throws IOException {
         final BufferedReader r = new BufferedReader(new InputStreamReader(in, StandardCharsets.UTF_8));
         final StringBuilder text = new StringBuilder();
         final StringBuilder raw = new StringBuilder();
@@ -209,6 +259,7 @@ public final class CompletionClient implements AutoCloseable {
         JsonNode last = null;
         JsonNode error = null;
         for (String line; (line = r.readLine()) != null; ) {
+            guard.progress();
             if (line.startsWith(": admitted") && s.abortAfter() == 0) {
                 return aborted(s, t0, ttft, tokens, text);
             }

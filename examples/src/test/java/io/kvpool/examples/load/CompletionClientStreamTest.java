@@ -13,6 +13,7 @@ import java.util.concurrent.Executors;
 import java.util.concurrent.Future;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertTimeoutPreemptively;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 /** How the load generator's client ends a stream: it reads past {@code [DONE]} to the end before it lets go. */
@@ -86,6 +87,25 @@ class CompletionClientStreamTest {
             assertEquals(Outcome.Kind.UNEXPECTED, o.kind(), o.toString());
             assertEquals("no_end_after_done", o.reason(), o.toString());
             assertTrue(ms < 1_900, "gave up after " + ms + " ms, the timeout is 300 ms and the stream ends at 2,000");
+        }
+    }
+
+    /** A stream that stops before {@code [DONE]} (a request hung in the server) is given up once it sent nothing for the timeout. */
+    @Test
+    void aStreamThatStallsBeforeDoneIsGivenUpAfterTheTimeout() throws Exception {
+        try (HttpFront front = HttpFront.start("127.0.0.1", 0, HttpLimits.DEFAULTS, call -> {
+                call.startStream(200, "text/event-stream");
+                call.write(": admitted; waiting for the KV transfer\n\n");
+                Thread.sleep(5_000); // the request hangs after its headers
+                call.endStream();
+            });
+             CompletionClient client = new CompletionClient(front.baseUri(), Duration.ofMillis(300), 1 << 20)) {
+            final long t0 = System.nanoTime();
+            final Outcome o = assertTimeoutPreemptively(Duration.ofSeconds(4), () -> client.send(streamed(0)));
+            final long ms = (System.nanoTime() - t0) / 1_000_000;
+            assertEquals(Outcome.Kind.UNEXPECTED, o.kind(), o.toString());
+            assertEquals("stream_stalled", o.reason(), o.toString());
+            assertTrue(ms < 3_000, "gave up after " + ms + " ms; the timeout is 300 ms");
         }
     }
 
