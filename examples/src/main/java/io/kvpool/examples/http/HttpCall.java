@@ -264,13 +264,20 @@ public final class HttpCall {
     }
 
     /**
-     * After the handler returned: ends what it left open. A stream is ended; a call never answered gets a 500
-     * (a handler must answer; this one did not). Handler thread.
+     * After the handler returned: ends what it left open. A stream is ended, unless the handler failed or was
+     * interrupted: a stream ended with its terminal chunk reads as complete, so that one is cut instead. A call never
+     * answered gets a 500 (a handler must answer; this one did not). Handler thread.
      */
     void finish(Throwable failure) {
         try {
             switch (state) {
-                case STREAMING -> endStream();
+                case STREAMING -> {
+                    if (failure != null || Thread.currentThread().isInterrupted()) {
+                        throw new IOException("the handler of " + method + " " + path() + (failure != null ? " failed: " + failure
+                            : " was interrupted") + " mid-stream");
+                    }
+                    endStream();
+                }
                 case OPEN -> respondError(500, "server_error", "internal_error", failure == null
                     ? "the handler of " + method + " " + path() + " returned without an answer"
                     : "internal error: " + failure, Map.of(), 0);

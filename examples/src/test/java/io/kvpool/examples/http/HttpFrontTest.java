@@ -106,6 +106,43 @@ class HttpFrontTest {
         return head.toString();
     }
 
+    @Test
+    void aStreamWhoseHandlerFailsIsCutNotEnded() throws Exception {
+        // a chunked stream that ends with its terminal chunk reads as complete: a handler that failed mid-stream, or
+        // was interrupted (the front closing), must leave it visibly cut
+        for (boolean interrupted : new boolean[] {false, true}) {
+            start(HttpLimits.DEFAULTS, call -> {
+                call.startStream(200, "text/event-stream");
+                call.write("data: part\n\n");
+                if (interrupted) {
+                    Thread.currentThread().interrupt(); // what a handler that caught InterruptedException leaves
+                    return;
+                }
+                throw new IllegalStateException("the handler failed mid-stream");
+            });
+            try (Socket s = connect()) {
+                s.setSoTimeout(3_000); // an ended stream keeps its connection open: no close would come
+                send(s, "GET /s HTTP/1.1\r\nHost: x\r\n\r\n");
+                final ByteArrayOutputStream got = new ByteArrayOutputStream();
+                boolean closed = false;
+                try {
+                    closed = s.getInputStream().transferTo(got) >= 0; // returns once the server closed
+                } catch (java.net.SocketTimeoutException stillOpen) {
+                    // not cut
+                } catch (SocketException reset) {
+                    closed = true;
+                }
+                final String all = got.toString(StandardCharsets.ISO_8859_1);
+                final String what = interrupted ? "interrupted" : "failed";
+                assertTrue(all.contains("data: part"), all);
+                assertFalse(all.endsWith("0\r\n\r\n"), () -> what + ", yet ended: " + all);
+                assertTrue(closed, () -> what + ", yet the connection stays open: " + all);
+            }
+            front.close();
+            front = null;
+        }
+    }
+
     private static final HttpHandler ECHO = call -> call.respond(200, "text/plain", (call.method() + " " + call.uri() + " "
         + call.body().length).getBytes(StandardCharsets.UTF_8));
 
