@@ -29,7 +29,8 @@ import java.util.Arrays;
  *   publish page i:  index[hash] = slot, key = (digest(page i-1), salt, ids) — unless the slot or the hash is taken
  *   lookup page i:   index[hash] → slot whose key is exactly (digest of the prompt's pages before i, salt, ids)
  * </pre>
- * Not thread-safe: every method is called under the pool lock.
+ * Not thread-safe: every method is called under the pool lock, except {@link #isPublished}, which
+ * {@link PrefixSharing} reads without it after a volatile read of the page's state word (see there why that suffices).
  */
 final class PrefixCache {
 

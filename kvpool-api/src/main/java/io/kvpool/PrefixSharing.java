@@ -138,9 +138,15 @@ final class PrefixSharing {
         return SlotStateMachine.refcount(slots.wordVolatile(slot)) > 1 || index.isPublished(slot);
     }
 
-    /** @return the page's refcount, or -1 if it holds a published prefix */
+    /**
+     * @return the page's refcount, or -1 if it holds a published prefix. The state word is read first, as in
+     *         {@link #mustCopyBeforeWrite}: a holder that published the page and left did so before its release, which
+     *         that volatile read observes, so the published mark read after it is current. Read the other way round,
+     *         a publication between the two reads would be missed while its holder's release is seen.
+     */
     int refcountUnlessPublished(int slot) {
-        return index.isPublished(slot) ? -1 : SlotStateMachine.refcount(slots.wordVolatile(slot));
+        final int refcount = SlotStateMachine.refcount(slots.wordVolatile(slot));
+        return index.isPublished(slot) ? -1 : refcount;
     }
 
     /** Truncate into a published page only the caller holds: it leaves the index, so it can be written in place. */

@@ -380,8 +380,20 @@ class ApiReviewRegressionTest {
             armedFor = Thread.currentThread();
         }
 
+        /** Whether the hook runs before the read it is armed for (it sees the hook's effect), else after it. */
+        volatile boolean before;
+
         public long getVolatile(int i) {
+            if (before) {
+                fireHook(i);
+                return d.getVolatile(i);
+            }
             final long w = d.getVolatile(i);
+            fireHook(i);
+            return w;
+        }
+
+        private void fireHook(int i) {
             if (i == hookSlot && Thread.currentThread() == armedFor && hook != null) {
                 if (skip-- <= 0) {
                     final Runnable r = hook;
@@ -389,7 +401,6 @@ class ApiReviewRegressionTest {
                     r.run();
                 }
             }
-            return w;
         }
 
         public boolean compareAndSet(int i, long e, long u) { return d.compareAndSet(i, e, u); }
@@ -398,6 +409,56 @@ class ApiReviewRegressionTest {
     }
 
     private static final int TPP = TestPools.SMALL.tokensPerPage();
+
+    /**
+     * A beam-search step over two forks sharing a partial page while the third holder publishes it and leaves, on
+     * another thread, at every point of the step's reads of that page's state word: the last fork may write in place
+     * only into a page nobody published (a published prefix is immutable whoever holds it).
+     */
+    @Test
+    void aBatchStepNeverWritesInPlaceIntoAPageAnotherThreadPublishedMeanwhile() throws Exception {
+        final int[] ids = new int[TPP];
+        for (int t = 0; t < TPP; t++) {
+            ids[t] = 1 + t;
+        }
+        for (int skip = 0; skip < 8; skip++) {
+            final CountingHookWords[] words = new CountingHookWords[1];
+            final KvPoolBuilder b = TestPools.builder(8);
+            b.slotWords = n -> words[0] = new CountingHookWords(n);
+            try (KvPool pool = b.build()) {
+                final Sequence s1 = pool.admit(TPP, 2).sequence();
+                s1.append(TPP);
+                TokenTags.writeSequence(s1, 1, 0, TPP); // every vector written, so publish accepts the page
+                final Sequence s2 = s1.fork(), s3 = s1.fork();
+                s2.truncate(1);
+                s3.truncate(1); // X: partial for both forks, held by three
+                final int x = s1.pageIndex(0);
+                final boolean[] published = new boolean[1];
+                words[0].before = true;
+                words[0].arm(x, skip, () -> { // the publisher, on its own thread, while the step is between two reads
+                    final Thread t = Thread.ofPlatform().start(() -> {
+                        s1.publish(ids, 42L);
+                        s1.close();
+                    });
+                    try {
+                        t.join(10_000);
+                    } catch (InterruptedException e) {
+                        throw new AssertionError(e);
+                    }
+                    published[0] = true;
+                });
+                pool.appendEach(new Sequence[] {s2, s3}, 2, 1);
+                final int fired = skip;
+                assertFalse(published[0] && s3.pageIndex(0) == x, () -> "skip " + fired + ": s3 appended in place into slot "
+                    + x + ", which s1 published during the step");
+                s2.close();
+                s3.close();
+                if (!published[0]) {
+                    s1.close();
+                }
+            }
+        }
+    }
 
     // ---------------------------------------------------------------------------------------------
     // Concurrency review (2026-11-30). C1 (HIGH): the `unfilled` mark was honoured only by takeFreePageLocked. When the cache owner (the
