@@ -508,7 +508,8 @@ public final class KvPool implements AutoCloseable {
             closed = true;
             allocator.drainReturnedLocked();
             snap = metrics.read();
-            lifetime.retainedAtClose(snap.receiving() + snap.draining() + snap.quarantined());
+            // not snap's three counts: read one after another, a page moving between pinned phases may be in two
+            lifetime.retainedAtClose(slots.counts().pinnedAtMostOnce());
         } finally {
             lock.unlock();
         }

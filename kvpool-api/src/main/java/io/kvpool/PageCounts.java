@@ -67,6 +67,33 @@ final class PageCounts {
         }
     }
 
+    /** Test seam: runs between the reads of {@link #pinnedAtMostOnce} ({@code null} in production). */
+    volatile Runnable betweenPinnedReads;
+
+    /**
+     * The pages in a pinned phase, read while they may move between those phases (a transport ending its receives as
+     * the pool closes), counting each at most once. Moves go RECEIVING → DRAINING → QUARANTINED, and every move
+     * decrements its old count before it increments its new one ({@link #moved}, and {@link #add} in index order), so
+     * counts read against that direction may miss a page that moved meanwhile but never count it twice. Read along it,
+     * a page could be seen in RECEIVING and then again in DRAINING.
+     *
+     * @return the pinned pages, none counted twice (one that moved during the read may be missed)
+     */
+    long pinnedAtMostOnce() {
+        final long q = quarantined.sum();
+        betweenReads();
+        final long d = draining.sum();
+        betweenReads();
+        return q + d + receiving.sum();
+    }
+
+    private void betweenReads() {
+        final Runnable r = betweenPinnedReads;
+        if (r != null) {
+            r.run();
+        }
+    }
+
     /** The counts themselves as a sink: every move lands at once. */
     final Sink now = (which, n) -> adder(which).add(n);
 

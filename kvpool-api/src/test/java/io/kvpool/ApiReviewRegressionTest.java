@@ -272,6 +272,34 @@ class ApiReviewRegressionTest {
     }
 
     @Test
+    void closeCountsAPageMovingBetweenPinnedPhasesOnceAndStillReleasesTheStorage() throws Exception {
+        // a transport ends its receives as the pool closes: a page moves RECEIVING → DRAINING between close's reads of
+        // the pinned counts. Counted twice, the count would never reach zero after the last unpin: storage kept for good
+        for (int at = 0; at < 2; at++) {
+            final KvPool pool = TestPools.pool(4);
+            final long moving = pool.tryAllocate(), still = pool.tryAllocate();
+            pool.handles().pinWriter(moving);
+            pool.handles().pinWriter(still);
+            final PageCounts counts = pool.slotTable().counts();
+            final int[] gap = {0};
+            final int moveAt = at;
+            counts.betweenPinnedReads = () -> {
+                if (gap[0]++ == moveAt) {
+                    pool.handles().beginDrain(moving);
+                }
+            };
+            pool.close();
+            counts.betweenPinnedReads = null;
+            assertEquals(2, gap[0], "close counts the pinned pages with pinnedAtMostOnce");
+            final long counted = pool.lifetime().pinnedAfterClose();
+            assertTrue(counted <= 2, "2 pages pinned, " + counted + " counted (the move after read " + (at + 1) + ")");
+            pool.handles().drained(moving);
+            pool.handles().commitReceive(still);
+            assertThrows(IllegalStateException.class, () -> pool.storage().hostPage(0), "every pin ended: the storage goes");
+        }
+    }
+
+    @Test
     void theLastUnpinAfterCloseReleasesTheStorageEvenWhenAnUnpinRacesCloseItself() throws Exception {
         final CountingHookWords[] words = new CountingHookWords[1];
         final KvPoolBuilder b = TestPools.builder(4);
