@@ -466,11 +466,22 @@ public final class Sequence implements AutoCloseable {
     public Sequence fork() {
         final Sequence child = tryFork();
         if (child == null) {
-            throw new PoolExhaustedException("fork needs " + (forkGrowth() + forkCowPage()) + " pages reserved for the child ("
-                + forkCowPage() + " of them for copy-on-write of the shared last page); " + lastForkAvailable
-                + " are free and unreserved");
+            final int cowPage = forkCowPage(), growth = forkGrowth();
+            final int parentCredit = forkParentCredit(cowPage, growth);
+            throw new PoolExhaustedException("fork needs " + (parentCredit + growth + cowPage) + " pages reserved: "
+                + (growth + cowPage) + " for the child (" + cowPage + " of them for copy-on-write of the shared last page)"
+                + (parentCredit > 0 ? " and " + parentCredit + " for this sequence's own copy of it" : "") + "; "
+                + lastForkAvailable + " are free and unreserved");
         }
         return child;
+    }
+
+    /**
+     * The parent's copy-on-write credit for a fork: added only if its reservation does not already cover its growth
+     * plus one copy, so a parent forked (and its children closed) many times never accumulates credits.
+     */
+    private int forkParentCredit(int cowPage, int growth) {
+        return Math.max(0, Math.min(cowPage, growth + cowPage - reservedPages));
     }
 
     /**
@@ -485,9 +496,7 @@ public final class Sequence implements AutoCloseable {
         ensureOpen();
         final int cowPage = forkCowPage();
         final int growth = forkGrowth();
-        // the parent's copy-on-write credit: added only if its reservation does not already cover its growth
-        // plus one copy, so a parent forked (and its children closed) many times never accumulates credits
-        final int parentCredit = Math.max(0, Math.min(cowPage, growth + cowPage - reservedPages));
+        final int parentCredit = forkParentCredit(cowPage, growth);
         final long parentAdded = pool.allocations().tryReserveForFork(this, parentCredit, growth + cowPage);
         if (parentAdded < 0) {
             lastForkAvailable = -1 - parentAdded;

@@ -90,8 +90,9 @@ class SequenceContractTest {
             final Sequence other = pool.admit(TPP, 0).sequence();  // 1 of the 2 free pages reserved
             assertNull(s.tryFork());
             final PoolExhaustedException e = assertThrows(PoolExhaustedException.class, s::fork);
-            assertEquals("fork needs 1 pages reserved for the child (1 of them for copy-on-write of the shared last page); "
-                + "1 are free and unreserved", e.getMessage());
+            // the child's copy of the shared last page, and this sequence's own: 2 needed, 1 free
+            assertEquals("fork needs 2 pages reserved: 1 for the child (1 of them for copy-on-write of the shared last page) "
+                + "and 1 for this sequence's own copy of it; 1 are free and unreserved", e.getMessage());
             other.close();
             s.fork().close();
             s.close();
