@@ -37,8 +37,9 @@ import java.util.function.BiFunction;
  * <ul>
  *   <li><b>Lock-free, any thread</b>: {@link #retain}, {@link #release}, {@link #validate}, {@link #page},
  *       {@link #state}, {@link #metrics()} and the writer-pin steps of {@link #handles()} except
- *       {@code pinWriter}. Each is linearizable at the single CAS of its slot's state word (or its read).
- *       A release that frees a page fills it and pushes it to the return stack without the lock.</li>
+ *       {@code pinWriter}, {@code pinWriters} and {@code appendPinned}. Each is linearizable at the single CAS of its
+ *       slot's state word (or its read). A release that frees a page fills it and pushes it to the return stack
+ *       without the lock; one that retires a published page takes the lock to take it out of the prefix index.</li>
  *   <li><b>Thread-safe, serialized by the pool lock</b> (typically the scheduler thread): admission
  *       ({@link #admit}, {@link #tryReserve}, {@link #openSequence}, {@link #cancelReservation}),
  *       allocation ({@link #tryAllocate} and {@link Sequence}s), {@code pinWriter}, {@link #snapshot}
@@ -491,10 +492,12 @@ public final class KvPool implements AutoCloseable {
      * Closes the pool. Idempotent. Outstanding pages, sequences and reservations are reported loudly (an
      * ERROR log with counts by state, also available from {@link #closeReport()}). Memory is released
      * unless pages are still pinned for remote writes (RECEIVING, DRAINING, QUARANTINED): a peer may still
-     * write into it, so the storage stays allocated until the last pin ends (the steps that end pins are
-     * still accepted). The read-only views ({@link #snapshot()}, {@link #metrics()}, {@link #verifyAccounting()},
-     * {@link #stateOfSlot}, {@link #refcountOfSlot}, {@link #closeReport()}, the getters) keep working; every
-     * other operation throws {@link IllegalStateException}.
+     * write into it, so the storage stays allocated until the last pin ends. While it stays, the pool accepts the
+     * transport's steps that move or end a pin ({@link TransportHandles}) and releases of references, so that the
+     * transport can finish; no new reference or pin is taken ({@link #retain}, {@code pinWriter} throw). The
+     * read-only views ({@link #snapshot()}, {@link #metrics()}, {@link #verifyAccounting()}, {@link #stateOfSlot},
+     * {@link #refcountOfSlot}, {@link #closeReport()}, the getters) keep working; every other operation throws
+     * {@link IllegalStateException}, as everything but those views does once the storage is released.
      */
     @Override
     public void close() {

@@ -272,6 +272,24 @@ class ApiReviewRegressionTest {
     }
 
     @Test
+    void afterCloseReleasesAndPinStepsAreAcceptedWhileAPinKeepsTheStorageAndNothingIsAfter() {
+        // what KvPool.close documents: while a pin keeps the storage, the transport finishes and references go;
+        // no new reference or pin is taken; once the storage is released, only the read-only views work
+        final KvPool pool = TestPools.pool(4);
+        final long pinned = pool.tryAllocate(), owned = pool.tryAllocate(), other = pool.tryAllocate();
+        pool.handles().pinWriter(pinned);
+        pool.close();
+        assertThrows(IllegalStateException.class, () -> pool.retain(owned));
+        assertThrows(IllegalStateException.class, () -> pool.handles().pinWriter(other));
+        pool.release(owned);                   // a reference released after close
+        pool.handles().beginDrain(pinned);     // a pin moved
+        assertEquals(SlotState.DRAINING, pool.stateOfSlot(PageHandle.slot(pinned)));
+        pool.handles().drained(pinned);        // the last pin ends: the storage goes
+        assertThrows(IllegalStateException.class, () -> pool.release(other));
+        assertEquals(SlotState.OWNED, pool.stateOfSlot(PageHandle.slot(other)), "a read-only view still works");
+    }
+
+    @Test
     void closeCountsAPageMovingBetweenPinnedPhasesOnceAndStillReleasesTheStorage() throws Exception {
         // a transport ends its receives as the pool closes: a page moves RECEIVING → DRAINING between close's reads of
         // the pinned counts. Counted twice, the count would never reach zero after the last unpin: storage kept for good

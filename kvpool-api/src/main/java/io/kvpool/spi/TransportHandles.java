@@ -18,11 +18,12 @@ import io.kvpool.StaleHandleException;
  *                                             ▼
  *                                        QUARANTINED ──releaseQuarantine──────► OWNED, or FREE
  * </pre>
- * Every method is thread-safe; all but {@link #pinWriter} are lock-free (one CAS on the slot's state
- * word). Each throws {@link StaleHandleException} for a stale handle or one of another pool, and
- * {@link IllegalSlotTransitionException} when the page's state does not allow the step. After the pool is
- * closed, the steps that end a pin are still accepted (the storage is kept until the last one); the others
- * throw {@link IllegalStateException}.
+ * Every method is thread-safe; all but {@link #pinWriter}, {@link #pinWriters} and {@link #appendPinned} (which take
+ * the pool lock) are lock-free (one CAS on the slot's state word). Each throws {@link StaleHandleException} for a stale
+ * handle or one of another pool, and {@link IllegalSlotTransitionException} when the page's state does not allow the
+ * step. After the pool is closed, while pages are still pinned (the storage is kept until the last pin ends), the
+ * steps that move or end a pin are accepted and the pins throw {@link IllegalStateException}; once the storage is
+ * released, every step throws it.
  */
 public interface TransportHandles {
 
