@@ -85,7 +85,7 @@ public final class KvPool implements AutoCloseable {
         this.slots = new SlotTable(b.slotWords.apply(capacity), poolId, !disabled.contains(Safeguard.GENERATION_CHECK),
             !disabled.contains(Safeguard.POOL_IDENTITY_CHECK));
         this.reservations = new Reservations(layout, size.maxContextTokens(), b.reservationPolicy,
-            !disabled.contains(Safeguard.ADMISSION_REJECTION), b.maxReservations);
+            !disabled.contains(Safeguard.ADMISSION_REJECTION), b.maxReservations, poolId);
         final PrefixCache index = new PrefixCache(capacity, layout.tokensPerPage());
         // the storage after the large heap structures above, which cannot leak it if they fail
         this.storage = Objects.requireNonNull(b.storageFactory.apply(layout, capacity), "storage factory returned null");

@@ -102,12 +102,17 @@ public final class KvPoolBuilder {
     /**
      * Sets how many {@link KvPool#tryReserve} reservations may be open at once.
      *
-     * @param n the limit, ≥ 1; 4096 by default
+     * @param n the limit, 1 to 2<sup>24</sup>; 4096 by default
      * @return this builder
-     * @throws IllegalArgumentException if {@code n < 1}
+     * @throws IllegalArgumentException if {@code n} is out of range
      */
     public KvPoolBuilder maxReservations(int n) {
-        this.maxReservations = CapacityCheck.atLeast("maxReservations", n, 1);
+        CapacityCheck.atLeast("maxReservations", n, 1);
+        if (n > Reservations.MAX_RESERVATIONS) {
+            throw new IllegalArgumentException("maxReservations must be at most " + Reservations.MAX_RESERVATIONS + " (what a "
+                + "reservation id can name), was " + n);
+        }
+        this.maxReservations = n;
         return this;
     }
 

@@ -55,7 +55,38 @@ final class Reservations {
     private int freeCount;
     private int freeHead;
 
-    Reservations(KvLayout layout, long maxContextTokens, ReservationPolicy policy, boolean rejectOverCapacity, int maxReservations) {
+    /**
+     * A reservation id, laid out as a {@link PageHandle} is, so that one pool's id is never taken for another's:
+     * <pre>
+     *   63 62         56 55                              24 23                     0
+     *  +--+-------------+----------------------------------+-----------------------+
+     *  | 0|  pool (7)   |  generation of the index (32, ≥ 1)   |     index (24 bits)   |
+     *  +--+-------------+----------------------------------+-----------------------+
+     * </pre>
+     */
+    static final int INDEX_BITS = 24;
+    /** Most reservations a pool may have open at once: what {@link #INDEX_BITS} can name. */
+    static final int MAX_RESERVATIONS = 1 << INDEX_BITS;
+    private static final int POOL_SHIFT = INDEX_BITS + 32;
+
+    private final int poolId;
+
+    /** @return the index a reservation id names */
+    static int index(long reservationId) {
+        return (int) (reservationId & (MAX_RESERVATIONS - 1));
+    }
+
+    /** @return the generation of its index a reservation id names */
+    static int generation(long reservationId) {
+        return (int) ((reservationId >>> INDEX_BITS) & Integer.MAX_VALUE);
+    }
+
+    Reservations(KvLayout layout, long maxContextTokens, ReservationPolicy policy, boolean rejectOverCapacity, int maxReservations,
+                 int poolId) {
+        if (maxReservations > MAX_RESERVATIONS) {
+            throw new IllegalArgumentException("maxReservations is " + maxReservations + ", at most " + MAX_RESERVATIONS);
+        }
+        this.poolId = poolId;
         this.layout = layout;
         this.maxContextTokens = maxContextTokens;
         this.policy = policy;
@@ -133,7 +164,7 @@ final class Reservations {
         resPages[idx] = (int) grant.code();
         resTokens[idx] = grant.admittedTokens();
         openReservations++;
-        return ((long) gen << 32) | idx;
+        return ((long) poolId << POOL_SHIFT) | ((long) gen << INDEX_BITS) | idx;
     }
 
     /**
@@ -144,9 +175,14 @@ final class Reservations {
      * @throws IllegalArgumentException if the id is unknown, already opened or cancelled
      */
     void take(long reservationId, boolean cancel, long[] out) {
-        final int idx = (int) reservationId;
-        final int gen = (int) (reservationId >>> 32);
-        if (reservationId <= 0 || idx < 0 || idx >= resPages.length || resGeneration[idx] != gen || resPages[idx] < 0) {
+        final int idx = index(reservationId);
+        final int gen = generation(reservationId);
+        final int pool = (int) (reservationId >>> POOL_SHIFT);
+        if (reservationId > 0 && pool != poolId) {
+            throw new IllegalArgumentException("reservation id " + reservationId + " is of pool " + pool + ", not of this pool "
+                + poolId);
+        }
+        if (reservationId <= 0 || idx >= resPages.length || resGeneration[idx] != gen || resPages[idx] < 0) {
             throw new IllegalArgumentException("unknown, opened or cancelled reservation id " + reservationId);
         }
         resFree[(freeHead + freeCount++) % resFree.length] = idx;

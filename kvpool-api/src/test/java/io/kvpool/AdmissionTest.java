@@ -167,4 +167,21 @@ class AdmissionTest {
             throw new AssertionError(e);
         }
     }
+    @Test
+    void aReservationIdOfAnotherPoolIsRefusedNamingBothPools() {
+        // the prefill/decode mix-up that handles carry a pool id against: the first reservation of every pool had the
+        // same id, so another pool's id opened or cancelled an unrelated request's reservation here
+        try (KvPool prefill = TestPools.pool(8); KvPool decode = TestPools.pool(8)) {
+            final long ofPrefill = prefill.tryReserve(4, 0);
+            final long ofDecode = decode.tryReserve(4, 0);
+            assertTrue(ofPrefill > 0 && ofDecode > 0);
+            final IllegalArgumentException e = assertThrows(IllegalArgumentException.class, () -> decode.cancelReservation(ofPrefill));
+            assertTrue(e.getMessage().contains("pool " + prefill.poolId()) && e.getMessage().contains("pool " + decode.poolId()),
+                e.getMessage());
+            assertThrows(IllegalArgumentException.class, () -> decode.openSequence(ofPrefill));
+            assertEquals(1, decode.snapshot().openReservations(), "decode's own reservation is untouched");
+            decode.cancelReservation(ofDecode);
+            prefill.cancelReservation(ofPrefill);
+        }
+    }
 }

@@ -648,7 +648,7 @@ class ApiReviewRegressionTest {
         try (KvPool pool = TestPools.builder(4).build()) {
             final long stale = pool.tryReserve(1, 0);
             pool.cancelReservation(stale);
-            pool.reservations().forceGeneration((int) stale, Integer.MAX_VALUE); // as after 2^31 - 2 more reserve/cancel cycles
+            pool.reservations().forceGeneration(Reservations.index(stale), Integer.MAX_VALUE); // as after 2^31 - 2 more reserve/cancel cycles
             final long live = pool.tryReserve(1, 0);                 // another request's reservation
             assertNotEquals(stale, live, "a new reservation got the id of one cancelled 2^31 - 1 reservations ago");
             pool.cancelReservation(live);
@@ -667,12 +667,12 @@ class ApiReviewRegressionTest {
                 if (i == 0) {
                     first = id;
                 }
-                assertTrue(seen.add((int) id), "index " + (int) id + " came back after " + i + " reservations");
+                assertTrue(seen.add(Reservations.index(id)), "index " + Reservations.index(id) + " came back after " + i + " reservations");
                 pool.cancelReservation(id);
             }
             final long again = pool.tryReserve(1, 0);
-            assertEquals((int) first, (int) again, "the fifth reuses the first index");
-            assertEquals((first >>> 32) + 1, again >>> 32, "with the next generation");
+            assertEquals(Reservations.index(first), Reservations.index(again), "the fifth reuses the first index");
+            assertEquals(Reservations.generation(first) + 1, Reservations.generation(again), "with the next generation");
             final long stale = first;
             final IllegalArgumentException e = assertThrows(IllegalArgumentException.class, () -> pool.cancelReservation(stale));
             assertTrue(e.getMessage().contains(Long.toString(stale)), e.getMessage());

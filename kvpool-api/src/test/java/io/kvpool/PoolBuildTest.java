@@ -61,6 +61,7 @@ class PoolBuildTest {
             .getMessage().contains("maxContextTokens"));
         assertThrows(IllegalArgumentException.class, () -> KvPool.builder(TINY).pages(4).maxContextTokens(0).build());
         assertThrows(IllegalArgumentException.class, () -> KvPool.builder(TINY).maxReservations(0));
+        assertThrows(IllegalArgumentException.class, () -> KvPool.builder(TINY).maxReservations((1 << 24) + 1)); // what an id names
         assertThrows(NullPointerException.class, () -> KvPool.builder(null));
     }
 
