@@ -1,11 +1,22 @@
 package io.kvpool.examples.server.router;
 
+import java.util.function.BooleanSupplier;
+
 /** A {@link Router.Sink} that drops what it is given: for tests that look only at how a request ends. */
 final class NoSink implements Router.Sink {
 
-    static final NoSink INSTANCE = new NoSink();
+    /** A client that never leaves. */
+    static final NoSink INSTANCE = new NoSink(() -> false);
 
-    private NoSink() {
+    private final BooleanSupplier gone;
+
+    private NoSink(BooleanSupplier gone) {
+        this.gone = gone;
+    }
+
+    /** @return a sink whose client is gone once {@code gone} says so */
+    static NoSink leavingWhen(BooleanSupplier gone) {
+        return new NoSink(gone);
     }
 
     @Override
@@ -18,5 +29,10 @@ final class NoSink implements Router.Sink {
 
     @Override
     public void token(String text) {
+    }
+
+    @Override
+    public boolean clientGone() {
+        return gone.getAsBoolean();
     }
 }

@@ -9,7 +9,6 @@ import io.kvpool.examples.server.role.DecodeService;
 import io.kvpool.examples.server.role.InJvmRoles;
 import io.kvpool.examples.server.role.PrefillService;
 import io.kvpool.examples.server.role.Rejection;
-import io.kvpool.examples.server.role.RoleStatus;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
 
@@ -38,7 +37,7 @@ class RouterCloseTest {
         try (InJvmRoles roles = InJvmRoles.start(cfg, Duration.ofSeconds(10))) {
             final CountDownLatch entered = new CountDownLatch(1);
             final CountDownLatch release = new CountDownLatch(1);
-            final PrefillService held = new PrefillService() { // the real prefill role, held inside prefill()
+            final PrefillService held = new ForwardingPrefill(roles.prefill()) { // the real prefill role, held inside prefill()
                 @Override
                 public Rejection prefill(long requestId, String tenant, List<byte[]> tokens) {
                     entered.countDown();
@@ -47,26 +46,7 @@ class RouterCloseTest {
                     } catch (InterruptedException e) {
                         Thread.currentThread().interrupt();
                     }
-                    return roles.prefill().prefill(requestId, tenant, tokens);
-                }
-
-                @Override
-                public void abort(long requestId, String why) {
-                    roles.prefill().abort(requestId, why);
-                }
-
-                @Override
-                public RoleStatus status() {
-                    return roles.prefill().status();
-                }
-
-                @Override
-                public int activeTransfers() {
-                    return roles.prefill().activeTransfers();
-                }
-
-                @Override
-                public void close() {
+                    return super.prefill(requestId, tenant, tokens);
                 }
             };
             final Router router = new Router(cfg, held, roles.decode());
@@ -96,7 +76,7 @@ class RouterCloseTest {
         final ServerConfig cfg = ServerTests.small().build();
         try (InJvmRoles roles = InJvmRoles.start(cfg, Duration.ofSeconds(10))) {
             final CountDownLatch entered = new CountDownLatch(1);
-            final PrefillService stuck = new PrefillService() {
+            final PrefillService stuck = new ForwardingPrefill(roles.prefill()) {
                 @Override
                 public Rejection prefill(long requestId, String tenant, List<byte[]> tokens) {
                     entered.countDown();
@@ -106,26 +86,7 @@ class RouterCloseTest {
                         Thread.currentThread().interrupt();
                         throw new io.kvpool.examples.server.role.RoleLostException("prefill: interrupted while waiting", e);
                     }
-                    return roles.prefill().prefill(requestId, tenant, tokens);
-                }
-
-                @Override
-                public void abort(long requestId, String why) {
-                    roles.prefill().abort(requestId, why);
-                }
-
-                @Override
-                public RoleStatus status() {
-                    return roles.prefill().status();
-                }
-
-                @Override
-                public int activeTransfers() {
-                    return roles.prefill().activeTransfers();
-                }
-
-                @Override
-                public void close() {
+                    return super.prefill(requestId, tenant, tokens);
                 }
             };
             final Router router = new Router(cfg, stuck, roles.decode());
@@ -203,24 +164,7 @@ class RouterCloseTest {
     @Test
     void aClientLeavingRightAfterTheCommitEndsTheRequestAsClientGone() throws Exception {
         final java.util.concurrent.atomic.AtomicBoolean gone = new java.util.concurrent.atomic.AtomicBoolean();
-        final Router.Sink leaving = new Router.Sink() {
-            @Override
-            public void admitted(long requestId) {
-            }
-
-            @Override
-            public void heartbeat() {
-            }
-
-            @Override
-            public void token(String text) {
-            }
-
-            @Override
-            public boolean clientGone() {
-                return gone.get();
-            }
-        };
+        final Router.Sink leaving = NoSink.leavingWhen(gone::get);
         final Object r = abortedRightAfterCommit(false, leaving, () -> gone.set(true));
         assertTrue(r instanceof Router.ClientGone, "expected the client's abort, got " + r);
     }
