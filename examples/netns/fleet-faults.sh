@@ -75,8 +75,16 @@ veths=() # root-namespace names of the veth pairs made, until they moved into th
 
 cleanup() {
   local rc=$?
+  local left
+  left=$(jobs -p) # a pause's sleep, the load: background jobs a signal would leave running
+  [[ -z $left ]] || kill $left 2>/dev/null || true
   for pid in "${pids[@]}"; do kill -CONT "$pid" 2>/dev/null || true; kill "$pid" 2>/dev/null || true; done
-  sleep 1
+  for _ in $(seq 50); do # up to 5 s for the JVMs' own shutdown, which removes their files
+    left=0
+    for pid in "${pids[@]}"; do kill -0 "$pid" 2>/dev/null && left=1; done
+    ((left)) || break
+    sleep 0.1
+  done
   for pid in "${pids[@]}"; do kill -9 "$pid" 2>/dev/null || true; done
   for ns in "${created[@]}"; do ip netns del "$ns" 2>/dev/null || true; done # takes its veth ends with it
   for v in "${veths[@]}"; do ip link del "$v" 2>/dev/null || true; done     # a pair that never left the root namespace
@@ -94,13 +102,14 @@ trap 'exit 129' HUP; trap 'exit 130' INT; trap 'exit 143' TERM
 pause() { sleep "$1" & wait $!; }
 
 # ---- the program: the example server's jar and its runtime dependencies, from the build in this tree
-java=${JAVA_HOME:-/usr/lib/jvm/temurin-25-jdk-amd64}/bin/java
-[[ -x $java ]] || skip "no JDK 25 at ${JAVA_HOME:-/usr/lib/jvm/temurin-25-jdk-amd64}"
+jdk=$(./dev java-home 2>/dev/null) || skip "no JDK >= 25 (./dev looked at \$JAVA_HOME and /usr/lib/jvm/*)"
+java=$jdk/bin/java
 ./dev mvn -q -o -DskipTests package -pl examples -am dependency:copy-dependencies -DincludeScope=runtime \
   -DoutputDirectory="$work/lib" >"$work/build.log" 2>&1 || { cat "$work/build.log"; echo "fleet-faults: FAIL: build" >&2; exit 1; }
 cp examples/target/kvpool-examples-*.jar "$work/lib/" # the artifact by its name: a jar left under another name is stale
 rm -f "$work"/lib/*-tests.jar
 cp="$work/lib/*"
+mkdir -p "$work/tmp"
 main=io.kvpool.examples.server.KvServerMain
 
 # ---- the network
@@ -130,7 +139,9 @@ start() { # start NS NAME [env...] -- args...
   local env=()
   while [[ $1 != -- ]]; do env+=("$1"); shift; done
   shift
-  ip netns exec "$ns" env "${env[@]}" "$java" --enable-native-access=ALL-UNNAMED -Xmx1g -cp "$cp" $main "$@" \
+  # temporary files (JUCX's extracted libjucx.so) in $work, which cleanup removes; no hsperfdata file in /tmp
+  ip netns exec "$ns" env "${env[@]}" "$java" --enable-native-access=ALL-UNNAMED -Xmx1g -Djava.io.tmpdir="$work/tmp" \
+    -XX:-UsePerfData -cp "$cp" $main "$@" \
     >"$work/$name.log" 2>&1 &
   pids+=($!)
   eval "${name}_pid=$!"
