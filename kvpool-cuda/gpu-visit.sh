@@ -52,6 +52,7 @@ rc=$?
 { echo; echo "=== examples: DeviceRolesGpuTest ==="; cat "$exlog"; } >> "$OUT/tests.log"
 grep -E '^\[ +[0-9]+ tests (found|successful|failed|aborted|skipped)' "$exlog" | tee -a "$summary"
 grep -E 'MethodSource|=> ' "$exlog" | head -n 20 | cut -c1-300 | tee -a "$summary"
+rm -f "$exlog"
 say "examples GPU test: exit $rc$( ((rc == 124)) && echo ' (timed out)')"
 ((rc == 0)) || fail=1
 

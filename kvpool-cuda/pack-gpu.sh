@@ -2,10 +2,10 @@
 # Packs the project for a GPU visit: kvpool-cuda/gpu/pack.sh (build, classes, test-scope dependencies, JUnit
 # console launcher, benchmarks.jar, a trimmed JDK 25 runtime and run.sh, all under .gpu/), then drops from
 # .gpu/lib the jars that only the live page's browser test needs (Selenium and what it pulls in: Guava,
-# OpenTelemetry, Byte Buddy), and those only kvpool-micrometer needs (Micrometer, its tests' Prometheus client,
-# HdrHistogram, LatencyUtils: 3.6 MiB more). No test the visit runs loads them (gpu-visit.sh filters by package
-# and class name before loading), and with the browser test's the pack is over 64 MiB, the most a pack may
-# hold to travel with a checkout to the GPU host. Runs from a normal checkout or a git worktree. Then, on the
+# OpenTelemetry, Byte Buddy). No test the visit runs loads them (gpu-visit.sh filters by package and class name
+# before loading), and with them the pack is over 64 MiB, the most a pack may hold to travel with a checkout to
+# the GPU host. Micrometer and the Prometheus registry stay: the example's role servers, which the visit starts
+# in JVMs of their own, export their metrics through them. Runs from a normal checkout or a git worktree. Then, on the
 # GPU host, from a checkout that holds .gpu/: `bash kvpool-cuda/gpu-visit.sh`.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -15,13 +15,12 @@ dropped=0
 for j in .gpu/lib/selenium-*.jar .gpu/lib/opentelemetry-*.jar .gpu/lib/byte-buddy-*.jar .gpu/lib/guava-*.jar \
          .gpu/lib/failureaccess-*.jar .gpu/lib/listenablefuture-*.jar .gpu/lib/j2objc-annotations-*.jar \
          .gpu/lib/error_prone_annotations-*.jar .gpu/lib/annotations-*.jar .gpu/lib/jspecify-*.jar \
-         .gpu/lib/auto-service-annotations-*.jar \
-         .gpu/lib/micrometer-*.jar .gpu/lib/prometheus-metrics-*.jar .gpu/lib/HdrHistogram-*.jar .gpu/lib/LatencyUtils-*.jar; do
+         .gpu/lib/auto-service-annotations-*.jar; do
   rm -f "$j"
   dropped=$((dropped + 1))
 done
 size=$(du -sm .gpu | cut -f1)
-echo "pack-gpu.sh: dropped $dropped browser-test and micrometer jars; .gpu holds $size MiB"
+echo "pack-gpu.sh: dropped $dropped browser-test jars; .gpu holds $size MiB"
 if ((size > 60)); then
   echo "pack-gpu.sh: still too large to carry with the tree (limit 64 MiB in all)" >&2
   exit 1

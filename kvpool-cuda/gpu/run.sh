@@ -27,7 +27,7 @@ shift || true
 case $what in
   tests)
     java "${jvm[@]}" -cp "$here/junit-console.jar:$cp" org.junit.platform.console.ConsoleLauncher execute \
-      --disable-banner --details=summary --details-theme=ascii --reports-dir="$out/junit" \
+      --disable-banner --details=summary --details-theme=ascii --reports-dir="$out/junit" --fail-if-no-tests \
       --scan-class-path="$roots" "$@" ;;
   jmh)
     java "${jvm[@]}" -jar "$here/jmh/benchmarks.jar" "$@" ;;
