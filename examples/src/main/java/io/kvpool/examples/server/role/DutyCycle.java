@@ -30,6 +30,7 @@ final class DutyCycle implements AutoCloseable {
     private final Thread thread;
     private final Runnable afterCheck;
     private volatile boolean closed;
+    private final java.util.concurrent.atomic.LongAdder failures = new java.util.concurrent.atomic.LongAdder();
 
     /**
      * Starts the thread.
@@ -55,17 +56,25 @@ final class DutyCycle implements AutoCloseable {
             public int doWork() {
                 int n = 0;
                 for (Runnable c; (c = commands.poll()) != null; n++) {
-                    c.run();
+                    runGuarded(c, "a command");
                 }
-                return n + work.getAsInt();
+                try {
+                    return n + work.getAsInt();
+                } catch (Throwable t) { // an Error too: let out, it would end the thread while the role still looks up
+                    failed(t, "the engine's work");
+                    return n + 1;
+                }
             }
 
             @Override
             public void onClose() {
-                for (Runnable c; (c = commands.poll()) != null; ) {
-                    c.run(); // commands submitted before close still run (they complete their callers)
+                try {
+                    for (Runnable c; (c = commands.poll()) != null; ) {
+                        runGuarded(c, "a command at close"); // commands submitted before close still run (they complete their callers)
+                    }
+                } finally {
+                    onClose.run();
                 }
-                onClose.run();
             }
 
             @Override
@@ -80,6 +89,26 @@ final class DutyCycle implements AutoCloseable {
             t.setDaemon(true);
             return t;
         });
+    }
+
+    /** Runs a command; what it throws, an Error included, is logged and counted, and the cycle goes on. */
+    private void runGuarded(Runnable c, String what) {
+        try {
+            c.run();
+        } catch (Throwable t) {
+            failed(t, what);
+        }
+    }
+
+    private void failed(Throwable t, String what) {
+        failures.increment();
+        LOG.log(System.Logger.Level.ERROR, name + ": " + what + " failed (" + failures.sum() + " failures so far); the duty "
+            + "cycle goes on", t);
+    }
+
+    /** @return how many commands and work calls have thrown so far (each logged at ERROR) */
+    long failures() {
+        return failures.sum();
     }
 
     /**
@@ -122,7 +151,7 @@ final class DutyCycle implements AutoCloseable {
         for (Runnable c; (c = commands.poll()) != null; ) {
             try {
                 c.run(); // raced with close: runs here, against a closed engine, so it completes its caller
-            } catch (RuntimeException e) {
+            } catch (Throwable e) {
                 LOG.log(System.Logger.Level.DEBUG, name + ": command after close failed", e);
             }
         }

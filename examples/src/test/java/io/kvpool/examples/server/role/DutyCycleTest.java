@@ -92,4 +92,26 @@ class DutyCycleTest {
             Thread.currentThread().interrupt();
         }
     }
+    @Test
+    void anErrorInTheDutyCycleDoesNotStopItAndCloseStillShutsDown() throws Exception {
+        // an Error (an AssertionError of a codec, an OutOfMemoryError) escaped Agrona's runner and ended the thread:
+        // commands were accepted and never ran, and the role's close never ran its shutdown
+        final java.util.concurrent.atomic.AtomicBoolean boom = new java.util.concurrent.atomic.AtomicBoolean(true);
+        final CountDownLatch shut = new CountDownLatch(1);
+        final DutyCycle cycle = new DutyCycle("t", () -> {
+            if (boom.getAndSet(false)) {
+                throw new AssertionError("a bug in the duty cycle");
+            }
+            return 0;
+        }, shut::countDown);
+        final CountDownLatch ran = new CountDownLatch(1);
+        cycle.submit(ran::countDown);
+        assertTrue(ran.await(2, TimeUnit.SECONDS), "a command after the Error never ran: the duty thread died");
+        assertEquals(1, cycle.failures(), "the Error is counted (and logged)");
+        cycle.submit(() -> {
+            throw new AssertionError("a command that fails at close");
+        });
+        cycle.close();
+        assertEquals(0, shut.getCount(), "close ran no shutdown");
+    }
 }
