@@ -72,6 +72,14 @@ public final class PrefillRole implements PrefillService, MeteredRole {
     public static final long REMEMBER_ABORTS_NANOS = java.util.concurrent.TimeUnit.SECONDS.toNanos(60);
     /** Aborts of requests not (yet) offered here, by id, with when they are forgotten. */
     private final java.util.Map<Long, Long> abortedBeforeArrival = new java.util.concurrent.ConcurrentHashMap<>();
+    /**
+     * Most early aborts remembered at once (an abort of a request not offered here, kept {@link #REMEMBER_ABORTS_NANOS}):
+     * aborts beyond it are counted ({@code aborts_not_kept}), not kept, so that a flood of them (paired aborts after
+     * transfers that finished, or an outside caller) cannot grow the map without bound.
+     */
+    public static final int MAX_EARLY_ABORTS = 65_536;
+    private final java.util.concurrent.atomic.LongAdder abortsNotKept = new java.util.concurrent.atomic.LongAdder();
+    private long nextAbortSweep = System.nanoTime(); // duty thread only
     /** Prefill calls refused or dropped because their abort came first. */
     private final LongAdder lateAfterAbort = new LongAdder();
     /** Requests admitted whose offer is queued for the duty thread (see {@link #activeTransfers()}). */
@@ -222,8 +230,15 @@ public final class PrefillRole implements PrefillService, MeteredRole {
                 // not offered (yet): a call the router gave up on may still arrive, or sit in this queue; remember
                 // the abort for a while, so that it is refused then instead of offered to nobody
                 final long now = System.nanoTime();
-                abortedBeforeArrival.values().removeIf(until -> until - now < 0);
-                abortedBeforeArrival.put(requestId, now + REMEMBER_ABORTS_NANOS);
+                if (now - nextAbortSweep >= 0) { // a sweep at most every 100 ms: not one over the whole map per abort
+                    nextAbortSweep = now + 100_000_000L;
+                    abortedBeforeArrival.values().removeIf(until -> until - now < 0);
+                }
+                if (abortedBeforeArrival.size() < MAX_EARLY_ABORTS) {
+                    abortedBeforeArrival.put(requestId, now + REMEMBER_ABORTS_NANOS);
+                } else {
+                    abortsNotKept.increment(); // a call of it that still comes is offered, and decode's abort ends it
+                }
             } else if (sender.abort(t, why)) {
                 abortedTransfers.increment();
             }
@@ -335,6 +350,7 @@ public final class PrefillRole implements PrefillService, MeteredRole {
         c.put("transfers_completed", completed.sum());
         c.put("transfers_drained", drained.sum());
         c.put("abort_requests", abortRequests.sum());
+        c.put("aborts_not_kept", abortsNotKept.sum());
         c.put("aborted_transfers", abortedTransfers.sum());
         c.put("links_connected", links.sum());
         c.put("injected_faults", injectedFaults.sum());
