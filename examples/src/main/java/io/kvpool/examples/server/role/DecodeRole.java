@@ -537,6 +537,7 @@ public final class DecodeRole implements DecodeService, MeteredRole {
         closed = true;
         duty.close();
         for (Call c : handedOver) {
+            c.aborted = true; // first: a generate that finds the KV gone then reads a cancellation, not a bug
             c.release(); // committed, never decoded
         }
         pool.close(); // reports pages still held (and keeps their memory) if any transfer is still draining

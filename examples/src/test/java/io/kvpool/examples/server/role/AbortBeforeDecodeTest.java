@@ -52,4 +52,22 @@ class AbortBeforeDecodeTest {
             assertEquals(0, roles.decodePool().snapshot().inUse());
         }
     }
+    @Test
+    void aDecodeRoleClosingBetweenCommitAndDecodeIsACancellationToo() throws Exception {
+        // the role's close releases the committed KV: generate must read that as an abort (503 at the router), not as
+        // a call with no KV (a bug: 502 role_lost)
+        try (InJvmRoles roles = InJvmRoles.start(ServerTests.small().build(), Duration.ofSeconds(10))) {
+            final List<byte[]> tokens = EchoTokenizer.encode("a prompt its role closes under");
+            assertNull(roles.prefill().prefill(2, "alice", tokens));
+            final DecodeCall call = roles.decode().start(2, "alice", tokens.size(), 4);
+            DecodeCall.TransferOutcome outcome;
+            while ((outcome = call.awaitTransfer(Duration.ofSeconds(5))) == null) {
+                Thread.onSpinWait();
+            }
+            assertTrue(outcome.committed(), outcome::toString);
+            roles.decode().close();
+            final CancellationException e = assertThrows(CancellationException.class, () -> call.generate(4, t -> { }));
+            assertTrue(e.getMessage().contains("request 2 was aborted before its decode began"), e.getMessage());
+        }
+    }
 }
