@@ -51,6 +51,8 @@ public final class PrefillRole implements PrefillService, MeteredRole {
     private final KvPool pool;
     private final TransferSender sender;
     private final Supplier<PeerLink> connector;
+    /** A connect in progress, off the duty thread; the duty thread takes its link once it is done. Duty thread only. */
+    private java.util.concurrent.CompletableFuture<PeerLink> connecting;
     private final long reconnectNanos;
     private final long handshakeNanos;
     private final DutyCycle duty;
@@ -104,8 +106,9 @@ public final class PrefillRole implements PrefillService, MeteredRole {
     /**
      * @param pool      the prefill pool (owned: closed with the role)
      * @param sender    the engine, on {@code pool} (owned)
-     * @param connector makes a new link to the decode role; called on the duty thread; may throw
-     *                  {@link io.kvpool.transfer.spi.LinkFailedException} when decode is not listening
+     * @param connector makes a new link to the decode role; called on a thread of its own, one call at a time, and
+     *                  its link handed to the duty thread; may throw {@link io.kvpool.transfer.spi.LinkFailedException}
+     *                  when decode is not listening
      */
     PrefillRole(KvPool pool, TransferSender sender, Supplier<PeerLink> connector, Duration reconnectDelay, Duration handshakeTimeout) {
         this(pool, sender, connector, reconnectDelay, handshakeTimeout, null);
@@ -299,24 +302,41 @@ public final class PrefillRole implements PrefillService, MeteredRole {
             connectAt = now + reconnectNanos;
             return 1;
         }
+        if (connecting != null) {
+            if (!connecting.isDone()) {
+                return 0;
+            }
+            final java.util.concurrent.CompletableFuture<PeerLink> done = connecting;
+            connecting = null;
+            try {
+                link = done.join();
+                injectedSeen = 0;
+                peer = sender.addPeer(link);
+                connectedAt = now; // the handshake's time starts now, not when the connect began
+                links.increment();
+            } catch (java.util.concurrent.CompletionException | java.util.concurrent.CancellationException e) {
+                LOG.log(System.Logger.Level.DEBUG, "prefill: cannot connect to decode yet: "
+                    + (e.getCause() != null ? e.getCause().getMessage() : e.getMessage()));
+                connectAt = now + reconnectNanos;
+            }
+            return 1;
+        }
         if (now - connectAt < 0) {
             return 0;
         }
-        try {
-            link = connector.get();
-            injectedSeen = 0;
-            peer = sender.addPeer(link);
-            connectedAt = now;
-            links.increment();
-        } catch (RuntimeException e) {
-            LOG.log(System.Logger.Level.DEBUG, "prefill: cannot connect to decode yet: " + e.getMessage());
-            connectAt = now + reconnectNanos;
-        }
+        // on a thread of its own: a connect may take seconds (UCX's worker exchange with a paused decode), and this
+        // cycle must go on serving aborts, offers and the heartbeats of the links it has
+        connecting = java.util.concurrent.CompletableFuture.supplyAsync(connector,
+            r -> Thread.ofVirtual().name("kvpool-prefill-connect").start(r));
         return 1;
     }
 
     /** On the duty thread, when it stops: abort what is in flight, collect the writes' terminal states, close. */
     private void shutdown() {
+        if (connecting != null) { // a link that comes after the close is nobody's: close it as it comes
+            connecting.thenAccept(PeerLink::close);
+            connecting = null;
+        }
         sender.close();
         final long end = System.nanoTime() + 2_000_000_000L;
         while (sender.activeTransfers() > 0 && System.nanoTime() - end < 0) {

@@ -179,7 +179,7 @@ public final class SeparateRoles {
     }
 
     /**
-     * Builds the prefill role of a process of its own; it connects to decode on its duty thread, and again
+     * Builds the prefill role of a process of its own; it connects to decode (off its duty thread), and again
      * after every lost link, so decode may start before or after it.
      *
      * @throws io.kvpool.PoolCapacityException if the pool cannot hold the advertised context
