@@ -76,9 +76,9 @@ final class Reservations {
         return (int) (reservationId & (MAX_RESERVATIONS - 1));
     }
 
-    /** @return the generation of its index a reservation id names */
-    static int generation(long reservationId) {
-        return (int) ((reservationId >>> INDEX_BITS) & Integer.MAX_VALUE);
+    /** @return the generation of its index a reservation id names: all 32 bits, so no two ids name one reservation */
+    static long generation(long reservationId) {
+        return (reservationId >>> INDEX_BITS) & 0xFFFF_FFFFL;
     }
 
     Reservations(KvLayout layout, long maxContextTokens, ReservationPolicy policy, boolean rejectOverCapacity, int maxReservations,
@@ -176,7 +176,7 @@ final class Reservations {
      */
     void take(long reservationId, boolean cancel, long[] out) {
         final int idx = index(reservationId);
-        final int gen = generation(reservationId);
+        final long gen = generation(reservationId);
         final int pool = (int) (reservationId >>> POOL_SHIFT);
         if (reservationId > 0 && pool != poolId) {
             throw new IllegalArgumentException("reservation id " + reservationId + " is of pool " + pool + ", not of this pool "

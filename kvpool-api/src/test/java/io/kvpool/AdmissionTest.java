@@ -180,6 +180,8 @@ class AdmissionTest {
                 e.getMessage());
             assertThrows(IllegalArgumentException.class, () -> decode.openSequence(ofPrefill));
             assertEquals(1, decode.snapshot().openReservations(), "decode's own reservation is untouched");
+            // one reservation, one id: a high bit the generation does not use is not ignored
+            assertThrows(IllegalArgumentException.class, () -> decode.cancelReservation(ofDecode | (1L << 55)));
             decode.cancelReservation(ofDecode);
             prefill.cancelReservation(ofPrefill);
         }
