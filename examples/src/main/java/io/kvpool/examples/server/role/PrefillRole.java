@@ -53,6 +53,8 @@ public final class PrefillRole implements PrefillService, MeteredRole {
     private final Supplier<PeerLink> connector;
     /** A connect in progress, off the duty thread; the duty thread takes its link once it is done. Duty thread only. */
     private java.util.concurrent.CompletableFuture<PeerLink> connecting;
+    /** The thread running {@link #connecting}. Duty thread only. */
+    private Thread connectThread;
     private final long reconnectNanos;
     private final long handshakeNanos;
     private final DutyCycle duty;
@@ -315,8 +317,10 @@ public final class PrefillRole implements PrefillService, MeteredRole {
                 connectedAt = now; // the handshake's time starts now, not when the connect began
                 links.increment();
             } catch (java.util.concurrent.CompletionException | java.util.concurrent.CancellationException e) {
-                LOG.log(System.Logger.Level.DEBUG, "prefill: cannot connect to decode yet: "
-                    + (e.getCause() != null ? e.getCause().getMessage() : e.getMessage()));
+                final Throwable why = e.getCause() != null ? e.getCause() : e;
+                // decode not listening yet is routine; anything else (a linkage error, a bug) is not, and must be seen
+                LOG.log(why instanceof io.kvpool.transfer.spi.LinkFailedException ? System.Logger.Level.DEBUG
+                    : System.Logger.Level.WARNING, "prefill: cannot connect to decode yet: " + why);
                 connectAt = now + reconnectNanos;
             }
             return 1;
@@ -326,15 +330,30 @@ public final class PrefillRole implements PrefillService, MeteredRole {
         }
         // on a thread of its own: a connect may take seconds (UCX's worker exchange with a paused decode), and this
         // cycle must go on serving aborts, offers and the heartbeats of the links it has
-        connecting = java.util.concurrent.CompletableFuture.supplyAsync(connector,
-            r -> Thread.ofVirtual().name("kvpool-prefill-connect").start(r));
+        final java.util.concurrent.CompletableFuture<PeerLink> next = new java.util.concurrent.CompletableFuture<>();
+        connectThread = Thread.ofVirtual().name("kvpool-prefill-connect").start(() -> {
+            try {
+                next.complete(connector.get());
+            } catch (Throwable t) {
+                next.completeExceptionally(t);
+            }
+        });
+        connecting = next;
         return 1;
     }
 
     /** On the duty thread, when it stops: abort what is in flight, collect the writes' terminal states, close. */
     private void shutdown() {
-        if (connecting != null) { // a link that comes after the close is nobody's: close it as it comes
-            connecting.thenAccept(PeerLink::close);
+        if (connecting != null) {
+            // end the connect before the transport closes after this: a connect still running then would leave what
+            // it made (a UCX worker) behind a closed transport. Interrupted, its socket exchange ends at once
+            connectThread.interrupt();
+            try {
+                connectThread.join(java.time.Duration.ofSeconds(2));
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+            }
+            connecting.thenAccept(PeerLink::close); // a link it made anyway is nobody's
             connecting = null;
         }
         sender.close();

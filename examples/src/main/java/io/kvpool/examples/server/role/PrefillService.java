@@ -27,8 +27,9 @@ public interface PrefillService extends AutoCloseable {
     /**
      * Aborts the request's transfer (half of a paired abort): nothing more is written, the decode side is
      * told, and the KV pages are released once every write ended. Idempotent; does nothing to a transfer that
-     * already completed. A request not offered yet is remembered for a while (its call may still be on its way):
-     * a {@link #prefill} of it that comes then is refused (503) rather than offered to nobody.
+     * already completed. A request not offered yet is remembered for a while, up to a limit (its call may still be on
+     * its way): a {@link #prefill} of it that comes then is refused (503) rather than offered to nobody; beyond the
+     * limit the late call is offered, and decode's half of the abort ends it.
      */
     void abort(long requestId, String why);
 

@@ -12,6 +12,7 @@ import java.time.Duration;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
 
+import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 /**
@@ -43,5 +44,29 @@ class PrefillConnectTest {
             final long ms = (System.nanoTime() - t0) / 1_000_000;
             assertTrue(ms < 1_000, "the abort waited " + ms + " ms for a connect in progress");
         }
+    }
+    @Test
+    void aConnectInProgressEndsBeforeTheTransportClosesWithTheRole() throws Exception {
+        // a connect still running when the transport closes would leave what it made (a UCX worker) behind it
+        final ServerConfig cfg = ServerTests.small().build();
+        final KvPool pool = RoleParts.prefillPool(cfg);
+        final java.util.concurrent.atomic.AtomicBoolean transportClosed = new java.util.concurrent.atomic.AtomicBoolean();
+        final java.util.concurrent.atomic.AtomicReference<Boolean> closedWhenItEnded = new java.util.concurrent.atomic.AtomicReference<>();
+        final CountDownLatch connecting = new CountDownLatch(1);
+        final PrefillRole prefill = new PrefillRole(pool, RoleParts.sender(cfg, pool), () -> {
+            connecting.countDown();
+            try {
+                Thread.sleep(3_000); // the worker-address exchange with a paused decode
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+            }
+            closedWhenItEnded.set(transportClosed.get()); // where the connect would close its worker
+            throw new LinkFailedException("the exchange ended");
+        }, Duration.ofMillis(200), Duration.ofSeconds(10), () -> transportClosed.set(true));
+        assertTrue(connecting.await(5, TimeUnit.SECONDS), "no connect was tried");
+        prefill.close();
+        Await.until(() -> closedWhenItEnded.get() != null, Duration.ofSeconds(10), () -> "the connect's end");
+        assertTrue(transportClosed.get(), "the role closes its transport");
+        assertEquals(false, closedWhenItEnded.get(), "the connect ended after the transport closed");
     }
 }
