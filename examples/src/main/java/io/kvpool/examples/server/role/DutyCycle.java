@@ -31,6 +31,7 @@ final class DutyCycle implements AutoCloseable {
     private final Runnable afterCheck;
     private volatile boolean closed;
     private final java.util.concurrent.atomic.LongAdder failures = new java.util.concurrent.atomic.LongAdder();
+    private long nextFailureLog = System.nanoTime(); // the duty thread's
 
     /**
      * Starts the thread.
@@ -62,7 +63,7 @@ final class DutyCycle implements AutoCloseable {
                     return n + work.getAsInt();
                 } catch (Throwable t) { // an Error too: let out, it would end the thread while the role still looks up
                     failed(t, "the engine's work");
-                    return n + 1;
+                    return n; // no work counted: a failure that repeats every cycle backs off as idle cycles do
                 }
             }
 
@@ -102,8 +103,12 @@ final class DutyCycle implements AutoCloseable {
 
     private void failed(Throwable t, String what) {
         failures.increment();
-        LOG.log(System.Logger.Level.ERROR, name + ": " + what + " failed (" + failures.sum() + " failures so far); the duty "
-            + "cycle goes on", t);
+        final long now = System.nanoTime();
+        if (now - nextFailureLog >= 0) { // at most one line (with its stack) every 10 s: a failure may repeat every cycle
+            nextFailureLog = now + 10_000_000_000L;
+            LOG.log(System.Logger.Level.ERROR, name + ": " + what + " failed (" + failures.sum() + " failures so far, logged "
+                + "at most every 10 s); the duty cycle goes on", t);
+        }
     }
 
     /** @return how many commands and work calls have thrown so far (each logged at ERROR) */
