@@ -104,8 +104,11 @@ pause() { sleep "$1" & wait $!; }
 # ---- the program: the example server's jar and its runtime dependencies, from the build in this tree
 jdk=$(./dev java-home 2>/dev/null) || skip "no JDK >= 25 (./dev looked at \$JAVA_HOME and /usr/lib/jvm/*)"
 java=$jdk/bin/java
-./dev mvn -q -o -DskipTests package -pl examples -am dependency:copy-dependencies -DincludeScope=runtime \
-  -DoutputDirectory="$work/lib" >"$work/build.log" 2>&1 || { cat "$work/build.log"; echo "fleet-faults: FAIL: build" >&2; exit 1; }
+# offline first (what ./dev test resolved is enough here); online if that lacks a plugin (a fresh ~/.m2: ./dev test
+# never runs maven-dependency-plugin)
+build() { ./dev mvn -q "$@" -DskipTests package -pl examples -am dependency:copy-dependencies -DincludeScope=runtime \
+  -DoutputDirectory="$work/lib" >"$work/build.log" 2>&1; }
+build -o || build || { cat "$work/build.log"; echo "fleet-faults: FAIL: build" >&2; exit 1; }
 cp examples/target/kvpool-examples-*.jar "$work/lib/" # the artifact by its name: a jar left under another name is stale
 rm -f "$work"/lib/*-tests.jar
 cp="$work/lib/*"
