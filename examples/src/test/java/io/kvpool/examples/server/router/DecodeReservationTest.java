@@ -211,7 +211,15 @@ class DecodeReservationTest {
     }
 
     /** A prefill whose every call waits for {@code done} once it said it is {@code computing}. */
-    private record SlowPrefill(PrefillService p, CountDownLatch computing, CountDownLatch done) implements PrefillService {
+    private static final class SlowPrefill extends ForwardingPrefill {
+        private final CountDownLatch computing, done;
+
+        SlowPrefill(PrefillService p, CountDownLatch computing, CountDownLatch done) {
+            super(p);
+            this.computing = computing;
+            this.done = done;
+        }
+
         @Override
         public Rejection prefill(long requestId, String tenant, java.util.List<byte[]> tokens) {
             computing.countDown();
@@ -220,26 +228,7 @@ class DecodeReservationTest {
             } catch (InterruptedException e) {
                 Thread.currentThread().interrupt();
             }
-            return p.prefill(requestId, tenant, tokens);
-        }
-
-        @Override
-        public void abort(long requestId, String why) {
-            p.abort(requestId, why);
-        }
-
-        @Override
-        public RoleStatus status() {
-            return p.status();
-        }
-
-        @Override
-        public int activeTransfers() {
-            return p.activeTransfers();
-        }
-
-        @Override
-        public void close() {
+            return super.prefill(requestId, tenant, tokens);
         }
     }
 
