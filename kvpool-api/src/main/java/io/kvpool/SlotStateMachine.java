@@ -118,51 +118,73 @@ final class SlotStateMachine {
      *         {@link PageHandle#REFCOUNT_OVERFLOW}
      */
     static long next(long word, long handleGeneration, SlotEvent event) {
-        final int phase = phase(word);
-        final long gen = generation(word);
-        final int rc = refcount(word);
+        // Kept short, each event's rule in a method of its own: the JIT inlines this into the batch loops, where the
+        // event is a constant and the chain of reference compares folds to the one rule that applies.
         if (event == SlotEvent.ALLOCATE) {
-            if (phase != FREE) {
-                return PageHandle.ILLEGAL_STATE;
-            }
-            return gen >= PageHandle.MAX_GENERATION ? word(gen, RETIRED, 0) : word(gen + 1, OWNED, 1);
+            return allocate(word);
         }
-        if (phase == FREE || phase == RETIRED || gen != handleGeneration) {
+        final int phase = phase(word);
+        if (phase == FREE || phase == RETIRED || generation(word) != handleGeneration) {
             return PageHandle.STALE;
         }
-        if (phase == OWNED && rc == 0) {
+        if (phase == OWNED && refcount(word) == 0) {
             return PageHandle.ILLEGAL_STATE; // unreachable by construction; never let a corrupt word borrow into the phase bits
         }
-        switch (event) {
-            case RETAIN:
-                if (phase != OWNED) {
-                    return PageHandle.ILLEGAL_STATE;
-                }
-                return rc == MAX_REFCOUNT ? PageHandle.REFCOUNT_OVERFLOW : word + 1;
-            case RELEASE:
-                if (phase == OWNED) {
-                    return rc == 1 ? freed(gen) : word - 1;
-                }
-                return rc == 0 ? PageHandle.ILLEGAL_STATE : word - 1; // pinned: the pin keeps the page
-            case PIN_WRITER:
-                return phase == OWNED && rc == 1 ? word(gen, RECEIVING, rc) : PageHandle.ILLEGAL_STATE;
-            case COMMIT_RECEIVE:
-                return phase == RECEIVING ? unpinned(gen, rc) : PageHandle.ILLEGAL_STATE;
-            case BEGIN_DRAIN:
-                return phase == RECEIVING ? word(gen, DRAINING, rc) : PageHandle.ILLEGAL_STATE;
-            case DRAINED:
-                return phase == DRAINING ? unpinned(gen, rc) : PageHandle.ILLEGAL_STATE;
-            case QUARANTINE:
-                return phase == RECEIVING || phase == DRAINING ? word(gen, QUARANTINED, rc) : PageHandle.ILLEGAL_STATE;
-            case RELEASE_QUARANTINE:
-                return phase == QUARANTINED ? unpinned(gen, rc) : PageHandle.ILLEGAL_STATE;
-            default:
-                throw new AssertionError(event);
+        if (event == SlotEvent.RETAIN) {
+            return retain(word, phase);
+        } else if (event == SlotEvent.RELEASE) {
+            return release(word, phase);
+        } else if (event == SlotEvent.PIN_WRITER) {
+            return phase == OWNED && refcount(word) == 1 ? word(generation(word), RECEIVING, 1) : PageHandle.ILLEGAL_STATE;
+        } else if (event == SlotEvent.COMMIT_RECEIVE) {
+            return phase == RECEIVING ? unpinned(word) : PageHandle.ILLEGAL_STATE;
+        } else if (event == SlotEvent.BEGIN_DRAIN) {
+            return phase == RECEIVING ? withPhase(word, DRAINING) : PageHandle.ILLEGAL_STATE;
+        } else if (event == SlotEvent.DRAINED) {
+            return phase == DRAINING ? unpinned(word) : PageHandle.ILLEGAL_STATE;
+        } else if (event == SlotEvent.QUARANTINE) {
+            return phase == RECEIVING || phase == DRAINING ? withPhase(word, QUARANTINED) : PageHandle.ILLEGAL_STATE;
+        } else if (event == SlotEvent.RELEASE_QUARANTINE) {
+            return phase == QUARANTINED ? unpinned(word) : PageHandle.ILLEGAL_STATE;
         }
+        throw new AssertionError(event);
     }
 
-    private static long unpinned(long gen, int rc) {
-        return rc == 0 ? freed(gen) : word(gen, OWNED, rc);
+    /** ALLOCATE: a FREE slot's next tenancy, OWNED(1) at the next generation (RETIRED past the last). */
+    private static long allocate(long word) {
+        if (phase(word) != FREE) {
+            return PageHandle.ILLEGAL_STATE;
+        }
+        final long gen = generation(word);
+        return gen >= PageHandle.MAX_GENERATION ? word(gen, RETIRED, 0) : word(gen + 1, OWNED, 1);
+    }
+
+    /** RETAIN of a current, in-use slot. */
+    private static long retain(long word, int phase) {
+        if (phase != OWNED) {
+            return PageHandle.ILLEGAL_STATE;
+        }
+        return refcount(word) == MAX_REFCOUNT ? PageHandle.REFCOUNT_OVERFLOW : word + 1;
+    }
+
+    /** RELEASE of a current, in-use slot: the last reference frees an OWNED page; a pinned page keeps its pin. */
+    private static long release(long word, int phase) {
+        final int rc = refcount(word);
+        if (phase == OWNED) {
+            return rc == 1 ? freed(generation(word)) : word - 1;
+        }
+        return rc == 0 ? PageHandle.ILLEGAL_STATE : word - 1;
+    }
+
+    /** The same generation and refcount in another phase. */
+    private static long withPhase(long word, int phase) {
+        return (word & ~PHASE_MASK) | ((long) phase << PHASE_SHIFT);
+    }
+
+    /** The end of a writer pin: OWNED with the references left, or the end of the tenancy if none are. */
+    private static long unpinned(long word) {
+        final int rc = refcount(word);
+        return rc == 0 ? freed(generation(word)) : word(generation(word), OWNED, rc);
     }
 
     /** The end of a tenancy: FREE, or RETIRED if the generation cannot be bumped again. */
