@@ -116,7 +116,7 @@ final class BatchAppend {
      * @return {@code total}, or {@code -short} when the pool is {@code short} pages short
      */
     private static long allocateCopyApply(KvPool pool, Sequence head, int total, long beyond, boolean copies, int tokens) {
-        final long got = pool.allocations().tryAllocateEach(head, total, beyond);
+        final long got = pool.allocations().tryAllocateEach(head, total, beyond, false);
         if (got < 0) {
             return got;
         }
@@ -124,7 +124,7 @@ final class BatchAppend {
             try {
                 copy(head);
             } catch (RuntimeException e) {
-                pool.allocations().undoEach(head); // all or nothing
+                pool.allocations().undoEach(head, false); // all or nothing
                 throw e;
             }
         }

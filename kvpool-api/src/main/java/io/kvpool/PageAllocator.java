@@ -252,6 +252,14 @@ final class PageAllocator {
 
     /** @return the handle of a freshly allocated page (OWNED, refcount 1), or -1 if no page is left */
     long takeFreePageLocked() {
+        return takeFreePageLocked(false);
+    }
+
+    /**
+     * @param pinned whether the page starts pinned for its writer (RECEIVING(1), see {@link SlotTable#allocate(int, boolean)})
+     * @return the handle of a freshly allocated page (OWNED(1), or RECEIVING(1) if pinned), or -1 if no page is left
+     */
+    long takeFreePageLocked(boolean pinned) {
         while (true) {
             int slot = freePages.popPlain();
             if (slot < 0) {
@@ -274,7 +282,7 @@ final class PageAllocator {
                 unfilled[slot] = false;
                 addToFill(slot);
             }
-            final long word = slots.allocate(slot);
+            final long word = slots.allocate(slot, pinned);
             if (word < 0) {
                 throw new IllegalStateException("internal: free list held slot " + slot + " in state "
                     + SlotStateMachine.describe(slots.wordVolatile(slot)));

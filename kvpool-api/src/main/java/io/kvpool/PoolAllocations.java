@@ -43,10 +43,12 @@ final class PoolAllocations {
      *
      * @param total  the sum of the planned pages, {@code > 0}
      * @param beyond the sum over the sequences of the planned pages their reservations do not cover
+     * @param pinned whether the pages start pinned for a writer, RECEIVING(1), before their handles leave the
+     *               allocating thread (one store each, {@link SlotTable#allocate(int, boolean)}); else OWNED(1)
      * @return {@code total}; or {@code -short} when the pool has {@code short} too few free unreserved pages for
      *         {@code beyond} (nothing is allocated then)
      */
-    long tryAllocateEach(Sequence head, int total, long beyond) {
+    long tryAllocateEach(Sequence head, int total, long beyond, boolean pinned) {
         final int[] toFill;
         lock.lock();
         try {
@@ -64,9 +66,9 @@ final class PoolAllocations {
             for (Sequence seq = head; seq != null; seq = seq.stepNext) {
                 final int pages = seq.stepPages;
                 for (int k = 0; k < pages; k++) {
-                    final long handle = allocator.takeFreePageLocked();
+                    final long handle = allocator.takeFreePageLocked(pinned);
                     if (handle < 0) { // only possible when slots retired under us
-                        return -releaseTakenLocked(head, seq, k, total);
+                        return -releaseTakenLocked(head, seq, k, total, pinned);
                     }
                     seq.allocated[k] = handle;
                 }
@@ -83,35 +85,10 @@ final class PoolAllocations {
         try {
             allocator.fill(toFill);
         } catch (RuntimeException e) {
-            undoEach(head); // all or nothing
+            undoEach(head, pinned); // all or nothing
             throw e;
         }
         return total;
-    }
-
-    /**
-     * Pins the {@code count} pages a {@link #tryAllocateEach} just gave {@code seq} for a writer (RECEIVING), before
-     * their handles leave the allocating thread: a release-store each ({@link SlotTable#pinFresh}), not a CAS.
-     *
-     * @throws IllegalStateException if the pool closed meanwhile, or a fresh page was not OWNED(1); nothing is left
-     *                               pinned then
-     */
-    void pinFresh(Sequence seq, int count) {
-        final PageCounts.Delta delta = new PageCounts.Delta();
-        lock.lock();
-        try {
-            pool.ensureOpen();
-            for (int k = 0; k < count; k++) {
-                if (slots.pinFresh(PageHandle.slot(seq.allocated[k]), delta) < 0) {
-                    ops.unpinUnwritten(seq.allocated, 0, k);
-                    throw new IllegalStateException("fresh page " + PageHandle.toString(seq.allocated[k]) + " is not OWNED(1): "
-                        + "an allocator bug, or an older handle's event with the generation check disabled");
-                }
-            }
-        } finally {
-            slots.counts().add(delta); // under the lock: close counts the pinned pages under it
-            lock.unlock();
-        }
     }
 
     /**
@@ -121,16 +98,12 @@ final class PoolAllocations {
      *
      * @return the pages that were missing, at least 1
      */
-    private int releaseTakenLocked(Sequence head, Sequence failed, int k, int total) {
+    private int releaseTakenLocked(Sequence head, Sequence failed, int k, int total, boolean pinned) {
         allocator.clearToFillLocked(); // released below: the free path fills them
         int taken = k;
-        for (int j = 0; j < k; j++) {
-            ops.tryTransition(failed.allocated[j], SlotEvent.RELEASE);
-        }
+        giveBack(failed.allocated, k, pinned);
         for (Sequence seq = head; seq != failed; seq = seq.stepNext) {
-            for (int j = 0; j < seq.stepPages; j++) {
-                ops.tryTransition(seq.allocated[j], SlotEvent.RELEASE);
-            }
+            giveBack(seq.allocated, seq.stepPages, pinned);
             taken += seq.stepPages;
             seq.reservedPages += seq.stepFromReservation;
         }
@@ -138,18 +111,26 @@ final class PoolAllocations {
         return Math.max(1, total - taken);
     }
 
+    /** Frees the first {@code count} fresh pages of {@code handles}, which no writer was given if they were pinned. */
+    private void giveBack(long[] handles, int count, boolean pinned) {
+        if (pinned) {
+            ops.unpinUnwritten(handles, 0, count);
+        }
+        for (int j = 0; j < count; j++) {
+            ops.tryTransition(handles[j], SlotEvent.RELEASE);
+        }
+    }
+
     /**
      * Undoes a {@link #tryAllocateEach} whose pages were never used: they go back free, and their reservations to
      * the sequences.
      */
-    void undoEach(Sequence head) {
+    void undoEach(Sequence head, boolean pinned) {
         lock.lock();
         try {
             int fromReservations = 0;
             for (Sequence seq = head; seq != null; seq = seq.stepNext) {
-                for (int k = 0; k < seq.stepPages; k++) {
-                    ops.tryTransition(seq.allocated[k], SlotEvent.RELEASE);
-                }
+                giveBack(seq.allocated, seq.stepPages, pinned);
                 seq.reservedPages += seq.stepFromReservation;
                 fromReservations += seq.stepFromReservation;
             }

@@ -239,7 +239,7 @@ public final class Sequence implements AutoCloseable {
         final int allocate = planAppend(n);
         if (allocate > 0) {
             stepNext = null; // a batch of one: the same allocation path as KvPool#appendEach
-            final long got = pool.allocations().tryAllocateEach(this, allocate, Math.max(0, allocate - reservedPages));
+            final long got = pool.allocations().tryAllocateEach(this, allocate, Math.max(0, allocate - reservedPages), pinned);
             if (got < 0) {
                 final int fromRes = Math.min(allocate, reservedPages);
                 final long available = Math.max(0, allocate - fromRes + got); // got = -(pages short)
@@ -247,19 +247,11 @@ public final class Sequence implements AutoCloseable {
                     + " of them reserved; the pool has " + available + " free unreserved pages for the other "
                     + (allocate - fromRes) + " (capacity " + pool.capacity() + ")");
             }
-            if (stepCow) {
+            if (stepCow) { // never when pinned: a pinned append starts a sequence without pages
                 try {
                     copyLastPageInto(allocated[0]);
                 } catch (RuntimeException e) {
-                    pool.allocations().undoEach(this); // all or nothing: the reservation too
-                    throw e;
-                }
-            }
-            if (pinned) {
-                try {
-                    pool.allocations().pinFresh(this, allocate);
-                } catch (RuntimeException e) {
-                    pool.allocations().undoEach(this); // nothing is left pinned (pinFresh): all back, as after a failed copy
+                    pool.allocations().undoEach(this, pinned); // all or nothing: the reservation too
                     throw e;
                 }
             }

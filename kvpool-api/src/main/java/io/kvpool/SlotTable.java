@@ -94,32 +94,6 @@ final class SlotTable {
     }
 
     /**
-     * Pins a page that was just allocated and whose handle has not left the allocating thread: OWNED(1) →
-     * RECEIVING(1). Only the allocator calls this, under the pool lock. As in {@link #allocate}, no other thread
-     * can act on this tenancy (nobody else holds its handle) and a thread holding an older word fails its CAS,
-     * so a release-store suffices. Not so with the generation check disabled (a test's safeguard switch): an older
-     * handle's event then applies to the new tenancy, so that mode pays the CAS.
-     *
-     * @param delta where the phase move is counted (added to the counts under the same lock)
-     * @return the new state word, or {@link PageHandle#ILLEGAL_STATE} if the slot was not OWNED(1) (an allocator bug,
-     *         or an older handle's event that won, with the generation check disabled)
-     */
-    long pinFresh(int slot, PageCounts.Delta delta) {
-        final long word = words.getVolatile(slot);
-        final long next = SlotStateMachine.next(word, SlotStateMachine.generation(word), SlotEvent.PIN_WRITER);
-        if (next < 0) {
-            return next;
-        }
-        if (checkGeneration) {
-            words.setRelease(slot, next);
-        } else if (!words.compareAndSet(slot, word, next)) {
-            return PageHandle.ILLEGAL_STATE;
-        }
-        PageCounts.moved(SlotStateMachine.phase(word), SlotStateMachine.phase(next), delta);
-        return next;
-    }
-
-    /**
      * Takes a FREE slot into service. Only the allocator calls this, under the pool lock, for a slot it has
      * just removed from the free structures. No other thread can change a FREE word: every handle event on
      * a FREE slot is refused (STALE) without a write, and a thread still holding an older word of this
@@ -130,8 +104,23 @@ final class SlotTable {
      *         {@link PageHandle#ILLEGAL_STATE} if the slot was not FREE (an allocator bug)
      */
     long allocate(int slot) {
+        return allocate(slot, false);
+    }
+
+    /**
+     * As {@link #allocate(int)}; with {@code pinned}, the new tenancy starts pinned for a writer: ALLOCATE then
+     * PIN_WRITER, FREE → RECEIVING(1), in the same one store. Nobody else holds the new handle, so no event can
+     * come between the two, with the generation check disabled (a test's safeguard switch) too.
+     *
+     * @return the new state word (RECEIVING(1) when pinned, unless the slot retired), or
+     *         {@link PageHandle#ILLEGAL_STATE} if the slot was not FREE
+     */
+    long allocate(int slot, boolean pinned) {
         final long word = words.getVolatile(slot);
-        final long next = SlotStateMachine.next(word, 0, SlotEvent.ALLOCATE);
+        long next = SlotStateMachine.next(word, 0, SlotEvent.ALLOCATE);
+        if (pinned && next >= 0 && SlotStateMachine.phase(next) == SlotStateMachine.OWNED) {
+            next = SlotStateMachine.next(next, SlotStateMachine.generation(next), SlotEvent.PIN_WRITER);
+        }
         if (next >= 0) {
             words.setRelease(slot, next);
             PageCounts.moved(SlotStateMachine.FREE, SlotStateMachine.phase(next), counts.now); // RETIRED at the last generation

@@ -354,6 +354,38 @@ class HandleLifecycleTest {
         }
     }
 
+    /**
+     * A page whose fill failed when it was freed is filled again when it is next allocated, after the pool lock.
+     * If that fill fails too, appendPinned leaves nothing behind: every page it took back FREE (not RECEIVING with
+     * no reference, held by a pin nobody will end), and the reservation back with the sequence.
+     */
+    @Test
+    void appendPinnedWhoseFillFailsLeavesNoPagePinned() {
+        final ApiReviewRegressionTest.FailingCopyStorage[] storage = new ApiReviewRegressionTest.FailingCopyStorage[1];
+        try (KvPool pool = TestPools.builder(3).storage((l, n) -> storage[0] = new ApiReviewRegressionTest.FailingCopyStorage(l, n))
+            .build()) {
+            final int perPage = TestPools.SMALL.tokensPerPage();
+            final long h = pool.tryAllocate();
+            storage[0].failNextFill = true;
+            pool.release(h); // FREE, marked to be filled when next handed out
+            final Sequence seq = pool.admit(3 * perPage, 0).sequence();
+            storage[0].failNextFill = true;
+            assertThrows(IllegalStateException.class, () -> pool.handles().appendPinned(seq, 3 * perPage));
+            assertEquals(0, seq.pageCount(), "nothing appended");
+            assertEquals(0, pool.snapshot().receiving(), "nothing left pinned");
+            assertEquals(3, pool.verifyAccounting().free(), "every page taken is FREE again");
+            pool.handles().appendPinned(seq, 3 * perPage); // the reservation is the sequence's again
+            assertEquals(3, pool.snapshot().receiving());
+            final long[] pages = new long[3];
+            for (int i = 0; i < 3; i++) {
+                pages[i] = seq.pageHandle(i);
+            }
+            seq.close();
+            pool.handles().commitReceiveAll(pages, 0, 3);
+            assertEquals(3, pool.verifyAccounting().free());
+        }
+    }
+
     @Test
     void appendPinnedOnAClosedPoolThrowsAndAppendsNothing() {
         final KvPool pool = TestPools.pool(4);
