@@ -203,6 +203,9 @@ public final class DecodeRole implements DecodeService, MeteredRole {
                 answer.complete(admitAhead(requestId, tenant, promptTokens, maxNewTokens));
             } catch (RuntimeException e) {
                 answer.completeExceptionally(e);
+            } catch (Error e) { // the caller hears of it at once; the duty cycle counts and logs it
+                answer.completeExceptionally(e);
+                throw e;
             }
         });
         try {
@@ -353,6 +356,10 @@ public final class DecodeRole implements DecodeService, MeteredRole {
         } catch (RuntimeException e) {
             c.admission.completeExceptionally(e);
             c.outcome.completeExceptionally(e);
+        } catch (Error e) { // as above, and the duty cycle counts and logs it
+            c.admission.completeExceptionally(e);
+            c.outcome.completeExceptionally(e);
+            throw e;
         }
     }
 
@@ -516,6 +523,7 @@ public final class DecodeRole implements DecodeService, MeteredRole {
         c.put("generated_tokens", generated.sum());
         c.put("links_accepted", links.sum());
         c.put("accept_failures", acceptFailures.sum());
+        c.put("duty_failures", duty.failures()); // commands and work calls that threw, Errors included
         c.put("quarantine_releases", receiver.metrics().quarantineReleases());
         final Map<String, Long> g = new LinkedHashMap<>();
         g.put(RoleStatus.ACTIVE_TRANSFERS, (long) activeTransfers);

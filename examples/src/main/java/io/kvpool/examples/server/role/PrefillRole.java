@@ -184,12 +184,12 @@ public final class PrefillRole implements PrefillService, MeteredRole {
                 pendingOffers.incrementAndGet(); // counted as active from here: the duty thread offers it later
                 try {
                     duty.submit(() -> offer(requestId, seq));
-                } catch (RuntimeException e) {
+                } catch (RuntimeException | Error e) {
                     pendingOffers.decrementAndGet();
                     throw e;
                 }
                 queued = true;
-            } catch (RuntimeException e) {
+            } catch (RuntimeException | Error e) { // an Error too: the pages go back whatever stopped the call
                 seq.close();
                 throw e;
             }
@@ -219,6 +219,9 @@ public final class PrefillRole implements PrefillService, MeteredRole {
         } catch (RuntimeException e) {
             endRequest(requestId);
             LOG.log(System.Logger.Level.WARNING, "prefill: offering request " + requestId + " failed: " + e);
+        } catch (Error e) { // not offered, so its id is free again; the duty cycle counts and logs the Error
+            endRequest(requestId);
+            throw e;
         } finally {
             seq.close();
             active = sender.activeTransfers(); // the offer is counted there before it stops being counted as pending
@@ -395,6 +398,7 @@ public final class PrefillRole implements PrefillService, MeteredRole {
         c.put("injected_faults", injectedFaults.sum());
         c.put("duplicate_ids_refused", duplicates.sum());
         c.put("refused_after_abort", lateAfterAbort.sum());
+        c.put("duty_failures", duty.failures()); // commands and work calls that threw, Errors included
         final Map<String, Long> g = new LinkedHashMap<>();
         g.put(RoleStatus.ACTIVE_TRANSFERS, (long) active);
         g.put(RoleStatus.LINK_UP, linkUp ? 1L : 0L);

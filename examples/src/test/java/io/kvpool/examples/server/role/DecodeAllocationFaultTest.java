@@ -2,6 +2,7 @@ package io.kvpool.examples.server.role;
 
 import io.kvpool.KvPool;
 import io.kvpool.Sequence;
+import io.kvpool.examples.server.Await;
 import io.kvpool.examples.server.ServerTests;
 import io.kvpool.examples.server.api.ApiError;
 import io.kvpool.examples.server.config.ServerConfig;
@@ -30,6 +31,7 @@ import java.util.concurrent.TimeUnit;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 /**
@@ -40,9 +42,10 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 @Timeout(value = 60, unit = TimeUnit.SECONDS)
 class DecodeAllocationFaultTest {
 
-    /** The decode pool's mapped storage, whose fill fails while {@link #failing} is set. */
+    /** The decode pool's mapped storage, whose fill fails while {@link #failing} is set: with an Error if {@link #withError}. */
     static final class FlakyFill extends ForwardingStorage {
         volatile boolean failing;
+        volatile boolean withError;
 
         FlakyFill(MappedPageStorage inner) {
             super(inner);
@@ -50,6 +53,9 @@ class DecodeAllocationFaultTest {
 
         @Override
         public void fill(int page, FillMode mode) {
+            if (failing && withError) {
+                throw new AssertionError("injected fill Error of page " + page);
+            }
             if (failing) {
                 throw new UncheckedIOException(new IOException("injected fill failure of page " + page));
             }
@@ -59,30 +65,8 @@ class DecodeAllocationFaultTest {
 
     @Test
     void aStorageFaultAfterAdmissionIsAFailedTransferNotARetry() throws Exception {
-        final ServerConfig cfg = ServerTests.small().build();
-        final Path dir = Files.createTempDirectory("kvpool-decode-fault");
-        final FlakyFill[] storage = new FlakyFill[1];
-        final KvPool decodePool = RoleParts.decodePool(cfg,
-            (l, n) -> storage[0] = new FlakyFill(MappedPageStorage.create(dir.resolve("decode.pool"), l, n)));
-        final ShmListener listener = ShmTransport.listen(dir.resolve("transfer.sock"), (MappedPageStorage) storage[0].inner());
-        final KvPool prefillPool = RoleParts.prefillPool(cfg);
-        final TransferSender sender = RoleParts.sender(cfg, prefillPool);
-        try (DecodeRole decode = new DecodeRole(decodePool, RoleParts.receiver(cfg, decodePool), shm(listener), null,
-            cfg.tokenDelay(), DecodeRole.reservationTtl(cfg), () -> { })) {
-            connect(dir.resolve("transfer.sock"), sender, decode);
-
-            // every page's fill now fails: every page, used and freed here, must be filled again before reuse,
-            // which fails too
-            storage[0].failing = true;
-            final int tokens = (int) cfg.contextTokens();
-            final List<Sequence> used = new ArrayList<>();
-            for (int i = 0; i < cfg.decodePages() / decodePool.layout().pagesFor(tokens); i++) {
-                final Sequence seq = decodePool.admit(tokens, 0).sequence();
-                seq.append(tokens);
-                used.add(seq);
-            }
-            assertEquals(cfg.decodePages(), decodePool.snapshot().inUse(), "every page used once");
-            used.forEach(Sequence::close);
+        withFaultyDecode(false, (decode, decodePool) -> {
+            final int tokens = (int) decodePool.maxContextTokens();
             final DecodeCall call = decode.start(7, "alice", tokens, 0);
             final DecodeCall.Admitted admitted = call.awaitAdmission(Duration.ofSeconds(10));
             assertTrue(admitted != null && admitted.admitted(), "the pool admitted it: " + admitted);
@@ -100,6 +84,58 @@ class DecodeAllocationFaultTest {
             assertEquals(1L, decode.status().counters().get("transfers_failed"));
             assertEquals(0, decodePool.snapshot().inUse(), decodePool.snapshot()::toString);
             assertEquals(0, decodePool.snapshot().reserved(), decodePool.snapshot()::toString);
+        });
+    }
+
+    @Test
+    void anErrorOnTheDutyThreadAnswersTheCallAtOnce() throws Exception {
+        // the caller used to wait out its whole admission timeout for a future nobody would complete
+        withFaultyDecode(true, (decode, decodePool) -> {
+            final DecodeCall call = decode.start(7, "alice", (int) decodePool.maxContextTokens(), 0);
+            final IllegalStateException e = assertThrows(IllegalStateException.class, () -> call.awaitAdmission(Duration.ofSeconds(20)));
+            assertTrue(e.getCause() instanceof AssertionError, e.toString());
+            Await.until(() -> decode.status().counters().get("duty_failures") == 1, Duration.ofSeconds(10),
+                () -> "the duty cycle counts the Error: " + decode.status().counters());
+        });
+    }
+
+    interface FaultyDecodeCase {
+        void run(DecodeRole decode, KvPool decodePool) throws Exception;
+    }
+
+    /**
+     * Runs {@code test} against a decode role linked to a prefill sender, after every page of the decode pool was used
+     * once and its fill made to fail (with an Error if {@code withError}): each page must be filled again before reuse.
+     */
+    private static void withFaultyDecode(boolean withError, FaultyDecodeCase test) throws Exception {
+        final ServerConfig cfg = ServerTests.small().build();
+        final Path dir = Files.createTempDirectory("kvpool-decode-fault");
+        final FlakyFill[] storage = new FlakyFill[1];
+        final KvPool decodePool = RoleParts.decodePool(cfg,
+            (l, n) -> storage[0] = new FlakyFill(MappedPageStorage.create(dir.resolve("decode.pool"), l, n)));
+        final ShmListener listener = ShmTransport.listen(dir.resolve("transfer.sock"), (MappedPageStorage) storage[0].inner());
+        final KvPool prefillPool = RoleParts.prefillPool(cfg);
+        final TransferSender sender = RoleParts.sender(cfg, prefillPool);
+        try (DecodeRole decode = new DecodeRole(decodePool, RoleParts.receiver(cfg, decodePool), shm(listener), null,
+            cfg.tokenDelay(), DecodeRole.reservationTtl(cfg), () -> { })) {
+            connect(dir.resolve("transfer.sock"), sender, decode);
+
+            // every page's fill now fails: every page, used and freed here, must be filled again before reuse,
+            // which fails too
+            storage[0].failing = true;
+            storage[0].withError = withError;
+            final int tokens = (int) cfg.contextTokens();
+            final List<Sequence> used = new ArrayList<>();
+            for (int i = 0; i < cfg.decodePages() / decodePool.layout().pagesFor(tokens); i++) {
+                final Sequence seq = decodePool.admit(tokens, 0).sequence();
+                seq.append(tokens);
+                used.add(seq);
+            }
+            assertEquals(cfg.decodePages(), decodePool.snapshot().inUse(), "every page used once");
+            storage[0].withError = false; // the frees fail as an exception; the allocation's fill is the one tested
+            used.forEach(Sequence::close);
+            storage[0].withError = withError;
+            test.run(decode, decodePool);
             storage[0].failing = false;
         } finally {
             sender.close();
