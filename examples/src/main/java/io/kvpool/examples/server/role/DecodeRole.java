@@ -82,7 +82,7 @@ public final class DecodeRole implements DecodeService, MeteredRole {
      * Kept as long as a prefill role remembers an early abort, at most {@link #MAX_EARLY_GIVE_BACKS}; give-backs beyond
      * that are counted ({@code give_backs_not_kept}), and a reserve arriving after one of them is held until it expires.
      */
-    private final Map<Long, Long> givenBackEarly = new java.util.HashMap<>();
+    private final ExpiringIds givenBackEarly = new ExpiringIds(MAX_EARLY_GIVE_BACKS, PrefillRole.REMEMBER_ABORTS_NANOS);
     /**
      * Longest a {@link #reserve} waits for the duty thread, which answers in microseconds unless it is stuck. Half the
      * router's call timeout, so that a router calling over HTTP gets this role's answer, not a timeout of its own that
@@ -122,7 +122,6 @@ public final class DecodeRole implements DecodeService, MeteredRole {
     private final LongAdder releasedUnused = new LongAdder();
     private final LongAdder reservedAhead = new LongAdder();
     private final LongAdder reservationsExpired = new LongAdder();
-    private final LongAdder giveBacksNotKept = new LongAdder();
     private final LongAdder generated = new LongAdder();
     private final LongAdder links = new LongAdder();
     private final LongAdder acceptFailures = new LongAdder();
@@ -226,10 +225,9 @@ public final class DecodeRole implements DecodeService, MeteredRole {
                 if (r != null) {
                     r.seq().close();
                     releasedUnused.increment();
-                } else if (givenBackEarly.size() < MAX_EARLY_GIVE_BACKS) {
-                    givenBackEarly.put(requestId, System.nanoTime() + PrefillRole.REMEMBER_ABORTS_NANOS);
                 } else {
-                    giveBacksNotKept.increment(); // a reserve arriving after it is held until it expires
+                    // if it is not kept (too many), a reserve arriving after it is held until it expires
+                    givenBackEarly.add(requestId, System.nanoTime());
                 }
             });
         } catch (IllegalStateException closedAlready) {
@@ -252,7 +250,7 @@ public final class DecodeRole implements DecodeService, MeteredRole {
         if (senderPeer < 0) {
             return refuseAhead(noPrefillLink(promptTokens, maxNewTokens));
         }
-        if (givenBackEarly.remove(requestId) != null) { // its router gave it back before this call arrived
+        if (givenBackEarly.take(requestId)) { // its router gave it back before this call arrived
             return refuseAhead(new Rejection(ROLE, Rejection.Reason.UNAVAILABLE, "decode: request " + requestId + " was given back "
                 + "before its reservation arrived; not reserved", numbers(promptTokens, maxNewTokens)));
         }
@@ -296,7 +294,7 @@ public final class DecodeRole implements DecodeService, MeteredRole {
             return 0;
         }
         nextExpiryScan = now + 100_000_000L; // a scan at most every 100 ms
-        givenBackEarly.values().removeIf(until -> now - until >= 0);
+        givenBackEarly.sweep(now);
         int n = 0;
         for (java.util.Iterator<Reserved> it = reservations.values().iterator(); it.hasNext(); ) {
             final Reserved r = it.next();
@@ -519,7 +517,7 @@ public final class DecodeRole implements DecodeService, MeteredRole {
         c.put("released_unused", releasedUnused.sum());
         c.put("reserved_ahead", reservedAhead.sum());
         c.put("reservations_expired", reservationsExpired.sum());
-        c.put("give_backs_not_kept", giveBacksNotKept.sum());
+        c.put("give_backs_not_kept", givenBackEarly.notKept());
         c.put("generated_tokens", generated.sum());
         c.put("links_accepted", links.sum());
         c.put("accept_failures", acceptFailures.sum());

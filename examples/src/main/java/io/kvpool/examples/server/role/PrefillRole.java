@@ -74,16 +74,14 @@ public final class PrefillRole implements PrefillService, MeteredRole {
     private volatile long pagesInFlight;
     /** How long an abort of a request this role does not know is remembered (well past the router's call timeout). */
     public static final long REMEMBER_ABORTS_NANOS = java.util.concurrent.TimeUnit.SECONDS.toNanos(60);
-    /** Aborts of requests not (yet) offered here, by id, with when they are forgotten. */
-    private final java.util.Map<Long, Long> abortedBeforeArrival = new java.util.concurrent.ConcurrentHashMap<>();
     /**
      * Most early aborts remembered at once (an abort of a request not offered here, kept {@link #REMEMBER_ABORTS_NANOS}):
      * aborts beyond it are counted ({@code aborts_not_kept}), not kept, so that a flood of them (paired aborts after
      * transfers that finished, or an outside caller) cannot grow the map without bound.
      */
     public static final int MAX_EARLY_ABORTS = 65_536;
-    private final java.util.concurrent.atomic.LongAdder abortsNotKept = new java.util.concurrent.atomic.LongAdder();
-    private long nextAbortSweep = System.nanoTime(); // duty thread only
+    /** Aborts of requests not (yet) offered here; added on the duty thread, taken on any. */
+    private final ExpiringIds abortedBeforeArrival = new ExpiringIds(MAX_EARLY_ABORTS, REMEMBER_ABORTS_NANOS);
     /** Prefill calls refused or dropped because their abort came first. */
     private final LongAdder lateAfterAbort = new LongAdder();
     /** Requests admitted whose offer is queued for the duty thread (see {@link #activeTransfers()}). */
@@ -152,7 +150,7 @@ public final class PrefillRole implements PrefillService, MeteredRole {
         if (closed) {
             throw new IllegalStateException("prefill role is closed");
         }
-        if (abortedBeforeArrival.remove(requestId) != null) { // its router gave up on this call and aborted it first
+        if (abortedBeforeArrival.take(requestId)) { // its router gave up on this call and aborted it first
             lateAfterAbort.increment();
             return new Rejection(ROLE, Rejection.Reason.UNAVAILABLE, "prefill: request " + requestId
                 + " was aborted before it arrived here (its router gave up on the call); nothing admitted", java.util.Map.of());
@@ -210,7 +208,7 @@ public final class PrefillRole implements PrefillService, MeteredRole {
 
     private void offer(long requestId, Sequence seq) {
         try {
-            if (abortedBeforeArrival.remove(requestId) != null) { // aborted while its admission was on the way here
+            if (abortedBeforeArrival.take(requestId)) { // aborted while its admission was on the way here
                 lateAfterAbort.increment();
                 endRequest(requestId);
                 return; // the finally releases its pages
@@ -236,17 +234,9 @@ public final class PrefillRole implements PrefillService, MeteredRole {
             final OutgoingTransfer t = offers.get(requestId);
             if (t == null) {
                 // not offered (yet): a call the router gave up on may still arrive, or sit in this queue; remember
-                // the abort for a while, so that it is refused then instead of offered to nobody
-                final long now = System.nanoTime();
-                if (now - nextAbortSweep >= 0) { // a sweep at most every 100 ms: not one over the whole map per abort
-                    nextAbortSweep = now + 100_000_000L;
-                    abortedBeforeArrival.values().removeIf(until -> until - now < 0);
-                }
-                if (abortedBeforeArrival.size() < MAX_EARLY_ABORTS) {
-                    abortedBeforeArrival.put(requestId, now + REMEMBER_ABORTS_NANOS);
-                } else {
-                    abortsNotKept.increment(); // a call of it that still comes is offered, and decode's abort ends it
-                }
+                // the abort for a while, so that it is refused then instead of offered to nobody. One not kept (too
+                // many) lets such a call be offered, and decode's abort ends it
+                abortedBeforeArrival.add(requestId, System.nanoTime());
             } else if (sender.abort(t, why)) {
                 abortedTransfers.increment();
             }
@@ -392,7 +382,7 @@ public final class PrefillRole implements PrefillService, MeteredRole {
         c.put("transfers_completed", completed.sum());
         c.put("transfers_drained", drained.sum());
         c.put("abort_requests", abortRequests.sum());
-        c.put("aborts_not_kept", abortsNotKept.sum());
+        c.put("aborts_not_kept", abortedBeforeArrival.notKept());
         c.put("aborted_transfers", abortedTransfers.sum());
         c.put("links_connected", links.sum());
         c.put("injected_faults", injectedFaults.sum());
