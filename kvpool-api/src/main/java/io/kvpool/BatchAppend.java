@@ -68,7 +68,7 @@ final class BatchAppend {
                 uncount(batch, count, tokens);
             }
             return (int) Math.max(Integer.MIN_VALUE, got);
-        } catch (RuntimeException e) {
+        } catch (RuntimeException | Error e) {
             uncount(batch, i, tokens);
             throw e;
         }
@@ -123,7 +123,7 @@ final class BatchAppend {
         if (copies) {
             try {
                 copy(head);
-            } catch (RuntimeException e) {
+            } catch (RuntimeException | Error e) {
                 pool.allocations().undoEach(head, false); // all or nothing
                 throw e;
             }

@@ -252,14 +252,16 @@ final class PageAllocator {
 
     /** @return the handle of a freshly allocated page (OWNED, refcount 1), or -1 if no page is left */
     long takeFreePageLocked() {
-        return takeFreePageLocked(false);
+        return takeFreePageLocked(false, null);
     }
 
     /**
-     * @param pinned whether the page starts pinned for its writer (RECEIVING(1), see {@link SlotTable#allocate(int, boolean)})
+     * @param pinned whether the page starts pinned for its writer (RECEIVING(1), see
+     *               {@link SlotTable#allocate(int, boolean, PageCounts.Delta)})
+     * @param delta  where its phase move is counted, or {@code null}: at once
      * @return the handle of a freshly allocated page (OWNED(1), or RECEIVING(1) if pinned), or -1 if no page is left
      */
-    long takeFreePageLocked(boolean pinned) {
+    long takeFreePageLocked(boolean pinned, PageCounts.Delta delta) {
         while (true) {
             int slot = freePages.popPlain();
             if (slot < 0) {
@@ -282,7 +284,7 @@ final class PageAllocator {
                 unfilled[slot] = false;
                 addToFill(slot);
             }
-            final long word = slots.allocate(slot, pinned);
+            final long word = slots.allocate(slot, pinned, delta);
             if (word < 0) {
                 throw new IllegalStateException("internal: free list held slot " + slot + " in state "
                     + SlotStateMachine.describe(slots.wordVolatile(slot)));
@@ -319,8 +321,8 @@ final class PageAllocator {
 
     /**
      * Fills pages just evicted from the prefix cache, outside the lock (a 2 MiB fill must not stall the
-     * transfer threads that take it): they are OWNED by the caller's new tenancy, whose handles have
-     * not escaped yet, so nobody else can touch them.
+     * transfer threads that take it): they belong to the caller's new tenancy (OWNED, or RECEIVING if
+     * allocated pinned), whose handles have not escaped yet, so nobody else can touch them.
      */
     void fill(int[] slotsToFill) {
         if (slotsToFill != null) {

@@ -5,11 +5,12 @@ import java.util.concurrent.atomic.LongAdder;
 /**
  * The pool's page counts by state that the free structures do not give, kept as the states change so
  * that reading them costs no slot scan and no lock. {@link SlotTable} reports every phase change of a
- * successful CAS here; nothing else writes. Nothing here is touched on the allocation or free path.
+ * successful CAS here (and the allocator of every page it allocates pinned); nothing else writes. The allocation and
+ * free paths touch nothing here, but for a pinned allocation's one batched add.
  *
  * <pre>
- *   receiving         LongAdder   +1 / -1 as slots enter and leave RECEIVING      ┐ transport events only
- *   draining          LongAdder   +1 / -1                                         │
+ *   receiving         LongAdder   +1 / -1 as slots enter and leave RECEIVING      ┐ transport events (and pinned
+ *   draining          LongAdder   +1 / -1                                         │ allocations: RECEIVING)
  *   quarantined       LongAdder   +1 / -1                                         ┘
  *   quarantineEvents  LongAdder   +1 per entry into QUARANTINED
  *   retired           LongAdder   +1 per slot that leaves service

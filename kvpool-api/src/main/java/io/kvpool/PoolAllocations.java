@@ -50,6 +50,7 @@ final class PoolAllocations {
      */
     long tryAllocateEach(Sequence head, int total, long beyond, boolean pinned) {
         final int[] toFill;
+        final PageCounts.Delta delta = pinned ? new PageCounts.Delta() : null; // RECEIVING counted once, not per page
         lock.lock();
         try {
             pool.ensureOpen();
@@ -66,8 +67,11 @@ final class PoolAllocations {
             for (Sequence seq = head; seq != null; seq = seq.stepNext) {
                 final int pages = seq.stepPages;
                 for (int k = 0; k < pages; k++) {
-                    final long handle = allocator.takeFreePageLocked(pinned);
+                    final long handle = allocator.takeFreePageLocked(pinned, delta);
                     if (handle < 0) { // only possible when slots retired under us
+                        if (delta != null) {
+                            slots.counts().add(delta); // before the unpins below count these pages out again
+                        }
                         return -releaseTakenLocked(head, seq, k, total, pinned);
                     }
                     seq.allocated[k] = handle;
@@ -80,12 +84,19 @@ final class PoolAllocations {
             reservations.remove(fromReservations);
             toFill = allocator.takeToFillLocked();
         } finally {
+            if (delta != null) {
+                slots.counts().add(delta); // under the lock: close counts the pinned pages under it
+            }
             lock.unlock();
         }
         try {
             allocator.fill(toFill);
-        } catch (RuntimeException e) {
-            undoEach(head, pinned); // all or nothing
+        } catch (RuntimeException | Error e) { // an Error too: no page may stay out of the free structures
+            try {
+                undoEach(head, pinned); // all or nothing
+            } catch (RuntimeException undo) { // e.g. the pool closed meanwhile: the fill's failure is the one to report
+                e.addSuppressed(undo);
+            }
             throw e;
         }
         return total;
@@ -101,9 +112,17 @@ final class PoolAllocations {
     private int releaseTakenLocked(Sequence head, Sequence failed, int k, int total, boolean pinned) {
         allocator.clearToFillLocked(); // released below: the free path fills them
         int taken = k;
-        giveBack(failed.allocated, k, pinned);
+        // The pool is open (checked under this lock hold, and close takes the lock), so ending a pin here never
+        // reaches the kept-storage release, which takes the lock itself.
+        if (pinned) {
+            ops.unpinUnwritten(failed.allocated, 0, k);
+        }
+        release(failed.allocated, k);
         for (Sequence seq = head; seq != failed; seq = seq.stepNext) {
-            giveBack(seq.allocated, seq.stepPages, pinned);
+            if (pinned) {
+                ops.unpinUnwritten(seq.allocated, 0, seq.stepPages);
+            }
+            release(seq.allocated, seq.stepPages);
             taken += seq.stepPages;
             seq.reservedPages += seq.stepFromReservation;
         }
@@ -111,11 +130,8 @@ final class PoolAllocations {
         return Math.max(1, total - taken);
     }
 
-    /** Frees the first {@code count} fresh pages of {@code handles}, which no writer was given if they were pinned. */
-    private void giveBack(long[] handles, int count, boolean pinned) {
-        if (pinned) {
-            ops.unpinUnwritten(handles, 0, count);
-        }
+    /** Releases the first {@code count} fresh pages of {@code handles}, unpinned and unshared: each goes FREE. */
+    private void release(long[] handles, int count) {
         for (int j = 0; j < count; j++) {
             ops.tryTransition(handles[j], SlotEvent.RELEASE);
         }
@@ -124,13 +140,23 @@ final class PoolAllocations {
     /**
      * Undoes a {@link #tryAllocateEach} whose pages were never used: they go back free, and their reservations to
      * the sequences.
+     *
+     * @param pinned whether the pages were allocated pinned: their pins end first, before the lock is taken (the
+     *               pool may have closed since the allocation, and the last pin to end then releases the kept storage,
+     *               which takes the lock)
+     * @throws IllegalStateException if the pool closed meanwhile and kept no storage (nothing is left pinned then)
      */
     void undoEach(Sequence head, boolean pinned) {
+        if (pinned) {
+            for (Sequence seq = head; seq != null; seq = seq.stepNext) {
+                ops.unpinUnwritten(seq.allocated, 0, seq.stepPages); // no writer was given them: nothing to wait for
+            }
+        }
         lock.lock();
         try {
             int fromReservations = 0;
             for (Sequence seq = head; seq != null; seq = seq.stepNext) {
-                giveBack(seq.allocated, seq.stepPages, pinned);
+                release(seq.allocated, seq.stepPages);
                 seq.reservedPages += seq.stepFromReservation;
                 fromReservations += seq.stepFromReservation;
             }
@@ -181,7 +207,7 @@ final class PoolAllocations {
         }
         try {
             allocator.fill(toFill);
-        } catch (RuntimeException e) {
+        } catch (RuntimeException | Error e) {
             ops.tryTransition(handle, SlotEvent.RELEASE); // back free (and marked to be filled again), never lost
             throw e;
         }

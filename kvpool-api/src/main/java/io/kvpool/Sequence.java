@@ -250,7 +250,7 @@ public final class Sequence implements AutoCloseable {
             if (stepCow) { // never when pinned: a pinned append starts a sequence without pages
                 try {
                     copyLastPageInto(allocated[0]);
-                } catch (RuntimeException e) {
+                } catch (RuntimeException | Error e) {
                     pool.allocations().undoEach(this, pinned); // all or nothing: the reservation too
                     throw e;
                 }

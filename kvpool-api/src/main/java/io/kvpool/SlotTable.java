@@ -104,7 +104,7 @@ final class SlotTable {
      *         {@link PageHandle#ILLEGAL_STATE} if the slot was not FREE (an allocator bug)
      */
     long allocate(int slot) {
-        return allocate(slot, false);
+        return allocate(slot, false, null);
     }
 
     /**
@@ -112,10 +112,11 @@ final class SlotTable {
      * PIN_WRITER, FREE → RECEIVING(1), in the same one store. Nobody else holds the new handle, so no event can
      * come between the two, with the generation check disabled (a test's safeguard switch) too.
      *
+     * @param delta where the phase move is counted (a batch's, added under the same lock), or {@code null}: at once
      * @return the new state word (RECEIVING(1) when pinned, unless the slot retired), or
      *         {@link PageHandle#ILLEGAL_STATE} if the slot was not FREE
      */
-    long allocate(int slot, boolean pinned) {
+    long allocate(int slot, boolean pinned, PageCounts.Delta delta) {
         final long word = words.getVolatile(slot);
         long next = SlotStateMachine.next(word, 0, SlotEvent.ALLOCATE);
         if (pinned && next >= 0 && SlotStateMachine.phase(next) == SlotStateMachine.OWNED) {
@@ -123,7 +124,8 @@ final class SlotTable {
         }
         if (next >= 0) {
             words.setRelease(slot, next);
-            PageCounts.moved(SlotStateMachine.FREE, SlotStateMachine.phase(next), counts.now); // RETIRED at the last generation
+            // RETIRED at the last generation
+            PageCounts.moved(SlotStateMachine.FREE, SlotStateMachine.phase(next), delta == null ? counts.now : delta);
         }
         return next;
     }

@@ -138,8 +138,15 @@ class ApiReviewRegressionTest {
         public java.lang.foreign.MemorySegment hostPage(int page) { return d.hostPage(page); }
         public long address(int page, int layer, int kv) { return d.address(page, layer, kv); }
         volatile boolean failNextFill;
+        /** Runs at the start of the next fill, once (a test's way into the window between allocation and fill). */
+        volatile Runnable beforeNextFill;
 
         public void fill(int page, io.kvpool.storage.FillMode mode) {
+            final Runnable before = beforeNextFill;
+            if (before != null) {
+                beforeNextFill = null;
+                before.run();
+            }
             if (failNextFill) {
                 failNextFill = false;
                 throw new IllegalStateException("injected fill failure");

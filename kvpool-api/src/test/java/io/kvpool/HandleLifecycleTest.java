@@ -386,6 +386,30 @@ class HandleLifecycleTest {
         }
     }
 
+    /**
+     * The pool closes between appendPinned's allocation and its fill, and the fill fails: close kept the storage for
+     * the pinned pages, so the undo's end of their pins must release it, and the fill's failure is what the caller
+     * hears.
+     */
+    @Test
+    void appendPinnedWhoseFillFailsAsThePoolClosesReleasesTheKeptStorage() {
+        final ApiReviewRegressionTest.FailingCopyStorage[] storage = new ApiReviewRegressionTest.FailingCopyStorage[1];
+        try (KvPool pool = TestPools.builder(3).storage((l, n) -> storage[0] = new ApiReviewRegressionTest.FailingCopyStorage(l, n))
+            .build()) {
+            final int perPage = TestPools.SMALL.tokensPerPage();
+            final long h = pool.tryAllocate();
+            storage[0].failNextFill = true;
+            pool.release(h); // FREE, marked to be filled when next handed out
+            final Sequence seq = pool.admit(3 * perPage, 0).sequence();
+            storage[0].beforeNextFill = pool::close; // the allocation's pages are RECEIVING: close keeps the storage
+            storage[0].failNextFill = true;
+            final IllegalStateException e = assertThrows(IllegalStateException.class, () -> pool.handles().appendPinned(seq, 3 * perPage));
+            assertEquals("injected fill failure", e.getMessage(), "the fill's failure is reported: " + e);
+            assertEquals(0, pool.snapshot().receiving(), "a pin outlived the failed append");
+            assertFalse(pool.lifetime().retained(), "the storage close kept for the pinned pages was never released");
+        }
+    }
+
     @Test
     void appendPinnedOnAClosedPoolThrowsAndAppendsNothing() {
         final KvPool pool = TestPools.pool(4);
