@@ -295,6 +295,9 @@ public final class TransferReceiver extends TransferEndpoint {
                 + expected + " tokens: " + e.getMessage());
         } catch (RuntimeException e) {
             throw allocationFault(t, seq, expected, e);
+        } catch (Error e) { // nothing of it may stay either; the Error itself goes on
+            allocationFault(t, seq, expected, e);
+            throw e;
         }
         metrics.started.increment();
         final long[] handles = new long[seq.pageCount()];
@@ -349,11 +352,11 @@ public final class TransferReceiver extends TransferEndpoint {
     /**
      * The pool admitted the request but could not hand out its pages for a reason that is not a lack of pages: the
      * storage failed (a fill before reuse) or an allocator invariant broke. That is not a refusal a client should
-     * retry, so it leaves {@link #start} as an exception. Nothing of it is left: the sequence is closed, the senders
-     * are told (CANCEL) so they release their offers now, and the call is counted as an allocation fault, not as
-     * started.
+     * retry, so it leaves {@link #start} as an exception (an Error leaves as itself, after the same clean-up). Nothing
+     * of it is left: the sequence is closed, the senders are told (CANCEL) so they release their offers now, and the
+     * call is counted as an allocation fault, not as started.
      */
-    private AllocationFaultException allocationFault(IncomingTransfer t, Sequence seq, int expected, RuntimeException e) {
+    private AllocationFaultException allocationFault(IncomingTransfer t, Sequence seq, int expected, Throwable e) {
         final String message = "request " + t.requestId + ": the decode pool admitted " + expected + " tokens but could not "
             + "allocate their " + layout.pagesFor(expected) + " pages: " + e;
         final AllocationFaultException fault = new AllocationFaultException(message, e);
