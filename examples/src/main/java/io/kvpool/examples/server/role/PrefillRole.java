@@ -206,12 +206,19 @@ public final class PrefillRole implements PrefillService, MeteredRole {
         inFlightIds.remove(requestId);
     }
 
+    /** <b>Test hook</b>: runs on the duty thread just before each offer; {@code null} (none) but in tests. */
+    volatile Runnable beforeOffer;
+
     private void offer(long requestId, Sequence seq) {
         try {
             if (abortedBeforeArrival.take(requestId)) { // aborted while its admission was on the way here
                 lateAfterAbort.increment();
                 endRequest(requestId);
                 return; // the finally releases its pages
+            }
+            final Runnable hook = beforeOffer;
+            if (hook != null) {
+                hook.run();
             }
             offers.put(requestId, sender.offer(requestId, seq)); // retains the pages for the transfer
         } catch (RuntimeException e) {

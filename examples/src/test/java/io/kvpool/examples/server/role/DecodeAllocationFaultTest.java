@@ -42,7 +42,10 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 @Timeout(value = 60, unit = TimeUnit.SECONDS)
 class DecodeAllocationFaultTest {
 
-    /** The decode pool's mapped storage, whose fill fails while {@link #failing} is set: with an Error if {@link #withError}. */
+    /**
+     * The decode pool's mapped storage, whose fill fails while {@link #failing} is set: the next one with an Error if
+     * {@link #withError}, the others with an exception.
+     */
     static final class FlakyFill extends ForwardingStorage {
         volatile boolean failing;
         volatile boolean withError;
@@ -54,6 +57,7 @@ class DecodeAllocationFaultTest {
         @Override
         public void fill(int page, FillMode mode) {
             if (failing && withError) {
+                withError = false;
                 throw new AssertionError("injected fill Error of page " + page);
             }
             if (failing) {
@@ -96,6 +100,11 @@ class DecodeAllocationFaultTest {
             assertTrue(e.getCause() instanceof AssertionError, e.toString());
             Await.until(() -> decode.status().counters().get("duty_failures") == 1, Duration.ofSeconds(10),
                 () -> "the duty cycle counts the Error: " + decode.status().counters());
+            // and nothing of the call is left: its admission, its pages (allocated pinned), its reservation
+            assertEquals(0, decodePool.snapshot().inUse(), decodePool.snapshot()::toString);
+            assertEquals(0, decodePool.snapshot().receiving(), decodePool.snapshot()::toString);
+            assertEquals(0, decodePool.snapshot().reserved(), decodePool.snapshot()::toString);
+            assertEquals(0, decodePool.snapshot().openSequences(), decodePool.snapshot()::toString);
         });
     }
 

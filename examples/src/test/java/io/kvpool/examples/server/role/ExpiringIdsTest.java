@@ -28,8 +28,8 @@ class ExpiringIdsTest {
     @Test
     void expiredIdsLeaveInASweepAtMostOneEveryInterval() {
         final long keep = 10_000_000L, ms = 1_000_000L; // kept 10 ms, swept at most every 100 ms
-        final long t0 = System.nanoTime();
         final ExpiringIds ids = new ExpiringIds(1, keep);
+        final long t0 = System.nanoTime(); // after the construction: its first sweep is due from then
         assertTrue(ids.add(1, t0));
         assertTrue(ids.add(2, t0 + 20 * ms), "id 1 expired at 10 ms: the first sweep makes room");
         assertFalse(ids.add(3, t0 + 40 * ms), "id 2 expired at 30 ms, but the last sweep was at 20 ms");

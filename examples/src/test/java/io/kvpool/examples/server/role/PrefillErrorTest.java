@@ -1,6 +1,7 @@
 package io.kvpool.examples.server.role;
 
 import io.kvpool.KvPool;
+import io.kvpool.examples.server.Await;
 import io.kvpool.examples.server.config.ServerConfig;
 import io.kvpool.examples.server.ServerTests;
 import io.kvpool.storage.HostPageStorage;
@@ -39,6 +40,26 @@ class PrefillErrorTest {
             assertEquals(0, pool.snapshot().inUse(), "the sequence the Error stopped kept its pages");
             failWrites.set(false);
             assertNull(prefill.prefill(7, "alice", prompt), "request id 7 is still taken after its call ended");
+        }
+    }
+
+    @Test
+    void anErrorInTheOfferGivesTheIdBack() throws Exception {
+        final ServerConfig cfg = ServerTests.small().build();
+        final KvPool pool = RoleParts.prefillPool(cfg);
+        try (PrefillRole prefill = new PrefillRole(pool, RoleParts.sender(cfg, pool), () -> {
+            throw new LinkFailedException("no decode in this test");
+        }, Duration.ofSeconds(10), Duration.ofSeconds(10))) {
+            final List<byte[]> prompt = List.of(new byte[] {1}, new byte[] {2}, new byte[] {3});
+            prefill.beforeOffer = () -> {
+                throw new AssertionError("injected: the offer");
+            };
+            assertNull(prefill.prefill(7, "alice", prompt), "admitted; its offer is queued for the duty thread");
+            Await.until(() -> prefill.status().counters().get("duty_failures") == 1, Duration.ofSeconds(10),
+                () -> "the offer's Error, counted by the duty cycle: " + prefill.status().counters());
+            prefill.beforeOffer = null;
+            assertEquals(0, pool.snapshot().inUse(), "the sequence whose offer failed kept its pages");
+            assertNull(prefill.prefill(7, "alice", prompt), "request id 7 is still taken after its offer failed");
         }
     }
 
