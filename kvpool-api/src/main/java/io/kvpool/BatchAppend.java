@@ -124,7 +124,7 @@ final class BatchAppend {
             try {
                 copy(head);
             } catch (RuntimeException | Error e) {
-                pool.allocations().undoEach(head, false); // all or nothing
+                PoolAllocations.undoAfter(e, () -> pool.allocations().undoEach(head, false)); // all or nothing
                 throw e;
             }
         }

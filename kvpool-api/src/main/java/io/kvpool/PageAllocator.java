@@ -170,10 +170,12 @@ final class PageAllocator {
         if (fillMode != FillMode.NONE && !published) {
             try {
                 storage.fill(slot, fillMode);
-            } catch (RuntimeException e) {
+            } catch (RuntimeException | Error e) {
                 // The release took effect (its CAS): the page is FREE and must reach a free structure, or it is
                 // lost for good; but it still holds its last tenant's bytes, so it is filled again before its
                 // next handle escapes (as an evicted page is), where a second failure is the allocator's to throw.
+                // An Error too (a mapped file truncated under its mapping throws InternalError): what the caller
+                // would do with it is less than what losing the page costs; the next fill meets it again.
                 unfilled[slot] = true; // plain: published to the allocator by the push (a release CAS)
                 LOG.log(System.Logger.Level.WARNING, "kvpool: filling freed slot " + slot + " failed (" + e
                     + "); it will be filled again before it is handed out", e);

@@ -44,7 +44,7 @@ final class PoolAllocations {
      * @param total  the sum of the planned pages, {@code > 0}
      * @param beyond the sum over the sequences of the planned pages their reservations do not cover
      * @param pinned whether the pages start pinned for a writer, RECEIVING(1), before their handles leave the
-     *               allocating thread (one store each, {@link SlotTable#allocate(int, boolean)}); else OWNED(1)
+     *               allocating thread (one store each, {@link SlotTable#allocate(int, boolean, PageCounts.Delta)}); else OWNED(1)
      * @return {@code total}; or {@code -short} when the pool has {@code short} too few free unreserved pages for
      *         {@code beyond} (nothing is allocated then)
      */
@@ -92,14 +92,22 @@ final class PoolAllocations {
         try {
             allocator.fill(toFill);
         } catch (RuntimeException | Error e) { // an Error too: no page may stay out of the free structures
-            try {
-                undoEach(head, pinned); // all or nothing
-            } catch (RuntimeException undo) { // e.g. the pool closed meanwhile: the fill's failure is the one to report
-                e.addSuppressed(undo);
-            }
+            undoAfter(e, () -> undoEach(head, pinned)); // all or nothing
             throw e;
         }
         return total;
+    }
+
+    /**
+     * Runs the undo of a step that failed with {@code failure}; what the undo throws (e.g. the pool closed meanwhile)
+     * is added to it as suppressed, so that the caller hears of the first failure, not of its undo.
+     */
+    static void undoAfter(Throwable failure, Runnable undo) {
+        try {
+            undo.run();
+        } catch (Throwable t) {
+            failure.addSuppressed(t);
+        }
     }
 
     /**
@@ -208,7 +216,7 @@ final class PoolAllocations {
         try {
             allocator.fill(toFill);
         } catch (RuntimeException | Error e) {
-            ops.tryTransition(handle, SlotEvent.RELEASE); // back free (and marked to be filled again), never lost
+            undoAfter(e, () -> ops.tryTransition(handle, SlotEvent.RELEASE)); // back free (filled again before reuse)
             throw e;
         }
         return handle;

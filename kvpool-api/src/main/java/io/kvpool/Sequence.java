@@ -251,7 +251,7 @@ public final class Sequence implements AutoCloseable {
                 try {
                     copyLastPageInto(allocated[0]);
                 } catch (RuntimeException | Error e) {
-                    pool.allocations().undoEach(this, pinned); // all or nothing: the reservation too
+                    PoolAllocations.undoAfter(e, () -> pool.allocations().undoEach(this, pinned)); // the reservation too
                     throw e;
                 }
             }

@@ -42,10 +42,7 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 @Timeout(value = 60, unit = TimeUnit.SECONDS)
 class DecodeAllocationFaultTest {
 
-    /**
-     * The decode pool's mapped storage, whose fill fails while {@link #failing} is set: the next one with an Error if
-     * {@link #withError}, the others with an exception.
-     */
+    /** The decode pool's mapped storage, whose fill fails while {@link #failing} is set: with an Error if {@link #withError}. */
     static final class FlakyFill extends ForwardingStorage {
         volatile boolean failing;
         volatile boolean withError;
@@ -57,7 +54,6 @@ class DecodeAllocationFaultTest {
         @Override
         public void fill(int page, FillMode mode) {
             if (failing && withError) {
-                withError = false;
                 throw new AssertionError("injected fill Error of page " + page);
             }
             if (failing) {
