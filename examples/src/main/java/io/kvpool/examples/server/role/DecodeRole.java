@@ -107,6 +107,8 @@ public final class DecodeRole implements DecodeService, MeteredRole {
 
     // ---- any thread ----
     private volatile boolean ready;
+    /** Why the last prefill link was refused (its handshake failed: environment, model, layout), until a link is up. */
+    private volatile String lastRefusal;
     private volatile int activeTransfers;
     private volatile int senderLinks;
     private final AtomicInteger heldSequences = new AtomicInteger();
@@ -281,9 +283,15 @@ public final class DecodeRole implements DecodeService, MeteredRole {
         return r;
     }
 
-    /** The refusal of a request while no prefill link is up: waiting can help. Its numbers read the pool now. */
+    /**
+     * The refusal of a request while no prefill link is up: waiting can help (a link comes back, or a redeployed
+     * prefill connects). It names why the last prefill to connect was refused, if one was: the operator's lead.
+     * Its numbers read the pool now.
+     */
     private Rejection noPrefillLink(int promptTokens, int maxNewTokens) {
-        return new Rejection(ROLE, Rejection.Reason.UNAVAILABLE, "decode: no prefill link is up; retry later",
+        final String refused = lastRefusal;
+        return new Rejection(ROLE, Rejection.Reason.UNAVAILABLE, "decode: no prefill link is up"
+            + (refused == null ? "" : " (the last prefill to connect was refused: " + refused + ")") + "; retry later",
             numbers(promptTokens, maxNewTokens));
     }
 
@@ -445,12 +453,18 @@ public final class DecodeRole implements DecodeService, MeteredRole {
                 // a dead link is never a candidate again: forget it here (transfers on it hold their own peer id, and
                 // the receiver keeps the peer for its quarantine), so this list does not grow with every reconnect
                 senders.remove(i);
+                if (p.state() == io.kvpool.transfer.Peer.State.REFUSED) {
+                    lastRefusal = p.failure();
+                }
             } else if (senderPeer < 0 && p.isUp()) {
                 senderPeer = senders.get(i);
             }
         }
         senderLinks = senders.size();
         ready = senderPeer >= 0;
+        if (ready) {
+            lastRefusal = null;
+        }
         n += expireReservations();
         for (int i = receiving.size() - 1; i >= 0; i--) {
             final Call c = receiving.get(i);

@@ -1,0 +1,87 @@
+package io.kvpool.examples.server.role;
+
+import io.kvpool.KvPool;
+import io.kvpool.examples.server.Await;
+import io.kvpool.examples.server.ServerTests;
+import io.kvpool.examples.server.config.ServerConfig;
+import io.kvpool.examples.server.link.LinkSource;
+import io.kvpool.transfer.Peer;
+import io.kvpool.transfer.PeerIdentity;
+import io.kvpool.transfer.TransferSender;
+import io.kvpool.transfer.shm.MappedPageStorage;
+import io.kvpool.transfer.shm.ShmLink;
+import io.kvpool.transfer.shm.ShmListener;
+import io.kvpool.transfer.shm.ShmTransport;
+import io.kvpool.transfer.spi.LinkListener;
+import io.kvpool.transfer.spi.PeerLink;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.Timeout;
+
+import java.nio.ByteBuffer;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.time.Duration;
+import java.util.concurrent.TimeUnit;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+/**
+ * A prefill of another environment connects to decode and is refused at the handshake: decode, with no link up,
+ * refuses requests as before (503, a link may come), and says why the last prefill was refused.
+ */
+@Timeout(value = 60, unit = TimeUnit.SECONDS)
+class DecodeRefusedLinkTest {
+
+    @Test
+    void aRequestWithNoLinkUpNamesWhyTheLastPrefillWasRefused() throws Exception {
+        final ServerConfig cfg = ServerTests.small().build();
+        final Path dir = Files.createTempDirectory("kvpool-decode-refused");
+        final KvPool decodePool = RoleParts.decodePool(cfg, (l, n) -> MappedPageStorage.create(dir.resolve("decode.pool"), l, n));
+        final ShmListener listener = ShmTransport.listen(dir.resolve("transfer.sock"), (MappedPageStorage) decodePool.storage());
+        final KvPool prefillPool = RoleParts.prefillPool(cfg);
+        final TransferSender staging = TransferSender.builder(prefillPool,
+            PeerIdentity.of(cfg.layout(), cfg.model(), "staging-" + cfg.environment(), cfg.build())).build();
+        try (DecodeRole decode = new DecodeRole(decodePool, RoleParts.receiver(cfg, decodePool), LinkSource.shm(listener), null,
+            cfg.tokenDelay(), DecodeRole.reservationTtl(cfg), () -> { })) {
+            final ShmLink link = ShmTransport.connect(dir.resolve("transfer.sock"));
+            final LinkListener bootstrap = new LinkListener() {
+                @Override public void onFrame(PeerLink l, ByteBuffer frame) { }
+                @Override public void onWriteDone(PeerLink l, long token, int status) { }
+                @Override public void onFlushDone(PeerLink l, long token, boolean ok) { }
+                @Override public void onLinkFailed(PeerLink l, String reason) { }
+            };
+            Await.until(() -> {
+                link.poll(bootstrap, 16);
+                return link.isReady();
+            }, Duration.ofSeconds(20), () -> "the shared-memory bootstrap did not finish");
+            staging.addPeer(link);
+            Await.until(() -> {
+                staging.doWork();
+                return staging.peer(0).state() == Peer.State.REFUSED;
+            }, Duration.ofSeconds(20), () -> "the handshake of another environment: " + staging.peer(0));
+
+            // decode's duty thread sees the refused link a cycle or so later: ask until it does
+            Rejection refusal;
+            final long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(20);
+            do {
+                final DecodeCall.Admitted admitted = decode.start(7, "alice", 4, 0).awaitAdmission(Duration.ofSeconds(10));
+                assertTrue(admitted != null && !admitted.admitted(), "with no link up: " + admitted);
+                refusal = admitted.rejection();
+                assertTrue(System.nanoTime() < deadline, "the refusal does not say why the prefill link is down: " + refusal);
+                Thread.sleep(10);
+            } while (!refusal.message().contains("refused"));
+            assertEquals(Rejection.Reason.UNAVAILABLE, refusal.reason(), "a link may still come: retryable");
+            assertTrue(refusal.message().contains("staging-" + cfg.environment()), refusal.message());
+            assertFalse(decode.ready());
+        } finally {
+            staging.close();
+            prefillPool.close();
+            listener.close();
+            Files.deleteIfExists(dir.resolve("transfer.sock"));
+            Files.deleteIfExists(dir.resolve("decode.pool"));
+            Files.deleteIfExists(dir);
+        }
+    }
+}
