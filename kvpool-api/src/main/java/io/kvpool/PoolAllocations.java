@@ -67,7 +67,18 @@ final class PoolAllocations {
             for (Sequence seq = head; seq != null; seq = seq.stepNext) {
                 final int pages = seq.stepPages;
                 for (int k = 0; k < pages; k++) {
-                    final long handle = allocator.takeFreePageLocked(pinned, delta);
+                    final long handle;
+                    try {
+                        handle = allocator.takeFreePageLocked(pinned, delta);
+                    } catch (RuntimeException | Error e) { // an invariant broke, or no memory: nothing taken may stay out
+                        if (delta != null) {
+                            slots.counts().add(delta);
+                        }
+                        final Sequence failed = seq;
+                        final int taken = k;
+                        undoAfter(e, () -> releaseTakenLocked(head, failed, taken, total, pinned));
+                        throw e;
+                    }
                     if (handle < 0) { // only possible when slots retired under us
                         if (delta != null) {
                             slots.counts().add(delta); // before the unpins below count these pages out again

@@ -410,6 +410,76 @@ class HandleLifecycleTest {
         }
     }
 
+    /**
+     * A slot in the free structures whose state word is not FREE (an allocator bug, a corrupt word) stops the
+     * allocation that reaches it: the pages it took before are given back, free again and unpinned, not left
+     * allocated to nobody.
+     */
+    @Test
+    void anAllocationThatMeetsACorruptFreeSlotGivesBackThePagesItTook() {
+        for (boolean pinned : new boolean[] {false, true}) {
+            final int[] order = new int[4]; // the order in which a fresh pool of four hands out its slots
+            try (KvPool probe = TestPools.pool(4)) {
+                for (int i = 0; i < order.length; i++) {
+                    order[i] = PageHandle.slot(probe.tryAllocate());
+                }
+            }
+            final CorruptWords[] words = new CorruptWords[1];
+            final KvPoolBuilder b = TestPools.builder(4);
+            b.slotWords = n -> words[0] = new CorruptWords(n);
+            try (KvPool pool = b.build()) {
+                final int perPage = TestPools.SMALL.tokensPerPage();
+                final Sequence seq = pool.admit(4 * perPage, 0).sequence();
+                words[0].corrupt = order[2]; // the third slot handed out reads OWNED(1)
+                final IllegalStateException e = assertThrows(IllegalStateException.class, () -> {
+                    if (pinned) {
+                        pool.handles().appendPinned(seq, 4 * perPage);
+                    } else {
+                        seq.append(4 * perPage);
+                    }
+                });
+                assertTrue(e.getMessage().contains("free list held slot " + order[2]), e.getMessage());
+                words[0].corrupt = -1;
+                final String what = (pinned ? "appendPinned" : "append") + ": ";
+                assertEquals(0, seq.pageCount(), what + "nothing appended");
+                assertEquals(SlotState.FREE, pool.stateOfSlot(order[0]), what + "the first page taken");
+                assertEquals(SlotState.FREE, pool.stateOfSlot(order[1]), what + "the second page taken");
+                assertEquals(0, pool.snapshot().receiving(), what + "a pin left behind");
+                assertEquals(3, pool.snapshot().free(), what + "the pages taken are back with the free ones (the corrupt slot is not)");
+            }
+        }
+    }
+
+    /** State words whose slot {@link #corrupt} reads OWNED(1) at generation 1, whatever it holds. */
+    private static final class CorruptWords implements SlotWords {
+        private final SlotWords d;
+        volatile int corrupt = -1;
+
+        CorruptWords(int n) {
+            d = SlotWords.ofArray(n);
+        }
+
+        @Override
+        public long getVolatile(int i) {
+            return i == corrupt ? SlotStateMachine.word(1, SlotStateMachine.OWNED, 1) : d.getVolatile(i);
+        }
+
+        @Override
+        public boolean compareAndSet(int i, long expected, long update) {
+            return d.compareAndSet(i, expected, update);
+        }
+
+        @Override
+        public void setRelease(int i, long value) {
+            d.setRelease(i, value);
+        }
+
+        @Override
+        public int length() {
+            return d.length();
+        }
+    }
+
     @Test
     void appendPinnedOnAClosedPoolThrowsAndAppendsNothing() {
         final KvPool pool = TestPools.pool(4);
