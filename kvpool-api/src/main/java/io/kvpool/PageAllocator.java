@@ -170,15 +170,19 @@ final class PageAllocator {
         if (fillMode != FillMode.NONE && !published) {
             try {
                 storage.fill(slot, fillMode);
-            } catch (RuntimeException | Error e) {
+            } catch (RuntimeException | InternalError e) {
                 // The release took effect (its CAS): the page is FREE and must reach a free structure, or it is
                 // lost for good; but it still holds its last tenant's bytes, so it is filled again before its
                 // next handle escapes (as an evicted page is), where a second failure is the allocator's to throw.
-                // An Error too (a mapped file truncated under its mapping throws InternalError): what the caller
-                // would do with it is less than what losing the page costs; the next fill meets it again.
+                // InternalError is how the JVM reports a fault in mapped memory (a file truncated under its
+                // mapping); other Errors are not recovered from here.
                 unfilled[slot] = true; // plain: published to the allocator by the push (a release CAS)
-                LOG.log(System.Logger.Level.WARNING, "kvpool: filling freed slot " + slot + " failed (" + e
-                    + "); it will be filled again before it is handed out", e);
+                try {
+                    LOG.log(System.Logger.Level.WARNING, "kvpool: filling freed slot " + slot + " failed (" + e
+                        + "); it will be filled again before it is handed out", e);
+                } catch (RuntimeException logging) {
+                    // the page must still be pushed: a warning is not worth losing it
+                }
             }
         }
         // an unfilled page never enters the allocator cache: its lock-free fast path hands pages out as they are
@@ -265,7 +269,12 @@ final class PageAllocator {
      */
     long takeFreePageLocked(boolean pinned, PageCounts.Delta delta) {
         while (true) {
+            // room for this page in the fill list first: once a slot is popped nothing may throw before it is allocated
+            if (toFillCount == toFill.length) {
+                toFill = Arrays.copyOf(toFill, toFillCount * 2);
+            }
             int slot = freePages.popPlain();
+            boolean fill = false;
             if (slot < 0) {
                 if (drainReturnedLocked() > 0) {
                     continue;
@@ -277,19 +286,18 @@ final class PageAllocator {
                 cachedFree.decrement();
                 prefix.unpublish(slot);
                 count(EVICTIONS);
-                if (fillMode != FillMode.NONE) {
-                    addToFill(slot); // filled by the caller after the lock is released, before the handle escapes
-                    unfilled[slot] = false;
-                }
+                fill = fillMode != FillMode.NONE; // filled by the caller after the lock is released, before the handle escapes
             }
-            if (unfilled[slot]) { // its fill at free failed: filled like an evicted page, before the handle escapes
-                unfilled[slot] = false;
-                addToFill(slot);
-            }
+            fill |= unfilled[slot]; // its fill at free failed: filled like an evicted page, before the handle escapes
             final long word = slots.allocate(slot, pinned, delta);
             if (word < 0) {
+                // not ours (an allocator bug, a corrupt word): never queue it for a fill, which could overwrite a page in use
                 throw new IllegalStateException("internal: free list held slot " + slot + " in state "
                     + SlotStateMachine.describe(slots.wordVolatile(slot)));
+            }
+            if (fill) {
+                unfilled[slot] = false;
+                toFill[toFillCount++] = slot; // room made above
             }
             if (SlotStateMachine.phase(word) == SlotStateMachine.RETIRED) {
                 continue;
@@ -297,13 +305,6 @@ final class PageAllocator {
             count(ALLOCATIONS);
             return slots.handle(slot, SlotStateMachine.generation(word));
         }
-    }
-
-    private void addToFill(int slot) {
-        if (toFillCount == toFill.length) {
-            toFill = Arrays.copyOf(toFill, toFillCount * 2);
-        }
-        toFill[toFillCount++] = slot;
     }
 
     /** @return the slots this critical section must fill once it has unlocked (a copy), or null if none */

@@ -111,13 +111,22 @@ final class PoolAllocations {
 
     /**
      * Runs the undo of a step that failed with {@code failure}; what the undo throws (e.g. the pool closed meanwhile)
-     * is added to it as suppressed, so that the caller hears of the first failure, not of its undo.
+     * is added to it as suppressed, so that the caller hears of the first failure, not of its undo. A
+     * VirtualMachineError of the undo (no memory left, no stack) after an exception is thrown instead, with the
+     * exception suppressed: a caller that takes an exception as one request's fault must not go on as if the pool
+     * were whole.
      */
     static void undoAfter(Throwable failure, Runnable undo) {
         try {
             undo.run();
         } catch (Throwable t) {
-            failure.addSuppressed(t);
+            if (t instanceof VirtualMachineError vm && !(failure instanceof Error)) {
+                vm.addSuppressed(failure);
+                throw vm;
+            }
+            if (t != failure) { // one shared instance (a storage's, the JVM's preallocated OutOfMemoryError)
+                failure.addSuppressed(t);
+            }
         }
     }
 

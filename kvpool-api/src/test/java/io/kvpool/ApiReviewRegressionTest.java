@@ -141,7 +141,11 @@ class ApiReviewRegressionTest {
         /** Runs at the start of the next fill, once (a test's way into the window between allocation and fill). */
         volatile Runnable beforeNextFill;
 
+        /** Every page a fill was asked for, in order. */
+        final java.util.List<Integer> fills = new java.util.concurrent.CopyOnWriteArrayList<>();
+
         public void fill(int page, io.kvpool.storage.FillMode mode) {
+            fills.add(page);
             final Runnable before = beforeNextFill;
             if (before != null) {
                 beforeNextFill = null;

@@ -450,6 +450,34 @@ class HandleLifecycleTest {
         }
     }
 
+    /**
+     * A corrupt free slot that was due a fill (its fill at free failed) is not queued for one when the allocation
+     * refuses it: the fill of a later allocation would otherwise write the canary over whatever the slot really holds.
+     */
+    @Test
+    void aCorruptFreeSlotIsNeverQueuedForAFill() {
+        final ApiReviewRegressionTest.FailingCopyStorage[] storage = new ApiReviewRegressionTest.FailingCopyStorage[1];
+        final CorruptWords[] words = new CorruptWords[1];
+        final KvPoolBuilder b = TestPools.builder(2).storage((l, n) -> storage[0] = new ApiReviewRegressionTest.FailingCopyStorage(l, n));
+        b.slotWords = n -> words[0] = new CorruptWords(n);
+        try (KvPool pool = b.build()) {
+            final long h0 = pool.tryAllocate(), h1 = pool.tryAllocate();
+            final int s0 = PageHandle.slot(h0);
+            storage[0].failNextFill = true;
+            pool.release(h0); // FREE, due a fill before its next handle escapes
+            words[0].corrupt = s0;
+            final IllegalStateException e = assertThrows(IllegalStateException.class, pool::tryAllocate);
+            assertTrue(e.getMessage().contains("free list held slot " + s0), e.getMessage());
+            words[0].corrupt = -1;
+            storage[0].fills.clear();
+            pool.release(h1);
+            final long next = pool.tryAllocate();
+            assertEquals(PageHandle.slot(h1), PageHandle.slot(next));
+            assertFalse(storage[0].fills.contains(s0), "slot " + s0 + ", refused as corrupt, was filled later: " + storage[0].fills);
+            pool.release(next);
+        }
+    }
+
     /** State words whose slot {@link #corrupt} reads OWNED(1) at generation 1, whatever it holds. */
     private static final class CorruptWords implements SlotWords {
         private final SlotWords d;
