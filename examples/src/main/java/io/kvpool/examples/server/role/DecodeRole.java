@@ -107,7 +107,10 @@ public final class DecodeRole implements DecodeService, MeteredRole {
 
     // ---- any thread ----
     private volatile boolean ready;
-    /** Why the last prefill link was refused (its handshake failed: environment, model, layout), until a link is up. */
+    /**
+     * Why the newest prefill link to go down was refused (its handshake failed: environment, model, layout), until a
+     * link is up; {@code null} if it was lost for another reason. Duty thread.
+     */
     private volatile String lastRefusal;
     private volatile int activeTransfers;
     private volatile int senderLinks;
@@ -447,14 +450,16 @@ public final class DecodeRole implements DecodeService, MeteredRole {
         }
         n += receiver.doWork();
         senderPeer = -1;
+        boolean newestDead = true; // senders runs oldest to newest, this loop newest first
         for (int i = senders.size() - 1; i >= 0; i--) {
             final io.kvpool.transfer.Peer p = receiver.peer(senders.get(i));
             if (p.state() == io.kvpool.transfer.Peer.State.FAILED || p.state() == io.kvpool.transfer.Peer.State.REFUSED) {
                 // a dead link is never a candidate again: forget it here (transfers on it hold their own peer id, and
                 // the receiver keeps the peer for its quarantine), so this list does not grow with every reconnect
                 senders.remove(i);
-                if (p.state() == io.kvpool.transfer.Peer.State.REFUSED) {
-                    lastRefusal = p.failure();
+                if (newestDead) { // the newest link to go down says why none is up: refused, or lost (no lead then)
+                    lastRefusal = p.state() == io.kvpool.transfer.Peer.State.REFUSED ? p.failure() : null;
+                    newestDead = false;
                 }
             } else if (senderPeer < 0 && p.isUp()) {
                 senderPeer = senders.get(i);

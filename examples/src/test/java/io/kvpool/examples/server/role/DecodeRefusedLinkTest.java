@@ -75,6 +75,23 @@ class DecodeRefusedLinkTest {
             assertEquals(Rejection.Reason.UNAVAILABLE, refusal.reason(), "a link may still come: retryable");
             assertTrue(refusal.message().contains("staging-" + cfg.environment()), refusal.message());
             assertFalse(decode.ready());
+
+            // a newer link, lost before its handshake: the refusal of the older one no longer says why none is up
+            final ShmLink lost = ShmTransport.connect(dir.resolve("transfer.sock"));
+            Await.until(() -> {
+                lost.poll(bootstrap, 16);
+                return lost.isReady();
+            }, Duration.ofSeconds(20), () -> "the second bootstrap did not finish");
+            Await.until(() -> RoleFixtures.senderLinks(decode) == 1, Duration.ofSeconds(20), () -> "decode never took the second link");
+            lost.close();
+            final long deadline2 = System.nanoTime() + TimeUnit.SECONDS.toNanos(20);
+            do {
+                final DecodeCall.Admitted admitted = decode.start(8, "alice", 4, 0).awaitAdmission(Duration.ofSeconds(10));
+                assertTrue(admitted != null && !admitted.admitted(), "with no link up: " + admitted);
+                refusal = admitted.rejection();
+                assertTrue(System.nanoTime() < deadline2, "a stale refusal is still named after a newer link was lost: " + refusal);
+                Thread.sleep(10);
+            } while (refusal.message().contains("refused"));
         } finally {
             staging.close();
             prefillPool.close();
