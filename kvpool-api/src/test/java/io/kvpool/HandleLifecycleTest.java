@@ -362,12 +362,8 @@ class HandleLifecycleTest {
     @Test
     void appendPinnedWhoseFillFailsLeavesNoPagePinned() {
         final ApiReviewRegressionTest.FailingCopyStorage[] storage = new ApiReviewRegressionTest.FailingCopyStorage[1];
-        try (KvPool pool = TestPools.builder(3).storage((l, n) -> storage[0] = new ApiReviewRegressionTest.FailingCopyStorage(l, n))
-            .build()) {
+        try (KvPool pool = poolWithAPageDueAFill(3, storage)) {
             final int perPage = TestPools.SMALL.tokensPerPage();
-            final long h = pool.tryAllocate();
-            storage[0].failNextFill = true;
-            pool.release(h); // FREE, marked to be filled when next handed out
             final Sequence seq = pool.admit(3 * perPage, 0).sequence();
             storage[0].failNextFill = true;
             assertThrows(IllegalStateException.class, () -> pool.handles().appendPinned(seq, 3 * perPage));
@@ -394,12 +390,8 @@ class HandleLifecycleTest {
     @Test
     void appendPinnedWhoseFillFailsAsThePoolClosesReleasesTheKeptStorage() {
         final ApiReviewRegressionTest.FailingCopyStorage[] storage = new ApiReviewRegressionTest.FailingCopyStorage[1];
-        try (KvPool pool = TestPools.builder(3).storage((l, n) -> storage[0] = new ApiReviewRegressionTest.FailingCopyStorage(l, n))
-            .build()) {
+        try (KvPool pool = poolWithAPageDueAFill(3, storage)) {
             final int perPage = TestPools.SMALL.tokensPerPage();
-            final long h = pool.tryAllocate();
-            storage[0].failNextFill = true;
-            pool.release(h); // FREE, marked to be filled when next handed out
             final Sequence seq = pool.admit(3 * perPage, 0).sequence();
             storage[0].beforeNextFill = pool::close; // the allocation's pages are RECEIVING: close keeps the storage
             storage[0].failNextFill = true;
@@ -478,33 +470,30 @@ class HandleLifecycleTest {
         }
     }
 
+    /**
+     * A pool of {@code pages} on a {@link ApiReviewRegressionTest.FailingCopyStorage} (left in {@code storage[0]}), one
+     * of whose pages failed its fill at free: it is filled again when next allocated, after the pool lock.
+     */
+    private static KvPool poolWithAPageDueAFill(int pages, ApiReviewRegressionTest.FailingCopyStorage[] storage) {
+        final KvPool pool = TestPools.builder(pages).storage((l, n) -> storage[0] = new ApiReviewRegressionTest.FailingCopyStorage(l, n))
+            .build();
+        final long h = pool.tryAllocate();
+        storage[0].failNextFill = true;
+        pool.release(h);
+        return pool;
+    }
+
     /** State words whose slot {@link #corrupt} reads OWNED(1) at generation 1, whatever it holds. */
-    private static final class CorruptWords implements SlotWords {
-        private final SlotWords d;
+    private static final class CorruptWords extends ForwardingSlotWords {
         volatile int corrupt = -1;
 
         CorruptWords(int n) {
-            d = SlotWords.ofArray(n);
+            super(n);
         }
 
         @Override
         public long getVolatile(int i) {
             return i == corrupt ? SlotStateMachine.word(1, SlotStateMachine.OWNED, 1) : d.getVolatile(i);
-        }
-
-        @Override
-        public boolean compareAndSet(int i, long expected, long update) {
-            return d.compareAndSet(i, expected, update);
-        }
-
-        @Override
-        public void setRelease(int i, long value) {
-            d.setRelease(i, value);
-        }
-
-        @Override
-        public int length() {
-            return d.length();
         }
     }
 

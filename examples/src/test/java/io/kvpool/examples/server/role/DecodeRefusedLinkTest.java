@@ -63,15 +63,7 @@ class DecodeRefusedLinkTest {
             }, Duration.ofSeconds(20), () -> "the handshake of another environment: " + staging.peer(0));
 
             // decode's duty thread sees the refused link a cycle or so later: ask until it does
-            Rejection refusal;
-            final long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(20);
-            do {
-                final DecodeCall.Admitted admitted = decode.start(7, "alice", 4, 0).awaitAdmission(Duration.ofSeconds(10));
-                assertTrue(admitted != null && !admitted.admitted(), "with no link up: " + admitted);
-                refusal = admitted.rejection();
-                assertTrue(System.nanoTime() < deadline, "the refusal does not say why the prefill link is down: " + refusal);
-                Thread.sleep(10);
-            } while (!refusal.message().contains("refused"));
+            final Rejection refusal = refusalOnceItSays(decode, 7, true, "the refusal does not say why the prefill link is down");
             assertEquals(Rejection.Reason.UNAVAILABLE, refusal.reason(), "a link may still come: retryable");
             assertTrue(refusal.message().contains("staging-" + cfg.environment()), refusal.message());
             assertFalse(decode.ready());
@@ -84,14 +76,7 @@ class DecodeRefusedLinkTest {
             }, Duration.ofSeconds(20), () -> "the second bootstrap did not finish");
             Await.until(() -> RoleFixtures.senderLinks(decode) == 1, Duration.ofSeconds(20), () -> "decode never took the second link");
             lost.close();
-            final long deadline2 = System.nanoTime() + TimeUnit.SECONDS.toNanos(20);
-            do {
-                final DecodeCall.Admitted admitted = decode.start(8, "alice", 4, 0).awaitAdmission(Duration.ofSeconds(10));
-                assertTrue(admitted != null && !admitted.admitted(), "with no link up: " + admitted);
-                refusal = admitted.rejection();
-                assertTrue(System.nanoTime() < deadline2, "a stale refusal is still named after a newer link was lost: " + refusal);
-                Thread.sleep(10);
-            } while (refusal.message().contains("refused"));
+            refusalOnceItSays(decode, 8, false, "a stale refusal is still named after a newer link was lost");
         } finally {
             staging.close();
             prefillPool.close();
@@ -99,6 +84,24 @@ class DecodeRefusedLinkTest {
             Files.deleteIfExists(dir.resolve("transfer.sock"));
             Files.deleteIfExists(dir.resolve("decode.pool"));
             Files.deleteIfExists(dir);
+        }
+    }
+
+    /**
+     * Asks decode for request {@code id} (4 tokens) until its refusal names a refused link, or no longer does
+     * ({@code refused}); the duty thread learns of a link's end a cycle or so after it.
+     */
+    private static Rejection refusalOnceItSays(DecodeRole decode, long id, boolean refused, String failure) throws Exception {
+        final long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(20);
+        while (true) {
+            final DecodeCall.Admitted admitted = decode.start(id, "alice", 4, 0).awaitAdmission(Duration.ofSeconds(10));
+            assertTrue(admitted != null && !admitted.admitted(), "with no link up: " + admitted);
+            final Rejection refusal = admitted.rejection();
+            if (refusal.message().contains("refused") == refused) {
+                return refusal;
+            }
+            assertTrue(System.nanoTime() < deadline, failure + ": " + refusal);
+            Thread.sleep(10);
         }
     }
 }
