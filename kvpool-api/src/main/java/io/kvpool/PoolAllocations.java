@@ -71,19 +71,13 @@ final class PoolAllocations {
                     try {
                         handle = allocator.takeFreePageLocked(pinned, delta);
                     } catch (RuntimeException | Error e) { // an invariant broke, or no memory: nothing taken may stay out
-                        if (delta != null) {
-                            slots.counts().add(delta);
-                        }
                         final Sequence failed = seq;
                         final int taken = k;
-                        undoAfter(e, () -> releaseTakenLocked(head, failed, taken, total, pinned));
+                        undoAfter(e, () -> releaseTakenLocked(head, failed, taken, total, pinned, delta));
                         throw e;
                     }
                     if (handle < 0) { // only possible when slots retired under us
-                        if (delta != null) {
-                            slots.counts().add(delta); // before the unpins below count these pages out again
-                        }
-                        return -releaseTakenLocked(head, seq, k, total, pinned);
+                        return -releaseTakenLocked(head, seq, k, total, pinned, delta);
                     }
                     seq.allocated[k] = handle;
                 }
@@ -137,25 +131,31 @@ final class PoolAllocations {
      *
      * @return the pages that were missing, at least 1
      */
-    private int releaseTakenLocked(Sequence head, Sequence failed, int k, int total, boolean pinned) {
+    private int releaseTakenLocked(Sequence head, Sequence failed, int k, int total, boolean pinned, PageCounts.Delta delta) {
         allocator.clearToFillLocked(); // released below: the free path fills them
-        int taken = k;
-        // The pool is open (checked under this lock hold, and close takes the lock), so ending a pin here never
-        // reaches the kept-storage release, which takes the lock itself.
-        if (pinned) {
-            ops.unpinUnwritten(failed.allocated, 0, k);
+        if (delta != null) {
+            slots.counts().add(delta); // the pinned pages counted in, before their unpins below count them out
         }
-        release(failed.allocated, k);
+        int taken = k;
+        unpinAndReleaseLocked(failed.allocated, k, pinned);
         for (Sequence seq = head; seq != failed; seq = seq.stepNext) {
-            if (pinned) {
-                ops.unpinUnwritten(seq.allocated, 0, seq.stepPages);
-            }
-            release(seq.allocated, seq.stepPages);
+            unpinAndReleaseLocked(seq.allocated, seq.stepPages, pinned);
             taken += seq.stepPages;
             seq.reservedPages += seq.stepFromReservation;
         }
         allocator.flushCacheLocked(); // back where admission counts them (the owner may have cached them)
         return Math.max(1, total - taken);
+    }
+
+    /**
+     * {@link #release}, after ending the pins of pages allocated pinned. Under the lock of an allocation that found the
+     * pool open (and close takes the lock), so ending a pin never reaches the kept-storage release, which takes it too.
+     */
+    private void unpinAndReleaseLocked(long[] handles, int count, boolean pinned) {
+        if (pinned) {
+            ops.unpinUnwritten(handles, 0, count);
+        }
+        release(handles, count);
     }
 
     /** Releases the first {@code count} fresh pages of {@code handles}, unpinned and unshared: each goes FREE. */
