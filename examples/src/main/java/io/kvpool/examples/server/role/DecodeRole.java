@@ -94,6 +94,11 @@ public final class DecodeRole implements DecodeService, MeteredRole {
     public static final int MAX_EARLY_GIVE_BACKS = 65_536;
     private long nextExpiryScan;
     private int senderPeer = -1;
+    /**
+     * Why the newest prefill link to go down was refused (its handshake failed: environment, model, layout), until a
+     * link is up; {@code null} if it was lost for another reason.
+     */
+    private String lastRefusal;
 
     /**
      * A reservation, with what decode knows of the request it was made for: its tenant and sizes. Two routers (or a
@@ -107,11 +112,6 @@ public final class DecodeRole implements DecodeService, MeteredRole {
 
     // ---- any thread ----
     private volatile boolean ready;
-    /**
-     * Why the newest prefill link to go down was refused (its handshake failed: environment, model, layout), until a
-     * link is up; {@code null} if it was lost for another reason. Duty thread.
-     */
-    private volatile String lastRefusal;
     private volatile int activeTransfers;
     private volatile int senderLinks;
     private final AtomicInteger heldSequences = new AtomicInteger();
@@ -288,7 +288,7 @@ public final class DecodeRole implements DecodeService, MeteredRole {
 
     /**
      * The refusal of a request while no prefill link is up: waiting can help (a link comes back, or a redeployed
-     * prefill connects). It names why the last prefill to connect was refused, if one was: the operator's lead.
+     * prefill connects). If the newest link to go down was refused, it says why: the operator's lead.
      * Its numbers read the pool now.
      */
     private Rejection noPrefillLink(int promptTokens, int maxNewTokens) {
