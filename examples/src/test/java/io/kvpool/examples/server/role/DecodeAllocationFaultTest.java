@@ -158,6 +158,18 @@ class DecodeAllocationFaultTest {
 
     /** Connects prefill's sender to the decode role and drives the sender until both sides are up. */
     static void connect(Path socket, TransferSender sender, DecodeRole decode) throws IOException, InterruptedException {
+        final ShmLink link = bootstrapped(socket);
+        final long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(20);
+        sender.addPeer(link);
+        while (!decode.ready() || !sender.peer(0).isUp()) {
+            sender.doWork();
+            assertTrue(System.nanoTime() < deadline, "the handshake did not finish: " + sender.peer(0));
+            Thread.sleep(1);
+        }
+    }
+
+    /** @return a shared-memory link to the listener at {@code socket}, its bootstrap done (no handshake yet) */
+    static ShmLink bootstrapped(Path socket) throws IOException, InterruptedException {
         final ShmLink link = ShmTransport.connect(socket);
         final LinkListener bootstrap = new LinkListener() {
             @Override public void onFrame(PeerLink l, ByteBuffer frame) { }
@@ -171,11 +183,6 @@ class DecodeAllocationFaultTest {
             assertTrue(System.nanoTime() < deadline, "the shared-memory bootstrap did not finish");
             Thread.sleep(1);
         }
-        sender.addPeer(link);
-        while (!decode.ready() || !sender.peer(0).isUp()) {
-            sender.doWork();
-            assertTrue(System.nanoTime() < deadline, "the handshake did not finish: " + sender.peer(0));
-            Thread.sleep(1);
-        }
+        return link;
     }
 }

@@ -12,12 +12,9 @@ import io.kvpool.transfer.shm.MappedPageStorage;
 import io.kvpool.transfer.shm.ShmLink;
 import io.kvpool.transfer.shm.ShmListener;
 import io.kvpool.transfer.shm.ShmTransport;
-import io.kvpool.transfer.spi.LinkListener;
-import io.kvpool.transfer.spi.PeerLink;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
 
-import java.nio.ByteBuffer;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.time.Duration;
@@ -45,18 +42,7 @@ class DecodeRefusedLinkTest {
             PeerIdentity.of(cfg.layout(), cfg.model(), "staging-" + cfg.environment(), cfg.build())).build();
         try (DecodeRole decode = new DecodeRole(decodePool, RoleParts.receiver(cfg, decodePool), LinkSource.shm(listener), null,
             cfg.tokenDelay(), DecodeRole.reservationTtl(cfg), () -> { })) {
-            final ShmLink link = ShmTransport.connect(dir.resolve("transfer.sock"));
-            final LinkListener bootstrap = new LinkListener() {
-                @Override public void onFrame(PeerLink l, ByteBuffer frame) { }
-                @Override public void onWriteDone(PeerLink l, long token, int status) { }
-                @Override public void onFlushDone(PeerLink l, long token, boolean ok) { }
-                @Override public void onLinkFailed(PeerLink l, String reason) { }
-            };
-            Await.until(() -> {
-                link.poll(bootstrap, 16);
-                return link.isReady();
-            }, Duration.ofSeconds(20), () -> "the shared-memory bootstrap did not finish");
-            staging.addPeer(link);
+            staging.addPeer(DecodeAllocationFaultTest.bootstrapped(dir.resolve("transfer.sock")));
             Await.until(() -> {
                 staging.doWork();
                 return staging.peer(0).state() == Peer.State.REFUSED;
@@ -69,11 +55,7 @@ class DecodeRefusedLinkTest {
             assertFalse(decode.ready());
 
             // a newer link, lost before its handshake: the refusal of the older one no longer says why none is up
-            final ShmLink lost = ShmTransport.connect(dir.resolve("transfer.sock"));
-            Await.until(() -> {
-                lost.poll(bootstrap, 16);
-                return lost.isReady();
-            }, Duration.ofSeconds(20), () -> "the second bootstrap did not finish");
+            final ShmLink lost = DecodeAllocationFaultTest.bootstrapped(dir.resolve("transfer.sock"));
             Await.until(() -> RoleFixtures.senderLinks(decode) == 1, Duration.ofSeconds(20), () -> "decode never took the second link");
             lost.close();
             refusalOnceItSays(decode, 8, false, "a stale refusal is still named after a newer link was lost");
