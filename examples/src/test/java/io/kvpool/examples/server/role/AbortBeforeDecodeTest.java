@@ -28,19 +28,7 @@ class AbortBeforeDecodeTest {
     @Test
     void anAbortBetweenCommitAndDecodeIsACancellationAndFreesTheKv() throws Exception {
         try (InJvmRoles roles = InJvmRoles.start(ServerTests.small().build(), Duration.ofSeconds(10))) {
-            final List<byte[]> tokens = EchoTokenizer.encode("a prompt that will not be decoded");
-            assertNull(roles.prefill().prefill(1, "alice", tokens));
-            final DecodeCall call = roles.decode().start(1, "alice", tokens.size(), 4);
-            DecodeCall.Admitted admitted;
-            while ((admitted = call.awaitAdmission(Duration.ofSeconds(5))) == null) {
-                Thread.onSpinWait();
-            }
-            assertTrue(admitted.admitted(), admitted::toString);
-            DecodeCall.TransferOutcome outcome;
-            while ((outcome = call.awaitTransfer(Duration.ofSeconds(5))) == null) {
-                Thread.onSpinWait();
-            }
-            assertTrue(outcome.committed(), outcome::toString);
+            final DecodeCall call = committed(roles, 1, "a prompt that will not be decoded");
             assertTrue(roles.decodePool().snapshot().inUse() > 0, "the committed KV waits for its decode");
             call.abort("the client left");
             // the abort runs on decode's duty thread: once it has, the committed KV is released unused
@@ -52,22 +40,34 @@ class AbortBeforeDecodeTest {
             assertEquals(0, roles.decodePool().snapshot().inUse());
         }
     }
+
     @Test
     void aDecodeRoleClosingBetweenCommitAndDecodeIsACancellationToo() throws Exception {
         // the role's close releases the committed KV: generate must read that as an abort (503 at the router), not as
         // a call with no KV (a bug: 502 role_lost)
         try (InJvmRoles roles = InJvmRoles.start(ServerTests.small().build(), Duration.ofSeconds(10))) {
-            final List<byte[]> tokens = EchoTokenizer.encode("a prompt its role closes under");
-            assertNull(roles.prefill().prefill(2, "alice", tokens));
-            final DecodeCall call = roles.decode().start(2, "alice", tokens.size(), 4);
-            DecodeCall.TransferOutcome outcome;
-            while ((outcome = call.awaitTransfer(Duration.ofSeconds(5))) == null) {
-                Thread.onSpinWait();
-            }
-            assertTrue(outcome.committed(), outcome::toString);
+            final DecodeCall call = committed(roles, 2, "a prompt its role closes under");
             roles.decode().close();
             final CancellationException e = assertThrows(CancellationException.class, () -> call.generate(4, t -> { }));
             assertTrue(e.getMessage().contains("request 2 was aborted before its decode began"), e.getMessage());
         }
+    }
+
+    /** Prefills request {@code id} of alice's and starts its decode call; returns the call once its KV committed. */
+    private static DecodeCall committed(InJvmRoles roles, long id, String prompt) throws InterruptedException {
+        final List<byte[]> tokens = EchoTokenizer.encode(prompt);
+        assertNull(roles.prefill().prefill(id, "alice", tokens));
+        final DecodeCall call = roles.decode().start(id, "alice", tokens.size(), 4);
+        DecodeCall.Admitted admitted;
+        while ((admitted = call.awaitAdmission(Duration.ofSeconds(5))) == null) {
+            Thread.onSpinWait();
+        }
+        assertTrue(admitted.admitted(), admitted::toString);
+        DecodeCall.TransferOutcome outcome;
+        while ((outcome = call.awaitTransfer(Duration.ofSeconds(5))) == null) {
+            Thread.onSpinWait();
+        }
+        assertTrue(outcome.committed(), outcome::toString);
+        return call;
     }
 }

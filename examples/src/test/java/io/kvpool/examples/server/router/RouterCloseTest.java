@@ -50,21 +50,12 @@ class RouterCloseTest {
                 }
             };
             final Router router = new Router(cfg, held, roles.decode());
-            final CompletableFuture<Object> result = CompletableFuture.supplyAsync(() -> {
-                try {
-                    return router.complete("alice", new Router.Request("held with prefill", 3, false), NoSink.INSTANCE);
-                } catch (Exception e) {
-                    return e;
-                }
-            });
+            final CompletableFuture<Object> result = completeOnItsOwnThread(router, "held with prefill");
             assertTrue(entered.await(10, TimeUnit.SECONDS), "the request never reached prefill");
             router.close();
             release.countDown();
             final Object r = result.get(20, TimeUnit.SECONDS);
-            assertTrue(r instanceof ApiError, "expected a refusal, got " + r);
-            final ApiError e = (ApiError) r;
-            assertEquals(503, e.status(), e::getMessage);
-            assertTrue(e.body().toString().contains("server_closing"), () -> e.body().toString());
+            assertClosingRefusal(r);
             awaitNothingLeft(roles);
         }
     }
@@ -90,20 +81,11 @@ class RouterCloseTest {
                 }
             };
             final Router router = new Router(cfg, stuck, roles.decode());
-            final CompletableFuture<Object> result = CompletableFuture.supplyAsync(() -> {
-                try {
-                    return router.complete("alice", new Router.Request("stuck at prefill", 3, false), NoSink.INSTANCE);
-                } catch (Exception e) {
-                    return e;
-                }
-            }, task -> Thread.ofPlatform().daemon().start(task)); // its own thread: a stuck one must not hold the common pool
+            final CompletableFuture<Object> result = completeOnItsOwnThread(router, "stuck at prefill");
             assertTrue(entered.await(10, TimeUnit.SECONDS), "the request never reached prefill");
             router.close();
             final Object r = result.get(5, TimeUnit.SECONDS);
-            assertTrue(r instanceof ApiError, "expected a refusal, got " + r);
-            final ApiError e = (ApiError) r;
-            assertEquals(503, e.status(), e::getMessage);
-            assertTrue(e.body().toString().contains("server_closing"), () -> e.body().toString());
+            assertClosingRefusal(r);
             awaitNothingLeft(roles);
         }
     }
@@ -144,10 +126,8 @@ class RouterCloseTest {
                 }
             };
             router.set(new Router(cfg, roles.prefill(), closing));
-            final ApiError e = assertThrows(ApiError.class, () -> router.get().complete("alice",
-                new Router.Request("closed at decode", 3, false), NoSink.INSTANCE));
-            assertEquals(503, e.status(), e::getMessage);
-            assertTrue(e.body().toString().contains("server_closing"), () -> e.body().toString());
+            assertClosingRefusal(assertThrows(ApiError.class, () -> router.get().complete("alice",
+                new Router.Request("closed at decode", 3, false), NoSink.INSTANCE)));
             awaitNothingLeft(roles);
         }
     }
@@ -155,10 +135,7 @@ class RouterCloseTest {
     @Test
     void aRouterClosingRightAfterTheCommitEndsTheRequestAs503ServerClosing() throws Exception {
         final Object r = abortedRightAfterCommit(true, NoSink.INSTANCE);
-        assertTrue(r instanceof ApiError, "expected a refusal, got " + r);
-        final ApiError e = (ApiError) r;
-        assertEquals(503, e.status(), e::getMessage);
-        assertTrue(e.body().toString().contains("server_closing"), () -> e.body().toString());
+        assertClosingRefusal(r);
     }
 
     @Test
@@ -236,6 +213,28 @@ class RouterCloseTest {
     }
 
     /** No transfer, page, open sequence or reservation left in either pool. */
+    /**
+     * Runs a request of alice's through {@code router} on a thread of its own (a stuck one must not hold the common
+     * pool). @return its outcome: the answer, or what it threw
+     */
+    private static CompletableFuture<Object> completeOnItsOwnThread(Router router, String prompt) {
+        return CompletableFuture.supplyAsync(() -> {
+            try {
+                return router.complete("alice", new Router.Request(prompt, 3, false), NoSink.INSTANCE);
+            } catch (Exception e) {
+                return e;
+            }
+        }, task -> Thread.ofPlatform().daemon().start(task));
+    }
+
+    /** Asserts that {@code r} is the router's refusal of a request it was closing under: 503 {@code server_closing}. */
+    private static void assertClosingRefusal(Object r) {
+        assertTrue(r instanceof ApiError, "expected a refusal, got " + r);
+        final ApiError e = (ApiError) r;
+        assertEquals(503, e.status(), e::getMessage);
+        assertTrue(e.body().toString().contains("server_closing"), () -> e.body().toString());
+    }
+
     private static void awaitNothingLeft(InJvmRoles roles) throws InterruptedException {
         Await.until(() -> roles.prefill().activeTransfers() == 0 && roles.decodePool().snapshot().inUse() == 0
                 && roles.prefillPool().snapshot().inUse() == 0 && roles.decodePool().snapshot().openSequences() == 0
