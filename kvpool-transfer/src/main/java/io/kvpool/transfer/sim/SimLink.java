@@ -53,7 +53,8 @@ public final class SimLink implements PeerLink {
         }
     }
 
-    private record Remote(SimRegistration reg) implements RemoteRegion {
+    /** A region attached on {@code link}: only that link may write into it, as on the real transports. */
+    private record Remote(SimLink link, SimRegistration reg) implements RemoteRegion {
         @Override
         public int pages() {
             return reg.slots.length;
@@ -150,13 +151,16 @@ public final class SimLink implements PeerLink {
         if (reg.slots.length != pages) {
             throw new LinkFailedException(describe() + ": the registration has " + reg.slots.length + " pages, asked for " + pages);
         }
-        return new Remote(reg);
+        return new Remote(this, reg);
     }
 
     @Override
     public void putBatch(RemoteRegion region, int[] dst, PageStorage source, int[] src, int off, int count, long firstToken) {
         requireUp();
-        final SimRegistration reg = ((Remote) region).reg;
+        if (!(region instanceof Remote remote) || remote.link != this) {
+            throw new IllegalArgumentException("region " + region + " was not attached on " + describe());
+        }
+        final SimRegistration reg = remote.reg;
         final SimFaults f = net.faults();
         if (!source.isHostAccessible()) {
             throw new IllegalArgumentException(describe() + " copies host memory; " + source + " is not");
