@@ -89,13 +89,27 @@ public final class ShmListener implements AutoCloseable {
         }
         try {
             for (SocketChannel c; (c = acceptor.accept()) != null; ) {
-                c.configureBlocking(false);
-                pending.add(new Pending(new ShmLink(c, socketPath.toString(), pool, false, ringDirectory), System.nanoTime()));
+                try {
+                    c.configureBlocking(false);
+                    pending.add(new Pending(new ShmLink(c, socketPath.toString(), pool, false, ringDirectory), System.nanoTime()));
+                } catch (IOException | RuntimeException | Error e) {
+                    closeQuietly(c, e); // accepted but not kept: its descriptor must not leak
+                    throw e;
+                }
             }
         } catch (IOException e) {
             throw new UncheckedIOException("accept on unix socket " + socketPath + " failed: " + e.getMessage(), e);
         }
         return advancePending();
+    }
+
+    /** Closes a channel this listener gives up on; a failure to close is added to {@code cause}. */
+    private static void closeQuietly(SocketChannel c, Throwable cause) {
+        try {
+            c.close();
+        } catch (IOException | RuntimeException e) {
+            cause.addSuppressed(e);
+        }
     }
 
     /**

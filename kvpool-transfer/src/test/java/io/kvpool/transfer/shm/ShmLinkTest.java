@@ -89,6 +89,56 @@ class ShmLinkTest {
     }
 
     @Test
+    void anAcceptedConnectionTheListenerCannotKeepIsClosed() {
+        final UnusableChannel accepted = new UnusableChannel();
+        listener.acceptor = () -> accepted.handedOut ? null : accepted.handOut();
+        final java.io.UncheckedIOException e = assertThrows(java.io.UncheckedIOException.class, listener::accept);
+        assertTrue(e.getMessage().contains("cannot switch to non-blocking"), e.getMessage());
+        assertFalse(accepted.isOpen(), "the accepted channel's descriptor leaked");
+    }
+
+    /** An accepted channel that cannot be made non-blocking (its descriptor went bad); only open and close work. */
+    private static final class UnusableChannel extends SocketChannel {
+        boolean handedOut;
+
+        UnusableChannel() {
+            super(java.nio.channels.spi.SelectorProvider.provider());
+        }
+
+        UnusableChannel handOut() {
+            handedOut = true;
+            return this;
+        }
+
+        @Override
+        protected void implConfigureBlocking(boolean block) throws IOException {
+            throw new IOException("cannot switch to non-blocking");
+        }
+
+        @Override
+        protected void implCloseSelectableChannel() {
+        }
+
+        @Override public SocketChannel bind(java.net.SocketAddress local) { throw new UnsupportedOperationException(); }
+        @Override public <T> SocketChannel setOption(java.net.SocketOption<T> name, T value) { throw new UnsupportedOperationException(); }
+        @Override public <T> T getOption(java.net.SocketOption<T> name) { throw new UnsupportedOperationException(); }
+        @Override public java.util.Set<java.net.SocketOption<?>> supportedOptions() { return java.util.Set.of(); }
+        @Override public SocketChannel shutdownInput() { throw new UnsupportedOperationException(); }
+        @Override public SocketChannel shutdownOutput() { throw new UnsupportedOperationException(); }
+        @Override public java.net.Socket socket() { throw new UnsupportedOperationException(); }
+        @Override public boolean isConnected() { return true; }
+        @Override public boolean isConnectionPending() { return false; }
+        @Override public boolean connect(java.net.SocketAddress remote) { throw new UnsupportedOperationException(); }
+        @Override public boolean finishConnect() { return true; }
+        @Override public java.net.SocketAddress getRemoteAddress() { return null; }
+        @Override public int read(ByteBuffer dst) { throw new UnsupportedOperationException(); }
+        @Override public long read(ByteBuffer[] dsts, int offset, int length) { throw new UnsupportedOperationException(); }
+        @Override public int write(ByteBuffer src) { throw new UnsupportedOperationException(); }
+        @Override public long write(ByteBuffer[] srcs, int offset, int length) { throw new UnsupportedOperationException(); }
+        @Override public java.net.SocketAddress getLocalAddress() { return null; }
+    }
+
+    @Test
     void aConnectToAListenerThatDoesNotAcceptFailsInsteadOfBlocking() {
         // the listener's backlog (50) fills; a blocking connect would then wait for an accept that never comes,
         // freezing the caller's duty cycle and every other link on it
