@@ -150,7 +150,8 @@ public final class MappedPageStorage implements PageStorage {
      *
      * @param file a file made by {@link #create}
      * @return a storage over the same pages; closing it only unmaps this view
-     * @throws TransferException    if the header is not a valid pool header, or the file size does not match it
+     * @throws TransferException    if the header is not a valid pool header, the file size does not match it, or the
+     *                              file shrank while its header was read
      * @throws UncheckedIOException if the file cannot be opened or mapped
      */
     public static MappedPageStorage map(Path file) {
@@ -164,7 +165,8 @@ public final class MappedPageStorage implements PageStorage {
      * @param expected the layout the caller will write, or {@code null} to accept the file's
      * @return a storage over the same pages
      * @throws TransferException    if the header is invalid or its layout fingerprint differs from
-     *                              {@code expected}'s (the message names both fingerprints)
+     *                              {@code expected}'s (the message names both fingerprints), or the file shrank
+     *                              while its header was read
      * @throws UncheckedIOException if the file cannot be opened or mapped
      */
     public static MappedPageStorage map(Path file, KvLayout expected) {
@@ -229,6 +231,10 @@ public final class MappedPageStorage implements PageStorage {
         } catch (IOException e) {
             closeQuietly(arena);
             throw new UncheckedIOException("cannot map pool file " + file + ": " + e.getMessage(), e);
+        } catch (InternalError e) { // SIGBUS: the file shrank between its size check and a header read
+            closeQuietly(arena);
+            throw new TransferException("mapped pool file " + file + " faulted while its header was read (it shrank under "
+                + "the mapping): " + e.getMessage(), e);
         } catch (RuntimeException | Error e) {
             closeQuietly(arena);
             throw e;

@@ -146,4 +146,46 @@ class MappedPageStorageTest {
         }
         assertFalse(Files.exists(f));
     }
+
+    @Test
+    @Timeout(60)
+    void aPoolFileShrinkingWhileItIsMappedIsRefusedNotAnError() throws Exception {
+        // A peer's pool file truncated between map's size check and its header reads: each read then faults (SIGBUS),
+        // which the JVM reports as an InternalError. map must refuse the file as it refuses any bad one.
+        final Path f = dir.resolve("copy");
+        try (MappedPageStorage s = MappedPageStorage.create(dir.resolve("pool"), LAYOUT, 2)) {
+            Files.write(f, Files.readAllBytes(dir.resolve("pool")));
+        }
+        final byte[] image = Files.readAllBytes(f);
+        final java.util.concurrent.atomic.AtomicBoolean stop = new java.util.concurrent.atomic.AtomicBoolean();
+        final java.util.concurrent.CompletableFuture<Void> shrinker = java.util.concurrent.CompletableFuture.runAsync(() -> {
+            try (java.nio.channels.FileChannel ch = java.nio.channels.FileChannel.open(f, java.nio.file.StandardOpenOption.WRITE)) {
+                while (!stop.get()) {
+                    ch.truncate(0);
+                    java.util.concurrent.locks.LockSupport.parkNanos(20_000); // a map now may be caught mid-way
+                    ch.write(java.nio.ByteBuffer.wrap(image), 0);
+                    java.util.concurrent.locks.LockSupport.parkNanos(20_000);
+                }
+            } catch (java.io.IOException e) {
+                throw new java.io.UncheckedIOException(e);
+            }
+        }, r -> new Thread(r, "shrinker").start());
+        int mapped = 0;
+        int refused = 0;
+        try {
+            final long end = System.nanoTime() + 3_000_000_000L;
+            while (System.nanoTime() < end && !shrinker.isDone()) {
+                try (MappedPageStorage m = MappedPageStorage.map(f)) {
+                    assertEquals(2, m.pageCount());
+                    mapped++;
+                } catch (TransferException e) {
+                    refused++; // too short, zeros, or faulted mid-way
+                }
+            }
+        } finally {
+            stop.set(true);
+        }
+        shrinker.get(); // the shrinker itself did not fail
+        assertTrue(mapped > 0 && refused > 0, "mapped " + mapped + ", refused " + refused + ": the race was never run");
+    }
 }
