@@ -275,7 +275,7 @@ public final class UcxTransport implements AutoCloseable {
         }, callTimeout, l -> { // the caller timed out and holds no link: nothing of it may stay
             links.remove(l);
             l.closeWorkerNow();
-        });
+        }, worker::close); // the caller gave up before the link was made: its worker is closed instead
     }
 
     private void closeWorker(UcpWorker w) {
@@ -332,6 +332,16 @@ public final class UcxTransport implements AutoCloseable {
      *                           exception
      */
     <T> T call(Callable<T> c, Duration timeout, java.util.function.Consumer<? super T> ifAbandoned) {
+        return call(c, timeout, ifAbandoned, null);
+    }
+
+    /**
+     * As {@link #call(Callable, Duration, java.util.function.Consumer)}; a command its caller gave up on before it
+     * started runs {@code ifSkipped} instead (on the owner thread), to release what the caller made for it.
+     *
+     * @param ifSkipped releases the command's inputs when it does not run; {@code null} if there are none
+     */
+    <T> T call(Callable<T> c, Duration timeout, java.util.function.Consumer<? super T> ifAbandoned, Runnable ifSkipped) {
         if (isOwnerThread()) {
             try {
                 return c.call();
@@ -344,6 +354,9 @@ public final class UcxTransport implements AutoCloseable {
         final CompletableFuture<T> f = new CompletableFuture<>();
         execute(() -> {
             if (ifAbandoned != null && f.isDone()) {
+                if (ifSkipped != null) {
+                    ifSkipped.run();
+                }
                 return; // it makes something, and its caller gave up before it ran: nobody would take it
             }
             final T v;

@@ -245,4 +245,58 @@ class UcxLinkLifecycleTest {
             shmOnly.close();
         }
     }
+
+    /**
+     * A connect whose last step (the endpoint, on the UCX thread) times out before that step starts: the link's worker,
+     * made in its first step, must be closed, not left open outside the transport.
+     */
+    @Test
+    void aConnectThatTimesOutBeforeItsEndpointClosesItsWorker() throws Exception {
+        warmUp();
+        final int before = openFds();
+        a.callTimeout = Duration.ofMillis(300);
+        final java.util.concurrent.CountDownLatch release = new java.util.concurrent.CountDownLatch(1);
+        final java.io.ByteArrayOutputStream peerHalf = new java.io.ByteArrayOutputStream();
+        try (ServerSocket ss = new ServerSocket(0, 1, InetAddress.getLoopbackAddress())) {
+            final CompletableFuture<Void> fake = CompletableFuture.runAsync(() -> {
+                try (Socket s = ss.accept()) {
+                    final java.io.DataInputStream in = new java.io.DataInputStream(s.getInputStream());
+                    final int magic = in.readInt();
+                    final long tag = in.readLong();
+                    final byte[] address = new byte[in.readInt()];
+                    in.readFully(address);
+                    a.execute(() -> { // the UCX thread is busy past the connect's call timeout
+                        try {
+                            release.await();
+                        } catch (InterruptedException e) {
+                            Thread.currentThread().interrupt();
+                        }
+                    });
+                    final java.io.DataOutputStream out = new java.io.DataOutputStream(s.getOutputStream());
+                    out.writeInt(magic); // its own half, as a peer would: the connect goes on to its last step
+                    out.writeLong(tag + 1000);
+                    out.writeInt(address.length);
+                    out.write(address);
+                    out.flush();
+                    peerHalf.write(1);
+                    in.read(); // until the connector closes its socket
+                } catch (java.io.IOException e) {
+                    throw new RuntimeException(e);
+                }
+            });
+            try (Socket sock = new Socket(InetAddress.getLoopbackAddress(), ss.getLocalPort())) {
+                final io.kvpool.transfer.TransferException late = assertThrows(io.kvpool.transfer.TransferException.class,
+                    () -> a.connect(sock, "late", Duration.ofSeconds(5)));
+                assertTrue(late.getMessage().contains("no answer from the UCX thread"), late.getMessage());
+            } finally {
+                release.countDown();
+            }
+            fake.get();
+        }
+        assertEquals(1, peerHalf.size(), "the fake peer did not answer: the connect failed before its last step");
+        assertEquals(0, a.linkCount());
+        a.call(() -> null); // the skipped command and what it released ran before this one
+        final int after = openFds();
+        assertTrue(after - before <= 0, (after - before) + " descriptors more than before the connect: its worker is still open");
+    }
 }
