@@ -81,6 +81,12 @@ public final class UcxLink implements PeerLink {
     private boolean failed;
     /** The control receive's buffer (a direct MiB); dropped with the worker, so a closed link an engine keeps holds none. */
     private ByteBuffer recvBuffer = ByteBuffer.allocateDirect(MAX_FRAME);
+    /**
+     * Bytes at the start of {@link #recvBuffer} that hold the last frame received (owner thread). Zeroed before the
+     * next receive is posted: UCX may not report a receive's size, and a message shorter than its header says must
+     * not be completed with the previous frame's bytes.
+     */
+    private int recvDirty;
     private UcpRequest recvRequest;
     /**
      * Unpacked remote keys by their packed bytes: one per remote memory registration, not one per attach (a
@@ -584,6 +590,10 @@ public final class UcxLink implements PeerLink {
             return; // closing, or closed (its receive buffer is gone with the worker)
         }
         recvBuffer.clear();
+        for (int i = 0; i < recvDirty; i++) {
+            recvBuffer.put(i, (byte) 0);
+        }
+        recvDirty = 0;
         try {
             recvRequest = worker.recvTaggedNonBlocking(recvBuffer, recvTag, -1L, new UcxCallback() {
                 @Override
@@ -619,6 +629,7 @@ public final class UcxLink implements PeerLink {
             return;
         }
         final byte[] frame = new byte[size];
+        recvDirty = size;
         recvBuffer.get(0, frame);
         event(new Event(Event.FRAME, 0, 0, frame, null, null, null));
         // repost outside this callback (a receive that completes at once would recurse)

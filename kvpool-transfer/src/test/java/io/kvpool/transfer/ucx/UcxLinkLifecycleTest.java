@@ -299,4 +299,83 @@ class UcxLinkLifecycleTest {
         final int after = openFds();
         assertTrue(after - before <= 0, (after - before) + " descriptors more than before the connect: its worker is still open");
     }
+
+    /**
+     * A control message shorter than the frame header (here empty) is malformed: the link fails. The receive buffer
+     * still holds the previous frame, which must not be read again as if the peer had sent it twice.
+     */
+    @Test
+    void anEmptyControlMessageFailsTheLinkInsteadOfRepeatingTheLastFrame() throws Exception {
+        final org.openucx.jucx.ucp.UcpContext ctx = new org.openucx.jucx.ucp.UcpContext(new org.openucx.jucx.ucp.UcpParams()
+            .requestTagFeature().requestRmaFeature().setConfig("TLS", "tcp"));
+        final org.openucx.jucx.ucp.UcpWorker w = ctx.newWorker(new org.openucx.jucx.ucp.UcpWorkerParams());
+        org.openucx.jucx.ucp.UcpEndpoint ep = null;
+        UcxLink link = null;
+        try {
+            final java.nio.ByteBuffer addr = w.getAddress();
+            final byte[] own = new byte[addr.remaining()];
+            addr.duplicate().get(own);
+            final long[] linkTag = new long[1];
+            final byte[][] linkAddress = new byte[1][];
+            try (ServerSocket ss = new ServerSocket(0, 1, InetAddress.getLoopbackAddress())) {
+                final CompletableFuture<Void> fake = CompletableFuture.runAsync(() -> {
+                    try (Socket s = ss.accept()) {
+                        final java.io.DataInputStream in = new java.io.DataInputStream(s.getInputStream());
+                        final int magic = in.readInt();
+                        linkTag[0] = in.readLong();
+                        linkAddress[0] = new byte[in.readInt()];
+                        in.readFully(linkAddress[0]);
+                        final java.io.DataOutputStream out = new java.io.DataOutputStream(s.getOutputStream());
+                        out.writeInt(magic);
+                        out.writeLong(7);
+                        out.writeInt(own.length);
+                        out.write(own);
+                        out.flush();
+                    } catch (java.io.IOException e) {
+                        throw new RuntimeException(e);
+                    }
+                });
+                try (Socket sock = new Socket(InetAddress.getLoopbackAddress(), ss.getLocalPort())) {
+                    link = a.connect(sock, "short-messages", Duration.ofSeconds(5));
+                }
+                fake.get();
+            }
+            final java.nio.ByteBuffer to = java.nio.ByteBuffer.allocateDirect(linkAddress[0].length).put(linkAddress[0]).flip();
+            ep = w.newEndpoint(new org.openucx.jucx.ucp.UcpEndpointParams().setUcpAddress(to).setPeerErrorHandlingMode());
+            final byte[] ping = io.kvpool.transfer.wire.WireCodec.encode(new io.kvpool.transfer.wire.Message.Ping(42));
+            sendAndWait(w, ep, java.nio.ByteBuffer.allocateDirect(ping.length).put(ping).flip(), linkTag[0]);
+            sendAndWait(w, ep, java.nio.ByteBuffer.allocateDirect(0), linkTag[0]);
+            final Recorder r = new Recorder();
+            final UcxLink l = link;
+            r.pollUntil(l, () -> !r.failures.isEmpty() || r.frames.size() > 1, 3_000);
+            assertEquals(java.util.List.of(new io.kvpool.transfer.wire.Message.Ping(42)), r.frames, "frames delivered");
+            assertEquals(1, r.failures.size(), "the empty message did not fail the link");
+            assertTrue(r.failures.get(0).contains("malformed control frame"), r.failures.get(0));
+        } finally {
+            if (link != null) {
+                link.close();
+            }
+            if (ep != null) {
+                ep.closeNonBlockingForce();
+                for (int i = 0; i < 100; i++) {
+                    w.progress();
+                }
+            }
+            w.close();
+            ctx.close();
+        }
+    }
+
+    /** Sends one tagged message from a raw worker and progresses it until the send completed. */
+    private static void sendAndWait(org.openucx.jucx.ucp.UcpWorker w, org.openucx.jucx.ucp.UcpEndpoint ep, java.nio.ByteBuffer msg,
+                                    long tag) throws Exception {
+        final org.openucx.jucx.ucp.UcpRequest req = ep.sendTaggedNonBlocking(msg, tag, null);
+        final long deadline = System.nanoTime() + 5_000_000_000L;
+        while (!req.isCompleted()) {
+            w.progress();
+            if (System.nanoTime() > deadline) {
+                fail("a tagged send of " + msg.capacity() + " bytes did not complete");
+            }
+        }
+    }
 }
