@@ -83,6 +83,22 @@ class PreflightTest {
     }
 
     @Test
+    void aRoleUrlWithAPathTheRoleDoesNotServeStopsTheRouter() throws Exception {
+        try (InJvmRoleServers roles = InJvmRoleServers.start(ServerTests.small().workDir(dir), Duration.ofSeconds(30))) {
+            // the decode role answers 404 under /x/: a wrong URL, which no wait mends, not a role that is not up yet
+            final java.net.URI wrong = roles.decode.baseUri().resolve("x/");
+            final ServerConfig cfg = routerOver(roles.prefill, roles.decode, false).toBuilder()
+                .topology(Topology.DEFAULT.withRole(Topology.Role.ROUTER).withUrls(roles.prefill.baseUri(), wrong)).build();
+            final IllegalStateException e = assertThrows(IllegalStateException.class, () -> KvServer.start(cfg));
+            assertTrue(e.getMessage().contains("MISMATCH decode role: a server that answers 404 answers at its URL (")
+                && e.getMessage().contains(wrong.toString()), e::getMessage);
+            assertEquals(1, run("preflight", "--prefill-url", roles.prefill.baseUri().toString(), "--decode-url", wrong.toString(),
+                "--context", "512"), this::out);
+            assertTrue(out().contains("MISMATCH decode role: a server that answers 404"), out());
+        }
+    }
+
+    @Test
     void rolesThatMatchButAreNotLinkedFailPreflight() throws Exception {
         // another work dir each: prefill never finds decode's transfer socket
         final Path a = Files.createDirectory(dir.resolve("a")), b = Files.createDirectory(dir.resolve("b"));

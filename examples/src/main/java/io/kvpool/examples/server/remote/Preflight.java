@@ -52,8 +52,8 @@ public record Preflight(RoleIdentity expected, long advertised, RemoteStatus pre
      */
     static List<RoleIdentity.Mismatch> mismatches(RemoteStatus s, RoleIdentity expected, long advertised, boolean strictBuild) {
         final String role = s.status().role();
-        if (s.otherRole() != null) { // a miswired URL: no wait makes it the role asked for
-            return List.of(new RoleIdentity.Mismatch(role, "role", role, "the " + s.otherRole() + " role answers at its URL ("
+        if (s.wrongUrl() != null) { // a miswired URL: no wait makes it the role asked for
+            return List.of(new RoleIdentity.Mismatch(role, "role", role, s.wrongUrl() + " answers at its URL ("
                 + s.status().down() + ")"));
         }
         if (!s.status().up()) {

@@ -1,6 +1,7 @@
 package io.kvpool.examples.server.remote;
 
 import com.fasterxml.jackson.databind.JsonNode;
+import io.kvpool.examples.server.role.RoleRefusedException;
 import io.kvpool.examples.server.role.RoleStatus;
 
 /**
@@ -12,10 +13,11 @@ import io.kvpool.examples.server.role.RoleStatus;
  * @param activeTransfers transfers not yet over (0 when unreachable: nothing the router can wait for)
  * @param ready           whether the role's KV link is up
  * @param identity        its identity and capacity, or {@code null} when unreachable or not reported
- * @param otherRole       the role that answered instead, when the URL serves another role than the one asked for
- *                        (the status is then unreachable); else {@code null}
+ * @param wrongUrl        what serves the URL instead of the role asked for, when no wait can make it that role: another
+ *                        role, or a server or path that refuses the status call with a 4xx (the status is then
+ *                        unreachable); else {@code null}
  */
-public record RemoteStatus(RoleStatus status, int activeTransfers, boolean ready, RoleIdentity identity, String otherRole) {
+public record RemoteStatus(RoleStatus status, int activeTransfers, boolean ready, RoleIdentity identity, String wrongUrl) {
 
     /** @return the role's status, or an unreachable one naming what failed; never throws */
     public static RemoteStatus read(RoleClient client, String role) {
@@ -24,11 +26,15 @@ public record RemoteStatus(RoleStatus status, int activeTransfers, boolean ready
             final RoleStatus s = RoleJson.status(n);
             if (!s.role().equals(role)) { // a wrong URL, or another role restarted on that port: not the role asked for
                 return new RemoteStatus(RoleStatus.unreachable(role, client.describe() + " is the " + s.role() + " role, not the " + role + " role"),
-                    0, false, null, s.role());
+                    0, false, null, "the " + s.role() + " role");
             }
             final JsonNode id = n.get("identity");
             return new RemoteStatus(s, (int) RoleJson.number(n, "active_transfers"), RoleJson.bool(n, "ready"),
                 id == null || id.isNull() ? null : RoleIdentity.read(id), null);
+        } catch (RoleRefusedException e) {
+            // a role answers its status to anyone: a 4xx is another server, or a path that is not the role's
+            return new RemoteStatus(RoleStatus.unreachable(role, e.getMessage()), 0, false, null,
+                e.status() / 100 == 4 ? "a server that answers " + e.status() : null);
         } catch (RuntimeException e) {
             return new RemoteStatus(RoleStatus.unreachable(role, e.getMessage()), 0, false, null, null);
         }
