@@ -194,6 +194,7 @@ public final class Router implements AutoCloseable {
         counters.requests.increment();
         final List<byte[]> tokens = EchoTokenizer.encode(req.prompt());
         if (tokens.isEmpty()) {
+            counters.rejected("router", "empty_prompt"); // counted in requests above: every request has one outcome
             throw ApiError.badRequest("empty_prompt", "prompt must contain at least one character");
         }
         // saturates: a max_tokens near Long.MAX_VALUE must not wrap to a request that fits
@@ -211,7 +212,7 @@ public final class Router implements AutoCloseable {
         }
         final int maxTokens = Math.toIntExact(req.maxTokens()); // within the context, checked above
         if (closed) {
-            throw unavailable("the server is shutting down");
+            throw unavailable("router", "server_closing", "the server is shutting down");
         }
         if (draining) {
             counters.rejected("router", "draining");
@@ -231,7 +232,7 @@ public final class Router implements AutoCloseable {
                 noRoom = roleCall(() -> decode.reserve(id, tenant, tokens.size(), maxTokens));
             } catch (DuplicateRequestException e) {
                 done = true; // decode reserved nothing under our id: the request decoding there under it is not ours
-                throw unavailable(e.getMessage());
+                throw unavailable("decode", "duplicate_request_id", e.getMessage());
             } catch (RoleRefusedException e) {
                 throw refusedByRole(e);
             } catch (IllegalStateException e) { // the role was lost during the call, or closed with this router
@@ -254,7 +255,7 @@ public final class Router implements AutoCloseable {
             } catch (DuplicateRequestException e) {
                 done = true; // nothing was offered under our id: the request in flight there under it is not ours to abort
                 decode.unreserve(id, "prefill refused request " + id + ": " + e.getMessage());
-                throw unavailable(e.getMessage());
+                throw unavailable("prefill", "duplicate_request_id", e.getMessage());
             } catch (RoleRefusedException e) {
                 throw refusedByRole(e);
             } catch (IllegalStateException e) { // the role was lost during the call: what refuseIfKnownDown says once known
@@ -495,7 +496,9 @@ public final class Router implements AutoCloseable {
         return e instanceof RoleLostException ? e.getMessage() : role + " role: " + e.getMessage();
     }
 
-    private static ApiError unavailable(String why) {
+    /** 503 {@code unavailable}, counted as a refusal by {@code role} for {@code reason}. */
+    private ApiError unavailable(String role, String reason, String why) {
+        counters.rejected(role, reason);
         return new ApiError(503, "service_unavailable", "unavailable", why, Map.of(), 1);
     }
 

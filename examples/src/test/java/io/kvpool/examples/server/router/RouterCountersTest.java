@@ -1,0 +1,75 @@
+package io.kvpool.examples.server.router;
+
+import io.kvpool.examples.server.Await;
+import io.kvpool.examples.server.ServerTests;
+import io.kvpool.examples.server.api.ApiError;
+import io.kvpool.examples.server.config.ServerConfig;
+import io.kvpool.examples.server.role.DuplicateRequestException;
+import io.kvpool.examples.server.role.InJvmRoles;
+import io.kvpool.examples.server.role.Rejection;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.Timeout;
+
+import java.time.Duration;
+import java.util.List;
+import java.util.concurrent.TimeUnit;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+
+/** Every request the router counts has exactly one outcome among completed, aborted, rejected, failed and timed out. */
+@Timeout(value = 60, unit = TimeUnit.SECONDS)
+class RouterCountersTest {
+
+    @Test
+    void everyRefusedRequestIsCountedOnce() throws Exception {
+        final ServerConfig cfg = ServerTests.small().build();
+        try (InJvmRoles roles = InJvmRoles.start(cfg, Duration.ofSeconds(10))) {
+            Await.until(roles.decode()::ready, Duration.ofSeconds(10), () -> "the prefill link");
+            final boolean[] duplicateAt = new boolean[2]; // {decode's reserve, prefill}
+            final Router router = new Router(cfg, new ForwardingPrefill(roles.prefill()) {
+                @Override
+                public Rejection prefill(long requestId, String tenant, List<byte[]> tokens) {
+                    if (duplicateAt[1]) {
+                        throw new DuplicateRequestException("request " + requestId + " is in flight already");
+                    }
+                    return super.prefill(requestId, tenant, tokens);
+                }
+            }, new ForwardingDecode(roles.decode()) {
+                @Override
+                public Rejection reserve(long requestId, String tenant, int promptTokens, int maxNewTokens) throws InterruptedException {
+                    if (duplicateAt[0]) {
+                        throw new DuplicateRequestException("request " + requestId + " is decoding already");
+                    }
+                    return super.reserve(requestId, tenant, promptTokens, maxNewTokens);
+                }
+            });
+            router.complete("alice", new Router.Request("a prompt", 2, false), NoSink.INSTANCE);
+            assertAccounted(router.counters(), 1);
+            assertEquals(400, refused(router, "").status());
+            assertAccounted(router.counters(), 2);
+            duplicateAt[0] = true;
+            assertEquals(503, refused(router, "a prompt").status());
+            assertAccounted(router.counters(), 3);
+            duplicateAt[0] = false;
+            duplicateAt[1] = true;
+            assertEquals(503, refused(router, "a prompt").status());
+            assertAccounted(router.counters(), 4);
+            router.close();
+            assertEquals(503, refused(router, "a prompt").status());
+            assertAccounted(router.counters(), 5);
+        }
+    }
+
+    private static ApiError refused(Router router, String prompt) {
+        return assertThrows(ApiError.class, () -> router.complete("alice", new Router.Request(prompt, 2, false), NoSink.INSTANCE));
+    }
+
+    private static void assertAccounted(RouterCounters c, long requests) {
+        final String all = "requests " + c.requests.count() + ", completed " + c.completed.count() + ", aborted " + c.aborted.count()
+            + ", rejected " + c.rejectedTotal() + ", failed " + c.failedTotal() + ", timed out " + c.timedOut.count();
+        assertEquals(requests, (long) c.requests.count(), all);
+        assertEquals(requests, (long) (c.completed.count() + c.aborted.count() + c.timedOut.count()) + c.rejectedTotal() + c.failedTotal(),
+            all);
+    }
+}
