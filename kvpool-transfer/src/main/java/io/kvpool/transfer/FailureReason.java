@@ -18,7 +18,10 @@ public enum FailureReason {
     BAD_COMPLETION,
     /** A sender aborted (a write or flush failed, or it was told to). */
     SENDER_ABORTED,
-    /** The receiver's side aborted it ({@link TransferReceiver#abort}), or could not register its pages on a link that is up. */
+    /**
+     * The receiver's side aborted it ({@link TransferReceiver#abort}), could not register its pages on a link that is
+     * up, or could not verify the pages it received (its own checksum or canary read failed).
+     */
     ABORTED,
     /** No completion arrived by the deadline. */
     TIMEOUT,

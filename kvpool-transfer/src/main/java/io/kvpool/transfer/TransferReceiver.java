@@ -579,12 +579,23 @@ public final class TransferReceiver extends TransferEndpoint {
     }
 
     private void verifyAndCommit(IncomingTransfer t, long now) {
+        if (verify(t, now)) {
+            pool.handles().commitReceiveAll(t.handles, 0, t.handles.length);
+            closeRegistrations(t);
+            t.state = IncomingTransfer.State.COMMITTED;
+            end(t);
+            metrics.committed.increment();
+        }
+    }
+
+    /** @return whether the received pages pass every check that is on; else {@code t} has failed */
+    private boolean verify(IncomingTransfer t, long now) {
         if (on(TransferSafeguard.LENGTH_CHECK)) {
             for (int r = 0; r < t.tokenCounts.length; r++) {
                 if (t.tokenCounts[r] != t.expectedTokens) {
                     fail(t, FailureReason.LENGTH_MISMATCH, "sender " + r + " transferred " + t.tokenCounts[r] + " tokens, expected "
                         + t.expectedTokens, now);
-                    return;
+                    return false;
                 }
             }
         }
@@ -592,34 +603,51 @@ public final class TransferReceiver extends TransferEndpoint {
         if (on(TransferSafeguard.CANARY_CHECK) && pool.fillMode() == io.kvpool.storage.FillMode.CANARY) {
             for (int i = 0; i < t.handles.length; i++) {
                 final int valid = Math.min(tpp, t.expectedTokens - i * tpp);
-                final int token = pool.firstCanaryToken(t.handles[i], 0, valid);
+                final int token;
+                try {
+                    token = pool.firstCanaryToken(t.handles[i], 0, valid);
+                } catch (RuntimeException e) {
+                    return unverifiable(t, e, now);
+                }
                 if (token >= 0) {
                     fail(t, FailureReason.CANARY, "page " + i + " (token " + (i * tpp + token) + " of " + t.expectedTokens
                         + ") still holds the free-page canary: its KV was never written", now);
-                    return;
+                    return false;
                 }
             }
         }
         if (checksums && on(TransferSafeguard.CHECKSUM)) {
             if (t.checksumsMissing) {
                 fail(t, FailureReason.BAD_COMPLETION, "a sender sent no checksums and this receiver requires them", now);
-                return;
+                return false;
             }
             final int[] got = new int[t.handles.length];
-            checksummer.compute(pool, t.handles, 0, t.handles.length, t.requestId, t.expectedTokens, got);
+            try {
+                checksummer.compute(pool, t.handles, 0, t.handles.length, t.requestId, t.expectedTokens, got);
+            } catch (RuntimeException e) {
+                return unverifiable(t, e, now);
+            }
             for (int i = 0; i < t.handles.length; i++) {
                 if (got[i] != t.checksums[i]) {
                     fail(t, FailureReason.CHECKSUM_MISMATCH, "page " + i + " of " + t.handles.length + ": checksum 0x"
                         + Integer.toHexString(got[i]) + " received, sender's 0x" + Integer.toHexString(t.checksums[i]), now);
-                    return;
+                    return false;
                 }
             }
         }
-        pool.handles().commitReceiveAll(t.handles, 0, t.handles.length);
-        closeRegistrations(t);
-        t.state = IncomingTransfer.State.COMMITTED;
-        end(t);
-        metrics.committed.increment();
+        return true;
+    }
+
+    /**
+     * A check failed on this side (a device's checksum kernel or canary read threw): not the sender's fault nor its
+     * link's, so the link stays up. Every sender confirmed its writes over, so the pages go back at once, never
+     * committed unverified.
+     *
+     * @return false, for {@link #verify}
+     */
+    private boolean unverifiable(IncomingTransfer t, RuntimeException e, long now) {
+        fail(t, FailureReason.ABORTED, "could not verify the received pages: " + e, now);
+        return false;
     }
 
     private void onDrained(Peer p, Message.Drained d) {

@@ -80,6 +80,38 @@ class ReceiverRulesTest extends TwoSenderReceiverFixture {
     }
 
     @Test
+    void aChecksumThatFailsOnThisSideEndsTheTransferAndKeepsTheLinkUp() {
+        final boolean[] broken = {false};
+        setUp(x -> x.checksums(new PageChecksums() {
+            @Override
+            public boolean supports(io.kvpool.storage.PageStorage storage) {
+                return true;
+            }
+
+            @Override
+            public void compute(KvPool pool, long[] handles, int from, int to, long requestId, int tokenCount, int[] out) {
+                if (broken[0]) {
+                    throw new IllegalStateException("checksum kernel failed");
+                }
+                PageChecksums.HOST.compute(pool, handles, from, to, requestId, tokenCount, out);
+            }
+        }));
+        final IncomingTransfer t = startOne(10);
+        final IncomingTransfer other = rx.start(REQ + 1, 10, 0, pa); // in flight on the same link
+        broken[0] = true;
+        a.inject(completion(t, 0, 10, 0, deliver(pool, a, 0, 0, 10)));
+        rx.doWork();
+        assertEquals(IncomingTransfer.State.RELEASED, t.state(), () -> t + ": every write was confirmed over");
+        assertEquals(FailureReason.ABORTED, t.failure());
+        assertTrue(t.message().contains("could not verify the received pages") && t.message().contains("checksum kernel failed"),
+            t::message);
+        assertTrue(rx.peer(pa).isUp(), () -> "a fault of this side took the sender's link down: " + rx.peer(pa));
+        assertEquals(IncomingTransfer.State.RECEIVING, other.state(), () -> other + ": not collateral damage");
+        assertEquals(3, pool.snapshot().receiving(), "the failed transfer's pages went back; the other's are held");
+        assertEquals(0, pool.snapshot().draining() + pool.snapshot().quarantined() + pool.snapshot().owned());
+    }
+
+    @Test
     void aValidCompletionCommitsAndThePagesBecomeTheCallers() {
         final IncomingTransfer t = startOne(10);
         final Message.Descriptor d = a.sent(Message.Descriptor.class).getFirst();
