@@ -585,7 +585,14 @@ public final class TransferSender extends TransferEndpoint {
         int[] cs = null;
         if (checksums) {
             cs = new int[end - t.firstPage];
-            checksummer.compute(pool, t.sourceHandles, t.firstPage, end, t.requestId, t.tokenCount, cs);
+            try {
+                checksummer.compute(pool, t.sourceHandles, t.firstPage, end, t.requestId, t.tokenCount, cs);
+            } catch (RuntimeException e) {
+                // this side's fault (a device kernel's): the receiver hears it at once, not at its completion timeout;
+                // the writes were flushed, so its DRAINED follows now
+                fail(t, "could not compute the checksums: " + e, true, Message.Abort.SENDER_FAILED);
+                return;
+            }
         }
         // the transfer is over before the send: a send that fails takes the peer down re-entrantly, and
         // that must find nothing left to fail (every write was flushed: an ABORT later gets the truth)

@@ -85,6 +85,41 @@ class SenderRulesTest {
     }
 
     @Test
+    void aChecksumThatFailsOnThisSideAbortsTheTransferAtOnce() {
+        tx.close();
+        tx = TransferSender.builder(pool, Kv.identity()).clock(clock).maxPagesInFlight(2).drainDeadline(Duration.ofMillis(100))
+            .checksums(new PageChecksums() {
+                @Override
+                public boolean supports(io.kvpool.storage.PageStorage storage) {
+                    return true;
+                }
+
+                @Override
+                public void compute(KvPool pool, long[] handles, int from, int to, long requestId, int tokenCount, int[] out) {
+                    throw new IllegalStateException("checksum kernel failed");
+                }
+            }).build();
+        link = new ScriptedLink().hello(Kv.identity());
+        tx.addPeer(link);
+        tx.doWork();
+        final OutgoingTransfer t = offer(8); // 2 pages: one batch
+        link.inject(descriptor(8));
+        tx.doWork();
+        link.postedTokens.forEach(tok -> link.completeWrite(tok, PeerLink.OK));
+        tx.doWork();
+        link.completeFlush(link.flushTokens.getFirst(), true);
+        tx.doWork(); // the checksums throw: the duty cycle goes on, the transfer ends
+        assertEquals(OutgoingTransfer.State.DRAINED, t.state(), t::toString);
+        assertTrue(t.failure().contains("could not compute the checksums") && t.failure().contains("checksum kernel failed"), t::failure);
+        assertTrue(link.sent(Message.Completion.class).isEmpty(), "no completion without its checksums");
+        assertEquals(Message.Abort.SENDER_FAILED, link.sent(Message.Abort.class).getFirst().reason());
+        final Message.Drained d = link.sent(Message.Drained.class).getFirst();
+        assertEquals(2, d.succeeded(), "the flush proved both writes");
+        assertTrue(sourceStates().stream().allMatch(s -> s == SlotState.FREE), "source pages released: " + sourceStates());
+        assertTrue(pool.verifyAccounting().balanced());
+    }
+
+    @Test
     void writesGoInBoundedBatchesThenAFlushThenTheCompletion() {
         final OutgoingTransfer t = offer(20); // 5 pages
         link.inject(descriptor(20));
