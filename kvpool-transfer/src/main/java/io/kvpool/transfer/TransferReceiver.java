@@ -210,11 +210,12 @@ public final class TransferReceiver extends TransferEndpoint {
     private IncomingTransfer start(long requestId, Sequence reserved, int promptTokens, int maxNewTokens, int[] senderPeers) {
         ensureOpen();
         final long now = clock.nanoTime();
-        final IncomingTransfer t = new IncomingTransfer(requestId, promptTokens, maxNewTokens, senderPeers, now);
+        IncomingTransfer t = null;
         try {
+            t = new IncomingTransfer(requestId, promptTokens, maxNewTokens, senderPeers, now); // throws for a null senderPeers
             return admitAndAsk(t, reserved, now);
         } finally {
-            if (reserved != null && t.sequence != reserved) {
+            if (reserved != null && (t == null || t.sequence != reserved)) {
                 reserved.close(); // refused or rejected before it held pages: the reservation goes back now
             }
         }

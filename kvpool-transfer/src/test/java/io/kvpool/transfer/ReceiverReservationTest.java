@@ -67,6 +67,10 @@ class ReceiverReservationTest {
             final Sequence noSuchPeer = rig.decode.admit(TOKENS, 0).sequence();
             assertThrows(IllegalArgumentException.class, () -> rig.receiver.start(10, noSuchPeer, TOKENS, 5));
             assertTrue(noSuchPeer.isClosed(), "an exception for another argument: taken over and closed");
+            final Sequence noPeers = rig.decode.admit(TOKENS, 0).sequence();
+            assertThrows(NullPointerException.class, () -> rig.receiver.start(11, noPeers, TOKENS, (int[]) null));
+            assertTrue(noPeers.isClosed(), "a null peer list is another argument too");
+            assertEquals(0, rig.decode.snapshot().reserved(), rig.decode.snapshot()::toString);
 
             final Sequence second = rig.decode.admit(TOKENS, 0).sequence();
             rig.receiver.close();
