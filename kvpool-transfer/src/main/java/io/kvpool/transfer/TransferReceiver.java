@@ -172,6 +172,8 @@ public final class TransferReceiver extends TransferEndpoint {
      *                                  reason than a lack of them (the storage's fill failed; the cause says why).
      *                                  Nothing is held then, the senders were told, and the call is counted in
      *                                  {@link ReceiverMetrics#allocationFaults()}, not in started
+     * @throws IllegalStateException    if the pool is closed, before or during the call (nothing is held then, and
+     *                                  senders already asked were told), or the receiver is closed
      */
     public IncomingTransfer start(long requestId, int promptTokens, int maxNewTokens, int... senderPeers) {
         return start(requestId, null, promptTokens, maxNewTokens, senderPeers);
@@ -195,7 +197,8 @@ public final class TransferReceiver extends TransferEndpoint {
      * @throws IllegalArgumentException as {@link #start(long, int, int, int...)} does, and if {@code admitted} belongs to
      *                                  another pool, is closed or holds pages (the sequence is not taken over then)
      * @throws AllocationFaultException as {@link #start(long, int, int, int...)} does
-     * @throws IllegalStateException    if the receiver is closed (the sequence is not taken over)
+     * @throws IllegalStateException    if the receiver is closed (the sequence is not taken over), or the pool is
+     *                                  (the sequence is taken over and closed)
      */
     public IncomingTransfer start(long requestId, Sequence admitted, int promptTokens, int... senderPeers) {
         Objects.requireNonNull(admitted, "admitted");
@@ -295,6 +298,10 @@ public final class TransferReceiver extends TransferEndpoint {
             return reject(t, FailureReason.REJECTED, "could not allocate " + layout.pagesFor(expected) + " pages for "
                 + expected + " tokens: " + e.getMessage());
         } catch (RuntimeException e) {
+            if (pool.isClosed()) { // closed under us: a shutdown, not a fault; thrown as admit throws it on a closed pool
+                closedUnder(t, seq, e);
+                throw e;
+            }
             throw allocationFault(t, seq, expected, e);
         } catch (Error e) { // nothing of it may stay either; the Error itself goes on
             allocationFault(t, seq, expected, e);
@@ -371,6 +378,18 @@ public final class TransferReceiver extends TransferEndpoint {
             cancel(peers.get(id), t.requestId, Message.Cancel.ABORTED, message);
         }
         return fault;
+    }
+
+    /** The pool closed before the request's pages were allocated: nothing is held, and the senders are told. */
+    private void closedUnder(IncomingTransfer t, Sequence seq, RuntimeException e) {
+        try {
+            seq.close();
+        } catch (RuntimeException closing) {
+            e.addSuppressed(closing);
+        }
+        for (int id : t.senderPeers) {
+            cancel(peers.get(id), t.requestId, Message.Cancel.ABORTED, "request " + t.requestId + ": the decode pool closed");
+        }
     }
 
     private IncomingTransfer reject(IncomingTransfer t, FailureReason reason, String message) {

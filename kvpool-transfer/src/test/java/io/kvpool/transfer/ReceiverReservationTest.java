@@ -81,6 +81,22 @@ class ReceiverReservationTest {
     }
 
     @Test
+    void aPoolClosedUnderAReservedStartIsAShutdownNotAnAllocationFault() {
+        try (Rig rig = new Rig()) {
+            final Sequence reserved = rig.decode.admit(TOKENS, 0).sequence();
+            rig.offer(8);
+            rig.decode.close();
+            final IllegalStateException e = assertThrows(IllegalStateException.class,
+                () -> rig.receiver.start(8, reserved, TOKENS, rig.rp));
+            assertTrue(e.getMessage().contains("closed"), e::getMessage);
+            assertEquals(0, rig.receiver.metrics().allocationFaults(), "a shutdown is not a fault to investigate");
+            assertTrue(reserved.isClosed());
+            rig.run(20);
+            assertEquals(0, rig.prefill.snapshot().owned(), "the CANCEL ended prefill's offer: " + rig.prefill.snapshot());
+        }
+    }
+
+    @Test
     void aSequenceTheReceiverCannotTakeIsRefusedAndLeftAlone() {
         try (Rig rig = new Rig(); KvPool other = Kv.pool(16)) {
             final Sequence foreign = other.admit(TOKENS, 0).sequence();
