@@ -238,7 +238,9 @@ final class HandleOps {
     /**
      * RELEASE of {@code handles[from .. to)}, last first: what {@code transition(h, RELEASE)} on each would do, except
      * that the pages that become FREE reach the return stack in runs of up to {@code run.length}, one CAS a run. A
-     * refusal does not stop it: every other page is released, then the first refusal is thrown.
+     * refusal does not stop it: every other page is released, then the first refusal is thrown. Nor does an Error of a
+     * freed page's fill: that page goes to the return stack unfilled (filled before reuse), and the Error is thrown
+     * after the rest.
      *
      * @param run the caller's scratch, at least one entry
      * @throws IllegalStateException if the pool is closed and keeps no pinned pages
@@ -249,6 +251,7 @@ final class HandleOps {
             throw new IllegalStateException("kvpool is closed");
         }
         RuntimeException first = null;
+        Error error = null;
         int n = 0;
         try {
             for (int i = to - 1; i >= from; i--) {
@@ -264,7 +267,16 @@ final class HandleOps {
                 final int slot = PageHandle.slot(handle);
                 final int phase = SlotStateMachine.phase(word);
                 if (phase == SlotStateMachine.FREE) {
-                    if (allocator.prepareFree(slot, closed)) {
+                    boolean toStack;
+                    try {
+                        toStack = allocator.prepareFree(slot, closed);
+                    } catch (Error e) { // the page is marked unfilled: to the stack; the other pages are still released
+                        if (error == null) {
+                            error = e;
+                        }
+                        toStack = true;
+                    }
+                    if (toStack) {
                         run[n++] = slot;
                         if (n == run.length) {
                             allocator.returnRun(run, n, closed);
@@ -277,6 +289,12 @@ final class HandleOps {
             }
         } finally {
             allocator.returnRun(run, n, closed); // a FREE page never stays out of the free structures
+        }
+        if (error != null) {
+            if (first != null) {
+                error.addSuppressed(first);
+            }
+            throw error;
         }
         if (first != null) {
             throw first;

@@ -145,7 +145,14 @@ final class PageAllocator {
      * @param closed whether the pool is closed (nothing will allocate again: no fill, but the page is counted)
      */
     void onBecameFree(int slot, boolean closed) {
-        if (prepareFree(slot, closed)) {
+        final boolean toStack;
+        try {
+            toStack = prepareFree(slot, closed);
+        } catch (Error e) { // the fill's other Errors: the page, marked unfilled, still reaches the return stack
+            returned.push(slot);
+            throw e;
+        }
+        if (toStack) {
             returned.push(slot);
             afterReturned(closed);
         }
@@ -156,6 +163,8 @@ final class PageAllocator {
      * the owner's cache when it can; otherwise the caller adds it to a run it hands to {@link #returnRun}.
      *
      * @return whether the page must still go to the return stack
+     * @throws Error an Error of the fill other than InternalError, after the page was marked unfilled: the caller
+     *               puts it on the return stack (it is filled before it is handed out again), then rethrows
      */
     boolean prepareFree(int slot, boolean closed) {
         // The last releaser's CAS is ordered after every earlier CAS on this word, including the publisher's
@@ -175,7 +184,7 @@ final class PageAllocator {
                 // lost for good; but it still holds its last tenant's bytes, so it is filled again before its
                 // next handle escapes (as an evicted page is), where a second failure is the allocator's to throw.
                 // InternalError is how the JVM reports a fault in mapped memory (a file truncated under its
-                // mapping); other Errors are not recovered from here.
+                // mapping); other Errors go on to the caller (below).
                 unfilled[slot] = true; // plain: published to the allocator by the push (a release CAS)
                 try {
                     LOG.log(System.Logger.Level.WARNING, "kvpool: filling freed slot " + slot + " failed (" + e
@@ -183,6 +192,9 @@ final class PageAllocator {
                 } catch (RuntimeException logging) {
                     // the page must still be pushed: a warning is not worth losing it
                 }
+            } catch (Error e) { // no memory, no stack: the caller's to see, but the page is not lost for it
+                unfilled[slot] = true;
+                throw e;
             }
         }
         // an unfilled page never enters the allocator cache: its lock-free fast path hands pages out as they are

@@ -403,13 +403,13 @@ public final class Sequence implements AutoCloseable {
         if (dropped > 0) {
             structureVersion++;
         }
-        RuntimeException failed = null;
+        Throwable failed = null;
         if (dropped > 0) {
             final int end = pageCount;
             pageCount = keep;
             try {
                 pool.releaseAll(handles, keep, end, freedRun()); // last page first, one return-stack CAS a run
-            } catch (RuntimeException e) {
+            } catch (RuntimeException | Error e) {
                 failed = e; // every page was released but the refused ones: finish the bookkeeping, then throw
             }
             Arrays.fill(handles, keep, end, 0);
@@ -433,8 +433,16 @@ public final class Sequence implements AutoCloseable {
             }
         }
         if (failed != null) {
-            throw failed;
+            throw rethrow(failed);
         }
+    }
+
+    /** @return nothing: throws {@code t}, a RuntimeException or an Error */
+    private static RuntimeException rethrow(Throwable t) {
+        if (t instanceof Error e) {
+            throw e;
+        }
+        throw (RuntimeException) t;
     }
 
     /** @return the scratch for the slots of one run of released pages (see KvPool#releaseAll) */
@@ -600,17 +608,17 @@ public final class Sequence implements AutoCloseable {
         if (pool.isClosed()) {
             return;
         }
-        RuntimeException first = null;
+        Throwable first = null;
         try {
             pool.releaseAll(handles, 0, pageCount, freedRun()); // last page first: a cached prefix's tail is evicted first
-        } catch (RuntimeException e) {
+        } catch (RuntimeException | Error e) { // every page was released but the refused ones: the reservation goes too
             first = e;
         }
         pageCount = 0;
         tokenCount = 0;
         pool.allocations().sequenceClosed(this);
         if (first != null) {
-            throw first;
+            throw rethrow(first);
         }
     }
 

@@ -417,6 +417,39 @@ class ApiReviewRegressionTest {
         }
     }
 
+    @Test
+    void anErrorFillingOneFreedPageLosesNeitherTheOtherPagesNorTheReservation() {
+        final FailingCopyStorage[] storage = new FailingCopyStorage[1];
+        try (KvPool pool = TestPools.builder(6).storage((l, n) -> storage[0] = new FailingCopyStorage(l, n)).build()) {
+            final Sequence seq = pool.admit(12, 4).sequence(); // 16 tokens: 4 pages admitted
+            seq.append(12);                                    // 3 pages, 1 still reserved
+            for (int i = 0; i < 3; i++) {
+                pool.page(seq.pageHandle(i)).fill((byte) 0x5A); // the tenant's KV
+            }
+            final long middle = seq.pageHandle(1);
+            storage[0].beforeNextFill = () -> { // the first page closed is the last: the fill of the second one fails
+                storage[0].beforeNextFill = () -> {
+                    throw new OutOfMemoryError("injected: no memory for the fill");
+                };
+            };
+            assertThrows(OutOfMemoryError.class, seq::close);
+            assertTrue(seq.isClosed());
+            final PoolSnapshot after = pool.snapshot();
+            assertEquals(6, after.free(), after::toString);
+            assertEquals(0, after.reserved(), after::toString);
+            assertEquals(0, after.openSequences(), after::toString);
+            assertTrue(pool.verifyAccounting().balanced());
+            final Sequence next = pool.admit(24, 0).sequence(); // every page again, the unfilled one filled first
+            next.append(24);
+            for (int i = 0; i < 6; i++) {
+                assertEquals(0, pool.firstCanaryToken(next.pageHandle(i), 0, pool.layout().tokensPerPage()),
+                    "page " + i + " (slot " + PageHandle.slot(next.pageHandle(i)) + ", the failed fill's: " + PageHandle.slot(middle)
+                    + ") still holds the last tenant's bytes");
+            }
+            next.close();
+        }
+    }
+
     // =============================================================================================
     /** State words that, once armed, run a callback on the armed thread right after its (skip+1)-th read of one slot. */
     static final class CountingHookWords implements SlotWords {
