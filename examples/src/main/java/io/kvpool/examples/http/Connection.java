@@ -108,6 +108,8 @@ final class Connection {
     private volatile int queuedCalls;
 
     private Reading reading = Reading.NONE;
+    /** Whether this connection's arriving request is counted in the front's (event loop). */
+    private boolean arrivalCounted;
     private HttpCall current;
     private ScheduledFuture<?> timer;
     private long headDeadline;      // 0: not started (a head that began while busy gets its deadline when the call ends)
@@ -141,6 +143,7 @@ final class Connection {
             lastActivity = System.nanoTime();
             if (reading == Reading.NONE && msg instanceof ByteBuf b && b.isReadable()) {
                 reading = Reading.HEAD;
+                arrivalStarted();
                 headDeadline = current == null ? lastActivity + limits.headerTimeout().toNanos() : 0;
                 rearm();
             }
@@ -178,6 +181,7 @@ final class Connection {
         @Override
         public void channelInactive(ChannelHandlerContext ctx) {
             closed = true;
+            arrivalEnded();
             LOG.log(System.Logger.Level.TRACE, () -> "connection " + channel.remoteAddress() + " closed ("
                 + (closeReason == null ? "by the client" : closeReason) + "), a call " + (current == null ? "not " : "") + "in progress, "
                 + queued.size() + " queued, reading " + reading);
@@ -304,6 +308,7 @@ final class Connection {
             }
             queuedBytes += call.body().length;
             next();
+            arrivalEnded(); // after next(): a graceful stop waiting for both counts never sees neither
         }
     }
 
@@ -386,9 +391,13 @@ final class Connection {
         f.addListener(done -> stall.cancel(false));
     }
 
-    /** Closes the connection between requests (nothing in progress, nothing queued); the front's graceful stop. */
+    /**
+     * Closes the connection between requests (nothing in progress, nothing queued, no request arriving); the front's
+     * graceful stop. A request that has begun to arrive is read and answered (its answer says close), within the
+     * header and body timeouts.
+     */
     void closeIfIdle() {
-        if (current == null && queued.isEmpty()) {
+        if (current == null && queued.isEmpty() && reading == Reading.NONE) {
             close(Close.STOPPING);
         }
     }
@@ -423,6 +432,7 @@ final class Connection {
             + "exceeds the limit of " + limits.maxBodyBytes() + " bytes", f);
         reading = Reading.DISCARD;
         drained = 0;
+        arrivalEnded(); // the refusal is answered and the connection closes: nothing more to wait for
     }
 
     private void closeWhenDrained() {
@@ -437,6 +447,23 @@ final class Connection {
         send(status, type, reason, message, fields);
         reading = Reading.REFUSED;
         drained = 0; // what follows is dropped; counted only to bound a refusal that waits
+        arrivalEnded();
+    }
+
+    /** A request began to arrive: counted in the front's {@link HttpFront#requestsArriving()} until it is queued or refused. */
+    private void arrivalStarted() {
+        if (!arrivalCounted && !closed) {
+            arrivalCounted = true;
+            front.arrivalStarted();
+        }
+    }
+
+    /** The request that was arriving is queued (or started), refused, or gone with the connection. */
+    private void arrivalEnded() {
+        if (arrivalCounted) {
+            arrivalCounted = false;
+            front.arrivalEnded();
+        }
     }
 
     /** Sends the front's own error now, or after the calls before it when one is with the handler. */

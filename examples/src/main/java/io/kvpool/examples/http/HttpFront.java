@@ -55,6 +55,8 @@ public final class HttpFront implements AutoCloseable {
     private final ChannelGroup connections = new DefaultChannelGroup(GlobalEventExecutor.INSTANCE);
     private final AtomicInteger open = new AtomicInteger();
     private final AtomicInteger inFlight = new AtomicInteger();
+    /** Requests begun on a connection and not yet queued for a handler nor refused. */
+    private final AtomicInteger arriving = new AtomicInteger();
     private final LongAdder refusedConnections = new LongAdder();
     private final LongAdder refusedRequests = new LongAdder();
     private final java.util.Map<Connection.Close, LongAdder> closes = new java.util.EnumMap<>(Connection.Close.class);
@@ -154,6 +156,19 @@ public final class HttpFront implements AutoCloseable {
         inFlight.decrementAndGet();
     }
 
+    void arrivalStarted() {
+        arriving.incrementAndGet();
+    }
+
+    void arrivalEnded() {
+        arriving.decrementAndGet();
+    }
+
+    /** @return requests that have begun to arrive and are not yet with a handler, queued for one, or refused (any thread) */
+    public int requestsArriving() {
+        return arriving.get();
+    }
+
     void connectionClosed(Connection.Close why) {
         closes.get(why).increment();
     }
@@ -247,13 +262,14 @@ public final class HttpFront implements AutoCloseable {
     }
 
     /**
-     * Waits until no call is with a handler, at most {@code timeout}.
+     * Waits until no call is with a handler and no request is arriving, at most {@code timeout}: after
+     * {@link #stopAccepting}, a request whose first bytes came before the stop is still read and answered.
      *
      * @return whether none is
      */
     public boolean awaitNoCalls(Duration timeout) {
         final long end = System.nanoTime() + timeout.toNanos();
-        while (inFlight.get() > 0) {
+        while (inFlight.get() > 0 || arriving.get() > 0) {
             if (System.nanoTime() - end >= 0) {
                 return false;
             }

@@ -471,7 +471,7 @@ class HttpFrontTest {
     }
 
     @Test
-    void aGracefulStopLetsTheCallInProgressAnswer_closesIdleOnes_andRefusesNewOnes() throws Exception {
+    void aGracefulStopLetsTheCallsInProgressOrArrivingAnswer_closesIdleOnes_andRefusesNewOnes() throws Exception {
         final CountDownLatch entered = new CountDownLatch(1);
         final AtomicReference<HttpCall> busy = new AtomicReference<>();
         start(HttpLimits.DEFAULTS, call -> {
@@ -482,17 +482,31 @@ class HttpFrontTest {
             }
             ECHO.handle(call);
         });
-        try (Socket idle = connect(); Socket working = connect()) {
+        try (Socket idle = connect(); Socket working = connect(); Socket arriving = connect()) {
             send(idle, "GET /i HTTP/1.1\r\nHost: x\r\n\r\n");
             assertTrue(readOne(idle).endsWith("GET /i 0"));
             send(working, "GET /slow HTTP/1.1\r\nHost: x\r\n\r\n");
             assertTrue(entered.await(10, TimeUnit.SECONDS));
+            // a request half arrived: its head read (the 100 Continue says so), its body still coming
+            send(arriving, "POST /a HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\nExpect: 100-continue\r\n\r\n");
+            assertTrue(readHead(arriving).startsWith("HTTP/1.1 100"));
             final int port = front.port();
-            front.stopListening(Duration.ofSeconds(5));
+            final java.util.concurrent.CompletableFuture<Void> stopping = java.util.concurrent.CompletableFuture.runAsync(
+                () -> front.stopListening(Duration.ofSeconds(5)));
+            final long until = System.nanoTime() + TimeUnit.SECONDS.toNanos(10);
+            while (front.callsInFlight() > 0 && System.nanoTime() < until) {
+                Thread.sleep(5);
+            }
+            assertEquals(0, front.callsInFlight(), "the call in progress did not end");
+            assertFalse(stopping.isDone(), "the stop did not wait for the request still arriving");
+            send(arriving, "0123456789"); // after the call in progress ended: only the arriving one holds the stop
+            final String arrived = readToClose(arriving);
+            assertTrue(arrived.startsWith("HTTP/1.1 200") && arrived.endsWith("POST /a 10"), "a request arriving at the stop was cut: " + arrived);
             final String answer = readToClose(working);
             assertTrue(answer.startsWith("HTTP/1.1 200") && answer.endsWith("GET /slow 0"), answer);
             assertEquals("", readToClose(idle), "the idle connection was closed");
-            awaitClosed("stopping", 2); // the idle one at once, the working one after its answer
+            stopping.get(10, TimeUnit.SECONDS);
+            awaitClosed("stopping", 3); // the idle one at once, the others after their answers
             assertFalse(busy.get().clientGone() && answer.isEmpty());
             assertThrows(IOException.class, () -> {
                 try (Socket late = new Socket(InetAddress.getLoopbackAddress(), port)) {
