@@ -73,6 +73,11 @@ public final class KvPool implements AutoCloseable {
     private final Cleaner.Cleanable poolIdLease;
     private volatile boolean closed;
     private volatile String closeReport;
+    /** The thread of the first close() (under the lock), and the end of its work after the lock. */
+    private Thread closer;
+    private final java.util.concurrent.CountDownLatch closeDone = new java.util.concurrent.CountDownLatch(1);
+    /** Test hook: runs in the first close(), after it marked the pool closed and unlocked, before its report. */
+    volatile Runnable afterCloseUnlocked;
 
     KvPool(KvPoolBuilder b, CapacityCheck.Sized size) {
         this.layout = b.layout;
@@ -489,7 +494,8 @@ public final class KvPool implements AutoCloseable {
     }
 
     /**
-     * Closes the pool. Idempotent. Outstanding pages, sequences and reservations are reported loudly (an
+     * Closes the pool. Idempotent: a call while another thread closes the pool returns once that close has written its
+     * report and released (or kept) the storage. Outstanding pages, sequences and reservations are reported loudly (an
      * ERROR log with counts by state, also available from {@link #closeReport()}). Memory is released
      * unless pages are still pinned for remote writes (RECEIVING, DRAINING, QUARANTINED): a peer may still
      * write into it, so the storage stays allocated until the last pin ends. While it stays, the pool accepts the
@@ -502,25 +508,68 @@ public final class KvPool implements AutoCloseable {
     @Override
     public void close() {
         final PoolSnapshot snap;
+        Thread first = null;
         lock.lock();
         try {
             if (closed) {
-                return;
+                first = closer;
+                snap = null;
+            } else {
+                closer = Thread.currentThread();
+                try {
+                    lifetime.markRetainedLocked(); // before `closed`: an unpin racing the close is accepted from its first moment
+                    closed = true;
+                    allocator.drainReturnedLocked();
+                    snap = metrics.read();
+                    // not snap's three counts: read one after another, a page moving between pinned phases may be in two
+                    lifetime.retainedAtClose(slots.counts().pinnedAtMostOnce());
+                } catch (RuntimeException | Error e) {
+                    closeDone.countDown(); // a later close() must not wait for work that will not come
+                    throw e;
+                }
             }
-            lifetime.markRetainedLocked(); // before `closed`: an unpin racing the close is accepted from its first moment
-            closed = true;
-            allocator.drainReturnedLocked();
-            snap = metrics.read();
-            // not snap's three counts: read one after another, a page moving between pinned phases may be in two
-            lifetime.retainedAtClose(slots.counts().pinnedAtMostOnce());
         } finally {
             lock.unlock();
         }
-        poolIdLease.clean();
-        if ((closeReport = snap.outstandingReport()) != null) {
-            LOG.log(System.Logger.Level.ERROR, closeReport);
+        if (snap == null) {
+            awaitClosedBy(first); // outside the lock: the first close may need it to release the storage
+            return;
         }
-        lifetime.releaseIfUnpinned(); // now, or with the last unpin event
+        try {
+            final Runnable hook = afterCloseUnlocked;
+            if (hook != null) {
+                hook.run();
+            }
+            poolIdLease.clean();
+            if ((closeReport = snap.outstandingReport()) != null) {
+                LOG.log(System.Logger.Level.ERROR, closeReport);
+            }
+            lifetime.releaseIfUnpinned(); // now, or with the last unpin event
+        } finally {
+            closeDone.countDown();
+        }
+    }
+
+    /**
+     * A second close() returns once the first has written its report and released (or kept) the storage, as the
+     * first does; at once on the closing thread itself (a storage whose close closes the pool again).
+     */
+    private void awaitClosedBy(Thread first) {
+        if (first == Thread.currentThread()) {
+            return;
+        }
+        boolean interrupted = false;
+        while (true) {
+            try {
+                closeDone.await();
+                break;
+            } catch (InterruptedException e) {
+                interrupted = true; // close() is not interruptible: the storage must be released before it returns
+            }
+        }
+        if (interrupted) {
+            Thread.currentThread().interrupt();
+        }
     }
 
     /** Internal. @throws IllegalStateException if the pool is closed */

@@ -11,6 +11,8 @@ import java.util.ArrayList;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.Optional;
+import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
@@ -357,6 +359,37 @@ class PoolLockSerializationTest {
             }
             d.copyPages(src, srcOff, dst, dstOff, count);
         }
+    }
+
+    @Test
+    void aSecondCloseReturnsOnlyOnceTheFirstHasReportedAndReleasedTheStorage() throws Exception {
+        final CountDownLatch unlocked = new CountDownLatch(1), release = new CountDownLatch(1);
+        final KvPool pool = TestPools.pool(4);
+        pool.tryAllocate(); // outstanding: the first close writes a report
+        pool.afterCloseUnlocked = () -> { // the first close, marked closed and unlocked, before its report
+            unlocked.countDown();
+            try {
+                release.await();
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+            }
+        };
+        // a thread each: the common pool may have one worker on a small machine, which the first close holds
+        final java.util.concurrent.Executor own = r -> new Thread(r).start();
+        final CompletableFuture<Void> first = CompletableFuture.runAsync(pool::close, own);
+        assertTrue(unlocked.await(10, TimeUnit.SECONDS));
+        final CountDownLatch secondCalled = new CountDownLatch(1);
+        final CompletableFuture<Optional<String>> second = CompletableFuture.supplyAsync(() -> {
+            secondCalled.countDown();
+            pool.close();
+            return pool.closeReport();
+        }, own);
+        assertTrue(secondCalled.await(10, TimeUnit.SECONDS));
+        Thread.sleep(200);
+        assertFalse(second.isDone(), "the second close returned before the first had reported and released the storage");
+        release.countDown();
+        first.get(10, TimeUnit.SECONDS);
+        assertTrue(second.get(10, TimeUnit.SECONDS).isPresent(), "the second close's caller sees the first's report");
     }
 
     @Test
