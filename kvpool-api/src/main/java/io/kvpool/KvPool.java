@@ -400,7 +400,8 @@ public final class KvPool implements AutoCloseable {
     /**
      * Appends {@code tokens} tokens to each of {@code batch[0 .. count)}: one decode step of a batch, as
      * {@link Sequence#append} on each, with the pages the step needs allocated under one acquisition of the pool
-     * lock (a step that needs none takes no lock). Allocation-free. All or nothing: when it throws or returns a
+     * lock (a step that needs none takes no lock). Allocation-free, except a step that evicts cached prefix pages: it
+     * copies their slots for the fill that follows outside the lock. All or nothing: when it throws or returns a
      * negative number, no sequence changed.
      *
      * @param batch  the sequences, each at most once, all of this pool and owned by the calling thread
@@ -421,7 +422,7 @@ public final class KvPool implements AutoCloseable {
     /**
      * Allocates one page outside any sequence (e.g. a staging buffer), from the free pages that no
      * admitted request has reserved. The caller owns the returned reference and frees it with
-     * {@link #release}. Allocation-free.
+     * {@link #release}. Allocation-free, unless it evicts a cached prefix page (as {@link #appendEach}).
      *
      * @return the handle of an OWNED page with refcount 1, or {@link PageHandle#EXHAUSTED}
      * @throws IllegalStateException if the pool is closed (a call racing with {@link #close()} on the

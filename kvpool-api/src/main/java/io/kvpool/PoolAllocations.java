@@ -199,7 +199,7 @@ final class PoolAllocations {
     /**
      * Allocates one page outside any sequence (e.g. a staging buffer), from the free pages that no
      * admitted request has reserved. The caller owns the returned reference and frees it with
-     * {@link KvPool#release}. Allocation-free.
+     * {@link KvPool#release}. Allocation-free, unless it evicts a cached prefix page.
      *
      * @return the handle of an OWNED page with refcount 1, or {@link PageHandle#EXHAUSTED}
      * @throws IllegalStateException if the pool is closed (a call racing with {@link KvPool#close()} on the
