@@ -468,7 +468,7 @@ public final class TransferReceiver extends TransferEndpoint {
             case Message.Completion c -> onCompletion(p, c);
             case Message.Drained d -> onDrained(p, d);
             case Message.Abort a -> {
-                final IncomingTransfer t = current(p, a.transferId(), a.generation(), -1);
+                final IncomingTransfer t = current(p, a.transferId(), a.generation(), -1, false); // not an ack: not counted
                 if (t != null && t.state == IncomingTransfer.State.RECEIVING) {
                     fail(t, FailureReason.SENDER_ABORTED, "sender " + p.id + " aborted (reason " + a.reason() + "): " + a.detail(),
                         clock.nanoTime());
@@ -486,35 +486,46 @@ public final class TransferReceiver extends TransferEndpoint {
      *         {@code null}, counted as the reason it was ignored
      */
     private IncomingTransfer current(Peer p, long transferId, int generation, int rank) {
+        return current(p, transferId, generation, rank, true);
+    }
+
+    /** @param ack whether the frame is an acknowledgement, whose reason to be ignored is counted */
+    private IncomingTransfer current(Peer p, long transferId, int generation, int rank, boolean ack) {
         if (transferId < 0 || transferId >= slots.length) {
-            metrics.ackBeforeRegistration.increment();
+            count(ack, metrics.ackBeforeRegistration);
             return null;
         }
         final int slot = (int) transferId;
         final int gen = slotGeneration[slot];
         if (generation > gen || gen == 0) {
-            metrics.ackBeforeRegistration.increment();
+            count(ack, metrics.ackBeforeRegistration);
             return null;
         }
         if (generation < gen) {
-            metrics.ackStaleGeneration.increment();
+            count(ack, metrics.ackStaleGeneration);
             return null;
         }
         final IncomingTransfer t = slots[slot];
         if (t == null) {
-            metrics.ackLate.increment(); // the current generation already ended
+            count(ack, metrics.ackLate); // the current generation already ended
             return null;
         }
         if (rank >= 0) {
             if (rank >= t.senderPeers.length || t.senderPeers[rank] != p.id) {
-                metrics.ackWrongPeer.increment();
+                count(ack, metrics.ackWrongPeer);
                 return null;
             }
         } else if (rankOf(t, p) < 0) {
-            metrics.ackWrongPeer.increment();
+            count(ack, metrics.ackWrongPeer);
             return null;
         }
         return t;
+    }
+
+    private static void count(boolean ack, java.util.concurrent.atomic.LongAdder ignored) {
+        if (ack) {
+            ignored.increment();
+        }
     }
 
     private static int rankOf(IncomingTransfer t, Peer p) {

@@ -112,6 +112,26 @@ class ReceiverRulesTest extends TwoSenderReceiverFixture {
     }
 
     @Test
+    void aSendersAbortOfAnEndedTransferIsNotCountedAsAnIgnoredAck() {
+        final IncomingTransfer t = startOne(10);
+        a.inject(completion(t, 0, 10, 0, deliver(pool, a, 0, 0, 10)));
+        rx.doWork();
+        assertEquals(IncomingTransfer.State.COMMITTED, t.state(), t::toString);
+        t.sequence().close();
+        final ReceiverMetrics m = rx.metrics();
+        final long[] before = {m.ackLate(), m.ackStaleGeneration(), m.ackBeforeRegistration(), m.ackWrongPeer()};
+        a.inject(new Message.Abort(t.transferId(), t.generation(), Message.Abort.SENDER_FAILED, "late")); // the slot is free again
+        a.inject(new Message.Abort(t.transferId(), t.generation() + 5, Message.Abort.SENDER_FAILED, "never seen"));
+        rx.doWork();
+        assertArrayEquals(before, new long[] {m.ackLate(), m.ackStaleGeneration(), m.ackBeforeRegistration(), m.ackWrongPeer()},
+            "an ABORT is not an acknowledgement");
+        a.inject(new Message.Drained(t.transferId(), t.generation(), 0, 3, 3, 0)); // the control: an ack is counted
+        rx.doWork();
+        assertEquals(before[0] + 1, m.ackLate());
+        assertTrue(rx.peer(pa).isUp());
+    }
+
+    @Test
     void aValidCompletionCommitsAndThePagesBecomeTheCallers() {
         final IncomingTransfer t = startOne(10);
         final Message.Descriptor d = a.sent(Message.Descriptor.class).getFirst();
