@@ -292,6 +292,7 @@ final class Connection {
         if (c instanceof LastHttpContent) {
             final HttpCall call = new HttpCall(this, channel, head.method().name(), head.uri(), head.headers(),
                 bodyLength == body.length ? body : Arrays.copyOf(body, bodyLength), HttpUtil.isKeepAlive(head),
+                head.protocolVersion().minorVersion() == 0,
                 limits.stallTimeout().toNanos(), executor);
             head = null;
             body = null;

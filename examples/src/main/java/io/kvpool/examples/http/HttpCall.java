@@ -52,6 +52,10 @@ public final class HttpCall {
     private final HttpHeaders requestHeaders;
     private final byte[] body;
     private final boolean keepAlive;
+    /** The request was HTTP/1.0: a streamed answer cannot be chunked, so it ends with the connection. */
+    private final boolean http10;
+    /** A streamed answer without framing was started: the connection closes after it. */
+    private volatile boolean endsWithConnection;
     /** Set by the handler thread as the answer's head is built; read on the event loop once it is on the wire. */
     private volatile boolean saidClose;
     private final long stallNanos;
@@ -65,7 +69,7 @@ public final class HttpCall {
     private boolean lastIssued; // the answer's last write was handed to Netty: its listener ends the call
 
     HttpCall(Connection connection, Channel channel, String method, String uri, HttpHeaders requestHeaders, byte[] body,
-             boolean keepAlive, long stallNanos, Executor listeners) {
+             boolean keepAlive, boolean http10, long stallNanos, Executor listeners) {
         this.connection = connection;
         this.channel = channel;
         this.method = method;
@@ -73,6 +77,7 @@ public final class HttpCall {
         this.requestHeaders = requestHeaders;
         this.body = body;
         this.keepAlive = keepAlive;
+        this.http10 = http10;
         this.stallNanos = stallNanos;
         this.listeners = listeners;
     }
@@ -140,8 +145,9 @@ public final class HttpCall {
     }
 
     /**
-     * Sends the status and headers of a streamed answer ({@code Transfer-Encoding: chunked}); then
-     * {@link #write} and {@link #endStream}.
+     * Sends the status and headers of a streamed answer ({@code Transfer-Encoding: chunked}; to an HTTP/1.0 request,
+     * which knows no chunks, unframed, with {@code Connection: close}: the close ends it); then {@link #write} and
+     * {@link #endStream}.
      *
      * @throws IOException           if the client is gone
      * @throws IllegalStateException if the call was answered already
@@ -151,7 +157,12 @@ public final class HttpCall {
         begin(State.STREAMING);
         final HttpResponse r = new DefaultHttpResponse(HttpVersion.HTTP_1_1, HttpResponseStatus.valueOf(status));
         headers(r, contentType);
-        r.headers().set(HttpHeaderNames.TRANSFER_ENCODING, HttpHeaderValues.CHUNKED);
+        if (http10) { // RFC 9112 §6.1: no Transfer-Encoding in an answer to HTTP/1.0
+            endsWithConnection = true;
+            r.headers().set(HttpHeaderNames.CONNECTION, HttpHeaderValues.CLOSE);
+        } else {
+            r.headers().set(HttpHeaderNames.TRANSFER_ENCODING, HttpHeaderValues.CHUNKED);
+        }
         channel.writeAndFlush(r);
     }
 
@@ -321,9 +332,9 @@ public final class HttpCall {
         f.addListener(done -> connection.answered(this));
     }
 
-    /** @return whether the connection closes after this answer */
+    /** @return whether the connection stays open after this answer */
     boolean keepAlive() {
-        return keepAlive;
+        return keepAlive && !endsWithConnection;
     }
 
     /** @return whether this call's answer said {@code Connection: close} (then nothing more is answered on its connection) */

@@ -523,6 +523,28 @@ class HttpFrontTest {
     }
 
     @Test
+    void aStreamToAnHttp10ClientIsUnframedAndEndsWithTheConnection() throws Exception {
+        start(FAST, call -> {
+            call.startStream(200, "text/event-stream");
+            call.write("data: first\n\n");
+            call.write("data: second\n\n");
+            call.endStream();
+        });
+        try (Socket s = connect()) {
+            send(s, "GET /s HTTP/1.0\r\nConnection: keep-alive\r\n\r\n");
+            final String answer = readToClose(s);
+            final String head = answer.substring(0, answer.indexOf("\r\n\r\n") + 4).toLowerCase(java.util.Locale.ROOT);
+            assertFalse(head.contains("transfer-encoding"), "RFC 9112 §6.1: no Transfer-Encoding in an answer to HTTP/1.0: " + head);
+            assertTrue(head.contains("connection: close"), head);
+            assertEquals("data: first\n\ndata: second\n\n", answer.substring(head.length()), "the body, unframed");
+        }
+        try (Socket s = connect()) { // HTTP/1.1 streams stay chunked
+            send(s, "GET /s HTTP/1.1\r\nHost: x\r\n\r\n");
+            assertTrue(readHead(s).toLowerCase(java.util.Locale.ROOT).contains("transfer-encoding: chunked"));
+        }
+    }
+
+    @Test
     void aStreamEndedAfterItsClientLeftStillEndsTheCall() throws Exception {
         final CountDownLatch gone = new CountDownLatch(1);
         final CompletableFuture<Throwable> ending = new CompletableFuture<>();
