@@ -85,7 +85,8 @@ public final class TransferSenderMeterBinder implements MeterBinder {
         counter(s, "kvpool.transfer.sender.descriptors.duplicate", "Descriptors received again for a known transfer, ignored",
             SenderMetrics::duplicateDescriptors).register(registry);
         final String cancels = "CANCEL messages (type 7) received from receivers, by outcome (ended: an offer ended, open or "
-            + "made after the CANCEL came; ignored: the offer was over, or none came within the descriptor timeout; retiring: "
+            + "made after the CANCEL came; ignored: nothing to end, such as an ABORT's echo, a request under way, or an offer that "
+            + "was over or never came within the descriptor timeout; retiring: "
             + "the link was retired, a fresh one takes new work)";
         counter(s, "kvpool.transfer.sender.cancels.received", cancels, SenderMetrics::cancelled).tag("outcome", "ended")
             .register(registry);

@@ -9,7 +9,7 @@ import java.util.concurrent.atomic.LongAdder;
  * Counters and gauges of a {@link TransferReceiver}. Written by the receiver's thread, readable from any
  * thread (e.g. a metrics endpoint or a Micrometer binder). Each value is read on its own, so a set of reads
  * is not one atomic cut. The library writes no exposition format: kvpool-micrometer binds these values to
- * any Micrometer registry, and the example server renders its own Prometheus text.
+ * any Micrometer registry (the example server serves them through Micrometer's Prometheus registry).
  */
 public final class ReceiverMetrics {
 
