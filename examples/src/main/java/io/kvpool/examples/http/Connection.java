@@ -108,8 +108,11 @@ final class Connection {
     private volatile int queuedCalls;
 
     private Reading reading = Reading.NONE;
-    /** Whether this connection's arriving request is counted in the front's (event loop). */
-    private boolean arrivalCounted;
+    /**
+     * Whether a request whose head was read before the front stopped is still arriving (its body), counted in the
+     * front's {@link HttpFront#requestsArriving()}: written on the event loop, read by handler threads.
+     */
+    private volatile boolean arrivalCounted;
     private HttpCall current;
     private ScheduledFuture<?> timer;
     private long headDeadline;      // 0: not started (a head that began while busy gets its deadline when the call ends)
@@ -143,7 +146,6 @@ final class Connection {
             lastActivity = System.nanoTime();
             if (reading == Reading.NONE && msg instanceof ByteBuf b && b.isReadable()) {
                 reading = Reading.HEAD;
-                arrivalStarted();
                 headDeadline = current == null ? lastActivity + limits.headerTimeout().toNanos() : 0;
                 rearm();
             }
@@ -254,10 +256,13 @@ final class Connection {
             return;
         }
         reading = Reading.BODY;
+        if (front.accepting()) { // a head read after the stop is answered if it completes, but does not hold the stop
+            arrivalStarted();
+        }
         bodyStarted = System.nanoTime();
         body = new byte[(int) Math.max(0, Math.min(declared, 1 << 16))];
         bodyLength = 0;
-        if (HttpUtil.is100ContinueExpected(r) && current == null) {
+        if (HttpUtil.is100ContinueExpected(r) && current == null && front.accepting()) { // stopping: no upload invited for a 503
             channel.writeAndFlush(new DefaultFullHttpResponse(HttpVersion.HTTP_1_1, HttpResponseStatus.CONTINUE));
         }
         rearm();
@@ -304,7 +309,7 @@ final class Connection {
             }
             queued.add(call);
             queuedCalls = queued.size();
-            if (front.accepting()) {
+            if (front.accepting() || arrivalCounted) { // its head came before the stop
                 queuedBeforeStop++; // plain read-modify-write: only the event loop writes it
             }
             queuedBytes += call.body().length;
@@ -327,7 +332,7 @@ final class Connection {
                 write(r);
                 return;
             }
-            if (!front.accepting()) {
+            if (!front.accepting() && !arrivalCounted) {
                 close(Close.STOPPING); // the front is stopping and nothing is left to answer here
             }
             rearm();
@@ -367,18 +372,21 @@ final class Connection {
             return; // already done
         }
         current = null;
-        front.callEnded();
         lastActivity = System.nanoTime();
-        if (!call.keepAlive()) {
-            close(Close.REQUESTED);
-            return;
+        try {
+            if (!call.keepAlive()) {
+                close(Close.REQUESTED);
+                return;
+            }
+            if (call.saidClose()) { // the front is stopping and said so: nothing more on this connection (RFC 9112 §9.6)
+                close(Close.STOPPING);
+                return;
+            }
+            next(); // a head begun while the call ran gets its deadline from rearm() once no call runs; stopping: the
+                    // requests already read are still answered (the router says 503 server_draining), the last saying close
+        } finally {
+            front.callEnded(); // after next() started the queued call, if any: a graceful stop never sees none between
         }
-        if (call.saidClose()) { // the front is stopping and said so: nothing more on this connection (RFC 9112 §9.6)
-            close(Close.STOPPING);
-            return;
-        }
-        next(); // a head begun while the call ran gets its deadline from rearm() once no call runs; stopping: the
-                // requests already read are still answered (the router says 503 server_draining), the last saying close
     }
 
     /** Closes the connection if {@code f} (an answer's last write) is not on the wire within the stall timeout. */
@@ -393,12 +401,12 @@ final class Connection {
     }
 
     /**
-     * Closes the connection between requests (nothing in progress, nothing queued, no request arriving); the front's
-     * graceful stop. A request that has begun to arrive is read and answered (its answer says close), within the
-     * header and body timeouts.
+     * Closes the connection between requests (nothing in progress, nothing queued, no request arriving whose head was
+     * read); the front's graceful stop. A request whose head was read before the stop is read and answered (its
+     * answer says close), within the body timeout.
      */
     void closeIfIdle() {
-        if (current == null && queued.isEmpty() && reading == Reading.NONE) {
+        if (current == null && queued.isEmpty() && !arrivalCounted) {
             close(Close.STOPPING);
         }
     }
@@ -414,7 +422,7 @@ final class Connection {
      *         close)
      */
     boolean nothingQueuedFromBeforeTheStop() {
-        return queuedBeforeStop == 0;
+        return queuedBeforeStop == 0 && !arrivalCounted;
     }
 
     /** @return requests queued behind the call in progress now (any thread) */
@@ -451,7 +459,7 @@ final class Connection {
         arrivalEnded();
     }
 
-    /** A request began to arrive: counted in the front's {@link HttpFront#requestsArriving()} until it is queued or refused. */
+    /** A request's head was read: counted in the front's {@link HttpFront#requestsArriving()} until it is queued or refused. */
     private void arrivalStarted() {
         if (!arrivalCounted && !closed) {
             arrivalCounted = true;

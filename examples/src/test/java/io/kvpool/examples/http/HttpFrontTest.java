@@ -545,6 +545,52 @@ class HttpFrontTest {
     }
 
     @Test
+    void aRequestPipelinedBehindAStreamSpanningTheStopIsStillAnswered() throws Exception {
+        final CountDownLatch endStream = new CountDownLatch(1);
+        start(HttpLimits.DEFAULTS, call -> {
+            if (call.path().equals("/stream")) {
+                call.startStream(200, "text/plain");
+                call.write("tick\n");
+                endStream.await(10, TimeUnit.SECONDS);
+                call.endStream();
+            } else {
+                ECHO.handle(call);
+            }
+        });
+        try (Socket s = connect()) {
+            send(s, "GET /stream HTTP/1.1\r\nHost: x\r\n\r\n");
+            readHead(s); // its head went out before the stop: it does not say close
+            send(s, "POST /p HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\n\r\n"); // pipelined: the head now, the body later
+            final long until = System.nanoTime() + TimeUnit.SECONDS.toNanos(10);
+            while (front.requestsArriving() == 0 && System.nanoTime() < until) {
+                Thread.sleep(2);
+            }
+            assertEquals(1, front.requestsArriving(), "the pipelined head was not read");
+            final java.util.concurrent.CompletableFuture<Void> stopping = java.util.concurrent.CompletableFuture.runAsync(
+                () -> front.stopListening(Duration.ofSeconds(5)), r -> new Thread(r).start());
+            endStream.countDown();
+            Thread.sleep(100); // the stream's end is on the wire; the connection must still wait for the body
+            send(s, "abcd");
+            final String rest = readToClose(s);
+            assertTrue(rest.contains("HTTP/1.1 200") && rest.endsWith("POST /p 4"), "the pipelined request was not answered: " + rest);
+            stopping.get(10, TimeUnit.SECONDS);
+        }
+    }
+
+    @Test
+    void aPartHeadAtTheStopDoesNotHoldIt() throws Exception {
+        start(HttpLimits.DEFAULTS, ECHO);
+        try (Socket s = connect()) {
+            send(s, "GET /x HTT"); // a head never finished: the stop does not wait for it (its timeout is 10 s)
+            Thread.sleep(100);
+            final long t0 = System.nanoTime();
+            front.stopListening(Duration.ofSeconds(5));
+            assertTrue(System.nanoTime() - t0 < TimeUnit.SECONDS.toNanos(2), "the stop waited for a head that never came");
+            assertEquals("", readToClose(s));
+        }
+    }
+
+    @Test
     void aStreamEndedAfterItsClientLeftStillEndsTheCall() throws Exception {
         final CountDownLatch gone = new CountDownLatch(1);
         final CompletableFuture<Throwable> ending = new CompletableFuture<>();
