@@ -270,11 +270,13 @@ final class HandleOps {
                     boolean toStack;
                     try {
                         toStack = allocator.prepareFree(slot, closed);
-                    } catch (Error e) { // the page is marked unfilled: to the stack; the other pages are still released
+                    } catch (Error e) { // the other pages are still released
                         if (error == null) {
                             error = e;
                         }
-                        toStack = true;
+                        // the fill's Error marked the page unfilled: to the stack, filled before reuse; an Error from
+                        // elsewhere (before the fill, or after the page reached the cache) leaves it out, as lost
+                        toStack = allocator.isUnfilled(slot);
                     }
                     if (toStack) {
                         run[n++] = slot;

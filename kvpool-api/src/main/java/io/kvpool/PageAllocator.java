@@ -148,8 +148,10 @@ final class PageAllocator {
         final boolean toStack;
         try {
             toStack = prepareFree(slot, closed);
-        } catch (Error e) { // the fill's other Errors: the page, marked unfilled, still reaches the return stack
-            returned.push(slot);
+        } catch (Error e) {
+            if (isUnfilled(slot)) { // the fill's Error: the page, marked unfilled, still reaches the return stack
+                returned.push(slot);
+            } // else it came before the fill, or after the page reached the cache: pushing could hand out dirty bytes
             throw e;
         }
         if (toStack) {
@@ -164,7 +166,8 @@ final class PageAllocator {
      *
      * @return whether the page must still go to the return stack
      * @throws Error an Error of the fill other than InternalError, after the page was marked unfilled: the caller
-     *               puts it on the return stack (it is filled before it is handed out again), then rethrows
+     *               puts it on the return stack (it is filled before it is handed out again), then rethrows; an Error
+     *               from elsewhere ({@link #isUnfilled} false) leaves the page out of every structure
      */
     boolean prepareFree(int slot, boolean closed) {
         // The last releaser's CAS is ordered after every earlier CAS on this word, including the publisher's
@@ -199,6 +202,14 @@ final class PageAllocator {
         }
         // an unfilled page never enters the allocator cache: its lock-free fast path hands pages out as they are
         return published || unfilled[slot] || !cache.isOwner() || !cache.push(slot);
+    }
+
+    /**
+     * @return whether the slot's fill at free failed, so it is filled before it is handed out again: after an Error of
+     *         {@link #prepareFree}, whether that Error came from the fill (the page must still reach the return stack)
+     */
+    boolean isUnfilled(int slot) {
+        return unfilled[slot];
     }
 
     /** Puts the pages {@link #prepareFree} left for the return stack there, with one CAS. */
