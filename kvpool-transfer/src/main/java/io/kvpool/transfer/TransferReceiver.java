@@ -274,7 +274,15 @@ public final class TransferReceiver extends TransferEndpoint {
         }
         final Sequence seq;
         if (reserved == null) {
-            final Admission a = pool.admit(promptTokens, maxNewTokens);
+            final Admission a;
+            try {
+                a = pool.admit(promptTokens, maxNewTokens);
+            } catch (IllegalStateException e) {
+                if (pool.isClosed()) {
+                    closedUnder(t, null, e); // the senders hear it now, as on the reserved path
+                }
+                throw e;
+            }
             t.admissionDecision = a.decision();
             if (!a.admitted()) {
                 return reject(t, FailureReason.REJECTED, a.message());
@@ -380,12 +388,18 @@ public final class TransferReceiver extends TransferEndpoint {
         return fault;
     }
 
-    /** The pool closed before the request's pages were allocated: nothing is held, and the senders are told. */
+    /**
+     * The pool closed before the request's pages were allocated: nothing is held, and the senders are told.
+     *
+     * @param seq the admitted sequence to close, or {@code null} if admission itself found the pool closed
+     */
     private void closedUnder(IncomingTransfer t, Sequence seq, RuntimeException e) {
-        try {
-            seq.close();
-        } catch (RuntimeException closing) {
-            e.addSuppressed(closing);
+        if (seq != null) {
+            try {
+                seq.close();
+            } catch (RuntimeException closing) {
+                e.addSuppressed(closing);
+            }
         }
         for (int id : t.senderPeers) {
             cancel(peers.get(id), t.requestId, Message.Cancel.ABORTED, "request " + t.requestId + ": the decode pool closed");

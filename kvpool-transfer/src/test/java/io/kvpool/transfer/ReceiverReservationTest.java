@@ -81,7 +81,7 @@ class ReceiverReservationTest {
     }
 
     @Test
-    void aPoolClosedUnderAReservedStartIsAShutdownNotAnAllocationFault() {
+    void aPoolClosedUnderAStartIsAShutdownThatTellsTheSenders() {
         try (Rig rig = new Rig()) {
             final Sequence reserved = rig.decode.admit(TOKENS, 0).sequence();
             rig.offer(8);
@@ -91,6 +91,12 @@ class ReceiverReservationTest {
             assertTrue(e.getMessage().contains("closed"), e::getMessage);
             assertEquals(0, rig.receiver.metrics().allocationFaults(), "a shutdown is not a fault to investigate");
             assertTrue(reserved.isClosed());
+            rig.run(20);
+            assertEquals(0, rig.prefill.snapshot().owned(), "the CANCEL ended prefill's offer: " + rig.prefill.snapshot());
+
+            rig.offer(9); // and without a reservation: admission finds the pool closed
+            assertThrows(IllegalStateException.class, () -> rig.receiver.start(9, TOKENS, 0, rig.rp));
+            assertEquals(0, rig.receiver.metrics().allocationFaults());
             rig.run(20);
             assertEquals(0, rig.prefill.snapshot().owned(), "the CANCEL ended prefill's offer: " + rig.prefill.snapshot());
         }
