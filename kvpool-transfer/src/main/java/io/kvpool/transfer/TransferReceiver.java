@@ -651,7 +651,7 @@ public final class TransferReceiver extends TransferEndpoint {
                 final int token;
                 try {
                     token = pool.firstCanaryToken(t.handles[i], 0, valid);
-                } catch (RuntimeException e) {
+                } catch (RuntimeException | InternalError e) { // InternalError: a fault in mapped memory (shm pools)
                     return unverifiable(t, e, now);
                 }
                 if (token >= 0) {
@@ -669,7 +669,7 @@ public final class TransferReceiver extends TransferEndpoint {
             final int[] got = new int[t.handles.length];
             try {
                 checksummer.compute(pool, t.handles, 0, t.handles.length, t.requestId, t.expectedTokens, got);
-            } catch (RuntimeException e) {
+            } catch (RuntimeException | InternalError e) {
                 return unverifiable(t, e, now);
             }
             for (int i = 0; i < t.handles.length; i++) {
@@ -684,13 +684,13 @@ public final class TransferReceiver extends TransferEndpoint {
     }
 
     /**
-     * A check failed on this side (a device's checksum kernel or canary read threw): not the sender's fault nor its
-     * link's, so the link stays up. Every sender confirmed its writes over, so the pages go back at once, never
+     * A check failed on this side (a device's checksum kernel or a canary read threw, or mapped memory faulted): not the
+     * sender's fault nor its link's, so the link stays up. Every sender confirmed its writes over, so the pages go back at once, never
      * committed unverified.
      *
      * @return false, for {@link #verify}
      */
-    private boolean unverifiable(IncomingTransfer t, RuntimeException e, long now) {
+    private boolean unverifiable(IncomingTransfer t, Throwable e, long now) {
         fail(t, FailureReason.ABORTED, "could not verify the received pages: " + e, now);
         return false;
     }

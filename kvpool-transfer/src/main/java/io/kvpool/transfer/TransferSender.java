@@ -587,7 +587,7 @@ public final class TransferSender extends TransferEndpoint {
             cs = new int[end - t.firstPage];
             try {
                 checksummer.compute(pool, t.sourceHandles, t.firstPage, end, t.requestId, t.tokenCount, cs);
-            } catch (RuntimeException e) {
+            } catch (RuntimeException | InternalError e) { // InternalError: a fault in mapped memory
                 // this side's fault (a device kernel's): the receiver hears it at once, not at its completion timeout;
                 // the writes were flushed, so its DRAINED follows now
                 fail(t, "could not compute the checksums: " + e, true, Message.Abort.SENDER_FAILED);

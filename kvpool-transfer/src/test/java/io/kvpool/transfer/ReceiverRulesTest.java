@@ -81,7 +81,7 @@ class ReceiverRulesTest extends TwoSenderReceiverFixture {
 
     @Test
     void aChecksumThatFailsOnThisSideEndsTheTransferAndKeepsTheLinkUp() {
-        final boolean[] broken = {false};
+        final boolean[] broken = {false}, mapped = {false};
         setUp(x -> x.checksums(new PageChecksums() {
             @Override
             public boolean supports(io.kvpool.storage.PageStorage storage) {
@@ -90,6 +90,9 @@ class ReceiverRulesTest extends TwoSenderReceiverFixture {
 
             @Override
             public void compute(KvPool pool, long[] handles, int from, int to, long requestId, int tokenCount, int[] out) {
+                if (mapped[0]) {
+                    throw new InternalError("a fault occurred in an unsafe memory access operation");
+                }
                 if (broken[0]) {
                     throw new IllegalStateException("checksum kernel failed");
                 }
@@ -109,6 +112,13 @@ class ReceiverRulesTest extends TwoSenderReceiverFixture {
         assertEquals(IncomingTransfer.State.RECEIVING, other.state(), () -> other + ": not collateral damage");
         assertEquals(3, pool.snapshot().receiving(), "the failed transfer's pages went back; the other's are held");
         assertEquals(0, pool.snapshot().draining() + pool.snapshot().quarantined() + pool.snapshot().owned());
+        // a fault in mapped memory (a peer truncated a shared pool file) is reported as an InternalError: the same
+        mapped[0] = true;
+        a.inject(completion(other, 0, 10, 0, deliver(pool, a, 1, 0, 10)));
+        rx.doWork();
+        assertEquals(IncomingTransfer.State.RELEASED, other.state(), other::toString);
+        assertTrue(other.message().contains("a fault occurred"), other::message);
+        assertTrue(rx.peer(pa).isUp(), () -> rx.peer(pa).toString());
     }
 
     @Test

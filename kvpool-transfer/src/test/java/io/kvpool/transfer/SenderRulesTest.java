@@ -96,7 +96,7 @@ class SenderRulesTest {
 
                 @Override
                 public void compute(KvPool pool, long[] handles, int from, int to, long requestId, int tokenCount, int[] out) {
-                    throw new IllegalStateException("checksum kernel failed");
+                    throw new InternalError("checksum kernel failed: a fault occurred in an unsafe memory access operation");
                 }
             }).build();
         link = new ScriptedLink().hello(Kv.identity());
