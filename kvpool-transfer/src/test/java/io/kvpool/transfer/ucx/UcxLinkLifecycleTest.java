@@ -254,7 +254,6 @@ class UcxLinkLifecycleTest {
     void aConnectThatTimesOutBeforeItsEndpointClosesItsWorker() throws Exception {
         warmUp();
         final int before = openFds();
-        a.callTimeout = Duration.ofMillis(300);
         final java.util.concurrent.CountDownLatch release = new java.util.concurrent.CountDownLatch(1);
         final java.io.ByteArrayOutputStream peerHalf = new java.io.ByteArrayOutputStream();
         try (ServerSocket ss = new ServerSocket(0, 1, InetAddress.getLoopbackAddress())) {
@@ -265,6 +264,8 @@ class UcxLinkLifecycleTest {
                     final long tag = in.readLong();
                     final byte[] address = new byte[in.readInt()];
                     in.readFully(address);
+                    // the connect's first two steps are done (its half came): only its last one meets a short timeout
+                    a.callTimeout = Duration.ofMillis(300);
                     a.execute(() -> { // the UCX thread is busy past the connect's call timeout
                         try {
                             release.await();
@@ -290,6 +291,7 @@ class UcxLinkLifecycleTest {
                 assertTrue(late.getMessage().contains("no answer from the UCX thread"), late.getMessage());
             } finally {
                 release.countDown();
+                a.callTimeout = Duration.ofSeconds(10); // the default again, for the checks and the close below
             }
             fake.get();
         }
