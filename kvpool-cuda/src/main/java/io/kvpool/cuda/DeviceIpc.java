@@ -4,6 +4,7 @@ import io.kvpool.KvLayout;
 import jcuda.Pointer;
 import jcuda.driver.CUcontext;
 import jcuda.driver.CUdevice;
+import jcuda.driver.CUdeviceptr;
 import jcuda.driver.CUipcMemHandle;
 import jcuda.driver.CUipcMem_flags;
 import jcuda.driver.JCudaDriver;
@@ -91,6 +92,9 @@ public final class DeviceIpc {
      * @param exported the bytes {@link #export} produced
      * @param layout   the layout this process expects; a different fingerprint is refused
      * @return the opened arena; close it to stop this process's access
+     * @throws IllegalArgumentException if the bytes are not a kvpool IPC handle of this layout, or claim more memory than
+     *                                  the allocation they map holds (nothing is left open then)
+     * @throws CudaException            if a driver call fails
      */
     public static OpenedArena open(byte[] exported, KvLayout layout) {
         final ByteBuffer b = ByteBuffer.wrap(exported).order(ByteOrder.LITTLE_ENDIAN);
@@ -107,6 +111,9 @@ public final class DeviceIpc {
         final long arenaBytes = b.getLong();
         final byte[] raw = new byte[HANDLE_BYTES];
         b.get(raw);
+        if (ordinal < 0) {
+            throw new IllegalArgumentException("exported arena on device " + ordinal + ": not a device ordinal");
+        }
         final DeviceLayout d = DeviceLayout.of(layout, pages);
         if (d.arenaBytes() != arenaBytes) {
             throw new IllegalArgumentException("exported arena of " + arenaBytes + " bytes; " + pages + " pages of " + layout + " are "
@@ -133,6 +140,20 @@ public final class DeviceIpc {
             if (r != 0) {
                 CudaException.code(() -> JCudaDriver.cuDevicePrimaryCtxRelease(device));
                 throw new CudaException("cuIpcOpenMemHandle", r, layout.arenaBytes() + "-byte arena of " + layout.pages() + " pages");
+            }
+            // The page count and size are the peer's word; the kernels index the arena by them. The allocation the
+            // handle mapped must hold them, or a corrupt or hostile handle would have this process write past it.
+            final CUdeviceptr base = new CUdeviceptr();
+            final long[] size = new long[1];
+            final int q = CudaException.code(() -> JCudaDriver.cuMemGetAddressRange(base, size, arena));
+            if (q != 0 || size[0] < layout.arenaBytes()) {
+                CudaException.code(() -> JCudaDriver.cuIpcCloseMemHandle(arena));
+                CudaException.code(() -> JCudaDriver.cuDevicePrimaryCtxRelease(device));
+                if (q != 0) {
+                    throw new CudaException("cuMemGetAddressRange", q, "the opened " + layout.arenaBytes() + "-byte arena");
+                }
+                throw new IllegalArgumentException("the exported arena claims " + layout.pages() + " pages (" + layout.arenaBytes()
+                    + " bytes), but the memory its handle maps holds " + size[0] + " bytes");
             }
         }
 

@@ -33,12 +33,22 @@ class JCudaExceptionsTest {
 
     private static final String STUB = """
         /* just enough of libcuda.so.1 for JCuda to load and for the calls below */
+        #include <stdio.h>
         int cuInit(unsigned flags) { (void) flags; return 0; }
         int cuDeviceGetCount(int* count) { *count = 1; return 0; }
         int cuCtxSetCurrent(void* ctx) { (void) ctx; return 0; }
         int cuEventQuery(void* event) { (void) event; return 600; /* CUDA_ERROR_NOT_READY: still running */ }
         int cuDevicePrimaryCtxRetain(void** ctx, int dev) { (void) dev; *ctx = (void*) 0; return 0; }
-        int cuDevicePrimaryCtxRelease(int dev) { (void) dev; return 0; }
+        int cuDevicePrimaryCtxRelease(int dev) { puts("released context"); fflush(stdout); (void) dev; return 0; }
+        int cuDevicePrimaryCtxRelease_v2(int dev) { puts("released context"); fflush(stdout); (void) dev; return 0; }
+        int cuDeviceGet(int* dev, int ordinal) { *dev = ordinal; return 0; }
+        typedef struct { char reserved[64]; } ipc_handle;
+        int cuIpcOpenMemHandle_v2(unsigned long long* p, ipc_handle h, unsigned flags) { (void) h; (void) flags; *p = 0x700000000ULL; return 0; }
+        /* the allocation behind any opened handle: one 4 KiB block, whatever the handle claims */
+        int cuMemGetAddressRange_v2(unsigned long long* base, unsigned long* size, unsigned long long p) {
+            if (base) *base = p; if (size) *size = 4096; return 0;
+        }
+        int cuIpcCloseMemHandle(unsigned long long p) { (void) p; puts("closed mapping"); fflush(stdout); return 0; }
         """;
 
     @BeforeAll
@@ -90,6 +100,18 @@ class JCudaExceptionsTest {
         assertEquals("isDone=false", child("isDoneAppExceptions"), "the app enabled JCuda exceptions after kvpool initialised");
     }
 
+    /**
+     * The page count in an exported handle is the peer's word, and the kernels index the opened arena by it: a handle
+     * claiming more pages than the allocation it maps holds is refused, and what the open took is given back.
+     */
+    @Test
+    void anIpcHandleClaimingMoreThanItsAllocationIsRefused() throws InterruptedException {
+        final String out = child("openOversized");
+        assertTrue(out.contains("threw java.lang.IllegalArgumentException: the exported arena claims 64 pages")
+            && out.contains("maps holds 4096 bytes"), out);
+        assertTrue(out.contains("closed mapping") && out.contains("released context"), "the open left its mapping or context: " + out);
+    }
+
     /** The child JVM's scenarios (args: stub path, scenario); prints one line. */
     public static final class Child {
         public static void main(String[] args) {
@@ -108,6 +130,11 @@ class JCudaExceptionsTest {
                     case "isDoneDefault" -> {
                         Cuda.available();
                         System.out.println("isDone=" + new DeviceBatch(new CUcontext(), new jcuda.driver.CUdevice(), null, new CUevent()).isDone());
+                    }
+                    case "openOversized" -> { // a handle that claims 64 pages of a layout over a 4 KiB allocation
+                        final io.kvpool.KvLayout l = DeviceIpcFormatTest.L;
+                        DeviceIpc.open(DeviceIpcFormatTest.handle(DeviceIpc.MAGIC, l.fingerprint(), 64, DeviceLayout.of(l, 64).arenaBytes()), l);
+                        System.out.println("opened");
                     }
                     case "isDoneAppExceptions" -> {
                         Cuda.available();
