@@ -135,7 +135,11 @@ public final class DeviceIpc {
             this.layout = layout;
             CudaException.check(CudaException.code(() -> JCudaDriver.cuDeviceGet(device, ordinal)), "cuDeviceGet(" + ordinal + ")");
             CudaException.check(CudaException.code(() -> JCudaDriver.cuDevicePrimaryCtxRetain(context, device)), "cuDevicePrimaryCtxRetain");
-            CudaException.check(CudaException.code(() -> JCudaDriver.cuCtxSetCurrent(context)), "cuCtxSetCurrent");
+            final int c = CudaException.code(() -> JCudaDriver.cuCtxSetCurrent(context));
+            if (c != 0) {
+                CudaException.code(() -> JCudaDriver.cuDevicePrimaryCtxRelease(device)); // retained just above: not kept
+                throw new CudaException("cuCtxSetCurrent", c, "");
+            }
             final int r = CudaException.code(() -> JCudaDriver.cuIpcOpenMemHandle(arena, handle, CUipcMem_flags.CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS));
             if (r != 0) {
                 CudaException.code(() -> JCudaDriver.cuDevicePrimaryCtxRelease(device));

@@ -111,8 +111,9 @@ public final class DevicePageStorage implements PageStorage {
             this.scatterFn = function(m, Kernels.SCATTER_PAGES);
             this.checksumFn = function(m, Kernels.PAGE_CHECKSUMS);
             fillAllWithCanary(pages);
+            final String name = Cuda.deviceName(device); // may throw: before ok, so the cleanup below still runs
             ok = true;
-            LOG.log(System.Logger.Level.INFO, "device pool: " + pages + " pages (" + dl.arenaBytes() + " bytes) on " + Cuda.deviceName(device)
+            LOG.log(System.Logger.Level.INFO, "device pool: " + pages + " pages (" + dl.arenaBytes() + " bytes) on " + name
                 + "; " + free[0] + " of " + total[0] + " bytes were free");
         } finally {
             if (!ok) {
@@ -869,7 +870,9 @@ public final class DevicePageStorage implements PageStorage {
             return;
         }
         closed = true;
-        current();
+        // every free is tried whatever this returns: a close that threw here would keep the arena for good (it is
+        // idempotent, so a second call does nothing)
+        CudaException.code(() -> JCudaDriver.cuCtxSetCurrent(context));
         if (ownStream != null) {
             CudaException.code(() -> JCudaDriver.cuStreamSynchronize(ownStream));
             CudaException.code(() -> JCudaDriver.cuStreamDestroy(ownStream));

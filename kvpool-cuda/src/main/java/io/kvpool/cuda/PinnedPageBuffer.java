@@ -53,7 +53,11 @@ public final class PinnedPageBuffer implements AutoCloseable {
         this.owner = storage.device();
         this.context = new jcuda.driver.CUcontext();
         CudaException.check(CudaException.code(() -> JCudaDriver.cuDevicePrimaryCtxRetain(context, owner)), "cuDevicePrimaryCtxRetain");
-        CudaException.check(CudaException.code(() -> JCudaDriver.cuCtxSetCurrent(context)), "cuCtxSetCurrent");
+        final int c = CudaException.code(() -> JCudaDriver.cuCtxSetCurrent(context));
+        if (c != 0) {
+            CudaException.code(() -> JCudaDriver.cuDevicePrimaryCtxRelease(owner));
+            throw new CudaException("cuCtxSetCurrent", c, "");
+        }
         final long bytes = Math.multiplyExact(layout.bytesPerPage(), (long) pages);
         final int r = CudaException.code(() -> JCudaDriver.cuMemHostAlloc(host, bytes,
             JCudaDriver.CU_MEMHOSTALLOC_PORTABLE | JCudaDriver.CU_MEMHOSTALLOC_DEVICEMAP));
@@ -119,7 +123,7 @@ public final class PinnedPageBuffer implements AutoCloseable {
         if (!closed) {
             closed = true;
             try {
-                CudaException.check(CudaException.code(() -> JCudaDriver.cuCtxSetCurrent(context)), "cuCtxSetCurrent");
+                CudaException.code(() -> JCudaDriver.cuCtxSetCurrent(context)); // the free is tried whatever this says
                 CudaException.check(CudaException.code(() -> JCudaDriver.cuMemFreeHost(host)), "cuMemFreeHost(" + pages + " pinned pages)");
             } finally {
                 CudaException.code(() -> JCudaDriver.cuDevicePrimaryCtxRelease(owner));
