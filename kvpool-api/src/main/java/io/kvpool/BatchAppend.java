@@ -60,7 +60,7 @@ final class BatchAppend {
                 }
                 tail = seq;
                 total += pages;
-                beyond += Math.max(0, pages - seq.reservedPages);
+                beyond += pages - seq.stepCoverable;
                 copies |= seq.stepCow;
             }
             final long got = head == null ? 0 : allocateCopyApply(pool, head, total, beyond, copies, tokens);

@@ -38,7 +38,8 @@ final class PoolAllocations {
     /**
      * Allocates the pages planned for the sequences listed from {@code head} through {@code Sequence#stepNext}
      * (each one's {@code stepPages}, into its {@code allocated} scratch) under one acquisition of the lock: each
-     * sequence's pages come first from its reservation, the rest from unreserved free pages. All or nothing.
+     * sequence's pages come first from its reservation (as far as its plan's {@code stepCoverable} says), the rest from
+     * unreserved free pages. All or nothing.
      * Evicted prefix pages are filled after the lock is released, before this returns.
      *
      * @param total  the sum of the planned pages, {@code > 0}
@@ -81,7 +82,7 @@ final class PoolAllocations {
                     }
                     seq.allocated[k] = handle;
                 }
-                final int fromReservation = Math.min(pages, seq.reservedPages);
+                final int fromReservation = seq.stepCoverable; // ≤ pages and ≤ its reservation (Sequence#planAppend)
                 seq.stepFromReservation = fromReservation;
                 seq.reservedPages -= fromReservation;
                 fromReservations += fromReservation;

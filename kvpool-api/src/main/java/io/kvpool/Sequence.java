@@ -65,6 +65,12 @@ public final class Sequence implements AutoCloseable {
     int reservedPages;
     /** Pages of the append in progress taken from the reservation (for undoEach). */
     int stepFromReservation;
+    /**
+     * Pages of the planned step its reservation covers: the new pages, as far as it reaches, and a copy-on-write page
+     * only from a credit beyond the growth the admission still needs (a fork's, or a truncate's). A copy forced by
+     * another holder's retain has no credit: it comes from unreserved pages, so the admitted tokens stay covered.
+     */
+    int stepCoverable;
 
     // hot booleans first
     private boolean closed;
@@ -239,9 +245,9 @@ public final class Sequence implements AutoCloseable {
         final int allocate = planAppend(n);
         if (allocate > 0) {
             stepNext = null; // a batch of one: the same allocation path as KvPool#appendEach
-            final long got = pool.allocations().tryAllocateEach(this, allocate, Math.max(0, allocate - reservedPages), pinned);
+            final long got = pool.allocations().tryAllocateEach(this, allocate, allocate - stepCoverable, pinned);
             if (got < 0) {
-                final int fromRes = Math.min(allocate, reservedPages);
+                final int fromRes = stepCoverable;
                 final long available = Math.max(0, allocate - fromRes + got); // got = -(pages short)
                 throw new PoolExhaustedException("sequence needs " + allocate + " more pages, " + fromRes
                     + " of them reserved; the pool has " + available + " free unreserved pages for the other "
@@ -301,6 +307,9 @@ public final class Sequence implements AutoCloseable {
         final int newPages = n <= room ? 0 : (int) ((n - room + tokensPerPage - 1) / tokensPerPage);
         final int allocate = newPages + (stepCow ? 1 : 0);
         stepPages = allocate;
+        if (allocate != 0) {
+            stepCoverable = coverable(newPages);
+        }
         if (allocate != 0 && allocated.length < allocate) { // the array's header is another cache line: only when needed
             allocated = new long[Math.max(allocate, allocated.length * 2)];
         }
@@ -331,7 +340,20 @@ public final class Sequence implements AutoCloseable {
      */
     int planInPlace() {
         stepCow = false;
-        return --stepPages;
+        stepCoverable = Math.min(stepCoverable, --stepPages);
+        return stepPages;
+    }
+
+    /** @return the pages of a step of {@code newPages} (plus the copy, if {@link #stepCow}) its reservation covers */
+    private int coverable(int newPages) {
+        int covered = Math.min(newPages, reservedPages);
+        if (stepCow && covered < reservedPages) {
+            final long growthNeed = Math.max(0, pool.layout().pagesFor(admittedTokens) - pageCount); // before this step
+            if (reservedPages > growthNeed) {
+                covered++; // a copy-on-write credit
+            }
+        }
+        return covered;
     }
 
     /** @return the slot of the last page; only when {@code pageCount() > 0} */

@@ -24,6 +24,39 @@ class SequenceContractTest {
     }
 
     @Test
+    void aCopyForcedByAnotherHoldersRetainComesFromUnreservedPagesAndTheAdmissionStaysCovered() {
+        try (KvPool pool = TestPools.pool(4)) {
+            final Sequence s = pool.admit(2, 6).sequence();              // 8 tokens: 2 pages reserved
+            final Sequence other = pool.admit(2 * TPP, 0).sequence();    // the other 2: nothing unreserved is left
+            s.append(2);                                                 // page 0 from the reservation, partial
+            final long held = s.pageHandle(0);
+            pool.retain(held);                                           // another holder: the next write must copy
+            final PoolExhaustedException e = assertThrows(PoolExhaustedException.class, () -> s.append(1));
+            assertTrue(e.getMessage().contains("0 of them reserved"), e.getMessage());
+            assertEquals(1, s.reservedPages(), "the forced copy took the page the admitted tokens still need");
+            assertEquals(-1, pool.appendEach(new Sequence[] {s}, 1, 1), "a batch step plans the copy the same way");
+            assertEquals(1, s.reservedPages());
+            pool.release(held);
+            s.append(6);                                                 // every admitted token fits its reservation
+            assertEquals(8, s.tokenCount());
+            s.close();
+            other.close();
+        }
+        try (KvPool pool = TestPools.pool(8)) { // the control: a fork's copy is covered by its credit
+            final Sequence s = pool.admit(2, 6).sequence();
+            s.append(2);
+            final Sequence child = s.fork();
+            final Sequence other = pool.admit((int) (pool.snapshot().free() - pool.snapshot().reserved()) * TPP, 0).sequence();
+            s.append(1);                                                 // copy-on-write from the fork's credit
+            s.append(5);
+            assertEquals(8, s.tokenCount());
+            child.close();
+            s.close();
+            other.close();
+        }
+    }
+
+    @Test
     void theStructureVersionNeverRepeatsAfterAPageIsReplacedOrRemoved() {
         try (KvPool pool = TestPools.pool(8)) {
             final Sequence s = pool.admit(TPP + 2, 2 * TPP).sequence();
