@@ -406,7 +406,8 @@ final class Connection {
      * answer says close), within the body timeout.
      */
     void closeIfIdle() {
-        if (current == null && queued.isEmpty() && !arrivalCounted) {
+        // a refusal being written or drained closes itself (REFUSED, DISCARD): cut now, its client could read a reset
+        if (current == null && queued.isEmpty() && !arrivalCounted && reading != Reading.REFUSED && reading != Reading.DISCARD) {
             close(Close.STOPPING);
         }
     }
@@ -422,7 +423,8 @@ final class Connection {
      *         close)
      */
     boolean nothingQueuedFromBeforeTheStop() {
-        return queuedBeforeStop == 0 && !arrivalCounted;
+        // the flag first: the event loop counts the request in queuedBeforeStop before it clears the flag
+        return !arrivalCounted && queuedBeforeStop == 0;
     }
 
     /** @return requests queued behind the call in progress now (any thread) */

@@ -55,7 +55,7 @@ public final class HttpFront implements AutoCloseable {
     private final ChannelGroup connections = new DefaultChannelGroup(GlobalEventExecutor.INSTANCE);
     private final AtomicInteger open = new AtomicInteger();
     private final AtomicInteger inFlight = new AtomicInteger();
-    /** Requests begun on a connection and not yet queued for a handler nor refused. */
+    /** Requests whose head was read before the stop, not yet queued for a handler nor refused. */
     private final AtomicInteger arriving = new AtomicInteger();
     private final LongAdder refusedConnections = new LongAdder();
     private final LongAdder refusedRequests = new LongAdder();
@@ -164,7 +164,10 @@ public final class HttpFront implements AutoCloseable {
         arriving.decrementAndGet();
     }
 
-    /** @return requests that have begun to arrive and are not yet with a handler, queued for one, or refused (any thread) */
+    /**
+     * @return requests whose head was read while the front accepted and that are not yet with a handler, queued for
+     *         one, or refused (any thread)
+     */
     public int requestsArriving() {
         return arriving.get();
     }
@@ -263,7 +266,7 @@ public final class HttpFront implements AutoCloseable {
 
     /**
      * Waits until no call is with a handler and no request is arriving, at most {@code timeout}: after
-     * {@link #stopAccepting}, a request whose first bytes came before the stop is still read and answered.
+     * {@link #stopAccepting}, a request whose head was read before the stop is still read and answered.
      *
      * @return whether none is
      */

@@ -578,6 +578,21 @@ class HttpFrontTest {
     }
 
     @Test
+    void aRefusalStillDrainingAtTheStopClosesItselfAfterTheDrain() throws Exception {
+        start(FAST, ECHO);
+        try (Socket s = connect()) {
+            send(s, "POST /x HTTP/1.1\r\nHost: x\r\nContent-Length: 5000\r\n\r\n" + "b".repeat(100));
+            assertTrue(readHead(s).startsWith("HTTP/1.1 413 "), "the refusal came; its upload is being drained");
+            front.stopAccepting();
+            Thread.sleep(100); // the stop's close of idle connections ran
+            send(s, "b".repeat(4900)); // the rest of the upload: the drain ends, then the connection
+            readToClose(s);
+            awaitClosed("refused", 1);
+            assertEquals(0L, front.closedConnections().get("stopping"), () -> "the stop cut a refusal mid-drain: " + front.closedConnections());
+        }
+    }
+
+    @Test
     void aPartHeadAtTheStopDoesNotHoldIt() throws Exception {
         start(HttpLimits.DEFAULTS, ECHO);
         try (Socket s = connect()) {
