@@ -388,7 +388,7 @@ final class PoolHarness implements AutoCloseable {
         } catch (PoolExhaustedException e) {
             log("  -> PoolExhaustedException");
             event("append exhausted");
-            if (!exhausts(s, newPages + (allowed ? 1 : 0), available)) {
+            if (!exhausts(s, newPages, allowed, available)) {
                 throw fail(Kind.MODEL, s + " append of " + n + " refused although " + available + " free unreserved page(s) and "
                     + s.reserved + " reserved suffice for " + newPages + " new page(s)" + (allowed ? " and a copy" : ""), e);
             }
@@ -409,8 +409,8 @@ final class PoolHarness implements AutoCloseable {
             throw fail(Kind.MODEL, s + " append copied its last page (slot " + lastSlot + ") which is neither shared, published nor truncated into");
         }
         final int allocate = newPages + (copied ? 1 : 0);
-        final int fromReservation = Math.min(allocate, s.reserved);
-        if (exhausts(s, allocate, available)) {
+        final int fromReservation = covered(s, newPages, copied);
+        if (exhausts(s, newPages, copied, available)) {
             throw fail(Kind.MODEL, s + " append of " + n + " was not refused: it needed " + allocate + " page(s), " + s.reserved
                 + " reserved and " + available + " free unreserved");
         }
@@ -444,10 +444,26 @@ final class PoolHarness implements AutoCloseable {
         }
     }
 
-    /** @return whether allocating {@code pages} pages beyond the sequence's reservation exceeds the free unreserved pages */
-    private static boolean exhausts(Seq s, int pages, long available) {
-        final int unreserved = pages - Math.min(pages, s.reserved);
+    /**
+     * @return whether the pages of an append, {@code newPages} and a copy if {@code copy}, beyond what the sequence's
+     *         reservation covers ({@link #covered}) exceed the free unreserved pages
+     */
+    private boolean exhausts(Seq s, int newPages, boolean copy, long available) {
+        final int unreserved = newPages + (copy ? 1 : 0) - covered(s, newPages, copy);
         return unreserved > 0 && unreserved > available;
+    }
+
+    /**
+     * The model's rule for what a reservation covers: the new pages as far as it reaches; a copy only from a credit
+     * beyond the growth the admission still needs (a fork's, a truncate's top-up), never one another holder forced.
+     */
+    private int covered(Seq s, int newPages, boolean copy) {
+        int covered = Math.min(newPages, s.reserved);
+        final long growthNeed = Math.max(0, layout.pagesFor(s.admitted) - s.handles.size());
+        if (copy && covered < s.reserved && s.reserved > growthNeed) {
+            covered++;
+        }
+        return covered;
     }
 
     private void truncate(Truncate t) {
