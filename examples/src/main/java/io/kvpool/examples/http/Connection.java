@@ -192,6 +192,7 @@ final class Connection {
             if (current != null) {
                 current.markGone();
             }
+            front.callsDequeued(queued.size()); // never started: the stop waits for them no more
             queued.clear();
             queuedCalls = 0;
             queuedBeforeStop = 0;
@@ -308,13 +309,14 @@ final class Connection {
                 return;
             }
             queued.add(call);
+            front.callQueued(); // before the arrival ends: a graceful stop never sees it in neither count
             queuedCalls = queued.size();
             if (front.accepting() || arrivalCounted) { // its head came before the stop
                 queuedBeforeStop++; // plain read-modify-write: only the event loop writes it
             }
             queuedBytes += call.body().length;
+            arrivalEnded(); // before next() starts it: its handler must see the arrival over (an answer may say close)
             next();
-            arrivalEnded(); // after next(): a graceful stop waiting for both counts never sees neither
         }
     }
 
@@ -347,6 +349,7 @@ final class Connection {
         LOG.log(System.Logger.Level.TRACE, () -> "connection " + channel.remoteAddress() + ": " + call.method() + " " + call.uri());
         cancelTimer();
         front.callStarted();
+        front.callsDequeued(1); // after it counts as started: a graceful stop never sees it in neither count
         executor.execute(() -> {
             Throwable failure = null;
             try {

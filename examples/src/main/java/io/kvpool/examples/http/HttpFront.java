@@ -52,11 +52,15 @@ public final class HttpFront implements AutoCloseable {
     private final EventLoopGroup acceptor = new MultiThreadIoEventLoopGroup(1, NioIoHandler.newFactory());
     private final EventLoopGroup workers = new MultiThreadIoEventLoopGroup(2, NioIoHandler.newFactory());
     private final ExecutorService executor = Executors.newVirtualThreadPerTaskExecutor();
+    /** Test hook: what connections accepted from now hand their calls to, given the handlers' executor. */
+    volatile java.util.function.UnaryOperator<java.util.concurrent.Executor> handlerExecutor = e -> e;
     private final ChannelGroup connections = new DefaultChannelGroup(GlobalEventExecutor.INSTANCE);
     private final AtomicInteger open = new AtomicInteger();
     private final AtomicInteger inFlight = new AtomicInteger();
     /** Requests whose head was read before the stop, not yet queued for a handler nor refused. */
     private final AtomicInteger arriving = new AtomicInteger();
+    /** Requests read and queued behind a call in progress on their connection, not yet started. */
+    private final AtomicInteger queuedCalls = new AtomicInteger();
     private final LongAdder refusedConnections = new LongAdder();
     private final LongAdder refusedRequests = new LongAdder();
     private final java.util.Map<Connection.Close, LongAdder> closes = new java.util.EnumMap<>(Connection.Close.class);
@@ -116,7 +120,7 @@ public final class HttpFront implements AutoCloseable {
                     }
                     ch.closeFuture().addListener(done -> open.decrementAndGet());
                     connections.add(ch);
-                    final Connection c = new Connection(HttpFront.this, ch, limits, executor);
+                    final Connection c = new Connection(HttpFront.this, ch, limits, handlerExecutor.apply(executor));
                     ch.attr(CONNECTION).set(c);
                     ch.pipeline()
                         .addLast("wire", c.new Wire())
@@ -154,6 +158,14 @@ public final class HttpFront implements AutoCloseable {
 
     void callEnded() {
         inFlight.decrementAndGet();
+    }
+
+    void callQueued() {
+        queuedCalls.incrementAndGet();
+    }
+
+    void callsDequeued(int n) {
+        queuedCalls.addAndGet(-n);
     }
 
     void arrivalStarted() {
@@ -265,14 +277,14 @@ public final class HttpFront implements AutoCloseable {
     }
 
     /**
-     * Waits until no call is with a handler and no request is arriving, at most {@code timeout}: after
-     * {@link #stopAccepting}, a request whose head was read before the stop is still read and answered.
+     * Waits until no call is with a handler or queued for one and no request is arriving, at most {@code timeout}:
+     * after {@link #stopAccepting}, a request whose head was read before the stop is still read and answered.
      *
      * @return whether none is
      */
     public boolean awaitNoCalls(Duration timeout) {
         final long end = System.nanoTime() + timeout.toNanos();
-        while (inFlight.get() > 0 || arriving.get() > 0) {
+        while (inFlight.get() > 0 || queuedCalls.get() > 0 || arriving.get() > 0) {
             if (System.nanoTime() - end >= 0) {
                 return false;
             }

@@ -658,6 +658,37 @@ class HttpFrontTest {
     }
 
     @Test
+    void anAnswerBuiltAfterTheStopSaysCloseHoweverLateTheEventLoopRuns() throws Exception {
+        final CountDownLatch entered = new CountDownLatch(1), stopped = new CountDownLatch(1), headBuilt = new CountDownLatch(1);
+        start(HttpLimits.DEFAULTS, call -> {
+            entered.countDown();
+            stopped.await();
+            call.startStream(200, "text/plain"); // built after the stop began, nothing queued: it must say close
+            headBuilt.countDown();
+            call.write("part;");
+            call.endStream();
+        });
+        front.handlerExecutor = e -> r -> { // the event loop stalls right after it handed the call over
+            e.execute(r);
+            try {
+                headBuilt.await(10, TimeUnit.SECONDS);
+            } catch (InterruptedException ie) {
+                Thread.currentThread().interrupt();
+            }
+        };
+        try (Socket s = connect()) {
+            send(s, "GET /stream HTTP/1.1\r\nHost: x\r\n\r\n");
+            assertTrue(entered.await(10, TimeUnit.SECONDS));
+            final Thread stopper = stopInBackground();
+            stopped.countDown();
+            final String head = readHead(s);
+            assertTrue(head.toLowerCase(java.util.Locale.ROOT).contains("connection: close"), head);
+            readToClose(s);
+            stopper.join(10_000);
+        }
+    }
+
+    @Test
     void aGracefulStopAnswersNothingAfterAnAnswerThatSaidClose() throws Exception {
         final CountDownLatch entered = new CountDownLatch(1);
         final CountDownLatch stopped = new CountDownLatch(1);
