@@ -677,15 +677,26 @@ class HttpFrontTest {
             }
         };
         try (Socket s = connect()) {
-            send(s, "GET /stream HTTP/1.1\r\nHost: x\r\n\r\n");
-            assertTrue(entered.await(10, TimeUnit.SECONDS));
-            final Thread stopper = stopInBackground();
-            stopped.countDown();
-            final String head = readHead(s);
-            assertTrue(head.toLowerCase(java.util.Locale.ROOT).contains("connection: close"), head);
+            final Thread stopper = streamWhoseHeadComesAfterTheStop(s, entered, stopped);
             readToClose(s);
             stopper.join(10_000);
         }
+    }
+
+    /**
+     * Asks for {@code /stream}, stops the front once its handler has {@code entered}, lets the handler build its head
+     * ({@code stopped}), and checks the head says close.
+     *
+     * @return the thread running the stop
+     */
+    private Thread streamWhoseHeadComesAfterTheStop(Socket s, CountDownLatch entered, CountDownLatch stopped) throws Exception {
+        send(s, "GET /stream HTTP/1.1\r\nHost: x\r\n\r\n");
+        assertTrue(entered.await(10, TimeUnit.SECONDS));
+        final Thread stopper = stopInBackground();
+        stopped.countDown();
+        final String head = readHead(s);
+        assertTrue(head.toLowerCase(java.util.Locale.ROOT).contains("connection: close"), head);
+        return stopper;
     }
 
     @Test
@@ -706,12 +717,7 @@ class HttpFrontTest {
             ECHO.handle(call);
         });
         try (Socket s = connect()) {
-            send(s, "GET /stream HTTP/1.1\r\nHost: x\r\n\r\n");
-            assertTrue(entered.await(10, TimeUnit.SECONDS));
-            final Thread stopper = stopInBackground();
-            stopped.countDown();
-            final String head = readHead(s);
-            assertTrue(head.toLowerCase(java.util.Locale.ROOT).contains("connection: close"), head);
+            final Thread stopper = streamWhoseHeadComesAfterTheStop(s, entered, stopped);
             send(s, "GET /next HTTP/1.1\r\nHost: x\r\n\r\n"); // sent before the client read the close
             awaitQueued(1);
             release.countDown();
