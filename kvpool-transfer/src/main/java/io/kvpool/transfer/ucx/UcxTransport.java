@@ -77,6 +77,11 @@ public final class UcxTransport implements AutoCloseable {
     private final Map<PageStorage, UcpMemory> registered = new IdentityHashMap<>();
     /** UCX-thread only. */
     private final List<UcxLink> links = new ArrayList<>();
+    /**
+     * Workers made for a connect that no link holds yet (owner thread only): closed by the connect when it fails, or
+     * by the shutdown if the transport closed before the connect could (the context must not outlive them).
+     */
+    private final java.util.Set<UcpWorker> unlinked = java.util.Collections.newSetFromMap(new java.util.IdentityHashMap<>());
     /** How often the UCX thread looks for closed links whose workers can go ({@link UcxLink#reapClosed}). */
     private static final long REAP_INTERVAL_NANOS = TimeUnit.MILLISECONDS.toNanos(100);
     /** How long a closed link's worker stays after its endpoint closed (UCX thread reads it; tests shorten it). */
@@ -216,7 +221,11 @@ public final class UcxTransport implements AutoCloseable {
     public UcxLink connect(Socket socket, String label, Duration timeout) {
         ensureOpen();
         final long myTag = nextTag.getAndIncrement();
-        final UcpWorker worker = call(() -> context.newWorker(new UcpWorkerParams()), callTimeout, UcpWorker::close);
+        final UcpWorker worker = call(() -> {
+            final UcpWorker w = context.newWorker(new UcpWorkerParams());
+            unlinked.add(w);
+            return w;
+        }, callTimeout, this::closeUnlinked);
         final byte[] myAddress;
         try {
             myAddress = call(() -> {
@@ -267,21 +276,30 @@ public final class UcxTransport implements AutoCloseable {
                 link.start(peerAddress);
             } catch (RuntimeException e) {
                 link.closeWorkerNow(); // the caller gets no link to close: nothing of it may stay
+                unlinked.remove(worker);
                 throw new LinkFailedException("UCX endpoint of '" + label + "' to " + socket.getRemoteSocketAddress()
                     + " could not be created: " + e, e);
             }
             links.add(link); // progressed from now on
+            unlinked.remove(worker);
             return link;
         }, callTimeout, l -> { // the caller timed out and holds no link: nothing of it may stay
             links.remove(l);
             l.closeWorkerNow();
-        }, worker::close); // the caller gave up before the link was made: its worker is closed instead
+        }, () -> closeUnlinked(worker)); // the caller gave up before the link was made: its worker is closed instead
+    }
+
+    /** Closes a worker no link took (owner thread). */
+    private void closeUnlinked(UcpWorker w) {
+        if (unlinked.remove(w)) {
+            w.close();
+        }
     }
 
     private void closeWorker(UcpWorker w) {
         try {
             call(() -> {
-                w.close();
+                closeUnlinked(w);
                 return null;
             });
         } catch (RuntimeException e) {
@@ -542,6 +560,14 @@ public final class UcxTransport implements AutoCloseable {
             l.closeWorkerNow(); // those whose close did not complete in time: the context must not outlive them
         }
         links.clear();
+        for (UcpWorker w : unlinked) { // a connect the close overtook: its own close of the worker was refused
+            try {
+                w.close();
+            } catch (RuntimeException e) {
+                LOG.log(System.Logger.Level.WARNING, "UCX transport '" + name + "': closing an unused worker failed: " + e);
+            }
+        }
+        unlinked.clear();
         // deregister every UcpMemory before the context closes, or the JVM aborts (docs/dependencies.md, "UCX from Java")
         for (UcpMemory m : registered.values()) {
             try {

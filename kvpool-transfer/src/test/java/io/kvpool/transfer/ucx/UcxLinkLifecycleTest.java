@@ -368,6 +368,36 @@ class UcxLinkLifecycleTest {
         }
     }
 
+    /** A connect that the transport's close overtakes after its worker was made: the close takes the worker too. */
+    @Test
+    void aTransportClosedDuringAConnectClosesTheConnectsWorker() throws Exception {
+        warmUp();
+        UcxTransport.open("rev-throwaway").close(); // a transport's own first-use allocations stay out of the baseline
+        final int before = openFds();
+        final UcxTransport c = UcxTransport.open("rev-closing");
+        try (ServerSocket ss = new ServerSocket(0, 1, InetAddress.getLoopbackAddress())) {
+            final CompletableFuture<Void> fake = CompletableFuture.runAsync(() -> {
+                try (Socket s = ss.accept()) {
+                    final java.io.DataInputStream in = new java.io.DataInputStream(s.getInputStream());
+                    in.readInt();
+                    in.readLong();
+                    in.readFully(new byte[in.readInt()]); // the connect made its worker and sent its address
+                    c.close();                            // then the transport closes, before the peer's half comes
+                } catch (java.io.IOException e) {
+                    throw new RuntimeException(e);
+                }
+            });
+            try (Socket sock = new Socket(InetAddress.getLoopbackAddress(), ss.getLocalPort())) {
+                assertThrows(io.kvpool.transfer.spi.LinkFailedException.class, () -> c.connect(sock, "overtaken", Duration.ofSeconds(5)));
+            }
+            fake.get();
+        } finally {
+            c.close();
+        }
+        final int after = openFds();
+        assertTrue(after - before <= 0, (after - before) + " descriptors more than before the transport: the connect's worker is still open");
+    }
+
     /** Sends one tagged message from a raw worker and progresses it until the send completed. */
     private static void sendAndWait(org.openucx.jucx.ucp.UcpWorker w, org.openucx.jucx.ucp.UcpEndpoint ep, java.nio.ByteBuffer msg,
                                     long tag) throws Exception {
