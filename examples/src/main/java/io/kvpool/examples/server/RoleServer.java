@@ -58,7 +58,7 @@ public final class RoleServer implements AutoCloseable {
         this.activeTransfers = endpoint::activeTransfers;
         this.metrics = endpoint.serveMetrics(ServerMetrics.forRole(config, (MeteredRole) role));
         try {
-            this.http = HttpFront.start(config.host(), config.port(), Http.limits(config, RoleEndpoint.MAX_BODY), endpoint);
+            this.http = HttpFront.start(config.host(), config.port(), Http.limits(config, RoleEndpoint.maxBody(config)), endpoint);
         } catch (IOException | RuntimeException e) {
             metrics.close(); // nothing else holds it: the server never started
             throw e;

@@ -47,6 +47,18 @@ class RoleEndpointTest {
     }
 
     @Test
+    void aRoleTakesThePrefillCallOfTheLargestPromptItsRouterAccepts() throws Exception {
+        // a router with --max-body-bytes 1 MiB takes a 1 MiB prompt; its prefill call costs up to 7 bytes a prompt byte
+        try (RoleServer prefill = RoleServer.start(ServerTests.small().role(Topology.Role.PREFILL).workDir(dir).maxBodyBytes(1 << 20).build())) {
+            final String big = "{\"pad\":\"" + "a".repeat(7 << 20) + "\"}";
+            final HttpResponse<String> r = call(prefill.baseUri(), "POST", "internal/prefill", big);
+            assertEquals(400, r.statusCode(), "read and refused for its fields, not for its size: " + r.body());
+            final HttpResponse<String> over = call(prefill.baseUri(), "POST", "internal/prefill", "{\"pad\":\"" + "a".repeat(9 << 20) + "\"}");
+            assertEquals(413, over.statusCode(), "the control: beyond 8 × --max-body-bytes: " + over.body());
+        }
+    }
+
+    @Test
     void theDecodeRolesEndpointsAnswerWhatTheRouterNeedsAndRefuseEverythingElseClearly() throws Exception {
         try (RoleServer decode = RoleServer.start(role(Topology.Role.DECODE))) {
             final URI u = decode.baseUri();

@@ -40,8 +40,19 @@ import java.util.function.Supplier;
 public abstract class RoleEndpoint implements HttpHandler {
 
     private static final System.Logger LOG = System.getLogger("io.kvpool.examples.server");
-    /** Largest internal request body (the front answers 413 beyond it). */
+    /** Smallest limit on an internal request body (the front answers 413 beyond {@link #maxBody}). */
     public static final int MAX_BODY = 4 << 20;
+    /** Bytes of a prefill call per byte of prompt, at most: a 1-byte token is 4 of base64, 2 quotes and a comma. */
+    static final int CALL_BYTES_PER_PROMPT_BYTE = 8;
+
+    /**
+     * @param config the role's configuration
+     * @return the largest internal request body a role takes: the prefill call of the largest prompt a router with the
+     *         same {@code --max-body-bytes} accepts, at least {@link #MAX_BODY}, at most 1 GiB
+     */
+    public static long maxBody(ServerConfig config) {
+        return Math.max(MAX_BODY, Math.min(1L << 30, (long) CALL_BYTES_PER_PROMPT_BYTE * config.maxBodyBytes()));
+    }
 
     protected final ObjectMapper json;
     private final String role;
@@ -154,7 +165,7 @@ public abstract class RoleEndpoint implements HttpHandler {
 
     /** @return the request body as JSON. @throws IllegalArgumentException if it is not a JSON object */
     JsonNode body(HttpCall ex) {
-        final byte[] b = ex.body(); // within MAX_BODY: the front refused a larger one with 413
+        final byte[] b = ex.body(); // within maxBody: the front refused a larger one with 413
         final JsonNode n;
         try {
             n = json.readTree(b);
