@@ -216,9 +216,13 @@ public final class UcxTransport implements AutoCloseable {
      * @param label   names the link in {@link UcxLink#describe()}, e.g. {@code "prefill-0→decode-1"}
      * @param timeout how long to wait for the peer's half of the exchange
      * @return the link, up
-     * @throws LinkFailedException if the exchange fails or times out
+     * @throws LinkFailedException  if the exchange fails or times out, or the transport is closed
+     * @throws NullPointerException if an argument is null (before anything is made)
      */
     public UcxLink connect(Socket socket, String label, Duration timeout) {
+        java.util.Objects.requireNonNull(socket, "socket");
+        java.util.Objects.requireNonNull(label, "label"); // before a worker is made for it
+        java.util.Objects.requireNonNull(timeout, "timeout");
         ensureOpen();
         final long myTag = nextTag.getAndIncrement();
         final UcpWorker worker = call(() -> {
@@ -275,8 +279,8 @@ public final class UcxTransport implements AutoCloseable {
             try {
                 link.start(peerAddress);
             } catch (RuntimeException e) {
+                unlinked.remove(worker); // first: whatever the close throws, the shutdown must not close it again
                 link.closeWorkerNow(); // the caller gets no link to close: nothing of it may stay
-                unlinked.remove(worker);
                 throw new LinkFailedException("UCX endpoint of '" + label + "' to " + socket.getRemoteSocketAddress()
                     + " could not be created: " + e, e);
             }

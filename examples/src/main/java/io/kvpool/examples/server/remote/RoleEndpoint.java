@@ -48,7 +48,8 @@ public abstract class RoleEndpoint implements HttpHandler {
     /**
      * @param config the role's configuration
      * @return the largest internal request body a role takes: the prefill call of the largest prompt a router with the
-     *         same {@code --max-body-bytes} accepts, at least {@link #MAX_BODY}, at most 1 GiB
+     *         same {@code --max-body-bytes} accepts, at least {@link #MAX_BODY}, at most 1 GiB (so for a
+     *         {@code --max-body-bytes} up to 128 MiB)
      */
     public static long maxBody(ServerConfig config) {
         return Math.max(MAX_BODY, Math.min(1L << 30, (long) CALL_BYTES_PER_PROMPT_BYTE * config.maxBodyBytes()));
