@@ -376,33 +376,32 @@ public final class TransferReceiver extends TransferEndpoint {
         final String message = "request " + t.requestId + ": the decode pool admitted " + expected + " tokens but could not "
             + "allocate their " + layout.pagesFor(expected) + " pages: " + e;
         final AllocationFaultException fault = new AllocationFaultException(message, e);
-        try {
-            seq.close();
-        } catch (RuntimeException closing) {
-            fault.addSuppressed(closing);
-        }
         metrics.allocationFaults.increment(); // not a transfer, so not in started
-        for (int id : t.senderPeers) {
-            cancel(peers.get(id), t.requestId, Message.Cancel.ABORTED, message);
-        }
+        endBeforePages(t, seq, fault, message);
         return fault;
     }
 
-    /**
-     * The pool closed before the request's pages were allocated: nothing is held, and the senders are told.
-     *
-     * @param seq the admitted sequence to close, or {@code null} if admission itself found the pool closed
-     */
+    /** The pool closed before the request's pages were allocated: nothing is held, and the senders are told. */
     private void closedUnder(IncomingTransfer t, Sequence seq, RuntimeException e) {
+        endBeforePages(t, seq, e, "request " + t.requestId + ": the decode pool closed");
+    }
+
+    /**
+     * Ends a start that throws before the request held pages: closes its admitted sequence (what that close throws
+     * is added to {@code thrown}) and tells every sender, so their offers end now.
+     *
+     * @param seq the admitted sequence, or {@code null} if there is none yet
+     */
+    private void endBeforePages(IncomingTransfer t, Sequence seq, Throwable thrown, String why) {
         if (seq != null) {
             try {
                 seq.close();
             } catch (RuntimeException closing) {
-                e.addSuppressed(closing);
+                thrown.addSuppressed(closing);
             }
         }
         for (int id : t.senderPeers) {
-            cancel(peers.get(id), t.requestId, Message.Cancel.ABORTED, "request " + t.requestId + ": the decode pool closed");
+            cancel(peers.get(id), t.requestId, Message.Cancel.ABORTED, why);
         }
     }
 
