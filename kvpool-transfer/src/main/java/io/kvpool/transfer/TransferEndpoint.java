@@ -47,6 +47,10 @@ abstract class TransferEndpoint implements LinkListener, AutoCloseable {
     /** The clock at the last heartbeat check (at construction before the first): a long gap is this engine's own stall. */
     private long lastHeartbeatCycleNanos;
     boolean closed;
+    /** The buffer {@link #send} encodes frames into, reused from message to message (owner thread); null until the first. */
+    private ByteBuffer sendBuffer;
+    /** Frames up to this size leave their buffer for the next; a larger one (a descriptor of thousands of pages) does not. */
+    private static final int MAX_KEPT_SEND_BUFFER = 64 * 1024;
 
     TransferEndpoint(PeerIdentity identity, NanoClock clock, boolean strictBuild, Heartbeat heartbeat) {
         this.identity = Objects.requireNonNull(identity, "identity");
@@ -463,7 +467,12 @@ abstract class TransferEndpoint implements LinkListener, AutoCloseable {
         if (!p.carries()) {
             return false;
         }
-        final byte[] frame = WireCodec.encode(m, p.version); // a message that cannot be encoded is our bug, not the link's
+        // a message that cannot be encoded is our bug, not the link's. The frame is encoded into one buffer this
+        // endpoint reuses (the link copies it before send returns): no frame is allocated per message
+        final ByteBuffer frame = WireCodec.encode(m, p.version, sendBuffer);
+        if (frame.capacity() <= MAX_KEPT_SEND_BUFFER) {
+            sendBuffer = frame;
+        }
         try {
             p.link.send(frame);
             return true;

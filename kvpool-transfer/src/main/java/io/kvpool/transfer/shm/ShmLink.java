@@ -108,6 +108,7 @@ public final class ShmLink implements PeerLink {
     private final ArrayDeque<Event> events = new ArrayDeque<>();
     private ByteBuffer in = ByteBuffer.allocate(64 * 1024);
     private int readPos;
+    private ByteBuffer inView, inViewOf; // frameView()'s view, and the buffer it views
     private boolean ownBootstrapSent;
     private ByteBuffer bootstrapOut; // this side's bootstrap, written to the socket ahead of everything else
     /** Where a listener creates the ring file for a version-3 peer; {@code null}: frames stay on the socket. */
@@ -284,31 +285,39 @@ public final class ShmLink implements PeerLink {
     @Override
     public void send(byte[] frame) {
         ensureUp();
-        Objects.requireNonNull(frame, "frame");
-        if (frame.length < WireFormat.HEADER_BYTES) {
-            throw new IllegalArgumentException("frame of " + frame.length + " bytes is shorter than the "
+        send(ByteBuffer.wrap(Objects.requireNonNull(frame, "frame")));
+    }
+
+    /** As {@link #send(byte[])}, from the buffer: into the ring when nothing is queued ahead of it, with no copy in between. */
+    @Override
+    public void send(ByteBuffer frame) {
+        ensureUp();
+        final int start = frame.position();
+        final int length = frame.remaining();
+        if (length < WireFormat.HEADER_BYTES) {
+            throw new IllegalArgumentException("frame of " + length + " bytes is shorter than the "
                 + WireFormat.HEADER_BYTES + "-byte header");
         }
-        final int body = WireCodec.bodyLength(ByteBuffer.wrap(frame));
-        if (body != frame.length - WireFormat.HEADER_BYTES) {
-            throw new IllegalArgumentException("frame header declares a " + body + "-byte body, the array carries "
-                + (frame.length - WireFormat.HEADER_BYTES));
+        final int body = WireCodec.bodyLength(frame, start, frame.limit());
+        if (body != length - WireFormat.HEADER_BYTES) {
+            throw new IllegalArgumentException("frame header declares a " + body + "-byte body, the buffer carries "
+                + (length - WireFormat.HEADER_BYTES));
         }
-        if (out.isEmpty() && ringOut != null && failure == null) {
-            // nothing queued ahead of it: straight into the ring, and only what does not fit is kept (a copy: the
-            // caller may reuse its array once send returns)
-            final ByteBuffer b = ByteBuffer.wrap(frame);
-            if (!writeRing(b)) {
-                throw new LinkFailedException(describe() + ": " + failure);
+        try {
+            if (out.isEmpty() && ringOut != null && failure == null) {
+                // nothing queued ahead of it: straight into the ring, and only what does not fit is kept (a copy: the
+                // caller may reuse its buffer once send returns)
+                if (!writeRing(frame)) {
+                    throw new LinkFailedException(describe() + ": " + failure);
+                }
+                if (!frame.hasRemaining()) {
+                    return;
+                }
             }
-            if (!b.hasRemaining()) {
-                return;
-            }
-            out.add(ByteBuffer.wrap(Arrays.copyOfRange(frame, b.position(), frame.length)));
-            queuedBytes += frame.length - b.position();
-        } else {
-            out.add(ByteBuffer.wrap(frame.clone()));
-            queuedBytes += frame.length;
+            queuedBytes += frame.remaining();
+            out.add(copyOfRemaining(frame));
+        } finally {
+            frame.position(start);
         }
         flushOut();
         if (queuedBytes > MAX_QUEUED_BYTES) {
@@ -317,6 +326,13 @@ public final class ShmLink implements PeerLink {
                 + MAX_QUEUED_BYTES + ")");
             throw new LinkFailedException(describe() + ": " + failure);
         }
+    }
+
+    /** @return a new buffer of exactly {@code b}'s remaining bytes ({@code b} is not moved) */
+    private static ByteBuffer copyOfRemaining(ByteBuffer b) {
+        final byte[] copy = new byte[b.remaining()];
+        b.get(b.position(), copy);
+        return ByteBuffer.wrap(copy);
     }
 
     private void flushOut() {
@@ -585,7 +601,7 @@ public final class ShmLink implements PeerLink {
             }
             final int body;
             try {
-                body = WireCodec.bodyLength(in.duplicate().limit(in.position()).position(readPos));
+                body = WireCodec.bodyLength(in, readPos, in.position());
             } catch (MalformedMessageException e) {
                 failHard("malformed frame header from the peer: " + e.getMessage());
                 break;
@@ -599,8 +615,7 @@ public final class ShmLink implements PeerLink {
                 }
                 break;
             }
-            final ByteBuffer frame = in.duplicate().limit(readPos + frameBytes).position(readPos).slice()
-                .order(ByteOrder.LITTLE_ENDIAN).asReadOnlyBuffer();
+            final ByteBuffer frame = frameView().limit(readPos + frameBytes).position(readPos);
             readPos += frameBytes;
             listener.onFrame(this, frame);
             n++;
@@ -622,6 +637,18 @@ public final class ShmLink implements PeerLink {
         return n;
     }
 
+    /**
+     * @return a read-only view of {@link #in} for one frame at a time (LinkListener: a frame is decoded before its call
+     *         returns), cleared; made again only when {@code in} was replaced
+     */
+    private ByteBuffer frameView() {
+        if (inView == null || inViewOf != in) {
+            inViewOf = in;
+            inView = in.asReadOnlyBuffer().order(ByteOrder.LITTLE_ENDIAN);
+        }
+        return inView.clear();
+    }
+
     private boolean hasCompleteFrame() {
         if (peer == null) {
             return false;
@@ -631,7 +658,7 @@ public final class ShmLink implements PeerLink {
             return false;
         }
         try {
-            return avail >= WireFormat.HEADER_BYTES + WireCodec.bodyLength(in.duplicate().limit(in.position()).position(readPos));
+            return avail >= WireFormat.HEADER_BYTES + WireCodec.bodyLength(in, readPos, in.position());
         } catch (MalformedMessageException e) {
             return false;
         }

@@ -84,15 +84,19 @@ final class ShmRing {
         if (n == 0) {
             return 0;
         }
-        final MemorySegment from = MemorySegment.ofBuffer(src); // covers [position, limit)
         final long at = own & mask;
-        final long first = Math.min(n, capacity - at);
+        final int first = (int) Math.min(n, capacity - at);
         own += n;
         if (publishBeforeCopyForTest) {
             publish(tailAt, own);
         }
-        MemorySegment.copy(from, 0, data, at, first);
-        if (first < n) {
+        if (src.hasArray()) { // a heap buffer: copied from its array, with no segment made for it
+            final int from = src.arrayOffset() + src.position();
+            MemorySegment.copy(src.array(), from, data, ValueLayout.JAVA_BYTE, at, first);
+            MemorySegment.copy(src.array(), from + first, data, ValueLayout.JAVA_BYTE, 0, n - first);
+        } else {
+            final MemorySegment from = MemorySegment.ofBuffer(src); // covers [position, limit)
+            MemorySegment.copy(from, 0, data, at, first);
             MemorySegment.copy(from, first, data, 0, n - first);
         }
         publish(tailAt, own); // the bytes above become visible no later than the tail that covers them
@@ -112,11 +116,15 @@ final class ShmRing {
         if (n == 0) {
             return 0;
         }
-        final MemorySegment to = MemorySegment.ofBuffer(dst); // covers [position, limit)
         final long at = own & mask;
-        final long first = Math.min(n, capacity - at);
-        MemorySegment.copy(data, at, to, 0, first);
-        if (first < n) {
+        final int first = (int) Math.min(n, capacity - at);
+        if (dst.hasArray()) { // a heap buffer: copied into its array, with no segment made for it
+            final int to = dst.arrayOffset() + dst.position();
+            MemorySegment.copy(data, ValueLayout.JAVA_BYTE, at, dst.array(), to, first);
+            MemorySegment.copy(data, ValueLayout.JAVA_BYTE, 0, dst.array(), to + first, n - first);
+        } else {
+            final MemorySegment to = MemorySegment.ofBuffer(dst); // covers [position, limit)
+            MemorySegment.copy(data, at, to, 0, first);
             MemorySegment.copy(data, 0, to, first, n - first);
         }
         own += n;

@@ -2,6 +2,8 @@ package io.kvpool.transfer.spi;
 
 import io.kvpool.storage.PageStorage;
 
+import java.nio.ByteBuffer;
+
 /**
  * The transport SPI: one connection to one peer, carrying control frames and one-sided page writes.
  * A transport (in-JVM simulation, shared memory, UCX) is a way of making {@code PeerLink}s; the transfer
@@ -54,6 +56,22 @@ public interface PeerLink extends AutoCloseable {
      * @throws IllegalArgumentException if the frame's length does not match its header (transports that check)
      */
     void send(byte[] frame);
+
+    /**
+     * Queues one encoded control frame held between {@code frame}'s position and limit, as {@link #send(byte[])} does.
+     * The link copies the bytes before it returns, so the caller may reuse the buffer; the buffer's position and limit
+     * are left as they were. The default copies the frame into a new array for {@link #send(byte[])}; a link that can
+     * take the bytes without that copy overrides it.
+     *
+     * @param frame the encoded frame, header included, between position and limit
+     * @throws LinkFailedException      if the link is down
+     * @throws IllegalArgumentException if the frame's length does not match its header (transports that check)
+     */
+    default void send(ByteBuffer frame) {
+        final byte[] copy = new byte[frame.remaining()];
+        frame.get(frame.position(), copy);
+        send(copy);
+    }
 
     /**
      * Delivers pending events to the listener: received frames, write and flush completions, and a link

@@ -27,6 +27,8 @@ public final class WireCodec {
         return encode(m, m instanceof Message.Hello ? HELLO_FORMAT : VERSION);
     }
 
+    private static final int[] NO_CHECKSUMS = new int[0];
+
     /**
      * Encodes a message in a given version of the wire format.
      *
@@ -39,6 +41,22 @@ public final class WireCodec {
      *                                  version-1 HELLO of a range, or a HELLO in a version that is not a HELLO layout
      */
     public static byte[] encode(Message m, int version) {
+        return encode(m, version, null).array(); // a buffer of exactly the frame's size
+    }
+
+    /**
+     * Encodes a message as {@link #encode(Message, int)} does, into a buffer the caller reuses from frame to frame when
+     * it has room, so that a hot path allocates no frame.
+     *
+     * @param m       the message
+     * @param version the header's version, as for {@link #encode(Message, int)}
+     * @param reuse   a buffer to encode into if its capacity suffices (its content, position, limit and byte order are
+     *                overwritten), or {@code null}
+     * @return the frame between position 0 and the limit: {@code reuse}, or a new heap buffer of exactly the frame's
+     *         size when {@code reuse} is {@code null} or too small
+     * @throws IllegalArgumentException as {@link #encode(Message, int)} does
+     */
+    public static ByteBuffer encode(Message m, int version, ByteBuffer reuse) {
         if (version < MIN_VERSION || version > VERSION) {
             throw new IllegalArgumentException("version " + version + " is outside [" + MIN_VERSION + ", " + VERSION + "]");
         }
@@ -54,7 +72,9 @@ public final class WireCodec {
             throw new IllegalArgumentException("a version-1 HELLO carries one version, not " + ((Message.Hello) m).identity().versions());
         }
         final int bodyBytes = bodyLength(m) - (v1Hello ? 4 : 0);
-        final ByteBuffer frame = ByteBuffer.allocate(HEADER_BYTES + bodyBytes).order(ByteOrder.LITTLE_ENDIAN);
+        final int frameBytes = HEADER_BYTES + bodyBytes;
+        final ByteBuffer frame = (reuse != null && reuse.capacity() >= frameBytes ? reuse.clear().limit(frameBytes)
+            : ByteBuffer.allocate(frameBytes)).order(ByteOrder.LITTLE_ENDIAN);
         frame.putShort((short) MAGIC).put((byte) version).put((byte) m.type()).putInt(bodyBytes);
         final ByteBuffer body = frame; // the body follows the header in the same array
         switch (m) {
@@ -84,7 +104,7 @@ public final class WireCodec {
             case Message.Completion c -> {
                 body.putLong(c.transferId()).putInt(c.generation()).putInt(c.senderRank()).putInt(c.tokenCount())
                     .putInt(c.firstPage()).put((byte) (c.checksums() == null ? 0 : 1));
-                final int[] cs = c.checksums() == null ? new int[0] : c.checksums();
+                final int[] cs = c.checksums() == null ? NO_CHECKSUMS : c.checksums();
                 requireArray("checksums", cs.length);
                 body.putInt(cs.length);
                 for (int x : cs) {
@@ -108,7 +128,7 @@ public final class WireCodec {
         if (frame.hasRemaining()) {
             throw new AssertionError("body length mismatch for " + m);
         }
-        return frame.array();
+        return frame.flip();
     }
 
     /** @return the last type code a version knows */
@@ -154,14 +174,29 @@ public final class WireCodec {
      * @throws MalformedMessageException on a wrong magic or version, unknown type or oversize body
      */
     public static int bodyLength(ByteBuffer header) {
-        final ByteBuffer h = header.duplicate().order(ByteOrder.LITTLE_ENDIAN);
-        if (h.remaining() < HEADER_BYTES) {
-            throw new MalformedMessageException("frame header needs " + HEADER_BYTES + " bytes, got " + h.remaining());
+        return bodyLength(header, header.position(), header.limit());
+    }
+
+    /**
+     * Reads the body length from a frame header at an absolute index, as {@link #bodyLength(ByteBuffer)} does; the
+     * buffer's position and byte order are neither used nor changed, and nothing is allocated.
+     *
+     * @param buffer the bytes
+     * @param at     where the header starts
+     * @param end    where the bytes end, at most the buffer's limit: at least {@link WireFormat#HEADER_BYTES} must lie
+     *               between {@code at} and it
+     * @return the body length
+     * @throws MalformedMessageException as {@link #bodyLength(ByteBuffer)} does
+     */
+    public static int bodyLength(ByteBuffer buffer, int at, int end) {
+        if (end - at < HEADER_BYTES) {
+            throw new MalformedMessageException("frame header needs " + HEADER_BYTES + " bytes, got " + (end - at));
         }
-        final int magic = h.getShort() & 0xFFFF;
-        final int version = h.get() & 0xFF;
-        final int type = h.get() & 0xFF;
-        final long len = h.getInt() & 0xFFFF_FFFFL;
+        final int magic = (buffer.get(at) & 0xFF) | (buffer.get(at + 1) & 0xFF) << 8; // little-endian, as the header
+        final int version = buffer.get(at + 2) & 0xFF;
+        final int type = buffer.get(at + 3) & 0xFF;
+        final long len = (buffer.get(at + 4) & 0xFFL) | (buffer.get(at + 5) & 0xFFL) << 8 | (buffer.get(at + 6) & 0xFFL) << 16
+            | (buffer.get(at + 7) & 0xFFL) << 24;
         if (magic != MAGIC) {
             throw new MalformedMessageException("bad magic 0x" + Integer.toHexString(magic) + ", expected 0x" + Integer.toHexString(MAGIC));
         }

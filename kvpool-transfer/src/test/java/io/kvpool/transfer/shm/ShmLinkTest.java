@@ -11,6 +11,7 @@ import io.kvpool.transfer.spi.Registration;
 import io.kvpool.transfer.spi.RemoteRegion;
 import io.kvpool.transfer.wire.Message;
 import io.kvpool.transfer.wire.WireCodec;
+import io.kvpool.transfer.wire.WireFormat;
 import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
@@ -25,6 +26,7 @@ import java.nio.ByteBuffer;
 import java.nio.channels.SocketChannel;
 import java.nio.file.Path;
 import java.util.ArrayList;
+import java.util.Arrays;
 import java.util.List;
 import java.util.function.BooleanSupplier;
 
@@ -424,6 +426,45 @@ class ShmLinkTest {
             assertTrue(r.failures.get(0).contains("control ring"), r.failures.get(0));
             assertTrue(r.frames.isEmpty());
         }
+    }
+
+    @Test
+    void framesSentFromOneReusedBufferArriveIntactAlsoWhenTheRingIsFull() {
+        final ShmLink[] p = pair();
+        final List<Message> sent = new ArrayList<>();
+        ByteBuffer reused = ByteBuffer.allocate(16);
+        final Recorder r = new Recorder();
+        for (int i = 0; i < 40; i++) {
+            // 480 KB descriptors fill the 1 MiB ring within three frames: the rest is queued in the link, so the
+            // link must have copied what it queued before the caller's next frame overwrites the buffer
+            final Message m = i % 4 == 3 ? new Message.Drained(i, i, 0, i, i, 0)
+                : new Message.Descriptor(i, i, 3, 16, LAYOUT.fingerprint(), 1, 0, new long[60_000 - i], new byte[i % 7]);
+            sent.add(m);
+            final ByteBuffer frame = WireCodec.encode(m, WireFormat.VERSION, reused);
+            assertTrue(i == 0 || frame == reused, "every frame after the first fits the first one's buffer");
+            reused = frame;
+            final int length = frame.remaining();
+            p[0].send(frame);
+            assertEquals(0, frame.position(), "send leaves the buffer where it was");
+            assertEquals(length, frame.limit());
+            Arrays.fill(frame.array(), (byte) 0x5A); // the caller reuses its buffer at once
+            if (i % 8 == 7) {
+                p[1].poll(r, 2); // some room now and then, so that queued frames go through the ring in between
+                p[0].poll(new Recorder(), 10);
+            }
+        }
+        // a frame inside a larger buffer, between its position and limit
+        final byte[] last = WireCodec.encode(new Message.Refuse("at an offset"));
+        final ByteBuffer inside = ByteBuffer.allocate(last.length + 9).put(5, last).position(5).limit(5 + last.length);
+        p[0].send(inside);
+        assertEquals(5, inside.position());
+        sent.add(new Message.Refuse("at an offset"));
+        await("41 frames", () -> r.frames.size() == sent.size(), () -> {
+            p[0].poll(new Recorder(), 10);
+            p[1].poll(r, 3);
+        });
+        assertEquals(sent, r.frames);
+        assertTrue(r.failures.isEmpty(), r.failures::toString);
     }
 
     @Test

@@ -69,6 +69,51 @@ class ShmRingTest {
     }
 
     @Test
+    void heapSlicesDirectAndReadOnlyBuffersCarryTheSameBytesAcrossTheWrap() {
+        try (Arena arena = Arena.ofConfined()) {
+            final ShmRing[] r = ends(arena, 1024);
+            final SplittableRandom rnd = new SplittableRandom(11);
+            final ByteArrayOutputStream sent = new ByteArrayOutputStream(), got = new ByteArrayOutputStream();
+            for (int step = 0; step < 4_000; step++) {
+                final byte[] chunk = new byte[rnd.nextInt(1, 700)];
+                rnd.nextBytes(chunk);
+                final ByteBuffer src = buffer(rnd.nextInt(4), chunk.length, rnd);
+                final int at = src.position();
+                src.put(chunk).position(at);
+                final ByteBuffer readable = src.isDirect() || rnd.nextBoolean() ? src : src.asReadOnlyBuffer();
+                final int w = r[0].write(readable);
+                assertEquals(at + w, readable.position(), "moves the position by what it wrote");
+                sent.write(chunk, 0, w);
+                final ByteBuffer dst = buffer(rnd.nextInt(3), rnd.nextInt(1, 700), rnd);
+                final int from = dst.position();
+                final int n = r[1].read(dst);
+                assertEquals(from + n, dst.position());
+                final byte[] bytes = new byte[n];
+                dst.get(from, bytes);
+                got.write(bytes, 0, n);
+            }
+            final ByteBuffer rest = ByteBuffer.allocate(1024);
+            got.write(rest.array(), 0, r[1].read(rest));
+            assertTrue(sent.size() > 100 * 1024, "many wraps: " + sent.size() + " bytes");
+            assertArrayEquals(sent.toByteArray(), got.toByteArray());
+        }
+    }
+
+    /**
+     * A buffer with {@code room} bytes between its position and limit: 0, plain heap; 1, a heap slice (its array
+     * starts before it) at a position past 0; 2, direct; 3, a heap buffer whose limit is short of its capacity.
+     */
+    private static ByteBuffer buffer(int kind, int room, SplittableRandom rnd) {
+        final int before = rnd.nextInt(1, 9);
+        return switch (kind) {
+            case 0 -> ByteBuffer.allocate(room);
+            case 1 -> ByteBuffer.allocate(before + room + 3 + 5).position(before).slice().position(3).limit(3 + room);
+            case 2 -> ByteBuffer.allocateDirect(before + room).position(before);
+            default -> ByteBuffer.allocate(room + before).limit(room);
+        };
+    }
+
+    @Test
     void aFullRingTakesNothingUntilTheReaderHandsSpaceBack() {
         try (Arena arena = Arena.ofConfined()) {
             final ShmRing[] r = ends(arena, 1024);

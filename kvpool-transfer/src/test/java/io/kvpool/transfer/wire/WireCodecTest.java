@@ -174,6 +174,51 @@ class WireCodecTest {
         assertEquals(new Message.Drained(5, 2, 0, 3, 2, 1), WireCodec.decode(b));
     }
 
+    @Test
+    void encodeIntoAReusedBufferWritesTheSameFrameAndTakesANewOneOnlyWhenTooSmall() {
+        ByteBuffer reuse = ByteBuffer.allocate(64).order(ByteOrder.BIG_ENDIAN); // its order must not matter
+        for (Message m : samples()) {
+            final int version = m instanceof Message.Hello ? HELLO_FORMAT : VERSION;
+            final byte[] expected = WireCodec.encode(m, version);
+            reuse.position(3).limit(7); // leftovers of an earlier use
+            final ByteBuffer got = WireCodec.encode(m, version, reuse);
+            assertEquals(0, got.position());
+            assertEquals(expected.length, got.remaining());
+            final byte[] bytes = new byte[got.remaining()];
+            got.get(0, bytes);
+            assertArrayEquals(expected, bytes, m::toString);
+            if (expected.length <= reuse.capacity()) {
+                assertSame(reuse, got, "a frame that fits goes into the buffer given");
+            } else {
+                assertNotSame(reuse, got);
+                assertEquals(expected.length, got.capacity(), "a new buffer of exactly the frame");
+            }
+            reuse = got.capacity() > reuse.capacity() ? got : reuse;
+        }
+        assertEquals(WireCodec.encode(samples().get(0), VERSION).length, WireCodec.encode(samples().get(0), VERSION, null).capacity());
+    }
+
+    @Test
+    void bodyLengthAtAnIndexReadsTheHeaderThereInLittleEndianAndMovesNothing() {
+        final byte[] frame = WireCodec.encode(new Message.Drained(5, 2, 0, 3, 2, 1)); // a 40-byte body
+        for (ByteOrder order : new ByteOrder[] {ByteOrder.BIG_ENDIAN, ByteOrder.LITTLE_ENDIAN}) {
+            final ByteBuffer b = ByteBuffer.allocate(frame.length + 11).order(order);
+            b.put(11, frame).position(2).limit(30);
+            assertEquals(40, WireCodec.bodyLength(b, 11, 11 + HEADER_BYTES), order::toString);
+            assertEquals(2, b.position());
+            assertEquals(30, b.limit());
+            assertEquals(order, b.order());
+            assertEquals(40, WireCodec.bodyLength(b.duplicate().clear().position(11)), "the same as the header at the position");
+            final MalformedMessageException shortHeader = assertThrows(MalformedMessageException.class,
+                () -> WireCodec.bodyLength(b, 11, 11 + HEADER_BYTES - 1));
+            assertTrue(shortHeader.getMessage().contains("needs 8 bytes, got 7"), shortHeader.getMessage());
+        }
+        final byte[] bad = withLengthField(frame, MAX_BODY_BYTES + 1);
+        final MalformedMessageException e = assertThrows(MalformedMessageException.class,
+            () -> WireCodec.bodyLength(ByteBuffer.wrap(bad), 0, bad.length));
+        assertTrue(e.getMessage().contains("exceeds the limit"), e.getMessage());
+    }
+
     // ---------------------------------------------------------------------------------------------
     // strict decoding
 
