@@ -43,6 +43,11 @@ import java.util.function.Consumer;
  * submission cost; the {@code submit*} methods ({@link #submitCopy}, {@link #submitFill},
  * {@link #submitOffload}, {@link #submitRestore}, {@link #submitChecksums}) queue one batch on the caller's
  * stream and return a completion to poll or wait on.
+ *
+ * <p>Lifetime: the methods that touch the arena hold this storage's monitor, and {@link #close()} holds it while it
+ * waits for the context's work and frees the arena. Code outside this class that launches work on the arena
+ * ({@link #address}, then a launch) holds the monitor from the address to the launch: then a close either came
+ * first (the address throws) or waits for that work before it frees.
  */
 public final class DevicePageStorage implements PageStorage {
 
