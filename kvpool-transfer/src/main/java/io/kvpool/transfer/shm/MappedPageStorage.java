@@ -90,7 +90,9 @@ public final class MappedPageStorage implements PageStorage {
      * @param pages  number of pages, ≥ 1
      * @return the storage, owning the file
      * @throws IllegalArgumentException if {@code pages < 1} or the size overflows
-     * @throws UncheckedIOException     if the file cannot be created or mapped
+     * @throws UncheckedIOException     if the file cannot be created or mapped, or its file system has less room than
+     *                                  the file needs (both numbers in the message): the pages are written at once, and
+     *                                  a tmpfs that runs out while they are would fault instead
      */
     public static MappedPageStorage create(Path file, KvLayout layout, int pages) {
         Objects.requireNonNull(file, "file");
@@ -109,6 +111,12 @@ public final class MappedPageStorage implements PageStorage {
                 Files.createFile(file);
             }
             created = true;
+            // The canary fill below writes every page of a sparse file: on a tmpfs without room for them that write
+            // faults (an InternalError from mapped memory), so the room is checked first, with the numbers
+            final long usable = Files.getFileStore(file).getUsableSpace();
+            if (usable < size) {
+                throw new IOException("its file system has " + usable + " bytes free");
+            }
             final Object fileKey = Objects.requireNonNullElse(Files.readAttributes(file, BasicFileAttributes.class).fileKey(), ANY_FILE);
             final MemorySegment mapping;
             try (FileChannel ch = FileChannel.open(file, StandardOpenOption.READ, StandardOpenOption.WRITE)) {
@@ -137,6 +145,12 @@ public final class MappedPageStorage implements PageStorage {
             deleteIfCreated(created, file);
             throw new UncheckedIOException("cannot create the mapped pool file " + file + " of " + size + " bytes ("
                 + pages + " pages of " + layout.bytesPerPage() + " bytes): " + e.getMessage(), e);
+        } catch (InternalError e) { // a fault in mapped memory: the room went to someone else after the check
+            closeQuietly(arena);
+            deleteIfCreated(created, file);
+            throw new UncheckedIOException("cannot fill the mapped pool file " + file + " of " + size + " bytes (" + pages
+                + " pages of " + layout.bytesPerPage() + " bytes): a write faulted; is its file system full?",
+                new IOException(e.toString(), e));
         } catch (RuntimeException | Error e) {
             closeQuietly(arena);
             deleteIfCreated(created, file);
@@ -153,6 +167,9 @@ public final class MappedPageStorage implements PageStorage {
      * @throws TransferException    if the header is not a valid pool header, the file size does not match it, or the
      *                              file shrank while its header was read
      * @throws UncheckedIOException if the file cannot be opened or mapped
+     * @throws InternalError        rarely, if the file shrank under the header reads: the JVM reports such a fault in
+     *                              compiled code at its next safepoint check, which may come after this method's own
+     *                              handler; callers that map a peer's file treat it as a refusal too
      */
     public static MappedPageStorage map(Path file) {
         return map(file, null);

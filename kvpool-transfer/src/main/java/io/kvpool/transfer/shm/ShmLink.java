@@ -501,7 +501,7 @@ public final class ShmLink implements PeerLink {
                     return;
                 }
                 remote = m;
-            } catch (RuntimeException e) {
+            } catch (RuntimeException | InternalError e) { // InternalError: a fault map's own handler did not see (its Javadoc)
                 failHard("cannot map the peer's pool file " + b.poolFile() + ": " + e.getMessage());
                 return;
             }

@@ -73,6 +73,20 @@ class MappedPageStorageTest {
     }
 
     @Test
+    void aPoolLargerThanItsFileSystemsRoomIsRefusedWithBothNumbersAndLeavesNoFile() throws Exception {
+        final Path f = dir.resolve("pool");
+        final KvLayout big = new KvLayout(64, 8, 128, DType.FP16, 16); // 4 MiB a page
+        final int pages = Integer.MAX_VALUE; // 8 PiB: no file system here has that room
+        final long size = MappedPageStorage.HEADER_BYTES + (long) pages * big.bytesPerPage();
+        final long usable = Files.getFileStore(dir).getUsableSpace();
+        assertTrue(usable < size, "this test needs a file system with less than " + size + " bytes free");
+        final java.io.UncheckedIOException e = assertThrows(java.io.UncheckedIOException.class,
+            () -> MappedPageStorage.create(f, big, pages));
+        assertTrue(e.getMessage().contains(size + " bytes") && e.getMessage().contains(" bytes free"), e.getMessage());
+        assertFalse(Files.exists(f), "the file it created is gone");
+    }
+
+    @Test
     void aSecondMappingSharesTheBytesAndChecksTheHeader() {
         final Path f = dir.resolve("pool");
         try (MappedPageStorage owner = MappedPageStorage.create(f, LAYOUT, 3);
@@ -173,6 +187,7 @@ class MappedPageStorageTest {
         int mapped = 0;
         int refused = 0;
         int faulted = 0;
+        int late = 0;
         try {
             final long end = System.nanoTime() + 3_000_000_000L;
             while ((System.nanoTime() < end || faulted == 0 && System.nanoTime() < end + 27_000_000_000L) && !shrinker.isDone()) {
@@ -184,6 +199,10 @@ class MappedPageStorageTest {
                     if (e.getCause() instanceof InternalError) {
                         faulted++;
                     }
+                } catch (InternalError e) {
+                    // compiled code gets the fault at its next safepoint check, which can come after map's handler (map's
+                    // Javadoc): not what this test is about, which is the faults map itself sees
+                    late++;
                 }
             }
         } finally {
@@ -191,6 +210,6 @@ class MappedPageStorageTest {
         }
         shrinker.get(); // the shrinker itself did not fail
         assertTrue(mapped > 0 && faulted > 0, "mapped " + mapped + ", refused " + refused + " (" + faulted
-            + " for a fault): the fault under a map was never reproduced");
+            + " for a fault), " + late + " faults reported after map returned: the fault under a map was never reproduced");
     }
 }
