@@ -47,8 +47,8 @@ abstract class TransferEndpoint implements LinkListener, AutoCloseable {
     /** The clock at the last heartbeat check (at construction before the first): a long gap is this engine's own stall. */
     private long lastHeartbeatCycleNanos;
     boolean closed;
-    /** The buffer {@link #send} encodes frames into, reused from message to message (owner thread); null until the first. */
-    private ByteBuffer sendBuffer;
+    /** The buffer {@link #send} encodes frames into, reused from message to message (owner thread). */
+    private ByteBuffer sendBuffer = ByteBuffer.allocate(4096);
     /** Frames up to this size leave their buffer for the next; a larger one (a descriptor of thousands of pages) does not. */
     private static final int MAX_KEPT_SEND_BUFFER = 64 * 1024;
 
@@ -468,7 +468,8 @@ abstract class TransferEndpoint implements LinkListener, AutoCloseable {
             return false;
         }
         // a message that cannot be encoded is our bug, not the link's. The frame is encoded into one buffer this
-        // endpoint reuses (the link copies it before send returns): no frame is allocated per message
+        // endpoint reuses (the link copies it before send returns): a link that takes buffers (ShmLink, and the links
+        // that pass them on) allocates no frame per message; the others get a copy in an array
         final ByteBuffer frame = WireCodec.encode(m, p.version, sendBuffer);
         if (frame.capacity() <= MAX_KEPT_SEND_BUFFER) {
             sendBuffer = frame;

@@ -276,6 +276,13 @@ public final class CudaIpcLink implements PeerLink {
         control.send(frame);
     }
 
+    /** Passes the frame to the control link, which copies it (no array made here). */
+    @Override
+    public void send(ByteBuffer frame) {
+        ensureUp("send");
+        control.send(frame);
+    }
+
     /**
      * Queries the device for finished batches (oldest first), then delivers write and flush completions,
      * control frames, and a link failure (once). Never blocks.

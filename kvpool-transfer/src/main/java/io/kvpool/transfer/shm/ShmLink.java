@@ -292,7 +292,7 @@ public final class ShmLink implements PeerLink {
     @Override
     public void send(ByteBuffer frame) {
         ensureUp();
-        final int start = frame.position();
+        final int start = Objects.requireNonNull(frame, "frame").position();
         final int length = frame.remaining();
         if (length < WireFormat.HEADER_BYTES) {
             throw new IllegalArgumentException("frame of " + length + " bytes is shorter than the "
@@ -678,6 +678,7 @@ public final class ShmLink implements PeerLink {
         in.flip();
         bigger.put(in);
         in = bigger;
+        inView = inViewOf = null; // the view of the old buffer goes with it
     }
 
     // ---- receiver side ----
@@ -942,12 +943,13 @@ public final class ShmLink implements PeerLink {
             ringOut = null;
         }
         in = ByteBuffer.allocate(0); // no frame is read or delivered after close: an engine may keep a closed link long
+        inView = inViewOf = null;    // nor the view of the old buffer
         readPos = 0;
     }
 
     /** @return bytes of the input buffer this link holds (tests: a closed link gives it back) */
     int inputBufferBytes() {
-        return in.capacity();
+        return in.capacity() + (inViewOf == null ? 0 : inViewOf.capacity());
     }
 
     @Override

@@ -9,7 +9,9 @@ public interface LinkListener {
      * A control frame arrived; decode it before the call returns (the buffer may be reused).
      *
      * @param link  the link it arrived on
-     * @param frame the encoded frame, header included, between position and limit
+     * @param frame the encoded frame, header included, between position and limit (the position need not be 0); read
+     *              it there, and leave the buffer's position, limit, mark and byte order as they are: a link may hand
+     *              every frame in one view of its input
      */
     void onFrame(PeerLink link, ByteBuffer frame);
 

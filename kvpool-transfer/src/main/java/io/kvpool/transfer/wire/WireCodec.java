@@ -187,8 +187,10 @@ public final class WireCodec {
      *               between {@code at} and it
      * @return the body length
      * @throws MalformedMessageException as {@link #bodyLength(ByteBuffer)} does
+     * @throws IndexOutOfBoundsException if {@code [at, end)} is not within {@code [0, limit)}
      */
     public static int bodyLength(ByteBuffer buffer, int at, int end) {
+        java.util.Objects.checkFromToIndex(at, end, buffer.limit());
         if (end - at < HEADER_BYTES) {
             throw new MalformedMessageException("frame header needs " + HEADER_BYTES + " bytes, got " + (end - at));
         }

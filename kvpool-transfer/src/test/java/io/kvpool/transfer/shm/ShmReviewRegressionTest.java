@@ -7,6 +7,8 @@ import io.kvpool.transfer.spi.LinkListener;
 import io.kvpool.transfer.spi.PeerLink;
 import io.kvpool.transfer.spi.Registration;
 import io.kvpool.transfer.spi.RemoteRegion;
+import io.kvpool.transfer.wire.Message;
+import io.kvpool.transfer.wire.WireCodec;
 import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
@@ -353,6 +355,15 @@ class ShmReviewRegressionTest {
             }
             sender.poll(new Writes(), 100);
         });
+        receiver[0].send(WireCodec.encode(new Message.Refuse("one frame, read through the link's view of its buffer")));
+        final int[] frames = new int[1];
+        final LinkListener counting = new LinkListener() {
+            @Override public void onFrame(PeerLink link, ByteBuffer frame) { frames[0]++; }
+            @Override public void onWriteDone(PeerLink link, long token, int status) { }
+            @Override public void onFlushDone(PeerLink link, long token, boolean ok) { }
+            @Override public void onLinkFailed(PeerLink link, String reason) { }
+        };
+        ShmLinkTest.await("a frame", () -> frames[0] == 1, () -> sender.poll(counting, 100));
         assertTrue(sender.inputBufferBytes() >= 64 * 1024);
         sender.close();
         receiver[0].close();

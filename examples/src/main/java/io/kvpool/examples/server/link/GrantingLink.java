@@ -6,6 +6,7 @@ import io.kvpool.transfer.spi.PeerLink;
 import io.kvpool.transfer.spi.Registration;
 import io.kvpool.transfer.spi.RemoteRegion;
 
+import java.nio.ByteBuffer;
 import java.util.Objects;
 
 /**
@@ -71,6 +72,11 @@ public final class GrantingLink implements PeerLink {
 
     @Override
     public void send(byte[] frame) {
+        delegate.send(frame);
+    }
+
+    @Override
+    public void send(ByteBuffer frame) {
         delegate.send(frame);
     }
 
