@@ -181,67 +181,75 @@ final class JCudaIpcEngine implements IpcEngine {
             throw new IllegalArgumentException("source arena (" + sl.planes() + " planes of " + sl.pageStride() + "-byte pages) and the peer's ("
                 + dl.planes() + " planes of " + dl.pageStride() + "-byte pages) differ");
         }
-        // the storage's monitor from its address to the launch: its close() holds it while it waits for the
-        // context's work and frees the arena, so the arena cannot go between the two (DevicePageStorage, "Lifetime")
+        final int srcOrdinal;
+        try {
+            Integer known = sourceOrdinals.get(s);
+            if (known == null) {
+                known = ordinalOf(s);
+                sourceOrdinals.put(s, known);
+            }
+            srcOrdinal = known;
+            setUp(srcOrdinal);
+        } catch (CudaException e) {
+            throw new SubmitException(e.getMessage(), e.result(), false);
+        }
+        if (o.ordinal() != srcOrdinal) {
+            throw new IllegalArgumentException("the source pool is on device " + srcOrdinal + ", the peer's arena on device " + o.ordinal()
+                + ": cross-device CUDA IPC puts are not supported");
+        }
+        int r = CudaException.code(() -> JCudaDriver.cuCtxSetCurrent(context));
+        if (r != CUresult.CUDA_SUCCESS) {
+            throw new SubmitException("cuCtxSetCurrent failed: " + describe(r), r, false);
+        }
+        if (count > indexCapacity) {
+            grow(count);
+        }
+        staging.clear();
+        staging.asIntBuffer().put(srcPages, 0, count).put(dstPages, 0, count);
+        r = CudaException.code(() -> JCudaDriver.cuMemcpyHtoDAsync(indices, Pointer.to(staging), 8L * count, stream));
+        if (r != CUresult.CUDA_SUCCESS) {
+            throw new SubmitException("cuMemcpyHtoDAsync(" + 2 * count + " indices) failed: " + describe(r), r, false);
+        }
+        final CUevent spare = spareEvents.poll();
+        final CUevent ev = spare != null ? spare : new CUevent();
+        if (spare == null) {
+            r = CudaException.code(() -> JCudaDriver.cuEventCreate(ev, CUevent_flags.CU_EVENT_DISABLE_TIMING));
+            if (r != CUresult.CUDA_SUCCESS) {
+                throw new SubmitException("cuEventCreate failed: " + describe(r), r, false);
+            }
+        }
+        final int blocks = (int) Math.max(1, Math.min(MAX_BLOCKS, (long) count * sl.planes()));
+        // The storage's monitor from its address to the launch, and no longer (its other calls wait for the device
+        // under it): its close() holds it while it waits for the context's work and frees the arena, so the arena
+        // cannot go between the two (DevicePageStorage, "Lifetime")
+        final int launched;
         synchronized (s) {
-            final long srcBase = s.address(0, 0, 0);
-            final int srcOrdinal;
+            final long srcBase;
             try {
-                Integer known = sourceOrdinals.get(s);
-                if (known == null) {
-                    known = ordinalOf(s);
-                    sourceOrdinals.put(s, known);
-                }
-                srcOrdinal = known;
-                setUp(srcOrdinal);
-            } catch (CudaException e) {
-                throw new SubmitException(e.getMessage(), e.result(), false);
+                srcBase = s.address(0, 0, 0);
+            } catch (RuntimeException e) { // closed: nothing launched, the event goes back
+                spareEvents.add(ev);
+                throw e;
             }
-            if (o.ordinal() != srcOrdinal) {
-                throw new IllegalArgumentException("the source pool is on device " + srcOrdinal + ", the peer's arena on device " + o.ordinal()
-                    + ": cross-device CUDA IPC puts are not supported");
-            }
-            int r = CudaException.code(() -> JCudaDriver.cuCtxSetCurrent(context));
-            if (r != CUresult.CUDA_SUCCESS) {
-                throw new SubmitException("cuCtxSetCurrent failed: " + describe(r), r, false);
-            }
-            if (count > indexCapacity) {
-                grow(count);
-            }
-            staging.clear();
-            staging.asIntBuffer().put(srcPages, 0, count).put(dstPages, 0, count);
-            r = CudaException.code(() -> JCudaDriver.cuMemcpyHtoDAsync(indices, Pointer.to(staging), 8L * count, stream));
-            if (r != CUresult.CUDA_SUCCESS) {
-                throw new SubmitException("cuMemcpyHtoDAsync(" + 2 * count + " indices) failed: " + describe(r), r, false);
-            }
-            final CUevent spare = spareEvents.poll();
-            final CUevent ev = spare != null ? spare : new CUevent();
-            if (spare == null) {
-                r = CudaException.code(() -> JCudaDriver.cuEventCreate(ev, CUevent_flags.CU_EVENT_DISABLE_TIMING));
-                if (r != CUresult.CUDA_SUCCESS) {
-                    throw new SubmitException("cuEventCreate failed: " + describe(r), r, false);
-                }
-            }
-            final int blocks = (int) Math.max(1, Math.min(MAX_BLOCKS, (long) count * sl.planes()));
-            r = CudaException.code(() -> JCudaDriver.cuLaunchKernel(putPages, blocks, 1, 1, THREADS, 1, 1, 0, stream,
+            launched = CudaException.code(() -> JCudaDriver.cuLaunchKernel(putPages, blocks, 1, 1, THREADS, 1, 1, 0, stream,
                 Pointer.to(Pointer.to(indices), Pointer.to(indices.withByteOffset(4L * count)), Pointer.to(new int[] {count}),
                     Pointer.to(new long[] {srcBase}), Pointer.to(new long[] {sl.planeBytes()}), Pointer.to(new long[] {o.address()}),
                     Pointer.to(new long[] {dl.planeBytes()}), Pointer.to(new int[] {sl.planes()}), Pointer.to(new long[] {sl.pageStride()})),
                 null));
-            if (r != CUresult.CUDA_SUCCESS) {
-                spareEvents.add(ev);
-                throw new SubmitException("cuLaunchKernel(" + Kernels.IPC_PUT_PAGES + ", " + count + " pages, " + blocks + " blocks) failed: "
-                    + describe(r), r, false);
-            }
-            r = CudaException.code(() -> JCudaDriver.cuEventRecord(ev, stream));
-            if (r != CUresult.CUDA_SUCCESS) {
-                CudaException.code(() -> JCudaDriver.cuEventDestroy(ev));
-                throw new SubmitException("cuEventRecord after " + Kernels.IPC_PUT_PAGES + " (" + count + " pages) failed: " + describe(r), r, true);
-            }
-            final long id = nextBatch++;
-            inFlight.put(id, ev);
-            return id;
         }
+        if (launched != CUresult.CUDA_SUCCESS) {
+            spareEvents.add(ev);
+            throw new SubmitException("cuLaunchKernel(" + Kernels.IPC_PUT_PAGES + ", " + count + " pages, " + blocks + " blocks) failed: "
+                + describe(launched), launched, false);
+        }
+        r = CudaException.code(() -> JCudaDriver.cuEventRecord(ev, stream));
+        if (r != CUresult.CUDA_SUCCESS) {
+            CudaException.code(() -> JCudaDriver.cuEventDestroy(ev));
+            throw new SubmitException("cuEventRecord after " + Kernels.IPC_PUT_PAGES + " (" + count + " pages) failed: " + describe(r), r, true);
+        }
+        final long id = nextBatch++;
+        inFlight.put(id, ev);
+        return id;
     }
 
     /** Makes room for {@code count} pages of index lists; the old device buffer may be read by queued kernels: synchronize first. */
