@@ -66,8 +66,13 @@ public final class HostPageStorage implements PageStorage {
             canaryPage.set(ValueLayout.JAVA_BYTE, o, canaryByte(o));
         }
         if (canaryFill) {
-            for (int p = 0; p < pages; p++) {
-                fill(p, FillMode.CANARY);
+            try {
+                for (int p = 0; p < pages; p++) {
+                    fill(p, FillMode.CANARY);
+                }
+            } catch (RuntimeException | Error e) { // e.g. a fault in mapped memory: nothing of this storage stays
+                arena.close();
+                throw e;
             }
         }
     }

@@ -93,6 +93,8 @@ public final class MappedPageStorage implements PageStorage {
      * @throws UncheckedIOException     if the file cannot be created or mapped, or its file system has less room than
      *                                  the file needs (both numbers in the message): the pages are written at once, and
      *                                  a tmpfs that runs out while they are would fault instead
+     * @throws InternalError            rarely, if the room went elsewhere after the check: a fault of the fill that
+     *                                  the JVM reports after this method's own handler ({@link #map(Path)})
      */
     public static MappedPageStorage create(Path file, KvLayout layout, int pages) {
         Objects.requireNonNull(file, "file");
@@ -113,8 +115,11 @@ public final class MappedPageStorage implements PageStorage {
             created = true;
             // The canary fill below writes every page of a sparse file: on a tmpfs without room for them that write
             // faults (an InternalError from mapped memory), so the room is checked first, with the numbers
-            final long usable = Files.getFileStore(file).getUsableSpace();
-            if (usable < size) {
+            // (a file system that reports no size at all, as hugetlbfs without size= and some FUSE mounts do, is not
+            // checked: its room is unknown, not zero)
+            final java.nio.file.FileStore store = Files.getFileStore(file);
+            final long usable = store.getUsableSpace();
+            if (store.getTotalSpace() > 0 && usable < size) {
                 throw new IOException("its file system has " + usable + " bytes free");
             }
             final Object fileKey = Objects.requireNonNullElse(Files.readAttributes(file, BasicFileAttributes.class).fileKey(), ANY_FILE);
@@ -185,6 +190,7 @@ public final class MappedPageStorage implements PageStorage {
      *                              {@code expected}'s (the message names both fingerprints), or the file shrank
      *                              while its header was read
      * @throws UncheckedIOException if the file cannot be opened or mapped
+     * @throws InternalError        rarely, as {@link #map(Path)} says
      */
     public static MappedPageStorage map(Path file, KvLayout expected) {
         Objects.requireNonNull(file, "file");
