@@ -543,11 +543,18 @@ public final class KvPool implements AutoCloseable {
             }
             poolIdLease.clean();
             if ((closeReport = snap.outstandingReport()) != null) {
-                LOG.log(System.Logger.Level.ERROR, closeReport);
+                try {
+                    LOG.log(System.Logger.Level.ERROR, closeReport);
+                } catch (RuntimeException logging) {
+                    // the report stays readable (closeReport()); a failing log backend must not keep the storage
+                }
             }
-            lifetime.releaseIfUnpinned(); // now, or with the last unpin event
         } finally {
-            closeDone.countDown();
+            try {
+                lifetime.releaseIfUnpinned(); // now, or with the last unpin event; also after a failure above
+            } finally {
+                closeDone.countDown();
+            }
         }
     }
 

@@ -159,7 +159,9 @@ class ApiReviewRegressionTest {
         }
 
         public int firstCanaryToken(int page, int from, int to) { return d.firstCanaryToken(page, from, to); }
-        public void close() { d.close(); }
+        /** How many times the pool closed it. */
+        final java.util.concurrent.atomic.AtomicInteger closes = new java.util.concurrent.atomic.AtomicInteger();
+        public void close() { closes.incrementAndGet(); d.close(); }
 
         public void copyPages(int[] src, int srcOff, int[] dst, int dstOff, int count) {
             if (failNextCopy) {

@@ -96,6 +96,40 @@ class PoolDiagnosticsTest {
     }
 
     @Test
+    void aLogBackendThatThrowsOnTheCloseReportDoesNotKeepTheStorage() {
+        final FailingCopyStorage[] storage = new FailingCopyStorage[1];
+        final KvPool leaky = TestPools.builder(2).storage((l, n) -> storage[0] = new FailingCopyStorage(l, n)).build();
+        leaky.tryAllocate(); // never released: close reports it
+        final Handler failing = new Handler() {
+            @Override
+            public void publish(LogRecord r) {
+                if (r.getMessage().startsWith("kvpool closed")) {
+                    throw new IllegalStateException("injected: the log backend is broken");
+                }
+            }
+
+            @Override
+            public void flush() {
+            }
+
+            @Override
+            public void close() {
+            }
+        };
+        final Logger logger = Logger.getLogger("io.kvpool");
+        logger.addHandler(failing);
+        try {
+            leaky.close();
+        } finally {
+            logger.removeHandler(failing);
+        }
+        assertEquals(1, storage[0].closes.get(), "the storage is released even though the report could not be logged");
+        assertTrue(leaky.closeReport().orElseThrow().startsWith("kvpool closed with outstanding pages: 1 of 2 in use"));
+        leaky.close(); // idempotent, and does not release twice
+        assertEquals(1, storage[0].closes.get());
+    }
+
+    @Test
     void aFailedFillAtFreeIsLogged() {
         final FailingCopyStorage[] storage = new FailingCopyStorage[1];
         try (KvPool pool = TestPools.builder(2).storage((l, n) -> storage[0] = new FailingCopyStorage(l, n)).build()) {
