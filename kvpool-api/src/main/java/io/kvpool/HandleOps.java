@@ -189,7 +189,8 @@ final class HandleOps {
     /**
      * An event that ends a pin ({@link SlotEvent#COMMIT_RECEIVE} and the like) on {@code handles[from .. to)}: what
      * {@code transition(h, event)} on each would do, the page counts added once. A refusal does not stop it:
-     * every other page is moved, then the first refusal is thrown.
+     * every other page is moved, then the first refusal is thrown. Nor does an Error of a freed page's fill (the page
+     * still reaches the free pages, filled before reuse): it is thrown after the rest, the first refusal suppressed.
      */
     void transitionAll(long[] handles, int from, int to, SlotEvent event) {
         java.util.Objects.checkFromToIndex(from, to, handles.length);
@@ -201,6 +202,7 @@ final class HandleOps {
         }
         final PageCounts.Delta delta = new PageCounts.Delta();
         RuntimeException first = null;
+        Error error = null;
         int unpinned = 0;
         try {
             for (int i = from; i < to; i++) {
@@ -212,9 +214,15 @@ final class HandleOps {
                     }
                     continue;
                 }
-                afterTransitionInPool(handles[i], word);
                 if (endsPin(event) && !SlotStateMachine.pinned(SlotStateMachine.phase(word))) {
-                    unpinned++;
+                    unpinned++; // its CAS took effect, whatever follows
+                }
+                try {
+                    afterTransitionInPool(handles[i], word);
+                } catch (Error e) { // a freed page's fill: the page reached the stack unfilled (onBecameFree); go on
+                    if (error == null) {
+                        error = e;
+                    }
                 }
             }
         } finally {
@@ -224,6 +232,12 @@ final class HandleOps {
             if (unpinned > 0 && pool.isClosed()) {
                 lifetime.afterUnpinEvents(unpinned);
             }
+        }
+        if (error != null) {
+            if (first != null) {
+                error.addSuppressed(first);
+            }
+            throw error;
         }
         if (first != null) {
             throw first;

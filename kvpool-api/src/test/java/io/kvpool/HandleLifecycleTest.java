@@ -383,6 +383,42 @@ class HandleLifecycleTest {
     }
 
     /**
+     * A cancelled receive's pages (their sequence closed, only the pins hold them) are committed in one batch, and the
+     * fill of the first one freed throws an Error: the other pages are still committed and freed, and the one whose
+     * fill failed reaches the free pages too, to be filled before it is handed out again.
+     */
+    @Test
+    void anErrorFillingOnePageOfABatchCommitStillFreesEveryPage() {
+        final ApiReviewRegressionTest.FailingCopyStorage[] storage = new ApiReviewRegressionTest.FailingCopyStorage[1];
+        try (KvPool pool = TestPools.builder(3).storage((l, n) -> storage[0] = new ApiReviewRegressionTest.FailingCopyStorage(l, n)).build()) {
+            final int perPage = TestPools.SMALL.tokensPerPage();
+            final Sequence seq = pool.admit(3 * perPage, 0).sequence();
+            pool.handles().appendPinned(seq, 3 * perPage);
+            final long[] pages = {seq.pageHandle(0), seq.pageHandle(1), seq.pageHandle(2)};
+            for (long h : pages) {
+                pool.page(h).fill((byte) 0x5A); // the received KV
+            }
+            seq.close(); // the receive was cancelled: only the pins keep the pages
+            storage[0].beforeNextFill = () -> {
+                throw new OutOfMemoryError("injected: no memory for the fill");
+            };
+            assertThrows(OutOfMemoryError.class, () -> pool.handles().commitReceiveAll(pages, 0, 3));
+            for (long h : pages) {
+                assertEquals(SlotState.FREE, pool.stateOfSlot(PageHandle.slot(h)), "slot " + PageHandle.slot(h));
+            }
+            assertEquals(0, pool.snapshot().receiving());
+            assertEquals(3, pool.verifyAccounting().free());
+            assertTrue(pool.verifyAccounting().balanced());
+            final Sequence next = pool.admit(3 * perPage, 0).sequence(); // every page again, the unfilled one filled first
+            next.append(3 * perPage);
+            for (int i = 0; i < 3; i++) {
+                assertEquals(0, pool.firstCanaryToken(next.pageHandle(i), 0, perPage), "page " + i + " holds the last tenant's bytes");
+            }
+            next.close();
+        }
+    }
+
+    /**
      * The pool closes between appendPinned's allocation and its fill, and the fill fails: close kept the storage for
      * the pinned pages, so the undo's end of their pins must release it, and the fill's failure is what the caller
      * hears.
