@@ -138,13 +138,16 @@ final class PoolAllocations {
             slots.counts().add(delta); // the pinned pages counted in, before their unpins below count them out
         }
         int taken = k;
-        unpinAndReleaseLocked(failed.allocated, k, pinned);
+        Error error = unpinAndReleaseLocked(failed.allocated, k, pinned, null);
         for (Sequence seq = head; seq != failed; seq = seq.stepNext) {
-            unpinAndReleaseLocked(seq.allocated, seq.stepPages, pinned);
+            error = unpinAndReleaseLocked(seq.allocated, seq.stepPages, pinned, error);
             taken += seq.stepPages;
             seq.reservedPages += seq.stepFromReservation;
         }
         allocator.flushCacheLocked(); // back where admission counts them (the owner may have cached them)
+        if (error != null) {
+            throw error;
+        }
         return Math.max(1, total - taken);
     }
 
@@ -152,18 +155,32 @@ final class PoolAllocations {
      * {@link #release}, after ending the pins of pages allocated pinned. Under the lock of an allocation that found the
      * pool open (and close takes the lock), so ending a pin never reaches the kept-storage release, which takes it too.
      */
-    private void unpinAndReleaseLocked(long[] handles, int count, boolean pinned) {
+    private Error unpinAndReleaseLocked(long[] handles, int count, boolean pinned, Error error) {
         if (pinned) {
             ops.unpinUnwritten(handles, 0, count);
         }
-        release(handles, count);
+        return release(handles, count, error);
     }
 
-    /** Releases the first {@code count} fresh pages of {@code handles}, unpinned and unshared: each goes FREE. */
-    private void release(long[] handles, int count) {
+    /**
+     * Releases the first {@code count} fresh pages of {@code handles}, unpinned and unshared: each goes FREE. An Error
+     * of a freed page's fill does not stop it (that page still reaches the free pages, to be filled before reuse): the
+     * undo's bookkeeping must still run, so the Error is handed back for the caller to throw after it.
+     *
+     * @param error the first Error of the undo so far, or {@code null}
+     * @return {@code error}, or else the first Error of these releases, or {@code null}
+     */
+    private Error release(long[] handles, int count, Error error) {
         for (int j = 0; j < count; j++) {
-            ops.tryTransition(handles[j], SlotEvent.RELEASE);
+            try {
+                ops.tryTransition(handles[j], SlotEvent.RELEASE);
+            } catch (Error e) {
+                if (error == null) {
+                    error = e;
+                }
+            }
         }
+        return error;
     }
 
     /**
@@ -174,6 +191,7 @@ final class PoolAllocations {
      *               pool may have closed since the allocation, and the last pin to end then releases the kept storage,
      *               which takes the lock)
      * @throws IllegalStateException if the pool closed meanwhile and kept no storage (nothing is left pinned then)
+     * @throws Error                  of a freed page's fill, once every page and reservation is back
      */
     void undoEach(Sequence head, boolean pinned) {
         if (pinned) {
@@ -181,11 +199,12 @@ final class PoolAllocations {
                 ops.unpinUnwritten(seq.allocated, 0, seq.stepPages); // no writer was given them: nothing to wait for
             }
         }
+        Error error = null;
         lock.lock();
         try {
             int fromReservations = 0;
             for (Sequence seq = head; seq != null; seq = seq.stepNext) {
-                release(seq.allocated, seq.stepPages);
+                error = release(seq.allocated, seq.stepPages, error);
                 seq.reservedPages += seq.stepFromReservation;
                 fromReservations += seq.stepFromReservation;
             }
@@ -194,6 +213,9 @@ final class PoolAllocations {
             reservations.add(fromReservations);
         } finally {
             lock.unlock();
+        }
+        if (error != null) {
+            throw error;
         }
     }
 

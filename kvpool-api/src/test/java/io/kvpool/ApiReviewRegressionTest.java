@@ -192,6 +192,38 @@ class ApiReviewRegressionTest {
         }
     }
 
+    /**
+     * A copy-on-write append fails in its copy, and the undo's release of the copy's target throws an Error from the
+     * fill: the undo still gives back the step's other page and the reservation, and then throws that Error.
+     */
+    @Test
+    void anErrorFillingAPageDuringTheUndoOfAFailedAppendLosesNeitherPagesNorReservation() {
+        final FailingCopyStorage[] storage = new FailingCopyStorage[1];
+        try (KvPool pool = TestPools.builder(16).storage((l, n) -> storage[0] = new FailingCopyStorage(l, n)).build()) {
+            final int pp = pool.layout().tokensPerPage();
+            final Sequence parent = pool.admit(pp + pp / 2, 3 * pp).sequence(); // 5 pages admitted
+            parent.append(pp + pp / 2);                                       // 2 pages, the last one partial
+            final Sequence child = parent.fork();                             // shares both: the next append copies
+            final int reservedBefore = parent.reservedPages();
+            final long poolReservedBefore = pool.snapshot().reserved();
+            storage[0].failNextCopy = true; // the copy of the shared last page fails ...
+            storage[0].beforeNextFill = () -> { // ... and the undo's fill of the copy's target, as it is freed
+                throw new OutOfMemoryError("injected: no memory for the fill");
+            };
+            final OutOfMemoryError e = assertThrows(OutOfMemoryError.class, () -> parent.append(pp)); // a copy + 1 new page
+            assertEquals("injected copy failure", e.getSuppressed()[0].getMessage(), "the copy's failure rides along");
+            assertEquals(pp + pp / 2, parent.tokenCount());
+            assertEquals(reservedBefore, parent.reservedPages(), "the step's reservation is the sequence's again");
+            assertEquals(poolReservedBefore, pool.snapshot().reserved());
+            child.close();
+            parent.close();
+            final PoolSnapshot after = pool.snapshot();
+            assertEquals(16, after.free(), after::toString);
+            assertEquals(0, after.reserved(), after::toString);
+            assertTrue(pool.verifyAccounting().balanced());
+        }
+    }
+
     @Test
     void aFullyAdmittedRequestNeverRunsOutAfterAFailedCopyOnWrite() {
         final FailingCopyStorage[] storage = new FailingCopyStorage[1];
