@@ -38,6 +38,11 @@ import java.util.Objects;
  * the pages — otherwise they stay quarantined until the transport proves the link can no longer write. The source
  * pages are retained from {@link #offer} until every write reading them ended, so a source page is never
  * reused while the transport may still read it.
+ * <p>
+ * Close the sender, and let it drain ({@link #close()}), before its pool: a reference does not keep a closed pool's
+ * storage, so a transport may still be reading pages the pool has freed. A pool closed under a running sender fails
+ * the transfers that still had pages to write ({@code SENDER_FAILED}); those that end later leave it as usual, with
+ * nothing left to release.
  *
  * <p><b>Threading:</b> single-threaded, like {@link TransferReceiver}; {@link #metrics()} may be read from any thread.
  */
@@ -479,7 +484,14 @@ public final class TransferSender extends TransferEndpoint {
             final int[] src = srcScratch;
             for (int i = 0; i < room; i++) {
                 final int page = t.nextPage + i;
-                final long v = pool.validate(t.sourceHandles[page]);
+                final long v;
+                try {
+                    v = pool.validate(t.sourceHandles[page]);
+                } catch (IllegalStateException closed) { // its storage may be gone: nothing more is read from it
+                    fail(t, "the source pool was closed with " + (end - t.nextPage) + " pages still to write", true,
+                        Message.Abort.SENDER_FAILED);
+                    return;
+                }
                 if (v < 0) {
                     fail(t, "source page " + page + " is no longer valid (code " + v + ")", true, Message.Abort.SENDER_FAILED);
                     return;
@@ -650,22 +662,31 @@ public final class TransferSender extends TransferEndpoint {
         finish(t);
     }
 
-    /** Every write ended: drop the source references. */
+    /**
+     * Every write ended: the transfer leaves the sender, then its source references are dropped. A source pool closed
+     * meanwhile took its pages with it: nothing is left to release then.
+     */
     private void finish(OutgoingTransfer t) {
         if (t.finished) {
             return;
         }
         t.finished = true;
-        if (!t.sourceReleased) {
-            t.sourceReleased = true;
-            pool.releaseAll(t.sourceHandles, 0, t.sourceHandles.length);
-        }
         if (t.peer != null) {
             t.peer.users--;
         }
         offers.remove(t.requestId);
         bySerial.remove(t.serial);
         active.remove(t);
+        if (!t.sourceReleased) {
+            t.sourceReleased = true;
+            try {
+                pool.releaseAll(t.sourceHandles, 0, t.sourceHandles.length);
+            } catch (IllegalStateException e) {
+                if (!pool.isClosed()) {
+                    throw e; // a refusal of our own references: a bug, not to be hidden
+                }
+            }
+        }
     }
 
     @Override

@@ -276,6 +276,43 @@ class SenderRulesTest {
     }
 
     @Test
+    void aSourcePoolClosedMidTransferFailsItAndTheSenderGoesOn() {
+        final OutgoingTransfer t = offer(16); // 4 pages: two batches of two
+        link.inject(descriptor(16));
+        tx.doWork();
+        assertEquals(2, link.postedTokens.size());
+        pool.close(); // under the running sender: its references do not keep the storage
+        link.postedTokens.forEach(tok -> link.completeWrite(tok, PeerLink.OK));
+        tx.doWork(); // the next batch would read the closed pool: the transfer fails instead, and flushes what it wrote
+        assertEquals(2, link.postedTokens.size(), "nothing more is read from a closed pool");
+        final Message.Abort abort = link.sent(Message.Abort.class).getFirst();
+        assertEquals(Message.Abort.SENDER_FAILED, abort.reason());
+        assertTrue(abort.detail().contains("source pool was closed with 2 pages still to write"), abort.detail());
+        link.completeFlush(link.flushTokens.getFirst(), true);
+        tx.doWork();
+        assertEquals(OutgoingTransfer.State.DRAINED, t.state(), t::toString);
+        assertEquals(new Message.Drained(3, 9, 0, 2, 2, 0), link.sent(Message.Drained.class).getFirst());
+        assertEquals(0, tx.activeTransfers());
+    }
+
+    @Test
+    void aSourcePoolClosedBeforeTheFlushAnswerStillEndsTheTransfer() {
+        final OutgoingTransfer t = offer(8); // 2 pages: one batch
+        link.inject(descriptor(8));
+        tx.doWork();
+        link.postedTokens.forEach(tok -> link.completeWrite(tok, PeerLink.OK));
+        tx.doWork();
+        assertEquals(1, link.flushTokens.size());
+        pool.close();
+        link.completeFlush(link.flushTokens.getFirst(), true);
+        tx.doWork(); // the checksums cannot be read any more: the transfer fails, its writes proven
+        assertEquals(OutgoingTransfer.State.DRAINED, t.state(), t::toString);
+        assertEquals(new Message.Drained(3, 9, 0, 2, 2, 0), link.sent(Message.Drained.class).getFirst());
+        assertEquals(0, tx.activeTransfers(), "the transfer left the sender although its pool could not take the pages back");
+        tx.doWork(); // and the duty cycle goes on
+    }
+
+    @Test
     void aDrainDeadlineForceCancelsButStillWaitsForTerminalStates() {
         final OutgoingTransfer t = offer(8);
         link.inject(descriptor(8));
