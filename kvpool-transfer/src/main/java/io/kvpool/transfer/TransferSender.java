@@ -69,6 +69,12 @@ public final class TransferSender extends TransferEndpoint {
      * request after all. A link that goes down keeps its CANCELs: the receiver still refused the request.
      */
     private final Long2ObjectHashMap<EarlyCancel> cancelledEarly = new Long2ObjectHashMap<>();
+    /**
+     * Offers aborted before their descriptor came, by request id: a descriptor that comes for one within the descriptor
+     * timeout is refused at once, so that its receiver frees the pages it holds for it now, not at its completion
+     * timeout. A new offer of the request drops the entry. At most {@link #MAX_EARLY_CANCELS} at a time.
+     */
+    private final Long2ObjectHashMap<EarlyCancel> abortedEarly = new Long2ObjectHashMap<>();
     static final int MAX_EARLY_CANCELS = 65_536;
     private long nextEarlyCancelPurge;
     private final Int2ObjectHashMap<OutgoingTransfer> bySerial = new Int2ObjectHashMap<>();
@@ -236,6 +242,7 @@ public final class TransferSender extends TransferEndpoint {
         bySerial.put(t.serial, t);
         t.deadline = clock.nanoTime() + descriptorTimeoutNanos;
         active.add(t);
+        abortedEarly.remove(requestId); // offered again: a descriptor for it is this offer's
         final EarlyCancel ec = cancelledEarly.remove(requestId);
         if (ec != null && clock.nanoTime() - ec.expires() >= 0) {
             metrics.cancelsIgnored.increment(); // expired, not purged yet: as if it had been
@@ -256,6 +263,8 @@ public final class TransferSender extends TransferEndpoint {
     /**
      * Aborts a transfer: nothing more is posted, the receiver is told, and DRAINED follows once every
      * posted write ended. Does nothing to a transfer that is COMPLETED or already failing. Owner thread only.
+     * An offer still waiting for its descriptor ends at once; a descriptor that comes for its request within the
+     * descriptor timeout (and before the request is offered again) is refused, which tells its receiver then.
      *
      * @param t   a transfer this sender offered
      * @param why the reason, sent to the receiver and kept in the transfer's failure
@@ -268,6 +277,9 @@ public final class TransferSender extends TransferEndpoint {
             t.failure = "aborted before a descriptor arrived: " + why;
             t.state = OutgoingTransfer.State.FAILING;
             maybeDrained(t); // nothing was posted
+            if (abortedEarly.size() < MAX_EARLY_CANCELS) {
+                abortedEarly.put(t.requestId, new EarlyCancel(why, clock.nanoTime() + descriptorTimeoutNanos));
+            }
             return true;
         }
         if (t.state != OutgoingTransfer.State.WRITING && t.state != OutgoingTransfer.State.FLUSHING) {
@@ -317,6 +329,12 @@ public final class TransferSender extends TransferEndpoint {
         }
         final OutgoingTransfer t = offers.get(d.requestId());
         if (t == null) {
+            final EarlyCancel aborted = abortedEarly.remove(d.requestId());
+            if (aborted != null && clock.nanoTime() - aborted.expires() < 0) {
+                refuse(p, d.transferId(), d.generation(), d.senderRank(), Message.Abort.REQUESTED, "request " + d.requestId()
+                    + " was aborted before its descriptor came: " + aborted.why());
+                return;
+            }
             seen(p, d.transferId(), d.generation(), d.senderRank(), true, 0, 0); // nothing posted yet
             if (cancelledEarly.remove(d.requestId()) != null) {
                 metrics.cancelsIgnored.increment(); // the receiver asks for the request again: its CANCEL is stale
@@ -336,8 +354,12 @@ public final class TransferSender extends TransferEndpoint {
 
     /** Refuses a descriptor: ABORT, then DRAINED with nothing posted (true: nothing was). */
     private void refuse(Peer p, long transferId, int generation, int rank, String why) {
+        refuse(p, transferId, generation, rank, Message.Abort.SENDER_FAILED, why);
+    }
+
+    private void refuse(Peer p, long transferId, int generation, int rank, int reason, String why) {
         seen(p, transferId, generation, rank, true, 0, 0);
-        send(p, new Message.Abort(transferId, generation, Message.Abort.SENDER_FAILED, why));
+        send(p, new Message.Abort(transferId, generation, reason, why));
         send(p, new Message.Drained(transferId, generation, rank, 0, 0, 0));
     }
 
@@ -692,7 +714,7 @@ public final class TransferSender extends TransferEndpoint {
     @Override
     int onDuty(long now) {
         int work = 0;
-        if (!cancelledEarly.isEmpty() && now - nextEarlyCancelPurge >= 0) { // a scan at most every 100 ms
+        if ((!cancelledEarly.isEmpty() || !abortedEarly.isEmpty()) && now - nextEarlyCancelPurge >= 0) { // a scan at most every 100 ms
             nextEarlyCancelPurge = now + 100_000_000L;
             cancelledEarly.values().removeIf(ec -> {
                 if (now - ec.expires() >= 0) {
@@ -701,6 +723,7 @@ public final class TransferSender extends TransferEndpoint {
                 }
                 return false;
             });
+            abortedEarly.values().removeIf(ab -> now - ab.expires() >= 0);
         }
         scratch.clear();
         scratch.addAll(active);

@@ -313,6 +313,48 @@ class SenderRulesTest {
     }
 
     @Test
+    void aDescriptorForAnOfferAbortedBeforeItCameIsRefusedAtOnce() {
+        final OutgoingTransfer t = offer(8);
+        assertTrue(tx.abort(t, "client gone"));
+        assertEquals(OutgoingTransfer.State.DRAINED, t.state(), t::toString);
+        assertEquals(0, tx.activeTransfers());
+        assertTrue(link.sent(Message.Abort.class).isEmpty(), "no descriptor yet: nobody to tell");
+        link.inject(descriptor(8));
+        tx.doWork(); // the receiver holds pages for it: it hears now, not at its completion timeout
+        final Message.Abort abort = link.sent(Message.Abort.class).getFirst();
+        assertEquals(3, abort.transferId());
+        assertEquals(9, abort.generation());
+        assertEquals(Message.Abort.REQUESTED, abort.reason());
+        assertTrue(abort.detail().contains("client gone"), abort.detail());
+        assertEquals(new Message.Drained(3, 9, 0, 0, 0, 0), link.sent(Message.Drained.class).getFirst());
+        assertTrue(link.postedTokens.isEmpty());
+        assertEquals(List.of(SlotState.FREE, SlotState.FREE), sourceStates(), "the source pages went back at the abort");
+    }
+
+    @Test
+    void anOfferAbortedThenOfferedAgainTakesTheNextDescriptor() {
+        tx.abort(offer(8), "retried");
+        final OutgoingTransfer again = offer(8);
+        link.inject(descriptor(8));
+        tx.doWork();
+        assertEquals(OutgoingTransfer.State.WRITING, again.state(), again::toString);
+        assertEquals(2, link.postedTokens.size());
+        assertTrue(link.sent(Message.Abort.class).isEmpty(), link.sent::toString);
+    }
+
+    @Test
+    void anAbortedOffersRefusalEndsWithTheDescriptorTimeout() {
+        tx.abort(offer(8), "client gone");
+        clock.advanceMillis(60_000); // the builder's descriptor timeout
+        tx.doWork();
+        link.inject(descriptor(8));
+        tx.doWork();
+        assertTrue(link.sent(Message.Abort.class).isEmpty(), "too late to be that offer's: it waits for an offer, as any early one");
+        final OutgoingTransfer later = offer(8);
+        assertEquals(OutgoingTransfer.State.WRITING, later.state(), later::toString);
+    }
+
+    @Test
     void aDrainDeadlineForceCancelsButStillWaitsForTerminalStates() {
         final OutgoingTransfer t = offer(8);
         link.inject(descriptor(8));
