@@ -17,6 +17,8 @@ import java.util.concurrent.atomic.AtomicLong;
  *                (PoolAllocations#tryAllocateEach): all pages, or none and "pages short"
  *   3. copy      the copy-on-write pages; a copy that fails gives every page back (PoolAllocations#undoEach)
  *   4. apply     the list's block tables and token counts (Sequence#applyAppend): cannot fail
+ *   5. release   the shared pages the copies replaced, after every sequence is complete: a release that frees
+ *                one (its other holder let go meanwhile) fills it, and an Error there must not stop the others
  * </pre>
  * A step in which no sequence needs a page (15 of 16 decode steps at 16 tokens a page) takes no lock at all.
  * Threads: the caller must own every sequence of the batch (see {@link Sequence}); different threads may run
@@ -129,9 +131,42 @@ final class BatchAppend {
             }
         }
         for (Sequence seq = head; seq != null; seq = seq.stepNext) {
-            seq.applyAppend(tokens);
+            seq.stepReplaced = seq.applyAppend(tokens);
+        }
+        if (copies) {
+            releaseReplaced(pool, head);
         }
         return got;
+    }
+
+    /**
+     * Step 5: releases each page a copy-on-write replaced. One that fails does not stop the others; the first
+     * failure is thrown after them (the step itself took effect).
+     */
+    private static void releaseReplaced(KvPool pool, Sequence head) {
+        Throwable first = null;
+        for (Sequence seq = head; seq != null; seq = seq.stepNext) {
+            final long replaced = seq.stepReplaced;
+            if (replaced == PageHandle.NONE) {
+                continue;
+            }
+            seq.stepReplaced = PageHandle.NONE;
+            try {
+                pool.release(replaced);
+            } catch (RuntimeException | Error e) {
+                if (first == null) {
+                    first = e;
+                } else if (first != e) {
+                    first.addSuppressed(e);
+                }
+            }
+        }
+        if (first instanceof Error e) {
+            throw e;
+        }
+        if (first != null) {
+            throw (RuntimeException) first;
+        }
     }
 
     /** Takes back the tokens counted in step 1 for {@code batch[0 .. n)} that needed no page. */

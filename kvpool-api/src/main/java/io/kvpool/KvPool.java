@@ -402,7 +402,8 @@ public final class KvPool implements AutoCloseable {
      * {@link Sequence#append} on each, with the pages the step needs allocated under one acquisition of the pool
      * lock (a step that needs none takes no lock). Allocation-free, except a step that evicts cached prefix pages: it
      * copies their slots for the fill that follows outside the lock. All or nothing: when it throws or returns a
-     * negative number, no sequence changed.
+     * negative number, no sequence changed; except, as for {@link Sequence#append}, a failure releasing the pages the
+     * step's copies-on-write replaced, which comes after every sequence was appended to.
      *
      * @param batch  the sequences, each at most once, all of this pool and owned by the calling thread
      * @param count  how many of {@code batch} take part, from index 0

@@ -38,6 +38,8 @@ public final class Sequence implements AutoCloseable {
 
     // cold longs first
     private final long admittedTokens;
+    /** The shared page a copy-on-write of a batch step replaced, until BatchAppend releases it; else NONE. */
+    long stepReplaced;
     private long salt;
     /** Free unreserved pages when the last {@link #tryFork()} came up short (for fork's message). */
     private long lastForkAvailable;
@@ -216,7 +218,9 @@ public final class Sequence implements AutoCloseable {
 
     /**
      * Adds {@code n} tokens, allocating pages as needed (copy-on-write of a shared partial last page
-     * first). All or nothing: on an exception nothing changed. The admission's reservation covers the
+     * first). All or nothing: on an exception nothing changed, except one thrown by the release of the page a
+     * copy-on-write replaced (an Error of its fill, when its other holder let go meanwhile; the pool closed under
+     * the call), which comes after the append took effect. The admission's reservation covers the
      * pages for the admitted tokens and the copy-on-write after a {@link #fork()}; a copy forced because
      * someone else took a reference to the partial last page with {@link KvPool#retain} is not covered
      * and comes from unreserved free pages.
@@ -262,14 +266,19 @@ public final class Sequence implements AutoCloseable {
                 }
             }
         }
-        applyAppend(n);
+        final long replaced = applyAppend(n);
+        if (replaced != PageHandle.NONE) {
+            pool.release(replaced); // last: freeing it may fill it, and an Error there must find the append whole
+        }
     }
 
-    // ---- an append in three steps, shared with KvPool#appendEach ----
+    // ---- an append in four steps, shared with KvPool#appendEach ----
     //   planAppend   checks and decides the pages (changes nothing but stepCow)
     //   the pool     allocates stepPages pages into `allocated` (PoolAllocations#tryAllocateEach), fills evicted ones
     //   copy         copyLastPageInto, when stepCow (the only step that can fail after the allocation: undoEach)
     //   applyAppend  puts the pages in the block table and counts the tokens (cannot fail)
+    //   release      the shared page a copy-on-write replaced: its other holder may have let go meanwhile, and then
+    //                this release frees and fills it, which can throw an Error (after the append took effect)
 
     /**
      * Checks an append of {@code n} tokens and decides its pages. Changes nothing but the plan's fields.
@@ -378,13 +387,20 @@ public final class Sequence implements AutoCloseable {
         pool.storage().copyPages(copyFrom, 0, copyTo, 0, 1);
     }
 
-    /** Completes an append planned by {@link #planAppend} whose {@link #stepPages} pages are in {@link #allocated}. */
-    void applyAppend(int n) {
+    /**
+     * Completes an append planned by {@link #planAppend} whose {@link #stepPages} pages are in {@link #allocated}.
+     * Cannot fail. The caller releases the page a copy-on-write replaced, once every sequence of its step is complete.
+     *
+     * @return the handle of the replaced shared page, still referenced for the caller to release; or
+     *         {@link PageHandle#NONE} when the step copied nothing
+     */
+    long applyAppend(int n) {
         final int allocate = stepPages;
+        long replaced = PageHandle.NONE;
         int k = 0;
         if (stepCow) {
             final long fresh = allocated[k++];
-            final long old = handles[pageCount - 1];
+            replaced = handles[pageCount - 1];
             handles[pageCount - 1] = fresh;
             blockTable[pageCount - 1] = PageHandle.slot(fresh);
             unsharedAtEpoch = -1;
@@ -392,12 +408,12 @@ public final class Sequence implements AutoCloseable {
             if (publishedPages > pageCount - 1) {
                 publishedPages = pageCount - 1;
             }
-            pool.release(old);
         }
         for (; k < allocate; k++) {
             addPage(allocated[k]);
         }
         tokenCount += n;
+        return replaced;
     }
 
     /**

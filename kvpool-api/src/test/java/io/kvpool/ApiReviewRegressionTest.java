@@ -163,7 +163,15 @@ class ApiReviewRegressionTest {
         final java.util.concurrent.atomic.AtomicInteger closes = new java.util.concurrent.atomic.AtomicInteger();
         public void close() { closes.incrementAndGet(); d.close(); }
 
+        /** Runs at the start of the next copy, once. */
+        volatile Runnable beforeNextCopy;
+
         public void copyPages(int[] src, int srcOff, int[] dst, int dstOff, int count) {
+            final Runnable before = beforeNextCopy;
+            if (before != null) {
+                beforeNextCopy = null;
+                before.run();
+            }
             if (failNextCopy) {
                 failNextCopy = false;
                 throw new IllegalStateException("injected copy failure");
@@ -219,6 +227,69 @@ class ApiReviewRegressionTest {
             parent.close();
             final PoolSnapshot after = pool.snapshot();
             assertEquals(16, after.free(), after::toString);
+            assertEquals(0, after.reserved(), after::toString);
+            assertTrue(pool.verifyAccounting().balanced());
+        }
+    }
+
+    /**
+     * During a copy-on-write append the page's other holder lets go, so the append's release of the replaced page
+     * frees it, and that page's fill throws an Error: the append has taken effect whole (its new page is in the table),
+     * and every page comes back when the sequence closes.
+     */
+    @Test
+    void anErrorFreeingThePageACopyReplacedLeavesTheAppendWhole() {
+        final FailingCopyStorage[] storage = new FailingCopyStorage[1];
+        try (KvPool pool = TestPools.builder(16).storage((l, n) -> storage[0] = new FailingCopyStorage(l, n)).build()) {
+            final int pp = pool.layout().tokensPerPage();
+            final Sequence parent = pool.admit(pp + pp / 2, 3 * pp).sequence();
+            parent.append(pp + pp / 2);
+            final Sequence child = parent.fork();
+            storage[0].beforeNextCopy = () -> { // the other holder lets go while the copy runs
+                child.close();
+                storage[0].beforeNextFill = () -> {
+                    throw new OutOfMemoryError("injected: no memory for the fill");
+                };
+            };
+            assertThrows(OutOfMemoryError.class, () -> parent.append(pp)); // a copy + 1 new page
+            assertEquals(2 * pp + pp / 2, parent.tokenCount(), "the append took effect");
+            assertEquals(3, parent.pageCount());
+            parent.close();
+            final PoolSnapshot after = pool.snapshot();
+            assertEquals(16, after.free(), after::toString);
+            assertEquals(0, after.reserved(), after::toString);
+            assertTrue(pool.verifyAccounting().balanced());
+        }
+    }
+
+    /** The same in a batch step: the first sequence's replaced page fails its fill; the second sequence is still applied. */
+    @Test
+    void anErrorFreeingOnePageABatchCopyReplacedLeavesEverySequenceWhole() {
+        final FailingCopyStorage[] storage = new FailingCopyStorage[1];
+        try (KvPool pool = TestPools.builder(24).storage((l, n) -> storage[0] = new FailingCopyStorage(l, n)).build()) {
+            final int pp = pool.layout().tokensPerPage();
+            final Sequence[] parents = new Sequence[2];
+            final Sequence[] children = new Sequence[2];
+            for (int i = 0; i < 2; i++) {
+                parents[i] = pool.admit(pp + pp / 2, 3 * pp).sequence();
+                parents[i].append(pp + pp / 2);
+                children[i] = parents[i].fork();
+            }
+            storage[0].beforeNextCopy = () -> {
+                children[0].close();
+                children[1].close();
+                storage[0].beforeNextFill = () -> {
+                    throw new OutOfMemoryError("injected: no memory for the fill");
+                };
+            };
+            assertThrows(OutOfMemoryError.class, () -> pool.appendEach(parents, 2, pp));
+            for (Sequence p : parents) {
+                assertEquals(2 * pp + pp / 2, p.tokenCount(), "the step took effect for every sequence");
+                assertEquals(3, p.pageCount());
+                p.close();
+            }
+            final PoolSnapshot after = pool.snapshot();
+            assertEquals(24, after.free(), after::toString);
             assertEquals(0, after.reserved(), after::toString);
             assertTrue(pool.verifyAccounting().balanced());
         }
