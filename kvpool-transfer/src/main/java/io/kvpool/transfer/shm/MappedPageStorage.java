@@ -105,6 +105,7 @@ public final class MappedPageStorage implements PageStorage {
         final long size = fileSize(layout.bytesPerPage(), pages);
         final Arena arena = Arena.ofShared();
         boolean created = false;
+        HostPageStorage host = null;
         try {
             Files.deleteIfExists(file);
             if (FileSystems.getDefault().supportedFileAttributeViews().contains("posix")) {
@@ -129,8 +130,8 @@ public final class MappedPageStorage implements PageStorage {
             }
             final long identity = new SecureRandom().nextLong() | 1; // never 0 (0 means "no pool" in the bootstrap)
             final long pid = ProcessHandle.current().pid();
-            final HostPageStorage host = HostPageStorage.over(layout, pages, mapping.asSlice(HEADER_BYTES), true,
-                closer(arena, file, fileKey));
+            // the header first, all but its magic: after the storage over the pages exists, as little as possible
+            // may fault (a late fault of the fill is caught below, and must close that storage too)
             mapping.set(INT, OFF_VERSION, FORMAT_VERSION);
             mapping.set(INT, OFF_PAGES, pages);
             mapping.set(LONG, OFF_FINGERPRINT, layout.fingerprint());
@@ -142,21 +143,26 @@ public final class MappedPageStorage implements PageStorage {
             mapping.set(INT, OFF_TPP, layout.tokensPerPage());
             mapping.set(LONG, OFF_IDENTITY, identity);
             mapping.set(LONG, OFF_PID, pid);
+            host = HostPageStorage.over(layout, pages, mapping.asSlice(HEADER_BYTES), true, closer(arena, file, fileKey));
+            afterOver(host);
             VarHandle.fullFence();
             mapping.set(LONG, OFF_MAGIC, MAGIC);
             return new MappedPageStorage(file, true, identity, pid, mapping, host);
         } catch (IOException e) {
+            closeQuietly(host);
             closeQuietly(arena);
             deleteIfCreated(created, file);
             throw new UncheckedIOException("cannot create the mapped pool file " + file + " of " + size + " bytes ("
                 + pages + " pages of " + layout.bytesPerPage() + " bytes): " + e.getMessage(), e);
         } catch (InternalError e) { // a fault in mapped memory: the room went to someone else after the check
+            closeQuietly(host);
             closeQuietly(arena);
             deleteIfCreated(created, file);
             throw new UncheckedIOException("cannot fill the mapped pool file " + file + " of " + size + " bytes (" + pages
                 + " pages of " + layout.bytesPerPage() + " bytes): a write faulted; is its file system full?",
                 new IOException(e.toString(), e));
         } catch (RuntimeException | Error e) {
+            closeQuietly(host);
             closeQuietly(arena);
             deleteIfCreated(created, file);
             throw e;
@@ -195,6 +201,7 @@ public final class MappedPageStorage implements PageStorage {
     public static MappedPageStorage map(Path file, KvLayout expected) {
         Objects.requireNonNull(file, "file");
         final Arena arena = Arena.ofShared();
+        HostPageStorage host = null;
         try {
             final MemorySegment mapping;
             try (FileChannel ch = FileChannel.open(file, StandardOpenOption.READ, StandardOpenOption.WRITE)) {
@@ -248,17 +255,22 @@ public final class MappedPageStorage implements PageStorage {
                 throw new TransferException("mapped pool file " + file + " has " + mapping.byteSize() + " bytes, its header ("
                     + pages + " pages of " + pageBytes + " bytes) needs " + want);
             }
-            final HostPageStorage host = HostPageStorage.over(layout, pages, mapping.asSlice(HEADER_BYTES), false,
-                closer(arena, file, null));
-            return new MappedPageStorage(file, false, mapping.get(LONG, OFF_IDENTITY), mapping.get(LONG, OFF_PID), mapping, host);
+            final long identity = mapping.get(LONG, OFF_IDENTITY);
+            final long pid = mapping.get(LONG, OFF_PID);
+            host = HostPageStorage.over(layout, pages, mapping.asSlice(HEADER_BYTES), false, closer(arena, file, null));
+            afterOver(host);
+            return new MappedPageStorage(file, false, identity, pid, mapping, host);
         } catch (IOException e) {
+            closeQuietly(host);
             closeQuietly(arena);
             throw new UncheckedIOException("cannot map pool file " + file + ": " + e.getMessage(), e);
         } catch (InternalError e) { // SIGBUS: the file shrank between its size check and a header read
+            closeQuietly(host);
             closeQuietly(arena);
             throw new TransferException("mapped pool file " + file + " faulted while its header was read (it shrank under "
                 + "the mapping): " + e.getMessage(), e);
         } catch (RuntimeException | Error e) {
+            closeQuietly(host);
             closeQuietly(arena);
             throw e;
         }
@@ -303,6 +315,30 @@ public final class MappedPageStorage implements PageStorage {
             } catch (IOException ignored) {
                 // best effort
             }
+        }
+    }
+
+    /**
+     * Closes a storage made over the mapping before a late fault (a fault in mapped memory can be reported after the
+     * statement that caused it): its own memory is freed only by its close. Nothing if {@code null}.
+     */
+    private static void closeQuietly(HostPageStorage host) {
+        if (host != null) {
+            try {
+                host.close();
+            } catch (RuntimeException ignored) {
+                // the mapping's arena is closed below either way
+            }
+        }
+    }
+
+    /** Test seam: runs on the storage just made over the mapping, before create or map returns; null in production. */
+    static volatile java.util.function.Consumer<HostPageStorage> afterOverForTests;
+
+    private static void afterOver(HostPageStorage host) {
+        final java.util.function.Consumer<HostPageStorage> hook = afterOverForTests;
+        if (hook != null) {
+            hook.accept(host);
         }
     }
 

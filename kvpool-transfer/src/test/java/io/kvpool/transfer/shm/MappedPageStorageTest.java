@@ -37,6 +37,48 @@ class MappedPageStorageTest {
         }
     }
 
+    /**
+     * A fault in mapped memory can be reported after the statement that caused it: one that comes after the storage
+     * over the pages was made must free that storage too (its own memory, a canary page, lives until its close).
+     */
+    @Test
+    void aLateFaultAfterTheStorageWasMadeClosesItInCreate() {
+        final Path f = dir.resolve("pool");
+        final io.kvpool.storage.HostPageStorage[] made = new io.kvpool.storage.HostPageStorage[1];
+        MappedPageStorage.afterOverForTests = h -> {
+            made[0] = h;
+            throw new InternalError("injected: a late fault in mapped memory");
+        };
+        try {
+            assertThrows(java.io.UncheckedIOException.class, () -> MappedPageStorage.create(f, LAYOUT, 3));
+        } finally {
+            MappedPageStorage.afterOverForTests = null;
+        }
+        assertNotNull(made[0]);
+        assertThrows(IllegalStateException.class, () -> made[0].hostPage(0), "the storage over the mapping was closed");
+        assertFalse(Files.exists(f), "a failed create leaves no file");
+    }
+
+    @Test
+    void aLateFaultAfterTheStorageWasMadeClosesItInMap() {
+        final Path f = dir.resolve("pool");
+        try (MappedPageStorage owner = MappedPageStorage.create(f, LAYOUT, 3)) {
+            final io.kvpool.storage.HostPageStorage[] made = new io.kvpool.storage.HostPageStorage[1];
+            MappedPageStorage.afterOverForTests = h -> {
+                made[0] = h;
+                throw new InternalError("injected: a late fault in mapped memory");
+            };
+            try {
+                assertThrows(TransferException.class, () -> MappedPageStorage.map(f));
+            } finally {
+                MappedPageStorage.afterOverForTests = null;
+            }
+            assertNotNull(made[0]);
+            assertThrows(IllegalStateException.class, () -> made[0].hostPage(0), "the peer's view was closed");
+            assertCanaryPage(owner, 0); // the owner's storage is untouched
+        }
+    }
+
     @Test
     void createFillsCanaryAndPagesFollowTheHeader() throws Exception {
         final Path f = dir.resolve("pool");
