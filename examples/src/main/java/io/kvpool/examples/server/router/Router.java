@@ -128,6 +128,9 @@ public final class Router implements AutoCloseable {
     private <T> T roleCall(RoleCall<T> c) throws InterruptedException {
         final Thread me = Thread.currentThread();
         synchronized (inRoleCall) {
+            if (closed) { // close() swept the calls already: this one would run in full, to a role being closed
+                throw new InterruptedException("the router is closed");
+            }
             inRoleCall.add(me);
         }
         try {
@@ -272,6 +275,8 @@ public final class Router implements AutoCloseable {
             throwIfGone(sink);
             try {
                 call = roleCall(() -> decode.start(id, tenant, tokens.size(), maxTokens));
+            } catch (DuplicateRequestException e) { // decode is up: it names a call of that id already running there
+                throw unavailable("decode", "duplicate_request_id", e.getMessage());
             } catch (RoleRefusedException e) {
                 throw refusedByRole(e);
             } catch (IllegalStateException e) { // as for prefill

@@ -20,6 +20,7 @@ import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicReference;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
@@ -86,6 +87,43 @@ class RouterCloseTest {
             router.close();
             final Object r = result.get(5, TimeUnit.SECONDS);
             assertClosingRefusal(r);
+            awaitNothingLeft(roles);
+        }
+    }
+
+    @Test
+    void aRequestBetweenItsRoleCallsWhenTheRouterClosesMakesNoFurtherCall() throws Exception {
+        // close() interrupts the role calls in progress; a request between two of them must not start the next one
+        // (to a role that may be stuck or closing): it ends at once, as the server's shutdown
+        final ServerConfig cfg = ServerTests.small().build();
+        try (InJvmRoles roles = InJvmRoles.start(cfg, Duration.ofSeconds(10))) {
+            Await.until(roles.decode()::ready, Duration.ofSeconds(10), () -> "the prefill link");
+            final AtomicReference<Router> router = new AtomicReference<>();
+            final java.util.concurrent.atomic.AtomicBoolean decodeStarted = new java.util.concurrent.atomic.AtomicBoolean();
+            final PrefillService closingAfter = new ForwardingPrefill(roles.prefill()) {
+                @Override
+                public Rejection prefill(long requestId, String tenant, List<byte[]> tokens) {
+                    final Rejection r = super.prefill(requestId, tenant, tokens);
+                    router.get().close(); // as the call returns: its interrupt is cleared, the next call not begun
+                    return r;
+                }
+            };
+            final DecodeService stuckAtStart = new ForwardingDecode(roles.decode()) {
+                @Override
+                public DecodeCall start(long requestId, String tenant, int promptTokens, int maxNewTokens) {
+                    decodeStarted.set(true);
+                    try {
+                        Thread.sleep(30_000); // a stuck role: close() swept the calls before this one began
+                    } catch (InterruptedException e) {
+                        Thread.currentThread().interrupt();
+                    }
+                    throw new IllegalStateException("decode role is closed");
+                }
+            };
+            router.set(new Router(cfg, closingAfter, stuckAtStart));
+            final CompletableFuture<Object> result = completeOnItsOwnThread(router.get(), "between prefill and decode");
+            assertClosingRefusal(result.get(5, TimeUnit.SECONDS));
+            assertFalse(decodeStarted.get(), "a call to decode began after the router closed");
             awaitNothingLeft(roles);
         }
     }

@@ -4,6 +4,7 @@ import io.kvpool.examples.server.Await;
 import io.kvpool.examples.server.ServerTests;
 import io.kvpool.examples.server.api.ApiError;
 import io.kvpool.examples.server.config.ServerConfig;
+import io.kvpool.examples.server.role.DecodeCall;
 import io.kvpool.examples.server.role.DuplicateRequestException;
 import io.kvpool.examples.server.role.InJvmRoles;
 import io.kvpool.examples.server.role.Rejection;
@@ -15,6 +16,7 @@ import java.util.List;
 import java.util.concurrent.TimeUnit;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertNull;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 
 /** Every request the router counts has exactly one outcome among completed, aborted, rejected, failed and timed out. */
@@ -26,7 +28,7 @@ class RouterCountersTest {
         final ServerConfig cfg = ServerTests.small().build();
         try (InJvmRoles roles = InJvmRoles.start(cfg, Duration.ofSeconds(10))) {
             Await.until(roles.decode()::ready, Duration.ofSeconds(10), () -> "the prefill link");
-            final boolean[] duplicateAt = new boolean[2]; // {decode's reserve, prefill}
+            final boolean[] duplicateAt = new boolean[3]; // {decode's reserve, prefill, decode's start}
             final Router router = new Router(cfg, new ForwardingPrefill(roles.prefill()) {
                 @Override
                 public Rejection prefill(long requestId, String tenant, List<byte[]> tokens) {
@@ -43,6 +45,14 @@ class RouterCountersTest {
                     }
                     return super.reserve(requestId, tenant, promptTokens, maxNewTokens);
                 }
+
+                @Override
+                public DecodeCall start(long requestId, String tenant, int promptTokens, int maxNewTokens) {
+                    if (duplicateAt[2]) {
+                        throw new DuplicateRequestException("request " + requestId + " is decoding already");
+                    }
+                    return super.start(requestId, tenant, promptTokens, maxNewTokens);
+                }
             });
             router.complete("alice", new Router.Request("a prompt", 2, false), NoSink.INSTANCE);
             assertAccounted(router.counters(), 1);
@@ -55,9 +65,20 @@ class RouterCountersTest {
             duplicateAt[1] = true;
             assertEquals(503, refused(router, "a prompt").status());
             assertAccounted(router.counters(), 4);
-            router.close();
+            duplicateAt[1] = false;
+            duplicateAt[2] = true; // decode is up and says so: not counted as decode unavailable
             assertEquals(503, refused(router, "a prompt").status());
             assertAccounted(router.counters(), 5);
+            assertEquals(2.0, router.counters().registry().find(RouterCounters.REJECTED).tags("role", "decode",
+                "reason", "duplicate_request_id").counter().count(), "both of decode's duplicate refusals, by their reason");
+            assertNull(router.counters().registry().find(RouterCounters.REJECTED).tags("role", "decode", "reason", "unavailable")
+                .counter(), "decode was never unavailable");
+            duplicateAt[2] = false;
+            Await.until(() -> roles.prefill().activeTransfers() == 0 && roles.decodePool().snapshot().reserved() == 0,
+                Duration.ofSeconds(10), () -> "the refused request's offer and reservation: " + roles.decodePool().snapshot());
+            router.close();
+            assertEquals(503, refused(router, "a prompt").status());
+            assertAccounted(router.counters(), 6);
         }
     }
 
