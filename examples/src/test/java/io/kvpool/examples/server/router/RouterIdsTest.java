@@ -28,4 +28,22 @@ class RouterIdsTest {
             }
         }), "the smallest epoch is 1, never 0");
     }
+
+    @Test
+    void theIdsTheDocsShowAreIdsARouterCanIssue() throws java.io.IOException {
+        final java.nio.file.Path doc = java.nio.file.Path.of("..", "docs", "example-server.md");
+        final String text = java.nio.file.Files.readString(doc);
+        final java.util.regex.Matcher m = java.util.regex.Pattern.compile("\"request_id\":(\\d+)|cmpl-(\\d+)").matcher(text);
+        int n = 0;
+        while (m.find()) {
+            final String digits = m.group(1) != null ? m.group(1) : m.group(2);
+            final java.math.BigInteger id = new java.math.BigInteger(digits);
+            assertTrue(id.signum() > 0 && id.compareTo(java.math.BigInteger.valueOf(Router.MAX_ID)) <= 0
+                && id.longValueExact() >>> Router.ID_COUNTER_BITS != 0, doc + " shows request id " + digits
+                + ", which no router issues (1 ≤ epoch, id ≤ " + Router.MAX_ID + ")");
+            n++;
+        }
+        assertTrue(n >= 4, "found only " + n + " request ids in " + doc.toAbsolutePath());
+    }
 }
+
