@@ -113,6 +113,7 @@ public final class SenderMetrics {
     public String toString() {
         return "SenderMetrics[completed=" + completed() + ", drainedSent=" + drainedSent() + ", writesPosted=" + writesPosted()
             + ", writesFailed=" + writesFailed() + ", forcedCancels=" + forcedCancels() + ", duplicateDescriptors="
-            + duplicateDescriptors() + "]";
+            + duplicateDescriptors() + ", cancelled=" + cancelled() + ", cancelsIgnored=" + cancelsIgnored() + ", linksRetired="
+            + linksRetired() + "]";
     }
 }
