@@ -4,8 +4,16 @@ package io.kvpool.transfer;
 public enum FailureReason {
     /**
      * Refused before any page was allocated: by admission ({@link IncomingTransfer#admissionDecision()} says how, and
-     * whether to retry), or with no admission decision because every transfer slot was busy (retry later) or the
-     * request needs more pages than one descriptor carries (it never fits; the message gives both numbers).
+     * whether to retry), or for a reason of its own, without an admission decision or after admitting (the message
+     * says which, with the numbers):
+     * <ul>
+     *   <li>every transfer slot was busy, or the pool could not allocate the pages admission had promised: waiting
+     *       can help;</li>
+     *   <li>the request id is already receiving here: it names one transfer at a time;</li>
+     *   <li>the request needs more pages than one descriptor carries, or its reserved sequence was admitted for fewer
+     *       tokens than the prompt has ({@link TransferReceiver#start(long, io.kvpool.Sequence, int, int...)}): it never
+     *       fits as asked, and waiting does not help.</li>
+     * </ul>
      */
     REJECTED,
     /** The completion's token count differs from the expected count. */

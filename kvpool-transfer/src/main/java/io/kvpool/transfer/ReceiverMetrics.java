@@ -233,7 +233,9 @@ public final class ReceiverMetrics {
     }
 
     /**
-     * Acknowledgements that arrived after their transfer was quarantined or released; they never release anything.
+     * Acknowledgements that came too late to count: after their transfer was released, unproven after it left
+     * RECEIVING, or from the suspect sender of a quarantined transfer. They never release anything. (A proven ack
+     * from a sender that is not a suspect still confirms it in a quarantine: not counted here.)
      *
      * @return the count so far
      */

@@ -30,7 +30,7 @@ abstract class TransferEndpoint implements LinkListener, AutoCloseable {
     final NanoClock clock;
     /** Whether a peer of another build is refused (off by default: a rollout mixes builds). */
     final boolean strictBuild;
-    /** Links UP by the peer's build, for exporters on any thread ({@link #peerBuilds()}). */
+    /** Links UP or RETIRING by the peer's build, for exporters on any thread ({@link #peerBuilds()}). */
     private final java.util.concurrent.ConcurrentHashMap<String, Integer> upByBuild = new java.util.concurrent.ConcurrentHashMap<>();
     /** Every peer ever added, by id (ids are indexes that transfers and quarantines keep). */
     final List<Peer> peers = new ArrayList<>();
@@ -132,10 +132,11 @@ abstract class TransferEndpoint implements LinkListener, AutoCloseable {
     }
 
     /**
-     * The builds of the peers whose links are UP, with how many links each: what an exporter renders as
-     * {@code kvpool_peer_info{build=…}}. Readable from any thread.
+     * The builds of the peers whose links are UP or RETIRING (finishing their transfers before a teardown), with how
+     * many links each: what an exporter renders as {@code kvpool_peer_info{build=…}}. While a link retires, its peer's
+     * fresh link is counted too. Readable from any thread.
      *
-     * @return a snapshot, build → links UP
+     * @return a snapshot, build → links UP or RETIRING
      */
     public Map<String, Integer> peerBuilds() {
         return Map.copyOf(upByBuild);

@@ -57,7 +57,9 @@ import java.util.Set;
  * link of the sender of that rank: one for a generation not registered yet (before registration), for an
  * older generation (stale: a reused slot is never released by its previous tenant's ack), a second from
  * the same rank (duplicate), from another link (wrong peer), a DRAINED whose counts do not add up
- * (inconsistent), and any ack after the transfer left RECEIVING/DRAINING (late).
+ * (inconsistent), and a late ack: one after the transfer was released, an unproven one after it left RECEIVING,
+ * or any from a suspect sender of a QUARANTINED transfer. A proven ack (a valid COMPLETION, or a DRAINED with every
+ * write proven) from a sender that is not a suspect still confirms that sender in QUARANTINED, as drawn above.
  *
  * <p><b>Threading:</b> single-threaded; {@link #start}, {@link #abort}, {@link #doWork} and the
  * {@link IncomingTransfer} getters run on one owner thread. {@link #metrics()} may be read from any thread.

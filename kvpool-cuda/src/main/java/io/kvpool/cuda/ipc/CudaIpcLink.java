@@ -399,8 +399,10 @@ public final class CudaIpcLink implements PeerLink {
      *
      * @param storage the receiver's pool storage ({@link io.kvpool.cuda.DevicePageStorage})
      * @param slots   distinct slots, at most {@link #MAX_REGISTERED_SLOTS}
-     * @throws LinkFailedException      if the link is down
-     * @throws IllegalArgumentException if the storage cannot be exported, or a slot is out of range or repeated
+     * @throws LinkFailedException       if the link is down
+     * @throws IndexOutOfBoundsException if a slot is outside the storage
+     * @throws IllegalArgumentException  if the storage cannot be exported, a slot is repeated, or there are more slots
+     *                                   than one region key holds
      */
     @Override
     public Registration register(PageStorage storage, int[] slots) {

@@ -688,9 +688,11 @@ public final class ShmLink implements PeerLink {
      *
      * @param storage must be the {@link MappedPageStorage} this link announced to the peer
      * @param slots   distinct slots, at most {@link #MAX_REGISTERED_SLOTS}
-     * @throws LinkFailedException      if the link is down
-     * @throws IllegalStateException    if this side exposes no pool (the link was created to send only)
-     * @throws IllegalArgumentException if the storage is another one, or a slot is out of range or repeated
+     * @throws LinkFailedException       if the link is down
+     * @throws IllegalStateException     if this side exposes no pool (the link was created to send only)
+     * @throws IndexOutOfBoundsException if a slot is outside the pool file
+     * @throws IllegalArgumentException  if the storage is another one, a slot is repeated, or there are more slots than
+     *                                   one region key holds
      */
     @Override
     public Registration register(PageStorage storage, int[] slots) {

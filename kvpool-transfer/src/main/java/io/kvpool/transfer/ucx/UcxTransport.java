@@ -217,6 +217,11 @@ public final class UcxTransport implements AutoCloseable {
      * @param timeout how long to wait for the peer's half of the exchange
      * @return the link, up
      * @throws LinkFailedException  if the exchange fails or times out, or the transport is closed
+     * @throws TransferException    (not a LinkFailedException) if the transport's UCX thread does not answer within
+     *                              its call timeout, or the caller is interrupted while it waits: a wedged transport,
+     *                              which another link would meet too
+     * @throws RuntimeException     as UCX throws it ({@code org.openucx.jucx.UcxException}) if the link's worker
+     *                              cannot be made
      * @throws NullPointerException if an argument is null (before anything is made)
      */
     public UcxLink connect(Socket socket, String label, Duration timeout) {
