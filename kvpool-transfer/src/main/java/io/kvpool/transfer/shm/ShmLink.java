@@ -492,8 +492,9 @@ public final class ShmLink implements PeerLink {
             return;
         }
         if (b.identity() != 0) {
+            MappedPageStorage m = null;
             try {
-                final MappedPageStorage m = MappedPageStorage.map(Path.of(b.poolFile()));
+                m = MappedPageStorage.map(Path.of(b.poolFile()));
                 if (m.identity() != b.identity()) {
                     m.close();
                     failHard("peer's pool file " + b.poolFile() + " has identity 0x" + Long.toHexString(m.identity())
@@ -502,6 +503,9 @@ public final class ShmLink implements PeerLink {
                 }
                 remote = m;
             } catch (RuntimeException | InternalError e) { // InternalError: a fault map's own handler did not see (its Javadoc)
+                if (m != null && remote != m) {
+                    m.close(); // the fault came after map returned: the mapping is not kept, so it is closed here
+                }
                 failHard("cannot map the peer's pool file " + b.poolFile() + ": " + e.getMessage());
                 return;
             }
