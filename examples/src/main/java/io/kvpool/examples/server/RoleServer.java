@@ -11,6 +11,7 @@ import io.kvpool.examples.server.metrics.ServerMetrics;
 import io.kvpool.examples.server.remote.DecodeEndpoint;
 import io.kvpool.examples.server.remote.PrefillEndpoint;
 import io.kvpool.examples.server.remote.RoleEndpoint;
+import io.kvpool.examples.server.role.Drains;
 import io.kvpool.examples.server.role.MeteredRole;
 import io.kvpool.examples.server.role.PrefillRole;
 import io.kvpool.examples.server.role.SeparateRoles;
@@ -168,23 +169,39 @@ public final class RoleServer implements AutoCloseable {
     }
 
     /**
-     * Stops gracefully, as {@code serve} does on SIGTERM or Ctrl-C: takes no new connection, lets the router's calls in
-     * flight (a decode stream runs until its generation ends) and the role's transfers finish for up to {@code grace}
-     * together, then {@link #close()}s. Returns as soon as nothing is in flight. Idempotent, as {@link #close()} is.
+     * Stops gracefully, as {@code serve} does on SIGTERM or Ctrl-C, within {@code grace} in all, then {@link #close()}s.
+     * A role that {@link Drains} (decode) first refuses new requests and reads not ready while it keeps listening, until
+     * the requests it promised are done: a request it reserved is still with prefill, and its decode call, give-back or
+     * abort comes later. Then the server takes no new connection, and lets the calls in flight (a decode stream runs
+     * until its generation ends) and the role's transfers finish. Returns as soon as nothing is in flight.
+     * Idempotent, as {@link #close()} is.
      */
     public void shutdown(java.time.Duration grace) {
         final long end = System.nanoTime() + grace.toNanos();
-        http.stopAccepting();
-        http.awaitNoCalls(grace);
-        while (activeTransfers.getAsInt() > 0 && System.nanoTime() - end < 0) {
-            try {
-                Thread.sleep(5);
-            } catch (InterruptedException e) {
-                Thread.currentThread().interrupt();
-                break;
+        if (role instanceof Drains d) {
+            d.beginDrain();
+            while ((d.pendingWork() > 0 || !http.awaitNoCalls(java.time.Duration.ZERO)) && System.nanoTime() - end < 0
+                && pause()) {
+                // the promised requests' calls still arrive
             }
         }
+        http.stopAccepting();
+        http.awaitNoCalls(java.time.Duration.ofNanos(Math.max(0, end - System.nanoTime())));
+        while (activeTransfers.getAsInt() > 0 && System.nanoTime() - end < 0 && pause()) {
+            // the role's transfers end
+        }
         close();
+    }
+
+    /** Sleeps 5 ms. @return false if interrupted (the interrupt is kept) */
+    private static boolean pause() {
+        try {
+            Thread.sleep(5);
+            return true;
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+            return false;
+        }
     }
 
     /** Stops the endpoints, then closes the role (prefill aborts what is in flight; decode fails it and lets it drain). Idempotent. */

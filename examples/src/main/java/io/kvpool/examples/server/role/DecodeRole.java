@@ -51,7 +51,7 @@ import java.util.concurrent.atomic.LongAdder;
  * A committed sequence goes to exactly one owner: {@link DecodeCall#generate} or an abort, whichever takes
  * it first (an atomic hand-over); the owner closes it.
  */
-public final class DecodeRole implements DecodeService, MeteredRole {
+public final class DecodeRole implements DecodeService, MeteredRole, Drains {
 
     public static final String ROLE = "decode";
     /**
@@ -112,6 +112,10 @@ public final class DecodeRole implements DecodeService, MeteredRole {
 
     // ---- any thread ----
     private volatile boolean ready;
+    /** Set by {@link #beginDrain}: no new request is taken; reserved ones go on. */
+    private volatile boolean draining;
+    /** How many reservations are held, for {@link #pendingWork} on other threads (the map is the duty thread's). */
+    private volatile int reservedNow;
     private volatile int activeTransfers;
     private volatile int senderLinks;
     private final AtomicInteger heldSequences = new AtomicInteger();
@@ -228,6 +232,7 @@ public final class DecodeRole implements DecodeService, MeteredRole {
             duty.submit(() -> {
                 final Reserved r = reservations.remove(requestId);
                 if (r != null) {
+                    reservationsChanged();
                     r.seq().close();
                     releasedUnused.increment();
                 } else {
@@ -240,9 +245,31 @@ public final class DecodeRole implements DecodeService, MeteredRole {
         }
     }
 
+    /** @return whether the prefill link is up and the role takes new requests (not draining) */
     @Override
     public boolean ready() {
-        return ready;
+        return ready && !draining;
+    }
+
+    @Override
+    public void beginDrain() {
+        draining = true;
+    }
+
+    @Override
+    public int pendingWork() {
+        return reservedNow + activeTransfers();
+    }
+
+    /** The refusal of a new request while the role drains. */
+    private Rejection stopping(int promptTokens, int maxNewTokens) {
+        return new Rejection(ROLE, Rejection.Reason.UNAVAILABLE, "decode: this process is stopping and takes no new request; "
+            + "retry later or on another decode process", numbers(promptTokens, maxNewTokens));
+    }
+
+    /** Duty thread: publishes the number of reservations after a change. */
+    private void reservationsChanged() {
+        reservedNow = reservations.size();
     }
 
     // ---- duty thread ----
@@ -251,6 +278,9 @@ public final class DecodeRole implements DecodeService, MeteredRole {
     private Rejection admitAhead(long requestId, String tenant, int promptTokens, int maxNewTokens) {
         if (closed) { // run by the closing thread after shutdown: nothing may be promised any more
             throw new IllegalStateException("decode role is closed");
+        }
+        if (draining) {
+            return refuseAhead(stopping(promptTokens, maxNewTokens));
         }
         if (senderPeer < 0) {
             return refuseAhead(noPrefillLink(promptTokens, maxNewTokens));
@@ -276,6 +306,7 @@ public final class DecodeRole implements DecodeService, MeteredRole {
         }
         reservations.put(requestId, new Reserved(a.sequence(), System.nanoTime() + reservationTtlNanos, tenant, promptTokens,
             maxNewTokens));
+        reservationsChanged();
         reservedAhead.increment();
         return null;
     }
@@ -316,6 +347,9 @@ public final class DecodeRole implements DecodeService, MeteredRole {
                 n++;
             }
         }
+        if (n > 0) {
+            reservationsChanged();
+        }
         return n;
     }
 
@@ -328,7 +362,14 @@ public final class DecodeRole implements DecodeService, MeteredRole {
                 "request id " + c.requestId + " is reserved for another request");
             return;
         }
+        if (held == null && draining) { // a new request: reserved ones are what a drain lets finish
+            c.reject(stopping(c.promptTokens, c.maxNewTokens), "decode is stopping");
+            return;
+        }
         final Reserved r = held == null ? null : reservations.remove(c.requestId); // taken by this call whatever follows
+        if (r != null) {
+            reservationsChanged();
+        }
         try {
             if (senderPeer < 0) {
                 if (r != null) {
@@ -505,6 +546,7 @@ public final class DecodeRole implements DecodeService, MeteredRole {
             receiving.clear();
             reservations.values().forEach(r -> r.seq().close());
             reservations.clear();
+            reservationsChanged();
         } finally {
             listener.close();
             ready = false;
