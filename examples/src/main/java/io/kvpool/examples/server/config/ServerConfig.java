@@ -229,7 +229,10 @@ public record ServerConfig(Listen listen, Capacity capacity, Timing timing, Topo
         return deployment.strictBuild();
     }
 
-    /** @return how long a request may wait for its KV transfer ({@code --request-timeout-ms}, default 30 s) */
+    /**
+     * @return how long a request may wait for its KV transfer ({@code --request-timeout-ms}, default 30 s); a router also
+     *         takes a decode process that sends nothing for this long, between two of a stream's tokens, as lost
+     */
     public Duration requestTimeout() {
         return timing.requestTimeout();
     }

@@ -89,7 +89,8 @@ public final class ServerOptions {
             (b, v) -> b.kvHeads(integer("--kv-heads", v))));
         o.add(new Option(GENERAL, "--head-dim", "N", "KV layout: head dimension", c -> "" + c.layout().headDim(),
             (b, v) -> b.headDim(integer("--head-dim", v))));
-        o.add(new Option(GENERAL, "--request-timeout-ms", "N", "longest wait for a request's KV transfer", c -> ms(c.requestTimeout()),
+        o.add(new Option(GENERAL, "--request-timeout-ms", "N", "longest wait for a request's KV transfer; a router also "
+            + "takes a remote decode that sends nothing for this long (between two tokens) as lost", c -> ms(c.requestTimeout()),
             (b, v) -> b.requestTimeout(millis("--request-timeout-ms", v))));
         o.add(new Option(GENERAL, "--token-delay-ms", "N", "pause per generated token, a stand-in for a model step", c -> ms(c.tokenDelay()),
             (b, v) -> b.tokenDelay(millis("--token-delay-ms", v))));
