@@ -21,7 +21,8 @@ import java.util.concurrent.atomic.LongAdder;
  * are under way at once, so the aborts that piled up while a role was gone reach it paced when it is back, not all
  * in the same second. A role that failed the call (a 5xx) is retried like one that is away: its failure may pass.
  * The decode role's give-backs of reservations ({@code POST /internal/unreserve}) go the same way, sharing the limit
- * and the counts. Thread-safe.
+ * and the counts, retried at least as long as decode holds a reservation (twice the request timeout, which may be
+ * longer than {@link #GIVE_UP}). Thread-safe.
  */
 final class AbortDelivery implements AutoCloseable {
 
@@ -64,11 +65,19 @@ final class AbortDelivery implements AutoCloseable {
      * {@code internal/unreserve} goes this way too); returns at once.
      */
     void send(String path, long requestId, String why) {
+        send(path, requestId, why, GIVE_UP);
+    }
+
+    /**
+     * {@link #send(String, long, String)}, retried for up to {@code giveUp} instead of {@link #GIVE_UP}: for a post
+     * whose effect a role keeps longer (a reservation, which it holds for twice the request timeout).
+     */
+    void send(String path, long requestId, String why, Duration giveUp) {
         final Map<String, Object> body = Map.of("request_id", requestId, "why", why);
         pending.incrementAndGet();
         Thread.ofVirtual().name("kvpool-abort-" + requestId).start(() -> {
             try {
-                deliver(path, requestId, body);
+                deliver(path, requestId, body, giveUp);
             } catch (InterruptedException e) { // nobody interrupts deliverers but a JVM going down
                 abandoned.increment();
                 LOG.log(System.Logger.Level.WARNING, "POST /" + path + " of request " + requestId + " not delivered: interrupted");
@@ -78,8 +87,8 @@ final class AbortDelivery implements AutoCloseable {
         });
     }
 
-    private void deliver(String path, long requestId, Map<String, Object> body) throws InterruptedException {
-        final long giveUpAt = System.nanoTime() + GIVE_UP.toNanos();
+    private void deliver(String path, long requestId, Map<String, Object> body, Duration giveUp) throws InterruptedException {
+        final long giveUpAt = System.nanoTime() + giveUp.toNanos();
         long wait = FIRST_RETRY_MS;
         while (true) {
             final boolean permit = awaitTurn();
@@ -100,7 +109,7 @@ final class AbortDelivery implements AutoCloseable {
                 if (last || System.nanoTime() - giveUpAt >= 0) {
                     abandoned.increment();
                     LOG.log(System.Logger.Level.WARNING, "POST /" + path + " of request " + requestId + " not delivered"
-                        + (last ? " before the router closed" : " within " + GIVE_UP.toSeconds() + " s: the role is declared gone") + ": " + e.getMessage());
+                        + (last ? " before the router closed" : " within " + giveUp.toMillis() + " ms: the role is declared gone") + ": " + e.getMessage());
                     return;
                 }
                 retries.increment();

@@ -125,8 +125,18 @@ final class RemoteDecode extends RemoteRole implements DecodeService {
     @Override
     public void unreserve(long requestId, String why) {
         if (mayHold.remove(requestId)) {
-            aborts.send("internal/unreserve", requestId, why);
+            aborts.send("internal/unreserve", requestId, why, unreserveGiveUp());
         }
+    }
+
+    /**
+     * @return how long a give-back is retried: as long as an abort, and at least as long as the decode process holds a
+     *         reservation nobody takes ({@link DecodeRole#reservationTtl(Duration)} of the request timeout), which it
+     *         would otherwise keep promised after the router gave up on telling it
+     */
+    Duration unreserveGiveUp() {
+        final Duration ttl = DecodeRole.reservationTtl(stall); // the stall is the router's request timeout
+        return ttl.compareTo(AbortDelivery.GIVE_UP) > 0 ? ttl : AbortDelivery.GIVE_UP;
     }
 
     @Override

@@ -166,7 +166,12 @@ public final class DecodeRole implements DecodeService, MeteredRole, Drains {
      * reservation of a slow prefill; an expired one is not a fault (the decode call then admits as without one).
      */
     static Duration reservationTtl(ServerConfig cfg) {
-        return cfg.requestTimeout().multipliedBy(2);
+        return reservationTtl(cfg.requestTimeout());
+    }
+
+    /** @return how long a reservation waits for its decode call under {@code requestTimeout}: twice that (see above) */
+    public static Duration reservationTtl(Duration requestTimeout) {
+        return requestTimeout.multipliedBy(2);
     }
 
     /** @return the decode pool (for accounting checks) */

@@ -110,6 +110,36 @@ class AbortDeliveryTest {
     }
 
     @Test
+    void aPostIsRetriedForItsOwnGiveUpThenAbandoned() throws Exception {
+        try (Role role = new Role(0, 503)) {
+            final RoleClient client = new RoleClient("decode", role.base(), new ObjectMapper());
+            final AbortDelivery aborts = new AbortDelivery(client, null);
+            final long t0 = System.nanoTime();
+            aborts.send("internal/abort", 7, "the client left", Duration.ofMillis(600));
+            Await.until(() -> aborts.abandoned() == 1, Duration.ofSeconds(10), () -> "given up after its 600 ms");
+            final long tookMs = (System.nanoTime() - t0) / 1_000_000;
+            assertTrue(tookMs >= 600, "abandoned after " + tookMs + " ms, before its give-up");
+            assertTrue(role.attempts.get() >= 3, role.attempts.get() + " tries: retried until then");
+            aborts.close(Duration.ZERO);
+            client.close();
+        }
+    }
+
+    @Test
+    void aGiveBackIsRetriedAsLongAsDecodeHoldsTheReservation() {
+        final ObjectMapper json = new ObjectMapper();
+        for (long timeoutS : new long[] {1, 30, 120}) {
+            try (RemoteDecode decode = new RemoteDecode(new RoleClient("decode", URI.create("http://127.0.0.1:9/"), json), json,
+                Duration.ofSeconds(timeoutS))) {
+                final Duration giveUp = decode.unreserveGiveUp();
+                assertTrue(giveUp.compareTo(io.kvpool.examples.server.role.DecodeRole.reservationTtl(Duration.ofSeconds(timeoutS))) >= 0
+                    && giveUp.compareTo(AbortDelivery.GIVE_UP) >= 0, "request timeout " + timeoutS + " s: give-backs retried for "
+                    + giveUp + ", as long as the longer of an abort's and the reservation's life");
+            }
+        }
+    }
+
+    @Test
     void anAbortTheRoleRefusedWithA4xxIsNotRetried() throws Exception {
         try (Role role = new Role(0, 400)) {
             final RoleClient client = new RoleClient("prefill", role.base(), new ObjectMapper());
