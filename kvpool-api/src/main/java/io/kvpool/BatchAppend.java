@@ -68,12 +68,17 @@ final class BatchAppend {
             final long got = head == null ? 0 : allocateCopyApply(pool, head, total, beyond, copies, tokens);
             if (got < 0) {
                 uncount(batch, count, tokens);
+                return (int) Math.max(Integer.MIN_VALUE, got);
             }
-            return (int) Math.max(Integer.MIN_VALUE, got);
         } catch (RuntimeException | Error e) {
             uncount(batch, i, tokens);
             throw e;
         }
+        // every sequence is appended to, the ones that needed no page included: nothing below may undo that
+        if (copies) {
+            releaseReplaced(pool, head);
+        }
+        return total;
     }
 
     private static void checkTokens(int tokens) {
@@ -131,10 +136,7 @@ final class BatchAppend {
             }
         }
         for (Sequence seq = head; seq != null; seq = seq.stepNext) {
-            seq.stepReplaced = seq.applyAppend(tokens);
-        }
-        if (copies) {
-            releaseReplaced(pool, head);
+            seq.stepReplaced = seq.applyAppend(tokens); // released by the caller, after the step (releaseReplaced)
         }
         return got;
     }

@@ -262,19 +262,25 @@ class ApiReviewRegressionTest {
         }
     }
 
-    /** The same in a batch step: the first sequence's replaced page fails its fill; the second sequence is still applied. */
+    /**
+     * The same in a batch step: the first sequence's replaced page fails its fill; the second copying sequence and one
+     * that needed no page (its tokens fit its last page) are still appended to.
+     */
     @Test
     void anErrorFreeingOnePageABatchCopyReplacedLeavesEverySequenceWhole() {
         final FailingCopyStorage[] storage = new FailingCopyStorage[1];
         try (KvPool pool = TestPools.builder(24).storage((l, n) -> storage[0] = new FailingCopyStorage(l, n)).build()) {
             final int pp = pool.layout().tokensPerPage();
-            final Sequence[] parents = new Sequence[2];
+            final int step = pp / 2;
+            final Sequence[] batch = new Sequence[3];
             final Sequence[] children = new Sequence[2];
             for (int i = 0; i < 2; i++) {
-                parents[i] = pool.admit(pp + pp / 2, 3 * pp).sequence();
-                parents[i].append(pp + pp / 2);
-                children[i] = parents[i].fork();
+                batch[i] = pool.admit(pp + step, 3 * pp).sequence();
+                batch[i].append(pp + step); // the last page half full and shared below: the step copies it
+                children[i] = batch[i].fork();
             }
+            batch[2] = pool.admit(1, 3 * pp).sequence();
+            batch[2].append(1); // room for the step in its last page: no page, only tokens
             storage[0].beforeNextCopy = () -> {
                 children[0].close();
                 children[1].close();
@@ -282,11 +288,14 @@ class ApiReviewRegressionTest {
                     throw new OutOfMemoryError("injected: no memory for the fill");
                 };
             };
-            assertThrows(OutOfMemoryError.class, () -> pool.appendEach(parents, 2, pp));
-            for (Sequence p : parents) {
-                assertEquals(2 * pp + pp / 2, p.tokenCount(), "the step took effect for every sequence");
-                assertEquals(3, p.pageCount());
-                p.close();
+            assertThrows(OutOfMemoryError.class, () -> pool.appendEach(batch, 3, step));
+            for (int i = 0; i < 2; i++) {
+                assertEquals(pp + 2 * step, batch[i].tokenCount(), "copying sequence " + i + ": the step took effect");
+                assertEquals(2, batch[i].pageCount());
+            }
+            assertEquals(1 + step, batch[2].tokenCount(), "the sequence that needed no page keeps its tokens too");
+            for (Sequence seq : batch) {
+                seq.close();
             }
             final PoolSnapshot after = pool.snapshot();
             assertEquals(24, after.free(), after::toString);
@@ -294,52 +303,6 @@ class ApiReviewRegressionTest {
             assertTrue(pool.verifyAccounting().balanced());
         }
     }
-
-    @Test
-    void aFullyAdmittedRequestNeverRunsOutAfterAFailedCopyOnWrite() {
-        final FailingCopyStorage[] storage = new FailingCopyStorage[1];
-        try (KvPool pool = TestPools.builder(6).storage((l, n) -> storage[0] = new FailingCopyStorage(l, n)).build()) {
-            final Sequence parent = pool.admit(6, 6).sequence();
-            parent.append(6);
-            final Sequence child = parent.fork();                // 2 shared pages; parent 2 + child 2 reserved; 4 free
-            storage[0].failNextCopy = true;
-            assertThrows(IllegalStateException.class, () -> parent.append(1));
-            final Admission oa = pool.admit(4, 0);               // takes the page the lost reservation no longer protects
-            final Sequence other = oa.admitted() ? oa.sequence() : null;
-            if (other != null) {
-                other.append(4);
-            }
-            parent.append(6); // within its FULL admission (12 tokens): copy + 1 page; must not throw
-            assertEquals(12, parent.tokenCount());
-            if (other != null) {
-                other.close();
-            }
-            child.close();
-            parent.close();
-        }
-    }
-
-    // ---------------------------------------------------------------------------------------------
-    // F3: Builder.build() documents PoolCapacityException for an advertised context the pool cannot
-    // hold; a large advertised context overflows the "at least N bytes" hint instead
-    // (KvLayout.pagesFor also overflows near Long.MAX_VALUE and returns a negative page count).
-
-    @Test
-    void anAbsurdAdvertisedContextIsRefusedWithPoolCapacityException() {
-        final KvPoolBuilder b = KvPool.builder(TestPools.SMALL).pages(4).maxContextTokens(1L << 60);
-        final Throwable t = assertThrows(Throwable.class, b::build);
-        assertInstanceOf(PoolCapacityException.class, t, "got " + t);
-    }
-
-    @Test
-    void pagesForIsACeilingForEveryNonNegativeLong() {
-        final long p = TestPools.SMALL.pagesFor(Long.MAX_VALUE);
-        assertTrue(p > 0, "pagesFor(Long.MAX_VALUE) = " + p);
-    }
-
-    // ---------------------------------------------------------------------------------------------
-    // F4: a pool may advertise more than Integer.MAX_VALUE tokens of context (maxContextTokens is a
-    // long and build() accepts it), but Sequence.tokenCount is an int: append wraps it negative.
 
     /** Storage with no bytes (large pages without memory). */
     static final class NoBytes implements io.kvpool.storage.PageStorage {
