@@ -450,6 +450,11 @@ public final class TransferSender extends TransferEndpoint {
             return;
         }
         final OutgoingTransfer t = offers.get(c.requestId());
+        if (t == null) {
+            // the attempt an aborted offer's mark was for is over (its descriptor, if it had one, came before this on
+            // the link): a later descriptor is a retry's, to wait for its offer, not to be refused
+            abortedEarly.remove(c.requestId());
+        }
         final String why = "cancelled by the receiver (" + (c.reason() == Message.Cancel.REJECTED ? "rejected" : "aborted")
             + "): " + c.detail();
         if (echo && c.reason() == Message.Cancel.ABORTED) {

@@ -343,6 +343,19 @@ class SenderRulesTest {
     }
 
     @Test
+    void aCancelEndsAnAbortedOffersMarkSoARetrysDescriptorWaitsForItsOffer() {
+        tx.abort(offer(8), "client gone");
+        link.inject(new Message.Cancel(REQ, Message.Cancel.REJECTED, "slots busy")); // the receiver's attempt 1 is over
+        tx.doWork();
+        link.inject(descriptor(8)); // attempt 2, before prefill offers the request again
+        tx.doWork();
+        assertTrue(link.sent(Message.Abort.class).isEmpty(), "a retry's descriptor is not refused for attempt 1's abort");
+        final OutgoingTransfer again = offer(8);
+        assertEquals(OutgoingTransfer.State.WRITING, again.state(), again::toString);
+        assertEquals(2, link.postedTokens.size());
+    }
+
+    @Test
     void anAbortedOffersRefusalEndsWithTheDescriptorTimeout() {
         tx.abort(offer(8), "client gone");
         clock.advanceMillis(60_000); // the builder's descriptor timeout
