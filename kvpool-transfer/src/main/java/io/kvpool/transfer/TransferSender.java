@@ -41,8 +41,8 @@ import java.util.Objects;
  * <p>
  * Close the sender, and let it drain ({@link #close()}), before its pool: a reference does not keep a closed pool's
  * storage, so a transport may still be reading pages the pool has freed. A pool closed under a running sender fails
- * the transfers that still had pages to write ({@code SENDER_FAILED}); those that end later leave it as usual, with
- * nothing left to release.
+ * every transfer that has not completed ({@code SENDER_FAILED}), since what the transport read may not be the KV; each
+ * still drains as usual, with nothing left to release.
  *
  * <p><b>Threading:</b> single-threaded, like {@link TransferReceiver}; {@link #metrics()} may be read from any thread.
  */
@@ -618,6 +618,11 @@ public final class TransferSender extends TransferEndpoint {
         }
         if (!ok) {
             fail(t, "flush did not prove delivery", true, Message.Abort.SENDER_FAILED);
+            return;
+        }
+        if (pool.isClosed()) {
+            // a closed pool's storage may have been freed while the transport read it: the delivered bytes prove nothing
+            fail(t, "the source pool was closed while its pages were being written", true, Message.Abort.SENDER_FAILED);
             return;
         }
         final int end = sourceEnd(t);

@@ -305,11 +305,38 @@ class SenderRulesTest {
         assertEquals(1, link.flushTokens.size());
         pool.close();
         link.completeFlush(link.flushTokens.getFirst(), true);
-        tx.doWork(); // the checksums cannot be read any more: the transfer fails, its writes proven
+        tx.doWork(); // what the transport read may have been freed: the transfer fails, its writes proven delivered
         assertEquals(OutgoingTransfer.State.DRAINED, t.state(), t::toString);
+        assertEquals(Message.Abort.SENDER_FAILED, link.sent(Message.Abort.class).getFirst().reason());
+        assertTrue(link.sent(Message.Completion.class).isEmpty(), "no COMPLETION: the receiver must not commit it");
         assertEquals(new Message.Drained(3, 9, 0, 2, 2, 0), link.sent(Message.Drained.class).getFirst());
         assertEquals(0, tx.activeTransfers(), "the transfer left the sender although its pool could not take the pages back");
         tx.doWork(); // and the duty cycle goes on
+    }
+
+    @Test
+    void aSourcePoolClosedBeforeTheFlushAnswerFailsTheTransferWithoutChecksumsToo() {
+        final ScriptedLink plain = new ScriptedLink().hello(Kv.identity());
+        final TransferSender noChecksums = TransferSender.builder(pool, Kv.identity()).clock(clock).checksums(false)
+            .maxPagesInFlight(2).build();
+        noChecksums.addPeer(plain);
+        noChecksums.doWork();
+        final Sequence s = pool.admit(8, 0).sequence();
+        s.append(8);
+        final OutgoingTransfer t = noChecksums.offer(REQ, s);
+        s.close();
+        plain.inject(descriptor(8));
+        noChecksums.doWork();
+        plain.postedTokens.forEach(tok -> plain.completeWrite(tok, PeerLink.OK));
+        noChecksums.doWork();
+        pool.close();
+        plain.completeFlush(plain.flushTokens.getFirst(), true);
+        noChecksums.doWork();
+        assertEquals(OutgoingTransfer.State.DRAINED, t.state(), t::toString);
+        assertTrue(plain.sent(Message.Completion.class).isEmpty(), "no COMPLETION for bytes read from a closed pool");
+        assertEquals(Message.Abort.SENDER_FAILED, plain.sent(Message.Abort.class).getFirst().reason());
+        assertEquals(0, noChecksums.activeTransfers());
+        noChecksums.close();
     }
 
     @Test
