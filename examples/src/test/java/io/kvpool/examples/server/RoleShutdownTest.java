@@ -42,6 +42,9 @@ class RoleShutdownTest {
                 task -> Thread.ofPlatform().daemon().start(task));
             Await.until(() -> !InJvmRoleServers.status(decode.baseUri()).path("ready").asBoolean(true), WAIT,
                 () -> "decode to read not ready: " + InJvmRoleServers.status(decode.baseUri()));
+            final JsonNode status = InJvmRoleServers.status(decode.baseUri());
+            assertEquals(1, status.path("gauges").path("draining").asLong(), status::toString); // says why it is not ready:
+            assertEquals(1, status.path("gauges").path("link_up").asLong(), status::toString); // not a lost prefill link
 
             final HttpResponse<String> refused = post(decode, "internal/reserve", RequestIdsTest.decodeBody(8, "bob", promptTokens, 2));
             final JsonNode r = TestClient.JSON.readTree(refused.body());

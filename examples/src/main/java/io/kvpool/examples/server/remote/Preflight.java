@@ -30,7 +30,8 @@ public record Preflight(RoleIdentity expected, long advertised, RemoteStatus pre
         if (m.isEmpty()) { // any other mismatch explains a link that is down (a refused HELLO, a role that is not up)
             for (RemoteStatus s : List.of(prefill, decode)) {
                 if (!s.ready()) {
-                    m.add(new RoleIdentity.Mismatch(s.status().role(), KV_LINK, "up", "down (the roles are not linked: another "
+                    m.add(new RoleIdentity.Mismatch(s.status().role(), KV_LINK, "up", s.status().draining()
+                        ? "draining (the process is stopping)" : "down (the roles are not linked: another "
                         + "--work-dir, --kv-address or --transport, or not linked yet)"));
                 }
             }
@@ -117,7 +118,7 @@ public record Preflight(RoleIdentity expected, long advertised, RemoteStatus pre
     }
 
     private static String link(RemoteStatus s) {
-        return !s.status().up() ? null : s.ready() ? "up" : "down";
+        return !s.status().up() ? null : s.ready() ? "up" : s.status().draining() ? "draining" : "down";
     }
 
     private void row(StringBuilder b, String fmt, String name, String router, String p, String d, String what) {

@@ -11,7 +11,8 @@ import io.kvpool.examples.server.role.RoleStatus;
  *
  * @param status          the status
  * @param activeTransfers transfers not yet over (0 when unreachable: nothing the router can wait for)
- * @param ready           whether the role's KV link is up
+ * @param ready           whether the role takes requests: its KV link is up, and it is not stopping
+ *                        ({@link RoleStatus#draining()} says so)
  * @param identity        its identity and capacity, or {@code null} when unreachable or not reported
  * @param wrongUrl        what serves the URL instead of the role asked for, when no wait can make it that role: another
  *                        role, or a server or path that refuses the status call with a 4xx (the status is then

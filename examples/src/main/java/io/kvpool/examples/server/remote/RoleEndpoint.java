@@ -67,7 +67,7 @@ public abstract class RoleEndpoint implements HttpHandler {
      * @param pool            the role's pool (for the accounting check)
      * @param status          the role's status now
      * @param activeTransfers transfers not yet over
-     * @param ready           whether the role's KV link is up
+     * @param ready           whether the role takes requests: its KV link is up (and decode is not draining)
      */
     record Readouts(Supplier<io.kvpool.KvPool> pool, Supplier<RoleStatus> status, IntSupplier activeTransfers, BooleanSupplier ready) {
         Readouts {

@@ -132,7 +132,8 @@ final class RoleHealth implements AutoCloseable {
         } else if (verify != null && (mismatch = verify.apply(s)) != null) {
             why = mismatch; // a role that came back as another build, environment or layout, or with a smaller pool
         } else if (needsLink && !s.ready()) {
-            why = client.describe() + ": no prefill link is up; retry later";
+            why = client.describe() + (s.status().draining() ? ": the process is stopping and takes no new request; retry later"
+                : ": no prefill link is up; retry later");
         } else {
             why = null;
         }

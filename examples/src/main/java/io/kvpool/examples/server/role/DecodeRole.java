@@ -250,7 +250,10 @@ public final class DecodeRole implements DecodeService, MeteredRole, Drains {
         }
     }
 
-    /** @return whether the prefill link is up and the role takes new requests (not draining) */
+    /**
+     * @return whether the prefill link is up and the role takes new requests: not while it drains (its status says
+     *         which, in {@link RoleStatus#LINK_UP} and {@link RoleStatus#DRAINING})
+     */
     @Override
     public boolean ready() {
         return ready && !draining;
@@ -593,6 +596,7 @@ public final class DecodeRole implements DecodeService, MeteredRole, Drains {
         g.put(RoleStatus.ACTIVE_TRANSFERS, (long) activeTransfers);
         g.put(RoleStatus.HELD_SEQUENCES, (long) heldSequences.get());
         g.put(RoleStatus.LINK_UP, ready ? 1L : 0L);
+        g.put(RoleStatus.DRAINING, draining ? 1L : 0L);
         return new RoleStatus(ROLE, PoolView.of(ROLE, pool).withHolders(holders.snapshot()), c, g);
     }
 

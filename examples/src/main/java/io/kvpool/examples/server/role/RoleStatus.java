@@ -17,7 +17,7 @@ import java.util.Objects;
  * @param pool     its pool's page map and counters (an empty map of 0 pages when unreachable)
  * @param counters the role's own counters by name (transfers, aborts ...), each only ever growing
  * @param gauges   the role's gauges now by name ({@link #ACTIVE_TRANSFERS}, {@link #LINK_UP}, {@link #HELD_SEQUENCES},
- *                 {@link #PAGES_IN_FLIGHT})
+ *                 {@link #PAGES_IN_FLIGHT}, {@link #DRAINING})
  * @param down     why the router could not read the role's status, or {@code null} when it did
  */
 public record RoleStatus(String role, PoolView pool, Map<String, Long> counters, Map<String, Long> gauges, String down) {
@@ -30,6 +30,13 @@ public record RoleStatus(String role, PoolView pool, Map<String, Long> counters,
     public static final String HELD_SEQUENCES = "held_sequences";
     /** Gauge (prefill only): pages it is writing to decode now, posted and not yet terminal. */
     public static final String PAGES_IN_FLIGHT = "pages_in_flight";
+    /** Gauge (decode only): 1 while the process is stopping and finishes what it promised, taking no new request. */
+    public static final String DRAINING = "draining";
+
+    /** @return whether the role said it is stopping ({@link #DRAINING}) */
+    public boolean draining() {
+        return gauges.getOrDefault(DRAINING, 0L) == 1L;
+    }
 
     public RoleStatus {
         Objects.requireNonNull(role, "role");
