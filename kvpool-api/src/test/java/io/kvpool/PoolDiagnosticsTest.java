@@ -30,12 +30,32 @@ class PoolDiagnosticsTest {
      */
     private static <T> List<LogRecord> logged(String prefix, Supplier<T> action) {
         final List<LogRecord> records = new ArrayList<>();
-        final Handler capture = new Handler() {
+        final Handler capture = handler(r -> {
+            if (r.getLevel().intValue() >= Level.WARNING.intValue() && r.getMessage().startsWith(prefix)) {
+                records.add(r);
+            }
+        });
+        whileHandling(capture, action::get);
+        return records;
+    }
+
+    /** Runs {@code action} with {@code h} added to the pool's logger. */
+    private static void whileHandling(Handler h, Runnable action) {
+        final Logger logger = Logger.getLogger("io.kvpool");
+        logger.addHandler(h);
+        try {
+            action.run();
+        } finally {
+            logger.removeHandler(h);
+        }
+    }
+
+    /** A log handler that hands each record to {@code publish}. */
+    private static Handler handler(java.util.function.Consumer<LogRecord> publish) {
+        return new Handler() {
             @Override
             public void publish(LogRecord r) {
-                if (r.getLevel().intValue() >= Level.WARNING.intValue() && r.getMessage().startsWith(prefix)) {
-                    records.add(r);
-                }
+                publish.accept(r);
             }
 
             @Override
@@ -46,14 +66,6 @@ class PoolDiagnosticsTest {
             public void close() {
             }
         };
-        final Logger logger = Logger.getLogger("io.kvpool");
-        logger.addHandler(capture);
-        try {
-            action.get();
-        } finally {
-            logger.removeHandler(capture);
-        }
-        return records;
     }
 
     private static String only(List<LogRecord> records, Level level) {
@@ -100,29 +112,12 @@ class PoolDiagnosticsTest {
         final FailingCopyStorage[] storage = new FailingCopyStorage[1];
         final KvPool leaky = TestPools.builder(2).storage((l, n) -> storage[0] = new FailingCopyStorage(l, n)).build();
         leaky.tryAllocate(); // never released: close reports it
-        final Handler failing = new Handler() {
-            @Override
-            public void publish(LogRecord r) {
-                if (r.getMessage().startsWith("kvpool closed")) {
-                    throw new IllegalStateException("injected: the log backend is broken");
-                }
+        final Handler failing = handler(r -> {
+            if (r.getMessage().startsWith("kvpool closed")) {
+                throw new IllegalStateException("injected: the log backend is broken");
             }
-
-            @Override
-            public void flush() {
-            }
-
-            @Override
-            public void close() {
-            }
-        };
-        final Logger logger = Logger.getLogger("io.kvpool");
-        logger.addHandler(failing);
-        try {
-            leaky.close();
-        } finally {
-            logger.removeHandler(failing);
-        }
+        });
+        whileHandling(failing, leaky::close);
         assertEquals(1, storage[0].closes.get(), "the storage is released even though the report could not be logged");
         assertTrue(leaky.closeReport().orElseThrow().startsWith("kvpool closed with outstanding pages: 1 of 2 in use"));
         leaky.close(); // idempotent, and does not release twice
