@@ -422,12 +422,33 @@ final class PoolAllocations {
 
     Admission admit(int prompt, int maxNewTokens, int[] promptTokenIds, long cacheSalt) {
         checkRequest(prompt, maxNewTokens);
+        final Sequence[] made = new Sequence[1];
+        try {
+            return admit(prompt, maxNewTokens, promptTokenIds, cacheSalt, made);
+        } catch (RuntimeException | Error e) {
+            // the sequence was made, and then the attach (or what follows) failed: it holds the reservation and the
+            // pages attached so far, and nobody else will close it; after the lock, as every close
+            if (made[0] != null) {
+                undoAfter(e, made[0]::close);
+            }
+            throw e;
+        }
+    }
+
+    /** {@link #admit(int, int, int[], long)} under the lock; leaves the sequence it made in {@code made[0]}. */
+    private Admission admit(int prompt, int maxNewTokens, int[] promptTokenIds, long cacheSalt, Sequence[] made) {
         lock.lock();
         try {
             final Reservations.Grant g = decideLocked(prompt, maxNewTokens);
             Sequence seq = null;
             if (g.admitted()) {
-                seq = newSequenceLocked((int) g.code(), g.admittedTokens(), cacheSalt, promptTokenIds != null);
+                try {
+                    seq = newSequenceLocked((int) g.code(), g.admittedTokens(), cacheSalt, promptTokenIds != null);
+                } catch (RuntimeException | Error e) { // no memory for it: the grant's pages are promised to nobody
+                    reservations.remove(g.code());
+                    throw e;
+                }
+                made[0] = seq;
                 if (promptTokenIds != null) {
                     seq.setTokenCountAfterAttach(prefix.attachLocked(seq, promptTokenIds, cacheSalt) * pool.layout().tokensPerPage());
                 }
@@ -457,7 +478,12 @@ final class PoolAllocations {
             pool.ensureOpen();
             final long[] r = new long[2];
             reservations.take(reservationId, false, r);
-            return newSequenceLocked((int) r[0], r[1], 0, false);
+            try {
+                return newSequenceLocked((int) r[0], r[1], 0, false);
+            } catch (RuntimeException | Error e) { // the id is spent: its pages go back, as a cancel would give them
+                reservations.remove(r[0]);
+                throw e;
+            }
         } finally {
             lock.unlock();
         }
@@ -497,7 +523,8 @@ final class PoolAllocations {
     }
 
     private Sequence newSequenceLocked(int reservedPages, long admittedTokens, long salt, boolean hasSalt) {
-        reservations.sequenceOpened();
-        return new Sequence(pool, reservedPages, admittedTokens, salt, hasSalt);
+        final Sequence seq = new Sequence(pool, reservedPages, admittedTokens, salt, hasSalt);
+        reservations.sequenceOpened(); // after: a sequence that could not be made is not counted open
+        return seq;
     }
 }
