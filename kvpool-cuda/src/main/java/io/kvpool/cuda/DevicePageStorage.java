@@ -514,25 +514,35 @@ public final class DevicePageStorage implements PageStorage {
      * otherwise one MEMCPY_BATCH on this storage's own stream.
      */
     private void pinnedSync(boolean toHost, OffloadEngine engine, int[] pages, int off, int n, PinnedPageBuffer pinned, int index) {
+        Objects.requireNonNull(engine, "engine");
         checkPinnedBatch(pages, off, n, pinned, index);
         if (n == 0) {
             return;
         }
         current();
-        if (engine == OffloadEngine.KERNEL) {
-            upload(pages, off, n, 0);
-            launch(pinnedKernel(toHost), pinnedKernelName(toHost), (long) n * dl.planes(),
-                listParams(scratch, n, Pointer.to(pinned.devicePage(index))));
-            return;
+        // the buffer's monitor from its address to the end of the copy: its close() cannot free it in between
+        synchronized (pinned) {
+            if (engine == OffloadEngine.KERNEL) {
+                upload(pages, off, n, 0);
+                launch(pinnedKernel(toHost), pinnedKernelName(toHost), (long) n * dl.planes(),
+                    listParams(scratch, n, Pointer.to(pinned.devicePage(index))));
+                return;
+            }
+            if (ownStream == null) {
+                final CUstream s = new CUstream();
+                // a blocking stream: ordered with the legacy default stream that this storage's other calls use
+                CudaException.check(CudaException.code(() -> JCudaDriver.cuStreamCreate(s, CUstream_flags.CU_STREAM_DEFAULT)), "cuStreamCreate");
+                ownStream = s;
+            }
+            try {
+                enqueueMemcpyBatch(toHost, pages, off, n, pinned, index, ownStream);
+            } catch (RuntimeException | Error e) {
+                // a batch that failed part-way may have queued its first copies: they end before the caller hears of it
+                CudaException.code(() -> JCudaDriver.cuStreamSynchronize(ownStream)); // the batch's failure is the one reported
+                throw e;
+            }
+            CudaException.check(CudaException.code(() -> JCudaDriver.cuStreamSynchronize(ownStream)), "cuStreamSynchronize after " + MemcpyBatch.symbol());
         }
-        if (ownStream == null) {
-            final CUstream s = new CUstream();
-            // a blocking stream: ordered with the legacy default stream that this storage's other calls use
-            CudaException.check(CudaException.code(() -> JCudaDriver.cuStreamCreate(s, CUstream_flags.CU_STREAM_DEFAULT)), "cuStreamCreate");
-            ownStream = s;
-        }
-        enqueueMemcpyBatch(toHost, pages, off, n, pinned, index, ownStream);
-        CudaException.check(CudaException.code(() -> JCudaDriver.cuStreamSynchronize(ownStream)), "cuStreamSynchronize after " + MemcpyBatch.symbol());
     }
 
     /** @return the kernel of an offload ({@code toHost}: gather) or a restore (scatter) */
@@ -725,22 +735,32 @@ public final class DevicePageStorage implements PageStorage {
             if (MemcpyBatch.nativePointer(stream) <= 1) {
                 throw new IllegalArgumentException("cuMemcpyBatchAsync cannot use the legacy default stream; pass a stream of your own");
             }
-            return submit(stream, direct(0), 0, none -> {
-                if (n > 0) {
-                    enqueueMemcpyBatch(toHost, pages, off, n, pinned, index, stream);
+            // the storage's monitor, then the buffer's (the order of the synchronous calls), from the buffer's address
+            // to the enqueue: its close() cannot free it in between, and waits for the context after
+            synchronized (this) {
+                synchronized (pinned) {
+                    return submit(stream, direct(0), 0, none -> {
+                        if (n > 0) {
+                            enqueueMemcpyBatch(toHost, pages, off, n, pinned, index, stream);
+                        }
+                    });
                 }
-            });
+            }
         }
         final ByteBuffer lists = direct(4L * n);
         lists.asIntBuffer().put(pages, off, n);
         final CUfunction fn = pinnedKernel(toHost);
         final String name = pinnedKernelName(toHost);
-        final CUdeviceptr pinnedPage = n > 0 ? pinned.devicePage(index) : null;
-        return submit(stream, lists, 0, idx -> {
-            if (n > 0) {
-                enqueue(fn, name, blocks((long) n * dl.planes()), 256, listParams(idx, n, Pointer.to(pinnedPage)), stream);
+        synchronized (this) { // as above: storage, then buffer, from the buffer's address to the launch
+            synchronized (pinned) {
+                final CUdeviceptr pinnedPage = n > 0 ? pinned.devicePage(index) : null;
+                return submit(stream, lists, 0, idx -> {
+                    if (n > 0) {
+                        enqueue(fn, name, blocks((long) n * dl.planes()), 256, listParams(idx, n, Pointer.to(pinnedPage)), stream);
+                    }
+                });
             }
-        });
+        }
     }
 
     /**

@@ -28,9 +28,11 @@ public final class PinnedPageBuffer implements AutoCloseable {
     private final HostPtr host = new HostPtr();
     private final CUdeviceptr device = new CUdeviceptr();
     private final MemorySegment segment;
+    /** The scope of {@link #segment} and its pages: closed first by {@link #close()}, so a stale page throws, not faults. */
+    private final java.lang.foreign.Arena scope = java.lang.foreign.Arena.ofShared();
     private final jcuda.driver.CUdevice owner;   // whose primary context this buffer retains until close
     private final jcuda.driver.CUcontext context;
-    private boolean closed;
+    private volatile boolean closed;
 
     /**
      * Allocates pinned, device-mapped memory for {@code pages} pages of the storage's layout, in the
@@ -71,7 +73,7 @@ public final class PinnedPageBuffer implements AutoCloseable {
             CudaException.code(() -> JCudaDriver.cuDevicePrimaryCtxRelease(owner));
             throw new CudaException("cuMemHostGetDevicePointer", d, "");
         }
-        this.segment = MemorySegment.ofAddress(host.address()).reinterpret(bytes);
+        this.segment = MemorySegment.ofAddress(host.address()).reinterpret(bytes, scope, null);
     }
 
     /** {@return the layout of the pages} */
@@ -117,13 +119,24 @@ public final class PinnedPageBuffer implements AutoCloseable {
         }
     }
 
-    /** Frees the pinned memory. Idempotent; segments from {@link #page} must not be used afterwards. */
+    /**
+     * Frees the pinned memory, once the device finished the work queued in its context (a batch submitted with this
+     * buffer may still be reading or writing it). Segments from {@link #page} throw {@link IllegalStateException}
+     * afterwards. Idempotent. Waits for a storage's synchronous offload or restore with this buffer in progress, and
+     * for the submit of a batch with it (each holds this buffer's monitor from its address to the launch).
+     */
     @Override
     public synchronized void close() {
         if (!closed) {
             closed = true;
             try {
+                try {
+                    scope.close();
+                } catch (IllegalStateException inUse) {
+                    // a segment of it is held by a native call right now: the free below still waits for the device
+                }
                 CudaException.code(() -> JCudaDriver.cuCtxSetCurrent(context)); // the free is tried whatever this says
+                CudaException.code(() -> JCudaDriver.cuCtxSynchronize()); // batches still using the memory end first
                 CudaException.check(CudaException.code(() -> JCudaDriver.cuMemFreeHost(host)), "cuMemFreeHost(" + pages + " pinned pages)");
             } finally {
                 CudaException.code(() -> JCudaDriver.cuDevicePrimaryCtxRelease(owner));

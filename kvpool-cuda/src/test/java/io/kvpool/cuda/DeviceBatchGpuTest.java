@@ -175,6 +175,62 @@ class DeviceBatchGpuTest {
     }
 
     @Test
+    void aPinnedBufferClosedUnderItsBatchesWaitsForThemAndItsPagesThrowAfter() throws InterruptedException {
+        final KvLayout l = DevicePageStorageGpuTest.LAYOUTS[0];
+        try (DevicePageStorage dev = DevicePageStorage.allocate(l, 8)) {
+            final int[] pages = {0, 1, 2, 3, 4, 5, 6, 7};
+            final CUstream s = stream();
+            final PinnedPageBuffer pinned = new PinnedPageBuffer(dev, 8);
+            final java.lang.foreign.MemorySegment stale = pinned.page(0);
+            final DeviceBatch b = dev.submitOffload(pages, 0, 8, pinned, 0, OffloadEngine.KERNEL, s);
+            pinned.close(); // with the offload perhaps still running: the free waits for the device
+            b.await();      // no CUDA error: nothing ran against freed memory
+            b.close();
+            assertThrows(IllegalStateException.class, () -> stale.get(java.lang.foreign.ValueLayout.JAVA_BYTE, 0),
+                "a page of a closed buffer throws, it does not fault");
+            assertThrows(IllegalStateException.class, () -> dev.submitOffload(pages, 0, 8, pinned, 0, OffloadEngine.KERNEL, s));
+            dev.fill(0, io.kvpool.storage.FillMode.CANARY); // the context is sound
+            assertEquals(0, dev.firstCanaryToken(0, 0, l.tokensPerPage()));
+            CudaException.check(JCudaDriver.cuStreamDestroy(s), "cuStreamDestroy");
+        }
+    }
+
+    @Test
+    void aPinnedBufferClosedWhileAnotherThreadSubmitsGivesOnlyClosedRefusals() throws Exception {
+        final KvLayout l = DevicePageStorageGpuTest.LAYOUTS[0];
+        try (DevicePageStorage dev = DevicePageStorage.allocate(l, 8)) {
+            final int[] pages = {0, 1, 2, 3};
+            final CUstream s = stream(); // made here: this thread has the context current
+            for (int round = 0; round < 20; round++) {
+                final int r = round;
+                final PinnedPageBuffer pinned = new PinnedPageBuffer(dev, 4);
+                final java.util.concurrent.atomic.AtomicReference<Throwable> wrong = new java.util.concurrent.atomic.AtomicReference<>();
+                final Thread submitter = Thread.ofPlatform().start(() -> {
+                    try {
+                        while (true) {
+                            try (DeviceBatch b = dev.submitOffload(pages, 0, 4, pinned, 0, OffloadEngine.KERNEL, s)) {
+                                b.await();
+                            } catch (IllegalStateException closed) {
+                                return; // the refusal of a closed buffer: the only failure allowed
+                            }
+                        }
+                    } catch (Throwable t) {
+                        wrong.set(t);
+                    }
+                });
+                Thread.sleep(r % 5);
+                pinned.close();
+                submitter.join(10_000);
+                assertFalse(submitter.isAlive(), "the submitter did not see the close");
+                assertNull(wrong.get(), () -> "round " + r + ": " + wrong.get());
+            }
+            CudaException.check(JCudaDriver.cuStreamDestroy(s), "cuStreamDestroy");
+            dev.fill(0, io.kvpool.storage.FillMode.CANARY); // the context is sound after all of it
+            assertEquals(0, dev.firstCanaryToken(0, 0, l.tokensPerPage()));
+        }
+    }
+
+    @Test
     void aBatchIsPolledAwaitedAndClosedTwice() {
         final KvLayout l = DevicePageStorageGpuTest.LAYOUTS[0];
         try (DevicePageStorage dev = DevicePageStorage.allocate(l, 4)) {
