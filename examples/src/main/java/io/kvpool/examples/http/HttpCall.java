@@ -322,6 +322,10 @@ public final class HttpCall {
         if (!keepAlive || (!connection.frontAccepting() && connection.nothingQueuedFromBeforeTheStop())) {
             r.headers().set(HttpHeaderNames.CONNECTION, HttpHeaderValues.CLOSE);
             saidClose = true;
+        } else if (http10) {
+            // an HTTP/1.0 client keeps the connection only when the answer says so (RFC 9112 §9.3, RFC 1945 practice);
+            // otherwise it reads until the close, and the connection idles to its timeout
+            r.headers().set(HttpHeaderNames.CONNECTION, HttpHeaderValues.KEEP_ALIVE);
         }
     }
 

@@ -523,6 +523,25 @@ class HttpFrontTest {
     }
 
     @Test
+    void anHttp10KeepAliveClientIsToldTheConnectionStays() throws Exception {
+        start(FAST, ECHO);
+        try (Socket s = connect()) {
+            send(s, "GET /one HTTP/1.0\r\nConnection: keep-alive\r\n\r\n");
+            final String first = readOne(s);
+            assertTrue(first.toLowerCase(java.util.Locale.ROOT).contains("connection: keep-alive"),
+                "an HTTP/1.0 client reads to the close unless told: " + first);
+            s.setSoTimeout(2_000);
+            send(s, "GET /two HTTP/1.0\r\nConnection: keep-alive\r\n\r\n");
+            assertTrue(readOne(s).contains("GET /two"), "the second request is answered on the same connection");
+        }
+        try (Socket s = connect()) { // without keep-alive, HTTP/1.0 closes as before
+            send(s, "GET /three HTTP/1.0\r\n\r\n");
+            final String answer = readToClose(s).toLowerCase(java.util.Locale.ROOT);
+            assertFalse(answer.contains("keep-alive"), answer);
+        }
+    }
+
+    @Test
     void aStreamToAnHttp10ClientIsUnframedAndEndsWithTheConnection() throws Exception {
         start(FAST, call -> {
             call.startStream(200, "text/event-stream");
