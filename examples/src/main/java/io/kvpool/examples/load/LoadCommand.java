@@ -15,7 +15,7 @@ import java.util.List;
  * {@code load}: the bounded load generator ({@link LoadGenerator}) against a server at {@code --url}, or
  * against one it starts in this JVM (the default; any of {@code serve}'s options configure it). Prints
  * {@link LoadReport}; exits 0 when the run is clean, 1 when it found a leak, an unexpected answer or
- * unbalanced pools, 2 on bad usage.
+ * unbalanced pools, or when no request that fits completed (it checked no KV), 2 on bad usage.
  */
 public final class LoadCommand implements Subcommand {
 

@@ -13,9 +13,21 @@ public final class LoadReport {
     private LoadReport() {
     }
 
-    /** @return whether the run is clean: no foreign marker, no completion with someone else's KV, nothing unexpected, pools clean */
+    /**
+     * @return whether the run is clean: no foreign marker, no completion with someone else's KV, nothing unexpected, pools
+     *         clean, and some completion to check (see {@link #nothingCompleted})
+     */
     public static boolean clean(LoadGenerator.Result r, PoolCheck pools) {
-        return r.leaked() == 0 && r.kvMismatches() == 0 && r.count(Outcome.Kind.UNEXPECTED) == 0 && (pools == null || pools.ok());
+        return r.leaked() == 0 && r.kvMismatches() == 0 && r.count(Outcome.Kind.UNEXPECTED) == 0 && (pools == null || pools.ok())
+            && !nothingCompleted(r);
+    }
+
+    /**
+     * @return whether requests that fit were sent and none of them completed (every one refused, failed or timed out):
+     *         such a run has no KV to check, so it shows nothing about leaks, whatever else it saw
+     */
+    static boolean nothingCompleted(LoadGenerator.Result r) {
+        return r.count(Outcome.Kind.COMPLETED) == 0 && r.outcomes().stream().anyMatch(o -> o.shot().kind() == Shot.Kind.NORMAL);
     }
 
     /** Prints the report; {@code pools} is {@code null} when they could not be checked. */
@@ -51,6 +63,8 @@ public final class LoadReport {
             pools.lines().forEach(l -> out.println("  pool " + l));
         }
         out.println(clean(r, pools) ? "verdict: clean — no leak, every answer as expected, pools balanced"
+            : r.leaked() == 0 && r.kvMismatches() == 0 && r.count(Outcome.Kind.UNEXPECTED) == 0 && (pools == null || pools.ok())
+            ? "verdict: NOTHING COMPLETED — no request that fits got its completion, so the run checked no KV"
             : "verdict: LEAK OR FAILURE — see above");
     }
 

@@ -17,6 +17,7 @@ import java.util.concurrent.Executors;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertTrue;
 
 /** Regressions from a review of the load generator's detectors (2026-11-30); each failed before its fix. */
 class EvidenceReviewRegressionTest {
@@ -51,6 +52,27 @@ class EvidenceReviewRegressionTest {
                     "--garbage-ratio", "0", "--abort-ratio", "0", "--over-capacity-ratio", "0"},
                 new PrintStream(out, true, StandardCharsets.UTF_8), new PrintStream(new ByteArrayOutputStream(), true, StandardCharsets.UTF_8));
             assertEquals(1, rc, "every request got 500 internal_error, yet:\n" + out.toString(StandardCharsets.UTF_8));
+        }
+    }
+
+    /**
+     * A server that lost its decode role (every answer 502 role_lost, a failure the protocol names) or that drains
+     * (every answer 503) checked no KV at all: not clean, though each answer is one the load generator accepts.
+     */
+    @Test
+    void aRunInWhichNothingCompletedIsNotClean() throws Exception {
+        for (int status : new int[] {502, 503}) {
+            try (Fake fake = new Fake(status, status == 502
+                ? "{\"error\":{\"type\":\"server_error\",\"reason\":\"role_lost\",\"message\":\"decode lost\"}}"
+                : "{\"error\":{\"type\":\"service_unavailable\",\"reason\":\"server_draining\",\"message\":\"stopping\"}}")) {
+                final ByteArrayOutputStream out = new ByteArrayOutputStream();
+                final int rc = new LoadCommand().run(new String[] {"--url", fake.uri().toString(), "--requests", "20", "--clients", "2",
+                        "--garbage-ratio", "0", "--abort-ratio", "0", "--over-capacity-ratio", "0"},
+                    new PrintStream(out, true, StandardCharsets.UTF_8), new PrintStream(new ByteArrayOutputStream(), true, StandardCharsets.UTF_8));
+                final String report = out.toString(StandardCharsets.UTF_8);
+                assertEquals(1, rc, status + ": no request completed, yet:\n" + report);
+                assertTrue(report.contains("verdict: NOTHING COMPLETED"), report);
+            }
         }
     }
 
