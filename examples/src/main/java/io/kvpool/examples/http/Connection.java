@@ -242,6 +242,12 @@ final class Connection {
                 + " is not supported; use HTTP/1.1", Map.of());
             return;
         }
+        final int hosts = r.headers().getAll(HttpHeaderNames.HOST).size();
+        if (r.protocolVersion().minorVersion() == 1 && hosts != 1) { // RFC 9112 §3.2: a server MUST answer 400
+            refuse(400, "invalid_request_error", hosts == 0 ? "missing_host" : "duplicate_host", "an HTTP/1.1 request needs "
+                + "exactly one Host header, this one has " + hosts, Map.of());
+            return;
+        }
         final long declared;
         try {
             declared = HttpUtil.getContentLength(r, -1L);
@@ -490,6 +496,7 @@ final class Connection {
         r.headers().set(HttpHeaderNames.CONTENT_TYPE, "application/json");
         r.headers().setInt(HttpHeaderNames.CONTENT_LENGTH, r.content().readableBytes());
         r.headers().set(HttpHeaderNames.CONNECTION, HttpHeaderValues.CLOSE);
+        r.headers().set(HttpHeaderNames.DATE, HttpCall.date());
         front.refusedRequest();
         if (current != null) {
             // Its answer may even be on the wire already, with answered() still to run; closing now would cut

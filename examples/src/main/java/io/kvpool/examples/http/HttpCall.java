@@ -316,6 +316,7 @@ public final class HttpCall {
     private void headers(HttpResponse r, String contentType) {
         r.headers().set(responseHeaders);
         r.headers().set(HttpHeaderNames.CONTENT_TYPE, contentType);
+        r.headers().set(HttpHeaderNames.DATE, date());
         // the front stopping: the last answer says so, so the client sends no more here; one with requests read before
         // the stop queued behind it does not, since they are still answered and nothing may follow an answer that
         // said close (requests read after the stop do not count: they would let a pipelining client go on for ever)
@@ -327,6 +328,11 @@ public final class HttpCall {
             // otherwise it reads until the close, and the connection idles to its timeout
             r.headers().set(HttpHeaderNames.CONNECTION, HttpHeaderValues.KEEP_ALIVE);
         }
+    }
+
+    /** @return now, as an answer's {@code Date} header says it (RFC 9110 §6.6.1: a server with a clock sends one) */
+    static String date() {
+        return io.netty.handler.codec.DateFormatter.format(new java.util.Date());
     }
 
     /** The answer's last write: when it is on the wire, the connection takes its next request (or closes). */

@@ -523,6 +523,30 @@ class HttpFrontTest {
     }
 
     @Test
+    void anHttp11RequestWithoutExactlyOneHostIs400AndEveryAnswerHasADate() throws Exception {
+        start(FAST, ECHO);
+        for (String[] c : new String[][] {{"GET / HTTP/1.1\r\n\r\n", "missing_host"},
+            {"GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", "duplicate_host"}}) {
+            try (Socket s = connect()) {
+                send(s, c[0]);
+                final String answer = readToClose(s);
+                assertTrue(answer.startsWith("HTTP/1.1 400") && answer.contains(c[1]), answer);
+                assertTrue(answer.toLowerCase(java.util.Locale.ROOT).contains("\r\ndate: "), "the front's own answer has a Date: " + answer);
+            }
+        }
+        try (Socket s = connect()) {
+            send(s, "GET /ok HTTP/1.1\r\nHost: x\r\n\r\n");
+            final String answer = readOne(s);
+            assertTrue(answer.startsWith("HTTP/1.1 200"), answer);
+            assertTrue(answer.toLowerCase(java.util.Locale.ROOT).contains("\r\ndate: "), "a handler's answer has a Date: " + answer);
+        }
+        try (Socket s = connect()) { // HTTP/1.0 has no Host rule
+            send(s, "GET /old HTTP/1.0\r\n\r\n");
+            assertTrue(readToClose(s).startsWith("HTTP/1.1 200"));
+        }
+    }
+
+    @Test
     void anHttp10KeepAliveClientIsToldTheConnectionStays() throws Exception {
         start(FAST, ECHO);
         try (Socket s = connect()) {
