@@ -73,12 +73,11 @@ public final class DeviceIpc {
      * {@return a handle to the storage's arena that another process on this node can {@link #open}}
      *
      * @param storage the device storage to share
-     * @throws CudaException if the driver cannot export the arena
+     * @throws IllegalStateException if the storage is closed
+     * @throws CudaException         if the driver cannot export the arena
      */
     public static byte[] export(DevicePageStorage storage) {
-        storage.makeCurrent();
-        final CUipcMemHandle h = new CUipcMemHandle();
-        CudaException.check(CudaException.code(() -> JCudaDriver.cuIpcGetMemHandle(h, storage.arenaPointer())), "cuIpcGetMemHandle");
+        final CUipcMemHandle h = storage.ipcHandle(); // under the storage's monitor: not of an arena being freed
         final DeviceLayout d = storage.deviceLayout();
         final ByteBuffer b = ByteBuffer.allocate(EXPORT_BYTES).order(ByteOrder.LITTLE_ENDIAN);
         b.putInt(MAGIC).putInt(VERSION).putLong(d.layout().fingerprint()).putInt(d.pages()).putInt(storage.deviceOrdinal()).putLong(d.arenaBytes());

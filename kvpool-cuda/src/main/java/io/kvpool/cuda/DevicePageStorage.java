@@ -204,10 +204,26 @@ public final class DevicePageStorage implements PageStorage {
         return f;
     }
 
-    /** @return the arena's device pointer (for IPC export) */
+    /** @return the arena's device pointer (tests; a caller that uses it holds this storage's monitor, see Lifetime) */
     CUdeviceptr arenaPointer() {
         ensureOpen();
         return arena;
+    }
+
+    /**
+     * Takes the arena's IPC handle under this storage's monitor, from the open check to the driver call, so that
+     * {@link #close()} cannot free the arena in between (a handle to freed memory, or to memory reused since, would let
+     * a peer write into someone else's allocation).
+     *
+     * @throws IllegalStateException if the storage is closed
+     * @throws CudaException         if the driver cannot export the arena
+     */
+    synchronized jcuda.driver.CUipcMemHandle ipcHandle() {
+        ensureOpen();
+        current();
+        final jcuda.driver.CUipcMemHandle h = new jcuda.driver.CUipcMemHandle();
+        CudaException.check(CudaException.code(() -> JCudaDriver.cuIpcGetMemHandle(h, arena)), "cuIpcGetMemHandle");
+        return h;
     }
 
     /** Makes this storage's (primary) context current on the calling thread. */

@@ -54,6 +54,16 @@ class DeviceIpcGpuTest {
     }
 
     @Test
+    void aClosedStorageIsNotExported() {
+        final DevicePageStorage dev = DevicePageStorage.allocate(IpcWriterMain.LAYOUT, 4);
+        assertTrue(DeviceIpc.export(dev).length > 0);
+        dev.close();
+        final IllegalStateException e = assertThrows(IllegalStateException.class, () -> DeviceIpc.export(dev),
+            "no handle to an arena that was freed");
+        assertTrue(e.getMessage().contains("closed"), e.getMessage());
+    }
+
+    @Test
     void aHandleForAnotherLayoutIsRefusedNamingBothFingerprints() {
         try (DevicePageStorage dev = DevicePageStorage.allocate(IpcWriterMain.LAYOUT, 4)) {
             final byte[] h = DeviceIpc.export(dev);
