@@ -76,6 +76,17 @@ class EvidenceReviewRegressionTest {
         }
     }
 
+    /** Aborts on purpose complete nothing by design: a run of aborts only is judged by its pools, not "nothing completed". */
+    @Test
+    void aRunOfAbortsOnlyIsNotNothingCompleted() {
+        final Shot aborting = new Shot(0, "t1", Shot.Kind.NORMAL, "p", 4, 8, true, 2, null);
+        final Shot finishing = new Shot(1, "t1", Shot.Kind.NORMAL, "p", 4, 8, true, -1, null);
+        final Outcome aborted = new Outcome(aborting, Outcome.Kind.ABORTED, 200, null, 1, 2, 2, java.util.Set.of(), List.of(), false, null);
+        final Outcome failed = new Outcome(finishing, Outcome.Kind.FAILED, 502, "role_lost", -1, 2, 0, java.util.Set.of(), List.of(), false, "lost");
+        assertFalse(LoadReport.nothingCompleted(new LoadGenerator.Result(List.of(aborted), 1_000_000, 1)));
+        assertTrue(LoadReport.nothingCompleted(new LoadGenerator.Result(List.of(aborted, failed), 1_000_000, 1)));
+    }
+
     /**
      * A request that fits (NORMAL, well-formed JSON) answered 400 malformed_json is a server bug, but the client files
      * it under REJECTED whatever the reason, so it is never an unexpected answer.
