@@ -73,6 +73,7 @@ final class PrefixSharing {
     }
 
     private boolean attachOneLocked(int slot, Sequence seq) {
+        seq.ensureRoomForPage(); // before the reference is taken: recording it below must not allocate
         final long word = slots.wordVolatile(slot);
         if (SlotStateMachine.phase(word) == SlotStateMachine.OWNED) {
             final long handle = slots.handle(slot, SlotStateMachine.generation(word));

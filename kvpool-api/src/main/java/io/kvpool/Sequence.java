@@ -669,23 +669,35 @@ public final class Sequence implements AutoCloseable {
     // ---- pool-side helpers ----
 
     void addPage(long handle) {
+        ensureRoomForPage();
+        handles[pageCount] = handle;
+        blockTable[pageCount] = PageHandle.slot(handle);
+        pageCount++;
+        unsharedAtEpoch = -1;
+    }
+
+    /**
+     * Grows the page tables if they are full, so that the next {@link #addPage} allocates nothing: a caller that takes
+     * a page's reference first and records it after (a prefix attach) calls this before, so that an OutOfMemoryError
+     * cannot fall between the two and leave a reference nobody holds.
+     */
+    void ensureRoomForPage() {
         if (pageCount == handles.length) {
             // first growth: room for every page the admitted tokens need (plus a copy-on-write), so a
             // sequence that stays within its admission never grows its table again
             final long admittedPages = pool.layout().pagesFor(admittedTokens) + 1;
             final int n = (int) Math.max(Math.max(8, handles.length * 2L), Math.min(admittedPages, PageHandle.MAX_SLOT + 1L));
-            handles = Arrays.copyOf(handles, n);
-            blockTable = Arrays.copyOf(blockTable, n);
+            final long[] grownHandles = Arrays.copyOf(handles, n);
+            final int[] grownTable = Arrays.copyOf(blockTable, n);
             if (pageHashes != null) {
-                pageHashes = Arrays.copyOf(pageHashes, n);
-                pageDigestHi = Arrays.copyOf(pageDigestHi, n);
-                pageDigestLo = Arrays.copyOf(pageDigestLo, n);
+                final long[] h = Arrays.copyOf(pageHashes, n), hi = Arrays.copyOf(pageDigestHi, n), lo = Arrays.copyOf(pageDigestLo, n);
+                pageHashes = h;
+                pageDigestHi = hi;
+                pageDigestLo = lo;
             }
+            handles = grownHandles; // last: an allocation that failed above leaves the tables as they were
+            blockTable = grownTable;
         }
-        handles[pageCount] = handle;
-        blockTable[pageCount] = PageHandle.slot(handle);
-        pageCount++;
-        unsharedAtEpoch = -1;
     }
 
     void attachedPublished(long hash, PrefixDigest digest) {
