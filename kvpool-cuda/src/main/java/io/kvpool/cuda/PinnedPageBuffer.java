@@ -124,17 +124,21 @@ public final class PinnedPageBuffer implements AutoCloseable {
      * buffer may still be reading or writing it). Segments from {@link #page} throw {@link IllegalStateException}
      * afterwards. Idempotent. Waits for a storage's synchronous offload or restore with this buffer in progress, and
      * for the submit of a batch with it (each holds this buffer's monitor from its address to the launch).
+     *
+     * @throws IllegalStateException if a native call still holds one of its pages after about a second: the memory is
+     *                               then left allocated rather than freed under that call
      */
     @Override
     public synchronized void close() {
         if (!closed) {
             closed = true;
+            if (!closeScope()) {
+                // a native call still holds one of its pages: freeing now would let it (or a stale page) touch memory
+                // the next allocation may get, so the memory, and the context it lives in, stay allocated
+                throw new IllegalStateException("pinned page buffer of " + pages + " pages: a page is still in use by a native "
+                    + "call after " + SCOPE_CLOSE_TRIES * 10 + " ms; its memory is left allocated (a leak, not a fault)");
+            }
             try {
-                try {
-                    scope.close();
-                } catch (IllegalStateException inUse) {
-                    // a segment of it is held by a native call right now: the free below still waits for the device
-                }
                 CudaException.code(() -> JCudaDriver.cuCtxSetCurrent(context)); // the free is tried whatever this says
                 CudaException.code(() -> JCudaDriver.cuCtxSynchronize()); // batches still using the memory end first
                 CudaException.check(CudaException.code(() -> JCudaDriver.cuMemFreeHost(host)), "cuMemFreeHost(" + pages + " pinned pages)");
@@ -142,5 +146,29 @@ public final class PinnedPageBuffer implements AutoCloseable {
                 CudaException.code(() -> JCudaDriver.cuDevicePrimaryCtxRelease(owner));
             }
         }
+    }
+
+    private static final int SCOPE_CLOSE_TRIES = 100;
+
+    /**
+     * Closes the pages' scope, retrying while a native call holds one of them (such holds are short).
+     *
+     * @return whether it closed within {@link #SCOPE_CLOSE_TRIES} tries, 10 ms apart
+     */
+    private boolean closeScope() {
+        for (int i = 0; i < SCOPE_CLOSE_TRIES; i++) {
+            try {
+                scope.close();
+                return true;
+            } catch (IllegalStateException inUse) {
+                try {
+                    Thread.sleep(10);
+                } catch (InterruptedException e) {
+                    Thread.currentThread().interrupt();
+                    return false;
+                }
+            }
+        }
+        return false;
     }
 }
