@@ -544,6 +544,9 @@ public final class DevicePageStorage implements PageStorage {
                     listParams(scratch, n, Pointer.to(pinned.devicePage(index))));
                 return;
             }
+            if (!MemcpyBatch.available()) { // before a stream is made for it
+                throw new UnsupportedOperationException(MemcpyBatch.symbol());
+            }
             if (ownStream == null) {
                 final CUstream s = new CUstream();
                 // a blocking stream: ordered with the legacy default stream that this storage's other calls use
@@ -716,7 +719,8 @@ public final class DevicePageStorage implements PageStorage {
      * @param stream a stream of this storage's (primary) context; {@code null} (the legacy default stream) only for
      *               {@link OffloadEngine#KERNEL}
      * @return the batch: poll, wait, then close it
-     * @throws IllegalArgumentException for {@link OffloadEngine#MEMCPY_BATCH} on the legacy default stream
+     * @throws IllegalArgumentException      for {@link OffloadEngine#MEMCPY_BATCH} on the legacy default stream
+     * @throws UnsupportedOperationException for {@code MEMCPY_BATCH} on a driver without {@code cuMemcpyBatchAsync}
      */
     @SuppressWarnings("exports") // JCuda has no module descriptor; a caller that passes a CUstream already reads jcuda to make one
     public DeviceBatch submitOffload(int[] pages, int off, int n, PinnedPageBuffer to, int toIndex, OffloadEngine engine, CUstream stream) {
@@ -736,7 +740,8 @@ public final class DevicePageStorage implements PageStorage {
      * @param stream a stream of this storage's (primary) context; {@code null} (the legacy default stream) only for
      *               {@link OffloadEngine#KERNEL}
      * @return the batch: poll, wait, then close it
-     * @throws IllegalArgumentException for {@link OffloadEngine#MEMCPY_BATCH} on the legacy default stream
+     * @throws IllegalArgumentException      for {@link OffloadEngine#MEMCPY_BATCH} on the legacy default stream
+     * @throws UnsupportedOperationException for {@code MEMCPY_BATCH} on a driver without {@code cuMemcpyBatchAsync}
      */
     @SuppressWarnings("exports") // JCuda has no module descriptor; a caller that passes a CUstream already reads jcuda to make one
     public DeviceBatch submitRestore(PinnedPageBuffer from, int fromIndex, int[] pages, int off, int n, OffloadEngine engine, CUstream stream) {
@@ -750,6 +755,9 @@ public final class DevicePageStorage implements PageStorage {
         if (engine == OffloadEngine.MEMCPY_BATCH) {
             if (MemcpyBatch.nativePointer(stream) <= 1) {
                 throw new IllegalArgumentException("cuMemcpyBatchAsync cannot use the legacy default stream; pass a stream of your own");
+            }
+            if (!MemcpyBatch.available()) { // now: inside submit its failure would wait for the caller's stream, under the lock
+                throw new UnsupportedOperationException(MemcpyBatch.symbol());
             }
             // the storage's monitor, then the buffer's (the order of the synchronous calls), from the buffer's address
             // to the enqueue: its close() cannot free it in between, and waits for the context after

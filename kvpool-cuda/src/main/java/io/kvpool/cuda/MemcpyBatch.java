@@ -116,6 +116,11 @@ final class MemcpyBatch {
         return Bound.SYMBOL;
     }
 
+    /** @return whether the driver has {@code cuMemcpyBatchAsync} ({@link #copy} throws otherwise) */
+    static boolean available() {
+        return Bound.HANDLE != null;
+    }
+
     private static final MethodHandle NATIVE_POINTER;
 
     static {
