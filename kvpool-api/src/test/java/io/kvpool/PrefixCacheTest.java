@@ -25,35 +25,19 @@ class PrefixCacheTest {
         return s;
     }
 
-    /** Slot words that throw an Error at the next read of one slot, once armed. */
-    private static final class FaultingWords extends ForwardingSlotWords {
-        volatile int slot = -1;
-
-        FaultingWords(int n) {
-            super(n);
-        }
-
-        @Override
-        public long getVolatile(int i) {
-            if (i == slot) {
-                slot = -1;
-                throw new OutOfMemoryError("injected: an Error while a prefix page is attached");
-            }
-            return d.getVolatile(i);
-        }
-    }
-
     @Test
     void anErrorWhileAttachingAPrefixLeavesNoReservationNorReference() {
-        final FaultingWords[] words = new FaultingWords[1];
+        final ApiReviewRegressionTest.CountingHookWords[] words = new ApiReviewRegressionTest.CountingHookWords[1];
         final KvPoolBuilder b = TestPools.builder(16);
-        b.slotWords = n -> words[0] = new FaultingWords(n);
+        b.slotWords = n -> words[0] = new ApiReviewRegressionTest.CountingHookWords(n);
         try (KvPool pool = b.build()) {
             final int[] prompt = tokens(10, 1); // 2 full pages + 2 tokens
             final Sequence a = prefill(pool, prompt, 7, 1);
             final int first = a.pageIndex(0);
             final int refsBefore = pool.refcountOfSlot(first);
-            words[0].slot = a.pageIndex(1); // the first page attaches, the second one's read throws
+            words[0].arm(a.pageIndex(1), 0, () -> { // the first page attaches, the second one's read throws
+                throw new OutOfMemoryError("injected: an Error while a prefix page is attached");
+            });
             assertThrows(OutOfMemoryError.class, () -> pool.admit(prompt, 4, 7));
             final PoolSnapshot after = pool.snapshot();
             assertEquals(0, after.reserved(), "the failed admission's reservation is given back: " + after);
