@@ -163,11 +163,8 @@ final class BatchAppend {
                 }
             }
         }
-        if (first instanceof Error e) {
-            throw e;
-        }
         if (first != null) {
-            throw (RuntimeException) first;
+            throw Sequence.rethrow(first);
         }
     }
 

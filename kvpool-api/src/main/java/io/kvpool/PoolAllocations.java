@@ -442,12 +442,7 @@ final class PoolAllocations {
             final Reservations.Grant g = decideLocked(prompt, maxNewTokens);
             Sequence seq = null;
             if (g.admitted()) {
-                try {
-                    seq = newSequenceLocked((int) g.code(), g.admittedTokens(), cacheSalt, promptTokenIds != null);
-                } catch (RuntimeException | Error e) { // no memory for it: the grant's pages are promised to nobody
-                    reservations.remove(g.code());
-                    throw e;
-                }
+                seq = newSequenceLocked((int) g.code(), g.admittedTokens(), cacheSalt, promptTokenIds != null);
                 made[0] = seq;
                 if (promptTokenIds != null) {
                     seq.setTokenCountAfterAttach(prefix.attachLocked(seq, promptTokenIds, cacheSalt) * pool.layout().tokensPerPage());
@@ -478,12 +473,7 @@ final class PoolAllocations {
             pool.ensureOpen();
             final long[] r = new long[2];
             reservations.take(reservationId, false, r);
-            try {
-                return newSequenceLocked((int) r[0], r[1], 0, false);
-            } catch (RuntimeException | Error e) { // the id is spent: its pages go back, as a cancel would give them
-                reservations.remove(r[0]);
-                throw e;
-            }
+            return newSequenceLocked((int) r[0], r[1], 0, false);
         } finally {
             lock.unlock();
         }
@@ -522,8 +512,18 @@ final class PoolAllocations {
         return slots.capacity() - slots.counts().retired.sum();
     }
 
+    /**
+     * Makes the sequence that {@code reservedPages}, reserved already (a grant, or a spent reservation id), are promised
+     * to. If it cannot be made (no memory), the pages go back: nobody else would give them back.
+     */
     private Sequence newSequenceLocked(int reservedPages, long admittedTokens, long salt, boolean hasSalt) {
-        final Sequence seq = new Sequence(pool, reservedPages, admittedTokens, salt, hasSalt);
+        final Sequence seq;
+        try {
+            seq = new Sequence(pool, reservedPages, admittedTokens, salt, hasSalt);
+        } catch (RuntimeException | Error e) {
+            reservations.remove(reservedPages);
+            throw e;
+        }
         reservations.sequenceOpened(); // after: a sequence that could not be made is not counted open
         return seq;
     }

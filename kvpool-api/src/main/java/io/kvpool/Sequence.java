@@ -476,7 +476,7 @@ public final class Sequence implements AutoCloseable {
     }
 
     /** @return nothing: throws {@code t}, a RuntimeException or an Error */
-    private static RuntimeException rethrow(Throwable t) {
+    static RuntimeException rethrow(Throwable t) {
         if (t instanceof Error e) {
             throw e;
         }
