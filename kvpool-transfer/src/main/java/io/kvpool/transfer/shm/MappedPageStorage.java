@@ -149,21 +149,18 @@ public final class MappedPageStorage implements PageStorage {
             mapping.set(LONG, OFF_MAGIC, MAGIC);
             return new MappedPageStorage(file, true, identity, pid, mapping, host);
         } catch (IOException e) {
-            closeQuietly(host);
-            closeQuietly(arena);
+            closeQuietly(host, arena);
             deleteIfCreated(created, file);
             throw new UncheckedIOException("cannot create the mapped pool file " + file + " of " + size + " bytes ("
                 + pages + " pages of " + layout.bytesPerPage() + " bytes): " + e.getMessage(), e);
         } catch (InternalError e) { // a fault in mapped memory: the room went to someone else after the check
-            closeQuietly(host);
-            closeQuietly(arena);
+            closeQuietly(host, arena);
             deleteIfCreated(created, file);
             throw new UncheckedIOException("cannot fill the mapped pool file " + file + " of " + size + " bytes (" + pages
                 + " pages of " + layout.bytesPerPage() + " bytes): a write faulted; is its file system full?",
                 new IOException(e.toString(), e));
         } catch (RuntimeException | Error e) {
-            closeQuietly(host);
-            closeQuietly(arena);
+            closeQuietly(host, arena);
             deleteIfCreated(created, file);
             throw e;
         }
@@ -261,17 +258,14 @@ public final class MappedPageStorage implements PageStorage {
             afterOver(host);
             return new MappedPageStorage(file, false, identity, pid, mapping, host);
         } catch (IOException e) {
-            closeQuietly(host);
-            closeQuietly(arena);
+            closeQuietly(host, arena);
             throw new UncheckedIOException("cannot map pool file " + file + ": " + e.getMessage(), e);
         } catch (InternalError e) { // SIGBUS: the file shrank between its size check and a header read
-            closeQuietly(host);
-            closeQuietly(arena);
+            closeQuietly(host, arena);
             throw new TransferException("mapped pool file " + file + " faulted while its header was read (it shrank under "
                 + "the mapping): " + e.getMessage(), e);
         } catch (RuntimeException | Error e) {
-            closeQuietly(host);
-            closeQuietly(arena);
+            closeQuietly(host, arena);
             throw e;
         }
     }
@@ -319,16 +313,24 @@ public final class MappedPageStorage implements PageStorage {
     }
 
     /**
-     * Closes a storage made over the mapping before a late fault (a fault in mapped memory can be reported after the
-     * statement that caused it): its own memory is freed only by its close. Nothing if {@code null}.
+     * A create or map that failed frees what it made: the storage over the mapping, if it was made before the failure
+     * (a fault in mapped memory can be reported after the statement that caused it; the storage's own memory is freed
+     * only by its close), then the mapping's arena.
+     *
+     * @param host the storage, or {@code null} if none was made
      */
-    private static void closeQuietly(HostPageStorage host) {
+    private static void closeQuietly(HostPageStorage host, Arena arena) {
         if (host != null) {
             try {
                 host.close();
             } catch (RuntimeException ignored) {
                 // the mapping's arena is closed below either way
             }
+        }
+        try {
+            arena.close();
+        } catch (IllegalStateException ignored) {
+            // already closed by the storage, which took it over
         }
     }
 
@@ -339,14 +341,6 @@ public final class MappedPageStorage implements PageStorage {
         final java.util.function.Consumer<HostPageStorage> hook = afterOverForTests;
         if (hook != null) {
             hook.accept(host);
-        }
-    }
-
-    private static void closeQuietly(Arena arena) {
-        try {
-            arena.close();
-        } catch (IllegalStateException ignored) {
-            // already closed by a storage that took it over
         }
     }
 
