@@ -7,6 +7,7 @@ import io.netty.channel.ChannelFuture;
 import io.netty.channel.ChannelFutureListener;
 import io.netty.channel.ChannelHandlerContext;
 import io.netty.channel.ChannelInboundHandlerAdapter;
+import io.netty.channel.ChannelOutboundBuffer;
 import io.netty.handler.codec.DecoderResult;
 import io.netty.handler.codec.http.DefaultFullHttpResponse;
 import io.netty.handler.codec.http.FullHttpResponse;
@@ -398,15 +399,30 @@ final class Connection {
         }
     }
 
-    /** Closes the connection if {@code f} (an answer's last write) is not on the wire within the stall timeout. */
+    /**
+     * Closes the connection if {@code f} (an answer's last write) is not on the wire in time: the stall timeout, plus
+     * what is still queued for the client at the minimum read rate ({@link HttpLimits#lastWriteNanos}). Any thread.
+     */
     void armStall(ChannelFuture f) {
-        final ScheduledFuture<?> stall = channel.eventLoop().schedule(() -> {
-            if (!f.isDone()) {
-                LOG.log(System.Logger.Level.DEBUG, "connection " + channel.remoteAddress() + ": answer not read within the stall timeout; closed");
-                close(Close.CUT);
+        // on the event loop, after the write task queued before this one: the queue then holds what the socket did
+        // not take, which is what the client still has to read before f can complete
+        channel.eventLoop().execute(() -> {
+            if (f.isDone()) {
+                return;
             }
-        }, limits.stallTimeout().toNanos(), TimeUnit.NANOSECONDS);
-        f.addListener(done -> stall.cancel(false));
+            final ChannelOutboundBuffer queue = channel.unsafe().outboundBuffer();
+            final long queued = queue == null ? 0 : queue.totalPendingWriteBytes();
+            final long nanos = limits.lastWriteNanos(queued);
+            final ScheduledFuture<?> stall = channel.eventLoop().schedule(() -> {
+                if (!f.isDone()) {
+                    LOG.log(System.Logger.Level.DEBUG, () -> "connection " + channel.remoteAddress() + ": answer not read within "
+                        + TimeUnit.NANOSECONDS.toMillis(nanos) + " ms (stall timeout, and " + queued + " bytes at "
+                        + limits.minReadRate() + " bytes/s); closed");
+                    close(Close.CUT);
+                }
+            }, nanos, TimeUnit.NANOSECONDS);
+            f.addListener(done -> stall.cancel(false));
+        });
     }
 
     /**

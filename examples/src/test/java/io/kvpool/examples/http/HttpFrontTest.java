@@ -312,6 +312,55 @@ class HttpFrontTest {
     }
 
     @Test
+    void aLargeAnswerReadSlowlyButSteadilyIsNotCutByTheStallTimeout() throws Exception {
+        // 300 ms stall timeout, a 1 MiB/s floor: a 24 MiB answer read at ~8 MiB/s takes ~3 s, far beyond the stall
+        // timeout once the socket buffers are full, and is read steadily all along
+        final HttpLimits limits = new HttpLimits(8, 4096, 1024, Duration.ofMillis(300), Duration.ofMillis(300),
+            Duration.ofMillis(300), 1 << 20);
+        final byte[] answer = new byte[24 << 20];
+        start(limits, call -> call.respond(200, "application/octet-stream", answer));
+        try (Socket s = connect()) {
+            s.setReceiveBufferSize(16 << 10);
+            send(s, "GET /big HTTP/1.1\r\nHost: x\r\n\r\n");
+            final String head = readHead(s);
+            assertTrue(head.startsWith("HTTP/1.1 200"), head);
+            final InputStream in = s.getInputStream();
+            final byte[] buf = new byte[64 << 10];
+            long read = 0;
+            final long start = System.nanoTime();
+            try {
+                for (int n; read < answer.length && (n = in.read(buf)) > 0; ) {
+                    read += n;
+                    final long due = start + read * 1_000_000_000L / (8 << 20); // ~8 MiB/s
+                    final long wait = due - System.nanoTime();
+                    if (wait > 0) {
+                        Thread.sleep(wait / 1_000_000, (int) (wait % 1_000_000));
+                    }
+                }
+            } catch (SocketException reset) {
+                // cut: asserted below with how much came
+            }
+            assertEquals(answer.length, read, "bytes read before the connection ended, after "
+                + (System.nanoTime() - start) / 1_000_000 + " ms; closed: " + front.closedConnections());
+        }
+        assertEquals(0L, front.closedConnections().getOrDefault("cut", 0L), () -> front.closedConnections().toString());
+    }
+
+    @Test
+    void aLargeAnswerNobodyReadsIsCutAfterTheStallTimeoutAndItsBytesAtTheMinimumRate() throws Exception {
+        // 300 ms, then what the socket did not take (≤ 24 MiB) at 64 MiB/s: cut within ~0.7 s
+        final HttpLimits limits = new HttpLimits(8, 4096, 1024, Duration.ofMillis(300), Duration.ofMillis(300),
+            Duration.ofMillis(300), 64 << 20);
+        final byte[] answer = new byte[24 << 20];
+        start(limits, call -> call.respond(200, "application/octet-stream", answer));
+        try (Socket s = connect()) {
+            s.setReceiveBufferSize(16 << 10);
+            send(s, "GET /big HTTP/1.1\r\nHost: x\r\n\r\n");
+            awaitClosed("cut", 1); // the client reads nothing
+        }
+    }
+
+    @Test
     void connectionsOverTheCapAreClosedOnArrival() throws Exception {
         start(new HttpLimits(2, 4096, 1024, Duration.ofSeconds(10), Duration.ofSeconds(10), Duration.ofSeconds(10)), ECHO);
         try (Socket a = connect(); Socket b = connect()) {

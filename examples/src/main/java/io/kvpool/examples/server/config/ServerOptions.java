@@ -155,7 +155,7 @@ public final class ServerOptions {
             (b, v) -> b.headerTimeout(millis("--header-timeout-ms", v))));
         o.add(new Option(HTTP, "--idle-timeout-ms", "N", "a keep-alive connection with no request in progress closes after this",
             c -> ms(c.idleTimeout()), (b, v) -> b.idleTimeout(millis("--idle-timeout-ms", v))));
-        o.add(new Option(HTTP, "--stall-timeout-ms", "N", "a response whose client stops reading for this long is aborted",
+        o.add(new Option(HTTP, "--stall-timeout-ms", "N", "a response whose client stops reading for this long is aborted (an answer's end gets this plus its queued bytes at 64 KiB/s)",
             c -> ms(c.stallTimeout()), (b, v) -> b.stallTimeout(millis("--stall-timeout-ms", v))));
         o.add(new Option(HTTP, "--shutdown-grace-ms", "N", "on SIGTERM or Ctrl-C, how long requests in flight may finish "
             + "before the rest are aborted (new ones get 503 server_draining)", c -> ms(c.shutdownGrace()),
