@@ -13,7 +13,10 @@ public final class Admission {
 
     /** Why a request was or was not admitted. */
     public enum Decision {
-        /** Admitted; {@link #sequence()} holds a reservation for every page the request can need. */
+        /**
+         * Admitted; {@link #sequence()} holds a reservation for every page the request can need under
+         * {@link ReservationPolicy#FULL} (the default), for its prompt only under {@link ReservationPolicy#PROMPT_ONLY}.
+         */
         ADMITTED,
         /** {@code prompt + maxNewTokens} exceeds the pool's max context. The request is wrong; do not retry. */
         REJECTED_CONTEXT_TOO_LONG,

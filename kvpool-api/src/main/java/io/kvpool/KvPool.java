@@ -331,7 +331,8 @@ public final class KvPool implements AutoCloseable {
      * @param promptTokens prompt tokens, ≥ 1
      * @param maxNewTokens tokens the request may generate, ≥ 0
      * @return the decision; on {@link Admission.Decision#ADMITTED} it carries a new {@link Sequence} with a
-     *         reservation for every page the request can need ({@link ReservationPolicy#FULL})
+     *         reservation for every page the request can need under {@link ReservationPolicy#FULL} (the default),
+     *         for the prompt's pages only under {@link ReservationPolicy#PROMPT_ONLY}
      * @throws IllegalArgumentException if {@code promptTokens < 1} or {@code maxNewTokens < 0}
      * @throws IllegalStateException    if the pool is closed
      */

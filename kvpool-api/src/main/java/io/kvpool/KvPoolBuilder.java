@@ -159,13 +159,16 @@ public final class KvPoolBuilder {
     }
 
     /**
-     * Builds the pool and allocates its storage, after the capacity check.
+     * Builds the pool and allocates its storage, after the capacity check. The default host storage writes the
+     * canary into every page first, whatever the {@link #fillMode fill mode}: building a pool touches all of its
+     * memory (seconds for tens of GiB), so a machine without it fails here, not under load.
      *
      * @return the pool
      * @throws IllegalArgumentException if the size or max context is missing or out of range, or the
      *                                  storage factory returns another page count or layout
      * @throws PoolCapacityException    if the pool cannot hold the advertised context for one request
      *                                  and the policy is {@link ContextPolicy#FAIL}
+     * @throws IllegalStateException    if the default host storage cannot allocate its memory (with the numbers)
      */
     public KvPool build() {
         return new KvPool(this, CapacityCheck.resolve(layout, pages, byteBudget, maxContextTokens, contextPolicy));

@@ -19,7 +19,7 @@ import java.lang.foreign.ValueLayout;
  * aborted and drained, a stale handle refused, and the pool's accounting after each step.
  * The disaggregated example server ({@code ./dev example}) is {@link io.kvpool.examples.server.KvServerMain}.
  *
- * <p>Run with {@code ./dev mvn -q exec:java -pl examples -Dexec.mainClass=io.kvpool.examples.Demo}.
+ * <p>Run with {@code ./dev demo} from the repository root.
  */
 public final class Demo {
 

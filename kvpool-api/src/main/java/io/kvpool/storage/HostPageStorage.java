@@ -83,6 +83,7 @@ public final class HostPageStorage implements PageStorage {
      * @param layout the page layout
      * @param pages  number of pages, ≥ 1
      * @return the storage
+     * @throws IllegalStateException if the host memory cannot be allocated (naming the bytes and pages)
      */
     public static HostPageStorage allocate(KvLayout layout, int pages) {
         return new HostPageStorage(layout, pages);

@@ -97,11 +97,14 @@ abstract class TransferEndpoint implements LinkListener, AutoCloseable {
     }
 
     /**
-     * Adds a link and starts its handshake (a receiver's HELLO goes out at once; a sender answers it, see
-     * {@link #sendsHelloFirst()}). Nothing but HELLO/REFUSE is
-     * accepted on it until the peer's identity has been checked.
+     * Adds a link and starts its handshake (a receiver's HELLO goes out at once; a sender answers it). Nothing but
+     * HELLO/REFUSE is accepted on it until the peer's identity has been checked. Transfers may use the peer once
+     * {@link Peer#isUp()}: call {@link #doWork()} until then (the peer's side must run its duty cycle too).
      *
+     * @param link a link of a transport, owned by this engine from now on
      * @return the peer's id, its index for {@link #peer(int)}
+     * @throws IllegalStateException if the engine is closed
+     * @throws NullPointerException  if {@code link} is null
      */
     public int addPeer(PeerLink link) {
         ensureOpen();

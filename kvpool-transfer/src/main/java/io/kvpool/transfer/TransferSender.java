@@ -41,8 +41,8 @@ import java.util.Objects;
  * <p>
  * Close the sender, and let it drain ({@link #close()}), before its pool: a reference does not keep a closed pool's
  * storage, so a transport may still be reading pages the pool has freed. A pool closed under a running sender fails
- * every transfer that has not completed ({@code SENDER_FAILED}), since what the transport read may not be the KV; each
- * still drains as usual, with nothing left to release.
+ * every transfer that has not completed, since what the transport read may not be the KV (the receiver sees
+ * {@link FailureReason#SENDER_ABORTED}); each still drains as usual, with nothing left to release.
  *
  * <p><b>Threading:</b> single-threaded, like {@link TransferReceiver}; {@link #metrics()} may be read from any thread.
  */
@@ -203,6 +203,11 @@ public final class TransferSender extends TransferEndpoint {
      * @param requestId the request; the receiver's descriptor names it
      * @param source    the prefill sequence holding the KV of its {@link Sequence#tokenCount()} tokens
      * @return the transfer
+     * @throws IllegalArgumentException if the sequence belongs to another pool
+     * @throws IllegalStateException    if the sender is closed, or the request id is offered already
+     * @throws io.kvpool.StaleHandleException if a page of the sequence is no longer its (nothing is retained)
+     * @throws io.kvpool.IllegalSlotTransitionException if a page cannot be retained, e.g. one still RECEIVING
+     *                                  (nothing is retained)
      */
     public OutgoingTransfer offer(long requestId, Sequence source) {
         ensureOpen();
@@ -226,6 +231,11 @@ public final class TransferSender extends TransferEndpoint {
      * @param handles    the pages, in logical order; {@code ceil(tokenCount / tokensPerPage)} of them
      * @param tokenCount tokens of KV they hold
      * @return the transfer
+     * @throws IllegalArgumentException if {@code handles} is not {@code ceil(tokenCount / tokensPerPage)} long
+     * @throws IllegalStateException    if the sender is closed, or the request id is offered already
+     * @throws io.kvpool.StaleHandleException if a handle is not a current page of this pool (nothing is retained)
+     * @throws io.kvpool.IllegalSlotTransitionException if a page cannot be retained, e.g. one still RECEIVING
+     *                                  (nothing is retained)
      */
     public OutgoingTransfer offer(long requestId, long[] handles, int tokenCount) {
         ensureOpen();
