@@ -257,16 +257,17 @@ final class HandleOps {
      * after the rest.
      *
      * @param run the caller's scratch, at least one entry
+     * @return how many of the pages became FREE and reached a free structure (the return stack or the owner's cache)
      * @throws IllegalStateException if the pool is closed and keeps no pinned pages
      */
-    void releaseAll(long[] handles, int from, int to, int[] run) {
+    int releaseAll(long[] handles, int from, int to, int[] run) {
         final boolean closed = pool.isClosed();
         if (closed && !lifetime.retained()) {
             throw new IllegalStateException("kvpool is closed");
         }
         RuntimeException first = null;
         Error error = null;
-        int n = 0;
+        int n = 0, freed = 0;
         try {
             for (int i = to - 1; i >= from; i--) {
                 final long handle = handles[i];
@@ -291,7 +292,11 @@ final class HandleOps {
                         // the fill's Error marked the page unfilled: to the stack, filled before reuse; an Error from
                         // elsewhere (before the fill, or after the page reached the cache) leaves it out, as lost
                         toStack = allocator.isUnfilled(slot);
+                        if (!toStack) {
+                            freed--; // lost, not free: counted back below
+                        }
                     }
+                    freed++;
                     if (toStack) {
                         run[n++] = slot;
                         if (n == run.length) {
@@ -315,6 +320,7 @@ final class HandleOps {
         if (first != null) {
             throw first;
         }
+        return freed;
     }
 
     /** A page that just RETIRED leaves the prefix index, if it was there (pool lock): it can never be attached again. */

@@ -448,7 +448,7 @@ public final class KvPool implements AutoCloseable {
 
     // internal: the allocations Sequence makes through the pool lock; raw transitions, for tests
     PoolAllocations allocations() { return allocations; }
-    void releaseAll(long[] handles, int from, int to, int[] run) { ops.releaseAll(handles, from, to, run); }
+    int releaseAll(long[] handles, int from, int to, int[] run) { return ops.releaseAll(handles, from, to, run); }
     long tryTransition(long handle, SlotEvent event) { return ops.tryTransition(handle, event); }
 
 

@@ -283,10 +283,37 @@ final class PoolAllocations {
         }
     }
 
-    /** Tries to add up to {@code pages} to a sequence's reservation from free unreserved pages. @return pages added */
-    int topUpReservation(Sequence seq, int pages) {
+    /**
+     * Adds {@code pages} to a sequence's reservation before it frees at least as many pages only it holds
+     * ({@link Sequence#truncate}), so that no admission takes them between their release and the top-up. Until they
+     * are free the pool's unreserved count may read below zero, and admission refuses: they are spoken for.
+     * {@link #topUpReservation} gives back what no freed page backs.
+     */
+    void reserveAhead(Sequence seq, int pages) {
         lock.lock();
         try {
+            pool.ensureOpen();
+            reservations.add(pages);
+            seq.reservedPages += pages;
+        } finally {
+            lock.unlock();
+        }
+    }
+
+    /**
+     * Settles a {@link #reserveAhead} of {@code ahead} pages, giving back the {@code unbacked} ones no freed page
+     * backs (all of them if the pool closed meanwhile), then tries to add up to {@code pages} to the sequence's
+     * reservation from free unreserved pages.
+     *
+     * @return pages added
+     * @throws IllegalStateException if the pool is closed (after giving the ahead reservation back)
+     */
+    int topUpReservation(Sequence seq, int ahead, int unbacked, int pages) {
+        lock.lock();
+        try {
+            final int back = pool.isClosed() ? ahead : unbacked; // a closed pool keeps no reservation of ours
+            reservations.remove(back);
+            seq.reservedPages -= back;
             pool.ensureOpen();
             allocator.drainReturnedLocked();
             if (pages > unreservedLocked()) {

@@ -442,11 +442,20 @@ public final class Sequence implements AutoCloseable {
             structureVersion++;
         }
         Throwable failed = null;
+        int ahead = 0, freed = 0;
         if (dropped > 0) {
+            // Reserve now what the pages freed here will back: released first and re-reserved after, they could be
+            // taken by an admission on another thread in between, and the regrowth this sequence was admitted for
+            // would then fail. What no freed page backs is given back below.
+            final long short_ = Math.max(0, pool.layout().pagesFor(admittedTokens) - keep) - reservedPages;
+            ahead = (int) Math.min(dropped, Math.max(0, short_));
+            if (ahead > 0) {
+                pool.allocations().reserveAhead(this, ahead);
+            }
             final int end = pageCount;
             pageCount = keep;
             try {
-                pool.releaseAll(handles, keep, end, freedRun()); // last page first, one return-stack CAS a run
+                freed = pool.releaseAll(handles, keep, end, freedRun()); // last page first, one return-stack CAS a run
             } catch (RuntimeException | Error e) {
                 failed = e; // every page was released but the refused ones: finish the bookkeeping, then throw
             }
@@ -464,10 +473,12 @@ public final class Sequence implements AutoCloseable {
             pool.allocations().unpublishIfSole(blockTable[keep - 1]);
         }
         final boolean cowNext = partialLast && pool.allocations().mustCopyBeforeWrite(blockTable[keep - 1]);
+        final int unbacked = Math.max(0, ahead - freed); // pages still shared elsewhere, or a release that threw
         if (dropped > 0 || cowNext) {
             final long want = Math.max(0, pool.layout().pagesFor(admittedTokens) - pageCount) + (cowNext ? 1 : 0);
-            if (want > reservedPages) {
-                pool.allocations().topUpReservation(this, (int) (want - reservedPages));
+            final long backed = reservedPages - unbacked;
+            if (want > backed || ahead > 0) { // ahead: settled even when nothing is wanted (and refused if closed)
+                pool.allocations().topUpReservation(this, ahead, unbacked, (int) Math.max(0, want - backed));
             }
         }
         if (failed != null) {
