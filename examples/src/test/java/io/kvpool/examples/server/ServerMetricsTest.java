@@ -138,6 +138,39 @@ class ServerMetricsTest {
     }
 
     @Test
+    void aRoleThatCannotBeReachedForAScrapeKeepsItsCountersAndDropsItsGauges() {
+        final Map<String, Long> c = new LinkedHashMap<>();
+        c.put("capacity", 4L);
+        c.put("free", 4L);
+        c.put("quarantine_events", 3L);
+        final RoleStatus read = new RoleStatus("decode", new PoolView("decode", 4, "FFFF", c), Map.of("transfers_failed", 7L),
+            Map.of(RoleStatus.LINK_UP, 1L));
+        final RoleStatus prefill = new RoleStatus("prefill", new PoolView("prefill", 0, "", Map.of()), Map.of(), Map.of());
+        final StatusRoles roles = new StatusRoles(prefill, read);
+        final ServerConfig config = ServerConfig.builder().build();
+        final String failed = "kvpool_role_events_total{event=\"transfers_failed\",role=\"decode\"}";
+        final String quarantines = "kvpool_pool_quarantine_events_total{role=\"decode\"}";
+        final String capacity = "kvpool_pool_capacity_pages{role=\"decode\"}";
+        try (ServerMetrics m = ServerMetrics.forServer(config, new Router(config, roles.prefill(), roles.decode()), roles)) {
+            Map<String, Double> p = parsed(m.scrape());
+            assertEquals(7.0, p.get(failed));
+            assertEquals(3.0, p.get(quarantines));
+            roles.decodeStatus.set(RoleStatus.unreachable("decode", "a status read timed out"));
+            final String text = m.scrape();
+            p = parsed(text);
+            assertEquals(0.0, p.get("kvpool_role_up{role=\"decode\"}"), text);
+            assertEquals(0.0, p.get(capacity), "gauges say the role is not seen: " + text);
+            // counters never go down: 7 → 0 → 7 would read to Prometheus as a reset and count the 7 again
+            assertEquals(7.0, p.get(failed), text);
+            assertEquals(3.0, p.get(quarantines), text);
+            roles.decodeStatus.set(read);
+            p = parsed(m.scrape());
+            assertEquals(7.0, p.get(failed));
+            assertEquals(4.0, p.get(capacity));
+        }
+    }
+
+    @Test
     void everySafeguardSwitchedOffIsOneSeriesAndTheLiveNamesFollowThePrometheusNames() {
         final ServerConfig cfg = ServerConfig.builder().unsafePlaceholderOnOverflow(true).build();
         final RoleStatus prefill = new RoleStatus("prefill", new PoolView("prefill", 0, "", Map.of()), Map.of(), Map.of());

@@ -197,20 +197,30 @@ public final class ServerMetrics implements AutoCloseable {
         final Tags tags;
         final Set<String> events = new HashSet<>();
         final Set<String> gauges = new HashSet<>();
+        /** The last status, read or not: the gauges (all 0 while the role cannot be reached). */
         volatile RoleStatus last;
+        /**
+         * The last status read from the role: the counters. They keep their values while the role cannot be reached,
+         * since a counter that dropped to 0 and came back would read as a reset, counting its whole total again.
+         */
+        volatile RoleStatus lastRead;
 
         Feed(String role, Supplier<RoleStatus> status, Tags tags) {
             this.role = role;
             this.status = status;
             this.tags = tags;
             this.last = RoleStatus.unreachable(role, "not read yet");
+            this.lastRead = last;
         }
 
         void update(RoleStatus s) {
             last = s;
+            if (s.up()) {
+                lastRead = s;
+            }
             for (String event : s.counters().keySet()) {
                 if (events.add(event)) {
-                    FunctionCounter.builder("kvpool.role.events", this, f -> f.last.counters().getOrDefault(event, 0L))
+                    FunctionCounter.builder("kvpool.role.events", this, f -> f.lastRead.counters().getOrDefault(event, 0L))
                         .description("What each role did, by event (its own counters: admitted, transfers_committed, "
                             + "generated_tokens ...)").tags(tags).tag("event", event).register(registry);
                 }
@@ -223,14 +233,21 @@ public final class ServerMetrics implements AutoCloseable {
             }
         }
 
+        /** @return a pool gauge of the last status (0 while the role cannot be reached) */
         long pool(String field) {
             return last.pool().counters().getOrDefault(field, 0L);
+        }
+
+        /** @return a pool counter of the last status read from the role */
+        long poolCount(String field) {
+            return lastRead.pool().counters().getOrDefault(field, 0L);
         }
     }
 
     /**
      * A role elsewhere: its pool's meters under the names {@link io.kvpool.micrometer.KvPoolMeterBinder} gives a pool
-     * in this JVM, read from the pool counters of its last status (all 0 while it cannot be reached).
+     * in this JVM, read from the pool counters of its last status: the gauges read 0 while it cannot be reached, the
+     * counters keep their last values read.
      */
     private void poolFromStatus(Feed f) {
         for (String state : new String[] {"free", "owned", "receiving", "draining", "quarantined", "retired"}) {
@@ -267,7 +284,7 @@ public final class ServerMetrics implements AutoCloseable {
     }
 
     private static FunctionCounter.Builder<Feed> poolCounter(Feed f, String field, String name, String description) {
-        return FunctionCounter.builder(name, f, x -> x.pool(field)).description(description).tags(f.tags);
+        return FunctionCounter.builder(name, f, x -> x.poolCount(field)).description(description).tags(f.tags);
     }
 
     /**
