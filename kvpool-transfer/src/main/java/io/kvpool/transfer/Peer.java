@@ -60,6 +60,11 @@ public final class Peer {
     int ownHelloFormat;
     boolean helloSent;
     boolean tornDown;
+    /**
+     * The receiver's clock reading before which its duty cycle does not ask the transport again for an unproven
+     * teardown (0: ask now); see {@code TransferReceiver.PROOF_RECHECK_NANOS}.
+     */
+    long nextProofCheckNanos;
     /** Transfers with writes that may still report on this link (a sender's); a down link is polled while > 0. */
     int users;
     // heartbeat (links of version 3 and later, see Heartbeat), on the engine's thread:

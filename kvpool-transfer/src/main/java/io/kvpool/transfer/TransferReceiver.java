@@ -68,6 +68,13 @@ public final class TransferReceiver extends TransferEndpoint {
 
     private static final System.Logger LOG = System.getLogger("io.kvpool.transfer");
 
+    /**
+     * How often, at most, the duty cycle asks a transport again whether a torn-down peer's teardown is proven (10 ms):
+     * over shared memory or CUDA IPC the proof is the peer process's exit, and each question reads its threads'
+     * states from {@code /proc}. A quarantine waiting for it is released up to this much later than the exit.
+     */
+    static final long PROOF_RECHECK_NANOS = 10_000_000L;
+
     private final KvPool pool;
     private final KvLayout layout;
     private final long layoutFingerprint; // checkedFingerprint: computed once
@@ -994,11 +1001,21 @@ public final class TransferReceiver extends TransferEndpoint {
         return false;
     }
 
-    /** The receiver's own teardown of a suspect's link (a failed transfer's writes not proven ended). */
+    /**
+     * The receiver's own teardown of a suspect's link (a failed transfer's writes not proven ended), from its duty
+     * cycle: once asked, the transport is asked again at most every {@link #PROOF_RECHECK_NANOS}.
+     */
     private boolean tearDown(Peer p) {
-        return tearDown(p, p.state == Peer.State.RETIRING
+        if (!p.tornDown && p.nextProofCheckNanos != 0 && clock.nanoTime() - p.nextProofCheckNanos < 0) {
+            return false; // asked recently: a proof may cost the transport a scan of the peer process's threads
+        }
+        final boolean proven = tearDown(p, p.state == Peer.State.RETIRING
             ? "retired and torn down by the receiver: a write on it was unproven; no transfer was in flight on it any more"
             : "torn down by the receiver: it did not prove that a failed transfer's writes ended");
+        if (!proven) {
+            p.nextProofCheckNanos = clock.nanoTime() + PROOF_RECHECK_NANOS;
+        }
+        return proven;
     }
 
     /** @param why the peer's failure, if it is not down yet */

@@ -78,6 +78,7 @@ class LinkRetirementTest extends TwoSenderReceiverFixture {
         assertEquals(Peer.State.FAILED, rx.peer(pa).state());
         assertEquals(IncomingTransfer.State.QUARANTINED, s.state(), "the teardown is not proven yet");
         a.tearDownProves = true;
+        clock.advanceMillis(10); // the receiver asks the transport again at most every 10 ms
         rx.doWork();
         assertEquals(IncomingTransfer.State.RELEASED, s.state());
         assertEquals(0, rx.metrics().failures(FailureReason.PEER_LOST) - 1, "only the refused start: no collateral PEER_LOST");
@@ -142,6 +143,7 @@ class LinkRetirementTest extends TwoSenderReceiverFixture {
         assertEquals(IncomingTransfer.State.QUARANTINED, s.state());
         assertEquals(29 - 3, pool.snapshot().free(), "3 pages committed, 3 quarantined");
         a.tearDownProves = true;
+        clock.advanceMillis(10); // the receiver asks the transport again at most every 10 ms
         rx.doWork();
         assertEquals(IncomingTransfer.State.RELEASED, s.state());
         inFlight.sequence().close();
@@ -174,6 +176,7 @@ class LinkRetirementTest extends TwoSenderReceiverFixture {
         assertEquals(IncomingTransfer.State.QUARANTINED, stuck.state());
         assertEquals(Peer.State.FAILED, rx.peer(pa).state(), "nothing in flight: torn down");
         a.tearDownProves = true;
+        clock.advanceMillis(10); // the receiver asks the transport again at most every 10 ms
         rx.doWork();
         assertEquals(IncomingTransfer.State.RELEASED, stuck.state());
         assertEquals(IncomingTransfer.State.RELEASED, s.state());
@@ -190,6 +193,7 @@ class LinkRetirementTest extends TwoSenderReceiverFixture {
         assertEquals(FailureReason.PEER_LOST, inFlight.failure());
         assertEquals(Peer.State.FAILED, rx.peer(pa).state());
         a.tearDownProves = true;
+        clock.advanceMillis(10); // the receiver asks the transport again at most every 10 ms
         rx.doWork();
         assertEquals(0, rx.activeTransfers());
         assertTrue(pool.verifyAccounting().balanced());
@@ -227,6 +231,7 @@ class LinkRetirementTest extends TwoSenderReceiverFixture {
             assertEquals(FailureReason.PEER_LOST, inFlight.failure(), inFlight::toString);
             assertEquals(IncomingTransfer.State.QUARANTINED, s.state(), "held until the teardown proves no write can land");
             a.tearDownProves = true;
+            clock.advanceMillis(10); // the receiver asks the transport again at most every 10 ms
             rx.doWork();
             assertEquals(0, rx.activeTransfers());
             assertTrue(pool.verifyAccounting().balanced());

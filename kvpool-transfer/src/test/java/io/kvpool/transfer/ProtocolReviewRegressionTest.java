@@ -179,6 +179,7 @@ class ProtocolReviewRegressionTest {
         rx.doWork();
         assertEquals(IncomingTransfer.State.QUARANTINED, t.state(), "rank 0's teardown is not proven yet");
         a.tearDownProves = true;
+        clock.advanceMillis(10); // the receiver asks the transport again at most every 10 ms
         rx.doWork();
         assertEquals(IncomingTransfer.State.RELEASED, t.state());
         assertEquals(0, b.tearDowns);
@@ -221,6 +222,7 @@ class ProtocolReviewRegressionTest {
         assertEquals(IncomingTransfer.State.QUARANTINED, t.state());
         assertEquals(0, a.tearDowns, "rank 0 proved its writes ended");
         b.tearDownProves = true;
+        clock.advanceMillis(10); // the receiver asks the transport again at most every 10 ms
         rx.doWork();
         assertEquals(IncomingTransfer.State.RELEASED, t.state());
         assertEquals(0, a.tearDowns);

@@ -350,6 +350,7 @@ class ReceiverRulesTest extends TwoSenderReceiverFixture {
         assertEquals(3, rx.metrics().quarantinedPages());
         assertEquals(29, pool.snapshot().free());
         a.tearDownProves = true;
+        clock.advanceMillis(10); // the receiver asks the transport again at most every 10 ms
         rx.doWork();
         assertEquals(IncomingTransfer.State.RELEASED, t.state());
         assertEquals(1, rx.metrics().quarantineReleases());
@@ -397,8 +398,32 @@ class ReceiverRulesTest extends TwoSenderReceiverFixture {
         rx.doWork();
         assertEquals(IncomingTransfer.State.QUARANTINED, t.state());
         a.tearDownProves = true;
+        clock.advanceMillis(10); // the receiver asks the transport again at most every 10 ms
         rx.doWork();
         assertEquals(IncomingTransfer.State.RELEASED, t.state());
+        assertTrue(pool.verifyAccounting().balanced());
+    }
+
+    @Test
+    void quarantinesWaitingForAPeersTeardownAskTheTransportAtMostEvery10ms() {
+        final IncomingTransfer t = startOne(10);
+        final IncomingTransfer u = rx.start(REQ + 1, 10, 0, pa);
+        a.failLink("connection reset"); // both quarantined behind one peer whose process lives on
+        rx.doWork();
+        assertEquals(IncomingTransfer.State.QUARANTINED, t.state());
+        assertEquals(IncomingTransfer.State.QUARANTINED, u.state());
+        final int before = a.tearDowns;
+        for (int i = 0; i < 10_000; i++) { // 10 ms of a busy duty cycle, one cycle a microsecond
+            clock.now += 1_000;
+            rx.doWork();
+        }
+        // a shared-memory proof reads every thread of the peer process from /proc: not once per cycle and transfer
+        assertTrue(a.tearDowns - before <= 2, (a.tearDowns - before) + " teardown questions in 10 ms for one peer");
+        a.tearDownProves = true;
+        clock.advanceMillis(10);
+        rx.doWork();
+        assertEquals(IncomingTransfer.State.RELEASED, t.state());
+        assertEquals(IncomingTransfer.State.RELEASED, u.state());
         assertTrue(pool.verifyAccounting().balanced());
     }
 
@@ -425,6 +450,7 @@ class ReceiverRulesTest extends TwoSenderReceiverFixture {
         assertEquals(ReceiverMetrics.Outcome.ERROR, t.outcome());
         assertEquals(29, pool.snapshot().free());
         a.tearDownProves = true;
+        clock.advanceMillis(10); // the receiver asks the transport again at most every 10 ms
         rx.doWork();
         assertEquals(IncomingTransfer.State.RELEASED, t.state());
         assertTrue(pool.verifyAccounting().balanced());

@@ -181,7 +181,7 @@ class CudaIpcSimTransferTest {
             assertEquals(IncomingTransfer.State.QUARANTINED, t.state(), t::toString);
             assertFalse(rig.receiver.tearDownPeer(rig.peer), "the prefill process lives: no proof");
             rig.prefillGone = true;
-            rig.run(10);
+            rig.run(1_010); // the receiver asks for the proof again at most every 10 ms
             assertEquals(IncomingTransfer.State.RELEASED, t.state(), t::toString);
             assertEquals(1, rig.receiver.metrics().quarantineReleases());
             assertTrue(rig.receiver.tearDownPeer(rig.peer));
@@ -221,7 +221,7 @@ class CudaIpcSimTransferTest {
                 final long releasesWhileAlive = rig.receiver.metrics().quarantineReleases();
                 assertEquals(0, releasesWhileAlive, "seed " + seed + ": freed from quarantine while the prefill lives");
                 rig.prefillGone = true;
-                rig.run(100);
+                rig.run(1_100); // the receiver asks for the proof again at most every 10 ms
                 for (IncomingTransfer t : ts) {
                     assertTrue(t.isTerminal(), () -> "seed " + rig.random + ": " + t);
                     if (t.state() == IncomingTransfer.State.COMMITTED) {
