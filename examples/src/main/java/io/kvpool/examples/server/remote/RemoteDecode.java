@@ -24,6 +24,7 @@ final class RemoteDecode extends RemoteRole implements DecodeService {
 
     private final ObjectMapper json;
     private final Duration stall;
+    private final Duration silence;
     /** How long a process that answered 404 to a reservation is not asked again (it may be upgraded meanwhile). */
     static final Duration ASK_AGAIN = Duration.ofSeconds(30);
     /** Until when this process is not asked for reservations: it answered 404 (a build before them). */
@@ -37,14 +38,20 @@ final class RemoteDecode extends RemoteRole implements DecodeService {
 
     /** @param stall longest wait for the decode stream's next token before the role counts as lost */
     RemoteDecode(RoleClient client, ObjectMapper json, Duration stall) {
-        this(client, json, stall, null);
+        this(client, json, stall, RemoteDecodeCall.defaultSilence(stall), null);
     }
 
-    /** @param verify checks each status the router reads of the role (see {@link RoleHealth}), or {@code null} */
-    RemoteDecode(RoleClient client, ObjectMapper json, Duration stall, java.util.function.Function<RemoteStatus, String> verify) {
+    /**
+     * @param silence longest silence of a call's stream before its KV committed (the process writes a line every
+     *                {@code --heartbeat-ms} meanwhile) before the call counts as lost
+     * @param verify  checks each status the router reads of the role (see {@link RoleHealth}), or {@code null}
+     */
+    RemoteDecode(RoleClient client, ObjectMapper json, Duration stall, Duration silence,
+                 java.util.function.Function<RemoteStatus, String> verify) {
         super(checked(client, json, stall), DecodeRole.ROLE, true, verify);
         this.json = json;
         this.stall = stall;
+        this.silence = Objects.requireNonNull(silence, "silence");
     }
 
     /** Checks the arguments before the base class starts the role's health checks. @return {@code client} */
@@ -64,7 +71,8 @@ final class RemoteDecode extends RemoteRole implements DecodeService {
     @Override
     public DecodeCall start(long requestId, String tenant, int promptTokens, int maxNewTokens) {
         try {
-            final DecodeCall call = RemoteDecodeCall.open(client, json, aborts, requestId, tenant, promptTokens, maxNewTokens, stall);
+            final DecodeCall call = RemoteDecodeCall.open(client, json, aborts, requestId, tenant, promptTokens, maxNewTokens, stall,
+                silence);
             mayHold.remove(requestId); // the call took the reservation (or admitted without one)
             return call;
         } catch (RoleLostException e) { // the call may never have reached the process: the id stays to be given back

@@ -34,7 +34,9 @@ import java.util.concurrent.TimeUnit;
  * generation as a {@link RoleLostException}.
  * A stream that breaks — the decode process died, or stopped answering — ends the call honestly: before
  * admission as a 503 refusal ({@code decode_unavailable}), before the transfer's outcome as a failed transfer
- * ({@code ROLE_LOST}, 502), during generation as a {@link RoleLostException}. {@link #abort} tells the process
+ * ({@code ROLE_LOST}, 503), during generation as a {@link RoleLostException}. Before the KV committed the process
+ * writes a line at least every {@code --heartbeat-ms}: a stream silent for the call's silence limit then counts as
+ * broken (a frozen process, a path that drops packets without a reset), not as a wait to the request's deadline. {@link #abort} tells the process
  * ({@code POST /internal/abort}), which ends the stream; the reader reads it to its end, so the connection goes back
  * to the client's pool whole. A stream not ended {@link #DROP_AFTER} after the abort is dropped, and the process
  * aborts on its own when it sees it gone.
@@ -50,6 +52,9 @@ final class RemoteDecodeCall implements DecodeCall {
     private final ObjectMapper json;
     private final long requestId;
     private final Duration stall;
+    /** Longest silence of the stream before the KV committed (heartbeats included) before it counts as broken. */
+    private final long silenceNanos;
+    private volatile long lastLineNanos = System.nanoTime();
     private final InputStream stream;
     private final CompletableFuture<Admitted> admission = new CompletableFuture<>();
     private final CompletableFuture<TransferOutcome> outcome = new CompletableFuture<>();
@@ -65,24 +70,37 @@ final class RemoteDecodeCall implements DecodeCall {
      */
     static final Duration DROP_AFTER = Duration.ofSeconds(1);
 
-    private RemoteDecodeCall(RoleClient client, AbortDelivery aborts, ObjectMapper json, long requestId, Duration stall, InputStream stream) {
+    private RemoteDecodeCall(RoleClient client, AbortDelivery aborts, ObjectMapper json, long requestId, Duration stall,
+                             Duration silence, InputStream stream) {
         this.client = client;
         this.aborts = aborts;
         this.json = json;
         this.requestId = requestId;
         this.stall = stall;
+        this.silenceNanos = silence.toNanos();
         this.stream = stream;
     }
 
-    /** {@link #open(RoleClient, ObjectMapper, AbortDelivery, long, String, int, int, Duration)} with an abort delivery of its own. */
-    static RemoteDecodeCall open(RoleClient client, ObjectMapper json, long requestId, String tenant, int promptTokens,
-                                 int maxNewTokens, Duration stall) {
-        return open(client, json, new AbortDelivery(client, null), requestId, tenant, promptTokens, maxNewTokens, stall);
+    /** The silence limit before the KV committed when none is given: 5 s (25 of the default 200 ms heartbeats), at most {@code stall}. */
+    static Duration defaultSilence(Duration stall) {
+        return stall.compareTo(Duration.ofSeconds(5)) < 0 ? stall : Duration.ofSeconds(5);
     }
 
+    /** {@link #open(RoleClient, ObjectMapper, AbortDelivery, long, String, int, int, Duration, Duration)} with an abort delivery of its own. */
+    static RemoteDecodeCall open(RoleClient client, ObjectMapper json, long requestId, String tenant, int promptTokens,
+                                 int maxNewTokens, Duration stall) {
+        return open(client, json, new AbortDelivery(client, null), requestId, tenant, promptTokens, maxNewTokens, stall,
+            defaultSilence(stall));
+    }
+
+    /**
+     * @param stall   longest wait for the next token once generating
+     * @param silence longest silence of the stream before the KV committed (the process writes a line every
+     *                {@code --heartbeat-ms} while it waits)
+     */
     static RemoteDecodeCall open(RoleClient client, ObjectMapper json, AbortDelivery aborts, long requestId, String tenant,
-                                 int promptTokens, int maxNewTokens, Duration stall) {
-        final RemoteDecodeCall c = new RemoteDecodeCall(client, aborts, json, requestId, stall,
+                                 int promptTokens, int maxNewTokens, Duration stall, Duration silence) {
+        final RemoteDecodeCall c = new RemoteDecodeCall(client, aborts, json, requestId, stall, silence,
             client.stream("internal/decode", RoleJson.decodeRequest(requestId, tenant, promptTokens, maxNewTokens)));
         Thread.ofVirtual().name("kvpool-decode-stream-" + requestId).start(c::read);
         return c;
@@ -91,6 +109,7 @@ final class RemoteDecodeCall implements DecodeCall {
     private void read() {
         try (BufferedReader in = new BufferedReader(new InputStreamReader(stream, StandardCharsets.UTF_8))) {
             for (String line; (line = in.readLine()) != null; ) {
+                lastLineNanos = System.nanoTime();
                 if (!line.isBlank() && onEvent(json.readTree(line))) {
                     while (in.readLine() != null) {
                         // the role ends the stream right after its last event: read to the end so the connection is reused
@@ -143,9 +162,9 @@ final class RemoteDecodeCall implements DecodeCall {
         return false;
     }
 
-    private void lost(String why) {
-        if (aborted) {
-            return; // we dropped the stream ourselves
+    private synchronized void lost(String why) {
+        if (aborted || lostBecause != null) {
+            return; // we dropped the stream ourselves, or it was lost already (its silence, then the drop's exception)
         }
         final String msg = client.describe() + ": the stream of request " + requestId + " broke: " + why;
         lostBecause = msg;
@@ -157,12 +176,35 @@ final class RemoteDecodeCall implements DecodeCall {
 
     @Override
     public Admitted awaitAdmission(Duration timeout) throws InterruptedException {
-        return DecodeCall.await(admission, timeout, client.describe() + ": request " + requestId);
+        final Admitted a = DecodeCall.await(admission, timeout, client.describe() + ": request " + requestId);
+        return a != null || !lostToSilence() ? a : admission.getNow(null);
     }
 
     @Override
     public TransferOutcome awaitTransfer(Duration timeout) throws InterruptedException {
-        return DecodeCall.await(outcome, timeout, client.describe() + ": request " + requestId);
+        final TransferOutcome o = DecodeCall.await(outcome, timeout, client.describe() + ": request " + requestId);
+        return o != null || !lostToSilence() ? o : outcome.getNow(null);
+    }
+
+    /**
+     * Ends the call as lost, and drops its stream, if the stream has been silent longer than the silence limit while
+     * the router waits for admission or the transfer. Router's thread.
+     *
+     * @return whether it did
+     */
+    private boolean lostToSilence() {
+        final long silent = System.nanoTime() - lastLineNanos;
+        if (ended || aborted || silent < silenceNanos) {
+            return false;
+        }
+        lost("no line for " + TimeUnit.NANOSECONDS.toMillis(silent) + " ms before the KV committed (heartbeats come every "
+            + "--heartbeat-ms): the decode process stopped answering");
+        try {
+            stream.close(); // the reader ends; a late line is read by nobody
+        } catch (IOException ignored) {
+            // dropping it
+        }
+        return true;
     }
 
     /**

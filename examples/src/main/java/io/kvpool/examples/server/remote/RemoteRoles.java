@@ -8,6 +8,7 @@ import io.kvpool.examples.server.role.DecodeRole;
 import io.kvpool.examples.server.role.PrefillRole;
 import io.kvpool.examples.server.role.RolePair;
 
+import java.time.Duration;
 import java.util.Objects;
 
 /**
@@ -48,7 +49,18 @@ public final class RemoteRoles extends RolePair<RemotePrefill, RemoteDecode> {
             return m.isEmpty() ? null : s.status().role() + " role does not match the router: " + m;
         };
         return new RemoteRoles(new RemotePrefill(new RoleClient(PrefillRole.ROLE, t.prefillUrl(), json), verify),
-            new RemoteDecode(new RoleClient(DecodeRole.ROLE, t.decodeUrl(), json), json, cfg.requestTimeout(), verify));
+            new RemoteDecode(new RoleClient(DecodeRole.ROLE, t.decodeUrl(), json), json, cfg.requestTimeout(),
+                silence(cfg), verify));
+    }
+
+    /**
+     * How long a decode stream may stay silent before its KV committed: 5 s, or 25 heartbeats if those are longer
+     * (decode writes a line every {@code --heartbeat-ms} while it waits), never more than the request timeout.
+     */
+    static Duration silence(ServerConfig cfg) {
+        final Duration beats = cfg.heartbeat().multipliedBy(25);
+        final Duration s = beats.compareTo(Duration.ofSeconds(5)) > 0 ? beats : Duration.ofSeconds(5);
+        return s.compareTo(cfg.requestTimeout()) < 0 ? s : cfg.requestTimeout();
     }
 
     /**

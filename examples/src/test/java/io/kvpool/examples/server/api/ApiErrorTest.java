@@ -30,6 +30,9 @@ class ApiErrorTest {
     void transferFailuresMapToTheirStatus() {
         check(ApiError.transferFailed(1, new DecodeCall.TransferOutcome(false, "PEER_LOST", "m")), 503, "peer_lost", 1);
         check(ApiError.transferFailed(1, new DecodeCall.TransferOutcome(false, "TIMEOUT", "m")), 504, "timeout", 0);
+        // the decode process was lost before the KV committed (its stream broke or fell silent): nothing was generated,
+        // and a retry reaches a restarted process, as one after a lost link does
+        check(ApiError.transferFailed(1, new DecodeCall.TransferOutcome(false, "ROLE_LOST", "m")), 503, "role_lost", 1);
         for (String r : new String[] {"LENGTH_MISMATCH", "CHECKSUM_MISMATCH", "CANARY", "BAD_COMPLETION", "SENDER_ABORTED", "ABORTED"}) {
             check(ApiError.transferFailed(1, new DecodeCall.TransferOutcome(false, r, "m")), 502, r.toLowerCase(), 0);
         }

@@ -125,4 +125,69 @@ class RemoteDecodeCallAbortTest {
             never.countDown();
         }
     }
+    /** A decode stub that admits, then sends {@code beats} heartbeats 100 ms apart, then (if {@code commit}) the commit, then holds. */
+    private static io.kvpool.examples.http.HttpFront beating(int beats, boolean commit, CountDownLatch clientGone) throws java.io.IOException {
+        return io.kvpool.examples.http.HttpFront.start("127.0.0.1", 0, io.kvpool.examples.http.HttpLimits.DEFAULTS, call -> {
+            if (call.path().equals("/internal/abort")) {
+                call.respond(204, "application/json", new byte[0]);
+                return;
+            }
+            call.onClientGone(clientGone::countDown);
+            call.startStream(200, "application/x-ndjson");
+            call.write("{\"event\":\"admitted\"}\n");
+            for (int i = 0; i < beats; i++) {
+                Thread.sleep(100);
+                call.write("{\"event\":\"waiting\"}\n");
+            }
+            if (commit) {
+                call.write("{\"event\":\"transfer\",\"committed\":true}\n");
+            }
+            clientGone.await(20, TimeUnit.SECONDS); // then silent: a frozen process, or a path that drops packets
+            call.endStream();
+        });
+    }
+
+    @Test
+    void aStreamSilentBeforeTheCommitIsLostAfterItsSilenceLimitNotAtTheDeadline() throws Exception {
+        final CountDownLatch gone = new CountDownLatch(1);
+        try (io.kvpool.examples.http.HttpFront decode = beating(0, false, gone)) {
+            final ObjectMapper json = new ObjectMapper();
+            final RoleClient client = new RoleClient(DecodeRole.ROLE, decode.baseUri(), json);
+            final RemoteDecodeCall call = RemoteDecodeCall.open(client, json, new AbortDelivery(client, null), 44, "alice", 8, 2,
+                Duration.ofSeconds(30), Duration.ofMillis(500));
+            assertTrue(call.awaitAdmission(Duration.ofSeconds(10)).admitted());
+            final long t0 = System.nanoTime();
+            DecodeCall.TransferOutcome o = null;
+            while (o == null && System.nanoTime() - t0 < 10_000_000_000L) { // as the router waits: in slices
+                o = call.awaitTransfer(Duration.ofMillis(100));
+            }
+            final long ms = (System.nanoTime() - t0) / 1_000_000;
+            assertNotNull(o, "still waiting after 10 s for a stream silent since its admission");
+            assertFalse(o.committed());
+            assertEquals("ROLE_LOST", o.failure(), o.message());
+            assertTrue(o.message().contains("stopped answering"), o.message());
+            assertTrue(ms >= 300 && ms < 3_000, ms + " ms");
+            assertTrue(gone.await(5, TimeUnit.SECONDS), "the silent stream was dropped");
+        }
+    }
+
+    @Test
+    void aStreamThatKeepsBeatingIsNotLostHoweverLongTheTransferTakes() throws Exception {
+        final CountDownLatch gone = new CountDownLatch(1);
+        try (io.kvpool.examples.http.HttpFront decode = beating(15, true, gone)) { // 1.5 s of heartbeats, then the commit
+            final ObjectMapper json = new ObjectMapper();
+            final RoleClient client = new RoleClient(DecodeRole.ROLE, decode.baseUri(), json);
+            final RemoteDecodeCall call = RemoteDecodeCall.open(client, json, new AbortDelivery(client, null), 45, "alice", 8, 2,
+                Duration.ofSeconds(30), Duration.ofMillis(500));
+            assertTrue(call.awaitAdmission(Duration.ofSeconds(10)).admitted());
+            final long t0 = System.nanoTime();
+            DecodeCall.TransferOutcome o = null;
+            while (o == null && System.nanoTime() - t0 < 10_000_000_000L) {
+                o = call.awaitTransfer(Duration.ofMillis(100));
+            }
+            assertNotNull(o);
+            assertTrue(o.committed(), o::toString);
+            call.abort("done with the test");
+        }
+    }
 }
