@@ -322,6 +322,9 @@ public final class Sequence implements AutoCloseable {
         if (allocate != 0 && allocated.length < allocate) { // the array's header is another cache line: only when needed
             allocated = new long[Math.max(allocate, allocated.length * 2)];
         }
+        // the tables grow here, before anything is allocated, not in applyAppend: an OutOfMemoryError there would leave
+        // pages taken and recorded nowhere (an append past the admitted tokens, every decode step under PROMPT_ONLY)
+        ensureRoom(pageCount + newPages);
         return allocate;
     }
 
@@ -693,11 +696,22 @@ public final class Sequence implements AutoCloseable {
      * cannot fall between the two and leave a reference nobody holds.
      */
     void ensureRoomForPage() {
-        if (pageCount == handles.length) {
+        ensureRoom(pageCount + 1);
+    }
+
+    /** @return how many pages the page tables hold before they must grow (for tests) */
+    int pageTableCapacity() {
+        return handles.length;
+    }
+
+    /** Grows the page tables, if they are smaller, to hold {@code pages} pages. */
+    private void ensureRoom(int pages) {
+        if (pages > handles.length) {
             // first growth: room for every page the admitted tokens need (plus a copy-on-write), so a
             // sequence that stays within its admission never grows its table again
             final long admittedPages = pool.layout().pagesFor(admittedTokens) + 1;
-            final int n = (int) Math.max(Math.max(8, handles.length * 2L), Math.min(admittedPages, PageHandle.MAX_SLOT + 1L));
+            final int n = (int) Math.max(Math.max(Math.max(8, handles.length * 2L), pages),
+                Math.min(admittedPages, PageHandle.MAX_SLOT + 1L));
             final long[] grownHandles = Arrays.copyOf(handles, n);
             final int[] grownTable = Arrays.copyOf(blockTable, n);
             if (pageHashes != null) {
