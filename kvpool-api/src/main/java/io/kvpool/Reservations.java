@@ -13,7 +13,7 @@ import java.util.Arrays;
  *                             else reserved += pages              → admitted
  *   invariant at quiescence:  0 ≤ reserved ≤ free
  *
- *   reservation id (long):    [ generation (31 bits, ≥ 1) | index (32 bits) ]   indices reused oldest first
+ *   reservation id (long):    [ 0 | pool (7) | generation (32 bits, 1 .. 2^31 − 1) | index (24 bits) ]   indices reused oldest first
  * </pre>
  * Every method runs under the pool lock. The counters are written there and read by anyone (volatile): a
  * metrics read takes no lock.
@@ -60,7 +60,8 @@ final class Reservations {
      * <pre>
      *   63 62         56 55                              24 23                     0
      *  +--+-------------+----------------------------------+-----------------------+
-     *  | 0|  pool (7)   |  generation of the index (32, ≥ 1)   |     index (24 bits)   |
+     *  | 0|  pool (7)   | generation of the index (32 bits |     index (24 bits)   |
+     *  |  |             | holding 1 .. 2^31 − 1)           |                       |
      *  +--+-------------+----------------------------------+-----------------------+
      * </pre>
      */
