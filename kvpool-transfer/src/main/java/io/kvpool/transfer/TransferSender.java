@@ -460,9 +460,10 @@ public final class TransferSender extends TransferEndpoint {
             return;
         }
         final OutgoingTransfer t = offers.get(c.requestId());
-        if (t == null) {
+        if (t == null && !(echo && c.reason() == Message.Cancel.ABORTED)) {
             // the attempt an aborted offer's mark was for is over (its descriptor, if it had one, came before this on
-            // the link): a later descriptor is a retry's, to wait for its offer, not to be refused
+            // the link): a later descriptor is a retry's, to wait for its offer, not to be refused. An echo answers an
+            // earlier attempt's ABORT, not the one the mark is for: the mark stays
             abortedEarly.remove(c.requestId());
         }
         final String why = "cancelled by the receiver (" + (c.reason() == Message.Cancel.REJECTED ? "rejected" : "aborted")

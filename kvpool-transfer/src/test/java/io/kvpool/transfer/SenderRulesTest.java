@@ -383,6 +383,32 @@ class SenderRulesTest {
     }
 
     @Test
+    void anEchoOfAnEarlierAttemptsAbortKeepsARetrysAbortedMark() {
+        final OutgoingTransfer first = offer(8); // attempt 1: descriptor (3, 9), written and completed
+        link.inject(descriptor(8));
+        tx.doWork();
+        link.postedTokens.forEach(tok -> link.completeWrite(tok, PeerLink.OK));
+        tx.doWork();
+        link.completeFlush(link.flushTokens.getFirst(), true);
+        tx.doWork();
+        assertEquals(OutgoingTransfer.State.COMPLETED, first.state(), first::toString);
+        tx.doWork();
+        // decode fails attempt 1 (ABORT, then its CANCEL) while the router offers a retry, whose client then leaves
+        assertTrue(tx.abort(offer(8), "client gone"), "the retry, still waiting, is aborted");
+        link.sent.clear();
+        link.inject(new Message.Abort(3, 9, Message.Abort.REQUESTED, "checksum"));
+        link.inject(new Message.Cancel(REQ, Message.Cancel.ABORTED, "attempt 1 failed")); // attempt 1's echo
+        tx.doWork();
+        link.inject(new Message.Descriptor(REQ, 4, 1, 8, Kv.LAYOUT.fingerprint(), 1, 0, new long[(int) Kv.LAYOUT.pagesFor(8)],
+            new byte[1])); // decode's retry
+        tx.doWork();
+        // the retry was aborted here: its descriptor is refused at once, so decode frees its pages now, not in 30 s
+        assertTrue(link.sent(Message.Abort.class).stream().anyMatch(a -> a.transferId() == 4 && a.generation() == 1),
+            link.sent::toString);
+        assertTrue(link.sent(Message.Drained.class).contains(new Message.Drained(4, 1, 0, 0, 0, 0)), link.sent::toString);
+    }
+
+    @Test
     void anAbortedOffersRefusalEndsWithTheDescriptorTimeout() {
         tx.abort(offer(8), "client gone");
         clock.advanceMillis(60_000); // the builder's descriptor timeout
