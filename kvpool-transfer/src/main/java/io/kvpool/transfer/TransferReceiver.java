@@ -57,9 +57,11 @@ import java.util.Set;
  * link of the sender of that rank: one for a generation not registered yet (before registration), for an
  * older generation (stale: a reused slot is never released by its previous tenant's ack), a second from
  * the same rank (duplicate), from another link (wrong peer), a DRAINED whose counts do not add up
- * (inconsistent), and a late ack: one after the transfer was released, an unproven one after it left RECEIVING,
- * or any from a suspect sender of a QUARANTINED transfer. A proven ack (a valid COMPLETION, or a DRAINED with every
- * write proven) from a sender that is not a suspect still confirms that sender in QUARANTINED, as drawn above.
+ * (inconsistent), and a late ack: one after the transfer was released, or any from a suspect sender of a QUARANTINED
+ * transfer (only the transport's proof releases those pages). An unproven DRAINED is never a proof: in RECEIVING or
+ * DRAINING it quarantines the transfer, in QUARANTINED it makes its sender a suspect. A proven ack (a valid
+ * COMPLETION, or a DRAINED with every write proven) from a sender that is not a suspect still confirms that sender in
+ * QUARANTINED, as drawn above.
  *
  * <p><b>Threading:</b> single-threaded; {@link #start}, {@link #abort}, {@link #doWork} and the
  * {@link IncomingTransfer} getters run on one owner thread. {@link #metrics()} may be read from any thread.
@@ -754,7 +756,12 @@ public final class TransferReceiver extends TransferEndpoint {
         }
         switch (t.state) {
             case DRAINING -> quarantine(t, ReceiverMetrics.Outcome.ERROR, now, r);
-            case QUARANTINED -> t.suspect[r] = true;
+            case QUARANTINED -> {
+                if (t.suspect[r]) {
+                    metrics.ackLate.increment(); // a suspect already: only the transport's proof counts
+                }
+                t.suspect[r] = true;
+            }
             default -> metrics.ackLate.increment();
         }
     }

@@ -457,6 +457,20 @@ class ReceiverRulesTest extends TwoSenderReceiverFixture {
     }
 
     @Test
+    void anUnprovenDrainedFromTheSuspectOfAQuarantineIsCountedLate() {
+        setUp(x -> x.tearDownOnTimeout(false)); // the suspect's link stays up, so it can send again
+        final IncomingTransfer t = startOne(10);
+        a.inject(new Message.Drained(t.transferId(), t.generation(), 0, 3, 2, 1)); // rank 0: a write unproven
+        rx.doWork();
+        assertEquals(IncomingTransfer.State.QUARANTINED, t.state());
+        final long late = rx.metrics().ackLate();
+        a.inject(new Message.Drained(t.transferId(), t.generation(), 0, 2, 1, 1)); // again, from the suspect
+        rx.doWork();
+        assertEquals(IncomingTransfer.State.QUARANTINED, t.state());
+        assertEquals(late + 1, rx.metrics().ackLate(), "every ignored acknowledgement is counted: " + rx.metrics());
+    }
+
+    @Test
     void metricsCountAnAbortedTransferAndTheDrainedThatReleasedItsPages() {
         final IncomingTransfer t = startOne(10);
         rx.abort(t, "x");
