@@ -89,8 +89,10 @@ public final class TransferReceiver extends TransferEndpoint {
     /** Peers RETIRING: torn down once no transfer in flight uses them ({@link #retireIdle}). */
     private final List<Peer> retiring = new ArrayList<>();
     private final Set<TransferSafeguard> disabled;
-    private final IncomingTransfer[] slots;
-    private final int[] slotGeneration;
+    /** By transfer id; grows past {@link #maxTransfers} only for slots that quarantines hold ({@link #freeSlot}). */
+    private IncomingTransfer[] slots;
+    private int[] slotGeneration;
+    private final int maxTransfers;
     private final List<IncomingTransfer> active = new ArrayList<>();
     private final List<IncomingTransfer> scratch = new ArrayList<>();
     private final ReceiverMetrics metrics = new ReceiverMetrics();
@@ -115,6 +117,7 @@ public final class TransferReceiver extends TransferEndpoint {
         this.retireSuspectLinks = b.retireSuspectLinks;
         this.disabled = b.disabled.isEmpty() ? Set.of() : Set.copyOf(b.disabled);
         this.quarantineLog = new RateLimitedLog(b.transferLog, b.clock, LOG_INTERVAL_NANOS);
+        this.maxTransfers = b.maxTransfers;
         this.slots = new IncomingTransfer[b.maxTransfers];
         this.slotGeneration = new int[b.maxTransfers];
         if (!disabled.isEmpty()) {
@@ -281,7 +284,7 @@ public final class TransferReceiver extends TransferEndpoint {
         }
         final int slot = freeSlot();
         if (slot < 0) {
-            return reject(t, FailureReason.REJECTED, "all " + slots.length + " transfer slots are busy; retry later");
+            return reject(t, FailureReason.REJECTED, "all " + maxTransfers + " transfer slots are busy; retry later");
         }
         final Sequence seq;
         if (reserved == null) {
@@ -454,7 +457,23 @@ public final class TransferReceiver extends TransferEndpoint {
         }
     }
 
+    /**
+     * A free slot for a new transfer, or -1 if {@link #maxTransfers} transfers are under way. A QUARANTINED transfer
+     * keeps its slot (a proven ack from a co-sender is matched by slot and generation) but is not under way: over
+     * shared memory or CUDA IPC it may wait for its sender process's exit for good, and such quarantines must not
+     * stop this receiver from taking new work. Their slots are added past the configured number; the pages they
+     * hold bound how many there can be.
+     */
     private int freeSlot() {
+        int underWay = 0;
+        for (int i = 0; i < active.size(); i++) {
+            if (active.get(i).state != IncomingTransfer.State.QUARANTINED) {
+                underWay++;
+            }
+        }
+        if (underWay >= maxTransfers) {
+            return -1;
+        }
         for (int i = 0; i < slots.length; i++) {
             final int s = (nextSlotHint + i) % slots.length;
             if (slots[s] == null) {
@@ -462,7 +481,11 @@ public final class TransferReceiver extends TransferEndpoint {
                 return s;
             }
         }
-        return -1;
+        final int s = slots.length; // every slot is under way or quarantined, and fewer than maxTransfers under way
+        slots = Arrays.copyOf(slots, s + Math.max(1, Math.min(s, Integer.MAX_VALUE - 8 - s)));
+        slotGeneration = Arrays.copyOf(slotGeneration, slots.length);
+        nextSlotHint = s + 1;
+        return s;
     }
 
     /**
@@ -1269,7 +1292,9 @@ public final class TransferReceiver extends TransferEndpoint {
         }
 
         /**
-         * Sets the number of transfer slots, i.e. of concurrent transfers.
+         * Sets the number of transfer slots, i.e. of concurrent transfers; beyond it {@link #start} rejects
+         * ({@link FailureReason#REJECTED}, retryable). A QUARANTINED transfer does not count: it may wait for its
+         * sender process's exit for as long as that process lives, and the pages it holds bound how many there are.
          *
          * @param n the slots, ≥ 1; 1024 by default
          * @return this builder

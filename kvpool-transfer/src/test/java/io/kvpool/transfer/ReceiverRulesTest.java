@@ -428,6 +428,32 @@ class ReceiverRulesTest extends TwoSenderReceiverFixture {
     }
 
     @Test
+    void quarantinesWaitingForALiveSenderDoNotTakeTheSlotsOfNewTransfers() {
+        setUp(x -> x.maxTransfers(1));
+        final IncomingTransfer stuck = startOne(10);
+        a.failLink("connection reset"); // over shared memory: proven only once the sender process exits
+        rx.doWork();
+        assertEquals(IncomingTransfer.State.QUARANTINED, stuck.state());
+        clock.advanceMillis(3_600_000); // an hour later the sender process still lives
+        rx.doWork();
+        final IncomingTransfer next = rx.start(REQ + 1, 10, 0, pb);
+        assertEquals(IncomingTransfer.State.RECEIVING, next.state(), "a quarantine held the only slot: " + next);
+        assertTrue(next.transferId() != stuck.transferId() || next.generation() != stuck.generation());
+        final IncomingTransfer third = rx.start(REQ + 2, 10, 0, pb); // the limit still holds for transfers under way
+        assertEquals(FailureReason.REJECTED, third.failure(), third::toString);
+        assertTrue(third.message().contains("all 1 transfer slots are busy"), third::message);
+        a.tearDownProves = true;
+        clock.advanceMillis(10);
+        rx.doWork();
+        assertEquals(IncomingTransfer.State.RELEASED, stuck.state());
+        rx.abort(next, "done");
+        b.inject(new Message.Drained(next.transferId(), next.generation(), 0, 0, 0, 0));
+        rx.doWork();
+        assertEquals(0, rx.activeTransfers());
+        assertTrue(pool.verifyAccounting().balanced());
+    }
+
+    @Test
     void aSenderThatStopsOnItsOwnFailsTheTransferAndItsDrainedCounts() {
         final IncomingTransfer t = startOne(10);
         a.inject(new Message.Abort(t.transferId(), t.generation(), Message.Abort.SENDER_FAILED, "flush failed"));
