@@ -293,7 +293,7 @@ public final class Router implements AutoCloseable {
             }
             final long deadline = System.nanoTime() + config.requestTimeout().toNanos();
             DecodeCall.Admitted admitted;
-            while ((admitted = call.awaitAdmission(slice(deadline))) == null) {
+            while ((admitted = awaitAdmission(call, id, deadline)) == null) {
                 throwIfGone(sink);
                 if (System.nanoTime() - deadline >= 0) {
                     throw timeout(id, "decode admission");
@@ -308,7 +308,7 @@ public final class Router implements AutoCloseable {
             }
             sink.admitted(id);
             DecodeCall.TransferOutcome outcome;
-            while ((outcome = call.awaitTransfer(slice(deadline))) == null) {
+            while ((outcome = awaitTransfer(call, id, deadline)) == null) {
                 throwIfGone(sink);
                 if (System.nanoTime() - deadline >= 0) {
                     throw timeout(id, "KV transfer");
@@ -366,6 +366,31 @@ public final class Router implements AutoCloseable {
             }
             reservedOnly.remove(id);
             counters.inFlight.decrementAndGet();
+        }
+    }
+
+    /**
+     * {@link DecodeCall#awaitAdmission} for one slice of the request's time. A call that failed (its role closed under
+     * it, or lost) is answered as a decode that cannot take the request, and counted, not a 500.
+     */
+    private DecodeCall.Admitted awaitAdmission(DecodeCall call, long id, long deadline) throws InterruptedException, ApiError {
+        try {
+            return call.awaitAdmission(slice(deadline));
+        } catch (IllegalStateException e) {
+            throw closed ? serverClosing(id) : decodeUnavailable(lost("decode", e));
+        }
+    }
+
+    /** {@link DecodeCall#awaitTransfer} for one slice; a call that failed is a failed transfer (503 {@code role_lost}), counted. */
+    private DecodeCall.TransferOutcome awaitTransfer(DecodeCall call, long id, long deadline) throws InterruptedException, ApiError {
+        try {
+            return call.awaitTransfer(slice(deadline));
+        } catch (IllegalStateException e) {
+            if (closed) {
+                throw serverClosing(id);
+            }
+            counters.failed("role_lost");
+            throw ApiError.transferFailed(id, new DecodeCall.TransferOutcome(false, "ROLE_LOST", lost("decode", e)));
         }
     }
 

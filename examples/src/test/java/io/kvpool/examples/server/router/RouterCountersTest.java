@@ -82,6 +82,58 @@ class RouterCountersTest {
         }
     }
 
+    @Test
+    void aDecodeCallThatFailsWhileTheRouterWaitsIsAnsweredAndCountedNot500() throws Exception {
+        final ServerConfig cfg = ServerTests.small().build();
+        try (InJvmRoles roles = InJvmRoles.start(cfg, Duration.ofSeconds(10))) {
+            Await.until(roles.decode()::ready, Duration.ofSeconds(10), () -> "the prefill link");
+            final boolean[] failAdmission = {true};
+            final Router router = new Router(cfg, roles.prefill(), new ForwardingDecode(roles.decode()) {
+                @Override
+                public DecodeCall start(long requestId, String tenant, int promptTokens, int maxNewTokens) {
+                    final DecodeCall real = super.start(requestId, tenant, promptTokens, maxNewTokens);
+                    return new DecodeCall() { // as DecodeCall.await reports a call whose role failed it (closed under it)
+                        @Override
+                        public Admitted awaitAdmission(Duration timeout) throws InterruptedException {
+                            if (failAdmission[0]) {
+                                throw new IllegalStateException("decode role: request " + requestId + " failed: closed");
+                            }
+                            return real.awaitAdmission(timeout);
+                        }
+
+                        @Override
+                        public TransferOutcome awaitTransfer(Duration timeout) {
+                            throw new IllegalStateException("decode role: request " + requestId + " failed: closed");
+                        }
+
+                        @Override
+                        public Generation generate(int maxTokens, io.kvpool.examples.server.echo.EchoDecoder.TokenSink sink) {
+                            throw new AssertionError("no KV committed");
+                        }
+
+                        @Override
+                        public void abort(String why) {
+                            real.abort(why);
+                        }
+                    };
+                }
+            });
+            final ApiError beforeAdmission = refused(router, "a prompt");
+            assertEquals(503, beforeAdmission.status(), beforeAdmission::getMessage);
+            assertEquals("decode_unavailable", beforeAdmission.reason());
+            assertAccounted(router.counters(), 1);
+            failAdmission[0] = false;
+            final ApiError beforeCommit = refused(router, "a prompt");
+            assertEquals(503, beforeCommit.status(), beforeCommit::getMessage);
+            assertEquals("role_lost", beforeCommit.reason());
+            assertAccounted(router.counters(), 2);
+            Await.until(() -> roles.prefill().activeTransfers() == 0 && roles.decodePool().snapshot().inUse() == 0
+                && roles.decodePool().snapshot().reserved() == 0, Duration.ofSeconds(10), () -> "both requests' pages given back: "
+                + roles.decodePool().snapshot());
+            router.close();
+        }
+    }
+
     private static ApiError refused(Router router, String prompt) {
         return assertThrows(ApiError.class, () -> router.complete("alice", new Router.Request(prompt, 2, false), NoSink.INSTANCE));
     }
