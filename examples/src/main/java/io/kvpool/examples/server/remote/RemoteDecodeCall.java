@@ -62,6 +62,8 @@ final class RemoteDecodeCall implements DecodeCall {
     private volatile String lostBecause;
     private volatile boolean aborted;
     private volatile boolean ended;
+    /** The stream's last event came: the process has ended the request; an abort has nothing left to tell it. */
+    private volatile boolean finished;
 
     /**
      * How long after {@link #abort} a stream the process has not ended is dropped. Not at once: the JDK client may
@@ -111,6 +113,7 @@ final class RemoteDecodeCall implements DecodeCall {
             for (String line; (line = in.readLine()) != null; ) {
                 lastLineNanos = System.nanoTime();
                 if (!line.isBlank() && onEvent(json.readTree(line))) {
+                    finished = true;
                     while (in.readLine() != null) {
                         // the role ends the stream right after its last event: read to the end so the connection is reused
                     }
@@ -247,10 +250,12 @@ final class RemoteDecodeCall implements DecodeCall {
      */
     @Override
     public void abort(String why) {
-        if (aborted) {
-            return;
+        synchronized (this) { // the client's close and the request's own end may abort at once: one post, one drop
+            if (aborted || finished) {
+                return; // aborted already, or the process ended the request itself (its last event came)
+            }
+            aborted = true;
         }
-        aborted = true;
         events.add(Map.entry("aborted", json.createObjectNode().put("message", why))); // a generate() waiting ends now
         // so does a wait for admission or for the transfer (lost() stays silent once we dropped the stream)
         final String msg = "request " + requestId + " was aborted: " + why;
@@ -258,6 +263,11 @@ final class RemoteDecodeCall implements DecodeCall {
         outcome.complete(new TransferOutcome(false, "ABORTED", msg));
         aborts.send(requestId, why); // delivered (and retried) on its own thread: the caller does not wait for the role
         CompletableFuture.delayedExecutor(DROP_AFTER.toMillis(), java.util.concurrent.TimeUnit.MILLISECONDS).execute(this::dropUnlessEnded);
+    }
+
+    /** @return whether the stream's last event came (for tests) */
+    boolean finishedForTests() {
+        return finished;
     }
 
     private void dropUnlessEnded() {

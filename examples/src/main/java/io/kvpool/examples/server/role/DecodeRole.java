@@ -705,10 +705,12 @@ public final class DecodeRole implements DecodeService, MeteredRole, Drains {
 
         @Override
         public void abort(String why) {
-            if (aborted) {
-                return;
+            synchronized (this) { // the client's close and the request's own end may abort at once: one onAbort
+                if (aborted) {
+                    return;
+                }
+                aborted = true;
             }
-            aborted = true;
             try {
                 duty.submit(() -> onAbort(this, why));
             } catch (IllegalStateException closedAlready) {

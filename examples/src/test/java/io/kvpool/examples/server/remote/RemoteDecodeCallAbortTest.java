@@ -190,4 +190,32 @@ class RemoteDecodeCallAbortTest {
             call.abort("done with the test");
         }
     }
+    @Test
+    void anAbortAfterTheProcessEndedTheRequestTellsItNothing() throws Exception {
+        final java.util.concurrent.atomic.AtomicInteger posts = new java.util.concurrent.atomic.AtomicInteger();
+        try (io.kvpool.examples.http.HttpFront decode = io.kvpool.examples.http.HttpFront.start("127.0.0.1", 0,
+            io.kvpool.examples.http.HttpLimits.DEFAULTS, call -> {
+                if (call.path().equals("/internal/abort")) {
+                    posts.incrementAndGet();
+                    call.respond(204, "application/json", new byte[0]);
+                    return;
+                }
+                call.startStream(200, "application/x-ndjson");
+                call.write("{\"event\":\"admitted\"}\n{\"event\":\"transfer\",\"committed\":true}\n");
+                call.write("{\"event\":\"done\",\"text\":\"\",\"completion_tokens\":0,\"kv\":{}}\n");
+                call.endStream();
+            })) {
+            final ObjectMapper json = new ObjectMapper();
+            final RoleClient client = new RoleClient(DecodeRole.ROLE, decode.baseUri(), json);
+            final RemoteDecodeCall call = RemoteDecodeCall.open(client, json, 46, "alice", 8, 2, Duration.ofSeconds(10));
+            assertTrue(call.awaitTransfer(Duration.ofSeconds(10)).committed());
+            final long end = System.nanoTime() + 5_000_000_000L;
+            while (!call.finishedForTests() && System.nanoTime() < end) {
+                Thread.sleep(5);
+            }
+            call.abort("the client left after its answer"); // what the router's client-gone hook does after the end
+            Thread.sleep(300);
+            assertEquals(0, posts.get(), "an abort posted for a request the process had ended");
+        }
+    }
 }
