@@ -354,13 +354,17 @@ final class PoolAllocations {
         }
     }
 
-    /** Gives back {@code pages} of a sequence's reservation (a failed fork undoing its copy-on-write page). */
-    void returnReservation(Sequence seq, int pages) {
+    /**
+     * Undoes a {@link #tryReserveForFork} whose child was never made: the parent's {@code parentAdded} pages, the
+     * child's {@code childPages} and its open-sequence count.
+     */
+    void undoFork(Sequence parent, int parentAdded, int childPages) {
         lock.lock();
         try {
-            final int n = Math.min(pages, seq.reservedPages);
-            seq.reservedPages -= n;
-            reservations.remove(n);
+            final int n = Math.min(parentAdded, parent.reservedPages);
+            parent.reservedPages -= n;
+            reservations.remove(n + childPages);
+            reservations.sequenceClosed();
         } finally {
             lock.unlock();
         }

@@ -554,32 +554,30 @@ public final class Sequence implements AutoCloseable {
         final int parentCredit = forkParentCredit(cowPage, growth);
         final long parentAdded = pool.allocations().tryReserveForFork(this, parentCredit, growth + cowPage);
         if (parentAdded < 0) {
-            lastForkAvailable = -1 - parentAdded;
+            lastForkAvailable = -1 - parentAdded; // refused: nothing allocated (a hot loop may retry)
             return null;
         }
-        final Sequence child = new Sequence(pool, growth + cowPage, admittedTokens, salt, hasSalt,
-            Math.max(4, pageCount + growth + cowPage));
+        final Sequence child;
         int retained = 0;
         try {
+            child = new Sequence(pool, growth + cowPage, admittedTokens, salt, hasSalt, Math.max(4, pageCount + growth + cowPage));
+            if (pageHashes != null) {
+                child.pageHashes = Arrays.copyOf(pageHashes, child.handles.length);
+                child.pageDigestHi = Arrays.copyOf(pageDigestHi, child.handles.length);
+                child.pageDigestLo = Arrays.copyOf(pageDigestLo, child.handles.length);
+            }
             for (; retained < pageCount; retained++) {
                 pool.retain(handles[retained]);
             }
-        } catch (RuntimeException e) {
+        } catch (RuntimeException | Error e) { // an Error too (no memory for the child): nothing of the fork may stay
             for (int i = 0; i < retained; i++) {
                 pool.release(handles[i]);
             }
-            pool.allocations().returnReservation(this, (int) parentAdded);
-            pool.allocations().sequenceClosed(child);
-            child.closed = true;
+            pool.allocations().undoFork(this, (int) parentAdded, growth + cowPage);
             throw e;
         }
         System.arraycopy(handles, 0, child.handles, 0, pageCount);
         System.arraycopy(blockTable, 0, child.blockTable, 0, pageCount);
-        if (pageHashes != null) {
-            child.pageHashes = Arrays.copyOf(pageHashes, child.handles.length);
-            child.pageDigestHi = Arrays.copyOf(pageDigestHi, child.handles.length);
-            child.pageDigestLo = Arrays.copyOf(pageDigestLo, child.handles.length);
-        }
         child.pageCount = pageCount;
         child.tokenCount = tokenCount;
         child.publishedPages = publishedPages;

@@ -520,6 +520,29 @@ class ApiReviewRegressionTest {
 
     // =============================================================================================
     /** State words that, once armed, run a callback on the armed thread right after its (skip+1)-th read of one slot. */
+    @Test
+    void anErrorWhileAForkRetainsItsPagesLeavesNoReservationNoSequenceAndNoReference() {
+        final CountingHookWords[] words = new CountingHookWords[1];
+        final KvPoolBuilder b = TestPools.builder(8);
+        b.slotWords = n -> words[0] = new CountingHookWords(n);
+        try (KvPool pool = b.build()) {
+            final Sequence s = pool.admit(3 * TPP, TPP).sequence(); // 4 pages admitted: a fork reserves the child's growth
+            s.append(3 * TPP);
+            final PoolSnapshot before = pool.snapshot();
+            words[0].arm(s.pageIndex(1), 0, () -> {
+                throw new StackOverflowError("injected while retaining page 1");
+            });
+            assertThrows(StackOverflowError.class, s::tryFork);
+            final PoolSnapshot after = pool.verifyAccounting();
+            assertEquals(before.reserved(), after.reserved(), "the child's reservation: " + after);
+            assertEquals(before.openSequences(), after.openSequences(), "the child: " + after);
+            s.close();
+            final PoolSnapshot closed = pool.verifyAccounting();
+            assertEquals(0, closed.inUse(), "a page retained for the child that never was: " + closed);
+            assertEquals(0, closed.reserved(), closed.toString());
+        }
+    }
+
     static final class CountingHookWords implements SlotWords {
         final SlotWords d;
         volatile Thread armedFor;
