@@ -3,12 +3,9 @@ package io.kvpool;
 import io.kvpool.ApiReviewRegressionTest.CountingHookWords;
 import io.kvpool.ApiReviewRegressionTest.FailingCopyStorage;
 import io.kvpool.storage.FillMode;
-import io.kvpool.storage.HostPageStorage;
-import io.kvpool.storage.PageStorage;
 
 import org.junit.jupiter.api.Test;
 
-import java.lang.foreign.MemorySegment;
 import java.util.stream.IntStream;
 
 import static org.junit.jupiter.api.Assertions.*;
@@ -426,23 +423,13 @@ class MutationGuardsTest {
     }
 
     /** Host storage that counts the fills of each page. */
-    static final class CountingFillStorage implements PageStorage {
-        final HostPageStorage d;
+    static final class CountingFillStorage extends ForwardingStorage {
         final int[] fills;
 
         CountingFillStorage(KvLayout layout, int pages) {
-            d = HostPageStorage.allocate(layout, pages);
+            super(layout, pages);
             fills = new int[pages];
         }
-
-        @Override public KvLayout layout() { return d.layout(); }
-        @Override public int pageCount() { return d.pageCount(); }
-        @Override public boolean isHostAccessible() { return true; }
-        @Override public MemorySegment hostPage(int page) { return d.hostPage(page); }
-        @Override public long address(int page, int layer, int kv) { return d.address(page, layer, kv); }
-        @Override public int firstCanaryToken(int page, int from, int to) { return d.firstCanaryToken(page, from, to); }
-        @Override public void copyPages(int[] src, int srcOff, int[] dst, int dstOff, int count) { d.copyPages(src, srcOff, dst, dstOff, count); }
-        @Override public void close() { d.close(); }
 
         @Override
         public void fill(int page, FillMode mode) {

@@ -1,12 +1,8 @@
 package io.kvpool;
 
-import io.kvpool.storage.FillMode;
-import io.kvpool.storage.HostPageStorage;
-import io.kvpool.storage.PageStorage;
 
 import org.junit.jupiter.api.Test;
 
-import java.lang.foreign.MemorySegment;
 import java.util.ArrayList;
 import java.util.LinkedHashMap;
 import java.util.List;
@@ -332,22 +328,12 @@ class PoolLockSerializationTest {
     }
 
     /** Host storage whose next copy runs a callback, then fails. */
-    static final class HookedCopyStorage implements PageStorage {
-        final HostPageStorage d;
+    static final class HookedCopyStorage extends ForwardingStorage {
         volatile Runnable beforeFailedCopy;
 
         HookedCopyStorage(KvLayout layout, int pages) {
-            d = HostPageStorage.allocate(layout, pages);
+            super(layout, pages);
         }
-
-        @Override public KvLayout layout() { return d.layout(); }
-        @Override public int pageCount() { return d.pageCount(); }
-        @Override public boolean isHostAccessible() { return true; }
-        @Override public MemorySegment hostPage(int page) { return d.hostPage(page); }
-        @Override public long address(int page, int layer, int kv) { return d.address(page, layer, kv); }
-        @Override public void fill(int page, FillMode mode) { d.fill(page, mode); }
-        @Override public int firstCanaryToken(int page, int from, int to) { return d.firstCanaryToken(page, from, to); }
-        @Override public void close() { d.close(); }
 
         @Override
         public void copyPages(int[] src, int srcOff, int[] dst, int dstOff, int count) {

@@ -2,10 +2,8 @@ package io.kvpool;
 
 import io.kvpool.storage.FillMode;
 import io.kvpool.storage.HostPageStorage;
-import io.kvpool.storage.PageStorage;
 import org.junit.jupiter.api.Test;
 
-import java.lang.foreign.MemorySegment;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicInteger;
@@ -76,29 +74,19 @@ class TruncateReservationTest {
     }
 
     /** Host storage whose fills can be stopped at the n-th one from now, until released. */
-    static final class FillGate implements PageStorage {
-        final HostPageStorage d;
+    static final class FillGate extends ForwardingStorage {
         final CountDownLatch stopped = new CountDownLatch(1), go = new CountDownLatch(1);
         private final AtomicInteger fills = new AtomicInteger();
         private volatile int stopAt = -1;
 
         FillGate(HostPageStorage d) {
-            this.d = d;
+            super(d);
         }
 
         void stopAtFill(int n) {
             fills.set(0);
             stopAt = n;
         }
-
-        @Override public KvLayout layout() { return d.layout(); }
-        @Override public int pageCount() { return d.pageCount(); }
-        @Override public boolean isHostAccessible() { return true; }
-        @Override public MemorySegment hostPage(int page) { return d.hostPage(page); }
-        @Override public long address(int page, int layer, int kv) { return d.address(page, layer, kv); }
-        @Override public int firstCanaryToken(int page, int from, int to) { return d.firstCanaryToken(page, from, to); }
-        @Override public void copyPages(int[] src, int srcOff, int[] dst, int dstOff, int count) { d.copyPages(src, srcOff, dst, dstOff, count); }
-        @Override public void close() { d.close(); }
 
         @Override
         public void fill(int page, FillMode mode) {
