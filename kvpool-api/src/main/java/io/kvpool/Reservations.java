@@ -113,7 +113,8 @@ final class Reservations {
         final long tokens = (long) promptTokens + maxNewTokens;
         long admittedTokens = policy == ReservationPolicy.FULL ? tokens : promptTokens;
         long needed = layout.pagesFor(admittedTokens);
-        final long available = free - reserved;
+        // below zero while a truncate's pages, reserved ahead, are still on their way to the free structures
+        final long available = Math.max(0, free - reserved);
         if (tokens > maxContextTokens || needed > inService) {
             if (rejectOverCapacity) {
                 if (tokens > maxContextTokens) {

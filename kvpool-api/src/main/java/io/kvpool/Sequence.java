@@ -273,7 +273,7 @@ public final class Sequence implements AutoCloseable {
     }
 
     // ---- an append in four steps, shared with KvPool#appendEach ----
-    //   planAppend   checks and decides the pages (changes nothing but stepCow)
+    //   planAppend   checks and decides the pages (changes nothing but the plan's fields; grows the tables for them)
     //   the pool     allocates stepPages pages into `allocated` (PoolAllocations#tryAllocateEach), fills evicted ones
     //   copy         copyLastPageInto, when stepCow (the only step that can fail after the allocation: undoEach)
     //   applyAppend  puts the pages in the block table and counts the tokens (cannot fail)
@@ -281,7 +281,8 @@ public final class Sequence implements AutoCloseable {
     //                this release frees and fills it, which can throw an Error (after the append took effect)
 
     /**
-     * Checks an append of {@code n} tokens and decides its pages. Changes nothing but the plan's fields.
+     * Checks an append of {@code n} tokens and decides its pages. Changes nothing but the plan's fields, and grows the
+     * page tables to hold the pages planned (so that applying the plan allocates nothing).
      *
      * @return pages to allocate: new pages, plus one for a copy-on-write of the shared partial last page
      */
@@ -570,10 +571,13 @@ public final class Sequence implements AutoCloseable {
                 pool.retain(handles[retained]);
             }
         } catch (RuntimeException | Error e) { // an Error too (no memory for the child): nothing of the fork may stay
-            for (int i = 0; i < retained; i++) {
-                pool.release(handles[i]);
+            try {
+                for (int i = 0; i < retained; i++) {
+                    pool.release(handles[i]);
+                }
+            } finally { // even if a release throws in turn (a second Error): the reservation is not left taken
+                pool.allocations().undoFork(this, (int) parentAdded, growth + cowPage);
             }
-            pool.allocations().undoFork(this, (int) parentAdded, growth + cowPage);
             throw e;
         }
         System.arraycopy(handles, 0, child.handles, 0, pageCount);

@@ -138,6 +138,8 @@ public final class DecodeEndpoint extends RoleEndpoint {
         final HttpCall out = ex;
         try {
             ex.startStream(200, "application/x-ndjson");
+            // at once, with how often the next ones come: the router counts a stream silent for many of them as broken
+            event(out, Map.of("event", "waiting", "heartbeat_ms", heartbeat.toMillis()));
             DecodeCall.Admitted a;
             while ((a = call.awaitAdmission(heartbeat)) == null) {
                 event(out, Map.of("event", "waiting"));

@@ -23,7 +23,8 @@ import java.util.concurrent.TimeUnit;
  * One request on a decode role in another process: the {@code POST /internal/decode} stream, read by a
  * virtual thread into the call's state. The decode process writes one JSON object per line:
  * <pre>
- *   {"event":"waiting"}                                    heartbeat while admission or the transfer is pending
+ *   {"event":"waiting","heartbeat_ms":200}                 at once: the process's heartbeat, then
+ *   {"event":"waiting"}                                    every heartbeat while admission or the transfer is pending
  *   {"event":"admitted"}  | {"event":"rejected","rejection":{…}}
  *   {"event":"transfer","committed":true} | {"event":"transfer","committed":false,"failure":"PEER_LOST","message":"…"}
  *   {"event":"token","text":"…"} …                         generation starts as soon as the KV committed
@@ -52,8 +53,11 @@ final class RemoteDecodeCall implements DecodeCall {
     private final ObjectMapper json;
     private final long requestId;
     private final Duration stall;
-    /** Longest silence of the stream before the KV committed (heartbeats included) before it counts as broken. */
-    private final long silenceNanos;
+    /**
+     * Longest silence of the stream before the KV committed (heartbeats included) before it counts as broken; raised
+     * to 25 of the process's heartbeats when it announces longer ones (at most the token stall limit).
+     */
+    private volatile long silenceNanos;
     private volatile long lastLineNanos = System.nanoTime();
     private final InputStream stream;
     private final CompletableFuture<Admitted> admission = new CompletableFuture<>();
@@ -133,6 +137,10 @@ final class RemoteDecodeCall implements DecodeCall {
         final String event = RoleJson.text(n, "event");
         switch (event) {
             case "waiting" -> {
+                if (n.has("heartbeat_ms")) { // the process's own --heartbeat-ms, which may be longer than this router's
+                    final long beats = TimeUnit.MILLISECONDS.toNanos(Math.max(0, RoleJson.number(n, "heartbeat_ms"))) * 25;
+                    silenceNanos = Math.max(silenceNanos, Math.min(beats, stall.toNanos()));
+                }
                 return false;
             }
             case "admitted" -> admission.complete(Admitted.YES);
@@ -165,11 +173,15 @@ final class RemoteDecodeCall implements DecodeCall {
         return false;
     }
 
-    private synchronized void lost(String why) {
+    private void lost(String why) {
+        lostWith(lostMessage(why));
+    }
+
+    /** Ends whatever is still pending with {@code msg} (a {@link #lostMessage}), once. */
+    private synchronized void lostWith(String msg) {
         if (aborted || lostBecause != null) {
             return; // we dropped the stream ourselves, or it was lost already (its silence, then the drop's exception)
         }
-        final String msg = client.describe() + ": the stream of request " + requestId + " broke: " + why;
         lostBecause = msg;
         LOG.log(System.Logger.Level.WARNING, msg);
         admission.complete(new Admitted(false, new Rejection(DecodeRole.ROLE, Rejection.Reason.UNAVAILABLE, msg, Map.of())));
@@ -177,31 +189,44 @@ final class RemoteDecodeCall implements DecodeCall {
         events.add(Map.entry("lost", json.createObjectNode().put("message", msg)));
     }
 
+    private String lostMessage(String why) {
+        return client.describe() + ": the stream of request " + requestId + " broke: " + why;
+    }
+
     @Override
     public Admitted awaitAdmission(Duration timeout) throws InterruptedException {
         final Admitted a = DecodeCall.await(admission, timeout, client.describe() + ": request " + requestId);
-        return a != null || !lostToSilence() ? a : admission.getNow(null);
+        return a != null || !lostToSilence(true) ? a : admission.getNow(null);
     }
 
     @Override
     public TransferOutcome awaitTransfer(Duration timeout) throws InterruptedException {
         final TransferOutcome o = DecodeCall.await(outcome, timeout, client.describe() + ": request " + requestId);
-        return o != null || !lostToSilence() ? o : outcome.getNow(null);
+        return o != null || !lostToSilence(false) ? o : outcome.getNow(null);
     }
 
     /**
      * Ends the call as lost, and drops its stream, if the stream has been silent longer than the silence limit while
-     * the router waits for admission or the transfer. Router's thread.
+     * the router waits for admission or the transfer. Router's thread. The loss is decided by completing the awaited
+     * future: a line the reader took meanwhile (the admission, the commit) wins, and then nothing is dropped.
      *
+     * @param admissionPending whether the router waits for the admission, else for the transfer
      * @return whether it did
      */
-    private boolean lostToSilence() {
+    private boolean lostToSilence(boolean admissionPending) {
         final long silent = System.nanoTime() - lastLineNanos;
         if (ended || aborted || silent < silenceNanos) {
             return false;
         }
-        lost("no line for " + TimeUnit.NANOSECONDS.toMillis(silent) + " ms before the KV committed (heartbeats come every "
-            + "--heartbeat-ms): the decode process stopped answering");
+        final String msg = lostMessage("no line for " + TimeUnit.NANOSECONDS.toMillis(silent) + " ms before the KV committed "
+            + "(the process writes one every heartbeat while it waits): the decode process stopped answering");
+        final boolean won = admissionPending
+            ? admission.complete(new Admitted(false, new Rejection(DecodeRole.ROLE, Rejection.Reason.UNAVAILABLE, msg, Map.of())))
+            : outcome.complete(new TransferOutcome(false, "ROLE_LOST", msg));
+        if (!won) {
+            return false; // the line came after all
+        }
+        lostWith(msg);
         try {
             stream.close(); // the reader ends; a late line is read by nobody
         } catch (IOException ignored) {
@@ -251,10 +276,14 @@ final class RemoteDecodeCall implements DecodeCall {
     @Override
     public void abort(String why) {
         synchronized (this) { // the client's close and the request's own end may abort at once: one post, one drop
-            if (aborted || finished) {
-                return; // aborted already, or the process ended the request itself (its last event came)
+            if (aborted) {
+                return;
             }
             aborted = true;
+        }
+        if (finished) { // the process ended the request itself (its last event came): nothing to tell it
+            CompletableFuture.delayedExecutor(DROP_AFTER.toMillis(), TimeUnit.MILLISECONDS).execute(this::dropUnlessEnded);
+            return; // but a process that never ends the stream after its last event does not keep the connection
         }
         events.add(Map.entry("aborted", json.createObjectNode().put("message", why))); // a generate() waiting ends now
         // so does a wait for admission or for the transfer (lost() stays silent once we dropped the stream)

@@ -191,6 +191,39 @@ class RemoteDecodeCallAbortTest {
         }
     }
     @Test
+    void aProcessWithLongerHeartbeatsIsGivenTwentyFiveOfThemNotTheRoutersLimit() throws Exception {
+        final CountDownLatch gone = new CountDownLatch(1);
+        try (io.kvpool.examples.http.HttpFront decode = io.kvpool.examples.http.HttpFront.start("127.0.0.1", 0,
+            io.kvpool.examples.http.HttpLimits.DEFAULTS, call -> {
+                if (call.path().equals("/internal/abort")) {
+                    call.respond(204, "application/json", new byte[0]);
+                    return;
+                }
+                call.onClientGone(gone::countDown);
+                call.startStream(200, "application/x-ndjson");
+                call.write("{\"event\":\"waiting\",\"heartbeat_ms\":1000}\n{\"event\":\"admitted\"}\n");
+                Thread.sleep(1_500); // longer than the router's own limit below, shorter than 25 of its heartbeats
+                call.write("{\"event\":\"transfer\",\"committed\":true}\n");
+                gone.await(20, TimeUnit.SECONDS);
+                call.endStream();
+            })) {
+            final ObjectMapper json = new ObjectMapper();
+            final RoleClient client = new RoleClient(DecodeRole.ROLE, decode.baseUri(), json);
+            final RemoteDecodeCall call = RemoteDecodeCall.open(client, json, new AbortDelivery(client, null), 47, "alice", 8, 2,
+                Duration.ofSeconds(30), Duration.ofMillis(500));
+            assertTrue(call.awaitAdmission(Duration.ofSeconds(10)).admitted());
+            final long t0 = System.nanoTime();
+            DecodeCall.TransferOutcome o = null;
+            while (o == null && System.nanoTime() - t0 < 10_000_000_000L) {
+                o = call.awaitTransfer(Duration.ofMillis(100));
+            }
+            assertNotNull(o);
+            assertTrue(o.committed(), o::toString);
+            call.abort("done with the test");
+        }
+    }
+
+    @Test
     void anAbortAfterTheProcessEndedTheRequestTellsItNothing() throws Exception {
         final java.util.concurrent.atomic.AtomicInteger posts = new java.util.concurrent.atomic.AtomicInteger();
         try (io.kvpool.examples.http.HttpFront decode = io.kvpool.examples.http.HttpFront.start("127.0.0.1", 0,
