@@ -20,6 +20,8 @@ import java.util.Objects;
 public final class ShmListener implements AutoCloseable {
 
     private final Path socketPath;
+    /** The socket file's key (device and inode) once bound, or {@code null} where the file system has none. */
+    private Object socketFile;
     private final MappedPageStorage pool;
     private final ServerSocketChannel server;
     /** A connection still in its bootstrap, and when it was accepted ({@code System.nanoTime}). */
@@ -59,6 +61,7 @@ public final class ShmListener implements AutoCloseable {
             try {
                 server.bind(UnixDomainSocketAddress.of(socketPath));
                 server.configureBlocking(false);
+                socketFile = fileKey(socketPath);
             } catch (IOException | RuntimeException e) {
                 server.close();
                 throw e;
@@ -165,9 +168,19 @@ public final class ShmListener implements AutoCloseable {
             // closing
         }
         try {
-            Files.deleteIfExists(socketPath);
+            // only our own socket: a successor listening at the same path (a restarted receiver that cleared it) keeps its
+            final Object now = fileKey(socketPath);
+            if (socketFile == null || socketFile.equals(now)) {
+                Files.deleteIfExists(socketPath);
+            }
         } catch (IOException ignored) {
-            // best effort
+            // gone already, or best effort
         }
+    }
+
+    /** @return the file's key (device and inode), {@code null} where the file system gives none */
+    private static Object fileKey(Path file) throws IOException {
+        return Files.readAttributes(file, java.nio.file.attribute.BasicFileAttributes.class,
+            java.nio.file.LinkOption.NOFOLLOW_LINKS).fileKey();
     }
 }

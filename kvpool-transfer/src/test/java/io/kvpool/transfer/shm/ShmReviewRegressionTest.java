@@ -279,6 +279,26 @@ class ShmReviewRegressionTest {
             + " (identity 0x" + Long.toHexString(successor.identity()) + ", still open)");
     }
 
+    @Test
+    void closingAListenerLeavesTheSocketThatReplacedIt() throws Exception {
+        final Path sock = dir.resolve("sock");
+        Files.delete(sock); // a successor clears the path of a receiver still shutting down, then listens on it
+        final ShmListener successor = ShmTransport.listen(sock, pool);
+        toClose.add(successor);
+        listener.close(); // the old receiver's close
+        assertTrue(Files.exists(sock), "the old listener's close() deleted its successor's socket " + sock);
+        final ShmLink sender = ShmTransport.connect(sock); // a new sender still reaches the successor
+        toClose.add(sender);
+        final ShmLink[] accepted = new ShmLink[1];
+        ShmLinkTest.await("bootstrap", () -> accepted[0] != null && sender.isReady(), () -> {
+            if (accepted[0] == null) {
+                accepted[0] = successor.accept();
+            }
+            sender.poll(new Writes(), 16);
+        });
+        toClose.add(accepted[0]);
+    }
+
     /**
      * create() removes nothing it made when it fails after creating the file: the file stays behind (here a
      * size the file system refuses, EFBIG on ext4; on tmpfs the same happens when the canary fill faults
