@@ -12,8 +12,8 @@ import java.util.Set;
 import java.util.function.Function;
 
 /**
- * {@code kvpool.peer.info}: one row per build of the peers whose links are UP (tag {@code build}, value 1), and
- * {@code kvpool.peer.links}: how many links are UP. The rows follow the engine's {@code peerBuilds()}: each read of
+ * {@code kvpool.peer.info}: one row per build of the peers whose links are UP or RETIRING (tag {@code build}, value 1), and
+ * {@code kvpool.peer.links}: how many links are UP or RETIRING. The rows follow the engine's {@code peerBuilds()}: each read of
  * {@code kvpool.peer.links} (every scrape reads it) brings them up to date, so a build that came or went shows in
  * the rows from the next scrape on. {@code kvpool.peer.heartbeat.failures}: links the engine failed because the peer
  * answered no PING in time. Holds the engine weakly, as every binder's meter does.
@@ -21,8 +21,8 @@ import java.util.function.Function;
 final class PeerInfo {
 
     static final String INFO_DESCRIPTION =
-        "1 for each build (tag build) of the peers whose links are UP, as their HELLO named it: a rollout mixes builds";
-    static final String LINKS_DESCRIPTION = "Links to peers whose handshake passed, UP now (every build)";
+        "1 for each build (tag build) of the peers whose links are UP or RETIRING, as their HELLO named it: a rollout mixes builds";
+    static final String LINKS_DESCRIPTION = "Links to peers whose handshake passed, UP or RETIRING now (every build)";
     static final String HEARTBEAT_DESCRIPTION =
         "Links failed because the peer sent nothing within the heartbeat timeout after a PING, or no HELLO within the idle "
             + "time plus the timeout of the link's start (a partition, a stopped peer)";
@@ -59,7 +59,7 @@ final class PeerInfo {
             this.builds = builds;
         }
 
-        /** @return the builds UP now (empty once the engine is collected), the rows brought up to date */
+        /** @return the builds UP or RETIRING now (empty once the engine is collected), the rows brought up to date */
         synchronized Map<String, Integer> current() {
             final E e = engine.get();
             final Map<String, Integer> now = e == null ? Map.of() : builds.apply(e);
