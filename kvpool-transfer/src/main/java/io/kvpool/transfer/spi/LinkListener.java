@@ -46,7 +46,8 @@ public interface LinkListener {
      *
      * @param link  the link it was asked on
      * @param token the token given to {@link PeerLink#flush}
-     * @param ok    whether delivery of every write posted before the flush is proven
+     * @param ok    whether delivery of every write posted before the flush that completed {@link PeerLink#OK} is
+     *              proven (a write that failed is never proven by a flush)
      */
     void onFlushDone(PeerLink link, long token, boolean ok);
 

@@ -18,7 +18,9 @@ import java.nio.ByteBuffer;
  *       still land, even after the sender reported it failed or gave up.</li>
  *   <li><b>A write's completion is not delivery.</b> {@link LinkListener#onWriteDone} (or a run of
  *       them, {@link LinkListener#onWritesDone}) with {@link #OK} means only that the source bytes may be reused (UCX semantics). Delivery of every write posted
- *       before a {@link #flush} is proven only by {@link LinkListener#onFlushDone} with {@code ok}.</li>
+ *       before a {@link #flush} that completed {@link #OK} is proven only by {@link LinkListener#onFlushDone} with
+ *       {@code ok}. A write that completed {@link #FAILED} or {@link #CANCELED} is never proven by a flush, whatever it
+ *       answers: it may have landed in part, and may still land (the rule above). A sender counts it unproven.</li>
  *   <li><b>Every posted write reaches exactly one terminal state</b> ({@link #OK}, {@link #FAILED},
  *       {@link #CANCELED}), reported once through {@link #poll}, alone or in a run of consecutive tokens — also after {@link #cancelWrites} and
  *       after the link failed. A transport that cannot guarantee this for some writes must never report
@@ -146,8 +148,9 @@ public interface PeerLink extends AutoCloseable {
     void putBatch(RemoteRegion region, int[] dst, PageStorage source, int[] src, int off, int count, long firstToken);
 
     /**
-     * Asks for proof of delivery of every write posted on this link so far; answered by
-     * {@link LinkListener#onFlushDone}.
+     * Asks for proof of delivery of every write posted on this link so far that completed {@link #OK}; answered,
+     * once, by {@link LinkListener#onFlushDone} (not ok if the link fails or closes first). Writes that failed are
+     * not covered: see the class comment.
      *
      * @param token passed back to {@link LinkListener#onFlushDone} with the answer
      * @throws LinkFailedException if the link is down

@@ -102,6 +102,8 @@ public final class UcxLink implements PeerLink {
     private final java.util.Set<WriteCallback> inFlight = java.util.Collections.newSetFromMap(new java.util.IdentityHashMap<>());
     private boolean tearDownStarted;
     private int pendingFlushes;
+    /** Flushes posted and not answered yet: a worker destroyed under them answers them not ok. Transport thread. */
+    private final java.util.Set<FlushCallback> flushesPending = java.util.Collections.newSetFromMap(new java.util.IdentityHashMap<>());
 
     /** One event; WRITES carries the write completions of one progress round (tokens[i] ended statuses[i]). */
     private record Event(int kind, long token, int status, byte[] frame, String reason, long[] tokens, int[] statuses) {
@@ -476,6 +478,35 @@ public final class UcxLink implements PeerLink {
         }
     }
 
+    /** Answers one flush once: by UCX, or not ok when the worker is destroyed first. Transport thread. */
+    private final class FlushCallback extends UcxCallback {
+        private final long token;
+        private boolean done;
+
+        FlushCallback(long token) {
+            this.token = token;
+        }
+
+        @Override
+        public void onSuccess(UcpRequest request) {
+            report(OK);
+        }
+
+        @Override
+        public void onError(int status, String message) {
+            report(FAILED);
+        }
+
+        void report(int status) {
+            if (!done) {
+                done = true;
+                pendingFlushes--;
+                flushesPending.remove(this);
+                event(new Event(Event.FLUSH, token, status, null, null, null, null));
+            }
+        }
+    }
+
     private void postPuts(UcpRemoteKey rkey, long[] local, long[] remote, long size, long firstToken) {
         for (int i = 0; i < local.length; i++) {
             final WriteCallback spare = spareCallbacks.poll();
@@ -503,27 +534,9 @@ public final class UcxLink implements PeerLink {
                 event(new Event(Event.FLUSH, token, FAILED, null, null, null, null));
                 return;
             }
-            final boolean[] done = new boolean[1];
-            final UcxCallback cb = new UcxCallback() {
-                @Override
-                public void onSuccess(UcpRequest request) {
-                    report(OK);
-                }
-
-                @Override
-                public void onError(int status, String message) {
-                    report(FAILED);
-                }
-
-                private void report(int status) {
-                    if (!done[0]) {
-                        done[0] = true;
-                        pendingFlushes--;
-                        event(new Event(Event.FLUSH, token, status, null, null, null, null));
-                    }
-                }
-            };
+            final FlushCallback cb = new FlushCallback(token);
             pendingFlushes++;
+            flushesPending.add(cb);
             try {
                 ep.flushNonBlocking(cb);
             } catch (RuntimeException e) {
@@ -713,6 +726,9 @@ public final class UcxLink implements PeerLink {
             cb.finish(CANCELED); // the worker is gone: this put will never report; it ends unproven
         }
         publishWrites();
+        for (FlushCallback cb : java.util.List.copyOf(flushesPending)) {
+            cb.report(FAILED); // nor will this flush: every flush is answered, here not ok
+        }
         if (closedOk) {
             endpointClosed = true; // nothing from the peer can be applied any more
             recvBuffer = null;     // nor received: UCX no longer holds it
