@@ -108,6 +108,8 @@ public final class Router implements AutoCloseable {
     private final ConcurrentHashMap<Long, DecodeCall> inFlight = new ConcurrentHashMap<>();
     /** Requests between decode's reservation and their decode call (with prefill): close gives theirs back at once. */
     private final java.util.Set<Long> reservedOnly = ConcurrentHashMap.newKeySet();
+    /** Requests whose paired abort went out, by close() or by the request's own end: each goes once. */
+    private final java.util.Set<Long> pairedAbortSent = ConcurrentHashMap.newKeySet();
     /**
      * Threads inside a call to a role (reserve, prefill, start), which a stuck role process holds up to its call
      * timeout: close() interrupts them, so that the request ends now as 503 {@code server_closing}. Guarded by itself.
@@ -349,7 +351,7 @@ public final class Router implements AutoCloseable {
             counters.aborted.increment();
             throw new ClientGone(id, gone);
         } finally {
-            if (!done) {
+            if (!done && pairedAbortSent.add(id)) { // close() may have sent it already
                 // paired abort: whatever ended this request, neither role keeps anything for it
                 final String why = "request " + id + " ended without a completion";
                 if (call != null) {
@@ -365,6 +367,7 @@ public final class Router implements AutoCloseable {
                 inFlight.remove(id);
             }
             reservedOnly.remove(id);
+            pairedAbortSent.remove(id); // last: close() sees the request in neither map once it is gone from this set
             counters.inFlight.decrementAndGet();
         }
     }
@@ -547,12 +550,16 @@ public final class Router implements AutoCloseable {
         // a request still with prefill gives decode's pages back now, not when prefill answers (the roles may be
         // closed by then, and a give-back then waits for the reservation to expire)
         reservedOnly.forEach(id -> {
-            decode.unreserve(id, "server closing");
-            abortAtPrefill(id, "server closing");
+            if (pairedAbortSent.add(id)) { // the request's own end sends nothing more
+                decode.unreserve(id, "server closing");
+                abortAtPrefill(id, "server closing");
+            }
         });
         inFlight.forEach((id, call) -> {
-            call.abort("server closing");
-            abortAtPrefill(id, "server closing");
+            if (pairedAbortSent.add(id)) {
+                call.abort("server closing");
+                abortAtPrefill(id, "server closing");
+            }
         });
     }
 

@@ -62,6 +62,42 @@ class RouterCloseTest {
     }
 
     @Test
+    void aRequestTheRouterClosesUnderIsAbortedAtPrefillOnce() throws Exception {
+        final ServerConfig cfg = ServerTests.small().build();
+        try (InJvmRoles roles = InJvmRoles.start(cfg, Duration.ofSeconds(10))) {
+            final CountDownLatch entered = new CountDownLatch(1);
+            final CountDownLatch release = new CountDownLatch(1);
+            final java.util.concurrent.atomic.AtomicInteger aborts = new java.util.concurrent.atomic.AtomicInteger();
+            final PrefillService held = new ForwardingPrefill(roles.prefill()) {
+                @Override
+                public Rejection prefill(long requestId, String tenant, List<byte[]> tokens) {
+                    entered.countDown();
+                    try {
+                        release.await();
+                    } catch (InterruptedException e) {
+                        Thread.currentThread().interrupt();
+                    }
+                    return super.prefill(requestId, tenant, tokens);
+                }
+
+                @Override
+                public void abort(long requestId, String why) {
+                    aborts.incrementAndGet();
+                    super.abort(requestId, why);
+                }
+            };
+            final Router router = new Router(cfg, held, roles.decode());
+            final CompletableFuture<Object> result = completeOnItsOwnThread(router, "held with prefill");
+            assertTrue(entered.await(10, TimeUnit.SECONDS), "the request never reached prefill");
+            router.close(); // the paired abort goes out now
+            release.countDown(); // then the request ends on its own thread
+            assertClosingRefusal(result.get(20, TimeUnit.SECONDS));
+            assertEquals(1, aborts.get(), "prefill was told to abort the request this many times");
+            awaitNothingLeft(roles);
+        }
+    }
+
+    @Test
     void aRequestBlockedInACallToAStuckRoleEndsAs503ServerClosingWhenTheRouterCloses() throws Exception {
         // a role process that does not answer holds the request thread in its HTTP call (up to the call timeout):
         // close() must end that call now, so that the client reads the server's 503 before the server stops
