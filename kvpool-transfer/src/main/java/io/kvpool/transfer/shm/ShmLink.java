@@ -879,31 +879,51 @@ public final class ShmLink implements PeerLink {
         final MemorySegment dstAll = remote.segment();
         final long pageBytes = remote.layout().bytesPerPage();
         final MemorySegment srcAll = wholeSegment(source); // one segment, not a slice per page
+        final Runnable lateFault = lateFaultForTests;
         Event run = null;
-        for (int i = 0; i < count; i++) {
-            int status;
-            try {
-                final long to = r.slots()[dst[off + i]] * pageBytes;
-                if (srcAll != null) {
-                    MemorySegment.copy(srcAll, src[off + i] * pageBytes, dstAll, to, pageBytes);
-                } else {
-                    MemorySegment.copy(source.hostPage(src[off + i]), 0, dstAll, to, pageBytes);
+        int runs = 0; // this batch's events, the last ones queued
+        try {
+            for (int i = 0; i < count; i++) {
+                int status;
+                try {
+                    final long to = r.slots()[dst[off + i]] * pageBytes;
+                    if (srcAll != null) {
+                        MemorySegment.copy(srcAll, src[off + i] * pageBytes, dstAll, to, pageBytes);
+                    } else {
+                        MemorySegment.copy(source.hostPage(src[off + i]), 0, dstAll, to, pageBytes);
+                    }
+                    status = OK;
+                } catch (RuntimeException | InternalError e) {
+                    // InternalError: the JVM's answer to SIGBUS, e.g. the pool file shrank under the mapping — a
+                    // write that faulted is still a write with a terminal state (PeerLink: a putBatch that throws
+                    // posted nothing, and the writes before it were posted)
+                    status = FAILED; // may have landed in part, as FAILED allows
                 }
-                status = OK;
-            } catch (RuntimeException | InternalError e) {
-                // InternalError: the JVM's answer to SIGBUS, e.g. the pool file shrank under the mapping — a
-                // write that faulted is still a write with a terminal state (PeerLink: a putBatch that throws
-                // posted nothing, and the writes before it were posted)
-                status = FAILED; // may have landed in part, as FAILED allows
+                if (run != null && run.status == status) {
+                    run.count++;
+                } else {
+                    run = new Event(EV_WRITE, firstToken + i, 1, status);
+                    events.add(run);
+                    runs++;
+                }
+                if (lateFault != null) {
+                    lateFault.run();
+                }
             }
-            if (run != null && run.status == status) {
-                run.count++;
-            } else {
-                run = new Event(EV_WRITE, firstToken + i, 1, status);
-                events.add(run);
+        } catch (InternalError late) {
+            // Compiled code reports a fault in mapped memory at its next safepoint check, which can come after the
+            // copy's own catch (MappedPageStorage#map says so): a write already queued OK may be the one that faulted,
+            // and the rest of the batch has no state yet. Every write of the batch ends FAILED (each may have landed in
+            // part), and putBatch returns normally: its writes were posted.
+            for (; runs > 0; runs--) {
+                events.pollLast();
             }
+            events.add(new Event(EV_WRITE, firstToken, count, FAILED));
         }
     }
+
+    /** Test seam: runs after each write of a batch, where compiled code may report a late fault. Null in production. */
+    static Runnable lateFaultForTests;
 
     /** @return the segment over all of a host storage's pages (page p at p × bytesPerPage), or null to go page by page */
     private static MemorySegment wholeSegment(PageStorage storage) {

@@ -300,6 +300,44 @@ class ShmReviewRegressionTest {
     }
 
     /**
+     * A fault in mapped memory reported late, after a copy's own catch (compiled code reports it at its next safepoint
+     * check): putBatch neither throws after posting nor leaves a write reported OK that may have faulted.
+     */
+    @Test
+    void aFaultReportedAfterACopyFailsTheWholeBatchInsteadOfEscaping() {
+        final ShmLink sender = ShmTransport.connect(dir.resolve("sock"));
+        toClose.add(sender);
+        final ShmLink[] receiver = new ShmLink[1];
+        ShmLinkTest.await("bootstrap", () -> receiver[0] != null && sender.isReady(), () -> {
+            if (receiver[0] == null) {
+                receiver[0] = listener.accept();
+            }
+            sender.poll(new Writes(), 100);
+        });
+        toClose.add(receiver[0]);
+        final RemoteRegion region = sender.attach(receiver[0].register(pool, new int[] {0, 1, 2}).key(), 3);
+        try (HostPageStorage src = HostPageStorage.allocate(LAYOUT, 3)) {
+            final int[] after = {0};
+            ShmLink.lateFaultForTests = () -> {
+                if (++after[0] == 2) { // after the second copy: reported where compiled code checks for it
+                    throw new InternalError("a fault occurred in an unsafe memory access operation");
+                }
+            };
+            try {
+                sender.putBatch(region, new int[] {0, 1, 2}, src, new int[] {0, 1, 2}, 0, 3, 20);
+            } finally {
+                ShmLink.lateFaultForTests = null;
+            }
+            final Writes w = new Writes();
+            sender.poll(w, 100);
+            final StringBuilder got = new StringBuilder();
+            w.writes.forEach(x -> got.append(" ").append(x[0]).append("→").append(x[1]));
+            assertEquals(3, w.writes.size(), "each write reports once:" + got);
+            assertTrue(w.writes.stream().allMatch(x -> x[1] == PeerLink.FAILED), "every write of the batch FAILED:" + got);
+        }
+    }
+
+    /**
      * create() removes nothing it made when it fails after creating the file: the file stays behind (here a
      * size the file system refuses, EFBIG on ext4; on tmpfs the same happens when the canary fill faults
      * on a full /dev/shm).
