@@ -572,10 +572,12 @@ public final class Sequence implements AutoCloseable {
             }
         } catch (RuntimeException | Error e) { // an Error too (no memory for the child): nothing of the fork may stay
             try {
-                for (int i = 0; i < retained; i++) {
-                    pool.release(handles[i]);
+                if (retained > 0) {
+                    pool.releaseAll(handles, 0, retained); // goes on past a page's failure, then throws it
                 }
-            } finally { // even if a release throws in turn (a second Error): the reservation is not left taken
+            } catch (RuntimeException | Error second) {
+                e.addSuppressed(second);
+            } finally { // the reservation is not left taken, whatever the releases did
                 pool.allocations().undoFork(this, (int) parentAdded, growth + cowPage);
             }
             throw e;

@@ -893,10 +893,7 @@ public final class ShmLink implements PeerLink {
                         MemorySegment.copy(source.hostPage(src[off + i]), 0, dstAll, to, pageBytes);
                     }
                     status = OK;
-                } catch (RuntimeException | InternalError e) {
-                    // InternalError: the JVM's answer to SIGBUS, e.g. the pool file shrank under the mapping — a
-                    // write that faulted is still a write with a terminal state (PeerLink: a putBatch that throws
-                    // posted nothing, and the writes before it were posted)
+                } catch (RuntimeException e) { // e.g. the source closed meanwhile: this write alone
                     status = FAILED; // may have landed in part, as FAILED allows
                 }
                 if (run != null && run.status == status) {
@@ -910,11 +907,12 @@ public final class ShmLink implements PeerLink {
                     lateFault.run();
                 }
             }
-        } catch (InternalError late) {
-            // Compiled code reports a fault in mapped memory at its next safepoint check, which can come after the
-            // copy's own catch (MappedPageStorage#map says so): a write already queued OK may be the one that faulted,
-            // and the rest of the batch has no state yet. Every write of the batch ends FAILED (each may have landed in
-            // part), and putBatch returns normally: its writes were posted.
+        } catch (InternalError fault) {
+            // The JVM's answer to SIGBUS, e.g. the pool file shrank under the mapping. Compiled code reports it at its
+            // next safepoint check, which may come during a later copy or after the copy's own catch (MappedPageStorage
+            // #map says so), so which write faulted is unknown: every write of the batch ends FAILED (each may have
+            // landed in part), and putBatch returns normally, its writes posted. A fault reported only at this
+            // method's return escapes it; nothing here can catch that one.
             for (; runs > 0; runs--) {
                 events.pollLast();
             }

@@ -163,18 +163,19 @@ public final class ShmListener implements AutoCloseable {
         pending.forEach(p -> p.link().close());
         pending.clear();
         try {
-            server.close();
-        } catch (IOException ignored) {
-            // closing
-        }
-        try {
-            // only our own socket: a successor listening at the same path (a restarted receiver that cleared it) keeps its
+            // only our own socket: a successor listening at the same path (a restarted receiver that cleared it) keeps
+            // its. Checked while our socket is still open, so its inode cannot have been reused by the successor's
             final Object now = fileKey(socketPath);
             if (socketFile == null || socketFile.equals(now)) {
                 Files.deleteIfExists(socketPath);
             }
         } catch (IOException ignored) {
             // gone already, or best effort
+        }
+        try {
+            server.close();
+        } catch (IOException ignored) {
+            // closing
         }
     }
 

@@ -351,23 +351,27 @@ public final class Router implements AutoCloseable {
             counters.aborted.increment();
             throw new ClientGone(id, gone);
         } finally {
-            if (!done && pairedAbortSent.add(id)) { // close() may have sent it already
+            if (!done) {
                 // paired abort: whatever ended this request, neither role keeps anything for it
                 final String why = "request " + id + " ended without a completion";
                 if (call != null) {
-                    call.abort(why);
-                } else if (askedDecode) {
-                    decode.unreserve(id, why);
+                    call.abort(why); // always (idempotent): a call started while close() swept may be known to no one else
                 }
-                if (askedPrefill) {
-                    abortAtPrefill(id, why);
+                if (pairedAbortSent.add(id)) { // close() may have sent these already
+                    if (call == null && askedDecode) {
+                        decode.unreserve(id, why);
+                    }
+                    if (askedPrefill) {
+                        abortAtPrefill(id, why);
+                    }
                 }
             }
             if (call != null) {
                 inFlight.remove(id);
             }
             reservedOnly.remove(id);
-            pairedAbortSent.remove(id); // last: close() sees the request in neither map once it is gone from this set
+            // last; a close() whose sweep read the id before this may still add it back, once (the router is closing)
+            pairedAbortSent.remove(id);
             counters.inFlight.decrementAndGet();
         }
     }
@@ -556,8 +560,8 @@ public final class Router implements AutoCloseable {
             }
         });
         inFlight.forEach((id, call) -> {
+            call.abort("server closing"); // idempotent
             if (pairedAbortSent.add(id)) {
-                call.abort("server closing");
                 abortAtPrefill(id, "server closing");
             }
         });
