@@ -89,6 +89,21 @@ class ShmReviewRegressionTest {
         }
     }
 
+    /** @return {sender, receiver}: a link to this test's listener with its bootstrap done (both closed after the test) */
+    ShmLink[] connectedPair() {
+        final ShmLink sender = ShmTransport.connect(dir.resolve("sock"));
+        toClose.add(sender);
+        final ShmLink[] receiver = new ShmLink[1];
+        ShmLinkTest.await("bootstrap", () -> receiver[0] != null && sender.isReady(), () -> {
+            if (receiver[0] == null) {
+                receiver[0] = listener.accept();
+            }
+            sender.poll(new Writes(), 100);
+        });
+        toClose.add(receiver[0]);
+        return new ShmLink[] {sender, receiver[0]};
+    }
+
     ShmLink acceptOne() {
         final ShmLink[] l = new ShmLink[1];
         ShmLinkTest.await("accept", () -> l[0] != null, () -> l[0] = listener.accept());
@@ -229,17 +244,9 @@ class ShmReviewRegressionTest {
      */
     @Test
     void aFaultingCopyReportsFailedInsteadOfEscapingPutBatch() throws Exception {
-        final ShmLink sender = ShmTransport.connect(dir.resolve("sock"));
-        toClose.add(sender);
-        final ShmLink[] receiver = new ShmLink[1];
-        ShmLinkTest.await("bootstrap", () -> receiver[0] != null && sender.isReady(), () -> {
-            if (receiver[0] == null) {
-                receiver[0] = listener.accept();
-            }
-            sender.poll(new Writes(), 100);
-        });
-        toClose.add(receiver[0]);
-        final Registration reg = receiver[0].register(pool, new int[] {0, 7});
+        final ShmLink[] pair = connectedPair();
+        final ShmLink sender = pair[0];
+        final Registration reg = pair[1].register(pool, new int[] {0, 7});
         final RemoteRegion region = sender.attach(reg.key(), 2);
         try (FileChannel ch = FileChannel.open(pool.file(), StandardOpenOption.WRITE)) {
             ch.truncate(MappedPageStorage.HEADER_BYTES + LAYOUT.bytesPerPage()); // slot 7 now lies beyond EOF
@@ -305,17 +312,9 @@ class ShmReviewRegressionTest {
      */
     @Test
     void aFaultReportedAfterACopyFailsTheWholeBatchInsteadOfEscaping() {
-        final ShmLink sender = ShmTransport.connect(dir.resolve("sock"));
-        toClose.add(sender);
-        final ShmLink[] receiver = new ShmLink[1];
-        ShmLinkTest.await("bootstrap", () -> receiver[0] != null && sender.isReady(), () -> {
-            if (receiver[0] == null) {
-                receiver[0] = listener.accept();
-            }
-            sender.poll(new Writes(), 100);
-        });
-        toClose.add(receiver[0]);
-        final RemoteRegion region = sender.attach(receiver[0].register(pool, new int[] {0, 1, 2}).key(), 3);
+        final ShmLink[] pair = connectedPair();
+        final ShmLink sender = pair[0];
+        final RemoteRegion region = sender.attach(pair[1].register(pool, new int[] {0, 1, 2}).key(), 3);
         try (HostPageStorage src = HostPageStorage.allocate(LAYOUT, 3)) {
             final int[] after = {0};
             ShmLink.lateFaultForTests = () -> {

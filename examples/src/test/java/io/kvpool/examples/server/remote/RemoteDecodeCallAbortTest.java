@@ -157,10 +157,7 @@ class RemoteDecodeCallAbortTest {
                 Duration.ofSeconds(30), Duration.ofMillis(500));
             assertTrue(call.awaitAdmission(Duration.ofSeconds(10)).admitted());
             final long t0 = System.nanoTime();
-            DecodeCall.TransferOutcome o = null;
-            while (o == null && System.nanoTime() - t0 < 10_000_000_000L) { // as the router waits: in slices
-                o = call.awaitTransfer(Duration.ofMillis(100));
-            }
+            final DecodeCall.TransferOutcome o = awaitOutcome(call);
             final long ms = (System.nanoTime() - t0) / 1_000_000;
             assertNotNull(o, "still waiting after 10 s for a stream silent since its admission");
             assertFalse(o.committed());
@@ -180,11 +177,7 @@ class RemoteDecodeCallAbortTest {
             final RemoteDecodeCall call = RemoteDecodeCall.open(client, json, new AbortDelivery(client, null), 45, "alice", 8, 2,
                 Duration.ofSeconds(30), Duration.ofMillis(500));
             assertTrue(call.awaitAdmission(Duration.ofSeconds(10)).admitted());
-            final long t0 = System.nanoTime();
-            DecodeCall.TransferOutcome o = null;
-            while (o == null && System.nanoTime() - t0 < 10_000_000_000L) {
-                o = call.awaitTransfer(Duration.ofMillis(100));
-            }
+            final DecodeCall.TransferOutcome o = awaitOutcome(call);
             assertNotNull(o);
             assertTrue(o.committed(), o::toString);
             call.abort("done with the test");
@@ -212,11 +205,7 @@ class RemoteDecodeCallAbortTest {
             final RemoteDecodeCall call = RemoteDecodeCall.open(client, json, new AbortDelivery(client, null), 47, "alice", 8, 2,
                 Duration.ofSeconds(30), Duration.ofMillis(500));
             assertTrue(call.awaitAdmission(Duration.ofSeconds(10)).admitted());
-            final long t0 = System.nanoTime();
-            DecodeCall.TransferOutcome o = null;
-            while (o == null && System.nanoTime() - t0 < 10_000_000_000L) {
-                o = call.awaitTransfer(Duration.ofMillis(100));
-            }
+            final DecodeCall.TransferOutcome o = awaitOutcome(call);
             assertNotNull(o);
             assertTrue(o.committed(), o::toString);
             call.abort("done with the test");
@@ -250,5 +239,15 @@ class RemoteDecodeCallAbortTest {
             Thread.sleep(300);
             assertEquals(0, posts.get(), "an abort posted for a request the process had ended");
         }
+    }
+
+    /** Waits for the call's transfer outcome as the router does, in 100 ms slices, for up to 10 s. @return it, or null */
+    private static DecodeCall.TransferOutcome awaitOutcome(RemoteDecodeCall call) throws InterruptedException {
+        final long t0 = System.nanoTime();
+        DecodeCall.TransferOutcome o = null;
+        while (o == null && System.nanoTime() - t0 < 10_000_000_000L) {
+            o = call.awaitTransfer(Duration.ofMillis(100));
+        }
+        return o;
     }
 }
