@@ -229,6 +229,7 @@ public final class Router implements AutoCloseable {
         counters.inFlight.incrementAndGet();
         DecodeCall call = null;
         boolean done = false;
+        final java.util.concurrent.atomic.AtomicBoolean completed = new java.util.concurrent.atomic.AtomicBoolean();
         boolean askedDecode = false, askedPrefill = false;
         try {
             final Rejection noRoom;
@@ -289,7 +290,11 @@ public final class Router implements AutoCloseable {
             inFlight.put(id, call);
             reservedOnly.remove(id);
             final DecodeCall started = call;
-            sink.onClientGone(() -> started.abort("the client of request " + id + " closed its connection"));
+            sink.onClientGone(() -> { // the hook stays registered: a client that leaves after its answer aborts nothing
+                if (!completed.get()) {
+                    started.abort("the client of request " + id + " closed its connection");
+                }
+            });
             if (closed) { // close() ran while this request was still with prefill: its sweep of inFlight missed us
                 throw serverClosing(id);
             }
@@ -342,6 +347,7 @@ public final class Router implements AutoCloseable {
                 throw aborted;
             }
             done = true;
+            completed.set(true);
             counters.completed.increment();
             return new Completion(id, tenant, tokens.size(), g);
         } catch (IOException gone) {

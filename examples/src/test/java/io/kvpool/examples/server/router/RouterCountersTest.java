@@ -134,6 +134,40 @@ class RouterCountersTest {
         }
     }
 
+    @Test
+    void aClientThatLeavesAfterItsAnswerAbortsNothing() throws Exception {
+        final ServerConfig cfg = ServerTests.small().build();
+        try (InJvmRoles roles = InJvmRoles.start(cfg, Duration.ofSeconds(10))) {
+            Await.until(roles.decode()::ready, Duration.ofSeconds(10), () -> "the prefill link");
+            final Router router = new Router(cfg, roles.prefill(), roles.decode());
+            final java.util.concurrent.atomic.AtomicReference<Runnable> hook = new java.util.concurrent.atomic.AtomicReference<>();
+            router.complete("alice", new Router.Request("a prompt", 2, false), new Router.Sink() {
+                @Override
+                public void token(String text) {
+                }
+
+                @Override
+                public void heartbeat() {
+                }
+
+                @Override
+                public void admitted(long requestId) {
+                }
+
+                @Override
+                public void onClientGone(Runnable action) {
+                    hook.set(action);
+                }
+            });
+            final long before = roles.decode().status().counters().getOrDefault("abort_requests", 0L);
+            hook.get().run(); // the client closes its connection once it has read its answer
+            Thread.sleep(300); // an abort is taken on decode's duty thread: give it its cycles
+            assertEquals(before, (long) roles.decode().status().counters().getOrDefault("abort_requests", 0L),
+                "decode was asked to abort a request it had finished");
+            router.close();
+        }
+    }
+
     private static ApiError refused(Router router, String prompt) {
         return assertThrows(ApiError.class, () -> router.complete("alice", new Router.Request(prompt, 2, false), NoSink.INSTANCE));
     }
