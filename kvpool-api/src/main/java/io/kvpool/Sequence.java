@@ -444,6 +444,7 @@ public final class Sequence implements AutoCloseable {
         }
         final int keep = (int) pool.layout().pagesFor(n);
         final int dropped = pageCount - keep;
+        final long regrowth = Math.max(0, pool.layout().pagesFor(admittedTokens) - keep); // pages the admission still owes
         unsharedAtEpoch = -1;
         if (dropped > 0) {
             structureVersion++;
@@ -454,8 +455,7 @@ public final class Sequence implements AutoCloseable {
             // Reserve now what the pages freed here will back: released first and re-reserved after, they could be
             // taken by an admission on another thread in between, and the regrowth this sequence was admitted for
             // would then fail. What no freed page backs is given back below.
-            final long short_ = Math.max(0, pool.layout().pagesFor(admittedTokens) - keep) - reservedPages;
-            ahead = (int) Math.min(dropped, Math.max(0, short_));
+            ahead = (int) Math.min(dropped, Math.max(0, regrowth - reservedPages));
             if (ahead > 0) {
                 pool.allocations().reserveAhead(this, ahead);
             }
@@ -482,7 +482,7 @@ public final class Sequence implements AutoCloseable {
         final boolean cowNext = partialLast && pool.allocations().mustCopyBeforeWrite(blockTable[keep - 1]);
         final int unbacked = Math.max(0, ahead - freed); // pages still shared elsewhere, or a release that threw
         if (dropped > 0 || cowNext) {
-            final long want = Math.max(0, pool.layout().pagesFor(admittedTokens) - pageCount) + (cowNext ? 1 : 0);
+            final long want = regrowth + (cowNext ? 1 : 0); // pageCount is keep now
             final long backed = reservedPages - unbacked;
             if (want > backed || ahead > 0) { // ahead: settled even when nothing is wanted (and refused if closed)
                 pool.allocations().topUpReservation(this, ahead, unbacked, (int) Math.max(0, want - backed));
