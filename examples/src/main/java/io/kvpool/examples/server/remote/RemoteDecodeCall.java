@@ -87,9 +87,29 @@ final class RemoteDecodeCall implements DecodeCall {
         this.stream = stream;
     }
 
-    /** The silence limit before the KV committed when none is given: 5 s (25 of the default 200 ms heartbeats), at most {@code stall}. */
+    /** How many of decode's heartbeats a stream may miss before its KV committed before it counts as broken. */
+    static final int SILENT_HEARTBEATS = 25;
+    /** The shortest silence limit: 25 of the default 200 ms heartbeats. */
+    static final Duration MIN_SILENCE = Duration.ofSeconds(5);
+
+    /**
+     * {@return how long a stream may stay silent before its KV committed: {@link #MIN_SILENCE}, or
+     * {@link #SILENT_HEARTBEATS} of decode's heartbeats if those are longer, never more than {@code stall}}
+     */
+    static Duration silence(Duration heartbeat, Duration stall) {
+        final Duration beats = heartbeat.multipliedBy(SILENT_HEARTBEATS);
+        final Duration s = beats.compareTo(MIN_SILENCE) > 0 ? beats : MIN_SILENCE;
+        return s.compareTo(stall) < 0 ? s : stall;
+    }
+
+    /** The silence limit when decode's heartbeat is not known: {@link #MIN_SILENCE}, at most {@code stall}. */
     static Duration defaultSilence(Duration stall) {
-        return stall.compareTo(Duration.ofSeconds(5)) < 0 ? stall : Duration.ofSeconds(5);
+        return silence(Duration.ZERO, stall);
+    }
+
+    /** An admission refused because decode cannot be reached, or failed or lost the request. */
+    private static Admitted unavailable(String msg) {
+        return new Admitted(false, new Rejection(DecodeRole.ROLE, Rejection.Reason.UNAVAILABLE, msg, Map.of()));
     }
 
     /** {@link #open(RoleClient, ObjectMapper, AbortDelivery, long, String, int, int, Duration, Duration)} with an abort delivery of its own. */
@@ -138,7 +158,7 @@ final class RemoteDecodeCall implements DecodeCall {
         switch (event) {
             case "waiting" -> {
                 if (n.has("heartbeat_ms")) { // the process's own --heartbeat-ms, which may be longer than this router's
-                    final long beats = TimeUnit.MILLISECONDS.toNanos(Math.max(0, RoleJson.number(n, "heartbeat_ms"))) * 25;
+                    final long beats = TimeUnit.MILLISECONDS.toNanos(Math.max(0, RoleJson.number(n, "heartbeat_ms"))) * SILENT_HEARTBEATS;
                     silenceNanos = Math.max(silenceNanos, Math.min(beats, stall.toNanos()));
                 }
                 return false;
@@ -159,7 +179,7 @@ final class RemoteDecodeCall implements DecodeCall {
             case "error" -> {
                 // the process failed the request: whatever the router still waits for ends now, not at its timeout
                 final String msg = client.describe() + " failed request " + requestId + ": " + RoleJson.text(n, "message");
-                admission.complete(new Admitted(false, new Rejection(DecodeRole.ROLE, Rejection.Reason.UNAVAILABLE, msg, Map.of())));
+                admission.complete(unavailable(msg));
                 outcome.complete(new TransferOutcome(false, ROLE_ERROR, msg));
                 events.add(Map.entry(event, n));
                 return true;
@@ -184,7 +204,7 @@ final class RemoteDecodeCall implements DecodeCall {
         }
         lostBecause = msg;
         LOG.log(System.Logger.Level.WARNING, msg);
-        admission.complete(new Admitted(false, new Rejection(DecodeRole.ROLE, Rejection.Reason.UNAVAILABLE, msg, Map.of())));
+        admission.complete(unavailable(msg));
         outcome.complete(new TransferOutcome(false, "ROLE_LOST", msg));
         events.add(Map.entry("lost", json.createObjectNode().put("message", msg)));
     }
@@ -221,7 +241,7 @@ final class RemoteDecodeCall implements DecodeCall {
         final String msg = lostMessage("no line for " + TimeUnit.NANOSECONDS.toMillis(silent) + " ms before the KV committed "
             + "(the process writes one every heartbeat while it waits): the decode process stopped answering");
         final boolean won = admissionPending
-            ? admission.complete(new Admitted(false, new Rejection(DecodeRole.ROLE, Rejection.Reason.UNAVAILABLE, msg, Map.of())))
+            ? admission.complete(unavailable(msg))
             : outcome.complete(new TransferOutcome(false, "ROLE_LOST", msg));
         if (!won) {
             return false; // the line came after all
@@ -288,7 +308,7 @@ final class RemoteDecodeCall implements DecodeCall {
         events.add(Map.entry("aborted", json.createObjectNode().put("message", why))); // a generate() waiting ends now
         // so does a wait for admission or for the transfer (lost() stays silent once we dropped the stream)
         final String msg = "request " + requestId + " was aborted: " + why;
-        admission.complete(new Admitted(false, new Rejection(DecodeRole.ROLE, Rejection.Reason.UNAVAILABLE, msg, Map.of())));
+        admission.complete(unavailable(msg));
         outcome.complete(new TransferOutcome(false, "ABORTED", msg));
         aborts.send(requestId, why); // delivered (and retried) on its own thread: the caller does not wait for the role
         CompletableFuture.delayedExecutor(DROP_AFTER.toMillis(), java.util.concurrent.TimeUnit.MILLISECONDS).execute(this::dropUnlessEnded);

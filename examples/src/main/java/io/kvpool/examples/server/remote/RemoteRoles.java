@@ -53,14 +53,9 @@ public final class RemoteRoles extends RolePair<RemotePrefill, RemoteDecode> {
                 silence(cfg), verify));
     }
 
-    /**
-     * How long a decode stream may stay silent before its KV committed: 5 s, or 25 heartbeats if those are longer
-     * (decode writes a line every {@code --heartbeat-ms} while it waits), never more than the request timeout.
-     */
+    /** {@link RemoteDecodeCall#silence} for this router's heartbeat and request timeout. */
     static Duration silence(ServerConfig cfg) {
-        final Duration beats = cfg.heartbeat().multipliedBy(25);
-        final Duration s = beats.compareTo(Duration.ofSeconds(5)) > 0 ? beats : Duration.ofSeconds(5);
-        return s.compareTo(cfg.requestTimeout()) < 0 ? s : cfg.requestTimeout();
+        return RemoteDecodeCall.silence(cfg.heartbeat(), cfg.requestTimeout());
     }
 
     /**
