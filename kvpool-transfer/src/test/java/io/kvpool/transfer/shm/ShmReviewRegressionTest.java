@@ -404,15 +404,10 @@ class ShmReviewRegressionTest {
     /** An engine keeps a closed link (ids are list indexes): it must not keep the link's input buffer too. */
     @Test
     void aClosedLinkGivesBackItsInputBuffer() {
-        final ShmLink sender = ShmTransport.connect(dir.resolve("sock"));
-        final ShmLink[] receiver = new ShmLink[1];
-        ShmLinkTest.await("bootstrap", () -> receiver[0] != null && sender.isReady(), () -> {
-            if (receiver[0] == null) {
-                receiver[0] = listener.accept();
-            }
-            sender.poll(new Writes(), 100);
-        });
-        receiver[0].send(WireCodec.encode(new Message.Refuse("one frame, read through the link's view of its buffer")));
+        final ShmLink[] pair = connectedPair();
+        final ShmLink sender = pair[0];
+        final ShmLink receiver = pair[1];
+        receiver.send(WireCodec.encode(new Message.Refuse("one frame, read through the link's view of its buffer")));
         final int[] frames = new int[1];
         final LinkListener counting = new LinkListener() {
             @Override public void onFrame(PeerLink link, ByteBuffer frame) { frames[0]++; }
@@ -423,9 +418,9 @@ class ShmReviewRegressionTest {
         ShmLinkTest.await("a frame", () -> frames[0] == 1, () -> sender.poll(counting, 100));
         assertTrue(sender.inputBufferBytes() >= 64 * 1024);
         sender.close();
-        receiver[0].close();
+        receiver.close();
         assertEquals(0, sender.inputBufferBytes());
-        assertEquals(0, receiver[0].inputBufferBytes());
+        assertEquals(0, receiver.inputBufferBytes());
         assertEquals(0, sender.poll(new Writes(), 100), "a closed link delivers nothing (and does not fail on its empty buffer)");
     }
 }

@@ -36,25 +36,12 @@ class RouterCloseTest {
     void aRequestStillWithPrefillWhenTheRouterClosesEndsAs503ServerClosing() throws Exception {
         final ServerConfig cfg = ServerTests.small().build();
         try (InJvmRoles roles = InJvmRoles.start(cfg, Duration.ofSeconds(10))) {
-            final CountDownLatch entered = new CountDownLatch(1);
-            final CountDownLatch release = new CountDownLatch(1);
-            final PrefillService held = new ForwardingPrefill(roles.prefill()) { // the real prefill role, held inside prefill()
-                @Override
-                public Rejection prefill(long requestId, String tenant, List<byte[]> tokens) {
-                    entered.countDown();
-                    try {
-                        release.await();
-                    } catch (InterruptedException e) {
-                        Thread.currentThread().interrupt();
-                    }
-                    return super.prefill(requestId, tenant, tokens);
-                }
-            };
+            final HeldPrefill held = new HeldPrefill(roles.prefill());
             final Router router = new Router(cfg, held, roles.decode());
             final CompletableFuture<Object> result = completeOnItsOwnThread(router, "held with prefill");
-            assertTrue(entered.await(10, TimeUnit.SECONDS), "the request never reached prefill");
+            assertTrue(held.entered.await(10, TimeUnit.SECONDS), "the request never reached prefill");
             router.close();
-            release.countDown();
+            held.release.countDown();
             final Object r = result.get(20, TimeUnit.SECONDS);
             assertClosingRefusal(r);
             awaitNothingLeft(roles);
@@ -65,34 +52,14 @@ class RouterCloseTest {
     void aRequestTheRouterClosesUnderIsAbortedAtPrefillOnce() throws Exception {
         final ServerConfig cfg = ServerTests.small().build();
         try (InJvmRoles roles = InJvmRoles.start(cfg, Duration.ofSeconds(10))) {
-            final CountDownLatch entered = new CountDownLatch(1);
-            final CountDownLatch release = new CountDownLatch(1);
-            final java.util.concurrent.atomic.AtomicInteger aborts = new java.util.concurrent.atomic.AtomicInteger();
-            final PrefillService held = new ForwardingPrefill(roles.prefill()) {
-                @Override
-                public Rejection prefill(long requestId, String tenant, List<byte[]> tokens) {
-                    entered.countDown();
-                    try {
-                        release.await();
-                    } catch (InterruptedException e) {
-                        Thread.currentThread().interrupt();
-                    }
-                    return super.prefill(requestId, tenant, tokens);
-                }
-
-                @Override
-                public void abort(long requestId, String why) {
-                    aborts.incrementAndGet();
-                    super.abort(requestId, why);
-                }
-            };
+            final HeldPrefill held = new HeldPrefill(roles.prefill());
             final Router router = new Router(cfg, held, roles.decode());
             final CompletableFuture<Object> result = completeOnItsOwnThread(router, "held with prefill");
-            assertTrue(entered.await(10, TimeUnit.SECONDS), "the request never reached prefill");
+            assertTrue(held.entered.await(10, TimeUnit.SECONDS), "the request never reached prefill");
             router.close(); // the paired abort goes out now
-            release.countDown(); // then the request ends on its own thread
+            held.release.countDown(); // then the request ends on its own thread
             assertClosingRefusal(result.get(20, TimeUnit.SECONDS));
-            assertEquals(1, aborts.get(), "prefill was told to abort the request this many times");
+            assertEquals(1, held.aborts.get(), "prefill was told to abort the request this many times");
             awaitNothingLeft(roles);
         }
     }
@@ -291,6 +258,34 @@ class RouterCloseTest {
      * Runs a request of alice's through {@code router} on a thread of its own (a stuck one must not hold the common
      * pool). @return its outcome: the answer, or what it threw
      */
+    /** The real prefill role, held inside prefill() until {@code release}; counts the aborts it is told. */
+    private static final class HeldPrefill extends ForwardingPrefill {
+        final CountDownLatch entered = new CountDownLatch(1);
+        final CountDownLatch release = new CountDownLatch(1);
+        final java.util.concurrent.atomic.AtomicInteger aborts = new java.util.concurrent.atomic.AtomicInteger();
+
+        HeldPrefill(PrefillService p) {
+            super(p);
+        }
+
+        @Override
+        public Rejection prefill(long requestId, String tenant, List<byte[]> tokens) {
+            entered.countDown();
+            try {
+                release.await();
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+            }
+            return super.prefill(requestId, tenant, tokens);
+        }
+
+        @Override
+        public void abort(long requestId, String why) {
+            aborts.incrementAndGet();
+            super.abort(requestId, why);
+        }
+    }
+
     private static CompletableFuture<Object> completeOnItsOwnThread(Router router, String prompt) {
         return CompletableFuture.supplyAsync(() -> {
             try {
