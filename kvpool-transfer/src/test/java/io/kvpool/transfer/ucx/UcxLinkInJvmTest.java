@@ -48,6 +48,7 @@ class UcxLinkInJvmTest {
             }
             receiver = rf.get();
         }
+        completeWireUp(sender, receiver);
         src = HostPageStorage.allocate(LAYOUT, 64);
         dstStorage = HostPageStorage.allocate(LAYOUT, 64);
     }
@@ -132,7 +133,7 @@ class UcxLinkInJvmTest {
         final int[] slots = IntStream.range(0, 64).toArray();
         final Registration reg = receiver.register(dstStorage, slots);
         final RemoteRegion region = sender.attach(reg.key(), slots.length);
-        final int rounds = 8;
+        final int rounds = 64; // 64 MiB: enough that the cancel overtakes writes on a wired-up link
         for (int r = 0; r < rounds; r++) {
             sender.putBatch(region, slots, src, slots, 0, slots.length, (long) r * 64);
         }

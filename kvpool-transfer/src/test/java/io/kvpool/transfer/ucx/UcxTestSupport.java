@@ -87,6 +87,25 @@ final class UcxTestSupport {
         return WireCodec.encode(new Message.Abort(seq, 0, Message.Abort.REQUESTED, text));
     }
 
+    /**
+     * Sends one frame each way and waits until both arrived. UCX wires an endpoint up on its first message; an
+     * endpoint that fails or closes while its wire-up is still in flight has twice aborted a test JVM under
+     * UCX 1.13.1 (assertion "got REP message" in {@code ucp_request.c}). Tests that fail, cancel or tear down a
+     * link on purpose call this first, so that they exercise kvpool and not that window.
+     */
+    static void completeWireUp(PeerLink x, PeerLink y) throws InterruptedException {
+        x.send(note("wire-up x", 0));
+        y.send(note("wire-up y", 0));
+        final Recorder rx = new Recorder(), ry = new Recorder();
+        if (!ry.pollUntil(y, () -> ry.frames.size() == 1, 10_000) || !rx.pollUntil(x, () -> rx.frames.size() == 1, 10_000)) {
+            throw new AssertionError("wire-up frames not delivered in 10 s: " + rx.frames.size() + " / " + ry.frames.size()
+                + ", failures " + rx.failures + " " + ry.failures);
+        }
+        if (!rx.failures.isEmpty() || !ry.failures.isEmpty()) {
+            throw new AssertionError("link failed during wire-up: " + rx.failures + " " + ry.failures);
+        }
+    }
+
     /** Records every event a link delivers, in order. */
     static final class Recorder implements LinkListener {
         final List<Message> frames = new ArrayList<>();
