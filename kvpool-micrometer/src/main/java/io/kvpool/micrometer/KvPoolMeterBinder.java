@@ -24,18 +24,20 @@ import java.util.function.ToLongFunction;
  *
  * <p><b>Lifetime:</b> neither the binder nor its meters keep the pool alive. The binder holds the pool
  * weakly, and every meter holds it weakly (Micrometer's default, {@code strongReference(false)}). Once the
- * pool is unreachable and collected, its gauges read NaN and its counters keep their last value; remove
- * the meters from the registry when the pool is closed if they should disappear.
+ * pool is unreachable and collected, its gauges read NaN and its counters keep their last value. {@link #close()}
+ * removes the binder's meters; close it with the pool.
  *
  * <p>To bind several pools to one registry, give each distinct common tags (e.g. {@code pool=prefill} and
- * {@code pool=decode}): a registry keeps the first meter of a name and tags and ignores a second.
+ * {@code pool=decode}): a registry keeps one meter of a name and tags, so a second binder with the same tags is
+ * refused until the first is closed.
  */
-public final class KvPoolMeterBinder implements MeterBinder {
+public final class KvPoolMeterBinder implements MeterBinder, AutoCloseable {
 
     private static final String[] STATES = {"free", "owned", "receiving", "draining", "quarantined", "retired"};
 
     private final WeakReference<KvPool> pool;
     private final Tags tags;
+    private final BoundMeters bound;
 
     /**
      * A binder with no common tags.
@@ -57,56 +59,61 @@ public final class KvPoolMeterBinder implements MeterBinder {
     public KvPoolMeterBinder(KvPool pool, Iterable<Tag> tags) {
         this.pool = new WeakReference<>(Objects.requireNonNull(pool, "pool"));
         this.tags = Tags.of(Objects.requireNonNull(tags, "tags"));
+        this.bound = new BoundMeters("KvPoolMeterBinder", "kvpool.pool.capacity", this.tags);
     }
 
     /**
-     * Registers the pool's meters. Binding the same pool twice to one registry registers nothing new. Binds
+     * Registers the pool's meters. Binding this binder twice to one registry registers nothing new. Binds
      * nothing if the pool was already collected.
      *
      * @param registry the registry to add the meters to
-     * @throws NullPointerException if {@code registry} is null
+     * @throws NullPointerException  if {@code registry} is null
+     * @throws IllegalStateException if this binder is closed, or the registry holds meters of another binder
+     *                               with the same tags (close that one first, or give this one other tags)
      */
     @Override
     public void bindTo(MeterRegistry registry) {
         Objects.requireNonNull(registry, "registry");
         final KvPool p = pool.get();
-        if (p == null) {
+        if (p == null || !bound.begin(registry)) {
             return;
         }
         for (String state : STATES) {
-            gauge(p, "kvpool.pool.pages", "Pages by state; the states add up to the capacity at a quiescent point",
-                "pages", pagesIn(state)).tag("state", state).register(registry);
+            gauge(registry, p, "kvpool.pool.pages", "Pages by state; the states add up to the capacity at a quiescent point",
+                "pages", pagesIn(state), "state", state);
         }
-        gauge(p, "kvpool.pool.capacity", "Pages the pool was built with", "pages", PoolMetrics::capacity).register(registry);
-        gauge(p, "kvpool.pool.reserved", "Pages reserved for admitted requests and not yet allocated", "pages",
-            PoolMetrics::reserved).register(registry);
-        gauge(p, "kvpool.pool.cached.free", "FREE pages that still hold a published prefix (counted in state=free too)",
-            "pages", PoolMetrics::cachedFree).register(registry);
-        gauge(p, "kvpool.pool.prefix.indexed", "Pages in the prefix index, free or not", "pages",
-            PoolMetrics::publishedPrefixes).register(registry);
-        gauge(p, "kvpool.pool.sequences.open", "Sequences not yet closed", null, PoolMetrics::openSequences)
-            .register(registry);
-        gauge(p, "kvpool.pool.reservations.open", "Reservations from tryReserve not yet opened or cancelled", null,
-            PoolMetrics::openReservations).register(registry);
+        gauge(registry, p, "kvpool.pool.capacity", "Pages the pool was built with", "pages", PoolMetrics::capacity);
+        gauge(registry, p, "kvpool.pool.reserved", "Pages reserved for admitted requests and not yet allocated", "pages",
+            PoolMetrics::reserved);
+        gauge(registry, p, "kvpool.pool.cached.free", "FREE pages that still hold a published prefix (counted in state=free too)",
+            "pages", PoolMetrics::cachedFree);
+        gauge(registry, p, "kvpool.pool.prefix.indexed", "Pages in the prefix index, free or not", "pages",
+            PoolMetrics::publishedPrefixes);
+        gauge(registry, p, "kvpool.pool.sequences.open", "Sequences not yet closed", null, PoolMetrics::openSequences);
+        gauge(registry, p, "kvpool.pool.reservations.open", "Reservations from tryReserve not yet opened or cancelled", null,
+            PoolMetrics::openReservations);
 
-        counter(p, "kvpool.pool.allocations", "Times a page left FREE", PoolMetrics::allocations).register(registry);
-        counter(p, "kvpool.pool.prefix.hits", "Pages attached from the prefix cache", PoolMetrics::prefixHits).register(registry);
-        counter(p, "kvpool.pool.evictions", "Cached free pages evicted to satisfy an allocation", PoolMetrics::evictions)
-            .register(registry);
+        counter(registry, p, "kvpool.pool.allocations", "Times a page left FREE", PoolMetrics::allocations);
+        counter(registry, p, "kvpool.pool.prefix.hits", "Pages attached from the prefix cache", PoolMetrics::prefixHits);
+        counter(registry, p, "kvpool.pool.evictions", "Cached free pages evicted to satisfy an allocation", PoolMetrics::evictions);
         final String rejected = "Admissions the pool refused, by reason (retry_later: it fits the pool, but not now)";
-        counter(p, "kvpool.pool.admissions.rejected", rejected, PoolMetrics::rejectedContextTooLong)
-            .tag("reason", "context_too_long").register(registry);
-        counter(p, "kvpool.pool.admissions.rejected", rejected, PoolMetrics::rejectedExceedsPool)
-            .tag("reason", "exceeds_pool").register(registry);
-        counter(p, "kvpool.pool.admissions.rejected", rejected, PoolMetrics::retryLater)
-            .tag("reason", "retry_later").register(registry);
+        counter(registry, p, "kvpool.pool.admissions.rejected", rejected, PoolMetrics::rejectedContextTooLong, "reason", "context_too_long");
+        counter(registry, p, "kvpool.pool.admissions.rejected", rejected, PoolMetrics::rejectedExceedsPool, "reason", "exceeds_pool");
+        counter(registry, p, "kvpool.pool.admissions.rejected", rejected, PoolMetrics::retryLater, "reason", "retry_later");
         final String refused = "Operations refused for their page handle, by reason (stale: an older generation or invalid; "
             + "foreign: another pool's)";
-        counter(p, "kvpool.pool.handles.refused", refused, PoolMetrics::staleHandlesRefused).tag("reason", "stale").register(registry);
-        counter(p, "kvpool.pool.handles.refused", refused, PoolMetrics::foreignHandlesRefused).tag("reason", "foreign")
-            .register(registry);
-        counter(p, "kvpool.pool.quarantine.events", "Pages that entered QUARANTINED", PoolMetrics::quarantineEvents)
-            .register(registry);
+        counter(registry, p, "kvpool.pool.handles.refused", refused, PoolMetrics::staleHandlesRefused, "reason", "stale");
+        counter(registry, p, "kvpool.pool.handles.refused", refused, PoolMetrics::foreignHandlesRefused, "reason", "foreign");
+        counter(registry, p, "kvpool.pool.quarantine.events", "Pages that entered QUARANTINED", PoolMetrics::quarantineEvents);
+    }
+
+    /**
+     * Removes the meters this binder registered from every registry it bound them to, so that a pool built
+     * again can be bound under the same tags. Idempotent; a closed binder cannot bind again.
+     */
+    @Override
+    public void close() {
+        bound.close();
     }
 
     private static ToLongFunction<PoolMetrics> pagesIn(String state) {
@@ -121,19 +128,25 @@ public final class KvPoolMeterBinder implements MeterBinder {
         };
     }
 
-    /** A gauge that reads the pool through its weak reference; the function captures no pool. */
-    private Gauge.Builder<KvPool> gauge(KvPool p, String name, String description, String baseUnit, ToLongFunction<PoolMetrics> value) {
-        return Gauge.builder(name, p, pl -> value.applyAsLong(pl.metrics()))
+    /** Registers a gauge that reads the pool through its weak reference; the function captures no pool. */
+    private void gauge(MeterRegistry registry, KvPool p, String name, String description, String baseUnit,
+                       ToLongFunction<PoolMetrics> value, String... tag) {
+        bound.add(registry, Gauge.builder(name, p, pl -> value.applyAsLong(pl.metrics()))
             .strongReference(false)
             .description(description)
             .baseUnit(baseUnit)
-            .tags(tags);
+            .tags(tags)
+            .tags(tag)
+            .register(registry));
     }
 
-    /** A function counter that reads the pool through its weak reference; the function captures no pool. */
-    private FunctionCounter.Builder<KvPool> counter(KvPool p, String name, String description, ToLongFunction<PoolMetrics> value) {
-        return FunctionCounter.builder(name, p, pl -> value.applyAsLong(pl.metrics()))
+    /** Registers a function counter that reads the pool through its weak reference; the function captures no pool. */
+    private void counter(MeterRegistry registry, KvPool p, String name, String description, ToLongFunction<PoolMetrics> value,
+                         String... tag) {
+        bound.add(registry, FunctionCounter.builder(name, p, pl -> value.applyAsLong(pl.metrics()))
             .description(description)
-            .tags(tags);
+            .tags(tags)
+            .tags(tag)
+            .register(registry));
     }
 }

@@ -30,21 +30,25 @@ final class PeerInfo {
     private PeerInfo() {
     }
 
+    /** Registers the three meters for {@code engine} under {@code tags}, recorded in {@code bound}, which removes them. */
     static <E> void bind(MeterRegistry registry, E engine, Function<E, Map<String, Integer>> builds,
-                         java.util.function.ToDoubleFunction<E> heartbeatFailures, Tags tags) {
-        io.micrometer.core.instrument.FunctionCounter.builder("kvpool.peer.heartbeat.failures", engine, heartbeatFailures)
+                         java.util.function.ToDoubleFunction<E> heartbeatFailures, Tags tags, BoundMeters bound) {
+        bound.add(registry, io.micrometer.core.instrument.FunctionCounter.builder("kvpool.peer.heartbeat.failures", engine,
+                heartbeatFailures)
             .description(HEARTBEAT_DESCRIPTION)
             .tags(tags)
-            .register(registry); // a function counter holds its object weakly
+            .register(registry)); // a function counter holds its object weakly
         final MultiGauge info = MultiGauge.builder("kvpool.peer.info").description(INFO_DESCRIPTION).tags(tags).register(registry);
         final WeakReference<E> ref = new WeakReference<>(engine);
         final Refresh<E> refresh = new Refresh<>(info, ref, builds);
         refresh.current();
-        Gauge.builder("kvpool.peer.links", refresh, r -> r.current().values().stream().mapToInt(Integer::intValue).sum())
+        bound.add(registry, Gauge.builder("kvpool.peer.links", refresh,
+                r -> r.current().values().stream().mapToInt(Integer::intValue).sum())
             .strongReference(true) // the refresher holds the engine only weakly
             .description(LINKS_DESCRIPTION)
             .tags(tags)
-            .register(registry);
+            .register(registry));
+        bound.onClose(refresh::close); // after the links gauge is gone: no scrape brings a row back
     }
 
     private static final class Refresh<E> {
@@ -52,6 +56,7 @@ final class PeerInfo {
         private final WeakReference<E> engine;
         private final Function<E, Map<String, Integer>> builds;
         private Set<String> shown;
+        private boolean closed;
 
         Refresh(MultiGauge info, WeakReference<E> engine, Function<E, Map<String, Integer>> builds) {
             this.info = info;
@@ -61,6 +66,9 @@ final class PeerInfo {
 
         /** @return the builds UP or RETIRING now (empty once the engine is collected), the rows brought up to date */
         synchronized Map<String, Integer> current() {
+            if (closed) {
+                return Map.of(); // a scrape that read the links gauge before its binder closed
+            }
             final E e = engine.get();
             final Map<String, Integer> now = e == null ? Map.of() : builds.apply(e);
             if (!now.keySet().equals(shown)) {
@@ -70,6 +78,12 @@ final class PeerInfo {
                 info.register(rows, true);
             }
             return now;
+        }
+
+        /** Removes every row, once; later reads show none. */
+        synchronized void close() {
+            closed = true;
+            info.register(List.of(), true);
         }
     }
 }

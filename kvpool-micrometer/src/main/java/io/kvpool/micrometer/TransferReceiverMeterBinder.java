@@ -30,15 +30,17 @@ import java.util.function.ToLongFunction;
  *
  * <p><b>Lifetime:</b> neither the binder nor its meters keep the receiver alive: the binder holds it
  * weakly, and every meter holds it weakly (Micrometer's default, {@code strongReference(false)}). Once
- * the receiver is collected, its gauges read NaN and its counters keep their last value.
+ * the receiver is collected, its gauges read NaN and its counters keep their last value. {@link #close()}
+ * removes the binder's meters; close it with the receiver.
  *
- * <p>To bind several receivers to one registry, give each distinct common tags: a registry keeps the
- * first meter of a name and tags and ignores a second.
+ * <p>To bind several receivers to one registry, give each distinct common tags: a registry keeps one meter
+ * of a name and tags, so a second binder with the same tags is refused until the first is closed.
  */
-public final class TransferReceiverMeterBinder implements MeterBinder {
+public final class TransferReceiverMeterBinder implements MeterBinder, AutoCloseable {
 
     private final WeakReference<TransferReceiver> receiver;
     private final Tags tags;
+    private final BoundMeters bound;
 
     /**
      * A binder with no common tags.
@@ -62,51 +64,53 @@ public final class TransferReceiverMeterBinder implements MeterBinder {
     public TransferReceiverMeterBinder(TransferReceiver receiver, Iterable<Tag> tags) {
         this.receiver = new WeakReference<>(Objects.requireNonNull(receiver, "receiver"));
         this.tags = Tags.of(Objects.requireNonNull(tags, "tags"));
+        this.bound = new BoundMeters("TransferReceiverMeterBinder", "kvpool.transfer.started", this.tags);
     }
 
     /**
-     * Registers the receiver's meters. Binding the same receiver twice to one registry registers nothing
-     * new. Binds nothing if the receiver was already collected.
+     * Registers the receiver's meters. Binding this binder twice to one registry registers nothing new. Binds
+     * nothing if the receiver was already collected.
      *
      * @param registry the registry to add the meters to
-     * @throws NullPointerException if {@code registry} is null
+     * @throws NullPointerException  if {@code registry} is null
+     * @throws IllegalStateException if this binder is closed, or the registry holds meters of another binder
+     *                               with the same tags (close that one first, or give this one other tags)
      */
     @Override
     public void bindTo(MeterRegistry registry) {
         Objects.requireNonNull(registry, "registry");
         final TransferReceiver r = receiver.get();
-        if (r == null) {
+        if (r == null || !bound.begin(registry)) {
             return;
         }
-        counter(r, "kvpool.transfer.started", "Transfers started, admitted or not", ReceiverMetrics::started).register(registry);
-        counter(r, "kvpool.transfer.committed", "Transfers verified and committed for decode", ReceiverMetrics::committed)
-            .register(registry);
+        counter(registry, r, "kvpool.transfer.started", "Transfers started, admitted or not", ReceiverMetrics::started);
+        counter(registry, r, "kvpool.transfer.committed", "Transfers verified and committed for decode", ReceiverMetrics::committed);
         for (FailureReason reason : FailureReason.values()) {
-            counter(r, "kvpool.transfer.failures", "Transfers that did not commit, by reason (rejected: refused at admission)",
-                m -> m.failures(reason)).tag("reason", label(reason)).register(registry);
+            counter(registry, r, "kvpool.transfer.failures", "Transfers that did not commit, by reason (rejected: refused at admission)",
+                m -> m.failures(reason), "reason", label(reason));
         }
         for (ReceiverMetrics.Outcome outcome : ReceiverMetrics.Outcome.values()) {
-            counter(r, "kvpool.transfer.deferred.releases",
+            counter(registry, r, "kvpool.transfer.deferred.releases",
                 "Failed transfers' holds on their pages that ended, by outcome (drained: freed; timeout, error: quarantined)",
-                m -> m.deferredRelease(outcome)).tag("outcome", label(outcome)).register(registry);
+                m -> m.deferredRelease(outcome), "outcome", label(outcome));
         }
-        gauge(r, "kvpool.transfer.deferred.held", "Pages failed transfers hold DRAINING or QUARANTINED now",
-            ReceiverMetrics::heldPages).register(registry);
-        gauge(r, "kvpool.transfer.quarantined", "Pages failed transfers hold QUARANTINED now", ReceiverMetrics::quarantinedPages)
-            .register(registry);
-        counter(r, "kvpool.transfer.quarantine.releases",
+        gauge(registry, r, "kvpool.transfer.deferred.held", "Pages failed transfers hold DRAINING or QUARANTINED now",
+            ReceiverMetrics::heldPages);
+        gauge(registry, r, "kvpool.transfer.quarantined", "Pages failed transfers hold QUARANTINED now", ReceiverMetrics::quarantinedPages);
+        counter(registry, r, "kvpool.transfer.quarantine.releases",
             "Quarantined transfers released after the transport proved the peer can no longer write",
-            ReceiverMetrics::quarantineReleases).register(registry);
-        FunctionTimer.builder("kvpool.transfer.deferred.hold", r,
+            ReceiverMetrics::quarantineReleases);
+        bound.add(registry, FunctionTimer.builder("kvpool.transfer.deferred.hold", r,
                 rx -> rx.metrics().holdsEnded(), rx -> (double) rx.metrics().holdNanosTotal(), TimeUnit.NANOSECONDS)
             .description("How long failed transfers held their pages, for the holds that ended (pages freed)")
             .tags(tags)
-            .register(registry);
-        TimeGauge.builder("kvpool.transfer.deferred.hold.max", r, TimeUnit.NANOSECONDS, rx -> (double) rx.metrics().holdNanosMax())
+            .register(registry));
+        bound.add(registry, TimeGauge.builder("kvpool.transfer.deferred.hold.max", r, TimeUnit.NANOSECONDS,
+                rx -> (double) rx.metrics().holdNanosMax())
             .strongReference(false)
             .description("The longest hold of a failed transfer's pages that ended so far")
             .tags(tags)
-            .register(registry);
+            .register(registry));
         final String ignored = "Acknowledgements (completions, DRAINED) ignored, by reason; none of them released pages";
         ack(registry, r, ignored, "before_registration", ReceiverMetrics::ackBeforeRegistration);
         ack(registry, r, ignored, "stale_generation", ReceiverMetrics::ackStaleGeneration);
@@ -114,16 +118,25 @@ public final class TransferReceiverMeterBinder implements MeterBinder {
         ack(registry, r, ignored, "wrong_peer", ReceiverMetrics::ackWrongPeer);
         ack(registry, r, ignored, "inconsistent", ReceiverMetrics::ackInconsistent);
         ack(registry, r, ignored, "late", ReceiverMetrics::ackLate);
-        counter(r, "kvpool.transfer.cancels.sent",
+        counter(registry, r, "kvpool.transfer.cancels.sent",
             "CANCEL messages (type 7) sent to senders: a request refused before any descriptor left, or a failed transfer's "
-                + "senders told by request", ReceiverMetrics::cancelsSent).register(registry);
-        counter(r, "kvpool.transfer.allocation.faults",
+                + "senders told by request", ReceiverMetrics::cancelsSent);
+        counter(registry, r, "kvpool.transfer.allocation.faults",
             "Requests the decode pool admitted but could not allocate pages for, for another reason than a lack of "
-                + "them (its storage failed): start threw, nothing was held", ReceiverMetrics::allocationFaults).register(registry);
-        counter(r, "kvpool.transfer.links.retired",
+                + "them (its storage failed): start threw, nothing was held", ReceiverMetrics::allocationFaults);
+        counter(registry, r, "kvpool.transfer.links.retired",
             "Links retired after an unproven write (no revocable registration): no new transfer on them, torn down once "
-                + "those in flight ended", ReceiverMetrics::linksRetired).register(registry);
-        PeerInfo.bind(registry, r, TransferReceiver::peerBuilds, e -> e.heartbeatFailures(), tags);
+                + "those in flight ended", ReceiverMetrics::linksRetired);
+        PeerInfo.bind(registry, r, TransferReceiver::peerBuilds, e -> e.heartbeatFailures(), tags, bound);
+    }
+
+    /**
+     * Removes the meters this binder registered from every registry it bound them to, so that a receiver built
+     * again can be bound under the same tags. Idempotent; a closed binder cannot bind again.
+     */
+    @Override
+    public void close() {
+        bound.close();
     }
 
     /** @return the tag value of an enum constant: its name in lower case, in every default locale */
@@ -131,23 +144,29 @@ public final class TransferReceiverMeterBinder implements MeterBinder {
         return e.name().toLowerCase(Locale.ROOT);
     }
 
-    private void ack(MeterRegistry registry, TransferReceiver r, String description, String reason, ToLongFunction<ReceiverMetrics> value) {
-        counter(r, "kvpool.transfer.acks.ignored", description, value).tag("reason", reason).register(registry);
+    private void ack(MeterRegistry registry, TransferReceiver r, String description, String reason,
+                     ToLongFunction<ReceiverMetrics> value) {
+        counter(registry, r, "kvpool.transfer.acks.ignored", description, value, "reason", reason);
     }
 
-    private Gauge.Builder<TransferReceiver> gauge(TransferReceiver r, String name, String description,
-                                                  ToLongFunction<ReceiverMetrics> value) {
-        return Gauge.builder(name, r, rx -> value.applyAsLong(rx.metrics()))
+    /** Registers a gauge of pages that reads the receiver through its weak reference; the function captures no receiver. */
+    private void gauge(MeterRegistry registry, TransferReceiver r, String name, String description,
+                       ToLongFunction<ReceiverMetrics> value) {
+        bound.add(registry, Gauge.builder(name, r, rx -> value.applyAsLong(rx.metrics()))
             .strongReference(false)
             .description(description)
             .baseUnit("pages")
-            .tags(tags);
+            .tags(tags)
+            .register(registry));
     }
 
-    private FunctionCounter.Builder<TransferReceiver> counter(TransferReceiver r, String name, String description,
-                                                              ToLongFunction<ReceiverMetrics> value) {
-        return FunctionCounter.builder(name, r, rx -> value.applyAsLong(rx.metrics()))
+    /** Registers a function counter that reads the receiver through its weak reference; the function captures no receiver. */
+    private void counter(MeterRegistry registry, TransferReceiver r, String name, String description,
+                         ToLongFunction<ReceiverMetrics> value, String... tag) {
+        bound.add(registry, FunctionCounter.builder(name, r, rx -> value.applyAsLong(rx.metrics()))
             .description(description)
-            .tags(tags);
+            .tags(tags)
+            .tags(tag)
+            .register(registry));
     }
 }

@@ -23,15 +23,17 @@ import java.util.function.ToLongFunction;
  *
  * <p><b>Lifetime:</b> neither the binder nor its meters keep the sender alive: the binder holds it weakly,
  * and every meter holds it weakly (Micrometer's default for function counters). Once the sender is
- * collected, its counters keep their last value.
+ * collected, its counters keep their last value. {@link #close()} removes the binder's meters; close it
+ * with the sender.
  *
- * <p>To bind several senders to one registry, give each distinct common tags: a registry keeps the first
- * meter of a name and tags and ignores a second.
+ * <p>To bind several senders to one registry, give each distinct common tags: a registry keeps one meter of
+ * a name and tags, so a second binder with the same tags is refused until the first is closed.
  */
-public final class TransferSenderMeterBinder implements MeterBinder {
+public final class TransferSenderMeterBinder implements MeterBinder, AutoCloseable {
 
     private final WeakReference<TransferSender> sender;
     private final Tags tags;
+    private final BoundMeters bound;
 
     /**
      * A binder with no common tags.
@@ -55,52 +57,63 @@ public final class TransferSenderMeterBinder implements MeterBinder {
     public TransferSenderMeterBinder(TransferSender sender, Iterable<Tag> tags) {
         this.sender = new WeakReference<>(Objects.requireNonNull(sender, "sender"));
         this.tags = Tags.of(Objects.requireNonNull(tags, "tags"));
+        this.bound = new BoundMeters("TransferSenderMeterBinder", "kvpool.transfer.sender.completed", this.tags);
     }
 
     /**
-     * Registers the sender's meters. Binding the same sender twice to one registry registers nothing new.
-     * Binds nothing if the sender was already collected.
+     * Registers the sender's meters. Binding this binder twice to one registry registers nothing new. Binds
+     * nothing if the sender was already collected.
      *
      * @param registry the registry to add the meters to
-     * @throws NullPointerException if {@code registry} is null
+     * @throws NullPointerException  if {@code registry} is null
+     * @throws IllegalStateException if this binder is closed, or the registry holds meters of another binder
+     *                               with the same tags (close that one first, or give this one other tags)
      */
     @Override
     public void bindTo(MeterRegistry registry) {
         Objects.requireNonNull(registry, "registry");
         final TransferSender s = sender.get();
-        if (s == null) {
+        if (s == null || !bound.begin(registry)) {
             return;
         }
-        counter(s, "kvpool.transfer.sender.completed", "Transfers completed: every write flushed and the COMPLETION sent",
-            SenderMetrics::completed).register(registry);
-        counter(s, "kvpool.transfer.sender.drained", "DRAINED confirmations sent for failed or aborted transfers",
-            SenderMetrics::drainedSent).register(registry);
-        counter(s, "kvpool.transfer.sender.writes.posted", "One-sided page writes posted", SenderMetrics::writesPosted)
-            .register(registry);
-        counter(s, "kvpool.transfer.sender.writes.failed", "Posted writes that ended FAILED or CANCELED",
-            SenderMetrics::writesFailed).register(registry);
-        counter(s, "kvpool.transfer.sender.forced.cancels",
+        counter(registry, s, "kvpool.transfer.sender.completed", "Transfers completed: every write flushed and the COMPLETION sent",
+            SenderMetrics::completed);
+        counter(registry, s, "kvpool.transfer.sender.drained", "DRAINED confirmations sent for failed or aborted transfers",
+            SenderMetrics::drainedSent);
+        counter(registry, s, "kvpool.transfer.sender.writes.posted", "One-sided page writes posted", SenderMetrics::writesPosted);
+        counter(registry, s, "kvpool.transfer.sender.writes.failed", "Posted writes that ended FAILED or CANCELED",
+            SenderMetrics::writesFailed);
+        counter(registry, s, "kvpool.transfer.sender.forced.cancels",
             "Times a failing transfer's drain deadline passed and the transport was made to cancel its writes",
-            SenderMetrics::forcedCancels).register(registry);
-        counter(s, "kvpool.transfer.sender.descriptors.duplicate", "Descriptors received again for a known transfer, ignored",
-            SenderMetrics::duplicateDescriptors).register(registry);
+            SenderMetrics::forcedCancels);
+        counter(registry, s, "kvpool.transfer.sender.descriptors.duplicate", "Descriptors received again for a known transfer, ignored",
+            SenderMetrics::duplicateDescriptors);
         final String cancels = "CANCEL messages (type 7) received from receivers, by outcome (ended: an offer ended, open or "
             + "made after the CANCEL came; ignored: nothing to end, such as an ABORT's echo, a request under way, or an offer that "
             + "was over or never came within the descriptor timeout; retiring: "
             + "the link was retired, a fresh one takes new work)";
-        counter(s, "kvpool.transfer.sender.cancels.received", cancels, SenderMetrics::cancelled).tag("outcome", "ended")
-            .register(registry);
-        counter(s, "kvpool.transfer.sender.cancels.received", cancels, SenderMetrics::cancelsIgnored).tag("outcome", "ignored")
-            .register(registry);
-        counter(s, "kvpool.transfer.sender.cancels.received", cancels, SenderMetrics::linksRetired).tag("outcome", "retiring")
-            .register(registry);
-        PeerInfo.bind(registry, s, TransferSender::peerBuilds, e -> e.heartbeatFailures(), tags);
+        counter(registry, s, "kvpool.transfer.sender.cancels.received", cancels, SenderMetrics::cancelled, "outcome", "ended");
+        counter(registry, s, "kvpool.transfer.sender.cancels.received", cancels, SenderMetrics::cancelsIgnored, "outcome", "ignored");
+        counter(registry, s, "kvpool.transfer.sender.cancels.received", cancels, SenderMetrics::linksRetired, "outcome", "retiring");
+        PeerInfo.bind(registry, s, TransferSender::peerBuilds, e -> e.heartbeatFailures(), tags, bound);
     }
 
-    private FunctionCounter.Builder<TransferSender> counter(TransferSender s, String name, String description,
-                                                            ToLongFunction<SenderMetrics> value) {
-        return FunctionCounter.builder(name, s, tx -> value.applyAsLong(tx.metrics()))
+    /**
+     * Removes the meters this binder registered from every registry it bound them to, so that a sender built
+     * again can be bound under the same tags. Idempotent; a closed binder cannot bind again.
+     */
+    @Override
+    public void close() {
+        bound.close();
+    }
+
+    /** Registers a function counter that reads the sender through its weak reference; the function captures no sender. */
+    private void counter(MeterRegistry registry, TransferSender s, String name, String description,
+                         ToLongFunction<SenderMetrics> value, String... tag) {
+        bound.add(registry, FunctionCounter.builder(name, s, tx -> value.applyAsLong(tx.metrics()))
             .description(description)
-            .tags(tags);
+            .tags(tags)
+            .tags(tag)
+            .register(registry));
     }
 }

@@ -172,6 +172,45 @@ class KvPoolMeterBinderTest {
     }
 
     @Test
+    void aClosedBindersMetersLeaveSoARebuiltPoolShowsUnderTheSameTags() {
+        final SimpleMeterRegistry registry = new SimpleMeterRegistry();
+        final KvPoolMeterBinder first;
+        try (KvPool old = pool()) {
+            first = new KvPoolMeterBinder(old, Tags.of("pool", "decode"));
+            first.bindTo(registry);
+            assertEquals(16, Meters.value(Meters.byKey(registry, "pool", "decode").get("kvpool.pool.capacity")));
+        }
+        first.close();
+        first.close(); // idempotent
+        assertTrue(registry.getMeters().isEmpty(), "left after close: " + registry.getMeters());
+        try (KvPool rebuilt = KvPool.builder(LAYOUT).pages(24).maxContextTokens(64).build()) {
+            final Map<String, Meter> m = bound(rebuilt, registry, "decode");
+            assertEquals(EXPECTED.keySet(), m.keySet());
+            assertEquals(24, Meters.value(m.get("kvpool.pool.capacity")), "the rebuilt pool's capacity");
+            everyMeterReadsItsGetter(rebuilt, m);
+            final IllegalStateException closed = assertThrows(IllegalStateException.class, () -> first.bindTo(registry));
+            assertTrue(closed.getMessage().contains("closed"), closed.getMessage());
+        }
+    }
+
+    @Test
+    void aSecondBinderWithTheSameTagsIsRefusedInsteadOfHidden() {
+        final SimpleMeterRegistry registry = new SimpleMeterRegistry();
+        try (KvPool a = pool(); KvPool b = KvPool.builder(LAYOUT).pages(24).maxContextTokens(64).build()) {
+            final KvPoolMeterBinder binder = new KvPoolMeterBinder(a, Tags.of("pool", "decode"));
+            binder.bindTo(registry);
+            binder.bindTo(registry); // the same binder again: nothing new
+            assertEquals(EXPECTED.size(), registry.getMeters().size());
+            final IllegalStateException e = assertThrows(IllegalStateException.class,
+                () -> new KvPoolMeterBinder(b, Tags.of("pool", "decode")).bindTo(registry));
+            assertTrue(e.getMessage().contains("kvpool.pool.capacity") && e.getMessage().contains("pool=decode"), e.getMessage());
+            assertEquals(16, Meters.value(Meters.byKey(registry, "pool", "decode").get("kvpool.pool.capacity")));
+            new KvPoolMeterBinder(b, Tags.of("pool", "decode", "replica", "2")).bindTo(registry); // other tags: bound
+            assertEquals(2 * EXPECTED.size(), registry.getMeters().size());
+        }
+    }
+
+    @Test
     void nullArgumentsAreRefused() {
         try (KvPool pool = pool()) {
             assertThrows(NullPointerException.class, () -> new KvPoolMeterBinder(null));

@@ -210,6 +210,32 @@ class TransferMeterBindersTest {
     }
 
     @Test
+    void closedEngineBindersRemoveEveryMeterAndPeerRowAndRefuseToBindAgain() {
+        try (SimRig rig = new SimRig()) {
+            final SimpleMeterRegistry registry = new SimpleMeterRegistry();
+            final TransferReceiverMeterBinder rb = new TransferReceiverMeterBinder(rig.receiver, Tags.of("pool", "decode"));
+            final TransferSenderMeterBinder sb = new TransferSenderMeterBinder(rig.sender, Tags.of("pool", "prefill"));
+            rb.bindTo(registry);
+            sb.bindTo(registry);
+            assertEquals(1, Meters.value(Meters.byKey(registry, "pool", "decode").get("kvpool.peer.info{build=build-1}")));
+            assertEquals(1, Meters.value(Meters.byKey(registry, "pool", "prefill").get("kvpool.peer.info{build=build-1}")));
+            final IllegalStateException twin = assertThrows(IllegalStateException.class,
+                () -> new TransferReceiverMeterBinder(rig.receiver, Tags.of("pool", "decode")).bindTo(registry));
+            assertTrue(twin.getMessage().contains("kvpool.transfer.started"), twin.getMessage());
+            rb.close();
+            sb.close();
+            sb.close(); // idempotent
+            assertTrue(registry.getMeters().isEmpty(), "left after close: " + registry.getMeters().stream()
+                .map(m -> Meters.key(m, "")).toList());
+            assertThrows(IllegalStateException.class, () -> rb.bindTo(registry));
+            // a binder made again for the same engine takes the names back, rows included
+            final Map<String, Meter> rx = bindReceiver(rig, registry);
+            assertEquals(1, Meters.value(rx.get("kvpool.peer.info{build=build-1}")));
+            assertEquals(1, Meters.value(rx.get("kvpool.peer.links")));
+        }
+    }
+
+    @Test
     void peerInfoRowsReadFromManyThreadsWhileLinksComeAndGoEndCorrect() throws Exception {
         // registries read from their own threads (several scrapes at once, too) while the engine's thread adds and
         // drops links of another build: the rows' refresh must neither throw nor end wrong
