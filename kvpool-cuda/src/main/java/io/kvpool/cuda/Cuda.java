@@ -5,7 +5,8 @@ import jcuda.driver.JCudaDriver;
 
 /**
  * Whether a CUDA device can be used here, and why not. Probed once: JCuda's natives must load (they need
- * the driver's {@code libcuda.so.1}), {@code cuInit} must succeed and at least one device must exist.
+ * the driver's {@code libcuda.so.1}), {@code cuInit} must succeed, the driver must be of the CUDA release that
+ * built the kernels or newer, and at least one device must exist.
  * Tests use {@link #unavailableReason()} to skip with the reason (or to fail when
  * {@code -Dkvpool.gpu.required=true}).
  *
@@ -23,6 +24,16 @@ public final class Cuda {
             final int init = CudaException.code(() -> JCudaDriver.cuInit(0));
             if (init != 0) {
                 return "cuInit failed: " + jcuda.driver.CUresult.stringFor(init);
+            }
+            final int[] driver = new int[1];
+            final int v = CudaException.code(() -> JCudaDriver.cuDriverGetVersion(driver));
+            if (v != 0) {
+                return "cuDriverGetVersion failed: " + jcuda.driver.CUresult.stringFor(v);
+            }
+            // an older driver refuses the fatbin at cuModuleLoadData with a code that does not say why
+            final String old = Kernels.driverTooOld(driver[0], Kernels.requiredDriverVersion(Kernels.loadProperties()));
+            if (old != null) {
+                return old;
             }
             final int[] count = new int[1];
             final int r = CudaException.code(() -> JCudaDriver.cuDeviceGetCount(count));

@@ -144,6 +144,42 @@ public final class Kernels {
         return p;
     }
 
+    /**
+     * {@return the oldest driver that loads the fatbin, as {@code cuDriverGetVersion} reports versions
+     * (1000 × major + 10 × minor)} That is the CUDA release its {@code nvcc} came from: within a major
+     * release a driver runs what any of its minor releases built, and an older major release's driver
+     * does not.
+     *
+     * @param properties the build record ({@link #loadProperties()})
+     * @throws IllegalStateException if its {@code nvcc.version} names no release
+     */
+    static int requiredDriverVersion(Properties properties) {
+        final String nvcc = properties.getProperty("nvcc.version", "");
+        final java.util.regex.Matcher m = java.util.regex.Pattern.compile("release (\\d{1,3})\\.(\\d{1,2})").matcher(nvcc);
+        if (!m.find()) {
+            throw new IllegalStateException("the fatbin's build record names no CUDA release: nvcc.version='" + nvcc + "'");
+        }
+        return Integer.parseInt(m.group(1)) * 1000;
+    }
+
+    /**
+     * @param driver   the driver's version, from {@code cuDriverGetVersion}
+     * @param required {@link #requiredDriverVersion}
+     * @return why a driver of that version cannot load the kernels, or {@code null} if it can
+     */
+    static String driverTooOld(int driver, int required) {
+        if (driver >= required) {
+            return null;
+        }
+        return "the CUDA driver supports CUDA " + release(driver) + " (cuDriverGetVersion " + driver + "), older than CUDA "
+            + release(required) + ", which built kvpool's kernels: install a driver for CUDA " + release(required) + " or newer";
+    }
+
+    /** @return {@code 12.8} for 12080 */
+    private static String release(int version) {
+        return version / 1000 + "." + version % 1000 / 10;
+    }
+
     private static byte[] read(String resource) {
         try (InputStream in = open(resource)) {
             return in.readAllBytes();

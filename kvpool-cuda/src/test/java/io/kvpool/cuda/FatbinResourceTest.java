@@ -171,4 +171,19 @@ class FatbinResourceTest {
                     name + " in the " + (e.kind() == KIND_PTX ? "PTX" : "sm_" + e.sm() + " ELF") + " entry");
         }
     }
+
+    @Test
+    void aDriverOlderThanTheReleaseThatBuiltTheKernelsIsNamedWithBothVersions() {
+        final int required = Kernels.requiredDriverVersion(Kernels.loadProperties());
+        assertEquals(13000, required, "the committed fatbin was built by nvcc 13.0");
+        final String old = Kernels.driverTooOld(12080, required);
+        assertTrue(old != null && old.contains("CUDA 12.8") && old.contains("12080") && old.contains("CUDA 13.0"), old);
+        assertEquals(null, Kernels.driverTooOld(13000, required));
+        assertEquals(null, Kernels.driverTooOld(13020, required), "a later minor release loads it");
+        final Properties broken = new Properties();
+        broken.setProperty("nvcc.version", "nvcc: NVIDIA (R) Cuda compiler driver");
+        final IllegalStateException e = org.junit.jupiter.api.Assertions.assertThrows(IllegalStateException.class,
+            () -> Kernels.requiredDriverVersion(broken));
+        assertTrue(e.getMessage().contains("Cuda compiler driver"), e.getMessage());
+    }
 }
