@@ -162,15 +162,38 @@ public final class DevicePageStorage implements PageStorage {
     }
 
     /**
+     * Device memory a storage needs besides its pages, whatever their number: the kernels' module, the
+     * allocation granularity of its buffers, and room for the driver's own growth.
+     */
+    static final long RESERVE_BYTES = 64L << 20;
+    /**
+     * Device memory a storage needs per page besides the page: its scratch buffer's share (a checksum batch's
+     * keys, slots and results, 24 bytes a page) and as much again for one {@code submit*} batch of every page.
+     */
+    static final long OVERHEAD_BYTES_PER_PAGE = 48;
+
+    /**
+     * {@return the pages that fit in {@code fraction} of {@code freeBytes}, with the storage's own buffers} At
+     * most {@code (freeBytes · fraction − RESERVE_BYTES) / (bytesPerPage + OVERHEAD_BYTES_PER_PAGE)}; 0 when
+     * that share is not more than the reserve.
+     */
+    static long pagesFor(long freeBytes, double fraction, long bytesPerPage) {
+        final long usable = (long) (freeBytes * fraction) - RESERVE_BYTES;
+        return usable <= 0 ? 0 : usable / (bytesPerPage + OVERHEAD_BYTES_PER_PAGE);
+    }
+
+    /**
      * Sizes a pool by device memory: {@code fraction} of device 0's free memory now ({@code cuMemGetInfo}),
-     * divided by the layout's bytes per page. Retains and releases device 0's primary context, and makes it
-     * current on the calling thread.
+     * less what the storage itself needs ({@value #RESERVE_BYTES} bytes, and {@value #OVERHEAD_BYTES_PER_PAGE}
+     * bytes a page), divided by the layout's bytes per page; so {@code fraction} 1 still leaves room for
+     * {@link #allocate}. Retains and releases device 0's primary context, and makes it current on the calling
+     * thread.
      *
      * @param layout   the page layout
      * @param fraction share of the device's free memory to use, in (0, 1]
      * @return how many pages of this layout fit in that share of device 0's free memory now
-     *         ({@code cuMemGetInfo}); pass it to {@code KvPoolBuilder#pages}, whose startup check then
-     *         refuses a pool smaller than the advertised context with both numbers
+     *         ({@code cuMemGetInfo}), 0 if none; pass it to {@code KvPoolBuilder#pages}, whose startup check
+     *         then refuses a pool smaller than the advertised context with both numbers
      * @throws IllegalArgumentException if {@code fraction} is not in (0, 1]
      * @throws IllegalStateException    if no CUDA device can be used ({@link Cuda#unavailableReason()})
      * @throws CudaException            if a driver call fails
@@ -189,8 +212,9 @@ public final class DevicePageStorage implements PageStorage {
             final long[] free = new long[1];
             final long[] total = new long[1];
             CudaException.check(CudaException.code(() -> JCudaDriver.cuMemGetInfo(free, total)), "cuMemGetInfo");
-            final long pages = (long) (free[0] * fraction) / layout.bytesPerPage();
-            LOG.log(System.Logger.Level.INFO, "device memory: " + free[0] + " free of " + total[0] + " bytes; " + fraction + " of free = "
+            final long pages = pagesFor(free[0], fraction, layout.bytesPerPage());
+            LOG.log(System.Logger.Level.INFO, "device memory: " + free[0] + " free of " + total[0] + " bytes; " + fraction + " of free, less "
+                + RESERVE_BYTES + " bytes and " + OVERHEAD_BYTES_PER_PAGE + " per page for the storage's own buffers = "
                 + pages + " pages of " + layout.bytesPerPage() + " bytes");
             return (int) Math.min(Integer.MAX_VALUE, pages);
         } finally {

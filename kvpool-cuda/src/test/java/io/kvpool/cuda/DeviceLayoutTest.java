@@ -65,4 +65,22 @@ class DeviceLayoutTest {
             assertTrue(e.getMessage().contains(Cuda.unavailableReason()), e.getMessage());
         }
     }
+
+    @Test
+    void sizingByFreeMemoryLeavesRoomForTheStoragesOwnBuffersEvenAtTheWholeShare() {
+        final long bytesPerPage = new KvLayout(1, 4, 64, DType.FP16, 16).bytesPerPage(); // 16 KiB
+        for (long free : new long[] {141L << 30, 1L << 30, (64L << 20) + 3 * bytesPerPage}) {
+            for (double fraction : new double[] {1.0, 0.9, 0.5}) {
+                final long pages = DevicePageStorage.pagesFor(free, fraction, bytesPerPage);
+                final long arena = pages * bytesPerPage;
+                final long scratch = 24 * pages + 64; // what the constructor allocates beside the arena
+                final long batch = 24 * pages;        // one submit* batch of every page
+                assertTrue(arena + scratch + batch + (32L << 20) <= (long) (free * fraction),
+                    free + " × " + fraction + " → " + pages + " pages leave no room for the module and buffers");
+                assertTrue(pages >= (long) (free * fraction * 0.99 - (64L << 20)) / bytesPerPage,
+                    free + " × " + fraction + " → only " + pages + " pages");
+            }
+        }
+        assertEquals(0, DevicePageStorage.pagesFor(32L << 20, 1.0, bytesPerPage), "less than the reserve: no page");
+    }
 }
