@@ -347,7 +347,11 @@ abstract class TransferEndpoint implements LinkListener, AutoCloseable {
                         mismatches.add(0, "protocol versions: local=" + identity.versions() + " remote=" + h.identity().versions()
                             + " share none with this build's wire format [" + WireFormat.MIN_VERSION + "," + WireFormat.VERSION + "]");
                     }
-                    if (!p.helloSent) {
+                    // the HELLO is answered in kind when we accept it, or when the peer refuses ours too (the checks
+                    // without strictBuild are the same on both sides) and names its view. A refusal only this side
+                    // makes (strictBuild, this build's wire format) sends no HELLO: the peer would go UP on it until
+                    // our REFUSE came, and a transfer it started in between would pin its pages for nothing
+                    if (!p.helloSent && (mismatches.isEmpty() || !identity.mismatches(h.identity(), false).isEmpty())) {
                         try {
                             sendHello(p, version); // in kind: a version-1 peer reads only a version-1 HELLO
                         } catch (RuntimeException e) {

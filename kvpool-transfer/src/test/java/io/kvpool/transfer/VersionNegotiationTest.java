@@ -171,6 +171,23 @@ class VersionNegotiationTest {
     }
 
     @Test
+    void aStrictSenderRefusesWithoutAHelloSoTheReceiverIsNeverUp() {
+        // strictBuild is checked on the refusing side only: a HELLO before the REFUSE would bring the receiver UP
+        // until the REFUSE arrived, and a transfer started in between would pin its pages for nothing
+        try (KvPool pool = Kv.pool(8)) {
+            final TransferSender strict = TransferSender.builder(pool, id("test", "v1.3.0")).strictBuild(true).build();
+            final ScriptedLink link = new ScriptedLink().hello(id("test", "v1.2.0"));
+            strict.addPeer(link);
+            strict.doWork();
+            assertEquals(1, link.sent.size(), "sent " + link.sent);
+            final Message.Refuse refuse = assertInstanceOf(Message.Refuse.class, link.sent.get(0), () -> "sent " + link.sent);
+            assertTrue(refuse.reason().contains("build: local=v1.3.0 remote=v1.2.0"), refuse.reason());
+            assertEquals(Peer.State.REFUSED, strict.peer(0).state());
+            strict.close();
+        }
+    }
+
+    @Test
     void aRefuseAnsweringAVersion1HelloIsARefusalNotAProtocolError() {
         // both HELLOs cross: the sender's (version 1 only) in layout 1, the receiver's in layout 2; the receiver's
         // REFUSE answers the sender's HELLO in its layout, 1, which the sender must read as a refusal
