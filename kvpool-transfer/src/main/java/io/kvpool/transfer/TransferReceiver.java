@@ -120,6 +120,7 @@ public final class TransferReceiver extends TransferEndpoint {
         this.maxTransfers = b.maxTransfers;
         this.slots = new IncomingTransfer[b.maxTransfers];
         this.slotGeneration = new int[b.maxTransfers];
+        Arrays.fill(slotGeneration, b.firstGenerationForTests);
         if (!disabled.isEmpty()) {
             LOG.log(System.Logger.Level.ERROR, "UNSAFE transfer receiver built with safeguards DISABLED: " + disabled
                 + " — for tests and incident replays only; it can hand one request's KV to another");
@@ -476,12 +477,14 @@ public final class TransferReceiver extends TransferEndpoint {
         }
         for (int i = 0; i < slots.length; i++) {
             final int s = (nextSlotHint + i) % slots.length;
-            if (slots[s] == null) {
+            // a slot whose generation would wrap is never used again: senders and acks compare generations by
+            // size, and generation 0 means "none" (2^31 - 1 transfers through one slot; a new slot replaces it)
+            if (slots[s] == null && slotGeneration[s] < Integer.MAX_VALUE) {
                 nextSlotHint = s + 1;
                 return s;
             }
         }
-        final int s = slots.length; // every slot is under way or quarantined, and fewer than maxTransfers under way
+        final int s = slots.length; // every slot is under way, quarantined or worn out, and fewer than maxTransfers under way
         slots = Arrays.copyOf(slots, s + Math.max(1, Math.min(s, Integer.MAX_VALUE - 8 - s)));
         slotGeneration = Arrays.copyOf(slotGeneration, slots.length);
         nextSlotHint = s + 1;
@@ -1203,6 +1206,8 @@ public final class TransferReceiver extends TransferEndpoint {
         /** Where the rate-limited per-transfer lines go (tests read them). */
         System.Logger transferLog = LOG;
         private int maxTransfers = 1024;
+        /** The generation every slot starts from (tests reach a slot's last generation without 2^31 transfers). */
+        int firstGenerationForTests;
         private final EnumSet<TransferSafeguard> disabled = EnumSet.noneOf(TransferSafeguard.class);
 
         private Builder(KvPool pool, PeerIdentity identity) {
