@@ -78,7 +78,9 @@ public record PeerIdentity(int minVersion, int maxVersion, long layoutFingerprin
     }
 
     /**
-     * Picks the version a link with {@code remote} speaks.
+     * The highest version both ranges hold. A link speaks it when this build's wire format writes it
+     * ({@link io.kvpool.transfer.wire.WireFormat#VERSION}); a range set by hand beyond that makes the link settle lower,
+     * or refuse if the common versions are all beyond it.
      *
      * @param remote the other side's identity
      * @return the highest protocol version both ranges hold, or -1 if they do not overlap
@@ -154,8 +156,9 @@ public record PeerIdentity(int minVersion, int maxVersion, long layoutFingerprin
     }
 
     /**
-     * Refuses a peer that a link would refuse by default: no protocol version in common, or another layout, model
-     * or environment. A differing build is accepted (see {@link #mismatches(PeerIdentity, boolean)}).
+     * Refuses a peer whose identity differs where a link always refuses: no protocol version in common, or another
+     * layout, model or environment. A differing build is accepted (see {@link #mismatches(PeerIdentity, boolean)}).
+     * Identities alone do not show one more refusal: common versions that this build's wire format cannot write.
      *
      * @param remote the other side's identity
      * @throws PeerMismatchException naming every differing field with both values
