@@ -510,6 +510,9 @@ public final class KvPool implements AutoCloseable {
      */
     @Override
     public void close() {
+        if (closed && lock.isHeldByCurrentThread()) {
+            return; // a storage whose close closes the pool again: the release that called it holds the pool lock
+        }
         final PoolSnapshot snap;
         Thread first = null;
         lock.lock();

@@ -267,4 +267,48 @@ class ApiContractRegressionTest {
             }
         }
     }
+
+    /** A pool over host memory whose storage's close closes the pool again (an owner that closes both). */
+    private static KvPool poolClosedByItsStorage(java.util.concurrent.atomic.AtomicInteger storageCloses) {
+        final KvLayout l = new KvLayout(1, 1, 8, DType.FP32, 4);
+        final KvPool[] p = new KvPool[1];
+        p[0] = KvPool.builder(l).pages(2).maxContextTokens(8)
+            .storage((lay, n) -> io.kvpool.storage.HostPageStorage.over(lay, n,
+                java.lang.foreign.Arena.ofAuto().allocate(lay.bytesPerPage() * n, 4096), true, () -> {
+                    storageCloses.incrementAndGet();
+                    p[0].close();
+                }))
+            .build();
+        return p[0];
+    }
+
+    @Test
+    void aStorageWhoseCloseClosesThePoolAgainLetsTheFirstCloseReturn() {
+        final java.util.concurrent.atomic.AtomicInteger storageCloses = new java.util.concurrent.atomic.AtomicInteger();
+        final KvPool pool = poolClosedByItsStorage(storageCloses);
+        assertDoesNotThrow(pool::close);
+        assertTrue(pool.isClosed());
+        assertDoesNotThrow(pool::close);
+        assertEquals(1, storageCloses.get());
+    }
+
+    @Test
+    void theLastUnpinAfterCloseReleasesAStorageThatClosesThePoolAgainWithoutThrowing() throws Exception {
+        final java.util.concurrent.atomic.AtomicInteger storageCloses = new java.util.concurrent.atomic.AtomicInteger();
+        final KvPool pool = poolClosedByItsStorage(storageCloses);
+        final Sequence s = pool.admit(4, 0).sequence();
+        s.append(4);
+        final long h = s.pageHandle(0);
+        pool.handles().pinWriter(h);
+        pool.close(); // a page is RECEIVING: the storage stays
+        assertEquals(0, storageCloses.get());
+        final Thread transport = new Thread(() -> pool.handles().commitReceive(h)); // not the closing thread
+        final Throwable[] thrown = new Throwable[1];
+        transport.setUncaughtExceptionHandler((t, e) -> thrown[0] = e);
+        transport.start();
+        transport.join(10_000);
+        assertFalse(transport.isAlive(), "the commit did not return");
+        assertNull(thrown[0], () -> "the commit that released the storage threw " + thrown[0]);
+        assertEquals(1, storageCloses.get(), "the last unpin released the storage");
+    }
 }
