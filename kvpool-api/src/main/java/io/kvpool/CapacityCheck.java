@@ -28,10 +28,13 @@ final class CapacityCheck {
     private CapacityCheck() {
     }
 
+    /** A builder value not set: no value a caller passes (a negative one is refused with its number). */
+    static final long UNSET = Long.MIN_VALUE;
+
     /**
-     * @param pages      pages asked for, or -1
-     * @param byteBudget bytes to fill with pages, or -1
-     * @param context    the advertised max context, or -1 when unset
+     * @param pages      pages asked for, or {@link #UNSET}
+     * @param byteBudget bytes to fill with pages, or {@link #UNSET}
+     * @param context    the advertised max context, or {@link #UNSET}
      * @return the pool's size
      * @throws IllegalArgumentException if the size or max context is missing or out of range
      * @throws PoolCapacityException    if the pool cannot hold the context and the policy is {@link ContextPolicy#FAIL}
@@ -39,9 +42,9 @@ final class CapacityCheck {
     static Sized resolve(KvLayout layout, long pages, long byteBudget, long context, ContextPolicy policy) {
         final long bytesPerPage = layout.bytesPerPage();
         final long n;
-        if (pages >= 0) {
+        if (pages != UNSET) {
             n = pages;
-        } else if (byteBudget >= 0) {
+        } else if (byteBudget != UNSET) {
             n = byteBudget / bytesPerPage;
             if (n < 1) {
                 throw new IllegalArgumentException("byte budget of " + byteBudget + " bytes holds no page of " + bytesPerPage
@@ -54,7 +57,7 @@ final class CapacityCheck {
             throw new IllegalArgumentException("a pool has 1.." + (PageHandle.MAX_SLOT + 1L) + " pages, asked for " + n);
         }
         if (context < 1) {
-            throw new IllegalArgumentException(context == -1
+            throw new IllegalArgumentException(context == UNSET
                 ? "set maxContextTokens(n): the context length the deployment advertises"
                 : "maxContextTokens must be ≥ 1, was " + context);
         }

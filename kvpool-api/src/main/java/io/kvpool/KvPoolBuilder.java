@@ -11,9 +11,9 @@ import java.util.function.BiFunction;
 /** Builds a {@link KvPool}; runs the startup capacity check ({@link CapacityCheck}). Not thread-safe. */
 public final class KvPoolBuilder {
     final KvLayout layout;
-    long pages = -1;
-    long byteBudget = -1;
-    long maxContextTokens = -1;
+    long pages = CapacityCheck.UNSET;
+    long byteBudget = CapacityCheck.UNSET;
+    long maxContextTokens = CapacityCheck.UNSET;
     ContextPolicy contextPolicy = ContextPolicy.FAIL;
     ReservationPolicy reservationPolicy = ReservationPolicy.FULL;
     FillMode fillMode = FillMode.CANARY;
@@ -36,6 +36,7 @@ public final class KvPoolBuilder {
      */
     public KvPoolBuilder pages(long pages) {
         this.pages = pages;
+        this.byteBudget = CapacityCheck.UNSET;
         return this;
     }
 
@@ -47,7 +48,7 @@ public final class KvPoolBuilder {
      */
     public KvPoolBuilder byteBudget(long bytes) {
         this.byteBudget = bytes;
-        this.pages = -1;
+        this.pages = CapacityCheck.UNSET;
         return this;
     }
 

@@ -66,6 +66,24 @@ class PoolBuildTest {
     }
 
     @Test
+    void aNegativeSizeOrContextIsRefusedWithItsNumberWhateverWasSetBefore() {
+        final java.util.function.Function<java.util.function.Supplier<KvPoolBuilder>, String> refusal = b ->
+            assertThrows(IllegalArgumentException.class, () -> b.get().build()).getMessage();
+        // a page count replaces a byte budget set before it, a bad one included
+        String m = refusal.apply(() -> KvPool.builder(TINY).byteBudget(1 << 20).pages(-7).maxContextTokens(1));
+        assertTrue(m.contains("-7"), m);
+        m = refusal.apply(() -> KvPool.builder(TINY).pages(-7).maxContextTokens(1));
+        assertTrue(m.contains("-7"), m);
+        m = refusal.apply(() -> KvPool.builder(TINY).byteBudget(-5).maxContextTokens(1));
+        assertTrue(m.contains("-5"), m);
+        m = refusal.apply(() -> KvPool.builder(TINY).pages(4).maxContextTokens(-1));
+        assertTrue(m.contains("-1") && !m.contains("set maxContextTokens"), m);
+        try (KvPool p = KvPool.builder(TINY).byteBudget(1 << 20).pages(3).maxContextTokens(1).build()) {
+            assertEquals(3, p.capacity(), "the later pages(n) wins");
+        }
+    }
+
+    @Test
     void aStorageOfTheWrongShapeIsRefusedAndClosed() {
         final HostPageStorage[] made = new HostPageStorage[1];
         final IllegalArgumentException e = assertThrows(IllegalArgumentException.class, () -> KvPool.builder(TINY).pages(4)
