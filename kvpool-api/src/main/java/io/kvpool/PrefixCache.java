@@ -46,6 +46,8 @@ final class PrefixCache {
     private final long[] salt;
     private final int[][] tokens; // per slot, allocated on first publication: heap grows with what is published
     private final MessageDigest sha256;
+    /** Tokens a page's digest input holds at once; a larger page is hashed in pieces (a page may hold 2^29 tokens). */
+    static final int DIGEST_CHUNK_TOKENS = 1024;
     private final byte[] digestIn;
     private final byte[] digestOut = new byte[32];
 
@@ -58,7 +60,7 @@ final class PrefixCache {
         this.parentLo = new long[capacity];
         this.salt = new long[capacity];
         this.tokens = new int[capacity][];
-        this.digestIn = new byte[24 + 4 * tokensPerPage];
+        this.digestIn = new byte[24 + 4 * Math.min(tokensPerPage, DIGEST_CHUNK_TOKENS)];
         try {
             this.sha256 = MessageDigest.getInstance("SHA-256"); // every Java SE runtime has it
         } catch (NoSuchAlgorithmException e) {
@@ -82,10 +84,16 @@ final class PrefixCache {
         LONGS.set(digestIn, 0, parent.hi());
         LONGS.set(digestIn, 8, parent.lo());
         LONGS.set(digestIn, 16, pageSalt);
+        int at = 24;
         for (int i = 0; i < tokensPerPage; i++) {
-            INTS.set(digestIn, 24 + 4 * i, ids[from + i]);
+            if (at == digestIn.length) { // a page of more than DIGEST_CHUNK_TOKENS tokens: the same bytes, in pieces
+                sha256.update(digestIn, 0, at);
+                at = 0;
+            }
+            INTS.set(digestIn, at, ids[from + i]);
+            at += 4;
         }
-        sha256.update(digestIn);
+        sha256.update(digestIn, 0, at);
         try {
             sha256.digest(digestOut, 0, 32);
         } catch (DigestException e) {

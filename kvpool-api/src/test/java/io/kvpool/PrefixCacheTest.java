@@ -201,6 +201,32 @@ class PrefixCacheTest {
     }
 
     @Test
+    void aPageLargerThanTheDigestBufferHashesTheSameDocumentedBytes() throws Exception {
+        for (int tokensPerPage : new int[] {PrefixCache.DIGEST_CHUNK_TOKENS - 6, PrefixCache.DIGEST_CHUNK_TOKENS,
+            PrefixCache.DIGEST_CHUNK_TOKENS + 1, 3 * PrefixCache.DIGEST_CHUNK_TOKENS + 17}) {
+            final int[] ids = new java.util.Random(tokensPerPage).ints(tokensPerPage + 3).toArray();
+            final PrefixDigest got = new PrefixCache(1, tokensPerPage).digest(new PrefixDigest(9, -9), 77, ids, 3);
+            final java.nio.ByteBuffer in = java.nio.ByteBuffer.allocate(24 + 4 * tokensPerPage).order(java.nio.ByteOrder.LITTLE_ENDIAN)
+                .putLong(9).putLong(-9).putLong(77);
+            for (int i = 0; i < tokensPerPage; i++) {
+                in.putInt(ids[3 + i]);
+            }
+            final java.nio.ByteBuffer d = java.nio.ByteBuffer.wrap(java.security.MessageDigest.getInstance("SHA-256").digest(in.array()))
+                .order(java.nio.ByteOrder.LITTLE_ENDIAN);
+            assertEquals(d.getLong(0), got.hi(), "tokensPerPage " + tokensPerPage);
+            assertEquals(d.getLong(8), got.lo(), "tokensPerPage " + tokensPerPage);
+        }
+    }
+
+    @Test
+    void aPoolOfHugePagesBuildsWithoutAPageSizedDigestBuffer() {
+        // 2^29 tokens of 2 bytes: a legal 1 GiB page; a digest buffer of 4 bytes a token would overflow an int
+        final KvLayout huge = new KvLayout(1, 1, 1, DType.FP8, 1 << 29);
+        assertDoesNotThrow(() -> KvPool.builder(huge).pages(1).maxContextTokens(1)
+            .storage(ApiReviewRegressionTest.NoBytes::new).build().close());
+    }
+
+    @Test
     void theHashIsTheDocumentedChain() {
         final int[] t = {5, 6, 7};
         long h = PrefixHash.fmix64(PrefixHash.ROOT ^ 0x9E3779B97F4A7C15L);
