@@ -26,6 +26,10 @@ final class LongIntMap {
         Arrays.fill(values, -1);
     }
 
+    /**
+     * @return the number of keys; the pool's metrics read it without the lock, so it only ever moves by one
+     *         key at a time ({@link #grow} leaves it alone)
+     */
     int size() {
         return size;
     }
@@ -52,17 +56,23 @@ final class LongIntMap {
         if (2 * (size + 1) > keys.length) {
             grow();
         }
-        final int mask = keys.length - 1;
+        if (insert(keys, values, key, value)) {
+            size++;
+        }
+    }
+
+    /** @return whether {@code key} was new in {@code ks}/{@code vs} (else its value was replaced) */
+    private static boolean insert(long[] ks, int[] vs, long key, int value) {
+        final int mask = ks.length - 1;
         for (int i = bucket(key, mask); ; i = (i + 1) & mask) {
-            if (values[i] < 0) {
-                keys[i] = key;
-                values[i] = value;
-                size++;
-                return;
+            if (vs[i] < 0) {
+                ks[i] = key;
+                vs[i] = value;
+                return true;
             }
-            if (keys[i] == key) {
-                values[i] = value;
-                return;
+            if (ks[i] == key) {
+                vs[i] = value;
+                return false;
             }
         }
     }
@@ -98,17 +108,16 @@ final class LongIntMap {
     }
 
     private void grow() {
-        final long[] oldKeys = keys;
-        final int[] oldValues = values;
-        keys = new long[oldKeys.length * 2];
-        values = new int[oldValues.length * 2];
-        Arrays.fill(values, -1);
-        size = 0;
-        for (int i = 0; i < oldKeys.length; i++) {
-            if (oldValues[i] >= 0) {
-                put(oldKeys[i], oldValues[i]);
+        final long[] ks = new long[keys.length * 2];
+        final int[] vs = new int[values.length * 2];
+        Arrays.fill(vs, -1);
+        for (int i = 0; i < keys.length; i++) {
+            if (values[i] >= 0) {
+                insert(ks, vs, keys[i], values[i]);
             }
         }
+        keys = ks;
+        values = vs;
     }
 
     private static int bucket(long key, int mask) {

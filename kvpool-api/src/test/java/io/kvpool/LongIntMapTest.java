@@ -69,6 +69,34 @@ class LongIntMapTest {
     }
 
     @Test
+    void theSizeAReaderWithoutTheLockSeesNeverDropsWhileTheMapGrows() throws Exception {
+        // the pool's metrics read size() without the pool lock; a grow must not show 0 .. n while it re-inserts
+        final LongIntMap map = new LongIntMap(8);
+        final java.util.concurrent.atomic.AtomicBoolean done = new java.util.concurrent.atomic.AtomicBoolean();
+        final java.util.concurrent.atomic.AtomicReference<String> drop = new java.util.concurrent.atomic.AtomicReference<>();
+        final java.util.concurrent.CountDownLatch reading = new java.util.concurrent.CountDownLatch(1);
+        final Thread reader = new Thread(() -> {
+            int last = 0;
+            reading.countDown();
+            while (!done.get()) { // a volatile read each turn: size is read again each turn
+                final int now = map.size();
+                if (now < last && drop.get() == null) {
+                    drop.set(last + " then " + now);
+                }
+                last = now;
+            }
+        });
+        reader.start();
+        reading.await();
+        for (int k = 0; k < 1_000_000 && drop.get() == null; k++) { // 18 grows, the last ones re-inserting ~10^5 keys
+            map.put(k * 31L + 7, k);
+        }
+        done.set(true);
+        reader.join();
+        assertNull(drop.get(), "a reader saw the size drop: " + drop.get());
+    }
+
+    @Test
     void valuesAreNonNegative() {
         final LongIntMap map = new LongIntMap(4);
         assertThrows(IllegalArgumentException.class, () -> map.put(1, -1));
