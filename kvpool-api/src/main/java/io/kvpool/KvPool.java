@@ -283,9 +283,12 @@ public final class KvPool implements AutoCloseable {
      * @throws StaleHandleException           if the handle is stale, invalid or of another pool
      * @throws IllegalSlotTransitionException if the page is DRAINING or QUARANTINED
      * @throws IllegalStateException          if the pool is closed
+     * @throws IndexOutOfBoundsException      unless {@code 0 ≤ fromToken ≤ toToken ≤ tokensPerPage}
      */
     public int firstCanaryToken(long handle, int fromToken, int toToken) {
-        return storage.firstCanaryToken(accessibleSlot(handle), fromToken, toToken);
+        final int slot = accessibleSlot(handle);
+        Objects.checkFromToIndex(fromToken, toToken, layout.tokensPerPage()); // whatever the storage checks
+        return storage.firstCanaryToken(slot, fromToken, toToken);
     }
 
     /**

@@ -608,7 +608,9 @@ public final class Sequence implements AutoCloseable {
      * @param cacheSalt the tenant's cache namespace; must equal the salt the sequence was admitted with, if any
      * @throws IllegalStateException    with {@link FillMode#CANARY}, if a page to publish still holds the
      *                                  canary somewhere (its KV was never written, entirely or for some
-     *                                  layer); or if the sequence or pool is closed
+     *                                  layer); or if the sequence or pool is closed; an
+     *                                  {@link IllegalSlotTransitionException} if a page to publish is pinned
+     *                                  for a remote writer (RECEIVING)
      * @throws IllegalArgumentException if the sequence has a salt and {@code cacheSalt} differs from it, or
      *                                  {@code tokenIds} is too short
      */

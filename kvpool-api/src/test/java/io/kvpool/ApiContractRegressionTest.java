@@ -311,4 +311,20 @@ class ApiContractRegressionTest {
         assertNull(thrown[0], () -> "the commit that released the storage threw " + thrown[0]);
         assertEquals(1, storageCloses.get(), "the last unpin released the storage");
     }
+
+    @Test
+    void firstCanaryTokenRefusesATokenRangeOutsideThePageWhateverTheStorageChecks() {
+        final KvLayout l = new KvLayout(1, 1, 8, DType.FP32, 4);
+        try (KvPool pool = KvPool.builder(l).pages(2).maxContextTokens(8).storage(ApiReviewRegressionTest.NoBytes::new).build();
+             Sequence s = pool.admit(4, 0).sequence()) {
+            s.append(4);
+            final long h = s.pageHandle(0);
+            assertEquals(-1, pool.firstCanaryToken(h, 0, 4));
+            for (int[] r : new int[][] {{0, 5}, {-1, 2}, {3, 2}}) {
+                final IndexOutOfBoundsException e = assertThrows(IndexOutOfBoundsException.class,
+                    () -> pool.firstCanaryToken(h, r[0], r[1]));
+                assertTrue(e.getMessage().contains(r[0] + "") && e.getMessage().contains(r[1] + ""), e.getMessage());
+            }
+        }
+    }
 }
