@@ -33,6 +33,9 @@ public enum FailureReason {
     ABORTED,
     /** No completion arrived by the deadline. */
     TIMEOUT,
-    /** A sender's link failed, was refused, or was not up (a retiring link takes no new transfer): another link may serve. */
+    /**
+     * A sender's link failed, was refused, or was not up (a retiring link takes no new transfer), or the sender closed
+     * with the transfer under way: another link may serve.
+     */
     PEER_LOST
 }

@@ -520,8 +520,12 @@ public final class TransferReceiver extends TransferEndpoint {
             case Message.Abort a -> {
                 final IncomingTransfer t = current(p, a.transferId(), a.generation(), -1, false); // not an ack: not counted
                 if (t != null && t.state == IncomingTransfer.State.RECEIVING) {
-                    fail(t, FailureReason.SENDER_ABORTED, "sender " + p.id + " aborted (reason " + a.reason() + "): " + a.detail(),
-                        clock.nanoTime());
+                    if (a.reason() == Message.Abort.SENDER_CLOSING) { // as if its link were lost, which it is about to be
+                        fail(t, FailureReason.PEER_LOST, "sender " + p.id + " is closing: " + a.detail(), clock.nanoTime());
+                    } else {
+                        fail(t, FailureReason.SENDER_ABORTED, "sender " + p.id + " aborted (reason " + a.reason() + "): "
+                            + a.detail(), clock.nanoTime());
+                    }
                 }
             }
             default -> {

@@ -804,7 +804,8 @@ public final class TransferSender extends TransferEndpoint {
     }
 
     /**
-     * Closes the sender: aborts every transfer (the receivers are told) and closes the links. Source pages
+     * Closes the sender: aborts every transfer (the receivers are told that the sender is closing, which they
+     * fail as {@link FailureReason#PEER_LOST}: a retry can succeed elsewhere) and closes the links. Source pages
      * of writes that have not reported a terminal state stay retained, since a transport may still read
      * them: keep calling {@link #doWork()} until {@link #activeTransfers()} is 0 to collect those states
      * and release the pages. Idempotent.
@@ -816,7 +817,7 @@ public final class TransferSender extends TransferEndpoint {
         }
         for (OutgoingTransfer t : active.toArray(new OutgoingTransfer[0])) {
             if (t.state == OutgoingTransfer.State.WRITING || t.state == OutgoingTransfer.State.FLUSHING) {
-                fail(t, "sender closed", true, Message.Abort.SENDER_FAILED);
+                fail(t, "sender closed", true, Message.Abort.SENDER_CLOSING);
             }
         }
         for (OutgoingTransfer t : offers.values().toArray(new OutgoingTransfer[0])) {

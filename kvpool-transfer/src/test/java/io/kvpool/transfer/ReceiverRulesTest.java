@@ -533,4 +533,30 @@ class ReceiverRulesTest extends TwoSenderReceiverFixture {
             assertEquals(16, p.decode.metrics().free(), "every page came back");
         }
     }
+
+    @Test
+    void aSenderThatClosesMidTransferFailsItAsPeerLostAndItsPagesDrainFree() {
+        // a prefill process stopping under way is a lost peer (a retry can go elsewhere), not a failed send
+        try (SimPair p = new SimPair(new SimPair.Setup(Kv.pool(16), Kv.pool(16)))) {
+            final io.kvpool.Sequence src = p.prefill.admit(64, 0).sequence();
+            src.append(64);
+            Kv.write(src, 1);
+            final OutgoingTransfer out = p.sender.offer(1, src);
+            src.close();
+            final IncomingTransfer t = p.receiver.start(1, 64, 0, p.rp);
+            for (int i = 0; i < 200 && out.state() != OutgoingTransfer.State.WRITING && out.state() != OutgoingTransfer.State.FLUSHING; i++) {
+                p.run(1);
+            }
+            assertTrue(out.state() == OutgoingTransfer.State.WRITING || out.state() == OutgoingTransfer.State.FLUSHING, out::toString);
+            p.sender.close();
+            for (int i = 0; i < 2_000 && (t.state() == IncomingTransfer.State.RECEIVING || t.state() == IncomingTransfer.State.DRAINING); i++) {
+                p.run(1);
+            }
+            assertEquals(FailureReason.PEER_LOST, t.failure(), t::toString);
+            assertTrue(t.message().contains("closing"), t.message());
+            assertEquals(IncomingTransfer.State.RELEASED, t.state(), t::toString);
+            assertEquals(16, p.decode.metrics().free(), "drained and freed, not quarantined");
+            assertEquals(0, p.receiver.metrics().quarantinedPages());
+        }
+    }
 }

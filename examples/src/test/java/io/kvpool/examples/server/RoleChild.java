@@ -150,6 +150,12 @@ final class RoleChild implements AutoCloseable {
             && c.path("open_sequences").asLong() == 0 && c.path("open_reservations").asLong() == 0, () -> role + " pool not clean: " + c);
     }
 
+    /** Stops the process as a rolling restart does (SIGTERM: a graceful stop) and waits until it is reaped. */
+    void terminate() throws InterruptedException {
+        process.destroy();
+        assertTrue(process.waitFor(30, TimeUnit.SECONDS), role + " child did not stop within 30 s of SIGTERM");
+    }
+
     /** Kills the process (SIGKILL) and waits until it is reaped. */
     void kill() throws InterruptedException {
         process.destroyForcibly();

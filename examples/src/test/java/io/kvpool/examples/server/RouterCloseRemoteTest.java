@@ -15,10 +15,9 @@ import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 /**
- * A router over role processes that closes while a request's KV transfer is held: the client gets 503
- * {@code server_closing} at once. Was (from a review, 2026-11-30): the router's own abort dropped the decode
- * stream, which then reported nothing (a dropped stream is "ours"), so the request waited for its timeout and the
- * client's connection was cut instead. ({@code RouterCloseTest}: a close while a request is still with prefill.)
+ * A process of the three-process server stops while a request's KV transfer is held: a router that closes answers
+ * 503 {@code server_closing} at once, and a prefill stopped by SIGTERM is answered as a lost role, 503 {@code peer_lost}
+ * with Retry-After. ({@code RouterCloseTest}: a close while a request is still with prefill.)
  */
 @Timeout(value = 120, unit = TimeUnit.SECONDS)
 class RouterCloseRemoteTest {
@@ -49,6 +48,35 @@ class RouterCloseRemoteTest {
             assertTrue(r.body().contains("\"reason\":\"server_closing\""), r::body);
             assertTrue(tookMs < 10_000, "the answer took " + tookMs + " ms: it waited for a timeout, not for the close");
             roles.prefill.post("internal/test/gate", "{\"closed\":false}");
+        } finally {
+            pool.shutdownNow();
+        }
+    }
+
+    @Test
+    void aPrefillStoppingMidTransferIsAnsweredAsALostRoleToRetry() throws Exception {
+        // a rolling restart of prefill whose grace ends with a transfer's writes still held: a retry can be served by
+        // the restarted process, so the answer is 503 with Retry-After, as for a prefill that crashed, not a final 502
+        final int prefillPort = FixedPort.belowEphemeralRange();
+        final String[] args = {"--work-dir", dir.toString(), "--context", "512", "--prefill-pages", "64", "--decode-pages", "128",
+            "--token-delay-ms", "0", "--transfer-timeout-ms", "30000", "--reconnect-ms", "50"};
+        final String[] prefillArgs = java.util.Arrays.copyOf(args, args.length + 4);
+        prefillArgs[args.length] = "--port";
+        prefillArgs[args.length + 1] = Integer.toString(prefillPort);
+        prefillArgs[args.length + 2] = "--shutdown-grace-ms";
+        prefillArgs[args.length + 3] = "200";
+        final ExecutorService pool = Executors.newVirtualThreadPerTaskExecutor();
+        try (ThreeProcesses roles = ThreeProcesses.start(dir, args, prefillArgs, Duration.ofSeconds(60))) {
+            roles.awaitDecodeReady(Duration.ofSeconds(30));
+            roles.prefill.post("internal/test/gate", "{\"closed\":true}");
+            final Future<TestClient.Response> inFlight = pool.submit(() -> roles.client.complete("erin", BackpressureTest.words("e", 100), 4, false));
+            Await.until(() -> SeparateRolesTest.call(() -> SeparateRolesTest.count(roles.decode.pages(), 'R') == 7), Duration.ofSeconds(15),
+                () -> SeparateRolesTest.show(roles.decode));
+            roles.prefill.terminate();
+            final TestClient.Response r = inFlight.get(30, TimeUnit.SECONDS);
+            assertEquals(503, r.status(), r::body);
+            assertTrue(r.body().contains("\"reason\":\"peer_lost\""), r::body);
+            assertEquals("1", r.retryAfter(), r::body);
         } finally {
             pool.shutdownNow();
         }

@@ -159,6 +159,11 @@ public sealed interface Message {
     record Abort(long transferId, int generation, int reason, String detail) implements Message {
         /** Reason codes. */
         public static final int REQUESTED = 1, SENDER_FAILED = 2, RECEIVER_FAILED = 3, TIMEOUT = 4, UNKNOWN_TRANSFER = 5;
+        /**
+         * The sender is closing (its process stops) with the transfer under way: another sender can serve a retry.
+         * Code that predates it reads it as any other sender abort.
+         */
+        public static final int SENDER_CLOSING = 6;
 
         /**
          * Creates the message.
