@@ -110,7 +110,7 @@ public final class DecodeEndpoint extends RoleEndpoint {
             try {
                 call = role.start(id, tenant, prompt, maxNew);
             } catch (IllegalStateException e) {
-                throw closed("decode role: " + e.getMessage());
+                throw unavailableOr(e, role.isClosed(), "decode role: " + e.getMessage());
             }
             slot.set(call);
             stream(ex, id, call, maxNew);
@@ -128,7 +128,7 @@ public final class DecodeEndpoint extends RoleEndpoint {
             Thread.currentThread().interrupt();
             throw closed("decode role: interrupted");
         } catch (IllegalStateException e) {
-            throw closed("decode role: " + e.getMessage());
+            throw unavailableOr(e, role.isClosed(), "decode role: " + e.getMessage());
         }
         Http.sendJson(ex, json, 200, RoleJson.admission(r));
     }

@@ -66,7 +66,7 @@ public final class PrefillEndpoint extends RoleEndpoint {
             } catch (DuplicateRequestException e) {
                 throw ApiError.of(e);
             } catch (IllegalStateException e) {
-                throw closed("prefill role: " + e.getMessage());
+                throw unavailableOr(e, role.isClosed(), "prefill role: " + e.getMessage());
             }
             Http.sendJson(ex, json, 200, RoleJson.admission(r));
             return true;

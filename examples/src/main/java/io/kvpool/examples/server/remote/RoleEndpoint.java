@@ -204,6 +204,21 @@ public abstract class RoleEndpoint implements HttpHandler {
         return t;
     }
 
+    /**
+     * What a role's call that threw {@code e} answers: 503 with Retry-After when the role cannot take calls now (a
+     * {@link io.kvpool.examples.server.role.RoleUnavailableException}, or any failure once the role is closing);
+     * any other failure is the role's own fault and is thrown on, to be answered 500.
+     *
+     * @return the 503
+     * @throws IllegalStateException {@code e}, when it is not the role being unavailable
+     */
+    static ApiError unavailableOr(IllegalStateException e, boolean roleClosed, String what) {
+        if (e instanceof io.kvpool.examples.server.role.RoleUnavailableException || roleClosed) {
+            return closed(what);
+        }
+        throw e;
+    }
+
     /** @return a 503 for a role that is closed */
     static ApiError closed(String what) {
         return new ApiError(503, "service_unavailable", "unavailable", what, java.util.Map.of(), 1);

@@ -192,7 +192,7 @@ public final class DecodeRole implements DecodeService, MeteredRole, Drains {
     @Override
     public DecodeCall start(long requestId, String tenant, int promptTokens, int maxNewTokens) {
         if (closed) {
-            throw new IllegalStateException("decode role is closed");
+            throw new RoleUnavailableException("decode role is closed");
         }
         final Call c = new Call(requestId, tenant, promptTokens, maxNewTokens);
         duty.submit(() -> begin(c));
@@ -208,7 +208,7 @@ public final class DecodeRole implements DecodeService, MeteredRole, Drains {
     @Override
     public Rejection reserve(long requestId, String tenant, int promptTokens, int maxNewTokens) throws InterruptedException {
         if (closed) {
-            throw new IllegalStateException("decode role is closed");
+            throw new RoleUnavailableException("decode role is closed");
         }
         final CompletableFuture<Rejection> answer = new CompletableFuture<>();
         duty.submit(() -> {
@@ -226,7 +226,7 @@ public final class DecodeRole implements DecodeService, MeteredRole, Drains {
         } catch (java.util.concurrent.ExecutionException e) {
             throw e.getCause() instanceof RuntimeException r ? r : new IllegalStateException(e.getCause());
         } catch (java.util.concurrent.TimeoutException e) { // a reservation made later is closed by the give-back that follows
-            throw new IllegalStateException("the reservation of request " + requestId + " got no answer from the duty thread in "
+            throw new RoleUnavailableException("the reservation of request " + requestId + " got no answer from the duty thread in "
                 + RESERVE_WAIT.toSeconds() + " s");
         }
     }
@@ -285,7 +285,7 @@ public final class DecodeRole implements DecodeService, MeteredRole, Drains {
     /** {@link #reserve} on the duty thread. @return the refusal, or {@code null} once the pages are promised */
     private Rejection admitAhead(long requestId, String tenant, int promptTokens, int maxNewTokens) {
         if (closed) { // run by the closing thread after shutdown: nothing may be promised any more
-            throw new IllegalStateException("decode role is closed");
+            throw new RoleUnavailableException("decode role is closed");
         }
         if (draining) {
             return refuseAhead(stopping(promptTokens, maxNewTokens));
@@ -560,6 +560,11 @@ public final class DecodeRole implements DecodeService, MeteredRole, Drains {
             ready = false;
             senderPeer = -1;
         }
+    }
+
+    /** @return whether {@link #close()} has begun: a call that fails from now on fails for the close */
+    public boolean isClosed() {
+        return closed;
     }
 
     @Override

@@ -127,18 +127,18 @@ final class DutyCycle implements AutoCloseable {
      * ({@code closed} is written before close drains and read after the add; both are volatile/CAS, so a
      * submit that reads {@code closed == false} after its add is ordered before the drain, which then sees it.)
      *
-     * @throws IllegalStateException if the cycle is closed (the command will not run)
+     * @throws RoleUnavailableException if the cycle is closed (the command will not run)
      */
     void submit(Runnable command) {
         Objects.requireNonNull(command, "command");
         if (closed) {
-            throw new IllegalStateException(name + " is closed");
+            throw new RoleUnavailableException(name + " is closed");
         }
         afterCheck.run();
         final Runnable entry = command::run; // its own identity: remove() takes back this submit's entry, no other
         commands.add(entry);
         if (closed && commands.remove(entry)) {
-            throw new IllegalStateException(name + " is closed");
+            throw new RoleUnavailableException(name + " is closed");
         }
         LockSupport.unpark(thread);
     }

@@ -148,7 +148,7 @@ public final class PrefillRole implements PrefillService, MeteredRole {
     @Override
     public Rejection prefill(long requestId, String tenant, List<byte[]> tokens) {
         if (closed) {
-            throw new IllegalStateException("prefill role is closed");
+            throw new RoleUnavailableException("prefill role is closed");
         }
         if (abortedBeforeArrival.take(requestId)) { // its router gave up on this call and aborted it first
             lateAfterAbort.increment();
@@ -366,6 +366,11 @@ public final class PrefillRole implements PrefillService, MeteredRole {
         active = sender.activeTransfers();
         pagesInFlight = sender.pagesInFlight();
         linkUp = false;
+    }
+
+    /** @return whether {@link #close()} has begun: a call that fails from now on fails for the close */
+    public boolean isClosed() {
+        return closed;
     }
 
     @Override
