@@ -275,18 +275,32 @@ final class RemoteDecodeCall implements DecodeCall {
             if (e == null) {
                 throw new RoleLostException(client.describe() + " sent no token of request " + requestId + " for " + stall.toMillis() + " ms");
             }
-            final JsonNode n = e.getValue();
-            switch (e.getKey()) {
+            final Generation done = onGenerationEvent(e.getKey(), e.getValue(), sink);
+            if (done != null) {
+                return done;
+            }
+        }
+    }
+
+    /** @return the generation a {@code done} event ends with, or {@code null} to read on; a malformed event is the role lost */
+    private Generation onGenerationEvent(String kind, JsonNode n, EchoDecoder.TokenSink sink) throws IOException {
+        try {
+            switch (kind) {
                 case "token" -> sink.token(RoleJson.text(n, "text"));
                 case "done" -> {
                     return new Generation(RoleJson.text(n, "text"), (int) RoleJson.number(n, "completion_tokens"),
                         RoleJson.kv(RoleJson.field(n, "kv")));
                 }
-                case "error" -> throw new RoleLostException(client.describe() + " failed request " + requestId + ": " + RoleJson.text(n, "message"));
+                case "error" -> throw new RoleLostException(client.describe() + " failed request " + requestId + ": "
+                    + RoleJson.text(n, "message"));
                 case "aborted" -> throw new IOException("request " + requestId + " was aborted: " + RoleJson.text(n, "message"));
                 default -> throw new RoleLostException(lostBecause);
             }
+        } catch (IllegalArgumentException malformed) { // a decode of another build, or a broken one: as before the commit
+            throw new RoleLostException(client.describe() + " sent a malformed '" + kind + "' event for request " + requestId
+                + ": " + malformed.getMessage(), malformed);
         }
+        return null;
     }
 
     /**

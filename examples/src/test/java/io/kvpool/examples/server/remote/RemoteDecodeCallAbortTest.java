@@ -23,9 +23,8 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 
 /**
  * The router's own abort of a remote decode call ends every wait on it at once, whatever the decode process
- * sends (here: nothing after "admitted"). Was (from a review, 2026-11-30): the abort dropped the stream, the
- * stream's end was taken for "ours" and reported nothing, and a request waiting for its transfer waited out its
- * whole timeout — on a router closing, its client's connection was cut instead of answered 503.
+ * sends (here: nothing after "admitted"), and a stream the process ends after the abort is read to its end; a
+ * malformed event after the commit is the role lost, as a broken stream is.
  */
 @Timeout(value = 30, unit = TimeUnit.SECONDS)
 class RemoteDecodeCallAbortTest {
@@ -249,5 +248,29 @@ class RemoteDecodeCallAbortTest {
             o = call.awaitTransfer(Duration.ofMillis(100));
         }
         return o;
+    }
+
+    @Test
+    void aMalformedEventAfterTheCommitIsTheRoleLostNotAnInternalError() throws Exception {
+        // a decode of another build whose "done" lacks a field: before the commit the same is a lost role (503), after
+        // it the router answers 502 role_lost, as for a stream that broke; it was an IllegalArgumentException (500)
+        try (io.kvpool.examples.http.HttpFront decode = io.kvpool.examples.http.HttpFront.start("127.0.0.1", 0,
+            io.kvpool.examples.http.HttpLimits.DEFAULTS, call -> {
+                call.startStream(200, "application/x-ndjson");
+                call.write("{\"event\":\"admitted\"}\n{\"event\":\"transfer\",\"committed\":true}\n"
+                    + "{\"event\":\"token\",\"text\":\"a\"}\n{\"event\":\"done\",\"text\":\"a\",\"completion_tokens\":1}\n");
+                call.endStream();
+            })) {
+            final ObjectMapper json = new ObjectMapper();
+            final RoleClient client = new RoleClient(DecodeRole.ROLE, decode.baseUri(), json);
+            final RemoteDecodeCall call = RemoteDecodeCall.open(client, json, 44, "alice", 8, 2, Duration.ofSeconds(10));
+            assertTrue(call.awaitAdmission(Duration.ofSeconds(10)).admitted());
+            assertTrue(call.awaitTransfer(Duration.ofSeconds(10)).committed());
+            final java.util.List<String> tokens = new java.util.ArrayList<>();
+            final io.kvpool.examples.server.role.RoleLostException e = org.junit.jupiter.api.Assertions.assertThrows(
+                io.kvpool.examples.server.role.RoleLostException.class, () -> call.generate(2, tokens::add));
+            assertTrue(e.getMessage().contains("malformed 'done' event") && e.getMessage().contains("kv"), e.getMessage());
+            assertEquals(java.util.List.of("a"), tokens);
+        }
     }
 }
