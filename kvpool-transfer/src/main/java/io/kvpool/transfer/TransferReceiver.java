@@ -155,6 +155,11 @@ public final class TransferReceiver extends TransferEndpoint {
         return active.size();
     }
 
+    /** {@return the most transfers under way at once ({@link Builder#maxTransfers}); quarantined ones are not counted} */
+    public int maxTransfers() {
+        return maxTransfers;
+    }
+
     /** {@return the safeguards switched off (empty in production)} */
     public Set<TransferSafeguard> disabledSafeguards() {
         return disabled;

@@ -423,7 +423,12 @@ public final class DecodeRole implements DecodeService, MeteredRole, Drains {
 
     private Rejection rejection(Call c, IncomingTransfer t) {
         final Rejection.Reason reason = reason(t.failure(), t.admissionDecision(), pool.layout().pagesFor(c.promptTokens));
-        return new Rejection(ROLE, reason, "decode pool: " + t.message(), numbers(c));
+        final Map<String, Long> n = numbers(c);
+        if (t.admissionDecision() == null) { // refused before admission: the transfer slots may be what is short
+            n.put("transfers_active", (long) receiver.activeTransfers());
+            n.put("max_transfers", (long) receiver.maxTransfers());
+        }
+        return new Rejection(ROLE, reason, "decode pool: " + t.message(), n);
     }
 
     /**
@@ -464,6 +469,8 @@ public final class DecodeRole implements DecodeService, MeteredRole, Drains {
         n.put("requested_tokens", requested);
         n.put("max_context_tokens", pool.maxContextTokens());
         n.put("pages_needed", pool.layout().pagesFor(requested));
+        n.put("prompt_pages", pool.layout().pagesFor(promptTokens)); // what one transfer descriptor must carry
+        n.put("max_pages_per_transfer", (long) ServerConfig.MAX_PAGES_PER_TRANSFER);
         n.put("pages_available", Math.max(0, s.free() - s.reserved()));
         n.put("pages_in_service", s.capacity() - s.retired());
         return n;

@@ -90,6 +90,17 @@ class DecodeReservationTest {
     }
 
     @Test
+    void aPromptOverOneTransferIsRefusedWithThePagesItNeedsAndTheLimit() throws Exception {
+        final ServerConfig cfg = ServerTests.small().build(); // 16 tokens a page
+        try (InJvmRoles roles = InJvmRoles.start(cfg, Duration.ofSeconds(10))) {
+            final Rejection r = roles.decode().reserve(43, "erin", 65_537 * 16, 0);
+            assertTrue(r != null && r.reason() == Rejection.Reason.EXCEEDS_TRANSFER, () -> String.valueOf(r));
+            assertEquals(65_537L, r.numbers().get("prompt_pages"), r.numbers()::toString);
+            assertEquals(65_536L, r.numbers().get("max_pages_per_transfer"), r.numbers()::toString);
+        }
+    }
+
+    @Test
     void aReservationGivenBackBeforeItArrivedIsRefused() throws Exception {
         // a router whose reserve call timed out gives it back; here the give-back reaches decode first
         final ServerConfig cfg = ServerTests.small().build();
