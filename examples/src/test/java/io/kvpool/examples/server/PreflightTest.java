@@ -67,6 +67,23 @@ class PreflightTest {
     }
 
     @Test
+    void rolesThatTakeFewerConnectionsThanTheRouterCapItsRequestsInFlight() throws Exception {
+        try (InJvmRoleServers roles = InJvmRoleServers.start(ServerTests.small().workDir(dir).maxConnections(20), Duration.ofSeconds(30))) {
+            assertEquals(0, run("preflight", "--prefill-url", roles.prefill.baseUri().toString(), "--decode-url",
+                roles.decode.baseUri().toString(), "--context", "512"), this::out);
+            assertTrue(out().contains("max connections") && out().contains("1024 (clients)"), out());
+            assertTrue(out().contains("the router takes at most 12 requests in flight"), out());
+            assertEquals(20, InJvmRoleServers.status(roles.decode.baseUri()).path("identity").path("max_connections").asLong());
+            try (KvServer router = KvServer.start(routerOver(roles.prefill, roles.decode, false))) {
+                Await.until(() -> router.roles().decode().maxRequestsInFlight() == 12
+                        && router.roles().prefill().maxRequestsInFlight() == 12, Duration.ofSeconds(10),
+                    () -> "the router to read the roles' connections: " + router.roles().decode().maxRequestsInFlight());
+                assertEquals(200, new TestClient(router).complete("alice", "hello", 2, false).status());
+            }
+        }
+    }
+
+    @Test
     void swappedRoleUrlsStopTheRouterAndFailPreflight() throws Exception {
         try (InJvmRoleServers roles = InJvmRoleServers.start(ServerTests.small().workDir(dir), Duration.ofSeconds(30))) {
             // no wait makes a miswired URL the role asked for: refused, not "not up yet"

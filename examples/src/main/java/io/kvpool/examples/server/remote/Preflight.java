@@ -102,6 +102,15 @@ public record Preflight(RoleIdentity expected, long advertised, RemoteStatus pre
         row(b, fmt, "largest safe context", advertised + " (advertised)", p == null ? null : Long.toString(p.maxSafeContext()),
             d == null ? null : Long.toString(d.maxSafeContext()), "largest safe context");
         row(b, fmt, KV_LINK, "up", link(prefill), link(decode), KV_LINK);
+        row(b, fmt, "max connections", expected.maxConnections() + " (clients)", connections(p), connections(d), "max connections");
+        final long roleMin = Math.min(p == null || p.maxConnections() <= 0 ? Long.MAX_VALUE : p.maxConnections(),
+            d == null || d.maxConnections() <= 0 ? Long.MAX_VALUE : d.maxConnections());
+        if (roleMin != Long.MAX_VALUE && roleMin - RemoteRole.SPARE_CONNECTIONS < expected.maxConnections()) {
+            b.append("  note: the router takes at most ").append(Math.max(1, roleMin - RemoteRole.SPARE_CONNECTIONS))
+                .append(" requests in flight (the smaller role's --max-connections less ").append(RemoteRole.SPARE_CONNECTIONS)
+                .append(") and answers more 503 roles_busy; raise the roles' --max-connections to serve up to ")
+                .append(expected.maxConnections()).append('\n');
+        }
         for (RoleIdentity r : new RoleIdentity[] {p, d}) {
             if (r != null && !r.build().equals(expected.build()) && !bad(r.role(), "build")) {
                 b.append("  note: ").append(r.role()).append(" runs another build (").append(r.build()).append(", the router ")
@@ -115,6 +124,10 @@ public record Preflight(RoleIdentity expected, long advertised, RemoteStatus pre
             b.append("  MISMATCH ").append(m).append('\n');
         }
         return b.toString();
+    }
+
+    private static String connections(RoleIdentity r) {
+        return r == null ? null : r.maxConnections() <= 0 ? "not reported" : Long.toString(r.maxConnections());
     }
 
     private static String link(RemoteStatus s) {

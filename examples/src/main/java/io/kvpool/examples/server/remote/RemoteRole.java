@@ -12,10 +12,18 @@ import java.util.function.Function;
  */
 abstract class RemoteRole implements AutoCloseable {
 
+    /**
+     * Connections the router leaves free at a role for what is not a request's own call: its probe, a status read,
+     * aborts and give-backs delivered in the background.
+     */
+    static final int SPARE_CONNECTIONS = 8;
+
     final RoleClient client;
     final RoleHealth health;
     final AbortDelivery aborts;
     private final String role;
+    /** The role's --max-connections, from the last status that passed the check; 0 until one reports it. */
+    private volatile long maxConnections;
 
     /**
      * @param role       the role's name in its status ({@code prefill} or {@code decode})
@@ -25,7 +33,13 @@ abstract class RemoteRole implements AutoCloseable {
     RemoteRole(RoleClient client, String role, boolean needsPeers, Function<RemoteStatus, String> verify) {
         this.client = Objects.requireNonNull(client, "client");
         this.role = role;
-        this.health = new RoleHealth(client, role, needsPeers, verify);
+        this.health = new RoleHealth(client, role, needsPeers, s -> {
+            final String mismatch = verify == null ? null : verify.apply(s);
+            if (mismatch == null && s.identity() != null) {
+                maxConnections = s.identity().maxConnections(); // on every reconnect: a restarted role may allow fewer
+            }
+            return mismatch;
+        });
         this.aborts = new AbortDelivery(client, health);
     }
 
@@ -46,6 +60,19 @@ abstract class RemoteRole implements AutoCloseable {
      */
     public String unavailable(long untilNanos) throws InterruptedException {
         return health.unavailable(untilNanos);
+    }
+
+    /**
+     * How many requests the router may have in flight with this role: each holds at most one of the role's
+     * connections at a time (a call, or decode's stream), and a role closes connections past its
+     * {@code --max-connections} as they arrive, which the router would take for the role lost.
+     *
+     * @return the role's {@code --max-connections} less {@value #SPARE_CONNECTIONS}, at least 1; unlimited while the
+     *         role has not reported it
+     */
+    public int maxRequestsInFlight() {
+        final long m = maxConnections;
+        return m <= 0 ? Integer.MAX_VALUE : (int) Math.max(1, Math.min(Integer.MAX_VALUE, m - SPARE_CONNECTIONS));
     }
 
     /** @return the role's status, read from the process */

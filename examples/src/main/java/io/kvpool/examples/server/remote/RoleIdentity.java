@@ -26,9 +26,11 @@ import java.util.Objects;
  * @param contextTokens     the role's own {@code --context}
  * @param maxSafeContext    the largest context the role can carry: its pool's max context, and no more than one
  *                          transfer descriptor carries
+ * @param maxConnections    the role's {@code --max-connections}: HTTP connections it keeps open at once, more are
+ *                          closed as they arrive; 0 when the role did not report it (an older build)
  */
 record RoleIdentity(String role, String build, String environment, String model, String layout, long layoutFingerprint,
-                    long poolPages, long contextTokens, long maxSafeContext) {
+                    long poolPages, long contextTokens, long maxSafeContext, long maxConnections) {
 
     RoleIdentity {
         Objects.requireNonNull(role, "role");
@@ -42,7 +44,7 @@ record RoleIdentity(String role, String build, String environment, String model,
     static RoleIdentity of(String role, ServerConfig cfg, long poolPages, long poolMaxContext) {
         final long carried = (long) ServerConfig.MAX_PAGES_PER_TRANSFER * cfg.layout().tokensPerPage();
         return new RoleIdentity(role, cfg.build(), cfg.environment(), cfg.model(), cfg.layout().toString(), cfg.layout().fingerprint(),
-            poolPages, cfg.contextTokens(), Math.min(poolMaxContext, carried));
+            poolPages, cfg.contextTokens(), Math.min(poolMaxContext, carried), cfg.maxConnections());
     }
 
     /** @return what a router with this configuration expects of its roles */
@@ -61,13 +63,15 @@ record RoleIdentity(String role, String build, String environment, String model,
         m.put("pool_pages", poolPages);
         m.put("context_tokens", contextTokens);
         m.put("max_safe_context_tokens", maxSafeContext);
+        m.put("max_connections", maxConnections);
         return m;
     }
 
     static RoleIdentity read(JsonNode n) {
         return new RoleIdentity(RoleJson.text(n, "role"), RoleJson.text(n, "build"), RoleJson.text(n, "environment"),
             RoleJson.text(n, "model"), RoleJson.text(n, "layout"), RoleJson.number(n, "layout_fingerprint"),
-            RoleJson.number(n, "pool_pages"), RoleJson.number(n, "context_tokens"), RoleJson.number(n, "max_safe_context_tokens"));
+            RoleJson.number(n, "pool_pages"), RoleJson.number(n, "context_tokens"), RoleJson.number(n, "max_safe_context_tokens"),
+            n.has("max_connections") ? RoleJson.number(n, "max_connections") : 0); // a build before it reads as unknown
     }
 
     /**

@@ -58,6 +58,14 @@ public interface PrefillService extends AutoCloseable {
     /** @return the pool view, counters and metrics */
     RoleStatus status();
 
+    /**
+     * {@return how many requests a router may have in flight with this role at once} A role in another process
+     * takes only so many connections; a role in this JVM has no such limit.
+     */
+    default int maxRequestsInFlight() {
+        return Integer.MAX_VALUE;
+    }
+
     /** @return transfers not yet over (0 at quiescence) */
     int activeTransfers();
 

@@ -225,8 +225,8 @@ public final class Router implements AutoCloseable {
                 + "in flight and takes no new ones", Map.of(), 1);
         }
         refuseIfKnownDown();
+        enterInFlight();
         final long id = ids.incrementAndGet();
-        counters.inFlight.incrementAndGet();
         DecodeCall call = null;
         boolean done = false;
         final java.util.concurrent.atomic.AtomicBoolean completed = new java.util.concurrent.atomic.AtomicBoolean();
@@ -540,6 +540,26 @@ public final class Router implements AutoCloseable {
     }
 
     /** 503 {@code unavailable}, counted as a refusal by {@code role} for {@code reason}. */
+    /**
+     * Counts a request in flight, or refuses it (503 {@code roles_busy}, Retry-After) when that many are already in
+     * flight as the roles' connections allow ({@link io.kvpool.examples.server.role.DecodeService#maxRequestsInFlight}):
+     * one more would find its connection closed on arrival, and the role taken for lost.
+     */
+    private void enterInFlight() throws ApiError {
+        final int cap = Math.min(prefill.maxRequestsInFlight(), decode.maxRequestsInFlight());
+        int n;
+        do {
+            n = counters.inFlight.get();
+            if (n >= cap) {
+                counters.rejected("router", "roles_busy");
+                throw new ApiError(503, "service_unavailable", "roles_busy", "the router has " + n + " requests in flight, "
+                    + "as many as the roles' connections allow (" + cap + ": the smaller role's --max-connections less "
+                    + io.kvpool.examples.server.remote.RemoteRoles.SPARE_CONNECTIONS + "); retry later",
+                    Map.of("requests_in_flight", (long) n, "max_requests_in_flight", (long) cap), 1);
+            }
+        } while (!counters.inFlight.compareAndSet(n, n + 1));
+    }
+
     private ApiError unavailable(String role, String reason, String why) {
         counters.rejected(role, reason);
         return new ApiError(503, "service_unavailable", "unavailable", why, Map.of(), 1);
