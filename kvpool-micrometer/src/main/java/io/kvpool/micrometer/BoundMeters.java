@@ -4,64 +4,100 @@ import io.micrometer.core.instrument.Meter;
 import io.micrometer.core.instrument.MeterRegistry;
 import io.micrometer.core.instrument.Tags;
 
+import java.lang.ref.WeakReference;
 import java.util.ArrayList;
+import java.util.Collections;
 import java.util.IdentityHashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.Set;
+import java.util.WeakHashMap;
 
 /**
- * The meters one binder registered, by registry, so that the binder's {@code close()} can remove them. Each
- * binder names one anchor meter, the first it registers: a registry that already holds the anchor under the
- * binder's tags, registered by any other binder, is refused, since Micrometer would hand back the other
- * binder's meters and the second object would never be shown. Thread-safe: every method holds this object's
- * monitor.
+ * The meters one binder registered, by registry, so that the binder's {@code close()} can remove them.
+ *
+ * <p>A registry keeps one meter of a name and tags and hands it back to a second registration. A bind that gets
+ * back a meter the registry held before it began is therefore showing another binder's object, not its own: the
+ * bind is undone (the meters it did add are removed) and refused, unless that other binder observes the same object
+ * under the same tags, in which case the bind is a no-op. Which object a registry's meters observe, by binder class
+ * and tags, is kept here, weakly on both the registry and the object.
+ *
+ * <p>Thread-safe: a bind and a close of one binder run one at a time (this object's monitor).
  */
 final class BoundMeters {
 
+    /** Registry → "binder class tags" → the object its meters observe. Weak on registries and objects. */
+    private static final Map<MeterRegistry, Map<String, WeakReference<Object>>> OBSERVED = new WeakHashMap<>();
+
     private final String binder;
-    private final String anchor;
     private final Tags tags;
+    private final WeakReference<Object> observed;
     private final Map<MeterRegistry, List<Meter>> meters = new IdentityHashMap<>();
     private final List<Runnable> onClose = new ArrayList<>();
     private boolean closed;
+    // the bind under way: what the registry held when it began, and the meters it added
+    private Set<Meter> before;
+    private List<Meter> adding;
 
     /**
-     * @param binder the binder's class, for messages
-     * @param anchor the name of the first meter the binder registers
-     * @param tags   the binder's common tags
+     * @param binder   the binder's class name, for messages and the record of what is observed
+     * @param tags     the binder's common tags
+     * @param observed the pool or engine the binder observes (held weakly)
      */
-    BoundMeters(String binder, String anchor, Tags tags) {
+    BoundMeters(String binder, Tags tags, Object observed) {
         this.binder = binder;
-        this.anchor = anchor;
         this.tags = tags;
+        this.observed = new WeakReference<>(observed);
     }
 
     /**
-     * Starts a bind to {@code registry}.
+     * Runs {@code registrations}, which register the binder's meters through {@link #add}, unless this binder is
+     * bound to {@code registry} already or another binder observing the same object is. A failure undoes the bind.
      *
-     * @return {@code false} if this binder is bound to it already (nothing new to register), else {@code true}
-     * @throws IllegalStateException if the binder is closed, or another binder's meters hold these names and tags
+     * @throws IllegalStateException if this binder is closed, or {@code registry} shows another object under these
+     *                               names and tags (a registration got back a meter the registry held before)
      */
-    synchronized boolean begin(MeterRegistry registry) {
+    synchronized void bind(MeterRegistry registry, Runnable registrations) {
         if (closed) {
             throw new IllegalStateException(binder + " " + tags + " is closed: make a new binder to bind again");
         }
-        if (meters.containsKey(registry)) {
-            return false;
+        if (meters.containsKey(registry) || observedThere(registry) == observed.get() && observed.get() != null) {
+            return; // bound already, by this binder or a twin of it on the same object: the meters are there
         }
-        for (Meter m : registry.find(anchor).tags(tags).meters()) {
-            if (Tags.of(m.getId().getTags()).equals(tags)) {
-                throw new IllegalStateException("the registry already has " + anchor + " with tags " + tags
-                    + " from another binder: close that binder first (it removes its meters), or give this one other tags");
+        before = Collections.newSetFromMap(new IdentityHashMap<>());
+        before.addAll(registry.getMeters());
+        adding = new ArrayList<>();
+        final int closeActions = onClose.size();
+        try {
+            registrations.run();
+            meters.put(registry, adding);
+            synchronized (OBSERVED) {
+                OBSERVED.computeIfAbsent(registry, r -> new java.util.HashMap<>()).put(key(), observed);
             }
+        } catch (RuntimeException | Error e) {
+            adding.forEach(registry::remove); // only what this bind added; a meter it got back is another's
+            final List<Runnable> undo = onClose.subList(closeActions, onClose.size());
+            undo.forEach(Runnable::run); // what this bind added besides meters (peer-info rows)
+            undo.clear();
+            throw e;
+        } finally {
+            before = null;
+            adding = null;
         }
-        meters.put(registry, new ArrayList<>());
-        return true;
     }
 
-    /** Records a meter registered to {@code registry} after {@link #begin} returned true; returns it. */
+    /**
+     * Records a meter a registration of {@link #bind} got back from {@code registry}; returns it.
+     *
+     * @throws IllegalStateException if the registry held it before the bind began: another binder's meter
+     */
     synchronized <M extends Meter> M add(MeterRegistry registry, M meter) {
-        meters.get(registry).add(meter);
+        if (before.contains(meter)) {
+            throw new IllegalStateException("the registry already has " + meter.getId().getName() + " with tags " + tags
+                + " from another binder (or from this one through a composite registry): close that binder first (it "
+                + "removes its meters), or give this one other tags");
+        }
+        adding.add(meter);
         return meter;
     }
 
@@ -76,9 +112,30 @@ final class BoundMeters {
             return;
         }
         closed = true;
-        meters.forEach((registry, list) -> list.forEach(registry::remove));
+        meters.forEach((registry, list) -> {
+            list.forEach(registry::remove);
+            synchronized (OBSERVED) {
+                final Map<String, WeakReference<Object>> m = OBSERVED.get(registry);
+                if (m != null && m.get(key()) == observed) {
+                    m.remove(key());
+                }
+            }
+        });
         meters.clear();
         onClose.forEach(Runnable::run);
         onClose.clear();
+    }
+
+    /** @return the object another binder of this class and tags observes in {@code registry}, or {@code null} */
+    private Object observedThere(MeterRegistry registry) {
+        synchronized (OBSERVED) {
+            final Map<String, WeakReference<Object>> m = OBSERVED.get(registry);
+            final WeakReference<Object> ref = m == null ? null : m.get(key());
+            return ref == null ? null : ref.get();
+        }
+    }
+
+    private String key() {
+        return binder + " " + tags;
     }
 }

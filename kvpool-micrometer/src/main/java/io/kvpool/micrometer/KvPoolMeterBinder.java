@@ -59,25 +59,31 @@ public final class KvPoolMeterBinder implements MeterBinder, AutoCloseable {
     public KvPoolMeterBinder(KvPool pool, Iterable<Tag> tags) {
         this.pool = new WeakReference<>(Objects.requireNonNull(pool, "pool"));
         this.tags = Tags.of(Objects.requireNonNull(tags, "tags"));
-        this.bound = new BoundMeters("KvPoolMeterBinder", "kvpool.pool.capacity", this.tags);
+        this.bound = new BoundMeters("KvPoolMeterBinder", this.tags, pool);
     }
 
     /**
-     * Registers the pool's meters. Binding this binder twice to one registry registers nothing new. Binds
+     * Registers the pool's meters. Binding this binder twice to one registry, or another binder of the same object with the same tags, registers nothing new. Binds
      * nothing if the pool was already collected.
      *
      * @param registry the registry to add the meters to
      * @throws NullPointerException  if {@code registry} is null
-     * @throws IllegalStateException if this binder is closed, or the registry holds meters of another binder
-     *                               with the same tags (close that one first, or give this one other tags)
+     * @throws IllegalStateException if this binder is closed, or the registry holds meters of the same names and
+     *                               tags observing another object (close their binder first, or give this one
+     *                               other tags); nothing of this bind is left registered
      */
     @Override
     public void bindTo(MeterRegistry registry) {
         Objects.requireNonNull(registry, "registry");
         final KvPool p = pool.get();
-        if (p == null || !bound.begin(registry)) {
+        if (p == null) {
             return;
         }
+        bound.bind(registry, () -> register(registry, p));
+    }
+
+    /** Registers every meter of {@code p} (through {@link BoundMeters#add}). */
+    private void register(MeterRegistry registry, KvPool p) {
         for (String state : STATES) {
             gauge(registry, p, "kvpool.pool.pages", "Pages by state; the states add up to the capacity at a quiescent point",
                 "pages", pagesIn(state), "state", state);

@@ -64,25 +64,31 @@ public final class TransferReceiverMeterBinder implements MeterBinder, AutoClose
     public TransferReceiverMeterBinder(TransferReceiver receiver, Iterable<Tag> tags) {
         this.receiver = new WeakReference<>(Objects.requireNonNull(receiver, "receiver"));
         this.tags = Tags.of(Objects.requireNonNull(tags, "tags"));
-        this.bound = new BoundMeters("TransferReceiverMeterBinder", "kvpool.transfer.started", this.tags);
+        this.bound = new BoundMeters("TransferReceiverMeterBinder", this.tags, receiver);
     }
 
     /**
-     * Registers the receiver's meters. Binding this binder twice to one registry registers nothing new. Binds
+     * Registers the receiver's meters. Binding this binder twice to one registry, or another binder of the same object with the same tags, registers nothing new. Binds
      * nothing if the receiver was already collected.
      *
      * @param registry the registry to add the meters to
      * @throws NullPointerException  if {@code registry} is null
-     * @throws IllegalStateException if this binder is closed, or the registry holds meters of another binder
-     *                               with the same tags (close that one first, or give this one other tags)
+     * @throws IllegalStateException if this binder is closed, or the registry holds meters of the same names and
+     *                               tags observing another object (close their binder first, or give this one
+     *                               other tags); nothing of this bind is left registered
      */
     @Override
     public void bindTo(MeterRegistry registry) {
         Objects.requireNonNull(registry, "registry");
         final TransferReceiver r = receiver.get();
-        if (r == null || !bound.begin(registry)) {
+        if (r == null) {
             return;
         }
+        bound.bind(registry, () -> register(registry, r));
+    }
+
+    /** Registers every meter of {@code r} (through {@link BoundMeters#add}). */
+    private void register(MeterRegistry registry, TransferReceiver r) {
         counter(registry, r, "kvpool.transfer.started", "Transfers started, admitted or not", ReceiverMetrics::started);
         counter(registry, r, "kvpool.transfer.committed", "Transfers verified and committed for decode", ReceiverMetrics::committed);
         for (FailureReason reason : FailureReason.values()) {

@@ -57,25 +57,31 @@ public final class TransferSenderMeterBinder implements MeterBinder, AutoCloseab
     public TransferSenderMeterBinder(TransferSender sender, Iterable<Tag> tags) {
         this.sender = new WeakReference<>(Objects.requireNonNull(sender, "sender"));
         this.tags = Tags.of(Objects.requireNonNull(tags, "tags"));
-        this.bound = new BoundMeters("TransferSenderMeterBinder", "kvpool.transfer.sender.completed", this.tags);
+        this.bound = new BoundMeters("TransferSenderMeterBinder", this.tags, sender);
     }
 
     /**
-     * Registers the sender's meters. Binding this binder twice to one registry registers nothing new. Binds
+     * Registers the sender's meters. Binding this binder twice to one registry, or another binder of the same object with the same tags, registers nothing new. Binds
      * nothing if the sender was already collected.
      *
      * @param registry the registry to add the meters to
      * @throws NullPointerException  if {@code registry} is null
-     * @throws IllegalStateException if this binder is closed, or the registry holds meters of another binder
-     *                               with the same tags (close that one first, or give this one other tags)
+     * @throws IllegalStateException if this binder is closed, or the registry holds meters of the same names and
+     *                               tags observing another object (close their binder first, or give this one
+     *                               other tags); nothing of this bind is left registered
      */
     @Override
     public void bindTo(MeterRegistry registry) {
         Objects.requireNonNull(registry, "registry");
         final TransferSender s = sender.get();
-        if (s == null || !bound.begin(registry)) {
+        if (s == null) {
             return;
         }
+        bound.bind(registry, () -> register(registry, s));
+    }
+
+    /** Registers every meter of {@code s} (through {@link BoundMeters#add}). */
+    private void register(MeterRegistry registry, TransferSender s) {
         counter(registry, s, "kvpool.transfer.sender.completed", "Transfers completed: every write flushed and the COMPLETION sent",
             SenderMetrics::completed);
         counter(registry, s, "kvpool.transfer.sender.drained", "DRAINED confirmations sent for failed or aborted transfers",

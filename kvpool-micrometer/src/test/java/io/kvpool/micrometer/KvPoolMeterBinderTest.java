@@ -201,12 +201,27 @@ class KvPoolMeterBinderTest {
             binder.bindTo(registry);
             binder.bindTo(registry); // the same binder again: nothing new
             assertEquals(EXPECTED.size(), registry.getMeters().size());
+            new KvPoolMeterBinder(a, Tags.of("pool", "decode")).bindTo(registry); // another binder of the same pool: nothing new
+            assertEquals(EXPECTED.size(), registry.getMeters().size());
             final IllegalStateException e = assertThrows(IllegalStateException.class,
                 () -> new KvPoolMeterBinder(b, Tags.of("pool", "decode")).bindTo(registry));
-            assertTrue(e.getMessage().contains("kvpool.pool.capacity") && e.getMessage().contains("pool=decode"), e.getMessage());
+            assertTrue(e.getMessage().contains("kvpool.pool.pages") && e.getMessage().contains("pool=decode"), e.getMessage());
             assertEquals(16, Meters.value(Meters.byKey(registry, "pool", "decode").get("kvpool.pool.capacity")));
             new KvPoolMeterBinder(b, Tags.of("pool", "decode", "replica", "2")).bindTo(registry); // other tags: bound
             assertEquals(2 * EXPECTED.size(), registry.getMeters().size());
+        }
+    }
+
+    @Test
+    void aSameTagsTwinIsRefusedUnderTheRegistrysCommonTagsToo() {
+        // common tags (registry.config().commonTags, Spring Boot's management.metrics.tags) sit on every stored meter
+        final SimpleMeterRegistry registry = new SimpleMeterRegistry();
+        registry.config().commonTags("app", "engine");
+        try (KvPool a = pool(); KvPool b = KvPool.builder(LAYOUT).pages(24).maxContextTokens(64).build()) {
+            new KvPoolMeterBinder(a, Tags.of("pool", "decode")).bindTo(registry);
+            assertThrows(IllegalStateException.class, () -> new KvPoolMeterBinder(b, Tags.of("pool", "decode")).bindTo(registry));
+            assertEquals(EXPECTED.size(), registry.getMeters().size(), "the refused bind left nothing behind");
+            assertEquals(16, Meters.value(Meters.byKey(registry, "pool", "decode").get("kvpool.pool.capacity{app=engine}")));
         }
     }
 
