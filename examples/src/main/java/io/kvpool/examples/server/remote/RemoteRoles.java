@@ -20,9 +20,6 @@ import java.util.Objects;
  */
 public final class RemoteRoles extends RolePair<RemotePrefill, RemoteDecode> {
 
-    /** Connections of each role the router leaves free for its probes, status reads and background aborts. */
-    public static final int SPARE_CONNECTIONS = RemoteRole.SPARE_CONNECTIONS;
-
     private RemoteRoles(RemotePrefill prefill, RemoteDecode decode) {
         super(prefill, decode);
     }

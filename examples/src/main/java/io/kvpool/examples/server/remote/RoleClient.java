@@ -5,6 +5,7 @@ import com.fasterxml.jackson.databind.ObjectMapper;
 import io.kvpool.examples.server.role.DuplicateRequestException;
 import io.kvpool.examples.server.role.RoleLostException;
 import io.kvpool.examples.server.role.RoleRefusedException;
+import io.kvpool.examples.server.role.RoleUnavailableException;
 
 import java.io.IOException;
 import java.io.InputStream;
@@ -58,7 +59,8 @@ public final class RoleClient implements AutoCloseable {
      * @throws RoleLostException     if the role cannot be reached or does not answer within {@link #CALL_TIMEOUT}
      * @throws IllegalStateException if it answers with an error status (its message included); a
      *                               {@link DuplicateRequestException} for a 409 {@value DuplicateRequestException#REASON},
-     *                               a {@link RoleRefusedException} for any other 4xx and for a 5xx other than 503
+     *                               a {@link RoleRefusedException} for any other 4xx and for a 5xx other than 503,
+     *                               a {@link RoleUnavailableException} for a 503 or an answer that cannot be read
      */
     JsonNode post(String path, Object body) {
         final HttpResponse<byte[]> r = send(request(path, CALL_TIMEOUT).POST(publish(body)).build(), HttpResponse.BodyHandlers.ofByteArray());
@@ -169,7 +171,7 @@ public final class RoleClient implements AutoCloseable {
         if (status / 100 == 5 && status != 503) { // the role took the call and failed it (its 500): it is up, and says why
             throw new RoleRefusedException(msg, status);
         }
-        throw new IllegalStateException(msg);
+        throw new RoleUnavailableException(msg); // its 503 (closing, busy), or a success the router cannot read
     }
 
     /** Drops every connection at once (an open decode stream ends); idempotent. */

@@ -10,6 +10,7 @@ import io.kvpool.examples.server.role.PrefillService;
 import io.kvpool.examples.server.role.Rejection;
 import io.kvpool.examples.server.role.RoleLostException;
 import io.kvpool.examples.server.role.RoleRefusedException;
+import io.kvpool.examples.server.role.RoleUnavailableException;
 
 import java.io.IOException;
 import java.time.Duration;
@@ -242,7 +243,7 @@ public final class Router implements AutoCloseable {
             } catch (RoleRefusedException e) {
                 throw refusedByRole(e);
             } catch (IllegalStateException e) { // the role was lost during the call, or closed with this router
-                throw closed ? serverClosing(id) : decodeUnavailable(lost("decode", e));
+                throw failedAtRole(id, "decode", e, this::decodeUnavailable);
             } catch (InterruptedException e) {
                 throw interruptedAtRole(id, e);
             }
@@ -265,7 +266,7 @@ public final class Router implements AutoCloseable {
             } catch (RoleRefusedException e) {
                 throw refusedByRole(e);
             } catch (IllegalStateException e) { // the role was lost during the call: what refuseIfKnownDown says once known
-                throw closed ? serverClosing(id) : prefillUnavailable(lost("prefill", e));
+                throw failedAtRole(id, "prefill", e, this::prefillUnavailable);
             } catch (InterruptedException e) {
                 throw interruptedAtRole(id, e);
             }
@@ -283,7 +284,7 @@ public final class Router implements AutoCloseable {
             } catch (RoleRefusedException e) {
                 throw refusedByRole(e);
             } catch (IllegalStateException e) { // as for prefill
-                throw closed ? serverClosing(id) : decodeUnavailable(lost("decode", e));
+                throw failedAtRole(id, "decode", e, this::decodeUnavailable);
             } catch (InterruptedException e) {
                 throw interruptedAtRole(id, e);
             }
@@ -539,7 +540,24 @@ public final class Router implements AutoCloseable {
         return e instanceof RoleLostException ? e.getMessage() : role + " role: " + e.getMessage();
     }
 
-    /** 503 {@code unavailable}, counted as a refusal by {@code role} for {@code reason}. */
+    /**
+     * What a role's call that threw {@code e} answers: the server's close (503 {@code server_closing}); a role lost
+     * or unable to take calls now ({@code unavailable}: 503, Retry-After); any other failure is a fault of the role
+     * itself (its storage, a bug, a malformed answer), 502 {@code role_error} without Retry-After, as a role process's
+     * 500 is: the same call would fail the same way.
+     */
+    private ApiError failedAtRole(long id, String role, IllegalStateException e, java.util.function.Function<String, ApiError> unavailable) {
+        if (closed) {
+            return serverClosing(id);
+        }
+        if (e instanceof RoleLostException || e instanceof RoleUnavailableException) {
+            return unavailable.apply(lost(role, e));
+        }
+        counters.failed("role_error");
+        return new ApiError(502, "server_error", "role_error", role + " role failed request " + id + ": " + e.getMessage(),
+            Map.of(), 0);
+    }
+
     /**
      * Counts a request in flight, or refuses it (503 {@code roles_busy}, Retry-After) when that many are already in
      * flight as the roles' connections allow ({@link io.kvpool.examples.server.role.DecodeService#maxRequestsInFlight}):
@@ -553,13 +571,14 @@ public final class Router implements AutoCloseable {
             if (n >= cap) {
                 counters.rejected("router", "roles_busy");
                 throw new ApiError(503, "service_unavailable", "roles_busy", "the router has " + n + " requests in flight, "
-                    + "as many as the roles' connections allow (" + cap + ": the smaller role's --max-connections less "
-                    + io.kvpool.examples.server.remote.RemoteRoles.SPARE_CONNECTIONS + "); retry later",
+                    + "as many as the roles' connections allow (" + cap + ": the smaller role's --max-connections less those "
+                    + "the router keeps for its probes and aborts); retry later",
                     Map.of("requests_in_flight", (long) n, "max_requests_in_flight", (long) cap), 1);
             }
         } while (!counters.inFlight.compareAndSet(n, n + 1));
     }
 
+    /** 503 {@code unavailable}, counted as a refusal by {@code role} for {@code reason}. */
     private ApiError unavailable(String role, String reason, String why) {
         counters.rejected(role, reason);
         return new ApiError(503, "service_unavailable", "unavailable", why, Map.of(), 1);

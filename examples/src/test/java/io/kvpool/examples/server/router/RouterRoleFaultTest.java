@@ -1,0 +1,68 @@
+package io.kvpool.examples.server.router;
+
+import io.kvpool.examples.server.Await;
+import io.kvpool.examples.server.ServerTests;
+import io.kvpool.examples.server.api.ApiError;
+import io.kvpool.examples.server.config.ServerConfig;
+import io.kvpool.examples.server.role.InJvmRoles;
+import io.kvpool.examples.server.role.PrefillService;
+import io.kvpool.examples.server.role.Rejection;
+import io.kvpool.examples.server.role.RoleUnavailableException;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.Timeout;
+
+import java.time.Duration;
+import java.util.List;
+import java.util.concurrent.TimeUnit;
+
+import static io.kvpool.examples.server.router.DecodeReservationTest.MAX_TOKENS;
+import static io.kvpool.examples.server.router.DecodeReservationTest.PROMPT;
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+/**
+ * A role in this JVM that fails a call for a fault of its own (kvpool's faults are {@link IllegalStateException}s) is
+ * answered 502 {@code role_error} without Retry-After, as a role process's 500 is; only a role that cannot take calls
+ * now ({@link RoleUnavailableException}) is a 503 to retry. Either way decode's reservation is given back.
+ */
+@Timeout(value = 60, unit = TimeUnit.SECONDS)
+class RouterRoleFaultTest {
+
+    private static PrefillService failing(PrefillService p, RuntimeException e) {
+        return new ForwardingPrefill(p) {
+            @Override
+            public Rejection prefill(long requestId, String tenant, List<byte[]> tokens) {
+                throw e;
+            }
+        };
+    }
+
+    @Test
+    void aRolesOwnFaultIsA502AndARoleThatCannotTakeCallsA503() throws Exception {
+        final ServerConfig cfg = ServerTests.small().build();
+        try (InJvmRoles roles = InJvmRoles.start(cfg, Duration.ofSeconds(10))) {
+            Await.until(roles.decode()::ready, Duration.ofSeconds(10), () -> "the prefill link");
+            final Router faulty = new Router(cfg, failing(roles.prefill(), new IllegalStateException("injected storage fault")),
+                roles.decode());
+            final ApiError fault = assertThrows(ApiError.class,
+                () -> faulty.complete("alice", new Router.Request(PROMPT, MAX_TOKENS, false), NoSink.INSTANCE));
+            assertEquals(502, fault.status(), fault::getMessage);
+            assertEquals("role_error", fault.reason());
+            assertEquals(0, fault.retryAfterSeconds());
+            assertTrue(fault.getMessage().contains("injected storage fault"), fault::getMessage);
+            faulty.close();
+
+            final Router busy = new Router(cfg, failing(roles.prefill(), new RoleUnavailableException("prefill role is closed")),
+                roles.decode());
+            final ApiError closed = assertThrows(ApiError.class,
+                () -> busy.complete("bob", new Router.Request(PROMPT, MAX_TOKENS, false), NoSink.INSTANCE));
+            assertEquals(503, closed.status(), closed::getMessage);
+            assertEquals("prefill_unavailable", closed.reason());
+            assertEquals(1, closed.retryAfterSeconds());
+            busy.close();
+            Await.until(() -> roles.decodePool().snapshot().openSequences() == 0, Duration.ofSeconds(10),
+                () -> "decode's reservations given back: " + roles.decodePool().snapshot());
+        }
+    }
+}
