@@ -43,6 +43,8 @@ public final class Cuda {
             return count[0] == 0 ? "no CUDA device found (cuDeviceGetCount = 0)" : null;
         } catch (UnsatisfiedLinkError | NoClassDefFoundError | ExceptionInInitializerError e) {
             return "JCuda's native libraries cannot load (no CUDA driver here?): " + e;
+        } catch (RuntimeException e) { // the kernels' build record unreadable: say so, not fail this class's loading
+            return "cannot tell which driver the kernels need: " + e;
         }
     }
 

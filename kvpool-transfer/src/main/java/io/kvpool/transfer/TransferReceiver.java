@@ -160,6 +160,21 @@ public final class TransferReceiver extends TransferEndpoint {
         return maxTransfers;
     }
 
+    /** {@return the transfers under way: not yet terminal and not QUARANTINED, as {@link #maxTransfers()} counts} Owner thread. */
+    public int transfersUnderWay() {
+        return underWay();
+    }
+
+    private int underWay() {
+        int n = 0;
+        for (int i = 0; i < active.size(); i++) {
+            if (active.get(i).state != IncomingTransfer.State.QUARANTINED) {
+                n++;
+            }
+        }
+        return n;
+    }
+
     /** {@return the safeguards switched off (empty in production)} */
     public Set<TransferSafeguard> disabledSafeguards() {
         return disabled;
@@ -471,13 +486,7 @@ public final class TransferReceiver extends TransferEndpoint {
      * hold bound how many there can be.
      */
     private int freeSlot() {
-        int underWay = 0;
-        for (int i = 0; i < active.size(); i++) {
-            if (active.get(i).state != IncomingTransfer.State.QUARANTINED) {
-                underWay++;
-            }
-        }
-        if (underWay >= maxTransfers) {
+        if (underWay() >= maxTransfers) {
             return -1;
         }
         for (int i = 0; i < slots.length; i++) {

@@ -328,6 +328,7 @@ class ReceiverRulesTest extends TwoSenderReceiverFixture {
     void aTimeoutQuarantinesAndOnlyTheTransportsProofReleases() {
         final IncomingTransfer t = startOne(10);
         final Message.Descriptor d = a.sent(Message.Descriptor.class).getFirst();
+        assertEquals(1, rx.transfersUnderWay());
         clock.advanceMillis(100);
         rx.doWork();
         assertEquals(FailureReason.TIMEOUT, t.failure());
@@ -336,6 +337,8 @@ class ReceiverRulesTest extends TwoSenderReceiverFixture {
         clock.advanceMillis(100);
         rx.doWork();
         assertEquals(IncomingTransfer.State.QUARANTINED, t.state());
+        assertEquals(1, rx.activeTransfers());
+        assertEquals(0, rx.transfersUnderWay(), "a quarantine is not under way: it holds no transfer slot");
         assertEquals(1, rx.metrics().deferredRelease(ReceiverMetrics.Outcome.TIMEOUT));
         assertTrue(states(t, d).stream().allMatch(s -> s == SlotState.QUARANTINED));
         assertTrue(a.tearDowns > 0, "a peer that did not drain in time is torn down");

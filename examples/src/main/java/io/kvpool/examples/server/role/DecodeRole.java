@@ -425,7 +425,7 @@ public final class DecodeRole implements DecodeService, MeteredRole, Drains {
         final Rejection.Reason reason = reason(t.failure(), t.admissionDecision(), pool.layout().pagesFor(c.promptTokens));
         final Map<String, Long> n = numbers(c);
         if (t.admissionDecision() == null) { // refused before admission: the transfer slots may be what is short
-            n.put("transfers_active", (long) receiver.activeTransfers());
+            n.put("transfers_under_way", (long) receiver.transfersUnderWay());
             n.put("max_transfers", (long) receiver.maxTransfers());
         }
         return new Rejection(ROLE, reason, "decode pool: " + t.message(), n);
