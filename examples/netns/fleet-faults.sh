@@ -66,15 +66,18 @@ RECOVERY_LIMIT_S=${RECOVERY_LIMIT_S:-3}
 LINK_LIMIT_MS=${LINK_LIMIT_MS:-1000}
 total=$((WARM + DOWN1 + AFTER + DOWN2 + AFTER + HOLE + AFTER + FREEZE + AFTER))
 
-tag=kvf$$
-R=${tag}r; P=${tag}p; D=${tag}d
 work=$(mktemp -d /tmp/kvpool-fleet.XXXXXX)
+# names from the work directory's random suffix, not the PID: runs in other PID namespaces that share /run/netns
+# (two containers on the host's network) must not meet; kvf + 6 + "rp0" is 12 characters, within IFNAMSIZ
+tag=kvf${work##*.}
+R=${tag}r; P=${tag}p; D=${tag}d
 pids=()
 created=()
 veths=() # root-namespace names of the veth pairs made, until they moved into their namespaces
 
 cleanup() {
   local rc=$?
+  trap '' HUP INT TERM # a second signal (a cancel that sends INT, then TERM) must not cut the clean-up short
   local left
   left=$(jobs -p) # a pause's sleep, the load: background jobs a signal would leave running
   [[ -z $left ]] || kill $left 2>/dev/null || true
@@ -117,15 +120,16 @@ main=io.kvpool.examples.server.KvServerMain
 
 # ---- the network
 for ns in "$R" "$P" "$D"; do
-  ip netns del "$ns" 2>/dev/null || true # a leftover of a killed run that had this PID
-  ip netns add "$ns" || skip "cannot create network namespaces here (ip netns add failed)"
+  # recorded before it is made: a signal between the two must not leave it behind (deleting one never made fails
+  # quietly); the name is this run's own, so one that exists already is another's and is not touched
+  ! ip netns list | grep -w "$ns" >/dev/null || { echo "fleet-faults: FAIL: network namespace $ns exists already" >&2; exit 1; }
   created+=("$ns")
+  ip netns add "$ns" || skip "cannot create network namespaces here (ip netns add failed)"
   ip -n "$ns" link set lo up
 done
 pair() { # pair NS_A NAME_A ADDR_A NS_B NAME_B ADDR_B
-  ip link del "$2" 2>/dev/null || true # likewise
+  veths+=("$2") # recorded first, as the namespaces are
   ip link add "$2" type veth peer name "$5" || skip "cannot create veth pairs here (ip link add … type veth failed)"
-  veths+=("$2")
   ip link set "$2" netns "$1"; ip link set "$5" netns "$4"
   ip -n "$1" addr add "$3" dev "$2"; ip -n "$4" addr add "$6" dev "$5"
   ip -n "$1" link set "$2" up; ip -n "$4" link set "$5" up
@@ -192,6 +196,8 @@ link_back() { # link_back FAULT_MS HEAL_MS: ms from the heal until both roles lo
   up_d=$(first_after "$work/decode.log" 'UP\) speaking version' "$lost")
   [[ -n $up_p && -n $up_d ]] || { echo "not logged up"; return; }
   up=$(( (up_p > up_d ? up_p : up_d) - $2 ))
+  # a link up well before the heal came back during the fault: the fault did not hold, and nothing was measured
+  (( up >= -300 )) || { echo "up $(( -up )) ms before the heal"; return; }
   echo "$(( up > 0 ? up : 0 )) ms"
 }
 recoveries=()
@@ -214,7 +220,7 @@ recover() { # recover FAULT FAULT_MS SECONDS: after a heal, time until a probe c
           echo "fleet-faults: FAIL: $what: the KV link came back $linked after the heal, the goal is ${LINK_LIMIT_MS} ms" >&2
           fail=1
         fi
-      elif [[ $linked == "not logged up" ]] || (( $3 >= LOSES_LINK_S )); then
+      elif [[ $linked == "not logged up" || $linked == up*before* ]] || (( $3 >= LOSES_LINK_S )); then
         # lost but never logged up though a probe passed, or a long fault that left no loss in the log: the log
         # lines this check reads have changed, and the link's time back went unmeasured
         echo "fleet-faults: FAIL: $what: the KV link's time back could not be measured from the roles' logs ($linked)" >&2
