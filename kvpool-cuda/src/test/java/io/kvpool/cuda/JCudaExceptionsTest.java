@@ -30,11 +30,17 @@ class JCudaExceptionsTest {
 
     private static final Path WORK = Path.of("target/jcuda-exceptions-test");
     private static Path stub;
+    /** The same stub, its driver of CUDA 12.8: older than the release that built the kernels. */
+    private static Path oldDriverStub;
 
     private static final String STUB = """
         /* just enough of libcuda.so.1 for JCuda to load and for the calls below */
         #include <stdio.h>
+        #ifndef DRIVER_VERSION
+        #define DRIVER_VERSION 13000
+        #endif
         int cuInit(unsigned flags) { (void) flags; return 0; }
+        int cuDriverGetVersion(int* v) { *v = DRIVER_VERSION; return 0; }
         int cuDeviceGetCount(int* count) { *count = 1; return 0; }
         int cuCtxSetCurrent(void* ctx) { (void) ctx; return 0; }
         int cuEventQuery(void* event) { (void) event; return 600; /* CUDA_ERROR_NOT_READY: still running */ }
@@ -61,14 +67,23 @@ class JCudaExceptionsTest {
         final String err = NativeTools.run(List.of("gcc", "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", "-o", stub.toString(),
             src.toString()), null, 60);
         assertTrue(err == null, () -> "building the stub failed: " + err);
+        Files.createDirectories(WORK.resolve("old-driver"));
+        oldDriverStub = WORK.resolve("old-driver/libcuda.so.1").toAbsolutePath();
+        final String oldErr = NativeTools.run(List.of("gcc", "-shared", "-fPIC", "-DDRIVER_VERSION=12080", "-Wl,-soname,libcuda.so.1",
+            "-o", oldDriverStub.toString(), src.toString()), null, 60);
+        assertTrue(oldErr == null, () -> "building the old-driver stub failed: " + oldErr);
     }
 
-    /** Runs {@link Child} with the scenario in a fresh JVM; returns its output. */
+    /** Runs {@link Child} with the scenario in a fresh JVM over the stub; returns its output. */
     private static String child(String scenario) throws InterruptedException {
+        return child(stub, scenario);
+    }
+
+    private static String child(Path libcuda, String scenario) throws InterruptedException {
         final String java = Path.of(System.getProperty("java.home"), "bin", "java").toString();
         final StringBuilder out = new StringBuilder();
         final String err = NativeTools.run(List.of(java, "--enable-native-access=ALL-UNNAMED", "-cp", System.getProperty("java.class.path"),
-            Child.class.getName(), stub.toString(), scenario), out, 60);
+            Child.class.getName(), libcuda.toString(), scenario), out, 60);
         assertTrue(err == null, () -> "the child JVM failed: " + err);
         return out.toString().strip();
     }
@@ -112,6 +127,17 @@ class JCudaExceptionsTest {
         assertTrue(out.contains("closed mapping") && out.contains("released context"), "the open left its mapping or context: " + out);
     }
 
+    /**
+     * The kernels are built by CUDA 13.0: a driver of an older release reads as no device, naming both versions,
+     * rather than failing at the first module load after a pool was sized.
+     */
+    @Test
+    void aDriverOlderThanTheKernelsReadsAsNoDeviceNamingBothVersions() throws InterruptedException {
+        assertEquals("reason=null", child("reason"), "control: a CUDA 13.0 driver with one device can be used");
+        final String old = child(oldDriverStub, "reason");
+        assertTrue(old.contains("CUDA 12.8") && old.contains("12080") && old.contains("CUDA 13.0"), old);
+    }
+
     /** The child JVM's scenarios (args: stub path, scenario); prints one line. */
     public static final class Child {
         public static void main(String[] args) {
@@ -127,6 +153,7 @@ class JCudaExceptionsTest {
                         Cuda.available();                       // kvpool initialises (e.g. DevicePageStorage.allocate)
                         appCall();
                     }
+                    case "reason" -> System.out.println("reason=" + Cuda.unavailableReason());
                     case "isDoneDefault" -> {
                         Cuda.available();
                         System.out.println("isDone=" + new DeviceBatch(new CUcontext(), new jcuda.driver.CUdevice(), null, new CUevent()).isDone());
