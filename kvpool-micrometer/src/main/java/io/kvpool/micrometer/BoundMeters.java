@@ -7,6 +7,7 @@ import io.micrometer.core.instrument.Tags;
 import java.lang.ref.WeakReference;
 import java.util.ArrayList;
 import java.util.Collections;
+import java.util.HashMap;
 import java.util.IdentityHashMap;
 import java.util.List;
 import java.util.Map;
@@ -18,29 +19,46 @@ import java.util.WeakHashMap;
  *
  * <p>A registry keeps one meter of a name and tags and hands it back to a second registration. A bind that gets
  * back a meter the registry held before it began is therefore showing another binder's object, not its own: the
- * bind is undone (the meters it did add are removed) and refused, unless that other binder observes the same object
- * under the same tags, in which case the bind is a no-op. Which object a registry's meters observe, by binder class
- * and tags, is kept here, weakly on both the registry and the object.
+ * bind is undone (the meters it did add are removed) and refused. A binder of the same class, tags and object as one
+ * already bound there is a twin: its bind adds nothing and shares the first's meters, which stay until the last of
+ * the twins closes.
  *
- * <p>Thread-safe: a bind and a close of one binder run one at a time (this object's monitor).
+ * <p>Thread-safe: binds and closes of every binder run one at a time, under one lock (they are rare), so two
+ * binders cannot interleave their registrations into one registry.
  */
 final class BoundMeters {
 
-    /** Registry → "binder class tags" → the object its meters observe. Weak on registries and objects. */
-    private static final Map<MeterRegistry, Map<String, WeakReference<Object>>> OBSERVED = new WeakHashMap<>();
+    /** What one registry shows for one binder class and tags: the object, the meters, and the binders sharing them. */
+    private static final class Shown {
+        final WeakReference<Object> observed;
+        final List<Meter> meters;
+        final List<Runnable> onClose;
+        int binders = 1;
+
+        Shown(WeakReference<Object> observed, List<Meter> meters, List<Runnable> onClose) {
+            this.observed = observed;
+            this.meters = meters;
+            this.onClose = onClose;
+        }
+    }
+
+    /** Every bind and close; also guards {@link #SHOWN}. */
+    private static final Object LOCK = new Object();
+    /** Registry → "binder class tags" → what it shows. Weak on registries; objects are held weakly by {@link Shown}. */
+    private static final Map<MeterRegistry, Map<String, Shown>> SHOWN = new WeakHashMap<>();
 
     private final String binder;
     private final Tags tags;
     private final WeakReference<Object> observed;
-    private final Map<MeterRegistry, List<Meter>> meters = new IdentityHashMap<>();
-    private final List<Runnable> onClose = new ArrayList<>();
+    private final Map<MeterRegistry, Shown> bound = new IdentityHashMap<>();
     private boolean closed;
-    // the bind under way: what the registry held when it began, and the meters it added
+    // the bind under way (under LOCK): what the registry held when it began, and what it added
     private Set<Meter> before;
     private List<Meter> adding;
+    private List<Runnable> closing;
 
     /**
-     * @param binder   the binder's class name, for messages and the record of what is observed
+     * @param binder   the binder's class name, for messages and the record of what is shown
      * @param tags     the binder's common tags
      * @param observed the pool or engine the binder observes (held weakly)
      */
@@ -51,47 +69,55 @@ final class BoundMeters {
     }
 
     /**
-     * Runs {@code registrations}, which register the binder's meters through {@link #add}, unless this binder is
-     * bound to {@code registry} already or another binder observing the same object is. A failure undoes the bind.
+     * Runs {@code registrations}, which register the binder's meters through {@link #add}, unless this binder, or a
+     * twin of it (same class, tags and object), is bound to {@code registry} already. A failure undoes the bind.
      *
      * @throws IllegalStateException if this binder is closed, or {@code registry} shows another object under these
      *                               names and tags (a registration got back a meter the registry held before)
      */
-    synchronized void bind(MeterRegistry registry, Runnable registrations) {
-        if (closed) {
-            throw new IllegalStateException(binder + " " + tags + " is closed: make a new binder to bind again");
-        }
-        if (meters.containsKey(registry) || observedThere(registry) == observed.get() && observed.get() != null) {
-            return; // bound already, by this binder or a twin of it on the same object: the meters are there
-        }
-        before = Collections.newSetFromMap(new IdentityHashMap<>());
-        before.addAll(registry.getMeters());
-        adding = new ArrayList<>();
-        final int closeActions = onClose.size();
-        try {
-            registrations.run();
-            meters.put(registry, adding);
-            synchronized (OBSERVED) {
-                OBSERVED.computeIfAbsent(registry, r -> new java.util.HashMap<>()).put(key(), observed);
+    void bind(MeterRegistry registry, Runnable registrations) {
+        synchronized (LOCK) {
+            if (closed) {
+                throw new IllegalStateException(binder + " " + tags + " is closed: make a new binder to bind again");
             }
-        } catch (RuntimeException | Error e) {
-            adding.forEach(registry::remove); // only what this bind added; a meter it got back is another's
-            final List<Runnable> undo = onClose.subList(closeActions, onClose.size());
-            undo.forEach(Runnable::run); // what this bind added besides meters (peer-info rows)
-            undo.clear();
-            throw e;
-        } finally {
-            before = null;
-            adding = null;
+            if (bound.containsKey(registry)) {
+                return;
+            }
+            final Map<String, Shown> shown = SHOWN.computeIfAbsent(registry, r -> new HashMap<>());
+            final Shown there = shown.get(key());
+            final Object mine = observed.get();
+            if (there != null && mine != null && there.observed.get() == mine) {
+                there.binders++; // a twin: the meters there are this object's already
+                bound.put(registry, there);
+                return;
+            }
+            before = Collections.newSetFromMap(new IdentityHashMap<>());
+            before.addAll(registry.getMeters());
+            adding = new ArrayList<>();
+            closing = new ArrayList<>();
+            try {
+                registrations.run();
+                final Shown s = new Shown(observed, adding, closing);
+                shown.put(key(), s);
+                bound.put(registry, s);
+            } catch (RuntimeException | Error e) {
+                adding.forEach(registry::remove); // only what this bind added; a meter it got back is another's
+                closing.forEach(Runnable::run);   // and what it added besides meters (peer-info rows)
+                throw e;
+            } finally {
+                before = null;
+                adding = null;
+                closing = null;
+            }
         }
     }
 
     /**
-     * Records a meter a registration of {@link #bind} got back from {@code registry}; returns it.
+     * Records a meter a registration of {@link #bind} got back from {@code registry}; returns it. Under the bind.
      *
      * @throws IllegalStateException if the registry held it before the bind began: another binder's meter
      */
-    synchronized <M extends Meter> M add(MeterRegistry registry, M meter) {
+    <M extends Meter> M add(MeterRegistry registry, M meter) {
         if (before.contains(meter)) {
             throw new IllegalStateException("the registry already has " + meter.getId().getName() + " with tags " + tags
                 + " from another binder (or from this one through a composite registry): close that binder first (it "
@@ -101,37 +127,33 @@ final class BoundMeters {
         return meter;
     }
 
-    /** Runs {@code action} at {@link #close}, after the meters are removed. */
-    synchronized void onClose(Runnable action) {
-        onClose.add(action);
+    /** Runs {@code action} when the meters this bind adds are removed. Under the bind. */
+    void onClose(Runnable action) {
+        closing.add(action);
     }
 
-    /** Removes every recorded meter from its registry and runs the close actions, once; later calls do nothing. */
-    synchronized void close() {
-        if (closed) {
-            return;
-        }
-        closed = true;
-        meters.forEach((registry, list) -> {
-            list.forEach(registry::remove);
-            synchronized (OBSERVED) {
-                final Map<String, WeakReference<Object>> m = OBSERVED.get(registry);
-                if (m != null && m.get(key()) == observed) {
-                    m.remove(key());
-                }
+    /**
+     * Gives up this binder's share of what each registry shows; the last of a twin group removes the meters and runs
+     * the close actions. Once; later calls do nothing.
+     */
+    void close() {
+        synchronized (LOCK) {
+            if (closed) {
+                return;
             }
-        });
-        meters.clear();
-        onClose.forEach(Runnable::run);
-        onClose.clear();
-    }
-
-    /** @return the object another binder of this class and tags observes in {@code registry}, or {@code null} */
-    private Object observedThere(MeterRegistry registry) {
-        synchronized (OBSERVED) {
-            final Map<String, WeakReference<Object>> m = OBSERVED.get(registry);
-            final WeakReference<Object> ref = m == null ? null : m.get(key());
-            return ref == null ? null : ref.get();
+            closed = true;
+            bound.forEach((registry, s) -> {
+                if (--s.binders > 0) {
+                    return;
+                }
+                s.meters.forEach(registry::remove);
+                s.onClose.forEach(Runnable::run);
+                final Map<String, Shown> shown = SHOWN.get(registry);
+                if (shown != null && shown.get(key()) == s) {
+                    shown.remove(key());
+                }
+            });
+            bound.clear();
         }
     }
 

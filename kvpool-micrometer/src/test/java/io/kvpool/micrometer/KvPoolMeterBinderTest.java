@@ -226,6 +226,59 @@ class KvPoolMeterBinderTest {
     }
 
     @Test
+    void twinBindersShareTheMetersUntilTheLastCloses() {
+        final SimpleMeterRegistry registry = new SimpleMeterRegistry();
+        try (KvPool pool = pool()) {
+            final KvPoolMeterBinder a = new KvPoolMeterBinder(pool, Tags.of("pool", "decode"));
+            final KvPoolMeterBinder b = new KvPoolMeterBinder(pool, Tags.of("pool", "decode"));
+            a.bindTo(registry);
+            b.bindTo(registry);
+            assertEquals(EXPECTED.size(), registry.getMeters().size());
+            a.close();
+            assertEquals(EXPECTED.size(), registry.getMeters().size(), "b still shows the pool");
+            assertEquals(16, Meters.value(Meters.byKey(registry, "pool", "decode").get("kvpool.pool.capacity")));
+            b.close();
+            assertTrue(registry.getMeters().isEmpty(), "the last twin removed them: " + registry.getMeters());
+        }
+    }
+
+    @Test
+    void twoBindersOfTwoPoolsWithTheSameTagsBindingAtOnceNeverMixTheirMeters() throws Exception {
+        for (int round = 0; round < 50; round++) {
+            final SimpleMeterRegistry registry = new SimpleMeterRegistry();
+            try (KvPool a = pool(); KvPool b = KvPool.builder(LAYOUT).pages(24).maxContextTokens(64).build()) {
+                final java.util.concurrent.CyclicBarrier start = new java.util.concurrent.CyclicBarrier(2);
+                final java.util.concurrent.atomic.AtomicInteger refused = new java.util.concurrent.atomic.AtomicInteger();
+                final Thread[] t = new Thread[2];
+                final KvPool[] pools = {a, b};
+                for (int i = 0; i < 2; i++) {
+                    final KvPool p = pools[i];
+                    t[i] = new Thread(() -> {
+                        try {
+                            start.await();
+                            new KvPoolMeterBinder(p, Tags.of("pool", "decode")).bindTo(registry);
+                        } catch (IllegalStateException e) {
+                            refused.incrementAndGet();
+                        } catch (Exception e) {
+                            throw new AssertionError(e);
+                        }
+                    });
+                    t[i].start();
+                }
+                for (Thread x : t) {
+                    x.join();
+                }
+                assertEquals(1, refused.get(), "exactly one of the two binds is refused");
+                final Map<String, Meter> m = Meters.byKey(registry, "pool", "decode");
+                final long capacity = (long) Meters.value(m.get("kvpool.pool.capacity"));
+                final KvPool shown = capacity == 16 ? a : b;
+                everyMeterReadsItsGetter(shown, m); // every meter reads the one pool whose bind won
+                assertEquals(EXPECTED.size(), registry.getMeters().size());
+            }
+        }
+    }
+
+    @Test
     void nullArgumentsAreRefused() {
         try (KvPool pool = pool()) {
             assertThrows(NullPointerException.class, () -> new KvPoolMeterBinder(null));

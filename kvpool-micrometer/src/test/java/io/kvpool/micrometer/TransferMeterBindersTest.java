@@ -220,8 +220,10 @@ class TransferMeterBindersTest {
             assertEquals(1, Meters.value(Meters.byKey(registry, "pool", "decode").get("kvpool.peer.info{build=build-1}")));
             assertEquals(1, Meters.value(Meters.byKey(registry, "pool", "prefill").get("kvpool.peer.info{build=build-1}")));
             final int bound = registry.getMeters().size();
-            new TransferReceiverMeterBinder(rig.receiver, Tags.of("pool", "decode")).bindTo(registry); // a twin: nothing new
+            final TransferReceiverMeterBinder twin = new TransferReceiverMeterBinder(rig.receiver, Tags.of("pool", "decode"));
+            twin.bindTo(registry); // a twin: nothing new, and the meters stay until it closes too
             assertEquals(bound, registry.getMeters().size());
+            twin.close();
             rb.close();
             sb.close();
             sb.close(); // idempotent
