@@ -72,14 +72,24 @@ class PreflightTest {
             assertEquals(0, run("preflight", "--prefill-url", roles.prefill.baseUri().toString(), "--decode-url",
                 roles.decode.baseUri().toString(), "--context", "512"), this::out);
             assertTrue(out().contains("max connections") && out().contains("1024 (clients)"), out());
-            assertTrue(out().contains("the router takes at most 12 requests in flight"), out());
+            assertTrue(out().contains("the router takes at most 4 requests in flight"), out());
             assertEquals(20, InJvmRoleServers.status(roles.decode.baseUri()).path("identity").path("max_connections").asLong());
             try (KvServer router = KvServer.start(routerOver(roles.prefill, roles.decode, false))) {
-                Await.until(() -> router.roles().decode().maxRequestsInFlight() == 12
-                        && router.roles().prefill().maxRequestsInFlight() == 12, Duration.ofSeconds(10),
+                Await.until(() -> router.roles().decode().maxRequestsInFlight() == 4
+                        && router.roles().prefill().maxRequestsInFlight() == 4, Duration.ofSeconds(10),
                     () -> "the router to read the roles' connections: " + router.roles().decode().maxRequestsInFlight());
                 assertEquals(200, new TestClient(router).complete("alice", "hello", 2, false).status());
             }
+        }
+    }
+
+    @Test
+    void rolesThatTakeNoMoreConnectionsThanTheRouterKeepsSpareFailPreflight() throws Exception {
+        try (InJvmRoleServers roles = InJvmRoleServers.start(ServerTests.small().workDir(dir).maxConnections(16), Duration.ofSeconds(30))) {
+            assertEquals(1, run("preflight", "--prefill-url", roles.prefill.baseUri().toString(), "--decode-url",
+                roles.decode.baseUri().toString(), "--context", "512"), this::out);
+            assertTrue(out().contains("MISMATCH decode max connections: 16, the router expects > 16"), out());
+            assertTrue(out().contains("MISMATCH prefill max connections: 16"), out());
         }
     }
 

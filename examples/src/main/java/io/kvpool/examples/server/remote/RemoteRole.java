@@ -13,10 +13,12 @@ import java.util.function.Function;
 abstract class RemoteRole implements AutoCloseable {
 
     /**
-     * Connections the router leaves free at a role for what is not a request's own call: its probe, a status read,
-     * aborts and give-backs delivered in the background.
+     * Connections the router leaves free at a role for what is not a request's own call: the aborts and give-backs
+     * delivered in the background ({@link AbortDelivery#MAX_POSTS} at once), the probe's own client, the status reads
+     * of {@code /metrics} and the live page, and the decode streams of aborted requests still read to their end
+     * ({@link RemoteDecodeCall#DROP_AFTER}) after their requests left the count.
      */
-    static final int SPARE_CONNECTIONS = 8;
+    static final int SPARE_CONNECTIONS = AbortDelivery.MAX_POSTS + 1 + 3 + 4;
 
     final RoleClient client;
     final RoleHealth health;

@@ -60,7 +60,7 @@ public final class RoleClient implements AutoCloseable {
      * @throws IllegalStateException if it answers with an error status (its message included); a
      *                               {@link DuplicateRequestException} for a 409 {@value DuplicateRequestException#REASON},
      *                               a {@link RoleRefusedException} for any other 4xx and for a 5xx other than 503,
-     *                               a {@link RoleUnavailableException} for a 503 or an answer that cannot be read
+     *                               a {@link RoleUnavailableException} for a 503
      */
     JsonNode post(String path, Object body) {
         final HttpResponse<byte[]> r = send(request(path, CALL_TIMEOUT).POST(publish(body)).build(), HttpResponse.BodyHandlers.ofByteArray());
@@ -171,7 +171,10 @@ public final class RoleClient implements AutoCloseable {
         if (status / 100 == 5 && status != 503) { // the role took the call and failed it (its 500): it is up, and says why
             throw new RoleRefusedException(msg, status);
         }
-        throw new RoleUnavailableException(msg); // its 503 (closing, busy), or a success the router cannot read
+        if (status == 503) { // closing or busy: waiting can help
+            throw new RoleUnavailableException(msg);
+        }
+        throw new IllegalStateException(msg); // a success the router cannot read: the role's fault (another build?)
     }
 
     /** Drops every connection at once (an open decode stream ends); idempotent. */

@@ -114,6 +114,10 @@ record RoleIdentity(String role, String build, String environment, String model,
         if (layoutFingerprint != expected.layoutFingerprint) {
             out.add(new Mismatch(role, "layout", expected.layout, layout));
         }
+        if (maxConnections > 0 && maxConnections <= RemoteRole.SPARE_CONNECTIONS) {
+            out.add(new Mismatch(role, "max connections", "> " + RemoteRole.SPARE_CONNECTIONS + " (the router keeps "
+                + RemoteRole.SPARE_CONNECTIONS + " for its probes, status reads and aborts)", Long.toString(maxConnections)));
+        }
         if (maxSafeContext < advertised) {
             out.add(new Mismatch(role, "largest safe context", "≥ " + advertised + " tokens (advertised)",
                 maxSafeContext + " tokens (" + poolPages + " pages, --context " + contextTokens + ")"));

@@ -358,28 +358,31 @@ public final class Router implements AutoCloseable {
             counters.aborted.increment();
             throw new ClientGone(id, gone);
         } finally {
-            if (!done) {
-                // paired abort: whatever ended this request, neither role keeps anything for it
-                final String why = "request " + id + " ended without a completion";
+            try {
+                if (!done) {
+                    // paired abort: whatever ended this request, neither role keeps anything for it
+                    final String why = "request " + id + " ended without a completion";
+                    if (call != null) {
+                        call.abort(why); // always (idempotent): a call started while close() swept may be known to no one else
+                    }
+                    if (pairedAbortSent.add(id)) { // close() may have sent these already
+                        if (call == null && askedDecode) {
+                            decode.unreserve(id, why);
+                        }
+                        if (askedPrefill) {
+                            abortAtPrefill(id, why);
+                        }
+                    }
+                }
+            } finally { // whatever an abort threw: the request leaves the count, or the cap would shrink for good
                 if (call != null) {
-                    call.abort(why); // always (idempotent): a call started while close() swept may be known to no one else
+                    inFlight.remove(id);
                 }
-                if (pairedAbortSent.add(id)) { // close() may have sent these already
-                    if (call == null && askedDecode) {
-                        decode.unreserve(id, why);
-                    }
-                    if (askedPrefill) {
-                        abortAtPrefill(id, why);
-                    }
-                }
+                reservedOnly.remove(id);
+                // last; a close() whose sweep read the id before this may still add it back, once (the router is closing)
+                pairedAbortSent.remove(id);
+                counters.inFlight.decrementAndGet();
             }
-            if (call != null) {
-                inFlight.remove(id);
-            }
-            reservedOnly.remove(id);
-            // last; a close() whose sweep read the id before this may still add it back, once (the router is closing)
-            pairedAbortSent.remove(id);
-            counters.inFlight.decrementAndGet();
         }
     }
 
