@@ -23,12 +23,13 @@ public final class LoadReport {
     }
 
     /**
-     * @return whether requests that fit and were meant to finish (not aborted by the client on purpose) were sent and
-     *         none of them completed (every one refused, failed or timed out): such a run has no KV to check, so it
-     *         shows nothing about leaks, whatever else it saw. A run of aborts only is judged by its pools
+     * @return whether no request was sent at all, or requests that fit and were meant to finish (not aborted by the
+     *         client on purpose) were sent and none of them completed (every one refused, failed or timed out): such a
+     *         run has no KV to check, so it shows nothing about leaks, whatever else it saw. A run of aborts only is
+     *         judged by its pools
      */
-    static boolean nothingCompleted(LoadGenerator.Result r) {
-        return r.count(Outcome.Kind.COMPLETED) == 0
+    public static boolean nothingCompleted(LoadGenerator.Result r) {
+        return r.outcomes().isEmpty() || r.count(Outcome.Kind.COMPLETED) == 0
             && r.outcomes().stream().anyMatch(o -> o.shot().kind() == Shot.Kind.NORMAL && !o.shot().aborts());
     }
 

@@ -102,13 +102,24 @@ public final class ReplayCommand implements Subcommand {
         final long foreignKv = r.run().outcomes().stream().filter(Outcome::foreignKv).count();
         final long mismatches = r.run().kvMismatches();
         final boolean leak = r.foreignMarkers() > 0 || foreignKv > 0;
-        final boolean clean = !leak && mismatches == 0 && r.count(Outcome.Kind.UNEXPECTED) == 0 && r.pools().ok();
+        final boolean nothing = io.kvpool.examples.load.LoadReport.nothingCompleted(r.run());
+        final boolean clean = clean(r);
         out.println(clean ? "verdict: no response contained another tenant's marker or KV; every completion got its own prompt's KV; pools balanced"
             : leak ? "verdict: LEAK — " + r.foreignMarkers() + " responses contained another tenant's marker, " + foreignKv
             + " another tenant's KV" + (c.unsafe() ? " (the incident, reproduced with " + String.join(" ", c.unsafeSwitches()) + ")" : "")
             : mismatches > 0 ? "verdict: FAILURE — " + mismatches + " completions got KV that is not their prompt (see above)"
+            : nothing ? "verdict: FAILURE — no request that fits completed: the run has no KV to check, and shows nothing about leaks"
             : "verdict: FAILURE — unexpected answers or unbalanced pools (see above)");
         return clean ? 0 : 1;
+    }
+
+    /**
+     * @return whether a replay shows the server clean: no foreign marker or KV, every completion its own prompt's KV,
+     *         no unexpected answer, the pools balanced, and some completion whose KV was checked
+     */
+    static boolean clean(Replay.Result r) {
+        return r.foreignMarkers() == 0 && r.run().outcomes().stream().noneMatch(Outcome::foreignKv) && r.run().kvMismatches() == 0
+            && r.count(Outcome.Kind.UNEXPECTED) == 0 && r.pools().ok() && !io.kvpool.examples.load.LoadReport.nothingCompleted(r.run());
     }
 
     /** The settings from the options: the replay's server defaults, then the server options given. */

@@ -142,4 +142,10 @@ class EvidenceReviewRegressionTest {
             http.stop(0);
         }
     }
+
+    @Test
+    void aRunThatSentNothingIsNotClean() {
+        final LoadGenerator.Result none = new LoadGenerator.Result(List.of(), 1_000_000L, 1);
+        assertFalse(LoadReport.clean(none, new PoolCheck(true, List.of())), "no request ran, yet the run was called clean");
+    }
 }

@@ -9,6 +9,7 @@ import java.util.regex.Matcher;
 import java.util.regex.Pattern;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 /**
@@ -32,5 +33,14 @@ class EvidenceReviewRegressionTest {
         final long mismatches = Long.parseLong(m.group(1));
         assertTrue(mismatches > 0, "precondition: the run produced completions with the wrong KV\n" + o);
         assertEquals(1, rc, "replay exited " + rc + " although " + mismatches + " completions did not get their own KV:\n" + o);
+    }
+
+    @Test
+    void aReplayInWhichNothingCompletedIsNotClean() {
+        // every request refused or failed, as tolerated answers: no completion, so no KV was checked
+        final io.kvpool.examples.load.LoadGenerator.Result none = new io.kvpool.examples.load.LoadGenerator.Result(java.util.List.of(), 1, 1);
+        final Replay.Result r = new Replay.Result(null, null, null, none, java.util.Map.of(), java.util.Map.of(),
+            new io.kvpool.examples.load.PoolCheck(true, java.util.List.of()));
+        assertFalse(ReplayCommand.clean(r), "a replay that checked no KV was called clean");
     }
 }
