@@ -563,23 +563,21 @@ public final class Router implements AutoCloseable {
     }
 
     /**
-     * Refuses a prompt that cannot fit before tokenizing it: a token is at most {@value EchoTokenizer#MAX_TOKEN_BYTES}
-     * bytes of UTF-8 and a char at least one, so a prompt of {@code n} chars is at least {@code n / 8} tokens. A body of
-     * a few MiB of one-letter words would otherwise become that many token arrays (tens of MiB a request) only to be
-     * refused.
+     * Refuses a prompt that is longer than the context by its length alone, before tokenizing it: a token is at most
+     * {@value EchoTokenizer#MAX_TOKEN_BYTES} bytes of UTF-8 and a char at least one, so a prompt of {@code n} chars is
+     * at least {@code n / 8} tokens. A body of a few MiB of one-letter words would otherwise become that many token
+     * arrays (tens of MiB a request) only to be refused. A prompt that might fit is tokenized and checked exactly.
      */
     private void refuseIfSurelyTooLong(Request req) throws ApiError {
         final long atLeast = (req.prompt().length() + (long) EchoTokenizer.MAX_TOKEN_BYTES - 1) / EchoTokenizer.MAX_TOKEN_BYTES;
-        final long requested = req.maxTokens() > Long.MAX_VALUE - atLeast ? Long.MAX_VALUE : atLeast + req.maxTokens();
-        if (requested > config.contextTokens()) {
+        if (atLeast > config.contextTokens()) {
             final Map<String, Long> n = new LinkedHashMap<>();
             n.put("prompt_tokens_at_least", atLeast);
             n.put("max_tokens", req.maxTokens());
             n.put("max_context_tokens", config.contextTokens());
-            throw reject(new Rejection("router", Rejection.Reason.CONTEXT_TOO_LONG, "request of at least "
-                + (requested == Long.MAX_VALUE ? "more than " + Long.MAX_VALUE : Long.toString(requested)) + " tokens (a prompt of "
-                + req.prompt().length() + " chars is at least " + atLeast + " tokens, + " + req.maxTokens()
-                + " max_tokens) exceeds the max context of " + config.contextTokens() + " tokens", n));
+            throw reject(new Rejection("router", Rejection.Reason.CONTEXT_TOO_LONG, "a prompt of " + req.prompt().length()
+                + " chars is at least " + atLeast + " tokens, more than the max context of " + config.contextTokens() + " tokens",
+                n));
         }
     }
 
