@@ -44,8 +44,12 @@ final class BoundMeters {
 
     /** Every bind and close; also guards {@link #SHOWN}. */
     private static final Object LOCK = new Object();
-    /** Registry → "binder class tags" → what it shows. Weak on registries; objects are held weakly by {@link Shown}. */
-    private static final Map<MeterRegistry, Map<String, Shown>> SHOWN = new WeakHashMap<>();
+    /**
+     * Registry → "binder class tags" → what it shows. Weak on the registry and on what it shows: a {@link Shown} reaches
+     * its registry (a peer-info row's MultiGauge holds it), so a strong value would keep the entry for ever; the binders
+     * bound there hold their {@link Shown} strongly, which keeps the entry while one of them lives.
+     */
+    private static final Map<MeterRegistry, Map<String, WeakReference<Shown>>> SHOWN = new WeakHashMap<>();
 
     private final String binder;
     private final Tags tags;
@@ -83,8 +87,9 @@ final class BoundMeters {
             if (bound.containsKey(registry)) {
                 return;
             }
-            final Map<String, Shown> shown = SHOWN.computeIfAbsent(registry, r -> new HashMap<>());
-            final Shown there = shown.get(key());
+            final Map<String, WeakReference<Shown>> shown = SHOWN.computeIfAbsent(registry, r -> new HashMap<>());
+            final WeakReference<Shown> ref = shown.get(key());
+            final Shown there = ref == null ? null : ref.get();
             final Object mine = observed.get();
             if (there != null && mine != null && there.observed.get() == mine) {
                 there.binders++; // a twin: the meters there are this object's already
@@ -98,7 +103,7 @@ final class BoundMeters {
             try {
                 registrations.run();
                 final Shown s = new Shown(observed, adding, closing);
-                shown.put(key(), s);
+                shown.put(key(), new WeakReference<>(s));
                 bound.put(registry, s);
             } catch (RuntimeException | Error e) {
                 adding.forEach(registry::remove); // only what this bind added; a meter it got back is another's
@@ -148,8 +153,9 @@ final class BoundMeters {
                 }
                 s.meters.forEach(registry::remove);
                 s.onClose.forEach(Runnable::run);
-                final Map<String, Shown> shown = SHOWN.get(registry);
-                if (shown != null && shown.get(key()) == s) {
+                final Map<String, WeakReference<Shown>> shown = SHOWN.get(registry);
+                final WeakReference<Shown> ref = shown == null ? null : shown.get(key());
+                if (ref != null && ref.get() == s) {
                     shown.remove(key());
                 }
             });

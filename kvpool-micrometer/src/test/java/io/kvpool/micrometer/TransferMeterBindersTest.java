@@ -238,6 +238,27 @@ class TransferMeterBindersTest {
     }
 
     @Test
+    void aRegistryDroppedWithItsBindersUnclosedCanBeCollected() throws InterruptedException {
+        // the record of what each registry shows must not keep the registry: a role that never closes its binders
+        // makes a registry per server, and each would stay for the life of the JVM
+        try (SimRig rig = new SimRig()) {
+            final WeakReference<SimpleMeterRegistry> ref = bindAndDrop(rig);
+            for (int i = 0; i < 100 && ref.get() != null; i++) {
+                System.gc();
+                Thread.sleep(10);
+            }
+            assertNull(ref.get(), "the registry stayed reachable after it and its binders were dropped");
+        }
+    }
+
+    private static WeakReference<SimpleMeterRegistry> bindAndDrop(SimRig rig) {
+        final SimpleMeterRegistry registry = new SimpleMeterRegistry();
+        new TransferReceiverMeterBinder(rig.receiver, Tags.of("pool", "decode")).bindTo(registry);
+        new TransferSenderMeterBinder(rig.sender, Tags.of("pool", "prefill")).bindTo(registry);
+        return new WeakReference<>(registry);
+    }
+
+    @Test
     void peerInfoRowsReadFromManyThreadsWhileLinksComeAndGoEndCorrect() throws Exception {
         // registries read from their own threads (several scrapes at once, too) while the engine's thread adds and
         // drops links of another build: the rows' refresh must neither throw nor end wrong
