@@ -48,11 +48,34 @@ final class AbortDelivery implements AutoCloseable {
     private final java.util.concurrent.Semaphore posts = new java.util.concurrent.Semaphore(MAX_POSTS);
     /** Opened by close: deliverers waiting for a turn or between tries go for their last try at once. */
     private final CountDownLatch closing = new CountDownLatch(1);
+    /** Streams of aborted calls still open (read to their end or dropped after {@link RemoteDecodeCall#DROP_AFTER}). */
+    private final AtomicInteger streamsClosing = new AtomicInteger();
 
     /** @param health told when the role is found unreachable, or {@code null} */
     AbortDelivery(RoleClient client, RoleHealth health) {
         this.client = Objects.requireNonNull(client, "client");
         this.health = health;
+    }
+
+    /**
+     * Runs {@code drop} after {@code delay} and counts the aborted call's stream as closing until then: it holds a
+     * connection of the role though its request left the router's count ({@link #streamsClosing()}).
+     */
+    void dropLater(Duration delay, Runnable drop) {
+        streamsClosing.incrementAndGet();
+        java.util.concurrent.CompletableFuture.delayedExecutor(delay.toMillis(), java.util.concurrent.TimeUnit.MILLISECONDS)
+            .execute(() -> {
+                try {
+                    drop.run();
+                } finally {
+                    streamsClosing.decrementAndGet();
+                }
+            });
+    }
+
+    /** @return streams of aborted calls that may still hold a connection of the role ({@link #dropLater}) */
+    int streamsClosing() {
+        return streamsClosing.get();
     }
 
     /** Queues the abort of {@code requestId} ({@code POST /internal/abort}); returns at once. */

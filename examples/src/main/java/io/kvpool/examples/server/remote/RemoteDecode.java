@@ -62,6 +62,16 @@ final class RemoteDecode extends RemoteRole implements DecodeService {
     }
 
     /**
+     * {@inheritDoc} Less the streams of aborted calls still open: each holds one of the role's connections for up to
+     * {@link RemoteDecodeCall#DROP_AFTER} after its request left the router's count.
+     */
+    @Override
+    public int maxRequestsInFlight() {
+        final int cap = super.maxRequestsInFlight();
+        return cap == Integer.MAX_VALUE ? cap : Math.max(1, cap - aborts.streamsClosing());
+    }
+
+    /**
      * Opens the request's stream; returns once the decode process registered the call (its answer's headers),
      * so an {@link DecodeCall#abort} that follows always finds it.
      *

@@ -316,7 +316,7 @@ final class RemoteDecodeCall implements DecodeCall {
             aborted = true;
         }
         if (finished) { // the process ended the request itself (its last event came): nothing to tell it
-            CompletableFuture.delayedExecutor(DROP_AFTER.toMillis(), TimeUnit.MILLISECONDS).execute(this::dropUnlessEnded);
+            aborts.dropLater(DROP_AFTER, this::dropUnlessEnded);
             return; // but a process that never ends the stream after its last event does not keep the connection
         }
         events.add(Map.entry("aborted", json.createObjectNode().put("message", why))); // a generate() waiting ends now
@@ -325,7 +325,7 @@ final class RemoteDecodeCall implements DecodeCall {
         admission.complete(unavailable(msg));
         outcome.complete(new TransferOutcome(false, "ABORTED", msg));
         aborts.send(requestId, why); // delivered (and retried) on its own thread: the caller does not wait for the role
-        CompletableFuture.delayedExecutor(DROP_AFTER.toMillis(), java.util.concurrent.TimeUnit.MILLISECONDS).execute(this::dropUnlessEnded);
+        aborts.dropLater(DROP_AFTER, this::dropUnlessEnded);
     }
 
     /** @return whether the stream's last event came (for tests) */

@@ -15,8 +15,8 @@ abstract class RemoteRole implements AutoCloseable {
     /**
      * Connections the router leaves free at a role for what is not a request's own call: the aborts and give-backs
      * delivered in the background ({@link AbortDelivery#MAX_POSTS} at once), the probe's own client, the status reads
-     * of {@code /metrics} and the live page, and the decode streams of aborted requests still read to their end
-     * ({@link RemoteDecodeCall#DROP_AFTER}) after their requests left the count.
+     * of {@code /metrics} and the live page (3), and a margin of 4. The decode streams of aborted requests, still read
+     * to their end after their requests left the count, are subtracted as they come ({@link RemoteDecode#maxRequestsInFlight}).
      */
     static final int SPARE_CONNECTIONS = AbortDelivery.MAX_POSTS + 1 + 3 + 4;
 

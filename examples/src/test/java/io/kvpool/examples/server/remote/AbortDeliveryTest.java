@@ -76,6 +76,24 @@ class AbortDeliveryTest {
     }
 
     @Test
+    void anAbortedStreamCountsAgainstTheRoutersRequestsUntilItIsDropped() throws Exception {
+        // an aborted call's stream holds a connection of the role for up to DROP_AFTER after its request left the
+        // router's count: the router's cap on requests in flight takes it off (RemoteDecode.maxRequestsInFlight)
+        final RoleClient client = new RoleClient("decode", java.net.URI.create("http://127.0.0.1:1/"), new ObjectMapper());
+        final AbortDelivery aborts = new AbortDelivery(client, null);
+        final java.util.concurrent.CountDownLatch dropped = new java.util.concurrent.CountDownLatch(2);
+        aborts.dropLater(Duration.ofMillis(200), dropped::countDown);
+        aborts.dropLater(Duration.ofMillis(200), () -> {
+            dropped.countDown();
+            throw new IllegalStateException("a drop that fails still ends its count");
+        });
+        assertEquals(2, aborts.streamsClosing());
+        assertTrue(dropped.await(10, java.util.concurrent.TimeUnit.SECONDS));
+        Await.until(() -> aborts.streamsClosing() == 0, Duration.ofSeconds(10), () -> "the count back to 0: " + aborts.streamsClosing());
+        client.close();
+    }
+
+    @Test
     void theAbortsStillPendingAtCloseTryOnceMoreBeforeCloseReturns() throws Exception {
         try (Role role = new Role(0)) {
             final RoleClient client = new RoleClient("prefill", role.base(), new ObjectMapper());

@@ -92,6 +92,26 @@ class RemoteDecodeCallAbortTest {
     }
 
     @Test
+    void anAbortedCallsStreamIsCountedAsClosingUntilItsDrop() throws Exception {
+        final CountDownLatch never = new CountDownLatch(2); // the abort counts one down: the stream stays open
+        final CountDownLatch gone = new CountDownLatch(1);
+        try (io.kvpool.examples.http.HttpFront decode = stub(never, gone)) {
+            final ObjectMapper json = new ObjectMapper();
+            final RoleClient client = new RoleClient(DecodeRole.ROLE, decode.baseUri(), json);
+            final AbortDelivery aborts = new AbortDelivery(client, null);
+            final RemoteDecodeCall call = RemoteDecodeCall.open(client, json, aborts, 45, "alice", 8, 2, Duration.ofSeconds(10),
+                Duration.ofSeconds(10));
+            assertTrue(call.awaitAdmission(Duration.ofSeconds(10)).admitted());
+            assertEquals(0, aborts.streamsClosing());
+            call.abort("client gone");
+            assertEquals(1, aborts.streamsClosing(), "the stream holds a connection after its request left the count");
+            assertTrue(gone.await(RemoteDecodeCall.DROP_AFTER.toMillis() * 5, TimeUnit.MILLISECONDS), "dropped");
+            io.kvpool.examples.server.Await.until(() -> aborts.streamsClosing() == 0, Duration.ofSeconds(10),
+                () -> "closing streams: " + aborts.streamsClosing());
+        }
+    }
+
+    @Test
     void aStreamTheProcessEndsAfterTheAbortIsReadToItsEndNotClosed() throws Exception {
         final CountDownLatch end = new CountDownLatch(1);
         final CountDownLatch gone = new CountDownLatch(1);
