@@ -37,7 +37,7 @@ class EvidenceReviewRegressionTest {
 
     @Test
     void aReplayInWhichNothingCompletedIsNotClean() {
-        // every request refused or failed, as tolerated answers: no completion, so no KV was checked
+        // no request ran at all (as when every one is refused before it counts): no completion, so no KV was checked
         final io.kvpool.examples.load.LoadGenerator.Result none = new io.kvpool.examples.load.LoadGenerator.Result(java.util.List.of(), 1, 1);
         final Replay.Result r = new Replay.Result(null, null, null, none, java.util.Map.of(), java.util.Map.of(),
             new io.kvpool.examples.load.PoolCheck(true, java.util.List.of()));
