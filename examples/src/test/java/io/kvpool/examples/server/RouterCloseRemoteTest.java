@@ -25,21 +25,32 @@ class RouterCloseRemoteTest {
     @TempDir
     Path dir;
 
-    @Test
-    void aRouterClosingMidTransferAnswers503ServerClosing() throws Exception {
-        final int prefillPort = FixedPort.belowEphemeralRange();
+    /** Both roles' flags; prefill's add a fixed port and {@code extra}. */
+    private ThreeProcesses start(String... extraPrefillArgs) throws Exception {
         final String[] args = {"--work-dir", dir.toString(), "--context", "512", "--prefill-pages", "64", "--decode-pages", "128",
             "--token-delay-ms", "0", "--transfer-timeout-ms", "30000", "--reconnect-ms", "50"};
-        final String[] prefillArgs = java.util.Arrays.copyOf(args, args.length + 2);
-        prefillArgs[args.length] = "--port";
-        prefillArgs[args.length + 1] = Integer.toString(prefillPort);
+        final java.util.List<String> prefillArgs = new java.util.ArrayList<>(java.util.List.of(args));
+        prefillArgs.addAll(java.util.List.of("--port", Integer.toString(FixedPort.belowEphemeralRange())));
+        prefillArgs.addAll(java.util.List.of(extraPrefillArgs));
+        final ThreeProcesses roles = ThreeProcesses.start(dir, args, prefillArgs.toArray(String[]::new), Duration.ofSeconds(60));
+        roles.awaitDecodeReady(Duration.ofSeconds(30));
+        return roles;
+    }
+
+    /** Starts a request of erin's whose KV transfer prefill's gate holds; returns once decode holds its 7 pages RECEIVING. */
+    private static Future<TestClient.Response> heldTransfer(ThreeProcesses roles, ExecutorService pool) throws Exception {
+        roles.prefill.post("internal/test/gate", "{\"closed\":true}");
+        final Future<TestClient.Response> inFlight = pool.submit(() -> roles.client.complete("erin", BackpressureTest.words("e", 100), 4, false));
+        Await.until(() -> SeparateRolesTest.call(() -> SeparateRolesTest.count(roles.decode.pages(), 'R') == 7), Duration.ofSeconds(15),
+            () -> SeparateRolesTest.show(roles.decode));
+        return inFlight;
+    }
+
+    @Test
+    void aRouterClosingMidTransferAnswers503ServerClosing() throws Exception {
         final ExecutorService pool = Executors.newVirtualThreadPerTaskExecutor();
-        try (ThreeProcesses roles = ThreeProcesses.start(dir, args, prefillArgs, Duration.ofSeconds(60))) {
-            roles.awaitDecodeReady(Duration.ofSeconds(30));
-            roles.prefill.post("internal/test/gate", "{\"closed\":true}");
-            final Future<TestClient.Response> inFlight = pool.submit(() -> roles.client.complete("erin", BackpressureTest.words("e", 100), 4, false));
-            Await.until(() -> SeparateRolesTest.call(() -> SeparateRolesTest.count(roles.decode.pages(), 'R') == 7), Duration.ofSeconds(15),
-                () -> SeparateRolesTest.show(roles.decode));
+        try (ThreeProcesses roles = start()) {
+            final Future<TestClient.Response> inFlight = heldTransfer(roles, pool);
             final long closing = System.nanoTime();
             roles.router.close();
             final TestClient.Response r = inFlight.get(30, TimeUnit.SECONDS);
@@ -57,21 +68,9 @@ class RouterCloseRemoteTest {
     void aPrefillStoppingMidTransferIsAnsweredAsALostRoleToRetry() throws Exception {
         // a rolling restart of prefill whose grace ends with a transfer's writes still held: a retry can be served by
         // the restarted process, so the answer is 503 with Retry-After, as for a prefill that crashed, not a final 502
-        final int prefillPort = FixedPort.belowEphemeralRange();
-        final String[] args = {"--work-dir", dir.toString(), "--context", "512", "--prefill-pages", "64", "--decode-pages", "128",
-            "--token-delay-ms", "0", "--transfer-timeout-ms", "30000", "--reconnect-ms", "50"};
-        final String[] prefillArgs = java.util.Arrays.copyOf(args, args.length + 4);
-        prefillArgs[args.length] = "--port";
-        prefillArgs[args.length + 1] = Integer.toString(prefillPort);
-        prefillArgs[args.length + 2] = "--shutdown-grace-ms";
-        prefillArgs[args.length + 3] = "200";
         final ExecutorService pool = Executors.newVirtualThreadPerTaskExecutor();
-        try (ThreeProcesses roles = ThreeProcesses.start(dir, args, prefillArgs, Duration.ofSeconds(60))) {
-            roles.awaitDecodeReady(Duration.ofSeconds(30));
-            roles.prefill.post("internal/test/gate", "{\"closed\":true}");
-            final Future<TestClient.Response> inFlight = pool.submit(() -> roles.client.complete("erin", BackpressureTest.words("e", 100), 4, false));
-            Await.until(() -> SeparateRolesTest.call(() -> SeparateRolesTest.count(roles.decode.pages(), 'R') == 7), Duration.ofSeconds(15),
-                () -> SeparateRolesTest.show(roles.decode));
+        try (ThreeProcesses roles = start("--shutdown-grace-ms", "200")) {
+            final Future<TestClient.Response> inFlight = heldTransfer(roles, pool);
             roles.prefill.terminate();
             final TestClient.Response r = inFlight.get(30, TimeUnit.SECONDS);
             assertEquals(503, r.status(), r::body);

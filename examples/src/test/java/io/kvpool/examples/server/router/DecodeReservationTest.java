@@ -8,7 +8,6 @@ import io.kvpool.examples.server.role.DecodeCall;
 import io.kvpool.examples.server.role.DecodeRole;
 import io.kvpool.examples.server.role.DecodeService;
 import io.kvpool.examples.server.role.InJvmRoles;
-import io.kvpool.examples.server.role.PrefillService;
 import io.kvpool.examples.server.role.Rejection;
 import io.kvpool.examples.server.role.RoleStatus;
 import org.junit.jupiter.api.Test;
@@ -118,8 +117,9 @@ class DecodeReservationTest {
         final ServerConfig cfg = ServerTests.small().build();
         try (InJvmRoles roles = InJvmRoles.start(cfg, Duration.ofSeconds(10))) {
             Await.until(roles.decode()::ready, Duration.ofSeconds(10), () -> "the prefill link");
-            final CountDownLatch computing = new CountDownLatch(1), done = new CountDownLatch(1);
-            final Router router = new Router(cfg, new SlowPrefill(roles.prefill(), computing, done), roles.decode());
+            final HeldPrefill held = new HeldPrefill(roles.prefill());
+            final CountDownLatch computing = held.entered, done = held.release;
+            final Router router = new Router(cfg, held, roles.decode());
             final Thread request = Thread.ofVirtual().start(() -> {
                 try {
                     router.complete("alice", new Router.Request(PROMPT, MAX_TOKENS, false), NoSink.INSTANCE);
@@ -222,27 +222,6 @@ class DecodeReservationTest {
     }
 
     /** A prefill whose every call waits for {@code done} once it said it is {@code computing}. */
-    private static final class SlowPrefill extends ForwardingPrefill {
-        private final CountDownLatch computing, done;
-
-        SlowPrefill(PrefillService p, CountDownLatch computing, CountDownLatch done) {
-            super(p);
-            this.computing = computing;
-            this.done = done;
-        }
-
-        @Override
-        public Rejection prefill(long requestId, String tenant, java.util.List<byte[]> tokens) {
-            computing.countDown();
-            try {
-                done.await();
-            } catch (InterruptedException e) {
-                Thread.currentThread().interrupt();
-            }
-            return super.prefill(requestId, tenant, tokens);
-        }
-    }
-
     /** A decode that, once it reserved a request, promises every other page: the request's call must use its reservation. */
     private static final class FillAfterReserve extends ForwardingDecode {
         private final long[] fillerEnd;

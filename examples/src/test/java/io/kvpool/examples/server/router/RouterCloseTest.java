@@ -253,39 +253,10 @@ class RouterCloseTest {
         }
     }
 
-    /** No transfer, page, open sequence or reservation left in either pool. */
     /**
      * Runs a request of alice's through {@code router} on a thread of its own (a stuck one must not hold the common
      * pool). @return its outcome: the answer, or what it threw
      */
-    /** The real prefill role, held inside prefill() until {@code release}; counts the aborts it is told. */
-    private static final class HeldPrefill extends ForwardingPrefill {
-        final CountDownLatch entered = new CountDownLatch(1);
-        final CountDownLatch release = new CountDownLatch(1);
-        final java.util.concurrent.atomic.AtomicInteger aborts = new java.util.concurrent.atomic.AtomicInteger();
-
-        HeldPrefill(PrefillService p) {
-            super(p);
-        }
-
-        @Override
-        public Rejection prefill(long requestId, String tenant, List<byte[]> tokens) {
-            entered.countDown();
-            try {
-                release.await();
-            } catch (InterruptedException e) {
-                Thread.currentThread().interrupt();
-            }
-            return super.prefill(requestId, tenant, tokens);
-        }
-
-        @Override
-        public void abort(long requestId, String why) {
-            aborts.incrementAndGet();
-            super.abort(requestId, why);
-        }
-    }
-
     private static CompletableFuture<Object> completeOnItsOwnThread(Router router, String prompt) {
         return CompletableFuture.supplyAsync(() -> {
             try {

@@ -5,13 +5,10 @@ import io.kvpool.examples.server.ServerTests;
 import io.kvpool.examples.server.api.ApiError;
 import io.kvpool.examples.server.config.ServerConfig;
 import io.kvpool.examples.server.role.InJvmRoles;
-import io.kvpool.examples.server.role.PrefillService;
-import io.kvpool.examples.server.role.Rejection;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
 
 import java.time.Duration;
-import java.util.List;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
 
@@ -34,27 +31,13 @@ class RouterConnectionCapTest {
         final ServerConfig cfg = ServerTests.small().build();
         try (InJvmRoles roles = InJvmRoles.start(cfg, Duration.ofSeconds(10))) {
             Await.until(roles.decode()::ready, Duration.ofSeconds(10), () -> "the prefill link");
-            final CountDownLatch computing = new CountDownLatch(2), done = new CountDownLatch(1);
-            final java.util.concurrent.atomic.AtomicInteger calls = new java.util.concurrent.atomic.AtomicInteger();
-            final PrefillService twoAtATime = new ForwardingPrefill(roles.prefill()) {
+            final HeldPrefill twoAtATime = new HeldPrefill(roles.prefill(), 2) { // the first two held; a third, let in, is not
                 @Override
                 public int maxRequestsInFlight() {
                     return 2;
                 }
-
-                @Override
-                public Rejection prefill(long requestId, String tenant, List<byte[]> tokens) {
-                    if (calls.incrementAndGet() <= 2) { // the first two are held; a third, were it let in, is not
-                        computing.countDown();
-                        try {
-                            done.await();
-                        } catch (InterruptedException e) {
-                            Thread.currentThread().interrupt();
-                        }
-                    }
-                    return super.prefill(requestId, tenant, tokens);
-                }
             };
+            final CountDownLatch computing = twoAtATime.entered, done = twoAtATime.release;
             final Router router = new Router(cfg, twoAtATime, roles.decode());
             final Thread[] held = new Thread[2];
             final Exception[] failed = new Exception[2];
