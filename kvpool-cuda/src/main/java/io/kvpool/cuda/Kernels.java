@@ -155,7 +155,7 @@ public final class Kernels {
      */
     static int requiredDriverVersion(Properties properties) {
         final String nvcc = properties.getProperty("nvcc.version", "");
-        final java.util.regex.Matcher m = java.util.regex.Pattern.compile("release (\\d{1,3})\\.(\\d{1,2})").matcher(nvcc);
+        final java.util.regex.Matcher m = NVCC_RELEASE.matcher(nvcc);
         if (!m.find()) {
             throw new IllegalStateException("the fatbin's build record names no CUDA release: nvcc.version='" + nvcc + "'");
         }
@@ -179,6 +179,9 @@ public final class Kernels {
     private static String release(int version) {
         return version / 1000 + "." + version % 1000 / 10;
     }
+
+    /** "release 13.0" in nvcc's banner; only the major release decides which drivers load the fatbin. */
+    private static final java.util.regex.Pattern NVCC_RELEASE = java.util.regex.Pattern.compile("release (\\d{1,3})\\.\\d{1,2}");
 
     private static byte[] read(String resource) {
         try (InputStream in = open(resource)) {

@@ -53,6 +53,8 @@ final class BoundMeters {
 
     private final String binder;
     private final Tags tags;
+    /** "binder class tags": what a registry shows for this binder is recorded under it. */
+    private final String key;
     private final WeakReference<Object> observed;
     private final Map<MeterRegistry, Shown> bound = new IdentityHashMap<>();
     private boolean closed;
@@ -69,6 +71,7 @@ final class BoundMeters {
     BoundMeters(String binder, Tags tags, Object observed) {
         this.binder = binder;
         this.tags = tags;
+        this.key = binder + " " + tags;
         this.observed = new WeakReference<>(observed);
     }
 
@@ -88,7 +91,7 @@ final class BoundMeters {
                 return;
             }
             final Map<String, WeakReference<Shown>> shown = SHOWN.computeIfAbsent(registry, r -> new HashMap<>());
-            final WeakReference<Shown> ref = shown.get(key());
+            final WeakReference<Shown> ref = shown.get(key);
             final Shown there = ref == null ? null : ref.get();
             final Object mine = observed.get();
             if (there != null && mine != null && there.observed.get() == mine) {
@@ -103,7 +106,7 @@ final class BoundMeters {
             try {
                 registrations.run();
                 final Shown s = new Shown(observed, adding, closing);
-                shown.put(key(), new WeakReference<>(s));
+                shown.put(key, new WeakReference<>(s));
                 bound.put(registry, s);
             } catch (RuntimeException | Error e) {
                 adding.forEach(registry::remove); // only what this bind added; a meter it got back is another's
@@ -154,16 +157,12 @@ final class BoundMeters {
                 s.meters.forEach(registry::remove);
                 s.onClose.forEach(Runnable::run);
                 final Map<String, WeakReference<Shown>> shown = SHOWN.get(registry);
-                final WeakReference<Shown> ref = shown == null ? null : shown.get(key());
+                final WeakReference<Shown> ref = shown == null ? null : shown.get(key);
                 if (ref != null && ref.get() == s) {
-                    shown.remove(key());
+                    shown.remove(key);
                 }
             });
             bound.clear();
         }
-    }
-
-    private String key() {
-        return binder + " " + tags;
     }
 }

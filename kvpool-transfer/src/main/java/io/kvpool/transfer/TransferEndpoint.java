@@ -342,7 +342,8 @@ abstract class TransferEndpoint implements LinkListener, AutoCloseable {
                 case Message.Hello h -> {
                     p.remote = h.identity();
                     p.helloFormat = version;
-                    final List<String> mismatches = new ArrayList<>(identity.mismatches(h.identity(), strictBuild));
+                    final List<String> common = identity.mismatches(h.identity(), false); // what both sides check
+                    final List<String> mismatches = new ArrayList<>(strictBuild ? identity.mismatches(h.identity(), true) : common);
                     if (identity.commonVersion(h.identity()) >= 0 && negotiated(h.identity()) < 0) {
                         mismatches.add(0, "protocol versions: local=" + identity.versions() + " remote=" + h.identity().versions()
                             + " share none with this build's wire format [" + WireFormat.MIN_VERSION + "," + WireFormat.VERSION + "]");
@@ -351,7 +352,7 @@ abstract class TransferEndpoint implements LinkListener, AutoCloseable {
                     // without strictBuild are the same on both sides) and names its view. A refusal only this side
                     // makes (strictBuild, this build's wire format) sends no HELLO: the peer would go UP on it until
                     // our REFUSE came, and a transfer it started in between would pin its pages for nothing
-                    if (!p.helloSent && (mismatches.isEmpty() || !identity.mismatches(h.identity(), false).isEmpty())) {
+                    if (!p.helloSent && (mismatches.isEmpty() || !common.isEmpty())) {
                         try {
                             sendHello(p, version); // in kind: a version-1 peer reads only a version-1 HELLO
                         } catch (RuntimeException e) {

@@ -162,10 +162,6 @@ public final class TransferReceiver extends TransferEndpoint {
 
     /** {@return the transfers under way: not yet terminal and not QUARANTINED, as {@link #maxTransfers()} counts} Owner thread. */
     public int transfersUnderWay() {
-        return underWay();
-    }
-
-    private int underWay() {
         int n = 0;
         for (int i = 0; i < active.size(); i++) {
             if (active.get(i).state != IncomingTransfer.State.QUARANTINED) {
@@ -486,7 +482,7 @@ public final class TransferReceiver extends TransferEndpoint {
      * hold bound how many there can be.
      */
     private int freeSlot() {
-        if (underWay() >= maxTransfers) {
+        if (transfersUnderWay() >= maxTransfers) {
             return -1;
         }
         for (int i = 0; i < slots.length; i++) {

@@ -1,5 +1,6 @@
 package io.kvpool.examples.replay;
 
+import io.kvpool.examples.load.LoadReport;
 import io.kvpool.examples.load.Mix;
 import io.kvpool.examples.load.Options;
 import io.kvpool.examples.load.Outcome;
@@ -102,7 +103,7 @@ public final class ReplayCommand implements Subcommand {
         final long foreignKv = r.run().outcomes().stream().filter(Outcome::foreignKv).count();
         final long mismatches = r.run().kvMismatches();
         final boolean leak = r.foreignMarkers() > 0 || foreignKv > 0;
-        final boolean nothing = io.kvpool.examples.load.LoadReport.nothingCompleted(r.run());
+        final boolean nothing = LoadReport.nothingCompleted(r.run());
         final boolean clean = clean(r);
         out.println(clean ? "verdict: no response contained another tenant's marker or KV; every completion got its own prompt's KV; pools balanced"
             : leak ? "verdict: LEAK — " + r.foreignMarkers() + " responses contained another tenant's marker, " + foreignKv
@@ -119,7 +120,7 @@ public final class ReplayCommand implements Subcommand {
      */
     static boolean clean(Replay.Result r) {
         return r.foreignMarkers() == 0 && r.run().outcomes().stream().noneMatch(Outcome::foreignKv) && r.run().kvMismatches() == 0
-            && r.count(Outcome.Kind.UNEXPECTED) == 0 && r.pools().ok() && !io.kvpool.examples.load.LoadReport.nothingCompleted(r.run());
+            && r.count(Outcome.Kind.UNEXPECTED) == 0 && r.pools().ok() && !LoadReport.nothingCompleted(r.run());
     }
 
     /** The settings from the options: the replay's server defaults, then the server options given. */

@@ -103,10 +103,10 @@ public record Preflight(RoleIdentity expected, long advertised, RemoteStatus pre
             d == null ? null : Long.toString(d.maxSafeContext()), "largest safe context");
         row(b, fmt, KV_LINK, "up", link(prefill), link(decode), KV_LINK);
         row(b, fmt, "max connections", expected.maxConnections() + " (clients)", connections(p), connections(d), "max connections");
-        final long roleMin = Math.min(p == null || p.maxConnections() <= 0 ? Long.MAX_VALUE : p.maxConnections(),
-            d == null || d.maxConnections() <= 0 ? Long.MAX_VALUE : d.maxConnections());
-        if (roleMin != Long.MAX_VALUE && roleMin - RemoteRole.SPARE_CONNECTIONS < expected.maxConnections()) {
-            b.append("  note: the router takes at most ").append(Math.max(1, roleMin - RemoteRole.SPARE_CONNECTIONS))
+        final long allowed = Math.min(RemoteRole.requestsAllowed(p == null ? 0 : p.maxConnections()),
+            RemoteRole.requestsAllowed(d == null ? 0 : d.maxConnections()));
+        if (allowed < expected.maxConnections()) {
+            b.append("  note: the router takes at most ").append(Math.max(1, allowed))
                 .append(" requests in flight (the smaller role's --max-connections less ").append(RemoteRole.SPARE_CONNECTIONS)
                 .append(") and answers more 503 roles_busy; raise the roles' --max-connections to serve up to ")
                 .append(expected.maxConnections()).append('\n');

@@ -73,8 +73,16 @@ abstract class RemoteRole implements AutoCloseable {
      *         role has not reported it
      */
     public int maxRequestsInFlight() {
-        final long m = maxConnections;
-        return m <= 0 ? Integer.MAX_VALUE : (int) Math.max(1, Math.min(Integer.MAX_VALUE, m - SPARE_CONNECTIONS));
+        return (int) Math.max(1, Math.min(Integer.MAX_VALUE, requestsAllowed(maxConnections)));
+    }
+
+    /**
+     * @param maxConnections a role's {@code --max-connections}, or 0 when it did not report it
+     * @return the requests a router may have in flight with that role ({@value #SPARE_CONNECTIONS} fewer), unbounded
+     *         ({@link Long#MAX_VALUE}) when not reported; may be 0 or less for a role that allows too few
+     */
+    static long requestsAllowed(long maxConnections) {
+        return maxConnections <= 0 ? Long.MAX_VALUE : maxConnections - SPARE_CONNECTIONS;
     }
 
     /** @return the role's status, read from the process */
