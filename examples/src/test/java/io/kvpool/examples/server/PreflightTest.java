@@ -41,6 +41,12 @@ class PreflightTest {
         return out.toString(StandardCharsets.UTF_8);
     }
 
+    /** @return the exit code of {@code preflight} over both roles with {@code --context 512} */
+    private int preflight(InJvmRoleServers roles) throws Exception {
+        return run("preflight", "--prefill-url", roles.prefill.baseUri().toString(), "--decode-url", roles.decode.baseUri().toString(),
+            "--context", "512");
+    }
+
     private static ServerConfig routerOver(RoleServer prefill, RoleServer decode, boolean clamp) {
         return ServerTests.small().clampContext(clamp)
             .topology(Topology.DEFAULT.withRole(Topology.Role.ROUTER).withUrls(prefill.baseUri(), decode.baseUri())).build();
@@ -49,8 +55,7 @@ class PreflightTest {
     @Test
     void aMatchingDeploymentPassesAndTheRouterStarts() throws Exception {
         try (InJvmRoleServers roles = InJvmRoleServers.start(ServerTests.small().workDir(dir), Duration.ofSeconds(30))) {
-            assertEquals(0, run("preflight", "--prefill-url", roles.prefill.baseUri().toString(), "--decode-url",
-                roles.decode.baseUri().toString(), "--context", "512"), this::out);
+            assertEquals(0, preflight(roles), this::out);
             assertTrue(out().contains("every role matches") && out().endsWith("OK\n"), out());
             assertTrue(out().contains("largest safe context   512 (advertised)"), out());
             assertTrue(out().contains("KV link"), out());
@@ -69,8 +74,7 @@ class PreflightTest {
     @Test
     void rolesThatTakeFewerConnectionsThanTheRouterCapItsRequestsInFlight() throws Exception {
         try (InJvmRoleServers roles = InJvmRoleServers.start(ServerTests.small().workDir(dir).maxConnections(20), Duration.ofSeconds(30))) {
-            assertEquals(0, run("preflight", "--prefill-url", roles.prefill.baseUri().toString(), "--decode-url",
-                roles.decode.baseUri().toString(), "--context", "512"), this::out);
+            assertEquals(0, preflight(roles), this::out);
             assertTrue(out().contains("max connections") && out().contains("1024 (clients)"), out());
             assertTrue(out().contains("the router takes at most 4 requests in flight"), out());
             assertEquals(20, InJvmRoleServers.status(roles.decode.baseUri()).path("identity").path("max_connections").asLong());
@@ -86,8 +90,7 @@ class PreflightTest {
     @Test
     void rolesThatTakeNoMoreConnectionsThanTheRouterKeepsSpareFailPreflight() throws Exception {
         try (InJvmRoleServers roles = InJvmRoleServers.start(ServerTests.small().workDir(dir).maxConnections(16), Duration.ofSeconds(30))) {
-            assertEquals(1, run("preflight", "--prefill-url", roles.prefill.baseUri().toString(), "--decode-url",
-                roles.decode.baseUri().toString(), "--context", "512"), this::out);
+            assertEquals(1, preflight(roles), this::out);
             assertTrue(out().contains("MISMATCH decode max connections: 16, the router expects > 16"), out());
             assertTrue(out().contains("MISMATCH prefill max connections: 16"), out());
         }

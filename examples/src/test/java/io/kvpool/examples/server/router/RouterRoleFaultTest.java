@@ -38,29 +38,32 @@ class RouterRoleFaultTest {
         };
     }
 
+    /** @return what a router whose prefill throws {@code e} answers a request */
+    private static ApiError answer(ServerConfig cfg, InJvmRoles roles, RuntimeException e) {
+        final Router router = new Router(cfg, failing(roles.prefill(), e), roles.decode());
+        try {
+            return assertThrows(ApiError.class,
+                () -> router.complete("alice", new Router.Request(PROMPT, MAX_TOKENS, false), NoSink.INSTANCE));
+        } finally {
+            router.close();
+        }
+    }
+
     @Test
     void aRolesOwnFaultIsA502AndARoleThatCannotTakeCallsA503() throws Exception {
         final ServerConfig cfg = ServerTests.small().build();
         try (InJvmRoles roles = InJvmRoles.start(cfg, Duration.ofSeconds(10))) {
             Await.until(roles.decode()::ready, Duration.ofSeconds(10), () -> "the prefill link");
-            final Router faulty = new Router(cfg, failing(roles.prefill(), new IllegalStateException("injected storage fault")),
-                roles.decode());
-            final ApiError fault = assertThrows(ApiError.class,
-                () -> faulty.complete("alice", new Router.Request(PROMPT, MAX_TOKENS, false), NoSink.INSTANCE));
+            final ApiError fault = answer(cfg, roles, new IllegalStateException("injected storage fault"));
             assertEquals(502, fault.status(), fault::getMessage);
             assertEquals("role_error", fault.reason());
             assertEquals(0, fault.retryAfterSeconds());
             assertTrue(fault.getMessage().contains("injected storage fault"), fault::getMessage);
-            faulty.close();
 
-            final Router busy = new Router(cfg, failing(roles.prefill(), new RoleUnavailableException("prefill role is closed")),
-                roles.decode());
-            final ApiError closed = assertThrows(ApiError.class,
-                () -> busy.complete("bob", new Router.Request(PROMPT, MAX_TOKENS, false), NoSink.INSTANCE));
+            final ApiError closed = answer(cfg, roles, new RoleUnavailableException("prefill role is closed"));
             assertEquals(503, closed.status(), closed::getMessage);
             assertEquals("prefill_unavailable", closed.reason());
             assertEquals(1, closed.retryAfterSeconds());
-            busy.close();
             Await.until(() -> roles.decodePool().snapshot().openSequences() == 0, Duration.ofSeconds(10),
                 () -> "decode's reservations given back: " + roles.decodePool().snapshot());
         }
