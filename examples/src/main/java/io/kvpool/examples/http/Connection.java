@@ -359,15 +359,16 @@ final class Connection {
         front.callsDequeued(1); // after it counts as started: a graceful stop never sees it in neither count
         executor.execute(() -> {
             Throwable failure = null;
+            String errorId = null;
             try {
                 front.handler().handle(call);
             } catch (Throwable e) {
                 failure = e;
                 if (!(e instanceof java.io.IOException) || !(call.clientGone() || !channel.isActive())) {
-                    LOG.log(System.Logger.Level.ERROR, call.method() + " " + call.path() + " failed", e);
+                    errorId = InternalErrors.log(LOG, call.method() + " " + call.path(), e);
                 }
             } finally {
-                call.finish(failure);
+                call.finish(failure, errorId);
             }
         });
     }

@@ -277,9 +277,14 @@ public final class HttpCall {
     /**
      * After the handler returned: ends what it left open. A stream is ended, unless the handler failed or was
      * interrupted: a stream ended with its terminal chunk reads as complete, so that one is cut instead. A call never
-     * answered gets a 500 (a handler must answer; this one did not). Handler thread.
+     * answered gets a 500 (a handler must answer; this one did not) that names the failure by its error id only, never
+     * by its text. Handler thread.
+     *
+     * @param failure what the handler threw, or {@code null}
+     * @param errorId the id {@code failure} was logged under ({@link InternalErrors#log}), or {@code null} if it was not
+     *                logged (its client is gone)
      */
-    void finish(Throwable failure) {
+    void finish(Throwable failure, String errorId) {
         try {
             switch (state) {
                 case STREAMING -> {
@@ -289,9 +294,16 @@ public final class HttpCall {
                     }
                     endStream();
                 }
-                case OPEN -> respondError(500, "server_error", "internal_error", failure == null
-                    ? "the handler of " + method + " " + path() + " returned without an answer"
-                    : "internal error: " + failure, Map.of(), 0);
+                case OPEN -> {
+                    if (failure == null) {
+                        respondError(500, "server_error", "internal_error", "the handler of " + method + " " + path()
+                            + " returned without an answer", Map.of(), 0);
+                    } else {
+                        // no id: the client left and the failure was not logged (Connection logs every other one)
+                        final String id = errorId != null ? errorId : InternalErrors.nextId();
+                        respondError(500, "server_error", "internal_error", InternalErrors.message(id), Map.of("error_id", id), 0);
+                    }
+                }
                 case ANSWERED -> {
                     if (!lastIssued) { // an answer that failed between its start and its last write
                         throw new IOException("the answer of " + method + " " + path() + " was cut short");

@@ -2,6 +2,7 @@ package io.kvpool.examples.ui;
 
 import io.kvpool.examples.http.HttpCall;
 import io.kvpool.examples.http.HttpHandler;
+import io.kvpool.examples.http.InternalErrors;
 
 import java.io.IOException;
 import java.io.InputStream;
@@ -40,6 +41,7 @@ public final class LivePage {
     /** The state's path. */
     public static final String STATE_PATH = "/api/state";
 
+    private static final System.Logger LOG = System.getLogger(LivePage.class.getName());
     private static final String ALLOW = "GET, HEAD";
     /** Inline script and style only; the page may talk to its own origin and nothing else. */
     private static final String CSP = "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "
@@ -96,7 +98,9 @@ public final class LivePage {
             try {
                 json = StateJson.write(state.get());
             } catch (RuntimeException e) {
-                error(ex, 500, "server_error", "state_unavailable", "state unavailable: " + e);
+                final String id = InternalErrors.log(LOG, "reading the live state", e); // its text stays in the log
+                error(ex, 500, "server_error", "state_unavailable", "state unavailable: " + InternalErrors.message(id),
+                    Map.of("error_id", id));
                 return;
             }
             ex.setHeader("Cache-Control", "no-store");
@@ -104,9 +108,14 @@ public final class LivePage {
         }
 
         private static void error(HttpCall ex, int status, String type, String reason, String message) throws IOException {
+            error(ex, status, type, reason, message, Map.of());
+        }
+
+        private static void error(HttpCall ex, int status, String type, String reason, String message, Map<String, ?> fields)
+            throws IOException {
             ex.setHeader("Cache-Control", "no-store");
             ex.setHeader("X-Content-Type-Options", "nosniff");
-            ex.respondError(status, type, reason, message, Map.of(), 0);
+            ex.respondError(status, type, reason, message, fields, 0);
         }
     }
 }

@@ -498,7 +498,7 @@ class HttpFrontTest {
     }
 
     @Test
-    void aHandlerThatThrowsOrAnswersNothingGets500_andTheConnectionServesOn() throws Exception {
+    void aHandlerThatThrowsOrAnswersNothingGets500WithoutItsText_andTheConnectionServesOn() throws Exception {
         start(FAST, call -> {
             if (call.path().equals("/throw")) {
                 throw new IllegalStateException("injected");
@@ -507,15 +507,38 @@ class HttpFrontTest {
                 ECHO.handle(call);
             }
         });
+        final java.util.logging.Logger log = java.util.logging.Logger.getLogger("io.kvpool.examples.http");
+        final java.util.List<java.util.logging.LogRecord> logged = new java.util.concurrent.CopyOnWriteArrayList<>();
+        final java.util.logging.Handler capture = new java.util.logging.Handler() {
+            @Override
+            public void publish(java.util.logging.LogRecord r) {
+                logged.add(r);
+            }
+
+            @Override
+            public void flush() {
+            }
+
+            @Override
+            public void close() {
+            }
+        };
+        log.addHandler(capture);
         try (Socket s = connect()) {
             send(s, "GET /throw HTTP/1.1\r\nHost: x\r\n\r\n");
             final String a = readOne(s);
-            assertTrue(a.startsWith("HTTP/1.1 500") && a.contains("\"reason\":\"internal_error\"") && a.contains("injected"), a);
+            final java.util.regex.Matcher id = java.util.regex.Pattern.compile("\"error_id\":\"([0-9a-f]{16})\"").matcher(a);
+            assertTrue(a.startsWith("HTTP/1.1 500") && a.contains("\"reason\":\"internal_error\"") && id.find(), a);
+            assertFalse(a.contains("injected") || a.contains("IllegalStateException"), "the exception's text stays in the log: " + a);
+            assertTrue(logged.stream().anyMatch(r -> r.getMessage().contains(id.group(1)) && r.getThrown() != null
+                && "injected".equals(r.getThrown().getMessage())), "the log has the exception under the answer's id");
             send(s, "GET /none HTTP/1.1\r\nHost: x\r\n\r\n");
             final String b = readOne(s);
             assertTrue(b.startsWith("HTTP/1.1 500") && b.contains("returned without an answer"), b);
             send(s, "GET /ok HTTP/1.1\r\nHost: x\r\n\r\n");
             assertTrue(readOne(s).endsWith("GET /ok 0"));
+        } finally {
+            log.removeHandler(capture);
         }
     }
 

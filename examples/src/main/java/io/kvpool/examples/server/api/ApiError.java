@@ -1,5 +1,6 @@
 package io.kvpool.examples.server.api;
 
+import io.kvpool.examples.http.InternalErrors;
 import io.kvpool.examples.server.role.DecodeCall;
 import io.kvpool.examples.server.role.DuplicateRequestException;
 import io.kvpool.examples.server.role.Rejection;
@@ -77,6 +78,18 @@ public final class ApiError extends Exception {
 
     public static ApiError of(int status, String type, String reason, String message) {
         return new ApiError(status, type, reason, message, Map.of(), 0);
+    }
+
+    /**
+     * A 500 for an unexpected exception (a bug): logged at ERROR under a fresh error id, answered with the id and
+     * never with the exception's text, which may name other requests, tenants or peers.
+     *
+     * @param what what failed, for the log line
+     * @return 500 {@code server_error}/{@code internal_error} with {@code error_id}
+     */
+    public static ApiError internal(System.Logger log, String what, Throwable e) {
+        final String id = InternalErrors.log(log, what, e);
+        return new ApiError(500, "server_error", "internal_error", InternalErrors.message(id), Map.of("error_id", id), 0);
     }
 
     /** @return the 409 a role endpoint answers for a request id already in flight there */

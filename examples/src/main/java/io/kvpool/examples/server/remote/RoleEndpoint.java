@@ -158,8 +158,8 @@ public abstract class RoleEndpoint implements HttpHandler {
         } catch (IOException e) {
             LOG.log(System.Logger.Level.DEBUG, role + ": writing a response failed: " + e);
         } catch (RuntimeException e) {
-            LOG.log(System.Logger.Level.ERROR, role + ": internal request failed", e);
-            Http.sendError(ex, json, ApiError.of(500, "server_error", "internal_error", role + ": " + e));
+            // the router passes a role's message on to its client (502 role_error): the id, not the text
+            Http.sendError(ex, json, ApiError.internal(LOG, role + ": " + ex.method() + " " + ex.path(), e));
         }
     }
 

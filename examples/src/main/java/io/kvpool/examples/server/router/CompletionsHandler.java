@@ -77,9 +77,8 @@ public final class CompletionsHandler implements HttpHandler {
         } catch (IOException e) {
             LOG.log(System.Logger.Level.DEBUG, "writing a response failed: " + e);
         } catch (RuntimeException e) {
-            LOG.log(System.Logger.Level.ERROR, "request failed", e);
             router.counters().error(500);
-            final ApiError internal = ApiError.of(500, "server_error", "internal_error", "internal error: " + e);
+            final ApiError internal = ApiError.internal(LOG, "a completion request", e);
             if (sse != null && sse.started) {
                 sse.error(internal);
             } else {
