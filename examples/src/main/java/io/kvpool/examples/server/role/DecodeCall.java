@@ -83,7 +83,8 @@ public interface DecodeCall {
      *
      * @param what names the call in the exception
      * @return its value, or {@code null} if the timeout elapsed first
-     * @throws IllegalStateException if the future failed (its cause attached)
+     * @throws RoleUnavailableException if the future failed because the role could not take the call (closed under it)
+     * @throws IllegalStateException     if it failed for another reason, a fault of the role (its cause attached)
      */
     static <T> T await(java.util.concurrent.CompletableFuture<T> f, Duration timeout, String what) throws InterruptedException {
         try {
@@ -91,7 +92,13 @@ public interface DecodeCall {
         } catch (java.util.concurrent.TimeoutException e) {
             return null;
         } catch (java.util.concurrent.ExecutionException e) {
-            throw new IllegalStateException(what + " failed: " + e.getCause(), e.getCause());
+            final Throwable cause = e.getCause();
+            // the kind survives the thread hop: callers answer an unavailable role 503 and a faulty one 502
+            final IllegalStateException failed = cause instanceof RoleUnavailableException
+                ? new RoleUnavailableException(what + " failed: " + cause.getMessage())
+                : new IllegalStateException(what + " failed: " + cause);
+            failed.initCause(cause);
+            throw failed;
         }
     }
 }

@@ -412,8 +412,12 @@ public final class DecodeRole implements DecodeService, MeteredRole, Drains {
             admitted.increment();
             c.admission.complete(DecodeCall.Admitted.YES);
         } catch (RuntimeException e) {
-            c.admission.completeExceptionally(e);
-            c.outcome.completeExceptionally(e);
+            // a role closed under the call cannot take it (503, retry elsewhere); anything else is a fault of the role
+            final RuntimeException failed = closed && !(e instanceof RoleUnavailableException)
+                ? new RoleUnavailableException("decode role closed while it admitted request " + c.requestId + ": " + e)
+                : e;
+            c.admission.completeExceptionally(failed);
+            c.outcome.completeExceptionally(failed);
         } catch (Error e) { // as above, and the duty cycle counts and logs it
             c.admission.completeExceptionally(e);
             c.outcome.completeExceptionally(e);

@@ -1,5 +1,6 @@
 package io.kvpool.examples.server.router;
 
+import io.kvpool.examples.http.InternalErrors;
 import io.kvpool.examples.server.api.ApiError;
 import io.kvpool.examples.server.config.ServerConfig;
 import io.kvpool.examples.server.echo.EchoTokenizer;
@@ -41,6 +42,8 @@ import java.util.concurrent.atomic.AtomicLong;
  * Thread-safe: one call per request thread.
  */
 public final class Router implements AutoCloseable {
+
+    private static final System.Logger LOG = System.getLogger(Router.class.getName());
 
     /** What the HTTP side does at each step; any {@link IOException} means the client is gone. */
     interface Sink {
@@ -388,27 +391,30 @@ public final class Router implements AutoCloseable {
     }
 
     /**
-     * {@link DecodeCall#awaitAdmission} for one slice of the request's time. A call that failed (its role closed under
-     * it, or lost) is answered as a decode that cannot take the request, and counted, not a 500.
+     * {@link DecodeCall#awaitAdmission} for one slice of the request's time. A call that failed is answered as
+     * {@link #failedAtRole} says, and counted, not a 500: a decode that cannot take it now (closed under it, lost) is a
+     * 503 to retry, a fault of decode a 502.
      */
     private DecodeCall.Admitted awaitAdmission(DecodeCall call, long id, long deadline) throws InterruptedException, ApiError {
         try {
             return call.awaitAdmission(slice(deadline));
         } catch (IllegalStateException e) {
-            throw closed ? serverClosing(id) : decodeUnavailable(lost("decode", e));
+            throw failedAtRole(id, "decode", e, this::decodeUnavailable);
         }
     }
 
-    /** {@link DecodeCall#awaitTransfer} for one slice; a call that failed is a failed transfer (503 {@code role_lost}), counted. */
+    /**
+     * {@link DecodeCall#awaitTransfer} for one slice; a call that failed because decode could not go on (closed under
+     * it, lost) is a failed transfer, 503 {@code role_lost}; a fault of decode is {@link #failedAtRole}'s 502. Counted.
+     */
     private DecodeCall.TransferOutcome awaitTransfer(DecodeCall call, long id, long deadline) throws InterruptedException, ApiError {
         try {
             return call.awaitTransfer(slice(deadline));
         } catch (IllegalStateException e) {
-            if (closed) {
-                throw serverClosing(id);
-            }
-            counters.failed("role_lost");
-            throw ApiError.transferFailed(id, new DecodeCall.TransferOutcome(false, "ROLE_LOST", lost("decode", e)));
+            throw failedAtRole(id, "decode", e, why -> {
+                counters.failed("role_lost");
+                return ApiError.transferFailed(id, new DecodeCall.TransferOutcome(false, "ROLE_LOST", why));
+            });
         }
     }
 
@@ -558,8 +564,10 @@ public final class Router implements AutoCloseable {
             return unavailable.apply(lost(role, e));
         }
         counters.failed("role_error");
-        return new ApiError(502, "server_error", "role_error", role + " role failed request " + id + ": " + e.getMessage(),
-            Map.of(), 0);
+        // logged here, answered by its id: the exception's text may name other requests or tenants
+        final String errorId = InternalErrors.log(LOG, role + " role's call for request " + id, e);
+        return new ApiError(502, "server_error", "role_error", role + " role failed request " + id + ": "
+            + InternalErrors.message(errorId), Map.of("error_id", errorId), 0);
     }
 
     /**

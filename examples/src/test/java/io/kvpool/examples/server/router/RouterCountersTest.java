@@ -8,6 +8,7 @@ import io.kvpool.examples.server.role.DecodeCall;
 import io.kvpool.examples.server.role.DuplicateRequestException;
 import io.kvpool.examples.server.role.InJvmRoles;
 import io.kvpool.examples.server.role.Rejection;
+import io.kvpool.examples.server.role.RoleUnavailableException;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
 
@@ -92,18 +93,18 @@ class RouterCountersTest {
                 @Override
                 public DecodeCall start(long requestId, String tenant, int promptTokens, int maxNewTokens) {
                     final DecodeCall real = super.start(requestId, tenant, promptTokens, maxNewTokens);
-                    return new DecodeCall() { // as DecodeCall.await reports a call whose role failed it (closed under it)
+                    return new DecodeCall() { // as DecodeCall.await reports a call whose role was closed under it
                         @Override
                         public Admitted awaitAdmission(Duration timeout) throws InterruptedException {
                             if (failAdmission[0]) {
-                                throw new IllegalStateException("decode role: request " + requestId + " failed: closed");
+                                throw new RoleUnavailableException("decode role: request " + requestId + " failed: closed");
                             }
                             return real.awaitAdmission(timeout);
                         }
 
                         @Override
                         public TransferOutcome awaitTransfer(Duration timeout) {
-                            throw new IllegalStateException("decode role: request " + requestId + " failed: closed");
+                            throw new RoleUnavailableException("decode role: request " + requestId + " failed: closed");
                         }
 
                         @Override

@@ -4,6 +4,8 @@ import io.kvpool.examples.server.Await;
 import io.kvpool.examples.server.ServerTests;
 import io.kvpool.examples.server.api.ApiError;
 import io.kvpool.examples.server.config.ServerConfig;
+import io.kvpool.examples.server.role.DecodeCall;
+import io.kvpool.examples.server.role.DecodeService;
 import io.kvpool.examples.server.role.InJvmRoles;
 import io.kvpool.examples.server.role.PrefillService;
 import io.kvpool.examples.server.role.Rejection;
@@ -58,7 +60,8 @@ class RouterRoleFaultTest {
             assertEquals(502, fault.status(), fault::getMessage);
             assertEquals("role_error", fault.reason());
             assertEquals(0, fault.retryAfterSeconds());
-            assertTrue(fault.getMessage().contains("injected storage fault"), fault::getMessage);
+            assertTrue(fault.fields().containsKey("error_id") && !fault.getMessage().contains("injected storage fault"),
+                fault::getMessage); // the text goes to the log, under the id
 
             final ApiError closed = answer(cfg, roles, new RoleUnavailableException("prefill role is closed"));
             assertEquals(503, closed.status(), closed::getMessage);
@@ -66,6 +69,78 @@ class RouterRoleFaultTest {
             assertEquals(1, closed.retryAfterSeconds());
             Await.until(() -> roles.decodePool().snapshot().openSequences() == 0, Duration.ofSeconds(10),
                 () -> "decode's reservations given back: " + roles.decodePool().snapshot());
+        }
+    }
+
+    /** @return a decode whose calls report {@code failure} while the router waits for the admission or the transfer */
+    private static DecodeService failingWhileAwaited(DecodeService d, boolean atAdmission, IllegalStateException failure) {
+        return new ForwardingDecode(d) {
+            @Override
+            public DecodeCall start(long requestId, String tenant, int promptTokens, int maxNewTokens) {
+                final DecodeCall real = super.start(requestId, tenant, promptTokens, maxNewTokens);
+                return new DecodeCall() {
+                    @Override
+                    public Admitted awaitAdmission(Duration timeout) throws InterruptedException {
+                        if (atAdmission) {
+                            throw failure;
+                        }
+                        return real.awaitAdmission(timeout);
+                    }
+
+                    @Override
+                    public TransferOutcome awaitTransfer(Duration timeout) {
+                        throw failure;
+                    }
+
+                    @Override
+                    public Generation generate(int maxTokens, io.kvpool.examples.server.echo.EchoDecoder.TokenSink sink) {
+                        throw new AssertionError("no KV committed");
+                    }
+
+                    @Override
+                    public void abort(String why) {
+                        real.abort(why);
+                    }
+                };
+            }
+        };
+    }
+
+    @Test
+    void aDecodeFaultWhileTheRouterWaitsIsA502AndADecodeClosedUnderTheCallA503() throws Exception {
+        final ServerConfig cfg = ServerTests.small().build();
+        try (InJvmRoles roles = InJvmRoles.start(cfg, Duration.ofSeconds(10))) {
+            Await.until(roles.decode()::ready, Duration.ofSeconds(10), () -> "the prefill link");
+            for (boolean atAdmission : new boolean[] {true, false}) {
+                final String where = atAdmission ? "admission" : "transfer";
+                // DecodeCall.await's shapes: a fault of the role, and a role closed under the call
+                final ApiError fault = answer(cfg, roles.prefill(), failingWhileAwaited(roles.decode(), atAdmission,
+                    new IllegalStateException("decode role: request 1 failed: injected fault")));
+                assertEquals(502, fault.status(), where + ": " + fault.getMessage()); // was 503 + Retry-After: retried forever
+                assertEquals("role_error", fault.reason(), where);
+                assertEquals(0, fault.retryAfterSeconds(), where);
+                assertTrue(fault.fields().containsKey("error_id") && !fault.getMessage().contains("injected"), fault::getMessage);
+
+                final ApiError closed = answer(cfg, roles.prefill(), failingWhileAwaited(roles.decode(), atAdmission,
+                    new RoleUnavailableException("decode role: request 1 failed: decode role is closed")));
+                assertEquals(503, closed.status(), where + ": " + closed.getMessage());
+                assertEquals(atAdmission ? "decode_unavailable" : "role_lost", closed.reason(), where);
+                assertEquals(1, closed.retryAfterSeconds(), where);
+            }
+            Await.until(() -> roles.prefill().activeTransfers() == 0 && roles.decodePool().snapshot().inUse() == 0
+                && roles.decodePool().snapshot().openSequences() == 0, Duration.ofSeconds(10),
+                () -> "every request's pages given back: " + roles.decodePool().snapshot());
+        }
+    }
+
+    /** @return what a router over these roles answers a request */
+    private static ApiError answer(ServerConfig cfg, PrefillService prefill, DecodeService decode) {
+        final Router router = new Router(cfg, prefill, decode);
+        try {
+            return assertThrows(ApiError.class,
+                () -> router.complete("alice", new Router.Request(PROMPT, MAX_TOKENS, false), NoSink.INSTANCE));
+        } finally {
+            router.close();
         }
     }
 }
