@@ -3,6 +3,7 @@ package io.kvpool.examples.server.remote;
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import io.kvpool.examples.http.HttpCall;
+import io.kvpool.examples.http.InternalErrors;
 import io.kvpool.examples.server.api.ApiError;
 import io.kvpool.examples.server.api.Http;
 import io.kvpool.examples.server.config.ServerConfig;
@@ -10,6 +11,7 @@ import io.kvpool.examples.server.role.DecodeCall;
 import io.kvpool.examples.server.role.DecodeRole;
 import io.kvpool.examples.server.role.DuplicateRequestException;
 import io.kvpool.examples.server.role.Rejection;
+import io.kvpool.examples.server.role.RoleUnavailableException;
 
 import java.io.IOException;
 import java.time.Duration;
@@ -177,11 +179,22 @@ public final class DecodeEndpoint extends RoleEndpoint {
             Thread.currentThread().interrupt();
         } catch (RuntimeException e) {
             call.abort("decode of request " + id + " failed: " + e.getMessage());
-            // an abort that came first (the router's, for a client that left) is routine, not a failure
-            LOG.log(e instanceof java.util.concurrent.CancellationException ? System.Logger.Level.DEBUG : System.Logger.Level.WARNING,
-                "decode: request " + id + " failed: " + e);
+            // the router answers "unavailable" 503 (a retry may find decode back) and anything else as a fault, 502
+            final boolean unavailable = e instanceof RoleUnavailableException || role.isClosed();
+            final Map<String, Object> error = new LinkedHashMap<>();
+            error.put("event", "error");
+            if (e instanceof java.util.concurrent.CancellationException || unavailable) {
+                // an abort that came first (the router's, for a client that left) is routine; a closing role, expected
+                LOG.log(System.Logger.Level.DEBUG, "decode: request " + id + " failed: " + e);
+                error.put("message", String.valueOf(e.getMessage()));
+            } else { // a fault: its text stays in this log, under the id the router passes on
+                error.put("message", InternalErrors.message(InternalErrors.log(LOG, "decode of request " + id, e)));
+            }
+            if (unavailable) {
+                error.put("unavailable", true);
+            }
             try {
-                event(out, Map.of("event", "error", "message", String.valueOf(e.getMessage())));
+                event(out, error);
             } catch (IOException ignored) {
                 // the router is gone too
             }

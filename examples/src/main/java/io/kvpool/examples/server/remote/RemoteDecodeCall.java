@@ -28,11 +28,14 @@ import java.util.concurrent.TimeUnit;
  *   {"event":"admitted"}  | {"event":"rejected","rejection":{…}}
  *   {"event":"transfer","committed":true} | {"event":"transfer","committed":false,"failure":"PEER_LOST","message":"…"}
  *   {"event":"token","text":"…"} …                         generation starts as soon as the KV committed
- *   {"event":"done","text":"…","completion_tokens":8,"kv":{…}} | {"event":"error","message":"…"}
+ *   {"event":"done","text":"…","completion_tokens":8,"kv":{…}} | {"event":"error","message":"…"[,"unavailable":true]}
  * </pre>
- * An {@code error} event ends whatever is still pending: before admission as a 503 refusal
- * ({@code decode_unavailable}), before the transfer's outcome as a failed transfer ({@value #ROLE_ERROR}, 502), during
- * generation as a {@link RoleLostException}.
+ * An {@code error} event ends whatever is still pending. With {@code unavailable} (the process was closed under the
+ * call: waiting helps) it ends it as a lost stream does, below. Without, it is a fault of the process, which would
+ * fail the same call the same way: the awaited future fails with an {@link IllegalStateException}, which the router
+ * answers 502 {@code role_error}; during generation it is a {@link RoleLostException}. A JSON line the router cannot
+ * read (an unknown event, reason or field: another build, or a broken one) is such a fault too; a line that is not
+ * JSON at all is taken for one cut short by a process that died, and so as a lost stream.
  * A stream that breaks — the decode process died, or stopped answering — ends the call honestly: before
  * admission as a 503 refusal ({@code decode_unavailable}), before the transfer's outcome as a failed transfer
  * ({@code ROLE_LOST}, 503), during generation as a {@link RoleLostException}. Before the KV committed the process
@@ -45,9 +48,6 @@ import java.util.concurrent.TimeUnit;
 final class RemoteDecodeCall implements DecodeCall {
 
     private static final System.Logger LOG = System.getLogger("io.kvpool.examples.server");
-    /** The transfer failure of a request the decode process failed before its KV committed (an {@code error} event). */
-    static final String ROLE_ERROR = "ROLE_ERROR";
-
     private final RoleClient client;
     private final AbortDelivery aborts;
     private final ObjectMapper json;
@@ -145,8 +145,11 @@ final class RemoteDecodeCall implements DecodeCall {
                 }
             }
             lost("the stream ended before its last event");
-        } catch (IOException | RuntimeException e) {
-            lost(e.toString());
+        } catch (RuntimeException malformed) { // RoleJson's: JSON, but not what this router reads (another build, a bug)
+            endWith(client.describe() + " sent request " + requestId + "'s stream a line this router cannot read: " + malformed, true);
+        } catch (IOException e) { // Jackson's too: a line that is not JSON is most likely one cut short by a process that died
+            // (the parser's message quotes the line: its bytes are no client's business)
+            lost(e instanceof com.fasterxml.jackson.core.JacksonException ? "a line that is not JSON, as if cut short" : e.toString());
         } finally {
             ended = true;
         }
@@ -179,9 +182,8 @@ final class RemoteDecodeCall implements DecodeCall {
             case "error" -> {
                 // the process failed the request: whatever the router still waits for ends now, not at its timeout
                 final String msg = client.describe() + " failed request " + requestId + ": " + RoleJson.text(n, "message");
-                admission.complete(unavailable(msg));
-                outcome.complete(new TransferOutcome(false, ROLE_ERROR, msg));
-                events.add(Map.entry(event, n));
+                final boolean unavailable = n.has("unavailable") && RoleJson.bool(n, "unavailable");
+                endWith(msg, !unavailable);
                 return true;
             }
             case "token", "done" -> {
@@ -197,15 +199,30 @@ final class RemoteDecodeCall implements DecodeCall {
         lostWith(lostMessage(why));
     }
 
-    /** Ends whatever is still pending with {@code msg} (a {@link #lostMessage}), once. */
-    private synchronized void lostWith(String msg) {
+    /** Ends whatever is still pending with {@code msg} (a {@link #lostMessage}), once: waiting may help (503). */
+    private void lostWith(String msg) {
+        endWith(msg, false);
+    }
+
+    /**
+     * Ends whatever is still pending, once: a stream lost (the process is gone or closed under the call: 503 before the
+     * commit), or with {@code fault} a fault of the process (the awaited future fails: 502 {@code role_error}). A call
+     * that had committed learns it as a {@link RoleLostException} while it generates.
+     */
+    private synchronized void endWith(String msg, boolean fault) {
         if (aborted || lostBecause != null) {
             return; // we dropped the stream ourselves, or it was lost already (its silence, then the drop's exception)
         }
         lostBecause = msg;
         LOG.log(System.Logger.Level.WARNING, msg);
-        admission.complete(unavailable(msg));
-        outcome.complete(new TransferOutcome(false, "ROLE_LOST", msg));
+        if (fault) {
+            final IllegalStateException e = new IllegalStateException(msg);
+            admission.completeExceptionally(e);
+            outcome.completeExceptionally(e);
+        } else {
+            admission.complete(unavailable(msg));
+            outcome.complete(new TransferOutcome(false, "ROLE_LOST", msg));
+        }
         events.add(Map.entry("lost", json.createObjectNode().put("message", msg)));
     }
 
@@ -291,8 +308,6 @@ final class RemoteDecodeCall implements DecodeCall {
                     return new Generation(RoleJson.text(n, "text"), (int) RoleJson.number(n, "completion_tokens"),
                         RoleJson.kv(RoleJson.field(n, "kv")));
                 }
-                case "error" -> throw new RoleLostException(client.describe() + " failed request " + requestId + ": "
-                    + RoleJson.text(n, "message"));
                 case "aborted" -> throw new IOException("request " + requestId + " was aborted: " + RoleJson.text(n, "message"));
                 default -> throw new RoleLostException(lostBecause);
             }
