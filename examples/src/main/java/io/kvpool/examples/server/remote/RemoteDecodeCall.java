@@ -331,8 +331,8 @@ final class RemoteDecodeCall implements DecodeCall {
             aborted = true;
         }
         if (finished) { // the process ended the request itself (its last event came): nothing to tell it
-            aborts.dropLater(DROP_AFTER, this::dropUnlessEnded);
-            return; // but a process that never ends the stream after its last event does not keep the connection
+            dropLaterUnlessEnded(); // but a process that never ends the stream after its last event does not keep the connection
+            return;
         }
         events.add(Map.entry("aborted", json.createObjectNode().put("message", why))); // a generate() waiting ends now
         // so does a wait for admission or for the transfer (lost() stays silent once we dropped the stream)
@@ -340,12 +340,28 @@ final class RemoteDecodeCall implements DecodeCall {
         admission.complete(unavailable(msg));
         outcome.complete(new TransferOutcome(false, "ABORTED", msg));
         aborts.send(requestId, why); // delivered (and retried) on its own thread: the caller does not wait for the role
-        aborts.dropLater(DROP_AFTER, this::dropUnlessEnded);
+        dropLaterUnlessEnded();
+    }
+
+    /**
+     * Drops the stream {@link #DROP_AFTER} from now unless the reader read it to its end by then. A stream read to its end
+     * already holds no connection (the client has it back, or closed it), so it is neither dropped nor counted as closing:
+     * counting it would shrink the router's cap on requests for a second after every rejected or failed request.
+     */
+    private void dropLaterUnlessEnded() {
+        if (!ended) {
+            aborts.dropLater(DROP_AFTER, this::dropUnlessEnded);
+        }
     }
 
     /** @return whether the stream's last event came (for tests) */
     boolean finishedForTests() {
         return finished;
+    }
+
+    /** @return whether the reader read the stream to its end (or it broke) */
+    boolean endedForTests() {
+        return ended;
     }
 
     private void dropUnlessEnded() {

@@ -281,4 +281,24 @@ class RemoteDecodeCallAbortTest {
             assertEquals(java.util.List.of("a"), tokens);
         }
     }
+
+    @Test
+    void aCallWhoseStreamWasReadToItsEndIsNotCountedAsClosingWhenAborted() throws Exception {
+        // the router aborts every request that ends without a completion, a rejected one too: its stream holds no
+        // connection by then, so it must not take a request off the router's cap for DROP_AFTER
+        try (StubRole decode = StubRole.start("decode", path -> path.equals("/internal/decode")
+                ? new StubRole.Reply(200, "{\"event\":\"rejected\",\"rejection\":{\"role\":\"decode\",\"reason\":\"RETRY_LATER\","
+                    + "\"message\":\"full\",\"numbers\":{}}}\n") : StubRole.Reply.NO_CONTENT)) {
+            final ObjectMapper json = new ObjectMapper();
+            final RoleClient client = new RoleClient(DecodeRole.ROLE, decode.base(), json);
+            final AbortDelivery aborts = new AbortDelivery(client, null);
+            final RemoteDecodeCall call = RemoteDecodeCall.open(client, json, aborts, 45, "alice", 8, 2, Duration.ofSeconds(10),
+                Duration.ofSeconds(10));
+            assertFalse(call.awaitAdmission(Duration.ofSeconds(10)).admitted());
+            io.kvpool.examples.server.Await.until(call::endedForTests, Duration.ofSeconds(10), () -> "the stream read to its end");
+            call.abort("request 45 ended without a completion"); // as Router's finally does
+            assertEquals(0, aborts.streamsClosing(), "a stream read to its end holds no connection");
+            client.close();
+        }
+    }
 }
