@@ -125,6 +125,11 @@ public final class TransferReceiver extends TransferEndpoint {
             LOG.log(System.Logger.Level.ERROR, "UNSAFE transfer receiver built with safeguards DISABLED: " + disabled
                 + " — for tests and incident replays only; it can hand one request's KV to another");
         }
+        if (!disabled.contains(TransferSafeguard.CANARY_CHECK) && pool.fillMode() != io.kvpool.storage.FillMode.CANARY) {
+            LOG.log(System.Logger.Level.INFO, "transfer receiver on a pool with fill " + pool.fillMode() + ": the canary check "
+                + "runs only on a pool filled with the canary, so KV a sender never wrote is not caught here (checksums "
+                + "describe it faithfully, the length check counts it)");
+        }
     }
 
     /**
@@ -695,6 +700,8 @@ public final class TransferReceiver extends TransferEndpoint {
             }
         }
         final int tpp = layout.tokensPerPage();
+        // only on a canary-filled pool: the scan reads every token vector (~5 µs a MiB), and on another fill it would
+        // find only a sender's own canary, never a page this transfer left unwritten (it holds zeros or older bytes)
         if (on(TransferSafeguard.CANARY_CHECK) && pool.fillMode() == io.kvpool.storage.FillMode.CANARY) {
             for (int i = 0; i < t.handles.length; i++) {
                 final int valid = Math.min(tpp, t.expectedTokens - i * tpp);

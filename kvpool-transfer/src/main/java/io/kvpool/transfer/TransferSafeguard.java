@@ -22,7 +22,11 @@ public enum TransferSafeguard {
      * one-token placeholder) commits, and decode reads pages nothing was written into.
      */
     LENGTH_CHECK,
-    /** Commit only if no received page still holds the free-page canary. Off: unwritten KV reaches decode. */
+    /**
+     * Commit only if no received page still holds the free-page canary. Off: unwritten KV reaches decode. It runs on a
+     * receiving pool filled with the canary ({@link io.kvpool.storage.FillMode#CANARY}, the default) only; on
+     * another fill a sender's unwritten (canary-filled) KV is not caught at decode, and the receiver says so at build.
+     */
     CANARY_CHECK,
     /** Commit only if every page's position-keyed checksum matches the sender's. Off: corrupted or misplaced KV reaches decode. */
     CHECKSUM

@@ -5,6 +5,7 @@ import io.kvpool.storage.FillMode;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.EnumSource;
+import org.junit.jupiter.params.provider.ValueSource;
 
 import java.util.EnumSet;
 import java.util.function.Consumer;
@@ -71,82 +72,109 @@ class LeakHunterTest {
         assertTrue(r.leaks + r.corrupted > 0, () -> "the hunter caught nothing with the safeguard off: " + r);
     }
 
-    @Test
-    void withoutTheGenerationCheckAStaleHandleReadsAnotherTenantsPage() {
-        // last line: a decode step that still holds an aborted request's handles reads after reuse
-        final LeakHunter.Report r = hunt(CONTROL_TRANSFERS, c -> c.poolOff = EnumSet.of(Safeguard.GENERATION_CHECK));
-        assertCaught(r);
-        assertTrue(r.leaks > 0, r::toString);
+    /**
+     * Each control runs twice in the same deployment: with its safeguard on, nothing may be found (so what the run
+     * with it off finds is that safeguard's to stop, not another fault of the setup's); off, the hunter must catch it.
+     */
+    static LeakHunter.Report control(boolean on, Consumer<LeakHunter.Config> setup, Consumer<LeakHunter.Config> turnOff) {
+        final LeakHunter.Report r = hunt(CONTROL_TRANSFERS, c -> {
+            setup.accept(c);
+            if (!on) {
+                turnOff.accept(c);
+            }
+        });
+        if (on) {
+            System.out.println("control, safeguard on: " + r);
+            assertEquals(0, r.leaks + r.corrupted, () -> "found with the safeguard on, so the control proves nothing: " + r);
+            assertTrue(r.balanced, r::toString);
+        } else {
+            assertCaught(r);
+        }
+        return r;
     }
 
-    @Test
-    void withoutTheDrainWaitLateWritesLandInTheNextTenant() {
+    @ParameterizedTest(name = "safeguard on: {0}")
+    @ValueSource(booleans = {true, false})
+    void theGenerationCheckKeepsAStaleHandleFromAnotherTenantsPage(boolean on) {
+        // last line: a decode step that still holds an aborted request's handles reads after reuse
+        final LeakHunter.Report r = control(on, c -> { }, c -> c.poolOff = EnumSet.of(Safeguard.GENERATION_CHECK));
+        assertTrue(on || r.leaks > 0, r::toString);
+    }
+
+    @ParameterizedTest(name = "safeguard on: {0}")
+    @ValueSource(booleans = {true, false})
+    void theDrainWaitKeepsLateWritesFromTheNextTenant(boolean on) {
         // last line: writes still in flight when a transfer fails (slow writes make the window wide)
-        final LeakHunter.Report r = hunt(CONTROL_TRANSFERS, c -> {
-            c.transferOff = EnumSet.of(TransferSafeguard.DRAIN_WAIT);
+        control(on, c -> {
             c.faults = c.faults.withStragglers(0.02, 1_000_000, 5_000_000);
             c.routerAbort = 0.2;
             c.decodePages = 256;
             c.revocableLinks = false;
-        });
-        assertCaught(r);
+        }, c -> c.transferOff = EnumSet.of(TransferSafeguard.DRAIN_WAIT));
     }
 
-    @Test
-    void withoutQuarantineAFrozenPeersWritesLandAfterTheTimeout() {
+    @ParameterizedTest(name = "safeguard on: {0}")
+    @ValueSource(booleans = {true, false})
+    void quarantineKeepsAFrozenPeersWritesFromLandingAfterTheTimeout(boolean on) {
         // last line: writes of a frozen peer that outlive the completion and drain deadlines, on links that
         // cannot revoke, while the peer's link stays up
-        final LeakHunter.Report r = hunt(CONTROL_TRANSFERS, c -> {
-            c.transferOff = EnumSet.of(TransferSafeguard.QUARANTINE_ON_TIMEOUT);
+        control(on, c -> {
             c.faults = c.faults.withStragglers(0.005, 30_000_000, 80_000_000);
             c.revocableLinks = false;
             c.decodePages = 256; // a busy decode pool: a freed page soon holds another tenant's committed KV
             c.maxHoldSteps = 4_000; // decode holds sequences up to 40 ms, as long as a straggler can be late
             c.senderDrainDeadlineMs = 200; // the frozen sender does not give up (or crash) first: its link stays up
-        });
-        assertCaught(r);
+        }, c -> c.transferOff = EnumSet.of(TransferSafeguard.QUARANTINE_ON_TIMEOUT));
     }
 
-    @Test
-    void withoutTheLengthCheckAShortTransferCommits() {
-        // last line: ZERO fill (a supported mode) leaves the canary nothing to find in unwritten pages
-        final LeakHunter.Report r = hunt(CONTROL_TRANSFERS, c -> {
-            c.transferOff = EnumSet.of(TransferSafeguard.LENGTH_CHECK);
+    @ParameterizedTest(name = "safeguard on: {0}")
+    @ValueSource(booleans = {true, false})
+    void theLengthCheckStopsAShortTransfer(boolean on) {
+        // last line: no checksums (they are keyed by the token count, so they would stop it too), ZERO fill at decode
+        // (the canary check has nothing to find in the unwritten pages), and no other fault that either would catch
+        control(on, c -> {
+            c.checksums = false;
             c.decodeFill = FillMode.ZERO;
             c.truncatedPrefill = 0.01;
-        });
-        assertCaught(r);
+            c.unwrittenPrefill = 0;
+            c.faults = c.faults.withWrites(c.faults.writeFail(), 0, 0, 0);
+        }, c -> c.transferOff = EnumSet.of(TransferSafeguard.LENGTH_CHECK));
+    }
+
+    @ParameterizedTest(name = "safeguard on: {0}")
+    @ValueSource(booleans = {true, false})
+    void theCanaryCheckKeepsKvThatWasNeverWrittenFromDecode(boolean on) {
+        // last line: a prefill that never wrote some KV; its checksums describe the unwritten bytes faithfully
+        control(on, c -> c.unwrittenPrefill = 0.01, c -> c.transferOff = EnumSet.of(TransferSafeguard.CANARY_CHECK));
     }
 
     @Test
-    void withoutTheCanaryKvThatWasNeverWrittenReachesDecode() {
-        // last line: a prefill that never wrote some KV; its checksums describe the unwritten bytes faithfully
+    void aSendersUnwrittenKvReachesADecodePoolNotFilledWithTheCanary() {
+        // the documented limit of the canary check: it runs on a canary-filled decode pool only, so with every safeguard
+        // on a prefill's unwritten (canary) KV commits at a ZERO-filled decode; a prefill's canary, not another tenant's KV
         final LeakHunter.Report r = hunt(CONTROL_TRANSFERS, c -> {
-            c.transferOff = EnumSet.of(TransferSafeguard.CANARY_CHECK);
+            c.decodeFill = FillMode.ZERO;
             c.unwrittenPrefill = 0.01;
         });
-        assertCaught(r);
+        assertEquals(0, r.leaks, r::toString);
+        assertTrue(r.corrupted > 0, r::toString);
     }
 
-    @Test
-    void withoutChecksumsCorruptedWritesReachDecode() {
+    @ParameterizedTest(name = "safeguard on: {0}")
+    @ValueSource(booleans = {true, false})
+    void checksumsKeepCorruptedWritesFromDecode(boolean on) {
         // last line: a byte flipped in flight (no canary, right length)
-        final LeakHunter.Report r = hunt(CONTROL_TRANSFERS, c -> {
-            c.transferOff = EnumSet.of(TransferSafeguard.CHECKSUM);
-            c.faults = c.faults.withWrites(0.002, 0, 0, 0.01);
-        });
-        assertCaught(r);
+        control(on, c -> c.faults = c.faults.withWrites(0.002, 0, 0, 0.01),
+            c -> c.transferOff = EnumSet.of(TransferSafeguard.CHECKSUM));
     }
 
-    @Test
-    void withoutAdmissionRejectionAnOverCapacityRequestBecomesAOneTokenPlaceholder() {
+    @ParameterizedTest(name = "safeguard on: {0}")
+    @ValueSource(booleans = {true, false})
+    void admissionRejectionKeepsAnOverCapacityRequestFromBecomingAOneTokenPlaceholder(boolean on) {
         // last line: the placeholder's length is what prefill announces, so every later check agrees with it
-        final LeakHunter.Report r = hunt(CONTROL_TRANSFERS, c -> {
-            c.poolOff = EnumSet.of(Safeguard.ADMISSION_REJECTION);
-            c.overCapacity = 0.01;
-        });
-        assertCaught(r);
-        assertTrue(r.truncated > 0, r::toString);
+        final LeakHunter.Report r = control(on, c -> c.overCapacity = 0.01,
+            c -> c.poolOff = EnumSet.of(Safeguard.ADMISSION_REJECTION));
+        assertTrue(on || r.truncated > 0, r::toString);
     }
 
     /** The safeguards the 2026 incident's deployment lacked. */
