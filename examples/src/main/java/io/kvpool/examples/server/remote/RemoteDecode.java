@@ -159,7 +159,7 @@ final class RemoteDecode extends RemoteRole implements DecodeService {
 
     @Override
     public boolean ready() {
-        return RemoteStatus.read(client, DecodeRole.ROLE).ready();
+        return readStatus().ready();
     }
 
     @Override

@@ -15,10 +15,15 @@ abstract class RemoteRole implements AutoCloseable {
     /**
      * Connections the router leaves free at a role for what is not a request's own call: the aborts and give-backs
      * delivered in the background ({@link AbortDelivery#MAX_POSTS} at once), the probe's own client, the status reads
-     * of {@code /metrics} and the live page (3), and a margin of 4. The decode streams of aborted requests, still read
+     * of {@code /metrics} and the live page ({@link #STATUS_READS}, however many pages poll), and a margin of 4. The decode streams of aborted requests, still read
      * to their end after their requests left the count, are subtracted as they come ({@link RemoteDecode#maxRequestsInFlight}).
      */
-    static final int SPARE_CONNECTIONS = AbortDelivery.MAX_POSTS + 1 + 3 + 4;
+    static final int SPARE_CONNECTIONS = AbortDelivery.MAX_POSTS + 1 + RemoteRole.STATUS_READS + 4;
+
+    /** Status reads this router makes of the role at once, at most: more wait for one to end. */
+    static final int STATUS_READS = 3;
+
+    private final java.util.concurrent.Semaphore statusReads = new java.util.concurrent.Semaphore(STATUS_READS);
 
     final RoleClient client;
     final RoleHealth health;
@@ -87,12 +92,26 @@ abstract class RemoteRole implements AutoCloseable {
 
     /** @return the role's status, read from the process */
     public RoleStatus status() {
-        return RemoteStatus.read(client, role).status();
+        return readStatus().status();
     }
 
     /** @return the role's transfers in progress, read from the process */
     public int activeTransfers() {
-        return RemoteStatus.read(client, role).activeTransfers();
+        return readStatus().activeTransfers();
+    }
+
+    /**
+     * Reads the role's status, at most {@link #STATUS_READS} at once: any number of live pages and scrapes would
+     * otherwise open as many connections, past the role's {@code --max-connections}, which closes the excess as they
+     * arrive, and a request's call meeting that would take the role for lost.
+     */
+    RemoteStatus readStatus() {
+        statusReads.acquireUninterruptibly();
+        try {
+            return RemoteStatus.read(client, role);
+        } finally {
+            statusReads.release();
+        }
     }
 
     /** @return the delivery of this role's aborts (for tests and metrics) */

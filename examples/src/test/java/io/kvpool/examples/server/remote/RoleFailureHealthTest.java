@@ -46,6 +46,46 @@ class RoleFailureHealthTest {
         }
     }
 
+    @Test
+    void statusReadsOfARoleGoOutAtMostThreeAtATime() throws Exception {
+        // the live page and /metrics read the roles' status on the router's client: any number of them must not open
+        // more connections than RemoteRole.SPARE_CONNECTIONS keeps for them
+        final java.util.concurrent.atomic.AtomicInteger now = new java.util.concurrent.atomic.AtomicInteger();
+        final java.util.concurrent.atomic.AtomicInteger most = new java.util.concurrent.atomic.AtomicInteger();
+        final com.sun.net.httpserver.HttpServer server = com.sun.net.httpserver.HttpServer.create(
+            new java.net.InetSocketAddress(java.net.InetAddress.getLoopbackAddress(), 0), 0);
+        server.setExecutor(java.util.concurrent.Executors.newVirtualThreadPerTaskExecutor());
+        server.createContext("/", ex -> { // slow status reads, so that they overlap
+            most.accumulateAndGet(now.incrementAndGet(), Math::max);
+            try {
+                Thread.sleep(100);
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+            } finally {
+                now.decrementAndGet();
+            }
+            ex.sendResponseHeaders(500, -1);
+            ex.close();
+        });
+        server.start();
+        final java.net.URI base = java.net.URI.create("http://127.0.0.1:" + server.getAddress().getPort() + "/");
+        try (RemotePrefill prefill = new RemotePrefill(new RoleClient("prefill", base, new ObjectMapper()));
+             java.util.concurrent.ExecutorService readers = java.util.concurrent.Executors.newVirtualThreadPerTaskExecutor()) {
+            final List<java.util.concurrent.Future<?>> reads = new java.util.ArrayList<>();
+            for (int i = 0; i < 12; i++) {
+                reads.add(readers.submit(prefill::status));
+            }
+            for (java.util.concurrent.Future<?> r : reads) {
+                r.get(30, TimeUnit.SECONDS);
+            }
+            // the health probe reads on its own client, one at a time
+            assertTrue(most.get() <= RemoteRole.STATUS_READS + 1, () -> most.get() + " status reads at once");
+            assertTrue(most.get() >= 2, () -> "the reads never overlapped, so this proves nothing: " + most.get());
+        } finally {
+            server.stop(0);
+        }
+    }
+
     /** A prefill role whose every call but its status is answered {@code failure}. */
     private static StubRole stub(int failure) {
         return StubRole.start("prefill", path -> StubRole.Reply.error(failure, path));
