@@ -41,6 +41,9 @@ final class PeerInfo {
         final MultiGauge info = MultiGauge.builder("kvpool.peer.info").description(INFO_DESCRIPTION).tags(tags).register(registry);
         final WeakReference<E> ref = new WeakReference<>(engine);
         final Refresh<E> refresh = new Refresh<>(info, ref, builds);
+        // before the rows exist: a bind refused below (its undo runs this) leaves none; once closed, no scrape of the
+        // links gauge, which may outlive it for a moment, brings a row back
+        bound.onClose(refresh::close);
         refresh.current();
         bound.add(registry, Gauge.builder("kvpool.peer.links", refresh,
                 r -> r.current().values().stream().mapToInt(Integer::intValue).sum())
@@ -48,7 +51,6 @@ final class PeerInfo {
             .description(LINKS_DESCRIPTION)
             .tags(tags)
             .register(registry));
-        bound.onClose(refresh::close); // after the links gauge is gone: no scrape brings a row back
     }
 
     private static final class Refresh<E> {

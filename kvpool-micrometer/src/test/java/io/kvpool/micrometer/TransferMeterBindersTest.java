@@ -238,6 +238,19 @@ class TransferMeterBindersTest {
     }
 
     @Test
+    void aBindRefusedPartWayLeavesNoPeerInfoRowBehind() {
+        try (SimRig rig = new SimRig()) {
+            final SimpleMeterRegistry registry = new SimpleMeterRegistry();
+            // a meter of another type under the links gauge's name: its registration, after the info rows', throws
+            registry.counter("kvpool.peer.links", "pool", "decode");
+            final TransferReceiverMeterBinder rb = new TransferReceiverMeterBinder(rig.receiver, Tags.of("pool", "decode"));
+            assertThrows(IllegalArgumentException.class, () -> rb.bindTo(registry));
+            assertEquals(java.util.List.of("kvpool.peer.links"), registry.getMeters().stream().map(m -> m.getId().getName()).toList(),
+                "only the meter that was there before");
+        }
+    }
+
+    @Test
     void aRegistryDroppedWithItsBindersUnclosedCanBeCollected() throws InterruptedException {
         // the record of what each registry shows must not keep the registry: a role that never closes its binders
         // makes a registry per server, and each would stay for the life of the JVM
