@@ -24,7 +24,9 @@ import java.util.concurrent.TimeUnit;
  * {@code kvpool_metrics_read}: {@code pool.metrics().read()}, every gauge and counter, no lock.
  * {@code kvpool_snapshot}: {@code pool.snapshot()}, the same under a short critical section.
  * {@code baseline_scan}: counting the pages by state slot by slot, as a snapshot did before the counts were
- * kept incrementally (about 2 ms at this size). Pages are 4 bytes (1 layer × 1 head × 1 dim × FP16 × 1 token):
+ * kept incrementally (about 2 ms at this size). {@code kvpool_verify_accounting}: {@code pool.verifyAccounting()}, the
+ * full check a test or an operator runs (every slot's state word and the free structures, under the pool lock), not a
+ * scrape. Pages are 4 bytes (1 layer × 1 head × 1 dim × FP16 × 1 token):
  * only the bookkeeping is measured.
  */
 @BenchmarkMode(Mode.AverageTime)
@@ -69,6 +71,11 @@ public class MetricsReadBenchmark {
     @Benchmark
     public PoolSnapshot kvpool_snapshot() {
         return pool.snapshot();
+    }
+
+    @Benchmark
+    public PoolSnapshot kvpool_verify_accounting() {
+        return pool.verifyAccounting();
     }
 
     @Benchmark
