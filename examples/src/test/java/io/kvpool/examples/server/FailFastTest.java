@@ -62,6 +62,15 @@ class FailFastTest {
         return ms;
     }
 
+    /** @return whether the router knows the role cannot take a request (its answer to {@code unavailable}) */
+    private static boolean knownDown(java.util.concurrent.Callable<String> unavailable) {
+        try {
+            return unavailable.call() != null;
+        } catch (Exception e) {
+            throw new AssertionError(e);
+        }
+    }
+
     private static long median(List<Long> ms) {
         final List<Long> s = new ArrayList<>(ms);
         s.sort(null);
@@ -75,7 +84,8 @@ class FailFastTest {
         try (RoleServer decode = RoleServer.start(ServerTests.small().role(Topology.Role.DECODE).workDir(a).build());
              RoleServer prefill = RoleServer.start(ServerTests.small().role(Topology.Role.PREFILL).workDir(b).build());
              KvServer router = router(prefill.baseUri(), decode.baseUri())) {
-            Thread.sleep(1_000); // the router's probe has read decode's status (not ready) by now
+            // the router's probe has read decode's status (not ready): from now on it is known down
+            Await.until(() -> knownDown(router.roles().decode()::unavailable), Duration.ofSeconds(30), () -> "decode known not ready");
             final List<Long> ms = timed503s(router, 20, "decode_unavailable");
             System.out.println("FailFastTest: decode not ready → 503 in ms " + ms + ", median " + median(ms));
             assertTrue(ms.stream().allMatch(t -> t <= BOUND_MS), () -> "503s took " + ms + " ms");
@@ -91,7 +101,8 @@ class FailFastTest {
         try (InJvmRoleServers roles = InJvmRoleServers.start(ServerTests.small().workDir(dir), Duration.ofSeconds(30));
              Frozen frozen = new Frozen();
              KvServer router = router(frozen.uri(), roles.decode.baseUri())) {
-            Thread.sleep(RemoteFixtures.STATUS_TIMEOUT.toMillis() + 1_000); // the probe's status call has timed out: prefill known down
+            // the probe's status call has timed out: prefill known down from now on
+            Await.until(() -> knownDown(router.roles().prefill()::unavailable), Duration.ofSeconds(30), () -> "prefill known down");
             final List<Long> ms = timed503s(router, 10, "prefill_unavailable");
             System.out.println("FailFastTest: prefill frozen → 503 in ms " + ms + ", median " + median(ms));
             assertTrue(ms.stream().allMatch(t -> t <= BOUND_MS), () -> "503s took " + ms + " ms");
