@@ -169,6 +169,8 @@ class PoolLockSerializationTest {
             final Sequence toPublish = written(pool, unpublished, 0, TPP + 1);
             final long toPin = pool.tryAllocate();
             final long shared = pool.tryAllocate();
+            final Sequence roomy = pool.admit(TPP, 0).sequence();
+            roomy.append(1); // its page has room: a decode step on it needs no page
             final PoolSnapshot before = pool.verifyAccounting();
             final Sequence[] results = new Sequence[4];
             final long[] handles = new long[2];
@@ -202,6 +204,9 @@ class PoolLockSerializationTest {
                 assertEquals(SlotState.OWNED, pool.stateOfSlot(PageHandle.slot(shared)));
                 assertTrue(pool.release(shared));
                 assertEquals(PoolSnapshot.class, pool.metrics().read().getClass());
+                // a decode step that needs no page takes no lock (on another thread: were it to wait, this one stops it)
+                assertEquals(0, assertTimeoutPreemptively(java.time.Duration.ofSeconds(10),
+                    () -> pool.appendEach(new Sequence[] {roomy}, 1, 1)));
 
                 w.assertAllWaiting();
             }
@@ -217,7 +222,8 @@ class PoolLockSerializationTest {
                 pool.release(h);
             }
             pool.cancelReservation(handles[0]);
-            for (Sequence s : new Sequence[] {results[0], results[1], results[2], toAppend, toTopUp, toUnpublish, toFork, toPublish}) {
+            assertEquals(2, roomy.tokenCount());
+            for (Sequence s : new Sequence[] {results[0], results[1], results[2], toAppend, toTopUp, toUnpublish, toFork, toPublish, roomy}) {
                 s.close();
             }
             final PoolSnapshot after = pool.verifyAccounting();
