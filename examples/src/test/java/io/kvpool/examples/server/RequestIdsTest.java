@@ -175,7 +175,7 @@ class RequestIdsTest {
             final HttpResponse<String> dup = post(decode, "internal/decode", decodeBody(88, "mallory", 5, 2));
             assertEquals(409, dup.statusCode(), dup::body);
             assertEquals(DuplicateRequestException.REASON, TestClient.JSON.readTree(dup.body()).path("error").path("reason").asText(), dup::body);
-            Thread.sleep(100); // a duty cycle or more: a second start would have been counted by now
+            dutyBarrier(decode); // a second start would have been counted by now
             assertEquals(admitted + 1, status(decode).path("counters").path("admitted").asLong(), "no second admission for the duplicate");
             assertEquals(rejected, status(decode).path("counters").path("rejected").asLong(), "no second start for the duplicate");
 
@@ -183,7 +183,7 @@ class RequestIdsTest {
             final HttpResponse<String> dupReserve = post(decode, "internal/reserve", decodeBody(88, "mallory", 5, 2));
             assertEquals(409, dupReserve.statusCode(), dupReserve::body);
             assertEquals(204, post(decode, "internal/unreserve", Map.of("request_id", 88, "why", "mallory's router gave up")).statusCode());
-            Thread.sleep(100);
+            dutyBarrier(decode); // the give-back has been taken
             assertEquals(0, status(decode).path("counters").path("abort_requests").asLong() - abortsBefore, "88 was not aborted");
             assertEquals(204, post(decode, "internal/abort", Map.of("request_id", 88, "why", "test over")).statusCode());
             final String rest = new String(in.readAllBytes(), StandardCharsets.UTF_8);
@@ -243,5 +243,15 @@ class RequestIdsTest {
             }
         }
         awaitIdle();
+    }
+
+    /**
+     * Returns once decode's duty thread has run everything submitted before: it takes commands in order, and a
+     * reservation is answered from it (then given back). Neither counts as admitted, rejected or aborted.
+     */
+    private static void dutyBarrier(RoleServer decode) throws Exception {
+        final HttpResponse<String> r = post(decode, "internal/reserve", decodeBody(990_001, "barrier", 1, 0));
+        assertEquals(200, r.statusCode(), r::body);
+        assertEquals(204, post(decode, "internal/unreserve", Map.of("request_id", 990_001, "why", "the barrier's")).statusCode());
     }
 }

@@ -236,14 +236,14 @@ class RemoteDecodeCallAbortTest {
             })) {
             final ObjectMapper json = new ObjectMapper();
             final RoleClient client = new RoleClient(DecodeRole.ROLE, decode.baseUri(), json);
-            final RemoteDecodeCall call = RemoteDecodeCall.open(client, json, 46, "alice", 8, 2, Duration.ofSeconds(10));
+            final AbortDelivery aborts = new AbortDelivery(client, null);
+            final RemoteDecodeCall call = RemoteDecodeCall.open(client, json, aborts, 46, "alice", 8, 2, Duration.ofSeconds(10),
+                Duration.ofSeconds(10));
             assertTrue(call.awaitTransfer(Duration.ofSeconds(10)).committed());
-            final long end = System.nanoTime() + 5_000_000_000L;
-            while (!call.finishedForTests() && System.nanoTime() < end) {
-                Thread.sleep(5);
-            }
+            io.kvpool.examples.server.Await.until(call::finishedForTests, Duration.ofSeconds(10), () -> "the stream's last event");
             call.abort("the client left after its answer"); // what the router's client-gone hook does after the end
-            Thread.sleep(300);
+            aborts.close(Duration.ofSeconds(5)); // returns once every abort it took was delivered or given up
+            assertEquals(0, aborts.delivered() + aborts.pending(), "an abort taken for a request the process had ended");
             assertEquals(0, posts.get(), "an abort posted for a request the process had ended");
         }
     }

@@ -162,7 +162,10 @@ class RouterCountersTest {
             });
             final long before = roles.decode().status().counters().getOrDefault("abort_requests", 0L);
             hook.get().run(); // the client closes its connection once it has read its answer
-            Thread.sleep(300); // an abort is taken on decode's duty thread: give it its cycles
+            // an abort is taken on decode's duty thread, in order: a reservation answered after it was submitted shows
+            // the duty thread has taken it, if there was one
+            assertNull(roles.decode().reserve(990_001, "barrier", 1, 0));
+            roles.decode().unreserve(990_001, "the barrier's");
             assertEquals(before, (long) roles.decode().status().counters().getOrDefault("abort_requests", 0L),
                 "decode was asked to abort a request it had finished");
             router.close();
