@@ -28,7 +28,6 @@ class PoolLockSerializationTest {
 
     private static final int TPP = TestPools.SMALL.tokensPerPage();
     /** How long a serialized operation must keep waiting for the held lock. */
-    private static final long WAIT_MS = Long.getLong("kvpool.lock.waitMillis", 300);
 
     /** State words that run a one-shot callback on a chosen thread's next read. */
     static final class HookWords extends ForwardingSlotWords {
@@ -119,10 +118,31 @@ class PoolLockSerializationTest {
             return t;
         }
 
-        /** Gives each a chance to finish; none may have, while the lock is held. */
+        /**
+         * Waits until each is seen inside the pool lock's contended acquire; none may finish meanwhile. A thread not yet
+         * scheduled is not counted as waiting: each must be seen there.
+         */
         void assertAllWaiting() throws InterruptedException {
-            Thread.sleep(WAIT_MS);
+            final long end = System.nanoTime() + java.util.concurrent.TimeUnit.SECONDS.toNanos(30);
+            for (Map.Entry<String, Thread> e : threads.entrySet()) {
+                while (!waitingForPoolLock(e.getValue())) {
+                    assertFalse(done.containsKey(e.getKey()), () -> e.getKey() + " did not wait for the pool lock");
+                    if (System.nanoTime() - end > 0) {
+                        fail(e.getKey() + " never reached the pool lock: " + java.util.Arrays.toString(e.getValue().getStackTrace()));
+                    }
+                    Thread.sleep(1);
+                }
+            }
             assertEquals(List.of(), new ArrayList<>(done.keySet()), "these did not wait for the pool lock");
+        }
+
+        private static boolean waitingForPoolLock(Thread t) {
+            for (StackTraceElement f : t.getStackTrace()) {
+                if (f.getClassName().equals(AllocatorLock.class.getName()) && f.getMethodName().equals("lockContended")) {
+                    return true;
+                }
+            }
+            return false;
         }
 
         void joinAll() throws InterruptedException {
