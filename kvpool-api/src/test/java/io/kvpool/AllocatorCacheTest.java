@@ -127,7 +127,6 @@ class AllocatorCacheTest {
         assertThrows(IllegalArgumentException.class, () -> TestPools.builder(4).threadCache(-1));
     }
 
-    /** Admits {@code tokens} prompt tokens on a fresh thread (closing the sequence if admitted). */
     /**
      * Stress for the handshake that lets another thread take an idle owner's pages (AllocatorCache's Dekker
      * flags): the owner allocates and frees through its cache without pause while another thread, short of
@@ -142,6 +141,7 @@ class AllocatorCacheTest {
             final java.util.concurrent.atomic.AtomicReference<String> failure = new java.util.concurrent.atomic.AtomicReference<>();
             final java.util.concurrent.atomic.AtomicBoolean stop = new java.util.concurrent.atomic.AtomicBoolean();
             final java.util.concurrent.atomic.AtomicLong taken = new java.util.concurrent.atomic.AtomicLong();
+            final java.util.concurrent.CountDownLatch ownerAllocated = new java.util.concurrent.CountDownLatch(1);
             final Runnable[] roles = new Runnable[2];
             for (int r = 0; r < 2; r++) {
                 final int me = r + 1;
@@ -156,6 +156,9 @@ class AllocatorCacheTest {
                                     + holder.get(PageHandle.slot(h)) + " holds it");
                             }
                         }
+                        if (me == 1 && n > 0) {
+                            ownerAllocated.countDown(); // its cache is the one the other thread takes from
+                        }
                         if (me == 2) {
                             taken.addAndGet(n);
                         }
@@ -167,7 +170,7 @@ class AllocatorCacheTest {
                 };
             }
             final Thread owner = Thread.ofPlatform().start(roles[0]); // the first to allocate: the cache's owner
-            Thread.sleep(20);
+            assertTrue(ownerAllocated.await(10, java.util.concurrent.TimeUnit.SECONDS), "the owner allocated");
             final Thread other = Thread.ofPlatform().start(roles[1]);
             Thread.sleep(Long.getLong("kvpool.stress.millis", 1500));
             stop.set(true);
@@ -179,6 +182,7 @@ class AllocatorCacheTest {
         }
     }
 
+    /** Admits {@code tokens} prompt tokens on a fresh thread (closing the sequence if admitted). */
     private static Admission.Decision admitOnAnotherThread(KvPool pool, int tokens) throws InterruptedException {
         final Admission.Decision[] decision = new Admission.Decision[1];
         Thread.ofPlatform().start(() -> {
