@@ -128,8 +128,8 @@ class AppendEachTest {
 
     @Test
     void aFailedCopyOnWriteUndoesTheWholeStepReservationsIncluded() {
-        final ApiReviewRegressionTest.FailingCopyStorage[] storage = new ApiReviewRegressionTest.FailingCopyStorage[1];
-        try (KvPool pool = TestPools.builder(16).storage((l, n) -> storage[0] = new ApiReviewRegressionTest.FailingCopyStorage(l, n)).build()) {
+        final PoolFaultPathsTest.FailingCopyStorage[] storage = new PoolFaultPathsTest.FailingCopyStorage[1];
+        try (KvPool pool = TestPools.builder(16).storage((l, n) -> storage[0] = new PoolFaultPathsTest.FailingCopyStorage(l, n)).build()) {
             final Sequence plain = pool.admit(TPP, 2 * TPP).sequence();
             plain.append(TPP); // full last page: the step allocates a new one
             final Sequence parent = pool.admit(TPP + 2, TPP).sequence();

@@ -361,7 +361,7 @@ class HandleLifecycleTest {
      */
     @Test
     void appendPinnedWhoseFillFailsLeavesNoPagePinned() {
-        final ApiReviewRegressionTest.FailingCopyStorage[] storage = new ApiReviewRegressionTest.FailingCopyStorage[1];
+        final PoolFaultPathsTest.FailingCopyStorage[] storage = new PoolFaultPathsTest.FailingCopyStorage[1];
         try (KvPool pool = poolWithAPageDueAFill(3, storage)) {
             final int perPage = TestPools.SMALL.tokensPerPage();
             final Sequence seq = pool.admit(3 * perPage, 0).sequence();
@@ -389,8 +389,8 @@ class HandleLifecycleTest {
      */
     @Test
     void anErrorFillingOnePageOfABatchCommitStillFreesEveryPage() {
-        final ApiReviewRegressionTest.FailingCopyStorage[] storage = new ApiReviewRegressionTest.FailingCopyStorage[1];
-        try (KvPool pool = TestPools.builder(3).storage((l, n) -> storage[0] = new ApiReviewRegressionTest.FailingCopyStorage(l, n)).build()) {
+        final PoolFaultPathsTest.FailingCopyStorage[] storage = new PoolFaultPathsTest.FailingCopyStorage[1];
+        try (KvPool pool = TestPools.builder(3).storage((l, n) -> storage[0] = new PoolFaultPathsTest.FailingCopyStorage(l, n)).build()) {
             final int perPage = TestPools.SMALL.tokensPerPage();
             final Sequence seq = pool.admit(3 * perPage, 0).sequence();
             pool.handles().appendPinned(seq, 3 * perPage);
@@ -425,7 +425,7 @@ class HandleLifecycleTest {
      */
     @Test
     void appendPinnedWhoseFillFailsAsThePoolClosesReleasesTheKeptStorage() {
-        final ApiReviewRegressionTest.FailingCopyStorage[] storage = new ApiReviewRegressionTest.FailingCopyStorage[1];
+        final PoolFaultPathsTest.FailingCopyStorage[] storage = new PoolFaultPathsTest.FailingCopyStorage[1];
         try (KvPool pool = poolWithAPageDueAFill(3, storage)) {
             final int perPage = TestPools.SMALL.tokensPerPage();
             final Sequence seq = pool.admit(3 * perPage, 0).sequence();
@@ -484,9 +484,9 @@ class HandleLifecycleTest {
      */
     @Test
     void aCorruptFreeSlotIsNeverQueuedForAFill() {
-        final ApiReviewRegressionTest.FailingCopyStorage[] storage = new ApiReviewRegressionTest.FailingCopyStorage[1];
+        final PoolFaultPathsTest.FailingCopyStorage[] storage = new PoolFaultPathsTest.FailingCopyStorage[1];
         final CorruptWords[] words = new CorruptWords[1];
-        final KvPoolBuilder b = TestPools.builder(2).storage((l, n) -> storage[0] = new ApiReviewRegressionTest.FailingCopyStorage(l, n));
+        final KvPoolBuilder b = TestPools.builder(2).storage((l, n) -> storage[0] = new PoolFaultPathsTest.FailingCopyStorage(l, n));
         b.slotWords = n -> words[0] = new CorruptWords(n);
         try (KvPool pool = b.build()) {
             final long h0 = pool.tryAllocate(), h1 = pool.tryAllocate();
@@ -507,11 +507,11 @@ class HandleLifecycleTest {
     }
 
     /**
-     * A pool of {@code pages} on a {@link ApiReviewRegressionTest.FailingCopyStorage} (left in {@code storage[0]}), one
+     * A pool of {@code pages} on a {@link PoolFaultPathsTest.FailingCopyStorage} (left in {@code storage[0]}), one
      * of whose pages failed its fill at free: it is filled again when next allocated, after the pool lock.
      */
-    private static KvPool poolWithAPageDueAFill(int pages, ApiReviewRegressionTest.FailingCopyStorage[] storage) {
-        final KvPool pool = TestPools.builder(pages).storage((l, n) -> storage[0] = new ApiReviewRegressionTest.FailingCopyStorage(l, n))
+    private static KvPool poolWithAPageDueAFill(int pages, PoolFaultPathsTest.FailingCopyStorage[] storage) {
+        final KvPool pool = TestPools.builder(pages).storage((l, n) -> storage[0] = new PoolFaultPathsTest.FailingCopyStorage(l, n))
             .build();
         final long h = pool.tryAllocate();
         storage[0].failNextFill = true;

@@ -1,7 +1,7 @@
 package io.kvpool;
 
-import io.kvpool.ApiReviewRegressionTest.CountingHookWords;
-import io.kvpool.ApiReviewRegressionTest.FailingCopyStorage;
+import io.kvpool.PoolFaultPathsTest.CountingHookWords;
+import io.kvpool.PoolFaultPathsTest.FailingCopyStorage;
 import io.kvpool.storage.FillMode;
 
 import org.junit.jupiter.api.Test;

@@ -1,6 +1,6 @@
 package io.kvpool;
 
-import io.kvpool.ApiReviewRegressionTest.FailingCopyStorage;
+import io.kvpool.PoolFaultPathsTest.FailingCopyStorage;
 
 import org.junit.jupiter.api.Test;
 
@@ -193,7 +193,7 @@ class PoolDiagnosticsTest {
     void aPoolLargerThanASequenceCanCountSaysWhyItsContextIsCapped() {
         final KvLayout big = new KvLayout(1, 1, 4, DType.FP16, 1 << 20); // 16 MiB pages of 2^20 tokens
         final PoolCapacityException e = assertThrows(PoolCapacityException.class, () -> KvPool.builder(big).pages(4096)
-            .maxContextTokens(1L << 32).storage(ApiReviewRegressionTest.NoBytes::new).build());
+            .maxContextTokens(1L << 32).storage(PoolFaultPathsTest.NoBytes::new).build());
         assertTrue(e.getMessage().contains("; a sequence counts at most 2,147,483,647 tokens)"), e.getMessage());
     }
 

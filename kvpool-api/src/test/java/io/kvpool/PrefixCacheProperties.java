@@ -29,12 +29,12 @@ class PrefixCacheProperties {
     private static final int TPP = TestPools.SMALL.tokensPerPage();
 
     /**
-     * The shrunk counterexample of {@link KvPoolStatefulProperties#randomOperationsKeepPoolAndModelInStep}:
-     * a fork truncates into a full page it shares, its parent then publishes that page and goes away, and
-     * the fork's next append writes into the published page instead of copying it.
+     * A fork truncates into a full page it shares, its parent then publishes that page and goes away: the fork's next
+     * append copies the published page instead of writing into it (the case
+     * {@link KvPoolStatefulProperties#randomOperationsKeepPoolAndModelInStep} shrank to).
      */
     @Example
-    void shrunkCounterexample_appendWritesIntoAPagePublishedAfterTheForkTruncatedIntoIt() {
+    void aForkThatTruncatedIntoASharedPageCopiesItOnceTheParentPublishesIt() {
         final Violation v = KvPoolStatefulProperties.run(KvPoolStatefulProperties.harness(TestPools.builder(3).maxContextTokens(4).build()),
             new Admit(0, 1, 0, 0, true),     // s1: 1 prompt token, salt of tenant 0
             new Append(0, 3, false),         // s1: 4 tokens, page 0 full

@@ -27,9 +27,9 @@ class PrefixCacheTest {
 
     @Test
     void anErrorWhileAttachingAPrefixLeavesNoReservationNorReference() {
-        final ApiReviewRegressionTest.CountingHookWords[] words = new ApiReviewRegressionTest.CountingHookWords[1];
+        final PoolFaultPathsTest.CountingHookWords[] words = new PoolFaultPathsTest.CountingHookWords[1];
         final KvPoolBuilder b = TestPools.builder(16);
-        b.slotWords = n -> words[0] = new ApiReviewRegressionTest.CountingHookWords(n);
+        b.slotWords = n -> words[0] = new PoolFaultPathsTest.CountingHookWords(n);
         try (KvPool pool = b.build()) {
             final int[] prompt = tokens(10, 1); // 2 full pages + 2 tokens
             final Sequence a = prefill(pool, prompt, 7, 1);
@@ -223,7 +223,7 @@ class PrefixCacheTest {
         // 2^29 tokens of 2 bytes: a legal 1 GiB page; a digest buffer of 4 bytes a token would overflow an int
         final KvLayout huge = new KvLayout(1, 1, 1, DType.FP8, 1 << 29);
         assertDoesNotThrow(() -> KvPool.builder(huge).pages(1).maxContextTokens(1)
-            .storage(ApiReviewRegressionTest.NoBytes::new).build().close());
+            .storage(PoolFaultPathsTest.NoBytes::new).build().close());
     }
 
     @Test

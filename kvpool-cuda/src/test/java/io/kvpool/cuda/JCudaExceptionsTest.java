@@ -15,7 +15,7 @@ import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 /**
- * kvpool-cuda and JCuda's JVM-wide exception switch (from a review, 2026-11-30; both tests failed before the fix):
+ * kvpool-cuda and JCuda's JVM-wide exception switch:
  * kvpool-cuda neither changes the host application's setting nor depends on it — every driver call goes through
  * {@link CudaException#code}, which turns JCuda's exception back into the {@code CUresult}.
  *

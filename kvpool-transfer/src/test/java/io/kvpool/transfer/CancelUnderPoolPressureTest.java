@@ -354,21 +354,21 @@ class CancelUnderPoolPressureTest {
     @Test
     void aSecondStartOfAReceivingIdCancelsOnlyAtSendersNotOfTheFirst() {
         try (KvPool pool = Kv.pool(32)) {
-            final TransferReceiver rx = ProtocolReviewRegressionTest.slowReceiver(pool, new ManualClock());
-            final ScriptedLink a = ProtocolReviewRegressionTest.hello(), b = ProtocolReviewRegressionTest.hello();
-            final IncomingTransfer first = ProtocolReviewRegressionTest.startOn(rx, a, b); // ranks 0 and 1
+            final TransferReceiver rx = ProtocolEdgeCasesTest.slowReceiver(pool, new ManualClock());
+            final ScriptedLink a = ProtocolEdgeCasesTest.hello(), b = ProtocolEdgeCasesTest.hello();
+            final IncomingTransfer first = ProtocolEdgeCasesTest.startOn(rx, a, b); // ranks 0 and 1
             assertEquals(IncomingTransfer.State.RECEIVING, first.state(), first::toString);
-            final ScriptedLink c = ProtocolReviewRegressionTest.hello();
+            final ScriptedLink c = ProtocolEdgeCasesTest.hello();
             final int pc = rx.addPeer(c);
             rx.doWork();
-            final IncomingTransfer second = rx.start(ProtocolReviewRegressionTest.REQ, 8, 0, 0, pc);
+            final IncomingTransfer second = rx.start(ProtocolEdgeCasesTest.REQ, 8, 0, 0, pc);
             assertEquals(IncomingTransfer.State.REJECTED, second.state(), second::toString);
             assertEquals(0, a.sent(Message.Cancel.class).size(), "the first transfer's sender is not told");
             assertEquals(1, c.sent(Message.Cancel.class).size(), "a sender of the second alone is");
             // checked before the other refusals, which CANCEL every sender: here one of them is down
             c.failLink("test: a sender down");
             rx.doWork();
-            final IncomingTransfer third = rx.start(ProtocolReviewRegressionTest.REQ, 8, 0, 0, pc);
+            final IncomingTransfer third = rx.start(ProtocolEdgeCasesTest.REQ, 8, 0, 0, pc);
             assertTrue(third.message().contains("already receiving"), third::message);
             assertEquals(0, a.sent(Message.Cancel.class).size(), "the first transfer's sender is still not told");
             rx.abort(first, "test over");

@@ -6,7 +6,7 @@ import io.kvpool.PageHandle;
 import io.kvpool.Sequence;
 import io.kvpool.storage.HostPageStorage;
 import io.kvpool.storage.PageStorage;
-import io.kvpool.transfer.ProtocolReviewRegressionTest.DeviceLikeStorage;
+import io.kvpool.transfer.ProtocolEdgeCasesTest.DeviceLikeStorage;
 import io.kvpool.transfer.spi.PeerLink;
 import io.kvpool.transfer.wire.Message;
 import org.junit.jupiter.api.AfterEach;

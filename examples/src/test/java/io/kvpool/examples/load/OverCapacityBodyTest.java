@@ -8,7 +8,7 @@ import java.time.Duration;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
 
-/** A review of today's fixes (2026-11-30) found the load client filing a correct size refusal as unexpected; this failed before its fix. */
+/** The load client files a server's correct size refusal of an over-capacity request as expected, not unexpected. */
 class OverCapacityBodyTest {
 
     /**

@@ -27,7 +27,7 @@ import static org.junit.jupiter.api.Assumptions.assumeTrue;
  * {@code ShmLink.peerProcessGone()}) against real peer processes (python3) that connect and send the shm
  * bootstrap, on the production decode-side link (a real {@link CudaIpcListener} over a Unix socket,
  * host-memory {@link FakeIpcEngine}): {@code tearDown()} is {@code true} only when no write from the importing
- * process can land. From a review (2026-11-30); both failed before their fixes.
+ * process can land.
  */
 class IpcTeardownProofTest {
 

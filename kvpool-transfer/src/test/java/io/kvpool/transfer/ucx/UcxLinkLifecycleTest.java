@@ -20,7 +20,7 @@ import static io.kvpool.transfer.ucx.UcxTestSupport.*;
 import static org.junit.jupiter.api.Assertions.*;
 
 /**
- * What a UCX link holds over its life and gives back (from a review, 2026-11-30; each test failed before its fix):
+ * What a UCX link holds over its life and gives back:
  * remote keys per registration, not per transfer; a closed link's worker and sockets after a grace; nothing of a
  * connect that failed; no failure reported by a link that was closed.
  */
@@ -156,7 +156,7 @@ class UcxLinkLifecycleTest {
         p[1].close();
     }
 
-    /** Control for finding 2: with tearDown() after close() the same churn returns to the baseline (the test can pass). */
+    /** The control: with tearDown() after close() the same churn returns to the baseline (the churn test can pass). */
     @Test
     void controlTornDownLinksGiveTheirSocketsBack() throws Exception {
         warmUp();

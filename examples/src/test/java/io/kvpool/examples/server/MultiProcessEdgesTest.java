@@ -32,12 +32,14 @@ import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 /**
- * Regressions from a review of the example server's multi-process mode (--role router|prefill|decode), 2026-11-30:
- * a prefill and a decode {@link RoleServer} in this JVM, linked over shared memory as separate processes would be,
- * and routers ({@link KvServer} over {@link io.kvpool.examples.server.remote.RemoteRoles}) in front of them. Each test failed before its fix.
+ * Edges of the multi-process mode ({@code --role router|prefill|decode}): a prefill call delayed past the router's
+ * timeout is refused because its abort came first, decode refuses prompt sizes beyond an int rather than truncating
+ * them, and a process of the wrong role at a role's URL is that role down. A prefill and a decode {@link RoleServer}
+ * in this JVM, linked over shared memory as separate processes would be, and routers ({@link KvServer} over
+ * {@link io.kvpool.examples.server.remote.RemoteRoles}) in front of them.
  */
 @Timeout(value = 120, unit = TimeUnit.SECONDS)
-class RolesReviewRegressionTest {
+class MultiProcessEdgesTest {
 
     private static final Duration WAIT = Duration.ofSeconds(15);
     /** The sender's descriptor timeout (= --transfer-timeout-ms): how long an offer no decode ever asks for is held. */

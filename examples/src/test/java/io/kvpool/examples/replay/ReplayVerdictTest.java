@@ -13,10 +13,11 @@ import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 /**
- * Regression (review, 2026-11-30): the replay's verdict (and exit status) ignored the table's own rows "completions whose KV is not
- * exactly their prompt" and "responses whose KV names another tenant"; only the marker regex decides.
+ * The replay's verdict and exit status follow its table's own rows, "completions whose KV is not exactly their
+ * prompt" and "responses whose KV names another tenant", not only the marker regex; a replay in which nothing
+ * completed is not clean.
  */
-class EvidenceReviewRegressionTest {
+class ReplayVerdictTest {
 
     @Test
     void replayVerdictIgnoresCompletionsWhoseKvIsNotTheirPrompt() throws Exception {

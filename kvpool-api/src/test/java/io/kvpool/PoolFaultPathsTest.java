@@ -9,10 +9,12 @@ import java.util.Map;
 import static org.junit.jupiter.api.Assertions.*;
 
 /**
- * Regressions for what an adversarial review of kvpool-api found (2026-11-30). Each test states the documented
- * guarantee, and each failed on the code before its fix.
+ * The pool's failure paths: a fill, a copy or an Error in the middle of an operation (copy-on-write append, batch
+ * append, fork, free) changes nothing it did not finish, reservation included, and loses no page; a closed pool keeps
+ * its read-only views and its storage while pins remain; a prefix page is never shared across a differing prefix.
+ * Each test states the guarantee it checks. The failing storages and hooked words here serve other tests too.
  */
-class ApiReviewRegressionTest {
+class PoolFaultPathsTest {
 
     // ---------------------------------------------------------------------------------------------
     // F1: the prefix cache trusts the parent's 64-bit hash. PrefixHash's Javadoc says "an adversary can
@@ -642,10 +644,9 @@ class ApiReviewRegressionTest {
     }
 
     // ---------------------------------------------------------------------------------------------
-    // Concurrency review (2026-11-30). C1 (HIGH): the `unfilled` mark was honoured only by takeFreePageLocked. When the cache owner (the
-    // scheduler) frees a page and its fill fails, onBecameFree sets unfilled[slot] and pushes the slot into
-    // the AllocatorCache; tryAllocate's lock-free fast path pops it and hands it out without looking at the
-    // mark: the next tenant gets the last tenant's bytes. (F7's fix covers the return stack only.)
+    // A page whose fill failed when the cache owner (the scheduler) freed it carries the `unfilled` mark; every path
+    // that hands a page out honours it, tryAllocate's lock-free fast path through the AllocatorCache included, or the
+    // next tenant would get the last tenant's bytes.
 
     @Test
     void aPageWhoseFillFailedIsNotHandedOutUnfilledByTheAllocatorCache() {
@@ -714,7 +715,7 @@ class ApiReviewRegressionTest {
     }
 
     // ---------------------------------------------------------------------------------------------
-    // C3 (MINOR: needs a stray release, i.e. misuse; suspected (a) of the earlier review, proven here).
+    // A stray release (misuse) racing publish.
     // publish checks OWNED under the pool lock, but releases are lock-free: a release landing between the
     // check and prefix.publish frees the page while it is not yet marked (so it is filled and, on the cache
     // owner's thread, goes into the AllocatorCache), and publish then marks and indexes a FREE page. The

@@ -33,11 +33,12 @@ import static org.junit.jupiter.api.Assertions.*;
 import static org.junit.jupiter.api.Assumptions.assumeTrue;
 
 /**
- * Regressions from an adversarial review of the shared-memory transport (2026-11-30): each test states the
- * contract it checks and failed before its fix.
+ * The shared-memory transport when something goes wrong: a peer whose pid is ambiguous or whose leader is a zombie,
+ * a copy that faults, an owner or listener closed after another replaced its file, a failed create, a connection that
+ * never bootstraps, a peer that reads nothing, a closed link's buffers. Each test states the contract it checks.
  */
 @Timeout(30)
-class ShmReviewRegressionTest {
+class ShmFailureTest {
 
     static final KvLayout LAYOUT = MappedPageStorageTest.LAYOUT;
 

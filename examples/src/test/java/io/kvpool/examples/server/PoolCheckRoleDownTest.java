@@ -16,8 +16,8 @@ import java.util.Map;
 
 import static org.junit.jupiter.api.Assertions.assertFalse;
 
-/** Regression (review, 2026-11-30): the pool check through /metrics (load --url) could not see a role that is down. */
-class EvidenceReviewRegressionTest {
+/** The pool check through /metrics ({@code load --url}) does not call a deployment clean while a role is down. */
+class PoolCheckRoleDownTest {
 
     /**
      * The router's /metrics for a decode process it cannot reach ({@link RoleStatus#unreachable}): kvpool_role_up 0,

@@ -17,10 +17,12 @@ import java.util.List;
 import static org.junit.jupiter.api.Assertions.*;
 
 /**
- * Regressions for what a read-only review of the protocol found (each test failed before its fix, with
- * the buggy behaviour named in its comment).
+ * Edge cases of the transfer protocol: duplicated and malformed descriptors, a completion whose send fails, a sender
+ * closed with a flush pending, co-senders that are healthy, silent or holding none of their share, negative ranks and
+ * counts, a peer claiming two ranks, handler exceptions, checksums on storage the host cannot read. Each test's comment
+ * names the behaviour it rules out.
  */
-class ProtocolReviewRegressionTest {
+class ProtocolEdgeCasesTest {
     static final long REQ = 11;
 
     static long[] offer(KvPool pool, TransferSender tx, long req, int tokens) {
@@ -286,8 +288,8 @@ class ProtocolReviewRegressionTest {
 
     @Test
     void aBadDescriptorThatCopiesARunningTransfersSlotIsIgnoredNotRefused() {
-        // was (second review): validation ran before the duplicate check, so a corrupted copy was refused
-        // with DRAINED(nothing posted) for the running generation
+        // the duplicate check comes before validation: refusing a corrupted copy would send DRAINED(nothing posted)
+        // for the running generation
         final KvPool pool = Kv.pool(32);
         final ScriptedLink link = hello();
         final TransferSender tx = senderOn(pool, link);
@@ -303,7 +305,7 @@ class ProtocolReviewRegressionTest {
 
     @Test
     void bothEnginesRefuseChecksumsOnStorageTheHostCannotRead() {
-        // was (second review): the sender accepted it and threw out of doWork() at its first flush
+        // a sender that accepted it would throw out of doWork() at its first flush
         final KvPool pool = KvPool.builder(Kv.LAYOUT).pages(8).maxContextTokens(32)
             .storage((l, n) -> new DeviceLikeStorage(io.kvpool.storage.HostPageStorage.allocate(l, n))).build();
         final IllegalArgumentException s = assertThrows(IllegalArgumentException.class,
@@ -313,8 +315,6 @@ class ProtocolReviewRegressionTest {
         TransferSender.builder(pool, Kv.identity()).checksums(false).build().close();
         pool.close();
     }
-
-    // ---- third review (2026-11-30) ----
 
     @Test
     void aDescriptorWithNegativeTokensIsRefusedNotThrownOutOfTheDutyCycle() {

@@ -4,8 +4,12 @@ import org.junit.jupiter.api.Test;
 
 import static org.junit.jupiter.api.Assertions.*;
 
-/** Regression tests for the defects a code review found; each failed before its fix. */
-class ReviewRegressionTest {
+/**
+ * Edges of a page's and a pool's lifetime: no pin after close or on a published page, pins wound down after close
+ * release the kept storage, a truncate within a shared last page keeps the growth guarantee, forks leave no
+ * reservations behind, a tenancy at the last generation retires, a retired published page leaves the prefix index.
+ */
+class PoolLifecycleEdgeTest {
 
     @Test
     void aPublishedPageCannotBePinnedThroughTryTransitionEither() {

@@ -19,8 +19,12 @@ import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
-/** Regressions from a review of the load generator's detectors (2026-11-30); each failed before its fix. */
-class EvidenceReviewRegressionTest {
+/**
+ * The load generator's verdict: a foreign tenant name cut off at the end of an aborted stream is seen, a run in which
+ * nothing completed or nothing was sent is not clean, a run of aborts only is not "nothing completed", and a
+ * well-formed request refused as malformed is unexpected.
+ */
+class LoadVerdictTest {
 
     /**
      * An aborted stream keeps only the tokens it received, and the marker search is its only leak check. Stale KV

@@ -15,9 +15,10 @@ import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 /**
- * Regressions from an adversarial review of the example server (2026-11-30); each test failed before its fix.
+ * Clients at the edges of a completion stream: one that stops reading holds no decode pages, one stalled past the
+ * stall timeout ends as the client's abort; and the KV of a prompt that round-trips differently is not the prompt.
  */
-class ExampleReviewRegressionTest {
+class ClientStreamEdgesTest {
 
     /** ~190 bytes of SSE per token: 5.7 MB, more than the socket buffers on both sides hold (tcp_wmem max 4 MiB) */
     private static final int MAX_TOKENS = 30_000;
