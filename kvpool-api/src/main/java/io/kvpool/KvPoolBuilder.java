@@ -151,6 +151,7 @@ public final class KvPoolBuilder {
      *
      * @param safeguards the safeguards to turn off
      * @return this builder
+     * @throws NullPointerException if {@code safeguards} or one of them is null
      */
     public KvPoolBuilder unsafeDisable(Safeguard... safeguards) {
         for (Safeguard s : safeguards) {

@@ -888,7 +888,12 @@ public final class DevicePageStorage implements PageStorage {
         }
     }
 
-    /** Waits until all work queued on the primary context (e.g. by {@link #copyPagesAsync}) is done ({@code cuCtxSynchronize}). */
+    /**
+     * Waits until all work queued on the primary context (e.g. by {@link #copyPagesAsync}) is done ({@code cuCtxSynchronize}).
+     *
+     * @throws IllegalStateException if the storage is closed
+     * @throws CudaException         if the driver reports an error, a failure of queued work included
+     */
     public synchronized void synchronize() {
         ensureOpen();
         current();
@@ -901,6 +906,9 @@ public final class DevicePageStorage implements PageStorage {
      *
      * @param page slot index
      * @param dst  host memory of at least {@link KvLayout#bytesPerPage()} bytes; its first page's worth is overwritten
+     * @throws IllegalStateException     if the storage is closed
+     * @throws IndexOutOfBoundsException if {@code page} is not a slot of this storage, or {@code dst} is too small
+     * @throws CudaException             if the driver reports an error
      */
     public synchronized void readPage(int page, MemorySegment dst) {
         ensureOpen();
@@ -916,10 +924,14 @@ public final class DevicePageStorage implements PageStorage {
 
     /**
      * Copies {@code src} (host page layout) into page {@code page} (one copy per plane: tests and debugging).
-     * Returns once the page is on the device ({@code cuCtxSynchronize}).
+     * Returns once the page is on the device ({@code cuCtxSynchronize}). It writes the slot whatever the pool holds
+     * there, with none of the pool's state checks: never call it on a pool's storage in production.
      *
      * @param page slot index
      * @param src  host memory of at least {@link KvLayout#bytesPerPage()} bytes, in the host page layout
+     * @throws IllegalStateException     if the storage is closed
+     * @throws IndexOutOfBoundsException if {@code page} is not a slot of this storage, or {@code src} is too small
+     * @throws CudaException             if the driver reports an error
      */
     public synchronized void writePage(int page, MemorySegment src) {
         ensureOpen();

@@ -26,7 +26,8 @@ import java.util.function.ToLongFunction;
  *
  * <p>Each meter reads one {@link ReceiverMetrics} getter when the registry asks, from the registry's
  * thread; those getters may be called from any thread (the receiver itself is single-threaded, and no
- * meter calls it for anything but {@link TransferReceiver#metrics()}).
+ * meter calls it for anything but {@link TransferReceiver#metrics()}, {@link TransferReceiver#peerBuilds()} and
+ * {@link TransferReceiver#heartbeatFailures()}, which any thread may read).
  *
  * <p><b>Lifetime:</b> neither the binder nor its meters keep the receiver alive: the binder holds it
  * weakly, and every meter holds it weakly (Micrometer's default, {@code strongReference(false)}). Once

@@ -19,7 +19,8 @@ import java.util.function.ToLongFunction;
  *
  * <p>Each meter reads one {@link SenderMetrics} getter when the registry asks, from the registry's thread;
  * those getters may be called from any thread (the sender itself is single-threaded, and no meter calls it
- * for anything but {@link TransferSender#metrics()}).
+ * for anything but {@link TransferSender#metrics()}, {@link TransferSender#peerBuilds()} and
+ * {@link TransferSender#heartbeatFailures()}, which any thread may read).
  *
  * <p><b>Lifetime:</b> neither the binder nor its meters keep the sender alive: the binder holds it weakly,
  * and every meter holds it weakly (Micrometer's default for function counters). Once the sender is

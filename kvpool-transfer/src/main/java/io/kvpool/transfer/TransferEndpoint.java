@@ -17,7 +17,8 @@ import java.util.concurrent.atomic.LongAdder;
 
 /**
  * What both engines share: peers, the handshake (peer pre-check), strict decoding, and the duty cycle
- * that polls every link. Single-threaded: every method runs on the engine's owner thread.
+ * that polls every link. Single-threaded: every method runs on the engine's owner thread, but the counters an
+ * exporter reads ({@code metrics()}, {@link #peerBuilds()}, {@link #heartbeatFailures()}), which any thread may read.
  */
 abstract class TransferEndpoint implements LinkListener, AutoCloseable {
 
@@ -171,7 +172,7 @@ abstract class TransferEndpoint implements LinkListener, AutoCloseable {
 
     /**
      * @return links this side failed because the peer answered no PING within the {@link Heartbeat} timeout, or sent
-     *         no HELLO within its idle time plus timeout
+     *         no HELLO within its idle time plus timeout. Readable from any thread.
      */
     public long heartbeatFailures() {
         return heartbeatFailures.sum();

@@ -597,7 +597,10 @@ public final class UcxTransport implements AutoCloseable {
 
     /**
      * Closes every link (force-closing its endpoint, so pending writes end canceled), deregisters all memory,
-     * closes the worker and the context and stops the owner thread. Idempotent; waits up to 10 s.
+     * closes the worker and the context and stops the owner thread. Idempotent; waits up to 10 s for the owner thread.
+     *
+     * @throws TransferException if the owner thread did not stop within 10 s (a UCX call that does not return): the
+     *                           transport is marked closed all the same, and a second call returns at once
      */
     @Override
     public void close() {
