@@ -197,7 +197,7 @@ public final class TransferReceiver extends TransferEndpoint {
      * @param senderPeers  the peer ids (from {@link #addPeer}) of the senders, rank 0 first; each writes a
      *                     contiguous share of the pages ({@link TransferPlan})
      * @return the transfer: REJECTED (with the admission's typed decision or the reason — also for a request of
-     *         more pages than one descriptor carries, {@link WireFormat#MAX_ARRAY}, and for a request id this receiver
+     *         more pages than one descriptor carries (65,536), and for a request id this receiver
      *         is receiving already), or RECEIVING. A rejection, retryable or not, sends a CANCEL to each sender it can
      *         still reach (links of version 2 and later): their offers of this request end and release their pages, so
      *         trying again later needs the senders to offer the request again. For an id already receiving, the senders

@@ -59,6 +59,15 @@ class WireCodecTest {
      * decoder would still round-trip, and fails here.
      */
     @Test
+    void thePublicJavadocStatesTheWireLimitsThisCodeHas() {
+        // io.kvpool.transfer.wire is not exported: PeerIdentity's and TransferReceiver#start's Javadoc give these as
+        // numbers, which must change with them
+        assertEquals(1, WireFormat.MIN_VERSION, "PeerIdentity's Javadoc says 1");
+        assertEquals(3, WireFormat.VERSION, "PeerIdentity's Javadoc says 3");
+        assertEquals(65_536, WireFormat.MAX_ARRAY, "TransferReceiver#start's Javadoc says 65,536");
+    }
+
+    @Test
     void framesOfVersionsOneAndTwoAreTheShippedCodecsBytes() {
         int checked = 0;
         final List<Message> all = new ArrayList<>(samples());
