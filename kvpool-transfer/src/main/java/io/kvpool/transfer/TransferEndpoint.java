@@ -20,9 +20,40 @@ import java.util.concurrent.atomic.LongAdder;
  * that polls every link. Single-threaded: every method runs on the engine's owner thread, but the counters an
  * exporter reads ({@code metrics()}, {@link #peerBuilds()}, {@link #heartbeatFailures()}), which any thread may read.
  */
-abstract class TransferEndpoint implements LinkListener, AutoCloseable {
+abstract class TransferEndpoint implements AutoCloseable {
 
     private static final int POLL_LIMIT = 256;
+
+    /**
+     * What the links report, handed to this engine's handlers. A field rather than the engine itself, so that the
+     * handlers stay package-private: no application can fake a write's or a flush's end through the engine's API.
+     */
+    private final LinkListener events = new LinkListener() {
+        @Override
+        public void onFrame(PeerLink link, ByteBuffer frame) {
+            TransferEndpoint.this.onFrame(link, frame);
+        }
+
+        @Override
+        public void onWriteDone(PeerLink link, long token, int status) {
+            TransferEndpoint.this.onWriteDone(link, token, status);
+        }
+
+        @Override
+        public void onWritesDone(PeerLink link, long firstToken, int count, int status) {
+            TransferEndpoint.this.onWritesDone(link, firstToken, count, status);
+        }
+
+        @Override
+        public void onFlushDone(PeerLink link, long token, boolean ok) {
+            TransferEndpoint.this.onFlushDone(link, token, ok);
+        }
+
+        @Override
+        public void onLinkFailed(PeerLink link, String reason) {
+            TransferEndpoint.this.onLinkFailed(link, reason);
+        }
+    };
     static final System.Logger LOG = System.getLogger("io.kvpool.transfer");
     /** The least time between two log lines of one repeating per-transfer event ({@link RateLimitedLog}). */
     static final long LOG_INTERVAL_NANOS = 10_000_000_000L;
@@ -201,7 +232,7 @@ abstract class TransferEndpoint implements LinkListener, AutoCloseable {
             final Peer p = polled.get(i);
             if (!closed && (p.state == Peer.State.HANDSHAKE || p.state == Peer.State.UP || p.state == Peer.State.RETIRING)
                 || p.users > 0) {
-                final int n = p.link.poll(this, POLL_LIMIT); // a down link still owes its writes' terminal states
+                final int n = p.link.poll(events, POLL_LIMIT); // a down link still owes its writes' terminal states
                 p.backlogged = n >= POLL_LIMIT; // events left behind: a frame may be among them
                 work += n;
             }
@@ -312,6 +343,19 @@ abstract class TransferEndpoint implements LinkListener, AutoCloseable {
     /** The peer can no longer be used (failed, refused, malformed frame). Called once. */
     abstract void onPeerDown(Peer peer);
 
+    /** {@link LinkListener#onWriteDone}, from {@link #doWork}'s polls. */
+    abstract void onWriteDone(PeerLink link, long token, int status);
+
+    /** {@link LinkListener#onWritesDone}: {@link #onWriteDone} for each, unless the engine accounts for a run at once. */
+    void onWritesDone(PeerLink link, long firstToken, int count, int status) {
+        for (int i = 0; i < count; i++) {
+            onWriteDone(link, firstToken + i, status);
+        }
+    }
+
+    /** {@link LinkListener#onFlushDone}, from {@link #doWork}'s polls. */
+    abstract void onFlushDone(PeerLink link, long token, boolean ok);
+
     /**
      * @return the newest version both identities claim and this build's wire format encodes, or -1: an identity may
      *         claim versions the codec cannot write (a range set by hand), and a link must never settle on one
@@ -321,8 +365,8 @@ abstract class TransferEndpoint implements LinkListener, AutoCloseable {
         return v >= Math.max(WireFormat.MIN_VERSION, Math.max(identity.minVersion(), remote.minVersion())) ? v : -1;
     }
 
-    @Override
-    public final void onFrame(PeerLink link, ByteBuffer frame) {
+    /** {@link LinkListener#onFrame}, from {@link #doWork}'s polls. */
+    final void onFrame(PeerLink link, ByteBuffer frame) {
         final Peer p = peerOf(link);
         if (p == null || p.state == Peer.State.FAILED || p.state == Peer.State.REFUSED) {
             return;
@@ -433,8 +477,8 @@ abstract class TransferEndpoint implements LinkListener, AutoCloseable {
         }
     }
 
-    @Override
-    public final void onLinkFailed(PeerLink link, String reason) {
+    /** {@link LinkListener#onLinkFailed}, from {@link #doWork}'s polls. */
+    final void onLinkFailed(PeerLink link, String reason) {
         final Peer p = peerOf(link);
         if (p != null && (p.state == Peer.State.HANDSHAKE || p.state == Peer.State.UP || p.state == Peer.State.RETIRING)) {
             fail(p, Peer.State.FAILED, "link failed: " + reason);

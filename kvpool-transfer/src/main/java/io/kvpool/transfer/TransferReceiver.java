@@ -1177,12 +1177,12 @@ public final class TransferReceiver extends TransferEndpoint {
     }
 
     @Override
-    public void onWriteDone(PeerLink link, long token, int status) {
+    void onWriteDone(PeerLink link, long token, int status) {
         // receivers post no writes
     }
 
     @Override
-    public void onFlushDone(PeerLink link, long token, boolean ok) {
+    void onFlushDone(PeerLink link, long token, boolean ok) {
         // receivers post no flushes
     }
 

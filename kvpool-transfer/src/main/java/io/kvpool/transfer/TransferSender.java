@@ -567,7 +567,7 @@ public final class TransferSender extends TransferEndpoint {
      * transfer's tokens, go write by write.
      */
     @Override
-    public void onWritesDone(PeerLink link, long firstToken, int count, int status) {
+    void onWritesDone(PeerLink link, long firstToken, int count, int status) {
         if (status != PeerLink.OK || ((firstToken + count - 1) >>> 32) != (firstToken >>> 32)) {
             super.onWritesDone(link, firstToken, count, status);
             return;
@@ -591,7 +591,7 @@ public final class TransferSender extends TransferEndpoint {
     }
 
     @Override
-    public void onWriteDone(PeerLink link, long token, int status) {
+    void onWriteDone(PeerLink link, long token, int status) {
         final OutgoingTransfer t = bySerial.get((int) (token >>> 32));
         if (t == null) {
             return;
@@ -611,7 +611,7 @@ public final class TransferSender extends TransferEndpoint {
     }
 
     @Override
-    public void onFlushDone(PeerLink link, long token, boolean ok) {
+    void onFlushDone(PeerLink link, long token, boolean ok) {
         final OutgoingTransfer t = bySerial.get((int) (token >>> 32));
         if (t == null) {
             return;
