@@ -230,7 +230,11 @@ public final class KvPool implements AutoCloseable {
         ops.releaseAll(handles, from, to, new int[Math.min(64, Math.max(1, to - from))]);
     }
 
-    /** {@return the writer-pin operations for transports (pin, commit, drain, quarantine); not application API} */
+    /**
+     * {@return the writer-pin operations for transports (pin, commit, drain, quarantine); not application API} On the
+     * module path only kvpool's transport modules can use them; on the class path nothing stops a caller, and a
+     * release of a quarantined page through them frees memory a remote peer may still write. Internal.
+     */
     @SuppressWarnings("exports") // io.kvpool.spi is exported to the transport modules only
     public TransportHandles handles() {
         return ops.transportView();
