@@ -3,7 +3,7 @@ package io.kvpool;
 /**
  * The full accounting check behind {@link KvPool#verifyAccounting()}: a scan of every state word and every
  * free structure, compared with the counts the pool keeps incrementally. It costs O(capacity) time and
- * {@code 5 × capacity} bytes of scratch (about 5 ms and 5 MiB at a million pages); call it in tests and at
+ * {@code 5 × capacity} bytes of scratch (about 3.4 ms and 5 MiB at a million pages, MetricsReadBenchmark); call it in tests and at
  * quiescent points, never on a serving path.
  *
  * <pre>

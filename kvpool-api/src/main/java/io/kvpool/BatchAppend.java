@@ -131,7 +131,11 @@ final class BatchAppend {
             try {
                 copy(head);
             } catch (RuntimeException | Error e) {
-                PoolAllocations.undoAfter(e, () -> pool.allocations().undoEach(head, false)); // all or nothing
+                try { // all or nothing; no lambda (see PoolAllocations#undoFailed)
+                    pool.allocations().undoEach(head, false);
+                } catch (Throwable t) {
+                    PoolAllocations.undoFailed(e, t);
+                }
                 throw e;
             }
         }

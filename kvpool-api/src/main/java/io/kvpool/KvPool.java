@@ -43,7 +43,8 @@ import java.util.function.BiFunction;
  *   <li><b>Thread-safe, serialized by the pool lock</b> (typically the scheduler thread): admission
  *       ({@link #admit}, {@link #tryReserve}, {@link #openSequence}, {@link #cancelReservation}),
  *       allocation ({@link #tryAllocate} and {@link Sequence}s), {@code pinWriter}, {@link #snapshot}
- *       (briefly), {@link #verifyAccounting}, {@link #close}. Page fills happen outside the lock.</li>
+ *       (briefly), {@link #verifyAccounting}, {@link #close}. Page fills happen outside the lock, but for
+ *       the pages an allocation that failed part way gives back under it.</li>
  *   <li>A {@link Sequence} is not thread-safe: one thread at a time, handed over with a happens-before edge.</li>
  * </ul>
  *
@@ -481,7 +482,7 @@ public final class KvPool implements AutoCloseable {
 
     /**
      * Checks the accounting invariants with a full scan of every slot and free structure (O(capacity): about
-     * 5 ms and 5 MiB of scratch at a million pages, under the pool lock; see {@link AccountingCheck}). Call
+     * 3.4 ms and 5 MiB of scratch at a million pages, under the pool lock; see {@link AccountingCheck}). Call
      * only at a quiescent point: the counted page states equal the scanned ones, they add up to the capacity,
      * {@code 0 ≤ reserved ≤ free}, and every FREE slot is in exactly one free structure.
      *

@@ -72,9 +72,11 @@ final class PoolAllocations {
                     try {
                         handle = allocator.takeFreePageLocked(pinned, delta);
                     } catch (RuntimeException | Error e) { // an invariant broke, or no memory: nothing taken may stay out
-                        final Sequence failed = seq;
-                        final int taken = k;
-                        undoAfter(e, () -> releaseTakenLocked(head, failed, taken, total, pinned, delta));
+                        try { // no lambda: with the heap full, the undo must not need an allocation to start
+                            releaseTakenLocked(head, seq, k, total, pinned, delta);
+                        } catch (Throwable t) {
+                            undoFailed(e, t);
+                        }
                         throw e;
                     }
                     if (handle < 0) { // only possible when slots retired under us
@@ -98,30 +100,31 @@ final class PoolAllocations {
         try {
             allocator.fill(toFill);
         } catch (RuntimeException | Error e) { // an Error too: no page may stay out of the free structures
-            undoAfter(e, () -> undoEach(head, pinned)); // all or nothing
+            try { // all or nothing
+                undoEach(head, pinned);
+            } catch (Throwable t) {
+                undoFailed(e, t);
+            }
             throw e;
         }
         return total;
     }
 
     /**
-     * Runs the undo of a step that failed with {@code failure}; what the undo throws (e.g. the pool closed meanwhile)
-     * is added to it as suppressed, so that the caller hears of the first failure, not of its undo. A
-     * VirtualMachineError of the undo (no memory left, no stack) after an exception is thrown instead, with the
-     * exception suppressed: a caller that takes an exception as one request's fault must not go on as if the pool
-     * were whole.
+     * What to do with {@code t}, thrown by the undo of a step that failed with {@code failure}: it is added to
+     * {@code failure} as suppressed (e.g. the pool closed meanwhile), so that the caller hears of the first failure, not
+     * of its undo. A VirtualMachineError of the undo (no memory left, no stack) after an exception is thrown instead,
+     * with the exception suppressed: a caller that takes an exception as one request's fault must not go on as if the
+     * pool were whole. Callers run the undo itself in their own catch block, with no lambda or method reference: with
+     * the heap full, building one fails, and the undo would never start.
      */
-    static void undoAfter(Throwable failure, Runnable undo) {
-        try {
-            undo.run();
-        } catch (Throwable t) {
-            if (t instanceof VirtualMachineError vm && !(failure instanceof Error)) {
-                vm.addSuppressed(failure);
-                throw vm;
-            }
-            if (t != failure) { // one shared instance (a storage's, the JVM's preallocated OutOfMemoryError)
-                failure.addSuppressed(t);
-            }
+    static void undoFailed(Throwable failure, Throwable t) {
+        if (t instanceof VirtualMachineError vm && !(failure instanceof Error)) {
+            vm.addSuppressed(failure);
+            throw vm;
+        }
+        if (t != failure) { // one shared instance (a storage's, the JVM's preallocated OutOfMemoryError)
+            failure.addSuppressed(t);
         }
     }
 
@@ -259,7 +262,11 @@ final class PoolAllocations {
         try {
             allocator.fill(toFill);
         } catch (RuntimeException | Error e) {
-            undoAfter(e, () -> ops.tryTransition(handle, SlotEvent.RELEASE)); // back free (filled again before reuse)
+            try {
+                ops.tryTransition(handle, SlotEvent.RELEASE); // back free (filled again before reuse)
+            } catch (Throwable t) {
+                undoFailed(e, t);
+            }
             throw e;
         }
         return handle;
@@ -460,7 +467,11 @@ final class PoolAllocations {
             // the sequence was made, and then the attach (or what follows) failed: it holds the reservation and the
             // pages attached so far, and nobody else will close it; after the lock, as every close
             if (made[0] != null) {
-                undoAfter(e, made[0]::close);
+                try {
+                    made[0].close();
+                } catch (Throwable t) {
+                    undoFailed(e, t);
+                }
             }
             throw e;
         }

@@ -113,16 +113,18 @@ final class PrefixCache {
         if (published[slot] || index.get(h) >= 0) {
             return;
         }
-        published[slot] = true;
-        hash[slot] = h;
-        parentHi[slot] = parent.hi();
-        parentLo[slot] = parent.lo();
-        salt[slot] = pageSalt;
+        // what may allocate first (the slot's token array, the index's growth): an OutOfMemoryError then leaves the slot
+        // unpublished, never marked published without its index entry (under the pool lock, no lookup runs between)
         if (tokens[slot] == null) {
             tokens[slot] = new int[tokensPerPage];
         }
         System.arraycopy(ids, from, tokens[slot], 0, tokensPerPage);
         index.put(h, slot);
+        published[slot] = true;
+        hash[slot] = h;
+        parentHi[slot] = parent.hi();
+        parentLo[slot] = parent.lo();
+        salt[slot] = pageSalt;
     }
 
     /**

@@ -97,6 +97,8 @@ public final class Sequence implements AutoCloseable {
     long[] allocated = new long[2];
     /** Scratch for releasing pages in runs (truncate, close), made on first use. */
     private int[] freedRun;
+    /** The scratch of a release of no page: nothing is ever written into it. */
+    private static final int[] NO_RUN = new int[1];
     private static final int FREED_RUN = 32;
     private int[] copyFrom = new int[1];
     private int[] copyTo = new int[1];
@@ -261,7 +263,11 @@ public final class Sequence implements AutoCloseable {
                 try {
                     copyLastPageInto(allocated[0]);
                 } catch (RuntimeException | Error e) {
-                    PoolAllocations.undoAfter(e, () -> pool.allocations().undoEach(this, pinned)); // the reservation too
+                    try { // the reservation too; no lambda (see PoolAllocations#undoFailed)
+                        pool.allocations().undoEach(this, pinned);
+                    } catch (Throwable t) {
+                        PoolAllocations.undoFailed(e, t);
+                    }
                     throw e;
                 }
             }
@@ -445,6 +451,8 @@ public final class Sequence implements AutoCloseable {
         final int keep = (int) pool.layout().pagesFor(n);
         final int dropped = pageCount - keep;
         final long regrowth = Math.max(0, pool.layout().pagesFor(admittedTokens) - keep); // pages the admission still owes
+        // before anything changes: with the heap full, an allocation after the handles are dropped would lose the pages
+        final int[] run = dropped > 0 ? freedRun() : null;
         unsharedAtEpoch = -1;
         if (dropped > 0) {
             structureVersion++;
@@ -462,7 +470,7 @@ public final class Sequence implements AutoCloseable {
             final int end = pageCount;
             pageCount = keep;
             try {
-                freed = pool.releaseAll(handles, keep, end, freedRun()); // last page first, one return-stack CAS a run
+                freed = pool.releaseAll(handles, keep, end, run); // last page first, one return-stack CAS a run
             } catch (RuntimeException | Error e) {
                 failed = e; // every page was released but the refused ones: finish the bookkeeping, then throw
             }
@@ -665,13 +673,15 @@ public final class Sequence implements AutoCloseable {
         if (closed) {
             return;
         }
+        // before the sequence counts as closed: with the heap full this throws, and a later close still frees the pages
+        final int[] run = pageCount > 0 ? freedRun() : NO_RUN;
         closed = true;
         if (pool.isClosed()) {
             return;
         }
         Throwable first = null;
         try {
-            pool.releaseAll(handles, 0, pageCount, freedRun()); // last page first: a cached prefix's tail is evicted first
+            pool.releaseAll(handles, 0, pageCount, run); // last page first: a cached prefix's tail is evicted first
         } catch (RuntimeException | Error e) { // every page was released but the refused ones: the reservation goes too
             first = e;
         }

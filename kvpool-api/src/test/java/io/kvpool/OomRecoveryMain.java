@@ -1,0 +1,133 @@
+package io.kvpool;
+
+import io.kvpool.storage.FillMode;
+
+import java.util.ArrayList;
+import java.util.List;
+
+/**
+ * Run in a child JVM with a small heap ({@link OomRecoveryTest}): exhausts the heap for real, runs one pool operation,
+ * frees the heap and prints what the pool holds afterwards.
+ */
+final class OomRecoveryMain {
+
+    static List<Object> filler;
+    static int fills, fillsThrown;
+
+    /** Fills the heap down to objects of 16 bytes: the next allocation of any size fails. */
+    static void exhaust() {
+        filler = new ArrayList<>(1 << 16);
+        for (int size : new int[] {1 << 20, 1 << 16, 1 << 12, 1 << 8, 16, 4, 1, 0}) {
+            try {
+                while (true) {
+                    filler.add(new byte[size]);
+                }
+            } catch (OutOfMemoryError e) {
+                // next size down
+            }
+        }
+        try {
+            while (true) {
+                filler.add(new Object());
+            }
+        } catch (OutOfMemoryError e) {
+            // full
+        }
+    }
+
+    static void release() {
+        filler = null;
+        System.gc();
+    }
+
+    public static void main(String[] args) throws Exception {
+        final String what = args[0];
+        final int tpp = TestPools.SMALL.tokensPerPage();
+        try (KvPool pool = KvPool.builder(TestPools.SMALL).pages(8).maxContextTokens(8L * tpp).fillMode(FillMode.ZERO)
+            .storage((l, n) -> new ForwardingStorage(l, n) {
+                @Override
+                public void fill(int page, FillMode mode) {
+                    fills++;
+                    try {
+                        d.fill(page, mode);
+                    } catch (Throwable t) {
+                        fillsThrown++;
+                        throw t;
+                    }
+                }
+            }).build()) {
+            // warm-up: every class of the paths below loaded, on another sequence
+            try (Sequence w = pool.admit(2 * tpp, 0).sequence()) {
+                w.append(2 * tpp);
+                w.truncate(tpp);
+                w.append(tpp);
+            }
+            Throwable thrown = null;
+            Sequence seq;
+            switch (what) {
+                case "close" -> {
+                    seq = pool.admit(2 * tpp, 0).sequence();
+                    seq.append(2 * tpp);
+                    exhaust();
+                    try {
+                        seq.close();
+                    } catch (Throwable t) {
+                        thrown = t;
+                    }
+                    release();
+                    seq.close(); // a close that threw before it changed anything is tried again; after one that did, a no-op
+                }
+                case "truncate" -> {
+                    seq = pool.admit(2 * tpp, 0).sequence();
+                    seq.append(2 * tpp);
+                    exhaust();
+                    try {
+                        seq.truncate(0);
+                    } catch (Throwable t) {
+                        thrown = t;
+                    }
+                    release();
+                    seq.close();
+                }
+                case "evict" -> {
+                    // an append that takes 6 plain pages and evicts the 2 cached ones of a published prefix
+                    seq = pool.admit(6 * tpp, 0).sequence();
+                    seq.append(8 * tpp); // warm-up: page tables and scratch for 8 pages, 2 past the reservation
+                    seq.truncate(0);
+                    final int[] ids = new int[2 * tpp];
+                    for (int i = 0; i < ids.length; i++) {
+                        ids[i] = 100 + i;
+                    }
+                    try (Sequence p = pool.admit(ids, 0, 7L).sequence()) {
+                        p.append(ids.length);
+                        p.publish(ids, 7L);
+                    }
+                    System.out.println("before: cachedFree=" + pool.snapshot().cachedFree() + " reserved=" + pool.snapshot().reserved());
+                    exhaust();
+                    fills = 0;
+                    try {
+                        seq.append(8 * tpp);
+                    } catch (Throwable t) {
+                        thrown = t;
+                    }
+                    release();
+                    System.out.println("fills during the append=" + fills + ", of which threw=" + fillsThrown);
+                    System.out.println("seq pages=" + seq.pageCount() + " reservedPages=" + seq.reservedPages());
+                    seq.close();
+                }
+                default -> throw new IllegalArgumentException(what);
+            }
+            final PoolSnapshot s = pool.snapshot();
+            System.out.println("thrown=" + thrown);
+            if (thrown != null) {
+                for (StackTraceElement e : thrown.getStackTrace()) {
+                    if (e.getClassName().startsWith("io.kvpool")) {
+                        System.out.println("  at " + e);
+                    }
+                }
+            }
+            System.out.println("RESULT owned=" + s.owned() + " free=" + s.free() + " reserved=" + s.reserved()
+                + " openSequences=" + s.openSequences());
+        }
+    }
+}

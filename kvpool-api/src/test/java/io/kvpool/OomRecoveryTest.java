@@ -1,0 +1,40 @@
+package io.kvpool;
+
+import org.junit.jupiter.params.ParameterizedTest;
+import org.junit.jupiter.params.provider.ValueSource;
+
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Path;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+/**
+ * An OutOfMemoryError in the middle of a sequence operation, with the heap really full (not one injected while it has
+ * room), leaves no page OWNED by nobody: the recovery paths need no allocation to start. Each case runs
+ * {@link OomRecoveryMain} in a child JVM with a 32 MiB heap, fills it, runs the operation, frees the heap and reads
+ * the pool: once every sequence is closed no page may be OWNED.
+ * <pre>
+ *   close    Sequence.close(): the release's scratch is made before the sequence counts as closed
+ *   truncate Sequence.truncate(): the same, before the dropped handles are forgotten
+ *   evict    an append whose fill of an evicted prefix page throws, after every page of the step was taken: its undo
+ *            runs in the catch block itself, with no lambda to allocate
+ * </pre>
+ */
+class OomRecoveryTest {
+
+    @ParameterizedTest
+    @ValueSource(strings = {"close", "truncate", "evict"})
+    void anOutOfMemoryErrorMidOperationLeavesNoPageOwnedByNobody(String what) throws Exception {
+        final String javaBin = Path.of(System.getProperty("java.home"), "bin", "java").toString();
+        final String cp = Path.of("target", "classes").toAbsolutePath() + java.io.File.pathSeparator
+            + Path.of("target", "test-classes").toAbsolutePath();
+        final Process p = new ProcessBuilder(javaBin, "-Xmx32m", "-XX:+UseSerialGC", "-cp", cp, "io.kvpool.OomRecoveryMain", what)
+            .redirectErrorStream(true).start();
+        final String out = new String(p.getInputStream().readAllBytes(), StandardCharsets.UTF_8);
+        assertEquals(0, p.waitFor(), out);
+        System.out.println("[" + what + "]\n" + out);
+        assertTrue(out.contains("thrown=java.lang.OutOfMemoryError"), "the operation did not meet the OutOfMemoryError: " + out);
+        assertTrue(out.contains("RESULT owned=0 "), "pages stay OWNED with no holder after the OutOfMemoryError: " + out);
+    }
+}
