@@ -297,7 +297,8 @@ public final class KvPool implements AutoCloseable {
     }
 
     /**
-     * Reads the state of the page a handle names, without throwing for a bad handle. Lock-free, any thread.
+     * Reads the state of the page a handle names, without throwing for a bad handle. Lock-free, any thread. A
+     * question, not an operation: a stale or foreign handle is not counted among the refused ones.
      *
      * @param handle the page's handle
      * @return the page's state, or {@code null} if the handle is stale, invalid or foreign
