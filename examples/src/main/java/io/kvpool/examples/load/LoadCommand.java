@@ -102,6 +102,7 @@ public final class LoadCommand implements Subcommand {
             return 2;
         }
         KvServer server = null;
+        Runnable unhook = () -> { };
         try {
             final URI base;
             if (config == null) {
@@ -114,6 +115,7 @@ public final class LoadCommand implements Subcommand {
                     err.println("refusing to start: " + e.getMessage());
                     return 1;
                 }
+                unhook = server.closeOnExit(); // Ctrl-C leaves no pool file in /dev/shm
                 base = server.baseUri();
                 out.println("server " + base + ": " + config);
             }
@@ -132,6 +134,7 @@ public final class LoadCommand implements Subcommand {
         } finally {
             if (server != null) {
                 server.close();
+                unhook.run();
             }
         }
     }

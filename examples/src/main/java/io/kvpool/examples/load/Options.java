@@ -171,7 +171,10 @@ public final class Options {
         }
     }
 
-    /** @throws IllegalArgumentException unless {@code N} seconds, {@code Ns} or {@code Nms} */
+    /** The longest duration a flag takes: a year, far beyond any run, and far below what a {@code long} of nanoseconds holds. */
+    static final Duration MAX_DURATION = Duration.ofDays(365);
+
+    /** @throws IllegalArgumentException unless {@code N} seconds, {@code Ns} or {@code Nms}, positive and at most a year */
     public Duration duration(String flag, Duration otherwise) {
         final String v = own.get(flag);
         if (v == null) {
@@ -182,6 +185,9 @@ public final class Options {
                 : Duration.ofSeconds(Long.parseLong(v.endsWith("s") ? v.substring(0, v.length() - 1) : v));
             if (d.isNegative() || d.isZero()) {
                 throw new IllegalArgumentException(flag + " must be positive, was " + v);
+            }
+            if (d.compareTo(MAX_DURATION) > 0) { // later arithmetic in nanoseconds would overflow
+                throw new IllegalArgumentException(flag + " must be at most " + MAX_DURATION.toDays() + " days, was " + v);
             }
             return d;
         } catch (NumberFormatException e) {

@@ -119,6 +119,7 @@ public final class Replay {
                 + "    the incident's over-capacity requests are now over the context too and get 400 context_too_long%n", e.poolTokens());
             server = KvServer.start(config);
         }
+        final Runnable unhook = server.closeOnExit(); // Ctrl-C leaves no pool file in /dev/shm
         try (KvServer running = server) {
             final LoadGenerator.Result r;
             try (CompletionClient client = new CompletionClient(running.baseUri(), Duration.ofSeconds(60), config.maxBodyBytes())) {
@@ -126,6 +127,8 @@ public final class Replay {
             }
             final PoolCheck pools = PoolCheck.of(running, Duration.ofSeconds(30));
             return new Result(s, config, refusal, r, running.roleStatus().get(0).counters(), running.counters(), pools);
+        } finally {
+            unhook.run(); // after the close
         }
     }
 

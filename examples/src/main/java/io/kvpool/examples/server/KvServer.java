@@ -259,6 +259,24 @@ public final class KvServer implements AutoCloseable {
     }
 
     /**
+     * Closes this server if the JVM exits first (Ctrl-C, SIGTERM), so that its pool files in {@code /dev/shm} do not
+     * outlive the process, for a command that runs the server for a while and closes it itself.
+     *
+     * @return what takes the hook back: call it once the command closed the server (it does nothing once the JVM exits)
+     */
+    public Runnable closeOnExit() {
+        final Thread hook = new Thread(this::close, "kvpool-close-on-exit");
+        Runtime.getRuntime().addShutdownHook(hook);
+        return () -> {
+            try {
+                Runtime.getRuntime().removeShutdownHook(hook);
+            } catch (IllegalStateException exiting) {
+                // the JVM is exiting: the hook runs or ran, and close() is idempotent
+            }
+        };
+    }
+
+    /**
      * Stops taking requests (503), aborts those in flight (paired; their clients get a 503 {@code server_closing}
      * error, counted as a failure, not as a client abort), lets their transfers drain (up to 2 s), stops the HTTP
      * server, then closes the roles. Idempotent.

@@ -40,6 +40,10 @@ class OptionsTest {
             .range("--x", 1, 2, 1, 100)).getMessage().contains("MIN-MAX"));
         assertEquals(Duration.ofMillis(500), Options.parse(new String[] {"--duration", "500ms"}, own).duration("--duration", null));
         assertThrows(IllegalArgumentException.class, () -> Options.parse(new String[] {"--duration", "soon"}, own).duration("--duration", null));
+        // a duration whose nanoseconds overflow a long is bad usage, not an ArithmeticException after the server started
+        assertTrue(assertThrows(IllegalArgumentException.class, () -> Options.parse(new String[] {"--duration", "10000000000"}, own)
+            .duration("--duration", null)).getMessage().contains("at most 365 days"));
+        assertEquals(Duration.ofDays(365), Options.parse(new String[] {"--duration", "31536000s"}, own).duration("--duration", null));
         assertThrows(IllegalArgumentException.class, () -> Options.parse(new String[] {"--clients"}, own));
         assertThrows(IllegalArgumentException.class, () -> Options.parse(new String[] {"clients"}, own));
     }
