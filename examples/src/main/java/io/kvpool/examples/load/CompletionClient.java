@@ -123,8 +123,10 @@ public final class CompletionClient implements AutoCloseable {
                 .header("Content-Type", "application/json")
                 .POST(HttpRequest.BodyPublishers.ofString(body(s.prompt(), s.maxTokens(), s.stream()))).build();
             if (!s.stream()) {
-                final HttpResponse<String> r = http.send(req, HttpResponse.BodyHandlers.ofString(StandardCharsets.UTF_8));
-                return whole(s, r.statusCode(), r.body(), t0);
+                final HttpResponse<InputStream> r = http.send(req, HttpResponse.BodyHandlers.ofInputStream());
+                try (InputStream in = r.body()) {
+                    return whole(s, r.statusCode(), readGuarded(in, r.statusCode()), t0);
+                }
             }
             if (!s.aborts()) {
                 return streamed(http, s, req, t0);
@@ -138,9 +140,46 @@ public final class CompletionClient implements AutoCloseable {
             } finally {
                 own.shutdownNow();
             }
+        } catch (BodyStalled e) {
+            return unexpected(s, e.status, "body_stalled", System.nanoTime() - t0, Set.of(), e.getMessage());
         } catch (IOException | RuntimeException e) {
             return new Outcome(s, Outcome.Kind.UNEXPECTED, 0, "client_error", -1, System.nanoTime() - t0, 0, Set.of(), List.of(), false,
                 e.toString());
+        }
+    }
+
+    /** The body of an answer stopped coming for the client's timeout (the request's own timeout ends with the headers). */
+    private static final class BodyStalled extends IOException {
+        private static final long serialVersionUID = 1L;
+        final int status;
+
+        BodyStalled(int status, Duration timeout, IOException cause) {
+            super("the body of a " + status + " answer stopped coming for " + timeout.toMillis() + " ms", cause);
+            this.status = status;
+        }
+    }
+
+    /**
+     * Reads a whole body as UTF-8 under a {@link StallGuard}: a body whose headers came but whose bytes stop (a server
+     * frozen mid-answer, a path cut) must not hold a load thread past the client's timeout.
+     *
+     * @throws BodyStalled if nothing came for the timeout
+     */
+    private String readGuarded(InputStream in, int status) throws IOException {
+        final StallGuard guard = new StallGuard(in);
+        try (guard) {
+            final java.io.ByteArrayOutputStream out = new java.io.ByteArrayOutputStream();
+            final byte[] buf = new byte[8192];
+            for (int n; (n = in.read(buf)) >= 0; ) {
+                out.write(buf, 0, n);
+                guard.progress();
+            }
+            return out.toString(StandardCharsets.UTF_8);
+        } catch (IOException e) {
+            if (guard.fired()) {
+                throw new BodyStalled(status, timeout, e);
+            }
+            throw e;
         }
     }
 
@@ -148,7 +187,7 @@ public final class CompletionClient implements AutoCloseable {
         final HttpResponse<InputStream> r = client.send(req, HttpResponse.BodyHandlers.ofInputStream());
         try (InputStream in = r.body()) { // closing it early closes the connection: the abort
             if (r.statusCode() != 200) {
-                return whole(s, r.statusCode(), new String(in.readAllBytes(), StandardCharsets.UTF_8), t0);
+                return whole(s, r.statusCode(), readGuarded(in, r.statusCode()), t0);
             }
             return stream(s, in, t0);
         }
@@ -368,18 +407,23 @@ public final class CompletionClient implements AutoCloseable {
         if (g != Garbage.MISSING_KEY) {
             b.header("Authorization", "Bearer sk-" + s.tenant());
         }
-        final HttpResponse<String> r;
+        final int status;
+        final String answer;
         try {
-            r = http.send(b.build(), HttpResponse.BodyHandlers.ofString(StandardCharsets.UTF_8));
+            final HttpResponse<InputStream> r = http.send(b.build(), HttpResponse.BodyHandlers.ofInputStream());
+            try (InputStream in = r.body()) {
+                status = r.statusCode();
+                answer = readGuarded(in, status);
+            }
         } catch (IOException e) {
             return new Outcome(s, Outcome.Kind.UNEXPECTED, 0, "client_error", -1, System.nanoTime() - t0, 0, Set.of(), List.of(), false,
                 "the connection failed (" + e + ") where " + g + " expected " + g.status() + " " + g.reason());
         }
-        final String reason = parse(r.body()).path("error").path("reason").asText(null);
-        final boolean ok = r.statusCode() == g.status() && g.reason().equals(reason);
-        return new Outcome(s, ok ? Outcome.Kind.GARBAGE_REFUSED : Outcome.Kind.UNEXPECTED, r.statusCode(), reason, -1,
-            System.nanoTime() - t0, 0, Markers.foreign(s.tenant(), r.body()), List.of(), false,
-            ok ? null : g + " expected " + g.status() + " " + g.reason() + ": " + cut(r.body()));
+        final String reason = parse(answer).path("error").path("reason").asText(null);
+        final boolean ok = status == g.status() && g.reason().equals(reason);
+        return new Outcome(s, ok ? Outcome.Kind.GARBAGE_REFUSED : Outcome.Kind.UNEXPECTED, status, reason, -1,
+            System.nanoTime() - t0, 0, Markers.foreign(s.tenant(), answer), List.of(), false,
+            ok ? null : g + " expected " + g.status() + " " + g.reason() + ": " + cut(answer));
     }
 
     private static JsonNode parse(String body) {

@@ -15,6 +15,9 @@ import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Locale;
 import java.util.Map;
+import java.util.concurrent.ExecutionException;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.TimeoutException;
 
 /**
  * The pools after a run, once the server is quiescent (no request in flight, no transfer open): both
@@ -71,14 +74,17 @@ public record PoolCheck(boolean ok, List<String> lines) {
      */
     public static PoolCheck remote(URI base, Duration timeout) throws InterruptedException {
         final long end = System.nanoTime() + timeout.toNanos();
-        try (HttpClient http = HttpClient.newBuilder().version(HttpClient.Version.HTTP_1_1).connectTimeout(Duration.ofSeconds(5)).build()) {
+        final HttpClient http = HttpClient.newBuilder().version(HttpClient.Version.HTTP_1_1).connectTimeout(Duration.ofSeconds(5)).build();
+        try {
             while (true) {
                 final Map<String, Double> m;
                 try {
-                    m = metrics(http.send(HttpRequest.newBuilder(base.resolve("/metrics")).timeout(Duration.ofSeconds(10)).GET().build(),
-                        HttpResponse.BodyHandlers.ofString()).body());
-                } catch (IOException e) {
-                    return new PoolCheck(false, List.of("cannot read " + base.resolve("/metrics") + ": " + e));
+                    // the whole answer within 10 s, its body included (the request's own timeout ends with the headers)
+                    m = metrics(http.sendAsync(HttpRequest.newBuilder(base.resolve("/metrics")).timeout(Duration.ofSeconds(10)).GET().build(),
+                        HttpResponse.BodyHandlers.ofString()).get(10, TimeUnit.SECONDS).body());
+                } catch (ExecutionException | TimeoutException e) {
+                    return new PoolCheck(false, List.of("cannot read " + base.resolve("/metrics") + " within 10 s: "
+                        + (e instanceof ExecutionException ? e.getCause() : "its answer stalled")));
                 }
                 final List<String> lines = new ArrayList<>();
                 boolean clean = m.getOrDefault("kvpool_requests_in_flight", -1.0) == 0;
@@ -111,6 +117,8 @@ public record PoolCheck(boolean ok, List<String> lines) {
                 }
                 Thread.sleep(50);
             }
+        } finally {
+            http.shutdownNow(); // not close(), which would wait for a stalled exchange
         }
     }
 

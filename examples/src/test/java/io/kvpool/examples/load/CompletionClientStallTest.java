@@ -1,0 +1,145 @@
+package io.kvpool.examples.load;
+
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.Timeout;
+
+import java.io.IOException;
+import java.io.InputStream;
+import java.io.OutputStream;
+import java.net.InetAddress;
+import java.net.ServerSocket;
+import java.net.Socket;
+import java.net.URI;
+import java.nio.charset.StandardCharsets;
+import java.time.Duration;
+import java.util.List;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.TimeoutException;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertNotNull;
+import static org.junit.jupiter.api.Assertions.fail;
+
+/**
+ * {@code --timeout-ms} bounds every wait for an answer, its body included: the JDK's request timeout ends with the
+ * headers, so a body that stops coming (a server frozen mid-answer, a path cut) must not hold a load thread, and the
+ * run's report, for ever.
+ */
+@Timeout(value = 60, unit = TimeUnit.SECONDS)
+class CompletionClientStallTest {
+
+    /** A server that answers every request with {@code head}, then writes nothing more and keeps the connection open. */
+    static final class Staller implements AutoCloseable {
+        final ServerSocket ss;
+        final List<Socket> open = new java.util.concurrent.CopyOnWriteArrayList<>();
+        final Thread acceptor;
+
+        Staller(String head) throws IOException {
+            ss = new ServerSocket(0, 50, InetAddress.getLoopbackAddress());
+            acceptor = Thread.ofVirtual().start(() -> {
+                try {
+                    while (true) {
+                        final Socket s = ss.accept();
+                        open.add(s);
+                        Thread.ofVirtual().start(() -> {
+                            try {
+                                final InputStream in = s.getInputStream();
+                                final byte[] buf = new byte[65536];
+                                // read the request head and a small body (good enough for these probes)
+                                in.read(buf);
+                                final OutputStream out = s.getOutputStream();
+                                out.write(head.getBytes(StandardCharsets.UTF_8));
+                                out.flush();
+                                while (in.read(buf) >= 0) {
+                                    // keep reading, answer nothing more
+                                }
+                            } catch (IOException ignored) {
+                            }
+                        });
+                    }
+                } catch (IOException ignored) {
+                }
+            });
+        }
+
+        URI uri() {
+            return URI.create("http://127.0.0.1:" + ss.getLocalPort() + "/");
+        }
+
+        @Override
+        public void close() throws IOException {
+            ss.close();
+            for (Socket s : open) {
+                s.close();
+            }
+        }
+    }
+
+    private static Outcome sendWithin(CompletionClient c, Shot s, Duration limit) throws Exception {
+        final CompletableFuture<Outcome> f = new CompletableFuture<>();
+        Thread.ofVirtual().start(() -> {
+            try {
+                f.complete(c.send(s));
+            } catch (Throwable t) {
+                f.completeExceptionally(t);
+            }
+        });
+        try {
+            return f.get(limit.toMillis(), TimeUnit.MILLISECONDS);
+        } catch (TimeoutException e) {
+            return null;
+        }
+    }
+
+    /** A non-streamed answer whose headers came but whose body stops ends as body_stalled within --timeout-ms. */
+    @Test
+    void aNonStreamedAnswerWhoseBodyStallsEndsWithinTheTimeout() throws Exception {
+        final Staller srv0 = new Staller("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{\"choices\":");
+        try (CompletionClient c = new CompletionClient(srv0.uri(), Duration.ofMillis(500), 1 << 20); Staller srv = srv0) {
+            final Shot plain = new Shot(0, "tenant0", Shot.Kind.NORMAL, Mix.prompt("tenant0", 0, 8), 8, 4, false, -1, null);
+            final Outcome o = sendWithin(c, plain, Duration.ofSeconds(5));
+            assertNotNull(o, "with --timeout-ms 500, a non-streamed request whose body stalled was still waiting after 5 s");
+            assertEquals(Outcome.Kind.UNEXPECTED, o.kind());
+            assertEquals("body_stalled", o.reason(), o::toString);
+        }
+    }
+
+    /** The same for a streamed request refused with a status other than 200. */
+    @Test
+    void aRefusedStreamWhoseBodyStallsEndsWithinTheTimeout() throws Exception {
+        final Staller srv0 = new Staller("HTTP/1.1 429 Too Many Requests\r\nRetry-After: 1\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{\"error\":");
+        try (CompletionClient c = new CompletionClient(srv0.uri(), Duration.ofMillis(500), 1 << 20); Staller srv = srv0) {
+            final Shot streamed = new Shot(0, "tenant0", Shot.Kind.NORMAL, Mix.prompt("tenant0", 0, 8), 8, 4, true, -1, null);
+            final Outcome o = sendWithin(c, streamed, Duration.ofSeconds(5));
+            assertNotNull(o, "with --timeout-ms 500, a refused stream whose body stalled was still waiting after 5 s");
+            assertEquals("body_stalled", o.reason(), o::toString);
+        }
+    }
+
+    /** The whole command: {@code load --url} against a server whose answers stall after their headers reports (exit 1). */
+    @Test
+    void loadAgainstAStallingServerReportsWithinItsTimeout() throws Exception {
+        try (Staller srv = new Staller("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{")) {
+            final CompletableFuture<Integer> rc = new CompletableFuture<>();
+            final java.io.ByteArrayOutputStream out = new java.io.ByteArrayOutputStream();
+            final Thread t = Thread.ofPlatform().daemon().start(() -> {
+                try {
+                    rc.complete(new LoadCommand().run(new String[] {"--url", srv.uri().toString(), "--requests", "2", "--clients", "1",
+                            "--stream-ratio", "0", "--abort-ratio", "0", "--garbage-ratio", "0", "--over-capacity-ratio", "0", "--timeout-ms", "300"},
+                        new java.io.PrintStream(out, true), new java.io.PrintStream(new java.io.ByteArrayOutputStream(), true)));
+                } catch (Throwable e) {
+                    rc.completeExceptionally(e);
+                }
+            });
+            try {
+                // reported, and not clean: 2 stalled answers of 300 ms, then the pool check's read of /metrics, which stalls
+                // too and is given up after 10 s
+                assertEquals(1, rc.get(30, TimeUnit.SECONDS), out::toString);
+            } catch (TimeoutException e) {
+                t.interrupt();
+                fail("load --timeout-ms 300 had not reported after 30 s:\n" + out);
+            }
+        }
+    }
+}
