@@ -100,6 +100,7 @@ public final class RoleServer implements AutoCloseable {
     }
 
     private static RoleServer open(ServerConfig cfg, AutoCloseable role, RoleEndpoint endpoint, String kv) {
+        endpoint.kvEndpoint(kv); // reported in its identity: preflight compares prefill's with decode's
         try {
             return new RoleServer(cfg, role, endpoint, kv);
         } catch (IOException | RuntimeException e) {

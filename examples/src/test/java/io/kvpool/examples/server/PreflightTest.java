@@ -64,6 +64,9 @@ class PreflightTest {
             assertEquals("example", id.path("environment").asText(), id::toString);
             assertEquals(128, id.path("pool_pages").asLong(), id::toString);
             assertEquals(512, id.path("max_safe_context_tokens").asLong(), id::toString);
+            assertEquals(roles.decode.kvLink(), id.path("kv").asText(), id::toString);
+            assertEquals(roles.decode.kvLink(), InJvmRoleServers.status(roles.prefill.baseUri()).path("identity").path("kv").asText(),
+                "prefill links to where decode listens");
             try (KvServer router = KvServer.start(routerOver(roles.prefill, roles.decode, false))) {
                 assertEquals(512, router.config().contextTokens());
                 assertEquals(200, new TestClient(router).complete("alice", "hello", 2, false).status());
@@ -129,19 +132,38 @@ class PreflightTest {
     }
 
     @Test
-    void rolesThatMatchButAreNotLinkedFailPreflight() throws Exception {
-        // another work dir each: prefill never finds decode's transfer socket
+    void rolesOfTwoDeploymentsEachLinkedElsewhereFailPreflightAndStopTheRouter() throws Exception {
+        // two healthy deployments side by side: each role is linked, and ready, to its own partner; the prefill of one
+        // and the decode of the other can never be linked to each other (a router over them timed out every request)
+        final Path a = Files.createDirectory(dir.resolve("a")), b = Files.createDirectory(dir.resolve("b"));
+        try (InJvmRoleServers one = InJvmRoleServers.start(ServerTests.small().workDir(a), Duration.ofSeconds(30));
+             InJvmRoleServers two = InJvmRoleServers.start(ServerTests.small().workDir(b), Duration.ofSeconds(30))) {
+            assertEquals(1, run("preflight", "--prefill-url", one.prefill.baseUri().toString(), "--decode-url",
+                two.decode.baseUri().toString(), "--context", "512"), this::out);
+            final String t = out();
+            assertTrue(t.contains("MISMATCH prefill KV endpoint: " + one.prefill.kvLink() + ", the router expects "
+                + two.decode.kvLink() + " (where decode listens)"), t);
+            assertTrue(t.endsWith("FAILED: 1 mismatch(es)\n"), t);
+            final IllegalStateException refused = assertThrows(IllegalStateException.class,
+                () -> KvServer.start(routerOver(one.prefill, two.decode, false)).close());
+            assertTrue(refused.getMessage().contains("KV endpoint"), refused::getMessage);
+        }
+    }
+
+    @Test
+    void rolesInAnotherWorkDirEachFailPreflightOnTheirKvEndpoints() throws Exception {
+        // another work dir each: prefill never finds decode's transfer socket, and no wait makes it
         final Path a = Files.createDirectory(dir.resolve("a")), b = Files.createDirectory(dir.resolve("b"));
         try (RoleServer decode = RoleServer.start(ServerTests.small().role(Topology.Role.DECODE).workDir(a).build());
              RoleServer prefill = RoleServer.start(ServerTests.small().role(Topology.Role.PREFILL).workDir(b).build())) {
             assertEquals(1, run("preflight", "--prefill-url", prefill.baseUri().toString(), "--decode-url", decode.baseUri().toString(),
                 "--context", "512"), this::out);
             final String t = out();
+            assertTrue(t.contains("MISMATCH prefill KV endpoint: " + prefill.kvLink() + ", the router expects " + decode.kvLink()), t);
+            assertTrue(t.contains(prefill.kvLink() + "  ✗"), t);
             assertTrue(t.contains("MISMATCH decode KV link: down (the roles are not linked"), t);
-            assertTrue(t.contains("MISMATCH prefill KV link: down"), t);
-            assertTrue(t.contains("down  ✗"), t);
-            assertTrue(t.endsWith("FAILED: 2 mismatch(es)\n"), t);
-            try (KvServer router = KvServer.start(routerOver(prefill, decode, false))) { // the link is checked as requests come
+            assertTrue(t.endsWith("FAILED: 3 mismatch(es)\n"), t);
+            try (KvServer router = KvServer.start(routerOver(prefill, decode, false))) { // not linked: 503s as requests come
                 assertEquals(512, router.config().contextTokens());
             }
         }
@@ -149,9 +171,8 @@ class PreflightTest {
 
     @Test
     void aSmallerPoolOrAnotherEnvironmentFailsWithATableAndTheRouterRefusesToStart() throws Exception {
-        final Path a = Files.createDirectory(dir.resolve("a")), b = Files.createDirectory(dir.resolve("b"));
-        try (RoleServer decode = RoleServer.start(ServerTests.small().role(Topology.Role.DECODE).workDir(a).contextTokens(256).decodePages(16).build());
-             RoleServer prefill = RoleServer.start(ServerTests.small().role(Topology.Role.PREFILL).workDir(b).environment("staging").build())) {
+        try (RoleServer decode = RoleServer.start(ServerTests.small().role(Topology.Role.DECODE).workDir(dir).contextTokens(256).decodePages(16).build());
+             RoleServer prefill = RoleServer.start(ServerTests.small().role(Topology.Role.PREFILL).workDir(dir).environment("staging").build())) {
             assertEquals(1, run("preflight", "--prefill-url", prefill.baseUri().toString(), "--decode-url", decode.baseUri().toString(),
                 "--context", "512"), this::out);
             final String t = out();
@@ -171,9 +192,8 @@ class PreflightTest {
 
     @Test
     void aRoleThatCannotCarryTheContextStopsTheRouterUnlessItMayClamp() throws Exception {
-        final Path a = Files.createDirectory(dir.resolve("a")), b = Files.createDirectory(dir.resolve("b"));
-        try (RoleServer decode = RoleServer.start(ServerTests.small().role(Topology.Role.DECODE).workDir(a).contextTokens(256).decodePages(16).build());
-             RoleServer prefill = RoleServer.start(ServerTests.small().role(Topology.Role.PREFILL).workDir(b).build())) {
+        try (RoleServer decode = RoleServer.start(ServerTests.small().role(Topology.Role.DECODE).workDir(dir).contextTokens(256).decodePages(16).build());
+             RoleServer prefill = RoleServer.start(ServerTests.small().role(Topology.Role.PREFILL).workDir(dir).build())) {
             final IllegalStateException e = assertThrows(IllegalStateException.class, () -> KvServer.start(routerOver(prefill, decode, false)));
             assertTrue(e.getMessage().contains("start the router with --clamp-context to advertise 256 tokens"), e::getMessage);
             assertTrue(e.getMessage().contains("decode largest safe context: 256 tokens (16 pages, --context 256)"), e::getMessage);

@@ -27,6 +27,8 @@ public record Preflight(RoleIdentity expected, long advertised, RemoteStatus pre
         for (RemoteStatus s : List.of(prefill, decode)) {
             m.addAll(mismatches(s, expected, cfg.contextTokens(), cfg.strictBuild()));
         }
+        final RoleIdentity p = prefill.identity(), d = decode.identity();
+        final boolean endpointsDiffer = p != null && d != null && !RoleIdentity.sameKvEndpoint(p.kv(), d.kv());
         if (m.isEmpty()) { // any other mismatch explains a link that is down (a refused HELLO, a role that is not up)
             for (RemoteStatus s : List.of(prefill, decode)) {
                 if (!s.ready()) {
@@ -36,13 +38,22 @@ public record Preflight(RoleIdentity expected, long advertised, RemoteStatus pre
                 }
             }
         }
+        if (endpointsDiffer) { // these two can never be linked to each other, though each may be linked elsewhere
+            m.add(new RoleIdentity.Mismatch(p.role(), KV_ENDPOINT, d.kv() + " (where decode listens)", p.kv()));
+        }
         return new Preflight(expected, cfg.contextTokens(), prefill, decode, List.copyOf(m));
     }
 
     /** The mismatch of roles that match but have no KV link between them (checked only when nothing else differs). */
     static final String KV_LINK = "KV link";
 
-    /** @return whether the roles match in everything but a KV link that is not up (it may come up yet) */
+    /** The mismatch of a prefill whose KV endpoint is not where decode listens: they cannot be linked to each other. */
+    static final String KV_ENDPOINT = "KV endpoint";
+
+    /**
+     * @return whether the roles match in everything but a KV link that is not up, which may come up yet (preflight waits
+     *         for it); never when their KV endpoints differ, which no wait mends
+     */
     public boolean onlyUnlinked() {
         return !mismatches.isEmpty() && mismatches.stream().allMatch(x -> x.what().equals(KV_LINK));
     }
@@ -101,6 +112,7 @@ public record Preflight(RoleIdentity expected, long advertised, RemoteStatus pre
             "largest safe context");
         row(b, fmt, "largest safe context", advertised + " (advertised)", p == null ? null : Long.toString(p.maxSafeContext()),
             d == null ? null : Long.toString(d.maxSafeContext()), "largest safe context");
+        row(b, fmt, KV_ENDPOINT, "-", p == null ? null : p.kv(), d == null ? null : d.kv(), KV_ENDPOINT);
         row(b, fmt, KV_LINK, "up", link(prefill), link(decode), KV_LINK);
         row(b, fmt, "max connections", expected.maxConnections() + " (clients)", connections(p), connections(d), "max connections");
         final long allowed = Math.min(RemoteRole.requestsAllowed(p == null ? 0 : p.maxConnections()),

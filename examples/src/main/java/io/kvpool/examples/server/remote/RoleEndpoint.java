@@ -85,10 +85,21 @@ public abstract class RoleEndpoint implements HttpHandler {
         this.readouts = Objects.requireNonNull(readouts, "readouts");
     }
 
+    /** Where this role's KV link goes or comes in; set once by its server, before it serves ({@code null} until). */
+    private volatile String kv;
+
+    /**
+     * Sets the KV endpoint this role reports: where decode takes prefill's links, where prefill links to. Once, by the
+     * role's server.
+     */
+    public void kvEndpoint(String endpoint) {
+        kv = Objects.requireNonNull(endpoint, "endpoint");
+    }
+
     /** @return who this role is and what it can carry (the router's and {@code preflight}'s check) */
     RoleIdentity identity() {
         final long pages = role.equals(PrefillRole.ROLE) ? config.prefillPages() : config.decodePages();
-        return RoleIdentity.of(role, config, pages, readouts.pool().get().maxContextTokens());
+        return RoleIdentity.of(role, config, pages, readouts.pool().get().maxContextTokens(), kv);
     }
 
     /** Serves {@code metrics} on {@code GET /metrics} (the role process's registry); @return {@code metrics} */

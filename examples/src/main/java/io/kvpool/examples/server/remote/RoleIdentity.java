@@ -28,9 +28,12 @@ import java.util.Objects;
  *                          transfer descriptor carries
  * @param maxConnections    the role's {@code --max-connections}: HTTP connections it keeps open at once, more are
  *                          closed as they arrive; 0 when the role did not report it (an older build)
+ * @param kv                the KV endpoint: where decode takes prefill's links, where prefill links to
+ *                          ({@code shm:<socket>}, {@code cuda-ipc:<socket>}, {@code ucx:<host>:<port>}); {@code null}
+ *                          when not reported (an older build, or the router's expectation)
  */
 record RoleIdentity(String role, String build, String environment, String model, String layout, long layoutFingerprint,
-                    long poolPages, long contextTokens, long maxSafeContext, long maxConnections) {
+                    long poolPages, long contextTokens, long maxSafeContext, long maxConnections, String kv) {
 
     RoleIdentity {
         Objects.requireNonNull(role, "role");
@@ -41,15 +44,50 @@ record RoleIdentity(String role, String build, String environment, String model,
     }
 
     /** @return a role's identity: the configuration it runs, its pool's pages and max context */
-    static RoleIdentity of(String role, ServerConfig cfg, long poolPages, long poolMaxContext) {
+    static RoleIdentity of(String role, ServerConfig cfg, long poolPages, long poolMaxContext, String kv) {
         final long carried = (long) ServerConfig.MAX_PAGES_PER_TRANSFER * cfg.layout().tokensPerPage();
         return new RoleIdentity(role, cfg.build(), cfg.environment(), cfg.model(), cfg.layout().toString(), cfg.layout().fingerprint(),
-            poolPages, cfg.contextTokens(), Math.min(poolMaxContext, carried), cfg.maxConnections());
+            poolPages, cfg.contextTokens(), Math.min(poolMaxContext, carried), cfg.maxConnections(), kv);
     }
 
     /** @return what a router with this configuration expects of its roles */
     static RoleIdentity expected(ServerConfig cfg) {
-        return of("router", cfg, 0, cfg.contextTokens());
+        return of("router", cfg, 0, cfg.contextTokens(), null);
+    }
+
+    /**
+     * Whether prefill's KV endpoint can be the one decode listens at. Equal texts are; for UCX, the same port and the same
+     * host, or a host that is a wildcard or a name on either side (a name is not resolved here: the router runs this
+     * on every reconnect). Anything else (two sockets, another port, two addresses) is not: the roles cannot be linked
+     * to each other, though each may be linked to a role of another deployment.
+     *
+     * @return whether they may match; {@code true} when either is not reported
+     */
+    static boolean sameKvEndpoint(String prefill, String decode) {
+        if (prefill == null || decode == null || prefill.equals(decode)) {
+            return true;
+        }
+        if (!prefill.startsWith("ucx:") || !decode.startsWith("ucx:")) {
+            return false;
+        }
+        final String p = prefill.substring(4), d = decode.substring(4);
+        final int pc = p.lastIndexOf(':'), dc = d.lastIndexOf(':');
+        if (pc < 0 || dc < 0 || !p.substring(pc + 1).equals(d.substring(dc + 1))) {
+            return false;
+        }
+        final String ph = unbracket(p.substring(0, pc)), dh = unbracket(d.substring(0, dc));
+        return ph.equals(dh) || wildcardOrName(ph) || wildcardOrName(dh);
+    }
+
+    private static String unbracket(String host) {
+        return host.startsWith("[") && host.endsWith("]") ? host.substring(1, host.length() - 1) : host;
+    }
+
+    private static boolean wildcardOrName(String host) {
+        if (host.isEmpty() || host.equals("0.0.0.0") || host.equals("::") || host.equals("*")) {
+            return true;
+        }
+        return !host.contains(":") && !host.matches("[0-9.]+"); // not an IPv6 or IPv4 literal: a name
     }
 
     Map<String, Object> json() {
@@ -64,6 +102,9 @@ record RoleIdentity(String role, String build, String environment, String model,
         m.put("context_tokens", contextTokens);
         m.put("max_safe_context_tokens", maxSafeContext);
         m.put("max_connections", maxConnections);
+        if (kv != null) {
+            m.put("kv", kv);
+        }
         return m;
     }
 
@@ -71,7 +112,8 @@ record RoleIdentity(String role, String build, String environment, String model,
         return new RoleIdentity(RoleJson.text(n, "role"), RoleJson.text(n, "build"), RoleJson.text(n, "environment"),
             RoleJson.text(n, "model"), RoleJson.text(n, "layout"), RoleJson.number(n, "layout_fingerprint"),
             RoleJson.number(n, "pool_pages"), RoleJson.number(n, "context_tokens"), RoleJson.number(n, "max_safe_context_tokens"),
-            n.has("max_connections") ? RoleJson.number(n, "max_connections") : 0); // a build before it reads as unknown
+            n.has("max_connections") ? RoleJson.number(n, "max_connections") : 0, // a build before it reads as unknown
+            n.has("kv") ? RoleJson.text(n, "kv") : null);
     }
 
     /**

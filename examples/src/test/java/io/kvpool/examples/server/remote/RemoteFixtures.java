@@ -47,7 +47,7 @@ public final class RemoteFixtures {
     public static Map<String, Object> statusJson(RoleStatus s, int activeTransfers, boolean ready, ServerConfig cfg, long poolPages,
                                                  long poolMaxContext) {
         final Map<String, Object> m = RoleJson.status(s, activeTransfers, ready);
-        m.put("identity", RoleIdentity.of(s.role(), cfg, poolPages, poolMaxContext).json());
+        m.put("identity", RoleIdentity.of(s.role(), cfg, poolPages, poolMaxContext, null).json());
         return m;
     }
 }
