@@ -231,22 +231,35 @@ public final class WireCodec {
 
     /**
      * Decodes exactly one frame: the buffer's remaining bytes must be one header and its body, nothing more.
-     * The buffer's position is not moved.
+     * The buffer's position and byte order are as they came when it returns or throws; it reads the buffer itself
+     * meanwhile, so no other thread may use it during the call.
      *
      * @param frame the frame, between position and limit
      * @return the message
      * @throws MalformedMessageException if the bytes are not exactly one valid frame
      */
     public static Message decode(ByteBuffer frame) {
-        final ByteBuffer b = frame.slice().order(ByteOrder.LITTLE_ENDIAN);
+        final int start = frame.position();
+        final ByteOrder order = frame.order();
+        try {
+            // the caller's buffer itself, not a slice: deep in a duty cycle's inlining, escape analysis could not remove
+            // a slice, and each frame cost an allocation
+            return decode(frame.order(ByteOrder.LITTLE_ENDIAN), start);
+        } finally {
+            frame.order(order).position(start);
+        }
+    }
+
+    /** {@link #decode(ByteBuffer)} of the frame at {@code start}, in little-endian order. */
+    private static Message decode(ByteBuffer b, int start) {
         final int len = bodyLength(b);
-        final int version = b.get(2) & 0xFF;
-        final int type = b.get(3) & 0xFF;
+        final int version = b.get(start + 2) & 0xFF;
+        final int type = b.get(start + 3) & 0xFF;
         if (b.remaining() != HEADER_BYTES + len) {
             throw new MalformedMessageException("frame of type " + type + " declares a " + len + "-byte body but carries "
                 + (b.remaining() - HEADER_BYTES));
         }
-        b.position(HEADER_BYTES);
+        b.position(start + HEADER_BYTES);
         try {
             final Message m = switch (type) {
                 case HELLO -> new Message.Hello(helloIdentity(b, version));

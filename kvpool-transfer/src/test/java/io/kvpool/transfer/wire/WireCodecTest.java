@@ -59,6 +59,23 @@ class WireCodecTest {
      * decoder would still round-trip, and fails here.
      */
     @Test
+    void decodeReadsAFrameAtAnyPositionAndLeavesTheBufferAsItCame() {
+        final byte[] frame = WireCodec.encode(new Message.Ping(77));
+        final ByteBuffer b = ByteBuffer.allocate(frame.length + 10).order(ByteOrder.BIG_ENDIAN);
+        b.position(7);
+        b.put(frame);
+        b.limit(7 + frame.length).position(7);
+        assertEquals(new Message.Ping(77), WireCodec.decode(b.asReadOnlyBuffer().order(ByteOrder.BIG_ENDIAN)));
+        assertEquals(new Message.Ping(77), WireCodec.decode(b));
+        assertEquals(7, b.position());
+        assertEquals(ByteOrder.BIG_ENDIAN, b.order());
+        b.limit(b.limit() - 1); // one byte short: malformed, and still as it came
+        assertThrows(MalformedMessageException.class, () -> WireCodec.decode(b));
+        assertEquals(7, b.position());
+        assertEquals(ByteOrder.BIG_ENDIAN, b.order());
+    }
+
+    @Test
     void thePublicJavadocStatesTheWireLimitsThisCodeHas() {
         // io.kvpool.transfer.wire is not exported: PeerIdentity's and TransferReceiver#start's Javadoc give these as
         // numbers, which must change with them
