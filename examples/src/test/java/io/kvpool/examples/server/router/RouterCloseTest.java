@@ -206,18 +206,7 @@ class RouterCloseTest {
             final DecodeService abortingAtCommit = new ForwardingDecode(roles.decode()) {
                 @Override
                 public DecodeCall start(long requestId, String tenant, int promptTokens, int maxNewTokens) {
-                    final DecodeCall real = super.start(requestId, tenant, promptTokens, maxNewTokens);
-                    return new DecodeCall() {
-                        @Override
-                        public Admitted awaitAdmission(Duration timeout) throws InterruptedException {
-                            return real.awaitAdmission(timeout);
-                        }
-
-                        @Override
-                        public TransferOutcome awaitTransfer(Duration timeout) throws InterruptedException {
-                            return real.awaitTransfer(timeout);
-                        }
-
+                    return new ForwardingDecodeCall(super.start(requestId, tenant, promptTokens, maxNewTokens)) {
                         @Override
                         public Generation generate(int maxTokens, io.kvpool.examples.server.echo.EchoDecoder.TokenSink s)
                             throws java.io.IOException, InterruptedException {
@@ -232,11 +221,6 @@ class RouterCloseTest {
                             Await.until(() -> roles.decodePool().snapshot().openSequences() == 0, Duration.ofSeconds(10),
                                 () -> "the abort's release: " + roles.decodePool().snapshot());
                             return real.generate(maxTokens, s);
-                        }
-
-                        @Override
-                        public void abort(String why) {
-                            real.abort(why);
                         }
                     };
                 }

@@ -92,8 +92,8 @@ class RouterCountersTest {
             final Router router = new Router(cfg, roles.prefill(), new ForwardingDecode(roles.decode()) {
                 @Override
                 public DecodeCall start(long requestId, String tenant, int promptTokens, int maxNewTokens) {
-                    final DecodeCall real = super.start(requestId, tenant, promptTokens, maxNewTokens);
-                    return new DecodeCall() { // as DecodeCall.await reports a call whose role was closed under it
+                    return new ForwardingDecodeCall(super.start(requestId, tenant, promptTokens, maxNewTokens)) {
+                        // as DecodeCall.await reports a call whose role was closed under it
                         @Override
                         public Admitted awaitAdmission(Duration timeout) throws InterruptedException {
                             if (failAdmission[0]) {
@@ -110,11 +110,6 @@ class RouterCountersTest {
                         @Override
                         public Generation generate(int maxTokens, io.kvpool.examples.server.echo.EchoDecoder.TokenSink sink) {
                             throw new AssertionError("no KV committed");
-                        }
-
-                        @Override
-                        public void abort(String why) {
-                            real.abort(why);
                         }
                     };
                 }

@@ -77,8 +77,7 @@ class RouterRoleFaultTest {
         return new ForwardingDecode(d) {
             @Override
             public DecodeCall start(long requestId, String tenant, int promptTokens, int maxNewTokens) {
-                final DecodeCall real = super.start(requestId, tenant, promptTokens, maxNewTokens);
-                return new DecodeCall() {
+                return new ForwardingDecodeCall(super.start(requestId, tenant, promptTokens, maxNewTokens)) {
                     @Override
                     public Admitted awaitAdmission(Duration timeout) throws InterruptedException {
                         if (atAdmission) {
@@ -95,11 +94,6 @@ class RouterRoleFaultTest {
                     @Override
                     public Generation generate(int maxTokens, io.kvpool.examples.server.echo.EchoDecoder.TokenSink sink) {
                         throw new AssertionError("no KV committed");
-                    }
-
-                    @Override
-                    public void abort(String why) {
-                        real.abort(why);
                     }
                 };
             }
