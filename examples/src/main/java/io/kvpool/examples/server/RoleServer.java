@@ -99,8 +99,27 @@ public final class RoleServer implements AutoCloseable {
         };
     }
 
+    /**
+     * @return a KV endpoint with its socket's path made absolute, normalized and, where its directory exists, free of
+     *         symbolic links: {@code --work-dir w} run in {@code /srv} and {@code --work-dir /srv/w} name one socket,
+     *         and compare equal. A UCX address is returned as it is.
+     */
+    static String canonicalKv(String kv) {
+        final int colon = kv.indexOf(':');
+        final String scheme = kv.substring(0, colon + 1);
+        if (!scheme.equals("shm:") && !scheme.equals("cuda-ipc:")) {
+            return kv;
+        }
+        final java.nio.file.Path socket = java.nio.file.Path.of(kv.substring(colon + 1)).toAbsolutePath().normalize();
+        try {
+            return scheme + socket.getParent().toRealPath().resolve(socket.getFileName());
+        } catch (IOException | RuntimeException e) { // no such directory (yet): as absolute as it gets
+            return scheme + socket;
+        }
+    }
+
     private static RoleServer open(ServerConfig cfg, AutoCloseable role, RoleEndpoint endpoint, String kv) {
-        endpoint.kvEndpoint(kv); // reported in its identity: preflight compares prefill's with decode's
+        endpoint.kvEndpoint(canonicalKv(kv)); // reported in its identity: preflight compares prefill's with decode's
         try {
             return new RoleServer(cfg, role, endpoint, kv);
         } catch (IOException | RuntimeException e) {

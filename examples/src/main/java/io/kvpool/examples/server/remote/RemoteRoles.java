@@ -76,14 +76,15 @@ public final class RemoteRoles extends RolePair<RemotePrefill, RemoteDecode> {
             f = Preflight.check(cfg, RemoteStatus.read(p, PrefillRole.ROLE), RemoteStatus.read(d, DecodeRole.ROLE));
         }
         // a role not up yet, or roles not linked yet, are checked when they come; a miswired URL is not "not up yet", nor
-        // are roles each linked elsewhere (KV endpoints that differ while no link is down: every request would time out)
+        // are roles each linked elsewhere (shared-memory sockets that differ while both are linked: every request would
+        // time out). Two UCX addresses may differ and still meet (NAT, another address of the host): logged, not refused
         final boolean unlinked = f.mismatches().stream().anyMatch(m -> m.what().equals(Preflight.KV_LINK));
         final java.util.List<RoleIdentity.Mismatch> wrong = f.mismatches().stream()
             .filter(m -> !m.what().equals("reachable") && !m.what().equals(Preflight.KV_LINK)
-                && !(unlinked && m.what().equals(Preflight.KV_ENDPOINT))).toList();
+                && !(m.what().equals(Preflight.KV_ENDPOINT) && (unlinked || m.actual().startsWith("ucx:")))).toList();
         if (wrong.size() < f.mismatches().size()) {
-            LOG.log(System.Logger.Level.WARNING, "router: a role, or the KV link between them, is not up yet; it is checked when "
-                + "it comes:\n" + f.table());
+            LOG.log(System.Logger.Level.WARNING, "router: a role, or the KV link between them, is not up yet, or their KV "
+                + "endpoints differ; it is checked when requests come:\n" + f.table());
         }
         if (wrong.isEmpty()) {
             return cfg;
