@@ -415,6 +415,8 @@ public final class CompletionClient implements AutoCloseable {
                 status = r.statusCode();
                 answer = readGuarded(in, status);
             }
+        } catch (BodyStalled e) {
+            return unexpected(s, e.status, "body_stalled", System.nanoTime() - t0, Set.of(), e.getMessage());
         } catch (IOException e) {
             return new Outcome(s, Outcome.Kind.UNEXPECTED, 0, "client_error", -1, System.nanoTime() - t0, 0, Set.of(), List.of(), false,
                 "the connection failed (" + e + ") where " + g + " expected " + g.status() + " " + g.reason());

@@ -265,7 +265,14 @@ public final class KvServer implements AutoCloseable {
      * @return what takes the hook back: call it once the command closed the server (it does nothing once the JVM exits)
      */
     public Runnable closeOnExit() {
-        final Thread hook = new Thread(this::close, "kvpool-close-on-exit");
+        final Thread hook = new Thread(() -> {
+            close();
+            try { // a close already under way on another thread (the command's own): the JVM halts when hooks end
+                closedLatch.await(30, java.util.concurrent.TimeUnit.SECONDS);
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+            }
+        }, "kvpool-close-on-exit");
         Runtime.getRuntime().addShutdownHook(hook);
         return () -> {
             try {

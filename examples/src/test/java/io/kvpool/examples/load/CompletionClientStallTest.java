@@ -117,6 +117,20 @@ class CompletionClientStallTest {
         }
     }
 
+    /** A garbage request's answer whose body stops is body_stalled with its status, not a failed connection. */
+    @Test
+    void aGarbageAnswerWhoseBodyStallsIsBodyStalled() throws Exception {
+        final Staller srv0 = new Staller("HTTP/1.1 400 Bad Request\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{\"error\":");
+        try (CompletionClient c = new CompletionClient(srv0.uri(), Duration.ofMillis(500), 1 << 20); Staller srv = srv0) {
+            final Shot garbage = new Shot(0, "tenant0", Shot.Kind.GARBAGE, Mix.prompt("tenant0", 0, 8), 8, 4, false, -1,
+                Garbage.MALFORMED_JSON);
+            final Outcome o = sendWithin(c, garbage, Duration.ofSeconds(5));
+            assertNotNull(o, "with --timeout-ms 500, a garbage request whose answer stalled was still waiting after 5 s");
+            assertEquals("body_stalled", o.reason(), o::toString);
+            assertEquals(400, o.status(), o::toString);
+        }
+    }
+
     /** The whole command: {@code load --url} against a server whose answers stall after their headers reports (exit 1). */
     @Test
     void loadAgainstAStallingServerReportsWithinItsTimeout() throws Exception {

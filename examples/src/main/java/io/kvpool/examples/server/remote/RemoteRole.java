@@ -106,9 +106,17 @@ abstract class RemoteRole implements AutoCloseable {
      * arrive, and a request's call meeting that would take the role for lost.
      */
     RemoteStatus readStatus() {
-        statusReads.acquireUninterruptibly();
         try {
-            return RemoteStatus.read(client, role);
+            if (!statusReads.tryAcquire(2 * RoleClient.STATUS_TIMEOUT.toMillis(), java.util.concurrent.TimeUnit.MILLISECONDS)) {
+                return new RemoteStatus(RoleStatus.unreachable(role, client.describe() + ": " + STATUS_READS + " status reads "
+                    + "of it are under way, none ended in " + 2 * RoleClient.STATUS_TIMEOUT.toMillis() + " ms"), 0, false, null, null);
+            }
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+            return new RemoteStatus(RoleStatus.unreachable(role, "interrupted while waiting to read its status"), 0, false, null, null);
+        }
+        try {
+            return RemoteStatus.read(client, role); // bounded: RoleClient.get gives up on an answer that does not finish
         } finally {
             statusReads.release();
         }

@@ -80,7 +80,26 @@ public final class RoleClient implements AutoCloseable {
 
     /** GETs a JSON answer within {@link #STATUS_TIMEOUT}. @throws RoleLostException / IllegalStateException as {@link #post} */
     JsonNode get(String path) {
-        final HttpResponse<byte[]> r = send(request(path, STATUS_TIMEOUT).GET().build(), HttpResponse.BodyHandlers.ofByteArray());
+        final HttpRequest req = request(path, STATUS_TIMEOUT).GET().build();
+        final java.util.concurrent.CompletableFuture<HttpResponse<byte[]>> f = http.sendAsync(req, HttpResponse.BodyHandlers.ofByteArray());
+        final HttpResponse<byte[]> r;
+        try {
+            // the whole answer within twice the timeout: the request's own timeout ends with the headers, and a role
+            // frozen mid-body would otherwise hold its caller (and a status-read permit) for ever
+            r = f.get(2 * STATUS_TIMEOUT.toMillis(), java.util.concurrent.TimeUnit.MILLISECONDS);
+        } catch (java.util.concurrent.ExecutionException e) {
+            final Throwable c = e.getCause();
+            throw new RoleLostException(describe() + " is unreachable (GET /" + path + "): "
+                + (c instanceof IOException io ? why(io) : String.valueOf(c)), c);
+        } catch (java.util.concurrent.TimeoutException e) {
+            f.cancel(true);
+            throw new RoleLostException(describe() + " is unreachable (GET /" + path + "): its answer did not finish in "
+                + 2 * STATUS_TIMEOUT.toMillis() + " ms", e);
+        } catch (InterruptedException e) {
+            f.cancel(true);
+            Thread.currentThread().interrupt();
+            throw new RoleLostException(describe() + ": interrupted while waiting for GET /" + path, e);
+        }
         return answer("GET", path, r.statusCode(), r.body());
     }
 

@@ -413,9 +413,13 @@ public final class DecodeRole implements DecodeService, MeteredRole, Drains {
             c.admission.complete(DecodeCall.Admitted.YES);
         } catch (RuntimeException e) {
             // a role closed under the call cannot take it (503, retry elsewhere); anything else is a fault of the role
-            final RuntimeException failed = closed && !(e instanceof RoleUnavailableException)
-                ? new RoleUnavailableException("decode role closed while it admitted request " + c.requestId + ": " + e)
-                : e;
+            final RuntimeException failed;
+            if (closed && !(e instanceof RoleUnavailableException)) {
+                LOG.log(System.Logger.Level.DEBUG, "decode: request " + c.requestId + " met the role's close: " + e);
+                failed = new RoleUnavailableException("decode role closed while it admitted request " + c.requestId); // text: log
+            } else {
+                failed = e;
+            }
             c.admission.completeExceptionally(failed);
             c.outcome.completeExceptionally(failed);
         } catch (Error e) { // as above, and the duty cycle counts and logs it

@@ -7,6 +7,7 @@ import io.kvpool.examples.server.role.RoleRefusedException;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
 
+import java.net.ServerSocket;
 import java.time.Duration;
 import java.util.List;
 import java.util.concurrent.TimeUnit;
@@ -83,6 +84,44 @@ class RoleFailureHealthTest {
             assertTrue(most.get() >= 2, () -> "the reads never overlapped, so this proves nothing: " + most.get());
         } finally {
             server.stop(0);
+        }
+    }
+
+    @Test
+    void statusReadsOfARoleFrozenMidAnswerEndInsteadOfHoldingEveryReadBehindThem() throws Exception {
+        // headers, one byte of a 1000-byte body, then nothing: the request's own timeout has ended with the headers
+        final ServerSocket frozen = new ServerSocket(0, 50, java.net.InetAddress.getLoopbackAddress());
+        final List<java.net.Socket> held = new java.util.concurrent.CopyOnWriteArrayList<>();
+        Thread.ofVirtual().start(() -> {
+            try {
+                while (true) {
+                    final java.net.Socket s = frozen.accept();
+                    held.add(s);
+                    s.getInputStream().read(new byte[8192]);
+                    s.getOutputStream().write("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{"
+                        .getBytes(java.nio.charset.StandardCharsets.UTF_8));
+                    s.getOutputStream().flush();
+                }
+            } catch (java.io.IOException closed) {
+                // the test is over
+            }
+        });
+        final java.net.URI base = java.net.URI.create("http://127.0.0.1:" + frozen.getLocalPort() + "/");
+        try (RemotePrefill prefill = new RemotePrefill(new RoleClient("prefill", base, new ObjectMapper()));
+             java.util.concurrent.ExecutorService readers = java.util.concurrent.Executors.newVirtualThreadPerTaskExecutor()) {
+            final List<java.util.concurrent.Future<io.kvpool.examples.server.role.RoleStatus>> reads = new java.util.ArrayList<>();
+            for (int i = 0; i < 2 * RemoteRole.STATUS_READS; i++) { // more than the permits: some wait behind the frozen ones
+                reads.add(readers.submit(prefill::status));
+            }
+            for (java.util.concurrent.Future<io.kvpool.examples.server.role.RoleStatus> r : reads) {
+                final io.kvpool.examples.server.role.RoleStatus s = r.get(30, TimeUnit.SECONDS); // was: never
+                assertFalse(s.up(), s::toString);
+            }
+        } finally {
+            frozen.close();
+            for (java.net.Socket s : held) {
+                s.close();
+            }
         }
     }
 
