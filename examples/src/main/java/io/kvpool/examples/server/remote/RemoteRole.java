@@ -12,16 +12,17 @@ import java.util.function.Function;
  */
 abstract class RemoteRole implements AutoCloseable {
 
+    /** Status reads this router makes of the role at once, at most: more wait for one to end. */
+    static final int STATUS_READS = 3;
+
     /**
      * Connections the router leaves free at a role for what is not a request's own call: the aborts and give-backs
      * delivered in the background ({@link AbortDelivery#MAX_POSTS} at once), the probe's own client, the status reads
-     * of {@code /metrics} and the live page ({@link #STATUS_READS}, however many pages poll), and a margin of 4. The decode streams of aborted requests, still read
-     * to their end after their requests left the count, are subtracted as they come ({@link RemoteDecode#maxRequestsInFlight}).
+     * of {@code /metrics} and the live page ({@link #STATUS_READS}, however many pages poll), and a margin of 4. The
+     * decode streams of aborted requests, still read to their end after their requests left the count, are subtracted
+     * as they come ({@link RemoteDecode#maxRequestsInFlight}).
      */
-    static final int SPARE_CONNECTIONS = AbortDelivery.MAX_POSTS + 1 + RemoteRole.STATUS_READS + 4;
-
-    /** Status reads this router makes of the role at once, at most: more wait for one to end. */
-    static final int STATUS_READS = 3;
+    static final int SPARE_CONNECTIONS = AbortDelivery.MAX_POSTS + 1 + STATUS_READS + 4;
 
     private final java.util.concurrent.Semaphore statusReads = new java.util.concurrent.Semaphore(STATUS_READS);
 
