@@ -80,26 +80,7 @@ public final class RoleClient implements AutoCloseable {
 
     /** GETs a JSON answer within {@link #STATUS_TIMEOUT}. @throws RoleLostException / IllegalStateException as {@link #post} */
     JsonNode get(String path) {
-        final HttpRequest req = request(path, STATUS_TIMEOUT).GET().build();
-        final java.util.concurrent.CompletableFuture<HttpResponse<byte[]>> f = http.sendAsync(req, HttpResponse.BodyHandlers.ofByteArray());
-        final HttpResponse<byte[]> r;
-        try {
-            // the whole answer within twice the timeout: the request's own timeout ends with the headers, and a role
-            // frozen mid-body would otherwise hold its caller (and a status-read permit) for ever
-            r = f.get(2 * STATUS_TIMEOUT.toMillis(), java.util.concurrent.TimeUnit.MILLISECONDS);
-        } catch (java.util.concurrent.ExecutionException e) {
-            final Throwable c = e.getCause();
-            throw new RoleLostException(describe() + " is unreachable (GET /" + path + "): "
-                + (c instanceof IOException io ? why(io) : String.valueOf(c)), c);
-        } catch (java.util.concurrent.TimeoutException e) {
-            f.cancel(true);
-            throw new RoleLostException(describe() + " is unreachable (GET /" + path + "): its answer did not finish in "
-                + 2 * STATUS_TIMEOUT.toMillis() + " ms", e);
-        } catch (InterruptedException e) {
-            f.cancel(true);
-            Thread.currentThread().interrupt();
-            throw new RoleLostException(describe() + ": interrupted while waiting for GET /" + path, e);
-        }
+        final HttpResponse<byte[]> r = send(request(path, STATUS_TIMEOUT).GET().build(), HttpResponse.BodyHandlers.ofByteArray());
         return answer("GET", path, r.statusCode(), r.body());
     }
 
@@ -139,14 +120,28 @@ public final class RoleClient implements AutoCloseable {
         }
     }
 
+    /**
+     * Sends {@code req} and waits for what {@code handler} makes of the answer, at most twice the request's timeout:
+     * that timeout ends with the headers, and a role frozen mid-body would otherwise hold its caller (and a status-read
+     * permit) for ever. A handler that hands the body over as a stream is done with the headers.
+     */
     private <T> HttpResponse<T> send(HttpRequest req, HttpResponse.BodyHandler<T> handler) {
+        final String what = req.method() + " " + req.uri().getPath();
+        final long whole = 2 * req.timeout().orElseThrow().toMillis();
+        final java.util.concurrent.CompletableFuture<HttpResponse<T>> f = http.sendAsync(req, handler);
         try {
-            return http.send(req, handler);
-        } catch (IOException e) {
-            throw new RoleLostException(describe() + " is unreachable (" + req.method() + " " + req.uri().getPath() + "): " + why(e), e);
+            return f.get(whole, java.util.concurrent.TimeUnit.MILLISECONDS);
+        } catch (java.util.concurrent.ExecutionException e) {
+            final Throwable c = e.getCause();
+            throw new RoleLostException(describe() + " is unreachable (" + what + "): "
+                + (c instanceof IOException io ? why(io) : String.valueOf(c)), c);
+        } catch (java.util.concurrent.TimeoutException e) {
+            f.cancel(true);
+            throw new RoleLostException(describe() + " is unreachable (" + what + "): its answer did not finish in " + whole + " ms", e);
         } catch (InterruptedException e) {
+            f.cancel(true);
             Thread.currentThread().interrupt();
-            throw new RoleLostException(describe() + ": interrupted while waiting for " + req.method() + " " + req.uri().getPath(), e);
+            throw new RoleLostException(describe() + ": interrupted while waiting for " + what, e);
         }
     }
 
