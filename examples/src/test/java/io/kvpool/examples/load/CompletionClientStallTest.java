@@ -92,43 +92,42 @@ class CompletionClientStallTest {
         }
     }
 
+    /**
+     * Sends {@code shot} with {@code --timeout-ms 500} to a server that answers {@code status} with 1 byte of a 1000-byte
+     * body, then nothing. @return the outcome, which must have come within 5 s and be body_stalled with that status
+     */
+    private static Outcome stalledAnswer(String status, Shot shot) throws Exception {
+        final Staller srv0 = new Staller("HTTP/1.1 " + status + "\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{");
+        try (CompletionClient c = new CompletionClient(srv0.uri(), Duration.ofMillis(500), 1 << 20); Staller srv = srv0) {
+            final Outcome o = sendWithin(c, shot, Duration.ofSeconds(5));
+            assertNotNull(o, "with --timeout-ms 500, a request whose answer stalled (" + status + ") was still waiting after 5 s");
+            assertEquals(Outcome.Kind.UNEXPECTED, o.kind(), o::toString);
+            assertEquals("body_stalled", o.reason(), o::toString);
+            assertEquals(Integer.parseInt(status.substring(0, 3)), o.status(), o::toString);
+            return o;
+        }
+    }
+
+    private static Shot shot(Shot.Kind kind, boolean stream, Garbage garbage) {
+        return new Shot(0, "tenant0", kind, Mix.prompt("tenant0", 0, 8), 8, 4, stream, -1, garbage);
+    }
+
     /** A non-streamed answer whose headers came but whose body stops ends as body_stalled within --timeout-ms. */
     @Test
     void aNonStreamedAnswerWhoseBodyStallsEndsWithinTheTimeout() throws Exception {
-        final Staller srv0 = new Staller("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{\"choices\":");
-        try (CompletionClient c = new CompletionClient(srv0.uri(), Duration.ofMillis(500), 1 << 20); Staller srv = srv0) {
-            final Shot plain = new Shot(0, "tenant0", Shot.Kind.NORMAL, Mix.prompt("tenant0", 0, 8), 8, 4, false, -1, null);
-            final Outcome o = sendWithin(c, plain, Duration.ofSeconds(5));
-            assertNotNull(o, "with --timeout-ms 500, a non-streamed request whose body stalled was still waiting after 5 s");
-            assertEquals(Outcome.Kind.UNEXPECTED, o.kind());
-            assertEquals("body_stalled", o.reason(), o::toString);
-        }
+        stalledAnswer("200 OK", shot(Shot.Kind.NORMAL, false, null));
     }
 
     /** The same for a streamed request refused with a status other than 200. */
     @Test
     void aRefusedStreamWhoseBodyStallsEndsWithinTheTimeout() throws Exception {
-        final Staller srv0 = new Staller("HTTP/1.1 429 Too Many Requests\r\nRetry-After: 1\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{\"error\":");
-        try (CompletionClient c = new CompletionClient(srv0.uri(), Duration.ofMillis(500), 1 << 20); Staller srv = srv0) {
-            final Shot streamed = new Shot(0, "tenant0", Shot.Kind.NORMAL, Mix.prompt("tenant0", 0, 8), 8, 4, true, -1, null);
-            final Outcome o = sendWithin(c, streamed, Duration.ofSeconds(5));
-            assertNotNull(o, "with --timeout-ms 500, a refused stream whose body stalled was still waiting after 5 s");
-            assertEquals("body_stalled", o.reason(), o::toString);
-        }
+        stalledAnswer("429 Too Many Requests", shot(Shot.Kind.NORMAL, true, null));
     }
 
     /** A garbage request's answer whose body stops is body_stalled with its status, not a failed connection. */
     @Test
     void aGarbageAnswerWhoseBodyStallsIsBodyStalled() throws Exception {
-        final Staller srv0 = new Staller("HTTP/1.1 400 Bad Request\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{\"error\":");
-        try (CompletionClient c = new CompletionClient(srv0.uri(), Duration.ofMillis(500), 1 << 20); Staller srv = srv0) {
-            final Shot garbage = new Shot(0, "tenant0", Shot.Kind.GARBAGE, Mix.prompt("tenant0", 0, 8), 8, 4, false, -1,
-                Garbage.MALFORMED_JSON);
-            final Outcome o = sendWithin(c, garbage, Duration.ofSeconds(5));
-            assertNotNull(o, "with --timeout-ms 500, a garbage request whose answer stalled was still waiting after 5 s");
-            assertEquals("body_stalled", o.reason(), o::toString);
-            assertEquals(400, o.status(), o::toString);
-        }
+        stalledAnswer("400 Bad Request", shot(Shot.Kind.GARBAGE, false, Garbage.MALFORMED_JSON));
     }
 
     /** The whole command: {@code load --url} against a server whose answers stall after their headers reports (exit 1). */
