@@ -5,8 +5,9 @@
 # OpenTelemetry, Byte Buddy). No test the visit runs loads them (gpu-visit.sh filters by package and class name
 # before loading), and with them the pack is over 64 MiB, the most a pack may hold to travel with a checkout to
 # the GPU host. Micrometer and the Prometheus registry stay: the example's role servers, which the visit starts
-# in JVMs of their own, export their metrics through them. Runs from a normal checkout or a git worktree. Then, on the
-# GPU host, from a checkout that holds .gpu/: `bash kvpool-cuda/gpu-visit.sh`.
+# in JVMs of their own, export their metrics through them. Where nvcc is found it also builds copy_sweep into
+# .gpu/bin. Runs from a normal checkout or a git worktree. Then, on the GPU host, from a checkout that holds
+# .gpu/: `bash kvpool-cuda/gpu-visit.sh`.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 bash kvpool-cuda/gpu/pack.sh
@@ -19,6 +20,16 @@ for j in .gpu/lib/selenium-*.jar .gpu/lib/opentelemetry-*.jar .gpu/lib/byte-budd
   rm -f "$j"
   dropped=$((dropped + 1))
 done
+# copy_sweep (kernel shapes against cudaMemcpyAsync, run by gpu-visit.sh): only where nvcc is; the visit skips it
+# otherwise. Stripped, under 1 MiB (the CUDA runtime is linked statically).
+rm -rf .gpu/bin
+if command -v "${NVCC:-nvcc}" >/dev/null; then
+  mkdir -p .gpu/bin
+  "${NVCC:-nvcc}" -O3 -std=c++17 -arch=sm_90 -o .gpu/bin/copy_sweep kvpool-cuda/src/test/cuda/copy_sweep.cu
+  strip .gpu/bin/copy_sweep
+else
+  echo "pack-gpu.sh: no nvcc, so no copy_sweep in the pack"
+fi
 size=$(du -sm .gpu | cut -f1)
 echo "pack-gpu.sh: dropped $dropped browser-test jars; .gpu holds $size MiB"
 if ((size > 60)); then
