@@ -542,11 +542,19 @@ public final class TransferSender extends TransferEndpoint {
             } catch (RuntimeException e) {
                 fail(t, "putBatch failed: " + e.getMessage(), true, Message.Abort.SENDER_FAILED);
                 return;
+            } catch (Error e) {
+                // A batch that throws posted nothing (PeerLink), except for a memory fault reported as the call
+                // returns (ShmLink: an InternalError after the writes were copied and their completions queued).
+                // Count the batch as posted, so its completions match and the transfer drains only once each write
+                // is answered (or the link's teardown answers it); then fail it. Other VM errors still propagate.
+                posted(t, room);
+                fail(t, "putBatch failed after posting " + room + " writes: " + e, true, Message.Abort.SENDER_FAILED);
+                if (e instanceof VirtualMachineError && !(e instanceof InternalError)) {
+                    throw e;
+                }
+                return;
             }
-            t.nextPage += room;
-            t.posted += room;
-            inFlight += room;
-            metrics.writesPosted.add(room);
+            posted(t, room);
         }
         if (t.nextPage == end && t.succeeded == t.posted) {
             t.state = OutgoingTransfer.State.FLUSHING;
@@ -559,6 +567,14 @@ public final class TransferSender extends TransferEndpoint {
                 fail(t, "flush failed: " + e.getMessage(), true, Message.Abort.SENDER_FAILED);
             }
         }
+    }
+
+    /** Counts {@code room} writes of {@code t} as posted. */
+    private void posted(OutgoingTransfer t, int room) {
+        t.nextPage += room;
+        t.posted += room;
+        inFlight += room;
+        metrics.writesPosted.add(room);
     }
 
     /**

@@ -557,4 +557,55 @@ class SenderRulesTest {
         tx.doWork();
         assertEquals(5, link.sent(Message.Completion.class).getFirst().tokenCount(), "the receiver's length check needs the truth");
     }
+
+    /**
+     * A link that posts a batch and then throws an Error (ShmLink's memory fault reported as putBatch returns): the
+     * batch counts as posted, so the queued completions match, the transfer fails and drains, and the source pages
+     * come back. Counted as not posted, the completions outnumbered the posts (the receiver saw BAD_COMPLETION) and a
+     * failing transfer never drained.
+     */
+    @Test
+    void aBatchThatThrowsAfterPostingCountsAsPostedAndTheTransferDrains() {
+        final boolean[] thrown = {false};
+        try (SimPair rig = new SimPair(new SimPair.Setup(Kv.pool(64), Kv.pool(64)).faults(io.kvpool.transfer.sim.SimFaults.NONE, false)
+            .sender(p -> TransferSender.builder(p, Kv.identity()).maxPagesInFlight(4).drainDeadline(Duration.ofMillis(50)))
+            .receiver(p -> TransferReceiver.builder(p, Kv.identity()).completionTimeout(Duration.ofMillis(20))
+                .drainTimeout(Duration.ofMillis(20)))
+            .links(l -> new ForwardingLink(l) {
+                @Override
+                public void putBatch(io.kvpool.transfer.spi.RemoteRegion r, int[] dst, io.kvpool.storage.PageStorage s,
+                                     int[] src, int off, int n, long token) {
+                    in.putBatch(r, dst, s, src, off, n, token);
+                    if (!thrown[0]) {
+                        thrown[0] = true;
+                        throw new InternalError("a fault occurred in an unsafe memory access operation");
+                    }
+                }
+            }, l -> l))) {
+            final Sequence src = rig.prefill.admit(40, 0).sequence();
+            src.append(40);
+            Kv.write(src, 9);
+            final OutgoingTransfer out = rig.sender.offer(9, src);
+            src.close();
+            final IncomingTransfer in = rig.receiver.start(9, 40, 0, rig.rp);
+            int escaped = 0;
+            for (int i = 0; i < 2_000 && (rig.sender.activeTransfers() > 0 || !in.isTerminal()); i++) {
+                try {
+                    rig.sender.doWork();
+                } catch (InternalError e) { // as a duty loop that survives errors would: the accounting is what counts
+                    escaped++;
+                }
+                rig.receiver.doWork();
+                rig.net.advance(10_000);
+            }
+            assertTrue(thrown[0]);
+            assertEquals(OutgoingTransfer.State.DRAINED, out.state(), out.toString());
+            assertEquals(0, rig.sender.activeTransfers());
+            assertNotEquals(IncomingTransfer.State.COMMITTED, in.state(), in.toString());
+            assertTrue(in.isTerminal(), in.toString());
+            assertEquals(rig.prefill.capacity(), rig.prefill.snapshot().free(), "the source pages came back");
+            assertEquals(rig.decode.capacity(), rig.decode.snapshot().free(), "the decode pages came back");
+            assertEquals(0, escaped, "the error became the transfer's failure");
+        }
+    }
 }
