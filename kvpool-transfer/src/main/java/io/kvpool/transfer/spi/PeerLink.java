@@ -42,8 +42,9 @@ public interface PeerLink extends AutoCloseable {
     String describe();
 
     /**
-     * {@return whether the link is up} After a failure or close every call but {@link #poll}, {@link #tearDown}
-     * and {@link #close} throws.
+     * {@return whether the link is up} After a failure or close the control-channel and write calls throw
+     * {@link LinkFailedException}; {@link #poll}, {@link #cancelWrites}, {@link #tearDown} and
+     * {@link #close} do not, except as {@link #cancelWrites} says.
      */
     boolean isUp();
 
@@ -162,6 +163,9 @@ public interface PeerLink extends AutoCloseable {
      * reaches a terminal state through {@link #poll}. A transport that can only cancel by force-closing
      * the endpoint does so: the link goes down, and {@link #poll} reports that failure at this end too
      * ({@link LinkListener#onLinkFailed}).
+     *
+     * @throws LinkFailedException if the transport under the link is closed (UCX), so nothing could be cancelled;
+     *                             the transport's close ends every write anyway
      */
     void cancelWrites();
 

@@ -34,7 +34,10 @@ import java.util.concurrent.TimeUnit;
  *       order per endpoint and tag); one receive is posted at a time, into a buffer of the largest frame.</li>
  *   <li>{@link #register} exposes the whole storage (registered once per storage by the transport); the key
  *       carries the packed rkey, the base address, the page size and the slots, so a well-behaved sender
- *       only ever addresses the listed slots. UCX cannot restrict access to those slots, and
+ *       only ever addresses the listed slots. UCX cannot restrict access to those slots (over tcp a put is
+ *       applied in software at the address the message names, so a process that reaches a link worker's port is
+ *       trusted with this process's memory, not only the storage: run UCX links on a network only the deployment
+ *       reaches), and
  *       {@link Registration#revoke} returns {@code false}: deregistration does not revoke remote access on
  *       tcp/shm (docs/dependencies.md, "UCX from Java").</li>
  *   <li>{@link #putBatch} posts one {@code putNonBlocking} per page; its callback is the write's terminal
@@ -46,7 +49,8 @@ import java.util.concurrent.TimeUnit;
  *       then destroys the link's own worker: only that closes the connections the peer's puts arrive on
  *       (closing the endpoint alone does not; see {@link UcxTransport}). It is proven once the worker is closed.
  *       {@link #close} and {@link #cancelWrites} only force-close the endpoint; the worker then stays until a
- *       {@code tearDown()} or the transport's close.</li>
+ *       {@code tearDown()}, the transport's close, or 5 s after the endpoint closed with no write, flush or remote
+ *       key left, when the transport's thread destroys it (after which {@code tearDown()} is proven at once).</li>
  * </ul>
  * Events are queued by the transport's UCX thread and delivered only by {@link #poll} on the caller's thread.
  */
@@ -369,8 +373,12 @@ public final class UcxLink implements PeerLink {
             pageBytes = k.getLong();
             final int storagePages = k.getInt();
             final int n = k.getInt();
-            if (n != pages || n < 0 || n > k.remaining() / 4) {
+            if (n != pages) {
                 throw new LinkFailedException(describe() + ": region key lists " + n + " slots, the descriptor " + pages + " pages");
+            }
+            if (n < 0 || n > k.remaining() / 4) {
+                throw new LinkFailedException(describe() + ": region key lists " + n + " slots but holds " + k.remaining()
+                    + " bytes after its header, room for " + k.remaining() / 4);
             }
             slots = new int[n];
             for (int i = 0; i < n; i++) {
@@ -568,7 +576,8 @@ public final class UcxLink implements PeerLink {
             return;
         }
         // force-closes the endpoint and waits until UCX reports it closed (pending writes end canceled and are
-        // reported through poll); the worker stays until tearDown() or the transport closes: only tearDown() fences
+        // reported through poll); the worker stays until tearDown(), the transport's close or the reap after its
+        // grace (reapClosed): only a destroyed worker fences
         if (transport.isOwnerThread()) {
             closeOnOwner(System.nanoTime() + CLOSE_WAIT_NANOS);
             return;
