@@ -8,13 +8,16 @@ import jcuda.driver.CUevent;
 import jcuda.driver.CUresult;
 import jcuda.driver.JCudaDriver;
 
+import java.util.concurrent.locks.ReentrantReadWriteLock;
+
 /**
  * A batch of page operations submitted on a caller's stream ({@link DevicePageStorage#submitCopy},
  * {@link DevicePageStorage#submitFill submitFill}, {@link DevicePageStorage#submitOffload submitOffload},
  * {@link DevicePageStorage#submitRestore submitRestore}; {@link ChecksumBatch} wraps one): poll it with
  * {@link #isDone()}, wait with {@link #await()}, and {@link #close()} it to free its device buffer (index
  * lists, results) and event (closing waits first). The pages it touches must not be used from another
- * stream before it is done. Thread-safe.
+ * stream before it is done. Thread-safe: polls and waits of several threads run together (one thread's
+ * {@code await()} does not hold up another's {@code isDone()}); {@code close()} waits for them.
  */
 public final class DeviceBatch implements AutoCloseable {
 
@@ -22,7 +25,9 @@ public final class DeviceBatch implements AutoCloseable {
     private final CUdevice device;
     private final CUdeviceptr buffer; // null for a batch that needed none
     private final CUevent done;
-    private boolean closed;
+    /** Read: isDone, await, read (any number at once). Write: close. */
+    private final ReentrantReadWriteLock lock = new ReentrantReadWriteLock();
+    private boolean closed; // written under the write lock
 
     /**
      * Takes over {@code buffer} and {@code done}, and retains {@code device}'s primary context for itself: they belong
@@ -39,55 +44,79 @@ public final class DeviceBatch implements AutoCloseable {
     }
 
     /** {@return whether the device finished the batch ({@code cuEventQuery})} */
-    public synchronized boolean isDone() {
-        if (closed) {
+    public boolean isDone() {
+        lock.readLock().lock();
+        try {
+            if (closed) {
+                return true;
+            }
+            CudaException.check(CudaException.code(() -> JCudaDriver.cuCtxSetCurrent(context)), "cuCtxSetCurrent");
+            final int r = CudaException.code(() -> JCudaDriver.cuEventQuery(done));
+            if (r == CUresult.CUDA_ERROR_NOT_READY) {
+                return false;
+            }
+            CudaException.check(r, "cuEventQuery");
             return true;
+        } finally {
+            lock.readLock().unlock();
         }
-        CudaException.check(CudaException.code(() -> JCudaDriver.cuCtxSetCurrent(context)), "cuCtxSetCurrent");
-        final int r = CudaException.code(() -> JCudaDriver.cuEventQuery(done));
-        if (r == CUresult.CUDA_ERROR_NOT_READY) {
-            return false;
-        }
-        CudaException.check(r, "cuEventQuery");
-        return true;
     }
 
     /** Waits until the device finished the batch ({@code cuEventSynchronize}). */
-    public synchronized void await() {
-        if (closed) {
-            return;
+    public void await() {
+        lock.readLock().lock();
+        try {
+            if (!closed) {
+                synchronizeHeld();
+            }
+        } finally {
+            lock.readLock().unlock();
         }
+    }
+
+    /** cuEventSynchronize on the batch's event; the caller holds a lock and checked it open. */
+    private void synchronizeHeld() {
         CudaException.check(CudaException.code(() -> JCudaDriver.cuCtxSetCurrent(context)), "cuCtxSetCurrent");
         CudaException.check(CudaException.code(() -> JCudaDriver.cuEventSynchronize(done)), "cuEventSynchronize");
     }
 
     /** Waits for the batch, then copies {@code dst.length} ints from its buffer at {@code offset} (one copy). */
-    synchronized void read(long offset, int[] dst) {
-        if (closed) {
-            throw new IllegalStateException("device batch is closed");
-        }
-        await();
-        if (dst.length > 0) {
-            CudaException.check(CudaException.code(() -> JCudaDriver.cuMemcpyDtoH(Pointer.to(dst), buffer.withByteOffset(offset), 4L * dst.length)),
-                "cuMemcpyDtoH(" + dst.length + " results)");
+    void read(long offset, int[] dst) {
+        lock.readLock().lock();
+        try {
+            if (closed) {
+                throw new IllegalStateException("device batch is closed");
+            }
+            synchronizeHeld();
+            if (dst.length > 0) {
+                CudaException.check(CudaException.code(() -> JCudaDriver.cuMemcpyDtoH(Pointer.to(dst), buffer.withByteOffset(offset), 4L * dst.length)),
+                    "cuMemcpyDtoH(" + dst.length + " results)");
+            }
+        } finally {
+            lock.readLock().unlock();
         }
     }
 
     /** Waits for the batch, then frees its device buffer and event and releases its context reference. Idempotent. */
     @Override
-    public synchronized void close() {
-        if (closed) {
-            return;
-        }
+    public void close() {
+        lock.writeLock().lock(); // after every poll, wait and read under way
         try {
-            await();
-        } finally { // also after a (sticky) device error: the event, buffer and context reference go either way
-            closed = true;
-            CudaException.code(() -> JCudaDriver.cuEventDestroy(done));
-            if (buffer != null) {
-                CudaException.code(() -> JCudaDriver.cuMemFree(buffer));
+            if (closed) {
+                return;
             }
-            CudaException.code(() -> JCudaDriver.cuDevicePrimaryCtxRelease(device));
+            try {
+                synchronizeHeld();
+            } finally { // also after a (sticky) device error: the event, buffer and context reference go either way
+                closed = true;
+                CudaException.code(() -> JCudaDriver.cuEventDestroy(done));
+                if (buffer != null) {
+                    CudaException.code(() -> JCudaDriver.cuMemFree(buffer));
+                }
+                CudaException.code(() -> JCudaDriver.cuDevicePrimaryCtxRelease(device));
+            }
+        } finally {
+            lock.writeLock().unlock();
         }
     }
 }

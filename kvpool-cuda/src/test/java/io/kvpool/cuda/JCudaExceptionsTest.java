@@ -36,6 +36,7 @@ class JCudaExceptionsTest {
     private static final String STUB = """
         /* just enough of libcuda.so.1 for JCuda to load and for the calls below */
         #include <stdio.h>
+        #include <unistd.h>
         #ifndef DRIVER_VERSION
         #define DRIVER_VERSION 13000
         #endif
@@ -44,6 +45,8 @@ class JCudaExceptionsTest {
         int cuDeviceGetCount(int* count) { *count = 1; return 0; }
         int cuCtxSetCurrent(void* ctx) { (void) ctx; return 0; }
         int cuEventQuery(void* event) { (void) event; return 600; /* CUDA_ERROR_NOT_READY: still running */ }
+        /* a batch that takes 3 s to finish; the test sees a thread inside this call by its stack */
+        int cuEventSynchronize(void* event) { (void) event; sleep(3); return 0; }
         int cuDevicePrimaryCtxRetain(void** ctx, int dev) { (void) dev; *ctx = (void*) 0; return 0; }
         int cuDevicePrimaryCtxRelease(int dev) { puts("released context"); fflush(stdout); (void) dev; return 0; }
         int cuDevicePrimaryCtxRelease_v2(int dev) { puts("released context"); fflush(stdout); (void) dev; return 0; }
@@ -116,6 +119,16 @@ class JCudaExceptionsTest {
     }
 
     /**
+     * A thread waiting for a batch ({@code await()}, inside {@code cuEventSynchronize}) does not hold up another
+     * thread's poll: {@code isDone()} answers while the wait is still under way. It held the batch's monitor before, so
+     * an event loop polling a batch stalled behind any thread that awaited it.
+     */
+    @Test
+    void aPollIsAnsweredWhileAnotherThreadAwaitsTheBatch() throws InterruptedException {
+        assertEquals("isDone=false while awaiting=true", child("isDoneDuringAwait"));
+    }
+
+    /**
      * The page count in an exported handle is the peer's word, and the kernels index the opened arena by it: a handle
      * claiming more pages than the allocation it maps holds is refused, and what the open took is given back.
      */
@@ -163,6 +176,18 @@ class JCudaExceptionsTest {
                         DeviceIpc.open(DeviceIpcFormatTest.handle(DeviceIpc.MAGIC, l.fingerprint(), 64, DeviceLayout.of(l, 64).arenaBytes()), l);
                         System.out.println("opened");
                     }
+                    case "isDoneDuringAwait" -> {
+                        Cuda.available();
+                        final DeviceBatch batch = new DeviceBatch(new CUcontext(), new jcuda.driver.CUdevice(), null, new CUevent());
+                        final Thread waiter = new Thread(batch::await, "waiter");
+                        waiter.start();
+                        while (!insideEventSynchronize(waiter)) { // the barrier: the waiter is in the driver call
+                            Thread.onSpinWait();
+                        }
+                        final boolean done = batch.isDone();
+                        System.out.println("isDone=" + done + " while awaiting=" + insideEventSynchronize(waiter));
+                        waiter.join();
+                    }
                     case "isDoneAppExceptions" -> {
                         Cuda.available();
                         JCudaDriver.setExceptionsEnabled(true); // the host application's choice, made later
@@ -173,6 +198,16 @@ class JCudaExceptionsTest {
             } catch (Throwable t) {
                 System.out.println("threw " + t);
             }
+        }
+
+        /** @return whether {@code t} is inside JCuda's cuEventSynchronize */
+        private static boolean insideEventSynchronize(Thread t) {
+            for (StackTraceElement e : t.getStackTrace()) {
+                if (e.getMethodName().startsWith("cuEventSynchronize")) {
+                    return true;
+                }
+            }
+            return false;
         }
 
         /** A driver call of the host application's own that fails (the stub's cuEventQuery: NOT_READY). */
