@@ -48,6 +48,11 @@ import java.util.function.Consumer;
  * waits for the context's work and frees the arena. Code outside this class that launches work on the arena
  * ({@link #address}, then a launch) holds the monitor from the address to the launch: then a close either came
  * first (the address throws) or waits for that work before it frees.
+ *
+ * <p>Index lists: every slot a call takes in an {@code int[]} is checked against the pool before the list is
+ * uploaded, and the kernels trust the upload (they do no bounds check of their own). The list is read twice, for
+ * the check and for the upload, so a caller must not change it from another thread during the call; the pool's
+ * own callers pass lists no other thread sees.
  */
 public final class DevicePageStorage implements PageStorage {
 
