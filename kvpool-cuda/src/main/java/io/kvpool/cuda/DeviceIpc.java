@@ -97,8 +97,14 @@ public final class DeviceIpc {
      */
     public static OpenedArena open(byte[] exported, KvLayout layout) {
         final ByteBuffer b = ByteBuffer.wrap(exported).order(ByteOrder.LITTLE_ENDIAN);
-        if (exported.length != EXPORT_BYTES || b.getInt() != MAGIC || b.getInt() != VERSION) {
-            throw new IllegalArgumentException("not a kvpool IPC handle (" + exported.length + " bytes)");
+        if (exported.length != EXPORT_BYTES) {
+            throw new IllegalArgumentException("not a kvpool IPC handle: " + exported.length + " bytes, a handle has " + EXPORT_BYTES);
+        }
+        final int magic = b.getInt();
+        final int version = b.getInt();
+        if (magic != MAGIC || version != VERSION) {
+            throw new IllegalArgumentException(String.format(java.util.Locale.ROOT,
+                "not a kvpool IPC handle of this version: magic 0x%08x version %d, expected 0x%08x version %d", magic, version, MAGIC, VERSION));
         }
         final long fp = b.getLong();
         if (fp != layout.fingerprint()) {

@@ -20,9 +20,13 @@ class DeviceIpcFormatTest {
     }
 
     @Test
-    void notAHandleIsRefused() {
-        assertThrows(IllegalArgumentException.class, () -> DeviceIpc.open(new byte[10], L));
-        assertThrows(IllegalArgumentException.class, () -> DeviceIpc.open(handle(0x1234, L.fingerprint(), 4, 1024), L));
+    void notAHandleIsRefusedWithWhatWasReadAndWhatWasExpected() {
+        final IllegalArgumentException size = assertThrows(IllegalArgumentException.class, () -> DeviceIpc.open(new byte[10], L));
+        assertTrue(size.getMessage().contains("10 bytes, a handle has " + DeviceIpc.EXPORT_BYTES), size.getMessage());
+        final IllegalArgumentException magic = assertThrows(IllegalArgumentException.class,
+            () -> DeviceIpc.open(handle(0x1234, L.fingerprint(), 4, 1024), L));
+        assertTrue(magic.getMessage().contains("magic 0x00001234 version " + DeviceIpc.VERSION)
+            && magic.getMessage().contains(String.format("expected 0x%08x", DeviceIpc.MAGIC)), magic.getMessage());
     }
 
     @Test
