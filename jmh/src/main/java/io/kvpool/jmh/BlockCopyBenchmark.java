@@ -146,7 +146,7 @@ public class BlockCopyBenchmark {
     int[] src, dst;   // disjoint random pages of the pool
     long opBytes;     // n pages
     long loopBytes;   // nLoop pages
-    CUdeviceptr bufA, bufB;
+    CudaBench.ContiguousCopy copy; // the same bytes as one copy
     CUdeviceptr[][] loopSrc, loopDst; // [pair][plane]
 
     @Setup(Level.Trial)
@@ -165,12 +165,7 @@ public class BlockCopyBenchmark {
         dst = java.util.Arrays.copyOfRange(perm, n, 2 * n);
         opBytes = (long) n * layout.bytesPerPage();
 
-        bufA = new CUdeviceptr();
-        bufB = new CUdeviceptr();
-        check(JCudaDriver.cuMemAlloc(bufA, opBytes), "cuMemAlloc(" + opBytes + ")");
-        check(JCudaDriver.cuMemAlloc(bufB, opBytes), "cuMemAlloc(" + opBytes + ")");
-        check(JCudaDriver.cuMemsetD8(bufA, (byte) 0x5a, opBytes), "cuMemsetD8");
-        check(JCudaDriver.cuMemsetD8(bufB, (byte) 0, opBytes), "cuMemsetD8");
+        copy = new CudaBench.ContiguousCopy(opBytes);
 
         nLoop = Math.max(1, Math.min(n, PER_PAGE_CALLS / dl.planes()));
         loopBytes = (long) nLoop * layout.bytesPerPage();
@@ -219,8 +214,7 @@ public class BlockCopyBenchmark {
         }
         cuda.current();
         JCudaDriver.cuCtxSynchronize();
-        JCudaDriver.cuMemFree(bufA);
-        JCudaDriver.cuMemFree(bufB);
+        copy.close();
         pool.close();
         cuda.close();
         cuda = null;
@@ -248,7 +242,7 @@ public class BlockCopyBenchmark {
     public void contiguous(Rates r) {
         cuda.start();
         final long t0 = System.nanoTime();
-        check(JCudaDriver.cuMemcpyDtoDAsync(bufB, bufA, opBytes, null), "cuMemcpyDtoDAsync");
+        copy.copyAsync();
         final long t1 = System.nanoTime();
         finish(r, opBytes, t1 - t0);
     }

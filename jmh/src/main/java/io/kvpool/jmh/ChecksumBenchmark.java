@@ -4,7 +4,6 @@ import io.kvpool.KvLayout;
 import io.kvpool.cuda.ChecksumKeys;
 import io.kvpool.cuda.DevicePageStorage;
 import io.kvpool.transfer.KvChecksum;
-import jcuda.driver.CUdeviceptr;
 import jcuda.driver.JCudaDriver;
 import org.openjdk.jmh.annotations.AuxCounters;
 import org.openjdk.jmh.annotations.Benchmark;
@@ -102,7 +101,7 @@ public class ChecksumBenchmark {
     int[] out;
     ChecksumKeys keys;
     long opBytes;
-    CUdeviceptr bufA, bufB;
+    CudaBench.ContiguousCopy copy; // the same bytes as one copy
 
     @Setup(Level.Trial)
     public void setup() {
@@ -116,11 +115,7 @@ public class ChecksumBenchmark {
         keys = ChecksumKeys.ofRequest(layout, 42, 0, n, n * layout.tokensPerPage());
         out = new int[n];
         opBytes = (long) n * layout.bytesPerPage();
-        bufA = new CUdeviceptr();
-        bufB = new CUdeviceptr();
-        CudaBench.check(JCudaDriver.cuMemAlloc(bufA, opBytes), "cuMemAlloc(" + opBytes + ")");
-        CudaBench.check(JCudaDriver.cuMemAlloc(bufB, opBytes), "cuMemAlloc(" + opBytes + ")");
-        CudaBench.check(JCudaDriver.cuMemsetD8(bufA, (byte) 0x5a, opBytes), "cuMemsetD8");
+        copy = new CudaBench.ContiguousCopy(opBytes);
         verifyOnePage(layout, rnd);
         System.out.println("ChecksumBenchmark: " + layout + ", " + n + " pages = " + (opBytes >> 20) + " MiB per op");
     }
@@ -151,8 +146,7 @@ public class ChecksumBenchmark {
         }
         cuda.current();
         JCudaDriver.cuCtxSynchronize();
-        JCudaDriver.cuMemFree(bufA);
-        JCudaDriver.cuMemFree(bufB);
+        copy.close();
         pool.close();
         cuda.close();
         cuda = null;
@@ -169,7 +163,7 @@ public class ChecksumBenchmark {
     @Benchmark
     public void contiguous(Rates r) {
         cuda.start();
-        CudaBench.check(JCudaDriver.cuMemcpyDtoDAsync(bufB, bufA, opBytes, null), "cuMemcpyDtoDAsync");
+        copy.copyAsync();
         r.add(opBytes, 2 * opBytes, cuda.stopMs());
     }
 }

@@ -4,6 +4,7 @@ import io.kvpool.KvLayout;
 import io.kvpool.cuda.Cuda;
 import jcuda.driver.CUcontext;
 import jcuda.driver.CUdevice;
+import jcuda.driver.CUdeviceptr;
 import jcuda.driver.CUevent;
 import jcuda.driver.CUevent_flags;
 import jcuda.driver.CUresult;
@@ -53,6 +54,36 @@ final class CudaBench implements AutoCloseable {
         /** @return mean event time of one op, ms */
         double deviceMs() {
             return eventMs / ops;
+        }
+    }
+
+    /**
+     * The reference the GPU benchmarks measure against: two device buffers of {@code bytes}, the source filled with
+     * 0x5a and the destination zeroed, and one {@code cuMemcpyDtoDAsync} of all of it on the NULL stream. Allocated in
+     * the current context; {@link #close()} frees both, before the context goes.
+     */
+    static final class ContiguousCopy implements AutoCloseable {
+        final long bytes;
+        private final CUdeviceptr from = new CUdeviceptr();
+        private final CUdeviceptr to = new CUdeviceptr();
+
+        ContiguousCopy(long bytes) {
+            this.bytes = bytes;
+            check(JCudaDriver.cuMemAlloc(from, bytes), "cuMemAlloc(" + bytes + ")");
+            check(JCudaDriver.cuMemAlloc(to, bytes), "cuMemAlloc(" + bytes + ")");
+            check(JCudaDriver.cuMemsetD8(from, (byte) 0x5a, bytes), "cuMemsetD8");
+            check(JCudaDriver.cuMemsetD8(to, (byte) 0, bytes), "cuMemsetD8");
+        }
+
+        /** Queues the copy and returns without waiting. */
+        void copyAsync() {
+            check(JCudaDriver.cuMemcpyDtoDAsync(to, from, bytes, null), "cuMemcpyDtoDAsync");
+        }
+
+        @Override
+        public void close() {
+            JCudaDriver.cuMemFree(from);
+            JCudaDriver.cuMemFree(to);
         }
     }
 
