@@ -29,7 +29,7 @@ public final class SimLink implements PeerLink {
     boolean tornDown;
     private boolean closed;
     private boolean failureQueued;
-    private boolean windowFailed;
+    private Window window = new Window();
     private long windowLastLanding;
 
     private record FrameEvent(byte[] frame) {
@@ -44,13 +44,30 @@ public final class SimLink implements PeerLink {
     private record FailEvent(String reason) {
     }
 
+    /** A posted write: read once (at its read time, or when cancelled first), then reported once. */
     private static final class PendingWrite {
         final long token;
+        int status;
         boolean done;
+        Runnable read; // null once the source was read
 
-        PendingWrite(long token) {
+        PendingWrite(long token, int status) {
             this.token = token;
+            this.status = status;
         }
+
+        void readNow() {
+            final Runnable r = read;
+            read = null;
+            if (r != null) {
+                r.run();
+            }
+        }
+    }
+
+    /** The writes posted since the last flush: whether any failed, known by the time the flush answers. */
+    private static final class Window {
+        boolean failed;
     }
 
     /** A region attached on {@code link}: only that link may write into it, as on the real transports. */
@@ -173,9 +190,10 @@ public final class SimLink implements PeerLink {
                 throw new IndexOutOfBoundsException("source page " + src[off + i] + " of " + source.pageCount());
             }
         }
+        final int pageBytes = (int) source.layout().bytesPerPage();
         for (int i = 0; i < count; i++) {
             final int dstIndex = dst[off + i];
-            final byte[] bytes = source.hostPage(src[off + i]).toArray(ValueLayout.JAVA_BYTE); // read at post time
+            final int srcSlot = src[off + i];
             final long token = firstToken + i;
             final double r = net.random().nextDouble();
             double edge = 0;
@@ -194,45 +212,71 @@ public final class SimLink implements PeerLink {
                 doneAt = net.now() + net.writeDelay(); // completion is not delivery: either may come first
             }
             int target = dstIndex;
+            int flipAt = -1;
             if (misdirect && reg.slots.length > 1) {
                 target = (dstIndex + 1 + net.random().nextInt(reg.slots.length - 1)) % reg.slots.length;
             } else if (misdirect || corrupt) {
-                bytes[net.random().nextInt(bytes.length)] ^= (byte) 0x5A;
+                flipAt = net.random().nextInt(pageBytes);
             }
-            if (!lost && (!fail || net.random().nextBoolean())) {
-                final int t = target;
-                net.schedule(landAt, () -> net.land(reg, t, bytes));
-            }
-            final PendingWrite pw = new PendingWrite(token);
+            final boolean lands = !lost && (!fail || net.random().nextBoolean());
+            final PendingWrite pw = new PendingWrite(token, fail ? FAILED : OK);
             final long id = writeSeq++;
             pending.put(id, pw);
-            final int status = fail ? FAILED : OK;
-            net.schedule(doneAt, () -> complete(id, status));
-            windowFailed |= fail;
+            final Window w = window;
+            w.failed |= fail;
+            // The source is read at the last moment a transport may read it: before the write completes (a buffer
+            // may be reused once its write completed or was cancelled) and before it lands. A sender that frees a
+            // source page while its write is in flight sends whatever the page holds by then, as it would over UCX.
+            final int t = target, flip = flipAt;
+            pw.read = () -> read(reg, t, source, srcSlot, flip, lands ? landAt : -1, pw, w);
+            net.schedule(Math.min(landAt, doneAt), pw::readNow);
+            net.schedule(doneAt, () -> complete(id));
             windowLastLanding = Math.max(windowLastLanding, Math.max(landAt, doneAt));
         }
     }
 
-    private void complete(long id, int status) {
+    /**
+     * A write's transport reads its source page now and, unless {@code landAt < 0}, delivers it at {@code landAt}. A
+     * source that cannot be read (its pool closed) lands nothing, and the write ends FAILED.
+     */
+    private void read(SimRegistration reg, int target, PageStorage source, int srcSlot, int flipAt, long landAt,
+                      PendingWrite pw, Window w) {
+        final byte[] bytes;
+        try {
+            bytes = source.hostPage(srcSlot).toArray(ValueLayout.JAVA_BYTE);
+        } catch (IllegalStateException closed) {
+            pw.status = FAILED;
+            w.failed = true;
+            return;
+        }
+        if (flipAt >= 0) {
+            bytes[flipAt] ^= (byte) 0x5A;
+        }
+        if (landAt >= 0) {
+            net.schedule(Math.max(landAt, net.now()), () -> net.land(reg, target, bytes));
+        }
+    }
+
+    private void complete(long id) {
         final PendingWrite pw = pending.remove(id);
         if (pw == null || pw.done) {
             return;
         }
         pw.done = true;
         if (!crashed) {
-            ready.add(new WriteEvent(pw.token, status));
+            ready.add(new WriteEvent(pw.token, pw.status));
         }
     }
 
     @Override
     public void flush(long token) {
         requireUp();
-        final boolean failed = windowFailed;
+        final Window w = window; // its writes have all been read by the time the flush answers (at ≥ each read)
         final long at = Math.max(net.now(), windowLastLanding) + 1;
-        windowFailed = false;
+        window = new Window();
         net.schedule(at, () -> {
             if (!crashed) {
-                ready.add(new FlushEvent(token, up && !failed)); // a closed link still answers: not proven
+                ready.add(new FlushEvent(token, up && !w.failed)); // a closed link still answers: not proven
             }
         });
     }
@@ -256,6 +300,7 @@ public final class SimLink implements PeerLink {
     private void cancelPending() {
         for (PendingWrite pw : pending.values()) {
             if (!pw.done) {
+                pw.readNow(); // bytes already on the wire: read before the cancellation ends the write
                 pw.done = true;
                 ready.add(new WriteEvent(pw.token, CANCELED));
             }

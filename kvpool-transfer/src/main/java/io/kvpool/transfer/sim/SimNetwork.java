@@ -22,6 +22,10 @@ import java.util.SplittableRandom;
  * {@link #advance} is called; events due at the same instant run in the order they were scheduled.
  * Single-threaded: the engines on both ends and the network are driven from one thread.
  *
+ * <p>A write reads its source page at the last moment a transport may: when it completes or lands, whichever comes
+ * first (or when it is cancelled). A sender that frees a source page before its write is terminal sends whatever the
+ * page holds by then.
+ *
  * <p>What ends a late write: the receiving end {@link PeerLink#tearDown() tore the link down}, or the
  * registration was {@link io.kvpool.transfer.spi.Registration#revoke() revoked} on a link created
  * {@code revocable} (like an RDMA memory window; a non-revocable link is like UCX over tcp, where
