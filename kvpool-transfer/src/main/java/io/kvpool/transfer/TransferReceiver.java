@@ -1335,12 +1335,18 @@ public final class TransferReceiver extends TransferEndpoint {
         }
 
         /**
-         * Switches safeguards off. For tests and incident replays only: logged as an error.
+         * Switches the receiver's safeguards off. For tests and incident replays only: logged as an error.
          *
          * @param safeguards the safeguards to switch off
          * @return this builder
+         * @throws IllegalArgumentException if one is the sender's ({@link TransferSafeguard#isSenderSide()})
          */
         public Builder unsafeDisable(TransferSafeguard... safeguards) {
+            for (TransferSafeguard s : safeguards) {
+                if (s.isSenderSide()) {
+                    throw new IllegalArgumentException(s + " is the sender's safeguard: switch it off on TransferSender.Builder");
+                }
+            }
             disabled.addAll(Arrays.asList(safeguards));
             return this;
         }

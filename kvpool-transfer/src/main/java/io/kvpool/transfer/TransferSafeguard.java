@@ -3,7 +3,9 @@ package io.kvpool.transfer;
 /**
  * Transfer-side safeguards that can be switched off, <b>only</b> so tests and the incident replay can show
  * each is what stops a leak or a corrupted read (the pool's own are {@link io.kvpool.Safeguard}). An engine
- * built with any of them off logs an error at startup and says so in its {@code toString()}.
+ * built with any of them off logs an error at startup and says so in its {@code toString()}. Each belongs to one side:
+ * {@link #SOURCE_HOLD} to the sender ({@link TransferSender.Builder#unsafeDisable}), the others to the receiver
+ * ({@link TransferReceiver.Builder#unsafeDisable}).
  */
 public enum TransferSafeguard {
     /**
@@ -29,5 +31,16 @@ public enum TransferSafeguard {
      */
     CANARY_CHECK,
     /** Commit only if every page's position-keyed checksum matches the sender's. Off: corrupted or misplaced KV reaches decode. */
-    CHECKSUM
+    CHECKSUM,
+    /**
+     * The sender holds a reference on each source page until every write reading it is terminal. Off: it releases them
+     * once its last batch is posted, and a page the application frees and reuses meanwhile sends its next tenant's KV
+     * (a transport may read a source until its write completes). The sender's safeguard.
+     */
+    SOURCE_HOLD;
+
+    /** {@return whether this is the sender's safeguard (switched off on its builder), not the receiver's} */
+    public boolean isSenderSide() {
+        return this == SOURCE_HOLD;
+    }
 }

@@ -10,8 +10,11 @@ import org.agrona.collections.Long2ObjectHashMap;
 
 import java.time.Duration;
 import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.EnumSet;
 import java.util.List;
 import java.util.Objects;
+import java.util.Set;
 
 /**
  * The prefill side of the transfer protocol (drawn in full in the {@link io.kvpool.transfer package
@@ -58,6 +61,8 @@ public final class TransferSender extends TransferEndpoint {
     private int[] dstScratch = new int[0], srcScratch = new int[0];
     private final boolean checksums;
     private final PageChecksums checksummer;
+    /** {@link TransferSafeguard#SOURCE_HOLD}; false only in a test that shows the hold is what stops a leak */
+    private final boolean holdSource;
     private final long drainDeadlineNanos;
     private final long descriptorTimeoutNanos;
     private final Long2ObjectHashMap<OutgoingTransfer> offers = new Long2ObjectHashMap<>();
@@ -156,6 +161,16 @@ public final class TransferSender extends TransferEndpoint {
         this.drainDeadlineNanos = b.drainDeadline.toNanos();
         this.descriptorTimeoutNanos = b.descriptorTimeout.toNanos();
         this.nextEarlyCancelPurge = clock.nanoTime(); // not 0: nanoTime's origin may lie in the future
+        this.holdSource = !b.disabled.contains(TransferSafeguard.SOURCE_HOLD);
+        if (!holdSource) {
+            LOG.log(System.Logger.Level.ERROR, "UNSAFE transfer sender built with safeguards DISABLED: " + b.disabled
+                + " — for tests only; it can send one request's KV as another's");
+        }
+    }
+
+    /** {@return the safeguards switched off (empty in production)} */
+    public Set<TransferSafeguard> disabledSafeguards() {
+        return holdSource ? Set.of() : Set.of(TransferSafeguard.SOURCE_HOLD);
     }
 
     /**
@@ -555,6 +570,9 @@ public final class TransferSender extends TransferEndpoint {
                 return;
             }
             posted(t, room);
+            if (!holdSource && t.nextPage == end) {
+                releaseSource(t); // SOURCE_HOLD off: the transport may still be reading these pages
+            }
         }
         if (t.nextPage == end && t.succeeded == t.posted) {
             t.state = OutgoingTransfer.State.FLUSHING;
@@ -736,6 +754,11 @@ public final class TransferSender extends TransferEndpoint {
         offers.remove(t.requestId);
         bySerial.remove(t.serial);
         active.remove(t);
+        releaseSource(t);
+    }
+
+    /** Drops {@code t}'s source references, once. */
+    private void releaseSource(OutgoingTransfer t) {
         if (!t.sourceReleased) {
             t.sourceReleased = true;
             try {
@@ -855,7 +878,8 @@ public final class TransferSender extends TransferEndpoint {
 
     @Override
     public String toString() {
-        return "TransferSender[" + identity.environment() + ", " + peers.size() + " peers, " + offers.size() + " offered]";
+        return "TransferSender[" + identity.environment() + ", " + peers.size() + " peers, " + offers.size() + " offered"
+            + (holdSource ? "" : ", UNSAFE: disabled " + disabledSafeguards()) + "]";
     }
 
     /** Builds a {@link TransferSender}. */
@@ -865,9 +889,27 @@ public final class TransferSender extends TransferEndpoint {
         private PageChecksums checksummer = PageChecksums.HOST;
         private Duration drainDeadline = Duration.ofSeconds(10);
         private Duration descriptorTimeout = Duration.ofSeconds(60);
+        private final EnumSet<TransferSafeguard> disabled = EnumSet.noneOf(TransferSafeguard.class);
 
         private Builder(KvPool pool, PeerIdentity identity) {
             super(pool, identity);
+        }
+
+        /**
+         * Switches the sender's safeguards off. For tests only: logged as an error.
+         *
+         * @param safeguards the safeguards to switch off
+         * @return this builder
+         * @throws IllegalArgumentException if one is the receiver's ({@link TransferSafeguard#isSenderSide()} false)
+         */
+        public Builder unsafeDisable(TransferSafeguard... safeguards) {
+            for (TransferSafeguard s : safeguards) {
+                if (!s.isSenderSide()) {
+                    throw new IllegalArgumentException(s + " is the receiver's safeguard: switch it off on TransferReceiver.Builder");
+                }
+            }
+            disabled.addAll(Arrays.asList(safeguards));
+            return this;
         }
 
         /**

@@ -1,19 +1,25 @@
 package io.kvpool.transfer;
 
+import io.kvpool.KvPool;
 import io.kvpool.transfer.spi.LinkListener;
+import io.kvpool.transfer.testkit.Kv;
 import org.junit.jupiter.api.Test;
 
 import java.lang.reflect.Method;
 import java.lang.reflect.Modifier;
 import java.util.Arrays;
 import java.util.List;
+import java.util.Set;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
 
 /**
  * The engines' public API offers no way to fake what only a link may report: a write's or a flush's end (the proof
- * that COMPLETION and DRAINED rest on), a frame, a link's failure.
+ * that COMPLETION and DRAINED rest on), a frame, a link's failure; and each engine switches off only its own side's
+ * safeguards.
  */
 class EngineApiTest {
 
@@ -26,6 +32,31 @@ class EngineApiTest {
                 .filter(m -> Modifier.isPublic(m.getModifiers()) && callbacks.contains(m.getName()))
                 .map(Method::toString).toList();
             assertEquals(List.of(), exposed, engine.getSimpleName() + " exposes link callbacks");
+        }
+    }
+
+    @Test
+    void eachEngineSwitchesOffOnlyItsOwnSidesSafeguards() {
+        try (KvPool pool = Kv.pool(8)) {
+            for (TransferSafeguard s : TransferSafeguard.values()) {
+                final IllegalArgumentException e = assertThrows(IllegalArgumentException.class, () -> {
+                    if (s.isSenderSide()) {
+                        TransferReceiver.builder(pool, Kv.identity()).unsafeDisable(s);
+                    } else {
+                        TransferSender.builder(pool, Kv.identity()).unsafeDisable(s);
+                    }
+                }, s::toString);
+                assertTrue(e.getMessage().startsWith(s + " is the " + (s.isSenderSide() ? "sender" : "receiver")
+                    + "'s safeguard"), e.getMessage());
+            }
+            final TransferSender sender = TransferSender.builder(pool, Kv.identity())
+                .unsafeDisable(TransferSafeguard.SOURCE_HOLD).build();
+            assertEquals(Set.of(TransferSafeguard.SOURCE_HOLD), sender.disabledSafeguards());
+            assertTrue(sender.toString().contains("UNSAFE: disabled [SOURCE_HOLD]"), sender::toString);
+            sender.close();
+            final TransferSender safe = TransferSender.builder(pool, Kv.identity()).build();
+            assertEquals(Set.of(), safe.disabledSafeguards());
+            safe.close();
         }
     }
 }

@@ -155,7 +155,8 @@ final class LeakHunter {
                 .unsafeDisable(cfg.poolOff.stream().filter(s -> s == Safeguard.ADMISSION_REJECTION).toArray(Safeguard[]::new))
                 .build();
             sender = TransferSender.builder(pool, Kv.identity()).clock(net.clock()).maxPagesInFlight(256)
-                .checksums(cfg.checksums).drainDeadline(Duration.ofMillis(cfg.senderDrainDeadlineMs)).descriptorTimeout(Duration.ofMillis(100)).build();
+                .checksums(cfg.checksums).drainDeadline(Duration.ofMillis(cfg.senderDrainDeadlineMs)).descriptorTimeout(Duration.ofMillis(100))
+                .unsafeDisable(cfg.transferOff.stream().filter(TransferSafeguard::isSenderSide).toArray(TransferSafeguard[]::new)).build();
             for (int d = 0; d < cfg.decodeNodes; d++) {
                 connect(d);
             }
@@ -191,7 +192,7 @@ final class LeakHunter {
             receiver = TransferReceiver.builder(pool, Kv.identity()).clock(net.clock()).checksums(cfg.checksums)
                 .completionTimeout(Duration.ofMillis(20)).drainTimeout(Duration.ofMillis(20)).maxTransfers(4096)
                 .retireSuspectLinks(cfg.retireSuspectLinks)
-                .unsafeDisable(cfg.transferOff.toArray(new TransferSafeguard[0])).build();
+                .unsafeDisable(cfg.transferOff.stream().filter(s -> !s.isSenderSide()).toArray(TransferSafeguard[]::new)).build();
             prewarm(pool);
         }
     }

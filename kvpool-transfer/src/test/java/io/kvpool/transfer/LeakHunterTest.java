@@ -170,6 +170,21 @@ class LeakHunterTest {
 
     @ParameterizedTest(name = "safeguard on: {0}")
     @ValueSource(booleans = {true, false})
+    void theSourceHoldKeepsTheNextTenantsKvOutOfAWriteInFlight(boolean on) {
+        // last line: no checksums (a source page reused under its write no longer matches the checksum sent for it),
+        // so no misdirected or corrupted writes either (only checksums catch those), a small prefill pool whose freed
+        // pages soon hold another request's KV, and slow writes that read their source late
+        final LeakHunter.Report r = control(on, c -> {
+            c.checksums = false;
+            c.prefillPages = 256;
+            c.faults = c.faults.withWrites(c.faults.writeFail(), c.faults.lostWrite(), 0, 0)
+                .withStragglers(0.02, 1_000_000, 5_000_000);
+        }, c -> c.transferOff = EnumSet.of(TransferSafeguard.SOURCE_HOLD));
+        assertTrue(on || r.leaks > 0, r::toString);
+    }
+
+    @ParameterizedTest(name = "safeguard on: {0}")
+    @ValueSource(booleans = {true, false})
     void admissionRejectionKeepsAnOverCapacityRequestFromBecomingAOneTokenPlaceholder(boolean on) {
         // last line: the placeholder's length is what prefill announces, so every later check agrees with it
         final LeakHunter.Report r = control(on, c -> c.overCapacity = 0.01,

@@ -18,7 +18,7 @@ import java.util.Set;
  * <p>{@code --unsafe-<name>} turns one safeguard off: the pool's {@link Safeguard}s ({@code generation-check},
  * {@code free-page-fill}, {@code admission-rejection}) on both pools, the transfer's {@link TransferSafeguard}s
  * ({@code drain-wait}, {@code quarantine-on-timeout}, {@code length-check}, {@code canary-check}, {@code checksum}) on the
- * decode side. {@code --unsafe-placeholder-on-overflow} reproduces the 2026 incident's mechanism: the prefill pool may be
+ * decode side, and {@code source-hold} on the prefill side. {@code --unsafe-placeholder-on-overflow} reproduces the 2026 incident's mechanism: the prefill pool may be
  * smaller than the advertised context (the startup check only warns), and a request it cannot hold is not rejected but
  * becomes a one-token placeholder transfer while decode is told the full length. {@code --unsafe-incident} is
  * {@link #INCIDENT}. With any of them the server prints {@link #printBanner a loud banner} at startup.
@@ -55,7 +55,8 @@ public record UnsafeSwitches(Set<Safeguard> pool, Set<TransferSafeguard> transfe
             out.add(new Switch(flag(s.name()), "the pools' " + name(s.name()) + " OFF", NONE.off(s)));
         }
         for (TransferSafeguard s : TransferSafeguard.values()) {
-            out.add(new Switch(flag(s.name()), "the transfer's " + name(s.name()) + " OFF (decode side)", NONE.off(s)));
+            out.add(new Switch(flag(s.name()), "the transfer's " + name(s.name()) + " OFF ("
+                + (s.isSenderSide() ? "prefill" : "decode") + " side)", NONE.off(s)));
         }
         out.add(new Switch(PREFIX + "placeholder-on-overflow", "an over-capacity request becomes a one-token placeholder transfer "
             + "while decode is told the full length; a prefill pool smaller than --context only warns", NONE.withPlaceholder()));

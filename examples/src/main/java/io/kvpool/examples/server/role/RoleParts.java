@@ -84,7 +84,7 @@ public final class RoleParts {
         final TransferReceiver.Builder b = TransferReceiver.builder(pool, identity(cfg))
             .completionTimeout(cfg.transferTimeout()).drainTimeout(cfg.transferTimeout()).heartbeat(cfg.kvHeartbeat())
             .strictBuild(cfg.strictBuild())
-            .unsafeDisable(cfg.unsafeTransfer().toArray(new TransferSafeguard[0]));
+            .unsafeDisable(cfg.unsafeTransfer().stream().filter(s -> !s.isSenderSide()).toArray(TransferSafeguard[]::new));
         if (cfg.device() == ServerConfig.Device.CUDA) {
             b.checksums(device().checksums());
         }
@@ -95,7 +95,8 @@ public final class RoleParts {
     static TransferSender sender(ServerConfig cfg, KvPool pool) {
         final TransferSender.Builder b = TransferSender.builder(pool, identity(cfg))
             .drainDeadline(cfg.transferTimeout()).descriptorTimeout(cfg.transferTimeout()).heartbeat(cfg.kvHeartbeat())
-            .strictBuild(cfg.strictBuild());
+            .strictBuild(cfg.strictBuild())
+            .unsafeDisable(cfg.unsafeTransfer().stream().filter(TransferSafeguard::isSenderSide).toArray(TransferSafeguard[]::new));
         if (cfg.device() == ServerConfig.Device.CUDA) {
             b.checksums(device().checksums());
         }
