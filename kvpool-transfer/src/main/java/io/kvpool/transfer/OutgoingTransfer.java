@@ -49,6 +49,8 @@ public final class OutgoingTransfer {
     boolean flushAttempted;
     boolean flushed;
     boolean sourceReleased;
+    /** Checksums taken before the source was released early ({@link TransferSafeguard#SOURCE_HOLD} off); else null. */
+    int[] checksumsAtRelease;
     boolean finished;
 
     OutgoingTransfer(long requestId, long[] sourceHandles, int tokenCount, int serial) {

@@ -571,7 +571,12 @@ public final class TransferSender extends TransferEndpoint {
             }
             posted(t, room);
             if (!holdSource && t.nextPage == end) {
-                releaseSource(t); // SOURCE_HOLD off: the transport may still be reading these pages
+                // SOURCE_HOLD off: the transport may still be reading these pages. The checksums describe them as
+                // they are now (the KV), before they go; the completion then carries those
+                if (checksums && (t.checksumsAtRelease = checksumsOrFail(t, end)) == null) {
+                    return;
+                }
+                releaseSource(t);
             }
         }
         if (t.nextPage == end && t.succeeded == t.posted) {
@@ -670,18 +675,9 @@ public final class TransferSender extends TransferEndpoint {
             fail(t, "the source pool was closed while its pages were being written", true, Message.Abort.SENDER_FAILED);
             return;
         }
-        final int end = sourceEnd(t);
-        int[] cs = null;
-        if (checksums) {
-            cs = new int[end - t.firstPage];
-            try {
-                checksummer.compute(pool, t.sourceHandles, t.firstPage, end, t.requestId, t.tokenCount, cs);
-            } catch (RuntimeException | InternalError e) { // InternalError: a fault in mapped memory
-                // this side's fault (a device kernel's): the receiver hears it at once, not at its completion timeout;
-                // the writes were flushed, so its DRAINED follows now
-                fail(t, "could not compute the checksums: " + e, true, Message.Abort.SENDER_FAILED);
-                return;
-            }
+        int[] cs = t.checksumsAtRelease;
+        if (checksums && cs == null && (cs = checksumsOrFail(t, sourceEnd(t))) == null) {
+            return;
         }
         // the transfer is over before the send: a send that fails takes the peer down re-entrantly, and
         // that must find nothing left to fail (every write was flushed: an ABORT later gets the truth)
@@ -691,6 +687,22 @@ public final class TransferSender extends TransferEndpoint {
         finish(t);
         send(t.peer, new Message.Completion(t.transferId, t.generation, t.rank, t.tokenCount, t.firstPage, cs, t.posted,
             t.succeeded, t.failed));
+    }
+
+    /**
+     * {@return the checksums of {@code t}'s source pages up to {@code end}, or {@code null} after failing {@code t} when
+     * they cannot be computed} This side's fault (a device kernel's, or a fault in mapped memory): the receiver hears
+     * it at once, not at its completion timeout, and the transfer drains as usual.
+     */
+    private int[] checksumsOrFail(OutgoingTransfer t, int end) {
+        final int[] cs = new int[end - t.firstPage];
+        try {
+            checksummer.compute(pool, t.sourceHandles, t.firstPage, end, t.requestId, t.tokenCount, cs);
+            return cs;
+        } catch (RuntimeException | InternalError e) { // InternalError: a fault in mapped memory
+            fail(t, "could not compute the checksums: " + e, true, Message.Abort.SENDER_FAILED);
+            return null;
+        }
     }
 
     /** Marks the transfer failed first (no new writes), tells the receiver, then waits for terminal states. */

@@ -85,6 +85,35 @@ class SenderRulesTest {
     }
 
     @Test
+    void withTheSourceHoldOffTheChecksumsDescribeThePagesAsTheyWereWhenReleased() {
+        tx.close();
+        tx = TransferSender.builder(pool, Kv.identity()).clock(clock).maxPagesInFlight(2).drainDeadline(Duration.ofMillis(100))
+            .unsafeDisable(TransferSafeguard.SOURCE_HOLD).build();
+        link = new ScriptedLink().hello(Kv.identity());
+        tx.addPeer(link);
+        tx.doWork();
+        final OutgoingTransfer t = offer(8); // 2 pages, one batch; the owner closed its sequence
+        final int[] expected = new int[2];
+        for (int i = 0; i < 2; i++) {
+            expected[i] = KvChecksum.of(Kv.LAYOUT, pool.page(sourceHandles[i]), REQ, i, 8);
+        }
+        link.inject(descriptor(8));
+        tx.doWork(); // posted, so released at once: the unsafe part
+        assertTrue(sourceStates().stream().allMatch(s -> s == SlotState.FREE), "released at the post: " + sourceStates());
+        final Sequence next = pool.admit(8, 0).sequence(); // the pages' next tenant, while the writes are in flight
+        next.append(8);
+        Kv.write(next, REQ + 1);
+        link.postedTokens.forEach(tok -> link.completeWrite(tok, PeerLink.OK));
+        tx.doWork();
+        link.completeFlush(link.flushTokens.getFirst(), true);
+        tx.doWork();
+        assertEquals(OutgoingTransfer.State.COMPLETED, t.state(), t::toString);
+        assertArrayEquals(expected, link.sent(Message.Completion.class).getFirst().checksums(),
+            "the request's KV as posted, so a receiver that checksums catches what the transport read later");
+        next.close();
+    }
+
+    @Test
     void aChecksumThatFailsOnThisSideAbortsTheTransferAtOnce() {
         tx.close();
         tx = TransferSender.builder(pool, Kv.identity()).clock(clock).maxPagesInFlight(2).drainDeadline(Duration.ofMillis(100))
