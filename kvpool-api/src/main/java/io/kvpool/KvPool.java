@@ -515,15 +515,18 @@ public final class KvPool implements AutoCloseable {
      * transport can finish; no new reference or pin is taken ({@link #retain}, {@code pinWriter} throw). The
      * read-only views ({@link #snapshot()}, {@link #metrics()}, {@link #verifyAccounting()}, {@link #stateOfSlot},
      * {@link #refcountOfSlot}, {@link #closeReport()}, the getters) keep working; every other operation throws
-     * {@link IllegalStateException}, as everything but those views does once the storage is released.
+     * {@link IllegalStateException}, as everything but those views does once the storage is released. A close that
+     * fails before its report is made (an error while counting the pages) still closes the pool and releases (or keeps)
+     * the storage as above, then throws what failed; a later call returns.
      */
     @Override
     public void close() {
         if (closed && lock.isHeldByCurrentThread()) {
             return; // a storage whose close closes the pool again: the release that called it holds the pool lock
         }
-        final PoolSnapshot snap;
+        PoolSnapshot snap;
         Thread first = null;
+        Throwable failedClose = null;
         lock.lock();
         try {
             if (closed) {
@@ -539,12 +542,28 @@ public final class KvPool implements AutoCloseable {
                     // not snap's three counts: read one after another, a page moving between pinned phases may be in two
                     lifetime.retainedAtClose(slots.counts().pinnedAtMostOnce());
                 } catch (RuntimeException | Error e) {
-                    closeDone.countDown(); // a later close() must not wait for work that will not come
-                    throw e;
+                    failedClose = e;
+                    snap = null;
                 }
             }
         } finally {
             lock.unlock();
+        }
+        if (failedClose != null) {
+            // Closed without a report: the storage goes as on any close, now if no page is pinned, else with the unpin
+            // that leaves none (no pinned count was added, so every unpin event scans). A later close() returns at once.
+            try {
+                poolIdLease.clean();
+                lifetime.releaseIfUnpinned();
+            } catch (RuntimeException | Error also) {
+                failedClose.addSuppressed(also);
+            } finally {
+                closeDone.countDown();
+            }
+            if (failedClose instanceof RuntimeException r) {
+                throw r;
+            }
+            throw (Error) failedClose;
         }
         if (snap == null) {
             awaitClosedBy(first); // outside the lock: the first close may need it to release the storage

@@ -399,6 +399,35 @@ class PoolFaultPathsTest {
     }
 
     @Test
+    void aCloseThatFailsStillReleasesTheStorageAndALaterCloseReturns() {
+        final KvPool pool = TestPools.pool(4);
+        pool.slotTable().counts().betweenPinnedReads = () -> {
+            throw new IllegalStateException("injected: counting the pinned pages failed");
+        };
+        final IllegalStateException e = assertThrows(IllegalStateException.class, pool::close);
+        assertEquals("injected: counting the pinned pages failed", e.getMessage());
+        pool.slotTable().counts().betweenPinnedReads = null;
+        assertTrue(pool.isClosed());
+        assertThrows(IllegalStateException.class, () -> pool.storage().hostPage(0), "no page was pinned: the storage goes");
+        pool.close(); // returns: nothing left to wait for
+    }
+
+    @Test
+    void aCloseThatFailsWithAPinnedPageReleasesTheStorageAtItsLastUnpin() {
+        final KvPool pool = TestPools.pool(4);
+        final long pinned = pool.tryAllocate();
+        pool.handles().pinWriter(pinned);
+        pool.slotTable().counts().betweenPinnedReads = () -> {
+            throw new IllegalStateException("injected");
+        };
+        assertThrows(IllegalStateException.class, pool::close);
+        pool.slotTable().counts().betweenPinnedReads = null;
+        pool.storage().hostPage(0); // a peer may still write: kept
+        pool.handles().commitReceive(pinned);
+        assertThrows(IllegalStateException.class, () -> pool.storage().hostPage(0), "the last pin ended: the storage goes");
+    }
+
+    @Test
     void theLastUnpinAfterCloseReleasesTheStorageEvenWhenAnUnpinRacesCloseItself() throws Exception {
         final CountingHookWords[] words = new CountingHookWords[1];
         final KvPoolBuilder b = TestPools.builder(4);
