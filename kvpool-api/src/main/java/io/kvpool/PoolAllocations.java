@@ -414,8 +414,11 @@ final class PoolAllocations {
                     if (word >= 0) {
                         held[holding++] = handle;
                     }
-                    if (word < 0 || SlotStateMachine.phase(word) != SlotStateMachine.OWNED) {
+                    if (word < 0 && word != PageHandle.ILLEGAL_STATE) { // stale, or at the most references: as RETAIN says it
                         ops.countRefusal(word);
+                        throw ops.refusal(handle, word, SlotEvent.RETAIN);
+                    }
+                    if (word < 0 || SlotStateMachine.phase(word) != SlotStateMachine.OWNED) {
                         throw new IllegalSlotTransitionException(PageHandle.slot(handle), slots.wordVolatile(PageHandle.slot(handle)),
                             null, "only OWNED pages can be published (page " + i + " of the sequence)");
                     }

@@ -618,7 +618,9 @@ public final class Sequence implements AutoCloseable {
      *                                  canary somewhere (its KV was never written, entirely or for some
      *                                  layer); or if the sequence or pool is closed; an
      *                                  {@link IllegalSlotTransitionException} if a page to publish is pinned
-     *                                  for a remote writer (RECEIVING)
+     *                                  for a remote writer (RECEIVING); a {@link StaleHandleException} if one was
+     *                                  freed under the sequence; or if one already holds the most references a page
+     *                                  can (the message names the count)
      * @throws IllegalArgumentException if the sequence has a salt and {@code cacheSalt} differs from it, or
      *                                  {@code tokenIds} is too short
      */

@@ -351,7 +351,8 @@ class MutationGuardsTest {
             final Sequence s = pool.admit(prompt, 0, 0).sequence();
             s.append(prompt.length);
             pool.release(s.pageHandle(0)); // a stray release frees the sequence's page 0
-            assertThrows(IllegalSlotTransitionException.class, () -> s.publish(prompt, 0));
+            final StaleHandleException e = assertThrows(StaleHandleException.class, () -> s.publish(prompt, 0));
+            assertTrue(e.getMessage().startsWith("RETAIN refused: stale handle "), e.getMessage());
             assertEquals(1, pool.snapshot().staleHandlesRefused());
             assertEquals(0, pool.snapshot().publishedPrefixes());
             assertThrows(StaleHandleException.class, s::close);
@@ -579,6 +580,26 @@ class MutationGuardsTest {
                 e.getMessage());
             words[0].setRelease(slot, one);
             assertTrue(pool.release(h));
+        }
+    }
+
+    @Test
+    void publishingAPageWithTheMostReferencesSaysWhyItIsRefused() {
+        final SlotWords[] words = new SlotWords[1];
+        final KvPoolBuilder builder = TestPools.builder(4).fillMode(FillMode.ZERO); // no canary check before publish
+        builder.slotWords = n -> words[0] = SlotWords.ofArray(n);
+        try (KvPool pool = builder.build()) {
+            final Sequence s = pool.admit(4, 0).sequence();
+            s.append(4);
+            final long h = s.pageHandle(0);
+            final int slot = PageHandle.slot(h);
+            final long one = words[0].getVolatile(slot);
+            words[0].setRelease(slot, SlotStateMachine.word(PageHandle.generation(h), SlotStateMachine.OWNED, SlotStateMachine.MAX_REFCOUNT));
+            final IllegalStateException e = assertThrows(IllegalStateException.class, () -> s.publish(new int[] {1, 2, 3, 4}, 0));
+            assertEquals("RETAIN refused: " + PageHandle.toString(h) + " already has " + SlotStateMachine.MAX_REFCOUNT + " references",
+                e.getMessage(), "an OWNED page is not refused as if it were not OWNED");
+            words[0].setRelease(slot, one);
+            s.close();
         }
     }
 }
