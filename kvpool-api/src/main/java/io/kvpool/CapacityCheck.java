@@ -71,10 +71,15 @@ final class CapacityCheck {
                 + "(%,d pages × %,d tokens/page, %,d bytes%s)", context, poolTokens, n, layout.tokensPerPage(), n * bytesPerPage,
             allTokens > poolTokens ? String.format(Locale.ROOT, "; a sequence counts at most %,d tokens", Integer.MAX_VALUE) : "");
         if (policy == ContextPolicy.FAIL) {
-            throw new PoolCapacityException(context, poolTokens, numbers + String.format(Locale.ROOT,
-                "; the largest safe context is %,d tokens. Lower the advertised context, give the pool more memory "
-                    + "(at least %,d bytes), or opt in to ContextPolicy.CLAMP", poolTokens,
-                saturatingMultiply(layout.pagesFor(context), bytesPerPage)));
+            final long pagesNeeded = layout.pagesFor(context);
+            // more memory helps only up to what one sequence counts and one pool holds
+            final String advice = context <= Integer.MAX_VALUE && pagesNeeded <= PageHandle.MAX_SLOT + 1L
+                ? String.format(Locale.ROOT, "Lower the advertised context, give the pool more memory (at least %,d bytes), "
+                    + "or opt in to ContextPolicy.CLAMP", saturatingMultiply(pagesNeeded, bytesPerPage))
+                : String.format(Locale.ROOT, "No pool holds this context: a sequence counts at most %,d tokens and a pool has "
+                    + "at most %,d pages. Lower it, or opt in to ContextPolicy.CLAMP", Integer.MAX_VALUE, PageHandle.MAX_SLOT + 1L);
+            throw new PoolCapacityException(context, poolTokens, numbers
+                + String.format(Locale.ROOT, "; the largest safe context is %,d tokens. ", poolTokens) + advice);
         }
         LOG.log(System.Logger.Level.WARNING, numbers + String.format(Locale.ROOT, "; clamping the max context to %,d tokens", poolTokens));
         return new Sized((int) n, poolTokens);

@@ -178,15 +178,16 @@ class PoolDiagnosticsTest {
         assertEquals("advertised max context of 17 tokens exceeds what this pool can hold for one request: 16 tokens "
             + "(4 pages × 4 tokens/page, 1,024 bytes); the largest safe context is 16 tokens. Lower the advertised context, "
             + "give the pool more memory (at least 1,280 bytes), or opt in to ContextPolicy.CLAMP", e.getMessage());
-        final PoolCapacityException huge = assertThrows(PoolCapacityException.class,
-            () -> KvPool.builder(TestPools.SMALL).pages(4).maxContextTokens(Long.MAX_VALUE / 2).build());
-        assertTrue(huge.getMessage().contains("(at least 9,223,372,036,854,775,807 bytes)"), huge.getMessage());
-        final PoolCapacityException signOverflow = assertThrows(PoolCapacityException.class, // 2^55 pages × 2^8 bytes = 2^63
-            () -> KvPool.builder(TestPools.SMALL).pages(4).maxContextTokens((1L << 55) * TPP).build());
-        assertTrue(signOverflow.getMessage().contains("(at least 9,223,372,036,854,775,807 bytes)"), signOverflow.getMessage());
-        final PoolCapacityException justOver = assertThrows(PoolCapacityException.class,
-            () -> KvPool.builder(TestPools.SMALL).pages(4).maxContextTokens((1L << 61) / 256 * TPP).build());
-        assertTrue(justOver.getMessage().contains("(at least 2,305,843,009,213,693,952 bytes)"), justOver.getMessage());
+        final String noPool = "the largest safe context is 16 tokens. No pool holds this context: a sequence counts at most "
+            + "2,147,483,647 tokens and a pool has at most 16,777,216 pages. Lower it, or opt in to ContextPolicy.CLAMP";
+        for (long context : new long[] {Long.MAX_VALUE / 2, (1L << 55) * TPP, Integer.MAX_VALUE + 1L}) {
+            final PoolCapacityException beyond = assertThrows(PoolCapacityException.class,
+                () -> KvPool.builder(TestPools.SMALL).pages(4).maxContextTokens(context).build());
+            assertTrue(beyond.getMessage().endsWith(noPool), "no memory helps: " + beyond.getMessage());
+        }
+        final PoolCapacityException mostPages = assertThrows(PoolCapacityException.class, // every page a pool may have
+            () -> KvPool.builder(TestPools.SMALL).pages(4).maxContextTokens((PageHandle.MAX_SLOT + 1L) * TPP).build());
+        assertTrue(mostPages.getMessage().contains("(at least 4,294,967,296 bytes)"), mostPages.getMessage());
     }
 
     @Test
