@@ -82,7 +82,10 @@ public record PoolSnapshot(
         return owned + receiving + draining + quarantined;
     }
 
-    /** {@return pages returned to FREE so far: every allocation not still in use (exact at quiescence)} */
+    /**
+     * {@return tenancies ended so far: every allocation not still in use (exact at quiescence)} A page is FREE again
+     * after its tenancy, or RETIRED if it was its slot's last generation (after 2^32 tenancies of one slot).
+     */
     public long pagesFreed() {
         return allocations - inUse();
     }
