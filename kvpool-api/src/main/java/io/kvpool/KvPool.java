@@ -88,13 +88,19 @@ public final class KvPool implements AutoCloseable {
         final int[] id = new int[1];
         this.poolIdLease = PoolIds.take(this, id);
         this.poolId = id[0];
-        this.slots = new SlotTable(b.slotWords.apply(capacity), poolId, !disabled.contains(Safeguard.GENERATION_CHECK),
-            !disabled.contains(Safeguard.POOL_IDENTITY_CHECK));
-        this.reservations = new Reservations(layout, size.maxContextTokens(), b.reservationPolicy,
-            !disabled.contains(Safeguard.ADMISSION_REJECTION), b.maxReservations, poolId);
-        final PrefixCache index = new PrefixCache(capacity, layout.tokensPerPage());
-        // the storage after the large heap structures above, which cannot leak it if they fail
-        this.storage = Objects.requireNonNull(b.storageFactory.apply(layout, capacity), "storage factory returned null");
+        final PrefixCache index;
+        try { // a failed build gives its id back now, not when the collector finds the half-built pool
+            this.slots = new SlotTable(b.slotWords.apply(capacity), poolId, !disabled.contains(Safeguard.GENERATION_CHECK),
+                !disabled.contains(Safeguard.POOL_IDENTITY_CHECK));
+            this.reservations = new Reservations(layout, size.maxContextTokens(), b.reservationPolicy,
+                !disabled.contains(Safeguard.ADMISSION_REJECTION), b.maxReservations, poolId);
+            index = new PrefixCache(capacity, layout.tokensPerPage());
+            // the storage after the large heap structures above, which cannot leak it if they fail
+            this.storage = Objects.requireNonNull(b.storageFactory.apply(layout, capacity), "storage factory returned null");
+        } catch (RuntimeException | Error e) {
+            poolIdLease.clean();
+            throw e;
+        }
         try {
             if (storage.pageCount() != capacity || !storage.layout().equals(layout)) {
                 throw new IllegalArgumentException("storage factory returned " + storage.pageCount() + " pages of "
