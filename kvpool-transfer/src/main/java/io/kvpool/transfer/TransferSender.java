@@ -561,7 +561,10 @@ public final class TransferSender extends TransferEndpoint {
                 // A batch that throws posted nothing (PeerLink), except for a memory fault reported as the call
                 // returns (ShmLink: an InternalError after the writes were copied and their completions queued).
                 // Count the batch as posted, so its completions match and the transfer drains only once each write
-                // is answered (or the link's teardown answers it); then fail it. Other VM errors still propagate.
+                // is answered; then fail it. Which writes were posted is unknown, so this errs on the safe side: an
+                // Error of another transport, thrown before it posted anything, leaves those writes unanswered, and
+                // the transfer stays FAILING with its source pages retained for the sender's life. Other VM errors
+                // still propagate.
                 posted(t, room);
                 fail(t, "putBatch failed after posting " + room + " writes: " + e, true, Message.Abort.SENDER_FAILED);
                 if (e instanceof VirtualMachineError && !(e instanceof InternalError)) {
