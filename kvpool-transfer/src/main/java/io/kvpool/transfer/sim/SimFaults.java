@@ -16,7 +16,10 @@ package io.kvpool.transfer.sim;
  * @param stragglerMinNanos   see {@code stragglerWrite}
  * @param stragglerMaxNanos   see {@code stragglerWrite}
  * @param frameLoss           a control frame is lost
- * @param frameDuplicate      a control frame is delivered twice
+ * @param frameDuplicate      a control frame is delivered twice: beyond what a {@link io.kvpool.transfer.spi.PeerLink}
+ *                            promises (each frame at most once), to show the engines survive it. One effect is
+ *                            known: a duplicated CANCEL, stored as coming before its offer, ends the request's next
+ *                            offer if one comes within the sender's descriptor timeout.
  * @param maxFrameDelayNanos  control frames take up to this long (in order per direction)
  */
 public record SimFaults(long minWriteDelayNanos, long maxWriteDelayNanos, double writeFail, double lostWrite,
