@@ -13,6 +13,7 @@ import java.util.List;
 import java.util.Map;
 import java.util.Set;
 import java.util.WeakHashMap;
+import java.util.function.Consumer;
 
 /**
  * The meters one binder registered, by registry, so that the binder's {@code close()} can remove them.
@@ -21,35 +22,57 @@ import java.util.WeakHashMap;
  * back a meter the registry held before it began is therefore showing another binder's object, not its own: the
  * bind is undone (the meters it did add are removed) and refused. A binder of the same class, tags and object as one
  * already bound there is a twin: its bind adds nothing and shares the first's meters, which stay until the last of
- * the twins closes.
+ * the twins closes. A binder dropped without {@code close()} still counts as having shown them: while the object
+ * lives, a later binder of it is that binder's twin, and when the last live twin closes the meters go.
+ *
+ * <p>What is kept of a bind ({@code Shown}) holds nothing that reaches its registry (meter ids, not meters; close
+ * actions' targets weakly), so a registry dropped by the application is collected even while its objects live.
  *
  * <p>Thread-safe: binds and closes of every binder run one at a time, under one lock (they are rare), so two
  * binders cannot interleave their registrations into one registry.
  */
 final class BoundMeters {
 
+    /** A close action and its target, held weakly here: the target's own meter keeps it (see {@link #onClose}). */
+    private record CloseAction<T>(WeakReference<T> target, Consumer<T> action) {
+        void run() {
+            final T t = target.get();
+            if (t != null) {
+                action.accept(t);
+            }
+        }
+    }
+
     /** What one registry shows for one binder class and tags: the object, the meters, and the binders sharing them. */
     private static final class Shown {
         final WeakReference<Object> observed;
-        final List<Meter> meters;
-        final List<Runnable> onClose;
-        int binders = 1;
+        final List<Meter.Id> meters;
+        final List<CloseAction<?>> onClose;
+        /** The binders that bound it and have not closed; a dropped one is cleared and no longer counts. */
+        final List<WeakReference<BoundMeters>> binders = new ArrayList<>();
 
-        Shown(WeakReference<Object> observed, List<Meter> meters, List<Runnable> onClose) {
+        Shown(WeakReference<Object> observed, List<Meter.Id> meters, List<CloseAction<?>> onClose) {
             this.observed = observed;
             this.meters = meters;
             this.onClose = onClose;
         }
+
+        /** Drops {@code b}, and the binders collected unclosed; {@return whether none is left} */
+        boolean release(BoundMeters b) {
+            binders.removeIf(r -> r.get() == null || r.get() == b);
+            return binders.isEmpty();
+        }
     }
 
-    /** Every bind and close; also guards {@link #SHOWN}. */
+    /** Every bind and close; also guards {@link #SHOWN} and {@link #BY_OBSERVED}. */
     private static final Object LOCK = new Object();
-    /**
-     * Registry → "binder class tags" → what it shows. Weak on the registry and on what it shows: a {@link Shown} reaches
-     * its registry (a peer-info row's MultiGauge holds it), so a strong value would keep the entry for ever; the binders
-     * bound there hold their {@link Shown} strongly, which keeps the entry while one of them lives.
-     */
+    /** Registry → "binder class tags" → what it shows, while its binders or its object live ({@link #BY_OBSERVED}). */
     private static final Map<MeterRegistry, Map<String, WeakReference<Shown>>> SHOWN = new WeakHashMap<>();
+    /**
+     * Observed object → what registries show of it, until the last binder sharing it closes: a later binder of the
+     * object is a twin even when every earlier one was dropped unclosed. Weak on the object (meters hold it weakly too).
+     */
+    private static final Map<Object, List<Shown>> BY_OBSERVED = new WeakHashMap<>();
 
     private final String binder;
     private final Tags tags;
@@ -57,11 +80,13 @@ final class BoundMeters {
     private final String key;
     private final WeakReference<Object> observed;
     private final Map<MeterRegistry, Shown> bound = new IdentityHashMap<>();
+    /** The close actions' targets, strongly, while this binder lives (also during a bind that fails). */
+    private final List<Object> keep = new ArrayList<>();
     private boolean closed;
     // the bind under way (under LOCK): what the registry held when it began, and what it added
     private Set<Meter> before;
     private List<Meter> adding;
-    private List<Runnable> closing;
+    private List<CloseAction<?>> closing;
 
     /**
      * @param binder   the binder's class name, for messages and the record of what is shown
@@ -95,8 +120,15 @@ final class BoundMeters {
             final Shown there = ref == null ? null : ref.get();
             final Object mine = observed.get();
             if (there != null && mine != null && there.observed.get() == mine) {
-                there.binders++; // a twin: the meters there are this object's already
+                // a twin: the meters there are this object's already
+                there.binders.add(new WeakReference<>(this));
                 bound.put(registry, there);
+                for (CloseAction<?> c : there.onClose) {
+                    final Object t = c.target().get();
+                    if (t != null) {
+                        keep.add(t);
+                    }
+                }
                 return;
             }
             before = Collections.newSetFromMap(new IdentityHashMap<>());
@@ -105,12 +137,16 @@ final class BoundMeters {
             closing = new ArrayList<>();
             try {
                 registrations.run();
-                final Shown s = new Shown(observed, adding, closing);
+                final Shown s = new Shown(observed, adding.stream().map(Meter::getId).toList(), List.copyOf(closing));
+                s.binders.add(new WeakReference<>(this));
                 shown.put(key, new WeakReference<>(s));
                 bound.put(registry, s);
+                if (mine != null) {
+                    BY_OBSERVED.computeIfAbsent(mine, o -> new ArrayList<>()).add(s);
+                }
             } catch (RuntimeException | Error e) {
-                adding.forEach(registry::remove); // only what this bind added; a meter it got back is another's
-                closing.forEach(Runnable::run);   // and what it added besides meters (peer-info rows)
+                closing.forEach(CloseAction::run); // what it added besides meters (peer-info rows), while their meters hold them
+                adding.forEach(registry::remove);  // only what this bind added; a meter it got back is another's
                 throw e;
             } finally {
                 before = null;
@@ -135,14 +171,19 @@ final class BoundMeters {
         return meter;
     }
 
-    /** Runs {@code action} when the meters this bind adds are removed. Under the bind. */
-    void onClose(Runnable action) {
-        closing.add(action);
+    /**
+     * Runs {@code action} on {@code target} when the meters this bind adds are removed, before they are. Under the bind.
+     * The target is held strongly by this binder and weakly by what the registry shows, so one of the bind's meters
+     * must hold it strongly too (else it may be gone when the last binder closes); {@code action} must not hold it.
+     */
+    <T> void onClose(T target, Consumer<T> action) {
+        keep.add(target);
+        closing.add(new CloseAction<>(new WeakReference<>(target), action));
     }
 
     /**
-     * Gives up this binder's share of what each registry shows; the last of a twin group removes the meters and runs
-     * the close actions. Once; later calls do nothing.
+     * Gives up this binder's share of what each registry shows; the last live binder of a twin group runs the close
+     * actions and removes the meters. Once; later calls do nothing.
      */
     void close() {
         synchronized (LOCK) {
@@ -151,18 +192,24 @@ final class BoundMeters {
             }
             closed = true;
             bound.forEach((registry, s) -> {
-                if (--s.binders > 0) {
+                if (!s.release(this)) {
                     return;
                 }
+                s.onClose.forEach(CloseAction::run);
                 s.meters.forEach(registry::remove);
-                s.onClose.forEach(Runnable::run);
                 final Map<String, WeakReference<Shown>> shown = SHOWN.get(registry);
                 final WeakReference<Shown> ref = shown == null ? null : shown.get(key);
                 if (ref != null && ref.get() == s) {
                     shown.remove(key);
                 }
+                final Object o = s.observed.get();
+                final List<Shown> of = o == null ? null : BY_OBSERVED.get(o);
+                if (of != null && of.remove(s) && of.isEmpty()) {
+                    BY_OBSERVED.remove(o);
+                }
             });
             bound.clear();
+            keep.clear();
         }
     }
 }

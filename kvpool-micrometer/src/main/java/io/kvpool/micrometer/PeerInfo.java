@@ -43,7 +43,7 @@ final class PeerInfo {
         final Refresh<E> refresh = new Refresh<>(info, ref, builds);
         // before the rows exist: a bind refused below (its undo runs this) leaves none; once closed, no scrape of the
         // links gauge, which may outlive it for a moment, brings a row back
-        bound.onClose(refresh::close);
+        bound.onClose(refresh, Refresh::close); // the links gauge below holds the refresher strongly
         refresh.current();
         bound.add(registry, Gauge.builder("kvpool.peer.links", refresh,
                 r -> r.current().values().stream().mapToInt(Integer::intValue).sum())

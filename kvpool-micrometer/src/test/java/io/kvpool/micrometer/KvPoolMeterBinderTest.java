@@ -194,6 +194,28 @@ class KvPoolMeterBinderTest {
     }
 
     @Test
+    void aBinderOfTheSamePoolIsATwinAfterTheFirstBinderWasCollectedUnclosed() throws InterruptedException {
+        final SimpleMeterRegistry registry = new SimpleMeterRegistry();
+        try (KvPool pool = pool()) {
+            KvPoolMeterBinder first = new KvPoolMeterBinder(pool, Tags.of("pool", "decode"));
+            first.bindTo(registry); // bound, never closed, not kept: as a server that binds and forgets
+            final java.lang.ref.WeakReference<KvPoolMeterBinder> gone = new java.lang.ref.WeakReference<>(first);
+            first = null;
+            for (int i = 0; i < 100 && gone.get() != null; i++) {
+                System.gc();
+                Thread.sleep(10);
+            }
+            assertNull(gone.get(), "the first binder was collected");
+            System.gc(); // and whatever only it kept
+            final KvPoolMeterBinder second = new KvPoolMeterBinder(pool, Tags.of("pool", "decode"));
+            second.bindTo(registry); // the same pool and tags: a twin, not "another binder"
+            assertEquals(EXPECTED.size(), registry.getMeters().size());
+            second.close(); // the last binder of what the registry shows: its meters go
+            assertEquals(0, registry.getMeters().size());
+        }
+    }
+
+    @Test
     void aSecondBinderWithTheSameTagsIsRefusedInsteadOfHidden() {
         final SimpleMeterRegistry registry = new SimpleMeterRegistry();
         try (KvPool a = pool(); KvPool b = KvPool.builder(LAYOUT).pages(24).maxContextTokens(64).build()) {

@@ -238,6 +238,34 @@ class TransferMeterBindersTest {
     }
 
     @Test
+    void anEngineBinderDroppedUnclosedHasATwinThatRemovesEveryMeterAndRow() throws InterruptedException {
+        try (SimRig rig = new SimRig()) {
+            final SimpleMeterRegistry registry = new SimpleMeterRegistry();
+            final WeakReference<TransferReceiverMeterBinder> gone = bindAndForget(rig, registry);
+            for (int i = 0; i < 100 && gone.get() != null; i++) {
+                System.gc();
+                Thread.sleep(10);
+            }
+            assertNull(gone.get(), "the first binder was collected");
+            System.gc();
+            final int bound = registry.getMeters().size();
+            final TransferReceiverMeterBinder twin = new TransferReceiverMeterBinder(rig.receiver, Tags.of("pool", "decode"));
+            twin.bindTo(registry); // the same engine and tags: nothing new, not "another binder"
+            assertEquals(bound, registry.getMeters().size());
+            assertEquals(1, Meters.value(Meters.byKey(registry, "pool", "decode").get("kvpool.peer.info{build=build-1}")));
+            twin.close(); // the last live binder: the meters go, and the rows its dropped twin made
+            assertTrue(registry.getMeters().isEmpty(), "left after close: " + registry.getMeters().stream()
+                .map(m -> Meters.key(m, "")).toList());
+        }
+    }
+
+    private static WeakReference<TransferReceiverMeterBinder> bindAndForget(SimRig rig, SimpleMeterRegistry registry) {
+        final TransferReceiverMeterBinder first = new TransferReceiverMeterBinder(rig.receiver, Tags.of("pool", "decode"));
+        first.bindTo(registry);
+        return new WeakReference<>(first);
+    }
+
+    @Test
     void aBindRefusedPartWayLeavesNoPeerInfoRowBehind() {
         try (SimRig rig = new SimRig()) {
             final SimpleMeterRegistry registry = new SimpleMeterRegistry();
