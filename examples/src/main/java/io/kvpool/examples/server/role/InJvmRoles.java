@@ -70,6 +70,8 @@ public final class InJvmRoles extends RolePair<PrefillRole, DecodeRole> {
             dir = own ? Files.createTempDirectory(tempRoot(), "kvpool-server") : Files.createDirectories(cfg.workDir());
             final Path poolFile = dir.resolve("decode.pool");
             final Path socket = SeparateRoles.socketPath(dir);
+            // before the pool file is made anew: a server still running in this directory keeps its pool and socket
+            SeparateRoles.clearStaleSocket(socket);
             decodePool = RoleParts.decodePool(cfg, (l, n) -> MappedPageStorage.create(poolFile, l, n));
             final TransferReceiver receiver = RoleParts.receiver(cfg, decodePool);
             listener = ShmTransport.listen(socket, (MappedPageStorage) decodePool.storage());

@@ -144,7 +144,7 @@ public final class SeparateRoles {
     }
 
     /** A socket file left by a decode process that died is removed; one that still answers stops this one. */
-    private static void clearStaleSocket(Path socket) {
+    static void clearStaleSocket(Path socket) {
         if (!Files.exists(socket)) {
             return;
         }
