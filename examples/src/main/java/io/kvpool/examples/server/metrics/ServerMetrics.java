@@ -68,7 +68,8 @@ public final class ServerMetrics implements AutoCloseable {
         RoleStatus.ACTIVE_TRANSFERS, "Transfers the role's engine has not finished (decode: plus committed sequences decoding)",
         RoleStatus.LINK_UP, "1 while the role's KV link to the other role is up",
         RoleStatus.HELD_SEQUENCES, "Committed sequences the decode role holds while it decodes them",
-        RoleStatus.PAGES_IN_FLIGHT, "Pages the prefill role is writing to decode now (posted, not yet terminal)");
+        RoleStatus.PAGES_IN_FLIGHT, "Pages the prefill role is writing to decode now (posted, not yet terminal)",
+        RoleStatus.DRAINING, "1 while the decode role is stopping: it finishes what it promised and takes no new request");
 
     private final PrometheusMeterRegistry registry;
     private final List<Feed> feeds = new ArrayList<>();
