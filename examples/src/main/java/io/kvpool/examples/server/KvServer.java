@@ -304,9 +304,22 @@ public final class KvServer implements AutoCloseable {
                 Thread.currentThread().interrupt();
             }
             http.stopListening(Duration.ofSeconds(1)); // the calls of those requests write their errors (the router's count ended before)
-            roles.close();
-            http.close();
-            metrics.close();
+            // each step even if one before it throws: a role that fails to close must not keep the port or the GC listener
+            RuntimeException failed = null;
+            for (Runnable step : new Runnable[] {roles::close, http::close, metrics::close}) {
+                try {
+                    step.run();
+                } catch (RuntimeException e) {
+                    if (failed == null) {
+                        failed = e;
+                    } else {
+                        failed.addSuppressed(e);
+                    }
+                }
+            }
+            if (failed != null) {
+                throw failed;
+            }
         } finally {
             closedLatch.countDown();
         }

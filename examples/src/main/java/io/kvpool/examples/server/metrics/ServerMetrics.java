@@ -107,8 +107,13 @@ public final class ServerMetrics implements AutoCloseable {
             throw new IllegalArgumentException("the router's counters are not in a Prometheus registry: " + router.counters().registry());
         }
         final ServerMetrics m = new ServerMetrics(r, config);
-        m.role(PrefillRole.ROLE, roles.prefill(), roles.prefill()::status);
-        m.role(DecodeRole.ROLE, roles.decode(), roles.decode()::status);
+        try {
+            m.role(PrefillRole.ROLE, roles.prefill(), roles.prefill()::status);
+            m.role(DecodeRole.ROLE, roles.decode(), roles.decode()::status);
+        } catch (RuntimeException | Error e) {
+            m.close(); // its GC listener is the JVM's: nothing else would stop it
+            throw e;
+        }
         return m;
     }
 
@@ -117,7 +122,12 @@ public final class ServerMetrics implements AutoCloseable {
         final PrometheusMeterRegistry r = newRegistry();
         r.config().commonTags("role", role.roleName());
         final ServerMetrics m = new ServerMetrics(r, config);
-        m.role(role.roleName(), role, role::status);
+        try {
+            m.role(role.roleName(), role, role::status);
+        } catch (RuntimeException | Error e) {
+            m.close();
+            throw e;
+        }
         return m;
     }
 
