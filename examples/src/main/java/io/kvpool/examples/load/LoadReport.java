@@ -18,8 +18,18 @@ public final class LoadReport {
      *         clean, and some completion to check (see {@link #nothingCompleted})
      */
     public static boolean clean(LoadGenerator.Result r, PoolCheck pools) {
-        return r.leaked() == 0 && r.kvMismatches() == 0 && r.count(Outcome.Kind.UNEXPECTED) == 0 && (pools == null || pools.ok())
-            && !nothingCompleted(r);
+        return noLeakNorFailure(r, pools) && !nothingCompleted(r);
+    }
+
+    /** @return whether no response held another tenant's marker or KV, nothing was unexpected, and the pools are clean */
+    private static boolean noLeakNorFailure(LoadGenerator.Result r, PoolCheck pools) {
+        return r.leaked() == 0 && foreignKv(r) == 0 && r.kvMismatches() == 0 && r.count(Outcome.Kind.UNEXPECTED) == 0
+            && (pools == null || pools.ok());
+    }
+
+    /** @return the completions whose KV, as the server reports it, was read from another tenant's pages */
+    static long foreignKv(LoadGenerator.Result r) {
+        return r.outcomes().stream().filter(Outcome::foreignKv).count();
     }
 
     /**
@@ -57,16 +67,17 @@ public final class LoadReport {
         by.forEach((k, v) -> out.printf("  %-54s %,9d%n", k, v));
         out.println("leaks");
         out.printf("  %-54s %,9d%n", "responses holding another tenant's marker", r.leaked());
+        out.printf("  %-54s %,9d%n", "completions whose KV names another tenant", foreignKv(r));
         out.printf("  %-54s %,9d%n", "completions whose KV is not exactly their prompt", r.kvMismatches());
         out.printf("  %-54s %,9d%n", "unexpected answers", r.count(Outcome.Kind.UNEXPECTED));
-        examples(all, o -> o.leaked() || o.kvMismatch() || o.kind() == Outcome.Kind.UNEXPECTED, out);
+        examples(all, o -> o.leaked() || o.foreignKv() || o.kvMismatch() || o.kind() == Outcome.Kind.UNEXPECTED, out);
         if (pools == null) {
             out.println("  pools: not checked");
         } else {
             pools.lines().forEach(l -> out.println("  pool " + l));
         }
         out.println(clean(r, pools) ? "verdict: clean — no leak, every answer as expected, pools balanced"
-            : r.leaked() == 0 && r.kvMismatches() == 0 && r.count(Outcome.Kind.UNEXPECTED) == 0 && (pools == null || pools.ok())
+            : noLeakNorFailure(r, pools)
             ? "verdict: NOTHING COMPLETED — no request that fits got its completion, so the run checked no KV"
             : "verdict: LEAK OR FAILURE — see above");
     }

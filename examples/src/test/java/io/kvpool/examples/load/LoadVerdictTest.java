@@ -80,6 +80,21 @@ class LoadVerdictTest {
         }
     }
 
+    /** A completion whose text is right but whose KV the server says it read from another tenant's pages is a leak. */
+    @Test
+    void aCompletionWhoseKvNamesAnotherTenantIsNotClean() {
+        final Shot s = new Shot(0, "tenant1", Shot.Kind.NORMAL, "SECRET-tenant1-0 .", 4, 2, false, -1, null);
+        final Outcome o = new Outcome(s, Outcome.Kind.COMPLETED, 200, null, -1, 1, 2, java.util.Set.of(), List.of("tenant1", "tenant2"),
+            false, null);
+        assertTrue(o.foreignKv());
+        final LoadGenerator.Result r = new LoadGenerator.Result(List.of(o), 1_000_000L, 1);
+        assertFalse(LoadReport.clean(r, new PoolCheck(true, List.of())), "a completion whose KV names tenant2 was called clean");
+        final java.io.ByteArrayOutputStream text = new java.io.ByteArrayOutputStream();
+        LoadReport.print(r, new Mix(2, new int[] {8, 16}, new int[] {0, 4}, 0, 0, 0, new int[] {9, 9}, 0, 4096, 1), new PoolCheck(true, List.of()), new java.io.PrintStream(text, true, java.nio.charset.StandardCharsets.UTF_8));
+        final String report = text.toString(java.nio.charset.StandardCharsets.UTF_8);
+        assertTrue(report.contains("completions whose KV names another tenant") && report.contains("verdict: LEAK OR FAILURE"), report);
+    }
+
     /** Aborts on purpose complete nothing by design: a run of aborts only is judged by its pools, not "nothing completed". */
     @Test
     void aRunOfAbortsOnlyIsNotNothingCompleted() {
