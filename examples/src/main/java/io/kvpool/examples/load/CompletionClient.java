@@ -310,7 +310,10 @@ public final class CompletionClient implements AutoCloseable {
                 final long total = System.nanoTime() - t0;
                 final AfterDone after = rest(r, in);
                 if (after != null) {
-                    return unexpected(s, 200, after.reason(), total, Markers.foreign(s.tenant(), raw.append(text)), cut(after.detail()));
+                    // what came after [DONE] is read for markers too: another tenant's there is a leak, not only a protocol fault
+                    final String late = after.detail() == null ? "" : after.detail();
+                    return unexpected(s, 200, after.reason(), total, Markers.foreign(s.tenant(), raw.append(text).append(late)),
+                        cut(after.detail()));
                 }
                 raw.append(text);
                 final Set<String> foreign = Markers.foreign(s.tenant(), raw);

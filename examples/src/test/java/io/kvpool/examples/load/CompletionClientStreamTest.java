@@ -72,6 +72,18 @@ class CompletionClientStreamTest {
         }
     }
 
+    /** Another tenant's marker that comes only after {@code [DONE]} is a leak, not only an unexpected answer. */
+    @Test
+    void anotherTenantsMarkerAfterDoneIsALeak() throws Exception {
+        try (HttpFront front = server("data: {\"choices\":[{\"text\":\" SECRET-tenant9-4\"}]}\n\n");
+             CompletionClient client = new CompletionClient(front.baseUri(), Duration.ofSeconds(10), 1 << 20)) {
+            final Outcome o = client.send(streamed(0));
+            assertEquals(Outcome.Kind.UNEXPECTED, o.kind(), o.toString());
+            assertEquals("data_after_done", o.reason(), o.toString());
+            assertTrue(o.leaked(), () -> "tenant9's marker after [DONE] was not counted: " + o);
+        }
+    }
+
     /** A comment line after {@code [DONE]} is not data; a stream that does not end is given up after the client's timeout. */
     @Test
     void aStreamThatDoesNotEndAfterDoneIsGivenUpAfterTheTimeout() throws Exception {
