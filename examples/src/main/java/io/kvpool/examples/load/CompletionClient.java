@@ -308,12 +308,12 @@ public final class CompletionClient implements AutoCloseable {
             final String data = line.substring(6);
             if (data.equals("[DONE]")) {
                 final long total = System.nanoTime() - t0;
-                final AfterDone after = rest(r, in);
+                final AfterDone after = rest(r, in, s.tenant());
                 if (after != null) {
-                    // what came after [DONE] is read for markers too: another tenant's there is a leak, not only a protocol fault
-                    final String late = after.detail() == null ? "" : after.detail();
-                    return unexpected(s, 200, after.reason(), total, Markers.foreign(s.tenant(), raw.append(text).append(late)),
-                        cut(after.detail()));
+                    // what came after [DONE] was read for markers too: another tenant's there is a leak, not only a protocol fault
+                    final Set<String> foreign = new java.util.TreeSet<>(Markers.foreign(s.tenant(), raw.append(text)));
+                    foreign.addAll(after.foreign());
+                    return unexpected(s, 200, after.reason(), total, foreign, cut(after.detail()));
                 }
                 raw.append(text);
                 final Set<String> foreign = Markers.foreign(s.tenant(), raw);
@@ -356,8 +356,11 @@ public final class CompletionClient implements AutoCloseable {
             Markers.foreign(s.tenant(), raw.append(text)), List.of(), false, "the stream ended without [DONE]: " + cut(raw.toString()));
     }
 
-    /** What was wrong past {@code [DONE]}: {@code reason} for the outcome, {@code detail} for its message. */
-    private record AfterDone(String reason, String detail) {
+    /**
+     * What was wrong past {@code [DONE]}: {@code reason} for the outcome, {@code detail} (its first 1,000 characters)
+     * for its message, and every other tenant's marker in all of it.
+     */
+    private record AfterDone(String reason, String detail, Set<String> foreign) {
     }
 
     /**
@@ -368,7 +371,7 @@ public final class CompletionClient implements AutoCloseable {
      * @return {@code null} if nothing but blank and comment lines followed; else {@code data_after_done} with what
      *         did, or {@code no_end_after_done} with why the read ended
      */
-    private AfterDone rest(BufferedReader r, InputStream in) {
+    private AfterDone rest(BufferedReader r, InputStream in, String tenant) {
         final Thread guard = Thread.ofVirtual().start(() -> {
             try {
                 Thread.sleep(timeout);
@@ -377,19 +380,26 @@ public final class CompletionClient implements AutoCloseable {
                 // ended in time, or already closed
             }
         });
-        final StringBuilder after = new StringBuilder();
+        final StringBuilder after = new StringBuilder(); // the start of it, for the report
+        final Set<String> foreign = new java.util.TreeSet<>(); // read in all of it, however long
+        boolean data = false;
         try {
             for (String more; (more = r.readLine()) != null; ) {
-                if (!more.isEmpty() && !more.startsWith(":") && after.length() < 1000) {
-                    after.append(more).append('\n');
+                if (!more.isEmpty() && !more.startsWith(":")) {
+                    data = true;
+                    foreign.addAll(Markers.foreign(tenant, more));
+                    if (after.length() < 1000) {
+                        after.append(more).append('\n');
+                    }
                 }
             }
         } catch (IOException e) {
-            return new AfterDone("no_end_after_done", "the stream did not end after [DONE]: " + e);
+            return new AfterDone("no_end_after_done", "the stream did not end after [DONE]: " + e
+                + (data ? "; after [DONE] it sent: " + after : ""), foreign);
         } finally {
             guard.interrupt();
         }
-        return after.isEmpty() ? null : new AfterDone("data_after_done", after.toString());
+        return data ? new AfterDone("data_after_done", after.toString(), foreign) : null;
     }
 
     private static Outcome aborted(Shot s, long t0, long ttft, int tokens, CharSequence text) {

@@ -13,12 +13,14 @@ import java.util.regex.Pattern;
  *
  * <p>Tenants are {@code tenant0 … tenant99}. A response built from stale pages splices tokens of
  * different prompts. The echo tokenizer cuts a word into pieces of at most 8 bytes: {@code " SECRET-tenant12-7"}
- * into {@code " SECRET-"}, {@code "tenant12"}, {@code "-7"}, and {@code " SECRET-tenant3-17"} into
- * {@code " SECRET-"}, {@code "tenant3-"}, {@code "17"}. So a one-digit name always has its {@code '-'} in its
- * token, and a two-digit name is whole in its token; whatever token a splice puts after either, a name is read as
- * {@code tenant} and one digit before a {@code '-'}, or {@code tenant} and two digits. Each name then comes from
- * one token of that tenant's own KV, and a splice can neither hide a name ({@code "tenant12"} + {@code "17"}) nor
- * make one tenant's data read as another's.
+ * into {@code " SECRET-"}, {@code "tenant12"}, {@code "-7"}; {@code " SECRET-tenant3-17"} into {@code " SECRET-"},
+ * {@code "tenant3-"}, {@code "17"}; a prompt's first word {@code "SECRET-tenant3-17"} into {@code "SECRET-t"},
+ * {@code "enant3-1"}, {@code "7"}. So a name's digits are always in the token that ends its letters, and a
+ * one-digit name's {@code '-'} too: in KV text a digit never follows a one-digit name, while any token may follow a
+ * two-digit one. A name is therefore read as {@code tenant} and two digits, else {@code tenant} and one digit that no
+ * digit follows (in JSON, {@code "kv_tenants":["tenant2"]}, a quote does). Each name then comes from one token of
+ * that tenant's own KV, and a splice can neither hide a name ({@code "tenant12"} + {@code "17"}) nor make one
+ * tenant's data read as another's.
  */
 public final class Markers {
 
@@ -29,7 +31,7 @@ public final class Markers {
      * A whole tenant name, with the rest of its marker where the text has it: a stream cut off right after a
      * foreign name ({@code "… SECRET-tenant3-"}, an aborted client's last token) is proof enough.
      */
-    private static final Pattern MARKER = Pattern.compile("(?:SECRET-)?(tenant(?:\\d(?=-)|\\d\\d))(?:-\\d+)?");
+    private static final Pattern MARKER = Pattern.compile("(?:SECRET-)?(tenant(?:\\d\\d|\\d(?!\\d)))(?:-\\d+)?");
 
     private Markers() {
     }

@@ -84,6 +84,17 @@ class CompletionClientStreamTest {
         }
     }
 
+    /** The same when the stream then does not end: what came before the timeout is read for markers. */
+    @Test
+    void anotherTenantsMarkerAfterDoneIsALeakAlsoWhenTheStreamDoesNotEnd() throws Exception {
+        try (HttpFront front = server("data: {\"kvpool\":{\"kv_tenants\":[\"tenant2\"]}}\n\n", 2_000);
+             CompletionClient client = new CompletionClient(front.baseUri(), Duration.ofMillis(300), 1 << 20)) {
+            final Outcome o = client.send(streamed(0));
+            assertEquals("no_end_after_done", o.reason(), o.toString());
+            assertTrue(o.leaked(), () -> "tenant2 after [DONE] was not counted: " + o);
+        }
+    }
+
     /** A comment line after {@code [DONE]} is not data; a stream that does not end is given up after the client's timeout. */
     @Test
     void aStreamThatDoesNotEndAfterDoneIsGivenUpAfterTheTimeout() throws Exception {

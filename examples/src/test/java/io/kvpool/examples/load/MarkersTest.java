@@ -37,6 +37,9 @@ class MarkersTest {
         assertEquals(Set.of("SECRET-tenant12"), Markers.foreign("tenant0", "SECRET-tenant0-5 SECRET-tenant1217 SECRET-"));
         assertEquals(Set.of("tenant12"), Markers.foreign("tenant1", "tenant1-4 tenant123"));
         assertEquals(Set.of("tenant3-17"), Markers.foreign("tenant12", "tenant12-1 tenant3-17"));
+        // a one-digit name that no digit follows: in the JSON the server sends, a quote does
+        assertEquals(Set.of("tenant2"), Markers.foreign("tenant1", "\"kv_tenants\":[\"tenant1\",\"tenant2\"]"));
+        assertEquals(Set.of(), Markers.foreign("tenant1", "\"kv_tenants\":[\"tenant1\"]"));
         // the run's own tenant, spliced the same ways, is never another's
         assertEquals(Set.of(), Markers.foreign("tenant12", "SECRET-tenant1217 SECRET-tenant12-7 tenant12"));
         assertEquals(Set.of(), Markers.foreign("tenant3", "SECRET-tenant3-17 tenant3-"));
