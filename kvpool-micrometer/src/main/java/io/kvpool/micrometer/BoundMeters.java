@@ -22,11 +22,13 @@ import java.util.function.Consumer;
  * back a meter the registry held before it began is therefore showing another binder's object, not its own: the
  * bind is undone (the meters it did add are removed) and refused. A binder of the same class, tags and object as one
  * already bound there is a twin: its bind adds nothing and shares the first's meters, which stay until the last of
- * the twins closes. A binder dropped without {@code close()} still counts as having shown them: while the object
- * lives, a later binder of it is that binder's twin, and when the last live twin closes the meters go.
+ * the twins closes. A binder dropped without {@code close()} counts until the collector finds it: while the object
+ * lives, a later binder of it is that binder's twin, and the last twin that closes, once the dropped ones are
+ * collected, removes the meters.
  *
- * <p>What is kept of a bind ({@code Shown}) holds nothing that reaches its registry (meter ids, not meters; close
- * actions' targets weakly), so a registry dropped by the application is collected even while its objects live.
+ * <p>What is kept of a bind ({@code Shown}) is kept by object, then by registry, both weakly, and holds nothing that
+ * reaches its registry (meter ids, not meters; close actions' targets weakly): a registry dropped by the application is
+ * collected even while its objects live, and what was kept for it goes with it.
  *
  * <p>Thread-safe: binds and closes of every binder run one at a time, under one lock (they are rare), so two
  * binders cannot interleave their registrations into one registry.
@@ -64,15 +66,22 @@ final class BoundMeters {
         }
     }
 
-    /** Every bind and close; also guards {@link #SHOWN} and {@link #BY_OBSERVED}. */
+    /** Every bind and close; also guards {@link #SHOWN}. */
     private static final Object LOCK = new Object();
-    /** Registry → "binder class tags" → what it shows, while its binders or its object live ({@link #BY_OBSERVED}). */
-    private static final Map<MeterRegistry, Map<String, WeakReference<Shown>>> SHOWN = new WeakHashMap<>();
     /**
-     * Observed object → what registries show of it, until the last binder sharing it closes: a later binder of the
-     * object is a twin even when every earlier one was dropped unclosed. Weak on the object (meters hold it weakly too).
+     * Observed object → registry → "binder class tags" → what that registry shows of it, until the last binder sharing
+     * it closes: a later binder of the object is a twin even when every earlier one was dropped unclosed. Weak on the
+     * object (meters hold it weakly too) and on the registry.
      */
-    private static final Map<Object, List<Shown>> BY_OBSERVED = new WeakHashMap<>();
+    private static final Map<Object, Map<MeterRegistry, Map<String, Shown>>> SHOWN = new WeakHashMap<>();
+
+    /** {@return the registries for which a record of what they show of {@code observed} is kept} For tests. */
+    static int registriesKeptFor(Object observed) {
+        synchronized (LOCK) {
+            final Map<MeterRegistry, Map<String, Shown>> byRegistry = SHOWN.get(observed);
+            return byRegistry == null ? 0 : byRegistry.size(); // size() expunges the collected registries first
+        }
+    }
 
     private final String binder;
     private final Tags tags;
@@ -115,11 +124,11 @@ final class BoundMeters {
             if (bound.containsKey(registry)) {
                 return;
             }
-            final Map<String, WeakReference<Shown>> shown = SHOWN.computeIfAbsent(registry, r -> new HashMap<>());
-            final WeakReference<Shown> ref = shown.get(key);
-            final Shown there = ref == null ? null : ref.get();
             final Object mine = observed.get();
-            if (there != null && mine != null && there.observed.get() == mine) {
+            final Map<String, Shown> shown = mine == null ? null
+                : SHOWN.computeIfAbsent(mine, o -> new WeakHashMap<>()).computeIfAbsent(registry, r -> new HashMap<>());
+            final Shown there = shown == null ? null : shown.get(key);
+            if (there != null) {
                 // a twin: the meters there are this object's already
                 there.binders.add(new WeakReference<>(this));
                 bound.put(registry, there);
@@ -139,10 +148,9 @@ final class BoundMeters {
                 registrations.run();
                 final Shown s = new Shown(observed, adding.stream().map(Meter::getId).toList(), List.copyOf(closing));
                 s.binders.add(new WeakReference<>(this));
-                shown.put(key, new WeakReference<>(s));
                 bound.put(registry, s);
-                if (mine != null) {
-                    BY_OBSERVED.computeIfAbsent(mine, o -> new ArrayList<>()).add(s);
+                if (shown != null) {
+                    shown.put(key, s);
                 }
             } catch (RuntimeException | Error e) {
                 closing.forEach(CloseAction::run); // what it added besides meters (peer-info rows), while their meters hold them
@@ -197,15 +205,14 @@ final class BoundMeters {
                 }
                 s.onClose.forEach(CloseAction::run);
                 s.meters.forEach(registry::remove);
-                final Map<String, WeakReference<Shown>> shown = SHOWN.get(registry);
-                final WeakReference<Shown> ref = shown == null ? null : shown.get(key);
-                if (ref != null && ref.get() == s) {
-                    shown.remove(key);
-                }
                 final Object o = s.observed.get();
-                final List<Shown> of = o == null ? null : BY_OBSERVED.get(o);
-                if (of != null && of.remove(s) && of.isEmpty()) {
-                    BY_OBSERVED.remove(o);
+                final Map<MeterRegistry, Map<String, Shown>> byRegistry = o == null ? null : SHOWN.get(o);
+                final Map<String, Shown> shown = byRegistry == null ? null : byRegistry.get(registry);
+                if (shown != null && shown.remove(key, s) && shown.isEmpty()) {
+                    byRegistry.remove(registry);
+                    if (byRegistry.isEmpty()) {
+                        SHOWN.remove(o);
+                    }
                 }
             });
             bound.clear();

@@ -216,6 +216,21 @@ class KvPoolMeterBinderTest {
     }
 
     @Test
+    void whatIsKeptOfABindGoesWithItsRegistry() throws InterruptedException {
+        try (KvPool pool = pool()) {
+            for (int i = 0; i < 200; i++) { // a long-lived pool bound to short-lived registries, binders never closed
+                new KvPoolMeterBinder(pool, Tags.of("pool", "decode")).bindTo(new SimpleMeterRegistry());
+            }
+            assertTrue(BoundMeters.registriesKeptFor(pool) > 0);
+            for (int i = 0; i < 100 && BoundMeters.registriesKeptFor(pool) > 0; i++) {
+                System.gc();
+                Thread.sleep(10);
+            }
+            assertEquals(0, BoundMeters.registriesKeptFor(pool), "records of collected registries were kept");
+        }
+    }
+
+    @Test
     void aSecondBinderWithTheSameTagsIsRefusedInsteadOfHidden() {
         final SimpleMeterRegistry registry = new SimpleMeterRegistry();
         try (KvPool a = pool(); KvPool b = KvPool.builder(LAYOUT).pages(24).maxContextTokens(64).build()) {
