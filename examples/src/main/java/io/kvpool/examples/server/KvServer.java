@@ -305,11 +305,11 @@ public final class KvServer implements AutoCloseable {
             }
             http.stopListening(Duration.ofSeconds(1)); // the calls of those requests write their errors (the router's count ended before)
             // each step even if one before it throws: a role that fails to close must not keep the port or the GC listener
-            RuntimeException failed = null;
+            Throwable failed = null;
             for (Runnable step : new Runnable[] {roles::close, http::close, metrics::close}) {
                 try {
                     step.run();
-                } catch (RuntimeException e) {
+                } catch (RuntimeException | Error e) {
                     if (failed == null) {
                         failed = e;
                     } else {
@@ -317,8 +317,11 @@ public final class KvServer implements AutoCloseable {
                     }
                 }
             }
+            if (failed instanceof RuntimeException e) {
+                throw e;
+            }
             if (failed != null) {
-                throw failed;
+                throw (Error) failed;
             }
         } finally {
             closedLatch.countDown();

@@ -111,7 +111,7 @@ public final class ServerMetrics implements AutoCloseable {
             m.role(PrefillRole.ROLE, roles.prefill(), roles.prefill()::status);
             m.role(DecodeRole.ROLE, roles.decode(), roles.decode()::status);
         } catch (RuntimeException | Error e) {
-            m.close(); // its GC listener is the JVM's: nothing else would stop it
+            closeAfter(m, e); // its GC listener is the JVM's: nothing else would stop it
             throw e;
         }
         return m;
@@ -125,10 +125,19 @@ public final class ServerMetrics implements AutoCloseable {
         try {
             m.role(role.roleName(), role, role::status);
         } catch (RuntimeException | Error e) {
-            m.close();
+            closeAfter(m, e);
             throw e;
         }
         return m;
+    }
+
+    /** Closes {@code m} after {@code failure}, which stays the cause: a failure of the close is suppressed in it. */
+    private static void closeAfter(ServerMetrics m, Throwable failure) {
+        try {
+            m.close();
+        } catch (RuntimeException | Error e) {
+            failure.addSuppressed(e);
+        }
     }
 
     private void role(String name, Object service, Supplier<RoleStatus> status) {
