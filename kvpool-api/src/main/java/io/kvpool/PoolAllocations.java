@@ -400,6 +400,8 @@ final class PoolAllocations {
      * The references are dropped outside the lock: a last release there may retire the slot, which takes it.
      *
      * @throws IllegalSlotTransitionException if a page is not OWNED (e.g. a peer still writes it); nothing is published
+     * @throws StaleHandleException           if a page was freed under the sequence; nothing is published
+     * @throws IllegalStateException          if a page already holds the most references a page can; nothing is published
      */
     void publish(Sequence seq, int[] tokenIds, int from, int to, long salt) {
         final long[] held = new long[to - from];
