@@ -125,8 +125,8 @@ final class BoundMeters {
                 return;
             }
             final Object mine = observed.get();
-            final Map<String, Shown> shown = mine == null ? null
-                : SHOWN.computeIfAbsent(mine, o -> new WeakHashMap<>()).computeIfAbsent(registry, r -> new HashMap<>());
+            final Map<MeterRegistry, Map<String, Shown>> byRegistry = mine == null ? null : SHOWN.get(mine);
+            final Map<String, Shown> shown = byRegistry == null ? null : byRegistry.get(registry);
             final Shown there = shown == null ? null : shown.get(key);
             if (there != null) {
                 // a twin: the meters there are this object's already
@@ -149,8 +149,8 @@ final class BoundMeters {
                 final Shown s = new Shown(observed, adding.stream().map(Meter::getId).toList(), List.copyOf(closing));
                 s.binders.add(new WeakReference<>(this));
                 bound.put(registry, s);
-                if (shown != null) {
-                    shown.put(key, s);
+                if (mine != null) { // recorded only for a bind that succeeded
+                    SHOWN.computeIfAbsent(mine, o -> new WeakHashMap<>()).computeIfAbsent(registry, r -> new HashMap<>()).put(key, s);
                 }
             } catch (RuntimeException | Error e) {
                 closing.forEach(CloseAction::run); // what it added besides meters (peer-info rows), while their meters hold them

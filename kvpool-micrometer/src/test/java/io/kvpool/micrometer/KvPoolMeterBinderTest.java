@@ -243,6 +243,7 @@ class KvPoolMeterBinderTest {
             final IllegalStateException e = assertThrows(IllegalStateException.class,
                 () -> new KvPoolMeterBinder(b, Tags.of("pool", "decode")).bindTo(registry));
             assertTrue(e.getMessage().contains("kvpool.pool.pages") && e.getMessage().contains("pool=decode"), e.getMessage());
+            assertEquals(0, BoundMeters.registriesKeptFor(b), "a refused bind keeps no record");
             assertEquals(16, Meters.value(Meters.byKey(registry, "pool", "decode").get("kvpool.pool.capacity")));
             new KvPoolMeterBinder(b, Tags.of("pool", "decode", "replica", "2")).bindTo(registry); // other tags: bound
             assertEquals(2 * EXPECTED.size(), registry.getMeters().size());
