@@ -29,6 +29,13 @@ import java.util.Objects;
  * Who may write into which pages, and when the exporter may reuse them, is the transfer protocol's job
  * (kvpool-transfer): an opened arena is like a registration that cannot be revoked — only closing it in the
  * writer's process (or that process ending) stops its writes.
+ *
+ * <h2>The exported arena's lifetime</h2>
+ * Freeing an allocation that another process has open is undefined in CUDA, and the next allocation in this process
+ * may get the same memory while that process can still write it. So an exported storage keeps its arena past its
+ * {@link DevicePageStorage#close() close}: after {@link #exportLease} until every lease is closed (whoever closes one
+ * states that its importers closed their mappings or are gone: {@code CudaIpcLink} does it once its teardown is
+ * proven); after {@link #export} until this process ends.
  */
 public final class DeviceIpc {
     private DeviceIpc() {
@@ -70,14 +77,84 @@ public final class DeviceIpc {
     }
 
     /**
-     * {@return a handle to the storage's arena that another process on this node can {@link #open}}
+     * {@return a handle to the storage's arena that another process on this node can {@link #open}} Nothing tells this
+     * process when the importers are done, so the storage keeps its arena after its close until this process ends; use
+     * {@link #exportLease} where the end of the importers can be proven.
      *
      * @param storage the device storage to share
      * @throws IllegalStateException if the storage is closed
      * @throws CudaException         if the driver cannot export the arena
      */
     public static byte[] export(DevicePageStorage storage) {
-        final CUipcMemHandle h = storage.ipcHandle(); // under the storage's monitor: not of an arena being freed
+        return encode(storage, storage.ipcHandle(false));
+    }
+
+    /**
+     * Exports the storage's arena as {@link #export} does, but tracked: the storage keeps its arena after its close only
+     * until the lease is closed.
+     *
+     * @param storage the device storage to share
+     * @return the lease; close it once every process that opened its handle has closed its mapping or is gone
+     * @throws IllegalStateException if the storage is closed
+     * @throws CudaException         if the driver cannot export the arena
+     */
+    public static ExportLease exportLease(DevicePageStorage storage) {
+        return new ExportLease(storage, encode(storage, storage.ipcHandle(true)));
+    }
+
+    /**
+     * A tracked export of a storage's arena ({@link #exportLease}). While it is open the storage's close keeps the
+     * arena. Thread-safe.
+     */
+    public static final class ExportLease implements AutoCloseable {
+        private final DevicePageStorage storage;
+        private final byte[] handle;
+        private boolean closed;
+
+        private ExportLease(DevicePageStorage storage, byte[] handle) {
+            this.storage = storage;
+            this.handle = handle;
+        }
+
+        /**
+         * {@return a copy of the exported handle, for {@link DeviceIpc#open} in another process}
+         *
+         * @throws IllegalStateException if the lease or the storage is closed: a closed pool's arena is not handed out
+         */
+        public synchronized byte[] handle() {
+            if (closed) {
+                throw new IllegalStateException("export lease of " + storage + " is closed");
+            }
+            if (storage.isClosed()) {
+                throw new IllegalStateException("the exported " + storage + " is closed: its arena is not handed out again");
+            }
+            return handle.clone();
+        }
+
+        /** {@return the exported storage} */
+        public DevicePageStorage storage() {
+            return storage;
+        }
+
+        /**
+         * Ends the lease: the caller states that every process that opened its handle has closed its mapping or is gone.
+         * A closed storage whose last lease this is frees its arena now. Idempotent.
+         */
+        @Override
+        public synchronized void close() {
+            if (!closed) {
+                closed = true;
+                storage.leaseEnded();
+            }
+        }
+
+        @Override
+        public synchronized String toString() {
+            return "export lease of " + storage + (closed ? ", closed" : "");
+        }
+    }
+
+    private static byte[] encode(DevicePageStorage storage, CUipcMemHandle h) {
         final DeviceLayout d = storage.deviceLayout();
         final ByteBuffer b = ByteBuffer.allocate(EXPORT_BYTES).order(ByteOrder.LITTLE_ENDIAN);
         b.putInt(MAGIC).putInt(VERSION).putLong(d.layout().fingerprint()).putInt(d.pages()).putInt(storage.deviceOrdinal()).putLong(d.arenaBytes());

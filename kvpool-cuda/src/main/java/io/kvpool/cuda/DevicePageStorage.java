@@ -82,6 +82,11 @@ public final class DevicePageStorage implements PageStorage {
     private CUstream ownStream; // created at the first synchronous MEMCPY_BATCH offload or restore (guarded by this)
     private final int ordinal;
     private volatile boolean closed;
+    /** {@link DeviceIpc.ExportLease}s not closed yet: while any is open, {@link #close()} keeps the arena (guarded by this). */
+    private int openLeases;
+    /** Exported by {@link DeviceIpc#export}, whose importers nobody tracks: the arena stays until the process ends (guarded by this). */
+    private boolean exportedUntracked;
+    private volatile boolean arenaFreed; // with the context reference it needs (written under this)
 
     private DevicePageStorage(KvLayout layout, int pages, int ordinal) {
         Cuda.requireAvailable();
@@ -242,17 +247,71 @@ public final class DevicePageStorage implements PageStorage {
     /**
      * Takes the arena's IPC handle under this storage's monitor, from the open check to the driver call, so that
      * {@link #close()} cannot free the arena in between (a handle to freed memory, or to memory reused since, would let
-     * a peer write into someone else's allocation).
+     * a peer write into someone else's allocation). From then on {@link #close()} keeps the arena: until
+     * {@link #leaseEnded()} for each tracked export, for good for an untracked one.
      *
+     * @param tracked whether a {@link DeviceIpc.ExportLease} will end it ({@link #leaseEnded()}), else kept until the process ends
      * @throws IllegalStateException if the storage is closed
      * @throws CudaException         if the driver cannot export the arena
      */
-    synchronized jcuda.driver.CUipcMemHandle ipcHandle() {
+    synchronized jcuda.driver.CUipcMemHandle ipcHandle(boolean tracked) {
         ensureOpen();
         current();
         final jcuda.driver.CUipcMemHandle h = new jcuda.driver.CUipcMemHandle();
         CudaException.check(CudaException.code(() -> JCudaDriver.cuIpcGetMemHandle(h, arena)), "cuIpcGetMemHandle");
+        if (tracked) {
+            openLeases++;
+        } else {
+            exportedUntracked = true;
+        }
         return h;
+    }
+
+    /**
+     * One tracked export ended: every process that opened it has closed its mapping or is gone. A closed storage frees
+     * its arena with the last one. Once per lease ({@link DeviceIpc.ExportLease#close()} sees to it).
+     */
+    synchronized void leaseEnded() {
+        if (openLeases <= 0) {
+            throw new IllegalStateException("no export lease of " + this + " is open");
+        }
+        openLeases--;
+        if (closed && openLeases == 0) {
+            freeArenaIfUnshared(); // the warning that it stays was said at close; this says it only for an untracked export
+        }
+    }
+
+    /** @return IPC export leases not ended yet (tests) */
+    synchronized int openLeases() {
+        return openLeases;
+    }
+
+    /** @return whether the arena was freed (tests) */
+    synchronized boolean arenaFreed() {
+        return arenaFreed;
+    }
+
+    /** Test-only: {@link #close()} frees the arena even while an IPC export may still map it (the unsafe old way). */
+    static volatile boolean unsafeFreeExportedArenaForTests;
+
+    /** Frees the arena and the context reference it needs, unless a process may still map it (caller holds the lock, closed). */
+    private void freeArenaIfUnshared() {
+        if (arenaFreed) {
+            return;
+        }
+        if ((openLeases > 0 || exportedUntracked) && !unsafeFreeExportedArenaForTests) {
+            // cuMemFree under another process's cuIpcOpenMemHandle mapping is undefined, and the next cuMemAlloc here may
+            // hand the same memory to another pool while that peer can still write it: keep it, as a quarantine keeps pages
+            LOG.log(System.Logger.Level.WARNING, this + " closed; its " + dl.arenaBytes() + "-byte arena stays allocated: "
+                + (exportedUntracked ? "it was exported by DeviceIpc.export, whose importers nobody tracks, so until this process ends"
+                : openLeases + " IPC export lease(s) are open (a peer process may still map it), so until they end"
+                + " (CudaIpcLink: its teardown is proven) or this process ends"));
+            return;
+        }
+        arenaFreed = true;
+        CudaException.code(() -> JCudaDriver.cuCtxSetCurrent(context));
+        CudaException.code(() -> JCudaDriver.cuMemFree(arena));
+        CudaException.code(() -> JCudaDriver.cuDevicePrimaryCtxRelease(device));
     }
 
     /** Makes this storage's (primary) context current on the calling thread. */
@@ -272,6 +331,11 @@ public final class DevicePageStorage implements PageStorage {
 
     private void current() {
         CudaException.check(CudaException.code(() -> JCudaDriver.cuCtxSetCurrent(context)), "cuCtxSetCurrent");
+    }
+
+    /** @return whether {@link #close()} was called (the arena may still be kept for IPC) */
+    boolean isClosed() {
+        return closed;
     }
 
     private void ensureOpen() {
@@ -953,7 +1017,12 @@ public final class DevicePageStorage implements PageStorage {
         CudaException.check(CudaException.code(() -> JCudaDriver.cuCtxSynchronize()), "cuCtxSynchronize after writePage(" + page + ")");
     }
 
-    /** Frees the arena, the module and the primary-context reference. Idempotent. */
+    /**
+     * Frees the module, the scratch buffer, the arena and the primary-context reference. Idempotent. An arena that was
+     * exported ({@link DeviceIpc}) stays allocated while another process may map it: until every
+     * {@link DeviceIpc.ExportLease} is closed, or, after {@link DeviceIpc#export}, until this process ends. A WARNING says
+     * so with the arena's size.
+     */
     @Override
     public synchronized void close() {
         if (closed) {
@@ -972,13 +1041,12 @@ public final class DevicePageStorage implements PageStorage {
         CudaException.code(() -> JCudaDriver.cuCtxSynchronize());
         CudaException.code(() -> JCudaDriver.cuModuleUnload(module));
         CudaException.code(() -> JCudaDriver.cuMemFree(scratch));
-        CudaException.code(() -> JCudaDriver.cuMemFree(arena));
-        CudaException.code(() -> JCudaDriver.cuDevicePrimaryCtxRelease(device));
+        freeArenaIfUnshared();
     }
 
     @Override
     public String toString() {
         return "DevicePageStorage[" + dl.pages() + " pages of " + dl.layout() + ", " + dl.arenaBytes() + " bytes"
-            + (closed ? ", closed" : "") + "]";
+            + (closed ? (arenaFreed ? ", closed" : ", closed, arena kept for IPC") : "") + "]";
     }
 }

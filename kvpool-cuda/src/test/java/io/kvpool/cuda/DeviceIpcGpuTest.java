@@ -35,13 +35,15 @@ class DeviceIpcGpuTest {
                 dev.fill(p, FillMode.CANARY);
             }
             final Path handle = dir.resolve("handle");
-            Files.write(handle, DeviceIpc.export(dev));
+            final DeviceIpc.ExportLease lease = DeviceIpc.exportLease(dev);
+            Files.write(handle, lease.handle());
             final Process child = new ProcessBuilder(Path.of(System.getProperty("java.home"), "bin", "java").toString(),
                 "--enable-native-access=ALL-UNNAMED", "-cp", System.getProperty("java.class.path"), IpcWriterMain.class.getName(),
                 handle.toString()).redirectErrorStream(true).start();
             assertTrue(child.waitFor(60, TimeUnit.SECONDS), "the child did not finish");
             final String out = new String(child.getInputStream().readAllBytes());
             assertEquals(0, child.exitValue(), out);
+            lease.close(); // the only importer has exited: the pool's close may free the arena
             final MemorySegment page = arena.allocate(l.bytesPerPage(), 16);
             dev.readPage(3, page);
             for (long o = 0; o < page.byteSize(); o += 8) {

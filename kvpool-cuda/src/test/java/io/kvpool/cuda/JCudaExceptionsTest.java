@@ -7,9 +7,7 @@ import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
 
 import java.io.IOException;
-import java.nio.file.Files;
 import java.nio.file.Path;
-import java.util.List;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertTrue;
@@ -19,12 +17,8 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
  * kvpool-cuda neither changes the host application's setting nor depends on it — every driver call goes through
  * {@link CudaException#code}, which turns JCuda's exception back into the {@code CUresult}.
  *
- * <p>No GPU here, and JCuda's natives need {@code libcuda.so.1}. So a child JVM first loads a tiny stub
- * {@code libcuda.so.1} built here with gcc ({@code cuInit}/{@code cuDeviceGetCount} answering "one device",
- * {@code cuCtxSetCurrent} succeeding, {@code cuEventQuery} answering {@code CUDA_ERROR_NOT_READY} = 600, i.e. a batch
- * still running); the dynamic linker then satisfies JCuda's {@code DT_NEEDED libcuda.so.1} with it (matched by
- * soname), and only the entry points called are needed (lazy binding). The child runs one scenario and prints one
- * line, which the test checks. A child keeps the stub out of the surefire JVM.
+ * <p>No GPU here, and JCuda's natives need {@code libcuda.so.1}: a child JVM runs each scenario over
+ * {@link StubLibcuda} (a batch is always still running) and prints one line, which the test checks.
  */
 class JCudaExceptionsTest {
 
@@ -33,48 +27,10 @@ class JCudaExceptionsTest {
     /** The same stub, its driver of CUDA 12.8: older than the release that built the kernels. */
     private static Path oldDriverStub;
 
-    private static final String STUB = """
-        /* just enough of libcuda.so.1 for JCuda to load and for the calls below */
-        #include <stdio.h>
-        #include <unistd.h>
-        #ifndef DRIVER_VERSION
-        #define DRIVER_VERSION 13000
-        #endif
-        int cuInit(unsigned flags) { (void) flags; return 0; }
-        int cuDriverGetVersion(int* v) { *v = DRIVER_VERSION; return 0; }
-        int cuDeviceGetCount(int* count) { *count = 1; return 0; }
-        int cuCtxSetCurrent(void* ctx) { (void) ctx; return 0; }
-        int cuEventQuery(void* event) { (void) event; return 600; /* CUDA_ERROR_NOT_READY: still running */ }
-        /* a batch that takes 3 s to finish; the test sees a thread inside this call by its stack */
-        int cuEventSynchronize(void* event) { (void) event; sleep(3); return 0; }
-        int cuDevicePrimaryCtxRetain(void** ctx, int dev) { (void) dev; *ctx = (void*) 0; return 0; }
-        int cuDevicePrimaryCtxRelease(int dev) { puts("released context"); fflush(stdout); (void) dev; return 0; }
-        int cuDevicePrimaryCtxRelease_v2(int dev) { puts("released context"); fflush(stdout); (void) dev; return 0; }
-        int cuDeviceGet(int* dev, int ordinal) { *dev = ordinal; return 0; }
-        typedef struct { char reserved[64]; } ipc_handle;
-        int cuIpcOpenMemHandle_v2(unsigned long long* p, ipc_handle h, unsigned flags) { (void) h; (void) flags; *p = 0x700000000ULL; return 0; }
-        /* the allocation behind any opened handle: one 4 KiB block, whatever the handle claims */
-        int cuMemGetAddressRange_v2(unsigned long long* base, unsigned long* size, unsigned long long p) {
-            if (base) *base = p; if (size) *size = 4096; return 0;
-        }
-        int cuIpcCloseMemHandle(unsigned long long p) { (void) p; puts("closed mapping"); fflush(stdout); return 0; }
-        """;
-
     @BeforeAll
     static void buildStub() throws IOException, InterruptedException {
-        NativeTools.assumeUsable("gcc", "to build a stub libcuda.so.1 for JCuda's natives");
-        Files.createDirectories(WORK);
-        final Path src = WORK.resolve("stub_cuda.c");
-        Files.writeString(src, STUB);
-        stub = WORK.resolve("libcuda.so.1").toAbsolutePath();
-        final String err = NativeTools.run(List.of("gcc", "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", "-o", stub.toString(),
-            src.toString()), null, 60);
-        assertTrue(err == null, () -> "building the stub failed: " + err);
-        Files.createDirectories(WORK.resolve("old-driver"));
-        oldDriverStub = WORK.resolve("old-driver/libcuda.so.1").toAbsolutePath();
-        final String oldErr = NativeTools.run(List.of("gcc", "-shared", "-fPIC", "-DDRIVER_VERSION=12080", "-Wl,-soname,libcuda.so.1",
-            "-o", oldDriverStub.toString(), src.toString()), null, 60);
-        assertTrue(oldErr == null, () -> "building the old-driver stub failed: " + oldErr);
+        stub = StubLibcuda.build(WORK, 13000);
+        oldDriverStub = StubLibcuda.build(WORK.resolve("old-driver"), 12080);
     }
 
     /** Runs {@link Child} with the scenario in a fresh JVM over the stub; returns its output. */
@@ -83,12 +39,7 @@ class JCudaExceptionsTest {
     }
 
     private static String child(Path libcuda, String scenario) throws InterruptedException {
-        final String java = Path.of(System.getProperty("java.home"), "bin", "java").toString();
-        final StringBuilder out = new StringBuilder();
-        final String err = NativeTools.run(List.of(java, "--enable-native-access=ALL-UNNAMED", "-cp", System.getProperty("java.class.path"),
-            Child.class.getName(), libcuda.toString(), scenario), out, 60);
-        assertTrue(err == null, () -> "the child JVM failed: " + err);
-        return out.toString().strip();
+        return StubLibcuda.child(libcuda, Child.class, scenario);
     }
 
     /**

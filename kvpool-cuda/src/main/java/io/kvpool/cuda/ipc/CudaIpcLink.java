@@ -37,7 +37,10 @@ import java.util.function.Supplier;
  *       {@link io.kvpool.cuda.DeviceIpc}: a versioned handle carrying the layout fingerprint) and puts it,
  *       with the slots, into the region key ({@link RegionKey}). The key names the slots the peer may
  *       address; the handle maps the whole arena. {@link Registration#revoke()} is {@code false}: an
- *       exporter cannot take back a mapping another process opened.</li>
+ *       exporter cannot take back a mapping another process opened. The export is a lease
+ *       ({@link io.kvpool.cuda.DeviceIpc.ExportLease}), one per link and storage: the storage keeps its arena past
+ *       its close until the lease ends, which a proven {@link #tearDown()} does. A closed storage is not
+ *       registered.</li>
  *   <li><b>Attach</b> checks the key; the first {@link #putBatch} for a handle opens the peer's arena,
  *       once per link and handle ({@link io.kvpool.cuda.DeviceIpc#open}: a handle for another layout is
  *       refused naming both fingerprints).</li>
@@ -147,7 +150,8 @@ public final class CudaIpcLink implements PeerLink {
     private final ArrayDeque<PendingFlush> flushes = new ArrayDeque<>();
     private final ArrayDeque<Event> events = new ArrayDeque<>();
     private final Map<ByteBuffer, IpcEngine.Mapping> mappings = new HashMap<>();
-    private final Map<PageStorage, byte[]> exports = new IdentityHashMap<>();
+    /** Ended once the teardown is proven; until then each keeps its storage's arena past the storage's close. */
+    private final Map<PageStorage, IpcEngine.Export> exports = new IdentityHashMap<>();
     private IpcEngine engine;
     private boolean engineClosed;
     private long nextSeq = 1;
@@ -403,6 +407,7 @@ public final class CudaIpcLink implements PeerLink {
      * @throws IndexOutOfBoundsException if a slot is outside the storage
      * @throws IllegalArgumentException  if the storage cannot be exported, a slot is repeated, or there are more slots
      *                                   than one region key holds
+     * @throws IllegalStateException     if the storage is closed
      */
     @Override
     public Registration register(PageStorage storage, int[] slots) {
@@ -412,12 +417,13 @@ public final class CudaIpcLink implements PeerLink {
             throw new IllegalArgumentException(slots.length + " slots in one registration, at most " + MAX_REGISTERED_SLOTS);
         }
         SlotChecks.requireDistinct(slots, storage.pageCount(), "registered twice");
-        exported = true; // conservative: from here on the peer may hold a handle to this arena
-        byte[] handle = exports.get(storage);
-        if (handle == null) {
-            handle = engine().export(storage);
-            exports.put(storage, handle);
+        IpcEngine.Export export = exports.get(storage);
+        if (export == null) {
+            export = engine().export(storage);
+            exports.put(storage, export);
         }
+        final byte[] handle = export.handle(); // throws for a closed storage: its arena is not handed out again
+        exported = true; // conservative: from here on the peer may hold a handle to this arena
         // an exporter cannot close a mapping another process opened: nothing to revoke (tearDown() is the proof)
         return FixedRegistration.of(new RegionKey(handle, nextRegistration++, slots.clone()).encode());
     }
@@ -426,7 +432,8 @@ public final class CudaIpcLink implements PeerLink {
      * Closes the socket and everything this side opened ({@link #close()}), then says whether the peer can
      * no longer write into this side's arena: {@code true} once the peer process is gone, or if this link
      * never exported anything; {@code false} while the peer lives (call again) and when it is this process.
-     * Idempotent.
+     * Once proven it ends this link's exports: a closed storage may then free its arena
+     * ({@link io.kvpool.cuda.DeviceIpc.ExportLease}). Idempotent.
      */
     @Override
     public boolean tearDown() {
@@ -434,10 +441,26 @@ public final class CudaIpcLink implements PeerLink {
             close();
             tornDown = true;
         }
-        if (!exported) {
-            return true;
+        final boolean proven = !exported || unsafe.contains(Unsafe.TEARDOWN_WITHOUT_PROOF) || peerGone.getAsBoolean();
+        if (proven) {
+            endExports();
         }
-        return unsafe.contains(Unsafe.TEARDOWN_WITHOUT_PROOF) || peerGone.getAsBoolean();
+        return proven;
+    }
+
+    private void endExports() {
+        RuntimeException first = null;
+        for (IpcEngine.Export e : exports.values()) {
+            try {
+                e.end();
+            } catch (RuntimeException failure) {
+                first = first == null ? failure : first;
+            }
+        }
+        exports.clear();
+        if (first != null) {
+            throw first;
+        }
     }
 
     // ---- sender side ----

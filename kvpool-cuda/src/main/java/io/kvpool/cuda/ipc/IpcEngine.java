@@ -31,10 +31,27 @@ interface IpcEngine {
     }
 
     /**
-     * @return this process's export handle for the storage's memory (the same bytes for the same storage)
-     * @throws IllegalArgumentException if this engine cannot export that kind of storage
+     * This process's export of a storage's memory. While it is not {@linkplain #end() ended} the storage keeps that
+     * memory past its close: a peer may still map it. It outlives the engine that made it.
      */
-    byte[] export(PageStorage storage);
+    interface Export {
+        /**
+         * @return the handle a peer opens ({@link #open})
+         * @throws IllegalStateException if the storage is closed: a closed pool's memory is not handed out again
+         */
+        byte[] handle();
+
+        /** Every process that opened the handle has closed its mapping or is gone: the storage may free it. Idempotent. */
+        void end();
+    }
+
+    /**
+     * @return a new export of the storage's memory (the same handle bytes for the same storage); end it once no peer
+     *         can map it
+     * @throws IllegalArgumentException if this engine cannot export that kind of storage
+     * @throws IllegalStateException    if the storage is closed
+     */
+    Export export(PageStorage storage);
 
     /**
      * Opens a peer's exported arena in this process ({@code cuIpcOpenMemHandle}).

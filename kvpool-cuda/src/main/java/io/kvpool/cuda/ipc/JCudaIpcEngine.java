@@ -99,12 +99,23 @@ final class JCudaIpcEngine implements IpcEngine {
     }
 
     @Override
-    public byte[] export(PageStorage storage) {
+    public Export export(PageStorage storage) {
         ensureOpen();
         if (!(storage instanceof DevicePageStorage d)) {
             throw new IllegalArgumentException("the CUDA IPC transport exposes a DevicePageStorage; " + storage + " is not one");
         }
-        return DeviceIpc.export(d);
+        final DeviceIpc.ExportLease lease = DeviceIpc.exportLease(d);
+        return new Export() {
+            @Override
+            public byte[] handle() {
+                return lease.handle();
+            }
+
+            @Override
+            public void end() {
+                lease.close();
+            }
+        };
     }
 
     @Override

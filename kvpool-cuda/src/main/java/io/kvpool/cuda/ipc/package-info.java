@@ -18,7 +18,8 @@
  *
  *  register(pool storage, slots)
  *    cuIpcGetMemHandle(arena) → 96-byte DeviceIpc handle (magic, version, layout fingerprint, pages,
- *    device, arena bytes, cudaIpcMemHandle); exported := true
+ *    device, arena bytes, cudaIpcMemHandle) under an export lease, once per link and storage;
+ *    exported := true. While the lease is open the pool's close keeps the arena (no cuMemFree)
  *              ── DESCRIPTOR(…, region key = "CIPK" v1 · handle · slots) ──▶  attach(key): checks the key
  *                                                                 first putBatch for this handle:
  *                                                                   DeviceIpc.open → cuIpcOpenMemHandle
@@ -41,7 +42,8 @@
  *    its context, mapping and queued kernels died with it           true terminal states queued), then
  *    (false while it lives; an exporter cannot revoke               cuIpcCloseMemHandle — a live, well-behaved
  *    a mapping another process opened)                              peer unmaps here, but only its death
- *                                                                   is a proof the exporter can check
+ *    proven: the export leases end; a closed pool                   is a proof the exporter can check
+ *    frees its arena with the last one
  * </pre>
  *
  * <h2>Pieces</h2>

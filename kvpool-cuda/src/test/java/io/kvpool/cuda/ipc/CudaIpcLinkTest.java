@@ -295,12 +295,18 @@ class CudaIpcLinkTest {
     void checkTearDownIsProvenOnlyOnceThePeerIsGone(CudaIpcLink.Unsafe... unsafe) {
         final Pair p = pair(unsafe);
         p.region(1, 2);
+        p.region(3);
+        assertEquals(1, p.rxEngine.openExports, "one export per storage, whatever the registrations");
         assertFalse(p.rx.tearDown(), "the prefill process lives and holds the handle: no proof");
         assertFalse(p.rx.isUp());
         assertThrows(LinkFailedException.class, () -> p.rx.register(p.dst, new int[] {3}));
         assertFalse(p.rx.tearDown(), "asked again: still alive");
+        assertEquals(1, p.rxEngine.openExports, "unproven: the export keeps the storage's memory past its close");
         p.prefillGone = true;
         assertTrue(p.rx.tearDown(), "the prefill process is gone");
+        assertEquals(0, p.rxEngine.openExports, "proven: the export ended, so a closed storage may free its memory");
+        assertTrue(p.rx.tearDown(), "idempotent");
+        assertEquals(0, p.rxEngine.openExports);
         assertTrue(p.tx.tearDown(), "the prefill side exported nothing: nothing to protect");
     }
 
@@ -487,7 +493,7 @@ class CudaIpcLinkTest {
             assertTrue(e.getMessage().contains(Long.toHexString(LAYOUT.fingerprint())), e.getMessage());
         }
         // a key whose slot lies beyond the peer's arena: caught once the arena (32 pages) is known
-        final RemoteRegion beyond = p.tx.attach(new RegionKey(p.rxEngine.export(p.dst), 9, new int[] {32}).encode(), 1);
+        final RemoteRegion beyond = p.tx.attach(new RegionKey(p.rxEngine.handleOf(p.dst), 9, new int[] {32}).encode(), 1);
         final IndexOutOfBoundsException e = assertThrows(IndexOutOfBoundsException.class,
             () -> p.tx.putBatch(beyond, new int[] {0}, p.src, new int[] {0}, 0, 1, 0));
         assertTrue(e.getMessage().contains("slot 32; the peer's arena has 32 pages"), e.getMessage());

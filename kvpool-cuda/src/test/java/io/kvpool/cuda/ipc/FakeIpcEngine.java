@@ -91,6 +91,8 @@ final class FakeIpcEngine implements IpcEngine {
     int opens;
     int copiesRun;
     boolean closed;
+    /** Exports made and not ended yet (a storage would keep its memory past its close for them). */
+    int openExports;
 
     private void ensureOpen() {
         if (closed) {
@@ -99,8 +101,30 @@ final class FakeIpcEngine implements IpcEngine {
     }
 
     @Override
-    public byte[] export(PageStorage storage) {
+    public Export export(PageStorage storage) {
         ensureOpen();
+        final byte[] handle = handleOf(storage);
+        openExports++;
+        return new Export() {
+            private boolean ended;
+
+            @Override
+            public byte[] handle() {
+                return handle.clone();
+            }
+
+            @Override
+            public void end() {
+                if (!ended) {
+                    ended = true;
+                    openExports--;
+                }
+            }
+        };
+    }
+
+    /** @return the handle bytes for a storage (the same bytes for the same storage) */
+    byte[] handleOf(PageStorage storage) {
         final ByteBuffer b;
         if (storage instanceof MappedPageStorage m) {
             final byte[] path = m.file().toAbsolutePath().toString().getBytes(StandardCharsets.UTF_8);

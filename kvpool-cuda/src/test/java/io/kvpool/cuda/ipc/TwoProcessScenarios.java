@@ -67,7 +67,8 @@ abstract class TwoProcessScenarios {
                 TwoProcessScenarios.WAIT_MS);
             listener = CudaIpcTransport.listen(sock, IpcPrefillMain.engines(engine()), decodeUnsafe);
             final IpcEngine exporter = IpcPrefillMain.engines(engine()).get();
-            Files.write(dir.resolve("handle"), exporter.export(pool.storage())); // for the child's "drop"
+            // for the child's "drop"; never ended: the pool's memory stays until this JVM ends, as nothing proves the child unmapped it
+            Files.write(dir.resolve("handle"), exporter.export(pool.storage()).handle());
             exporter.close();
             final List<String> jvmArgs = new ArrayList<>(childJvmArgs());
             jvmArgs.add("-Xmx96m");

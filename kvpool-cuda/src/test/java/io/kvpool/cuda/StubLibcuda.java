@@ -1,0 +1,104 @@
+package io.kvpool.cuda;
+
+import java.io.IOException;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.util.List;
+
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+/**
+ * A stub {@code libcuda.so.1}, built here with gcc, for tests that run kvpool-cuda's driver calls without a GPU. A child
+ * JVM loads it before JCuda's natives; the dynamic linker then satisfies JCuda's {@code DT_NEEDED libcuda.so.1} with it
+ * (matched by soname), and only the entry points called are needed (lazy binding). It answers "one device"; a batch
+ * is always still running ({@code cuEventQuery}: {@code CUDA_ERROR_NOT_READY}, 600) and {@code cuEventSynchronize} takes
+ * 3 s; allocations get distinct fake addresses, and {@code cuMemAlloc}, {@code cuMemFree}, {@code cuIpcCloseMemHandle}
+ * and the context release print a line each ({@code alloc 0x...}, {@code free 0x...}), so a test reads what the child
+ * freed, in order with what the child prints. Kernels launch and copies copy nothing. A child keeps the stub out of the
+ * surefire JVM.
+ */
+final class StubLibcuda {
+
+    private StubLibcuda() {
+    }
+
+    private static final String SOURCE = """
+        /* just enough of libcuda.so.1 for JCuda to load and for the calls kvpool-cuda's tests make */
+        #include <stdio.h>
+        #include <string.h>
+        #include <unistd.h>
+        #ifndef DRIVER_VERSION
+        #define DRIVER_VERSION 13000
+        #endif
+        int cuInit(unsigned flags) { (void) flags; return 0; }
+        int cuDriverGetVersion(int* v) { *v = DRIVER_VERSION; return 0; }
+        int cuDeviceGetCount(int* count) { *count = 1; return 0; }
+        int cuDeviceGet(int* dev, int ordinal) { *dev = ordinal; return 0; }
+        int cuDeviceGetName(char* name, int len, int dev) { (void) dev; snprintf(name, len, "stub device"); return 0; }
+        int cuCtxSetCurrent(void* ctx) { (void) ctx; return 0; }
+        int cuCtxSynchronize(void) { return 0; }
+        int cuEventQuery(void* event) { (void) event; return 600; /* CUDA_ERROR_NOT_READY: still running */ }
+        /* a batch that takes 3 s to finish; a test sees a thread inside this call by its stack */
+        int cuEventSynchronize(void* event) { (void) event; sleep(3); return 0; }
+        int cuDevicePrimaryCtxRetain(void** ctx, int dev) { (void) dev; *ctx = (void*) 0; return 0; }
+        int cuDevicePrimaryCtxRelease(int dev) { puts("released context"); fflush(stdout); (void) dev; return 0; }
+        int cuDevicePrimaryCtxRelease_v2(int dev) { puts("released context"); fflush(stdout); (void) dev; return 0; }
+        int cuMemGetInfo_v2(size_t* free, size_t* total) { *free = 1ULL << 30; *total = 1ULL << 31; return 0; }
+        static unsigned long long next_address = 0x100000000ULL;
+        int cuMemAlloc_v2(unsigned long long* p, size_t bytes) {
+            *p = next_address; next_address += ((bytes >> 20) + 1) << 20;
+            printf("alloc 0x%llx\\n", *p); fflush(stdout); return 0;
+        }
+        int cuMemFree_v2(unsigned long long p) { printf("free 0x%llx\\n", p); fflush(stdout); return 0; }
+        int cuModuleLoadData(void** m, const void* image) { (void) image; *m = (void*) 1; return 0; }
+        int cuModuleGetFunction(void** f, void* m, const char* name) { (void) m; (void) name; *f = (void*) 2; return 0; }
+        int cuModuleUnload(void* m) { (void) m; return 0; }
+        int cuMemcpyHtoD_v2(unsigned long long dst, const void* src, size_t n) { (void) dst; (void) src; (void) n; return 0; }
+        int cuLaunchKernel(void* f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                           unsigned shared, void* stream, void** params, void** extra) {
+            (void) f; (void) gx; (void) gy; (void) gz; (void) bx; (void) by; (void) bz; (void) shared; (void) stream;
+            (void) params; (void) extra; return 0;
+        }
+        typedef struct { char reserved[64]; } ipc_handle;
+        int cuIpcGetMemHandle(ipc_handle* h, unsigned long long p) { memset(h, 0, sizeof *h); memcpy(h->reserved, &p, sizeof p); return 0; }
+        int cuIpcOpenMemHandle_v2(unsigned long long* p, ipc_handle h, unsigned flags) { (void) h; (void) flags; *p = 0x700000000ULL; return 0; }
+        /* the allocation behind any opened handle: one 4 KiB block, whatever the handle claims */
+        int cuMemGetAddressRange_v2(unsigned long long* base, unsigned long* size, unsigned long long p) {
+            if (base) *base = p; if (size) *size = 4096; return 0;
+        }
+        int cuIpcCloseMemHandle(unsigned long long p) { (void) p; puts("closed mapping"); fflush(stdout); return 0; }
+        """;
+
+    /**
+     * Builds the stub into {@code dir}/libcuda.so.1, skipping the calling test (an assumption) without gcc.
+     *
+     * @param driverVersion what {@code cuDriverGetVersion} answers, e.g. 13000 for CUDA 13.0
+     * @return the library's absolute path
+     */
+    static Path build(Path dir, int driverVersion) throws IOException, InterruptedException {
+        NativeTools.assumeUsable("gcc", "to build a stub libcuda.so.1 for JCuda's natives");
+        Files.createDirectories(dir);
+        final Path src = dir.resolve("stub_cuda.c");
+        Files.writeString(src, SOURCE);
+        final Path lib = dir.resolve("libcuda.so.1").toAbsolutePath();
+        final String err = NativeTools.run(List.of("gcc", "-shared", "-fPIC", "-DDRIVER_VERSION=" + driverVersion,
+            "-Wl,-soname,libcuda.so.1", "-o", lib.toString(), src.toString()), null, 60);
+        assertTrue(err == null, () -> "building the stub failed: " + err);
+        return lib;
+    }
+
+    /**
+     * Runs {@code main} in a fresh JVM on this test's class path with {@code args = {libcuda, scenario}}; the child
+     * loads the stub first ({@code System.load(args[0])}).
+     *
+     * @return its output, stdout and stderr merged, stripped
+     */
+    static String child(Path libcuda, Class<?> main, String scenario) throws InterruptedException {
+        final String java = Path.of(System.getProperty("java.home"), "bin", "java").toString();
+        final StringBuilder out = new StringBuilder();
+        final String err = NativeTools.run(List.of(java, "--enable-native-access=ALL-UNNAMED", "-cp", System.getProperty("java.class.path"),
+            main.getName(), libcuda.toString(), scenario), out, 60);
+        assertTrue(err == null, () -> "the child JVM failed: " + err);
+        return out.toString().strip();
+    }
+}
