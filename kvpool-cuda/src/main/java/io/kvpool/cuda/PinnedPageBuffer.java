@@ -58,7 +58,7 @@ public final class PinnedPageBuffer implements AutoCloseable {
         final int c = CudaException.code(() -> JCudaDriver.cuCtxSetCurrent(context));
         if (c != 0) {
             CudaException.code(() -> JCudaDriver.cuDevicePrimaryCtxRelease(owner));
-            throw new CudaException("cuCtxSetCurrent", c, "");
+            throw new CudaException("cuCtxSetCurrent", c, "making the device's primary context current for " + pages + " pinned pages");
         }
         final long bytes = Math.multiplyExact(layout.bytesPerPage(), (long) pages);
         final int r = CudaException.code(() -> JCudaDriver.cuMemHostAlloc(host, bytes,
@@ -71,9 +71,16 @@ public final class PinnedPageBuffer implements AutoCloseable {
         if (d != 0) {
             CudaException.code(() -> JCudaDriver.cuMemFreeHost(host));
             CudaException.code(() -> JCudaDriver.cuDevicePrimaryCtxRelease(owner));
-            throw new CudaException("cuMemHostGetDevicePointer", d, "");
+            throw new CudaException("cuMemHostGetDevicePointer", d, "for " + bytes + " pinned bytes (" + pages + " pages of " + layout + ")");
         }
-        this.segment = MemorySegment.ofAddress(host.address()).reinterpret(bytes, scope, null);
+        try {
+            this.segment = MemorySegment.ofAddress(host.address()).reinterpret(bytes, scope, null);
+        } catch (RuntimeException | Error e) { // e.g. IllegalCallerException: native access is denied to this module
+            scope.close();
+            CudaException.code(() -> JCudaDriver.cuMemFreeHost(host));
+            CudaException.code(() -> JCudaDriver.cuDevicePrimaryCtxRelease(owner));
+            throw e;
+        }
     }
 
     /** {@return the layout of the pages} */
