@@ -97,6 +97,7 @@ final class Connection {
 
     private final HttpFront front;
     private final Channel channel;
+    private final RequestDecoder decoder;
     private final HttpLimits limits;
     private final Executor executor;
     private final ArrayDeque<HttpCall> queued = new ArrayDeque<>();
@@ -131,9 +132,10 @@ final class Connection {
     private boolean drainDone;
     private FullHttpResponse deferred; // a refusal waiting for the calls before it (see "refusals" above)
 
-    Connection(HttpFront front, Channel channel, HttpLimits limits, Executor executor) {
+    Connection(HttpFront front, Channel channel, RequestDecoder decoder, HttpLimits limits, Executor executor) {
         this.front = front;
         this.channel = channel;
+        this.decoder = decoder;
         this.limits = limits;
         this.executor = executor;
         this.lastActivity = System.nanoTime();
@@ -310,6 +312,12 @@ final class Connection {
             head = null;
             body = null;
             reading = Reading.NONE;
+            if (decoder.holdsRequestBytes()) {
+                // the next head began in the read that ended this request: no later read may come to start its timer
+                // (Wire); its deadline starts when the call queued here is answered, as for a head read while busy
+                reading = Reading.HEAD;
+                headDeadline = 0;
+            }
             if (queued.size() >= MAX_QUEUED || (current != null && queuedBytes + call.body().length > limits.maxBodyBytes())) {
                 LOG.log(System.Logger.Level.DEBUG, "connection " + channel.remoteAddress() + " pipelined more than " + MAX_QUEUED + " requests; closed");
                 close(Close.PIPELINE);

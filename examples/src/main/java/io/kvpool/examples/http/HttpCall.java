@@ -150,10 +150,14 @@ public final class HttpCall {
      * {@link #endStream}.
      *
      * @throws IOException           if the client is gone
-     * @throws IllegalStateException if the call was answered already
+     * @throws IllegalStateException if the call was answered already, or is a {@code HEAD} request (answer it with
+     *                               {@link #respond}, which sends no body)
      */
     public void startStream(int status, String contentType) throws IOException {
         Objects.requireNonNull(contentType, "contentType");
+        if ("HEAD".equals(method)) { // the encoder would frame a body the client does not read
+            throw new IllegalStateException("a HEAD request is answered with respond(), not a stream");
+        }
         begin(State.STREAMING);
         final HttpResponse r = new DefaultHttpResponse(HttpVersion.HTTP_1_1, HttpResponseStatus.valueOf(status));
         headers(r, contentType);

@@ -13,7 +13,7 @@ import io.netty.channel.nio.NioIoHandler;
 import io.netty.channel.socket.SocketChannel;
 import io.netty.channel.socket.nio.NioServerSocketChannel;
 import io.netty.handler.codec.http.HttpDecoderConfig;
-import io.netty.handler.codec.http.HttpServerCodec;
+import io.netty.handler.codec.http.HttpResponseEncoder;
 import io.netty.util.AttributeKey;
 import io.netty.util.concurrent.GlobalEventExecutor;
 
@@ -120,14 +120,19 @@ public final class HttpFront implements AutoCloseable {
                     }
                     ch.closeFuture().addListener(done -> open.decrementAndGet());
                     connections.add(ch);
-                    final Connection c = new Connection(HttpFront.this, ch, limits, handlerExecutor.apply(executor));
+                    // the decoder and encoder of HttpServerCodec, apart: the connection asks the decoder what it holds.
+                    // HttpServerCodec's encoder also drops a body sent to HEAD; HttpCall sends none (respond) or refuses
+                    // (startStream)
+                    final RequestDecoder decoder = new RequestDecoder(new HttpDecoderConfig()
+                        .setMaxInitialLineLength(HttpLimits.MAX_REQUEST_LINE_BYTES)
+                        .setMaxHeaderSize(limits.maxHeaderBytes())
+                        .setMaxChunkSize(64 << 10));
+                    final Connection c = new Connection(HttpFront.this, ch, decoder, limits, handlerExecutor.apply(executor));
                     ch.attr(CONNECTION).set(c);
                     ch.pipeline()
                         .addLast("wire", c.new Wire())
-                        .addLast("http", new HttpServerCodec(new HttpDecoderConfig()
-                            .setMaxInitialLineLength(HttpLimits.MAX_REQUEST_LINE_BYTES)
-                            .setMaxHeaderSize(limits.maxHeaderBytes())
-                            .setMaxChunkSize(64 << 10)))
+                        .addLast("http-decoder", decoder)
+                        .addLast("http-encoder", new HttpResponseEncoder())
                         .addLast("calls", c.new Messages());
                 }
             });

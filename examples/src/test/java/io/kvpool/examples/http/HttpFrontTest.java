@@ -239,6 +239,32 @@ class HttpFrontTest {
         }
     }
 
+    /**
+     * The next request's head may arrive in the same read as the end of the one before it; its deadline still runs from
+     * that read, so a head that never completes is 408 after the header timeout, not an idle close after the idle
+     * timeout. Blank lines after a request are not a head (RFC 9112 §2.2): that connection closes as idle.
+     */
+    @Test
+    void aHeadBegunInTheReadThatEndedTheRequestBeforeIsTimedAsAHead() throws Exception {
+        start(new HttpLimits(8, 4096, 1024, Duration.ofMillis(300), Duration.ofSeconds(3), Duration.ofSeconds(3)), ECHO);
+        try (Socket s = connect()) {
+            final long t0 = System.nanoTime();
+            send(s, "POST /a HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\nabGET /b HTTP/1.1\r\nHo");
+            assertTrue(readOne(s).endsWith("POST /a 2"));
+            final String r = readToClose(s);
+            final long ms = TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - t0);
+            assertTrue(r.startsWith("HTTP/1.1 408 ") && r.contains("\"reason\":\"header_timeout\""), () -> ms + " ms: " + r);
+            assertTrue(ms < 2_000, ms + " ms: timed as an idle connection (3 s), not as a head (300 ms)");
+        }
+        awaitClosed("refused", 1);
+        try (Socket s = connect()) { // control: trailing blank lines only
+            send(s, "POST /a HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\nab\r\n\r\n");
+            assertTrue(readOne(s).endsWith("POST /a 2"));
+            assertEquals("", readToClose(s), "closed as idle with nothing to answer");
+        }
+        awaitClosed("idle", 1);
+    }
+
     @Test
     void anIdleConnectionIsClosedAfterTheIdleTimeout_aBusyOneIsNot() throws Exception {
         final CountDownLatch release = new CountDownLatch(1);
@@ -399,6 +425,23 @@ class HttpFrontTest {
             assertTrue(last.startsWith("HTTP/1.1 200") && last.endsWith("GET /4 0") && last.contains("connection: close"), last);
         }
         awaitClosed("requested", 1);
+    }
+
+    /** A stream has no head-only form: a handler that starts one for HEAD is refused, and no chunk reaches the client. */
+    @Test
+    void aStreamStartedForHeadIsRefusedWithoutAFramedBody() throws Exception {
+        start(FAST, call -> {
+            call.startStream(200, "text/plain");
+            call.write("chunk".getBytes(StandardCharsets.UTF_8));
+            call.endStream();
+        });
+        try (Socket s = connect()) {
+            send(s, "HEAD /s HTTP/1.1\r\nHost: x\r\n\r\nGET /s HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+            final String head = readHead(s);
+            assertTrue(head.startsWith("HTTP/1.1 500") && !head.contains("chunked"), head);
+            final String last = readToClose(s);
+            assertTrue(last.startsWith("HTTP/1.1 200") && last.contains("chunked") && last.contains("chunk"), last);
+        }
     }
 
     /**

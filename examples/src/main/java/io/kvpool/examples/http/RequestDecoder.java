@@ -1,0 +1,33 @@
+package io.kvpool.examples.http;
+
+import io.netty.buffer.ByteBuf;
+import io.netty.handler.codec.http.HttpDecoderConfig;
+import io.netty.handler.codec.http.HttpRequestDecoder;
+
+/**
+ * Netty's request decoder, telling {@link Connection} whether it holds bytes of a request not yet decoded: the
+ * start of the next head may come in the same read as the end of the request before it, and its header timer must
+ * start then. On the connection's event loop only.
+ */
+final class RequestDecoder extends HttpRequestDecoder {
+
+    RequestDecoder(HttpDecoderConfig config) {
+        super(config);
+    }
+
+    /**
+     * {@return whether bytes other than blank lines wait undecoded} Asked when a request's last content is read:
+     * Netty hands on each decoded message before it decodes the bytes after it, so what waits then is the next
+     * request's. Blank lines between requests are not a request (RFC 9112 §2.2) and the decoder skips them.
+     */
+    boolean holdsRequestBytes() {
+        final ByteBuf b = internalBuffer();
+        for (int i = b.readerIndex(); i < b.writerIndex(); i++) {
+            final byte c = b.getByte(i);
+            if (c != '\r' && c != '\n') {
+                return true;
+            }
+        }
+        return false;
+    }
+}
