@@ -3,6 +3,8 @@ package io.kvpool.transfer;
 import io.kvpool.KvPool;
 
 import java.time.Duration;
+import java.util.Arrays;
+import java.util.EnumSet;
 import java.util.Objects;
 
 /**
@@ -17,6 +19,7 @@ abstract class EndpointBuilder<B extends EndpointBuilder<B>> {
     NanoClock clock = NanoClock.SYSTEM;
     boolean strictBuild;
     Heartbeat heartbeat = Heartbeat.DEFAULT;
+    final EnumSet<TransferSafeguard> disabled = EnumSet.noneOf(TransferSafeguard.class);
 
     EndpointBuilder(KvPool pool, PeerIdentity identity) {
         this.pool = Objects.requireNonNull(pool, "pool");
@@ -26,6 +29,23 @@ abstract class EndpointBuilder<B extends EndpointBuilder<B>> {
     @SuppressWarnings("unchecked")
     private B self() {
         return (B) this;
+    }
+
+    /**
+     * Adds safeguards to switch off, all of this side's or none ({@code unsafeDisable} on each builder).
+     *
+     * @param senderSide whether this is the sender's builder
+     * @throws IllegalArgumentException if one is the other side's, naming the builder that takes it
+     */
+    final B disable(boolean senderSide, TransferSafeguard... safeguards) {
+        for (TransferSafeguard s : safeguards) {
+            if (s.isSenderSide() != senderSide) {
+                throw new IllegalArgumentException(s + " is the " + (senderSide ? "receiver" : "sender") + "'s safeguard: switch it off on "
+                    + (senderSide ? "TransferReceiver" : "TransferSender") + ".Builder");
+            }
+        }
+        disabled.addAll(Arrays.asList(safeguards));
+        return self();
     }
 
     /**

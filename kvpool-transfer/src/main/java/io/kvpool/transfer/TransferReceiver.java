@@ -15,7 +15,6 @@ import io.kvpool.transfer.wire.WireFormat;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.Arrays;
-import java.util.EnumSet;
 import java.util.List;
 import java.util.Objects;
 import java.util.Set;
@@ -1229,7 +1228,6 @@ public final class TransferReceiver extends TransferEndpoint {
         private int maxTransfers = 1024;
         /** The generation every slot starts from (tests reach a slot's last generation without 2^31 transfers). */
         int firstGenerationForTests;
-        private final EnumSet<TransferSafeguard> disabled = EnumSet.noneOf(TransferSafeguard.class);
 
         private Builder(KvPool pool, PeerIdentity identity) {
             super(pool, identity);
@@ -1342,13 +1340,7 @@ public final class TransferReceiver extends TransferEndpoint {
          * @throws IllegalArgumentException if one is the sender's ({@link TransferSafeguard#isSenderSide()})
          */
         public Builder unsafeDisable(TransferSafeguard... safeguards) {
-            for (TransferSafeguard s : safeguards) {
-                if (s.isSenderSide()) {
-                    throw new IllegalArgumentException(s + " is the sender's safeguard: switch it off on TransferSender.Builder");
-                }
-            }
-            disabled.addAll(Arrays.asList(safeguards));
-            return this;
+            return disable(false, safeguards);
         }
 
         /**

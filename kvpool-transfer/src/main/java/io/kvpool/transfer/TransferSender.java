@@ -10,8 +10,6 @@ import org.agrona.collections.Long2ObjectHashMap;
 
 import java.time.Duration;
 import java.util.ArrayList;
-import java.util.Arrays;
-import java.util.EnumSet;
 import java.util.List;
 import java.util.Objects;
 import java.util.Set;
@@ -904,7 +902,6 @@ public final class TransferSender extends TransferEndpoint {
         private PageChecksums checksummer = PageChecksums.HOST;
         private Duration drainDeadline = Duration.ofSeconds(10);
         private Duration descriptorTimeout = Duration.ofSeconds(60);
-        private final EnumSet<TransferSafeguard> disabled = EnumSet.noneOf(TransferSafeguard.class);
 
         private Builder(KvPool pool, PeerIdentity identity) {
             super(pool, identity);
@@ -918,13 +915,7 @@ public final class TransferSender extends TransferEndpoint {
          * @throws IllegalArgumentException if one is the receiver's ({@link TransferSafeguard#isSenderSide()} false)
          */
         public Builder unsafeDisable(TransferSafeguard... safeguards) {
-            for (TransferSafeguard s : safeguards) {
-                if (!s.isSenderSide()) {
-                    throw new IllegalArgumentException(s + " is the receiver's safeguard: switch it off on TransferReceiver.Builder");
-                }
-            }
-            disabled.addAll(Arrays.asList(safeguards));
-            return this;
+            return disable(true, safeguards);
         }
 
         /**
