@@ -24,7 +24,8 @@ import java.util.function.Consumer;
  * already bound there is a twin: its bind adds nothing and shares the first's meters, which stay until the last of
  * the twins closes. A binder dropped without {@code close()} counts until the collector finds it: while the object
  * lives, a later binder of it is that binder's twin, and the last twin that closes, once the dropped ones are
- * collected, removes the meters.
+ * collected, removes the meters. Once the object is collected too and no binder of it is left, the next bind to that
+ * registry removes them (a new object may then show under the same tags).
  *
  * <p>What is kept of a bind ({@code Shown}) is kept by object, then by registry, both weakly, and holds nothing that
  * reaches its registry (meter ids, not meters; close actions' targets weakly): a registry dropped by the application is
@@ -74,6 +75,11 @@ final class BoundMeters {
      * object (meters hold it weakly too) and on the registry.
      */
     private static final Map<Object, Map<MeterRegistry, Map<String, Shown>>> SHOWN = new WeakHashMap<>();
+    /**
+     * Registry → what it shows, of every object, until the last binder sharing it closes or the sweep takes it (see
+     * {@link #sweepOrphans}): the records of a collected object, which {@link #SHOWN} no longer reaches. Weak on the registry.
+     */
+    private static final Map<MeterRegistry, List<Shown>> BY_REGISTRY = new WeakHashMap<>();
 
     /** {@return the registries for which a record of what they show of {@code observed} is kept} For tests. */
     static int registriesKeptFor(Object observed) {
@@ -140,6 +146,7 @@ final class BoundMeters {
                 }
                 return;
             }
+            sweepOrphans(registry);
             before = Collections.newSetFromMap(new IdentityHashMap<>());
             before.addAll(registry.getMeters());
             adding = new ArrayList<>();
@@ -151,6 +158,7 @@ final class BoundMeters {
                 bound.put(registry, s);
                 if (mine != null) { // recorded only for a bind that succeeded
                     SHOWN.computeIfAbsent(mine, o -> new WeakHashMap<>()).computeIfAbsent(registry, r -> new HashMap<>()).put(key, s);
+                    BY_REGISTRY.computeIfAbsent(registry, r -> new ArrayList<>()).add(s);
                 }
             } catch (RuntimeException | Error e) {
                 closing.forEach(CloseAction::run); // what it added besides meters (peer-info rows), while their meters hold them
@@ -161,6 +169,29 @@ final class BoundMeters {
                 adding = null;
                 closing = null;
             }
+        }
+    }
+
+    /**
+     * Removes from {@code registry} the meters of objects that were collected while every binder that showed them was
+     * dropped unclosed: nothing will close those, and they would refuse a binder of a new object under the same tags.
+     * Meters of a collected object whose binder lives stay: that binder's close removes them. Under the lock.
+     */
+    private static void sweepOrphans(MeterRegistry registry) {
+        final List<Shown> all = BY_REGISTRY.get(registry);
+        if (all == null) {
+            return;
+        }
+        all.removeIf(s -> {
+            if (s.observed.get() != null || !s.release(null)) { // release(null) drops only the collected binders
+                return false;
+            }
+            s.onClose.forEach(CloseAction::run);
+            s.meters.forEach(registry::remove);
+            return true;
+        });
+        if (all.isEmpty()) {
+            BY_REGISTRY.remove(registry);
         }
     }
 
@@ -205,6 +236,10 @@ final class BoundMeters {
                 }
                 s.onClose.forEach(CloseAction::run);
                 s.meters.forEach(registry::remove);
+                final List<Shown> all = BY_REGISTRY.get(registry);
+                if (all != null && all.remove(s) && all.isEmpty()) {
+                    BY_REGISTRY.remove(registry);
+                }
                 final Object o = s.observed.get();
                 final Map<MeterRegistry, Map<String, Shown>> byRegistry = o == null ? null : SHOWN.get(o);
                 final Map<String, Shown> shown = byRegistry == null ? null : byRegistry.get(registry);

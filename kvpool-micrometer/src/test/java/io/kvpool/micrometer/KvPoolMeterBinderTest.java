@@ -216,6 +216,55 @@ class KvPoolMeterBinderTest {
     }
 
     @Test
+    void aNewPoolTakesTheTagsOfACollectedPoolWhoseBinderWasDroppedUnclosed() throws InterruptedException {
+        final SimpleMeterRegistry registry = new SimpleMeterRegistry();
+        KvPool old = pool();
+        new KvPoolMeterBinder(old, Tags.of("pool", "decode")).bindTo(registry); // bound, never closed, not kept
+        final WeakReference<KvPool> oldRef = new WeakReference<>(old);
+        old.close();
+        old = null;
+        for (int i = 0; i < 100 && oldRef.get() != null; i++) {
+            System.gc();
+            Thread.sleep(10);
+        }
+        assertNull(oldRef.get(), "the first pool was collected");
+        System.gc(); // and its binder, which nothing held
+        try (KvPool rebuilt = KvPool.builder(LAYOUT).pages(24).maxContextTokens(64).build()) {
+            final KvPoolMeterBinder second = new KvPoolMeterBinder(rebuilt, Tags.of("pool", "decode"));
+            second.bindTo(registry); // nothing will ever close the first binder's meters: they go now
+            final Map<String, Meter> m = Meters.byKey(registry, "pool", "decode");
+            assertEquals(EXPECTED.keySet(), m.keySet());
+            assertEquals(24, Meters.value(m.get("kvpool.pool.capacity")), "the new pool's capacity, not a collected pool's NaN");
+            everyMeterReadsItsGetter(rebuilt, m);
+            second.close();
+            assertEquals(0, registry.getMeters().size());
+        }
+    }
+
+    @Test
+    void theMetersOfACollectedPoolStayWhileItsBinderLives() throws InterruptedException {
+        final SimpleMeterRegistry registry = new SimpleMeterRegistry();
+        KvPool old = pool();
+        final KvPoolMeterBinder first = new KvPoolMeterBinder(old, Tags.of("pool", "decode"));
+        first.bindTo(registry);
+        final WeakReference<KvPool> oldRef = new WeakReference<>(old);
+        old.close();
+        old = null;
+        for (int i = 0; i < 100 && oldRef.get() != null; i++) {
+            System.gc();
+            Thread.sleep(10);
+        }
+        assertNull(oldRef.get(), "the first pool was collected");
+        try (KvPool rebuilt = pool()) {
+            final IllegalStateException e = assertThrows(IllegalStateException.class,
+                () -> new KvPoolMeterBinder(rebuilt, Tags.of("pool", "decode")).bindTo(registry));
+            assertTrue(e.getMessage().contains("close that binder first"), e.getMessage()); // its close would remove them
+        }
+        first.close();
+        assertEquals(0, registry.getMeters().size());
+    }
+
+    @Test
     void whatIsKeptOfABindGoesWithItsRegistry() throws InterruptedException {
         try (KvPool pool = pool()) {
             for (int i = 0; i < 200; i++) { // a long-lived pool bound to short-lived registries, binders never closed
