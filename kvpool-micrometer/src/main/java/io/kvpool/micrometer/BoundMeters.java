@@ -28,7 +28,7 @@ import java.util.function.Consumer;
  * registry removes them (a new object may then show under the same tags).
  *
  * <p>What is kept of a bind ({@code Shown}) is kept by object, then by registry, both weakly, and holds nothing that
- * reaches its registry (meter ids, not meters; close actions' targets weakly): a registry dropped by the application is
+ * reaches its registry (meters and close actions' targets weakly): a registry dropped by the application is
  * collected even while its objects live, and what was kept for it goes with it.
  *
  * <p>Thread-safe: binds and closes of every binder run one at a time, under one lock (they are rare), so two
@@ -49,12 +49,13 @@ final class BoundMeters {
     /** What one registry shows for one binder class and tags: the object, the meters, and the binders sharing them. */
     private static final class Shown {
         final WeakReference<Object> observed;
-        final List<Meter.Id> meters;
+        /** Weakly: the registry holds them while they are its meters; one it no longer holds is not removed again. */
+        final List<WeakReference<Meter>> meters;
         final List<CloseAction<?>> onClose;
         /** The binders that bound it and have not closed; a dropped one is cleared and no longer counts. */
         final List<WeakReference<BoundMeters>> binders = new ArrayList<>();
 
-        Shown(WeakReference<Object> observed, List<Meter.Id> meters, List<CloseAction<?>> onClose) {
+        Shown(WeakReference<Object> observed, List<WeakReference<Meter>> meters, List<CloseAction<?>> onClose) {
             this.observed = observed;
             this.meters = meters;
             this.onClose = onClose;
@@ -153,7 +154,7 @@ final class BoundMeters {
             closing = new ArrayList<>();
             try {
                 registrations.run();
-                final Shown s = new Shown(observed, adding.stream().map(Meter::getId).toList(), List.copyOf(closing));
+                final Shown s = new Shown(observed, adding.stream().map(WeakReference::new).toList(), List.copyOf(closing));
                 s.binders.add(new WeakReference<>(this));
                 bound.put(registry, s);
                 if (mine != null) { // recorded only for a bind that succeeded
@@ -187,11 +188,26 @@ final class BoundMeters {
                 return false;
             }
             s.onClose.forEach(CloseAction::run);
-            s.meters.forEach(registry::remove);
+            removeMeters(registry, s);
             return true;
         });
         if (all.isEmpty()) {
             BY_REGISTRY.remove(registry);
+        }
+    }
+
+    /**
+     * Removes the meters {@code s}'s bind added that {@code registry} still holds, the same instances: a registry cleared
+     * since may hold another binder's meter under the same id, which a removal by id would take. Under the lock.
+     */
+    private static void removeMeters(MeterRegistry registry, Shown s) {
+        final Set<Meter> held = Collections.newSetFromMap(new IdentityHashMap<>());
+        held.addAll(registry.getMeters());
+        for (WeakReference<Meter> ref : s.meters) {
+            final Meter m = ref.get();
+            if (m != null && held.contains(m)) {
+                registry.remove(m);
+            }
         }
     }
 
@@ -235,7 +251,7 @@ final class BoundMeters {
                     return;
                 }
                 s.onClose.forEach(CloseAction::run);
-                s.meters.forEach(registry::remove);
+                removeMeters(registry, s);
                 final List<Shown> all = BY_REGISTRY.get(registry);
                 if (all != null && all.remove(s) && all.isEmpty()) {
                     BY_REGISTRY.remove(registry);

@@ -242,6 +242,24 @@ class KvPoolMeterBinderTest {
     }
 
     @Test
+    void aBinderRemovesOnlyItsOwnMetersAfterTheRegistryWasCleared() {
+        final SimpleMeterRegistry registry = new SimpleMeterRegistry();
+        try (KvPool first = pool(); KvPool second = KvPool.builder(LAYOUT).pages(24).maxContextTokens(64).build()) {
+            final KvPoolMeterBinder a = new KvPoolMeterBinder(first, Tags.of("pool", "decode"));
+            a.bindTo(registry);
+            registry.clear(); // the application's own: a's meters are gone without its close
+            final KvPoolMeterBinder b = new KvPoolMeterBinder(second, Tags.of("pool", "decode"));
+            b.bindTo(registry);
+            a.close(); // its meters' ids are b's now: not its meters
+            final Map<String, Meter> m = Meters.byKey(registry, "pool", "decode");
+            assertEquals(EXPECTED.keySet(), m.keySet(), "a's close took b's meters");
+            assertEquals(24, Meters.value(m.get("kvpool.pool.capacity")));
+            b.close();
+            assertEquals(0, registry.getMeters().size());
+        }
+    }
+
+    @Test
     void theMetersOfACollectedPoolStayWhileItsBinderLives() throws InterruptedException {
         final SimpleMeterRegistry registry = new SimpleMeterRegistry();
         KvPool old = pool();
