@@ -14,6 +14,7 @@ import io.netty.handler.codec.http.FullHttpResponse;
 import io.netty.handler.codec.http.HttpContent;
 import io.netty.handler.codec.http.HttpHeaderNames;
 import io.netty.handler.codec.http.HttpHeaderValues;
+import io.netty.handler.codec.http.HttpMethod;
 import io.netty.handler.codec.http.HttpRequest;
 import io.netty.handler.codec.http.HttpResponseStatus;
 import io.netty.handler.codec.http.HttpUtil;
@@ -125,6 +126,8 @@ final class Connection {
     private Close closeReason;
 
     private HttpRequest head;
+    /** The request being read is a HEAD: the front's own answer to it carries no body. */
+    private boolean headMethod;
     private byte[] body;
     private int bodyLength;
     private long drained;
@@ -226,6 +229,7 @@ final class Connection {
         if (reading == Reading.REFUSED || reading == Reading.DISCARD) {
             return;
         }
+        headMethod = HttpMethod.HEAD.equals(r.method()); // a head that failed to decode says GET unless its line was read
         final DecoderResult result = r.decoderResult();
         if (result.isFailure()) {
             final Throwable cause = result.cause();
@@ -311,6 +315,7 @@ final class Connection {
                 limits.stallTimeout().toNanos(), executor);
             head = null;
             body = null;
+            headMethod = false;
             reading = Reading.NONE;
             if (decoder.holdsRequestBytes()) {
                 // the next head began in the read that ended this request: no later read may come to start its timer
@@ -516,10 +521,11 @@ final class Connection {
         cancelTimer();
         head = null;
         body = null;
+        final byte[] json = ErrorBodies.of(type, reason, message, fields);
         final FullHttpResponse r = new DefaultFullHttpResponse(HttpVersion.HTTP_1_1, HttpResponseStatus.valueOf(status),
-            Unpooled.wrappedBuffer(ErrorBodies.of(type, reason, message, fields)));
+            headMethod ? Unpooled.EMPTY_BUFFER : Unpooled.wrappedBuffer(json)); // RFC 9110 §9.3.2: no body to HEAD
         r.headers().set(HttpHeaderNames.CONTENT_TYPE, "application/json");
-        r.headers().setInt(HttpHeaderNames.CONTENT_LENGTH, r.content().readableBytes());
+        r.headers().setInt(HttpHeaderNames.CONTENT_LENGTH, json.length);
         r.headers().set(HttpHeaderNames.CONNECTION, HttpHeaderValues.CLOSE);
         r.headers().set(HttpHeaderNames.DATE, HttpCall.date());
         front.refusedRequest();

@@ -18,13 +18,14 @@ final class RequestDecoder extends HttpRequestDecoder {
     /**
      * {@return whether bytes other than blank lines wait undecoded} Asked when a request's last content is read:
      * Netty hands on each decoded message before it decodes the bytes after it, so what waits then is the next
-     * request's. Blank lines between requests are not a request (RFC 9112 §2.2) and the decoder skips them.
+     * request's. Blank lines between requests are not a request (RFC 9112 §2.2): like the decoder, this skips control
+     * characters and whitespace before a request line.
      */
     boolean holdsRequestBytes() {
         final ByteBuf b = internalBuffer();
         for (int i = b.readerIndex(); i < b.writerIndex(); i++) {
-            final byte c = b.getByte(i);
-            if (c != '\r' && c != '\n') {
+            final char c = (char) (b.getByte(i) & 0xFF);
+            if (!Character.isISOControl(c) && !Character.isWhitespace(c)) { // what the decoder skips before a request line
                 return true;
             }
         }

@@ -427,6 +427,23 @@ class HttpFrontTest {
         awaitClosed("requested", 1);
     }
 
+    /** The front's own refusal of a HEAD request has no body either, as any answer to HEAD. */
+    @Test
+    void aRefusalOfAHeadRequestHasNoBody() throws Exception {
+        start(FAST, ECHO);
+        try (Socket s = connect()) {
+            send(s, "HEAD / HTTP/1.1\r\n\r\n"); // no Host: 400
+            final String r = readToClose(s);
+            assertTrue(r.startsWith("HTTP/1.1 400 ") && r.contains("content-length: "), r);
+            assertTrue(r.endsWith("\r\n\r\n"), () -> "a body followed the head: " + r);
+        }
+        try (Socket s = connect()) { // control: the same refusal of a GET has its JSON body
+            send(s, "GET / HTTP/1.1\r\n\r\n");
+            final String r = readToClose(s);
+            assertTrue(r.startsWith("HTTP/1.1 400 ") && r.endsWith("}"), r);
+        }
+    }
+
     /** A stream has no head-only form: a handler that starts one for HEAD is refused, and no chunk reaches the client. */
     @Test
     void aStreamStartedForHeadIsRefusedWithoutAFramedBody() throws Exception {
