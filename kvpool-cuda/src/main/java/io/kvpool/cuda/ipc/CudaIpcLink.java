@@ -621,7 +621,9 @@ public final class CudaIpcLink implements PeerLink {
     /**
      * Closes the socket, waits until the device finished every copy this link enqueued, queues their
      * terminal states (delivered by later {@link #poll}s, as are pending flushes' answers), then closes the
-     * opened arenas and frees the engine. Idempotent.
+     * opened arenas and frees the engine. If the peer process is gone already, ends this link's exports as a proven
+     * {@link #tearDown()} does; otherwise they stay open until one (call it after close once the peer exits, so that a
+     * closed pool frees its arena). Idempotent.
      */
     @Override
     public void close() {
@@ -643,6 +645,11 @@ public final class CudaIpcLink implements PeerLink {
             }
             engineClosed = true;
             engine.close();
+        }
+        // A link closed after its peer exited (a clean shutdown of both sides) proves here what tearDown() would, so a
+        // closed storage may free its arena; while the peer lives the exports stay, until a later tearDown() proves it
+        if (!exports.isEmpty() && (!exported || peerGone.getAsBoolean())) {
+            endExports();
         }
     }
 

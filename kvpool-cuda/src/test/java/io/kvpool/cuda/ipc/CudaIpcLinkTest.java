@@ -323,6 +323,27 @@ class CudaIpcLinkTest {
     }
 
     @Test
+    void aLinkClosedAfterItsPeerExitedEndsItsExports() {
+        final Pair p = pair();
+        p.region(1, 2);
+        p.prefillGone = true; // a clean shutdown: the prefill process exited first
+        p.rx.close();
+        assertEquals(0, p.rxEngine.openExports, "the peer is gone: the pool may free its memory at its close");
+    }
+
+    @Test
+    void aLinkClosedWhileItsPeerLivesKeepsItsExportsUntilATearDownProvesIt() {
+        final Pair p = pair();
+        p.region(1, 2);
+        p.rx.close();
+        assertEquals(1, p.rxEngine.openExports, "the peer may still map the memory");
+        assertFalse(p.rx.tearDown());
+        p.prefillGone = true;
+        assertTrue(p.rx.tearDown(), "a tearDown() after close still proves it");
+        assertEquals(0, p.rxEngine.openExports);
+    }
+
+    @Test
     void aLinkThatNeverRegisteredProvesItsTearDownAtOnce() {
         final Pair p = pair();
         assertTrue(p.rx.tearDown(), "no handle ever left through this link");
