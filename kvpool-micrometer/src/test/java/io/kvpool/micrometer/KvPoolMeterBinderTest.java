@@ -62,6 +62,15 @@ class KvPoolMeterBinderTest {
     }
 
     /** 16 pages of 4 tokens, contexts up to 64 tokens. */
+    /** Runs the collector until {@code ref} is cleared (1 s at most), then asserts it is. */
+    static void awaitCollected(java.lang.ref.Reference<?> ref, String message) throws InterruptedException {
+        for (int i = 0; i < 100 && ref.get() != null; i++) {
+            System.gc();
+            Thread.sleep(10);
+        }
+        assertNull(ref.get(), message);
+    }
+
     static KvPool pool() {
         return KvPool.builder(LAYOUT).pages(16).maxContextTokens(64).build();
     }
@@ -159,11 +168,7 @@ class KvPoolMeterBinderTest {
         assertEquals(1, Meters.value(m.get("kvpool.pool.allocations")));
         holder[0].close();
         holder[0] = null;
-        for (int i = 0; i < 100 && ref.get() != null; i++) {
-            System.gc();
-            Thread.sleep(10);
-        }
-        assertNull(ref.get(), "the binder or the registry's meters kept a dropped pool reachable");
+        awaitCollected(ref, "the binder or the registry's meters kept a dropped pool reachable");
         assertTrue(Double.isNaN(Meters.value(m.get("kvpool.pool.capacity"))), "a collected pool's gauge reads NaN");
         assertEquals(1, Meters.value(m.get("kvpool.pool.allocations")), "a collected pool's counter keeps its last value");
         binder.bindTo(registry); // binds nothing once the pool is gone
@@ -201,11 +206,7 @@ class KvPoolMeterBinderTest {
             first.bindTo(registry); // bound, never closed, not kept: as a server that binds and forgets
             final java.lang.ref.WeakReference<KvPoolMeterBinder> gone = new java.lang.ref.WeakReference<>(first);
             first = null;
-            for (int i = 0; i < 100 && gone.get() != null; i++) {
-                System.gc();
-                Thread.sleep(10);
-            }
-            assertNull(gone.get(), "the first binder was collected");
+            awaitCollected(gone, "the first binder was collected");
             System.gc(); // and whatever only it kept
             final KvPoolMeterBinder second = new KvPoolMeterBinder(pool, Tags.of("pool", "decode"));
             second.bindTo(registry); // the same pool and tags: a twin, not "another binder"
@@ -223,11 +224,7 @@ class KvPoolMeterBinderTest {
         final WeakReference<KvPool> oldRef = new WeakReference<>(old);
         old.close();
         old = null;
-        for (int i = 0; i < 100 && oldRef.get() != null; i++) {
-            System.gc();
-            Thread.sleep(10);
-        }
-        assertNull(oldRef.get(), "the first pool was collected");
+        awaitCollected(oldRef, "the first pool was collected");
         System.gc(); // and its binder, which nothing held
         try (KvPool rebuilt = KvPool.builder(LAYOUT).pages(24).maxContextTokens(64).build()) {
             final KvPoolMeterBinder second = new KvPoolMeterBinder(rebuilt, Tags.of("pool", "decode"));
@@ -268,11 +265,7 @@ class KvPoolMeterBinderTest {
         final WeakReference<KvPool> oldRef = new WeakReference<>(old);
         old.close();
         old = null;
-        for (int i = 0; i < 100 && oldRef.get() != null; i++) {
-            System.gc();
-            Thread.sleep(10);
-        }
-        assertNull(oldRef.get(), "the first pool was collected");
+        awaitCollected(oldRef, "the first pool was collected");
         try (KvPool rebuilt = pool()) {
             final IllegalStateException e = assertThrows(IllegalStateException.class,
                 () -> new KvPoolMeterBinder(rebuilt, Tags.of("pool", "decode")).bindTo(registry));
