@@ -144,6 +144,8 @@ public final class CudaIpcLink implements PeerLink {
     private final ShmLink shm;
     private final Supplier<IpcEngine> engineFactory;
     private final BooleanSupplier peerGone;
+    /** Ends the exports once the peer is gone, for a link closed while it lived. */
+    ExportReaper reaper = ExportReaper.SHARED;
     private final Set<Unsafe> unsafe;
     private final Forward forward = new Forward();
     private final ArrayDeque<Batch> batches = new ArrayDeque<>();
@@ -622,8 +624,8 @@ public final class CudaIpcLink implements PeerLink {
      * Closes the socket, waits until the device finished every copy this link enqueued, queues their
      * terminal states (delivered by later {@link #poll}s, as are pending flushes' answers), then closes the
      * opened arenas and frees the engine. If the peer process is gone already, ends this link's exports as a proven
-     * {@link #tearDown()} does; otherwise they stay open until one (call it after close once the peer exits, so that a
-     * closed pool frees its arena). Idempotent.
+     * {@link #tearDown()} does; otherwise they stay open until it is: a proven {@code tearDown()} ends them, and a
+     * daemon thread checks once a second ({@code ExportReaper}). Idempotent.
      */
     @Override
     public void close() {
@@ -647,9 +649,14 @@ public final class CudaIpcLink implements PeerLink {
             engine.close();
         }
         // A link closed after its peer exited (a clean shutdown of both sides) proves here what tearDown() would, so a
-        // closed storage may free its arena; while the peer lives the exports stay, until a later tearDown() proves it
-        if (!exports.isEmpty() && (!exported || peerGone.getAsBoolean())) {
-            endExports();
+        // closed storage may free its arena; while the peer lives the reaper asks again until it is gone (nobody else
+        // asks a closed link), and a tearDown() meanwhile ends them at once
+        if (!exports.isEmpty()) {
+            if (!exported || peerGone.getAsBoolean()) {
+                endExports();
+            } else {
+                reaper.watch(peerGone, exports.values(), describe());
+            }
         }
     }
 

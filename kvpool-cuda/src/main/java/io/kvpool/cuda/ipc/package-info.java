@@ -43,7 +43,9 @@
  *    (false while it lives; an exporter cannot revoke               cuIpcCloseMemHandle — a live, well-behaved
  *    a mapping another process opened)                              peer unmaps here, but only its death
  *    proven: the export leases end; a closed pool                   is a proof the exporter can check
- *    frees its arena with the last one
+ *    frees its arena with the last one. close() alone:
+ *    ended if the peer is gone, else ExportReaper asks
+ *    once a second until it is
  * </pre>
  *
  * <h2>Pieces</h2>

@@ -58,7 +58,9 @@ class CudaIpcLinkTest {
         final SimLink[] control = net.connect("prefill", "decode", false);
         final FakeIpcEngine txEngine = new FakeIpcEngine();
         final FakeIpcEngine rxEngine = new FakeIpcEngine();
-        boolean prefillGone;
+        volatile boolean prefillGone;
+        /** Checks only when a test asks ({@link ExportReaper#checkNow()}). */
+        final ExportReaper reaper = new ExportReaper(java.time.Duration.ofSeconds(1), false);
         final CudaIpcLink tx;
         final CudaIpcLink rx;
         final HostPageStorage src = HostPageStorage.allocate(LAYOUT, 32);
@@ -69,6 +71,7 @@ class CudaIpcLinkTest {
         Pair(Set<CudaIpcLink.Unsafe> unsafe) {
             tx = new CudaIpcLink(control[0], () -> txEngine, () -> true, unsafe);
             rx = new CudaIpcLink(control[1], () -> rxEngine, () -> prefillGone, unsafe);
+            rx.reaper = reaper;
             toClose.add(src);
             toClose.add(dst);
             for (int p = 0; p < src.pageCount(); p++) {
@@ -329,6 +332,42 @@ class CudaIpcLinkTest {
         p.prefillGone = true; // a clean shutdown: the prefill process exited first
         p.rx.close();
         assertEquals(0, p.rxEngine.openExports, "the peer is gone: the pool may free its memory at its close");
+    }
+
+    @Test
+    void aLinkClosedWhileItsPeerLivesEndsItsExportsOnceThePeerIsGone() {
+        final Pair p = pair();
+        p.region(1, 2);
+        p.rx.close();
+        assertEquals(1, p.rxEngine.openExports, "the peer may still map the memory");
+        assertEquals(1, p.reaper.checkNow(), "the peer lives: still waiting");
+        assertEquals(1, p.rxEngine.openExports);
+        p.prefillGone = true;
+        assertEquals(0, p.reaper.checkNow(), "the peer is gone: nothing waits");
+        assertEquals(0, p.rxEngine.openExports, "a closed pool may free its memory now");
+        assertTrue(p.rx.tearDown(), "and a later tearDown() is proven, ending nothing twice");
+        assertEquals(0, p.rxEngine.openExports);
+    }
+
+    @Test
+    void theReapersThreadEndsTheExportsWithinAPeriodAndStopsWhenNoneWait() throws InterruptedException {
+        final ExportReaper reaper = new ExportReaper(java.time.Duration.ofMillis(20), true);
+        final FakeIpcEngine engine = new FakeIpcEngine();
+        final HostPageStorage storage = HostPageStorage.allocate(LAYOUT, 4);
+        toClose.add(storage);
+        final java.util.concurrent.atomic.AtomicBoolean gone = new java.util.concurrent.atomic.AtomicBoolean();
+        reaper.watch(gone::get, List.of(engine.export(storage)), "test link");
+        Thread.sleep(100); // five periods with the peer alive
+        assertEquals(1, engine.openExports);
+        assertEquals(1, reaper.waiting());
+        gone.set(true);
+        final long until = System.nanoTime() + 5_000_000_000L;
+        while ((engine.openExports != 0 || reaper.waiting() != 0) && System.nanoTime() < until) {
+            Thread.sleep(5);
+        }
+        assertEquals(0, engine.openExports, "ended on the reaper's thread");
+        assertEquals(0, reaper.waiting());
+        engine.close();
     }
 
     @Test

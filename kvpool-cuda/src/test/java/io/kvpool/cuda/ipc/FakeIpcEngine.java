@@ -91,8 +91,8 @@ final class FakeIpcEngine implements IpcEngine {
     int opens;
     int copiesRun;
     boolean closed;
-    /** Exports made and not ended yet (a storage would keep its memory past its close for them). */
-    int openExports;
+    /** Exports made and not ended yet (a storage would keep its memory past its close for them); ended on any thread. */
+    volatile int openExports;
 
     private void ensureOpen() {
         if (closed) {
@@ -104,7 +104,9 @@ final class FakeIpcEngine implements IpcEngine {
     public Export export(PageStorage storage) {
         ensureOpen();
         final byte[] handle = handleOf(storage);
-        openExports++;
+        synchronized (this) {
+            openExports++;
+        }
         return new Export() {
             private boolean ended;
 
@@ -115,9 +117,11 @@ final class FakeIpcEngine implements IpcEngine {
 
             @Override
             public void end() {
-                if (!ended) {
-                    ended = true;
-                    openExports--;
+                synchronized (FakeIpcEngine.this) {
+                    if (!ended) {
+                        ended = true;
+                        openExports--;
+                    }
                 }
             }
         };
