@@ -240,7 +240,8 @@ public final class CompletionClient implements AutoCloseable {
 
     /**
      * Closes a stream that sent nothing for the client's timeout (the request's own timeout ends with the headers): a
-     * request hung in the server must not hold a load thread, and with it the run's report, for ever.
+     * request hung in the server must not hold a load thread, and with it the run's report, for ever. Heartbeat comments
+     * are not progress: a stream of nothing else for the timeout is stalled too.
      */
     private final class StallGuard implements AutoCloseable {
         private volatile long lastProgress = System.nanoTime();
@@ -298,7 +299,9 @@ public final class CompletionClient implements AutoCloseable {
         JsonNode last = null;
         JsonNode error = null;
         for (String line; (line = r.readLine()) != null; ) {
-            guard.progress();
+            if (line.startsWith("data: ") || line.startsWith(": admitted")) {
+                guard.progress(); // not the heartbeat comments: they keep the connection alive, the answer does not move
+            }
             if (line.startsWith(": admitted") && s.abortAfter() == 0) {
                 return aborted(s, t0, ttft, tokens, text);
             }

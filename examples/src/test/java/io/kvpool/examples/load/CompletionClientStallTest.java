@@ -36,6 +36,11 @@ class CompletionClientStallTest {
         final Thread acceptor;
 
         Staller(String head) throws IOException {
+            this(head, null);
+        }
+
+        /** @param every written every 100 ms after the head while the connection lasts; {@code null}: nothing more */
+        Staller(String head, String every) throws IOException {
             ss = new ServerSocket(0, 50, InetAddress.getLoopbackAddress());
             acceptor = Thread.ofVirtual().start(() -> {
                 try {
@@ -51,10 +56,15 @@ class CompletionClientStallTest {
                                 final OutputStream out = s.getOutputStream();
                                 out.write(head.getBytes(StandardCharsets.UTF_8));
                                 out.flush();
+                                while (every != null) { // until the client closes: the write then fails
+                                    Thread.sleep(100);
+                                    out.write(every.getBytes(StandardCharsets.UTF_8));
+                                    out.flush();
+                                }
                                 while (in.read(buf) >= 0) {
                                     // keep reading, answer nothing more
                                 }
-                            } catch (IOException ignored) {
+                            } catch (IOException | InterruptedException ignored) {
                             }
                         });
                     }
@@ -122,6 +132,22 @@ class CompletionClientStallTest {
     @Test
     void aRefusedStreamWhoseBodyStallsEndsWithinTheTimeout() throws Exception {
         stalledAnswer("429 Too Many Requests", shot(Shot.Kind.NORMAL, true, null));
+    }
+
+    /**
+     * A stream that sends nothing but the server's heartbeat comments for {@code --timeout-ms} is stalled: the comments
+     * keep a connection alive, they are not the answer's progress.
+     */
+    @Test
+    void aStreamOfHeartbeatsOnlyEndsAsStalledWithinTheTimeout() throws Exception {
+        final String heartbeat = ": waiting for the KV transfer\n\n";
+        try (Staller srv = new Staller("HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n",
+                 Integer.toHexString(heartbeat.length()) + "\r\n" + heartbeat + "\r\n");
+             CompletionClient c = new CompletionClient(srv.uri(), Duration.ofMillis(500), 1 << 20)) {
+            final Outcome o = sendWithin(c, shot(Shot.Kind.NORMAL, true, null), Duration.ofSeconds(5));
+            assertNotNull(o, "with --timeout-ms 500, a stream of heartbeats only was still read after 5 s");
+            assertEquals("stream_stalled", o.reason(), o::toString);
+        }
     }
 
     /** A garbage request's answer whose body stops is body_stalled with its status, not a failed connection. */
