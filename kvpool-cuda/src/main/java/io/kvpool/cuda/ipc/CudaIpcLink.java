@@ -633,29 +633,33 @@ public final class CudaIpcLink implements PeerLink {
             return;
         }
         closed = true;
-        control.close();
-        if (engine != null && !engineClosed) {
-            if (unsafe.contains(Unsafe.CLOSE_FORGETS_PENDING)) {
-                batches.clear();
-            } else {
-                final int drained = engine.drain();
-                retire(); // every batch has an answer now: DONE, or its error
-                while (!batches.isEmpty()) { // still not ready after a drain: unknown, so FAILED (it may land)
-                    finish(batches.poll(), drained == IpcEngine.DONE ? IpcEngine.NOT_READY : drained);
+        try {
+            control.close();
+            if (engine != null && !engineClosed) {
+                if (unsafe.contains(Unsafe.CLOSE_FORGETS_PENDING)) {
+                    batches.clear();
+                } else {
+                    final int drained = engine.drain();
+                    retire(); // every batch has an answer now: DONE, or its error
+                    while (!batches.isEmpty()) { // still not ready after a drain: unknown, so FAILED (it may land)
+                        finish(batches.poll(), drained == IpcEngine.DONE ? IpcEngine.NOT_READY : drained);
+                    }
+                    answerFlushes();
                 }
-                answerFlushes();
+                engineClosed = true;
+                engine.close();
             }
-            engineClosed = true;
-            engine.close();
-        }
-        // A link closed after its peer exited (a clean shutdown of both sides) proves here what tearDown() would, so a
-        // closed storage may free its arena; while the peer lives the reaper asks again until it is gone (nobody else
-        // asks a closed link), and a tearDown() meanwhile ends them at once
-        if (!exports.isEmpty()) {
-            if (!exported || peerGone.getAsBoolean()) {
-                endExports();
-            } else {
-                reaper.watch(peerGone, exports.values(), describe());
+        } finally {
+            // also after a close that threw: a later close() returns at once, and the exports must still be ended or watched.
+            // A link closed after its peer exited (a clean shutdown of both sides) proves here what tearDown() would, so a
+            // closed storage may free its arena; while the peer lives the reaper asks again until it is gone (nobody else
+            // asks a closed link), and a tearDown() meanwhile ends them at once
+            if (!exports.isEmpty()) {
+                if (!exported || peerGone.getAsBoolean()) {
+                    endExports();
+                } else {
+                    reaper.watch(peerGone, exports.values(), describe());
+                }
             }
         }
     }

@@ -66,7 +66,7 @@ final class ExportReaper {
             boolean gone;
             try {
                 gone = w.peerGone().getAsBoolean();
-            } catch (RuntimeException e) { // unknown: keep waiting, the safe side
+            } catch (RuntimeException | Error e) { // unknown: keep waiting, the safe side; the thread must live on for the others
                 LOG.log(System.Logger.Level.DEBUG, () -> "export reaper: asking whether " + w.link() + "'s peer is gone failed: " + e);
                 gone = false;
             }
@@ -76,7 +76,7 @@ final class ExportReaper {
             for (IpcEngine.Export e : w.exports()) {
                 try {
                     e.end();
-                } catch (RuntimeException failure) { // one storage's failure must not keep the others' arenas
+                } catch (RuntimeException | Error failure) { // one storage's failure must not keep the others' arenas
                     LOG.log(System.Logger.Level.WARNING, "export reaper: ending an export of " + w.link() + " failed: " + failure);
                 }
             }
@@ -92,19 +92,32 @@ final class ExportReaper {
     }
 
     private void run() {
-        while (true) {
-            try {
-                Thread.sleep(periodMillis);
-            } catch (InterruptedException e) {
-                // nobody interrupts this thread on purpose: go on checking, the exports still wait
+        try {
+            while (true) {
+                try {
+                    Thread.sleep(periodMillis);
+                } catch (InterruptedException e) {
+                    // nobody interrupts this thread on purpose: go on checking, the exports still wait
+                }
+                checkNow();
+                synchronized (this) {
+                    if (waiting.isEmpty()) {
+                        thread = null; // a later watch() starts another
+                        return;
+                    }
+                }
             }
-            checkNow();
-            synchronized (this) {
-                if (waiting.isEmpty()) {
-                    thread = null; // a later watch() starts another
-                    return;
+        } finally {
+            synchronized (this) { // left by a throw (a failing log, say): the links still waiting get a new thread
+                if (thread == Thread.currentThread()) {
+                    thread = waiting.isEmpty() ? null : Thread.ofVirtual().name("kvpool-cuda-export-reaper").start(this::run);
                 }
             }
         }
+    }
+
+    /** {@return whether a thread is checking now} (tests) */
+    synchronized boolean running() {
+        return thread != null;
     }
 }

@@ -356,17 +356,30 @@ class CudaIpcLinkTest {
         final HostPageStorage storage = HostPageStorage.allocate(LAYOUT, 4);
         toClose.add(storage);
         final java.util.concurrent.atomic.AtomicBoolean gone = new java.util.concurrent.atomic.AtomicBoolean();
+        final java.util.concurrent.atomic.AtomicBoolean broken = new java.util.concurrent.atomic.AtomicBoolean(true);
+        reaper.watch(() -> { // a proof that fails with an Error until it is mended: the thread must live on for the others
+            if (broken.get()) {
+                throw new StackOverflowError("test");
+            }
+            return true;
+        }, List.of(), "broken link");
         reaper.watch(gone::get, List.of(engine.export(storage)), "test link");
         Thread.sleep(100); // five periods with the peer alive
         assertEquals(1, engine.openExports);
-        assertEquals(1, reaper.waiting());
+        assertEquals(2, reaper.waiting());
         gone.set(true);
         final long until = System.nanoTime() + 5_000_000_000L;
-        while ((engine.openExports != 0 || reaper.waiting() != 0) && System.nanoTime() < until) {
+        while ((engine.openExports != 0 || reaper.waiting() != 1) && System.nanoTime() < until) {
             Thread.sleep(5);
         }
-        assertEquals(0, engine.openExports, "ended on the reaper's thread");
+        assertEquals(0, engine.openExports, "ended on the reaper's thread, past a proof that threw an Error");
+        assertEquals(1, reaper.waiting());
+        broken.set(false);
+        while ((reaper.waiting() != 0 || reaper.running()) && System.nanoTime() < until) {
+            Thread.sleep(5);
+        }
         assertEquals(0, reaper.waiting());
+        assertFalse(reaper.running(), "no thread while nothing waits");
         engine.close();
     }
 
