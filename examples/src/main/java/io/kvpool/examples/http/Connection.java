@@ -150,7 +150,7 @@ final class Connection {
         @Override
         public void channelRead(ChannelHandlerContext ctx, Object msg) {
             lastActivity = System.nanoTime();
-            if (reading == Reading.NONE && msg instanceof ByteBuf b && b.isReadable()) {
+            if (reading == Reading.NONE && msg instanceof ByteBuf b && RequestDecoder.startsRequest(b)) { // a blank line is no head
                 reading = Reading.HEAD;
                 headDeadline = current == null ? lastActivity + limits.headerTimeout().toNanos() : 0;
                 rearm();
@@ -309,7 +309,7 @@ final class Connection {
         b.readBytes(body, bodyLength, n);
         bodyLength += n;
         if (c instanceof LastHttpContent) {
-            final HttpCall call = new HttpCall(this, channel, head.method().name(), head.uri(), head.headers(),
+            final HttpCall call = new HttpCall(this, channel, head.method().name(), RequestDecoder.originForm(head.uri()), head.headers(),
                 bodyLength == body.length ? body : Arrays.copyOf(body, bodyLength), HttpUtil.isKeepAlive(head),
                 head.protocolVersion().minorVersion() == 0,
                 limits.stallTimeout().toNanos(), executor);

@@ -22,13 +22,34 @@ final class RequestDecoder extends HttpRequestDecoder {
      * characters and whitespace before a request line.
      */
     boolean holdsRequestBytes() {
-        final ByteBuf b = internalBuffer();
+        return startsRequest(internalBuffer());
+    }
+
+    /** {@return whether {@code b}'s readable bytes hold more than what the decoder skips before a request line} */
+    static boolean startsRequest(ByteBuf b) {
         for (int i = b.readerIndex(); i < b.writerIndex(); i++) {
             final char c = (char) (b.getByte(i) & 0xFF);
-            if (!Character.isISOControl(c) && !Character.isWhitespace(c)) { // what the decoder skips before a request line
+            if (!Character.isISOControl(c) && !Character.isWhitespace(c)) { // control characters and whitespace
                 return true;
             }
         }
         return false;
+    }
+
+    /**
+     * {@return the request target in origin form (path and query)} An absolute-form target ({@code http://host/a?b}),
+     * which a server must accept (RFC 9112 §3.2.2), becomes {@code /a?b}; any other is returned as it is.
+     */
+    static String originForm(String target) {
+        final int scheme = target.indexOf("://");
+        if (scheme <= 0 || !target.regionMatches(true, 0, "http", 0, 4) || scheme > 5) {
+            return target;
+        }
+        final int path = target.indexOf('/', scheme + 3);
+        final int query = target.indexOf('?', scheme + 3);
+        if (path < 0 || (query >= 0 && query < path)) {
+            return query < 0 ? "/" : "/" + target.substring(query);
+        }
+        return target.substring(path);
     }
 }

@@ -427,6 +427,33 @@ class HttpFrontTest {
         awaitClosed("requested", 1);
     }
 
+    /** Blank lines on an idle connection are not a request's head (RFC 9112 §2.2): no 408, an idle close. */
+    @Test
+    void aBlankLineOnAnIdleConnectionIsNotTimedAsAHead() throws Exception {
+        start(new HttpLimits(8, 4096, 1024, Duration.ofMillis(300), Duration.ofMillis(1_500), Duration.ofSeconds(3)), ECHO);
+        try (Socket s = connect()) {
+            send(s, "GET /a HTTP/1.1\r\nHost: x\r\n\r\n");
+            assertTrue(readOne(s).endsWith("GET /a 0"));
+            send(s, "\r\n");
+            assertEquals("", readToClose(s), "closed as idle with nothing to answer, not refused");
+        }
+        awaitClosed("idle", 1);
+        assertEquals(0L, front.closedConnections().get("refused"));
+    }
+
+    /** A request target in absolute form (RFC 9112 §3.2.2: a server must accept it) reaches the handler as its path. */
+    @Test
+    void anAbsoluteFormTargetReachesTheHandlerAsItsPath() throws Exception {
+        start(FAST, ECHO);
+        try (Socket s = connect()) {
+            send(s, "GET http://x/a?b=1 HTTP/1.1\r\nHost: x\r\n\r\nGET HTTP://x:8080?q HTTP/1.1\r\nHost: x\r\n\r\n"
+                + "GET /c HTTP/1.1\r\nHost: x\r\n\r\n");
+            assertTrue(readOne(s).endsWith("GET /a?b=1 0"));
+            assertTrue(readOne(s).endsWith("GET /?q 0"));
+            assertTrue(readOne(s).endsWith("GET /c 0"));
+        }
+    }
+
     /** The front's own refusal of a HEAD request has no body either, as any answer to HEAD. */
     @Test
     void aRefusalOfAHeadRequestHasNoBody() throws Exception {
