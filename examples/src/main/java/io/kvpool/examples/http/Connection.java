@@ -37,7 +37,8 @@ import java.util.concurrent.TimeUnit;
  * {@link HttpLimits}. Everything here runs on the connection's event loop, except {@link #answered} (any thread).
  *
  * <pre>
- *   reading:  NONE ──first byte──▶ HEAD ──head decoded──▶ BODY ──last content──▶ NONE   (the call is queued)
+ *   reading:  NONE ──first byte──▶ HEAD ──head decoded──▶ BODY ──last content──▶ NONE   (the call is queued;
+ *             (not CR or LF)                                                   HEAD if the decoder holds the next head)
  *                                    │ over a limit, malformed, too slow             │ body over the limit
  *                                    ▼                                               ▼
  *                                 REFUSED (error sent, then close)             DISCARD (413 sent; body read and
@@ -126,7 +127,10 @@ final class Connection {
     private Close closeReason;
 
     private HttpRequest head;
-    /** The request being read is a HEAD: the front's own answer to it carries no body. */
+    /**
+     * The request being read is a HEAD: the front's own answer to it carries no body. Known once its head is decoded: a
+     * 408 for a head that never completed carries its body, and the connection closes after it.
+     */
     private boolean headMethod;
     private byte[] body;
     private int bodyLength;
@@ -149,8 +153,11 @@ final class Connection {
     final class Wire extends ChannelInboundHandlerAdapter {
         @Override
         public void channelRead(ChannelHandlerContext ctx, Object msg) {
-            lastActivity = System.nanoTime();
-            if (reading == Reading.NONE && msg instanceof ByteBuf b && RequestDecoder.startsRequest(b)) { // a blank line is no head
+            final boolean blank = reading == Reading.NONE && msg instanceof ByteBuf b && !RequestDecoder.startsRequest(b);
+            if (!blank) { // blank lines between requests are no head, and no activity: a trickle of them must not keep the connection
+                lastActivity = System.nanoTime();
+            }
+            if (reading == Reading.NONE && !blank && msg instanceof ByteBuf b && b.isReadable()) {
                 reading = Reading.HEAD;
                 headDeadline = current == null ? lastActivity + limits.headerTimeout().toNanos() : 0;
                 rearm();

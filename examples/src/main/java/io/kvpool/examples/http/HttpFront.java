@@ -121,8 +121,8 @@ public final class HttpFront implements AutoCloseable {
                     ch.closeFuture().addListener(done -> open.decrementAndGet());
                     connections.add(ch);
                     // the decoder and encoder of HttpServerCodec, apart: the connection asks the decoder what it holds.
-                    // HttpServerCodec's encoder also drops a body sent to HEAD; HttpCall sends none (respond) or refuses
-                    // (startStream)
+                    // HttpServerCodec's encoder also drops a body sent to HEAD; here HttpCall sends none (respond) or
+                    // refuses (startStream), and so does the connection's own refusal of a HEAD whose head was decoded
                     final RequestDecoder decoder = new RequestDecoder(new HttpDecoderConfig()
                         .setMaxInitialLineLength(HttpLimits.MAX_REQUEST_LINE_BYTES)
                         .setMaxHeaderSize(limits.maxHeaderBytes())

@@ -18,18 +18,19 @@ final class RequestDecoder extends HttpRequestDecoder {
     /**
      * {@return whether bytes other than blank lines wait undecoded} Asked when a request's last content is read:
      * Netty hands on each decoded message before it decodes the bytes after it, so what waits then is the next
-     * request's. Blank lines between requests are not a request (RFC 9112 §2.2): like the decoder, this skips control
-     * characters and whitespace before a request line.
+     * request's. Blank lines between requests are not a request (RFC 9112 §2.2): like Netty's decoder (strict line
+     * parsing, its default), this skips CR and LF before a request line and nothing else; the decoder refuses another
+     * control character there with 400, and takes a space as the start of the line.
      */
     boolean holdsRequestBytes() {
         return startsRequest(internalBuffer());
     }
 
-    /** {@return whether {@code b}'s readable bytes hold more than what the decoder skips before a request line} */
+    /** {@return whether {@code b}'s readable bytes hold more than the CRs and LFs the decoder skips before a request line} */
     static boolean startsRequest(ByteBuf b) {
         for (int i = b.readerIndex(); i < b.writerIndex(); i++) {
-            final char c = (char) (b.getByte(i) & 0xFF);
-            if (!Character.isISOControl(c) && !Character.isWhitespace(c)) { // control characters and whitespace
+            final byte c = b.getByte(i);
+            if (c != '\r' && c != '\n') {
                 return true;
             }
         }

@@ -441,6 +441,38 @@ class HttpFrontTest {
         assertEquals(0L, front.closedConnections().get("refused"));
     }
 
+    /**
+     * Blank lines are no activity either: a client that sends one every half idle timeout is closed as idle all the same.
+     * A head that starts with a space is a head (the decoder takes the space as the start of its line): timed as one.
+     */
+    @Test
+    void aTrickleOfBlankLinesDoesNotKeepAConnection_aLeadingSpaceStartsAHead() throws Exception {
+        start(new HttpLimits(8, 4096, 1024, Duration.ofMillis(300), Duration.ofMillis(1_000), Duration.ofSeconds(3)), ECHO);
+        try (Socket s = connect()) {
+            final long t0 = System.nanoTime();
+            final Thread trickle = Thread.ofVirtual().start(() -> {
+                try {
+                    for (int i = 0; i < 20; i++) {
+                        send(s, "\r\n");
+                        Thread.sleep(400);
+                    }
+                } catch (IOException | InterruptedException closed) {
+                    // closed by the server: expected
+                }
+            });
+            assertEquals("", readToClose(s), "closed with nothing to answer");
+            final long ms = TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - t0);
+            trickle.join(10_000);
+            assertTrue(ms < 4_000, ms + " ms: the blank lines kept an idle connection (idle timeout 1,000 ms)");
+        }
+        awaitClosed("idle", 1);
+        try (Socket s = connect()) {
+            send(s, " ");
+            final String r = readToClose(s);
+            assertTrue(r.startsWith("HTTP/1.1 408 ") && r.contains("header_timeout"), r);
+        }
+    }
+
     /** A request target in absolute form (RFC 9112 §3.2.2: a server must accept it) reaches the handler as its path. */
     @Test
     void anAbsoluteFormTargetReachesTheHandlerAsItsPath() throws Exception {
