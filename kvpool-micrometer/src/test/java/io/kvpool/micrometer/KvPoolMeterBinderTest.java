@@ -61,7 +61,6 @@ class KvPoolMeterBinderTest {
         GAUGES.add(key);
     }
 
-    /** 16 pages of 4 tokens, contexts up to 64 tokens. */
     /** Runs the collector until {@code ref} is cleared (1 s at most), then asserts it is. */
     static void awaitCollected(java.lang.ref.Reference<?> ref, String message) throws InterruptedException {
         for (int i = 0; i < 100 && ref.get() != null; i++) {
@@ -71,6 +70,7 @@ class KvPoolMeterBinderTest {
         assertNull(ref.get(), message);
     }
 
+    /** 16 pages of 4 tokens, contexts up to 64 tokens. */
     static KvPool pool() {
         return KvPool.builder(LAYOUT).pages(16).maxContextTokens(64).build();
     }

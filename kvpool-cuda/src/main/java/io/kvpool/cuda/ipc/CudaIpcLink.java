@@ -39,8 +39,9 @@ import java.util.function.Supplier;
  *       address; the handle maps the whole arena. {@link Registration#revoke()} is {@code false}: an
  *       exporter cannot take back a mapping another process opened. The export is a lease
  *       ({@link io.kvpool.cuda.DeviceIpc.ExportLease}), one per link and storage: the storage keeps its arena past
- *       its close until the lease ends, which a proven {@link #tearDown()} does. A closed storage is not
- *       registered.</li>
+ *       its close until the lease ends once the peer process is gone: at a proven {@link #tearDown()}, at
+ *       {@link #close()} if it is gone already, else from a thread that asks once a second. A closed storage is
+ *       not registered.</li>
  *   <li><b>Attach</b> checks the key; the first {@link #putBatch} for a handle opens the peer's arena,
  *       once per link and handle ({@link io.kvpool.cuda.DeviceIpc#open}: a handle for another layout is
  *       refused naming both fingerprints).</li>
