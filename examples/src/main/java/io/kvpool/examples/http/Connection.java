@@ -54,7 +54,8 @@ import java.util.concurrent.TimeUnit;
  *             built before the stop, is answered, saying close.) So a client that keeps pipelining cannot hold
  *             a connection open through the stop: at most the requests queued at the stop are answered first.
  *   timers:   none while busy; HEAD: the head's deadline (408); BODY: the whole body within the idle timeout
- *             of its head (408); NONE: idle between requests (close, nothing to answer).
+ *             of its head, or of its 100 Continue when that waited for the answer before it (408); NONE: idle
+ *             between requests (close, nothing to answer).
  *   queued:   at most MAX_QUEUED pipelined requests and maxBodyBytes of their bodies behind the call in
  *             progress (beyond: close). Reading never stops: that is how a client's close is seen at once.
  * </pre>
@@ -127,6 +128,8 @@ final class Connection {
     private Close closeReason;
 
     private HttpRequest head;
+    /** The body being read expects a 100 Continue that waits for the answer in progress. */
+    private boolean continuePending;
     /**
      * The request being read is a HEAD: the front's own answer to it carries no body. Known once its head is decoded: a
      * 408 for a head that never completed carries its body, and the connection closes after it.
@@ -283,8 +286,12 @@ final class Connection {
         bodyStarted = System.nanoTime();
         body = new byte[(int) Math.max(0, Math.min(declared, 1 << 16))];
         bodyLength = 0;
-        if (HttpUtil.is100ContinueExpected(r) && current == null && front.accepting()) { // stopping: no upload invited for a 503
-            channel.writeAndFlush(new DefaultFullHttpResponse(HttpVersion.HTTP_1_1, HttpResponseStatus.CONTINUE));
+        if (HttpUtil.is100ContinueExpected(r) && front.accepting()) { // stopping: no upload invited for a 503
+            if (current == null) {
+                channel.writeAndFlush(new DefaultFullHttpResponse(HttpVersion.HTTP_1_1, HttpResponseStatus.CONTINUE));
+            } else {
+                continuePending = true; // behind the answer in progress: HTTP/1.1 answers in order (next())
+            }
         }
         rearm();
     }
@@ -323,6 +330,7 @@ final class Connection {
             head = null;
             body = null;
             headMethod = false;
+            continuePending = false; // the body came without it
             reading = Reading.NONE;
             if (decoder.holdsRequestBytes()) {
                 // the next head began in the read that ended this request: no later read may come to start its timer
@@ -363,6 +371,11 @@ final class Connection {
             }
             if (!front.accepting() && !arrivalCounted) {
                 close(Close.STOPPING); // the front is stopping and nothing is left to answer here
+            }
+            if (continuePending && reading == Reading.BODY && front.accepting()) { // its turn: invite the body now
+                continuePending = false;
+                bodyStarted = System.nanoTime(); // the client starts its body now, not when its head came
+                channel.writeAndFlush(new DefaultFullHttpResponse(HttpVersion.HTTP_1_1, HttpResponseStatus.CONTINUE));
             }
             rearm();
             return;

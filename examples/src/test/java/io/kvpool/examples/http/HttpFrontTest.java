@@ -473,6 +473,33 @@ class HttpFrontTest {
         }
     }
 
+    /**
+     * A request that expects 100 Continue behind a call still with the handler gets its 100 once that call is answered
+     * (HTTP/1.1 answers in order), not never: a client that waits for it sends its body then.
+     */
+    @Test
+    void aPipelinedExpectContinueGetsItsContinueAfterTheAnswerBefore() throws Exception {
+        final CountDownLatch release = new CountDownLatch(1);
+        start(FAST, call -> {
+            if (call.path().equals("/slow")) {
+                release.await(5, TimeUnit.SECONDS);
+            }
+            ECHO.handle(call);
+        });
+        try (Socket s = connect()) {
+            send(s, "GET /slow HTTP/1.1\r\nHost: x\r\n\r\nPOST /b HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n"
+                + "Expect: 100-continue\r\n\r\n");
+            Thread.sleep(600); // both heads read; the first call is with the handler for two body timeouts (300 ms)
+            release.countDown();
+            assertTrue(readOne(s).endsWith("GET /slow 0"));
+            final String cont = readHead(s);
+            assertTrue(cont.startsWith("HTTP/1.1 100 "), "no 100 Continue after the answer before it: " + cont);
+            Thread.sleep(100); // the body's time runs from the 100, not from the head
+            send(s, "abc");
+            assertTrue(readOne(s).endsWith("POST /b 3"));
+        }
+    }
+
     /** A request target in absolute form (RFC 9112 §3.2.2: a server must accept it) reaches the handler as its path. */
     @Test
     void anAbsoluteFormTargetReachesTheHandlerAsItsPath() throws Exception {
