@@ -28,7 +28,8 @@
 #
 # Needs root, iproute2, curl and UCX (libucp.so.0). Without them it skips and says why, unless
 # KVPOOL_NETNS_REQUIRED=true (set by .ci/run), when it fails. Everything it creates (namespaces, veths,
-# processes, its work directory) is removed on exit, also on failure. Run from the repository root after a
+# processes, its work directory) is removed on exit, also on failure; after a SIGKILL of the script itself, which
+# runs no trap, a guard process removes them within a second. Run from the repository root after a
 # build: bash examples/netns/fleet-faults.sh   (FAST=1 shortens every window, for trying the script out)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
@@ -98,6 +99,24 @@ cleanup() {
   exit $rc
 }
 trap cleanup EXIT
+# A SIGKILL of this script runs no trap. A guard outside it then removes what the run made: every process it started
+# runs in one of its namespaces (ip netns pids finds them), and the names are fixed before anything is made. A normal
+# exit removes the work directory first, and the guard then has nothing to do. (A signal to the whole process group
+# kills the servers with the script.)
+guard() {
+  while kill -0 "$1" 2>/dev/null; do sleep 1; done
+  [[ -d $work ]] || exit 0
+  local ns pid v
+  for ns in "$R" "$P" "$D"; do
+    for pid in $(ip netns pids "$ns" 2>/dev/null); do kill -9 "$pid" 2>/dev/null || true; done
+  done
+  sleep 0.2 # the killed processes leave their namespaces
+  for ns in "$R" "$P" "$D"; do ip netns del "$ns" 2>/dev/null || true; done
+  for v in "${tag}rp0" "${tag}rd0" "${tag}pd0"; do ip link del "$v" 2>/dev/null || true; done
+  rm -rf "$work"
+}
+( trap '' HUP INT TERM; set +e; guard $$ ) </dev/null >/dev/null 2>&1 &
+disown "$!"
 # a signal ends the run as failed: "exit N" here runs the EXIT trap with that status (a bare trap on TERM would
 # run cleanup with the status of whatever command the signal interrupted, 0 after a sleep)
 trap 'exit 129' HUP; trap 'exit 130' INT; trap 'exit 143' TERM
