@@ -372,7 +372,9 @@ final class Connection {
             if (!front.accepting() && !arrivalCounted) {
                 close(Close.STOPPING); // the front is stopping and nothing is left to answer here
             }
-            if (continuePending && reading == Reading.BODY && front.accepting()) { // its turn: invite the body now
+            // its turn: invite the body now. Also while stopping: its head came before the stop (the flag is set only while
+            // accepting), so the stop waits to answer it, and a client that waits for the 100 would never send its body
+            if (continuePending && reading == Reading.BODY) {
                 continuePending = false;
                 bodyStarted = System.nanoTime(); // the client starts its body now, not when its head came
                 channel.writeAndFlush(new DefaultFullHttpResponse(HttpVersion.HTTP_1_1, HttpResponseStatus.CONTINUE));

@@ -93,7 +93,7 @@ public final class HttpCall {
         return q < 0 ? uri : uri.substring(0, q);
     }
 
-    /** @return the request target as sent (path and query) */
+    /** @return the request target as sent (path and query); an absolute-form target ({@code http://host/a?b}) as its path and query */
     public String uri() {
         return uri;
     }

@@ -124,6 +124,7 @@ public final class HttpFront implements AutoCloseable {
                     // HttpServerCodec's encoder also drops a body sent to HEAD; here HttpCall sends none (respond) or
                     // refuses (startStream), and so does the connection's own refusal of a HEAD whose head was decoded
                     final RequestDecoder decoder = new RequestDecoder(new HttpDecoderConfig()
+                        .setStrictLineParsing(true) // what RequestDecoder.startsRequest assumes, whatever Netty's default
                         .setMaxInitialLineLength(HttpLimits.MAX_REQUEST_LINE_BYTES)
                         .setMaxHeaderSize(limits.maxHeaderBytes())
                         .setMaxChunkSize(64 << 10));

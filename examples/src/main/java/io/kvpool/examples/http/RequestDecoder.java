@@ -39,12 +39,15 @@ final class RequestDecoder extends HttpRequestDecoder {
 
     /**
      * {@return the request target in origin form (path and query)} An absolute-form target ({@code http://host/a?b}),
-     * which a server must accept (RFC 9112 §3.2.2), becomes {@code /a?b}; any other is returned as it is.
+     * which a server must accept (RFC 9112 §3.2.2), becomes {@code /a?b}; any other, and an http(s) one without a host,
+     * is returned as it is.
      */
     static String originForm(String target) {
         final int scheme = target.indexOf("://");
-        if (scheme <= 0 || !target.regionMatches(true, 0, "http", 0, 4) || scheme > 5) {
-            return target;
+        final boolean http = scheme == 4 && target.regionMatches(true, 0, "http", 0, 4)
+            || scheme == 5 && target.regionMatches(true, 0, "https", 0, 5);
+        if (!http || target.length() == scheme + 3 || "/?".indexOf(target.charAt(scheme + 3)) >= 0) {
+            return target; // not http(s), or no host (RFC 9110 §4.2.1: invalid): left for the handler to refuse
         }
         final int path = target.indexOf('/', scheme + 3);
         final int query = target.indexOf('?', scheme + 3);

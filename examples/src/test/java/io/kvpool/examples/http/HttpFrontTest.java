@@ -500,15 +500,48 @@ class HttpFrontTest {
         }
     }
 
+    /**
+     * A request that expects 100 Continue, read before the front stopped but behind a call still with the handler, gets
+     * its 100 once that call is answered: the stop waits to answer it, and its client waits for the 100.
+     */
+    @Test
+    void aPipelinedExpectContinueReadBeforeTheStopStillGetsItsContinue() throws Exception {
+        final CountDownLatch release = new CountDownLatch(1);
+        start(FAST, call -> {
+            if (call.path().equals("/slow")) {
+                release.await(5, TimeUnit.SECONDS);
+            }
+            ECHO.handle(call);
+        });
+        try (Socket s = connect()) {
+            send(s, "GET /slow HTTP/1.1\r\nHost: x\r\n\r\nPOST /b HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n"
+                + "Expect: 100-continue\r\n\r\n");
+            Thread.sleep(200); // both heads read
+            final Thread stop = Thread.ofVirtual().start(() -> front.stopListening(Duration.ofSeconds(5))); // while /slow is busy
+            Thread.sleep(200);
+            release.countDown();
+            assertTrue(readOne(s).endsWith("GET /slow 0"));
+            final String cont = readHead(s);
+            assertTrue(cont.startsWith("HTTP/1.1 100 "), "no 100 Continue while stopping: " + cont);
+            send(s, "abc");
+            final String last = readToClose(s);
+            assertTrue(last.startsWith("HTTP/1.1 200") && last.endsWith("POST /b 3"), last);
+            stop.join(10_000);
+        }
+    }
+
     /** A request target in absolute form (RFC 9112 §3.2.2: a server must accept it) reaches the handler as its path. */
     @Test
     void anAbsoluteFormTargetReachesTheHandlerAsItsPath() throws Exception {
         start(FAST, ECHO);
         try (Socket s = connect()) {
-            send(s, "GET http://x/a?b=1 HTTP/1.1\r\nHost: x\r\n\r\nGET HTTP://x:8080?q HTTP/1.1\r\nHost: x\r\n\r\n"
+            send(s, "GET http://x/a?b=1 HTTP/1.1\r\nHost: x\r\n\r\nGET HTTPS://x:8080?q HTTP/1.1\r\nHost: x\r\n\r\n"
+                + "GET httpx://x/d HTTP/1.1\r\nHost: x\r\n\r\nGET http:///e HTTP/1.1\r\nHost: x\r\n\r\n"
                 + "GET /c HTTP/1.1\r\nHost: x\r\n\r\n");
             assertTrue(readOne(s).endsWith("GET /a?b=1 0"));
             assertTrue(readOne(s).endsWith("GET /?q 0"));
+            assertTrue(readOne(s).endsWith("GET httpx://x/d 0"), "not http(s): as sent");
+            assertTrue(readOne(s).endsWith("GET http:///e 0"), "no host: as sent");
             assertTrue(readOne(s).endsWith("GET /c 0"));
         }
     }
