@@ -281,16 +281,6 @@ public final class DevicePageStorage implements PageStorage {
         }
     }
 
-    /** @return IPC export leases not ended yet (tests) */
-    synchronized int openLeases() {
-        return openLeases;
-    }
-
-    /** @return whether the arena was freed (tests) */
-    synchronized boolean arenaFreed() {
-        return arenaFreed;
-    }
-
     /** Test-only: {@link #close()} frees the arena even while an IPC export may still map it (the unsafe old way). */
     static volatile boolean unsafeFreeExportedArenaForTests;
 

@@ -47,8 +47,13 @@ final class ExportReaper {
     synchronized void watch(BooleanSupplier peerGone, Collection<IpcEngine.Export> exports, String link) {
         waiting.add(new Waiting(Objects.requireNonNull(peerGone, "peerGone"), List.copyOf(exports), link));
         if (ownThread && thread == null) {
-            thread = Thread.ofVirtual().name("kvpool-cuda-export-reaper").start(this::run);
+            thread = startThread();
         }
+    }
+
+    /** Starts a checking thread (caller holds the lock and records it). */
+    private Thread startThread() {
+        return Thread.ofVirtual().name("kvpool-cuda-export-reaper").start(this::run);
     }
 
     /** {@return the links still waiting for their peer to be gone} */
@@ -110,7 +115,7 @@ final class ExportReaper {
         } finally {
             synchronized (this) { // left by a throw (a failing log, say): the links still waiting get a new thread
                 if (thread == Thread.currentThread()) {
-                    thread = waiting.isEmpty() ? null : Thread.ofVirtual().name("kvpool-cuda-export-reaper").start(this::run);
+                    thread = waiting.isEmpty() ? null : startThread();
                 }
             }
         }
