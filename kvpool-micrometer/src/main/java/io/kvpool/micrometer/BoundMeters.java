@@ -187,8 +187,7 @@ final class BoundMeters {
             if (s.observed.get() != null || !s.release(null)) { // release(null) drops only the collected binders
                 return false;
             }
-            s.onClose.forEach(CloseAction::run);
-            removeMeters(registry, s);
+            takeDown(registry, s);
             return true;
         });
         if (all.isEmpty()) {
@@ -197,10 +196,12 @@ final class BoundMeters {
     }
 
     /**
-     * Removes the meters {@code s}'s bind added that {@code registry} still holds, the same instances: a registry cleared
-     * since may hold another binder's meter under the same id, which a removal by id would take. Under the lock.
+     * Takes down what {@code s} shows in {@code registry}: runs its close actions, while its meters still hold their
+     * targets, then removes the meters its bind added that the registry still holds, the same instances (a registry
+     * cleared since may hold another binder's meter under the same id, which a removal by id would take). Under the lock.
      */
-    private static void removeMeters(MeterRegistry registry, Shown s) {
+    private static void takeDown(MeterRegistry registry, Shown s) {
+        s.onClose.forEach(CloseAction::run);
         final Set<Meter> held = Collections.newSetFromMap(new IdentityHashMap<>());
         held.addAll(registry.getMeters());
         for (WeakReference<Meter> ref : s.meters) {
@@ -250,8 +251,7 @@ final class BoundMeters {
                 if (!s.release(this)) {
                     return;
                 }
-                s.onClose.forEach(CloseAction::run);
-                removeMeters(registry, s);
+                takeDown(registry, s);
                 final List<Shown> all = BY_REGISTRY.get(registry);
                 if (all != null && all.remove(s) && all.isEmpty()) {
                     BY_REGISTRY.remove(registry);
