@@ -156,11 +156,13 @@ final class Connection {
     final class Wire extends ChannelInboundHandlerAdapter {
         @Override
         public void channelRead(ChannelHandlerContext ctx, Object msg) {
-            final boolean blank = reading == Reading.NONE && msg instanceof ByteBuf b && !RequestDecoder.startsRequest(b);
-            if (!blank) { // blank lines between requests are no head, and no activity: a trickle of them must not keep the connection
+            // blank lines between requests are no head, and no activity: a trickle of them must not keep the connection
+            final boolean between = reading == Reading.NONE && msg instanceof ByteBuf;
+            final boolean headStarts = between && RequestDecoder.startsRequest((ByteBuf) msg);
+            if (!between || headStarts) {
                 lastActivity = System.nanoTime();
             }
-            if (reading == Reading.NONE && !blank && msg instanceof ByteBuf b && b.isReadable()) {
+            if (headStarts) {
                 reading = Reading.HEAD;
                 headDeadline = current == null ? lastActivity + limits.headerTimeout().toNanos() : 0;
                 rearm();
@@ -288,7 +290,7 @@ final class Connection {
         bodyLength = 0;
         if (HttpUtil.is100ContinueExpected(r) && front.accepting()) { // stopping: no upload invited for a 503
             if (current == null) {
-                channel.writeAndFlush(new DefaultFullHttpResponse(HttpVersion.HTTP_1_1, HttpResponseStatus.CONTINUE));
+                sendContinue();
             } else {
                 continuePending = true; // behind the answer in progress: HTTP/1.1 answers in order (next())
             }
@@ -355,6 +357,11 @@ final class Connection {
         }
     }
 
+    /** Invites the body of the request being read: {@code 100 Continue}. */
+    private void sendContinue() {
+        channel.writeAndFlush(new DefaultFullHttpResponse(HttpVersion.HTTP_1_1, HttpResponseStatus.CONTINUE));
+    }
+
     /** Starts the next queued call unless one is with the handler. */
     private void next() {
         if (current != null || closed || !channel.isActive()) { // closing: a queued call would start on a dead channel
@@ -377,7 +384,7 @@ final class Connection {
             if (continuePending && reading == Reading.BODY) {
                 continuePending = false;
                 bodyStarted = System.nanoTime(); // the client starts its body now, not when its head came
-                channel.writeAndFlush(new DefaultFullHttpResponse(HttpVersion.HTTP_1_1, HttpResponseStatus.CONTINUE));
+                sendContinue();
             }
             rearm();
             return;

@@ -146,6 +146,16 @@ class HttpFrontTest {
     private static final HttpHandler ECHO = call -> call.respond(200, "text/plain", (call.method() + " " + call.uri() + " "
         + call.body().length).getBytes(StandardCharsets.UTF_8));
 
+    /** {@link #ECHO}, where {@code /slow} first waits (5 s at most) for {@code release}. */
+    private static HttpHandler echoAfterSlow(CountDownLatch release) {
+        return call -> {
+            if (call.path().equals("/slow")) {
+                release.await(5, TimeUnit.SECONDS);
+            }
+            ECHO.handle(call);
+        };
+    }
+
     @Test
     void aPortInUseIsRefusedNamingIt_andAClosedFrontFreesItsPort() throws Exception {
         final int port;
@@ -268,12 +278,7 @@ class HttpFrontTest {
     @Test
     void anIdleConnectionIsClosedAfterTheIdleTimeout_aBusyOneIsNot() throws Exception {
         final CountDownLatch release = new CountDownLatch(1);
-        start(FAST, call -> {
-            if (call.path().equals("/slow")) {
-                release.await(5, TimeUnit.SECONDS);
-            }
-            ECHO.handle(call);
-        });
+        start(FAST, echoAfterSlow(release));
         try (Socket s = connect()) {
             send(s, "GET /a HTTP/1.1\r\nHost: x\r\n\r\n");
             assertTrue(readOne(s).endsWith("GET /a 0"));
@@ -480,12 +485,7 @@ class HttpFrontTest {
     @Test
     void aPipelinedExpectContinueGetsItsContinueAfterTheAnswerBefore() throws Exception {
         final CountDownLatch release = new CountDownLatch(1);
-        start(FAST, call -> {
-            if (call.path().equals("/slow")) {
-                release.await(5, TimeUnit.SECONDS);
-            }
-            ECHO.handle(call);
-        });
+        start(FAST, echoAfterSlow(release));
         try (Socket s = connect()) {
             send(s, "GET /slow HTTP/1.1\r\nHost: x\r\n\r\nPOST /b HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n"
                 + "Expect: 100-continue\r\n\r\n");
@@ -507,12 +507,7 @@ class HttpFrontTest {
     @Test
     void aPipelinedExpectContinueReadBeforeTheStopStillGetsItsContinue() throws Exception {
         final CountDownLatch release = new CountDownLatch(1);
-        start(FAST, call -> {
-            if (call.path().equals("/slow")) {
-                release.await(5, TimeUnit.SECONDS);
-            }
-            ECHO.handle(call);
-        });
+        start(FAST, echoAfterSlow(release));
         try (Socket s = connect()) {
             send(s, "GET /slow HTTP/1.1\r\nHost: x\r\n\r\nPOST /b HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n"
                 + "Expect: 100-continue\r\n\r\n");
