@@ -168,21 +168,20 @@ final class HandleOps {
             retains.addAndGet(i - from); // after the CASes: see retainEpoch
         }
         if (i < to) {
-            final RuntimeException refused;
-            if (closed) {
-                refused = new IllegalStateException("kvpool is closed");
-            } else {
-                countRefusal(word);
-                refused = refusal(handles[i], word, SlotEvent.RETAIN);
-            }
+            // Our own references first, before the refusal is built: building it allocates, and an OutOfMemoryError
+            // there must not leave them taken. Dropped even if the pool closed meanwhile (RELEASE of one page would
+            // refuse then).
             for (int j = from; j < i; j++) {
-                // our own references: dropped even if the pool closed meanwhile (RELEASE of one page would refuse then)
                 final long released = slots.apply(handles[j], SlotEvent.RELEASE);
                 if (released >= 0) {
                     afterTransition(handles[j], SlotEvent.RELEASE, released);
                 }
             }
-            throw refused;
+            if (closed) {
+                throw new IllegalStateException("kvpool is closed");
+            }
+            countRefusal(word);
+            throw refusal(handles[i], word, SlotEvent.RETAIN);
         }
     }
 

@@ -89,8 +89,17 @@ final class PoolAllocations {
                 seq.reservedPages -= fromReservation;
                 fromReservations += fromReservation;
             }
+            try {
+                toFill = allocator.takeToFillLocked(); // a copy: with the heap full it throws, every page taken
+            } catch (RuntimeException | Error e) {
+                try {
+                    releaseTakenLocked(head, null, 0, total, pinned, delta);
+                } catch (Throwable t) {
+                    undoFailed(e, t);
+                }
+                throw e;
+            }
             reservations.remove(fromReservations);
-            toFill = allocator.takeToFillLocked();
         } finally {
             if (delta != null) {
                 slots.counts().add(delta); // under the lock: close counts the pinned pages under it
@@ -131,7 +140,7 @@ final class PoolAllocations {
     /**
      * Under the lock, gives back what {@link #tryAllocateEach} took before it came up short at page {@code k} of
      * {@code failed}: the pages of the sequences before it in the list (and their reservations), and its first
-     * {@code k}.
+     * {@code k}. With {@code failed} null, every sequence's pages (each took all its pages).
      *
      * @return the pages that were missing, at least 1
      */
@@ -141,7 +150,7 @@ final class PoolAllocations {
             slots.counts().add(delta); // the pinned pages counted in, before their unpins below count them out
         }
         int taken = k;
-        Error error = unpinAndReleaseLocked(failed.allocated, k, pinned, null);
+        Error error = failed == null ? null : unpinAndReleaseLocked(failed.allocated, k, pinned, null);
         for (Sequence seq = head; seq != failed; seq = seq.stepNext) {
             error = unpinAndReleaseLocked(seq.allocated, seq.stepPages, pinned, error);
             taken += seq.stepPages;
@@ -252,7 +261,19 @@ final class PoolAllocations {
                 }
             }
             handle = allocator.takeFreePageLocked();
-            toFill = allocator.takeToFillLocked();
+            try {
+                toFill = allocator.takeToFillLocked(); // a copy: with the heap full it throws, the page taken
+            } catch (RuntimeException | Error e) {
+                allocator.clearToFillLocked(); // the free path fills it
+                if (handle >= 0) {
+                    try {
+                        ops.tryTransition(handle, SlotEvent.RELEASE);
+                    } catch (Throwable t) {
+                        undoFailed(e, t);
+                    }
+                }
+                throw e;
+            }
         } finally {
             lock.unlock();
         }

@@ -42,6 +42,14 @@ final class OomRecoveryMain {
 
     public static void main(String[] args) throws Exception {
         final String what = args[0];
+        if (what.equals("evictMany")) {
+            evictMany();
+            return;
+        }
+        if (what.equals("retainAll")) {
+            retainAll();
+            return;
+        }
         final int tpp = TestPools.SMALL.tokensPerPage();
         try (KvPool pool = KvPool.builder(TestPools.SMALL).pages(8).maxContextTokens(8L * tpp).fillMode(FillMode.ZERO)
             .storage((l, n) -> new ForwardingStorage(l, n) {
@@ -117,17 +125,87 @@ final class OomRecoveryMain {
                 }
                 default -> throw new IllegalArgumentException(what);
             }
-            final PoolSnapshot s = pool.snapshot();
-            System.out.println("thrown=" + thrown);
-            if (thrown != null) {
-                for (StackTraceElement e : thrown.getStackTrace()) {
-                    if (e.getClassName().startsWith("io.kvpool")) {
-                        System.out.println("  at " + e);
-                    }
+            report(pool, thrown);
+        }
+    }
+
+    /**
+     * An append that takes 8 plain pages and evicts 100,000 cached ones: the list of evicted pages to fill is copied
+     * after every page of the step was taken, and that copy (400 KB) is what fails.
+     */
+    private static void evictMany() {
+        final int cached = 100_000, plain = 8;
+        final KvLayout oneToken = new KvLayout(1, 1, 1, DType.FP8, 1);
+        try (KvPool pool = KvPool.builder(oneToken).pages(cached + plain).maxContextTokens(cached + plain)
+            .fillMode(FillMode.ZERO).reservationPolicy(ReservationPolicy.PROMPT_ONLY).build()) {
+            final int[] ids = new int[cached];
+            for (int i = 0; i < cached; i++) {
+                ids[i] = i + 1;
+            }
+            final Sequence seq = pool.admit(1, 0).sequence();
+            publish(pool, ids);
+            seq.append(cached + plain); // warm-up: the fill list and the sequence's tables at full size
+            seq.truncate(0);
+            publish(pool, ids);
+            exhaust();
+            Throwable thrown = null;
+            try {
+                seq.append(cached + plain);
+            } catch (Throwable t) {
+                thrown = t;
+            }
+            release();
+            System.out.println("seq pages=" + seq.pageCount() + " reservedPages=" + seq.reservedPages());
+            seq.close();
+            report(pool, thrown);
+        }
+    }
+
+    private static void publish(KvPool pool, int[] ids) {
+        try (Sequence p = pool.admit(ids, 0, 7L).sequence()) {
+            p.append(ids.length - p.tokenCount());
+            p.publish(ids, 7L);
+        }
+    }
+
+    /** retainAll of a current and a stale handle: refused, and its refusal is built with the heap full. */
+    private static void retainAll() {
+        try (KvPool pool = TestPools.pool(8)) {
+            final long current = pool.tryAllocate();
+            final long stale = pool.tryAllocate();
+            pool.release(stale);
+            final long[] both = {current, stale};
+            try {
+                pool.retainAll(both, 0, 2); // warm-up: the same refusal with room on the heap
+            } catch (StaleHandleException expected) {
+                // refused
+            }
+            exhaust();
+            Throwable thrown = null;
+            try {
+                pool.retainAll(both, 0, 2);
+            } catch (Throwable t) {
+                thrown = t;
+            }
+            release();
+            System.out.println("refcount of the current page after the refused retainAll="
+                + pool.refcountOfSlot(PageHandle.slot(current)) + " (1: all or none)");
+            pool.release(current);
+            report(pool, thrown);
+        }
+    }
+
+    private static void report(KvPool pool, Throwable thrown) {
+        final PoolSnapshot s = pool.snapshot();
+        System.out.println("thrown=" + thrown);
+        if (thrown != null) {
+            for (StackTraceElement e : thrown.getStackTrace()) {
+                if (e.getClassName().startsWith("io.kvpool")) {
+                    System.out.println("  at " + e);
                 }
             }
-            System.out.println("RESULT owned=" + s.owned() + " free=" + s.free() + " reserved=" + s.reserved()
-                + " openSequences=" + s.openSequences());
         }
+        System.out.println("RESULT owned=" + s.owned() + " free=" + s.free() + " reserved=" + s.reserved()
+            + " openSequences=" + s.openSequences());
     }
 }

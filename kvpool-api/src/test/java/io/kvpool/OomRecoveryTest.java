@@ -17,19 +17,22 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
  * <pre>
  *   close    Sequence.close(): the release's scratch is made before the sequence counts as closed
  *   truncate Sequence.truncate(): the same, before the dropped handles are forgotten
- *   evict    an append whose fill of an evicted prefix page throws, after every page of the step was taken: its undo
- *            runs in the catch block itself, with no lambda to allocate
+ *   evict     an append whose fill of an evicted prefix page throws, after every page of the step was taken: its undo
+ *             runs in the catch block itself, with no lambda to allocate
+ *   evictMany an append that evicts 100,000 cached pages: the copy of their fill list fails, every page taken
+ *   retainAll a refused retainAll: its refusal is built after the references it took are dropped
  * </pre>
+ * {@code evictMany} needs a 64 MiB heap for its pool of 100,008 pages.
  */
 class OomRecoveryTest {
 
     @ParameterizedTest
-    @ValueSource(strings = {"close", "truncate", "evict"})
+    @ValueSource(strings = {"close", "truncate", "evict", "evictMany", "retainAll"})
     void anOutOfMemoryErrorMidOperationLeavesNoPageOwnedByNobody(String what) throws Exception {
         final String javaBin = Path.of(System.getProperty("java.home"), "bin", "java").toString();
         final String cp = Path.of("target", "classes").toAbsolutePath() + java.io.File.pathSeparator
             + Path.of("target", "test-classes").toAbsolutePath();
-        final Process p = new ProcessBuilder(javaBin, "-Xmx32m", "-XX:+UseSerialGC", "-cp", cp, "io.kvpool.OomRecoveryMain", what)
+        final Process p = new ProcessBuilder(javaBin, what.equals("evictMany") ? "-Xmx64m" : "-Xmx32m", "-XX:+UseSerialGC", "-cp", cp, "io.kvpool.OomRecoveryMain", what)
             .redirectErrorStream(true).start();
         final String out = new String(p.getInputStream().readAllBytes(), StandardCharsets.UTF_8);
         assertEquals(0, p.waitFor(), out);
