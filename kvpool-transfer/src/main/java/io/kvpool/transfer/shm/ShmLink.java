@@ -676,8 +676,12 @@ public final class ShmLink implements PeerLink {
         }
     }
 
+    /** Makes room for a frame of {@code frameBytes} at the buffer's start: compacts, and allocates only if that is not enough. */
     private void grow(int frameBytes) {
         compact();
+        if (frameBytes <= in.capacity()) {
+            return; // a small frame that straddled the end: compacting made its room, and a bigger buffer would stay for good
+        }
         final ByteBuffer bigger = ByteBuffer.allocate(Math.max(frameBytes, in.capacity() * 2));
         in.flip();
         bigger.put(in);
@@ -971,9 +975,9 @@ public final class ShmLink implements PeerLink {
         readPos = 0;
     }
 
-    /** @return bytes of the input buffer this link holds (tests: a closed link gives it back) */
+    /** @return bytes of the input buffer this link holds (tests: a closed link gives it back; the view shares it) */
     int inputBufferBytes() {
-        return in.capacity() + (inViewOf == null ? 0 : inViewOf.capacity());
+        return in.capacity() + (inViewOf == null || inViewOf == in ? 0 : inViewOf.capacity());
     }
 
     @Override

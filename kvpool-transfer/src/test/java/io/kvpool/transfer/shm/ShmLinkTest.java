@@ -158,6 +158,24 @@ class ShmLinkTest {
         assertTrue(full.getMessage().contains(dir.resolve("sock").toString()), full.getMessage());
     }
 
+    @Test
+    void smallFramesThatStraddleTheBufferEndDoNotGrowIt() {
+        // 900 KB of 48-byte frames in one burst: many straddle the end of the 64 KiB input buffer, and compacting
+        // makes room for each; a bigger buffer would stay with the link for its life
+        final ShmLink[] p = pair();
+        final int before = p[1].inputBufferBytes();
+        final byte[] f = WireCodec.encode(new Message.Drained(1, 2, 0, 3, 3, 0));
+        int sent = 0;
+        while (sent * (long) f.length < 900_000) {
+            p[0].send(f);
+            sent++;
+        }
+        final Recorder r = new Recorder();
+        final int total = sent;
+        await("frames", () -> r.frames.size() == total, () -> p[1].poll(r, Integer.MAX_VALUE));
+        assertEquals(before, p[1].inputBufferBytes(), total + " frames of " + f.length + " bytes grew the input buffer");
+    }
+
     @BeforeEach
     void setUp() {
         pool = MappedPageStorage.create(dir.resolve("pool"), LAYOUT, 8);
