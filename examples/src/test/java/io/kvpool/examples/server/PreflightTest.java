@@ -8,6 +8,7 @@ import org.junit.jupiter.api.io.TempDir;
 
 import java.io.ByteArrayOutputStream;
 import java.io.PrintStream;
+import java.net.URI;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;
@@ -147,6 +148,36 @@ class PreflightTest {
             final IllegalStateException refused = assertThrows(IllegalStateException.class,
                 () -> KvServer.start(routerOver(one.prefill, two.decode, false)).close());
             assertTrue(refused.getMessage().contains("KV endpoint"), refused::getMessage);
+        }
+    }
+
+    @Test
+    void rolesEachLinkedElsewhereThatComeAfterTheRouterAreRefusedNamingTheirEndpoints() throws Exception {
+        // the router starts first; then its decode comes up linked from another prefill, and its prefill linked to
+        // another decode: as at start, every request would time out, so each is answered 503 naming the endpoints
+        final Path a = Files.createDirectory(dir.resolve("a")), b = Files.createDirectory(dir.resolve("b"));
+        final int prefillPort = FixedPort.belowEphemeralRange(), decodePort = FixedPort.belowEphemeralRange();
+        final ServerConfig cfg = ServerTests.small().topology(Topology.DEFAULT.withRole(Topology.Role.ROUTER).withUrls(
+            URI.create("http://127.0.0.1:" + prefillPort + "/"), URI.create("http://127.0.0.1:" + decodePort + "/"))).build();
+        try (KvServer router = KvServer.start(cfg);
+             RoleServer decode = RoleServer.start(ServerTests.small().role(Topology.Role.DECODE).workDir(a).port(decodePort).build());
+             RoleServer otherPrefill = RoleServer.start(ServerTests.small().role(Topology.Role.PREFILL).workDir(a).build());
+             RoleServer otherDecode = RoleServer.start(ServerTests.small().role(Topology.Role.DECODE).workDir(b).build());
+             RoleServer prefill = RoleServer.start(ServerTests.small().role(Topology.Role.PREFILL).workDir(b).port(prefillPort).build())) {
+            Await.until(() -> InJvmRoleServers.status(decode.baseUri()).path("ready").asBoolean()
+                && InJvmRoleServers.status(prefill.baseUri()).path("ready").asBoolean(), Duration.ofSeconds(30), () -> "each linked elsewhere");
+            final TestClient client = new TestClient(router);
+            final String[] last = {""};
+            Await.until(() -> {
+                try {
+                    final TestClient.Response r = client.complete("alice", "hello", 2, false);
+                    last[0] = r.status() + " " + r.body();
+                    return r.status() == 503 && r.body().contains("KV endpoint") && r.body().contains(prefill.kvLink())
+                        && r.body().contains(decode.kvLink());
+                } catch (Exception e) {
+                    return false;
+                }
+            }, Duration.ofSeconds(15), () -> "the router to refuse roles each linked elsewhere; last answer: " + last[0]);
         }
     }
 

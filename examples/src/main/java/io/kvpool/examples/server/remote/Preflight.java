@@ -44,6 +44,25 @@ public record Preflight(RoleIdentity expected, long advertised, RemoteStatus pre
         return new Preflight(expected, cfg.contextTokens(), prefill, decode, List.copyOf(m));
     }
 
+    /**
+     * Roles each linked, and ready, on shared-memory endpoints that differ: each is linked to a role of another
+     * deployment, and a router over them would time every request out. The router refuses them at start and answers
+     * them 503 when they come, or come back, so. UCX endpoints that differ are not: two addresses may still meet (NAT,
+     * another address of the host).
+     *
+     * @return the prefill's KV endpoint mismatch, or {@code null}; {@code null} while either status is unknown
+     */
+    static RoleIdentity.Mismatch linkedElsewhere(RemoteStatus prefill, RemoteStatus decode) {
+        if (prefill == null || decode == null || !prefill.ready() || !decode.ready()) {
+            return null;
+        }
+        final RoleIdentity p = prefill.identity(), d = decode.identity();
+        if (p == null || d == null || RoleIdentity.sameKvEndpoint(p.kv(), d.kv()) || p.kv().startsWith("ucx:")) {
+            return null;
+        }
+        return new RoleIdentity.Mismatch(p.role(), KV_ENDPOINT, d.kv() + " (where decode listens)", p.kv());
+    }
+
     /** The mismatch of roles that match but have no KV link between them (checked only when nothing else differs). */
     static final String KV_LINK = "KV link";
 

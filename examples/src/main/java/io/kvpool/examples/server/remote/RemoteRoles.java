@@ -37,8 +37,17 @@ public final class RemoteRoles extends RolePair<RemotePrefill, RemoteDecode> {
         final Topology t = cfg.topology();
         final RoleIdentity expected = RoleIdentity.expected(cfg);
         final java.util.Map<String, String> buildsSeen = new java.util.concurrent.ConcurrentHashMap<>();
+        final java.util.Map<String, RemoteStatus> latest = new java.util.concurrent.ConcurrentHashMap<>(); // by role
         final java.util.function.Function<RemoteStatus, String> verify = s -> {
-            final java.util.List<RoleIdentity.Mismatch> m = Preflight.mismatches(s, expected, cfg.contextTokens(), cfg.strictBuild());
+            final java.util.List<RoleIdentity.Mismatch> m = new java.util.ArrayList<>(
+                Preflight.mismatches(s, expected, cfg.contextTokens(), cfg.strictBuild()));
+            latest.put(s.status().role(), s);
+            if (m.isEmpty()) { // as at start: roles each linked elsewhere, checked against the other role's last status
+                final RoleIdentity.Mismatch crossed = Preflight.linkedElsewhere(latest.get(PrefillRole.ROLE), latest.get(DecodeRole.ROLE));
+                if (crossed != null) {
+                    m.add(crossed);
+                }
+            }
             final RoleIdentity id = s.identity();
             if (m.isEmpty() && id != null && !id.build().equals(expected.build())
                 && !id.build().equals(buildsSeen.put(s.status().role(), id.build()))) {
