@@ -760,10 +760,15 @@ public final class TransferReceiver extends TransferEndpoint {
             // "nothing of mine is in flight for this transfer": for every rank this link holds
             final IncomingTransfer t = current(p, d.transferId(), d.generation(), -1);
             if (t != null && d.posted() == 0 && d.succeeded() == 0 && d.failed() == 0) {
+                boolean confirmedAny = false;
                 for (int r = 0; r < t.senderPeers.length; r++) {
                     if (t.senderPeers[r] == p.id && !t.confirmed[r]) {
+                        confirmedAny = true;
                         drainedFrom(t, r, d);
                     }
+                }
+                if (!confirmedAny) {
+                    metrics.ackDuplicate.increment(); // every rank of this link had confirmed: a repeat
                 }
             } else if (t != null) {
                 metrics.ackInconsistent.increment();

@@ -242,6 +242,21 @@ class ReceiverRulesTest extends TwoSenderReceiverFixture {
     }
 
     @Test
+    void aRepeatedDrainedForEveryRankOfALinkIsCountedAsADuplicate() {
+        // DRAINED with rank −1 ("nothing of mine in flight") confirms every rank the link holds; its repeat confirms
+        // none and is counted, as every ignored acknowledgement is
+        final IncomingTransfer t = rx.start(REQ, 10, 0, pa, pb);
+        rx.abort(t, "router abort");
+        a.inject(new Message.Drained(t.transferId(), t.generation(), -1, 0, 0, 0));
+        rx.doWork();
+        assertEquals(0, rx.metrics().ackDuplicate());
+        a.inject(new Message.Drained(t.transferId(), t.generation(), -1, 0, 0, 0));
+        rx.doWork();
+        assertEquals(1, rx.metrics().ackDuplicate());
+        assertEquals(IncomingTransfer.State.DRAINING, t.state(), "rank 1 has not confirmed");
+    }
+
+    @Test
     void theSameSenderAckingTwiceCountsOnce() {
         final IncomingTransfer t = rx.start(REQ, 10, 0, pa, pb);
         assertEquals(IncomingTransfer.State.RECEIVING, t.state());
