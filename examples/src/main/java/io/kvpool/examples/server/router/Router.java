@@ -179,7 +179,8 @@ public final class Router implements AutoCloseable {
      * </pre>
      * Positive, at most {@link #MAX_ID}. Two routers share an epoch with odds 1 in 2^21 − 1; even then a
      * clash is refused by the roles ({@link DuplicateRequestException}, a 503 here), never answered with
-     * another request's KV.
+     * another request's KV, as long as each decode has one prefill: two prefills linked to one decode each see one
+     * of the two requests, and decode's descriptor goes to its newest prefill link (docs/example-server.md).
      *
      * @return the id before a router's first
      */
