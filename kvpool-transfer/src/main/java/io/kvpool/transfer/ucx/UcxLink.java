@@ -15,6 +15,7 @@ import org.openucx.jucx.ucp.UcpEndpointParams;
 import org.openucx.jucx.ucp.UcpMemory;
 import org.openucx.jucx.ucp.UcpRemoteKey;
 import org.openucx.jucx.ucp.UcpRequest;
+import org.openucx.jucx.ucp.UcpTagMessage;
 import org.openucx.jucx.ucp.UcpWorker;
 import org.openucx.jucx.ucs.UcsConstants;
 
@@ -85,13 +86,9 @@ public final class UcxLink implements PeerLink {
     private boolean failed;
     /** The control receive's buffer (a direct MiB); dropped with the worker, so a closed link an engine keeps holds none. */
     private ByteBuffer recvBuffer = ByteBuffer.allocateDirect(MAX_FRAME);
-    /**
-     * Bytes at the start of {@link #recvBuffer} that hold the last frame received (owner thread). Zeroed before the
-     * next receive is posted: UCX may not report a receive's size, and a message shorter than its header says must
-     * not be completed with the previous frame's bytes.
-     */
-    private int recvDirty;
+    /** The receive of the control message last probed, while it runs (a large one completes in a later progress). */
     private UcpRequest recvRequest;
+    private boolean receiving;
     /**
      * Unpacked remote keys by their packed bytes: one per remote memory registration, not one per attach (a
      * sender attaches once per transfer on a long-lived link; the registration, and so the rkey, is the same).
@@ -158,7 +155,7 @@ public final class UcxLink implements PeerLink {
         this.sendTag = sendTag;
     }
 
-    /** Owner thread: creates the endpoint (failure detection on) and posts the first receive. */
+    /** Owner thread: creates the endpoint (failure detection on); control messages are taken by {@link #progress}. */
     void start(byte[] peerAddress) {
         final ByteBuffer addr = ByteBuffer.allocateDirect(peerAddress.length).put(peerAddress).flip();
         ep = worker.newEndpoint(new UcpEndpointParams()
@@ -170,7 +167,6 @@ public final class UcxLink implements PeerLink {
                     fail("UCX endpoint error " + status + " (" + message + ")");
                 }
             }));
-        postRecv();
     }
 
     // ---- PeerLink ----
@@ -607,55 +603,81 @@ public final class UcxLink implements PeerLink {
         }
     }
 
-    private void postRecv() {
-        if (closeRequest != null || worker == null) {
-            return; // closing, or closed (its receive buffer is gone with the worker)
-        }
-        recvBuffer.clear();
-        for (int i = 0; i < recvDirty; i++) {
-            recvBuffer.put(i, (byte) 0);
-        }
-        recvDirty = 0;
-        try {
-            recvRequest = worker.recvTaggedNonBlocking(recvBuffer, recvTag, -1L, new UcxCallback() {
-                @Override
-                public void onSuccess(UcpRequest request) {
-                    onFrameReceived(request.getRecvSize());
-                }
-
-                @Override
-                public void onError(int status, String message) {
-                    if (closeRequest == null) {
-                        fail("control receive failed: UCX status " + status + " (" + message + ")");
+    /**
+     * Owner thread: receives the control messages UCX holds for this link, one at a time, each into the receive buffer
+     * at the length the probe reports. The length is known before the receive, so no frame is ever completed with
+     * bytes of an earlier message (JUCX 1.12.1 reports no size for a receive posted after its message arrived), and a
+     * message longer or shorter than its frame header says fails the link.
+     *
+     * @return messages taken
+     */
+    private int receiveControl() {
+        int n = 0;
+        while (!receiving && closeRequest == null && worker != null && !failed && n < MAX_CONTROL_PER_PROGRESS) {
+            final UcpTagMessage m;
+            try {
+                m = worker.tagProbeNonBlocking(recvTag, -1L, true);
+            } catch (RuntimeException e) {
+                fail("cannot probe for a control message: " + e.getMessage());
+                return n;
+            }
+            if (m == null) {
+                return n;
+            }
+            n++;
+            final long length = m.getRecvLength();
+            if (length < WireFormat.HEADER_BYTES || length > MAX_FRAME) {
+                // taken off UCX's queue by the probe: the worker's close discards it with the rest
+                fail("malformed control frame: a message of " + length + " bytes, frames are " + WireFormat.HEADER_BYTES
+                    + ".." + MAX_FRAME);
+                return n;
+            }
+            final int size = (int) length;
+            receiving = true;
+            try {
+                recvRequest = worker.recvTaggedMessageNonBlocking(recvBuffer.clear().limit(size), m, new UcxCallback() {
+                    @Override
+                    public void onSuccess(UcpRequest request) {
+                        receiving = false;
+                        onFrameReceived(size);
                     }
-                }
-            });
-        } catch (RuntimeException e) {
-            fail("cannot post a control receive: " + e.getMessage());
+
+                    @Override
+                    public void onError(int status, String message) {
+                        receiving = false;
+                        if (closeRequest == null) {
+                            fail("control receive failed: UCX status " + status + " (" + message + ")");
+                        }
+                    }
+                });
+            } catch (RuntimeException e) {
+                receiving = false;
+                fail("cannot receive a control message: " + e.getMessage());
+                return n;
+            }
         }
+        return n;
     }
 
-    private void onFrameReceived(long reportedSize) {
-        // JUCX 1.12.1 reports a receive size of 0 for a receive that completed inside its post (the message
-        // was already waiting); the frame header gives the length, checked against the size when there is one
+    /** Most control messages one {@link #progress} takes, so that the thread's other links get their turn. */
+    private static final int MAX_CONTROL_PER_PROGRESS = 256;
+
+    /** A control message of {@code size} bytes (the probe's length) is in the receive buffer. */
+    private void onFrameReceived(int size) {
         final int body;
         try {
             body = WireCodec.bodyLength(recvBuffer.duplicate().clear());
         } catch (RuntimeException e) {
-            fail("malformed control frame header (" + reportedSize + " bytes reported): " + e.getMessage());
+            fail("malformed control frame header (a message of " + size + " bytes): " + e.getMessage());
             return;
         }
-        final int size = WireFormat.HEADER_BYTES + body;
-        if (reportedSize != 0 && reportedSize != size) {
-            fail("control frame header declares a " + body + "-byte body, the message carried " + reportedSize + " bytes");
+        if (WireFormat.HEADER_BYTES + body != size) {
+            fail("control frame header declares a " + body + "-byte body, the message carried " + size + " bytes");
             return;
         }
         final byte[] frame = new byte[size];
-        recvDirty = size;
         recvBuffer.get(0, frame);
         event(new Event(Event.FRAME, 0, 0, frame, null, null, null));
-        // repost outside this callback (a receive that completes at once would recurse)
-        transport.execute(this::postRecv);
     }
 
     private void forceClose() {
@@ -757,6 +779,7 @@ public final class UcxLink implements PeerLink {
         } catch (Exception e) {
             progressFailed(e);
         }
+        n += receiveControl();
         publishWrites();
         return n;
     }

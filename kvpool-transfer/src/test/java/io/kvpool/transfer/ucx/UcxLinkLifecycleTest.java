@@ -308,52 +308,101 @@ class UcxLinkLifecycleTest {
      */
     @Test
     void anEmptyControlMessageFailsTheLinkInsteadOfRepeatingTheLastFrame() throws Exception {
-        final org.openucx.jucx.ucp.UcpContext ctx = new org.openucx.jucx.ucp.UcpContext(new org.openucx.jucx.ucp.UcpParams()
-            .requestTagFeature().requestRmaFeature().setConfig("TLS", "tcp"));
-        final org.openucx.jucx.ucp.UcpWorker w = ctx.newWorker(new org.openucx.jucx.ucp.UcpWorkerParams());
-        org.openucx.jucx.ucp.UcpEndpoint ep = null;
-        UcxLink link = null;
-        try {
-            final java.nio.ByteBuffer addr = w.getAddress();
-            final byte[] own = new byte[addr.remaining()];
-            addr.duplicate().get(own);
-            final long[] linkTag = new long[1];
-            final byte[][] linkAddress = new byte[1][];
-            try (ServerSocket ss = new ServerSocket(0, 1, InetAddress.getLoopbackAddress())) {
-                final CompletableFuture<Void> fake = CompletableFuture.runAsync(() -> {
-                    try (Socket s = ss.accept()) {
-                        final java.io.DataInputStream in = new java.io.DataInputStream(s.getInputStream());
-                        final int magic = in.readInt();
-                        linkTag[0] = in.readLong();
-                        linkAddress[0] = new byte[in.readInt()];
-                        in.readFully(linkAddress[0]);
-                        final java.io.DataOutputStream out = new java.io.DataOutputStream(s.getOutputStream());
-                        out.writeInt(magic);
-                        out.writeLong(7);
-                        out.writeInt(own.length);
-                        out.write(own);
-                        out.flush();
-                    } catch (java.io.IOException e) {
-                        throw new RuntimeException(e);
-                    }
-                });
-                try (Socket sock = new Socket(InetAddress.getLoopbackAddress(), ss.getLocalPort())) {
-                    link = a.connect(sock, "short-messages", Duration.ofSeconds(5));
-                }
-                fake.get();
-            }
-            final java.nio.ByteBuffer to = java.nio.ByteBuffer.allocateDirect(linkAddress[0].length).put(linkAddress[0]).flip();
-            ep = w.newEndpoint(new org.openucx.jucx.ucp.UcpEndpointParams().setUcpAddress(to).setPeerErrorHandlingMode());
+        try (RawPeer peer = RawPeer.linkedTo(a, "short-messages")) {
             final byte[] ping = io.kvpool.transfer.wire.WireCodec.encode(new io.kvpool.transfer.wire.Message.Ping(42));
-            sendAndWait(w, ep, java.nio.ByteBuffer.allocateDirect(ping.length).put(ping).flip(), linkTag[0]);
-            sendAndWait(w, ep, java.nio.ByteBuffer.allocateDirect(0), linkTag[0]);
+            peer.send(ping);
+            peer.send(new byte[0]);
             final Recorder r = new Recorder();
-            final UcxLink l = link;
-            r.pollUntil(l, () -> !r.failures.isEmpty() || r.frames.size() > 1, 3_000);
+            r.pollUntil(peer.link, () -> !r.failures.isEmpty() || r.frames.size() > 1, 3_000);
             assertEquals(java.util.List.of(new io.kvpool.transfer.wire.Message.Ping(42)), r.frames, "frames delivered");
             assertEquals(1, r.failures.size(), "the empty message did not fail the link");
             assertTrue(r.failures.get(0).contains("malformed control frame"), r.failures.get(0));
-        } finally {
+        }
+    }
+
+    /**
+     * A control message longer than its frame header says fails the link, and its extra bytes never complete a later
+     * frame: here a header-only message that declares a body would have been completed with the earlier message's
+     * tail. The three messages are all sent before the link polls, so each was waiting before it was received.
+     */
+    @Test
+    void aControlMessageLongerThanItsFrameFailsTheLinkAndLeavesNothingBehind() throws Exception {
+        try (RawPeer peer = RawPeer.linkedTo(a, "long-messages")) {
+            final byte[] first = io.kvpool.transfer.wire.WireCodec.encode(new io.kvpool.transfer.wire.Message.Ping(1));
+            final byte[] second = io.kvpool.transfer.wire.WireCodec.encode(new io.kvpool.transfer.wire.Message.Ping(2));
+            final byte[] tail = io.kvpool.transfer.wire.WireCodec.encode(new io.kvpool.transfer.wire.Message.Ping(0x3333333333333333L));
+            final byte[] longer = java.util.Arrays.copyOf(second, second.length + tail.length); // a frame, then 16 bytes more
+            System.arraycopy(tail, 0, longer, second.length, tail.length);
+            final byte[] headerOnly = java.util.Arrays.copyOf(first, io.kvpool.transfer.wire.WireFormat.HEADER_BYTES); // declares 8
+            peer.send(first);
+            peer.send(longer);
+            peer.send(headerOnly);
+            final Recorder r = new Recorder();
+            r.pollUntil(peer.link, () -> !r.failures.isEmpty() || r.frames.size() > 2, 3_000);
+            assertEquals(java.util.List.of(new io.kvpool.transfer.wire.Message.Ping(1)), r.frames, "frames delivered");
+            assertEquals(1, r.failures.size(), "the longer message did not fail the link: " + r.frames);
+            assertTrue(r.failures.get(0).contains("declares a 8-byte body, the message carried 32 bytes"), r.failures.get(0));
+        }
+    }
+
+    /**
+     * A raw UCX worker on the other end of a {@link UcxLink}: it answers the link's bootstrap by hand and sends tagged
+     * messages of any content, as a broken peer would.
+     */
+    private static final class RawPeer implements AutoCloseable {
+        final org.openucx.jucx.ucp.UcpContext ctx = new org.openucx.jucx.ucp.UcpContext(new org.openucx.jucx.ucp.UcpParams()
+            .requestTagFeature().requestRmaFeature().setConfig("TLS", "tcp"));
+        final org.openucx.jucx.ucp.UcpWorker w = ctx.newWorker(new org.openucx.jucx.ucp.UcpWorkerParams());
+        org.openucx.jucx.ucp.UcpEndpoint ep;
+        UcxLink link;
+        long linkTag;
+
+        static RawPeer linkedTo(UcxTransport transport, String label) throws Exception {
+            final RawPeer p = new RawPeer();
+            try {
+                final java.nio.ByteBuffer addr = p.w.getAddress();
+                final byte[] own = new byte[addr.remaining()];
+                addr.duplicate().get(own);
+                final byte[][] linkAddress = new byte[1][];
+                try (ServerSocket ss = new ServerSocket(0, 1, InetAddress.getLoopbackAddress())) {
+                    final CompletableFuture<Void> fake = CompletableFuture.runAsync(() -> {
+                        try (Socket s = ss.accept()) {
+                            final java.io.DataInputStream in = new java.io.DataInputStream(s.getInputStream());
+                            final int magic = in.readInt();
+                            p.linkTag = in.readLong();
+                            linkAddress[0] = new byte[in.readInt()];
+                            in.readFully(linkAddress[0]);
+                            final java.io.DataOutputStream out = new java.io.DataOutputStream(s.getOutputStream());
+                            out.writeInt(magic);
+                            out.writeLong(7);
+                            out.writeInt(own.length);
+                            out.write(own);
+                            out.flush();
+                        } catch (java.io.IOException e) {
+                            throw new RuntimeException(e);
+                        }
+                    });
+                    try (Socket sock = new Socket(InetAddress.getLoopbackAddress(), ss.getLocalPort())) {
+                        p.link = transport.connect(sock, label, Duration.ofSeconds(5));
+                    }
+                    fake.get();
+                }
+                final java.nio.ByteBuffer to = java.nio.ByteBuffer.allocateDirect(linkAddress[0].length).put(linkAddress[0]).flip();
+                p.ep = p.w.newEndpoint(new org.openucx.jucx.ucp.UcpEndpointParams().setUcpAddress(to).setPeerErrorHandlingMode());
+                return p;
+            } catch (Exception | Error e) {
+                p.close();
+                throw e;
+            }
+        }
+
+        /** Sends {@code message} as one tagged message to the link and waits until the send completed. */
+        void send(byte[] message) throws Exception {
+            sendAndWait(w, ep, java.nio.ByteBuffer.allocateDirect(message.length).put(message).flip(), linkTag);
+        }
+
+        @Override
+        public void close() throws Exception {
             if (link != null) {
                 link.close();
             }
