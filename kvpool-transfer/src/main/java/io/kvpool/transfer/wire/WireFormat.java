@@ -8,7 +8,7 @@ package io.kvpool.transfer.wire;
  *   0        2        3        4                 8
  *   +--------+--------+--------+-----------------+------------------------------+
  *   | magic  | version| type   | body length     | body (exactly that many bytes)|
- *   | 0x4B56 | u8 1-3 | u8     | u32             |                               |
+ *   | 4B 56  | u8 1-3 | u8     | u32             |                               |
  *   +--------+--------+--------+-----------------+------------------------------+
  *
  *  bodies (str = u16 length + UTF-8 bytes, ≤ 256; arrays = u32 count + elements)
