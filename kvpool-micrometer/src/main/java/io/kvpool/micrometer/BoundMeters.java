@@ -128,13 +128,21 @@ final class BoundMeters {
             if (closed) {
                 throw new IllegalStateException(binder + " " + tags + " is closed: make a new binder to bind again");
             }
-            if (bound.containsKey(registry)) {
-                return;
+            final Shown mineThere = bound.get(registry);
+            if (mineThere != null) {
+                if (!cleared(registry, mineThere)) {
+                    return;
+                }
+                forget(registry, mineThere);
             }
             final Object mine = observed.get();
             final Map<MeterRegistry, Map<String, Shown>> byRegistry = mine == null ? null : SHOWN.get(mine);
             final Map<String, Shown> shown = byRegistry == null ? null : byRegistry.get(registry);
-            final Shown there = shown == null ? null : shown.get(key);
+            Shown there = shown == null ? null : shown.get(key);
+            if (there != null && cleared(registry, there)) {
+                forget(registry, there);
+                there = null;
+            }
             if (there != null) {
                 // a twin: the meters there are this object's already
                 there.binders.add(new WeakReference<>(this));
@@ -174,6 +182,55 @@ final class BoundMeters {
     }
 
     /**
+     * Whether {@code registry} holds none of the meters {@code s} recorded: the application cleared them (or removed
+     * them) behind the binders' backs. Such a record shows nothing, and a bind must not take it as its twin. Under the lock.
+     */
+    private static boolean cleared(MeterRegistry registry, Shown s) {
+        final Set<Meter> held = Collections.newSetFromMap(new IdentityHashMap<>());
+        held.addAll(registry.getMeters());
+        for (WeakReference<Meter> ref : s.meters) {
+            final Meter m = ref.get();
+            if (m != null && held.contains(m)) {
+                return false;
+            }
+        }
+        return true;
+    }
+
+    /**
+     * Forgets a record whose meters {@code registry} no longer holds ({@link #cleared}): its binders are no longer bound
+     * there (a later bind of each shows its object again), and its close actions do not run: they would act by meter
+     * id, on what another binder may have registered since. Under the lock.
+     */
+    private void forget(MeterRegistry registry, Shown s) {
+        for (WeakReference<BoundMeters> r : s.binders) {
+            final BoundMeters b = r.get();
+            if (b != null) {
+                b.bound.remove(registry, s);
+            }
+        }
+        s.binders.clear();
+        unrecord(registry, s, key);
+    }
+
+    /** Removes {@code s} from the records of what {@code registry} shows. Under the lock. */
+    private static void unrecord(MeterRegistry registry, Shown s, String key) {
+        final List<Shown> all = BY_REGISTRY.get(registry);
+        if (all != null && all.remove(s) && all.isEmpty()) {
+            BY_REGISTRY.remove(registry);
+        }
+        final Object o = s.observed.get();
+        final Map<MeterRegistry, Map<String, Shown>> byRegistry = o == null ? null : SHOWN.get(o);
+        final Map<String, Shown> shown = byRegistry == null ? null : byRegistry.get(registry);
+        if (shown != null && shown.remove(key, s) && shown.isEmpty()) {
+            byRegistry.remove(registry);
+            if (byRegistry.isEmpty()) {
+                SHOWN.remove(o);
+            }
+        }
+    }
+
+    /**
      * Removes from {@code registry} the meters of objects that were collected while every binder that showed them was
      * dropped unclosed: nothing will close those, and they would refuse a binder of a new object under the same tags.
      * Meters of a collected object whose binder lives stay: that binder's close removes them. Under the lock.
@@ -198,9 +255,13 @@ final class BoundMeters {
     /**
      * Takes down what {@code s} shows in {@code registry}: runs its close actions, while its meters still hold their
      * targets, then removes the meters its bind added that the registry still holds, the same instances (a registry
-     * cleared since may hold another binder's meter under the same id, which a removal by id would take). Under the lock.
+     * cleared since may hold another binder's meter under the same id, which a removal by id would take). A record
+     * whose meters were all cleared takes nothing down: its close actions (peer-info rows) remove by id too. Under the lock.
      */
     private static void takeDown(MeterRegistry registry, Shown s) {
+        if (cleared(registry, s)) {
+            return;
+        }
         s.onClose.forEach(CloseAction::run);
         final Set<Meter> held = Collections.newSetFromMap(new IdentityHashMap<>());
         held.addAll(registry.getMeters());
@@ -252,19 +313,7 @@ final class BoundMeters {
                     return;
                 }
                 takeDown(registry, s);
-                final List<Shown> all = BY_REGISTRY.get(registry);
-                if (all != null && all.remove(s) && all.isEmpty()) {
-                    BY_REGISTRY.remove(registry);
-                }
-                final Object o = s.observed.get();
-                final Map<MeterRegistry, Map<String, Shown>> byRegistry = o == null ? null : SHOWN.get(o);
-                final Map<String, Shown> shown = byRegistry == null ? null : byRegistry.get(registry);
-                if (shown != null && shown.remove(key, s) && shown.isEmpty()) {
-                    byRegistry.remove(registry);
-                    if (byRegistry.isEmpty()) {
-                        SHOWN.remove(o);
-                    }
-                }
+                unrecord(registry, s, key);
             });
             bound.clear();
             keep.clear();

@@ -257,6 +257,28 @@ class KvPoolMeterBinderTest {
     }
 
     @Test
+    void bindingAgainAfterTheRegistryWasClearedShowsThePoolAgain() {
+        // an application that clears its registry and binds again (a reset): the record of the first bind shows nothing
+        // any more, so neither a new binder of the same pool and tags nor the first binder itself may take it as bound
+        final SimpleMeterRegistry registry = new SimpleMeterRegistry();
+        try (KvPool p = pool()) {
+            final KvPoolMeterBinder a = new KvPoolMeterBinder(p, Tags.of("pool", "decode"));
+            a.bindTo(registry);
+            registry.clear();
+            final KvPoolMeterBinder b = new KvPoolMeterBinder(p, Tags.of("pool", "decode"));
+            b.bindTo(registry);
+            assertEquals(EXPECTED.keySet(), Meters.byKey(registry, "pool", "decode").keySet(), "a new binder after clear()");
+            registry.clear();
+            a.bindTo(registry);
+            assertEquals(EXPECTED.keySet(), Meters.byKey(registry, "pool", "decode").keySet(), "the first binder after clear()");
+            b.close(); // not bound there any more: a's meters stay
+            assertEquals(EXPECTED.keySet(), Meters.byKey(registry, "pool", "decode").keySet(), "b's close took a's meters");
+            a.close();
+            assertEquals(0, registry.getMeters().size());
+        }
+    }
+
+    @Test
     void theMetersOfACollectedPoolStayWhileItsBinderLives() throws InterruptedException {
         final SimpleMeterRegistry registry = new SimpleMeterRegistry();
         KvPool old = pool();

@@ -266,6 +266,24 @@ class TransferMeterBindersTest {
     }
 
     @Test
+    void anEngineBinderRemovesOnlyItsOwnPeerInfoRowsAfterTheRegistryWasCleared() {
+        try (SimRig first = new SimRig(); SimRig second = new SimRig()) {
+            final SimpleMeterRegistry registry = new SimpleMeterRegistry();
+            final TransferReceiverMeterBinder a = new TransferReceiverMeterBinder(first.receiver, Tags.of("pool", "decode"));
+            a.bindTo(registry);
+            registry.clear(); // the application's own: a's meters and rows are gone without its close
+            final TransferReceiverMeterBinder b = new TransferReceiverMeterBinder(second.receiver, Tags.of("pool", "decode"));
+            b.bindTo(registry);
+            a.close(); // its rows' ids are b's now: not its rows
+            final Map<String, Meter> m = Meters.byKey(registry, "pool", "decode");
+            assertNotNull(m.get("kvpool.peer.info{build=build-1}"), "a's close removed b's peer-info row: " + m.keySet());
+            assertEquals(1, Meters.value(m.get("kvpool.peer.links")));
+            b.close();
+            assertEquals(0, registry.getMeters().size());
+        }
+    }
+
+    @Test
     void aBindRefusedPartWayLeavesNoPeerInfoRowBehind() {
         try (SimRig rig = new SimRig()) {
             final SimpleMeterRegistry registry = new SimpleMeterRegistry();
