@@ -41,7 +41,11 @@ public final class PoolMetrics {
         return now().free();
     }
 
-    /** {@return OWNED pages; a gauge} */
+    /**
+     * {@return OWNED pages; a gauge} Derived: the capacity less the pages in every other state, read one after another,
+     * so a page that moves during the read (FREE → RECEIVING → DRAINING → FREE) may be missed or counted twice here;
+     * never below 0.
+     */
     public long owned() {
         return now().owned();
     }
@@ -136,16 +140,22 @@ public final class PoolMetrics {
         return now().quarantineEvents();
     }
 
-    /** {@return every value at once, read without the pool lock; O(1)} */
+    /**
+     * {@return every value at once, read without the pool lock; O(1)} Not one cut: a page that moves during the read
+     * may be missed or counted in two states ({@link KvPool#snapshot()} at a quiescent point is exact).
+     */
     public PoolSnapshot read() {
         final long allocations = allocator.allocations();
-        final long receiving = counts.receiving.sum();
-        final long draining = counts.draining.sum();
+        // the pinned phases against the direction pages move through them (PageCounts#pinnedAtMostOnce), so that one move
+        // during the read does not show a page in both; a page that goes round (DRAINING → FREE → RECEIVING) still may
         final long quarantined = counts.quarantined.sum();
+        final long draining = counts.draining.sum();
+        final long receiving = counts.receiving.sum();
         final long retired = counts.retired.sum();
         final long free = allocator.freeNow();
-        final long inUse = capacity - free - retired;
-        return new PoolSnapshot(capacity, free, inUse - receiving - draining - quarantined, receiving,
+        // a page freed after its pinned phase was read shows twice, once there and once free: owned never reads below 0
+        final long owned = Math.max(0, capacity - free - retired - receiving - draining - quarantined);
+        return new PoolSnapshot(capacity, free, owned, receiving,
             draining, quarantined, retired, reservations.reserved(), allocator.cachedFree(), prefix.published(),
             reservations.openSequences(), reservations.openReservations(), allocations, prefix.hits(), allocator.evictions(),
             reservations.rejectedContextTooLong(), reservations.rejectedExceedsPool(), reservations.retryLater(),

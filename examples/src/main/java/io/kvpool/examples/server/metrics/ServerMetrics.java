@@ -65,7 +65,7 @@ public final class ServerMetrics implements AutoCloseable {
         "kvpool.requests.in.flight", RouterCounters.ERRORS);
 
     private static final Map<String, String> GAUGES = Map.of(
-        RoleStatus.ACTIVE_TRANSFERS, "Transfers the role's engine has not finished (decode: plus committed sequences decoding)",
+        RoleStatus.ACTIVE_TRANSFERS, "Transfers the role's engine has not finished (decode: committed sequences decoding are held_sequences)",
         RoleStatus.LINK_UP, "1 while the role's KV link to the other role is up",
         RoleStatus.HELD_SEQUENCES, "Committed sequences the decode role holds while it decodes them",
         RoleStatus.PAGES_IN_FLIGHT, "Pages the prefill role is writing to decode now (posted, not yet terminal)",

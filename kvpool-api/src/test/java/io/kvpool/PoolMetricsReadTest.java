@@ -1,0 +1,50 @@
+package io.kvpool;
+
+import org.junit.jupiter.api.Test;
+
+import java.util.concurrent.atomic.AtomicBoolean;
+
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+/**
+ * {@link PoolMetrics#read()} while a transport moves pages through the pinned phases on another thread, without the
+ * pool lock: the reads are not one cut (a page may show in two states, or in none), but the derived OWNED count, the
+ * capacity less the rest, never reads below 0 (a gauge below 0 trips alerts). A stress test: it stops at the first
+ * bad read, or after 2 s; without the floor it read -1 within the first half second.
+ */
+class PoolMetricsReadTest {
+
+    @Test
+    void ownedNeverReadsBelowZeroWhilePagesMoveThroughThePinnedPhases() throws Exception {
+        try (KvPool pool = KvPool.builder(new KvLayout(2, 1, 4, DType.FP32, 4)).pages(16).maxContextTokens(64).build()) {
+            final AtomicBoolean stop = new AtomicBoolean();
+            final Thread mover = Thread.ofPlatform().start(() -> {
+                // one page at a time, never OWNED: FREE → RECEIVING → DRAINING → FREE
+                while (!stop.get()) {
+                    final Sequence s = pool.admit(4, 0).sequence();
+                    pool.handles().appendPinned(s, 4);
+                    final long h = s.pageHandle(0);
+                    pool.handles().beginDrain(h);
+                    s.close();
+                    pool.handles().drained(h);
+                }
+            });
+            long reads = 0;
+            String bad = null;
+            try {
+                final long end = System.nanoTime() + 2_000_000_000L;
+                while (bad == null && System.nanoTime() < end) {
+                    final PoolSnapshot s = pool.metrics().read();
+                    reads++;
+                    if (s.owned() < 0) {
+                        bad = s.toString();
+                    }
+                }
+            } finally {
+                stop.set(true);
+                mover.join();
+            }
+            assertTrue(bad == null, "read " + reads + ": " + bad + " (no page is ever OWNED)");
+        }
+    }
+}
