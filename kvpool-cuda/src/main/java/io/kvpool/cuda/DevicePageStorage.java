@@ -618,9 +618,11 @@ public final class DevicePageStorage implements PageStorage {
         if (n == 0) {
             return;
         }
-        current();
         // the buffer's monitor from its address to the end of the copy: its close() cannot free it in between
         synchronized (pinned) {
+            // after the wait for the monitor: a virtual thread that waited may go on on another OS thread, and the
+            // current context is the OS thread's
+            current();
             if (engine == OffloadEngine.KERNEL) {
                 upload(pages, off, n, 0);
                 launch(pinnedKernel(toHost), pinnedKernelName(toHost), (long) n * dl.planes(),

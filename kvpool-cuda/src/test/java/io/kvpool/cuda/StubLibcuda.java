@@ -14,8 +14,9 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
  * is always still running ({@code cuEventQuery}: {@code CUDA_ERROR_NOT_READY}, 600) and {@code cuEventSynchronize} takes
  * 3 s; allocations get distinct fake addresses, and {@code cuMemAlloc}, {@code cuMemFree}, {@code cuIpcCloseMemHandle}
  * and the context release print a line each ({@code alloc 0x...}, {@code free 0x...}), so a test reads what the child
- * freed, in order with what the child prints. Kernels launch and copies copy nothing. A child keeps the stub out of the
- * surefire JVM.
+ * freed, in order with what the child prints. Kernels launch and copies copy nothing; pinned host memory is plain
+ * memory. Built with a context per thread ({@link #build(Path, int, boolean)}), work on a thread without a current
+ * context fails, as in the driver. A child keeps the stub out of the surefire JVM.
  */
 final class StubLibcuda {
 
@@ -25,22 +26,36 @@ final class StubLibcuda {
     private static final String SOURCE = """
         /* just enough of libcuda.so.1 for JCuda to load and for the calls kvpool-cuda's tests make */
         #include <stdio.h>
+        #include <stdlib.h>
         #include <string.h>
         #include <unistd.h>
         #ifndef DRIVER_VERSION
         #define DRIVER_VERSION 13000
+        #endif
+        #ifdef CONTEXT_PER_THREAD
+        /* as the driver: the current context belongs to the OS thread, and work on a thread without one fails */
+        static __thread void* current_ctx;
+        static int need(const char* call) {
+            if (current_ctx == 0) { printf("%s on a thread with no current context\\n", call); fflush(stdout); return 201; }
+            return 0;
+        }
+        #define PRIMARY_CTX ((void*) 0x1000)
+        int cuCtxSetCurrent(void* ctx) { current_ctx = ctx; return 0; }
+        #else
+        static int need(const char* call) { (void) call; return 0; }
+        #define PRIMARY_CTX ((void*) 0)
+        int cuCtxSetCurrent(void* ctx) { (void) ctx; return 0; }
         #endif
         int cuInit(unsigned flags) { (void) flags; return 0; }
         int cuDriverGetVersion(int* v) { *v = DRIVER_VERSION; return 0; }
         int cuDeviceGetCount(int* count) { *count = 1; return 0; }
         int cuDeviceGet(int* dev, int ordinal) { *dev = ordinal; return 0; }
         int cuDeviceGetName(char* name, int len, int dev) { (void) dev; snprintf(name, len, "stub device"); return 0; }
-        int cuCtxSetCurrent(void* ctx) { (void) ctx; return 0; }
-        int cuCtxSynchronize(void) { return 0; }
+        int cuCtxSynchronize(void) { return need("cuCtxSynchronize"); }
         int cuEventQuery(void* event) { (void) event; return 600; /* CUDA_ERROR_NOT_READY: still running */ }
         /* a batch that takes 3 s to finish; a test sees a thread inside this call by its stack */
         int cuEventSynchronize(void* event) { (void) event; sleep(3); return 0; }
-        int cuDevicePrimaryCtxRetain(void** ctx, int dev) { (void) dev; *ctx = (void*) 0; return 0; }
+        int cuDevicePrimaryCtxRetain(void** ctx, int dev) { (void) dev; *ctx = PRIMARY_CTX; return 0; }
         int cuDevicePrimaryCtxRelease(int dev) { puts("released context"); fflush(stdout); (void) dev; return 0; }
         int cuDevicePrimaryCtxRelease_v2(int dev) { puts("released context"); fflush(stdout); (void) dev; return 0; }
         int cuMemGetInfo_v2(size_t* free, size_t* total) { *free = 1ULL << 30; *total = 1ULL << 31; return 0; }
@@ -53,12 +68,16 @@ final class StubLibcuda {
         int cuModuleLoadData(void** m, const void* image) { (void) image; *m = (void*) 1; return 0; }
         int cuModuleGetFunction(void** f, void* m, const char* name) { (void) m; (void) name; *f = (void*) 2; return 0; }
         int cuModuleUnload(void* m) { (void) m; return 0; }
-        int cuMemcpyHtoD_v2(unsigned long long dst, const void* src, size_t n) { (void) dst; (void) src; (void) n; return 0; }
+        int cuMemcpyHtoD_v2(unsigned long long dst, const void* src, size_t n) { (void) dst; (void) src; (void) n; return need("cuMemcpyHtoD"); }
         int cuLaunchKernel(void* f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                            unsigned shared, void* stream, void** params, void** extra) {
             (void) f; (void) gx; (void) gy; (void) gz; (void) bx; (void) by; (void) bz; (void) shared; (void) stream;
-            (void) params; (void) extra; return 0;
+            (void) params; (void) extra; return need("cuLaunchKernel");
         }
+        /* pinned host memory: plain memory, its device address the host address */
+        int cuMemHostAlloc(void** pp, size_t bytes, unsigned flags) { (void) flags; *pp = calloc(1, bytes); return *pp ? 0 : 2; }
+        int cuMemHostGetDevicePointer_v2(unsigned long long* d, void* p, unsigned flags) { (void) flags; *d = (unsigned long long) p; return 0; }
+        int cuMemFreeHost(void* p) { free(p); return 0; }
         typedef struct { char reserved[64]; } ipc_handle;
         int cuIpcGetMemHandle(ipc_handle* h, unsigned long long p) { memset(h, 0, sizeof *h); memcpy(h->reserved, &p, sizeof p); return 0; }
         int cuIpcOpenMemHandle_v2(unsigned long long* p, ipc_handle h, unsigned flags) { (void) h; (void) flags; *p = 0x700000000ULL; return 0; }
@@ -76,28 +95,43 @@ final class StubLibcuda {
      * @return the library's absolute path
      */
     static Path build(Path dir, int driverVersion) throws IOException, InterruptedException {
+        return build(dir, driverVersion, false);
+    }
+
+    /**
+     * As {@link #build(Path, int)}; with {@code contextPerThread}, the current context belongs to the calling OS thread,
+     * as in the driver, and {@code cuMemcpyHtoD}, {@code cuLaunchKernel} and {@code cuCtxSynchronize} on a thread with
+     * none fail with {@code CUDA_ERROR_INVALID_CONTEXT} (201), printing which call it was.
+     */
+    static Path build(Path dir, int driverVersion, boolean contextPerThread) throws IOException, InterruptedException {
         NativeTools.assumeUsable("gcc", "to build a stub libcuda.so.1 for JCuda's natives");
         Files.createDirectories(dir);
         final Path src = dir.resolve("stub_cuda.c");
         Files.writeString(src, SOURCE);
         final Path lib = dir.resolve("libcuda.so.1").toAbsolutePath();
-        final String err = NativeTools.run(List.of("gcc", "-shared", "-fPIC", "-DDRIVER_VERSION=" + driverVersion,
-            "-Wl,-soname,libcuda.so.1", "-o", lib.toString(), src.toString()), null, 60);
+        final List<String> gcc = new java.util.ArrayList<>(List.of("gcc", "-shared", "-fPIC", "-DDRIVER_VERSION=" + driverVersion));
+        if (contextPerThread) {
+            gcc.add("-DCONTEXT_PER_THREAD");
+        }
+        gcc.addAll(List.of("-Wl,-soname,libcuda.so.1", "-o", lib.toString(), src.toString()));
+        final String err = NativeTools.run(gcc, null, 60);
         assertTrue(err == null, () -> "building the stub failed: " + err);
         return lib;
     }
 
     /**
      * Runs {@code main} in a fresh JVM on this test's class path with {@code args = {libcuda, scenario}}; the child
-     * loads the stub first ({@code System.load(args[0])}).
+     * loads the stub first ({@code System.load(args[0])}), and runs with {@code jvmOptions} before its class path.
      *
      * @return its output, stdout and stderr merged, stripped
      */
-    static String child(Path libcuda, Class<?> main, String scenario) throws InterruptedException {
+    static String child(Path libcuda, Class<?> main, String scenario, String... jvmOptions) throws InterruptedException {
         final String java = Path.of(System.getProperty("java.home"), "bin", "java").toString();
         final StringBuilder out = new StringBuilder();
-        final String err = NativeTools.run(List.of(java, "--enable-native-access=ALL-UNNAMED", "-cp", System.getProperty("java.class.path"),
-            main.getName(), libcuda.toString(), scenario), out, 60);
+        final List<String> cmd = new java.util.ArrayList<>(List.of(java, "--enable-native-access=ALL-UNNAMED"));
+        cmd.addAll(List.of(jvmOptions));
+        cmd.addAll(List.of("-cp", System.getProperty("java.class.path"), main.getName(), libcuda.toString(), scenario));
+        final String err = NativeTools.run(cmd, out, 60);
         assertTrue(err == null, () -> "the child JVM failed: " + err);
         return out.toString().strip();
     }

@@ -242,6 +242,13 @@ final class JCudaIpcEngine implements IpcEngine {
                 spareEvents.add(ev);
                 throw e;
             }
+            // again after the wait for the storage's monitor: a virtual thread that waited may go on on another OS
+            // thread, and the current context is the OS thread's
+            final int current = CudaException.code(() -> JCudaDriver.cuCtxSetCurrent(context));
+            if (current != CUresult.CUDA_SUCCESS) {
+                spareEvents.add(ev);
+                throw new SubmitException("cuCtxSetCurrent failed: " + describe(current), current, false);
+            }
             launched = CudaException.code(() -> JCudaDriver.cuLaunchKernel(putPages, blocks, 1, 1, THREADS, 1, 1, 0, stream,
                 Pointer.to(Pointer.to(indices), Pointer.to(indices.withByteOffset(4L * count)), Pointer.to(new int[] {count}),
                     Pointer.to(new long[] {srcBase}), Pointer.to(new long[] {sl.planeBytes()}), Pointer.to(new long[] {o.address()}),
