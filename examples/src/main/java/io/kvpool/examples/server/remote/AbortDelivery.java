@@ -58,19 +58,34 @@ final class AbortDelivery implements AutoCloseable {
     }
 
     /**
-     * Runs {@code drop} after {@code delay} and counts the aborted call's stream as closing until then: it holds a
-     * connection of the role though its request left the router's count ({@link #streamsClosing()}).
+     * Runs {@code drop} after {@code delay} and counts the aborted call's stream as closing until then, or until the
+     * returned {@link Closing} ends first (the stream was read to its end): it holds a connection of the role though its
+     * request left the router's count ({@link #streamsClosing()}).
      */
-    void dropLater(Duration delay, Runnable drop) {
+    Closing dropLater(Duration delay, Runnable drop) {
         streamsClosing.incrementAndGet();
+        final Closing c = new Closing();
         java.util.concurrent.CompletableFuture.delayedExecutor(delay.toMillis(), java.util.concurrent.TimeUnit.MILLISECONDS)
             .execute(() -> {
                 try {
                     drop.run();
                 } finally {
-                    streamsClosing.decrementAndGet();
+                    c.end();
                 }
             });
+        return c;
+    }
+
+    /** A stream counted in {@link #streamsClosing()} until it ends or is dropped, whichever comes first. Thread-safe. */
+    final class Closing {
+        private final java.util.concurrent.atomic.AtomicBoolean over = new java.util.concurrent.atomic.AtomicBoolean();
+
+        /** The stream holds no connection of the role any more: no longer counted. Idempotent. */
+        void end() {
+            if (over.compareAndSet(false, true)) {
+                streamsClosing.decrementAndGet();
+            }
+        }
     }
 
     /** @return streams of aborted calls that may still hold a connection of the role ({@link #dropLater}) */

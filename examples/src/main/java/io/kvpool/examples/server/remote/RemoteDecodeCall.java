@@ -68,6 +68,8 @@ final class RemoteDecodeCall implements DecodeCall {
     private volatile boolean ended;
     /** The stream's last event came: the process has ended the request; an abort has nothing left to tell it. */
     private volatile boolean finished;
+    /** The abort's count of this stream as closing ({@link AbortDelivery#dropLater}), ended when the reader ends. */
+    private volatile AbortDelivery.Closing closing;
 
     /**
      * How long after {@link #abort} a stream the process has not ended is dropped. Not at once: the JDK client may
@@ -137,7 +139,7 @@ final class RemoteDecodeCall implements DecodeCall {
             for (String line; (line = in.readLine()) != null; ) {
                 lastLineNanos = System.nanoTime();
                 if (!line.isBlank() && onEvent(json.readTree(line))) {
-                    finished = true;
+                    finished = true; // (set by onEvent already, before it woke a waiter)
                     while (in.readLine() != null) {
                         // the role ends the stream right after its last event: read to the end so the connection is reused
                     }
@@ -152,6 +154,10 @@ final class RemoteDecodeCall implements DecodeCall {
             lost(e instanceof com.fasterxml.jackson.core.JacksonException ? "a line that is not JSON, as if cut short" : e.toString());
         } finally {
             ended = true;
+            final AbortDelivery.Closing c = closing; // after ended: an abort that counted the stream either sees it or is seen
+            if (c != null) {
+                c.end();
+            }
         }
     }
 
@@ -167,14 +173,20 @@ final class RemoteDecodeCall implements DecodeCall {
                 return false;
             }
             case "admitted" -> admission.complete(Admitted.YES);
+            // each last event marks the request finished before it wakes the router: the abort the router then sends for a
+            // request that ended without a completion must find it finished, and tell the process nothing
             case "rejected" -> {
                 final Rejection r = RoleJson.rejection(RoleJson.field(n, "rejection"));
+                finished = true;
                 admission.complete(new Admitted(false, r));
                 outcome.complete(new TransferOutcome(false, "REJECTED", r.message()));
                 return true;
             }
             case "transfer" -> {
                 final boolean committed = RoleJson.bool(n, "committed");
+                if (!committed) {
+                    finished = true;
+                }
                 outcome.complete(committed ? TransferOutcome.COMMITTED
                     : new TransferOutcome(false, RoleJson.text(n, "failure"), RoleJson.text(n, "message")));
                 return !committed;
@@ -183,10 +195,14 @@ final class RemoteDecodeCall implements DecodeCall {
                 // the process failed the request: whatever the router still waits for ends now, not at its timeout
                 final String msg = client.describe() + " failed request " + requestId + ": " + RoleJson.text(n, "message");
                 final boolean unavailable = n.has("unavailable") && RoleJson.bool(n, "unavailable");
+                finished = true;
                 endWith(msg, !unavailable);
                 return true;
             }
             case "token", "done" -> {
+                if (event.equals("done")) {
+                    finished = true;
+                }
                 events.add(Map.entry(event, n));
                 return event.equals("done");
             }
@@ -350,7 +366,11 @@ final class RemoteDecodeCall implements DecodeCall {
      */
     private void dropLaterUnlessEnded() {
         if (!ended) {
-            aborts.dropLater(DROP_AFTER, this::dropUnlessEnded);
+            final AbortDelivery.Closing c = aborts.dropLater(DROP_AFTER, this::dropUnlessEnded);
+            closing = c;
+            if (ended) { // the reader ended it meanwhile, and may have looked for closing before it was set
+                c.end();
+            }
         }
     }
 

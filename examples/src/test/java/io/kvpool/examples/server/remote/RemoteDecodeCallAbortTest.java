@@ -283,6 +283,47 @@ class RemoteDecodeCallAbortTest {
     }
 
     @Test
+    void anAbortRightAfterARejectionTellsTheProcessNothingAndStopsCountingOnceTheStreamEnds() throws Exception {
+        // the router aborts a rejected request as soon as its admission wait wakes, usually before the reader has read
+        // the stream to its end: the request is finished already (nothing to post), and the stream counts as closing
+        // only until the reader reaches its end, not for the whole DROP_AFTER
+        final java.util.concurrent.atomic.AtomicInteger posts = new java.util.concurrent.atomic.AtomicInteger();
+        try (io.kvpool.examples.http.HttpFront decode = io.kvpool.examples.http.HttpFront.start("127.0.0.1", 0,
+            io.kvpool.examples.http.HttpLimits.DEFAULTS, call -> {
+                if (call.path().equals("/internal/abort")) {
+                    posts.incrementAndGet();
+                    call.respond(204, "application/json", new byte[0]);
+                    return;
+                }
+                call.startStream(200, "application/x-ndjson");
+                call.write("{\"event\":\"rejected\",\"rejection\":{\"role\":\"decode\",\"reason\":\"RETRY_LATER\","
+                    + "\"message\":\"full\",\"numbers\":{}}}\n");
+                try {
+                    Thread.sleep(100); // the end of the stream a moment after its last event
+                } catch (InterruptedException e) {
+                    Thread.currentThread().interrupt();
+                }
+                call.endStream();
+            })) {
+            final ObjectMapper json = new ObjectMapper();
+            final RoleClient client = new RoleClient(DecodeRole.ROLE, decode.baseUri(), json);
+            final AbortDelivery aborts = new AbortDelivery(client, null);
+            final RemoteDecodeCall call = RemoteDecodeCall.open(client, json, aborts, 47, "alice", 8, 2, Duration.ofSeconds(10),
+                Duration.ofSeconds(10));
+            assertFalse(call.awaitAdmission(Duration.ofSeconds(10)).admitted());
+            final long t0 = System.nanoTime();
+            call.abort("request 47 ended without a completion"); // as Router's finally does, at once
+            io.kvpool.examples.server.Await.until(() -> aborts.streamsClosing() == 0, Duration.ofSeconds(10),
+                () -> "closing streams: " + aborts.streamsClosing());
+            final long ms = (System.nanoTime() - t0) / 1_000_000;
+            assertTrue(ms < RemoteDecodeCall.DROP_AFTER.toMillis() / 2, ms + " ms counted as closing after its stream ended");
+            aborts.close(Duration.ofSeconds(5));
+            assertEquals(0, posts.get(), "an abort posted for a request the process had rejected");
+            client.close();
+        }
+    }
+
+    @Test
     void aCallWhoseStreamWasReadToItsEndIsNotCountedAsClosingWhenAborted() throws Exception {
         // the router aborts every request that ends without a completion, a rejected one too: its stream holds no
         // connection by then, so it must not take a request off the router's cap for DROP_AFTER
