@@ -7,7 +7,7 @@ package io.kvpool;
  * quiescent points, never on a serving path.
  *
  * <pre>
- *   1. by state, the scan's counts == the incremental counts (PageCounts, allocations)
+ *   1. by state, the scan's counts == the incremental counts (PageCounts, and the allocator's count of free pages)
  *   2. free + owned + receiving + draining + quarantined + retired == capacity, 0 ≤ reserved ≤ free
  *   3. every FREE slot is in exactly one free structure (plain stack, cached LRU, allocator cache), and
  *      no other slot is in any; every cached free slot holds a published prefix
