@@ -54,11 +54,17 @@ final class BoundMeters {
         final List<CloseAction<?>> onClose;
         /** The binders that bound it and have not closed; a dropped one is cleared and no longer counts. */
         final List<WeakReference<BoundMeters>> binders = new ArrayList<>();
+        /**
+         * Whether the registry held any of {@link #meters} right after the bind: one whose filters denied them all (no-op
+         * meters) never held them, and holding none later says nothing about a clear ({@link #cleared}).
+         */
+        final boolean held;
 
-        Shown(WeakReference<Object> observed, List<WeakReference<Meter>> meters, List<CloseAction<?>> onClose) {
+        Shown(WeakReference<Object> observed, List<WeakReference<Meter>> meters, List<CloseAction<?>> onClose, boolean held) {
             this.observed = observed;
             this.meters = meters;
             this.onClose = onClose;
+            this.held = held;
         }
 
         /** Drops {@code b}, and the binders collected unclosed; {@return whether none is left} */
@@ -162,7 +168,8 @@ final class BoundMeters {
             closing = new ArrayList<>();
             try {
                 registrations.run();
-                final Shown s = new Shown(observed, adding.stream().map(WeakReference::new).toList(), List.copyOf(closing));
+                final Shown s = new Shown(observed, adding.stream().map(WeakReference::new).toList(), List.copyOf(closing),
+                    holdsAny(registry, adding));
                 s.binders.add(new WeakReference<>(this));
                 bound.put(registry, s);
                 if (mine != null) { // recorded only for a bind that succeeded
@@ -182,19 +189,24 @@ final class BoundMeters {
     }
 
     /**
-     * Whether {@code registry} holds none of the meters {@code s} recorded: the application cleared them (or removed
-     * them) behind the binders' backs. Such a record shows nothing, and a bind must not take it as its twin. Under the lock.
+     * Whether {@code registry} holds none of the meters {@code s} recorded, though it held some after the bind: the
+     * application cleared them (or removed them) behind the binders' backs. Such a record shows nothing, and a bind
+     * must not take it as its twin. Under the lock.
      */
     private static boolean cleared(MeterRegistry registry, Shown s) {
+        return s.held && !holdsAny(registry, s.meters.stream().map(WeakReference::get).toList());
+    }
+
+    /** @return whether {@code registry} holds any of {@code meters} (the same instances; nulls are skipped) */
+    private static boolean holdsAny(MeterRegistry registry, List<Meter> meters) {
         final Set<Meter> held = Collections.newSetFromMap(new IdentityHashMap<>());
         held.addAll(registry.getMeters());
-        for (WeakReference<Meter> ref : s.meters) {
-            final Meter m = ref.get();
+        for (Meter m : meters) {
             if (m != null && held.contains(m)) {
-                return false;
+                return true;
             }
         }
-        return true;
+        return false;
     }
 
     /**

@@ -284,6 +284,22 @@ class TransferMeterBindersTest {
     }
 
     @Test
+    void aBinderWhoseMetersAFilterDeniedStillRemovesItsPeerInfoRowsOnClose() {
+        // a registry that exports only the peer-info rows: every other meter comes back a no-op the registry never
+        // holds, which must not make the record look cleared (its close would then leave the rows)
+        try (SimRig rig = new SimRig()) {
+            final SimpleMeterRegistry registry = new SimpleMeterRegistry();
+            registry.config().meterFilter(io.micrometer.core.instrument.config.MeterFilter.denyUnless(
+                id -> id.getName().equals("kvpool.peer.info")));
+            final TransferReceiverMeterBinder a = new TransferReceiverMeterBinder(rig.receiver, Tags.of("pool", "decode"));
+            a.bindTo(registry);
+            assertEquals(1, registry.getMeters().size(), () -> "the row: " + registry.getMeters());
+            a.close();
+            assertEquals(0, registry.getMeters().size(), () -> "left after close: " + registry.getMeters());
+        }
+    }
+
+    @Test
     void aBindRefusedPartWayLeavesNoPeerInfoRowBehind() {
         try (SimRig rig = new SimRig()) {
             final SimpleMeterRegistry registry = new SimpleMeterRegistry();
