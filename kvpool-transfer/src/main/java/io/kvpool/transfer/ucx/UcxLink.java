@@ -89,6 +89,10 @@ public final class UcxLink implements PeerLink {
     /** The receive of the control message last probed, while it runs (a large one completes in a later progress). */
     private UcpRequest recvRequest;
     private boolean receiving;
+    /** While {@link #progress} runs the worker: an endpoint error then waits for the round's messages ({@link #endpointError}). */
+    private boolean inWorkerProgress;
+    /** An endpoint error of the running round, failed once its messages were taken. */
+    private String endpointError;
     /**
      * Unpacked remote keys by their packed bytes: one per remote memory registration, not one per attach (a
      * sender attaches once per transfer on a long-lived link; the registration, and so the rkey, is the same).
@@ -163,8 +167,19 @@ public final class UcxLink implements PeerLink {
             .setPeerErrorHandlingMode()
             .setName(label)
             .setErrorHandler((endpoint, status, message) -> {
-                if (closeRequest == null) {
-                    fail("UCX endpoint error " + status + " (" + message + ")");
+                if (closeRequest != null) {
+                    return;
+                }
+                final String why = "UCX endpoint error " + status + " (" + message + ")";
+                if (inWorkerProgress) {
+                    // the peer's last messages may have come in the same round: they wait in UCX's queue until this
+                    // round's probe, and the failure is queued after them (progress), as the peer sent them first
+                    up = false;
+                    if (endpointError == null) {
+                        endpointError = why;
+                    }
+                } else {
+                    fail(why);
                 }
             }));
     }
@@ -772,14 +787,21 @@ public final class UcxLink implements PeerLink {
             return 0;
         }
         int n = 0;
+        inWorkerProgress = true;
         try {
             while (n < 10_000 && worker.progress() != 0) {
                 n++;
             }
         } catch (Exception e) {
             progressFailed(e);
+        } finally {
+            inWorkerProgress = false;
         }
-        n += receiveControl();
+        n += receiveControl(); // the messages the peer sent before an error of this round too
+        if (endpointError != null) {
+            fail(endpointError);
+            endpointError = null;
+        }
         publishWrites();
         return n;
     }

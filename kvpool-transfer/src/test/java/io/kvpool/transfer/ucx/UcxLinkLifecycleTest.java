@@ -346,6 +346,37 @@ class UcxLinkLifecycleTest {
     }
 
     /**
+     * A sender's last frame, sent just before its process vanished, is delivered before the link's failure, even when
+     * the link's thread takes the frame and the endpoint error in one round (it was busy meanwhile): a COMPLETION or
+     * a DRAINED followed by the sender's exit must not turn into a lost peer.
+     */
+    @Test
+    void aFrameSentJustBeforeThePeerVanishedIsDeliveredBeforeTheFailure() throws Exception {
+        try (RawPeer peer = RawPeer.linkedTo(a, "last-frame")) {
+            peer.send(io.kvpool.transfer.wire.WireCodec.encode(new io.kvpool.transfer.wire.Message.Ping(1)));
+            final Recorder r = new Recorder();
+            r.pollUntil(peer.link, () -> !r.frames.isEmpty() || !r.failures.isEmpty(), 3_000);
+            assertEquals(java.util.List.of(new io.kvpool.transfer.wire.Message.Ping(1)), r.frames, "the first frame " + r.failures);
+            // the link's thread is busy while the peer sends its last frame and goes away
+            final CompletableFuture<Object> busy = CompletableFuture.supplyAsync(() -> a.call(() -> {
+                Thread.sleep(1_500);
+                return null;
+            }));
+            Thread.sleep(200);
+            peer.send(io.kvpool.transfer.wire.WireCodec.encode(new io.kvpool.transfer.wire.Message.Ping(2)));
+            for (int i = 0; i < 1000; i++) {
+                peer.w.progress();
+            }
+            peer.vanish();
+            busy.get();
+            r.pollUntil(peer.link, () -> !r.failures.isEmpty(), 10_000);
+            assertEquals(java.util.List.of(new io.kvpool.transfer.wire.Message.Ping(1), new io.kvpool.transfer.wire.Message.Ping(2)),
+                r.frames, "the last frame before the peer vanished, then " + r.failures);
+            assertEquals(1, r.failures.size(), r.failures::toString);
+        }
+    }
+
+    /**
      * A raw UCX worker on the other end of a {@link UcxLink}: it answers the link's bootstrap by hand and sends tagged
      * messages of any content, as a broken peer would.
      */
@@ -396,9 +427,17 @@ class UcxLinkLifecycleTest {
             }
         }
 
+        private boolean vanished;
+
         /** Sends {@code message} as one tagged message to the link and waits until the send completed. */
         void send(byte[] message) throws Exception {
             sendAndWait(w, ep, java.nio.ByteBuffer.allocateDirect(message.length).put(message).flip(), linkTag);
+        }
+
+        /** Closes the worker at once, its connection with it, as a process that exits does. */
+        void vanish() {
+            vanished = true;
+            w.close();
         }
 
         @Override
@@ -406,13 +445,15 @@ class UcxLinkLifecycleTest {
             if (link != null) {
                 link.close();
             }
-            if (ep != null) {
-                ep.closeNonBlockingForce();
-                for (int i = 0; i < 100; i++) {
-                    w.progress();
+            if (!vanished) {
+                if (ep != null) {
+                    ep.closeNonBlockingForce();
+                    for (int i = 0; i < 100; i++) {
+                        w.progress();
+                    }
                 }
+                w.close();
             }
-            w.close();
             ctx.close();
         }
     }
