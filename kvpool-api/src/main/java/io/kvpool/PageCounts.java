@@ -95,6 +95,17 @@ final class PageCounts {
         }
     }
 
+    /** Test seam: runs between the pinned phases' reads of {@link PoolMetrics#read()} ({@code null} in production). */
+    volatile Runnable betweenMetricReads;
+
+    /** Runs {@link #betweenMetricReads}, if a test set it. */
+    void betweenMetricReads() {
+        final Runnable r = betweenMetricReads;
+        if (r != null) {
+            r.run();
+        }
+    }
+
     /** The counts themselves as a sink: every move lands at once. */
     final Sink now = (which, n) -> adder(which).add(n);
 

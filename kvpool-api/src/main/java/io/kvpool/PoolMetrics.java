@@ -149,7 +149,9 @@ public final class PoolMetrics {
         // the pinned phases against the direction pages move through them (PageCounts#pinnedAtMostOnce), so that one move
         // during the read does not show a page in both; a page that goes round (DRAINING → FREE → RECEIVING) still may
         final long quarantined = counts.quarantined.sum();
+        counts.betweenMetricReads();
         final long draining = counts.draining.sum();
+        counts.betweenMetricReads();
         final long receiving = counts.receiving.sum();
         final long retired = counts.retired.sum();
         final long free = allocator.freeNow();
