@@ -48,6 +48,21 @@ class PreflightTest {
             "--context", "512");
     }
 
+    /** Waits up to 15 s for the router to answer a completion 503 with a body that contains every one of {@code words}. */
+    private static void awaitRefusal(KvServer router, String what, String... words) throws InterruptedException {
+        final TestClient client = new TestClient(router);
+        final String[] last = {""};
+        Await.until(() -> {
+            try {
+                final TestClient.Response r = client.complete("alice", "hello", 2, false);
+                last[0] = r.status() + " " + r.body();
+                return r.status() == 503 && java.util.Arrays.stream(words).allMatch(r.body()::contains);
+            } catch (Exception e) {
+                return false;
+            }
+        }, Duration.ofSeconds(15), () -> what + "; last answer: " + last[0]);
+    }
+
     private static ServerConfig routerOver(RoleServer prefill, RoleServer decode, boolean clamp) {
         return ServerTests.small().clampContext(clamp)
             .topology(Topology.DEFAULT.withRole(Topology.Role.ROUTER).withUrls(prefill.baseUri(), decode.baseUri())).build();
@@ -166,18 +181,7 @@ class PreflightTest {
              RoleServer prefill = RoleServer.start(ServerTests.small().role(Topology.Role.PREFILL).workDir(b).port(prefillPort).build())) {
             Await.until(() -> InJvmRoleServers.status(decode.baseUri()).path("ready").asBoolean()
                 && InJvmRoleServers.status(prefill.baseUri()).path("ready").asBoolean(), Duration.ofSeconds(30), () -> "each linked elsewhere");
-            final TestClient client = new TestClient(router);
-            final String[] last = {""};
-            Await.until(() -> {
-                try {
-                    final TestClient.Response r = client.complete("alice", "hello", 2, false);
-                    last[0] = r.status() + " " + r.body();
-                    return r.status() == 503 && r.body().contains("KV endpoint") && r.body().contains(prefill.kvLink())
-                        && r.body().contains(decode.kvLink());
-                } catch (Exception e) {
-                    return false;
-                }
-            }, Duration.ofSeconds(15), () -> "the router to refuse roles each linked elsewhere; last answer: " + last[0]);
+            awaitRefusal(router, "the router to refuse roles each linked elsewhere", "KV endpoint", prefill.kvLink(), decode.kvLink());
         }
     }
 
@@ -244,17 +248,8 @@ class PreflightTest {
                 assertEquals(200, new TestClient(router).complete("alice", "hello", 2, false).status());
                 prefill.close();
                 prefill = RoleServer.start(ServerTests.small().role(Topology.Role.PREFILL).workDir(dir).port(port).environment("staging").build());
-                final TestClient client = new TestClient(router);
-                final String[] last = {""};
-                Await.until(() -> {
-                    try {
-                        final TestClient.Response r = client.complete("alice", "hello", 2, false);
-                        last[0] = r.status() + " " + r.body();
-                        return r.status() == 503 && r.body().contains("prefill role does not match the router") && r.body().contains("staging");
-                    } catch (Exception e) {
-                        return false;
-                    }
-                }, Duration.ofSeconds(15), () -> "the router to refuse the prefill that came back as staging; last answer: " + last[0]);
+                awaitRefusal(router, "the router to refuse the prefill that came back as staging",
+                    "prefill role does not match the router", "staging");
             } finally {
                 prefill.close();
             }

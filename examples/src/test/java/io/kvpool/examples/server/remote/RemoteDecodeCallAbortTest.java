@@ -222,18 +222,8 @@ class RemoteDecodeCallAbortTest {
     @Test
     void anAbortAfterTheProcessEndedTheRequestTellsItNothing() throws Exception {
         final java.util.concurrent.atomic.AtomicInteger posts = new java.util.concurrent.atomic.AtomicInteger();
-        try (io.kvpool.examples.http.HttpFront decode = io.kvpool.examples.http.HttpFront.start("127.0.0.1", 0,
-            io.kvpool.examples.http.HttpLimits.DEFAULTS, call -> {
-                if (call.path().equals("/internal/abort")) {
-                    posts.incrementAndGet();
-                    call.respond(204, "application/json", new byte[0]);
-                    return;
-                }
-                call.startStream(200, "application/x-ndjson");
-                call.write("{\"event\":\"admitted\"}\n{\"event\":\"transfer\",\"committed\":true}\n");
-                call.write("{\"event\":\"done\",\"text\":\"\",\"completion_tokens\":0,\"kv\":{}}\n");
-                call.endStream();
-            })) {
+        try (io.kvpool.examples.http.HttpFront decode = countingAborts(posts, "{\"event\":\"admitted\"}\n"
+            + "{\"event\":\"transfer\",\"committed\":true}\n{\"event\":\"done\",\"text\":\"\",\"completion_tokens\":0,\"kv\":{}}\n", 0)) {
             final ObjectMapper json = new ObjectMapper();
             final RoleClient client = new RoleClient(DecodeRole.ROLE, decode.baseUri(), json);
             final AbortDelivery aborts = new AbortDelivery(client, null);
@@ -288,23 +278,8 @@ class RemoteDecodeCallAbortTest {
         // the stream to its end: the request is finished already (nothing to post), and the stream counts as closing
         // only until the reader reaches its end, not for the whole DROP_AFTER
         final java.util.concurrent.atomic.AtomicInteger posts = new java.util.concurrent.atomic.AtomicInteger();
-        try (io.kvpool.examples.http.HttpFront decode = io.kvpool.examples.http.HttpFront.start("127.0.0.1", 0,
-            io.kvpool.examples.http.HttpLimits.DEFAULTS, call -> {
-                if (call.path().equals("/internal/abort")) {
-                    posts.incrementAndGet();
-                    call.respond(204, "application/json", new byte[0]);
-                    return;
-                }
-                call.startStream(200, "application/x-ndjson");
-                call.write("{\"event\":\"rejected\",\"rejection\":{\"role\":\"decode\",\"reason\":\"RETRY_LATER\","
-                    + "\"message\":\"full\",\"numbers\":{}}}\n");
-                try {
-                    Thread.sleep(100); // the end of the stream a moment after its last event
-                } catch (InterruptedException e) {
-                    Thread.currentThread().interrupt();
-                }
-                call.endStream();
-            })) {
+        try (io.kvpool.examples.http.HttpFront decode = countingAborts(posts, "{\"event\":\"rejected\",\"rejection\":{"
+            + "\"role\":\"decode\",\"reason\":\"RETRY_LATER\",\"message\":\"full\",\"numbers\":{}}}\n", 100)) {
             final ObjectMapper json = new ObjectMapper();
             final RoleClient client = new RoleClient(DecodeRole.ROLE, decode.baseUri(), json);
             final AbortDelivery aborts = new AbortDelivery(client, null);
@@ -341,5 +316,30 @@ class RemoteDecodeCallAbortTest {
             assertEquals(0, aborts.streamsClosing(), "a stream read to its end holds no connection");
             client.close();
         }
+    }
+
+    /**
+     * A decode stub that streams {@code events} to every decode call, ends the stream {@code endAfterMs} later, and
+     * counts the {@code /internal/abort} posts in {@code posts}.
+     */
+    private static io.kvpool.examples.http.HttpFront countingAborts(java.util.concurrent.atomic.AtomicInteger posts, String events,
+                                                                     long endAfterMs) throws Exception {
+        return io.kvpool.examples.http.HttpFront.start("127.0.0.1", 0, io.kvpool.examples.http.HttpLimits.DEFAULTS, call -> {
+            if (call.path().equals("/internal/abort")) {
+                posts.incrementAndGet();
+                call.respond(204, "application/json", new byte[0]);
+                return;
+            }
+            call.startStream(200, "application/x-ndjson");
+            call.write(events);
+            if (endAfterMs > 0) {
+                try {
+                    Thread.sleep(endAfterMs); // the end of the stream a moment after its last event
+                } catch (InterruptedException e) {
+                    Thread.currentThread().interrupt();
+                }
+            }
+            call.endStream();
+        });
     }
 }
