@@ -277,6 +277,7 @@ class HandleLifecycleTest {
             public void drained(long x) { real.drained(x); }
             public void quarantine(long x) { real.quarantine(x); }
             public void releaseQuarantine(long x) { real.releaseQuarantine(x); }
+            public void fillUnwrittenTail(long x, int fromToken) { real.fillUnwrittenTail(x, fromToken); }
         };
     }
 

@@ -41,6 +41,35 @@ class HostPageStorageTest {
     }
 
     @Test
+    void fillTailWritesTheFillPastATokenInEveryPlaneAndNothingBefore() {
+        // 3 layers, 5-byte vectors (the canary's phase crosses vector edges), 4 tokens a page; the tail from token 1
+        final KvLayout l = new KvLayout(3, 1, 5, DType.FP8, 4);
+        try (HostPageStorage s = HostPageStorage.allocate(l, 3); HostPageStorage canary = HostPageStorage.allocate(l, 1)) {
+            canary.fill(0, FillMode.CANARY); // the pattern fill gives every byte
+            for (FillMode mode : new FillMode[] {FillMode.CANARY, FillMode.ZERO, FillMode.NONE}) {
+                s.hostPage(1).fill((byte) 0x5A);
+                s.fillTail(1, 1, mode);
+                final MemorySegment p = s.hostPage(1);
+                for (int layer = 0; layer < l.layers(); layer++) {
+                    for (int kv = 0; kv < 2; kv++) {
+                        for (int t = 0; t < l.tokensPerPage(); t++) {
+                            for (long o = l.offset(layer, kv, t); o < l.offset(layer, kv, t) + l.bytesPerTokenVector(); o++) {
+                                final byte expected = t < 1 || mode == FillMode.NONE ? 0x5A
+                                    : mode == FillMode.ZERO ? 0 : canary.hostPage(0).get(ValueLayout.JAVA_BYTE, o);
+                                assertEquals(expected, p.get(ValueLayout.JAVA_BYTE, o), mode + ": layer " + layer + " kv " + kv
+                                    + " token " + t + " byte " + o);
+                            }
+                        }
+                    }
+                }
+            }
+            s.fillTail(1, l.tokensPerPage(), FillMode.CANARY); // no tail: nothing to do
+            assertThrows(IndexOutOfBoundsException.class, () -> s.fillTail(1, l.tokensPerPage() + 1, FillMode.CANARY));
+            assertThrows(IndexOutOfBoundsException.class, () -> s.fillTail(3, 0, FillMode.CANARY));
+        }
+    }
+
+    @Test
     void everyPageStartsAsCanaryAndEachFillTouchesOnlyItsPage() {
         try (HostPageStorage s = HostPageStorage.allocate(L, 4)) {
             assertEquals(4, s.pageCount());

@@ -104,6 +104,19 @@ public interface TransportHandles {
     void commitReceive(long handle);
 
     /**
+     * Writes the pool's free-page fill ({@link io.kvpool.KvPool#fillMode()}: the canary, or zeros; nothing for
+     * {@link io.kvpool.storage.FillMode#NONE}) into tokens {@code [fromToken, tokensPerPage)} of a page pinned
+     * RECEIVING ({@link io.kvpool.storage.PageStorage#fillTail}). A receiver calls it on a partial last page before
+     * the commit: transports copy whole pages, so its tail holds the sender page's bytes past the sender's tokens.
+     *
+     * @param handle    the page's handle
+     * @param fromToken the first token past the received ones, in {@code [0, tokensPerPage]}
+     * @throws IllegalStateException     if the page is not RECEIVING, or its storage was released
+     * @throws IndexOutOfBoundsException if {@code fromToken} is out of range
+     */
+    void fillUnwrittenTail(long handle, int fromToken);
+
+    /**
      * {@link #commitReceive} of {@code handles[from .. to)}. A refusal does not stop it: every other page is
      * committed, then the refusal for the first page that could not be is thrown.
      *

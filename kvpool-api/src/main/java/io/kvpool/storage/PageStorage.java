@@ -82,6 +82,68 @@ public interface PageStorage extends AutoCloseable {
     void fill(int page, FillMode mode);
 
     /**
+     * Writes the fill pattern into the tail of a page: tokens {@code [fromToken, tokensPerPage)} of every layer's K and
+     * V, each byte as {@link #fill} writes it ({@link FillMode#NONE} does nothing). A receiver fills the tail of a
+     * partial last page it received: transports copy whole pages, so the bytes past the sender's last token are the
+     * sender page's, another request's KV or the sender pool's own fill. The default writes through {@link #hostPage};
+     * a storage that is not host-accessible implements it, or its receivers keep those bytes and log a WARNING once.
+     *
+     * @param page      slot index
+     * @param fromToken the first token of the tail, in {@code [0, tokensPerPage]} ({@code tokensPerPage}: no tail)
+     * @param mode      {@link FillMode#CANARY} for the {@link #CANARY} pattern, {@link FillMode#ZERO} for zeros
+     * @throws IndexOutOfBoundsException     if {@code page} or {@code fromToken} is out of range
+     * @throws UnsupportedOperationException (the default) if the storage is not host-accessible
+     */
+    default void fillTail(int page, int fromToken, FillMode mode) {
+        java.util.Objects.requireNonNull(mode, "mode");
+        java.util.Objects.checkIndex(page, pageCount());
+        final int tpp = layout().tokensPerPage();
+        java.util.Objects.checkFromToIndex(fromToken, tpp, tpp);
+        if (mode != FillMode.NONE && fromToken < tpp) {
+            fillTail(hostPage(page), layout(), fromToken, mode);
+        }
+    }
+
+    /**
+     * {@link #fillTail(int, int, FillMode)} on one page's bytes in the host layout, for implementations.
+     *
+     * @param page      the page's bytes, {@link KvLayout#bytesPerPage()} of them, laid out as {@link KvLayout} says
+     * @param layout    the page's layout
+     * @param fromToken the first token of the tail, in {@code [0, tokensPerPage)}
+     * @param mode      {@link FillMode#CANARY} or {@link FillMode#ZERO}
+     */
+    static void fillTail(MemorySegment page, KvLayout layout, int fromToken, FillMode mode) {
+        final long len = (long) (layout.tokensPerPage() - fromToken) * layout.bytesPerTokenVector();
+        // CANARY's eight bytes at an offset that is a multiple of 8 (the segment's own alignment not assumed)
+        final java.lang.foreign.ValueLayout.OfLong word =
+            java.lang.foreign.ValueLayout.JAVA_LONG_UNALIGNED.withOrder(java.nio.ByteOrder.LITTLE_ENDIAN);
+        for (int l = 0; l < layout.layers(); l++) {
+            for (int kv = 0; kv < 2; kv++) {
+                final long off = layout.offset(l, kv, fromToken);
+                switch (mode) {
+                    case ZERO -> page.asSlice(off, len).fill((byte) 0);
+                    case CANARY -> {
+                        final long end = off + len;
+                        long o = off;
+                        for (; o < end && (o & 7) != 0; o++) { // the pattern's phase is the page offset (CANARY)
+                            page.set(java.lang.foreign.ValueLayout.JAVA_BYTE, o, (byte) (CANARY >>> (8 * (o & 7))));
+                        }
+                        for (; o + 8 <= end; o += 8) {
+                            page.set(word, o, CANARY);
+                        }
+                        for (; o < end; o++) {
+                            page.set(java.lang.foreign.ValueLayout.JAVA_BYTE, o, (byte) (CANARY >>> (8 * (o & 7))));
+                        }
+                    }
+                    case NONE -> {
+                        return;
+                    }
+                }
+            }
+        }
+    }
+
+    /**
      * Finds the first token of a range that was never (fully) written: one for which <em>any</em> vector
      * (any layer, K or V) still holds the canary pattern. A partially written token (some layers missing)
      * is therefore caught. Vectors shorter than 8 bytes can match the canary by chance; use layouts with

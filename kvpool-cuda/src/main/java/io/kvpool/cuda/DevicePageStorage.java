@@ -5,12 +5,14 @@ import io.kvpool.storage.FillMode;
 import io.kvpool.storage.KernelView;
 import io.kvpool.storage.PageStorage;
 import jcuda.Pointer;
+import jcuda.driver.CUDA_MEMCPY2D;
 import jcuda.driver.CUcontext;
 import jcuda.driver.CUdevice;
 import jcuda.driver.CUdeviceptr;
 import jcuda.driver.CUevent;
 import jcuda.driver.CUevent_flags;
 import jcuda.driver.CUfunction;
+import jcuda.driver.CUmemorytype;
 import jcuda.driver.CUmodule;
 import jcuda.driver.CUstream;
 import jcuda.driver.CUstream_flags;
@@ -477,6 +479,58 @@ public final class DevicePageStorage implements PageStorage {
         upload(new int[] {page}, 0, 1, 0);
         launch(fillFn, Kernels.FILL_PAGES, dl.planes(), listParams(scratch, 1, Pointer.to(new long[] {pattern(mode)})));
     }
+
+    /**
+     * As {@link PageStorage#fillTail}: one 2D copy from a host page of the pattern writes the tail of every plane (the
+     * planes' tails lie {@code planeBytes} apart here, {@code pageStride} apart in the host page, at the same offsets
+     * within a plane, so the pattern's phase is the host layout's). Returns once the tail is on the device.
+     *
+     * @throws CudaException if the driver reports an error
+     */
+    @Override
+    public synchronized void fillTail(int page, int fromToken, FillMode mode) {
+        Objects.requireNonNull(mode, "mode");
+        ensureOpen();
+        Objects.checkIndex(page, dl.pages());
+        final int tpp = dl.layout().tokensPerPage();
+        Objects.checkFromToIndex(fromToken, tpp, tpp);
+        if (mode == FillMode.NONE || fromToken == tpp) {
+            return;
+        }
+        final long skip = fromToken * dl.layout().bytesPerTokenVector();
+        final CUDA_MEMCPY2D copy = new CUDA_MEMCPY2D();
+        copy.srcMemoryType = CUmemorytype.CU_MEMORYTYPE_HOST;
+        copy.srcHost = Pointer.to(patternPage(mode)).withByteOffset(skip);
+        copy.srcPitch = dl.pageStride(); // plane q of the host page at q × pageStride (DeviceLayout#hostOffset)
+        copy.dstMemoryType = CUmemorytype.CU_MEMORYTYPE_DEVICE;
+        copy.dstDevice = arena.withByteOffset(page * dl.pageStride() + skip);
+        copy.dstPitch = dl.planeBytes();
+        copy.WidthInBytes = dl.pageStride() - skip;
+        copy.Height = dl.planes();
+        current();
+        CudaException.check(CudaException.code(() -> JCudaDriver.cuMemcpy2D(copy)), "cuMemcpy2D(the tail of page " + page
+            + " from token " + fromToken + ", " + dl.planes() + " planes)");
+        // from pageable memory the copy may return once staged: return only when the tail is there (as writePage)
+        CudaException.check(CudaException.code(() -> JCudaDriver.cuCtxSynchronize()), "cuCtxSynchronize after fillTail(" + page + ")");
+    }
+
+    /** One host page of {@code mode}'s pattern in the host layout, made on first use (owner: this storage's monitor). */
+    private ByteBuffer patternPage(FillMode mode) {
+        if (mode == FillMode.ZERO) {
+            if (zeroPage == null) {
+                zeroPage = ByteBuffer.allocateDirect(Math.toIntExact(dl.layout().bytesPerPage()));
+            }
+            return zeroPage;
+        }
+        if (canaryPage == null) {
+            final ByteBuffer b = ByteBuffer.allocateDirect(Math.toIntExact(dl.layout().bytesPerPage()));
+            PageStorage.fillTail(MemorySegment.ofBuffer(b), dl.layout(), 0, FillMode.CANARY);
+            canaryPage = b;
+        }
+        return canaryPage;
+    }
+
+    private ByteBuffer zeroPage, canaryPage;
 
     private static long pattern(FillMode mode) {
         return switch (Objects.requireNonNull(mode, "mode")) { // as on the host: no fill mode is an error, not zeros

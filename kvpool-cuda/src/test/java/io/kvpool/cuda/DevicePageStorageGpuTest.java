@@ -79,6 +79,11 @@ class DevicePageStorageGpuTest {
                 dev.fill(9, FillMode.CANARY);
                 host.fill(10, FillMode.ZERO);
                 dev.fill(10, FillMode.ZERO);
+                final int tail = l.tokensPerPage() / 2 + 1; // the tail of a partial page, past a received token
+                host.fillTail(13, tail, FillMode.CANARY);
+                dev.fillTail(13, tail, FillMode.CANARY);
+                host.fillTail(14, 1, FillMode.ZERO);
+                dev.fillTail(14, 1, FillMode.ZERO);
                 for (int p = 0; p < pages; p++) {
                     assertEquals(-1, MemorySegment.mismatch(host.hostPage(p), 0, l.bytesPerPage(), read(dev, p, arena), 0, l.bytesPerPage()),
                         l + " page " + p);

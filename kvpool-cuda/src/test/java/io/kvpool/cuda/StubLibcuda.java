@@ -74,6 +74,19 @@ final class StubLibcuda {
             (void) f; (void) gx; (void) gy; (void) gz; (void) bx; (void) by; (void) bz; (void) shared; (void) stream;
             (void) params; (void) extra; return need("cuLaunchKernel");
         }
+        /* a 2D copy prints its geometry and the first 8 source bytes (host sources only), and copies nothing */
+        typedef struct {
+            size_t srcXInBytes, srcY; int srcMemoryType; const void* srcHost; unsigned long long srcDevice; void* srcArray;
+            size_t srcPitch, dstXInBytes, dstY; int dstMemoryType; void* dstHost; unsigned long long dstDevice; void* dstArray;
+            size_t dstPitch, WidthInBytes, Height;
+        } memcpy2d;
+        int cuMemcpy2D_v2(const memcpy2d* c) {
+            const unsigned char* b = (const unsigned char*) c->srcHost;
+            printf("memcpy2D dst 0x%llx dstPitch %zu srcPitch %zu width %zu height %zu src %02x%02x%02x%02x%02x%02x%02x%02x\\n",
+                c->dstDevice, c->dstPitch, c->srcPitch, c->WidthInBytes, c->Height,
+                b ? b[0] : 0, b ? b[1] : 0, b ? b[2] : 0, b ? b[3] : 0, b ? b[4] : 0, b ? b[5] : 0, b ? b[6] : 0, b ? b[7] : 0);
+            fflush(stdout); return need("cuMemcpy2D");
+        }
         /* pinned host memory: plain memory, its device address the host address */
         int cuMemHostAlloc(void** pp, size_t bytes, unsigned flags) { (void) flags; *pp = calloc(1, bytes); return *pp ? 0 : 2; }
         int cuMemHostGetDevicePointer_v2(unsigned long long* d, void* p, unsigned flags) { (void) flags; *d = (unsigned long long) p; return 0; }

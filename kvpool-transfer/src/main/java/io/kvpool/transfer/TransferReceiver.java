@@ -678,7 +678,7 @@ public final class TransferReceiver extends TransferEndpoint {
     }
 
     private void verifyAndCommit(IncomingTransfer t, long now) {
-        if (verify(t, now)) {
+        if (verify(t, now) && fillLastPageTail(t, now)) {
             pool.handles().commitReceiveAll(t.handles, 0, t.handles.length);
             closeRegistrations(t);
             t.state = IncomingTransfer.State.COMMITTED;
@@ -686,6 +686,38 @@ public final class TransferReceiver extends TransferEndpoint {
             metrics.committed.increment();
         }
     }
+
+    /**
+     * Writes the pool's fill into the tail of a partial last page, past the expected tokens: the transport copied the
+     * sender's whole page, so that tail holds the sender page's bytes (another request's KV on a sender pool that does not
+     * fill its free pages), which no check reads. Off with the pool's free-page fill ({@link io.kvpool.storage.FillMode#NONE}).
+     *
+     * @return whether it was written; else {@code t} has failed
+     */
+    private boolean fillLastPageTail(IncomingTransfer t, long now) {
+        final int tail = t.expectedTokens % layout.tokensPerPage();
+        if (tail == 0 || t.handles.length == 0) {
+            return true;
+        }
+        try {
+            pool.handles().fillUnwrittenTail(t.handles[t.handles.length - 1], tail);
+            return true;
+        } catch (UnsupportedOperationException e) {
+            // a storage of the application's that implements no fillTail: the tail keeps the sender's bytes, as before
+            if (!tailFillUnsupportedLogged) {
+                tailFillUnsupportedLogged = true;
+                LOG.log(System.Logger.Level.WARNING, this + ": the pool's storage " + pool.storage().getClass().getName()
+                    + " cannot fill the tail of a received partial page (" + e.getMessage() + "): past the request's last "
+                    + "token it keeps the sender page's bytes; implement PageStorage.fillTail. Logged once");
+            }
+            return true;
+        } catch (RuntimeException | InternalError e) { // InternalError: a fault in mapped memory (shm pools)
+            return unverifiable(t, e, now);
+        }
+    }
+
+    /** Whether the storage's missing {@code fillTail} was logged (duty thread). */
+    private boolean tailFillUnsupportedLogged;
 
     /** @return whether the received pages pass every check that is on; else {@code t} has failed */
     private boolean verify(IncomingTransfer t, long now) {

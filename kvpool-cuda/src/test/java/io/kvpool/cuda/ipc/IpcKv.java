@@ -39,16 +39,25 @@ final class IpcKv {
         }
     }
 
-    /** @return the first page of the sequence that is not request {@code requestId}'s, or -1 if all are */
+    /** @return the first page of the sequence whose tokens are not request {@code requestId}'s, or -1 if all are */
     static int firstWrongPage(Sequence seq, long requestId) {
         final PageStorage s = seq.pool().storage();
+        final io.kvpool.KvLayout l = s.layout();
+        final int tpp = l.tokensPerPage();
         try (Arena a = Arena.ofConfined()) {
-            final MemorySegment page = a.allocate(s.layout().bytesPerPage(), 16);
+            final MemorySegment page = a.allocate(l.bytesPerPage(), 16);
             for (int i = 0; i < seq.pageCount(); i++) {
                 get(s, seq.pageIndex(i), page);
-                for (long o = 0; o < page.byteSize(); o += 8) {
-                    if (page.get(ValueLayout.JAVA_LONG, o) != word(requestId, i, o)) {
-                        return i;
+                // the sequence's tokens only: past them, a partial last page holds the receiver's fill (fillTail)
+                final int valid = (int) Math.min(tpp, seq.tokenCount() - (long) i * tpp);
+                for (int layer = 0; layer < l.layers(); layer++) {
+                    for (int kv = 0; kv < 2; kv++) {
+                        final long from = l.offset(layer, kv, 0), to = from + valid * l.bytesPerTokenVector();
+                        for (long o = from; o < to; o += 8) {
+                            if (page.get(ValueLayout.JAVA_LONG, o) != word(requestId, i, o)) {
+                                return i;
+                            }
+                        }
                     }
                 }
             }
