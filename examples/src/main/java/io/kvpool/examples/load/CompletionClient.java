@@ -125,7 +125,7 @@ public final class CompletionClient implements AutoCloseable {
             if (!s.stream()) {
                 final HttpResponse<InputStream> r = http.send(req, HttpResponse.BodyHandlers.ofInputStream());
                 try (InputStream in = r.body()) {
-                    return whole(s, r.statusCode(), readGuarded(in, r.statusCode()), t0);
+                    return whole(s, r.statusCode(), readGuarded(in, r.statusCode(), s.maxTokens()), t0);
                 }
             }
             if (!s.aborts()) {
@@ -148,13 +148,13 @@ public final class CompletionClient implements AutoCloseable {
         }
     }
 
-    /** The body of an answer stopped coming for the client's timeout (the request's own timeout ends with the headers). */
+    /** The body of an answer stopped coming for the client's timeout, or kept coming past {@link StallGuard}'s bound. */
     private static final class BodyStalled extends IOException {
         private static final long serialVersionUID = 1L;
         final int status;
 
-        BodyStalled(int status, Duration timeout, IOException cause) {
-            super("the body of a " + status + " answer stopped coming for " + timeout.toMillis() + " ms", cause);
+        BodyStalled(int status, String why, IOException cause) {
+            super("the body of a " + status + " answer was given up: " + why, cause);
             this.status = status;
         }
     }
@@ -165,8 +165,8 @@ public final class CompletionClient implements AutoCloseable {
      *
      * @throws BodyStalled if nothing came for the timeout
      */
-    private String readGuarded(InputStream in, int status) throws IOException {
-        final StallGuard guard = new StallGuard(in);
+    private String readGuarded(InputStream in, int status, int maxTokens) throws IOException {
+        final StallGuard guard = new StallGuard(in, maxTokens);
         try (guard) {
             final java.io.ByteArrayOutputStream out = new java.io.ByteArrayOutputStream();
             final byte[] buf = new byte[8192];
@@ -177,7 +177,7 @@ public final class CompletionClient implements AutoCloseable {
             return out.toString(StandardCharsets.UTF_8);
         } catch (IOException e) {
             if (guard.fired()) {
-                throw new BodyStalled(status, timeout, e);
+                throw new BodyStalled(status, guard.why(), e);
             }
             throw e;
         }
@@ -187,7 +187,7 @@ public final class CompletionClient implements AutoCloseable {
         final HttpResponse<InputStream> r = client.send(req, HttpResponse.BodyHandlers.ofInputStream());
         try (InputStream in = r.body()) { // closing it early closes the connection: the abort
             if (r.statusCode() != 200) {
-                return whole(s, r.statusCode(), readGuarded(in, r.statusCode()), t0);
+                return whole(s, r.statusCode(), readGuarded(in, r.statusCode(), s.maxTokens()), t0);
             }
             return stream(s, in, t0);
         }
@@ -220,8 +220,13 @@ public final class CompletionClient implements AutoCloseable {
             if (!kv.isObject()) {
                 return unexpected(s, 200, "no_kvpool_section", total, foreign, body);
             }
+            final int completionTokens = root.path("usage").path("completion_tokens").asInt();
+            if (completionTokens > s.maxTokens()) { // past the reservation the request was admitted for
+                return unexpected(s, 200, "too_many_tokens", total, foreign, completionTokens + " completion tokens for max_tokens "
+                    + s.maxTokens());
+            }
             final boolean mismatch = !s.prompt().equals(kv.path("kv_text").asText());
-            return new Outcome(s, Outcome.Kind.COMPLETED, 200, null, -1, total, root.path("usage").path("completion_tokens").asInt(),
+            return new Outcome(s, Outcome.Kind.COMPLETED, 200, null, -1, total, completionTokens,
                 foreign, tenants(kv), mismatch, mismatch ? cut(kv.path("kv_text").asText()) : null);
         }
         final JsonNode e = root.path("error");
@@ -241,19 +246,25 @@ public final class CompletionClient implements AutoCloseable {
     /**
      * Closes a stream that sent nothing for the client's timeout (the request's own timeout ends with the headers): a
      * request hung in the server must not hold a load thread, and with it the run's report, for ever. Heartbeat comments
-     * are not progress: a stream of nothing else for the timeout is stalled too.
+     * are not progress: a stream of nothing else for the timeout is stalled too. Nor may an answer that keeps coming
+     * (a body trickling for ever): past {@code maxTokens + 2} timeouts in all it is closed too, whatever it sent.
      */
     private final class StallGuard implements AutoCloseable {
         private volatile long lastProgress = System.nanoTime();
-        private volatile boolean fired;
+        private final long deadline;
+        private final long deadlineTimeouts;
+        private volatile boolean fired, overran;
         private final Thread watcher;
 
-        StallGuard(InputStream in) {
+        StallGuard(InputStream in, int maxTokens) {
+            deadlineTimeouts = maxTokens + 2L;
+            deadline = lastProgress + timeout.toNanos() * deadlineTimeouts;
             watcher = Thread.ofVirtual().start(() -> {
                 try {
-                    for (long idle; (idle = System.nanoTime() - lastProgress) < timeout.toNanos(); ) {
-                        Thread.sleep(Duration.ofNanos(timeout.toNanos() - idle));
+                    for (long now; (now = System.nanoTime()) - lastProgress < timeout.toNanos() && now - deadline < 0; ) {
+                        Thread.sleep(Duration.ofNanos(Math.min(timeout.toNanos() - (now - lastProgress), deadline - now)));
                     }
+                    overran = System.nanoTime() - deadline >= 0 && System.nanoTime() - lastProgress < timeout.toNanos();
                     fired = true;
                     in.close(); // unblocks the read
                 } catch (InterruptedException | IOException e) {
@@ -270,6 +281,12 @@ public final class CompletionClient implements AutoCloseable {
             return fired;
         }
 
+        /** {@return why it closed the answer} Once {@link #fired}. */
+        String why() {
+            return overran ? "it was still coming after " + (timeout.toMillis() * (deadlineTimeouts)) + " ms in all"
+                : "nothing came for " + timeout.toMillis() + " ms";
+        }
+
         @Override
         public void close() {
             watcher.interrupt();
@@ -278,13 +295,13 @@ public final class CompletionClient implements AutoCloseable {
 
     /** A stream: comments, one chunk per token, a last chunk with {@code usage} and {@code kvpool}, {@code [DONE]}. */
     private Outcome stream(Shot s, InputStream in, long t0) throws IOException {
-        final StallGuard guard = new StallGuard(in);
+        final StallGuard guard = new StallGuard(in, s.maxTokens());
         try (guard) {
             return stream(s, in, t0, guard);
         } catch (IOException e) {
             if (guard.fired()) {
                 return unexpected(s, 200, "stream_stalled", System.nanoTime() - t0, Set.of(),
-                    "nothing came on the stream for " + timeout.toMillis() + " ms: " + e);
+                    "the stream was given up: " + guard.why() + ": " + e);
             }
             throw e;
         }
@@ -348,6 +365,10 @@ public final class CompletionClient implements AutoCloseable {
                 }
                 tokens++;
                 text.append(choice.path("text").asText());
+                if (tokens > s.maxTokens()) { // a stream that runs past its reservation: said at once, not read for ever
+                    return unexpected(s, 200, "too_many_tokens", System.nanoTime() - t0,
+                        Markers.foreign(s.tenant(), raw.append(text)), tokens + " tokens streamed for max_tokens " + s.maxTokens());
+                }
                 if (tokens == s.abortAfter()) {
                     return aborted(s, t0, ttft, tokens, text);
                 }
@@ -429,7 +450,7 @@ public final class CompletionClient implements AutoCloseable {
             final HttpResponse<InputStream> r = http.send(b.build(), HttpResponse.BodyHandlers.ofInputStream());
             try (InputStream in = r.body()) {
                 status = r.statusCode();
-                answer = readGuarded(in, status);
+                answer = readGuarded(in, status, s.maxTokens());
             }
         } catch (BodyStalled e) {
             return unexpected(s, e.status, "body_stalled", System.nanoTime() - t0, Set.of(), e.getMessage());

@@ -19,6 +19,7 @@ import java.util.concurrent.TimeoutException;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertNotNull;
+import static org.junit.jupiter.api.Assertions.assertTrue;
 import static org.junit.jupiter.api.Assertions.fail;
 
 /**
@@ -120,6 +121,60 @@ class CompletionClientStallTest {
 
     private static Shot shot(Shot.Kind kind, boolean stream, Garbage garbage) {
         return new Shot(0, "tenant0", kind, Mix.prompt("tenant0", 0, 8), 8, 4, stream, -1, garbage);
+    }
+
+    private static String chunk(String s) {
+        return Integer.toHexString(s.getBytes(StandardCharsets.UTF_8).length) + "\r\n" + s + "\r\n";
+    }
+
+    private static final String TOKEN = "data: {\"choices\":[{\"index\":0,\"text\":\" .\",\"finish_reason\":null}]}\n\n";
+
+    /** A stream that runs past max_tokens (4 here) and never ends is told at its fifth token, not read for ever. */
+    @Test
+    void aStreamThatRunsPastMaxTokensIsEndedAtOnce() throws Exception {
+        try (Staller srv = new Staller("HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+                 + chunk(": admitted\n\n"), chunk(TOKEN));
+             CompletionClient c = new CompletionClient(srv.uri(), Duration.ofMillis(500), 1 << 20)) {
+            final Outcome o = sendWithin(c, shot(Shot.Kind.NORMAL, true, null), Duration.ofSeconds(5));
+            assertNotNull(o, "a stream of tokens past max_tokens that never ends held the client for 5 s");
+            assertEquals(Outcome.Kind.UNEXPECTED, o.kind(), o::toString);
+            assertEquals("too_many_tokens", o.reason(), o::toString);
+        }
+    }
+
+    /** A stream that ends cleanly with more tokens than max_tokens is no completion: it wrote past its reservation. */
+    @Test
+    void moreTokensThanMaxTokensIsNoCleanCompletion() throws Exception {
+        final Shot shot = shot(Shot.Kind.NORMAL, true, null);
+        final StringBuilder body = new StringBuilder(chunk(": admitted\n\n"));
+        for (int i = 0; i < 40; i++) {
+            body.append(chunk(TOKEN));
+        }
+        body.append(chunk("data: {\"choices\":[{\"index\":0,\"text\":\"\",\"finish_reason\":\"length\"}],\"usage\":"
+            + "{\"completion_tokens\":40},\"kvpool\":{\"kv_text\":" + new com.fasterxml.jackson.databind.ObjectMapper()
+            .writeValueAsString(shot.prompt()) + ",\"kv_tenants\":[\"" + shot.tenant() + "\"]}}\n\n"));
+        body.append(chunk("data: [DONE]\n\n")).append("0\r\n\r\n");
+        try (Staller srv = new Staller("HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+                 + body);
+             CompletionClient c = new CompletionClient(srv.uri(), Duration.ofSeconds(5), 1 << 20)) {
+            final Outcome o = sendWithin(c, shot, Duration.ofSeconds(10));
+            assertNotNull(o);
+            assertEquals(Outcome.Kind.UNEXPECTED, o.kind(), o::toString);
+            assertEquals("too_many_tokens", o.reason(), o::toString);
+        }
+    }
+
+    /** A body that trickles for ever (a byte every 100 ms) is given up after max_tokens + 2 timeouts in all (3 s here). */
+    @Test
+    void aBodyThatTricklesForEverIsGivenUp() throws Exception {
+        try (Staller srv = new Staller("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 100000000\r\n\r\n{", " ");
+             CompletionClient c = new CompletionClient(srv.uri(), Duration.ofMillis(500), 1 << 20)) {
+            final Outcome o = sendWithin(c, shot(Shot.Kind.NORMAL, false, null), Duration.ofSeconds(8));
+            assertNotNull(o, "a body trickling one byte per 100 ms held the client for 8 s");
+            assertEquals(Outcome.Kind.UNEXPECTED, o.kind(), o::toString);
+            assertEquals("body_stalled", o.reason(), o::toString);
+            assertTrue(o.detail().contains("still coming after 3000 ms"), o::toString);
+        }
     }
 
     /** A non-streamed answer whose headers came but whose body stops ends as body_stalled within --timeout-ms. */
