@@ -162,8 +162,7 @@ final class BoundMeters {
                 return;
             }
             sweepOrphans(registry);
-            before = Collections.newSetFromMap(new IdentityHashMap<>());
-            before.addAll(registry.getMeters());
+            before = heldBy(registry);
             adding = new ArrayList<>();
             closing = new ArrayList<>();
             try {
@@ -197,10 +196,16 @@ final class BoundMeters {
         return s.held && !holdsAny(registry, s.meters.stream().map(WeakReference::get).toList());
     }
 
-    /** @return whether {@code registry} holds any of {@code meters} (the same instances; nulls are skipped) */
-    private static boolean holdsAny(MeterRegistry registry, List<Meter> meters) {
+    /** {@return the meters {@code registry} holds now, by identity: a meter of the same id is another meter} */
+    private static Set<Meter> heldBy(MeterRegistry registry) {
         final Set<Meter> held = Collections.newSetFromMap(new IdentityHashMap<>());
         held.addAll(registry.getMeters());
+        return held;
+    }
+
+    /** @return whether {@code registry} holds any of {@code meters} (the same instances; nulls are skipped) */
+    private static boolean holdsAny(MeterRegistry registry, List<Meter> meters) {
+        final Set<Meter> held = heldBy(registry);
         for (Meter m : meters) {
             if (m != null && held.contains(m)) {
                 return true;
@@ -275,8 +280,7 @@ final class BoundMeters {
             return;
         }
         s.onClose.forEach(CloseAction::run);
-        final Set<Meter> held = Collections.newSetFromMap(new IdentityHashMap<>());
-        held.addAll(registry.getMeters());
+        final Set<Meter> held = heldBy(registry);
         for (WeakReference<Meter> ref : s.meters) {
             final Meter m = ref.get();
             if (m != null && held.contains(m)) {
