@@ -251,20 +251,21 @@ public final class CompletionClient implements AutoCloseable {
      */
     private final class StallGuard implements AutoCloseable {
         private volatile long lastProgress = System.nanoTime();
-        private final long deadline;
-        private final long deadlineTimeouts;
+        /** The longest an answer may take in all: {@code maxTokens + 2} timeouts. */
+        private final Duration limit;
         private volatile boolean fired, overran;
         private final Thread watcher;
 
         StallGuard(InputStream in, int maxTokens) {
-            deadlineTimeouts = maxTokens + 2L;
-            deadline = lastProgress + timeout.toNanos() * deadlineTimeouts;
+            limit = timeout.multipliedBy(maxTokens + 2L);
+            final long deadline = lastProgress + limit.toNanos();
             watcher = Thread.ofVirtual().start(() -> {
                 try {
-                    for (long now; (now = System.nanoTime()) - lastProgress < timeout.toNanos() && now - deadline < 0; ) {
+                    long now;
+                    while ((now = System.nanoTime()) - lastProgress < timeout.toNanos() && now - deadline < 0) {
                         Thread.sleep(Duration.ofNanos(Math.min(timeout.toNanos() - (now - lastProgress), deadline - now)));
                     }
-                    overran = System.nanoTime() - deadline >= 0 && System.nanoTime() - lastProgress < timeout.toNanos();
+                    overran = now - lastProgress < timeout.toNanos(); // it ended on the limit, not on a stall
                     fired = true;
                     in.close(); // unblocks the read
                 } catch (InterruptedException | IOException e) {
@@ -283,7 +284,7 @@ public final class CompletionClient implements AutoCloseable {
 
         /** {@return why it closed the answer} Once {@link #fired}. */
         String why() {
-            return overran ? "it was still coming after " + (timeout.toMillis() * (deadlineTimeouts)) + " ms in all"
+            return overran ? "it was still coming after " + limit.toMillis() + " ms in all"
                 : "nothing came for " + timeout.toMillis() + " ms";
         }
 
