@@ -1,7 +1,6 @@
 package io.kvpool;
 
 import io.kvpool.spi.TransportHandles;
-import io.kvpool.storage.FillMode;
 import java.util.concurrent.atomic.AtomicLong;
 import java.util.concurrent.atomic.LongAdder;
 
@@ -476,17 +475,13 @@ final class HandleOps {
 
         @Override
         public void fillUnwrittenTail(long handle, int fromToken) {
-            final int tpp = pool.layout().tokensPerPage();
-            java.util.Objects.checkFromToIndex(fromToken, tpp, tpp);
             final int slot = accessibleSlot(handle);
             final SlotState state = slots.stateOf(handle);
             if (state != SlotState.RECEIVING) { // the writer pin keeps every other holder off the page while it is filled
                 throw new IllegalStateException("slot " + slot + " is " + state + ", not RECEIVING: only a page pinned for a "
                     + "receive has a tail to fill");
             }
-            if (fromToken < tpp && pool.fillMode() != FillMode.NONE) {
-                pool.storage().fillTail(slot, fromToken, pool.fillMode());
-            }
+            pool.storage().fillTail(slot, fromToken, pool.fillMode()); // it checks the range; NONE or no tail writes nothing
         }
 
         @Override
