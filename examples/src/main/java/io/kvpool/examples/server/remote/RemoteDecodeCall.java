@@ -138,8 +138,7 @@ final class RemoteDecodeCall implements DecodeCall {
         try (BufferedReader in = new BufferedReader(new InputStreamReader(stream, StandardCharsets.UTF_8))) {
             for (String line; (line = in.readLine()) != null; ) {
                 lastLineNanos = System.nanoTime();
-                if (!line.isBlank() && onEvent(json.readTree(line))) {
-                    finished = true; // (set by onEvent already, before it woke a waiter)
+                if (!line.isBlank() && onEvent(json.readTree(line))) { // the last event: onEvent marked it finished
                     while (in.readLine() != null) {
                         // the role ends the stream right after its last event: read to the end so the connection is reused
                     }
