@@ -8,10 +8,11 @@ import io.kvpool.transfer.spi.PeerLink;
  *
  * <pre>
  *   HANDSHAKE ──HELLO, identities compatible (a version in common)──▶ UP, speaking that version
+ *       │        (version 4 and later: we send our INSTANCE; UP once the peer's INSTANCE arrived)
  *       │  HELLO with a mismatch: we send REFUSE ─▶ REFUSED
  *       │  REFUSE received                        ─▶ REFUSED
  *       │  any other frame first, malformed frame  ─▶ FAILED
- *       │  nothing for the heartbeat's idle + timeout (heartbeat on) ─▶ FAILED
+ *       │  no HELLO (and INSTANCE) for the heartbeat's idle + timeout (heartbeat on) ─▶ FAILED
  *       │  the engine closed, the receiver's tearDownPeer            ─▶ FAILED
  *   UP ──link failed, malformed frame, heartbeat unanswered, close, teardown──▶ FAILED   (REFUSE received ─▶ REFUSED)
  *    │
@@ -59,6 +60,10 @@ public final class Peer {
     /** The layout version of our own HELLO (1 or 2): the peer's REFUSE answering it uses it. */
     int ownHelloFormat;
     boolean helloSent;
+    /** The peer's HELLO passed on a link of version 4 and later: the link waits in HANDSHAKE for the peer's INSTANCE. */
+    boolean helloAccepted;
+    /** The peer engine's instance id ({@link #remoteInstance()}); 0 until its INSTANCE, and for good on older links. */
+    long remoteInstance;
     boolean tornDown;
     /**
      * The receiver's clock reading before which its duty cycle does not ask the transport again for an unproven
@@ -113,6 +118,21 @@ public final class Peer {
     /** {@return the peer's identity once its HELLO arrived, else {@code null}} */
     public PeerIdentity remote() {
         return remote;
+    }
+
+    /**
+     * The peer engine's instance id ({@code TransferSender.instance()} or {@code TransferReceiver.instance()} on its
+     * side): which process, of several of one identity, this link reaches.
+     *
+     * @return the id, known once the peer is UP on a link of version 4 and later; 0 before, and for a peer of older code
+     */
+    public long remoteInstance() {
+        return remoteInstance;
+    }
+
+    /** {@return an instance id as 16 hex digits, as logs and messages print it} */
+    static String hex(long instance) {
+        return String.format("%016x", instance);
     }
 
     /** {@return the protocol version the link speaks (the highest both HELLOs' ranges share), 0 before it is UP} */

@@ -14,7 +14,7 @@ import java.util.Objects;
  * difference with both values.
  *
  * @param minVersion        the oldest protocol version the peer's code speaks (this code: 1)
- * @param maxVersion        the newest (this code: 3); a version-1 peer's range is one version
+ * @param maxVersion        the newest (this code: 4); a version-1 peer's range is one version
  * @param layoutFingerprint {@link KvLayout#fingerprint()} of the peer's pool
  * @param modelId           the model (and revision) whose KV the pool holds, e.g. {@code "glm-4.6@r3"}
  * @param environment       the deployment environment, e.g. {@code "production"} or {@code "staging"}
@@ -79,7 +79,7 @@ public record PeerIdentity(int minVersion, int maxVersion, long layoutFingerprin
 
     /**
      * The highest version both ranges hold. A link speaks it when this build's wire format writes it
-     * (3 for this code); a range set by hand beyond that makes the link settle lower,
+     * (4 for this code); a range set by hand beyond that makes the link settle lower,
      * or refuse if the common versions are all beyond it.
      *
      * @param remote the other side's identity

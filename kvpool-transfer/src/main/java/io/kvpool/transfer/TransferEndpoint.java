@@ -59,6 +59,8 @@ abstract class TransferEndpoint implements AutoCloseable {
     static final long LOG_INTERVAL_NANOS = 10_000_000_000L;
 
     final PeerIdentity identity;
+    /** This engine's instance id: random, never 0, sent to peers of version 4 and later ({@link #instance()}). */
+    private final long instance = newInstance();
     final NanoClock clock;
     /** Whether a peer of another build is refused (off by default: a rollout mixes builds). */
     final boolean strictBuild;
@@ -90,6 +92,28 @@ abstract class TransferEndpoint implements AutoCloseable {
         this.strictBuild = strictBuild;
         this.heartbeat = Objects.requireNonNull(heartbeat, "heartbeat");
         this.lastHeartbeatCycleNanos = clock.nanoTime();
+    }
+
+    private static long newInstance() {
+        final java.security.SecureRandom random = new java.security.SecureRandom();
+        long id;
+        do {
+            id = random.nextLong();
+        } while (id == 0); // 0 stands for "unknown"
+        return id;
+    }
+
+    /**
+     * This engine's instance id: 64 random bits, never 0, fixed for the engine's life. Each peer of protocol version 4
+     * and later learns it in the handshake ({@link Peer#remoteInstance()}), so an application that runs several
+     * engines of one identity (two prefill processes behind one decode) can tell their links apart: the process that
+     * prepared a request names its engine's instance, and the other side starts the transfer on that link.
+     * Readable from any thread.
+     *
+     * @return the id
+     */
+    public long instance() {
+        return instance;
     }
 
     /**
@@ -175,6 +199,28 @@ abstract class TransferEndpoint implements AutoCloseable {
      */
     public Map<String, Integer> peerBuilds() {
         return Map.copyOf(upByBuild);
+    }
+
+    /**
+     * The link to the engine of an instance id: where a receiver starts the transfer of a request that the
+     * engine of that instance prepared. Owner thread.
+     *
+     * @param instance the peer engine's {@link #instance()}, as that process reported it
+     * @return the id of the newest peer that is {@link Peer#isUp() up} with that {@link Peer#remoteInstance()}, or -1
+     *         if none (no link to that process is up, or its code is older than version 4 and sends no instance)
+     * @throws IllegalArgumentException if {@code instance} is 0 (that stands for "unknown")
+     */
+    public int upPeerOf(long instance) {
+        if (instance == 0) {
+            throw new IllegalArgumentException("instance id 0 stands for unknown; ask for a peer's reported id");
+        }
+        for (int i = polled.size() - 1; i >= 0; i--) { // an UP peer is polled; polled keeps the order peers were added in
+            final Peer p = polled.get(i);
+            if (p.remoteInstance == instance && p.isUp()) {
+                return p.id;
+            }
+        }
+        return -1;
     }
 
     /** @return the peer with that id */
@@ -304,8 +350,9 @@ abstract class TransferEndpoint implements AutoCloseable {
     }
 
     /**
-     * Fails a link whose peer sent nothing since it was added for the heartbeat's idle time plus its timeout: a
-     * handshake never answered (a peer of any version sends its HELLO at once, or answers ours). A stall of this
+     * Fails a link whose handshake did not pass within the heartbeat's idle time plus its timeout since it was added:
+     * never answered (a peer of any version sends its HELLO at once, or answers ours), or no INSTANCE after the HELLO on
+     * a link of version 4 and later (a peer sends it right after accepting our HELLO). A stall of this
      * engine counts as for a PING (the caller has moved the start by it).
      *
      * @return 1 if the link was failed, else 0
@@ -316,7 +363,8 @@ abstract class TransferEndpoint implements AutoCloseable {
             return 0;
         }
         heartbeatFailures.increment();
-        fail(p, Peer.State.FAILED, "handshake: no HELLO from the peer within " + ms(now - p.lastHeardNanos) + " ms (the heartbeat's "
+        fail(p, Peer.State.FAILED, "handshake: " + (p.helloAccepted ? "no INSTANCE after the peer's HELLO" : "no HELLO from the peer")
+            + " within " + ms(now - p.lastHeardNanos) + " ms (the heartbeat's "
             + ms(heartbeat.idleNanos()) + " ms idle + " + ms(heartbeat.timeoutNanos()) + " ms timeout)");
         return 1;
     }
@@ -382,6 +430,10 @@ abstract class TransferEndpoint implements AutoCloseable {
             return;
         }
         p.heard = true; // the heartbeat's proof of life: the duty cycle reads it (and the clock) once per cycle
+        if (p.state == Peer.State.HANDSHAKE && p.helloAccepted) {
+            awaitingInstance(p, m, version);
+            return;
+        }
         if (p.state == Peer.State.HANDSHAKE) {
             switch (m) {
                 case Message.Hello h -> {
@@ -407,16 +459,16 @@ abstract class TransferEndpoint implements AutoCloseable {
                     }
                     if (mismatches.isEmpty()) {
                         p.version = negotiated(h.identity());
-                        p.lastHeardNanos = clock.nanoTime();
-                        p.heard = false;
-                        p.moveTo(Peer.State.UP);
-                        upByBuild.merge(h.identity().buildVersion(), 1, Integer::sum);
-                        final boolean otherBuild = !identity.buildVersion().equals(h.identity().buildVersion());
-                        // one line per link state change; a build difference is named here, once per link
-                        LOG.log(otherBuild ? System.Logger.Level.WARNING : System.Logger.Level.INFO, () -> this + ": " + p
-                            + " speaking version " + p.version + (otherBuild ? ", peer on ANOTHER BUILD: local="
-                            + identity.buildVersion() + " remote=" + h.identity().buildVersion() + " (allowed; strictBuild refuses)" : "")
-                            + ", peer " + h.identity());
+                        if (p.version < WireFormat.INSTANCE_VERSION) {
+                            up(p); // older code sends no INSTANCE: its links go up on the HELLO, its instance unknown
+                            return;
+                        }
+                        p.helloAccepted = true; // up once the peer's INSTANCE follows its HELLO
+                        try {
+                            p.link.send(WireCodec.encode(new Message.Instance(instance), p.version));
+                        } catch (RuntimeException e) {
+                            fail(p, Peer.State.FAILED, "could not send INSTANCE: " + e.getMessage());
+                        }
                     } else {
                         final String reason = new PeerMismatchException(identity, h.identity(), mismatches).getMessage();
                         try {
@@ -435,18 +487,7 @@ abstract class TransferEndpoint implements AutoCloseable {
             }
             return;
         }
-        // a copy of the peer's HELLO keeps its layout; a REFUSE answers our HELLO in that HELLO's layout (older code
-        // framed it in the negotiated version, also accepted); everything else speaks the negotiated version
-        final boolean ok = switch (m) {
-            case Message.Hello h -> version == p.helloFormat;
-            case Message.Refuse r -> version == p.ownHelloFormat || version == p.version;
-            default -> version == p.version;
-        };
-        if (!ok) {
-            malformedFrames.increment();
-            fail(p, Peer.State.FAILED, "protocol error: a " + m.getClass().getSimpleName() + " of version " + version
-                + " on a link speaking version " + p.version + (m instanceof Message.Hello ? " (the peer's HELLO was framed in "
-                + p.helloFormat + ")" : ""));
+        if (!framedAsTheLinkSpeaks(p, m, version)) {
             return;
         }
         switch (m) {
@@ -460,6 +501,13 @@ abstract class TransferEndpoint implements AutoCloseable {
                 }
             }
             case Message.Refuse r -> fail(p, Peer.State.REFUSED, "refused by the peer: " + r.reason());
+            case Message.Instance i -> {
+                if (i.instance() != p.remoteInstance) { // a copy changes nothing; another id is another process
+                    malformedFrames.increment();
+                    fail(p, Peer.State.FAILED, "protocol error: a second INSTANCE " + Peer.hex(i.instance()) + ", the first was "
+                        + Peer.hex(p.remoteInstance));
+                }
+            }
             case Message.Ping ping -> send(p, new Message.Pong(ping.token())); // answered also with the heartbeat OFF
             case Message.Pong pong -> {
                 // proof of life, counted above like any frame
@@ -475,6 +523,64 @@ abstract class TransferEndpoint implements AutoCloseable {
                 }
             }
         }
+    }
+
+    /**
+     * Checks a frame's header version on a link whose peer's HELLO was accepted. A copy of the peer's HELLO keeps its
+     * layout; a REFUSE answers our HELLO in that HELLO's layout (older code framed it in the negotiated version, also
+     * accepted); everything else speaks the negotiated version.
+     *
+     * @return whether it is right; if not, the link was failed
+     */
+    private boolean framedAsTheLinkSpeaks(Peer p, Message m, int version) {
+        final boolean ok = switch (m) {
+            case Message.Hello h -> version == p.helloFormat;
+            case Message.Refuse r -> version == p.ownHelloFormat || version == p.version;
+            default -> version == p.version;
+        };
+        if (!ok) {
+            malformedFrames.increment();
+            fail(p, Peer.State.FAILED, "protocol error: a " + m.getClass().getSimpleName() + " of version " + version
+                + " on a link speaking version " + p.version + (m instanceof Message.Hello ? " (the peer's HELLO was framed in "
+                + p.helloFormat + ")" : ""));
+        }
+        return ok;
+    }
+
+    /**
+     * A frame on a link of version 4 or later whose peer's HELLO this side accepted: the peer's INSTANCE takes it UP.
+     * A copy of the HELLO is ignored and a REFUSE refuses, as on a link that is up; anything else fails the link.
+     */
+    private void awaitingInstance(Peer p, Message m, int version) {
+        if (!framedAsTheLinkSpeaks(p, m, version)) {
+            return;
+        }
+        switch (m) {
+            case Message.Instance i -> {
+                p.remoteInstance = i.instance();
+                up(p);
+            }
+            case Message.Hello h when h.identity().equals(p.remote) -> duplicateHellos.increment();
+            case Message.Refuse r -> fail(p, Peer.State.REFUSED, "refused by the peer: " + r.reason());
+            default -> {
+                malformedFrames.increment();
+                fail(p, Peer.State.FAILED, "protocol error: " + m.getClass().getSimpleName() + " before the peer's INSTANCE");
+            }
+        }
+    }
+
+    /** The handshake passed: the peer goes UP, with one log line (a build difference is named here, once per link). */
+    private void up(Peer p) {
+        final PeerIdentity remote = p.remote;
+        p.lastHeardNanos = clock.nanoTime();
+        p.heard = false;
+        p.moveTo(Peer.State.UP);
+        upByBuild.merge(remote.buildVersion(), 1, Integer::sum);
+        final boolean otherBuild = !identity.buildVersion().equals(remote.buildVersion());
+        LOG.log(otherBuild ? System.Logger.Level.WARNING : System.Logger.Level.INFO, () -> this + ": " + p
+            + " speaking version " + p.version + (otherBuild ? ", peer on ANOTHER BUILD: local="
+            + identity.buildVersion() + " remote=" + remote.buildVersion() + " (allowed; strictBuild refuses)" : "")
+            + ", peer " + remote + (p.remoteInstance == 0 ? "" : " instance " + Peer.hex(p.remoteInstance)));
     }
 
     /** {@link LinkListener#onLinkFailed}, from {@link #doWork}'s polls. */

@@ -1044,7 +1044,7 @@ public final class TransferReceiver extends TransferEndpoint {
         p.moveTo(Peer.State.RETIRING);
         retiring.add(p);
         metrics.linksRetired.increment();
-        // counted in linksRetired, not in cancelsSent (a request's CANCELs); only version 3 links are retired
+        // counted in linksRetired, not in cancelsSent (a request's CANCELs); only links of version 3 and later are retired
         send(p, new Message.Cancel(Message.Cancel.LINK, Message.Cancel.RETIRING, "link retired: a write on it was unproven; open a fresh link"));
         LOG.log(System.Logger.Level.WARNING, () -> this + ": " + p + " — a write on it is unproven and the link cannot revoke "
             + "one registration: no new transfer starts on it; torn down once the transfers in flight on it end");

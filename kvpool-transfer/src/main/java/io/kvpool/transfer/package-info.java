@@ -14,12 +14,17 @@
  *            HELLOs match. A differing build is allowed: logged once per link, exported (peerBuilds()).
  *            A copy of the peer's HELLO later is ignored (counted); another HELLO fails the link.
  *            (version-1 code sends its HELLO at once and reads only version 1: prefill is rolled out first)
+ *  v ≥ 4, each side once the peer's HELLO passed:
+ *            ── INSTANCE(this engine's random id) ──▶   ◀── INSTANCE
+ *            the link is UP only once the peer's INSTANCE arrived (Peer.remoteInstance()); upPeerOf(id) finds
+ *            the link to the engine that prepared a request. A copy is ignored; another id fails the link.
  *
  *  heartbeat (v ≥ 3), both sides, while the link is up (Heartbeat: idle, timeout):
  *            nothing heard for idle ── PING(token) ──▶      ◀── PONG(token), sent from the duty cycle
  *            still nothing heard for timeout after the PING: the link FAILED, as if the transport lost it
  *            (any frame counts as heard; every engine answers PINGs, also with its own heartbeat OFF)
- *            a link that heard nothing since it was added, for idle + timeout, fails in HANDSHAKE (any version)
+ *            a link whose handshake (HELLO, and INSTANCE on v ≥ 4) is not done idle + timeout after it was
+ *            added fails in HANDSHAKE (any version)
  *
  *  start(request, tokens): admission (typed rejection, never a placeholder) → append → pin every page
  *  rejected (admission, no slot, a sender down):

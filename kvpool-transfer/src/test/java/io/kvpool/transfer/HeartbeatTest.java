@@ -145,7 +145,7 @@ class HeartbeatTest {
     @Test
     void aQuietLinkStaysUpOnPingsAlone() {
         try (Rig rig = new Rig(FAST)) {
-            assertEquals(3, rig.s().protocolVersion());
+            assertEquals(WireFormat.VERSION, rig.s().protocolVersion());
             rig.run(Duration.ofSeconds(10));
             assertTrue(rig.s().isUp(), rig.s()::toString);
             assertTrue(rig.r().isUp(), rig.r()::toString);

@@ -22,7 +22,12 @@ import static org.junit.jupiter.api.Assertions.*;
 class LinkRetirementSoakTest {
 
     static LeakHunter.Report soak(boolean retire, boolean frozenWrites) {
+        return soak(retire, frozenWrites, new LeakHunter.Config().seed);
+    }
+
+    static LeakHunter.Report soak(boolean retire, boolean frozenWrites, long seed) {
         final LeakHunter.Config c = new LeakHunter.Config();
+        c.seed = seed;
         c.transfers = Integer.getInteger("kvpool.soak.transfers", 20_000);
         c.revocableLinks = false;
         c.retireSuspectLinks = retire;
@@ -52,11 +57,18 @@ class LinkRetirementSoakTest {
     @Test
     void aFrozenWriteStallsItsLinkEitherWayAndRetirementIsNoWorse() {
         // a write frozen 30-80 ms holds every later flush on its link (as an endpoint flush waits for every put):
-        // the transfers behind it cannot prove their writes before their deadline, retired or torn down
-        final LeakHunter.Report torn = soak(false, true);
-        final LeakHunter.Report retired = soak(true, true);
-        assertTrue(retired.collateral <= torn.collateral,
-            () -> "collateral failures: retired " + retired.collateral + " vs torn down at once " + torn.collateral);
+        // the transfers behind it cannot prove their writes before their deadline, retired or torn down. Which way fails
+        // more in one run depends on the seed (each way has lost at some seed, by up to 30 %), so three seeds are summed
+        long torn = 0;
+        long retired = 0;
+        final long first = new LeakHunter.Config().seed;
+        for (long seed = first; seed < first + 3; seed++) {
+            torn += soak(false, true, seed).collateral;
+            retired += soak(true, true, seed).collateral;
+        }
+        final long t = torn;
+        final long r = retired;
+        assertTrue(r <= t, () -> "collateral failures over three seeds: retired " + r + " vs torn down at once " + t);
     }
 
 }

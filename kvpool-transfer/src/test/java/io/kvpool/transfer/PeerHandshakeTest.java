@@ -51,7 +51,7 @@ class PeerHandshakeTest {
         return List.of(
             // versions are ranges that must overlap, not equal numbers
             new Case("protocol versions", new PeerIdentity(9, r.layoutFingerprint(), r.modelId(), r.environment(), r.buildVersion()),
-                Kv.LAYOUT, "[9,9]", "[1,3]"),
+                Kv.LAYOUT, "[9,9]", "[1," + WireFormat.VERSION + "]"),
             new Case("layout fingerprint", prod(OTHER_LAYOUT), OTHER_LAYOUT, otherFp, fp),
             new Case("model", PeerIdentity.of(Kv.LAYOUT, "glm-4.6@r4", "production", "v1.2.0"), Kv.LAYOUT, "glm-4.6@r4", "glm-4.6@r3"),
             new Case("environment", PeerIdentity.of(Kv.LAYOUT, "glm-4.6@r3", "staging", "v1.2.0"), Kv.LAYOUT, "staging", "production"));
@@ -99,7 +99,7 @@ class PeerHandshakeTest {
             final String f = p.atReceiver().failure();
             assertEquals(Peer.State.REFUSED, p.atReceiver().state(), f);
             // version ranges; the build is named only with strictBuild (VersionNegotiationTest)
-            for (String part : new String[] {"4 mismatch", "protocol versions: local=[1,3] remote=[9,9]", "layout fingerprint: local=0x",
+            for (String part : new String[] {"4 mismatch", "protocol versions: local=[1," + WireFormat.VERSION + "] remote=[9,9]", "layout fingerprint: local=0x",
                 "model: local=glm-4.6@r3 remote=m2", "environment: local=production remote=staging"}) {
                 assertTrue(f.contains(part), () -> "'" + f + "' lacks '" + part + "'");
             }

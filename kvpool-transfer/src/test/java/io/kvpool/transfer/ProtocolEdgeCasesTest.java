@@ -116,7 +116,7 @@ class ProtocolEdgeCasesTest {
         final ManualClock clock = new ManualClock();
         final KvPool pool = Kv.pool(32);
         final TransferSender tx = sender(pool, clock);
-        final FlakyLink link = new FlakyLink().inject(new Message.Hello(Kv.identity()));
+        final FlakyLink link = new FlakyLink().inject(new Message.Hello(Kv.identity())).inject(new Message.Instance(ScriptedLink.INSTANCE));
         final int pid = tx.addPeer(link);
         tx.doWork();
         final long[] src1 = offer(pool, tx, 1, 4);

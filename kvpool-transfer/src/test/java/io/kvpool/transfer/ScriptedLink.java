@@ -63,9 +63,24 @@ final class ScriptedLink implements PeerLink {
         }
     }
 
-    /** Our own HELLO for the engine, with the given identity. */
+    /** The instance id the test's side announces on links of version 4 and later. */
+    static final long INSTANCE = 0x5C81_7ED0_0000_0001L;
+
+    /**
+     * Our own handshake for the engine, with the given identity: its HELLO, and when the link will speak version 4 or
+     * later (the identity's range reaches it; the engine's is this code's), our INSTANCE after it.
+     */
     ScriptedLink hello(PeerIdentity id) {
-        return inject(new Message.Hello(id));
+        return hello(id, INSTANCE);
+    }
+
+    /** {@link #hello(PeerIdentity)} announcing the given instance id. */
+    ScriptedLink hello(PeerIdentity id, long instance) {
+        inject(new Message.Hello(id));
+        if (id.maxVersion() >= io.kvpool.transfer.wire.WireFormat.INSTANCE_VERSION) {
+            inject(new Message.Instance(instance));
+        }
+        return this;
     }
 
     ScriptedLink inject(Message m) {

@@ -220,8 +220,8 @@ class VersionNegotiationTest {
         try (Rig rig = new Rig(id("test", "b").withVersions(8, 9), id("test", "b"), false)) {
             final Peer r = rig.receiver.peer(rig.rp);
             assertEquals(Peer.State.REFUSED, r.state(), r::toString);
-            assertTrue(r.failure().contains("protocol versions: local=[1,3] remote=[8,9]"), r.failure());
-            assertTrue(rig.sender.peer(rig.sp).failure().contains("protocol versions: local=[8,9] remote=[1,3]"),
+            assertTrue(r.failure().contains("protocol versions: local=[1," + WireFormat.VERSION + "] remote=[8,9]"), r.failure());
+            assertTrue(rig.sender.peer(rig.sp).failure().contains("protocol versions: local=[8,9] remote=[1," + WireFormat.VERSION + "]"),
                 rig.sender.peer(rig.sp).failure());
         }
     }
@@ -237,8 +237,17 @@ class VersionNegotiationTest {
                 final PeerIdentity receiver = format == 1 ? Kv.identity().withVersions(1, 1) : Kv.identity();
                 link.injectRaw(format == 1 ? WireCodecV1.encode(new Message.Hello(receiver)) : WireCodec.encode(new Message.Hello(receiver)));
                 sender.doWork();
-                assertEquals(List.of(new Message.Hello(format == 1 ? Kv.identity().withVersions(1, 1) : Kv.identity())), link.sent);
-                assertEquals(format == 1 ? 1 : WireFormat.VERSION, sender.peer(p).protocolVersion());
+                if (format == 1) {
+                    assertEquals(List.of(new Message.Hello(Kv.identity().withVersions(1, 1))), link.sent);
+                    assertEquals(1, sender.peer(p).protocolVersion());
+                } else { // our HELLO, then our INSTANCE; up once the receiver's INSTANCE came
+                    assertEquals(List.of(new Message.Hello(Kv.identity()), new Message.Instance(sender.instance())), link.sent);
+                    assertEquals(WireFormat.VERSION, sender.peer(p).protocolVersion());
+                    assertEquals(Peer.State.HANDSHAKE, sender.peer(p).state());
+                    link.inject(new Message.Instance(ScriptedLink.INSTANCE));
+                    sender.doWork();
+                    assertEquals(ScriptedLink.INSTANCE, sender.peer(p).remoteInstance());
+                }
                 assertTrue(sender.peer(p).isUp());
                 sender.close();
             }
@@ -251,11 +260,11 @@ class VersionNegotiationTest {
             final TransferReceiver receiver = TransferReceiver.builder(pool, Kv.identity()).clock(new ManualClock()).build();
             final ScriptedLink link = new ScriptedLink();
             final int p = receiver.addPeer(link);
-            link.hello(Kv.identity()); // version 3
+            link.hello(Kv.identity()); // this code's version
             link.injectRaw(WireCodec.encode(new Message.Drained(0, 1, 0, 0, 0, 0), 1));
             receiver.doWork();
             assertEquals(Peer.State.FAILED, receiver.peer(p).state());
-            assertTrue(receiver.peer(p).failure().contains("Drained of version 1 on a link speaking version 3"),
+            assertTrue(receiver.peer(p).failure().contains("Drained of version 1 on a link speaking version " + WireFormat.VERSION),
                 receiver.peer(p).failure());
             receiver.close();
         }

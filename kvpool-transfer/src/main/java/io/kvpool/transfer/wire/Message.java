@@ -267,4 +267,27 @@ public sealed interface Message {
             return WireFormat.PONG;
         }
     }
+
+    /**
+     * The sending engine's instance id, once per link right after the HELLOs (version 4 and later).
+     *
+     * @param instance the id, never 0 (0 stands for "unknown": a peer of an older version)
+     */
+    record Instance(long instance) implements Message {
+        /**
+         * Creates the message.
+         *
+         * @throws IllegalArgumentException if {@code instance} is 0
+         */
+        public Instance {
+            if (instance == 0) {
+                throw new IllegalArgumentException("instance id 0 means unknown; an engine's id is never 0");
+            }
+        }
+
+        @Override
+        public int type() {
+            return WireFormat.INSTANCE;
+        }
+    }
 }

@@ -61,8 +61,8 @@ public final class WireCodec {
             throw new IllegalArgumentException("version " + version + " is outside [" + MIN_VERSION + ", " + VERSION + "]");
         }
         if (m.type() > lastType(version)) {
-            throw new IllegalArgumentException(m.getClass().getSimpleName() + " needs version " + (m.type() > CANCEL ? 3 : 2)
-                + ", not " + version);
+            throw new IllegalArgumentException(m.getClass().getSimpleName() + " needs version "
+                + (m.type() > PONG ? 4 : m.type() > CANCEL ? 3 : 2) + ", not " + version);
         }
         if (m instanceof Message.Hello && version > HELLO_FORMAT) {
             throw new IllegalArgumentException("a HELLO's header names its body layout, 1 or " + HELLO_FORMAT + ", not " + version);
@@ -124,6 +124,7 @@ public final class WireCodec {
             }
             case Message.Ping p -> body.putLong(p.token());
             case Message.Pong p -> body.putLong(p.token());
+            case Message.Instance i -> body.putLong(i.instance());
         }
         if (frame.hasRemaining()) {
             throw new AssertionError("body length mismatch for " + m);
@@ -136,6 +137,7 @@ public final class WireCodec {
         return switch (version) {
             case 1 -> DRAINED;
             case 2 -> CANCEL;
+            case 3 -> PONG;
             default -> LAST_TYPE;
         };
     }
@@ -163,6 +165,7 @@ public final class WireCodec {
             case Message.Cancel c -> 8 + 4 + strLen(truncate(c.detail()));
             case Message.Ping p -> 8;
             case Message.Pong p -> 8;
+            case Message.Instance i -> 8;
         };
     }
 
@@ -305,6 +308,7 @@ public final class WireCodec {
                 case CANCEL -> new Message.Cancel(b.getLong(), b.getInt(), str(b));
                 case PING -> new Message.Ping(b.getLong());
                 case PONG -> new Message.Pong(b.getLong());
+                case INSTANCE -> new Message.Instance(b.getLong());
                 default -> throw new MalformedMessageException("unknown message type " + type);
             };
             if (b.hasRemaining()) {

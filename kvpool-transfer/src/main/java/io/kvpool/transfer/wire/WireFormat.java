@@ -8,7 +8,7 @@ package io.kvpool.transfer.wire;
  *   0        2        3        4                 8
  *   +--------+--------+--------+-----------------+------------------------------+
  *   | magic  | version| type   | body length     | body (exactly that many bytes)|
- *   | 4B 56  | u8 1-3 | u8     | u32             |                               |
+ *   | 4B 56  | u8 1-4 | u8     | u32             |                               |
  *   +--------+--------+--------+-----------------+------------------------------+
  *
  *  bodies (str = u16 length + UTF-8 bytes, ≤ 256; arrays = u32 count + elements)
@@ -26,7 +26,12 @@ package io.kvpool.transfer.wire;
  *   7 CANCEL      i64 requestId, i32 reason (see Cancel), str detail                    (version 2 and later)
  *   8 PING        i64 token: "are you there?", answered by a PONG with the same token  (version 3 and later)
  *   9 PONG        i64 token, copied from the PING it answers                           (version 3 and later)
+ *  10 INSTANCE    i64 instance (non-zero): the sending engine's process-unique id       (version 4 and later)
  * </pre>
+ *
+ * On a link of version 4 and later each side sends one INSTANCE right after it accepted the peer's HELLO, and takes
+ * the link as up only once the peer's INSTANCE arrived: an application can then tell two peers of the same identity
+ * apart (two prefill processes linked to one decode) and start a transfer on the link to the process it means.
  *
  * The header's version is the link's negotiated version (the highest both HELLOs' ranges share). A HELLO's
  * header names the layout of its body instead: {@link #HELLO_FORMAT} (2), or 1 towards version-1 code, whatever
@@ -44,7 +49,7 @@ public final class WireFormat {
     /** First two bytes of every frame ("KV" read as a little-endian u16 is 0x564B; on the wire: 4B 56). */
     public static final int MAGIC = 0x564B;
     /** Newest protocol version this code speaks (the top of its HELLO's range). */
-    public static final int VERSION = 3;
+    public static final int VERSION = 4;
     /** Oldest protocol version this code still speaks (version 1: the HELLO of one version, no CANCEL). */
     public static final int MIN_VERSION = 1;
     /**
@@ -67,6 +72,10 @@ public final class WireFormat {
     public static final int CANCEL = 7;
     /** Type codes of the heartbeat, which versions 1 and 2 lack: a link of an older version never carries them. */
     public static final int PING = 8, PONG = 9;
+    /** Type code of the engine's instance id, which versions 1 to 3 lack: a link of an older version never carries it. */
+    public static final int INSTANCE = 10;
+    /** The first version whose links carry INSTANCE. */
+    public static final int INSTANCE_VERSION = 4;
     /** The last type code of {@link #VERSION}. */
-    static final int LAST_TYPE = PONG;
+    static final int LAST_TYPE = INSTANCE;
 }

@@ -50,6 +50,8 @@ class WireCodecTest {
         out.add(new Message.Ping(Long.MIN_VALUE));
         out.add(new Message.Pong(-1));
         out.add(new Message.Pong(Long.MAX_VALUE));
+        out.add(new Message.Instance(0x5C81_7ED0_0000_0001L));
+        out.add(new Message.Instance(-1));
         return out;
     }
 
@@ -80,23 +82,25 @@ class WireCodecTest {
         // io.kvpool.transfer.wire is not exported: PeerIdentity's and TransferReceiver#start's Javadoc give these as
         // numbers, which must change with them
         assertEquals(1, WireFormat.MIN_VERSION, "PeerIdentity's Javadoc says 1");
-        assertEquals(3, WireFormat.VERSION, "PeerIdentity's Javadoc says 3");
+        assertEquals(4, WireFormat.VERSION, "PeerIdentity's Javadoc says 4");
         assertEquals(65_536, WireFormat.MAX_ARRAY, "TransferReceiver#start's Javadoc says 65,536");
     }
 
     @Test
-    void framesOfVersionsOneAndTwoAreTheShippedCodecsBytes() {
+    void framesOfVersionsOneToThreeAreTheShippedCodecsBytes() {
         int checked = 0;
         final List<Message> all = new ArrayList<>(samples());
         all.add(new Message.Hello(ID.withVersions(1, 2))); // a range: version 2's HELLO layout only
         for (Message m : all) {
-            for (int version = 1; version <= 2; version++) {
-                if (m.type() > (version == 1 ? DRAINED : CANCEL)
+            for (int version = 1; version <= 3; version++) {
+                if (m.type() > (version == 1 ? DRAINED : version == 2 ? CANCEL : PONG)
+                    || version == 3 && m instanceof Message.Hello // a HELLO's header names its layout, 1 or 2
                     || version == 1 && m instanceof Message.Hello h && h.identity().minVersion() != h.identity().maxVersion()) {
                     continue; // that version has no such message
                 }
                 final int v = version;
-                final byte[] shipped = version == 1 ? WireCodecV1.encode(m) : WireCodecV2.encode(m, version);
+                final byte[] shipped = version == 1 ? WireCodecV1.encode(m) : version == 2 ? WireCodecV2.encode(m, version)
+                    : WireCodecV3.encode(m, version);
                 assertArrayEquals(shipped, WireCodec.encode(m, version), "version " + version + " of " + m);
                 final Message read;
                 try {
@@ -109,16 +113,16 @@ class WireCodecTest {
                 checked++;
             }
         }
-        assertTrue(checked >= 30, "frames checked: " + checked);
+        assertTrue(checked >= 40, "frames checked: " + checked);
     }
 
     private static Message decodeShipped(byte[] frame, int version) {
-        return version == 1 ? WireCodecV1.decode(frame) : WireCodecV2.decode(frame);
+        return version == 1 ? WireCodecV1.decode(frame) : version == 2 ? WireCodecV2.decode(frame) : WireCodecV3.decode(frame);
     }
 
     @Test
     void everyMessageTypeRoundTripsExactly() {
-        final boolean[] seen = new boolean[PONG + 1];
+        final boolean[] seen = new boolean[INSTANCE + 1];
         for (Message m : samples()) {
             final byte[] frame = WireCodec.encode(m);
             final ByteBuffer h = ByteBuffer.wrap(frame).order(ByteOrder.LITTLE_ENDIAN);
@@ -134,7 +138,7 @@ class WireCodecTest {
             assertArrayEquals(frame, WireCodec.encode(back), () -> "re-encoding of " + m);
             seen[m.type()] = true;
         }
-        for (int t = HELLO; t <= PONG; t++) {
+        for (int t = HELLO; t <= INSTANCE; t++) {
             assertTrue(seen[t], "no sample of type " + t);
         }
     }
@@ -160,6 +164,25 @@ class WireCodecTest {
     }
 
     @Test
+    void version3FramesLackTheInstance() {
+        final Message.Instance m = new Message.Instance(7);
+        final IllegalArgumentException e = assertThrows(IllegalArgumentException.class, () -> WireCodec.encode(m, 3));
+        assertTrue(e.getMessage().contains("needs version 4, not 3"), e.getMessage());
+        final byte[] f = WireCodec.encode(m);
+        f[2] = 3;
+        malformed(f, "unknown message type 10 in version 3");
+        assertThrows(MalformedMessageException.class, () -> WireCodecV3.decode(WireCodec.encode(m)), "version-3 code refuses it");
+    }
+
+    @Test
+    void anInstanceOfZeroIsRefused() {
+        assertThrows(IllegalArgumentException.class, () -> new Message.Instance(0));
+        final byte[] f = WireCodec.encode(new Message.Instance(1));
+        f[HEADER_BYTES] = 0; // the id's low byte: 1 → 0
+        malformed(f, "invalid value");
+    }
+
+    @Test
     void aHelloIsFramedInItsLayoutNotInTheNewestVersion() {
         // version-2 code reads a HELLO of header version 2 only: a HELLO announcing [1,3] must still be framed so
         final byte[] f = WireCodec.encode(new Message.Hello(ID.withVersions(MIN_VERSION, VERSION)));
@@ -167,9 +190,9 @@ class WireCodecTest {
         assertEquals(new Message.Hello(ID.withVersions(MIN_VERSION, VERSION)), WireCodecV2.decode(f));
         final IllegalArgumentException e = assertThrows(IllegalArgumentException.class,
             () -> WireCodec.encode(new Message.Hello(ID), VERSION));
-        assertTrue(e.getMessage().contains("1 or 2, not 3"), e.getMessage());
+        assertTrue(e.getMessage().contains("1 or 2, not " + VERSION), e.getMessage());
         f[2] = (byte) VERSION;
-        malformed(f, "a HELLO's header names its body layout, 1 or 2, not 3");
+        malformed(f, "a HELLO's header names its body layout, 1 or 2, not " + VERSION);
     }
 
     @Test

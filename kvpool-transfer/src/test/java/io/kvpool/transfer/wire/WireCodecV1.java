@@ -67,6 +67,7 @@ public final class WireCodecV1 {
             case Message.Cancel c -> throw new IllegalArgumentException("version 1 has no CANCEL"); // added with version 2
             case Message.Ping p -> throw new IllegalArgumentException("version 1 has no PING"); // added with version 3
             case Message.Pong p -> throw new IllegalArgumentException("version 1 has no PONG");
+            case Message.Instance i -> throw new IllegalArgumentException("version 1 has no INSTANCE"); // added with version 4
         }
         if (body.hasRemaining()) {
             throw new AssertionError("body length mismatch for " + m);
@@ -88,6 +89,7 @@ public final class WireCodecV1 {
             case Message.Cancel c -> throw new IllegalArgumentException("version 1 has no CANCEL"); // added with version 2
             case Message.Ping p -> throw new IllegalArgumentException("version 1 has no PING"); // added with version 3
             case Message.Pong p -> throw new IllegalArgumentException("version 1 has no PONG");
+            case Message.Instance i -> throw new IllegalArgumentException("version 1 has no INSTANCE"); // added with version 4
         };
     }
 

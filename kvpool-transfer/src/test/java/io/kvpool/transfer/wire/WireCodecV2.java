@@ -107,6 +107,7 @@ public final class WireCodecV2 {
             }
             case Message.Ping p -> throw new IllegalArgumentException("version 2 has no PING"); // added with version 3
             case Message.Pong p -> throw new IllegalArgumentException("version 2 has no PONG");
+            case Message.Instance i -> throw new IllegalArgumentException("version 2 has no INSTANCE"); // added with version 4
         }
         if (frame.hasRemaining()) {
             throw new AssertionError("body length mismatch for " + m);
@@ -142,6 +143,7 @@ public final class WireCodecV2 {
             case Message.Cancel c -> 8 + 4 + strLen(truncate(c.detail()));
             case Message.Ping p -> throw new IllegalArgumentException("version 2 has no PING");
             case Message.Pong p -> throw new IllegalArgumentException("version 2 has no PONG");
+            case Message.Instance i -> throw new IllegalArgumentException("version 2 has no INSTANCE"); // added with version 4
         };
     }
 
