@@ -29,7 +29,8 @@ final class PreflightCommand implements Subcommand {
             Reads each role's GET /internal/status and checks its build, environment, model and KV layout against
             what a router with these options expects, and its largest safe context (pool, one transfer descriptor)
             against --context, and that the roles are linked to each other: prefill's KV endpoint must be where
-            decode listens, and the link up (waiting up to 5 s for one that is not up yet). Exits 0 when everything matches, 1 with a table of what does not, 2 on bad usage.
+            decode listens, and the link up (waiting up to 5 s for one that is not up yet), from this prefill's engine
+            (by the instance ids the roles report). Exits 0 when everything matches, 1 with a table of what does not, 2 on bad usage.
             The options that matter: --context, --tokens-per-page, --layers, --kv-heads, --head-dim, --environment."""),
         ServerConfig.builder().build(), Set.of());
 

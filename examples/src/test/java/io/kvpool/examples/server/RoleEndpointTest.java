@@ -129,6 +129,31 @@ class RoleEndpointTest {
         }
     }
 
+    @Test
+    void aPrefillInstanceThatIsNot16HexDigitsIsRefusedWith400AndTheStatusNamesDecodesEngine() throws Exception {
+        try (RoleServer decode = RoleServer.start(role(Topology.Role.DECODE))) {
+            final URI u = decode.baseUri();
+            final String body = "{\"request_id\":1,\"tenant\":\"alice\",\"prompt_tokens\":3,\"max_new_tokens\":2,\"prefill_instance\":%s}";
+            for (String path : new String[] {"internal/reserve", "internal/decode"}) {
+                for (String[] bad : new String[][] {
+                    {"5", "field 'prefill_instance' must be a string, was NUMBER"},
+                    {"\"xyz\"", "an instance id is 16 hex digits, not 'xyz'"},
+                    {"\"a1b2c3d4e5f6071\"", "an instance id is 16 hex digits, not 'a1b2c3d4e5f6071'"},
+                    {"\"+1b2c3d4e5f60718\"", "an instance id is 16 hex digits, not '+1b2c3d4e5f60718'"},
+                    {"\"0000000000000000\"", "instance id 0 stands for none"}}) {
+                    final HttpResponse<String> r = call(u, "POST", path, body.formatted(bad[0]));
+                    assertEquals(400, r.statusCode(), () -> path + " " + bad[0] + ": " + r.body());
+                    assertEquals("bad_field", error(r).path("reason").asText(), r::body);
+                    assertEquals("prefill_instance: " + bad[1], error(r).path("message").asText(), r::body);
+                }
+            }
+            final JsonNode status = TestClient.JSON.readTree(call(u, "GET", "internal/status", null).body());
+            assertTrue(status.path("instance").asText().matches("[0-9a-f]{16}"), status::toString);
+            assertTrue(status.path("linked_instances").isArray() && status.path("linked_instances").isEmpty(), status::toString);
+            assertEquals(0, status.path("counters").path("rejected").asLong(), "nothing reached the role: " + status.path("counters"));
+        }
+    }
+
     /** Nonsense the router never sends is a 400 naming the field, before the role starts anything. */
     @Test
     void internalEndpointsRefuseNonPositiveIdsAndCountsAndMalformedTenantsWith400() throws Exception {

@@ -34,6 +34,11 @@ import java.util.concurrent.ConcurrentHashMap;
  * outcome, then — if the KV committed — the generated tokens and the result. An id already decoding here is
  * refused with 409 ({@value DuplicateRequestException#REASON}) <b>before</b> the role starts anything for it.
  *
+ * <p>Both calls may name the prefill engine that computes the request, {@code "prefill_instance":"a1b2c3d4e5f60718"}
+ * (16 hex digits, its status's {@code instance}): decode then reserves only while a link to that engine is up and starts
+ * the transfer on it, and refuses the request (503, retryable) when none is. Without it, decode uses its newest prefill
+ * link. A value that is not 16 hex digits, or all zeros, is refused with 400 {@code bad_field}.
+ *
  * <p>A router that closes the stream's connection aborts the request here as it happens (the HTTP front sees
  * the close without writing); the router's {@code POST /internal/abort} usually comes too.
  */
@@ -94,12 +99,18 @@ public final class DecodeEndpoint extends RoleEndpoint {
         if (maxNew < 0) {
             throw ApiError.badRequest("bad_field", "max_new_tokens must be ≥ 0, was " + maxNew);
         }
+        final long prefillInstance;
+        try {
+            prefillInstance = RoleJson.prefillInstance(b);
+        } catch (IllegalArgumentException e) {
+            throw ApiError.badRequest("bad_field", "prefill_instance: " + e.getMessage());
+        }
         if (reserve) {
             if (calls.containsKey(id)) { // a reused id: its reservation would be taken by no call of ours
                 throw ApiError.of(new DuplicateRequestException("decode: request id " + id + " is already decoding here (two "
                     + "routers, or a restarted one, reusing an id); not reserved"));
             }
-            reserve(ex, id, tenant, prompt, maxNew);
+            reserve(ex, id, tenant, prompt, maxNew, prefillInstance);
             return true;
         }
         final Slot slot = new Slot();
@@ -110,7 +121,7 @@ public final class DecodeEndpoint extends RoleEndpoint {
         try {
             final DecodeCall call;
             try {
-                call = role.start(id, tenant, prompt, maxNew);
+                call = role.start(id, tenant, prompt, maxNew, prefillInstance);
             } catch (IllegalStateException e) {
                 throw unavailableOr(e, role.isClosed(), "decode role: " + e.getMessage());
             }
@@ -122,10 +133,11 @@ public final class DecodeEndpoint extends RoleEndpoint {
         return true;
     }
 
-    private void reserve(HttpCall ex, long id, String tenant, int prompt, int maxNew) throws ApiError, IOException {
+    private void reserve(HttpCall ex, long id, String tenant, int prompt, int maxNew, long prefillInstance)
+        throws ApiError, IOException {
         final Rejection r;
         try {
-            r = role.reserve(id, tenant, prompt, maxNew);
+            r = role.reserve(id, tenant, prompt, maxNew, prefillInstance);
         } catch (InterruptedException e) {
             Thread.currentThread().interrupt();
             throw closed("decode role: interrupted");

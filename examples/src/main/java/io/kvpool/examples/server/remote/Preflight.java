@@ -40,6 +40,11 @@ public record Preflight(RoleIdentity expected, long advertised, RemoteStatus pre
         }
         if (endpointsDiffer) { // these two can never be linked to each other, though each may be linked elsewhere
             m.add(new RoleIdentity.Mismatch(p.role(), KV_ENDPOINT, d.kv() + " (where decode listens)", p.kv()));
+        } else if (m.isEmpty()) {
+            final RoleIdentity.Mismatch notLinked = notLinkedTo(prefill, decode);
+            if (notLinked != null) {
+                m.add(notLinked);
+            }
         }
         return new Preflight(expected, cfg.contextTokens(), prefill, decode, List.copyOf(m));
     }
@@ -63,18 +68,46 @@ public record Preflight(RoleIdentity expected, long advertised, RemoteStatus pre
         return new RoleIdentity.Mismatch(p.role(), KV_ENDPOINT, d.kv() + " (where decode listens)", p.kv());
     }
 
+    /**
+     * Roles each ready, but decode holds no KV link from this prefill's engine: its links come from other prefill
+     * processes (of another router, or a process that replaced this one and is not linked yet). A request would be
+     * refused at decode (503); the router answers it so at once, naming both. Known only when both roles report their
+     * instance ids (a build before them reports none: then {@code null}).
+     *
+     * @return decode's mismatch, or {@code null}; {@code null} while either status is unknown, not up or not ready
+     */
+    static RoleIdentity.Mismatch notLinkedTo(RemoteStatus prefill, RemoteStatus decode) {
+        if (prefill == null || decode == null || !prefill.ready() || !decode.ready()) {
+            return null;
+        }
+        final long instance = prefill.status().instance();
+        final List<Long> linked = decode.status().linked();
+        if (instance == 0 || linked == null || linked.contains(instance)) {
+            return null;
+        }
+        return new RoleIdentity.Mismatch(decode.status().role(), KV_PEER, "a link from prefill instance "
+            + io.kvpool.examples.server.role.RoleStatus.hex(instance), "links from " + hex(linked));
+    }
+
+    private static String hex(List<Long> instances) {
+        return instances.stream().map(io.kvpool.examples.server.role.RoleStatus::hex).toList().toString();
+    }
+
     /** The mismatch of roles that match but have no KV link between them (checked only when nothing else differs). */
     static final String KV_LINK = "KV link";
 
     /** The mismatch of a prefill whose KV endpoint is not where decode listens: they cannot be linked to each other. */
     static final String KV_ENDPOINT = "KV endpoint";
 
+    /** The mismatch of a decode whose prefill links all come from other prefill processes than the router's. */
+    static final String KV_PEER = "KV link to the prefill";
+
     /**
      * @return whether the roles match in everything but a KV link that is not up, which may come up yet (preflight waits
      *         for it); never when their KV endpoints differ, which no wait mends
      */
     public boolean onlyUnlinked() {
-        return !mismatches.isEmpty() && mismatches.stream().allMatch(x -> x.what().equals(KV_LINK));
+        return !mismatches.isEmpty() && mismatches.stream().allMatch(x -> x.what().equals(KV_LINK) || x.what().equals(KV_PEER));
     }
 
     /**
@@ -133,6 +166,7 @@ public record Preflight(RoleIdentity expected, long advertised, RemoteStatus pre
             d == null ? null : Long.toString(d.maxSafeContext()), "largest safe context");
         row(b, fmt, KV_ENDPOINT, "-", p == null ? null : p.kv(), d == null ? null : d.kv(), KV_ENDPOINT);
         row(b, fmt, KV_LINK, "up", link(prefill), link(decode), KV_LINK);
+        row(b, fmt, "engine instance", "-", instance(prefill.status().instance()), linked(decode), KV_PEER);
         row(b, fmt, "max connections", expected.maxConnections() + " (clients)", connections(p), connections(d), "max connections");
         final long allowed = Math.min(RemoteRole.requestsAllowed(p == null ? 0 : p.maxConnections()),
             RemoteRole.requestsAllowed(d == null ? 0 : d.maxConnections()));
@@ -159,6 +193,19 @@ public record Preflight(RoleIdentity expected, long advertised, RemoteStatus pre
 
     private static String connections(RoleIdentity r) {
         return r == null ? null : r.maxConnections() <= 0 ? "not reported" : Long.toString(r.maxConnections());
+    }
+
+    private static String instance(long id) {
+        return id == 0 ? "not reported" : io.kvpool.examples.server.role.RoleStatus.hex(id);
+    }
+
+    /** @return decode's cell of the instance row: the prefill engines it is linked from */
+    private static String linked(RemoteStatus s) {
+        if (!s.status().up()) {
+            return null;
+        }
+        final List<Long> l = s.status().linked();
+        return l == null ? "not reported" : "from " + hex(l);
     }
 
     private static String link(RemoteStatus s) {

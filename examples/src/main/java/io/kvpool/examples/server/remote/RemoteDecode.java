@@ -80,9 +80,21 @@ final class RemoteDecode extends RemoteRole implements DecodeService {
      */
     @Override
     public DecodeCall start(long requestId, String tenant, int promptTokens, int maxNewTokens) {
+        return start(requestId, tenant, promptTokens, maxNewTokens, 0);
+    }
+
+    /**
+     * {@inheritDoc} The instance goes in the call's body ({@code prefill_instance}); a decode of a build before it reads
+     * no such field and uses its newest prefill link.
+     *
+     * @throws RoleLostException     if the process cannot be reached (the router answers 503)
+     * @throws IllegalStateException if it refuses the call (closed)
+     */
+    @Override
+    public DecodeCall start(long requestId, String tenant, int promptTokens, int maxNewTokens, long prefillInstance) {
         try {
-            final DecodeCall call = RemoteDecodeCall.open(client, json, aborts, requestId, tenant, promptTokens, maxNewTokens, stall,
-                silence);
+            final DecodeCall call = RemoteDecodeCall.open(client, json, aborts, requestId, tenant, promptTokens, maxNewTokens,
+                prefillInstance, stall, silence);
             mayHold.remove(requestId); // the call took the reservation (or admitted without one)
             return call;
         } catch (RoleLostException e) { // the call may never have reached the process: the id stays to be given back
@@ -104,13 +116,19 @@ final class RemoteDecode extends RemoteRole implements DecodeService {
      */
     @Override
     public Rejection reserve(long requestId, String tenant, int promptTokens, int maxNewTokens) {
+        return reserve(requestId, tenant, promptTokens, maxNewTokens, 0);
+    }
+
+    /** {@inheritDoc} As {@link #reserve(long, String, int, int)}, with {@code prefill_instance} in the body. */
+    @Override
+    public Rejection reserve(long requestId, String tenant, int promptTokens, int maxNewTokens, long prefillInstance) {
         if (System.nanoTime() - noReservationsUntil < 0) {
             return null;
         }
         final JsonNode r;
         mayHold.add(requestId);
         try {
-            r = client.post("internal/reserve", RoleJson.decodeRequest(requestId, tenant, promptTokens, maxNewTokens));
+            r = client.post("internal/reserve", RoleJson.decodeRequest(requestId, tenant, promptTokens, maxNewTokens, prefillInstance));
         } catch (RoleLostException e) { // no answer: it may have reserved, so the id stays to be given back
             lostUnlessInterrupted(e);
             throw e;

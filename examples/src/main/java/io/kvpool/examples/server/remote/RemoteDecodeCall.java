@@ -128,8 +128,18 @@ final class RemoteDecodeCall implements DecodeCall {
      */
     static RemoteDecodeCall open(RoleClient client, ObjectMapper json, AbortDelivery aborts, long requestId, String tenant,
                                  int promptTokens, int maxNewTokens, Duration stall, Duration silence) {
-        final RemoteDecodeCall c = new RemoteDecodeCall(client, aborts, json, requestId, stall, silence,
-            client.stream("internal/decode", RoleJson.decodeRequest(requestId, tenant, promptTokens, maxNewTokens)));
+        return open(client, json, aborts, requestId, tenant, promptTokens, maxNewTokens, 0, stall, silence);
+    }
+
+    /**
+     * @param prefillInstance the prefill engine whose link decode must start the transfer on, or 0 for decode's newest
+     * @param stall           longest wait for the next token once generating
+     * @param silence         longest silence of the stream before the KV committed
+     */
+    static RemoteDecodeCall open(RoleClient client, ObjectMapper json, AbortDelivery aborts, long requestId, String tenant,
+                                 int promptTokens, int maxNewTokens, long prefillInstance, Duration stall, Duration silence) {
+        final RemoteDecodeCall c = new RemoteDecodeCall(client, aborts, json, requestId, stall, silence, client.stream(
+            "internal/decode", RoleJson.decodeRequest(requestId, tenant, promptTokens, maxNewTokens, prefillInstance)));
         Thread.ofVirtual().name("kvpool-decode-stream-" + requestId).start(c::read);
         return c;
     }

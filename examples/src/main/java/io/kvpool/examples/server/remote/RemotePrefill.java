@@ -47,6 +47,12 @@ final class RemotePrefill extends RemoteRole implements PrefillService {
         return RoleJson.admission(r, client.describe() + " answered POST /internal/prefill");
     }
 
+    /** {@inheritDoc} The instance from the last status the router's probe read of the process. */
+    @Override
+    public long instance() {
+        return super.instance();
+    }
+
     /**
      * Tells the process to abort, without waiting for it: {@link AbortDelivery} retries until the process takes it
      * or is declared gone (a process that is gone has nothing left to abort: its pages died with it).

@@ -32,6 +32,10 @@ abstract class RemoteRole implements AutoCloseable {
     private final String role;
     /** The role's --max-connections, from the last status that passed the check; 0 until one reports it. */
     private volatile long maxConnections;
+    /** The role's engine instance id from the last status read of it up (0: none yet, or a build that reports none). */
+    private volatile long instance;
+    /** Whether a status of the role up has been read: {@link #instance} is the role's, not the initial 0. */
+    private volatile boolean instanceRead;
 
     /**
      * @param role       the role's name in its status ({@code prefill} or {@code decode})
@@ -42,6 +46,10 @@ abstract class RemoteRole implements AutoCloseable {
         this.client = Objects.requireNonNull(client, "client");
         this.role = role;
         this.health = new RoleHealth(client, role, needsPeers, s -> {
+            if (s.status().up()) { // before the checks: a role refused now still is the process its links reach
+                instance = s.status().instance();
+                instanceRead = true;
+            }
             final String mismatch = verify == null ? null : verify.apply(s);
             if (mismatch == null && s.identity() != null) {
                 maxConnections = s.identity().maxConnections(); // on every reconnect: a restarted role may allow fewer
@@ -89,6 +97,25 @@ abstract class RemoteRole implements AutoCloseable {
      */
     static long requestsAllowed(long maxConnections) {
         return maxConnections <= 0 ? Long.MAX_VALUE : maxConnections - SPARE_CONNECTIONS;
+    }
+
+    /**
+     * {@return the role's engine instance id from the last status the router's probe read of it, 0 while none has been
+     * read or the role reports none} Before the first read of the role up, waits for the probe's read under way, at
+     * most {@link RoleHealth#RECHECK_WAIT}. A process restarted under the same URL has a new id, learned at the next
+     * probe (until then decode refuses the request naming the old one: retryable).
+     */
+    long instance() {
+        if (!instanceRead) { // a request right after the router started: the probe's first read is under way
+            try {
+                health.check().result().get(RoleHealth.RECHECK_WAIT.toMillis(), java.util.concurrent.TimeUnit.MILLISECONDS);
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+            } catch (java.util.concurrent.ExecutionException | java.util.concurrent.TimeoutException e) {
+                // not read: 0, and decode uses its newest prefill link
+            }
+        }
+        return instance;
     }
 
     /** @return the role's status, read from the process */

@@ -48,6 +48,15 @@ public final class RemoteRoles extends RolePair<RemotePrefill, RemoteDecode> {
                     m.add(crossed);
                 }
             }
+            if (m.isEmpty() && s.status().role().equals(DecodeRole.ROLE)) {
+                // decode's links all from other prefill processes: decode is what cannot serve this router's requests.
+                // Checked on decode's reads only, so that a prefill restarted under its URL is not marked down until
+                // decode's next read shows the new link
+                final RoleIdentity.Mismatch notLinked = Preflight.notLinkedTo(latest.get(PrefillRole.ROLE), s);
+                if (notLinked != null) {
+                    m.add(notLinked);
+                }
+            }
             final RoleIdentity id = s.identity();
             if (m.isEmpty() && id != null && !id.build().equals(expected.build())
                 && !id.build().equals(buildsSeen.put(s.status().role(), id.build()))) {
@@ -89,7 +98,7 @@ public final class RemoteRoles extends RolePair<RemotePrefill, RemoteDecode> {
         // time out). Two UCX addresses may differ and still meet (NAT, another address of the host): logged, not refused
         final boolean unlinked = f.mismatches().stream().anyMatch(m -> m.what().equals(Preflight.KV_LINK));
         final java.util.List<RoleIdentity.Mismatch> wrong = f.mismatches().stream()
-            .filter(m -> !m.what().equals("reachable") && !m.what().equals(Preflight.KV_LINK)
+            .filter(m -> !m.what().equals("reachable") && !m.what().equals(Preflight.KV_LINK) && !m.what().equals(Preflight.KV_PEER)
                 && !(m.what().equals(Preflight.KV_ENDPOINT) && (unlinked || m.actual().startsWith("ucx:")))).toList();
         if (wrong.size() < f.mismatches().size()) {
             LOG.log(System.Logger.Level.WARNING, "router: a role, or the KV link between them, is not up yet, or their KV "

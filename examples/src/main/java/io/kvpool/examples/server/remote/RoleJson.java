@@ -21,7 +21,9 @@ import java.util.Map;
  * <pre>
  *   status      {"role":"decode","ready":true,"active_transfers":0,
  *                "pool":{"role":"decode","capacity":1024,"pages":"FFOO…","counters":{"free":1020,…},"holders":[…]},
- *                "counters":{"admitted":3,…},"gauges":{"active_transfers":0,"link_up":1,…}}
+ *                "counters":{"admitted":3,…},"gauges":{"active_transfers":0,"link_up":1,…},
+ *                "instance":"5c817ed000000001","linked_instances":["a1b2c3d4e5f60718",…]}
+ *   decode call {"request_id":7,"tenant":"alice","prompt_tokens":5,"max_new_tokens":8,"prefill_instance":"a1b2c3d4e5f60718"}
  *   rejection   {"role":"decode","reason":"RETRY_LATER","message":"…","numbers":{"pages_needed":8,…}}
  *   tokens      ["SGVs","bG8="]   (each token's UTF-8 bytes, base64)
  *   kv          {"text":"…","tenants":["alice"],"tokens":5,"canary":0,"garbage":0,"misplaced":0}
@@ -51,6 +53,12 @@ final class RoleJson {
         m.put("pool", pool);
         m.put("counters", s.counters());
         m.put("gauges", s.gauges());
+        if (s.instance() != 0) {
+            m.put("instance", RoleStatus.hex(s.instance()));
+        }
+        if (s.linked() != null) {
+            m.put("linked_instances", s.linked().stream().map(RoleStatus::hex).toList());
+        }
         return m;
     }
 
@@ -59,20 +67,48 @@ final class RoleJson {
         final JsonNode p = field(n, "pool");
         final PoolView view = new PoolView(text(p, "role"), (int) number(p, "capacity"), text(p, "pages"), longs(field(p, "counters")),
             io.kvpool.examples.ui.StateJson.holders(p.get("holders"), "pool.holders"));
-        return new RoleStatus(text(n, "role"), view, longs(field(n, "counters")), longs(field(n, "gauges")));
+        // the instance ids are optional: a role of a build before them reports none, and the pairing checks then pass
+        final long instance = n.has("instance") ? RoleStatus.parseInstance(text(n, "instance")) : 0;
+        List<Long> linked = null;
+        if (n.has("linked_instances")) {
+            final JsonNode a = field(n, "linked_instances");
+            if (!a.isArray()) {
+                throw new IllegalArgumentException("field 'linked_instances' must be an array, was " + a.getNodeType());
+            }
+            linked = new ArrayList<>();
+            for (JsonNode e : a) {
+                if (!e.isTextual()) {
+                    throw new IllegalArgumentException("field 'linked_instances' holds " + e + ", not an instance id");
+                }
+                linked.add(RoleStatus.parseInstance(e.asText()));
+            }
+        }
+        return new RoleStatus(text(n, "role"), view, longs(field(n, "counters")), longs(field(n, "gauges")), null, instance, linked);
     }
 
     /**
      * @return the body of decode's {@code /internal/reserve} and {@code /internal/decode} calls, which
      *         {@code DecodeEndpoint} reads alike
      */
-    static Map<String, Object> decodeRequest(long requestId, String tenant, int promptTokens, int maxNewTokens) {
+    static Map<String, Object> decodeRequest(long requestId, String tenant, int promptTokens, int maxNewTokens,
+                                             long prefillInstance) {
         final Map<String, Object> body = new LinkedHashMap<>();
         body.put("request_id", requestId);
         body.put("tenant", tenant);
         body.put("prompt_tokens", promptTokens);
         body.put("max_new_tokens", maxNewTokens);
+        if (prefillInstance != 0) { // left out when unknown: the body is then what a decode of any build reads
+            body.put("prefill_instance", RoleStatus.hex(prefillInstance));
+        }
         return body;
+    }
+
+    /**
+     * @return the {@code prefill_instance} of a decode call's body ({@link #decodeRequest}), 0 when it has none
+     * @throws IllegalArgumentException if it is not a string of 16 hex digits, or is all zeros
+     */
+    static long prefillInstance(JsonNode body) {
+        return body.has("prefill_instance") ? RoleStatus.parseInstance(text(body, "prefill_instance")) : 0;
     }
 
     /** @return an admission's answer: {@code {"admitted":true}}, or {@code {"admitted":false,"rejection":{…}}} for {@code r} */

@@ -104,9 +104,10 @@ public final class DecodeRole implements DecodeService, MeteredRole, Drains {
      * A reservation, with what decode knows of the request it was made for: its tenant and sizes. Two routers (or a
      * restarted one) may reuse a request id; a decode call that is not for this request does not take it.
      */
-    private record Reserved(Sequence seq, long expiresAt, String tenant, int promptTokens, int maxNewTokens) {
+    private record Reserved(Sequence seq, long expiresAt, String tenant, int promptTokens, int maxNewTokens, long prefillInstance) {
         boolean isFor(Call c) {
-            return tenant.equals(c.tenant) && promptTokens == c.promptTokens && maxNewTokens == c.maxNewTokens;
+            return tenant.equals(c.tenant) && promptTokens == c.promptTokens && maxNewTokens == c.maxNewTokens
+                && prefillInstance == c.prefillInstance;
         }
     }
 
@@ -118,6 +119,8 @@ public final class DecodeRole implements DecodeService, MeteredRole, Drains {
     private volatile int reservedNow;
     private volatile int activeTransfers;
     private volatile int senderLinks;
+    /** The instance ids of the prefill engines whose links are up (those that report one), published by the duty thread. */
+    private volatile List<Long> linkedPrefills = List.of();
     private final AtomicInteger heldSequences = new AtomicInteger();
     private final java.util.Set<Call> handedOver = java.util.concurrent.ConcurrentHashMap.newKeySet();
     /** The pages each request holds here, for the live page: booked at admission and at commit, dropped when it is over. */
@@ -191,12 +194,27 @@ public final class DecodeRole implements DecodeService, MeteredRole, Drains {
 
     @Override
     public DecodeCall start(long requestId, String tenant, int promptTokens, int maxNewTokens) {
+        return start(requestId, tenant, promptTokens, maxNewTokens, 0);
+    }
+
+    /**
+     * {@inheritDoc} The transfer starts on the newest link up to that prefill engine
+     * ({@link TransferReceiver#upPeerOf}); with {@code prefillInstance} 0, on the newest prefill link up.
+     */
+    @Override
+    public DecodeCall start(long requestId, String tenant, int promptTokens, int maxNewTokens, long prefillInstance) {
         if (closed) {
             throw new RoleUnavailableException("decode role is closed");
         }
-        final Call c = new Call(requestId, tenant, promptTokens, maxNewTokens);
+        final Call c = new Call(requestId, tenant, promptTokens, maxNewTokens, prefillInstance);
         duty.submit(() -> begin(c));
         return c;
+    }
+
+    /** {@inheritDoc} As {@link #reserve(long, String, int, int, long)} for any prefill engine. */
+    @Override
+    public Rejection reserve(long requestId, String tenant, int promptTokens, int maxNewTokens) throws InterruptedException {
+        return reserve(requestId, tenant, promptTokens, maxNewTokens, 0);
     }
 
     /**
@@ -206,14 +224,15 @@ public final class DecodeRole implements DecodeService, MeteredRole, Drains {
      *                               (a reservation it makes later is closed by the give-back that follows)
      */
     @Override
-    public Rejection reserve(long requestId, String tenant, int promptTokens, int maxNewTokens) throws InterruptedException {
+    public Rejection reserve(long requestId, String tenant, int promptTokens, int maxNewTokens, long prefillInstance)
+        throws InterruptedException {
         if (closed) {
             throw new RoleUnavailableException("decode role is closed");
         }
         final CompletableFuture<Rejection> answer = new CompletableFuture<>();
         duty.submit(() -> {
             try {
-                answer.complete(admitAhead(requestId, tenant, promptTokens, maxNewTokens));
+                answer.complete(admitAhead(requestId, tenant, promptTokens, maxNewTokens, prefillInstance));
             } catch (RuntimeException e) {
                 answer.completeExceptionally(e);
             } catch (Error e) { // the caller hears of it at once; the duty cycle counts and logs it
@@ -283,7 +302,7 @@ public final class DecodeRole implements DecodeService, MeteredRole, Drains {
     // ---- duty thread ----
 
     /** {@link #reserve} on the duty thread. @return the refusal, or {@code null} once the pages are promised */
-    private Rejection admitAhead(long requestId, String tenant, int promptTokens, int maxNewTokens) {
+    private Rejection admitAhead(long requestId, String tenant, int promptTokens, int maxNewTokens, long prefillInstance) {
         if (closed) { // run by the closing thread after shutdown: nothing may be promised any more
             throw new RoleUnavailableException("decode role is closed");
         }
@@ -292,6 +311,9 @@ public final class DecodeRole implements DecodeService, MeteredRole, Drains {
         }
         if (senderPeer < 0) {
             return refuseAhead(noPrefillLink(promptTokens, maxNewTokens));
+        }
+        if (prefillInstance != 0 && receiver.upPeerOf(prefillInstance) < 0) { // prefill would compute for nothing
+            return refuseAhead(notLinkedTo(prefillInstance, promptTokens, maxNewTokens));
         }
         if (givenBackEarly.take(requestId)) { // its router gave it back before this call arrived
             return refuseAhead(new Rejection(ROLE, Rejection.Reason.UNAVAILABLE, "decode: request " + requestId + " was given back "
@@ -313,7 +335,7 @@ public final class DecodeRole implements DecodeService, MeteredRole, Drains {
                 + a.message(), numbers(promptTokens, maxNewTokens)));
         }
         reservations.put(requestId, new Reserved(a.sequence(), System.nanoTime() + reservationTtlNanos, tenant, promptTokens,
-            maxNewTokens));
+            maxNewTokens, prefillInstance));
         reservationsChanged();
         reservedAhead.increment();
         return null;
@@ -335,6 +357,20 @@ public final class DecodeRole implements DecodeService, MeteredRole, Drains {
         return new Rejection(ROLE, Rejection.Reason.UNAVAILABLE, "decode: no prefill link is up"
             + (refused == null ? "" : " (the last prefill to connect was refused: " + refused + ")") + "; retry later",
             numbers(promptTokens, maxNewTokens));
+    }
+
+    /**
+     * The refusal of a request whose prefill engine has no link up here: another prefill process computed it (one this
+     * decode is not linked to, or not yet). Waiting can help (that link may come). The message names the instances.
+     */
+    private Rejection notLinkedTo(long prefillInstance, int promptTokens, int maxNewTokens) {
+        final StringBuilder up = new StringBuilder();
+        for (long i : linkedPrefills) {
+            up.append(up.isEmpty() ? "" : ", ").append(RoleStatus.hex(i));
+        }
+        return new Rejection(ROLE, Rejection.Reason.UNAVAILABLE, "decode: no KV link from prefill instance "
+            + RoleStatus.hex(prefillInstance) + " is up here (links up from: [" + up + "]); retry later, or route to a prefill "
+            + "linked to this decode", numbers(promptTokens, maxNewTokens));
     }
 
     /** Closes the reservations no start took within their time (a router that died, or lost the request). */
@@ -366,7 +402,7 @@ public final class DecodeRole implements DecodeService, MeteredRole, Drains {
         if (held != null && !held.isFor(c)) {
             // another request reserved this id (two routers, or a restarted one, reusing ids): it keeps its reservation
             c.reject(new Rejection(ROLE, Rejection.Reason.UNAVAILABLE, "decode: request id " + c.requestId + " is reserved here "
-                + "for another request (tenant or sizes differ); refused without touching that reservation", numbers(c)),
+                + "for another request (tenant, sizes or prefill engine differ); refused without touching that reservation", numbers(c)),
                 "request id " + c.requestId + " is reserved for another request");
             return;
         }
@@ -379,17 +415,24 @@ public final class DecodeRole implements DecodeService, MeteredRole, Drains {
             reservationsChanged();
         }
         try {
-            if (senderPeer < 0) {
+            // the link to the prefill engine that computed the request: its offer is there, and only there
+            final int peer = senderPeer < 0 || c.prefillInstance == 0 ? senderPeer : receiver.upPeerOf(c.prefillInstance);
+            if (peer < 0) {
                 if (r != null) {
                     r.seq().close();
                 }
-                c.reject(noPrefillLink(c.promptTokens, c.maxNewTokens), "no prefill link is up");
+                if (senderPeer < 0) {
+                    c.reject(noPrefillLink(c.promptTokens, c.maxNewTokens), "no prefill link is up");
+                } else {
+                    c.reject(notLinkedTo(c.prefillInstance, c.promptTokens, c.maxNewTokens), "no link from prefill instance "
+                        + RoleStatus.hex(c.prefillInstance));
+                }
                 return;
             }
             final IncomingTransfer t;
             try {
-                t = r == null ? receiver.start(c.requestId, c.promptTokens, c.maxNewTokens, senderPeer)
-                    : receiver.start(c.requestId, r.seq(), c.promptTokens, senderPeer); // takes the sequence over
+                t = r == null ? receiver.start(c.requestId, c.promptTokens, c.maxNewTokens, peer)
+                    : receiver.start(c.requestId, r.seq(), c.promptTokens, peer); // takes the sequence over
             } catch (IllegalArgumentException | IllegalStateException e) { // refused before it took the sequence over
                 if (r != null && r.seq().pageCount() == 0) { // never a sequence whose pages a transfer has pinned
                     r.seq().close();
@@ -514,6 +557,7 @@ public final class DecodeRole implements DecodeService, MeteredRole, Drains {
         }
         n += receiver.doWork();
         senderPeer = -1;
+        final List<Long> linked = new ArrayList<>(2);
         boolean newestDead = true; // senders runs oldest to newest, this loop newest first
         for (int i = senders.size() - 1; i >= 0; i--) {
             final io.kvpool.transfer.Peer p = receiver.peer(senders.get(i));
@@ -525,9 +569,17 @@ public final class DecodeRole implements DecodeService, MeteredRole, Drains {
                     lastRefusal = p.state() == io.kvpool.transfer.Peer.State.REFUSED ? p.failure() : null;
                     newestDead = false;
                 }
-            } else if (senderPeer < 0 && p.isUp()) {
-                senderPeer = senders.get(i);
+            } else if (p.isUp()) {
+                if (senderPeer < 0) {
+                    senderPeer = senders.get(i);
+                }
+                if (p.remoteInstance() != 0 && !linked.contains(p.remoteInstance())) {
+                    linked.add(p.remoteInstance());
+                }
             }
+        }
+        if (!linked.equals(linkedPrefills)) {
+            linkedPrefills = List.copyOf(linked);
         }
         senderLinks = senders.size();
         ready = senderPeer >= 0;
@@ -574,6 +626,7 @@ public final class DecodeRole implements DecodeService, MeteredRole, Drains {
             listener.close();
             ready = false;
             senderPeer = -1;
+            linkedPrefills = List.of();
         }
     }
 
@@ -617,7 +670,8 @@ public final class DecodeRole implements DecodeService, MeteredRole, Drains {
         g.put(RoleStatus.HELD_SEQUENCES, (long) heldSequences.get());
         g.put(RoleStatus.LINK_UP, ready ? 1L : 0L);
         g.put(RoleStatus.DRAINING, draining ? 1L : 0L);
-        return new RoleStatus(ROLE, PoolView.of(ROLE, pool).withHolders(holders.snapshot()), c, g);
+        return new RoleStatus(ROLE, PoolView.of(ROLE, pool).withHolders(holders.snapshot()), c, g)
+            .withInstances(receiver.instance(), linkedPrefills);
     }
 
     @Override
@@ -652,17 +706,20 @@ public final class DecodeRole implements DecodeService, MeteredRole, Drains {
         final String tenant;
         final int promptTokens;
         final int maxNewTokens;
+        /** The prefill engine whose link carries the transfer, or 0 for the newest link. */
+        final long prefillInstance;
         final CompletableFuture<Admitted> admission = new CompletableFuture<>();
         final CompletableFuture<TransferOutcome> outcome = new CompletableFuture<>();
         final AtomicReference<Sequence> committed = new AtomicReference<>();
         volatile boolean aborted;
         IncomingTransfer transfer; // duty thread
 
-        Call(long requestId, String tenant, int promptTokens, int maxNewTokens) {
+        Call(long requestId, String tenant, int promptTokens, int maxNewTokens, long prefillInstance) {
             this.requestId = requestId;
             this.tenant = tenant;
             this.promptTokens = promptTokens;
             this.maxNewTokens = maxNewTokens;
+            this.prefillInstance = prefillInstance;
         }
 
         /** Closes the committed sequence if nobody took it. @return whether this call closed it */

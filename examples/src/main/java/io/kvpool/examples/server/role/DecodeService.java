@@ -18,6 +18,17 @@ public interface DecodeService extends AutoCloseable {
     DecodeCall start(long requestId, String tenant, int promptTokens, int maxNewTokens);
 
     /**
+     * {@link #start(long, String, int, int)} on the KV link to one prefill engine: the one that computed the request
+     * ({@link PrefillService#instance()}). A role with no such link up refuses the request (503, retryable: the link may
+     * come). The default ignores the instance, for a role that has one prefill.
+     *
+     * @param prefillInstance the prefill engine's instance id, or 0 for any (decode's newest prefill link)
+     */
+    default DecodeCall start(long requestId, String tenant, int promptTokens, int maxNewTokens, long prefillInstance) {
+        return start(requestId, tenant, promptTokens, maxNewTokens);
+    }
+
+    /**
      * Admits a request before prefill computes it, so that prefill computes nothing for a decode with no room: the
      * pages stay promised to {@code requestId} until {@link #start} takes them, {@link #unreserve} gives them back,
      * or the reservation expires (twice the server's request timeout). Waits for the admission only.
@@ -28,6 +39,18 @@ public interface DecodeService extends AutoCloseable {
      */
     default Rejection reserve(long requestId, String tenant, int promptTokens, int maxNewTokens) throws InterruptedException {
         return null;
+    }
+
+    /**
+     * {@link #reserve(long, String, int, int)} for a request that prefill engine {@code prefillInstance} computes: refused
+     * when no KV link to that engine is up, so that prefill computes nothing decode could not receive. The default ignores
+     * the instance.
+     *
+     * @param prefillInstance the prefill engine's instance id, or 0 for any
+     */
+    default Rejection reserve(long requestId, String tenant, int promptTokens, int maxNewTokens, long prefillInstance)
+        throws InterruptedException {
+        return reserve(requestId, tenant, promptTokens, maxNewTokens);
     }
 
     /**

@@ -87,6 +87,8 @@ public final class PrefillRole implements PrefillService, MeteredRole {
     /** Requests admitted whose offer is queued for the duty thread (see {@link #activeTransfers()}). */
     private final java.util.concurrent.atomic.AtomicInteger pendingOffers = new java.util.concurrent.atomic.AtomicInteger();
     private volatile boolean linkUp;
+    /** The decode engine's instance id while the link is up and reports one, else 0. */
+    private volatile long linkedDecode;
     private final LongAdder admitted = new LongAdder();
     private final LongAdder rejected = new LongAdder();
     private final LongAdder placeholders = new LongAdder();
@@ -133,6 +135,12 @@ public final class PrefillRole implements PrefillService, MeteredRole {
     /** @return the prefill pool (for accounting checks) */
     public KvPool pool() {
         return pool;
+    }
+
+    /** @return the instance id of this role's transfer engine (see {@link PrefillService#instance()}) */
+    @Override
+    public long instance() {
+        return sender.instance();
     }
 
     /** @return whether the link to decode is up (handshake passed) */
@@ -280,6 +288,7 @@ public final class PrefillRole implements PrefillService, MeteredRole {
             }
             final boolean up = p.isUp();
             linkUp = up;
+            linkedDecode = up ? p.remoteInstance() : 0;
             if (p.state() == Peer.State.RETIRING) {
                 // decode retired the link (a write on it was unproven): the transfers in flight on it finish there
                 // and decode tears it down after; new work needs a fresh link now. The sender keeps the old one.
@@ -366,6 +375,7 @@ public final class PrefillRole implements PrefillService, MeteredRole {
         active = sender.activeTransfers();
         pagesInFlight = sender.pagesInFlight();
         linkUp = false;
+        linkedDecode = 0;
     }
 
     /** @return whether {@link #close()} has begun: a call that fails from now on fails for the close */
@@ -405,7 +415,9 @@ public final class PrefillRole implements PrefillService, MeteredRole {
         g.put(RoleStatus.ACTIVE_TRANSFERS, (long) active);
         g.put(RoleStatus.LINK_UP, linkUp ? 1L : 0L);
         g.put(RoleStatus.PAGES_IN_FLIGHT, pagesInFlight);
-        return new RoleStatus(ROLE, PoolView.of(ROLE, pool).withHolders(holders.snapshot()), c, g);
+        final long decodeInstance = linkedDecode;
+        return new RoleStatus(ROLE, PoolView.of(ROLE, pool).withHolders(holders.snapshot()), c, g)
+            .withInstances(sender.instance(), decodeInstance == 0 ? List.of() : List.of(decodeInstance));
     }
 
     /**

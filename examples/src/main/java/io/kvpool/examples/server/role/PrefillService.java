@@ -55,6 +55,18 @@ public interface PrefillService extends AutoCloseable {
         return unavailable();
     }
 
+    /**
+     * The instance id of this prefill's transfer engine: the router passes it with the request's decode calls, and
+     * decode starts the transfer on its link to that engine. With several prefill processes linked to one decode, the
+     * descriptor then goes to the one that computed the request, never to another that may hold an offer of the same id.
+     *
+     * @return the id, or 0 when not known (a role in another process not read yet, or of an older build): decode then
+     *         uses its newest prefill link
+     */
+    default long instance() {
+        return 0;
+    }
+
     /** @return the pool view, counters and metrics */
     RoleStatus status();
 

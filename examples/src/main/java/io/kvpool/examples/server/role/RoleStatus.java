@@ -4,6 +4,7 @@ import io.kvpool.examples.ui.PoolView;
 
 import java.util.Collections;
 import java.util.LinkedHashMap;
+import java.util.List;
 import java.util.Map;
 import java.util.Objects;
 
@@ -19,8 +20,14 @@ import java.util.Objects;
  * @param gauges   the role's gauges now by name ({@link #ACTIVE_TRANSFERS}, {@link #LINK_UP}, {@link #HELD_SEQUENCES},
  *                 {@link #PAGES_IN_FLIGHT}, {@link #DRAINING})
  * @param down     why the router could not read the role's status, or {@code null} when it did
+ * @param instance the instance id of the role's transfer engine ({@code TransferSender.instance()} or
+ *                 {@code TransferReceiver.instance()}): which process, of several, the other role's links reach; 0 when
+ *                 not reported (unreachable, or an older role)
+ * @param linked   the instance ids of the other role's engines whose KV links to this role are up (decode: its prefill
+ *                 links'), in no order; {@code null} when not reported
  */
-public record RoleStatus(String role, PoolView pool, Map<String, Long> counters, Map<String, Long> gauges, String down) {
+public record RoleStatus(String role, PoolView pool, Map<String, Long> counters, Map<String, Long> gauges, String down,
+                         long instance, List<Long> linked) {
 
     /** Gauge: transfers the role's engine has not finished. */
     public static final String ACTIVE_TRANSFERS = "active_transfers";
@@ -43,11 +50,47 @@ public record RoleStatus(String role, PoolView pool, Map<String, Long> counters,
         Objects.requireNonNull(pool, "pool");
         counters = Collections.unmodifiableMap(new LinkedHashMap<>(counters));
         gauges = Collections.unmodifiableMap(new LinkedHashMap<>(gauges));
+        linked = linked == null ? null : List.copyOf(linked);
     }
 
-    /** A status read from a role that is up. */
+    /** A status read from a role that is up, with no instance ids. */
     public RoleStatus(String role, PoolView pool, Map<String, Long> counters, Map<String, Long> gauges) {
         this(role, pool, counters, gauges, null);
+    }
+
+    /** A status with no instance ids; {@code down} as in the record. */
+    public RoleStatus(String role, PoolView pool, Map<String, Long> counters, Map<String, Long> gauges, String down) {
+        this(role, pool, counters, gauges, down, 0, null);
+    }
+
+    /**
+     * @param instance the role's engine instance id (0: none)
+     * @param linked   the other role's engine instance ids whose links to this role are up, or {@code null}
+     * @return this status with those instance ids
+     */
+    public RoleStatus withInstances(long instance, List<Long> linked) {
+        return new RoleStatus(role, pool, counters, gauges, down, instance, linked);
+    }
+
+    /** {@return an engine instance id as the statuses and messages write it: 16 lower-case hex digits} */
+    public static String hex(long instance) {
+        return String.format("%016x", instance);
+    }
+
+    /**
+     * Reads an engine instance id as {@link #hex} writes it.
+     *
+     * @throws IllegalArgumentException if {@code s} is not 16 hex digits, or is all zeros (0 stands for "none")
+     */
+    public static long parseInstance(String s) {
+        if (s.length() != 16 || !s.chars().allMatch(ch -> Character.digit(ch, 16) >= 0)) {
+            throw new IllegalArgumentException("an instance id is 16 hex digits, not '" + s + "'");
+        }
+        final long id = Long.parseUnsignedLong(s, 16);
+        if (id == 0) {
+            throw new IllegalArgumentException("instance id 0 stands for none");
+        }
+        return id;
     }
 
     /** @return the status of a role the router cannot reach: no pages, no counters, no gauges, and why */

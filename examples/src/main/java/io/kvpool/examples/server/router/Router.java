@@ -179,8 +179,8 @@ public final class Router implements AutoCloseable {
      * </pre>
      * Positive, at most {@link #MAX_ID}. Two routers share an epoch with odds 1 in 2^21 − 1; even then a
      * clash is refused by the roles ({@link DuplicateRequestException}, a 503 here), never answered with
-     * another request's KV, as long as each decode has one prefill: two prefills linked to one decode each see one
-     * of the two requests, and decode's descriptor goes to its newest prefill link (docs/example-server.md).
+     * another request's KV: each request's decode calls name the prefill engine that computed it
+     * ({@link PrefillService#instance()}), and decode starts the transfer on the link to that engine only.
      *
      * @return the id before a router's first
      */
@@ -233,6 +233,8 @@ public final class Router implements AutoCloseable {
         refuseIfKnownDown();
         enterInFlight();
         final long id = ids.incrementAndGet();
+        // read once: the reservation and the decode call must name the same prefill engine, the one prefill() reaches
+        final long prefillInstance = prefill.instance();
         DecodeCall call = null;
         boolean done = false;
         final java.util.concurrent.atomic.AtomicBoolean completed = new java.util.concurrent.atomic.AtomicBoolean();
@@ -241,7 +243,7 @@ public final class Router implements AutoCloseable {
             final Rejection noRoom;
             try {
                 askedDecode = true; // from here a reservation may exist (even if the call fails): the end gives it back
-                noRoom = roleCall(() -> decode.reserve(id, tenant, tokens.size(), maxTokens));
+                noRoom = roleCall(() -> decode.reserve(id, tenant, tokens.size(), maxTokens, prefillInstance));
             } catch (DuplicateRequestException e) {
                 done = true; // decode reserved nothing under our id: the request decoding there under it is not ours
                 throw unavailable("decode", "duplicate_request_id", e.getMessage());
@@ -283,7 +285,7 @@ public final class Router implements AutoCloseable {
             }
             throwIfGone(sink);
             try {
-                call = roleCall(() -> decode.start(id, tenant, tokens.size(), maxTokens));
+                call = roleCall(() -> decode.start(id, tenant, tokens.size(), maxTokens, prefillInstance));
             } catch (DuplicateRequestException e) { // decode is up: it names a call of that id already running there
                 throw unavailable("decode", "duplicate_request_id", e.getMessage());
             } catch (RoleRefusedException e) {
