@@ -40,7 +40,8 @@ import java.util.concurrent.atomic.LongAdder;
  *
  * <pre>
  *   router thread:  reserve() ─submit─▶ duty: pool.admit → the reservation, kept by request id (waits for this step)
- *                   start() ──submit──▶ duty: receiver.start (the reservation or an admission, pin, DESCRIPTOR) → admission future
+ *                   start() ──submit──▶ duty: receiver.start (the reservation or an admission, pin, DESCRIPTOR on the link to
+ *                                 the prefill engine the call names, else the newest link) → admission future
  *                   unreserve() ─submit─▶ duty: the reservation closed, if start did not take it; else the id
  *                                 remembered a while, so that a reserve arriving after it is refused
  *                   abort()  ──submit──▶ duty: receiver.abort (pages DRAINING → drain handshake)
