@@ -24,8 +24,8 @@ final class PeerInfo {
         "1 for each build (tag build) of the peers whose links are UP or RETIRING, as their HELLO named it: a rollout mixes builds";
     static final String LINKS_DESCRIPTION = "Links to peers whose handshake passed, UP or RETIRING now (every build)";
     static final String HEARTBEAT_DESCRIPTION =
-        "Links failed because the peer sent nothing within the heartbeat timeout after a PING, or no HELLO within the idle "
-            + "time plus the timeout of the link's start (a partition, a stopped peer)";
+        "Links failed because the peer sent nothing within the heartbeat timeout after a PING, or did not finish the handshake "
+            + "(HELLO, then INSTANCE on version 4) within the idle time plus the timeout of the link's start (a partition, a stopped peer)";
 
     private PeerInfo() {
     }

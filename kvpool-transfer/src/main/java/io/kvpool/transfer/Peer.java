@@ -135,7 +135,10 @@ public final class Peer {
         return String.format("%016x", instance);
     }
 
-    /** {@return the protocol version the link speaks (the highest both HELLOs' ranges share), 0 before it is UP} */
+    /**
+     * {@return the protocol version the link speaks (the highest both HELLOs' ranges share), 0 before the peer's HELLO
+     * passed} On a link of version 4 and later it is set while the link still waits for the peer's INSTANCE.
+     */
     public int protocolVersion() {
         return version;
     }

@@ -79,8 +79,8 @@ public record PeerIdentity(int minVersion, int maxVersion, long layoutFingerprin
 
     /**
      * The highest version both ranges hold. A link speaks it when this build's wire format writes it
-     * (4 for this code); a range set by hand beyond that makes the link settle lower,
-     * or refuse if the common versions are all beyond it.
+     * (4 for this code); a range set by hand beyond that is announced up to it only, so the link settles on a
+     * version both write, or is refused if the common versions are all beyond it.
      *
      * @param remote the other side's identity
      * @return the highest protocol version both ranges hold, or -1 if they do not overlap

@@ -139,11 +139,18 @@ abstract class TransferEndpoint implements AutoCloseable {
         return true;
     }
 
-    /** Our HELLO in the given layout version (1: one version, the lowest of ours, as version-1 code sent). */
+    /**
+     * Our HELLO in the given layout version (1: one version, the lowest of ours, as version-1 code sent). A range set
+     * beyond this build's wire format is announced up to {@link WireFormat#VERSION} only: both sides then settle on the
+     * same version whatever build the peer runs (a peer that settled on a version this side cannot write would fail on
+     * the first frame).
+     */
     private void sendHello(Peer p, int format) {
         p.helloSent = true;
         p.ownHelloFormat = format;
-        final PeerIdentity id = format == 1 ? identity.withVersions(identity.minVersion(), identity.minVersion()) : identity;
+        final PeerIdentity id = format == 1 ? identity.withVersions(identity.minVersion(), identity.minVersion())
+            : identity.maxVersion() > WireFormat.VERSION && identity.minVersion() <= WireFormat.VERSION
+            ? identity.withVersions(identity.minVersion(), WireFormat.VERSION) : identity;
         p.link.send(WireCodec.encode(new Message.Hello(id), format));
     }
 
@@ -154,7 +161,8 @@ abstract class TransferEndpoint implements AutoCloseable {
 
     /**
      * Adds a link and starts its handshake (a receiver's HELLO goes out at once; a sender answers it). Nothing but
-     * HELLO/REFUSE is accepted on it until the peer's identity has been checked. Transfers may use the peer once
+     * HELLO/REFUSE is accepted on it until the peer's identity has been checked, and then, on version 4 and later,
+     * nothing but the peer's INSTANCE (or a copy of its HELLO, or a REFUSE) until that arrived. Transfers may use the peer once
      * {@link Peer#isUp()}: call {@link #doWork()} until then (the peer's side must run its duty cycle too).
      *
      * @param link a link of a transport, owned by this engine from now on
@@ -242,14 +250,15 @@ abstract class TransferEndpoint implements AutoCloseable {
         return refusedPeers.sum();
     }
 
-    /** @return copies of the peer's HELLO that arrived after the handshake passed (ignored, not an error) */
+    /** @return copies of the peer's HELLO that arrived after it passed (ignored, not an error) */
     public long duplicateHellos() {
         return duplicateHellos.sum();
     }
 
     /**
-     * @return links this side failed because the peer answered no PING within the {@link Heartbeat} timeout, or sent
-     *         no HELLO within its idle time plus timeout. Readable from any thread.
+     * @return links this side failed because the peer answered no PING within the {@link Heartbeat} timeout, or did
+     *         not finish the handshake (its HELLO, and its INSTANCE on version 4 and later) within its idle time plus
+     *         timeout. Readable from any thread.
      */
     public long heartbeatFailures() {
         return heartbeatFailures.sum();

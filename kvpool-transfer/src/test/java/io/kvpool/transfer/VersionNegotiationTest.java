@@ -103,6 +103,20 @@ class VersionNegotiationTest {
     }
 
     @Test
+    void aRangeSetBeyondTheWireFormatIsAnnouncedOnlyUpToIt() {
+        // a later build's code would otherwise settle on a version above this one's (it writes it), and its first
+        // frame of that version fail the link here: the handshake's own INSTANCE, on version 4 and later
+        try (KvPool pool = Kv.pool(16)) {
+            final TransferReceiver receiver = TransferReceiver.builder(pool, id("test", "b1").withVersions(1, WireFormat.VERSION + 1))
+                .clock(new ManualClock()).build();
+            final ScriptedLink link = new ScriptedLink();
+            receiver.addPeer(link);
+            assertEquals(List.of(new Message.Hello(id("test", "b1").withVersions(1, WireFormat.VERSION))), link.sent);
+            receiver.close();
+        }
+    }
+
+    @Test
     void aPreviousVersionReceiverAndACurrentSenderLinkUpAndTransfer() {
         // decode on the previous release (version 1 only, builds strictly equal, as version-1 code refused others);
         // prefill on this one. Every frame either sends must be one version-1 code reads.

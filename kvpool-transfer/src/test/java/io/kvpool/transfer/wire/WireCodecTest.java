@@ -327,10 +327,10 @@ class WireCodecTest {
 
     @Test
     void unknownTypesAreNamed() {
-        for (int t : new int[] {0, PONG + 1, 255}) {
+        for (int t : new int[] {0, INSTANCE + 1, 255}) {
             final byte[] f = frame(new Message.Refuse("x"));
             f[3] = (byte) t;
-            malformed(f, "type " + t);
+            malformed(f, "unknown message type " + t);
         }
     }
 
