@@ -166,7 +166,7 @@ public record Preflight(RoleIdentity expected, long advertised, RemoteStatus pre
             d == null ? null : Long.toString(d.maxSafeContext()), "largest safe context");
         row(b, fmt, KV_ENDPOINT, "-", p == null ? null : p.kv(), d == null ? null : d.kv(), KV_ENDPOINT);
         row(b, fmt, KV_LINK, "up", link(prefill), link(decode), KV_LINK);
-        row(b, fmt, "engine instance", "-", instance(prefill.status().instance()), linked(decode), KV_PEER);
+        row(b, fmt, "engine instance", "-", prefill.status().up() ? instance(prefill.status().instance()) : null, linked(decode), KV_PEER);
         row(b, fmt, "max connections", expected.maxConnections() + " (clients)", connections(p), connections(d), "max connections");
         final long allowed = Math.min(RemoteRole.requestsAllowed(p == null ? 0 : p.maxConnections()),
             RemoteRole.requestsAllowed(d == null ? 0 : d.maxConnections()));

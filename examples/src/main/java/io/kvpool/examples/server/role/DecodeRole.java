@@ -96,6 +96,13 @@ public final class DecodeRole implements DecodeService, MeteredRole, Drains {
     private long nextExpiryScan;
     private int senderPeer = -1;
     /**
+     * Whether the prefill links up here reach more than one engine (two ids, or an id and a link of a build that sends
+     * none): a call that names no engine is then refused, since the newest link may hold another request's offer.
+     */
+    private boolean severalEngines;
+    /** Whether a prefill link up here reports no engine id. */
+    private boolean unknownLinkUp;
+    /**
      * Why the newest prefill link to go down was refused (its handshake failed: environment, model, layout), until a
      * link is up; {@code null} if it was lost for another reason.
      */
@@ -316,6 +323,9 @@ public final class DecodeRole implements DecodeService, MeteredRole, Drains {
         if (prefillInstance != 0 && receiver.upPeerOf(prefillInstance) < 0) { // prefill would compute for nothing
             return refuseAhead(notLinkedTo(prefillInstance, promptTokens, maxNewTokens));
         }
+        if (prefillInstance == 0 && severalEngines) {
+            return refuseAhead(unnamed(promptTokens, maxNewTokens));
+        }
         if (givenBackEarly.take(requestId)) { // its router gave it back before this call arrived
             return refuseAhead(new Rejection(ROLE, Rejection.Reason.UNAVAILABLE, "decode: request " + requestId + " was given back "
                 + "before its reservation arrived; not reserved", numbers(promptTokens, maxNewTokens)));
@@ -365,13 +375,28 @@ public final class DecodeRole implements DecodeService, MeteredRole, Drains {
      * decode is not linked to, or not yet). Waiting can help (that link may come). The message names the instances.
      */
     private Rejection notLinkedTo(long prefillInstance, int promptTokens, int maxNewTokens) {
-        final StringBuilder up = new StringBuilder();
-        for (long i : linkedPrefills) {
-            up.append(up.isEmpty() ? "" : ", ").append(RoleStatus.hex(i));
-        }
         return new Rejection(ROLE, Rejection.Reason.UNAVAILABLE, "decode: no KV link from prefill instance "
-            + RoleStatus.hex(prefillInstance) + " is up here (links up from: [" + up + "]); retry later, or route to a prefill "
-            + "linked to this decode", numbers(promptTokens, maxNewTokens));
+            + RoleStatus.hex(prefillInstance) + " is up here (links up from: " + hexes(linkedPrefills) + "); retry later, or route "
+            + "to a prefill linked to this decode", numbers(promptTokens, maxNewTokens));
+    }
+
+    /**
+     * The refusal of a call that names no prefill engine while links from several are up: the newest link may reach a
+     * prefill that holds another request's offer under the same id. The router names its prefill's engine once its
+     * status probe read it; a router of a build before instance ids never does. Waiting can help (the probe reads it).
+     */
+    private Rejection unnamed(int promptTokens, int maxNewTokens) {
+        return new Rejection(ROLE, Rejection.Reason.UNAVAILABLE, "decode: prefill links from several engines are up here ("
+            + hexes(linkedPrefills) + (unknownLinkUp ? " and links that report none" : "") + ") and the call names none; "
+            + "refused rather than guess which one holds the request's KV; retry later", numbers(promptTokens, maxNewTokens));
+    }
+
+    private static String hexes(List<Long> ids) {
+        final StringBuilder b = new StringBuilder("[");
+        for (long i : ids) {
+            b.append(b.length() == 1 ? "" : ", ").append(RoleStatus.hex(i));
+        }
+        return b.append(']').toString();
     }
 
     /** Closes the reservations no start took within their time (a router that died, or lost the request). */
@@ -418,6 +443,13 @@ public final class DecodeRole implements DecodeService, MeteredRole, Drains {
         try {
             // the link to the prefill engine that computed the request: its offer is there, and only there
             final int peer = senderPeer < 0 || c.prefillInstance == 0 ? senderPeer : receiver.upPeerOf(c.prefillInstance);
+            if (peer >= 0 && c.prefillInstance == 0 && severalEngines) { // never a guess between engines
+                if (r != null) {
+                    r.seq().close();
+                }
+                c.reject(unnamed(c.promptTokens, c.maxNewTokens), "the call names no prefill engine of several");
+                return;
+            }
             if (peer < 0) {
                 if (r != null) {
                     r.seq().close();
@@ -559,6 +591,7 @@ public final class DecodeRole implements DecodeService, MeteredRole, Drains {
         n += receiver.doWork();
         senderPeer = -1;
         final List<Long> linked = new ArrayList<>(2);
+        boolean unknown = false; // a link up from a prefill that reports no engine id (a build before them)
         boolean newestDead = true; // senders runs oldest to newest, this loop newest first
         for (int i = senders.size() - 1; i >= 0; i--) {
             final io.kvpool.transfer.Peer p = receiver.peer(senders.get(i));
@@ -574,7 +607,9 @@ public final class DecodeRole implements DecodeService, MeteredRole, Drains {
                 if (senderPeer < 0) {
                     senderPeer = senders.get(i);
                 }
-                if (p.remoteInstance() != 0 && !linked.contains(p.remoteInstance())) {
+                if (p.remoteInstance() == 0) {
+                    unknown = true;
+                } else if (!linked.contains(p.remoteInstance())) {
                     linked.add(p.remoteInstance());
                 }
             }
@@ -582,6 +617,8 @@ public final class DecodeRole implements DecodeService, MeteredRole, Drains {
         if (!linked.equals(linkedPrefills)) {
             linkedPrefills = List.copyOf(linked);
         }
+        unknownLinkUp = unknown;
+        severalEngines = linked.size() >= 2 || linked.size() == 1 && unknown;
         senderLinks = senders.size();
         ready = senderPeer >= 0;
         if (ready) {
@@ -628,6 +665,7 @@ public final class DecodeRole implements DecodeService, MeteredRole, Drains {
             ready = false;
             senderPeer = -1;
             linkedPrefills = List.of();
+            severalEngines = false;
         }
     }
 

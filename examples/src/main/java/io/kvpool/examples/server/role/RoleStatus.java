@@ -83,7 +83,7 @@ public record RoleStatus(String role, PoolView pool, Map<String, Long> counters,
      * @throws IllegalArgumentException if {@code s} is not 16 hex digits, or is all zeros (0 stands for "none")
      */
     public static long parseInstance(String s) {
-        if (s.length() != 16 || !s.chars().allMatch(ch -> Character.digit(ch, 16) >= 0)) {
+        if (s.length() != 16 || !s.chars().allMatch(ch -> ch >= '0' && ch <= '9' || ch >= 'a' && ch <= 'f' || ch >= 'A' && ch <= 'F')) {
             throw new IllegalArgumentException("an instance id is 16 hex digits, not '" + s + "'");
         }
         final long id = Long.parseUnsignedLong(s, 16);

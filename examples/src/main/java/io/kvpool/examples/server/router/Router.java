@@ -233,13 +233,13 @@ public final class Router implements AutoCloseable {
         refuseIfKnownDown();
         enterInFlight();
         final long id = ids.incrementAndGet();
-        // read once: the reservation and the decode call must name the same prefill engine, the one prefill() reaches
-        final long prefillInstance = prefill.instance();
         DecodeCall call = null;
         boolean done = false;
         final java.util.concurrent.atomic.AtomicBoolean completed = new java.util.concurrent.atomic.AtomicBoolean();
         boolean askedDecode = false, askedPrefill = false;
         try {
+            // read once: the reservation and the decode call must name the same prefill engine, the one prefill() reaches
+            final long prefillInstance = prefill.instance();
             final Rejection noRoom;
             try {
                 askedDecode = true; // from here a reservation may exist (even if the call fails): the end gives it back

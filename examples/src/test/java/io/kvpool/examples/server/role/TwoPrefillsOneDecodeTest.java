@@ -26,8 +26,8 @@ import static org.junit.jupiter.api.Assertions.*;
 /**
  * Two prefill processes linked to one decode (blue/green, or two routers' prefills): decode starts each transfer on
  * the link to the prefill engine the request names, so a request never receives the KV that the other prefill offers
- * under the same id. The control, a decode call that names no engine (what a router did before instance ids), takes
- * decode's newest link and gets the other request's KV: the leak the instance id closes.
+ * under the same id, and refuses a call that names none. The control names the other engine, whose link (decode's
+ * newest) is where every call went before instance ids: the harness then reads the other request's KV.
  */
 @Timeout(value = 60, unit = TimeUnit.SECONDS)
 class TwoPrefillsOneDecodeTest {
@@ -86,9 +86,31 @@ class TwoPrefillsOneDecodeTest {
     }
 
     @Test
-    void withoutTheInstanceTheNewestLinkAnswersWithTheOtherRequestsKv() throws Exception {
-        // the control: the same two offers, a decode call that names no prefill engine
-        assertEquals("bobby says hi", received(8, 0), "the newest link's offer: the other request's KV");
+    void onTheOtherEnginesLinkTheRequestReadsTheOtherRequestsKv() throws Exception {
+        // the control: the same two offers, the transfer on the newest link, as decode chose before instance ids
+        assertEquals("bobby says hi", received(8, second.instance()), "the newest link's offer: the other request's KV");
+    }
+
+    @Test
+    void aCallNamingNoEngineIsRefusedWhileSeveralAreLinked() throws Exception {
+        // a router of a build before instance ids, or one whose probe has not read its prefill yet: never a guess
+        final Rejection reserve = decode.reserve(13, "alice", 4, 2);
+        assertNotNull(reserve);
+        assertEquals(Rejection.Reason.UNAVAILABLE, reserve.reason());
+        assertTrue(reserve.message().contains("the call names none"), reserve.message());
+        final DecodeCall.Admitted a = decode.start(14, "alice", 4, 2).awaitAdmission(Duration.ofSeconds(10));
+        assertFalse(a.admitted());
+        assertTrue(a.rejection().message().contains("the call names none"), a.rejection().message());
+        assertTrue(a.rejection().message().contains(RoleStatus.hex(first.instance())), a.rejection().message());
+
+        second.close(); // one engine left: a call naming none takes its link, as with one prefill always
+        Await.until(() -> decode.status().linked().size() == 1, Duration.ofSeconds(20), () -> "green gone: " + decode.status());
+        final List<byte[]> alice = EchoTokenizer.encode("alice says hi");
+        assertNull(first.prefill(15, "alice", alice));
+        final DecodeCall call = decode.start(15, "alice", alice.size(), 2);
+        assertEquals(DecodeCall.Admitted.YES, call.awaitAdmission(Duration.ofSeconds(10)));
+        assertTrue(call.awaitTransfer(Duration.ofSeconds(10)).committed());
+        assertEquals("alice says hi", call.generate(2, token -> { }).kv().text());
     }
 
     /**

@@ -7,7 +7,9 @@ import io.kvpool.examples.server.role.RoleStatus;
 
 /**
  * A decode that forwards every call to another, for tests that change one of them. Its {@link #close} does nothing:
- * the decode it forwards to belongs to whoever made it.
+ * the decode it forwards to belongs to whoever made it. The calls naming a prefill engine reach the four-argument
+ * ones (the interface's defaults), so that a test overriding those sees every call; the engine is not passed on,
+ * which with the one prefill these tests link is the same link.
  */
 class ForwardingDecode implements DecodeService {
     final DecodeService d;

@@ -23,6 +23,11 @@ class ForwardingPrefill implements PrefillService {
     }
 
     @Override
+    public long instance() {
+        return p.instance();
+    }
+
+    @Override
     public void abort(long requestId, String why) {
         p.abort(requestId, why);
     }
