@@ -324,6 +324,9 @@ public final class CompletionClient implements AutoCloseable {
                 return aborted(s, t0, ttft, tokens, text);
             }
             if (!line.startsWith("data: ")) {
+                if (!line.isEmpty()) { // not the documented stream's, but read for markers all the same: a leak is a leak
+                    raw.append(line).append('\n');
+                }
                 continue;
             }
             final String data = line.substring(6);

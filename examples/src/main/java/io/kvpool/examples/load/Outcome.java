@@ -49,8 +49,11 @@ public record Outcome(Shot shot, Kind kind, int status, String reason, long ttft
         return kvTenants.stream().anyMatch(t -> !t.equals(shot.tenant()));
     }
 
-    /** @return "status reason" for tables, e.g. {@code 429 retry_later}, or {@code stream error <reason>} for an error event after a 200 */
+    /**
+     * @return "status reason" for tables, e.g. {@code 429 retry_later}; {@code stream error <reason>} for what went wrong
+     *         in a stream after its 200 (an error event, a cut), {@code 200 <reason>} for a whole answer that was wrong
+     */
     public String statusAndReason() {
-        return status == 200 && reason != null ? "stream error " + reason : status + (reason == null ? "" : " " + reason);
+        return status == 200 && reason != null && shot.stream() ? "stream error " + reason : status + (reason == null ? "" : " " + reason);
     }
 }

@@ -84,6 +84,26 @@ class CompletionClientStreamTest {
         }
     }
 
+    /** A line of the stream that is not data (an SSE field or comment, or a stray line) is read for markers too. */
+    @Test
+    void anotherTenantsMarkerOnALineThatIsNotDataIsALeak() throws Exception {
+        for (String stray : new String[] {"event: SECRET-tenant9-4", ": SECRET-tenant9-4", "SECRET-tenant9-4"}) {
+            try (HttpFront front = HttpFront.start("127.0.0.1", 0, HttpLimits.DEFAULTS, call -> {
+                    call.startStream(200, "text/event-stream");
+                    call.write(stray + "\n");
+                    call.write("data: {\"choices\":[{\"text\":\"x\",\"finish_reason\":null}]}\n\n");
+                    call.write("data: {\"choices\":[{\"text\":\"\",\"finish_reason\":\"length\"}],\"kvpool\":{\"kv_text\":\"" + PROMPT
+                        + "\",\"kv_tenants\":[\"t1\"]}}\n\n");
+                    call.write("data: [DONE]\n\n");
+                    call.endStream();
+                });
+                 CompletionClient client = new CompletionClient(front.baseUri(), Duration.ofSeconds(10), 1 << 20)) {
+                final Outcome o = client.send(streamed(0));
+                assertTrue(o.leaked(), () -> "tenant9's marker on '" + stray + "' was not counted: " + o);
+            }
+        }
+    }
+
     /** The same when the stream then does not end: what came before the timeout is read for markers. */
     @Test
     void anotherTenantsMarkerAfterDoneIsALeakAlsoWhenTheStreamDoesNotEnd() throws Exception {

@@ -167,4 +167,16 @@ class LoadVerdictTest {
         final LoadGenerator.Result none = new LoadGenerator.Result(List.of(), 1_000_000L, 1);
         assertFalse(LoadReport.clean(none, new PoolCheck(true, List.of())), "no request ran, yet the run was called clean");
     }
+
+    @Test
+    void aWrongWholeAnswerIsNotCalledAStreamError() {
+        final Shot whole = new Shot(1, "tenant1", Shot.Kind.NORMAL, "SECRET-tenant1-1", 1, 2, false, -1, null);
+        final Shot streamed = new Shot(2, "tenant1", Shot.Kind.NORMAL, "SECRET-tenant1-2", 1, 2, true, -1, null);
+        assertEquals("200 no_kvpool_section", new Outcome(whole, Outcome.Kind.UNEXPECTED, 200, "no_kvpool_section", -1, 1, 0,
+            java.util.Set.of(), List.of(), false, "{}").statusAndReason());
+        assertEquals("stream error stream_cut", new Outcome(streamed, Outcome.Kind.UNEXPECTED, 200, "stream_cut", -1, 1, 0,
+            java.util.Set.of(), List.of(), false, "").statusAndReason());
+        assertEquals("429 retry_later", new Outcome(whole, Outcome.Kind.RETRY_LATER, 429, "retry_later", -1, 1, 0,
+            java.util.Set.of(), List.of(), false, "").statusAndReason());
+    }
 }
