@@ -12,7 +12,7 @@ import io.kvpool.transfer.spi.PeerLink;
  *       │  HELLO with a mismatch: we send REFUSE ─▶ REFUSED
  *       │  REFUSE received                        ─▶ REFUSED
  *       │  any other frame first, malformed frame  ─▶ FAILED
- *       │  no HELLO (and INSTANCE) for the heartbeat's idle + timeout (heartbeat on) ─▶ FAILED
+ *       │  no HELLO, or no INSTANCE after it, for the heartbeat's idle + timeout (heartbeat on) ─▶ FAILED
  *       │  the engine closed, the receiver's tearDownPeer            ─▶ FAILED
  *   UP ──link failed, malformed frame, heartbeat unanswered, close, teardown──▶ FAILED   (REFUSE received ─▶ REFUSED)
  *    │
@@ -122,7 +122,7 @@ public final class Peer {
 
     /**
      * The peer engine's instance id ({@code TransferSender.instance()} or {@code TransferReceiver.instance()} on its
-     * side): which process, of several of one identity, this link reaches.
+     * side): which engine, of several of one identity, this link reaches.
      *
      * @return the id, known once the peer is UP on a link of version 4 and later; 0 before, and for a peer of older code
      */

@@ -220,7 +220,7 @@ abstract class TransferEndpoint implements AutoCloseable {
      */
     public int upPeerOf(long instance) {
         if (instance == 0) {
-            throw new IllegalArgumentException("instance id 0 stands for unknown; ask for a peer's reported id");
+            throw new IllegalArgumentException("instance id 0 stands for none; an engine's id is never 0");
         }
         for (int i = polled.size() - 1; i >= 0; i--) { // an UP peer is polled; polled keeps the order peers were added in
             final Peer p = polled.get(i);

@@ -55,7 +55,7 @@ class LinkRetirementSoakTest {
     }
 
     @Test
-    void aFrozenWriteStallsItsLinkEitherWayAndRetirementIsNoWorse() {
+    void aFrozenWriteStallsItsLinkEitherWayAndRetirementIsNoWorseOverThreeSeeds() {
         // a write frozen 30-80 ms holds every later flush on its link (as an endpoint flush waits for every put):
         // the transfers behind it cannot prove their writes before their deadline, retired or torn down. Which way fails
         // more in one run depends on the seed (each way has lost at some seed, by up to 30 %), so three seeds are summed

@@ -281,7 +281,7 @@ public sealed interface Message {
          */
         public Instance {
             if (instance == 0) {
-                throw new IllegalArgumentException("instance id 0 means unknown; an engine's id is never 0");
+                throw new IllegalArgumentException("instance id 0 stands for none; an engine's id is never 0");
             }
         }
 

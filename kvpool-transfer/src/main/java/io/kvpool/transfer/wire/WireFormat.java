@@ -26,7 +26,7 @@ package io.kvpool.transfer.wire;
  *   7 CANCEL      i64 requestId, i32 reason (see Cancel), str detail                    (version 2 and later)
  *   8 PING        i64 token: "are you there?", answered by a PONG with the same token  (version 3 and later)
  *   9 PONG        i64 token, copied from the PING it answers                           (version 3 and later)
- *  10 INSTANCE    i64 instance (non-zero): the sending engine's process-unique id       (version 4 and later)
+ *  10 INSTANCE    i64 instance (non-zero): the sending engine's random id                 (version 4 and later)
  * </pre>
  *
  * On a link of version 4 and later each side sends one INSTANCE right after it accepted the peer's HELLO, and takes

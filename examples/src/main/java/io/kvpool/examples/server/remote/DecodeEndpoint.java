@@ -36,8 +36,9 @@ import java.util.concurrent.ConcurrentHashMap;
  *
  * <p>Both calls may name the prefill engine that computes the request, {@code "prefill_instance":"a1b2c3d4e5f60718"}
  * (16 hex digits, its status's {@code instance}): decode then reserves only while a link to that engine is up and starts
- * the transfer on it, and refuses the request (503, retryable) when none is. Without it, decode uses its newest prefill
- * link. A value that is not 16 hex digits, or all zeros, is refused with 400 {@code bad_field}.
+ * the transfer on it, and refuses the request ({@code UNAVAILABLE}, which the router answers 503) when none is. Without
+ * it, decode takes its newest prefill link while links from one engine are up, and refuses the request while links
+ * from several are. A value that is not 16 hex digits, or all zeros, is refused with 400 {@code bad_field}.
  *
  * <p>A router that closes the stream's connection aborts the request here as it happens (the HTTP front sees
  * the close without writing); the router's {@code POST /internal/abort} usually comes too.

@@ -100,7 +100,7 @@ public record Preflight(RoleIdentity expected, long advertised, RemoteStatus pre
     static final String KV_ENDPOINT = "KV endpoint";
 
     /** The mismatch of a decode whose prefill links all come from other prefill processes than the router's. */
-    static final String KV_PEER = "KV link to the prefill";
+    static final String KV_PEER = "engine instance";
 
     /**
      * @return whether the roles match in everything but a KV link that is not up, which may come up yet (preflight waits
@@ -166,7 +166,7 @@ public record Preflight(RoleIdentity expected, long advertised, RemoteStatus pre
             d == null ? null : Long.toString(d.maxSafeContext()), "largest safe context");
         row(b, fmt, KV_ENDPOINT, "-", p == null ? null : p.kv(), d == null ? null : d.kv(), KV_ENDPOINT);
         row(b, fmt, KV_LINK, "up", link(prefill), link(decode), KV_LINK);
-        row(b, fmt, "engine instance", "-", prefill.status().up() ? instance(prefill.status().instance()) : null, linked(decode), KV_PEER);
+        row(b, fmt, KV_PEER, "-", prefill.status().up() ? instance(prefill.status().instance()) : null, linked(decode), KV_PEER);
         row(b, fmt, "max connections", expected.maxConnections() + " (clients)", connections(p), connections(d), "max connections");
         final long allowed = Math.min(RemoteRole.requestsAllowed(p == null ? 0 : p.maxConnections()),
             RemoteRole.requestsAllowed(d == null ? 0 : d.maxConnections()));

@@ -85,7 +85,7 @@ final class RemoteDecode extends RemoteRole implements DecodeService {
 
     /**
      * {@inheritDoc} The instance goes in the call's body ({@code prefill_instance}); a decode of a build before it reads
-     * no such field and uses its newest prefill link.
+     * no such field and takes its newest prefill link.
      *
      * @throws RoleLostException     if the process cannot be reached (the router answers 503)
      * @throws IllegalStateException if it refuses the call (closed)

@@ -132,7 +132,7 @@ final class RemoteDecodeCall implements DecodeCall {
     }
 
     /**
-     * @param prefillInstance the prefill engine whose link decode must start the transfer on, or 0 for decode's newest
+     * @param prefillInstance the prefill engine whose link decode must start the transfer on, or 0 for none named
      * @param stall           longest wait for the next token once generating
      * @param silence         longest silence of the stream before the KV committed
      */

@@ -12,6 +12,13 @@ import java.util.function.Function;
  */
 abstract class RemoteRole implements AutoCloseable {
 
+    /**
+     * Longest a request waits for the first status read of a role whose engine id it needs (the first requests after
+     * the router started): a cold HTTP client on a loaded host took over 100 ms. A request that goes on without the
+     * id is refused by a decode with several prefill engines linked, never sent to a guessed one.
+     */
+    static final java.time.Duration FIRST_READ_WAIT = java.time.Duration.ofSeconds(1);
+
     /** Status reads this router makes of the role at once, at most: more wait for one to end. */
     static final int STATUS_READS = 3;
 
@@ -102,17 +109,17 @@ abstract class RemoteRole implements AutoCloseable {
     /**
      * {@return the role's engine instance id from the last status the router's probe read of it, 0 while none has been
      * read or the role reports none} Before the first read of the role up, waits for the probe's read under way, at
-     * most {@link RoleHealth#RECHECK_WAIT}. A process restarted under the same URL has a new id, learned at the next
+     * most {@link #FIRST_READ_WAIT}. A process restarted under the same URL has a new id, learned at the next
      * probe (until then decode refuses the request naming the old one: retryable).
      */
     long instance() {
         if (!instanceRead) { // a request right after the router started: the probe's first read is under way
             try {
-                health.check().result().get(RoleHealth.RECHECK_WAIT.toMillis(), java.util.concurrent.TimeUnit.MILLISECONDS);
+                health.check().result().get(FIRST_READ_WAIT.toMillis(), java.util.concurrent.TimeUnit.MILLISECONDS);
             } catch (InterruptedException e) {
                 Thread.currentThread().interrupt();
             } catch (java.util.concurrent.ExecutionException | java.util.concurrent.TimeoutException e) {
-                // not read: 0, and decode uses its newest prefill link
+                // not read: 0, and decode takes its newest prefill link if one engine is linked, else refuses
             }
         }
         return instance;

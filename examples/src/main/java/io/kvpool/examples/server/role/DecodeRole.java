@@ -41,7 +41,8 @@ import java.util.concurrent.atomic.LongAdder;
  * <pre>
  *   router thread:  reserve() ─submit─▶ duty: pool.admit → the reservation, kept by request id (waits for this step)
  *                   start() ──submit──▶ duty: receiver.start (the reservation or an admission, pin, DESCRIPTOR on the link to
- *                                 the prefill engine the call names, else the newest link) → admission future
+ *                                 the prefill engine the call names; naming none, the newest link of the one engine
+ *                                 linked, refused with several) → admission future
  *                   unreserve() ─submit─▶ duty: the reservation closed, if start did not take it; else the id
  *                                 remembered a while, so that a reserve arriving after it is refused
  *                   abort()  ──submit──▶ duty: receiver.abort (pages DRAINING → drain handshake)
@@ -207,7 +208,8 @@ public final class DecodeRole implements DecodeService, MeteredRole, Drains {
 
     /**
      * {@inheritDoc} The transfer starts on the newest link up to that prefill engine
-     * ({@link TransferReceiver#upPeerOf}); with {@code prefillInstance} 0, on the newest prefill link up.
+     * ({@link TransferReceiver#upPeerOf}); with {@code prefillInstance} 0, on the newest prefill link up while links from
+     * one engine are up (links that report no id count as one), refused while links from several are.
      */
     @Override
     public DecodeCall start(long requestId, String tenant, int promptTokens, int maxNewTokens, long prefillInstance) {
@@ -666,6 +668,7 @@ public final class DecodeRole implements DecodeService, MeteredRole, Drains {
             senderPeer = -1;
             linkedPrefills = List.of();
             severalEngines = false;
+            unknownLinkUp = false;
         }
     }
 
@@ -745,7 +748,7 @@ public final class DecodeRole implements DecodeService, MeteredRole, Drains {
         final String tenant;
         final int promptTokens;
         final int maxNewTokens;
-        /** The prefill engine whose link carries the transfer, or 0 for the newest link. */
+        /** The prefill engine whose link carries the transfer, or 0 for none named. */
         final long prefillInstance;
         final CompletableFuture<Admitted> admission = new CompletableFuture<>();
         final CompletableFuture<TransferOutcome> outcome = new CompletableFuture<>();

@@ -22,7 +22,8 @@ public interface DecodeService extends AutoCloseable {
      * ({@link PrefillService#instance()}). A role with no such link up refuses the request (503, retryable: the link may
      * come). The default ignores the instance, for a role that has one prefill.
      *
-     * @param prefillInstance the prefill engine's instance id, or 0 for any (decode's newest prefill link)
+     * @param prefillInstance the prefill engine's instance id, or 0 for none named (decode then takes its newest prefill
+     *                        link while links from one engine are up, and refuses while links from several are)
      */
     default DecodeCall start(long requestId, String tenant, int promptTokens, int maxNewTokens, long prefillInstance) {
         return start(requestId, tenant, promptTokens, maxNewTokens);
@@ -46,7 +47,7 @@ public interface DecodeService extends AutoCloseable {
      * when no KV link to that engine is up, so that prefill computes nothing decode could not receive. The default ignores
      * the instance.
      *
-     * @param prefillInstance the prefill engine's instance id, or 0 for any
+     * @param prefillInstance the prefill engine's instance id, or 0 for none named
      */
     default Rejection reserve(long requestId, String tenant, int promptTokens, int maxNewTokens, long prefillInstance)
         throws InterruptedException {

@@ -61,7 +61,7 @@ public interface PrefillService extends AutoCloseable {
      * descriptor then goes to the one that computed the request, never to another that may hold an offer of the same id.
      *
      * @return the id, or 0 when not known (a role in another process not read yet, or of an older build): decode then
-     *         uses its newest prefill link
+     *         takes its newest prefill link while links from one engine are up, and refuses while links from several are
      */
     default long instance() {
         return 0;

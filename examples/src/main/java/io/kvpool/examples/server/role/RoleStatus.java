@@ -21,7 +21,7 @@ import java.util.Objects;
  *                 {@link #PAGES_IN_FLIGHT}, {@link #DRAINING})
  * @param down     why the router could not read the role's status, or {@code null} when it did
  * @param instance the instance id of the role's transfer engine ({@code TransferSender.instance()} or
- *                 {@code TransferReceiver.instance()}): which process, of several, the other role's links reach; 0 when
+ *                 {@code TransferReceiver.instance()}): which engine, of several, the other role's links reach; 0 when
  *                 not reported (unreachable, or an older role)
  * @param linked   the instance ids of the other role's engines whose KV links to this role are up (decode: its prefill
  *                 links'), in no order; {@code null} when not reported
@@ -84,7 +84,8 @@ public record RoleStatus(String role, PoolView pool, Map<String, Long> counters,
      */
     public static long parseInstance(String s) {
         if (s.length() != 16 || !s.chars().allMatch(ch -> ch >= '0' && ch <= '9' || ch >= 'a' && ch <= 'f' || ch >= 'A' && ch <= 'F')) {
-            throw new IllegalArgumentException("an instance id is 16 hex digits, not '" + s + "'");
+            throw new IllegalArgumentException("an instance id is 16 hex digits, not '" + (s.length() > 32 ? s.substring(0, 32)
+                + "…' (" + s.length() + " characters)" : s + "'"));
         }
         final long id = Long.parseUnsignedLong(s, 16);
         if (id == 0) {

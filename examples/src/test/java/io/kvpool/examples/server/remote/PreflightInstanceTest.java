@@ -30,7 +30,7 @@ class PreflightInstanceTest {
     @Test
     void aDecodeLinkedOnlyFromOtherPrefillsIsAMismatchNamingBoth() {
         final Preflight p = Preflight.check(CFG, status("prefill", PREFILL, List.of(7L)), status("decode", 7, List.of(OTHER)));
-        assertEquals(List.of("decode KV link to the prefill: links from [0000000000001234], the router expects a link from "
+        assertEquals(List.of("decode engine instance: links from [0000000000001234], the router expects a link from "
             + "prefill instance a1b2c3d4e5f60718"), p.mismatches().stream().map(Object::toString).toList());
         assertTrue(p.onlyUnlinked(), "the link may come yet: preflight waits for it");
         assertTrue(p.table().contains("from [0000000000001234]  ✗"), p::table);
