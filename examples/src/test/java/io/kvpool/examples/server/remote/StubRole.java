@@ -36,10 +36,17 @@ public final class StubRole implements AutoCloseable {
 
     private final HttpServer server;
     private final java.util.Queue<String> paths;
+    private final java.util.Queue<String> bodies;
 
-    private StubRole(HttpServer server, java.util.Queue<String> paths) {
+    private StubRole(HttpServer server, java.util.Queue<String> paths, java.util.Queue<String> bodies) {
         this.server = server;
         this.paths = paths;
+        this.bodies = bodies;
+    }
+
+    /** @return each call received so far but the status reads, as {@code "<path> <body>"}, in the order they came */
+    public java.util.List<String> calls() {
+        return java.util.List.copyOf(bodies);
     }
 
     /** @return the paths of the calls received so far but the status reads, in the order they came */
@@ -53,18 +60,30 @@ public final class StubRole implements AutoCloseable {
      *                server's threads
      */
     public static StubRole start(String role, Function<String, Reply> answers) {
+        return start(role, 0, null, answers);
+    }
+
+    /**
+     * As {@link #start(String, Function)}, with a status that reports engine instance ids.
+     *
+     * @param instance the role's engine id (0: none)
+     * @param linked   the other role's engine ids linked to it, or {@code null}
+     */
+    public static StubRole start(String role, long instance, java.util.List<Long> linked, Function<String, Reply> answers) {
         final byte[] status;
         final java.util.Queue<String> paths = new java.util.concurrent.ConcurrentLinkedQueue<>();
+        final java.util.Queue<String> bodies = new java.util.concurrent.ConcurrentLinkedQueue<>();
         try {
             status = new ObjectMapper().writeValueAsBytes(RemoteFixtures.statusJson(new RoleStatus(role, new PoolView(role, 0, "",
-                Map.of()), Map.of(), Map.of()), 0, true, ServerTests.small().build(), 128, 512));
+                Map.of()), Map.of(), Map.of()).withInstances(instance, linked), 0, true, ServerTests.small().build(), 128, 512));
             final HttpServer s = HttpServer.create(new InetSocketAddress(InetAddress.getLoopbackAddress(), 0), 0);
             s.setExecutor(java.util.concurrent.Executors.newVirtualThreadPerTaskExecutor());
             s.createContext("/", ex -> {
-                ex.getRequestBody().readAllBytes();
+                final String body = new String(ex.getRequestBody().readAllBytes(), StandardCharsets.UTF_8);
                 final String path = ex.getRequestURI().getPath();
                 if (!path.equals("/internal/status")) {
                     paths.add(path);
+                    bodies.add(path + " " + body);
                 }
                 final Reply r = path.equals("/internal/status") ? new Reply(200, new String(status, StandardCharsets.UTF_8))
                     : answers.apply(path);
@@ -81,7 +100,7 @@ public final class StubRole implements AutoCloseable {
                 }
             });
             s.start();
-            return new StubRole(s, paths);
+            return new StubRole(s, paths, bodies);
         } catch (IOException e) {
             throw new UncheckedIOException(e);
         }
