@@ -319,14 +319,9 @@ public final class DecodeRole implements DecodeService, MeteredRole, Drains {
         if (draining) {
             return refuseAhead(stopping(promptTokens, maxNewTokens));
         }
-        if (senderPeer < 0) {
-            return refuseAhead(noPrefillLink(promptTokens, maxNewTokens));
-        }
-        if (prefillInstance != 0 && receiver.upPeerOf(prefillInstance) < 0) { // prefill would compute for nothing
-            return refuseAhead(notLinkedTo(prefillInstance, promptTokens, maxNewTokens));
-        }
-        if (prefillInstance == 0 && severalEngines) {
-            return refuseAhead(unnamed(promptTokens, maxNewTokens));
+        final Rejection noLink = noLinkFor(prefillInstance, promptTokens, maxNewTokens); // prefill would compute for nothing
+        if (noLink != null) {
+            return refuseAhead(noLink);
         }
         if (givenBackEarly.take(requestId)) { // its router gave it back before this call arrived
             return refuseAhead(new Rejection(ROLE, Rejection.Reason.UNAVAILABLE, "decode: request " + requestId + " was given back "
@@ -370,6 +365,23 @@ public final class DecodeRole implements DecodeService, MeteredRole, Drains {
         return new Rejection(ROLE, Rejection.Reason.UNAVAILABLE, "decode: no prefill link is up"
             + (refused == null ? "" : " (the last prefill to connect was refused: " + refused + ")") + "; retry later",
             numbers(promptTokens, maxNewTokens));
+    }
+
+    /**
+     * Why no link here can carry a request that prefill engine computes, on the duty thread: no prefill link is up;
+     * none is up to that engine; or the call names no engine ({@code prefillInstance} 0) while links from several are
+     * up, so that the newest link may reach a prefill holding another request's offer under the same id.
+     *
+     * @return the refusal, or {@code null} when a link can ({@link #senderPeer}, or {@code upPeerOf(prefillInstance)})
+     */
+    private Rejection noLinkFor(long prefillInstance, int promptTokens, int maxNewTokens) {
+        if (senderPeer < 0) {
+            return noPrefillLink(promptTokens, maxNewTokens);
+        }
+        if (prefillInstance != 0 && receiver.upPeerOf(prefillInstance) < 0) {
+            return notLinkedTo(prefillInstance, promptTokens, maxNewTokens);
+        }
+        return prefillInstance == 0 && severalEngines ? unnamed(promptTokens, maxNewTokens) : null;
     }
 
     /**
@@ -443,27 +455,16 @@ public final class DecodeRole implements DecodeService, MeteredRole, Drains {
             reservationsChanged();
         }
         try {
+            final Rejection noLink = noLinkFor(c.prefillInstance, c.promptTokens, c.maxNewTokens);
+            if (noLink != null) {
+                if (r != null) {
+                    r.seq().close();
+                }
+                c.reject(noLink, noLink.message());
+                return;
+            }
             // the link to the prefill engine that computed the request: its offer is there, and only there
-            final int peer = senderPeer < 0 || c.prefillInstance == 0 ? senderPeer : receiver.upPeerOf(c.prefillInstance);
-            if (peer >= 0 && c.prefillInstance == 0 && severalEngines) { // never a guess between engines
-                if (r != null) {
-                    r.seq().close();
-                }
-                c.reject(unnamed(c.promptTokens, c.maxNewTokens), "the call names no prefill engine of several");
-                return;
-            }
-            if (peer < 0) {
-                if (r != null) {
-                    r.seq().close();
-                }
-                if (senderPeer < 0) {
-                    c.reject(noPrefillLink(c.promptTokens, c.maxNewTokens), "no prefill link is up");
-                } else {
-                    c.reject(notLinkedTo(c.prefillInstance, c.promptTokens, c.maxNewTokens), "no link from prefill instance "
-                        + RoleStatus.hex(c.prefillInstance));
-                }
-                return;
-            }
+            final int peer = c.prefillInstance == 0 ? senderPeer : receiver.upPeerOf(c.prefillInstance);
             final IncomingTransfer t;
             try {
                 t = r == null ? receiver.start(c.requestId, c.promptTokens, c.maxNewTokens, peer)
