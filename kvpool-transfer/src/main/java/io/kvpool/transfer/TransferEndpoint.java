@@ -99,7 +99,7 @@ abstract class TransferEndpoint implements AutoCloseable {
         long id;
         do {
             id = random.nextLong();
-        } while (id == 0); // 0 stands for "unknown"
+        } while (id == 0); // 0 stands for none
         return id;
     }
 
@@ -213,10 +213,10 @@ abstract class TransferEndpoint implements AutoCloseable {
      * The link to the engine of an instance id: where a receiver starts the transfer of a request that the
      * engine of that instance prepared. Owner thread.
      *
-     * @param instance the peer engine's {@link #instance()}, as that process reported it
+     * @param instance the peer engine's {@link #instance()}, as its process reported it
      * @return the id of the newest peer that is {@link Peer#isUp() up} with that {@link Peer#remoteInstance()}, or -1
-     *         if none (no link to that process is up, or its code is older than version 4 and sends no instance)
-     * @throws IllegalArgumentException if {@code instance} is 0 (that stands for "unknown")
+     *         if none (no link to that engine is up, or its code is older than version 4 and sends no instance)
+     * @throws IllegalArgumentException if {@code instance} is 0 (that stands for none)
      */
     public int upPeerOf(long instance) {
         if (instance == 0) {
@@ -511,7 +511,7 @@ abstract class TransferEndpoint implements AutoCloseable {
             }
             case Message.Refuse r -> fail(p, Peer.State.REFUSED, "refused by the peer: " + r.reason());
             case Message.Instance i -> {
-                if (i.instance() != p.remoteInstance) { // a copy changes nothing; another id is another process
+                if (i.instance() != p.remoteInstance) { // a copy changes nothing; another id is another engine
                     malformedFrames.increment();
                     fail(p, Peer.State.FAILED, "protocol error: a second INSTANCE " + Peer.hex(i.instance()) + ", the first was "
                         + Peer.hex(p.remoteInstance));

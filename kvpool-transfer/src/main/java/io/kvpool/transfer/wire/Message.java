@@ -271,7 +271,7 @@ public sealed interface Message {
     /**
      * The sending engine's instance id, once per link right after the HELLOs (version 4 and later).
      *
-     * @param instance the id, never 0 (0 stands for "unknown": a peer of an older version)
+     * @param instance the id, never 0 (0 stands for none: a peer of an older version sends no id)
      */
     record Instance(long instance) implements Message {
         /**
