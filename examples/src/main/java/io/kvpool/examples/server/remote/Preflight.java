@@ -86,11 +86,7 @@ public record Preflight(RoleIdentity expected, long advertised, RemoteStatus pre
             return null;
         }
         return new RoleIdentity.Mismatch(decode.status().role(), KV_PEER, "a link from prefill instance "
-            + io.kvpool.examples.server.role.RoleStatus.hex(instance), "links from " + hex(linked));
-    }
-
-    private static String hex(List<Long> instances) {
-        return instances.stream().map(io.kvpool.examples.server.role.RoleStatus::hex).toList().toString();
+            + io.kvpool.examples.server.role.RoleStatus.hex(instance), "links from " + io.kvpool.examples.server.role.RoleStatus.hex(linked));
     }
 
     /** The mismatch of roles that match but have no KV link between them (checked only when nothing else differs). */
@@ -205,7 +201,7 @@ public record Preflight(RoleIdentity expected, long advertised, RemoteStatus pre
             return null;
         }
         final List<Long> l = s.status().linked();
-        return l == null ? "not reported" : "from " + hex(l);
+        return l == null ? "not reported" : "from " + io.kvpool.examples.server.role.RoleStatus.hex(l);
     }
 
     private static String link(RemoteStatus s) {

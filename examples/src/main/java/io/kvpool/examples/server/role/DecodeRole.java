@@ -390,7 +390,7 @@ public final class DecodeRole implements DecodeService, MeteredRole, Drains {
      */
     private Rejection notLinkedTo(long prefillInstance, int promptTokens, int maxNewTokens) {
         return new Rejection(ROLE, Rejection.Reason.UNAVAILABLE, "decode: no KV link from prefill instance "
-            + RoleStatus.hex(prefillInstance) + " is up here (links up from: " + hexes(linkedPrefills) + "); retry later, or route "
+            + RoleStatus.hex(prefillInstance) + " is up here (links up from: " + RoleStatus.hex(linkedPrefills) + "); retry later, or route "
             + "to a prefill linked to this decode", numbers(promptTokens, maxNewTokens));
     }
 
@@ -401,16 +401,8 @@ public final class DecodeRole implements DecodeService, MeteredRole, Drains {
      */
     private Rejection unnamed(int promptTokens, int maxNewTokens) {
         return new Rejection(ROLE, Rejection.Reason.UNAVAILABLE, "decode: prefill links from several engines are up here ("
-            + hexes(linkedPrefills) + (unknownLinkUp ? " and links that report none" : "") + ") and the call names none; "
+            + RoleStatus.hex(linkedPrefills) + (unknownLinkUp ? " and links that report none" : "") + ") and the call names none; "
             + "refused rather than guess which one holds the request's KV; retry later", numbers(promptTokens, maxNewTokens));
-    }
-
-    private static String hexes(List<Long> ids) {
-        final StringBuilder b = new StringBuilder("[");
-        for (long i : ids) {
-            b.append(b.length() == 1 ? "" : ", ").append(RoleStatus.hex(i));
-        }
-        return b.append(']').toString();
     }
 
     /** Closes the reservations no start took within their time (a router that died, or lost the request). */

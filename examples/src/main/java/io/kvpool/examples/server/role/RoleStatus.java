@@ -77,6 +77,11 @@ public record RoleStatus(String role, PoolView pool, Map<String, Long> counters,
         return String.format("%016x", instance);
     }
 
+    /** {@return engine instance ids as {@link #hex(long)} writes each, in a list: {@code [a1b2…, 0000…]}} */
+    public static String hex(List<Long> instances) {
+        return instances.stream().map(RoleStatus::hex).toList().toString();
+    }
+
     /**
      * Reads an engine instance id as {@link #hex} writes it.
      *
