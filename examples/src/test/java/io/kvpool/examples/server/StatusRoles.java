@@ -67,7 +67,7 @@ final class StatusRoles implements Roles {
     public DecodeService decode() {
         return new DecodeService() {
             @Override
-            public DecodeCall start(long requestId, String tenant, int promptTokens, int maxNewTokens) {
+            public DecodeCall start(long requestId, String tenant, int promptTokens, int maxNewTokens, long prefillInstance) {
                 throw new UnsupportedOperationException();
             }
 

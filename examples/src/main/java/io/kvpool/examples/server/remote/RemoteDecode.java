@@ -78,11 +78,6 @@ final class RemoteDecode extends RemoteRole implements DecodeService {
      * @throws RoleLostException     if the process cannot be reached (the router answers 503)
      * @throws IllegalStateException if it refuses the call (closed)
      */
-    @Override
-    public DecodeCall start(long requestId, String tenant, int promptTokens, int maxNewTokens) {
-        return start(requestId, tenant, promptTokens, maxNewTokens, 0);
-    }
-
     /**
      * {@inheritDoc} The instance goes in the call's body ({@code prefill_instance}); a decode of a build before it reads
      * no such field and takes its newest prefill link.
@@ -114,12 +109,6 @@ final class RemoteDecode extends RemoteRole implements DecodeService {
      *                               router's request under a reused id)
      * @throws IllegalStateException if it is closing, or answers what is not a reservation's answer
      */
-    @Override
-    public Rejection reserve(long requestId, String tenant, int promptTokens, int maxNewTokens) {
-        return reserve(requestId, tenant, promptTokens, maxNewTokens, 0);
-    }
-
-    /** {@inheritDoc} As {@link #reserve(long, String, int, int)}, with {@code prefill_instance} in the body. */
     @Override
     public Rejection reserve(long requestId, String tenant, int promptTokens, int maxNewTokens, long prefillInstance) {
         if (System.nanoTime() - noReservationsUntil < 0) {

@@ -201,11 +201,6 @@ public final class DecodeRole implements DecodeService, MeteredRole, Drains {
         return receiver.metrics();
     }
 
-    @Override
-    public DecodeCall start(long requestId, String tenant, int promptTokens, int maxNewTokens) {
-        return start(requestId, tenant, promptTokens, maxNewTokens, 0);
-    }
-
     /**
      * {@inheritDoc} The transfer starts on the newest link up to that prefill engine
      * ({@link TransferReceiver#upPeerOf}); with {@code prefillInstance} 0, on the newest prefill link up while links from
@@ -219,12 +214,6 @@ public final class DecodeRole implements DecodeService, MeteredRole, Drains {
         final Call c = new Call(requestId, tenant, promptTokens, maxNewTokens, prefillInstance);
         duty.submit(() -> begin(c));
         return c;
-    }
-
-    /** {@inheritDoc} As {@link #reserve(long, String, int, int, long)} for any prefill engine. */
-    @Override
-    public Rejection reserve(long requestId, String tenant, int promptTokens, int maxNewTokens) throws InterruptedException {
-        return reserve(requestId, tenant, promptTokens, maxNewTokens, 0);
     }
 
     /**

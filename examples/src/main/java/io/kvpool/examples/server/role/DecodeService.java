@@ -12,21 +12,20 @@ public interface DecodeService extends AutoCloseable {
      * reservation, the decode pool admits {@code promptTokens + maxNewTokens} now) are pinned and the descriptor sent.
      * Never blocks; the outcome is read from the call.
      *
-     * @param promptTokens the tokens decode expects (the router's count of the prompt)
-     * @throws IllegalStateException if the role is closed
-     */
-    DecodeCall start(long requestId, String tenant, int promptTokens, int maxNewTokens);
-
-    /**
-     * {@link #start(long, String, int, int)} on the KV link to one prefill engine: the one that computed the request
+     * <p>The transfer goes over the KV link to one prefill engine: the one that computed the request
      * ({@link PrefillService#instance()}). A role with no such link up refuses the request (503, retryable: the link may
-     * come). The default ignores the instance, for a role that has one prefill.
+     * come).
      *
+     * @param promptTokens    the tokens decode expects (the router's count of the prompt)
      * @param prefillInstance the prefill engine's instance id, or 0 for none named (decode then takes its newest prefill
      *                        link while links from one engine are up, and refuses while links from several are)
+     * @throws IllegalStateException if the role is closed
      */
-    default DecodeCall start(long requestId, String tenant, int promptTokens, int maxNewTokens, long prefillInstance) {
-        return start(requestId, tenant, promptTokens, maxNewTokens);
+    DecodeCall start(long requestId, String tenant, int promptTokens, int maxNewTokens, long prefillInstance);
+
+    /** {@return {@link #start(long, String, int, int, long)} naming no prefill engine} */
+    default DecodeCall start(long requestId, String tenant, int promptTokens, int maxNewTokens) {
+        return start(requestId, tenant, promptTokens, maxNewTokens, 0);
     }
 
     /**
@@ -34,24 +33,22 @@ public interface DecodeService extends AutoCloseable {
      * pages stay promised to {@code requestId} until {@link #start} takes them, {@link #unreserve} gives them back,
      * or the reservation expires (twice the server's request timeout). Waits for the admission only.
      *
+     * <p>Refused also when no KV link to the prefill engine that will compute the request is up, so that prefill computes
+     * nothing decode could not receive.
+     *
+     * @param prefillInstance the prefill engine's instance id, or 0 for none named (as for {@link #start})
      * @return {@code null} when reserved, or when this role does not reserve (it then admits at {@link #start}); else
      *         the typed refusal (no room now, too long, no prefill link)
      * @throws IllegalStateException if the role is closed or cannot be reached (a {@link RoleLostException})
      */
-    default Rejection reserve(long requestId, String tenant, int promptTokens, int maxNewTokens) throws InterruptedException {
+    default Rejection reserve(long requestId, String tenant, int promptTokens, int maxNewTokens, long prefillInstance)
+        throws InterruptedException {
         return null;
     }
 
-    /**
-     * {@link #reserve(long, String, int, int)} for a request that prefill engine {@code prefillInstance} computes: refused
-     * when no KV link to that engine is up, so that prefill computes nothing decode could not receive. The default ignores
-     * the instance.
-     *
-     * @param prefillInstance the prefill engine's instance id, or 0 for none named
-     */
-    default Rejection reserve(long requestId, String tenant, int promptTokens, int maxNewTokens, long prefillInstance)
-        throws InterruptedException {
-        return reserve(requestId, tenant, promptTokens, maxNewTokens);
+    /** {@return {@link #reserve(long, String, int, int, long)} naming no prefill engine} */
+    default Rejection reserve(long requestId, String tenant, int promptTokens, int maxNewTokens) throws InterruptedException {
+        return reserve(requestId, tenant, promptTokens, maxNewTokens, 0);
     }
 
     /**

@@ -232,8 +232,9 @@ class DecodeReservationTest {
         }
 
         @Override
-        public Rejection reserve(long requestId, String tenant, int promptTokens, int maxNewTokens) throws InterruptedException {
-            final Rejection r = d.reserve(requestId, tenant, promptTokens, maxNewTokens);
+        public Rejection reserve(long requestId, String tenant, int promptTokens, int maxNewTokens, long prefillInstance)
+            throws InterruptedException {
+            final Rejection r = d.reserve(requestId, tenant, promptTokens, maxNewTokens, prefillInstance);
             if (r == null) {
                 fillerEnd[0] = fill(d);
             }
@@ -248,7 +249,7 @@ class DecodeReservationTest {
         }
 
         @Override
-        public Rejection reserve(long requestId, String tenant, int promptTokens, int maxNewTokens) {
+        public Rejection reserve(long requestId, String tenant, int promptTokens, int maxNewTokens, long prefillInstance) {
             return null;
         }
 

@@ -7,9 +7,7 @@ import io.kvpool.examples.server.role.RoleStatus;
 
 /**
  * A decode that forwards every call to another, for tests that change one of them. Its {@link #close} does nothing:
- * the decode it forwards to belongs to whoever made it. The calls naming a prefill engine reach the four-argument
- * ones (the interface's defaults), so that a test overriding those sees every call; the engine is not passed on,
- * which with the one prefill these tests link is the same link.
+ * the decode it forwards to belongs to whoever made it.
  */
 class ForwardingDecode implements DecodeService {
     final DecodeService d;
@@ -19,13 +17,14 @@ class ForwardingDecode implements DecodeService {
     }
 
     @Override
-    public DecodeCall start(long requestId, String tenant, int promptTokens, int maxNewTokens) {
-        return d.start(requestId, tenant, promptTokens, maxNewTokens);
+    public DecodeCall start(long requestId, String tenant, int promptTokens, int maxNewTokens, long prefillInstance) {
+        return d.start(requestId, tenant, promptTokens, maxNewTokens, prefillInstance);
     }
 
     @Override
-    public Rejection reserve(long requestId, String tenant, int promptTokens, int maxNewTokens) throws InterruptedException {
-        return d.reserve(requestId, tenant, promptTokens, maxNewTokens);
+    public Rejection reserve(long requestId, String tenant, int promptTokens, int maxNewTokens, long prefillInstance)
+        throws InterruptedException {
+        return d.reserve(requestId, tenant, promptTokens, maxNewTokens, prefillInstance);
     }
 
     @Override

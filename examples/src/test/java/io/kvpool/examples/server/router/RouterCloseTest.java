@@ -113,7 +113,7 @@ class RouterCloseTest {
             };
             final DecodeService stuckAtStart = new ForwardingDecode(roles.decode()) {
                 @Override
-                public DecodeCall start(long requestId, String tenant, int promptTokens, int maxNewTokens) {
+                public DecodeCall start(long requestId, String tenant, int promptTokens, int maxNewTokens, long prefillInstance) {
                     decodeStarted.set(true);
                     try {
                         Thread.sleep(30_000); // a stuck role: close() swept the calls before this one began
@@ -152,16 +152,17 @@ class RouterCloseTest {
             final AtomicReference<Router> router = new AtomicReference<>();
             final DecodeService closing = new ForwardingDecode(roles.decode()) { // closed with the router
                 @Override
-                public Rejection reserve(long requestId, String tenant, int promptTokens, int maxNewTokens) throws InterruptedException {
+                public Rejection reserve(long requestId, String tenant, int promptTokens, int maxNewTokens, long prefillInstance)
+                    throws InterruptedException {
                     if (atStart) {
-                        return super.reserve(requestId, tenant, promptTokens, maxNewTokens);
+                        return super.reserve(requestId, tenant, promptTokens, maxNewTokens, prefillInstance);
                     }
                     router.get().close();
                     throw new IllegalStateException("decode role is closed"); // what a role closed with the server says
                 }
 
                 @Override
-                public DecodeCall start(long requestId, String tenant, int promptTokens, int maxNewTokens) {
+                public DecodeCall start(long requestId, String tenant, int promptTokens, int maxNewTokens, long prefillInstance) {
                     router.get().close();
                     throw new IllegalStateException("decode role is closed");
                 }
@@ -205,8 +206,8 @@ class RouterCloseTest {
             final AtomicReference<Router> router = new AtomicReference<>();
             final DecodeService abortingAtCommit = new ForwardingDecode(roles.decode()) {
                 @Override
-                public DecodeCall start(long requestId, String tenant, int promptTokens, int maxNewTokens) {
-                    return new ForwardingDecodeCall(super.start(requestId, tenant, promptTokens, maxNewTokens)) {
+                public DecodeCall start(long requestId, String tenant, int promptTokens, int maxNewTokens, long prefillInstance) {
+                    return new ForwardingDecodeCall(super.start(requestId, tenant, promptTokens, maxNewTokens, prefillInstance)) {
                         @Override
                         public Generation generate(int maxTokens, io.kvpool.examples.server.echo.EchoDecoder.TokenSink s)
                             throws java.io.IOException, InterruptedException {

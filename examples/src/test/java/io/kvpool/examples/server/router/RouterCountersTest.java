@@ -40,19 +40,20 @@ class RouterCountersTest {
                 }
             }, new ForwardingDecode(roles.decode()) {
                 @Override
-                public Rejection reserve(long requestId, String tenant, int promptTokens, int maxNewTokens) throws InterruptedException {
+                public Rejection reserve(long requestId, String tenant, int promptTokens, int maxNewTokens, long prefillInstance)
+                    throws InterruptedException {
                     if (duplicateAt[0]) {
                         throw new DuplicateRequestException("request " + requestId + " is decoding already");
                     }
-                    return super.reserve(requestId, tenant, promptTokens, maxNewTokens);
+                    return super.reserve(requestId, tenant, promptTokens, maxNewTokens, prefillInstance);
                 }
 
                 @Override
-                public DecodeCall start(long requestId, String tenant, int promptTokens, int maxNewTokens) {
+                public DecodeCall start(long requestId, String tenant, int promptTokens, int maxNewTokens, long prefillInstance) {
                     if (duplicateAt[2]) {
                         throw new DuplicateRequestException("request " + requestId + " is decoding already");
                     }
-                    return super.start(requestId, tenant, promptTokens, maxNewTokens);
+                    return super.start(requestId, tenant, promptTokens, maxNewTokens, prefillInstance);
                 }
             });
             router.complete("alice", new Router.Request("a prompt", 2, false), NoSink.INSTANCE);
@@ -91,8 +92,8 @@ class RouterCountersTest {
             final boolean[] failAdmission = {true};
             final Router router = new Router(cfg, roles.prefill(), new ForwardingDecode(roles.decode()) {
                 @Override
-                public DecodeCall start(long requestId, String tenant, int promptTokens, int maxNewTokens) {
-                    return new ForwardingDecodeCall(super.start(requestId, tenant, promptTokens, maxNewTokens)) {
+                public DecodeCall start(long requestId, String tenant, int promptTokens, int maxNewTokens, long prefillInstance) {
+                    return new ForwardingDecodeCall(super.start(requestId, tenant, promptTokens, maxNewTokens, prefillInstance)) {
                         // as DecodeCall.await reports a call whose role was closed under it
                         @Override
                         public Admitted awaitAdmission(Duration timeout) throws InterruptedException {

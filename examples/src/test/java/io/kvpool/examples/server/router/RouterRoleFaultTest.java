@@ -76,8 +76,8 @@ class RouterRoleFaultTest {
     private static DecodeService failingWhileAwaited(DecodeService d, boolean atAdmission, IllegalStateException failure) {
         return new ForwardingDecode(d) {
             @Override
-            public DecodeCall start(long requestId, String tenant, int promptTokens, int maxNewTokens) {
-                return new ForwardingDecodeCall(super.start(requestId, tenant, promptTokens, maxNewTokens)) {
+            public DecodeCall start(long requestId, String tenant, int promptTokens, int maxNewTokens, long prefillInstance) {
+                return new ForwardingDecodeCall(super.start(requestId, tenant, promptTokens, maxNewTokens, prefillInstance)) {
                     @Override
                     public Admitted awaitAdmission(Duration timeout) throws InterruptedException {
                         if (atAdmission) {

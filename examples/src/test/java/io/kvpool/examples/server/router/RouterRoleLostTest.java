@@ -70,7 +70,7 @@ class RouterRoleLostTest {
         try (InJvmRoles roles = InJvmRoles.start(cfg, Duration.ofSeconds(10))) {
             final DecodeService lost = new DecodeService() {
                 @Override
-                public DecodeCall start(long requestId, String tenant, int promptTokens, int maxNewTokens) {
+                public DecodeCall start(long requestId, String tenant, int promptTokens, int maxNewTokens, long prefillInstance) {
                     throw new RoleLostException("decode role at http://10.0.0.2:8082/ is unreachable (POST /internal/decode)");
                 }
 
