@@ -96,12 +96,7 @@ public final class DecodeRole implements DecodeService, MeteredRole, Drains {
     public static final int MAX_EARLY_GIVE_BACKS = 65_536;
     private long nextExpiryScan;
     private int senderPeer = -1;
-    /**
-     * Whether the prefill links up here reach more than one engine (two ids, or an id and a link of a build that sends
-     * none): a call that names no engine is then refused, since the newest link may hold another request's offer.
-     */
-    private boolean severalEngines;
-    /** Whether a prefill link up here reports no engine id. */
+    /** Whether a prefill link up here reports no engine id (a build before them); set with {@link #linkedPrefills}. */
     private boolean unknownLinkUp;
     /**
      * Why the newest prefill link to go down was refused (its handshake failed: environment, model, layout), until a
@@ -370,7 +365,17 @@ public final class DecodeRole implements DecodeService, MeteredRole, Drains {
         if (prefillInstance != 0 && receiver.upPeerOf(prefillInstance) < 0) {
             return notLinkedTo(prefillInstance, promptTokens, maxNewTokens);
         }
-        return prefillInstance == 0 && severalEngines ? unnamed(promptTokens, maxNewTokens) : null;
+        return prefillInstance == 0 && severalEngines() ? unnamed(promptTokens, maxNewTokens) : null;
+    }
+
+    /**
+     * Whether the prefill links up here reach more than one engine (two ids, or an id and links that report none), on
+     * the duty thread: a call that names no engine is then refused, since the newest link may hold another request's
+     * offer. Links that report no id count together as one engine.
+     */
+    private boolean severalEngines() {
+        final int ids = linkedPrefills.size();
+        return ids >= 2 || ids == 1 && unknownLinkUp;
     }
 
     /**
@@ -602,7 +607,6 @@ public final class DecodeRole implements DecodeService, MeteredRole, Drains {
             linkedPrefills = List.copyOf(linked);
         }
         unknownLinkUp = unknown;
-        severalEngines = linked.size() >= 2 || linked.size() == 1 && unknown;
         senderLinks = senders.size();
         ready = senderPeer >= 0;
         if (ready) {
@@ -649,7 +653,6 @@ public final class DecodeRole implements DecodeService, MeteredRole, Drains {
             ready = false;
             senderPeer = -1;
             linkedPrefills = List.of();
-            severalEngines = false;
             unknownLinkUp = false;
         }
     }
