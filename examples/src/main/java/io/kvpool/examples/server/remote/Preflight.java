@@ -58,7 +58,7 @@ public record Preflight(RoleIdentity expected, long advertised, RemoteStatus pre
      * @return the prefill's KV endpoint mismatch, or {@code null}; {@code null} while either status is unknown
      */
     static RoleIdentity.Mismatch linkedElsewhere(RemoteStatus prefill, RemoteStatus decode) {
-        if (prefill == null || decode == null || !prefill.ready() || !decode.ready()) {
+        if (!bothReady(prefill, decode)) {
             return null;
         }
         final RoleIdentity p = prefill.identity(), d = decode.identity();
@@ -77,7 +77,7 @@ public record Preflight(RoleIdentity expected, long advertised, RemoteStatus pre
      * @return decode's mismatch, or {@code null}; {@code null} while either status is unknown, not up or not ready
      */
     static RoleIdentity.Mismatch notLinkedTo(RemoteStatus prefill, RemoteStatus decode) {
-        if (prefill == null || decode == null || !prefill.ready() || !decode.ready()) {
+        if (!bothReady(prefill, decode)) {
             return null;
         }
         final long instance = prefill.status().instance();
@@ -87,6 +87,11 @@ public record Preflight(RoleIdentity expected, long advertised, RemoteStatus pre
         }
         return new RoleIdentity.Mismatch(decode.status().role(), KV_PEER, "a link from prefill instance "
             + io.kvpool.examples.server.role.RoleStatus.hex(instance), "links from " + io.kvpool.examples.server.role.RoleStatus.hex(linked));
+    }
+
+    /** @return whether both statuses are known and say their role is ready (its KV link up) */
+    private static boolean bothReady(RemoteStatus prefill, RemoteStatus decode) {
+        return prefill != null && decode != null && prefill.ready() && decode.ready();
     }
 
     /** The mismatch of roles that match but have no KV link between them (checked only when nothing else differs). */
