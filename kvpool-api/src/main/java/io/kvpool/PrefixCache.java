@@ -9,25 +9,28 @@ import java.security.NoSuchAlgorithmException;
 import java.util.Arrays;
 
 /**
- * The index of published full pages: content hash → slot, plus, per slot, the full key that a lookup
- * compares before sharing — the exact prefix before the page, the salt and the page's token ids — so neither
- * a chance collision nor a forged one can hand one prefix's KV to another. Entries outlive their references:
- * an unreferenced published page is FREE but stays indexed (and in {@link FreePages}' LRU) until the allocator
+ * The index of published full pages: prefix digest → slot, plus, per slot, the full key that a lookup compares
+ * before sharing — the exact prefix before the page, the salt and the page's token ids — so neither a chance
+ * collision nor a forged one can hand one prefix's KV to another. Entries outlive their references: an
+ * unreferenced published page is FREE but stays indexed (and in {@link FreePages}' LRU) until the allocator
  * evicts it.
  *
- * <p><b>The prefix before a page is compared by a cryptographic digest, not by the chain hash.</b> The 64-bit
- * {@link PrefixHash} only finds the candidate; it is not collision-resistant (its mixer is invertible: a second
- * preimage of a page's chain hash takes milliseconds), so comparing the parent's <em>hash</em> would trust it
- * for everything before the page: an adversary sharing a salt could publish a different first page with the
- * same chain hash, then a second page that a victim's prompt would attach, its KV computed after the
- * adversary's text. Each page therefore records its parent's prefix digest — SHA-256, truncated to 128 bits,
- * chained over (parent digest, salt, token ids) exactly as the hash is — and a lookup compares it with the digest
- * of the prompt's own prefix, which it extends page by page as it matches.
+ * <p><b>Pages are found, and their prefixes compared, by a cryptographic digest.</b> Each page's prefix digest is
+ * SHA-256, truncated to 128 bits, chained over (the digest of the page before, salt, token ids). The index is keyed
+ * by its first 64 bits, and a page records the digest of the prefix before it, which a lookup compares with the
+ * digest of the prompt's own pages before it, extended page by page as they match. The 64-bit
+ * {@link PrefixHash} is used for neither: its mixer is invertible, so a second preimage of a page's chain hash
+ * takes milliseconds. Comparing the parent's chain hash let an adversary sharing a salt publish a different first
+ * page under the same hash, then a second page that a victim's prompt would attach, its KV computed after the
+ * adversary's text; keying the index by the chain hash let that forged page hold the hash's entry, so the genuine
+ * page was never indexed and nobody shared it again. A digest key cannot be aimed at: a second preimage of 64 bits
+ * of SHA-256 is 2^64 work.
  *
  * <pre>
  *   digest(root) = 0                      digest(page i) = SHA-256(digest(page i-1) ‖ salt ‖ ids of page i)[0..16)
- *   publish page i:  index[hash] = slot, key = (digest(page i-1), salt, ids) — unless the slot or the hash is taken
- *   lookup page i:   index[hash] → slot whose key is exactly (digest of the prompt's pages before i, salt, ids)
+ *   publish page i:  index[hi(digest(page i))] = slot, key = (digest(page i-1), salt, ids) — unless the slot or the
+ *                    entry is taken (an equal page; or, at odds of 2^-64 a pair, another one)
+ *   lookup page i:   index[hi(digest(page i))] → slot whose key is exactly (digest of the prompt's pages before i, salt, ids)
  * </pre>
  * Not thread-safe: every method is called under the pool lock, except {@link #isPublished}, which
  * {@link PrefixSharing} reads without it after a volatile read of the page's state word (see there why that suffices).
@@ -40,7 +43,7 @@ final class PrefixCache {
     private final int tokensPerPage;
     private final LongIntMap index;
     private final boolean[] published;
-    private final long[] hash;
+    private final long[] key; // per published slot, its index key (see indexKey)
     private final long[] parentHi;
     private final long[] parentLo;
     private final long[] salt;
@@ -55,7 +58,7 @@ final class PrefixCache {
         this.tokensPerPage = tokensPerPage;
         this.index = new LongIntMap(Math.min(capacity, 1 << 16));
         this.published = new boolean[capacity];
-        this.hash = new long[capacity];
+        this.key = new long[capacity];
         this.parentHi = new long[capacity];
         this.parentLo = new long[capacity];
         this.salt = new long[capacity];
@@ -103,14 +106,15 @@ final class PrefixCache {
     }
 
     /**
-     * Publishes the content of a full page held by {@code slot}, whose chain hash {@code h} the caller computed
-     * ({@link PrefixHash#of}); the page is not indexed if the slot already is, or if the hash is taken (by an
-     * equal page, or by a different one after a collision).
+     * Publishes the content of a full page held by {@code slot}; the page is not indexed if the slot already is, or
+     * if its digest's entry is taken (by an equal page).
      *
+     * @param own    the page's prefix digest ({@link #digest} of {@code parent} and this page)
      * @param parent the prefix digest of the page before it ({@link PrefixDigest#ROOT} for a first page)
      */
-    void publish(int slot, long h, PrefixDigest parent, long pageSalt, int[] ids, int from) {
-        if (published[slot] || index.get(h) >= 0) {
+    void publish(int slot, PrefixDigest own, PrefixDigest parent, long pageSalt, int[] ids, int from) {
+        final long k = indexKey(own);
+        if (published[slot] || index.get(k) >= 0) {
             return;
         }
         // what may allocate first (the slot's token array, the index's growth): an OutOfMemoryError then leaves the slot
@@ -119,26 +123,27 @@ final class PrefixCache {
             tokens[slot] = new int[tokensPerPage];
         }
         System.arraycopy(ids, from, tokens[slot], 0, tokensPerPage);
-        index.put(h, slot);
+        index.put(k, slot);
         published[slot] = true;
-        hash[slot] = h;
+        key[slot] = k;
         parentHi[slot] = parent.hi();
         parentLo[slot] = parent.lo();
         salt[slot] = pageSalt;
     }
 
     /**
+     * @param own    the prefix digest of the prompt's pages up to and including this one ({@link #digest})
      * @param parent the prefix digest of the prompt's pages before this one ({@link PrefixDigest#ROOT} for the first)
      * @return the slot holding exactly this page (same prefix before it, salt and tokens), or -1
      */
-    int lookup(long h, PrefixDigest parent, long pageSalt, int[] ids, int from) {
-        final int slot = index.get(h);
+    int lookup(PrefixDigest own, PrefixDigest parent, long pageSalt, int[] ids, int from) {
+        final int slot = index.get(indexKey(own));
         if (slot < 0) {
             return -1;
         }
         if (parentHi[slot] != parent.hi() || parentLo[slot] != parent.lo() || salt[slot] != pageSalt
             || !Arrays.equals(tokens[slot], 0, tokensPerPage, ids, from, from + tokensPerPage)) {
-            return -1; // a collision: different content (or a different prefix before it) under the same hash
+            return -1; // a collision of 64 digest bits: different content (or a different prefix before it) under one key
         }
         return slot;
     }
@@ -147,7 +152,12 @@ final class PrefixCache {
     void unpublish(int slot) {
         if (published[slot]) {
             published[slot] = false;
-            index.remove(hash[slot]);
+            index.remove(key[slot]);
         }
+    }
+
+    /** The index key of a page: the first 64 bits of its prefix digest. */
+    private static long indexKey(PrefixDigest own) {
+        return own.hi();
     }
 }

@@ -1,8 +1,9 @@
 package io.kvpool;
 
 /**
- * Chained content hash of full pages, as in vLLM: a page's hash covers its parent page's hash, a cache
- * salt and the page's token ids, so equal hashes mean equal prefixes up to and including that page.
+ * A cheap chained content hash of full pages, as in vLLM's first design: a page's hash covers its parent page's
+ * hash, a cache salt and the page's token ids. For callers that want a stable 64-bit name for a prefix (a
+ * router that sends requests with equal prefixes to the same engine, say); the pool does not use it.
  *
  * <h2>Algorithm (stable across processes and versions of this class; bump {@link #VERSION} to change)</h2>
  * <pre>
@@ -11,10 +12,11 @@ package io.kvpool;
  *   for each token t at index i of the page:  h = fmix64(h ^ ((i &lt;&lt; 32) | (t &amp; 0xFFFFFFFF)))
  *   fmix64 = MurmurHash3's 64-bit finaliser
  * </pre>
- * The first page's parent is {@link #ROOT}. A 64-bit hash can collide, and this one is not
- * collision-resistant (fmix64 is invertible: an adversary finds a second preimage in milliseconds), so the
- * cache never trusts it: a lookup also compares the prefix before the page (by a SHA-256 digest, not by
- * this hash), the salt and every token id before it shares a page.
+ * The first page's parent is {@link #ROOT}. Equal hashes do not prove equal prefixes: a 64-bit hash can
+ * collide, and this one is not collision-resistant (fmix64 is invertible: an adversary finds a second preimage
+ * in milliseconds). So the pool's prefix cache keys and compares pages by a SHA-256 chain digest instead, and
+ * compares every token id and the salt before it shares a page; a caller must not decide by this hash alone that
+ * two requests may share KV.
  *
  * <p>The salt is how tenants stay apart: give each tenant its own salt and no two tenants ever share a
  * page; use {@link #SHARED_SALT} only for content that tenants opt in to sharing (a public system prompt).

@@ -5,11 +5,11 @@ package io.kvpool;
  * publishing a sequence's full pages, and the copy-on-write rule.
  *
  * <pre>
- *   attach (admission)   for each full prompt page: chain hash → candidate slot → exact key match?
+ *   attach (admission)   for each full prompt page: prefix digest → candidate slot → exact key match?
  *                          OWNED  → RETAIN it; its reserved page goes back (shared, not taken)
  *                          FREE and cached → revive it (ALLOCATE), against the request's reservation
  *   publish              per page: hold a reference, check OWNED (never RECEIVING: a peer still writes it),
- *                        index it under (hash, digest of the prefix before it, salt, ids), drop the reference
+ *                        index it under its prefix digest with (digest before it, salt, ids), drop the reference
  *   copy before write    refcount &gt; 1, or published (immutable whoever holds it); decided at each write
  * </pre>
  * Methods named {@code …Locked} run under the pool lock; {@link #mustCopyBeforeWrite} needs none.
@@ -54,19 +54,17 @@ final class PrefixSharing {
      */
     int attachLocked(Sequence seq, int[] promptTokenIds, long cacheSalt) {
         final int maxPages = (promptTokenIds.length - 1) / tokensPerPage;
-        long parent = PrefixHash.ROOT;
         PrefixDigest digest = PrefixDigest.ROOT;
         int matched = 0;
         while (matched < maxPages) {
             final int from = matched * tokensPerPage;
-            final long h = PrefixHash.of(parent, cacheSalt, promptTokenIds, from, tokensPerPage);
-            final int slot = index.lookup(h, digest, cacheSalt, promptTokenIds, from);
+            final PrefixDigest own = index.digest(digest, cacheSalt, promptTokenIds, from);
+            final int slot = index.lookup(own, digest, cacheSalt, promptTokenIds, from);
             if (slot < 0 || !attachOneLocked(slot, seq)) {
                 break;
             }
-            digest = index.digest(digest, cacheSalt, promptTokenIds, from);
-            seq.attachedPublished(h, digest);
-            parent = h;
+            seq.attachedPublished(own);
+            digest = own;
             matched++;
         }
         return matched;
@@ -114,14 +112,13 @@ final class PrefixSharing {
      * @throws IllegalSlotTransitionException if a page is not OWNED
      */
     void publishLocked(Sequence seq, long[] held, int[] tokenIds, int from, int to, long salt) {
-        long parent = from == 0 ? PrefixHash.ROOT : seq.pageHash(from - 1);
         PrefixDigest digest = from == 0 ? PrefixDigest.ROOT : seq.pageDigest(from - 1);
         for (int i = from; i < to; i++) {
             final long handle = held[i - from];
-            parent = PrefixHash.of(parent, salt, tokenIds, i * tokensPerPage, tokensPerPage);
-            index.publish(PageHandle.slot(handle), parent, digest, salt, tokenIds, i * tokensPerPage);
-            digest = index.digest(digest, salt, tokenIds, i * tokensPerPage);
-            seq.setPageHash(i, parent, digest);
+            final PrefixDigest own = index.digest(digest, salt, tokenIds, i * tokensPerPage);
+            index.publish(PageHandle.slot(handle), own, digest, salt, tokenIds, i * tokensPerPage);
+            seq.setPageDigest(i, own);
+            digest = own;
         }
     }
 

@@ -86,11 +86,10 @@ public final class Sequence implements AutoCloseable {
     private long[] handles;
     private int[] blockTable;
     /**
-     * Per page, the prefix hash and digest (high and low halves, see {@link PrefixCache}) of the pages up to and
-     * including it; {@code null} until the sequence's first published or attached page (most sequences have none),
-     * then as long as {@link #handles}. An unset page reads 0.
+     * Per page, the prefix digest (high and low halves, see {@link PrefixCache}) of the pages up to and including
+     * it; {@code null} until the sequence's first published or attached page (most sequences have none), then as
+     * long as {@link #handles}. An unset page reads 0.
      */
-    private long[] pageHashes;
     private long[] pageDigestHi;
     private long[] pageDigestLo;
     /** Scratch for the handles of one allocation, reused so that append allocates nothing. */
@@ -570,8 +569,7 @@ public final class Sequence implements AutoCloseable {
         int retained = 0;
         try {
             child = new Sequence(pool, growth + cowPage, admittedTokens, salt, hasSalt, Math.max(4, pageCount + growth + cowPage));
-            if (pageHashes != null) {
-                child.pageHashes = Arrays.copyOf(pageHashes, child.handles.length);
+            if (pageDigestHi != null) {
                 child.pageDigestHi = Arrays.copyOf(pageDigestHi, child.handles.length);
                 child.pageDigestLo = Arrays.copyOf(pageDigestLo, child.handles.length);
             }
@@ -607,9 +605,9 @@ public final class Sequence implements AutoCloseable {
     }
 
     /**
-     * Publishes every full page not yet published to the prefix cache, keyed by the chained hash of its
-     * token ids under {@code cacheSalt} (see {@link PrefixHash}). Published pages are immutable: a later
-     * append into one copies it first.
+     * Publishes every full page not yet published to the prefix cache, keyed by the chained SHA-256 digest of
+     * the token ids up to and including it under {@code cacheSalt} (see {@link PrefixHash#SHARED_SALT} for
+     * salts). Published pages are immutable: a later append into one copies it first.
      *
      * @param tokenIds  the sequence's token ids from its first token, at least {@code tokenCount()} rounded
      *                  down to full pages
@@ -735,9 +733,8 @@ public final class Sequence implements AutoCloseable {
                 Math.min(admittedPages, PageHandle.MAX_SLOT + 1L));
             final long[] grownHandles = Arrays.copyOf(handles, n);
             final int[] grownTable = Arrays.copyOf(blockTable, n);
-            if (pageHashes != null) {
-                final long[] h = Arrays.copyOf(pageHashes, n), hi = Arrays.copyOf(pageDigestHi, n), lo = Arrays.copyOf(pageDigestLo, n);
-                pageHashes = h;
+            if (pageDigestHi != null) {
+                final long[] hi = Arrays.copyOf(pageDigestHi, n), lo = Arrays.copyOf(pageDigestLo, n);
                 pageDigestHi = hi;
                 pageDigestLo = lo;
             }
@@ -746,8 +743,8 @@ public final class Sequence implements AutoCloseable {
         }
     }
 
-    void attachedPublished(long hash, PrefixDigest digest) {
-        setPageHash(pageCount - 1, hash, digest);
+    void attachedPublished(PrefixDigest digest) {
+        setPageDigest(pageCount - 1, digest);
         publishedPages = pageCount;
     }
 
@@ -755,23 +752,16 @@ public final class Sequence implements AutoCloseable {
         tokenCount = tokens;
     }
 
-    long pageHash(int i) {
-        Objects.checkIndex(i, handles.length);
-        return pageHashes == null ? 0 : pageHashes[i];
-    }
-
     PrefixDigest pageDigest(int i) {
         Objects.checkIndex(i, handles.length);
-        return pageHashes == null ? new PrefixDigest(0, 0) : new PrefixDigest(pageDigestHi[i], pageDigestLo[i]);
+        return pageDigestHi == null ? PrefixDigest.ROOT : new PrefixDigest(pageDigestHi[i], pageDigestLo[i]);
     }
 
-    void setPageHash(int i, long hash, PrefixDigest digest) {
-        if (pageHashes == null) { // the first: made as long as the block table (addPage grows them together)
-            pageHashes = new long[handles.length];
+    void setPageDigest(int i, PrefixDigest digest) {
+        if (pageDigestHi == null) { // the first: made as long as the block table (addPage grows them together)
             pageDigestHi = new long[handles.length];
             pageDigestLo = new long[handles.length];
         }
-        pageHashes[i] = hash;
         pageDigestHi[i] = digest.hi();
         pageDigestLo[i] = digest.lo();
     }

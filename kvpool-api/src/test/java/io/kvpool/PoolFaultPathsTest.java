@@ -17,11 +17,10 @@ import static org.junit.jupiter.api.Assertions.*;
 class PoolFaultPathsTest {
 
     // ---------------------------------------------------------------------------------------------
-    // F1: the prefix cache trusts the parent's 64-bit hash. PrefixHash's Javadoc says "an adversary can
-    // search for collisions, so the cache never trusts it alone: a lookup also compares the stored
-    // parent hash, salt and every token id". Comparing the parent *hash* trusts the hash for everything
-    // before the page, and fmix64 is a bijection, so a second preimage of one page's chain hash is a
-    // meet-in-the-middle search of ~2^17 fmix64 calls (milliseconds).
+    // Forged prefix chains. fmix64 is a bijection, so a second preimage of a page's 64-bit PrefixHash is a
+    // meet-in-the-middle search of ~2^17 fmix64 calls (milliseconds). The prefix cache must neither attach a
+    // page whose KV was computed after another prefix (comparing the parent's chain hash would) nor let a
+    // forged page keep the genuine one out of its index (keying the index by the chain hash would).
 
     private static final long M32 = 0xFFFFFFFFL;
 
@@ -105,19 +104,47 @@ class PoolFaultPathsTest {
             // the genuine sharing of the public first page still works
             assertEquals(4, victim.tokenCount(), "the public first page is shared");
             assertEquals(genuine.pageIndex(0), victim.pageIndex(0));
-            // the forged page keeps its index entry (first come), so the victim's own page 1 is not indexed after
-            // it publishes: a later equal request shares only the first page — lost sharing, never a leak
+            // the victim's own page 1 (KV computed after `system`) is indexed apart from the adversary's, under its
+            // own digest: a later equal request shares it, and still never the adversary's
             victim.append(5);
             TokenTags.writeSequence(victim, 7, 4, 9);
             victim.publish(concat(system, common, new int[] {97}), salt);
             final Sequence next = pool.admit(concat(system, common, new int[] {96}), 4, salt).sequence();
-            assertEquals(4, next.tokenCount());
-            next.append(5);
+            assertEquals(8, next.tokenCount());
+            assertEquals(victim.pageIndex(1), next.pageIndex(1));
             assertNotEquals(adversary.pageIndex(1), next.pageIndex(1));
+            next.append(1);
             next.close();
             victim.close();
             adversary.close();
             genuine.close();
+        }
+    }
+
+    @Test
+    void aForgedChainHashDoesNotKeepTheGenuinePageOutOfTheCache() {
+        // The adversary publishes first a page whose 64-bit chain hash equals the public page's (a second preimage,
+        // milliseconds of work). Keyed by that hash, the index kept the forged page and refused the genuine one, so
+        // no tenant ever shared the public page again: every request recomputed it (lost sharing for all of them).
+        final long salt = PrefixHash.SHARED_SALT;
+        final int[] system = {11, 12, 13, 14};
+        final int[] forged = secondPreimage(system, salt);
+        try (KvPool pool = TestPools.pool(16)) {
+            final Sequence adversary = prefill(pool, concat(forged, new int[] {98}), salt, 666);
+            final Sequence genuine = prefill(pool, concat(system, new int[] {99}), salt, 1);
+            assertEquals(2, pool.snapshot().publishedPrefixes(), "both full first pages are in the index: "
+                + pool.snapshot());
+            final long hitsBefore = pool.snapshot().prefixHits();
+            final Sequence next = pool.admit(concat(system, new int[] {97}), 4, salt).sequence();
+            assertEquals(4, next.tokenCount(), "the public page is shared despite the forged page under its chain hash");
+            assertEquals(genuine.pageIndex(0), next.pageIndex(0));
+            assertEquals(hitsBefore + 1, pool.snapshot().prefixHits());
+            final Sequence again = pool.admit(concat(forged, new int[] {96}), 4, salt).sequence();
+            assertEquals(adversary.pageIndex(0), again.pageIndex(0), "the forged page is still found by its own content");
+            again.close();
+            next.close();
+            genuine.close();
+            adversary.close();
         }
     }
 

@@ -168,22 +168,39 @@ class PrefixCacheTest {
     }
 
     @Test
-    void aHashCollisionNeverSharesDifferentContent() {
+    void aKeyCollisionNeverSharesDifferentContent() {
         final PrefixCache cache = new PrefixCache(4, 2);
         final int[] a = {1, 2};
         final int[] b = {3, 4};
-        final long h = PrefixHash.of(PrefixHash.ROOT, 9, a, 0, 2);
+        final PrefixDigest own = cache.digest(PrefixDigest.ROOT, 9, a, 0);
         final long rh = PrefixDigest.ROOT.hi();
         final long rl = PrefixDigest.ROOT.lo();
-        cache.publish(0, h, PrefixDigest.ROOT, 9, a, 0);
-        assertEquals(0, cache.lookup(h, new PrefixDigest(rh, rl), 9, a, 0));
-        // pretend b hashed to the same value: the stored key (tokens, salt, prefix before) must still refuse it
-        assertEquals(-1, cache.lookup(h, new PrefixDigest(rh, rl), 9, b, 0));
-        assertEquals(-1, cache.lookup(h, new PrefixDigest(rh, rl), 10, a, 0));
-        assertEquals(-1, cache.lookup(h, new PrefixDigest(rh + 1, rl), 9, a, 0), "another prefix before the page (digest high half)");
-        assertEquals(-1, cache.lookup(h, new PrefixDigest(rh, rl + 1), 9, a, 0), "another prefix before the page (digest low half)");
+        cache.publish(0, own, PrefixDigest.ROOT, 9, a, 0);
+        assertEquals(0, cache.lookup(own, new PrefixDigest(rh, rl), 9, a, 0));
+        // pretend b's digest matched a's in the 64 bits the index keys by: the stored key (tokens, salt, prefix
+        // before) must still refuse it
+        assertEquals(-1, cache.lookup(own, new PrefixDigest(rh, rl), 9, b, 0));
+        assertEquals(-1, cache.lookup(own, new PrefixDigest(rh, rl), 10, a, 0));
+        assertEquals(-1, cache.lookup(own, new PrefixDigest(rh + 1, rl), 9, a, 0), "another prefix before the page (digest high half)");
+        assertEquals(-1, cache.lookup(own, new PrefixDigest(rh, rl + 1), 9, a, 0), "another prefix before the page (digest low half)");
         cache.unpublish(0);
-        assertEquals(-1, cache.lookup(h, new PrefixDigest(rh, rl), 9, a, 0));
+        assertEquals(-1, cache.lookup(own, new PrefixDigest(rh, rl), 9, a, 0));
+    }
+
+    @Test
+    void pagesWithOneChainHashAreIndexedApartAndLeaveApart() {
+        final PrefixCache cache = new PrefixCache(4, 4);
+        final int[] genuine = {11, 12, 13, 14};
+        final int[] forged = PoolFaultPathsTest.secondPreimage(genuine, PrefixHash.SHARED_SALT);
+        final PrefixDigest g = cache.digest(PrefixDigest.ROOT, PrefixHash.SHARED_SALT, genuine, 0);
+        final PrefixDigest f = cache.digest(PrefixDigest.ROOT, PrefixHash.SHARED_SALT, forged, 0);
+        cache.publish(1, f, PrefixDigest.ROOT, PrefixHash.SHARED_SALT, forged, 0);
+        cache.publish(2, g, PrefixDigest.ROOT, PrefixHash.SHARED_SALT, genuine, 0);
+        assertEquals(2, cache.size());
+        cache.unpublish(1); // the forged page is evicted: the genuine one stays findable
+        assertEquals(2, cache.lookup(g, PrefixDigest.ROOT, PrefixHash.SHARED_SALT, genuine, 0));
+        assertEquals(-1, cache.lookup(f, PrefixDigest.ROOT, PrefixHash.SHARED_SALT, forged, 0));
+        assertEquals(1, cache.size());
     }
 
     @Test
