@@ -66,6 +66,7 @@ public final class KvPool implements AutoCloseable {
     private final PrefixSharing prefix;
     private final StorageLifetime lifetime;
     private final FillMode fillMode;
+    private final boolean sharedReadOnly; // Safeguard.SHARED_PAGE_READ_ONLY
     private final Set<Safeguard> disabled;
     private final AllocatorLock lock = new AllocatorLock();
     private final HandleOps ops;
@@ -85,6 +86,7 @@ public final class KvPool implements AutoCloseable {
         this.capacity = size.pages();
         this.disabled = b.disabled.isEmpty() ? Set.of() : Set.copyOf(b.disabled);
         this.fillMode = disabled.contains(Safeguard.FREE_PAGE_FILL) ? FillMode.NONE : b.fillMode;
+        this.sharedReadOnly = !disabled.contains(Safeguard.SHARED_PAGE_READ_ONLY);
         final int[] id = new int[1];
         this.poolIdLease = PoolIds.take(this, id);
         this.poolId = id[0];
@@ -271,15 +273,23 @@ public final class KvPool implements AutoCloseable {
      * page OWNED or RECEIVING. The caller must hold a reference (or the writer pin) while using them.
      * Lock-free, any thread.
      *
+     * <p>A shared page is immutable, so its segment is read-only: a page another reference also holds (a
+     * prefix attached from the cache, a fork's pages) or one that holds a published prefix. A write into it
+     * throws {@link IllegalArgumentException} instead of changing another holder's KV. To write, append
+     * first: the append copies a shared last page. Decided at this call: a page shared later (a publish, a
+     * {@link #retain}) does not make an earlier segment read-only.
+     *
      * @param handle the page's handle
-     * @return a segment over the page's bytes
+     * @return a segment over the page's bytes, read-only if the page is shared
      * @throws StaleHandleException           if the handle is stale, invalid or of another pool
      * @throws IllegalSlotTransitionException if the page is DRAINING or QUARANTINED
      * @throws IllegalStateException          if the pool is closed
      * @throws UnsupportedOperationException  if the storage is not host-accessible
      */
     public MemorySegment page(long handle) {
-        return storage.hostPage(accessibleSlot(handle));
+        final int slot = accessibleSlot(handle);
+        final MemorySegment page = storage.hostPage(slot);
+        return sharedReadOnly && prefix.mustCopyBeforeWrite(slot) ? page.asReadOnly() : page;
     }
 
     /**

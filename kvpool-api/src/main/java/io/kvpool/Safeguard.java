@@ -19,7 +19,13 @@ public enum Safeguard {
      * Reject requests that cannot fit. Off: an over-capacity request is admitted as a one-token placeholder
      * (what the incident replay reproduces) — its sequence holds one page whatever it asked for.
      */
-    ADMISSION_REJECTION;
+    ADMISSION_REJECTION,
+    /**
+     * Hand out a shared page's bytes read-only ({@link KvPool#page}, {@link Sequence#page}). Off: a write through
+     * the segment of a page another sequence also holds (an attached prefix, a fork's page) changes that
+     * sequence's KV too.
+     */
+    SHARED_PAGE_READ_ONLY;
 
     /** Logs an ERROR naming the safeguards a pool was built without, if any. */
     static void warnIfDisabled(java.util.Set<Safeguard> disabled) {

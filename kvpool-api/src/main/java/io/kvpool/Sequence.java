@@ -205,7 +205,8 @@ public final class Sequence implements AutoCloseable {
     }
 
     /**
-     * {@return the bytes of page {@code i} (host storage), after the pool checks its handle}
+     * {@return the bytes of page {@code i} (host storage), after the pool checks its handle; read-only if the page
+     * is shared (an attached prefix, a fork's page, a published page): append before writing}
      *
      * @param i page number within the sequence, {@code 0 ≤ i < pageCount()}
      * @throws IndexOutOfBoundsException if {@code i} is out of range

@@ -203,12 +203,23 @@ class KvPoolStatefulProperties {
     }
 
     @Example
-    void aForkWritingIntoItsParentsPageIsCaught() {
+    void aForkWritingIntoItsParentsPageIsRefused() {
         final PoolHarness h = harness(TestPools.pool(8));
         h.apply(new Admit(0, 6, 2, 0, false));
         h.apply(new Fork(0));
-        h.check();
         // behind the model's back: the child writes its next token into the shared page, as append would without copy-on-write
+        final Sequence child = h.live.get(1).seq;
+        assertThrows(IllegalArgumentException.class, () -> child.page(1).fill((byte) 0x42), "the shared page is read-only");
+        h.check();
+        h.close();
+    }
+
+    @Example
+    void aForkWritingIntoItsParentsPageIsCaughtWithSharedPagesWritable() {
+        final PoolHarness h = harness(TestPools.builder(8).unsafeDisable(Safeguard.SHARED_PAGE_READ_ONLY).build());
+        h.apply(new Admit(0, 6, 2, 0, false));
+        h.apply(new Fork(0));
+        h.check();
         final Sequence child = h.live.get(1).seq;
         child.page(1).fill((byte) 0x42);
         final Violation v = assertThrows(Violation.class, h::check);
