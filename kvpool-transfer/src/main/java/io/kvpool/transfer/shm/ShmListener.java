@@ -48,8 +48,21 @@ public final class ShmListener implements AutoCloseable {
     /** The server socket's accept (tests make it fail). */
     Acceptor acceptor;
 
+    /** A step of the listener's set-up that may fail (tests make the one after the bind fail). */
+    interface SetUpStep {
+        void run() throws IOException;
+    }
+
     /** @param pool the pool file exposed to every peer, or {@code null} for control frames only ({@link ShmTransport#listen(Path)}) */
     ShmListener(Path socketPath, MappedPageStorage pool) {
+        this(socketPath, pool, () -> { });
+    }
+
+    /**
+     * As {@link #ShmListener(Path, MappedPageStorage)}; {@code afterBind} runs right after the bind. If a step after
+     * the bind fails, the socket is closed and the file the bind created is deleted: a failed listen leaves nothing.
+     */
+    ShmListener(Path socketPath, MappedPageStorage pool, SetUpStep afterBind) {
         this.socketPath = Objects.requireNonNull(socketPath, "socketPath");
         this.pool = pool;
         this.ringDirectory = socketPath.toAbsolutePath().getParent();
@@ -58,12 +71,22 @@ public final class ShmListener implements AutoCloseable {
         }
         try {
             server = ServerSocketChannel.open(StandardProtocolFamily.UNIX);
+            boolean bound = false;
             try {
                 server.bind(UnixDomainSocketAddress.of(socketPath));
+                bound = true;
+                afterBind.run();
                 server.configureBlocking(false);
                 socketFile = fileKey(socketPath);
-            } catch (IOException | RuntimeException e) {
-                server.close();
+            } catch (IOException | RuntimeException | Error e) {
+                try {
+                    server.close();
+                    if (bound) { // ours: a bind fails on an existing path, so nobody else's file is deleted
+                        Files.deleteIfExists(socketPath);
+                    }
+                } catch (IOException | RuntimeException cleaning) {
+                    e.addSuppressed(cleaning);
+                }
                 throw e;
             }
         } catch (IOException e) {

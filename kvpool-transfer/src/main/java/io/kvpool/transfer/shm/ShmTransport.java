@@ -8,6 +8,7 @@ import java.net.UnixDomainSocketAddress;
 import java.nio.channels.SocketChannel;
 import java.nio.file.Path;
 import java.util.Objects;
+import java.util.function.Function;
 
 /**
  * The shared-memory transport: {@link ShmLink}s between processes on one host. The receiver (decode)
@@ -79,6 +80,14 @@ public final class ShmTransport {
      */
     public static ShmLink connect(Path socketPath, MappedPageStorage localPool) {
         Objects.requireNonNull(socketPath, "socketPath");
+        return connectWith(socketPath, ch -> new ShmLink(ch, socketPath.toString(), localPool, true));
+    }
+
+    /**
+     * Connects and hands the channel to {@code link}. The channel is closed if the connect or {@code link} fails:
+     * what {@code link} throws is rethrown as it is, after the close.
+     */
+    static ShmLink connectWith(Path socketPath, Function<SocketChannel, ShmLink> link) {
         SocketChannel ch = null;
         try {
             ch = SocketChannel.open(StandardProtocolFamily.UNIX);
@@ -88,16 +97,24 @@ public final class ShmTransport {
             if (!ch.connect(UnixDomainSocketAddress.of(socketPath))) {
                 throw new IOException("the connect did not complete at once");
             }
-            return new ShmLink(ch, socketPath.toString(), localPool, true);
+            return link.apply(ch);
         } catch (IOException e) {
-            if (ch != null) {
-                try {
-                    ch.close();
-                } catch (IOException ignored) {
-                    // failing anyway
-                }
-            }
+            closeAfter(ch, e);
             throw new LinkFailedException("cannot connect to shm listener at " + socketPath + ": " + e, e);
+        } catch (RuntimeException | Error e) { // a link that cannot be made (its bootstrap refused): no socket stays open
+            closeAfter(ch, e);
+            throw e;
+        }
+    }
+
+    /** Closes {@code ch} (if any) of a connect that failed with {@code failure}, adding a failed close to it. */
+    private static void closeAfter(SocketChannel ch, Throwable failure) {
+        if (ch != null) {
+            try {
+                ch.close();
+            } catch (IOException | RuntimeException closing) {
+                failure.addSuppressed(closing);
+            }
         }
     }
 }

@@ -35,7 +35,8 @@ import static org.junit.jupiter.api.Assumptions.assumeTrue;
 /**
  * The shared-memory transport when something goes wrong: a peer whose pid is ambiguous or whose leader is a zombie,
  * a copy that faults, an owner or listener closed after another replaced its file, a failed create, a connection that
- * never bootstraps, a peer that reads nothing, a closed link's buffers. Each test states the contract it checks.
+ * never bootstraps, a peer that reads nothing, a closed link's buffers, a connect or a listen that fails half-way.
+ * Each test states the contract it checks.
  */
 @Timeout(30)
 class ShmFailureTest {
@@ -103,6 +104,32 @@ class ShmFailureTest {
         });
         toClose.add(receiver[0]);
         return new ShmLink[] {sender, receiver[0]};
+    }
+
+    @Test
+    void aConnectWhoseLinkCannotBeMadeClosesItsSocket() {
+        final SocketChannel[] made = new SocketChannel[1];
+        final IllegalArgumentException refused = assertThrows(IllegalArgumentException.class,
+            () -> ShmTransport.connectWith(dir.resolve("sock"), ch -> {
+                made[0] = ch;
+                throw new IllegalArgumentException("pool file path of 5000 bytes, at most 4096"); // as Bootstrap refuses one
+            }));
+        assertEquals("pool file path of 5000 bytes, at most 4096", refused.getMessage(), "rethrown as it was");
+        assertNotNull(made[0], "the connect reached the link's making");
+        assertFalse(made[0].isOpen(), "the socket of a link that was never made is closed");
+    }
+
+    @Test
+    void aListenThatFailsAfterItsBindLeavesNoSocketFile() {
+        final Path sock = dir.resolve("sock2");
+        final java.io.UncheckedIOException failed = assertThrows(java.io.UncheckedIOException.class,
+            () -> new ShmListener(sock, pool, () -> {
+                assertTrue(Files.exists(sock), "the bind created the socket file");
+                throw new IOException("no file descriptor left");
+            }));
+        assertTrue(failed.getMessage().contains("no file descriptor left"), failed::getMessage);
+        assertFalse(Files.exists(sock), "the socket file of a listener that never started is gone");
+        ShmTransport.listen(sock).close(); // and the path can be listened on again
     }
 
     ShmLink acceptOne() {
