@@ -277,7 +277,9 @@ public final class KvPool implements AutoCloseable {
      * prefix attached from the cache, a fork's pages) or one that holds a published prefix. A write into it
      * throws {@link IllegalArgumentException} instead of changing another holder's KV. To write, append
      * first: the append copies a shared last page. Decided at this call: a page shared later (a publish, a
-     * {@link #retain}) does not make an earlier segment read-only.
+     * {@link #retain}, a fork) does not make an earlier segment read-only. Only writes through this segment are
+     * refused (a write through its {@code asByteBuffer()} throws {@link java.nio.ReadOnlyBufferException}); the
+     * storage's own segments and native code given its address are not checked.
      *
      * @param handle the page's handle
      * @return a segment over the page's bytes, read-only if the page is shared

@@ -121,7 +121,7 @@ final class LongIntMap {
     }
 
     private static int bucket(long key, int mask) {
-        long h = key * 0x9E3779B97F4A7C15L; // Fibonacci hashing: chain hashes are already mixed, this spreads the rest
+        long h = key * 0x9E3779B97F4A7C15L; // Fibonacci hashing: the keys are SHA-256 bits already, this spreads any other
         return (int) (h ^ (h >>> 32)) & mask;
     }
 }

@@ -53,6 +53,9 @@ final class PrefixSharing {
      * @return pages attached
      */
     int attachLocked(Sequence seq, int[] promptTokenIds, long cacheSalt) {
+        if (index.size() == 0) {
+            return 0; // nothing to find: no digest to compute
+        }
         final int maxPages = (promptTokenIds.length - 1) / tokensPerPage;
         PrefixDigest digest = PrefixDigest.ROOT;
         int matched = 0;

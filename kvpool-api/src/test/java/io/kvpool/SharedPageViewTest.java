@@ -34,10 +34,17 @@ class SharedPageViewTest {
             reader.append(1);
             assertFalse(reader.page(2).isReadOnly(), "its own new page");
             write(reader.page(2));
-            assertTrue(publisher.page(0).isReadOnly(), "a published page is immutable for its publisher too");
             assertFalse(publisher.page(2).isReadOnly(), "the publisher's partial last page is its own");
             reader.close();
+            assertEquals(1, pool.refcountOfSlot(publisher.pageIndex(0)), "the publisher holds page 0 alone again");
+            assertTrue(publisher.page(0).isReadOnly(), "a published page is immutable for its publisher too");
             publisher.close();
+            // the cached pages are FREE now; an attach revives them for one holder, still published: read-only
+            final Sequence revived = pool.admit(PROMPT, 4, 7).sequence();
+            assertEquals(8, revived.tokenCount(), "both pages revived from the cache");
+            assertEquals(1, pool.refcountOfSlot(revived.pageIndex(0)));
+            assertTrue(revived.page(0).isReadOnly());
+            revived.close();
         }
     }
 

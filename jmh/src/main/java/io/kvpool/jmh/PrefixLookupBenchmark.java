@@ -27,13 +27,13 @@ import java.util.concurrent.TimeUnit;
  *
  * <ul>
  *   <li>{@code hit}: the prompt's first {@code cachedPages} pages equal the publisher's; page
- *       {@code cachedPages + 1} differs. Per op: {@code cachedPages + 1} chained page hashes (16 tokens
- *       each), as many index lookups, {@code cachedPages} full-key verifications, retains and releases.
+ *       {@code cachedPages + 1} differs. Per op: {@code cachedPages + 1} chained SHA-256 page digests (16
+ *       tokens each), as many index lookups, {@code cachedPages} full-key verifications, retains and releases.
  *       255 is the most a 4,096-token prompt can attach (its last token is always computed).</li>
- *   <li>{@code miss}: the first page already differs: one hash, one failed lookup, plus admission.</li>
+ *   <li>{@code miss}: the first page already differs: one digest, one failed lookup, plus admission.</li>
  * </ul>
- * The baseline does the same hashing ({@link io.kvpool.PrefixHash#of}) and verification over a
- * {@code HashMap<Long, Integer>} index.
+ * The baseline hashes each page with the cheaper, invertible {@link io.kvpool.PrefixHash#of} and verifies over a
+ * {@code HashMap<Long, Integer>} index keyed by it.
  */
 @BenchmarkMode(Mode.AverageTime)
 @Fork(value = 1, jvmArgsAppend = {"-Xms512m", "-Xmx512m", "-XX:+AlwaysPreTouch", "--sun-misc-unsafe-memory-access=allow"}) // fixed, pre-touched heap (see README)

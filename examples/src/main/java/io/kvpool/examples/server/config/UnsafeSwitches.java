@@ -16,7 +16,8 @@ import java.util.Set;
  * nowhere else ({@link #switches()}).
  *
  * <p>{@code --unsafe-<name>} turns one safeguard off: the pool's {@link Safeguard}s ({@code generation-check},
- * {@code free-page-fill}, {@code admission-rejection}) on both pools, the transfer's {@link TransferSafeguard}s
+ * {@code pool-identity-check}, {@code free-page-fill}, {@code admission-rejection}, {@code shared-page-read-only}) on
+ * both pools, the transfer's {@link TransferSafeguard}s
  * ({@code drain-wait}, {@code quarantine-on-timeout}, {@code length-check}, {@code canary-check}, {@code checksum}) on the
  * decode side, and {@code source-hold} on the prefill side. {@code --unsafe-placeholder-on-overflow} reproduces the 2026 incident's mechanism: the prefill pool may be
  * smaller than the advertised context (the startup check only warns), and a request it cannot hold is not rejected but
