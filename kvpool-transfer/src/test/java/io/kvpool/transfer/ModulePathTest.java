@@ -1,20 +1,16 @@
 package io.kvpool.transfer;
 
 import io.kvpool.KvPool;
+import io.kvpool.transfer.testkit.ModuleConsumer;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.io.TempDir;
 
-import java.io.ByteArrayOutputStream;
 import java.io.File;
-import java.io.IOException;
-import java.io.PrintStream;
-import java.net.URISyntaxException;
-import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.List;
-import java.util.concurrent.TimeUnit;
+import java.util.Map;
 
 import static org.junit.jupiter.api.Assertions.*;
 
@@ -145,49 +141,21 @@ class ModulePathTest {
         }
         """;
 
-    /** @return the module path entry (jar or classes directory) a class was loaded from */
-    private static String moduleOf(Class<?> c) throws URISyntaxException {
-        return Path.of(c.getProtectionDomain().getCodeSource().getLocation().toURI()).toString();
+    private static String modulePath() {
+        return ModuleConsumer.modulePath(KvPool.class, TransferSender.class, org.agrona.collections.Long2ObjectHashMap.class);
     }
 
-    private static String modulePath() throws URISyntaxException {
-        return String.join(File.pathSeparator, moduleOf(KvPool.class), moduleOf(TransferSender.class),
-            moduleOf(org.agrona.collections.Long2ObjectHashMap.class));
-    }
-
-    /** Compiles the consumer module from {@code sources} into {@code out}. @return javac's exit code and diagnostics */
-    private Object[] compile(Path out, String... sources) throws IOException, URISyntaxException {
-        final Path src = dir.resolve("src-" + out.getFileName());
-        final Path pkg = Files.createDirectories(src.resolve("kvpool/consumer"));
-        final List<String> args = new ArrayList<>(List.of("--module-path", modulePath(), "-d", out.toString(),
-            "-proc:none", "-Xlint:-options"));
-        Files.writeString(src.resolve("module-info.java"), MODULE_INFO);
-        args.add(src.resolve("module-info.java").toString());
-        for (int i = 0; i < sources.length; i += 2) {
-            final Path f = pkg.resolve(sources[i] + ".java");
-            Files.writeString(f, sources[i + 1]);
-            args.add(f.toString());
-        }
-        // java.util.spi.ToolProvider, in java.base: these tests are compiled into io.kvpool.transfer, which does not
-        // read java.compiler
-        final java.util.spi.ToolProvider javac = java.util.spi.ToolProvider.findFirst("javac")
-            .orElseThrow(() -> new AssertionError("a JDK runs the tests"));
-        final ByteArrayOutputStream diagnostics = new ByteArrayOutputStream();
-        final PrintStream to = new PrintStream(diagnostics, true, StandardCharsets.UTF_8);
-        final int rc = javac.run(to, to, args.toArray(String[]::new));
-        return new Object[] {rc, diagnostics.toString(StandardCharsets.UTF_8)};
+    private static ModuleConsumer.Compiled compile(Path out, String name, String source) throws Exception {
+        return ModuleConsumer.compile(out, modulePath(), MODULE_INFO, "kvpool.consumer", Map.of(name, source));
     }
 
     /** Runs the consumer's main in a child JVM with {@code launch} (module or class path). @return its output */
     private String runConsumer(List<String> launch) throws Exception {
         final Path work = Files.createTempDirectory(dir, "work");
-        final List<String> cmd = new ArrayList<>(List.of(System.getProperty("java.home") + "/bin/java", "--illegal-native-access=deny"));
-        cmd.addAll(launch);
-        cmd.add(work.toString());
-        final Process child = new ProcessBuilder(cmd).redirectErrorStream(true).start();
-        final String out = new String(child.getInputStream().readAllBytes(), StandardCharsets.UTF_8);
-        assertTrue(child.waitFor(60, TimeUnit.SECONDS), out);
-        assertEquals(0, child.exitValue(), out);
+        final List<String> args = new ArrayList<>(List.of("--illegal-native-access=deny"));
+        args.addAll(launch);
+        args.add(work.toString());
+        final String out = ModuleConsumer.run(args);
         assertTrue(out.contains("STATE COMMITTED"), out);
         assertTrue(out.contains("PAGE 0 40") && out.contains("PAGE 1 41") && out.contains("PAGE 2 42"), out);
         assertFalse(out.contains("WARNING"), "no JVM warning (restricted methods, Unsafe):\n" + out);
@@ -198,8 +166,8 @@ class ModulePathTest {
     @Test
     void aModularApplicationMovesKvWithoutTheSpiOrANativeAccessFlag() throws Exception {
         final Path classes = dir.resolve("consumer");
-        final Object[] compiled = compile(classes, "Main", MAIN);
-        assertEquals(0, compiled[0], () -> "the consumer module compiles on the module path:\n" + compiled[1]);
+        final ModuleConsumer.Compiled compiled = compile(classes, "Main", MAIN);
+        assertEquals(0, compiled.exitCode(), () -> "the consumer module compiles on the module path:\n" + compiled.diagnostics());
         final String modular = runConsumer(List.of("--module-path", modulePath() + File.pathSeparator + classes,
             "-m", "kvpool.consumer/kvpool.consumer.Main"));
         assertTrue(modular.contains("SPI REFUSED"), "a reflective call into io.kvpool.spi is refused on the module path:\n" + modular);
@@ -210,8 +178,8 @@ class ModulePathTest {
 
     @Test
     void aModularApplicationCannotCompileAgainstTheWriterPinSpi() throws Exception {
-        final Object[] compiled = compile(dir.resolve("bad"), "UsesSpi", USES_SPI);
-        assertNotEquals(0, compiled[0], "io.kvpool.spi is not exported to the consumer");
-        assertTrue(((String) compiled[1]).contains("package io.kvpool.spi is not visible"), (String) compiled[1]);
+        final ModuleConsumer.Compiled compiled = compile(dir.resolve("bad"), "UsesSpi", USES_SPI);
+        assertNotEquals(0, compiled.exitCode(), "io.kvpool.spi is not exported to the consumer");
+        assertTrue(compiled.diagnostics().contains("package io.kvpool.spi is not visible"), compiled.diagnostics());
     }
 }
