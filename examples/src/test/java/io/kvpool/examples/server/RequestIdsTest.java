@@ -79,6 +79,15 @@ class RequestIdsTest {
         return InJvmRoleServers.send(r.baseUri(), path, body);
     }
 
+    /** Prefill's answer to an offered request: admitted, and the engine that holds the offer (16 hex digits). */
+    static void assertOffered(String body) {
+        assertOffered(body, "");
+    }
+
+    static void assertOffered(String body, String why) {
+        assertTrue(body.matches("\\{\"admitted\":true,\"instance\":\"[0-9a-f]{16}\"}"), why + ": " + body);
+    }
+
     static Map<String, Object> prefillBody(long id, String tenant, String prompt) {
         final Map<String, Object> m = new LinkedHashMap<>();
         m.put("request_id", id);
@@ -114,7 +123,7 @@ class RequestIdsTest {
         // admitted and offered by prefill, its decode half never sent
         final String alice = "alice's secret: the owl flies at dawn";
         final HttpResponse<String> lingering = post(prefill, "internal/prefill", prefillBody(1, "alice", alice));
-        assertEquals("{\"admitted\":true}", lingering.body());
+        assertOffered(lingering.body());
 
         final String bob = "bob's notes: a cat sleeps at noon";
         assertEquals(EchoTokenizer.encode(alice).size(), EchoTokenizer.encode(bob).size(), "equal token counts: every size check passes");
@@ -136,7 +145,7 @@ class RequestIdsTest {
     @Test
     void prefillRefusesAnIdAlreadyInFlightAndLeavesTheRequestUnderItAlone() throws Exception {
         final String alice = "alice: the key is under the mat";
-        assertEquals("{\"admitted\":true}", post(prefill, "internal/prefill", prefillBody(77, "alice", alice)).body());
+        assertOffered(post(prefill, "internal/prefill", prefillBody(77, "alice", alice)).body());
         final long admitted = status(prefill).path("counters").path("admitted").asLong();
 
         final HttpResponse<String> dup = post(prefill, "internal/prefill", prefillBody(77, "mallory", "mallory: the key is elsewhere"));
@@ -153,7 +162,7 @@ class RequestIdsTest {
         assertEquals(alice, done.path("kv").path("text").asText(), events);
         assertEquals(List.of("alice"), List.of(done.path("kv").path("tenants").path(0).asText()), events);
         awaitIdle();
-        assertEquals("{\"admitted\":true}", post(prefill, "internal/prefill", prefillBody(77, "alice", alice)).body(),
+        assertOffered(post(prefill, "internal/prefill", prefillBody(77, "alice", alice)).body(),
             "an id is free again once its transfer is over");
         post(prefill, "internal/abort", Map.of("request_id", 77, "why", "test over"));
         awaitIdle();

@@ -116,7 +116,8 @@ class RoleEndpointTest {
             final String tokens = TestClient.JSON.writeValueAsString(RemoteFixtures.tokens(EchoTokenizer.encode("Hello from alice")));
             final HttpResponse<String> ok = call(u, "POST", "internal/prefill", "{\"request_id\":2,\"tenant\":\"alice\",\"tokens\":" + tokens + "}");
             assertEquals(200, ok.statusCode(), ok::body);
-            assertEquals("{\"admitted\":true}", ok.body());
+            final String engine = TestClient.JSON.readTree(call(u, "GET", "internal/status", null).body()).path("instance").asText();
+            assertEquals("{\"admitted\":true,\"instance\":\"" + engine + "\"}", ok.body(), "the answer names this process's engine");
             final HttpResponse<String> big = call(u, "POST", "internal/prefill", "{\"request_id\":3,\"tenant\":\"alice\",\"tokens\":"
                 + TestClient.JSON.writeValueAsString(RemoteFixtures.tokens(EchoTokenizer.encode(BackpressureTest.words("w", 600)))) + "}");
             final JsonNode r = TestClient.JSON.readTree(big.body());

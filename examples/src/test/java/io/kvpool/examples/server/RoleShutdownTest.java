@@ -53,7 +53,7 @@ class RoleShutdownTest {
             assertTrue(r.path("rejection").path("message").asText().contains("stopping"), refused::body);
 
             // the reserved request goes on: prefill computes and offers it, decode's call takes its KV and generates
-            assertEquals("{\"admitted\":true}", post(roles.prefill, "internal/prefill", RequestIdsTest.prefillBody(7, "alice", prompt)).body());
+            RequestIdsTest.assertOffered(post(roles.prefill, "internal/prefill", RequestIdsTest.prefillBody(7, "alice", prompt)).body());
             final String events = post(decode, "internal/decode", RequestIdsTest.decodeBody(7, "alice", promptTokens, 2)).body();
             final JsonNode done = TestClient.JSON.readTree(events.lines().toList().getLast());
             assertEquals("done", done.path("event").asText(), events);

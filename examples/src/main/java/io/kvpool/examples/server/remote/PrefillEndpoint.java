@@ -10,6 +10,7 @@ import io.kvpool.examples.server.link.LinkGate;
 import io.kvpool.examples.server.role.DuplicateRequestException;
 import io.kvpool.examples.server.role.PrefillRole;
 import io.kvpool.examples.server.role.Rejection;
+import io.kvpool.examples.server.role.RoleStatus;
 
 import java.io.IOException;
 import java.util.List;
@@ -20,7 +21,8 @@ import java.util.Objects;
  * The prefill role process's internal endpoints (besides {@link RoleEndpoint}'s):
  * <ul>
  *   <li>{@code POST /internal/prefill} {@code {"request_id":7,"tenant":"alice","tokens":["SGVs",…]}} →
- *       {@code {"admitted":true}} or {@code {"admitted":false,"rejection":{…}}} (see {@link io.kvpool.examples.server.role.PrefillService#prefill});
+ *       {@code {"admitted":true,"instance":"a1b2c3d4e5f60718"}} (the engine that offered the KV) or
+ *       {@code {"admitted":false,"rejection":{…}}} (see {@link io.kvpool.examples.server.role.PrefillService#computeAndOffer});
  *       409 ({@value DuplicateRequestException#REASON}) when the id is still in flight here; 503 when the role is closed;</li>
  *   <li><b>test hook</b>, only with {@code -Dkvpool.examples.testHooks=true}: {@code POST /internal/test/gate}
  *       {@code {"closed":true}} holds prefill's page writes ({@link LinkGate}), {@code {"closed":false}} lets them go,
@@ -68,7 +70,12 @@ public final class PrefillEndpoint extends RoleEndpoint {
             } catch (IllegalStateException e) {
                 throw unavailableOr(e, role.isClosed(), "prefill role: " + e.getMessage());
             }
-            Http.sendJson(ex, json, 200, RoleJson.admission(r));
+            final Map<String, Object> answer = RoleJson.admission(r);
+            final long instance = role.instance();
+            if (r == null && instance != 0) { // the engine that holds the offer: behind a balancer the router learns it here
+                answer.put("instance", RoleStatus.hex(instance));
+            }
+            Http.sendJson(ex, json, 200, answer);
             return true;
         }
         if (path.equals("/internal/test/gate") && gate != null) {

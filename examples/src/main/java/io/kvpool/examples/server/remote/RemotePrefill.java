@@ -33,6 +33,16 @@ final class RemotePrefill extends RemoteRole implements PrefillService {
      */
     @Override
     public Rejection prefill(long requestId, String tenant, List<byte[]> tokens) {
+        return computeAndOffer(requestId, tenant, tokens).refusal();
+    }
+
+    /**
+     * {@inheritDoc} The engine is the one the process names in its answer ({@code "instance"}): behind a balancer, the
+     * process that took this call, whichever the probe read. An answer without one (an older build) names
+     * {@link #instance()}.
+     */
+    @Override
+    public Answer computeAndOffer(long requestId, String tenant, List<byte[]> tokens) {
         final Map<String, Object> body = new LinkedHashMap<>();
         body.put("request_id", requestId);
         body.put("tenant", tenant);
@@ -44,7 +54,13 @@ final class RemotePrefill extends RemoteRole implements PrefillService {
             lostUnlessInterrupted(e); // requests after this one are answered at once until a status read says it is back
             throw e;
         }
-        return RoleJson.admission(r, client.describe() + " answered POST /internal/prefill");
+        final String what = client.describe() + " answered POST /internal/prefill";
+        final Rejection refused = RoleJson.admission(r, what);
+        if (refused != null) {
+            return new Answer(refused, 0);
+        }
+        final long by = RoleJson.offeredBy(r, what);
+        return new Answer(null, by != 0 ? by : instance());
     }
 
     /** {@inheritDoc} The instance from the last status the router's probe read of the process. */

@@ -136,6 +136,18 @@ final class RoleJson {
         }
     }
 
+    /**
+     * @return the engine a prefill answer names ({@code "instance"}, 16 hex digits), or 0 when it names none
+     * @throws IllegalStateException if it names one that is not 16 hex digits
+     */
+    static long offeredBy(JsonNode n, String what) {
+        try {
+            return n.has("instance") ? RoleStatus.parseInstance(text(n, "instance")) : 0;
+        } catch (IllegalArgumentException e) {
+            throw new IllegalStateException(what + " with " + n + ": " + e.getMessage(), e);
+        }
+    }
+
     static Map<String, Object> rejection(Rejection r) {
         final Map<String, Object> m = new LinkedHashMap<>();
         m.put("role", r.role());

@@ -106,12 +106,14 @@ public final class DecodeRole implements DecodeService, MeteredRole, Drains {
 
     /**
      * A reservation, with what decode knows of the request it was made for: its tenant and sizes. Two routers (or a
-     * restarted one) may reuse a request id; a decode call that is not for this request does not take it.
+     * restarted one) may reuse a request id; a decode call that is not for this request does not take it. The prefill
+     * engine is not part of it: the call may name another engine than the reservation did (prefill's answer named the
+     * one that took the offer, behind a balancer), and the KV is read on the link to the engine the call names, so a
+     * reservation only promises pages.
      */
-    private record Reserved(Sequence seq, long expiresAt, String tenant, int promptTokens, int maxNewTokens, long prefillInstance) {
+    private record Reserved(Sequence seq, long expiresAt, String tenant, int promptTokens, int maxNewTokens) {
         boolean isFor(Call c) {
-            return tenant.equals(c.tenant) && promptTokens == c.promptTokens && maxNewTokens == c.maxNewTokens
-                && prefillInstance == c.prefillInstance;
+            return tenant.equals(c.tenant) && promptTokens == c.promptTokens && maxNewTokens == c.maxNewTokens;
         }
     }
 
@@ -327,7 +329,7 @@ public final class DecodeRole implements DecodeService, MeteredRole, Drains {
                 + a.message(), numbers(promptTokens, maxNewTokens)));
         }
         reservations.put(requestId, new Reserved(a.sequence(), System.nanoTime() + reservationTtlNanos, tenant, promptTokens,
-            maxNewTokens, prefillInstance));
+            maxNewTokens));
         reservationsChanged();
         reservedAhead.increment();
         return null;
@@ -428,7 +430,7 @@ public final class DecodeRole implements DecodeService, MeteredRole, Drains {
         if (held != null && !held.isFor(c)) {
             // another request reserved this id (two routers, or a restarted one, reusing ids): it keeps its reservation
             c.reject(new Rejection(ROLE, Rejection.Reason.UNAVAILABLE, "decode: request id " + c.requestId + " is reserved here "
-                + "for another request (tenant, sizes or prefill engine differ); refused without touching that reservation", numbers(c)),
+                + "for another request (tenant or sizes differ); refused without touching that reservation", numbers(c)),
                 "request id " + c.requestId + " is reserved for another request");
             return;
         }

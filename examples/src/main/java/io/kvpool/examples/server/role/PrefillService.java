@@ -25,6 +25,28 @@ public interface PrefillService extends AutoCloseable {
     Rejection prefill(long requestId, String tenant, List<byte[]> tokens);
 
     /**
+     * What {@link #computeAndOffer} answered: the refusal, or the instance id of the transfer engine that offered the KV.
+     *
+     * @param refusal  {@code null} when the request was admitted and offered, else why not
+     * @param instance the engine that offered it (0 when refused, or when not known: a role of an older build)
+     */
+    record Answer(Rejection refusal, long instance) {
+    }
+
+    /**
+     * As {@link #prefill}, and names the engine that took the request: the router passes that one, not the one its
+     * probe read, to decode's start, so a prefill URL that reaches several processes (a balancer) still has decode
+     * read the KV where it was offered. This default answers {@link #instance()}, right for a role whose every call
+     * reaches one engine; a role in another process reads the engine from the call's own answer.
+     *
+     * @throws IllegalStateException as {@link #prefill} does
+     */
+    default Answer computeAndOffer(long requestId, String tenant, List<byte[]> tokens) {
+        final Rejection refused = prefill(requestId, tenant, tokens);
+        return new Answer(refused, refused == null ? instance() : 0);
+    }
+
+    /**
      * Aborts the request's transfer (half of a paired abort): nothing more is written, the decode side is
      * told, and the KV pages are released once every write ended. Idempotent; does nothing to a transfer that
      * already completed. A request not offered yet is remembered for a while, up to a limit (its call may still be on

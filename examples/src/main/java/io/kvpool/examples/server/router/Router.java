@@ -238,7 +238,8 @@ public final class Router implements AutoCloseable {
         final java.util.concurrent.atomic.AtomicBoolean completed = new java.util.concurrent.atomic.AtomicBoolean();
         boolean askedDecode = false, askedPrefill = false;
         try {
-            // read once: the reservation and the decode call must name the same prefill engine, the one prefill() reaches
+            // the engine the probe read names the one decode must be linked to before prefill computes (the reservation);
+            // the decode call names the engine prefill's answer names, which took the offer (behind a balancer, another)
             final long prefillInstance = prefill.instance();
             final Rejection noRoom;
             try {
@@ -262,10 +263,10 @@ public final class Router implements AutoCloseable {
             if (closed) { // close() ran during the reservation: its sweep of reservedOnly missed us
                 throw serverClosing(id);
             }
-            final Rejection refused;
+            final PrefillService.Answer answered;
             try {
                 askedPrefill = true;
-                refused = roleCall(() -> prefill.prefill(id, tenant, tokens));
+                answered = roleCall(() -> prefill.computeAndOffer(id, tenant, tokens));
             } catch (DuplicateRequestException e) {
                 done = true; // nothing was offered under our id: the request in flight there under it is not ours to abort
                 decode.unreserve(id, "prefill refused request " + id + ": " + e.getMessage());
@@ -277,6 +278,7 @@ public final class Router implements AutoCloseable {
             } catch (InterruptedException e) {
                 throw interruptedAtRole(id, e);
             }
+            final Rejection refused = answered.refusal();
             if (refused != null) {
                 done = true; // nothing was offered
                 decode.unreserve(id, "prefill refused request " + id + ": " + refused.message());
@@ -285,7 +287,8 @@ public final class Router implements AutoCloseable {
             }
             throwIfGone(sink);
             try {
-                call = roleCall(() -> decode.start(id, tenant, tokens.size(), maxTokens, prefillInstance));
+                final long offeredBy = answered.instance() != 0 ? answered.instance() : prefillInstance;
+                call = roleCall(() -> decode.start(id, tenant, tokens.size(), maxTokens, offeredBy));
             } catch (DuplicateRequestException e) { // decode is up: it names a call of that id already running there
                 throw unavailable("decode", "duplicate_request_id", e.getMessage());
             } catch (RoleRefusedException e) {

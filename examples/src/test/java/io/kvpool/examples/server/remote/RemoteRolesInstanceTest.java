@@ -65,4 +65,25 @@ class RemoteRolesInstanceTest {
             assertNull(roles.prefill().unavailable(), "prefill is not what cannot serve: decode is");
         }
     }
+
+    @Test
+    void aPrefillAnswerNamesTheEngineThatTookTheOfferAndAnOlderOneTheProbedEngine() throws Exception {
+        final java.util.concurrent.atomic.AtomicReference<String> answer = new java.util.concurrent.atomic.AtomicReference<>(
+            "{\"admitted\":true,\"instance\":\"0000000000001234\"}");
+        try (StubRole prefill = StubRole.start("prefill", PREFILL, List.of(7L), path -> new StubRole.Reply(200, answer.get()));
+             StubRole decode = StubRole.start("decode", 7L, List.of(OTHER, PREFILL), path -> StubRole.Reply.NO_CONTENT);
+             RemoteRoles roles = RemoteRoles.connect(routerOver(prefill, decode))) {
+            assertEquals(PREFILL, roles.prefill().instance(), "the probe's read");
+            final List<byte[]> tokens = List.of(new byte[] {1}, new byte[] {2});
+            assertEquals(new io.kvpool.examples.server.role.PrefillService.Answer(null, OTHER),
+                roles.prefill().computeAndOffer(3, "alice", tokens), "behind a balancer: the engine that answered");
+            answer.set("{\"admitted\":true}"); // a prefill of a build before the answer named its engine
+            assertEquals(new io.kvpool.examples.server.role.PrefillService.Answer(null, PREFILL),
+                roles.prefill().computeAndOffer(4, "alice", tokens));
+            answer.set("{\"admitted\":true,\"instance\":\"12\"}");
+            final IllegalStateException bad = assertThrows(IllegalStateException.class,
+                () -> roles.prefill().computeAndOffer(5, "alice", tokens));
+            assertTrue(bad.getMessage().contains("16 hex digits"), bad.getMessage());
+        }
+    }
 }

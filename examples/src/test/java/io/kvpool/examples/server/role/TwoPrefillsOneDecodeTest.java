@@ -152,18 +152,31 @@ class TwoPrefillsOneDecodeTest {
     }
 
     @Test
-    void aReservationIsTakenOnlyByTheCallOfTheSamePrefillEngine() throws Exception {
+    void aReservationMadeNamingOneEngineServesTheCallNamingTheEngineThatTookTheOffer() throws Exception {
+        // behind a balancer the router's probe read the first engine, and the second took the prefill call (its answer
+        // names it); the first holds another request's offer under the same id and length
         final List<byte[]> alice = EchoTokenizer.encode("alice says hi");
+        final List<byte[]> bob = EchoTokenizer.encode("bobby says hi");
         assertNull(decode.reserve(12, "alice", alice.size(), 2, first.instance()));
-        // the same id, tenant and sizes from a router behind the other prefill: not the reserved request
-        final DecodeCall.Admitted other = decode.start(12, "alice", alice.size(), 2, second.instance())
+        assertEquals(1, decode.pendingWork(), "one reservation held");
+        assertNull(second.prefill(12, "alice", alice));
+        assertNull(first.prefill(12, "bob", bob));
+        final DecodeCall call = decode.start(12, "alice", alice.size(), 2, second.instance());
+        assertEquals(DecodeCall.Admitted.YES, call.awaitAdmission(Duration.ofSeconds(10)));
+        assertTrue(call.awaitTransfer(Duration.ofSeconds(10)).committed());
+        assertEquals("alice says hi", call.generate(2, token -> { }).kv().text(), "read where it was offered, not where reserved");
+        first.abort(12, "test over");
+        Await.until(() -> decode.pendingWork() == 0, Duration.ofSeconds(10), () -> "the reservation was taken: " + decode.status());
+    }
+
+    @Test
+    void aReservationIsNotTakenByACallOfAnotherTenantOrSize() throws Exception {
+        final List<byte[]> alice = EchoTokenizer.encode("alice says hi");
+        assertNull(decode.reserve(16, "alice", alice.size(), 2, first.instance()));
+        final DecodeCall.Admitted other = decode.start(16, "bob", alice.size(), 2, first.instance())
             .awaitAdmission(Duration.ofSeconds(10));
         assertFalse(other.admitted());
         assertTrue(other.rejection().message().contains("reserved here for another request"), other.rejection().message());
-        assertNull(first.prefill(12, "alice", alice));
-        final DecodeCall mine = decode.start(12, "alice", alice.size(), 2, first.instance());
-        assertEquals(DecodeCall.Admitted.YES, mine.awaitAdmission(Duration.ofSeconds(10)));
-        assertTrue(mine.awaitTransfer(Duration.ofSeconds(10)).committed());
-        assertEquals("alice says hi", mine.generate(2, token -> { }).kv().text());
+        decode.unreserve(16, "test over");
     }
 }
