@@ -75,17 +75,21 @@ public final class ShmListener implements AutoCloseable {
             try {
                 server.bind(UnixDomainSocketAddress.of(socketPath));
                 bound = true;
+                socketFile = fileKey(socketPath); // the file the bind made: close() deletes that one only
                 afterBind.run();
                 server.configureBlocking(false);
-                socketFile = fileKey(socketPath);
             } catch (IOException | RuntimeException | Error e) {
+                if (bound) { // while the socket is open, as close() does: a successor's file is never deleted
+                    try {
+                        deleteOwnSocketFile();
+                    } catch (IOException | RuntimeException deleting) {
+                        e.addSuppressed(deleting);
+                    }
+                }
                 try {
                     server.close();
-                    if (bound) { // ours: a bind fails on an existing path, so nobody else's file is deleted
-                        Files.deleteIfExists(socketPath);
-                    }
-                } catch (IOException | RuntimeException cleaning) {
-                    e.addSuppressed(cleaning);
+                } catch (IOException | RuntimeException closing) {
+                    e.addSuppressed(closing);
                 }
                 throw e;
             }
@@ -186,12 +190,7 @@ public final class ShmListener implements AutoCloseable {
         pending.forEach(p -> p.link().close());
         pending.clear();
         try {
-            // only our own socket: a successor listening at the same path (a restarted receiver that cleared it) keeps
-            // its. Checked while our socket is still open, so its inode cannot have been reused by the successor's
-            final Object now = fileKey(socketPath);
-            if (socketFile == null || socketFile.equals(now)) {
-                Files.deleteIfExists(socketPath);
-            }
+            deleteOwnSocketFile();
         } catch (IOException ignored) {
             // gone already, or best effort
         }
@@ -199,6 +198,18 @@ public final class ShmListener implements AutoCloseable {
             server.close();
         } catch (IOException ignored) {
             // closing
+        }
+    }
+
+    /**
+     * Deletes the socket file if it is still the one this listener's bind made. A successor listening at the same path
+     * (a restarted receiver that cleared it) keeps its own. Call it while the socket is still open, so that the file's
+     * inode cannot have been reused by the successor's.
+     */
+    private void deleteOwnSocketFile() throws IOException {
+        final Object now = fileKey(socketPath);
+        if (socketFile == null || socketFile.equals(now)) {
+            Files.deleteIfExists(socketPath);
         }
     }
 

@@ -65,23 +65,46 @@ public final class ModuleConsumer {
     }
 
     /**
-     * Runs {@code java} of this JVM's JDK with {@code args}.
+     * Runs {@code java} of this JVM's JDK with {@code args}, with none of the environment's JVM options (they would
+     * add their own output, or flags).
      *
      * @return its output (stdout and stderr together)
-     * @throws IllegalStateException if it runs longer than 60 s or exits with a status other than 0 (with the output)
+     * @throws IllegalStateException if it runs longer than 60 s (it is killed) or exits with a status other than 0
+     *                               (with the output)
      */
     public static String run(List<String> args) throws IOException, InterruptedException {
         final List<String> cmd = new ArrayList<>(List.of(System.getProperty("java.home") + "/bin/java"));
         cmd.addAll(args);
-        final Process child = new ProcessBuilder(cmd).redirectErrorStream(true).start();
-        final String out = new String(child.getInputStream().readAllBytes(), StandardCharsets.UTF_8);
-        if (!child.waitFor(60, TimeUnit.SECONDS)) {
-            child.destroyForcibly();
-            throw new IllegalStateException("the child JVM ran past 60 s:\n" + out);
+        final Path log = Files.createTempFile("kvpool-module-consumer", ".log");
+        try {
+            final ProcessBuilder pb = new ProcessBuilder(cmd).redirectErrorStream(true).redirectOutput(log.toFile());
+            pb.environment().keySet().removeAll(List.of("JAVA_TOOL_OPTIONS", "JDK_JAVA_OPTIONS", "_JAVA_OPTIONS"));
+            final Process child = pb.start();
+            // waited for before the output is read: a child that hangs is killed at the limit, never waited on for ever
+            final boolean ended = child.waitFor(60, TimeUnit.SECONDS);
+            if (!ended) {
+                child.destroyForcibly().waitFor(10, TimeUnit.SECONDS);
+            }
+            final String out = Files.readString(log, StandardCharsets.UTF_8);
+            if (!ended) {
+                throw new IllegalStateException("the child JVM ran past 60 s:\n" + out);
+            }
+            return exited(child, out);
+        } finally {
+            Files.deleteIfExists(log);
         }
+    }
+
+    private static String exited(Process child, String out) {
         if (child.exitValue() != 0) {
             throw new IllegalStateException("the child JVM exited with " + child.exitValue() + ":\n" + out);
         }
         return out;
+    }
+
+    /** @return whether a module of that name is on {@code modulePath} */
+    public static boolean holds(String modulePath, String module) {
+        final Path[] entries = java.util.Arrays.stream(modulePath.split(File.pathSeparator)).map(Path::of).toArray(Path[]::new);
+        return java.lang.module.ModuleFinder.of(entries).find(module).isPresent();
     }
 }
