@@ -471,11 +471,17 @@ public final class TransferReceiver extends TransferEndpoint {
         return false;
     }
 
-    /** Tells a sender this request will not be received (links of version 1 lack CANCEL: their senders time out). */
-    private void cancel(Peer p, long requestId, int reason, String detail) {
+    /**
+     * Tells a sender this request will not be received (links of version 1 lack CANCEL: their senders time out).
+     *
+     * @return whether the CANCEL was sent (a link that is up and speaks version 2 or later)
+     */
+    private boolean cancel(Peer p, long requestId, int reason, String detail) {
         if (p.carries() && p.version >= 2 && send(p, new Message.Cancel(requestId, reason, detail))) {
             metrics.cancelsSent.increment();
+            return true;
         }
+        return false;
     }
 
     /**
@@ -503,6 +509,50 @@ public final class TransferReceiver extends TransferEndpoint {
         slotGeneration = Arrays.copyOf(slotGeneration, slots.length);
         nextSlotHint = s + 1;
         return s;
+    }
+
+    /**
+     * Tells senders that this receiver will not take {@code requestId}, without a transfer: each ends its offer of
+     * the request at once, or the offer when it comes, as after a rejected {@link #start}, so that the request's pages
+     * at the sender are not held until its descriptor timeout. For an engine that refuses a request before it starts
+     * a transfer (its own policy). A sender that is not up, or speaks a version without CANCEL (1), is not told. A
+     * sender whose transfer of this request is receiving here is not told either: the request is that transfer's.
+     * Owner thread only.
+     *
+     * @param requestId   the request
+     * @param why         the reason, sent to the senders
+     * @param senderPeers the senders to tell (peer ids of {@link #addPeer})
+     * @return how many senders were told
+     * @throws IllegalArgumentException if a peer id is unknown
+     * @throws IllegalStateException    if the receiver is closed
+     */
+    public int decline(long requestId, String why, int... senderPeers) {
+        ensureOpen();
+        Objects.requireNonNull(why, "why");
+        for (int id : senderPeers) {
+            if (id < 0 || id >= peers.size()) {
+                throw new IllegalArgumentException("no peer " + id + " (" + peers.size() + " peers)");
+            }
+        }
+        int told = 0;
+        for (int id : senderPeers) {
+            final Peer p = peers.get(id);
+            if (!receivingFrom(requestId, id) && cancel(p, requestId, Message.Cancel.REJECTED, why)) {
+                told++;
+            }
+        }
+        return told;
+    }
+
+    /** @return whether a transfer of {@code requestId} from sender peer {@code id} is receiving here */
+    private boolean receivingFrom(long requestId, int id) {
+        for (int i = 0; i < active.size(); i++) {
+            final IncomingTransfer t = active.get(i);
+            if (t.requestId == requestId && t.state == IncomingTransfer.State.RECEIVING && contains(t.senderPeers, id)) {
+                return true;
+            }
+        }
+        return false;
     }
 
     /**

@@ -75,6 +75,64 @@ class CancelUnderPoolPressureTest {
         }
     }
 
+    /** Prefill computes a request and offers it. */
+    private static void offer(Rig rig, long req) {
+        final Sequence src = rig.prefill.admit(TOKENS, 0).sequence();
+        src.append(TOKENS);
+        Kv.write(src, req);
+        rig.sender.offer(req, src);
+        src.close();
+    }
+
+    @Test
+    void aRequestDeclinedWithoutATransferFreesItsOfferAtOnceOrWhenItComes() {
+        try (Rig rig = new Rig(Kv.identity())) {
+            final long start = rig.net.now();
+            offer(rig, 1);
+            assertEquals(1, rig.receiver.decline(1, "decode's own policy: not taken", rig.rp));
+            rig.run(20);
+            assertEquals(0, rig.sender.activeTransfers(), "the waiting offer ended");
+            assertEquals(1, rig.receiver.decline(2, "refused before prefill offered it", rig.rp));
+            rig.run(20);
+            offer(rig, 2); // the offer comes after the CANCEL: ended at once
+            rig.run(20);
+            assertEquals(0, rig.sender.activeTransfers(), "the late offer ended");
+            assertEquals(2, rig.sender.metrics().cancelled());
+            assertEquals(0, rig.prefill.snapshot().owned(), rig.prefill.snapshot()::toString);
+            assertTrue(rig.net.now() - start < Duration.ofSeconds(1).toNanos(), "released long before any timeout");
+            assertThrows(IllegalArgumentException.class, () -> rig.receiver.decline(3, "x", 99));
+        }
+    }
+
+    @Test
+    void aDeclineSparesTheSenderOfATransferReceivingTheRequest() {
+        try (SimPair pair = new SimPair(5, Kv.pool(16), Kv.pool(16), Kv.identity())) {
+            final Sequence src = pair.prefill.admit(TOKENS, 0).sequence();
+            src.append(TOKENS);
+            Kv.write(src, 7);
+            pair.sender.offer(7, src);
+            src.close();
+            final IncomingTransfer t = pair.receiver.start(7, TOKENS, 0, pair.rp);
+            assertEquals(IncomingTransfer.State.RECEIVING, t.state());
+            assertEquals(0, pair.receiver.decline(7, "a stale refusal of the same id", pair.rp), "the request is that transfer's");
+            for (int i = 0; i < 100 && t.state() == IncomingTransfer.State.RECEIVING; i++) {
+                pair.run(20);
+            }
+            assertEquals(IncomingTransfer.State.COMMITTED, t.state(), t::toString);
+            t.sequence().close();
+        }
+    }
+
+    @Test
+    void controlADeclineOnAVersion1LinkTellsNobodyAndTheOfferWaits() {
+        try (Rig rig = new Rig(Kv.identity().withVersions(1, 1))) {
+            offer(rig, 1);
+            assertEquals(0, rig.receiver.decline(1, "not taken", rig.rp), "version 1 has no CANCEL");
+            rig.run(20);
+            assertEquals(1, rig.sender.activeTransfers(), "pinned until its descriptor timeout");
+        }
+    }
+
     @Test
     void anAbortedTransferWhoseDescriptorWasLostReleasesTheWaitingOffer() {
         try (KvPool pool = Kv.pool(16)) {

@@ -36,17 +36,25 @@ class BalancedPrefillTest {
     Path dir;
 
     /**
-     * The worst balancer for the router: every GET (the status probe) to {@code probed}, every POST (the prefill call,
-     * the abort) to {@code called}.
+     * The worst balancer for the router: every prefill call to {@code called}, answered after {@code prefillDelay};
+     * everything else (the status probe, the aborts) to {@code probed}.
      */
     private static final class SplittingBalancer implements AutoCloseable {
         final HttpServer server;
         final HttpClient client = HttpClient.newHttpClient();
         final AtomicInteger posts = new AtomicInteger();
+        final AtomicInteger aborts = new AtomicInteger();
 
-        SplittingBalancer(URI probed, URI called) throws IOException {
+        SplittingBalancer(URI probed, URI called, Duration prefillDelay) throws IOException {
             server = HttpServer.create(new InetSocketAddress(InetAddress.getLoopbackAddress(), 0), 0);
-            server.createContext("/", ex -> forward(ex, ex.getRequestMethod().equals("GET") ? probed : called));
+            server.setExecutor(java.util.concurrent.Executors.newVirtualThreadPerTaskExecutor());
+            server.createContext("/", ex -> {
+                final boolean prefill = ex.getRequestURI().getPath().equals("/internal/prefill");
+                if (ex.getRequestURI().getPath().equals("/internal/abort")) {
+                    aborts.incrementAndGet();
+                }
+                forward(ex, prefill ? called : probed, prefill ? prefillDelay : Duration.ZERO);
+            });
             server.start();
         }
 
@@ -54,7 +62,7 @@ class BalancedPrefillTest {
             return URI.create("http://" + InetAddress.getLoopbackAddress().getHostAddress() + ":" + server.getAddress().getPort() + "/");
         }
 
-        private void forward(HttpExchange ex, URI to) throws IOException {
+        private void forward(HttpExchange ex, URI to, Duration delay) throws IOException {
             try (ex) {
                 final byte[] body = ex.getRequestBody().readAllBytes();
                 if (ex.getRequestMethod().equals("POST")) {
@@ -68,6 +76,7 @@ class BalancedPrefillTest {
                     req.header("Content-Type", type);
                 }
                 final HttpResponse<byte[]> r = client.send(req.build(), HttpResponse.BodyHandlers.ofByteArray());
+                Thread.sleep(delay); // the answer, held: the router's call takes that long
                 r.headers().firstValue("Content-Type").ifPresent(t -> ex.getResponseHeaders().add("Content-Type", t));
                 ex.sendResponseHeaders(r.statusCode(), r.body().length == 0 ? -1 : r.body().length);
                 ex.getResponseBody().write(r.body());
@@ -90,7 +99,7 @@ class BalancedPrefillTest {
              RoleServer probed = RoleServer.start(ServerTests.small().role(Topology.Role.PREFILL).workDir(dir).build());
              RoleServer called = RoleServer.start(ServerTests.small().role(Topology.Role.PREFILL).workDir(dir).build())) {
             Await.until(() -> linked(decode) == 2, Duration.ofSeconds(30), () -> "both linked: " + InJvmRoleServers.status(decode.baseUri()));
-            try (SplittingBalancer balancer = new SplittingBalancer(probed.baseUri(), called.baseUri());
+            try (SplittingBalancer balancer = new SplittingBalancer(probed.baseUri(), called.baseUri(), Duration.ZERO);
                  KvServer router = KvServer.start(ServerTests.small().topology(Topology.DEFAULT.withRole(Topology.Role.ROUTER)
                      .withUrls(balancer.uri(), decode.baseUri())).build())) {
                 for (int i = 0; i < 3; i++) {
@@ -104,6 +113,45 @@ class BalancedPrefillTest {
             assertEquals(3, completed(called), "transfers from the process that took the calls");
             assertEquals(0, completed(probed), "none from the one the probe read");
         }
+    }
+
+    @Test
+    void aClientThatLeavesWhilePrefillComputesFreesTheOfferWhereItIsHeld() throws Exception {
+        // the router's abort goes through the balancer to the probed process, which holds nothing; decode's give-back
+        // names the engine that offered, and decode's CANCEL on that link ends the offer long before its timeout
+        final Duration timeout = Duration.ofSeconds(30);
+        try (RoleServer decode = RoleServer.start(ServerTests.small().role(Topology.Role.DECODE).workDir(dir).build());
+             RoleServer probed = RoleServer.start(ServerTests.small().transferTimeout(timeout).role(Topology.Role.PREFILL).workDir(dir).build());
+             RoleServer called = RoleServer.start(ServerTests.small().transferTimeout(timeout).role(Topology.Role.PREFILL).workDir(dir).build())) {
+            Await.until(() -> linked(decode) == 2, Duration.ofSeconds(30), () -> "both linked: " + InJvmRoleServers.status(decode.baseUri()));
+            try (SplittingBalancer balancer = new SplittingBalancer(probed.baseUri(), called.baseUri(), Duration.ofMillis(1500));
+                 KvServer router = KvServer.start(ServerTests.small().topology(Topology.DEFAULT.withRole(Topology.Role.ROUTER)
+                     .withUrls(balancer.uri(), decode.baseUri())).build())) {
+                try (java.net.Socket client = new TestClient(router).openRaw("alice", "gone before decode", 2, true)) {
+                    Await.until(() -> active(called) == 1, Duration.ofSeconds(10), () -> "offered: " + InJvmRoleServers.status(called.baseUri()));
+                } // the client leaves while the prefill call's answer is held
+                final long left = System.nanoTime();
+                Await.until(() -> balancer.aborts.get() >= 1, Duration.ofSeconds(10), () -> "the router's abort went to the probed process");
+                Await.until(() -> active(called) == 0, Duration.ofSeconds(10), () -> "the offer is still held: "
+                    + InJvmRoleServers.status(called.baseUri()));
+                final Duration held = Duration.ofNanos(System.nanoTime() - left);
+                assertTrue(held.compareTo(Duration.ofSeconds(8)) < 0, "released " + held.toMillis() + " ms after the client left, "
+                    + "not at the " + timeout.toSeconds() + " s descriptor timeout");
+                Await.until(() -> free(called) == total(called), Duration.ofSeconds(10), () -> "pages back: " + InJvmRoleServers.status(called.baseUri()));
+            }
+        }
+    }
+
+    private static int active(RoleServer r) {
+        return InJvmRoleServers.status(r.baseUri()).path("active_transfers").asInt(-1);
+    }
+
+    private static long free(RoleServer r) {
+        return InJvmRoleServers.status(r.baseUri()).path("pool").path("counters").path("free").asLong(-1);
+    }
+
+    private static long total(RoleServer r) {
+        return InJvmRoleServers.status(r.baseUri()).path("pool").path("capacity").asLong(-2);
     }
 
     private static int linked(RoleServer decode) {

@@ -111,7 +111,16 @@ final class AbortDelivery implements AutoCloseable {
      * whose effect a role keeps longer (a reservation, which it holds for twice the request timeout).
      */
     void send(String path, long requestId, String why, Duration giveUp) {
-        final Map<String, Object> body = Map.of("request_id", requestId, "why", why);
+        send(path, requestId, why, 0, giveUp);
+    }
+
+    /**
+     * {@link #send(String, long, String, Duration)} with {@code "prefill_instance"} in the body when {@code prefillInstance}
+     * is not 0 (a decode give-back naming the engine that holds the offer).
+     */
+    void send(String path, long requestId, String why, long prefillInstance, Duration giveUp) {
+        final Map<String, Object> body = prefillInstance == 0 ? Map.of("request_id", requestId, "why", why)
+            : Map.of("request_id", requestId, "why", why, "prefill_instance", io.kvpool.examples.server.role.RoleStatus.hex(prefillInstance));
         pending.incrementAndGet();
         Thread.ofVirtual().name("kvpool-abort-" + requestId).start(() -> {
             try {

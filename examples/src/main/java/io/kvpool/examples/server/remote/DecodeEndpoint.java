@@ -80,7 +80,13 @@ public final class DecodeEndpoint extends RoleEndpoint {
         if (path.equals("/internal/unreserve")) {
             Http.method(ex, "POST");
             final JsonNode b = body(ex);
-            role.unreserve(requestId(b), b.path("why").asText("the router gave the reservation back"));
+            final long offeredBy;
+            try {
+                offeredBy = RoleJson.prefillInstance(b);
+            } catch (IllegalArgumentException e) {
+                throw ApiError.badRequest("bad_field", "prefill_instance: " + e.getMessage());
+            }
+            role.unreserve(requestId(b), b.path("why").asText("the router gave the reservation back"), offeredBy);
             ex.respond(204, "application/json", new byte[0]);
             return true;
         }

@@ -148,9 +148,9 @@ final class RemoteDecode extends RemoteRole implements DecodeService {
      * before reservations).
      */
     @Override
-    public void unreserve(long requestId, String why) {
+    public void unreserve(long requestId, String why, long prefillInstance) {
         if (mayHold.remove(requestId)) {
-            aborts.send("internal/unreserve", requestId, why, unreserveGiveUp());
+            aborts.send("internal/unreserve", requestId, why, prefillInstance, unreserveGiveUp());
         }
     }
 

@@ -247,7 +247,7 @@ public final class DecodeRole implements DecodeService, MeteredRole, Drains {
     }
 
     @Override
-    public void unreserve(long requestId, String why) {
+    public void unreserve(long requestId, String why, long prefillInstance) {
         try {
             duty.submit(() -> {
                 final Reserved r = reservations.remove(requestId);
@@ -258,6 +258,10 @@ public final class DecodeRole implements DecodeService, MeteredRole, Drains {
                 } else {
                     // if it is not kept (too many), a reserve arriving after it is held until it expires
                     givenBackEarly.add(requestId, System.nanoTime());
+                }
+                final int peer = prefillInstance == 0 ? -1 : receiver.upPeerOf(prefillInstance);
+                if (peer >= 0) { // the engine that holds the offer: it ends it now, not at its descriptor timeout
+                    receiver.decline(requestId, "decode: " + why, peer);
                 }
             });
         } catch (IllegalStateException closedAlready) {

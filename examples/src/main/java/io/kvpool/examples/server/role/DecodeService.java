@@ -56,6 +56,18 @@ public interface DecodeService extends AutoCloseable {
      * id that arrives later may be refused (the decode role remembers such ids for a while). Never blocks; idempotent.
      */
     default void unreserve(long requestId, String why) {
+        unreserve(requestId, why, 0);
+    }
+
+    /**
+     * As {@link #unreserve(long, String)}, and tells the prefill engine {@code prefillInstance} (when it is linked
+     * here) that decode will not take the request, so it ends its offer now instead of at its descriptor timeout: for
+     * a request whose prefill answered (naming that engine) and that ended before decode's start. Behind a balancer
+     * the router's own abort may reach another prefill process; decode's link reaches the one that holds the offer.
+     *
+     * @param prefillInstance the engine that offered the request ({@link PrefillService.Answer#instance()}), or 0
+     */
+    default void unreserve(long requestId, String why, long prefillInstance) {
     }
 
     /** @return whether a prefill link is up, i.e. {@link #start} can admit now */

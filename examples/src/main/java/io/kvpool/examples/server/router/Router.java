@@ -237,6 +237,7 @@ public final class Router implements AutoCloseable {
         boolean done = false;
         final java.util.concurrent.atomic.AtomicBoolean completed = new java.util.concurrent.atomic.AtomicBoolean();
         boolean askedDecode = false, askedPrefill = false;
+        long offeredBy = 0; // the prefill engine that holds the request's offer, once its answer named it
         try {
             // the engine the probe read names the one decode must be linked to before prefill computes (the reservation);
             // the decode call names the engine prefill's answer names, which took the offer (behind a balancer, another)
@@ -285,10 +286,11 @@ public final class Router implements AutoCloseable {
                 // close() aborted it at prefill while the call was on its way: the server's shutdown, not prefill's
                 throw closed ? serverClosing(id) : reject(refused);
             }
+            offeredBy = answered.instance() != 0 ? answered.instance() : prefillInstance;
             throwIfGone(sink);
             try {
-                final long offeredBy = answered.instance() != 0 ? answered.instance() : prefillInstance;
-                call = roleCall(() -> decode.start(id, tenant, tokens.size(), maxTokens, offeredBy));
+                final long engine = offeredBy;
+                call = roleCall(() -> decode.start(id, tenant, tokens.size(), maxTokens, engine));
             } catch (DuplicateRequestException e) { // decode is up: it names a call of that id already running there
                 throw unavailable("decode", "duplicate_request_id", e.getMessage());
             } catch (RoleRefusedException e) {
@@ -377,7 +379,8 @@ public final class Router implements AutoCloseable {
                     }
                     if (pairedAbortSent.add(id)) { // close() may have sent these already
                         if (call == null && askedDecode) {
-                            decode.unreserve(id, why);
+                            // and decode tells the engine holding the offer, which the abort below may not reach
+                            decode.unreserve(id, why, offeredBy);
                         }
                         if (askedPrefill) {
                             abortAtPrefill(id, why);

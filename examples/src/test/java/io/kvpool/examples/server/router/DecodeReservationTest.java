@@ -254,7 +254,7 @@ class DecodeReservationTest {
         }
 
         @Override
-        public void unreserve(long requestId, String why) {
+        public void unreserve(long requestId, String why, long prefillInstance) {
         }
     }
 }

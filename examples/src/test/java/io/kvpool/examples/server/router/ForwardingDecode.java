@@ -28,8 +28,8 @@ class ForwardingDecode implements DecodeService {
     }
 
     @Override
-    public void unreserve(long requestId, String why) {
-        d.unreserve(requestId, why);
+    public void unreserve(long requestId, String why, long prefillInstance) {
+        d.unreserve(requestId, why, prefillInstance);
     }
 
     @Override
