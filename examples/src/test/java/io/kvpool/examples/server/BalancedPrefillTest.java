@@ -1,6 +1,5 @@
 package io.kvpool.examples.server;
 
-import com.fasterxml.jackson.databind.JsonNode;
 import com.sun.net.httpserver.HttpExchange;
 import com.sun.net.httpserver.HttpServer;
 import io.kvpool.examples.server.config.Topology;
@@ -98,7 +97,7 @@ class BalancedPrefillTest {
         try (RoleServer decode = RoleServer.start(ServerTests.small().role(Topology.Role.DECODE).workDir(dir).build());
              RoleServer probed = RoleServer.start(ServerTests.small().role(Topology.Role.PREFILL).workDir(dir).build());
              RoleServer called = RoleServer.start(ServerTests.small().role(Topology.Role.PREFILL).workDir(dir).build())) {
-            Await.until(() -> linked(decode) == 2, Duration.ofSeconds(30), () -> "both linked: " + InJvmRoleServers.status(decode.baseUri()));
+            Await.until(() -> InJvmRoleServers.linkedPrefills(decode) == 2, Duration.ofSeconds(30), () -> "both linked: " + InJvmRoleServers.status(decode.baseUri()));
             try (SplittingBalancer balancer = new SplittingBalancer(probed.baseUri(), called.baseUri(), Duration.ZERO);
                  KvServer router = KvServer.start(ServerTests.small().topology(Topology.DEFAULT.withRole(Topology.Role.ROUTER)
                      .withUrls(balancer.uri(), decode.baseUri())).build())) {
@@ -110,8 +109,8 @@ class BalancedPrefillTest {
                 }
                 assertTrue(balancer.posts.get() >= 3, "the prefill calls went through the balancer: " + balancer.posts.get());
             }
-            assertEquals(3, completed(called), "transfers from the process that took the calls");
-            assertEquals(0, completed(probed), "none from the one the probe read");
+            assertEquals(3, InJvmRoleServers.transfersCompleted(called), "transfers from the process that took the calls");
+            assertEquals(0, InJvmRoleServers.transfersCompleted(probed), "none from the one the probe read");
         }
     }
 
@@ -123,7 +122,7 @@ class BalancedPrefillTest {
         try (RoleServer decode = RoleServer.start(ServerTests.small().role(Topology.Role.DECODE).workDir(dir).build());
              RoleServer probed = RoleServer.start(ServerTests.small().transferTimeout(timeout).role(Topology.Role.PREFILL).workDir(dir).build());
              RoleServer called = RoleServer.start(ServerTests.small().transferTimeout(timeout).role(Topology.Role.PREFILL).workDir(dir).build())) {
-            Await.until(() -> linked(decode) == 2, Duration.ofSeconds(30), () -> "both linked: " + InJvmRoleServers.status(decode.baseUri()));
+            Await.until(() -> InJvmRoleServers.linkedPrefills(decode) == 2, Duration.ofSeconds(30), () -> "both linked: " + InJvmRoleServers.status(decode.baseUri()));
             try (SplittingBalancer balancer = new SplittingBalancer(probed.baseUri(), called.baseUri(), Duration.ofMillis(1500));
                  KvServer router = KvServer.start(ServerTests.small().topology(Topology.DEFAULT.withRole(Topology.Role.ROUTER)
                      .withUrls(balancer.uri(), decode.baseUri())).build())) {
@@ -152,16 +151,5 @@ class BalancedPrefillTest {
 
     private static long total(RoleServer r) {
         return InJvmRoleServers.status(r.baseUri()).path("pool").path("capacity").asLong(-2);
-    }
-
-    private static int linked(RoleServer decode) {
-        final JsonNode l = InJvmRoleServers.status(decode.baseUri()).path("linked_instances");
-        return l.isArray() ? l.size() : -1;
-    }
-
-    private static long completed(RoleServer prefill) {
-        final JsonNode c = InJvmRoleServers.status(prefill.baseUri()).path("counters").path("transfers_completed");
-        assertTrue(c.isIntegralNumber(), c::toString);
-        return c.asLong();
     }
 }

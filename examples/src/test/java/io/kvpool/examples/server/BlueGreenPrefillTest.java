@@ -1,6 +1,5 @@
 package io.kvpool.examples.server;
 
-import com.fasterxml.jackson.databind.JsonNode;
 import io.kvpool.examples.server.config.ServerConfig;
 import io.kvpool.examples.server.config.Topology;
 import org.junit.jupiter.api.Test;
@@ -12,7 +11,6 @@ import java.time.Duration;
 import java.util.concurrent.TimeUnit;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
-import static org.junit.jupiter.api.Assertions.assertTrue;
 
 /**
  * A second prefill process linked to the same decode (blue/green: the replacement started beside the old one) takes
@@ -34,9 +32,9 @@ class BlueGreenPrefillTest {
     void routersInFrontOfTwoPrefillsLinkedToOneDecodeAreEachServedFromTheirOwn() throws Exception {
         try (RoleServer decode = RoleServer.start(ServerTests.small().role(Topology.Role.DECODE).workDir(dir).build());
              RoleServer blue = RoleServer.start(ServerTests.small().role(Topology.Role.PREFILL).workDir(dir).build())) {
-            Await.until(() -> linked(decode) == 1, Duration.ofSeconds(30), () -> "blue linked: " + InJvmRoleServers.status(decode.baseUri()));
+            Await.until(() -> InJvmRoleServers.linkedPrefills(decode) == 1, Duration.ofSeconds(30), () -> "blue linked: " + InJvmRoleServers.status(decode.baseUri()));
             try (RoleServer green = RoleServer.start(ServerTests.small().role(Topology.Role.PREFILL).workDir(dir).build())) {
-                Await.until(() -> linked(decode) == 2, Duration.ofSeconds(30), () -> "green linked: " + InJvmRoleServers.status(decode.baseUri()));
+                Await.until(() -> InJvmRoleServers.linkedPrefills(decode) == 2, Duration.ofSeconds(30), () -> "green linked: " + InJvmRoleServers.status(decode.baseUri()));
                 final String blueId = InJvmRoleServers.status(blue.baseUri()).path("instance").asText();
                 final String greenId = InJvmRoleServers.status(green.baseUri()).path("instance").asText();
                 try (KvServer overBlue = KvServer.start(routerOver(blue, decode));
@@ -46,8 +44,8 @@ class BlueGreenPrefillTest {
                         served(overGreen, "green " + i);
                     }
                 }
-                assertEquals(3, completed(blue), "blue's transfers: " + blueId);
-                assertEquals(3, completed(green), "green's transfers: " + greenId);
+                assertEquals(3, InJvmRoleServers.transfersCompleted(blue), "blue's transfers: " + blueId);
+                assertEquals(3, InJvmRoleServers.transfersCompleted(green), "green's transfers: " + greenId);
             }
         }
     }
@@ -56,16 +54,5 @@ class BlueGreenPrefillTest {
         final TestClient.Response r = new TestClient(router).complete("alice", prompt, 2, false);
         assertEquals(200, r.status(), r::body);
         assertEquals(prompt, r.json().path("kvpool").path("kv_text").asText(), r::body);
-    }
-
-    private static int linked(RoleServer decode) {
-        final JsonNode l = InJvmRoleServers.status(decode.baseUri()).path("linked_instances");
-        return l.isArray() ? l.size() : -1;
-    }
-
-    private static long completed(RoleServer prefill) {
-        final JsonNode c = InJvmRoleServers.status(prefill.baseUri()).path("counters").path("transfers_completed");
-        assertTrue(c.isIntegralNumber(), c::toString);
-        return c.asLong();
     }
 }

@@ -55,6 +55,21 @@ final class InJvmRoleServers implements AutoCloseable {
         }
     }
 
+    /** @return how many prefill engines a decode role reports linked ({@code linked_instances}), -1 if it reports none */
+    static int linkedPrefills(RoleServer decode) {
+        final JsonNode l = status(decode.baseUri()).path("linked_instances");
+        return l.isArray() ? l.size() : -1;
+    }
+
+    /** @return a prefill role's completed transfers ({@code counters.transfers_completed}) */
+    static long transfersCompleted(RoleServer prefill) {
+        final JsonNode c = status(prefill.baseUri()).path("counters").path("transfers_completed");
+        if (!c.isIntegralNumber()) {
+            throw new AssertionError("no transfers_completed counter: " + c);
+        }
+        return c.asLong();
+    }
+
     /** GET ({@code body == null}) or POST (a JSON string, or an object to write as JSON) to a role's endpoint. */
     static HttpResponse<String> send(URI role, String path, Object body) throws Exception {
         final HttpRequest.Builder q = HttpRequest.newBuilder(role.resolve(path)).timeout(Duration.ofSeconds(10));
