@@ -440,6 +440,10 @@ public final class DecodeRole implements DecodeService, MeteredRole, Drains {
         }
         if (held == null && draining) { // a new request: reserved ones are what a drain lets finish
             c.reject(stopping(c.promptTokens, c.maxNewTokens), "decode is stopping");
+            final int peer = c.prefillInstance == 0 ? -1 : receiver.upPeerOf(c.prefillInstance);
+            if (peer >= 0) { // its offer is there (the router names the engine that took it): ended now, not at its timeout
+                receiver.decline(c.requestId, "decode is stopping and takes no new request", peer);
+            }
             return;
         }
         final Reserved r = held == null ? null : reservations.remove(c.requestId); // taken by this call whatever follows

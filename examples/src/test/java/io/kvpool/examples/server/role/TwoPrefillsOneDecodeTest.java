@@ -179,4 +179,17 @@ class TwoPrefillsOneDecodeTest {
         assertTrue(other.rejection().message().contains("reserved here for another request"), other.rejection().message());
         decode.unreserve(16, "test over");
     }
+
+    @Test
+    void aStartRefusedWhileDecodeDrainsEndsTheNamedEnginesOfferAtOnce() throws Exception {
+        final List<byte[]> alice = EchoTokenizer.encode("alice says hi");
+        assertNull(first.prefill(17, "alice", alice));
+        assertEquals(1, first.activeTransfers());
+        decode.beginDrain();
+        final DecodeCall.Admitted a = decode.start(17, "alice", alice.size(), 2, first.instance()).awaitAdmission(Duration.ofSeconds(10));
+        assertFalse(a.admitted());
+        assertTrue(a.rejection().message().contains("stopping"), a.rejection().message());
+        // the descriptor timeout is 5 s here: a second or two means decode's CANCEL ended it
+        Await.until(() -> first.activeTransfers() == 0, Duration.ofSeconds(2), () -> "the offer is still held: " + first.status());
+    }
 }
