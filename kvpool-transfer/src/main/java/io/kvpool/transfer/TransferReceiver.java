@@ -271,10 +271,7 @@ public final class TransferReceiver extends TransferEndpoint {
             throw new IllegalArgumentException("a transfer needs at least one sender");
         }
         for (int i = 0; i < senderPeers.length; i++) {
-            final int id = senderPeers[i];
-            if (id < 0 || id >= peers.size()) {
-                throw new IllegalArgumentException("no peer " + id + " (" + peers.size() + " peers)");
-            }
+            final int id = requirePeer(senderPeers[i]);
             for (int j = 0; j < i; j++) {
                 if (senderPeers[j] == id) {
                     throw new IllegalArgumentException("peer " + id + " is listed as sender " + j + " and " + i);
@@ -283,15 +280,13 @@ public final class TransferReceiver extends TransferEndpoint {
         }
         // counted as started where it ends: rejected (reject) or admitted and allocated (below); a call refused for
         // its arguments above, or one that throws, is not a transfer
-        for (int i = 0; i < active.size(); i++) {
-            final IncomingTransfer other = active.get(i);
-            if (other.requestId == requestId && other.state == IncomingTransfer.State.RECEIVING) {
-                // A descriptor finds its offer by request id alone: a second transfer of the id could take the first's
-                // offer. Its senders get no CANCEL (their offers are the first's); any other sender does
-                return reject(t, FailureReason.REJECTED, "request " + requestId + " is already receiving (transfer "
-                    + other.transferId + "/" + other.generation + "): a request id names one transfer at a time",
-                    other.senderPeers);
-            }
+        final IncomingTransfer other = receiving(requestId);
+        if (other != null) {
+            // A descriptor finds its offer by request id alone: a second transfer of the id could take the first's
+            // offer. Its senders get no CANCEL (their offers are the first's); any other sender does
+            return reject(t, FailureReason.REJECTED, "request " + requestId + " is already receiving (transfer "
+                + other.transferId + "/" + other.generation + "): a request id names one transfer at a time",
+                other.senderPeers);
         }
         if (layout.pagesFor(promptTokens) > WireFormat.MAX_ARRAY) {
             return reject(t, FailureReason.REJECTED, "request " + requestId + " of " + promptTokens + " tokens needs "
@@ -530,29 +525,35 @@ public final class TransferReceiver extends TransferEndpoint {
         ensureOpen();
         Objects.requireNonNull(why, "why");
         for (int id : senderPeers) {
-            if (id < 0 || id >= peers.size()) {
-                throw new IllegalArgumentException("no peer " + id + " (" + peers.size() + " peers)");
-            }
+            requirePeer(id);
         }
+        final IncomingTransfer under = receiving(requestId);
         int told = 0;
         for (int id : senderPeers) {
-            final Peer p = peers.get(id);
-            if (!receivingFrom(requestId, id) && cancel(p, requestId, Message.Cancel.REJECTED, why)) {
+            if ((under == null || !contains(under.senderPeers, id)) && cancel(peers.get(id), requestId, Message.Cancel.REJECTED, why)) {
                 told++;
             }
         }
         return told;
     }
 
-    /** @return whether a transfer of {@code requestId} from sender peer {@code id} is receiving here */
-    private boolean receivingFrom(long requestId, int id) {
+    /** @return the transfer of {@code requestId} receiving here (at most one: {@link #start} refuses a second), or null */
+    private IncomingTransfer receiving(long requestId) {
         for (int i = 0; i < active.size(); i++) {
             final IncomingTransfer t = active.get(i);
-            if (t.requestId == requestId && t.state == IncomingTransfer.State.RECEIVING && contains(t.senderPeers, id)) {
-                return true;
+            if (t.requestId == requestId && t.state == IncomingTransfer.State.RECEIVING) {
+                return t;
             }
         }
-        return false;
+        return null;
+    }
+
+    /** @return {@code id}, checked to name a peer of this receiver */
+    private int requirePeer(int id) {
+        if (id < 0 || id >= peers.size()) {
+            throw new IllegalArgumentException("no peer " + id + " (" + peers.size() + " peers)");
+        }
+        return id;
     }
 
     /**

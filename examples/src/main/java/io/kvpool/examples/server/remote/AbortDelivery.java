@@ -3,6 +3,7 @@ package io.kvpool.examples.server.remote;
 import io.kvpool.examples.server.role.PrefillRole;
 import io.kvpool.examples.server.role.RoleLostException;
 import io.kvpool.examples.server.role.RoleRefusedException;
+import io.kvpool.examples.server.role.RoleStatus;
 
 import java.time.Duration;
 import java.util.Map;
@@ -120,7 +121,7 @@ final class AbortDelivery implements AutoCloseable {
      */
     void send(String path, long requestId, String why, long prefillInstance, Duration giveUp) {
         final Map<String, Object> body = prefillInstance == 0 ? Map.of("request_id", requestId, "why", why)
-            : Map.of("request_id", requestId, "why", why, "prefill_instance", io.kvpool.examples.server.role.RoleStatus.hex(prefillInstance));
+            : Map.of("request_id", requestId, "why", why, "prefill_instance", RoleStatus.hex(prefillInstance));
         pending.incrementAndGet();
         Thread.ofVirtual().name("kvpool-abort-" + requestId).start(() -> {
             try {

@@ -1,6 +1,7 @@
 package io.kvpool.examples.server.remote;
 
 import io.kvpool.examples.server.config.ServerConfig;
+import io.kvpool.examples.server.role.RoleStatus;
 
 import java.util.ArrayList;
 import java.util.List;
@@ -86,7 +87,7 @@ public record Preflight(RoleIdentity expected, long advertised, RemoteStatus pre
             return null;
         }
         return new RoleIdentity.Mismatch(decode.status().role(), KV_PEER, "a link from prefill instance "
-            + io.kvpool.examples.server.role.RoleStatus.hex(instance), "links from " + io.kvpool.examples.server.role.RoleStatus.hex(linked));
+            + RoleStatus.hex(instance), "links from " + RoleStatus.hex(linked));
     }
 
     /** @return whether both statuses are known and say their role is ready (its KV link up) */
@@ -197,7 +198,7 @@ public record Preflight(RoleIdentity expected, long advertised, RemoteStatus pre
     }
 
     private static String instance(long id) {
-        return id == 0 ? "not reported" : io.kvpool.examples.server.role.RoleStatus.hex(id);
+        return id == 0 ? "not reported" : RoleStatus.hex(id);
     }
 
     /** @return decode's cell of the instance row: the prefill engines it is linked from */
@@ -206,7 +207,7 @@ public record Preflight(RoleIdentity expected, long advertised, RemoteStatus pre
             return null;
         }
         final List<Long> l = s.status().linked();
-        return l == null ? "not reported" : "from " + io.kvpool.examples.server.role.RoleStatus.hex(l);
+        return l == null ? "not reported" : "from " + RoleStatus.hex(l);
     }
 
     private static String link(RemoteStatus s) {

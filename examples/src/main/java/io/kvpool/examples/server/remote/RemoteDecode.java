@@ -72,15 +72,9 @@ final class RemoteDecode extends RemoteRole implements DecodeService {
     }
 
     /**
-     * Opens the request's stream; returns once the decode process registered the call (its answer's headers),
-     * so an {@link DecodeCall#abort} that follows always finds it.
-     *
-     * @throws RoleLostException     if the process cannot be reached (the router answers 503)
-     * @throws IllegalStateException if it refuses the call (closed)
-     */
-    /**
-     * {@inheritDoc} The instance goes in the call's body ({@code prefill_instance}); a decode of a build before it reads
-     * no such field and takes its newest prefill link.
+     * {@inheritDoc} Opens the request's stream; returns once the decode process registered the call (its answer's
+     * headers), so an {@link DecodeCall#abort} that follows always finds it. The instance goes in the call's body
+     * ({@code prefill_instance}); a decode of a build before it reads no such field and takes its newest prefill link.
      *
      * @throws RoleLostException     if the process cannot be reached (the router answers 503)
      * @throws IllegalStateException if it refuses the call (closed)

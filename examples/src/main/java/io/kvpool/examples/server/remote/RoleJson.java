@@ -68,7 +68,7 @@ final class RoleJson {
         final PoolView view = new PoolView(text(p, "role"), (int) number(p, "capacity"), text(p, "pages"), longs(field(p, "counters")),
             io.kvpool.examples.ui.StateJson.holders(p.get("holders"), "pool.holders"));
         // the instance ids are optional: a role of a build before them reports none, and the pairing checks then pass
-        final long instance = n.has("instance") ? RoleStatus.parseInstance(text(n, "instance")) : 0;
+        final long instance = optionalInstance(n, "instance");
         List<Long> linked = null;
         if (n.has("linked_instances")) {
             final JsonNode a = field(n, "linked_instances");
@@ -108,7 +108,15 @@ final class RoleJson {
      * @throws IllegalArgumentException if it is not a string of 16 hex digits, or is all zeros
      */
     static long prefillInstance(JsonNode body) {
-        return body.has("prefill_instance") ? RoleStatus.parseInstance(text(body, "prefill_instance")) : 0;
+        return optionalInstance(body, "prefill_instance");
+    }
+
+    /**
+     * @return the instance id in {@code field} of {@code n}, 0 when it has none (a role of a build before instance ids)
+     * @throws IllegalArgumentException if it is not a string of 16 hex digits, or is all zeros
+     */
+    private static long optionalInstance(JsonNode n, String field) {
+        return n.has(field) ? RoleStatus.parseInstance(text(n, field)) : 0;
     }
 
     /** @return an admission's answer: {@code {"admitted":true}}, or {@code {"admitted":false,"rejection":{…}}} for {@code r} */
@@ -142,7 +150,7 @@ final class RoleJson {
      */
     static long offeredBy(JsonNode n, String what) {
         try {
-            return n.has("instance") ? RoleStatus.parseInstance(text(n, "instance")) : 0;
+            return optionalInstance(n, "instance");
         } catch (IllegalArgumentException e) {
             throw new IllegalStateException(what + " with " + n + ": " + e.getMessage(), e);
         }

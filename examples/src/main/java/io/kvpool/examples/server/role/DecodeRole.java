@@ -259,10 +259,7 @@ public final class DecodeRole implements DecodeService, MeteredRole, Drains {
                     // if it is not kept (too many), a reserve arriving after it is held until it expires
                     givenBackEarly.add(requestId, System.nanoTime());
                 }
-                final int peer = prefillInstance == 0 ? -1 : receiver.upPeerOf(prefillInstance);
-                if (peer >= 0) { // the engine that holds the offer: it ends it now, not at its descriptor timeout
-                    receiver.decline(requestId, "decode: " + why, peer);
-                }
+                declineAt(prefillInstance, requestId, "decode: " + why);
             });
         } catch (IllegalStateException closedAlready) {
             // the role's close closes every reservation
@@ -405,6 +402,18 @@ public final class DecodeRole implements DecodeService, MeteredRole, Drains {
             + "refused rather than guess which one holds the request's KV; retry later", numbers(promptTokens, maxNewTokens));
     }
 
+    /**
+     * Tells the prefill engine that holds a request's offer (the router named it) that decode will not take the request,
+     * on the duty thread: it ends the offer now, not at its descriptor timeout. Nothing when the engine is unnamed (0) or
+     * not linked here.
+     */
+    private void declineAt(long prefillInstance, long requestId, String why) {
+        final int peer = prefillInstance == 0 ? -1 : receiver.upPeerOf(prefillInstance);
+        if (peer >= 0) {
+            receiver.decline(requestId, why, peer);
+        }
+    }
+
     /** Closes the reservations no start took within their time (a router that died, or lost the request). */
     private int expireReservations() {
         final long now = System.nanoTime();
@@ -440,10 +449,7 @@ public final class DecodeRole implements DecodeService, MeteredRole, Drains {
         }
         if (held == null && draining) { // a new request: reserved ones are what a drain lets finish
             c.reject(stopping(c.promptTokens, c.maxNewTokens), "decode is stopping");
-            final int peer = c.prefillInstance == 0 ? -1 : receiver.upPeerOf(c.prefillInstance);
-            if (peer >= 0) { // its offer is there (the router names the engine that took it): ended now, not at its timeout
-                receiver.decline(c.requestId, "decode is stopping and takes no new request", peer);
-            }
+            declineAt(c.prefillInstance, c.requestId, "decode is stopping and takes no new request");
             return;
         }
         final Reserved r = held == null ? null : reservations.remove(c.requestId); // taken by this call whatever follows
