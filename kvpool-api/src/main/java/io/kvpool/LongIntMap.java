@@ -1,5 +1,6 @@
 package io.kvpool;
 
+import java.security.SecureRandom;
 import java.util.Arrays;
 
 /**
@@ -9,17 +10,30 @@ import java.util.Arrays;
  *
  * <pre>
  *   keys[i], values[i]     values[i] == -1 ⇔ bucket i is empty
- *   bucket of k            mix(k) &amp; (length - 1), then i+1, i+2, … (wrapping)
+ *   bucket of k            mix(k ^ seed) &amp; (length - 1), then i+1, i+2, … (wrapping)
  * </pre>
+ * The seed is random per map. The keys are digest bits a client can choose by grinding prompts offline; with a
+ * fixed mix, keys aimed at one bucket would make every lookup walk one long probe run. Without the seed, the
+ * client cannot tell which keys share a bucket.
  * Not thread-safe: used under the pool lock.
  */
 final class LongIntMap {
 
+    private static final SecureRandom SEEDS = new SecureRandom();
+
+    private final long seed;
     private long[] keys;
     private int[] values;
     private int size;
 
+    /** @param expected keys expected; the map grows past it */
     LongIntMap(int expected) {
+        this(expected, SEEDS.nextLong());
+    }
+
+    /** Test-only: a map with the given bucket seed. */
+    LongIntMap(int expected, long seed) {
+        this.seed = seed;
         final int buckets = Integer.highestOneBit(Math.max(8, expected) * 2 - 1) << 1;
         keys = new long[buckets];
         values = new int[buckets];
@@ -62,7 +76,7 @@ final class LongIntMap {
     }
 
     /** @return whether {@code key} was new in {@code ks}/{@code vs} (else its value was replaced) */
-    private static boolean insert(long[] ks, int[] vs, long key, int value) {
+    private boolean insert(long[] ks, int[] vs, long key, int value) {
         final int mask = ks.length - 1;
         for (int i = bucket(key, mask); ; i = (i + 1) & mask) {
             if (vs[i] < 0) {
@@ -120,8 +134,29 @@ final class LongIntMap {
         values = vs;
     }
 
-    private static int bucket(long key, int mask) {
-        long h = key * 0x9E3779B97F4A7C15L; // Fibonacci hashing: the keys are SHA-256 bits already, this spreads any other
-        return (int) (h ^ (h >>> 32)) & mask;
+    /**
+     * @return the bucket where {@code key}'s probe run starts: MurmurHash3's 64-bit finaliser of the seeded key, so
+     *         every bit of the key and of the seed reaches the bucket bits
+     */
+    int bucket(long key, int mask) {
+        long h = key ^ seed;
+        h = (h ^ (h >>> 33)) * 0xFF51AFD7ED558CCDL;
+        h = (h ^ (h >>> 33)) * 0xC4CEB9FE1A85EC53L;
+        return (int) (h ^ (h >>> 33)) & mask;
+    }
+
+    /** Test-only. @return the probes a lookup of {@code key} makes until it finds it or an empty bucket */
+    int probes(long key) {
+        final int mask = keys.length - 1;
+        int n = 1;
+        for (int i = bucket(key, mask); values[i] >= 0 && keys[i] != key; i = (i + 1) & mask) {
+            n++;
+        }
+        return n;
+    }
+
+    /** Test-only. @return the number of buckets */
+    int buckets() {
+        return keys.length;
     }
 }

@@ -106,4 +106,45 @@ class LongIntMapTest {
         assertEquals(5, map.get(1), "a put replaces");
         assertEquals(1, map.size());
     }
+
+    @Test
+    void keysAimedAtOneBucketOfOneMapSpreadOverAnother() {
+        // a client that knew the mix could grind prompts until their digests share a bucket: every lookup of one
+        // of them would then walk one long probe run; another map's seed scatters the same keys
+        final LongIntMap aimedAt = new LongIntMap(256, 42);
+        final int mask = aimedAt.buckets() - 1;
+        final SplittableRandom rnd = new SplittableRandom(7);
+        final long[] aimed = new long[128];
+        for (int n = 0; n < aimed.length; ) {
+            final long k = rnd.nextLong();
+            if (aimedAt.bucket(k, mask) == 0) {
+                aimed[n++] = k;
+            }
+        }
+        final LongIntMap other = new LongIntMap(256);
+        assertEquals(aimedAt.buckets(), other.buckets());
+        for (int i = 0; i < aimed.length; i++) {
+            aimedAt.put(aimed[i], i);
+            other.put(aimed[i], i);
+        }
+        assertEquals(aimedAt.buckets(), other.buckets(), "neither grew");
+        int worstAimed = 0, worstOther = 0;
+        for (long k : aimed) {
+            worstAimed = Math.max(worstAimed, aimedAt.probes(k));
+            worstOther = Math.max(worstOther, other.probes(k));
+        }
+        assertEquals(aimed.length, worstAimed, "the aimed keys form one run in the map they were aimed at");
+        assertTrue(worstOther <= 16, "the same keys in a map with its own seed: longest lookup " + worstOther + " probes");
+    }
+
+    @Test
+    void everyMapDrawsItsOwnSeed() {
+        final long k = 0x0123_4567_89AB_CDEFL;
+        final java.util.Set<Integer> buckets = new java.util.HashSet<>();
+        for (int i = 0; i < 16; i++) {
+            final LongIntMap map = new LongIntMap(1 << 15);
+            buckets.add(map.bucket(k, map.buckets() - 1));
+        }
+        assertTrue(buckets.size() > 8, "one key's bucket in 16 new maps of 65,536 buckets: " + buckets);
+    }
 }
