@@ -28,7 +28,9 @@ public enum FailureReason {
     SENDER_ABORTED,
     /**
      * The receiver's side aborted it ({@link TransferReceiver#abort}), could not register its pages on a link that is
-     * up, or could not verify the pages it received (its own checksum or canary read failed).
+     * up, or could not verify the pages it received (its own checksum or canary read failed); or the application
+     * closed, truncated or appended to the sequence it handed to
+     * {@link TransferReceiver#start(long, io.kvpool.Sequence, int, int...)} while it received.
      */
     ABORTED,
     /** No completion arrived by the deadline. */

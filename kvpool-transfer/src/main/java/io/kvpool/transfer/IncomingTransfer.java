@@ -39,6 +39,8 @@ public final class IncomingTransfer {
     String message;
     Admission.Decision admissionDecision;
     Sequence sequence;
+    /** {@link Sequence#structureVersion()} once its pages were allocated: a truncate or close since then changes it. */
+    long structureVersion;
     long[] handles;
     int transferId = -1;
     int generation;

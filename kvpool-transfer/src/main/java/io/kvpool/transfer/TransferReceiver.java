@@ -220,6 +220,8 @@ public final class TransferReceiver extends TransferEndpoint {
      * nothing for a decode that has no room (a reservation). The receiver takes the sequence over unless the call
      * throws for the sequence itself or for a closed receiver: on COMMITTED it is {@link IncomingTransfer#sequence()},
      * and every other outcome closes it, a rejection, a failure and an exception for the other arguments included.
+     * Until the transfer ends the caller must leave it alone: a sequence closed, truncated or appended to meanwhile
+     * fails the transfer ({@link FailureReason#ABORTED}) instead of committing KV that is no longer the request's.
      *
      * @param requestId    the request (keys checksums; must be the id the senders were offered)
      * @param admitted     the admitted sequence, without pages; admitted for at least {@code promptTokens}
@@ -351,6 +353,7 @@ public final class TransferReceiver extends TransferEndpoint {
             handles[i] = seq.pageHandle(i);
         }
         t.sequence = seq;
+        t.structureVersion = seq.structureVersion();
         t.handles = handles;
         t.expectedTokens = expected;
         t.transferId = slot;
@@ -729,7 +732,7 @@ public final class TransferReceiver extends TransferEndpoint {
     }
 
     private void verifyAndCommit(IncomingTransfer t, long now) {
-        if (verify(t, now) && fillLastPageTail(t, now)) {
+        if (sequenceUntouched(t, now) && verify(t, now) && fillLastPageTail(t, now)) {
             pool.handles().commitReceiveAll(t.handles, 0, t.handles.length);
             closeRegistrations(t);
             t.state = IncomingTransfer.State.COMMITTED;
@@ -765,6 +768,31 @@ public final class TransferReceiver extends TransferEndpoint {
         } catch (RuntimeException | InternalError e) { // InternalError: a fault in mapped memory (shm pools)
             return unverifiable(t, e, now);
         }
+    }
+
+    /**
+     * Checks that nobody changed the sequence while it received. It is the receiver's until the transfer ends, but the
+     * caller of {@link #start(long, Sequence, int, int...)} still holds it: a close, a truncate or an append there would
+     * commit a sequence that is not the request's KV. Truncate then append is the dangerous one: it swaps received
+     * pages for fresh ones that hold a free page's old bytes.
+     *
+     * @return whether it is as the transfer allocated it; else {@code t} has failed (ABORTED)
+     */
+    private boolean sequenceUntouched(IncomingTransfer t, long now) {
+        final Sequence seq = t.sequence;
+        final String change;
+        if (seq.isClosed()) {
+            change = "was closed";
+        } else if (seq.structureVersion() != t.structureVersion) {
+            change = "had pages removed or replaced (truncate)";
+        } else if (seq.pageCount() != t.handles.length || seq.tokenCount() != t.expectedTokens) {
+            change = "holds " + seq.tokenCount() + " tokens in " + seq.pageCount() + " pages (appended to)";
+        } else {
+            return true;
+        }
+        fail(t, FailureReason.ABORTED, "request " + t.requestId + ": its sequence " + change + " while it received "
+            + t.expectedTokens + " tokens in " + t.handles.length + " pages; it is the receiver's until the transfer ends", now);
+        return false;
     }
 
     /** Whether the storage's missing {@code fillTail} was logged (duty thread). */

@@ -6,6 +6,10 @@ import io.kvpool.Sequence;
 import io.kvpool.transfer.testkit.Kv;
 import org.junit.jupiter.api.Test;
 
+import java.util.LinkedHashMap;
+import java.util.Map;
+import java.util.function.Consumer;
+
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertSame;
 import static org.junit.jupiter.api.Assertions.assertFalse;
@@ -116,6 +120,40 @@ class ReceiverReservationTest {
             assertFalse(withPages.isClosed());
             withPages.close();
             assertEquals(0, rig.decode.snapshot().owned());
+        }
+    }
+
+    @Test
+    void aSequenceChangedWhileItReceivesFailsTheTransferAndEverythingIsFreed() {
+        // the caller keeps its reference to the sequence it handed over; a change there must not commit as the request's
+        // KV. Emptied and regrown is the dangerous one: same length, but fresh pages holding a free page's old bytes
+        final Map<String, Consumer<Sequence>> changes = new LinkedHashMap<>();
+        changes.put("was closed", Sequence::close);
+        changes.put("had pages removed or replaced", s -> s.truncate(5));
+        changes.put("had pages removed or replaced ", s -> {
+            s.truncate(0);
+            s.append(TOKENS);
+        });
+        changes.put("holds " + (TOKENS + 2) + " tokens in 5 pages", s -> s.append(2));
+        for (Map.Entry<String, Consumer<Sequence>> change : changes.entrySet()) {
+            try (Rig rig = new Rig()) {
+                final Sequence reserved = rig.decode.admit(TOKENS, 8).sequence();
+                rig.offer(7);
+                final IncomingTransfer t = rig.receiver.start(7, reserved, TOKENS, rig.rp);
+                assertEquals(IncomingTransfer.State.RECEIVING, t.state(), t::toString);
+                change.getValue().accept(reserved);
+                rig.run(200);
+                final String ctx = change.getKey() + ": " + t + " " + t.message();
+                assertEquals(IncomingTransfer.State.RELEASED, t.state(), ctx);
+                assertEquals(FailureReason.ABORTED, t.failure(), ctx);
+                assertTrue(t.message().contains("its sequence " + change.getKey().strip()), ctx);
+                assertTrue(reserved.isClosed(), "a failed transfer closes the sequence it took over: " + ctx);
+                assertEquals(0, rig.decode.snapshot().owned() + rig.decode.snapshot().receiving() + rig.decode.snapshot().reserved(),
+                    ctx + " " + rig.decode.snapshot());
+                rig.decode.verifyAccounting();
+                rig.run(20);
+                assertEquals(0, rig.prefill.snapshot().owned(), ctx + " prefill " + rig.prefill.snapshot());
+            }
         }
     }
 }
