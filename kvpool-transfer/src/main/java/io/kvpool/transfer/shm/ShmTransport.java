@@ -23,7 +23,7 @@ import java.util.function.Function;
  * ShmListener listener = ShmTransport.listen(socket, (MappedPageStorage) pool.storage());
  * ShmLink link = listener.accept();           // null until a sender's bootstrap arrived; never blocks
  * // sender
- * ShmLink link = ShmTransport.connect(socket); // then poll until link.isReady()
+ * ShmLink link = ShmTransport.connect(socket); // hand it to TransferSender.addPeer at once: its duty cycle polls it
  * }</pre>
  */
 public final class ShmTransport {
