@@ -6,10 +6,24 @@ import java.util.Objects;
  * The typed outcome of {@link KvPool#admit}: a request is admitted with a reservation, or refused with a
  * reason and the numbers behind it. Never a placeholder.
  *
+ * <p>An admitted request's reservation is held by its sequence until that is closed. Whoever takes it with
+ * {@link #sequence()} owns it; until then the admission does, and {@link #close()} gives the reservation back. So
+ * a caller that may leave before taking the sequence (a client gone, an exception) admits in a
+ * try-with-resources:
+ * <pre>{@code
+ * try (Admission a = pool.admit(prompt, maxNew, salt)) {
+ *     if (!a.admitted()) return refuse(a.message());
+ *     prepare();                       // throws: the reservation goes back with the admission
+ *     engine.run(a.sequence());        // taken: the engine closes it
+ * }
+ * }</pre>
+ *
  * <p>The allocation-free {@link KvPool#tryReserve} returns the same decisions as result codes:
  * {@link #CONTEXT_TOO_LONG}, {@link #EXCEEDS_POOL}, {@link #RETRY_LATER}.
+ *
+ * <p>Not thread-safe: one thread at a time uses an admission.
  */
-public final class Admission {
+public final class Admission implements AutoCloseable {
 
     /** Why a request was or was not admitted. */
     public enum Decision {
@@ -42,6 +56,8 @@ public final class Admission {
     private final long pagesInService;
     /** Tokens an admitted sequence got from the prefix cache (their pages are shared, not reserved). */
     private final int cachedTokens;
+    /** Whether {@link #sequence()} handed the sequence out: its caller owns it, and {@link #close()} leaves it. */
+    private boolean taken;
 
     Admission(Decision decision, Sequence sequence, long requestedTokens, long maxContextTokens, long pagesNeeded,
               long pagesAvailable, long pagesInService) {
@@ -72,15 +88,33 @@ public final class Admission {
     }
 
     /**
-     * {@return the admitted request's sequence} The caller owns it and must close it.
+     * {@return the admitted request's sequence} The caller owns it from then on and must close it; the admission's
+     * {@link #close()} no longer touches it. Every call returns the same sequence.
      *
-     * @throws IllegalStateException if the request was not admitted, with the reason
+     * @throws IllegalStateException if the request was not admitted, with the reason; or if the admission was closed
+     *                               before the sequence was taken (its reservation is gone)
      */
     public Sequence sequence() {
         if (sequence == null) {
             throw new IllegalStateException("request was not admitted: " + message());
         }
+        if (!taken && sequence.isClosed()) {
+            throw new IllegalStateException("admission closed before its sequence was taken: the reservation of "
+                + pagesNeeded + " pages was given back");
+        }
+        taken = true;
         return sequence;
+    }
+
+    /**
+     * Gives the reservation back if the request was admitted and {@link #sequence()} never handed its sequence out
+     * (closes that sequence). Does nothing otherwise: a sequence taken is its taker's to close. Idempotent.
+     */
+    @Override
+    public void close() {
+        if (sequence != null && !taken) {
+            sequence.close();
+        }
     }
 
     /** {@return {@code prompt + maxNewTokens} of the request} */

@@ -359,7 +359,8 @@ public final class KvPool implements AutoCloseable {
      * @param maxNewTokens tokens the request may generate, ≥ 0
      * @return the decision; on {@link Admission.Decision#ADMITTED} it carries a new {@link Sequence} with a
      *         reservation for every page the request can need under {@link ReservationPolicy#FULL} (the default),
-     *         for the prompt's pages only under {@link ReservationPolicy#PROMPT_ONLY}
+     *         for the prompt's pages only under {@link ReservationPolicy#PROMPT_ONLY}. The reservation is held until
+     *         that sequence is closed, or the admission if nobody took the sequence ({@link Admission#close()})
      * @throws IllegalArgumentException if {@code promptTokens < 1} or {@code maxNewTokens < 0}
      * @throws IllegalStateException    if the pool is closed
      */
@@ -377,7 +378,8 @@ public final class KvPool implements AutoCloseable {
      * @param promptTokenIds the prompt's token ids (length ≥ 1)
      * @param maxNewTokens   tokens the request may generate, ≥ 0
      * @param cacheSalt      the tenant's cache namespace; {@link PrefixHash#SHARED_SALT} only for opted-in sharing
-     * @return the decision; an admitted sequence's {@link Sequence#tokenCount()} is the number of cached tokens
+     * @return the decision; an admitted sequence's {@link Sequence#tokenCount()} is the number of cached tokens. As
+     *         for {@link #admit(int, int)}, close the sequence, or the admission if nobody took the sequence
      * @throws IllegalArgumentException if the prompt is empty or {@code maxNewTokens < 0}
      * @throws IllegalStateException    if the pool is closed
      */

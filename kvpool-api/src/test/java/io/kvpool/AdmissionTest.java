@@ -186,4 +186,37 @@ class AdmissionTest {
             prefill.cancelReservation(ofPrefill);
         }
     }
+
+    @Test
+    void anAdmissionClosedBeforeItsSequenceWasTakenGivesTheReservationBack() {
+        try (KvPool pool = TestPools.pool(8)) { // 8 pages × 4 tokens
+            try (Admission a = pool.admit(1, 31)) { // all 8 pages
+                assertTrue(a.admitted(), a::message);
+                assertEquals(Admission.Decision.RETRY_LATER, pool.admit(1, 3).decision(), "held while the admission is open");
+            } // left before taking the sequence: a client gone, an exception
+            assertEquals(0, pool.snapshot().reserved(), pool.snapshot()::toString);
+            assertEquals(0, pool.snapshot().openSequences());
+
+            final Admission closed = pool.admit(1, 31);
+            closed.close();
+            closed.close(); // idempotent
+            final IllegalStateException e = assertThrows(IllegalStateException.class, closed::sequence);
+            assertTrue(e.getMessage().contains("8 pages"), e::getMessage);
+
+            final Sequence taken;
+            try (Admission a = pool.admit(1, 31)) {
+                taken = a.sequence();
+                assertSame(taken, a.sequence(), "every call hands out the same sequence");
+            }
+            assertFalse(taken.isClosed(), "a sequence taken is its taker's: closing the admission leaves it");
+            taken.append(32);
+            assertEquals(8, pool.snapshot().owned());
+            taken.close();
+
+            try (Admission refused = pool.admit(40, 0)) {
+                assertFalse(refused.admitted()); // closing a refusal does nothing
+            }
+            assertEquals(0, pool.verifyAccounting().reserved());
+        }
+    }
 }
