@@ -377,14 +377,15 @@ public final class KvPool implements AutoCloseable {
      *
      * @param promptTokenIds the prompt's token ids (length ≥ 1)
      * @param maxNewTokens   tokens the request may generate, ≥ 0
-     * @param cacheSalt      the tenant's cache namespace; {@link PrefixHash#SHARED_SALT} only for opted-in sharing
+     * @param cacheSalt      the tenant's cache namespace, not 0; {@link PrefixHash#SHARED_SALT} only for opted-in sharing
      * @return the decision; an admitted sequence's {@link Sequence#tokenCount()} is the number of cached tokens. As
      *         for {@link #admit(int, int)}, close the sequence, or the admission if nobody took the sequence
-     * @throws IllegalArgumentException if the prompt is empty or {@code maxNewTokens < 0}
+     * @throws IllegalArgumentException if the prompt is empty, {@code maxNewTokens < 0} or {@code cacheSalt} is 0
      * @throws IllegalStateException    if the pool is closed
      */
     public Admission admit(int[] promptTokenIds, int maxNewTokens, long cacheSalt) {
         Objects.requireNonNull(promptTokenIds, "promptTokenIds");
+        PrefixCache.requireSalt(cacheSalt);
         return allocations.admit(promptTokenIds.length, maxNewTokens, promptTokenIds, cacheSalt);
     }
 

@@ -75,6 +75,18 @@ final class PrefixCache {
         return index.size();
     }
 
+    /**
+     * @param cacheSalt a salt a caller passed to admit or publish
+     * @throws IllegalArgumentException if it is 0, the value of a salt never set
+     */
+    static void requireSalt(long cacheSalt) {
+        if (cacheSalt == 0) {
+            throw new IllegalArgumentException("cache salt 0 is refused: it is what a salt that was never set holds, and a "
+                + "salt two tenants share shares their KV; pass the tenant's own salt, or PrefixHash.SHARED_SALT for "
+                + "content every tenant opts in to share");
+        }
+    }
+
     boolean isPublished(int slot) {
         return published[slot];
     }

@@ -23,12 +23,16 @@ package io.kvpool;
  */
 public final class PrefixHash {
 
-    /** Version of the algorithm above. */
-    public static final int VERSION = 1;
+    /** Version of the algorithm above, with {@link #SHARED_SALT} as one of its inputs. */
+    public static final int VERSION = 2;
     /** Parent hash of a sequence's first page. */
     public static final long ROOT = 0x6B7670_6F6F6C01L;
-    /** The salt for content every tenant has opted in to share. */
-    public static final long SHARED_SALT = 0L;
+    /**
+     * The salt for content every tenant has opted in to share: {@code "kvshared"} in ASCII. Not 0, which the pool
+     * refuses as a salt: it is what a {@code long} that was never set holds, and a salt shared by mistake shares KV
+     * across tenants.
+     */
+    public static final long SHARED_SALT = 0x6B76_7368_6172_6564L;
 
     private PrefixHash() {
     }
@@ -37,7 +41,7 @@ public final class PrefixHash {
      * Hashes one full page of tokens, chained to the page before it, in the given cache namespace.
      *
      * @param parent the previous page's hash, or {@link #ROOT}
-     * @param salt   the cache namespace (tenant)
+     * @param salt   the cache namespace (tenant); any value here, though the pool refuses 0
      * @param tokens token ids
      * @param from   index of the page's first token in {@code tokens}
      * @param count  tokens in the page

@@ -612,7 +612,7 @@ public final class Sequence implements AutoCloseable {
      *
      * @param tokenIds  the sequence's token ids from its first token, at least {@code tokenCount()} rounded
      *                  down to full pages
-     * @param cacheSalt the tenant's cache namespace; must equal the salt the sequence was admitted with, if any
+     * @param cacheSalt the tenant's cache namespace, not 0; must equal the salt the sequence was admitted with, if any
      * @throws IllegalStateException    with {@link FillMode#CANARY}, if a page to publish still holds the
      *                                  canary somewhere (its KV was never written, entirely or for some
      *                                  layer); or if the sequence or pool is closed; an
@@ -620,12 +620,13 @@ public final class Sequence implements AutoCloseable {
      *                                  for a remote writer (RECEIVING); a {@link StaleHandleException} if one was
      *                                  freed under the sequence; or if one already holds the most references a page
      *                                  can (the message names the count)
-     * @throws IllegalArgumentException if the sequence has a salt and {@code cacheSalt} differs from it, or
-     *                                  {@code tokenIds} is too short
+     * @throws IllegalArgumentException if {@code cacheSalt} is 0, the sequence has a salt and {@code cacheSalt} differs
+     *                                  from it, or {@code tokenIds} is too short
      */
     public void publish(int[] tokenIds, long cacheSalt) {
         ensureOpen();
         Objects.requireNonNull(tokenIds, "tokenIds");
+        PrefixCache.requireSalt(cacheSalt);
         if (hasSalt && cacheSalt != salt) {
             throw new IllegalArgumentException("sequence belongs to cache salt " + salt + ", cannot publish under " + cacheSalt);
         }

@@ -49,10 +49,10 @@ class AccountingCheckTest {
     private record Busy(Sequence open, long loose, int cachedSlot) {
         static Busy on(KvPool pool) {
             final int[] ids = IntStream.range(0, TPP + 1).toArray();
-            final Sequence publisher = pool.admit(ids, 0, 0).sequence();
+            final Sequence publisher = pool.admit(ids, 0, TestPools.SALT).sequence();
             publisher.append(ids.length);
             TokenTags.writeSequence(publisher, 1, 0, ids.length);
-            publisher.publish(ids, 0);
+            publisher.publish(ids, TestPools.SALT);
             final int cachedSlot = publisher.pageIndex(0);
             publisher.close(); // page 0 stays cached, page 1 goes back plain
             final Sequence open = pool.admit(TPP, 2 * TPP).sequence();

@@ -40,8 +40,8 @@ class AdmissionTest {
             assertThrows(IllegalArgumentException.class, () -> pool.admit(-1, 5));
             assertThrows(IllegalArgumentException.class, () -> pool.admit(5, -1));
             assertThrows(IllegalArgumentException.class, () -> pool.tryReserve(0, 0));
-            assertThrows(IllegalArgumentException.class, () -> pool.admit(new int[0], 1, 0));
-            assertThrows(NullPointerException.class, () -> pool.admit(null, 1, 0));
+            assertThrows(IllegalArgumentException.class, () -> pool.admit(new int[0], 1, TestPools.SALT));
+            assertThrows(NullPointerException.class, () -> pool.admit(null, 1, TestPools.SALT));
             final PoolSnapshot s = pool.verifyAccounting();
             assertEquals(0, s.reserved());
             assertEquals(0, s.rejectedContextTooLong() + s.rejectedExceedsPool() + s.retryLater());

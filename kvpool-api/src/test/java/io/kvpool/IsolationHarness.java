@@ -56,6 +56,11 @@ final class IsolationHarness {
         return 0x4000_0000_0000_0000L | ((long) tenant << 48) | ((long) (tokenId & 0xFFFF) << 24) | (position & 0xFFFFFF);
     }
 
+    /** @return the tenant's cache salt: its own, never 0 (refused) */
+    static long salt(int tenant) {
+        return 0x7E11A000L + tenant;
+    }
+
     static int tenantOf(long tag) {
         return (int) ((tag >>> 48) & 0x3FFF);
     }
@@ -91,7 +96,7 @@ final class IsolationHarness {
             truncate(pick());
         } else if (op < 74) {
             final Live l = pick();
-            l.seq.publish(ids(l), l.tenant);
+            l.seq.publish(ids(l), salt(l.tenant));
         } else if (op < 90) {
             close(live.remove(rnd.nextInt(live.size())));
         } else {
@@ -115,7 +120,7 @@ final class IsolationHarness {
         for (int i = 0; i < len; i++) {
             prompt[i] = shared && i < commonPrefixes[tenant].length ? commonPrefixes[tenant][i] : 100 + rnd.nextInt(50);
         }
-        final Admission a = pool.admit(prompt, rnd.nextInt(6), tenant);
+        final Admission a = pool.admit(prompt, rnd.nextInt(6), salt(tenant));
         if (!a.admitted()) {
             return;
         }

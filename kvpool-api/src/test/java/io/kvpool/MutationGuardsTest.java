@@ -37,25 +37,25 @@ class MutationGuardsTest {
     void aPageAPeerIsStillWritingIsNeverPublished() {
         try (KvPool pool = TestPools.pool(6)) {
             final int[] prompt = ids(2 * TPP + 1, 1);
-            final Sequence s = written(pool, prompt, 0);
+            final Sequence s = written(pool, prompt, TestPools.SALT);
             final long receiving = s.pageHandle(1);
             pool.handles().pinWriter(receiving); // a peer writes page 1 (RECEIVING)
-            final IllegalSlotTransitionException e = assertThrows(IllegalSlotTransitionException.class, () -> s.publish(prompt, 0));
+            final IllegalSlotTransitionException e = assertThrows(IllegalSlotTransitionException.class, () -> s.publish(prompt, TestPools.SALT));
             assertTrue(e.getMessage().contains("only OWNED pages can be published (page 1"), e.getMessage());
             assertEquals(0, pool.snapshot().publishedPrefixes(), "nothing is published, not even page 0");
             assertEquals(0, s.publishedPages());
             assertEquals(1, pool.refcountOfSlot(s.pageIndex(0)), "publish dropped the reference it took on page 0");
             assertEquals(1, pool.refcountOfSlot(s.pageIndex(1)));
             assertEquals(SlotState.RECEIVING, pool.stateOfSlot(s.pageIndex(1)));
-            final Sequence other = pool.admit(prompt, 0, 0).sequence();
+            final Sequence other = pool.admit(prompt, 0, TestPools.SALT).sequence();
             assertEquals(0, other.tokenCount(), "another request attached a page a peer was still writing");
             other.close();
             pool.handles().commitReceive(receiving); // the peer is done
-            s.publish(prompt, 0);
+            s.publish(prompt, TestPools.SALT);
             assertEquals(2, s.publishedPages());
             assertEquals(2, pool.snapshot().publishedPrefixes());
             assertEquals(1, pool.refcountOfSlot(s.pageIndex(0)));
-            final Sequence third = pool.admit(prompt, 0, 0).sequence();
+            final Sequence third = pool.admit(prompt, 0, TestPools.SALT).sequence();
             assertEquals(2 * TPP, third.tokenCount());
             third.close();
             s.close();
@@ -71,13 +71,13 @@ class MutationGuardsTest {
     void aCachedPageThatRetiresWhenRevivedIsNeitherAttachedNorLeftInTheIndex() {
         try (KvPool pool = TestPools.pool(4)) {
             final int[] prompt = ids(2 * TPP + 1, 2);
-            final Sequence a = written(pool, prompt, 0);
-            a.publish(prompt, 0);
+            final Sequence a = written(pool, prompt, TestPools.SALT);
+            a.publish(prompt, TestPools.SALT);
             final int first = a.pageIndex(0);
             a.close(); // both full pages cached, FREE
             assertEquals(2, pool.snapshot().cachedFree());
             pool.slotTable().forceGenerationOfFreeSlot(first, PageHandle.MAX_GENERATION); // its next tenancy cannot be tagged
-            final Sequence b = pool.admit(prompt, 0, 0).sequence();
+            final Sequence b = pool.admit(prompt, 0, TestPools.SALT).sequence();
             assertEquals(0, b.tokenCount(), "a page that retired on revival was attached");
             assertEquals(0, b.pageCount());
             assertEquals(3, b.reservedPages(), "no reserved page was consumed");
@@ -100,14 +100,14 @@ class MutationGuardsTest {
         builder.slotWords = n -> words[0] = new CountingHookWords(n);
         try (KvPool pool = builder.build()) {
             final int[] prompt = ids(TPP + 1, 3);
-            final Sequence a = written(pool, prompt, 0);
-            a.publish(prompt, 0);
+            final Sequence a = written(pool, prompt, TestPools.SALT);
+            a.publish(prompt, TestPools.SALT);
             final long shared = a.pageHandle(0);
             pool.retain(shared);
             a.close(); // page 0 is OWNED by the extra reference alone
             // admission reads page 0's word as OWNED; before its RETAIN the last reference goes (another thread, lock-free)
             words[0].arm(PageHandle.slot(shared), 0, () -> pool.release(shared));
-            final Sequence b = pool.admit(prompt, 0, 0).sequence();
+            final Sequence b = pool.admit(prompt, 0, TestPools.SALT).sequence();
             assertEquals(TPP, b.tokenCount(), "the page, freed a moment ago, is on its way to the LRU: attach must take it in first");
             assertEquals(PageHandle.slot(shared), b.pageIndex(0));
             assertNotEquals(shared, b.pageHandle(0), "revived as a new tenancy");
@@ -124,15 +124,15 @@ class MutationGuardsTest {
         builder.slotWords = n -> words[0] = SlotWords.ofArray(n);
         try (KvPool pool = builder.build()) {
             final int[] prompt = ids(TPP + 1, 8);
-            final Sequence a = written(pool, prompt, 0);
-            a.publish(prompt, 0);
+            final Sequence a = written(pool, prompt, TestPools.SALT);
+            a.publish(prompt, TestPools.SALT);
             final int slot = a.pageIndex(0);
             final long one = words[0].getVolatile(slot);
             // page 0 is OWNED and published, but holds the most references a page can have: RETAIN fails, and
             // the page is in no free structure, so it cannot be revived either
             words[0].setRelease(slot, SlotStateMachine.word(PageHandle.generation(a.pageHandle(0)), SlotStateMachine.OWNED,
                 SlotStateMachine.MAX_REFCOUNT));
-            final Sequence b = pool.admit(prompt, 0, 0).sequence();
+            final Sequence b = pool.admit(prompt, 0, TestPools.SALT).sequence();
             assertEquals(0, b.tokenCount(), "a page that took no reference was attached");
             assertEquals(0, b.pageCount());
             assertEquals(2, b.reservedPages(), "no reserved page was used or given back");
@@ -149,8 +149,8 @@ class MutationGuardsTest {
         final int pages = 11;
         try (KvPool pool = TestPools.builder(pages).build()) { // CANARY
             final int[] prompt = ids((pages - 1) * TPP + 1, 9);
-            final Sequence a = written(pool, prompt, 0);
-            a.publish(prompt, 0);
+            final Sequence a = written(pool, prompt, TestPools.SALT);
+            a.publish(prompt, TestPools.SALT);
             a.close(); // 10 pages cached (written, not filled), 1 plain
             assertEquals(pages - 1, pool.snapshot().cachedFree());
             final Sequence b = pool.admit(prompt.length, 0).sequence();
@@ -200,8 +200,8 @@ class MutationGuardsTest {
     void pagesFreedSinceTheLastAllocationAreTakenBeforeACachedPageIsEvicted() {
         try (KvPool pool = TestPools.pool(3)) {
             final int[] prompt = ids(TPP + 1, 4);
-            final Sequence a = written(pool, prompt, 0);
-            a.publish(prompt, 0);
+            final Sequence a = written(pool, prompt, TestPools.SALT);
+            a.publish(prompt, TestPools.SALT);
             a.close(); // one page cached, one plain
             final long loose = pool.tryAllocate();
             final Sequence b = pool.admit(2 * TPP, 0).sequence(); // the plain page and the cached one
@@ -211,7 +211,7 @@ class MutationGuardsTest {
             assertEquals(0, s.evictions(), "a cached prefix was evicted while a freed plain page waited");
             assertEquals(1, s.cachedFree());
             b.close();
-            final Sequence c = pool.admit(prompt, 0, 0).sequence();
+            final Sequence c = pool.admit(prompt, 0, TestPools.SALT).sequence();
             assertEquals(TPP, c.tokenCount(), "the prefix is still cached");
             c.close();
         }
@@ -335,10 +335,10 @@ class MutationGuardsTest {
         final long pinned = pool.tryAllocate();
         pool.handles().pinWriter(pinned); // keeps the storage after close, so the canary check still reads it
         final int[] prompt = ids(TPP + 1, 5);
-        final Sequence s = written(pool, prompt, 0);
+        final Sequence s = written(pool, prompt, TestPools.SALT);
         // publish has checked that the pool is open; it checks page 0 for the canary and meanwhile the pool closes
         words[0].arm(s.pageIndex(0), 0, pool::close);
-        assertThrows(IllegalStateException.class, () -> s.publish(prompt, 0));
+        assertThrows(IllegalStateException.class, () -> s.publish(prompt, TestPools.SALT));
         assertTrue(pool.isClosed());
         assertEquals(0, pool.snapshot().publishedPrefixes(), "nothing was published into the closed pool");
         pool.handles().commitReceive(pinned);
@@ -348,10 +348,10 @@ class MutationGuardsTest {
     void publishingAPageSomeoneElseFreedIsRefusedAndCountedAsStale() {
         try (KvPool pool = TestPools.builder(4).fillMode(FillMode.ZERO).build()) { // no canary check before publish
             final int[] prompt = ids(TPP + 1, 6);
-            final Sequence s = pool.admit(prompt, 0, 0).sequence();
+            final Sequence s = pool.admit(prompt, 0, TestPools.SALT).sequence();
             s.append(prompt.length);
             pool.release(s.pageHandle(0)); // a stray release frees the sequence's page 0
-            final StaleHandleException e = assertThrows(StaleHandleException.class, () -> s.publish(prompt, 0));
+            final StaleHandleException e = assertThrows(StaleHandleException.class, () -> s.publish(prompt, TestPools.SALT));
             assertTrue(e.getMessage().startsWith("RETAIN refused: stale handle "), e.getMessage());
             assertEquals(1, pool.snapshot().staleHandlesRefused());
             assertEquals(0, pool.snapshot().publishedPrefixes());
@@ -444,8 +444,8 @@ class MutationGuardsTest {
         final CountingFillStorage[] storage = new CountingFillStorage[1];
         try (KvPool pool = TestPools.builder(3).storage((l, n) -> storage[0] = new CountingFillStorage(l, n)).build()) {
             final int[] prompt = ids(TPP + 1, 10);
-            final Sequence a = written(pool, prompt, 0);
-            a.publish(prompt, 0);
+            final Sequence a = written(pool, prompt, TestPools.SALT);
+            a.publish(prompt, TestPools.SALT);
             final int cached = a.pageIndex(0);
             final int plain = a.pageIndex(1);
             a.close(); // page 0 cached (not filled), page 1 plain (filled)
@@ -536,10 +536,10 @@ class MutationGuardsTest {
     void withAdmissionRejectionOffAttachingMoreThanThePlaceholderReservedNeverGoesNegative() {
         try (KvPool pool = TestPools.builder(8).unsafeDisable(Safeguard.ADMISSION_REJECTION).build()) {
             final int[] prefix = ids(2 * TPP + 1, 7);
-            final Sequence owner = written(pool, prefix, 0);
-            owner.publish(prefix, 0); // two published pages, OWNED by owner
+            final Sequence owner = written(pool, prefix, TestPools.SALT);
+            owner.publish(prefix, TestPools.SALT); // two published pages, OWNED by owner
             final int[] tooLong = java.util.Arrays.copyOf(prefix, (int) pool.maxContextTokens() + TPP);
-            final Sequence placeholder = pool.admit(tooLong, 0, 0).sequence(); // one page reserved, whatever it asked for
+            final Sequence placeholder = pool.admit(tooLong, 0, TestPools.SALT).sequence(); // one page reserved, whatever it asked for
             assertEquals(2 * TPP, placeholder.tokenCount(), "both shared pages attached");
             assertEquals(0, placeholder.reservedPages());
             final PoolSnapshot s = pool.verifyAccounting();
@@ -595,7 +595,7 @@ class MutationGuardsTest {
             final int slot = PageHandle.slot(h);
             final long one = words[0].getVolatile(slot);
             words[0].setRelease(slot, SlotStateMachine.word(PageHandle.generation(h), SlotStateMachine.OWNED, SlotStateMachine.MAX_REFCOUNT));
-            final IllegalStateException e = assertThrows(IllegalStateException.class, () -> s.publish(new int[] {1, 2, 3, 4}, 0));
+            final IllegalStateException e = assertThrows(IllegalStateException.class, () -> s.publish(new int[] {1, 2, 3, 4}, TestPools.SALT));
             assertEquals("RETAIN refused: " + PageHandle.toString(h) + " already has " + SlotStateMachine.MAX_REFCOUNT + " references",
                 e.getMessage(), "an OWNED page is not refused as if it were not OWNED");
             words[0].setRelease(slot, one);

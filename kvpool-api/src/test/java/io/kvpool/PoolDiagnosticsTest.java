@@ -204,11 +204,11 @@ class PoolDiagnosticsTest {
     void everyGaugeAndCounterReadsWhatTheSnapshotSays() {
         try (KvPool pool = TestPools.pool(16)) {
             final int[] ids = IntStream.range(0, TPP + 1).toArray();
-            final Sequence publisher = pool.admit(ids, 0, 0).sequence();
+            final Sequence publisher = pool.admit(ids, 0, TestPools.SALT).sequence();
             publisher.append(ids.length);
             TokenTags.writeSequence(publisher, 1, 0, ids.length);
-            publisher.publish(ids, 0);
-            final Sequence attached = pool.admit(ids, TPP, 0).sequence(); // a prefix hit
+            publisher.publish(ids, TestPools.SALT);
+            final Sequence attached = pool.admit(ids, TPP, TestPools.SALT).sequence(); // a prefix hit
             publisher.close();
             final long receiving = pool.tryAllocate();
             final long draining = pool.tryAllocate();

@@ -109,11 +109,11 @@ class PoolLifecycleEdgeTest {
         try (KvPool pool = TestPools.pool(2)) {
             AdmissionTest.slots(pool).forceGenerationOfFreeSlot(0, PageHandle.MAX_GENERATION - 1);
             final int[] ids = {1, 2, 3, 4, 5};
-            final Sequence s = pool.admit(ids, 0, 0).sequence();
+            final Sequence s = pool.admit(ids, 0, TestPools.SALT).sequence();
             s.append(5);
             assertEquals(0, s.pageIndex(0));
             TokenTags.writeSequence(s, 1, 0, 5);
-            s.publish(ids, 0);
+            s.publish(ids, TestPools.SALT);
             assertEquals(1, pool.snapshot().publishedPrefixes());
             s.close(); // slot 0's last tenancy ends: RETIRED, and out of the index
             final PoolSnapshot snap = pool.verifyAccounting();

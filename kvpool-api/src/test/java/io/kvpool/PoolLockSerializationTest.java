@@ -180,13 +180,13 @@ class PoolLockSerializationTest {
             final Sequence toTopUp = pool.admit(2 * TPP, 0).sequence();
             toTopUp.append(2 * TPP);
             final int[] published = ids(2 * TPP, 1);
-            final Sequence toUnpublish = written(pool, published, 0, 2 * TPP);
-            toUnpublish.publish(published, 0);
+            final Sequence toUnpublish = written(pool, published, TestPools.SALT, 2 * TPP);
+            toUnpublish.publish(published, TestPools.SALT);
             final Sequence toFork = pool.admit(TPP, TPP).sequence();
             toFork.append(TPP);
             final Sequence toClose = pool.admit(TPP, 0).sequence();
             final int[] unpublished = ids(TPP + 1, 2);
-            final Sequence toPublish = written(pool, unpublished, 0, TPP + 1);
+            final Sequence toPublish = written(pool, unpublished, TestPools.SALT, TPP + 1);
             final long toPin = pool.tryAllocate();
             final long shared = pool.tryAllocate();
             final Sequence roomy = pool.admit(TPP, 0).sequence();
@@ -209,7 +209,7 @@ class PoolLockSerializationTest {
                 w.start("truncate (unpublish)", () -> toUnpublish.truncate(2 * TPP - 2));
                 w.start("fork", () -> results[2] = toFork.fork());
                 w.start("close a sequence", toClose::close);
-                w.start("publish", () -> toPublish.publish(unpublished, 0));
+                w.start("publish", () -> toPublish.publish(unpublished, TestPools.SALT));
                 w.start("pinWriter", () -> pool.handles().pinWriter(toPin));
                 w.start("snapshot", pool::snapshot);
 
@@ -304,8 +304,8 @@ class PoolLockSerializationTest {
         try (KvPool pool = pool(4, words)) {
             pool.slotTable().forceGenerationOfFreeSlot(0, PageHandle.MAX_GENERATION - 1); // slot 0 is allocated first
             final int[] prompt = ids(TPP + 1, 3);
-            final Sequence s = written(pool, prompt, 0, TPP + 1);
-            s.publish(prompt, 0);
+            final Sequence s = written(pool, prompt, TestPools.SALT, TPP + 1);
+            s.publish(prompt, TestPools.SALT);
             final long last = s.pageHandle(0);
             assertEquals(PageHandle.MAX_GENERATION, PageHandle.generation(last));
             pool.retain(last);

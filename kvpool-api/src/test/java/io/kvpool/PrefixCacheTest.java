@@ -74,8 +74,8 @@ class PrefixCacheTest {
     void theLastPromptTokenIsNeverTakenFromTheCache() {
         try (KvPool pool = TestPools.pool(16)) {
             final int[] prompt = tokens(8, 2); // exactly 2 pages
-            prefill(pool, prompt, 0, 1).close();
-            final Sequence b = pool.admit(prompt, 0, 0).sequence();
+            prefill(pool, prompt, TestPools.SALT, 1).close();
+            final Sequence b = pool.admit(prompt, 0, TestPools.SALT).sequence();
             assertEquals(4, b.tokenCount(), "only (8 - 1) / 4 = 1 page attached");
             b.close();
         }
@@ -101,13 +101,13 @@ class PrefixCacheTest {
     void unreferencedCachedPagesAreRevivedWithANewGeneration() {
         try (KvPool pool = TestPools.pool(16)) {
             final int[] prompt = tokens(9, 4);
-            final Sequence a = prefill(pool, prompt, 0, 1);
+            final Sequence a = prefill(pool, prompt, TestPools.SALT, 1);
             final long oldHandle = a.pageHandle(0);
             a.close();
             PoolSnapshot s = pool.verifyAccounting();
             assertEquals(2, s.cachedFree());
             assertEquals(16, s.free());
-            final Sequence b = pool.admit(prompt, 0, 0).sequence();
+            final Sequence b = pool.admit(prompt, 0, TestPools.SALT).sequence();
             assertEquals(8, b.tokenCount());
             assertEquals(PageHandle.slot(oldHandle), b.pageIndex(0));
             assertNotEquals(oldHandle, b.pageHandle(0), "revival is a new tenancy");
@@ -123,8 +123,8 @@ class PrefixCacheTest {
         try (KvPool pool = TestPools.pool(4)) {
             final int[] p1 = tokens(5, 5);
             final int[] p2 = tokens(5, 6);
-            prefill(pool, p1, 0, 1).close(); // cached page A (older)
-            prefill(pool, p2, 0, 2).close(); // cached page B (newer)
+            prefill(pool, p1, TestPools.SALT, 1).close(); // cached page A (older)
+            prefill(pool, p2, TestPools.SALT, 2).close(); // cached page B (newer)
             assertEquals(2, pool.snapshot().cachedFree());
             final Sequence filler = pool.admit(8, 0).sequence();
             filler.append(8); // 2 plain free pages were available: no eviction yet
@@ -135,10 +135,10 @@ class PrefixCacheTest {
             big.append(12); // needs 3 pages: 2 plain, then evicts the LRU cached page (p1's)
             assertEquals(1, pool.snapshot().evictions());
             big.close();
-            final Sequence again1 = pool.admit(p1, 0, 0).sequence();
+            final Sequence again1 = pool.admit(p1, 0, TestPools.SALT).sequence();
             assertEquals(0, again1.tokenCount(), "p1's page, the least recently used, was evicted");
             again1.close();
-            final Sequence again2 = pool.admit(p2, 0, 0).sequence();
+            final Sequence again2 = pool.admit(p2, 0, TestPools.SALT).sequence();
             assertEquals(4, again2.tokenCount(), "p2's page is still cached");
             again2.close();
             pool.verifyAccounting();
@@ -149,10 +149,10 @@ class PrefixCacheTest {
     void anEvictedPageIsFilledBeforeItsNextTenantSeesIt() {
         try (KvPool pool = TestPools.pool(2)) {
             final int[] p = tokens(5, 7);
-            final Sequence a = pool.admit(p, 0, 0).sequence();
+            final Sequence a = pool.admit(p, 0, TestPools.SALT).sequence();
             a.append(5);
             writeSequence(a, 1, 0, 5);
-            a.publish(p, 0);
+            a.publish(p, TestPools.SALT);
             final int cachedSlot = a.pageIndex(0);
             a.close();
             final long plain = pool.tryAllocate();
@@ -260,11 +260,11 @@ class PrefixCacheTest {
     void truncatingIntoAPublishedPageCopiesItBeforeTheNextWriteWhenSharedAndUnpublishesItWhenNot() {
         try (KvPool pool = TestPools.pool(8)) {
             final int[] p = tokens(8, 8);
-            final Sequence a = pool.admit(p, 4, 0).sequence();
+            final Sequence a = pool.admit(p, 4, TestPools.SALT).sequence();
             a.append(8);
             writeSequence(a, 1, 0, 8);
-            a.publish(p, 0);
-            final Sequence holder = pool.admit(tokens(9, 8), 0, 0).sequence(); // attaches both pages: page 1 is shared
+            a.publish(p, TestPools.SALT);
+            final Sequence holder = pool.admit(tokens(9, 8), 0, TestPools.SALT).sequence(); // attaches both pages: page 1 is shared
             assertEquals(8, holder.tokenCount());
             final int publishedSlot = a.pageIndex(1);
             a.truncate(6); // page 1 becomes partial but holds a published prefix someone else holds too
@@ -272,7 +272,7 @@ class PrefixCacheTest {
             assertNotEquals(publishedSlot, a.pageIndex(1), "copy-on-write of an immutable, shared page");
             writeSequence(a, 9, 6, 7);
             holder.close();
-            final Sequence b = pool.admit(tokens(9, 8), 0, 0).sequence();
+            final Sequence b = pool.admit(tokens(9, 8), 0, TestPools.SALT).sequence();
             assertEquals(8, b.tokenCount());
             for (int t = 0; t < 8; t++) {
                 assertEquals(tag(1, t), readSequence(b, t), "the cache still serves the original prefix, token " + t);
@@ -283,20 +283,44 @@ class PrefixCacheTest {
         }
         try (KvPool pool = TestPools.pool(8)) {
             final int[] p = tokens(8, 8);
-            final Sequence a = pool.admit(p, 4, 0).sequence();
+            final Sequence a = pool.admit(p, 4, TestPools.SALT).sequence();
             a.append(8);
             writeSequence(a, 1, 0, 8);
-            a.publish(p, 0);
+            a.publish(p, TestPools.SALT);
             final int publishedSlot = a.pageIndex(1);
             a.truncate(6); // only a holds page 1: it leaves the cache and is written in place
             a.append(1);
             assertEquals(publishedSlot, a.pageIndex(1), "no copy for a page only this sequence holds");
             writeSequence(a, 9, 6, 7);
-            final Sequence b = pool.admit(tokens(9, 8), 0, 0).sequence();
+            final Sequence b = pool.admit(tokens(9, 8), 0, TestPools.SALT).sequence();
             assertEquals(4, b.tokenCount(), "only the first page is still a cached prefix; the changed one is not served");
             assertEquals(tag(1, 3), readSequence(b, 3));
             b.close();
             a.close();
+            pool.verifyAccounting();
+        }
+    }
+
+    @Test
+    void aSaltThatWasNeverSetIsRefusedAndChangesNothing() {
+        // 0 is what an unset long holds: taken as a salt, it would put every such tenant in one namespace
+        try (KvPool pool = TestPools.pool(8)) {
+            final int[] prompt = tokens(9, 8);
+            final IllegalArgumentException admit = assertThrows(IllegalArgumentException.class, () -> pool.admit(prompt, 0, 0));
+            assertTrue(admit.getMessage().contains("salt 0") && admit.getMessage().contains("SHARED_SALT"), admit::getMessage);
+            assertEquals(0, pool.snapshot().openSequences());
+            assertEquals(0, pool.snapshot().reserved());
+
+            final Sequence s = prefill(pool, prompt, PrefixHash.SHARED_SALT, 1); // the shared namespace is named, not 0
+            assertEquals(2, s.publishedPages());
+            try (Sequence unsalted = pool.admit(prompt.length, 0).sequence()) {
+                unsalted.append(prompt.length);
+                TokenTags.writeSequence(unsalted, 2, 0, prompt.length);
+                assertThrows(IllegalArgumentException.class, () -> unsalted.publish(prompt, 0));
+                assertEquals(0, unsalted.publishedPages());
+            }
+            s.close();
+            assertNotEquals(0, PrefixHash.SHARED_SALT);
             pool.verifyAccounting();
         }
     }

@@ -157,16 +157,16 @@ class SequenceContractTest {
     void pagesPublishedAfterAnAttachedPrefixChainOntoIt() {
         try (KvPool pool = TestPools.pool(16)) {
             final int[] prompt = ids(3 * TPP + 1, 2);
-            final Sequence first = pool.admit(prompt, 0, 0).sequence();
+            final Sequence first = pool.admit(prompt, 0, TestPools.SALT).sequence();
             first.append(TPP);
             TokenTags.writeSequence(first, 1, 0, TPP);
-            first.publish(prompt, 0);
-            final Sequence second = pool.admit(prompt, 0, 0).sequence();
+            first.publish(prompt, TestPools.SALT);
+            final Sequence second = pool.admit(prompt, 0, TestPools.SALT).sequence();
             assertEquals(TPP, second.tokenCount(), "page 0 attached");
             second.append(prompt.length - TPP);
             TokenTags.writeSequence(second, 1, TPP, prompt.length);
-            second.publish(prompt, 0); // pages 1 and 2, chained from the attached page 0
-            final Sequence third = pool.admit(prompt, 0, 0).sequence();
+            second.publish(prompt, TestPools.SALT); // pages 1 and 2, chained from the attached page 0
+            final Sequence third = pool.admit(prompt, 0, TestPools.SALT).sequence();
             assertEquals(3 * TPP, third.tokenCount());
             third.close();
             second.close();
@@ -178,11 +178,11 @@ class SequenceContractTest {
     void publishingWithTooFewTokenIdsIsRefused() {
         try (KvPool pool = TestPools.pool(4)) {
             final int[] prompt = ids(2 * TPP, 3);
-            final Sequence s = pool.admit(prompt, 0, 0).sequence();
+            final Sequence s = pool.admit(prompt, 0, TestPools.SALT).sequence();
             s.append(2 * TPP);
             TokenTags.writeSequence(s, 1, 0, 2 * TPP);
             final IllegalArgumentException e = assertThrows(IllegalArgumentException.class,
-                () -> s.publish(java.util.Arrays.copyOf(prompt, 2 * TPP - 1), 0));
+                () -> s.publish(java.util.Arrays.copyOf(prompt, 2 * TPP - 1), TestPools.SALT));
             assertEquals("need token ids for 8 tokens (2 full pages), got 7", e.getMessage());
             assertEquals(0, pool.snapshot().publishedPrefixes());
             s.close();

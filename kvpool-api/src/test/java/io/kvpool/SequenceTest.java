@@ -156,7 +156,7 @@ class SequenceTest {
             assertThrows(IllegalStateException.class, s::fork);
             assertThrows(IllegalStateException.class, () -> s.append(1));
             assertThrows(IllegalStateException.class, () -> s.truncate(0));
-            assertThrows(IllegalStateException.class, () -> s.publish(new int[4], 0));
+            assertThrows(IllegalStateException.class, () -> s.publish(new int[4], TestPools.SALT));
             assertEquals(4, pool.verifyAccounting().free());
         }
     }
