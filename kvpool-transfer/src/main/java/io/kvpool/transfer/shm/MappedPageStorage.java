@@ -80,9 +80,13 @@ public final class MappedPageStorage implements PageStorage {
     }
 
     /**
-     * Creates (or replaces) the file, maps it, fills every page with the canary and writes the header.
-     * The file is readable and writable by its owner only (where the file system supports POSIX
-     * permissions). Usable as a pool's storage factory:
+     * Creates the file, maps it, fills every page with the canary and writes the header. The file is made under a
+     * temporary name next to {@code file} and renamed onto it once whole, so nothing half-made ever sits at the path. A
+     * pool file already there is replaced (a receiver restarted on its path while its predecessor shuts down); if its
+     * creator still runs, a WARNING names it, since two receivers given one path cut the first off its new senders.
+     * Anything else at the path is not replaced: a wrong path must not delete someone's data. The file is readable
+     * and writable by its owner only (where the file system supports POSIX permissions). Usable as a pool's storage
+     * factory:
      * {@code KvPool.builder(layout).storage((l, n) -> MappedPageStorage.create(path, l, n))}.
      *
      * @param file   where to create the file (on tmpfs, ideally)
@@ -92,7 +96,8 @@ public final class MappedPageStorage implements PageStorage {
      * @throws IllegalArgumentException if {@code pages < 1} or the size overflows
      * @throws UncheckedIOException     if the file cannot be created or mapped, or its file system has less room than
      *                                  the file needs (both numbers in the message): the pages are written at once, and
-     *                                  a tmpfs that runs out while they are would fault instead
+     *                                  a tmpfs that runs out while they are would fault instead; or if the path holds
+     *                                  something other than a pool file
      * @throws InternalError            rarely, if the room went elsewhere after the check: a fault of the fill that
      *                                  the JVM reports after this method's own handler ({@link #map(Path)})
      */
@@ -106,30 +111,34 @@ public final class MappedPageStorage implements PageStorage {
         final Arena arena = Arena.ofShared();
         boolean created = false;
         HostPageStorage host = null;
+        final long pid = ProcessHandle.current().pid();
+        final Path building = file.resolveSibling("." + file.getFileName() + CREATING + pid + "-"
+            + Long.toHexString(new SecureRandom().nextLong() >>> 1));
         try {
-            Files.deleteIfExists(file);
+            requirePoolFileOrNothing(file); // before the work, and again before the rename
+            sweepStaleTemporaries(file);
             if (FileSystems.getDefault().supportedFileAttributeViews().contains("posix")) {
-                Files.createFile(file, PosixFilePermissions.asFileAttribute(PosixFilePermissions.fromString("rw-------")));
+                Files.createFile(building, PosixFilePermissions.asFileAttribute(PosixFilePermissions.fromString("rw-------")));
             } else {
-                Files.createFile(file);
+                Files.createFile(building);
             }
             created = true;
             // The canary fill below writes every page of a sparse file: on a tmpfs without room for them that write
             // faults (an InternalError from mapped memory), so the room is checked first, with the numbers
             // (a file system that reports no size at all, as hugetlbfs without size= and some FUSE mounts do, is not
             // checked: its room is unknown, not zero)
-            final java.nio.file.FileStore store = Files.getFileStore(file);
+            final java.nio.file.FileStore store = Files.getFileStore(building);
             final long usable = store.getUsableSpace();
             if (store.getTotalSpace() > 0 && usable < size) {
                 throw new IOException("its file system has " + usable + " bytes free");
             }
-            final Object fileKey = Objects.requireNonNullElse(Files.readAttributes(file, BasicFileAttributes.class).fileKey(), ANY_FILE);
+            // a rename keeps the file (and so its key): the owner's close deletes the path only while it names this file
+            final Object fileKey = Objects.requireNonNullElse(Files.readAttributes(building, BasicFileAttributes.class).fileKey(), ANY_FILE);
             final MemorySegment mapping;
-            try (FileChannel ch = FileChannel.open(file, StandardOpenOption.READ, StandardOpenOption.WRITE)) {
+            try (FileChannel ch = FileChannel.open(building, StandardOpenOption.READ, StandardOpenOption.WRITE)) {
                 mapping = ch.map(FileChannel.MapMode.READ_WRITE, 0, size, arena);
             }
             final long identity = new SecureRandom().nextLong() | 1; // never 0 (0 means "no pool" in the bootstrap)
-            final long pid = ProcessHandle.current().pid();
             // the header first, all but its magic: after the storage over the pages exists, as little as possible
             // may fault (a late fault of the fill is caught below, and must close that storage too)
             mapping.set(INT, OFF_VERSION, FORMAT_VERSION);
@@ -147,24 +156,33 @@ public final class MappedPageStorage implements PageStorage {
             afterOver(host);
             VarHandle.fullFence();
             mapping.set(LONG, OFF_MAGIC, MAGIC);
+            requirePoolFileOrNothing(file);
+            warnIfItsCreatorRuns(file);
+            moveOnto(building, file);
+            created = false; // it is the file at the path now
             return new MappedPageStorage(file, true, identity, pid, mapping, host);
         } catch (IOException e) {
             closeQuietly(host, arena);
-            deleteIfCreated(created, file);
+            deleteIfCreated(created, building);
             throw new UncheckedIOException("cannot create the mapped pool file " + file + " of " + size + " bytes ("
                 + pages + " pages of " + layout.bytesPerPage() + " bytes): " + e.getMessage(), e);
         } catch (InternalError e) { // a fault in mapped memory: the room went to someone else after the check
             closeQuietly(host, arena);
-            deleteIfCreated(created, file);
+            deleteIfCreated(created, building);
             throw new UncheckedIOException("cannot fill the mapped pool file " + file + " of " + size + " bytes (" + pages
                 + " pages of " + layout.bytesPerPage() + " bytes): a write faulted; is its file system full?",
                 new IOException(e.toString(), e));
         } catch (RuntimeException | Error e) {
             closeQuietly(host, arena);
-            deleteIfCreated(created, file);
+            deleteIfCreated(created, building);
             throw e;
         }
     }
+
+    /** Infix of the name a pool file is built under: {@code .<name>.creating-<pid>-<random>} next to it. */
+    private static final String CREATING = ".creating-";
+
+    private static final System.Logger LOG = System.getLogger(MappedPageStorage.class.getName());
 
     /**
      * Maps an existing pool file read-write (the sender's view), taking the layout from its header.
@@ -296,6 +314,87 @@ public final class MappedPageStorage implements PageStorage {
                 }
             }
         };
+    }
+
+    /**
+     * Refuses a path that holds something other than a pool file: a directory, a link, or a file without the
+     * magic. Reads the header only; maps nothing.
+     *
+     * @throws IOException saying what is there
+     */
+    private static void requirePoolFileOrNothing(Path file) throws IOException {
+        final BasicFileAttributes a;
+        try {
+            a = Files.readAttributes(file, BasicFileAttributes.class, java.nio.file.LinkOption.NOFOLLOW_LINKS);
+        } catch (java.nio.file.NoSuchFileException e) {
+            return;
+        }
+        if (!a.isRegularFile()) {
+            throw new IOException("the path holds a " + (a.isSymbolicLink() ? "symbolic link" : a.isDirectory() ? "directory"
+                : "special file") + ", not a pool file; refusing to replace it");
+        }
+        final java.nio.ByteBuffer magic = java.nio.ByteBuffer.allocate(8).order(java.nio.ByteOrder.LITTLE_ENDIAN);
+        // NOFOLLOW: a link swapped in since the check is refused by the open, not followed
+        try (FileChannel ch = FileChannel.open(file, StandardOpenOption.READ, java.nio.file.LinkOption.NOFOLLOW_LINKS)) {
+            while (magic.hasRemaining() && ch.read(magic) >= 0) {
+                // a file shorter than 8 bytes ends the loop with a partial read
+            }
+        }
+        if (magic.hasRemaining() || magic.getLong(0) != MAGIC) {
+            throw new IOException("the path holds a " + a.size() + "-byte file that is not a kvpool pool file (no magic 0x"
+                + Long.toHexString(MAGIC) + "); refusing to replace it");
+        }
+    }
+
+    /** Logs a WARNING if the pool file at {@code file} names a creator that still runs (or whose pid was reused). */
+    private static void warnIfItsCreatorRuns(Path file) {
+        final long pid;
+        try (FileChannel ch = FileChannel.open(file, StandardOpenOption.READ)) {
+            final java.nio.ByteBuffer b = java.nio.ByteBuffer.allocate(8).order(java.nio.ByteOrder.LITTLE_ENDIAN);
+            if (ch.read(b, OFF_PID) < 8) {
+                return;
+            }
+            pid = b.getLong(0);
+        } catch (IOException e) {
+            return; // gone meanwhile, or unreadable: nothing to say
+        }
+        if (pid > 0 && ProcessHandle.of(pid).filter(ProcessHandle::isAlive).isPresent()) {
+            LOG.log(System.Logger.Level.WARNING, "replacing the pool file " + file + " of process " + pid + ", which still runs"
+                + (pid == ProcessHandle.current().pid() ? " (this process)" : "") + ": right if it is the receiver this one "
+                + "succeeds and is shutting down; if not, two receivers share one path, and new senders of that one map this "
+                + "file and are refused (the pool identity differs)");
+        }
+    }
+
+    /** Renames the finished file onto {@code file}, atomically where the file system can. */
+    private static void moveOnto(Path building, Path file) throws IOException {
+        try {
+            Files.move(building, file, java.nio.file.StandardCopyOption.ATOMIC_MOVE);
+        } catch (java.nio.file.AtomicMoveNotSupportedException e) {
+            Files.move(building, file, java.nio.file.StandardCopyOption.REPLACE_EXISTING);
+        }
+    }
+
+    /** Deletes what creates that died left next to {@code file}: temporaries whose process no longer runs. Best effort. */
+    private static void sweepStaleTemporaries(Path file) {
+        final Path dir = file.toAbsolutePath().getParent();
+        final String prefix = "." + file.getFileName() + CREATING;
+        try (java.nio.file.DirectoryStream<Path> ds = Files.newDirectoryStream(dir, p -> p.getFileName().toString().startsWith(prefix))) {
+            for (Path p : ds) {
+                final String rest = p.getFileName().toString().substring(prefix.length());
+                final int dash = rest.indexOf('-');
+                try {
+                    final long pid = Long.parseLong(dash < 0 ? rest : rest.substring(0, dash));
+                    if (ProcessHandle.of(pid).filter(ProcessHandle::isAlive).isEmpty()) {
+                        Files.deleteIfExists(p);
+                    }
+                } catch (NumberFormatException | IOException ignored) {
+                    // not one of ours, or gone meanwhile
+                }
+            }
+        } catch (IOException | RuntimeException ignored) {
+            // an unreadable directory: the create itself will say so
+        }
     }
 
     /** The file key of a file system without file keys: the owner deletes whatever is at the path, as before. */

@@ -254,4 +254,71 @@ class MappedPageStorageTest {
         assertTrue(mapped > 0 && faulted > 0, "mapped " + mapped + ", refused " + refused + " (" + faulted
             + " for a fault), " + late + " faults reported after map returned: the fault under a map was never reproduced");
     }
+
+    private static long aPidThatExited() throws Exception {
+        final Process p = new ProcessBuilder("true").start();
+        p.waitFor();
+        return p.pid();
+    }
+
+    @Test
+    void aCreateReplacesOnlyAPoolFileAndNeverShowsAHalfMadeOne() throws Exception {
+        final Path f = dir.resolve("pool");
+        final boolean[] atPathWhileFilling = new boolean[1];
+        MappedPageStorage.afterOverForTests = h -> atPathWhileFilling[0] = Files.exists(f);
+        try {
+            MappedPageStorage.create(f, LAYOUT, 3).close();
+        } finally {
+            MappedPageStorage.afterOverForTests = null;
+        }
+        assertFalse(atPathWhileFilling[0], "the file is built under another name and renamed onto the path once whole");
+
+        try (MappedPageStorage predecessor = MappedPageStorage.create(f, LAYOUT, 3);
+             MappedPageStorage successor = MappedPageStorage.create(f, LAYOUT, 3)) { // a restart on the same path
+            try (MappedPageStorage view = MappedPageStorage.map(f)) {
+                assertEquals(successor.identity(), view.identity());
+                assertNotEquals(predecessor.identity(), view.identity());
+            }
+        }
+        try (java.util.stream.Stream<Path> left = Files.list(dir)) {
+            assertEquals(java.util.List.of(), left.toList(), "no pool file and no temporary left");
+        }
+
+        // a wrong path must not delete someone's data
+        final Path notOurs = dir.resolve("notes.txt");
+        final String text = "somebody's data, at a path a receiver was wrongly given\n".repeat(4);
+        Files.writeString(notOurs, text);
+        final java.io.UncheckedIOException e = assertThrows(java.io.UncheckedIOException.class,
+            () -> MappedPageStorage.create(notOurs, LAYOUT, 3));
+        assertTrue(e.getMessage().contains(text.length() + "-byte file that is not a kvpool pool file"), e::getMessage);
+        assertEquals(text, Files.readString(notOurs), "left as it was");
+        for (String content : new String[] {"", "x", "\0".repeat(4096)}) { // short, empty or zeros: not ours either
+            final Path p = Files.writeString(dir.resolve("other"), content);
+            assertThrows(java.io.UncheckedIOException.class, () -> MappedPageStorage.create(p, LAYOUT, 3), content.length() + " bytes");
+            assertEquals(content, Files.readString(p));
+            Files.delete(p);
+        }
+        final Path target = Files.writeString(dir.resolve("target"), "data");
+        final Path link = Files.createSymbolicLink(dir.resolve("link"), target);
+        final java.io.UncheckedIOException viaLink = assertThrows(java.io.UncheckedIOException.class,
+            () -> MappedPageStorage.create(link, LAYOUT, 3));
+        assertTrue(viaLink.getMessage().contains("symbolic link"), viaLink::getMessage);
+        assertEquals("data", Files.readString(target));
+        final java.io.UncheckedIOException onDir = assertThrows(java.io.UncheckedIOException.class,
+            () -> MappedPageStorage.create(dir, LAYOUT, 3));
+        assertTrue(onDir.getMessage().contains("directory"), onDir::getMessage);
+        assertTrue(Files.isDirectory(dir));
+    }
+
+    @Test
+    void aCreateSweepsTheTemporariesOfCreatesThatDied() throws Exception {
+        final Path f = dir.resolve("pool");
+        final Path dead = Files.createFile(dir.resolve(".pool.creating-" + aPidThatExited() + "-1f"));
+        final Path alive = Files.createFile(dir.resolve(".pool.creating-" + ProcessHandle.current().pid() + "-2f"));
+        final Path otherPool = Files.createFile(dir.resolve(".pool2.creating-" + aPidThatExited() + "-3f"));
+        MappedPageStorage.create(f, LAYOUT, 3).close();
+        assertFalse(Files.exists(dead), "its process is gone");
+        assertTrue(Files.exists(alive), "a create of a running process may still be filling it");
+        assertTrue(Files.exists(otherPool), "another path's temporary is not this create's to sweep");
+    }
 }
