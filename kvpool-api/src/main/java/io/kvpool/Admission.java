@@ -99,8 +99,8 @@ public final class Admission implements AutoCloseable {
             throw new IllegalStateException("request was not admitted: " + message());
         }
         if (!taken && sequence.isClosed()) {
-            throw new IllegalStateException("admission closed before its sequence was taken: the reservation of "
-                + pagesNeeded + " pages was given back");
+            throw new IllegalStateException("admission closed before its sequence was taken: its reservation (" + pagesNeeded
+                + " pages needed, less any attached from the prefix cache) and its attached pages were given back");
         }
         taken = true;
         return sequence;

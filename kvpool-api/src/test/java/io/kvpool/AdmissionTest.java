@@ -201,7 +201,7 @@ class AdmissionTest {
             closed.close();
             closed.close(); // idempotent
             final IllegalStateException e = assertThrows(IllegalStateException.class, closed::sequence);
-            assertTrue(e.getMessage().contains("8 pages"), e::getMessage);
+            assertTrue(e.getMessage().contains("8 pages needed"), e::getMessage);
 
             final Sequence taken;
             try (Admission a = pool.admit(1, 31)) {

@@ -28,9 +28,9 @@ public enum FailureReason {
     SENDER_ABORTED,
     /**
      * The receiver's side aborted it ({@link TransferReceiver#abort}), could not register its pages on a link that is
-     * up, or could not verify the pages it received (its own checksum or canary read failed); or the application
-     * closed, truncated or appended to the sequence it handed to
-     * {@link TransferReceiver#start(long, io.kvpool.Sequence, int, int...)} while it received.
+     * up, or could not verify the pages it received (its own checksum or canary read failed); or, at the completion,
+     * it found that the application had closed, truncated or appended to the sequence it handed to
+     * {@link TransferReceiver#start(long, io.kvpool.Sequence, int, int...)}.
      */
     ABORTED,
     /** No completion arrived by the deadline. */

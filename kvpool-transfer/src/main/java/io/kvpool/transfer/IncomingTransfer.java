@@ -39,7 +39,7 @@ public final class IncomingTransfer {
     String message;
     Admission.Decision admissionDecision;
     Sequence sequence;
-    /** {@link Sequence#structureVersion()} once its pages were allocated: a truncate or close since then changes it. */
+    /** {@link Sequence#structureVersion()} once its pages were allocated: a truncate that drops a page changes it. */
     long structureVersion;
     long[] handles;
     int transferId = -1;

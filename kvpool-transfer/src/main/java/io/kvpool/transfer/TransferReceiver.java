@@ -220,8 +220,9 @@ public final class TransferReceiver extends TransferEndpoint {
      * nothing for a decode that has no room (a reservation). The receiver takes the sequence over unless the call
      * throws for the sequence itself or for a closed receiver: on COMMITTED it is {@link IncomingTransfer#sequence()},
      * and every other outcome closes it, a rejection, a failure and an exception for the other arguments included.
-     * Until the transfer ends the caller must leave it alone: a sequence closed, truncated or appended to meanwhile
-     * fails the transfer ({@link FailureReason#ABORTED}) instead of committing KV that is no longer the request's.
+     * Until the transfer ends the caller must leave it alone: a sequence found closed, truncated or appended to when
+     * the completion arrives fails the transfer ({@link FailureReason#ABORTED}) instead of committing KV that is no
+     * longer the request's (a transfer that fails first for another reason keeps that reason).
      *
      * @param requestId    the request (keys checksums; must be the id the senders were offered)
      * @param admitted     the admitted sequence, without pages; admitted for at least {@code promptTokens}
