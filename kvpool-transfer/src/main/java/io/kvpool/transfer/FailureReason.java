@@ -1,6 +1,9 @@
 package io.kvpool.transfer;
 
-/** Why a transfer did not commit. Each failure also carries a message with the numbers. */
+/**
+ * Why a transfer did not commit ({@link IncomingTransfer#failure()}) or complete ({@link OutgoingTransfer#failureReason()},
+ * which says what each means on the sender). Each failure also carries a message with the numbers.
+ */
 public enum FailureReason {
     /**
      * Refused before any page was allocated: by admission ({@link IncomingTransfer#admissionDecision()} says how, and
@@ -33,7 +36,7 @@ public enum FailureReason {
      * {@link TransferReceiver#start(long, io.kvpool.Sequence, int, int...)}.
      */
     ABORTED,
-    /** No completion arrived by the deadline. */
+    /** No completion (at the receiver) or no descriptor (at the sender) arrived by the deadline. */
     TIMEOUT,
     /**
      * A sender's link failed, was refused, or was not up (a retiring link takes no new transfer), or the sender closed

@@ -30,6 +30,7 @@ public final class OutgoingTransfer {
     final int tokenCount;
     final int serial;
     State state = State.WAITING;
+    FailureReason failureReason;
     String failure;
     Peer peer;
     long transferId = -1;
@@ -75,9 +76,20 @@ public final class OutgoingTransfer {
         return state == State.COMPLETED || state == State.DRAINED;
     }
 
-    /** {@return why it failed, or {@code null}} */
+    /** {@return why it failed, in words with the numbers, or {@code null}} */
     public String failure() {
         return failure;
+    }
+
+    /**
+     * {@return why it failed, typed, or {@code null} if it did not} {@link FailureReason#REJECTED}: the receiver refused
+     * the request (its admission, a busy slot: see the message); {@link FailureReason#ABORTED}: the receiver aborted or
+     * cancelled it; {@link FailureReason#SENDER_ABORTED}: this side aborted it ({@link TransferSender#abort}) or a read,
+     * write or flush failed; {@link FailureReason#TIMEOUT}: no descriptor came within the descriptor timeout;
+     * {@link FailureReason#PEER_LOST}: its link failed or this sender closed.
+     */
+    public FailureReason failureReason() {
+        return failureReason;
     }
 
     /** {@return writes posted, completed OK, and failed or cancelled so far} */

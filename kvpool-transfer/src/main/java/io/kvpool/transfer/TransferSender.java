@@ -90,7 +90,7 @@ public final class TransferSender extends TransferEndpoint {
     private record PendingDescriptor(Peer peer, Message.Descriptor d) {
     }
 
-    private record EarlyCancel(String why, long expires) {
+    private record EarlyCancel(FailureReason reason, String why, long expires) {
     }
 
     /**
@@ -270,6 +270,7 @@ public final class TransferSender extends TransferEndpoint {
         if (ec != null && clock.nanoTime() - ec.expires() >= 0) {
             metrics.cancelsIgnored.increment(); // expired, not purged yet: as if it had been
         } else if (ec != null) { // the receiver refused the request before we offered it: release now, not at the timeout
+            t.failureReason = ec.reason();
             t.failure = ec.why() + " (before it was offered)";
             t.state = OutgoingTransfer.State.FAILING;
             metrics.cancelled.increment();
@@ -297,18 +298,19 @@ public final class TransferSender extends TransferEndpoint {
     public boolean abort(OutgoingTransfer t, String why) {
         ensureOpen();
         if (t.state == OutgoingTransfer.State.WAITING) {
+            t.failureReason = FailureReason.SENDER_ABORTED;
             t.failure = "aborted before a descriptor arrived: " + why;
             t.state = OutgoingTransfer.State.FAILING;
             maybeDrained(t); // nothing was posted
             if (abortedEarly.size() < MAX_EARLY_CANCELS) {
-                abortedEarly.put(t.requestId, new EarlyCancel(why, clock.nanoTime() + descriptorTimeoutNanos));
+                abortedEarly.put(t.requestId, new EarlyCancel(FailureReason.SENDER_ABORTED, why, clock.nanoTime() + descriptorTimeoutNanos));
             }
             return true;
         }
         if (t.state != OutgoingTransfer.State.WRITING && t.state != OutgoingTransfer.State.FLUSHING) {
             return false;
         }
-        fail(t, "aborted: " + why, true, Message.Abort.REQUESTED);
+        fail(t, FailureReason.SENDER_ABORTED, "aborted: " + why, true, Message.Abort.REQUESTED);
         return true;
     }
 
@@ -403,13 +405,13 @@ public final class TransferSender extends TransferEndpoint {
         t.nextPage = t.firstPage;
         t.state = OutgoingTransfer.State.WRITING;
         if (!p.carries()) {
-            fail(t, "link down: " + p.failure, false, 0);
+            fail(t, FailureReason.PEER_LOST, "link down: " + p.failure, false, 0);
             return;
         }
         try {
             t.region = p.link.attach(d.regionKey(), t.endPage - t.firstPage);
         } catch (RuntimeException e) {
-            fail(t, "could not attach the region: " + e.getMessage(), true, Message.Abort.SENDER_FAILED);
+            fail(t, FailureReason.SENDER_ABORTED, "could not attach the region: " + e.getMessage(), true, Message.Abort.SENDER_FAILED);
             return;
         }
         pump(t);
@@ -419,7 +421,7 @@ public final class TransferSender extends TransferEndpoint {
         final OutgoingTransfer t = find(p, a.transferId(), a.generation());
         if (t != null) {
             if (t.state == OutgoingTransfer.State.WRITING || t.state == OutgoingTransfer.State.FLUSHING) {
-                fail(t, "aborted by the receiver (reason " + a.reason() + "): " + a.detail(), false, 0);
+                fail(t, FailureReason.ABORTED, "aborted by the receiver (reason " + a.reason() + "): " + a.detail(), false, 0);
             }
             answered(p, t.requestId);
             return; // FAILING: its DRAINED follows once every posted write ended
@@ -481,16 +483,18 @@ public final class TransferSender extends TransferEndpoint {
         }
         final String why = "cancelled by the receiver (" + (c.reason() == Message.Cancel.REJECTED ? "rejected" : "aborted")
             + "): " + c.detail();
+        final FailureReason cancelReason = c.reason() == Message.Cancel.REJECTED ? FailureReason.REJECTED : FailureReason.ABORTED;
         if (echo && c.reason() == Message.Cancel.ABORTED) {
             metrics.cancelsIgnored.increment(); // the ABORT before it ended that attempt; an offer waiting is a retry
         } else if (t != null && t.state == OutgoingTransfer.State.WAITING) {
+            t.failureReason = cancelReason;
             t.failure = why;
             t.state = OutgoingTransfer.State.FAILING;
             metrics.cancelled.increment();
             maybeDrained(t); // nothing was posted: released now
         } else if (t == null && !early.containsKey(c.requestId()) && cancelledEarly.size() < MAX_EARLY_CANCELS) {
             // not offered yet: prefill may still be computing it. Kept so the offer ends when it comes
-            if (cancelledEarly.put(c.requestId(), new EarlyCancel(why, clock.nanoTime() + descriptorTimeoutNanos)) != null) {
+            if (cancelledEarly.put(c.requestId(), new EarlyCancel(cancelReason, why, clock.nanoTime() + descriptorTimeoutNanos)) != null) {
                 metrics.cancelsIgnored.increment(); // the one it replaces ends nothing now
             }
         } else {
@@ -539,12 +543,12 @@ public final class TransferSender extends TransferEndpoint {
                 try {
                     v = pool.validate(t.sourceHandles[page]);
                 } catch (IllegalStateException closed) { // its storage may be gone: nothing more is read from it
-                    fail(t, "the source pool was closed with " + (end - t.nextPage) + " pages still to write", true,
+                    fail(t, FailureReason.SENDER_ABORTED, "the source pool was closed with " + (end - t.nextPage) + " pages still to write", true,
                         Message.Abort.SENDER_FAILED);
                     return;
                 }
                 if (v < 0) {
-                    fail(t, "source page " + page + " is no longer valid (code " + v + ")", true, Message.Abort.SENDER_FAILED);
+                    fail(t, FailureReason.SENDER_ABORTED, "source page " + page + " is no longer valid (code " + v + ")", true, Message.Abort.SENDER_FAILED);
                     return;
                 }
                 dst[i] = page - t.firstPage;
@@ -553,7 +557,7 @@ public final class TransferSender extends TransferEndpoint {
             try {
                 t.peer.link.putBatch(t.region, dst, pool.storage(), src, 0, room, ((long) t.serial << 32) | t.nextPage);
             } catch (RuntimeException e) {
-                fail(t, "putBatch failed: " + e.getMessage(), true, Message.Abort.SENDER_FAILED);
+                fail(t, FailureReason.SENDER_ABORTED, "putBatch failed: " + e.getMessage(), true, Message.Abort.SENDER_FAILED);
                 return;
             } catch (Error e) {
                 // A batch that throws posted nothing (PeerLink), except for a memory fault reported as the call
@@ -564,7 +568,7 @@ public final class TransferSender extends TransferEndpoint {
                 // the transfer stays FAILING with its source pages retained for the sender's life. Other VM errors
                 // still propagate.
                 posted(t, room);
-                fail(t, "putBatch failed after posting " + room + " writes: " + e, true, Message.Abort.SENDER_FAILED);
+                fail(t, FailureReason.SENDER_ABORTED, "putBatch failed after posting " + room + " writes: " + e, true, Message.Abort.SENDER_FAILED);
                 if (e instanceof VirtualMachineError && !(e instanceof InternalError)) {
                     throw e;
                 }
@@ -588,7 +592,7 @@ public final class TransferSender extends TransferEndpoint {
                 t.peer.link.flush(((long) t.serial << 32) | FLUSH);
             } catch (RuntimeException e) {
                 t.flushPending = false; // no answer comes for a flush that threw: DRAINED must not wait for one
-                fail(t, "flush failed: " + e.getMessage(), true, Message.Abort.SENDER_FAILED);
+                fail(t, FailureReason.SENDER_ABORTED, "flush failed: " + e.getMessage(), true, Message.Abort.SENDER_FAILED);
             }
         }
     }
@@ -643,7 +647,7 @@ public final class TransferSender extends TransferEndpoint {
             t.failed++;
             metrics.writesFailed.increment();
             if (t.state == OutgoingTransfer.State.WRITING || t.state == OutgoingTransfer.State.FLUSHING) {
-                fail(t, "write of page " + (int) token + " " + (status == PeerLink.CANCELED ? "cancelled" : "failed"), true,
+                fail(t, FailureReason.SENDER_ABORTED, "write of page " + (int) token + " " + (status == PeerLink.CANCELED ? "cancelled" : "failed"), true,
                     Message.Abort.SENDER_FAILED);
             }
         }
@@ -668,12 +672,12 @@ public final class TransferSender extends TransferEndpoint {
             return;
         }
         if (!ok) {
-            fail(t, "flush did not prove delivery", true, Message.Abort.SENDER_FAILED);
+            fail(t, FailureReason.SENDER_ABORTED, "flush did not prove delivery", true, Message.Abort.SENDER_FAILED);
             return;
         }
         if (pool.isClosed()) {
             // a closed pool's storage may have been freed while the transport read it: the delivered bytes prove nothing
-            fail(t, "the source pool was closed while its pages were being written", true, Message.Abort.SENDER_FAILED);
+            fail(t, FailureReason.SENDER_ABORTED, "the source pool was closed while its pages were being written", true, Message.Abort.SENDER_FAILED);
             return;
         }
         int[] cs = t.checksumsAtRelease;
@@ -701,14 +705,15 @@ public final class TransferSender extends TransferEndpoint {
             checksummer.compute(pool, t.sourceHandles, t.firstPage, end, t.requestId, t.tokenCount, cs);
             return cs;
         } catch (RuntimeException | InternalError e) { // InternalError: a fault in mapped memory
-            fail(t, "could not compute the checksums: " + e, true, Message.Abort.SENDER_FAILED);
+            fail(t, FailureReason.SENDER_ABORTED, "could not compute the checksums: " + e, true, Message.Abort.SENDER_FAILED);
             return null;
         }
     }
 
     /** Marks the transfer failed first (no new writes), tells the receiver, then waits for terminal states. */
-    private void fail(OutgoingTransfer t, String why, boolean tellReceiver, int reason) {
+    private void fail(OutgoingTransfer t, FailureReason typed, String why, boolean tellReceiver, int reason) {
         t.state = OutgoingTransfer.State.FAILING;
+        t.failureReason = typed;
         t.failure = why;
         t.deadline = clock.nanoTime() + drainDeadlineNanos;
         if (tellReceiver && t.peer != null) {
@@ -803,6 +808,7 @@ public final class TransferSender extends TransferEndpoint {
         for (int i = 0; i < scratch.size(); i++) {
             final OutgoingTransfer t = scratch.get(i);
             if (t.state == OutgoingTransfer.State.WAITING && now - t.deadline >= 0) {
+                t.failureReason = FailureReason.TIMEOUT;
                 t.failure = "no descriptor within " + Duration.ofNanos(descriptorTimeoutNanos).toMillis() + " ms";
                 t.state = OutgoingTransfer.State.FAILING;
                 maybeDrained(t);
@@ -834,7 +840,7 @@ public final class TransferSender extends TransferEndpoint {
     void onPeerDown(Peer p) {
         for (OutgoingTransfer t : active.toArray(new OutgoingTransfer[0])) {
             if (t.peer == p && (t.state == OutgoingTransfer.State.WRITING || t.state == OutgoingTransfer.State.FLUSHING)) {
-                fail(t, "link lost: " + p.failure, false, 0);
+                fail(t, FailureReason.PEER_LOST, "link lost: " + p.failure, false, 0);
             }
         }
         early.values().removeIf(pd -> pd.peer == p);
@@ -869,12 +875,13 @@ public final class TransferSender extends TransferEndpoint {
         }
         for (OutgoingTransfer t : active.toArray(new OutgoingTransfer[0])) {
             if (t.state == OutgoingTransfer.State.WRITING || t.state == OutgoingTransfer.State.FLUSHING) {
-                fail(t, "sender closed", true, Message.Abort.SENDER_CLOSING);
+                fail(t, FailureReason.PEER_LOST, "sender closed", true, Message.Abort.SENDER_CLOSING);
             }
         }
         for (OutgoingTransfer t : offers.values().toArray(new OutgoingTransfer[0])) {
             if (t.state == OutgoingTransfer.State.WAITING) {
                 t.state = OutgoingTransfer.State.DRAINED;
+                t.failureReason = FailureReason.PEER_LOST;
                 t.failure = "sender closed before a descriptor arrived";
                 finish(t);
             }

@@ -637,4 +637,76 @@ class SenderRulesTest {
             assertEquals(0, escaped, "the error became the transfer's failure");
         }
     }
+
+    /** {@link #offer} of another request. */
+    OutgoingTransfer offerAs(long req, int tokens) {
+        try (Sequence s = pool.admit(tokens, 0).sequence()) {
+            s.append(tokens);
+            Kv.write(s, req);
+            return tx.offer(req, s);
+        }
+    }
+
+    @Test
+    void everyEndOfAnOfferNamesItsReasonTyped() {
+        // the receiver refused the request before it was offered (prefill still computing), and after
+        link.inject(new Message.Cancel(21, Message.Cancel.REJECTED, "decode full"));
+        tx.doWork();
+        final OutgoingTransfer refusedEarly = offerAs(21, 4);
+        final OutgoingTransfer refused = offerAs(22, 4);
+        link.inject(new Message.Cancel(22, Message.Cancel.REJECTED, "decode full"));
+        final OutgoingTransfer cancelled = offerAs(23, 4);
+        link.inject(new Message.Cancel(23, Message.Cancel.ABORTED, "client left"));
+        tx.doWork();
+        final OutgoingTransfer abortedHere = offerAs(24, 4);
+        tx.abort(abortedHere, "router");
+
+        final OutgoingTransfer abortedThere = offer(20); // writing when the receiver aborts it
+        link.inject(descriptor(20));
+        tx.doWork();
+        link.inject(new Message.Abort(3, 9, Message.Abort.REQUESTED, "router"));
+        tx.doWork();
+
+        final OutgoingTransfer timedOut = offerAs(25, 4);
+        clock.advanceMillis(Duration.ofMinutes(10).toMillis());
+        final OutgoingTransfer atClose = offerAs(26, 4);
+        tx.doWork();
+        tx.close();
+
+        final java.util.Map<OutgoingTransfer, FailureReason> expected = new java.util.LinkedHashMap<>();
+        expected.put(refusedEarly, FailureReason.REJECTED);
+        expected.put(refused, FailureReason.REJECTED);
+        expected.put(cancelled, FailureReason.ABORTED);
+        expected.put(abortedHere, FailureReason.SENDER_ABORTED);
+        expected.put(abortedThere, FailureReason.ABORTED);
+        expected.put(timedOut, FailureReason.TIMEOUT);
+        expected.put(atClose, FailureReason.PEER_LOST);
+        expected.forEach((t, reason) -> {
+            assertNotNull(t.failure(), t::toString);
+            assertEquals(reason, t.failureReason(), t + ": " + t.failure());
+        });
+    }
+
+    @Test
+    void aCompletedOfferHasNoFailureReasonAndAFailedWriteIsTheSenders() {
+        final OutgoingTransfer ok = offer(4);
+        link.inject(descriptor(4));
+        tx.doWork();
+        link.completeWrite(link.postedTokens.getFirst(), PeerLink.OK);
+        tx.doWork();
+        link.completeFlush(link.flushTokens.getFirst(), true);
+        tx.doWork();
+        assertEquals(OutgoingTransfer.State.COMPLETED, ok.state());
+        assertNull(ok.failureReason());
+        assertNull(ok.failure());
+
+        final OutgoingTransfer unflushed = offerAs(31, 4);
+        link.inject(new Message.Descriptor(31, 4, 1, 4, Kv.LAYOUT.fingerprint(), 1, 0, new long[1], new byte[1]));
+        tx.doWork();
+        link.completeWrite(link.postedTokens.getLast(), PeerLink.OK);
+        tx.doWork();
+        link.completeFlush(link.flushTokens.getLast(), false);
+        tx.doWork();
+        assertEquals(FailureReason.SENDER_ABORTED, unflushed.failureReason(), unflushed::failure);
+    }
 }
