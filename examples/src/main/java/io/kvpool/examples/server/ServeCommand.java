@@ -11,6 +11,10 @@ import java.io.PrintStream;
 /** {@code serve}: starts the server and runs until interrupted (Ctrl-C closes it cleanly). */
 final class ServeCommand implements Subcommand {
 
+    /** After a pool's capacity refusal: the library's message names its API; this is what the server's flags can do. */
+    private static final String CAPACITY_HINT =
+        "  this server: lower --context, or give the pools more pages (--pages, --prefill-pages, --decode-pages)";
+
     private static final Cli CLI = ServerOptions.serve();
 
     @Override
@@ -42,6 +46,7 @@ final class ServeCommand implements Subcommand {
             server = KvServer.start(config);
         } catch (PoolCapacityException e) {
             err.println("refusing to start: " + e.getMessage());
+            err.println(CAPACITY_HINT);
             return 1;
         } catch (IllegalArgumentException | IllegalStateException | java.io.UncheckedIOException e) {
             err.println("refusing to start: " + e.getMessage());
@@ -65,6 +70,9 @@ final class ServeCommand implements Subcommand {
             role = RoleServer.start(config);
         } catch (RuntimeException e) { // capacity, configuration, port, work directory, UCX unavailable ...
             err.println("refusing to start: " + e.getMessage());
+            if (e instanceof PoolCapacityException) {
+                err.println(CAPACITY_HINT);
+            }
             return 1;
         }
         Runtime.getRuntime().addShutdownHook(new Thread(() -> role.shutdown(config.shutdownGrace()), "kvpool-shutdown"));

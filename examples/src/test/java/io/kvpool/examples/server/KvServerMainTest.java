@@ -30,6 +30,7 @@ class KvServerMainTest {
         // 64 pages × 16 tokens = 1,024 tokens for an advertised 4,096
         assertEquals(1, run("--port", "0", "--prefill-pages", "64", "--context", "4096"));
         assertTrue(err().contains("refusing to start") && err().contains("4,096") && err().contains("1,024"), err());
+        assertTrue(err().contains("this server: lower --context, or give the pools more pages"), err());
 
         final PoolCapacityException e = assertThrows(PoolCapacityException.class, () -> KvServer.start(ServerTests.small()
             .contextTokens(4096).prefillPages(1024).decodePages(100).build()));

@@ -61,6 +61,13 @@ public record ServerConfig(Listen listen, Capacity capacity, Timing timing, Topo
         Objects.requireNonNull(faults, "faults");
         Objects.requireNonNull(deployment, "deployment");
         checkTopology(topology, device, workDir);
+        if (capacity.clampContext() && topology.role() != Topology.Role.ROUTER) {
+            // it changes what a router of role processes advertises; pools of this process refuse a context they cannot
+            // hold whatever it says, so taking it here would only look like a setting that did nothing
+            throw new IllegalArgumentException("--clamp-context is for --role router (a router of role processes); with --role "
+                + topology.role().flag() + " the pools are built here and refuse a --context they cannot hold: lower --context, "
+                + "or give them more --pages");
+        }
     }
 
     private static void checkTopology(Topology t, Device device, Path workDir) {

@@ -134,4 +134,16 @@ class ServerConfigTest {
         assertTrue(ServerConfig.usage().contains("--role all|router|prefill|decode"), ServerConfig::usage);
         assertTrue(ServerConfig.usage().contains("--unsafe-incident"), ServerConfig::usage);
     }
+
+    @Test
+    void clampingTheContextIsARoutersSettingAndRefusedWhereItWouldDoNothing() {
+        // the pools of an all-in-one server (or a role) refuse a --context they cannot hold whatever the flag says
+        for (String[] args : new String[][] {{"--clamp-context"}, {"--role", "decode", "--work-dir", "/tmp/kv", "--clamp-context"}}) {
+            final IllegalArgumentException e = assertThrows(IllegalArgumentException.class, () -> ServerConfig.parse(args));
+            assertTrue(e.getMessage().startsWith("--clamp-context is for --role router"), e::getMessage);
+            assertTrue(e.getMessage().contains("lower --context, or give them more --pages"), e::getMessage);
+        }
+        assertTrue(ServerConfig.parse("--role", "router", "--prefill-url", "http://10.0.0.2:9001", "--decode-url",
+            "http://10.0.0.3:9002", "--clamp-context").clampContext());
+    }
 }
