@@ -14,10 +14,17 @@ import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
 import java.lang.foreign.ValueLayout;
 import java.lang.invoke.VarHandle;
+import java.nio.ByteBuffer;
+import java.nio.ByteOrder;
 import java.nio.channels.FileChannel;
+import java.nio.file.AtomicMoveNotSupportedException;
+import java.nio.file.DirectoryStream;
 import java.nio.file.FileSystems;
 import java.nio.file.Files;
+import java.nio.file.LinkOption;
+import java.nio.file.NoSuchFileException;
 import java.nio.file.Path;
+import java.nio.file.StandardCopyOption;
 import java.nio.file.StandardOpenOption;
 import java.nio.file.attribute.BasicFileAttributes;
 import java.nio.file.attribute.PosixFilePermissions;
@@ -60,8 +67,8 @@ public final class MappedPageStorage implements PageStorage {
 
     private static final long OFF_MAGIC = 0, OFF_VERSION = 8, OFF_PAGES = 12, OFF_FINGERPRINT = 16, OFF_PAGE_BYTES = 24,
         OFF_LAYERS = 32, OFF_KV_HEADS = 36, OFF_HEAD_DIM = 40, OFF_DTYPE = 44, OFF_TPP = 48, OFF_IDENTITY = 56, OFF_PID = 64;
-    private static final ValueLayout.OfLong LONG = ValueLayout.JAVA_LONG_UNALIGNED.withOrder(java.nio.ByteOrder.LITTLE_ENDIAN);
-    private static final ValueLayout.OfInt INT = ValueLayout.JAVA_INT_UNALIGNED.withOrder(java.nio.ByteOrder.LITTLE_ENDIAN);
+    private static final ValueLayout.OfLong LONG = ValueLayout.JAVA_LONG_UNALIGNED.withOrder(ByteOrder.LITTLE_ENDIAN);
+    private static final ValueLayout.OfInt INT = ValueLayout.JAVA_INT_UNALIGNED.withOrder(ByteOrder.LITTLE_ENDIAN);
 
     private final Path file;
     private final boolean owner;
@@ -325,17 +332,17 @@ public final class MappedPageStorage implements PageStorage {
     private static void requirePoolFileOrNothing(Path file) throws IOException {
         final BasicFileAttributes a;
         try {
-            a = Files.readAttributes(file, BasicFileAttributes.class, java.nio.file.LinkOption.NOFOLLOW_LINKS);
-        } catch (java.nio.file.NoSuchFileException e) {
+            a = Files.readAttributes(file, BasicFileAttributes.class, LinkOption.NOFOLLOW_LINKS);
+        } catch (NoSuchFileException e) {
             return;
         }
         if (!a.isRegularFile()) {
             throw new IOException("the path holds a " + (a.isSymbolicLink() ? "symbolic link" : a.isDirectory() ? "directory"
                 : "special file") + ", not a pool file; refusing to replace it");
         }
-        final java.nio.ByteBuffer magic = java.nio.ByteBuffer.allocate(8).order(java.nio.ByteOrder.LITTLE_ENDIAN);
+        final ByteBuffer magic = ByteBuffer.allocate(8).order(ByteOrder.LITTLE_ENDIAN);
         // NOFOLLOW: a link swapped in since the check is refused by the open, not followed
-        try (FileChannel ch = FileChannel.open(file, StandardOpenOption.READ, java.nio.file.LinkOption.NOFOLLOW_LINKS)) {
+        try (FileChannel ch = FileChannel.open(file, StandardOpenOption.READ, LinkOption.NOFOLLOW_LINKS)) {
             while (magic.hasRemaining() && ch.read(magic) >= 0) {
                 // a file shorter than 8 bytes ends the loop with a partial read
             }
@@ -350,7 +357,7 @@ public final class MappedPageStorage implements PageStorage {
     private static void warnIfItsCreatorRuns(Path file) {
         final long pid;
         try (FileChannel ch = FileChannel.open(file, StandardOpenOption.READ)) {
-            final java.nio.ByteBuffer b = java.nio.ByteBuffer.allocate(8).order(java.nio.ByteOrder.LITTLE_ENDIAN);
+            final ByteBuffer b = ByteBuffer.allocate(8).order(ByteOrder.LITTLE_ENDIAN);
             if (ch.read(b, OFF_PID) < 8) {
                 return;
             }
@@ -369,9 +376,9 @@ public final class MappedPageStorage implements PageStorage {
     /** Renames the finished file onto {@code file}, atomically where the file system can. */
     private static void moveOnto(Path building, Path file) throws IOException {
         try {
-            Files.move(building, file, java.nio.file.StandardCopyOption.ATOMIC_MOVE);
-        } catch (java.nio.file.AtomicMoveNotSupportedException e) {
-            Files.move(building, file, java.nio.file.StandardCopyOption.REPLACE_EXISTING);
+            Files.move(building, file, StandardCopyOption.ATOMIC_MOVE);
+        } catch (AtomicMoveNotSupportedException e) {
+            Files.move(building, file, StandardCopyOption.REPLACE_EXISTING);
         }
     }
 
@@ -379,7 +386,7 @@ public final class MappedPageStorage implements PageStorage {
     private static void sweepStaleTemporaries(Path file) {
         final Path dir = file.toAbsolutePath().getParent();
         final String prefix = "." + file.getFileName() + CREATING;
-        try (java.nio.file.DirectoryStream<Path> ds = Files.newDirectoryStream(dir, p -> p.getFileName().toString().startsWith(prefix))) {
+        try (DirectoryStream<Path> ds = Files.newDirectoryStream(dir, p -> p.getFileName().toString().startsWith(prefix))) {
             for (Path p : ds) {
                 final String rest = p.getFileName().toString().substring(prefix.length());
                 final int dash = rest.indexOf('-');
