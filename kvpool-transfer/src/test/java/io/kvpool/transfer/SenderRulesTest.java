@@ -170,6 +170,8 @@ class SenderRulesTest {
         link.completeFlush(link.flushTokens.getFirst(), true);
         tx.doWork();
         assertEquals(OutgoingTransfer.State.COMPLETED, t.state());
+        assertNull(t.failureReason(), "a completed offer has no failure reason");
+        assertNull(t.failure());
         final Message.Completion c = link.sent(Message.Completion.class).getFirst();
         assertEquals(20, c.tokenCount());
         assertEquals(5, c.checksums().length);
@@ -299,6 +301,7 @@ class SenderRulesTest {
         tx.doWork();
         assertTrue(link.sent(Message.Completion.class).isEmpty());
         assertEquals(OutgoingTransfer.State.DRAINED, t.state());
+        assertEquals(FailureReason.SENDER_ABORTED, t.failureReason(), t::failure);
         assertEquals(new Message.Drained(3, 9, 0, 1, 0, 1), link.sent(Message.Drained.class).getFirst(),
             "an unproven write is reported as such");
         assertEquals(1, link.flushTokens.size(), "a failed flush is not retried");
@@ -685,28 +688,5 @@ class SenderRulesTest {
             assertNotNull(t.failure(), t::toString);
             assertEquals(reason, t.failureReason(), t + ": " + t.failure());
         });
-    }
-
-    @Test
-    void aCompletedOfferHasNoFailureReasonAndAFailedWriteIsTheSenders() {
-        final OutgoingTransfer ok = offer(4);
-        link.inject(descriptor(4));
-        tx.doWork();
-        link.completeWrite(link.postedTokens.getFirst(), PeerLink.OK);
-        tx.doWork();
-        link.completeFlush(link.flushTokens.getFirst(), true);
-        tx.doWork();
-        assertEquals(OutgoingTransfer.State.COMPLETED, ok.state());
-        assertNull(ok.failureReason());
-        assertNull(ok.failure());
-
-        final OutgoingTransfer unflushed = offerAs(31, 4);
-        link.inject(new Message.Descriptor(31, 4, 1, 4, Kv.LAYOUT.fingerprint(), 1, 0, new long[1], new byte[1]));
-        tx.doWork();
-        link.completeWrite(link.postedTokens.getLast(), PeerLink.OK);
-        tx.doWork();
-        link.completeFlush(link.flushTokens.getLast(), false);
-        tx.doWork();
-        assertEquals(FailureReason.SENDER_ABORTED, unflushed.failureReason(), unflushed::failure);
     }
 }
