@@ -163,8 +163,7 @@ public final class MappedPageStorage implements PageStorage {
             afterOver(host);
             VarHandle.fullFence();
             mapping.set(LONG, OFF_MAGIC, MAGIC);
-            requirePoolFileOrNothing(file);
-            warnIfItsCreatorRuns(file);
+            warnIfCreatorRuns(file, requirePoolFileOrNothing(file));
             moveOnto(building, file);
             created = false; // it is the file at the path now
             return new MappedPageStorage(file, true, identity, pid, mapping, host);
@@ -327,45 +326,37 @@ public final class MappedPageStorage implements PageStorage {
      * Refuses a path that holds something other than a pool file: a directory, a link, or a file without the
      * magic. Reads the header only; maps nothing.
      *
+     * @return the creating process's pid from the pool file's header; 0 if nothing is at the path
      * @throws IOException saying what is there
      */
-    private static void requirePoolFileOrNothing(Path file) throws IOException {
+    private static long requirePoolFileOrNothing(Path file) throws IOException {
         final BasicFileAttributes a;
         try {
             a = Files.readAttributes(file, BasicFileAttributes.class, LinkOption.NOFOLLOW_LINKS);
         } catch (NoSuchFileException e) {
-            return;
+            return 0;
         }
         if (!a.isRegularFile()) {
             throw new IOException("the path holds a " + (a.isSymbolicLink() ? "symbolic link" : a.isDirectory() ? "directory"
                 : "special file") + ", not a pool file; refusing to replace it");
         }
-        final ByteBuffer magic = ByteBuffer.allocate(8).order(ByteOrder.LITTLE_ENDIAN);
+        final ByteBuffer header = ByteBuffer.allocate((int) OFF_PID + 8).order(ByteOrder.LITTLE_ENDIAN);
         // NOFOLLOW: a link swapped in since the check is refused by the open, not followed
         try (FileChannel ch = FileChannel.open(file, StandardOpenOption.READ, LinkOption.NOFOLLOW_LINKS)) {
-            while (magic.hasRemaining() && ch.read(magic) >= 0) {
-                // a file shorter than 8 bytes ends the loop with a partial read
+            while (header.hasRemaining() && ch.read(header) >= 0) {
+                // a file shorter than the header ends the loop with a partial read
             }
         }
-        if (magic.hasRemaining() || magic.getLong(0) != MAGIC) {
+        if (header.position() < 8 || header.getLong((int) OFF_MAGIC) != MAGIC) {
             throw new IOException("the path holds a " + a.size() + "-byte file that is not a kvpool pool file (no magic 0x"
                 + Long.toHexString(MAGIC) + "); refusing to replace it");
         }
+        return header.hasRemaining() ? 0 : header.getLong((int) OFF_PID);
     }
 
-    /** Logs a WARNING if the pool file at {@code file} names a creator that still runs (or whose pid was reused). */
-    private static void warnIfItsCreatorRuns(Path file) {
-        final long pid;
-        try (FileChannel ch = FileChannel.open(file, StandardOpenOption.READ)) {
-            final ByteBuffer b = ByteBuffer.allocate(8).order(ByteOrder.LITTLE_ENDIAN);
-            if (ch.read(b, OFF_PID) < 8) {
-                return;
-            }
-            pid = b.getLong(0);
-        } catch (IOException e) {
-            return; // gone meanwhile, or unreadable: nothing to say
-        }
-        if (pid > 0 && ProcessHandle.of(pid).filter(ProcessHandle::isAlive).isPresent()) {
+    /** Logs a WARNING if {@code pid}, a pool file's creator about to lose its path, still runs (or was reused). */
+    private static void warnIfCreatorRuns(Path file, long pid) {
+        if (runs(pid)) {
             LOG.log(System.Logger.Level.WARNING, "replacing the pool file " + file + " of process " + pid + ", which still runs"
                 + (pid == ProcessHandle.current().pid() ? " (this process)" : "") + ": right if it is the receiver this one "
                 + "succeeds and is shutting down; if not, two receivers share one path, and new senders of that one map this "
@@ -392,7 +383,7 @@ public final class MappedPageStorage implements PageStorage {
                 final int dash = rest.indexOf('-');
                 try {
                     final long pid = Long.parseLong(dash < 0 ? rest : rest.substring(0, dash));
-                    if (ProcessHandle.of(pid).filter(ProcessHandle::isAlive).isEmpty()) {
+                    if (!runs(pid)) {
                         Files.deleteIfExists(p);
                     }
                 } catch (NumberFormatException | IOException ignored) {
@@ -402,6 +393,11 @@ public final class MappedPageStorage implements PageStorage {
         } catch (IOException | RuntimeException ignored) {
             // an unreadable directory: the create itself will say so
         }
+    }
+
+    /** @return whether a live process has {@code pid} (in this process's pid namespace) */
+    private static boolean runs(long pid) {
+        return pid > 0 && ProcessHandle.of(pid).filter(ProcessHandle::isAlive).isPresent();
     }
 
     /** The file key of a file system without file keys: the owner deletes whatever is at the path, as before. */
