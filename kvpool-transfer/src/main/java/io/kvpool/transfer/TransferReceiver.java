@@ -787,7 +787,7 @@ public final class TransferReceiver extends TransferEndpoint {
         } else if (seq.structureVersion() != t.structureVersion) {
             change = "had pages removed or replaced (truncate)";
         } else if (seq.pageCount() != t.handles.length || seq.tokenCount() != t.expectedTokens) {
-            change = "holds " + seq.tokenCount() + " tokens in " + seq.pageCount() + " pages (appended to)";
+            change = "holds " + seq.tokenCount() + " tokens in " + seq.pageCount() + " pages"; // appended to, or cut within its last page
         } else {
             return true;
         }
