@@ -270,11 +270,8 @@ public final class TransferSender extends TransferEndpoint {
         if (ec != null && clock.nanoTime() - ec.expires() >= 0) {
             metrics.cancelsIgnored.increment(); // expired, not purged yet: as if it had been
         } else if (ec != null) { // the receiver refused the request before we offered it: release now, not at the timeout
-            t.failureReason = ec.reason();
-            t.failure = ec.why() + " (before it was offered)";
-            t.state = OutgoingTransfer.State.FAILING;
             metrics.cancelled.increment();
-            maybeDrained(t);
+            endWaiting(t, ec.reason(), ec.why() + " (before it was offered)");
             return t;
         }
         final PendingDescriptor pd = early.remove(requestId);
@@ -298,10 +295,7 @@ public final class TransferSender extends TransferEndpoint {
     public boolean abort(OutgoingTransfer t, String why) {
         ensureOpen();
         if (t.state == OutgoingTransfer.State.WAITING) {
-            t.failureReason = FailureReason.SENDER_ABORTED;
-            t.failure = "aborted before a descriptor arrived: " + why;
-            t.state = OutgoingTransfer.State.FAILING;
-            maybeDrained(t); // nothing was posted
+            endWaiting(t, FailureReason.SENDER_ABORTED, "aborted before a descriptor arrived: " + why);
             if (abortedEarly.size() < MAX_EARLY_CANCELS) {
                 abortedEarly.put(t.requestId, new EarlyCancel(FailureReason.SENDER_ABORTED, why, clock.nanoTime() + descriptorTimeoutNanos));
             }
@@ -487,11 +481,8 @@ public final class TransferSender extends TransferEndpoint {
         if (echo && c.reason() == Message.Cancel.ABORTED) {
             metrics.cancelsIgnored.increment(); // the ABORT before it ended that attempt; an offer waiting is a retry
         } else if (t != null && t.state == OutgoingTransfer.State.WAITING) {
-            t.failureReason = cancelReason;
-            t.failure = why;
-            t.state = OutgoingTransfer.State.FAILING;
             metrics.cancelled.increment();
-            maybeDrained(t); // nothing was posted: released now
+            endWaiting(t, cancelReason, why);
         } else if (t == null && !early.containsKey(c.requestId()) && cancelledEarly.size() < MAX_EARLY_CANCELS) {
             // not offered yet: prefill may still be computing it. Kept so the offer ends when it comes
             if (cancelledEarly.put(c.requestId(), new EarlyCancel(cancelReason, why, clock.nanoTime() + descriptorTimeoutNanos)) != null) {
@@ -710,6 +701,14 @@ public final class TransferSender extends TransferEndpoint {
         }
     }
 
+    /** Ends an offer still WAITING for its descriptor: nothing was posted, so its source pages are released now. */
+    private void endWaiting(OutgoingTransfer t, FailureReason typed, String why) {
+        t.failureReason = typed;
+        t.failure = why;
+        t.state = OutgoingTransfer.State.FAILING;
+        maybeDrained(t);
+    }
+
     /** Marks the transfer failed first (no new writes), tells the receiver, then waits for terminal states. */
     private void fail(OutgoingTransfer t, FailureReason typed, String why, boolean tellReceiver, int reason) {
         t.state = OutgoingTransfer.State.FAILING;
@@ -808,10 +807,7 @@ public final class TransferSender extends TransferEndpoint {
         for (int i = 0; i < scratch.size(); i++) {
             final OutgoingTransfer t = scratch.get(i);
             if (t.state == OutgoingTransfer.State.WAITING && now - t.deadline >= 0) {
-                t.failureReason = FailureReason.TIMEOUT;
-                t.failure = "no descriptor within " + Duration.ofNanos(descriptorTimeoutNanos).toMillis() + " ms";
-                t.state = OutgoingTransfer.State.FAILING;
-                maybeDrained(t);
+                endWaiting(t, FailureReason.TIMEOUT, "no descriptor within " + Duration.ofNanos(descriptorTimeoutNanos).toMillis() + " ms");
                 work++;
                 continue;
             }
