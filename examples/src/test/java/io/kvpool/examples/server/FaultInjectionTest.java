@@ -93,4 +93,36 @@ class FaultInjectionTest {
             assertEquals(0, m.quarantinedPages());
         }
     }
+
+    @Test
+    void aTransferWhoseWriteFailedIsA503AndTheSameRequestSentAgainCompletes() throws Exception {
+        // prefill's write or flush failed: its sender aborts (SENDER_ABORTED); the link serves the next attempt, or its
+        // successor does if the link was retired, so the client is told to retry, not that the request failed for good
+        try (KvServer server = KvServer.start(ServerTests.small().faults(new FaultPlan(0.3, 7)).build())) {
+            final TestClient client = new TestClient(server);
+            final SplittableRandom rnd = new SplittableRandom(11);
+            TestClient.Response aborted = null;
+            String prompt = null;
+            for (int i = 0; i < 200 && aborted == null; i++) {
+                prompt = StressTest.prompt("t0", i, rnd);
+                final TestClient.Response r = client.complete("t0", prompt, 2, false);
+                if (r.status() != 200 && r.body().contains("sender_aborted")) {
+                    aborted = r;
+                }
+            }
+            final TestClient.Response first = aborted;
+            assertTrue(first != null, "200 requests under faults and no transfer aborted by its sender");
+            assertEquals(503, first.status(), first::body);
+            assertEquals("sender_aborted", first.error().path("reason").asText(), first::body);
+            assertEquals("1", first.retryAfter(), first::body);
+            TestClient.Response again = client.complete("t0", prompt, 2, false);
+            for (int t = 0; t < 5 && again.status() == 503; t++) { // another injected fault may hit the retry too
+                again = client.complete("t0", prompt, 2, false);
+            }
+            final TestClient.Response last = again;
+            assertEquals(200, last.status(), last::body);
+            assertEquals(List.of(), Isolation.violations("t0", prompt, 2, last.json()));
+            ServerTests.assertBalanced(server);
+        }
+    }
 }

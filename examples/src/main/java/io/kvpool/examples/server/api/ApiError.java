@@ -117,15 +117,17 @@ public final class ApiError extends Exception {
     }
 
     /**
-     * A transfer that did not commit: 503 when the link or the decode process was lost (a retry can succeed), 504 on a
-     * deadline, else 502.
+     * A transfer that did not commit: 503 when the link or the decode process was lost, or prefill's sender aborted it
+     * (a write or flush of its failed: a retry, on a fresh link if that one was retired, can succeed); 504 on a
+     * deadline; else 502 (the pages arrived wrong: a length, canary or checksum mismatch, a bad completion, or decode's
+     * own abort).
      */
     public static ApiError transferFailed(long requestId, DecodeCall.TransferOutcome o) {
         final String failure = o.failure() == null ? "unknown" : o.failure().toLowerCase(Locale.ROOT);
         final Map<String, Object> f = Map.of("request_id", requestId);
         final String message = "KV transfer of request " + requestId + " failed (" + failure + "): " + o.message();
         return switch (failure) {
-            case "peer_lost", "role_lost" -> new ApiError(503, "service_unavailable", failure, message, f, 1);
+            case "peer_lost", "role_lost", "sender_aborted" -> new ApiError(503, "service_unavailable", failure, message, f, 1);
             case "timeout" -> new ApiError(504, "timeout", failure, message, f, 0);
             default -> new ApiError(502, "transfer_failed", failure, message, f, 0);
         };

@@ -33,7 +33,9 @@ class ApiErrorTest {
         // the decode process was lost before the KV committed (its stream broke or fell silent): nothing was generated,
         // and a retry reaches a restarted process, as one after a lost link does
         check(ApiError.transferFailed(1, new DecodeCall.TransferOutcome(false, "ROLE_LOST", "m")), 503, "role_lost", 1);
-        for (String r : new String[] {"LENGTH_MISMATCH", "CHECKSUM_MISMATCH", "CANARY", "BAD_COMPLETION", "SENDER_ABORTED", "ABORTED"}) {
+        // prefill's write or flush failed: the same request sent again succeeds (a retired link's successor serves it)
+        check(ApiError.transferFailed(1, new DecodeCall.TransferOutcome(false, "SENDER_ABORTED", "m")), 503, "sender_aborted", 1);
+        for (String r : new String[] {"LENGTH_MISMATCH", "CHECKSUM_MISMATCH", "CANARY", "BAD_COMPLETION", "ABORTED"}) {
             check(ApiError.transferFailed(1, new DecodeCall.TransferOutcome(false, r, "m")), 502, r.toLowerCase(), 0);
         }
     }
