@@ -29,13 +29,16 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
  * client wait — and still delivers them. Was: with prefill's link down each request waited ~4 s for its 503, with
  * prefill frozen ~20 s, and a partition prefilled (and threw away) every request.
  *
- * <p>The goal is 100 ms; on a loaded 2-core CI machine the assertions allow 1 s and the tests print the
- * median they measured.
+ * <p>The goal is 100 ms: the median of each run of answers must meet it (they measure ~10 ms on 2 cores); a single
+ * answer may take up to 1 s, since a loaded 2-core CI machine stalls a thread now and then.
  */
 @Timeout(value = 120, unit = TimeUnit.SECONDS)
 class FailFastTest {
 
-    /** The bound asserted per answer (the goal is 100 ms; CI machines are slow and shared). */
+    /** The goal, asserted on the median of a run of answers. */
+    static final long GOAL_MS = 100;
+
+    /** The bound asserted per answer (CI machines are slow and shared). */
     static final long BOUND_MS = 1_000;
 
     @TempDir
@@ -89,6 +92,7 @@ class FailFastTest {
             final List<Long> ms = timed503s(router, 20, "decode_unavailable");
             System.out.println("FailFastTest: decode not ready → 503 in ms " + ms + ", median " + median(ms));
             assertTrue(ms.stream().allMatch(t -> t <= BOUND_MS), () -> "503s took " + ms + " ms");
+            assertTrue(median(ms) <= GOAL_MS, () -> "median 503 " + median(ms) + " ms > " + GOAL_MS + " ms: " + ms);
             final var c = InJvmRoleServers.status(prefill.baseUri()).path("counters");
             assertEquals(0, c.path("admitted").asLong(), () -> "prefill computed KV for a decode that could not take it: " + c);
             assertEquals(0, c.path("abort_requests").asLong(), () -> "nothing to abort: " + c);
@@ -106,6 +110,7 @@ class FailFastTest {
             final List<Long> ms = timed503s(router, 10, "prefill_unavailable");
             System.out.println("FailFastTest: prefill frozen → 503 in ms " + ms + ", median " + median(ms));
             assertTrue(ms.stream().allMatch(t -> t <= BOUND_MS), () -> "503s took " + ms + " ms");
+            assertTrue(median(ms) <= GOAL_MS, () -> "median 503 " + median(ms) + " ms > " + GOAL_MS + " ms: " + ms);
         }
     }
 
