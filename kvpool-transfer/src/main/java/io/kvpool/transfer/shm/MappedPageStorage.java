@@ -188,7 +188,7 @@ public final class MappedPageStorage implements PageStorage {
     /** Infix of the name a pool file is built under: {@code .<name>.creating-<pid>-<random>} next to it. */
     private static final String CREATING = ".creating-";
 
-    private static final System.Logger LOG = System.getLogger(MappedPageStorage.class.getName());
+    private static final System.Logger LOG = System.getLogger("io.kvpool.transfer.shm");
 
     /**
      * Maps an existing pool file read-write (the sender's view), taking the layout from its header.

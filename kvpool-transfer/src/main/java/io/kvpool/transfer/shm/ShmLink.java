@@ -542,7 +542,7 @@ public final class ShmLink implements PeerLink {
                     ring = ShmRingFile.create(ringDirectory);
                 } catch (RuntimeException e) {
                     // not fatal: the frames stay on the socket, as with a version-2 peer
-                    System.getLogger(ShmLink.class.getName()).log(System.Logger.Level.WARNING, describe()
+                    System.getLogger("io.kvpool.transfer.shm").log(System.Logger.Level.WARNING, describe()
                         + ": cannot create a control ring in " + ringDirectory + ", control frames use the socket: " + e.getMessage());
                 }
             }
