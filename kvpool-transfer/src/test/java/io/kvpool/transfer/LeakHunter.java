@@ -85,10 +85,23 @@ final class LeakHunter {
         long crashes;
         long settleSteps;
         long staleRefused;
-        /** Transfers failed PEER_LOST because the receiver tore their link down for another transfer's suspect write. */
+        /**
+         * Transfers failed by their link's handling of another transfer's suspect write: PEER_LOST because the receiver
+         * tore the link down, or timed out on a RETIRING link; not those {@link #stalled}, nor the suspects themselves.
+         */
         long collateral;
-        /** Of those: transfers that timed out on a RETIRING link (its flush stalled behind the suspect write). */
+        /** Of those: transfers that timed out on a RETIRING link. */
         long collateralTimeouts;
+        /**
+         * Transfers that failed the same ways but could not have committed on their link under any handling: a write
+         * of another transfer, posted on the link before this one started, froze past this one's deadline, and every
+         * flush waits for it ({@link SimLink#stragglers()}).
+         */
+        long stalled;
+        /** Transfers that failed the same ways and had a write of their own freeze: the suspects, not collateral. */
+        long frozenSuspects;
+        /** Writes that froze (straggled), on every link of the run. */
+        long frozenWrites;
         /** Fresh links opened: for a failed link, or beside a RETIRING one. */
         long reconnects;
         long linksRetired;
@@ -112,7 +125,8 @@ final class LeakHunter {
         public String toString() {
             return "transfers=" + transfers + " committed=" + committed + " rejected=" + rejected + " reads=" + readsVerified
                 + " LEAKS=" + leaks + " CORRUPTED=" + corrupted + " (stale served " + staleServed + ", truncated " + truncated
-                + ") staleRefused=" + staleRefused + " collateral=" + collateral + " (timeouts on a retiring link " + collateralTimeouts + ") reconnects=" + reconnects + " retired=" + linksRetired
+                + ") staleRefused=" + staleRefused + " collateral=" + collateral + " (timeouts on a retiring link " + collateralTimeouts + ") stalled=" + stalled
+                + " frozenSuspects=" + frozenSuspects + " frozenWrites=" + frozenWrites + " reconnects=" + reconnects + " retired=" + linksRetired
                 + " failures=" + failures + " deferredRelease=" + outcomes
                 + " crashes=" + crashes + " settle=" + settleSteps + " balanced=" + balanced + " " + accounting + " leaks: " + leakExamples + " examples=" + examples;
         }
@@ -130,6 +144,8 @@ final class LeakHunter {
     private final ArrayDeque<Request> retry = new ArrayDeque<>();
     private final List<Held> held = new ArrayList<>();
     private final List<Probe> probes = new ArrayList<>();
+    private final List<SimLink> allLinks = new ArrayList<>(); // every prefill end ever connected
+
     private long nextRequestId = 1;
     private long step;
     private int crashGeneration;
@@ -166,6 +182,7 @@ final class LeakHunter {
             final SimLink[] l = net.connect("prefill-" + index + "." + crashGeneration, "decode-" + d,
                 cfg.revocableLinks != null ? cfg.revocableLinks : (index + d) % 2 == 0);
             ends[d] = l[0];
+            allLinks.add(l[0]);
             senderPeer[d] = sender.addPeer(l[0]);
             receiverPeer[d] = decodes[d].receiver.addPeer(l[1]);
         }
@@ -190,12 +207,15 @@ final class LeakHunter {
             pool = KvPool.builder(Kv.LAYOUT).pages(cfg.decodePages).maxContextTokens(cfg.decodePages * 4L).fillMode(cfg.decodeFill)
                 .unsafeDisable(cfg.poolOff.toArray(new Safeguard[0])).build();
             receiver = TransferReceiver.builder(pool, Kv.identity()).clock(net.clock()).checksums(cfg.checksums)
-                .completionTimeout(Duration.ofMillis(20)).drainTimeout(Duration.ofMillis(20)).maxTransfers(4096)
+                .completionTimeout(Duration.ofMillis(COMPLETION_TIMEOUT_MS)).drainTimeout(Duration.ofMillis(20)).maxTransfers(4096)
                 .retireSuspectLinks(cfg.retireSuspectLinks)
                 .unsafeDisable(cfg.transferOff.stream().filter(s -> !s.isSenderSide()).toArray(TransferSafeguard[]::new)).build();
             prewarm(pool);
         }
     }
+
+    /** Decode's completion timeout: a transfer not committed this long after its start fails TIMEOUT. */
+    static final long COMPLETION_TIMEOUT_MS = 20;
 
     private final class Request {
         final long id;
@@ -206,6 +226,8 @@ final class LeakHunter {
         PrefillNode[] nodes;
         OutgoingTransfer[] out;
         IncomingTransfer in;
+        SimLink[] links;           // links[k]: the link of sender k, as of the start
+        long startedAt;
         int attempts;
         boolean counted;
         IncomingTransfer.State lastState;
@@ -407,6 +429,11 @@ final class LeakHunter {
             return;
         }
         r.in = t;
+        r.startedAt = net.now();
+        r.links = new SimLink[peers.length];
+        for (int k = 0; k < peers.length; k++) {
+            r.links[k] = prefills[r.prefillNodes[k]].ends[r.decodeNode];
+        }
         report.transfers++;
         if (r.id == TRACE) {
             final Sequence dbg = null;
@@ -458,16 +485,25 @@ final class LeakHunter {
                 // failed: the receiver holds the pages (DRAINING, QUARANTINED) until released; the router tells prefill
                 if (!r.counted) {
                     r.counted = true;
-                    if (t.failure() == FailureReason.PEER_LOST && t.message() != null && t.message().contains("torn down by the receiver")) {
-                        report.collateral++;
-                    }
+                    final boolean tornDown = t.failure() == FailureReason.PEER_LOST && t.message() != null
+                        && t.message().contains("torn down by the receiver");
                     boolean onRetiring = false;
                     for (int id : t.senderPeers) {
                         onRetiring |= decodes[r.decodeNode].receiver.peer(id).state() == Peer.State.RETIRING;
                     }
-                    if (onRetiring && (t.failure() == FailureReason.TIMEOUT || t.failure() == FailureReason.PEER_LOST)) {
-                        report.collateral++; // stuck on a retired link: collateral too
-                        report.collateralTimeouts++;
+                    final boolean retiredTimeout = !tornDown && onRetiring
+                        && (t.failure() == FailureReason.TIMEOUT || t.failure() == FailureReason.PEER_LOST);
+                    if (tornDown || retiredTimeout) {
+                        if (frozeItself(r)) {
+                            report.frozenSuspects++;
+                        } else if (stalledBehindAFrozenWrite(r)) {
+                            report.stalled++;
+                        } else {
+                            report.collateral++;
+                            if (retiredTimeout) {
+                                report.collateralTimeouts++;
+                            }
+                        }
                     }
                 }
                 withdraw(r);
@@ -476,6 +512,46 @@ final class LeakHunter {
                 }
             }
         }
+    }
+
+    /** @return whether a write into one of {@code r}'s pages froze on one of its links (it is the suspect itself) */
+    private boolean frozeItself(Request r) {
+        final long deadline = r.startedAt + COMPLETION_TIMEOUT_MS * 1_000_000;
+        final java.util.Set<Integer> mine = new java.util.HashSet<>();
+        if (r.in.handles != null) {
+            for (long h : r.in.handles) {
+                mine.add(io.kvpool.PageHandle.slot(h));
+            }
+        }
+        for (SimLink link : r.links) {
+            for (SimLink.Straggler s : link.stragglers()) {
+                if (s.postedAt() >= r.startedAt && s.postedAt() <= deadline) {
+                    for (int slot : s.slots()) {
+                        if (mine.contains(slot)) {
+                            return true;
+                        }
+                    }
+                }
+            }
+        }
+        return false;
+    }
+
+    /**
+     * @return whether a write posted on one of {@code r}'s links before {@code r} started lands only after {@code r}'s
+     *         deadline: every flush of {@code r} waits for it, so {@code r} could not commit on that link whatever its
+     *         handling (conservative: a straggler posted after the start, ahead of {@code r}'s flush, is not counted)
+     */
+    private boolean stalledBehindAFrozenWrite(Request r) {
+        final long deadline = r.startedAt + COMPLETION_TIMEOUT_MS * 1_000_000;
+        for (SimLink link : r.links) {
+            for (SimLink.Straggler s : link.stragglers()) {
+                if (s.postedAt() < r.startedAt && s.landAt() > deadline) {
+                    return true;
+                }
+            }
+        }
+        return false;
     }
 
     private void chaos() {
@@ -607,6 +683,9 @@ final class LeakHunter {
     private void finish() {
         report.lateWritesLanded = net.landedWrites();
         report.lateWritesDropped = net.droppedWrites();
+        for (SimLink l : allLinks) {
+            report.frozenWrites += l.stragglers().size();
+        }
         boolean balanced = true;
         final StringBuilder acc = new StringBuilder();
         for (DecodeNode d : decodes) {

@@ -10,7 +10,10 @@ import io.kvpool.transfer.spi.RemoteRegion;
 import java.lang.foreign.ValueLayout;
 import java.nio.ByteBuffer;
 import java.util.ArrayDeque;
+import java.util.ArrayList;
+import java.util.Collections;
 import java.util.LinkedHashMap;
+import java.util.List;
 import java.util.Map;
 
 /** One end of a {@link SimNetwork} link. */
@@ -31,6 +34,18 @@ public final class SimLink implements PeerLink {
     private boolean failureQueued;
     private Window window = new Window();
     private long windowLastLanding;
+    private final List<Straggler> stragglers = new ArrayList<>();
+
+    /**
+     * A write that landed very late ({@link SimFaults#stragglerWrite()}): every flush on its end issued before it lands
+     * answers only after it, as an endpoint flush waits for every earlier put.
+     *
+     * @param postedAt when it was posted ({@link SimNetwork#now()})
+     * @param landAt   when it lands and completes
+     * @param slots    the destination slots of the region it was written into (shared, do not modify)
+     */
+    public record Straggler(long postedAt, long landAt, int[] slots) {
+    }
 
     private record FrameEvent(byte[] frame) {
     }
@@ -171,6 +186,14 @@ public final class SimLink implements PeerLink {
         return new Remote(this, reg);
     }
 
+    /**
+     * {@return the writes posted on this end that straggled, oldest first} A test reads them to tell a transfer that
+     * failed because a frozen write held its link's flushes past its deadline from one its link's handling failed.
+     */
+    public List<Straggler> stragglers() {
+        return Collections.unmodifiableList(stragglers);
+    }
+
     @Override
     public void putBatch(RemoteRegion region, int[] dst, PageStorage source, int[] src, int off, int count, long firstToken) {
         requireUp();
@@ -207,6 +230,7 @@ public final class SimLink implements PeerLink {
             if (straggle) {
                 landAt = net.now() + f.stragglerMinNanos() + net.delay(f.stragglerMaxNanos() - f.stragglerMinNanos());
                 doneAt = landAt;
+                stragglers.add(new Straggler(net.now(), landAt, reg.slots));
             } else {
                 landAt = net.now() + net.writeDelay();
                 doneAt = net.now() + net.writeDelay(); // completion is not delivery: either may come first
