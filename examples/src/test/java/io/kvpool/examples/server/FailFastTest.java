@@ -137,6 +137,89 @@ class FailFastTest {
         }
     }
 
+    @Test
+    void aRequestUnderWayWhenItsPrefillFreezesIsAnsweredWithinTheStatusTimeout() throws Exception {
+        // the request's prefill call is sent while prefill answers, then prefill freezes (SIGSTOP, a partition): the
+        // router's probe finds it unreachable within its status timeout (2 s) and fails the call waiting on it, which
+        // would otherwise wait out its own timeout (10 s)
+        try (InJvmRoleServers roles = InJvmRoleServers.start(ServerTests.small().workDir(dir), Duration.ofSeconds(30));
+             FreezingProxy proxy = new FreezingProxy(roles.prefill.port());
+             KvServer router = router(proxy.uri(), roles.decode.baseUri())) {
+            final TestClient client = new TestClient(router);
+            final TestClient.Response before = client.complete("alice", "hello before the freeze", 2, false);
+            assertEquals(200, before.status(), before::body);
+            proxy.freeze();
+            final long t0 = System.nanoTime();
+            final TestClient.Response r = client.complete("alice", "hello during the freeze", 2, false);
+            final long ms = (System.nanoTime() - t0) / 1_000_000;
+            System.out.println("FailFastTest: prefill froze under the request → " + r.status() + " in " + ms + " ms");
+            assertEquals(503, r.status(), r::body);
+            assertEquals("1", r.retryAfter(), r::body);
+            // two status timeouts and a probe interval at the most (a probe read begun before the call cannot fail it)
+            assertTrue(ms <= 7_000, () -> "the request waited " + ms + " ms for its 503: " + r.body());
+        }
+    }
+
+    /** A TCP proxy to a local port that, once frozen, forwards nothing more either way (a SIGSTOPped process). */
+    static final class FreezingProxy implements AutoCloseable {
+        private final ServerSocket server;
+        private final int target;
+        private final List<Socket> sockets = new CopyOnWriteArrayList<>();
+        private volatile boolean frozen;
+
+        FreezingProxy(int target) throws Exception {
+            this.target = target;
+            this.server = new ServerSocket(0, 50, InetAddress.getLoopbackAddress());
+            Thread.ofVirtual().start(() -> {
+                try {
+                    while (true) {
+                        final Socket c = server.accept();
+                        final Socket s = new Socket(InetAddress.getLoopbackAddress(), target);
+                        sockets.add(c);
+                        sockets.add(s);
+                        Thread.ofVirtual().start(() -> pipe(c, s));
+                        Thread.ofVirtual().start(() -> pipe(s, c));
+                    }
+                } catch (Exception closed) {
+                    // done
+                }
+            });
+        }
+
+        URI uri() {
+            return URI.create("http://127.0.0.1:" + server.getLocalPort() + "/");
+        }
+
+        void freeze() {
+            frozen = true;
+        }
+
+        private void pipe(Socket from, Socket to) {
+            try {
+                final java.io.InputStream in = from.getInputStream();
+                final java.io.OutputStream out = to.getOutputStream();
+                final byte[] buf = new byte[8192];
+                for (int k; (k = in.read(buf)) > 0; ) {
+                    while (frozen) { // holds the bytes, as a stopped process leaves them unread
+                        Thread.sleep(10);
+                    }
+                    out.write(buf, 0, k);
+                    out.flush();
+                }
+            } catch (Exception closed) {
+                // a side closed
+            }
+        }
+
+        @Override
+        public void close() throws Exception {
+            server.close();
+            for (Socket s : sockets) {
+                s.close();
+            }
+        }
+    }
+
     /** A process that accepts connections and never answers (SIGSTOPped, or cut off mid-flight). */
     static final class Frozen implements AutoCloseable {
         private final ServerSocket server;

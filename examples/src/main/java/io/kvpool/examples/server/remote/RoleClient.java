@@ -35,6 +35,11 @@ public final class RoleClient implements AutoCloseable {
     private final URI base;
     private final ObjectMapper json;
     private final HttpClient http;
+    /** The calls waiting for their answer's headers, with when each was sent ({@link System#nanoTime()}). */
+    private final java.util.concurrent.ConcurrentHashMap<java.util.concurrent.CompletableFuture<?>, Long> waiting =
+        new java.util.concurrent.ConcurrentHashMap<>();
+    /** Why the last {@link #failCallsSentBefore} failed the calls it did. */
+    private volatile String cutShort = "";
 
     public RoleClient(String role, URI base, ObjectMapper json) {
         this.role = Objects.requireNonNull(role, "role");
@@ -128,9 +133,13 @@ public final class RoleClient implements AutoCloseable {
     private <T> HttpResponse<T> send(HttpRequest req, HttpResponse.BodyHandler<T> handler) {
         final String what = req.method() + " " + req.uri().getPath();
         final long whole = 2 * req.timeout().orElseThrow().toMillis();
+        final long sentAt = System.nanoTime();
         final java.util.concurrent.CompletableFuture<HttpResponse<T>> f = http.sendAsync(req, handler);
+        waiting.put(f, sentAt);
         try {
             return f.get(whole, java.util.concurrent.TimeUnit.MILLISECONDS);
+        } catch (java.util.concurrent.CancellationException e) { // failCallsSentBefore: the role was found unreachable
+            throw new RoleLostException(describe() + " is unreachable (" + what + "): " + cutShort, e);
         } catch (java.util.concurrent.ExecutionException e) {
             final Throwable c = e.getCause();
             throw new RoleLostException(describe() + " is unreachable (" + what + "): "
@@ -142,7 +151,28 @@ public final class RoleClient implements AutoCloseable {
             f.cancel(true);
             Thread.currentThread().interrupt();
             throw new RoleLostException(describe() + ": interrupted while waiting for " + what, e);
+        } finally {
+            waiting.remove(f);
         }
+    }
+
+    /**
+     * Fails every call sent before {@code nanos} ({@link System#nanoTime()}) that still waits for its answer, at once,
+     * with a {@link RoleLostException} carrying {@code why}: the role was found unreachable by a status read begun at
+     * {@code nanos}, and a frozen process would otherwise hold each of them for {@link #CALL_TIMEOUT}. A call sent
+     * later is left alone (the role may have come back). Thread-safe.
+     *
+     * @return how many calls it failed
+     */
+    int failCallsSentBefore(long nanos, String why) {
+        cutShort = Objects.requireNonNull(why, "why");
+        int failed = 0;
+        for (var e : waiting.entrySet()) {
+            if (e.getValue() - nanos < 0 && e.getKey().cancel(true)) { // cancel(true) also aborts the HTTP exchange
+                failed++;
+            }
+        }
+        return failed;
     }
 
     /** @return what went wrong, from the exception and its causes (the JDK's ConnectException carries no message) */

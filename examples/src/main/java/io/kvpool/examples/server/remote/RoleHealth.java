@@ -20,7 +20,10 @@ import java.util.concurrent.atomic.AtomicReference;
  *           still down → 503 + Retry-After at once; ready again → the request goes on
  * </pre>
  * The re-check is shared by every request that asks while it runs (one status call, however many requests), and
- * it is what keeps a state a moment old from refusing a role that just came back. Thread-safe.
+ * it is what keeps a state a moment old from refusing a role that just came back. A status read that finds the role
+ * unreachable also fails the calls to it sent before the read began and still waiting for an answer
+ * ({@link RoleClient#failCallsSentBefore}): a request already under way when its role froze is answered within a status
+ * timeout (2 s), not its call's (10 s). Thread-safe.
  */
 final class RoleHealth implements AutoCloseable {
 
@@ -39,6 +42,7 @@ final class RoleHealth implements AutoCloseable {
     }
 
     private final RoleClient client; // its own: probes neither wait behind calls nor ride their connections
+    private final RoleClient calls;
     private final String role;
     private final boolean needsLink;
     private final java.util.function.Function<RemoteStatus, String> verify;
@@ -74,6 +78,7 @@ final class RoleHealth implements AutoCloseable {
                Duration recheckWait) {
         this.recheckWaitNanos = recheckWait.toNanos();
         this.verify = verify;
+        this.calls = calls;
         this.client = new RoleClient(Objects.requireNonNull(role, "role"), calls.base(), new com.fasterxml.jackson.databind.ObjectMapper());
         this.role = Objects.requireNonNull(role, "role");
         this.needsLink = needsLink;
@@ -129,6 +134,13 @@ final class RoleHealth implements AutoCloseable {
         final String mismatch;
         if (!s.status().up()) {
             why = s.status().down();
+            // the calls sent before this read wait on a process that cannot answer (frozen, gone, or not the role):
+            // fail them now, not after their own timeout (10 s)
+            final int cut = closed ? 0 : calls.failCallsSentBefore(startedAt, why);
+            if (cut > 0) {
+                LOG.log(System.Logger.Level.WARNING, role + " role found unreachable: failed the " + cut
+                    + " call(s) to it still waiting for an answer: " + why);
+            }
         } else if (verify != null && (mismatch = verify.apply(s)) != null) {
             why = mismatch; // a role that came back as another build, environment or layout, or with a smaller pool
         } else if (needsLink && !s.ready()) {
