@@ -6,13 +6,14 @@ package io.kvpool.transfer;
  */
 public enum FailureReason {
     /**
-     * Refused before any page was allocated: by admission ({@link IncomingTransfer#admissionDecision()} says how, and
-     * whether to retry), or for a reason of its own, without an admission decision or after admitting (the message
-     * says which, with the numbers):
+     * Refused before any page was allocated: by admission ({@link IncomingTransfer#admissionDecision()} says how), or
+     * for a reason of its own, without an admission decision or after admitting (the message says which, with the
+     * numbers). {@link IncomingTransfer#retryLater()} says whether waiting can help, for every case:
      * <ul>
      *   <li>every transfer slot was busy, or the pool could not allocate the pages admission had promised: waiting
      *       can help;</li>
-     *   <li>the request id is already receiving here: it names one transfer at a time;</li>
+     *   <li>the request id is already receiving here: it names one transfer at a time (waiting for that one to end
+     *       can help);</li>
      *   <li>the request needs more pages than one descriptor carries, or its reserved sequence was admitted for fewer
      *       tokens than the prompt has ({@link TransferReceiver#start(long, io.kvpool.Sequence, int, int...)}): it never
      *       fits as asked, and waiting does not help.</li>

@@ -38,6 +38,7 @@ public final class IncomingTransfer {
     FailureReason failure;
     String message;
     Admission.Decision admissionDecision;
+    boolean retryLater;
     Sequence sequence;
     /** {@link Sequence#structureVersion()} once its pages were allocated: a truncate that drops a page changes it. */
     long structureVersion;
@@ -95,6 +96,18 @@ public final class IncomingTransfer {
      */
     public Admission.Decision admissionDecision() {
         return admissionDecision;
+    }
+
+    /**
+     * {@return whether this transfer was REJECTED for now, so that the same request started again later can be
+     * received} True when every transfer slot was busy, the request id was receiving in another transfer, admission
+     * answered {@link Admission.Decision#RETRY_LATER}, or the pool could not allocate the pages admission promised.
+     * False when it never fits as asked (more pages than one descriptor carries, a reserved sequence admitted for
+     * fewer tokens than the prompt, a context too long or a request larger than the pool), and for a transfer in any
+     * state but REJECTED.
+     */
+    public boolean retryLater() {
+        return retryLater;
     }
 
     /** {@return the tokens the receiver expects (and commits), 0 before admission} */

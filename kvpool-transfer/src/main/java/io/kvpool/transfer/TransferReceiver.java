@@ -287,6 +287,7 @@ public final class TransferReceiver extends TransferEndpoint {
         if (other != null) {
             // A descriptor finds its offer by request id alone: a second transfer of the id could take the first's
             // offer. Its senders get no CANCEL (their offers are the first's); any other sender does
+            t.retryLater = true; // the first transfer of the id ends, one way or another
             return reject(t, FailureReason.REJECTED, "request " + requestId + " is already receiving (transfer "
                 + other.transferId + "/" + other.generation + "): a request id names one transfer at a time",
                 other.senderPeers);
@@ -303,6 +304,7 @@ public final class TransferReceiver extends TransferEndpoint {
         }
         final int slot = freeSlot();
         if (slot < 0) {
+            t.retryLater = true;
             return reject(t, FailureReason.REJECTED, "all " + maxTransfers + " transfer slots are busy; retry later");
         }
         final Sequence seq;
@@ -318,6 +320,7 @@ public final class TransferReceiver extends TransferEndpoint {
             }
             t.admissionDecision = a.decision();
             if (!a.admitted()) {
+                t.retryLater = a.decision() == Admission.Decision.RETRY_LATER;
                 return reject(t, FailureReason.REJECTED, a.message());
             }
             seq = a.sequence();
@@ -336,6 +339,7 @@ public final class TransferReceiver extends TransferEndpoint {
             pool.handles().appendPinned(seq, expected); // RECEIVING from the start: all or none
         } catch (PoolExhaustedException e) { // admission's reservation should prevent it; waiting can help if not
             seq.close();
+            t.retryLater = true;
             return reject(t, FailureReason.REJECTED, "could not allocate " + layout.pagesFor(expected) + " pages for "
                 + expected + " tokens: " + e.getMessage());
         } catch (RuntimeException e) {

@@ -489,6 +489,7 @@ class ProtocolEdgeCasesTest {
             final IncomingTransfer t = rx.start(REQ, tokens, 0, peer);
             assertEquals(IncomingTransfer.State.REJECTED, t.state(), t.toString());
             assertEquals(FailureReason.REJECTED, t.failure());
+            assertFalse(t.retryLater(), "no wait makes it fit one descriptor");
             assertTrue(t.message().contains(tokens + " tokens needs " + pages + " pages")
                 && t.message().contains("at most " + io.kvpool.transfer.wire.WireFormat.MAX_ARRAY), t.message());
             assertEquals(0, rx.activeTransfers());

@@ -61,6 +61,22 @@ class ReceiverRulesTest extends TwoSenderReceiverFixture {
     }
 
     @Test
+    void aRejectionSaysWhetherTheSameRequestCanBeReceivedLater() {
+        final int tpp = Kv.LAYOUT.tokensPerPage();
+        final IncomingTransfer first = startOne(20 * tpp); // 20 of the pool's 32 pages
+        assertFalse(first.retryLater(), "not rejected");
+        final IncomingTransfer sameId = rx.start(REQ, tpp, 0, pb);
+        assertEquals(FailureReason.REJECTED, sameId.failure(), sameId::toString);
+        assertTrue(sameId.retryLater(), () -> "the first transfer of the id ends: " + sameId);
+        final IncomingTransfer full = rx.start(REQ + 1, 20 * tpp, 0, pb);
+        assertEquals(io.kvpool.Admission.Decision.RETRY_LATER, full.admissionDecision(), full::toString);
+        assertTrue(full.retryLater(), () -> "fits the pool, not now: " + full);
+        final IncomingTransfer tooLong = rx.start(REQ + 2, (int) pool.maxContextTokens() + 1, 0, pb);
+        assertEquals(io.kvpool.Admission.Decision.REJECTED_CONTEXT_TOO_LONG, tooLong.admissionDecision(), tooLong::toString);
+        assertFalse(tooLong.retryLater(), () -> "never fits: " + tooLong);
+    }
+
+    @Test
     void tearDownPeerTakesAnyLivePeerDownNamingTheApplication() {
         rx.tearDownPeer(pa); // UP
         assertEquals(Peer.State.FAILED, rx.peer(pa).state());
@@ -460,6 +476,7 @@ class ReceiverRulesTest extends TwoSenderReceiverFixture {
         final IncomingTransfer third = rx.start(REQ + 2, 10, 0, pb); // the limit still holds for transfers under way
         assertEquals(FailureReason.REJECTED, third.failure(), third::toString);
         assertTrue(third.message().contains("all 1 transfer slots are busy"), third::message);
+        assertTrue(third.retryLater(), third::toString);
         a.tearDownProves = true;
         clock.advanceMillis(10);
         rx.doWork();
