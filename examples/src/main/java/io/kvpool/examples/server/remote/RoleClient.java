@@ -142,6 +142,9 @@ public final class RoleClient implements AutoCloseable {
             throw new RoleLostException(describe() + " is unreachable (" + what + "): " + cutShort, e);
         } catch (java.util.concurrent.ExecutionException e) {
             final Throwable c = e.getCause();
+            if (c instanceof java.util.concurrent.CancellationException) { // the HttpClient's own cancel, from ours
+                throw new RoleLostException(describe() + " is unreachable (" + what + "): " + cutShort, c);
+            }
             throw new RoleLostException(describe() + " is unreachable (" + what + "): "
                 + (c instanceof IOException io ? why(io) : String.valueOf(c)), c);
         } catch (java.util.concurrent.TimeoutException e) {
@@ -158,9 +161,9 @@ public final class RoleClient implements AutoCloseable {
 
     /**
      * Fails every call sent before {@code nanos} ({@link System#nanoTime()}) that still waits for its answer, at once,
-     * with a {@link RoleLostException} carrying {@code why}: the role was found unreachable by a status read begun at
-     * {@code nanos}, and a frozen process would otherwise hold each of them for {@link #CALL_TIMEOUT}. A call sent
-     * later is left alone (the role may have come back). Thread-safe.
+     * with a {@link RoleLostException} carrying {@code why}: the role stopped answering (see
+     * {@link RoleHealth}), and a frozen process would otherwise hold each of them for {@link #CALL_TIMEOUT}. A call
+     * sent later is left alone (the role may have come back). Thread-safe.
      *
      * @return how many calls it failed
      */

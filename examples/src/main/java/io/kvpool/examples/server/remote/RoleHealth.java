@@ -20,10 +20,12 @@ import java.util.concurrent.atomic.AtomicReference;
  *           still down → 503 + Retry-After at once; ready again → the request goes on
  * </pre>
  * The re-check is shared by every request that asks while it runs (one status call, however many requests), and
- * it is what keeps a state a moment old from refusing a role that just came back. A status read that finds the role
- * unreachable also fails the calls to it sent before the read began and still waiting for an answer
- * ({@link RoleClient#failCallsSentBefore}): a request already under way when its role froze is answered within a status
- * timeout (2 s), not its call's (10 s). Thread-safe.
+ * it is what keeps a state a moment old from refusing a role that just came back. When two status reads in a row got
+ * no answer for their whole timeout (a frozen process, a partition), the second also fails the calls to the role sent
+ * before it began and still waiting ({@link RoleClient#failCallsSentBefore}): a request already under way when its role
+ * froze is answered within about two status timeouts and a probe interval (4.2 s), not its call's timeout (10 s). A
+ * role that refuses connections (one stopping gracefully finishes the calls it has) or answers late once (a GC pause
+ * under 4 s) keeps its calls. Thread-safe.
  */
 final class RoleHealth implements AutoCloseable {
 
@@ -54,6 +56,8 @@ final class RoleHealth implements AutoCloseable {
     private final AtomicReference<Check> checking = new AtomicReference<>();
     /** The newest reading (null: unknown). A status read replaces only a reading older than the read's start. */
     private final AtomicReference<State> state = new AtomicReference<>();
+    /** Whether the last status read got no answer for its whole timeout (reads run one at a time: {@link #checking}). */
+    private volatile boolean lastReadSilent;
     private volatile boolean closed;
     private final Thread probe;
 
@@ -134,12 +138,14 @@ final class RoleHealth implements AutoCloseable {
         final String mismatch;
         if (!s.status().up()) {
             why = s.status().down();
-            // the calls sent before this read wait on a process that cannot answer (frozen, gone, or not the role):
-            // fail them now, not after their own timeout (10 s)
-            final int cut = closed ? 0 : calls.failCallsSentBefore(startedAt, why);
+            // no answer for the read's whole timeout, twice in a row: the process is frozen or cut off, and the calls
+            // sent before this read wait on it in vain; fail them now, not after their own timeout (10 s)
+            final boolean silent = System.nanoTime() - startedAt >= RoleClient.STATUS_TIMEOUT.toNanos();
+            final int cut = silent && lastReadSilent && !closed ? calls.failCallsSentBefore(startedAt, why) : 0;
+            lastReadSilent = silent;
             if (cut > 0) {
-                LOG.log(System.Logger.Level.WARNING, role + " role found unreachable: failed the " + cut
-                    + " call(s) to it still waiting for an answer: " + why);
+                LOG.log(System.Logger.Level.WARNING, role + " role gave no answer to two status reads in a row: failed the "
+                    + cut + " call(s) to it still waiting for an answer: " + why);
             }
         } else if (verify != null && (mismatch = verify.apply(s)) != null) {
             why = mismatch; // a role that came back as another build, environment or layout, or with a smaller pool
@@ -148,6 +154,9 @@ final class RoleHealth implements AutoCloseable {
                 : ": no prefill link is up; retry later");
         } else {
             why = null;
+        }
+        if (s.status().up()) {
+            lastReadSilent = false;
         }
         return new State(why, startedAt);
     }
