@@ -28,7 +28,10 @@ public enum FailureReason {
     CHECKSUM_MISMATCH,
     /** A completion was inconsistent (wrong page range, checksum count, failed writes, missing checksums). */
     BAD_COMPLETION,
-    /** A sender aborted (a write or flush failed, or it was told to). */
+    /**
+     * A sender aborted: a write or its flush failed ({@link IncomingTransfer#retryLater()} is then true), or it was
+     * told to, or it could not send (a descriptor it refused, a source page gone, a checksum it could not compute).
+     */
     SENDER_ABORTED,
     /**
      * The receiver's side aborted it ({@link TransferReceiver#abort}), could not register its pages on a link that is

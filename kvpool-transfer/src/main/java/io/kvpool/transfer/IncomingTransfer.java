@@ -99,12 +99,14 @@ public final class IncomingTransfer {
     }
 
     /**
-     * {@return whether this transfer was REJECTED for now, so that the same request started again later can be
-     * received} True when every transfer slot was busy, the request id was receiving in another transfer, admission
-     * answered {@link Admission.Decision#RETRY_LATER}, or the pool could not allocate the pages admission promised.
-     * False when it never fits as asked (more pages than one descriptor carries, a reserved sequence admitted for
-     * fewer tokens than the prompt, a context too long or a request larger than the pool), and for a transfer in any
-     * state but REJECTED.
+     * {@return whether the same request, started again later, can be received where this transfer was refused or
+     * failed} For a REJECTED transfer: true when every transfer slot was busy, the request id was receiving in another
+     * transfer, admission answered {@link Admission.Decision#RETRY_LATER}, or the pool could not allocate the pages
+     * admission promised; false when it never fits as asked (more pages than one descriptor carries, a reserved
+     * sequence admitted for fewer tokens than the prompt, a context too long or a request larger than the pool). For
+     * a {@link FailureReason#SENDER_ABORTED} one: true when the sender said a write or its flush failed (the link's
+     * fault; a sender of an older build does not say so), false for any other cause of its abort. False in every other
+     * case.
      */
     public boolean retryLater() {
         return retryLater;

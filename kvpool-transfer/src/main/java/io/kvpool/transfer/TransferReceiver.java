@@ -596,6 +596,7 @@ public final class TransferReceiver extends TransferEndpoint {
                     if (a.reason() == Message.Abort.SENDER_CLOSING) { // as if its link were lost, which it is about to be
                         fail(t, FailureReason.PEER_LOST, "sender " + p.id + " is closing: " + a.detail(), clock.nanoTime());
                     } else {
+                        t.retryLater = a.reason() == Message.Abort.WRITE_FAILED; // the link's fault: another attempt can succeed
                         fail(t, FailureReason.SENDER_ABORTED, "sender " + p.id + " aborted (reason " + a.reason() + "): "
                             + a.detail(), clock.nanoTime());
                     }

@@ -583,7 +583,7 @@ public final class TransferSender extends TransferEndpoint {
                 t.peer.link.flush(((long) t.serial << 32) | FLUSH);
             } catch (RuntimeException e) {
                 t.flushPending = false; // no answer comes for a flush that threw: DRAINED must not wait for one
-                fail(t, FailureReason.SENDER_ABORTED, "flush failed: " + e.getMessage(), true, Message.Abort.SENDER_FAILED);
+                fail(t, FailureReason.SENDER_ABORTED, "flush failed: " + e.getMessage(), true, Message.Abort.WRITE_FAILED);
             }
         }
     }
@@ -639,7 +639,7 @@ public final class TransferSender extends TransferEndpoint {
             metrics.writesFailed.increment();
             if (t.state == OutgoingTransfer.State.WRITING || t.state == OutgoingTransfer.State.FLUSHING) {
                 fail(t, FailureReason.SENDER_ABORTED, "write of page " + (int) token + " " + (status == PeerLink.CANCELED ? "cancelled" : "failed"), true,
-                    Message.Abort.SENDER_FAILED);
+                    Message.Abort.WRITE_FAILED);
             }
         }
         afterWrites(t);
@@ -663,7 +663,7 @@ public final class TransferSender extends TransferEndpoint {
             return;
         }
         if (!ok) {
-            fail(t, FailureReason.SENDER_ABORTED, "flush did not prove delivery", true, Message.Abort.SENDER_FAILED);
+            fail(t, FailureReason.SENDER_ABORTED, "flush did not prove delivery", true, Message.Abort.WRITE_FAILED);
             return;
         }
         if (pool.isClosed()) {

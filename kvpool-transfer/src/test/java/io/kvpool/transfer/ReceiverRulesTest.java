@@ -77,6 +77,20 @@ class ReceiverRulesTest extends TwoSenderReceiverFixture {
     }
 
     @Test
+    void aSenderAbortForAFailedWriteSaysTheRequestCanBeReceivedLater() {
+        final IncomingTransfer written = startOne(8);
+        a.inject(new Message.Abort(written.transferId(), written.generation(), Message.Abort.WRITE_FAILED, "write of page 0 failed"));
+        rx.doWork();
+        assertEquals(FailureReason.SENDER_ABORTED, written.failure(), written::toString);
+        assertTrue(written.retryLater(), () -> "the link's fault, not the request's: " + written);
+        final IncomingTransfer other = rx.start(REQ + 1, 8, 0, pa);
+        a.inject(new Message.Abort(other.transferId(), other.generation(), Message.Abort.SENDER_FAILED, "could not compute the checksums"));
+        rx.doWork();
+        assertEquals(FailureReason.SENDER_ABORTED, other.failure(), other::toString);
+        assertFalse(other.retryLater(), () -> "the same cause again: " + other);
+    }
+
+    @Test
     void tearDownPeerTakesAnyLivePeerDownNamingTheApplication() {
         rx.tearDownPeer(pa); // UP
         assertEquals(Peer.State.FAILED, rx.peer(pa).state());

@@ -308,6 +308,31 @@ class SenderRulesTest {
     }
 
     @Test
+    void aFailedWriteIsAbortedAsTheLinksFault() {
+        final OutgoingTransfer t = offer(8);
+        link.inject(descriptor(8));
+        tx.doWork();
+        link.completeWrite(link.postedTokens.getFirst(), PeerLink.FAILED);
+        link.postedTokens.stream().skip(1).forEach(tok -> link.completeWrite(tok, PeerLink.OK));
+        tx.doWork();
+        assertEquals(FailureReason.SENDER_ABORTED, t.failureReason(), t::toString);
+        assertEquals(Message.Abort.WRITE_FAILED, link.sent(Message.Abort.class).getFirst().reason());
+    }
+
+    @Test
+    void aFlushThatDoesNotProveDeliveryIsAbortedAsTheLinksFault() {
+        final OutgoingTransfer t = offer(8);
+        link.inject(descriptor(8));
+        tx.doWork();
+        link.postedTokens.forEach(tok -> link.completeWrite(tok, PeerLink.OK));
+        tx.doWork();
+        link.completeFlush(link.flushTokens.getFirst(), false);
+        tx.doWork();
+        assertEquals(FailureReason.SENDER_ABORTED, t.failureReason(), t::toString);
+        assertEquals(Message.Abort.WRITE_FAILED, link.sent(Message.Abort.class).getFirst().reason());
+    }
+
+    @Test
     void aSourcePoolClosedMidTransferFailsItAndTheSenderGoesOn() {
         final OutgoingTransfer t = offer(16); // 4 pages: two batches of two
         link.inject(descriptor(16));

@@ -164,6 +164,12 @@ public sealed interface Message {
          * Code that predates it reads it as any other sender abort.
          */
         public static final int SENDER_CLOSING = 6;
+        /**
+         * A write or the flush of the sender failed, or the flush did not prove delivery: the link's fault, not the
+         * request's, so the same request sent again can succeed (on the link's successor if decode retires it). Code
+         * that predates it reads it as any other sender abort.
+         */
+        public static final int WRITE_FAILED = 7;
 
         /**
          * Creates the message.

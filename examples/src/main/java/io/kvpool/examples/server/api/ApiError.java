@@ -117,17 +117,19 @@ public final class ApiError extends Exception {
     }
 
     /**
-     * A transfer that did not commit: 503 when the link or the decode process was lost, or prefill's sender aborted it
-     * (a write or flush of its failed: a retry, on a fresh link if that one was retired, can succeed); 504 on a
-     * deadline; else 502 (the pages arrived wrong: a length, canary or checksum mismatch, a bad completion, or decode's
-     * own abort).
+     * A transfer that did not commit: 503 when the link or the decode process was lost, or when prefill's sender
+     * aborted it because a write or flush of its failed ({@link DecodeCall.TransferOutcome#retryLater()}: a retry, on
+     * a fresh link if that one was retired, can succeed); 504 on a deadline; else 502 (the pages arrived wrong: a
+     * length, canary or checksum mismatch, a bad completion; decode's own abort; a sender abort for another cause).
      */
     public static ApiError transferFailed(long requestId, DecodeCall.TransferOutcome o) {
         final String failure = o.failure() == null ? "unknown" : o.failure().toLowerCase(Locale.ROOT);
         final Map<String, Object> f = Map.of("request_id", requestId);
         final String message = "KV transfer of request " + requestId + " failed (" + failure + "): " + o.message();
         return switch (failure) {
-            case "peer_lost", "role_lost", "sender_aborted" -> new ApiError(503, "service_unavailable", failure, message, f, 1);
+            case "peer_lost", "role_lost" -> new ApiError(503, "service_unavailable", failure, message, f, 1);
+            case "sender_aborted" -> o.retryLater() ? new ApiError(503, "service_unavailable", failure, message, f, 1)
+                : new ApiError(502, "transfer_failed", failure, message, f, 0);
             case "timeout" -> new ApiError(504, "timeout", failure, message, f, 0);
             default -> new ApiError(502, "transfer_failed", failure, message, f, 0);
         };

@@ -180,6 +180,7 @@ public final class DecodeEndpoint extends RoleEndpoint {
                 m.put("committed", false);
                 m.put("failure", String.valueOf(o.failure()));
                 m.put("message", String.valueOf(o.message()));
+                m.put("retry_later", o.retryLater());
                 event(out, m);
                 return;
             }

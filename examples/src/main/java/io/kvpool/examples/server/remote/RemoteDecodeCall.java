@@ -26,7 +26,7 @@ import java.util.concurrent.TimeUnit;
  *   {"event":"waiting","heartbeat_ms":200}                 at once: the process's heartbeat, then
  *   {"event":"waiting"}                                    every heartbeat while admission or the transfer is pending
  *   {"event":"admitted"}  | {"event":"rejected","rejection":{…}}
- *   {"event":"transfer","committed":true} | {"event":"transfer","committed":false,"failure":"PEER_LOST","message":"…"}
+ *   {"event":"transfer","committed":true} | {"event":"transfer","committed":false,"failure":"PEER_LOST","message":"…","retry_later":false}
  *   {"event":"token","text":"…"} …                         generation starts as soon as the KV committed
  *   {"event":"done","text":"…","completion_tokens":8,"kv":{…}} | {"event":"error","message":"…"[,"unavailable":true]}
  * </pre>
@@ -197,7 +197,8 @@ final class RemoteDecodeCall implements DecodeCall {
                     finished = true;
                 }
                 outcome.complete(committed ? TransferOutcome.COMMITTED
-                    : new TransferOutcome(false, RoleJson.text(n, "failure"), RoleJson.text(n, "message")));
+                    : new TransferOutcome(false, RoleJson.text(n, "failure"), RoleJson.text(n, "message"),
+                        n.path("retry_later").asBoolean(false))); // absent from a decode of an older build
                 return !committed;
             }
             case "error" -> {

@@ -63,9 +63,16 @@ public interface DecodeCall {
      * @param committed whether decode holds the verified KV
      * @param failure   otherwise the transfer's failure reason ({@link io.kvpool.transfer.FailureReason} name)
      * @param message   the failure's explanation with the numbers
+     * @param retryLater whether the same request sent again can succeed where this transfer failed
+     *                   ({@link io.kvpool.transfer.IncomingTransfer#retryLater()}): a write of prefill's failed
      */
-    record TransferOutcome(boolean committed, String failure, String message) {
+    record TransferOutcome(boolean committed, String failure, String message, boolean retryLater) {
         public static final TransferOutcome COMMITTED = new TransferOutcome(true, null, null);
+
+        /** A failure that says nothing of a retry ({@code retryLater} false). */
+        public TransferOutcome(boolean committed, String failure, String message) {
+            this(committed, failure, message, false);
+        }
     }
 
     /**

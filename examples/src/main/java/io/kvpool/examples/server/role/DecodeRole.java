@@ -647,7 +647,7 @@ public final class DecodeRole implements DecodeService, MeteredRole, Drains {
             } else {
                 failed.increment();
                 holders.release(c.requestId);
-                c.outcome.complete(new DecodeCall.TransferOutcome(false, String.valueOf(t.failure()), t.message()));
+                c.outcome.complete(new DecodeCall.TransferOutcome(false, String.valueOf(t.failure()), t.message(), t.retryLater()));
             }
         }
         activeTransfers = receiver.activeTransfers();

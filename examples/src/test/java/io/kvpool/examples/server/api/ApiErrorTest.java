@@ -34,8 +34,9 @@ class ApiErrorTest {
         // and a retry reaches a restarted process, as one after a lost link does
         check(ApiError.transferFailed(1, new DecodeCall.TransferOutcome(false, "ROLE_LOST", "m")), 503, "role_lost", 1);
         // prefill's write or flush failed: the same request sent again succeeds (a retired link's successor serves it)
-        check(ApiError.transferFailed(1, new DecodeCall.TransferOutcome(false, "SENDER_ABORTED", "m")), 503, "sender_aborted", 1);
-        for (String r : new String[] {"LENGTH_MISMATCH", "CHECKSUM_MISMATCH", "CANARY", "BAD_COMPLETION", "ABORTED"}) {
+        check(ApiError.transferFailed(1, new DecodeCall.TransferOutcome(false, "SENDER_ABORTED", "m", true)), 503, "sender_aborted", 1);
+        // a sender abort for another cause (a checksum it could not compute, a source page gone): the same again
+        for (String r : new String[] {"LENGTH_MISMATCH", "CHECKSUM_MISMATCH", "CANARY", "BAD_COMPLETION", "ABORTED", "SENDER_ABORTED"}) {
             check(ApiError.transferFailed(1, new DecodeCall.TransferOutcome(false, r, "m")), 502, r.toLowerCase(), 0);
         }
     }
