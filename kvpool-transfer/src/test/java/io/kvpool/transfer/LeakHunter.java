@@ -87,14 +87,16 @@ final class LeakHunter {
         long staleRefused;
         /**
          * Transfers failed by their link's handling of another transfer's suspect write: PEER_LOST because the receiver
-         * tore the link down, or timed out on a RETIRING link; not those {@link #stalled}, nor the suspects themselves.
+         * tore the link down, or timed out or lost its link once it was RETIRING; not those {@link #stalled}, nor the
+         * suspects themselves. An upper bound: a write frozen after this transfer's last write, before its flush, is not
+         * known to have held it.
          */
         long collateral;
-        /** Of those: transfers that timed out on a RETIRING link. */
+        /** Of those: transfers that timed out, or whose link failed, after it was RETIRING. */
         long collateralTimeouts;
         /**
          * Transfers that failed the same ways but could not have committed on their link under any handling: a write
-         * of another transfer, posted on the link before this one started, froze past this one's deadline, and every
+         * of another transfer, posted on the link before this one's last write there, froze past this one's deadline, and every
          * flush waits for it ({@link SimLink#stragglers()}).
          */
         long stalled;
@@ -145,6 +147,7 @@ final class LeakHunter {
     private final List<Held> held = new ArrayList<>();
     private final List<Probe> probes = new ArrayList<>();
     private final List<SimLink> allLinks = new ArrayList<>(); // every prefill end ever connected
+    private final java.util.Set<SimLink> everRetiring = java.util.Collections.newSetFromMap(new java.util.IdentityHashMap<>());
 
     private long nextRequestId = 1;
     private long step;
@@ -347,6 +350,10 @@ final class LeakHunter {
     private void reconnect() {
         for (PrefillNode p : prefills) {
             for (int d = 0; d < cfg.decodeNodes; d++) {
+                if (decodes[d].receiver.peer(p.receiverPeer[d]).state() == Peer.State.RETIRING
+                    || p.sender.peer(p.senderPeer[d]).state() == Peer.State.RETIRING) {
+                    everRetiring.add(p.ends[d]); // its later failures (a force-cancel, a teardown) count as the retirement's
+                }
                 if (p.linkDead(d)) {
                     // the old link stays with the engines until its transfers ended; a new one takes over
                     decodes[d].receiver.tearDownPeer(p.receiverPeer[d]);
@@ -491,6 +498,9 @@ final class LeakHunter {
                     for (int id : t.senderPeers) {
                         onRetiring |= decodes[r.decodeNode].receiver.peer(id).state() == Peer.State.RETIRING;
                     }
+                    for (SimLink l : r.links) {
+                        onRetiring |= everRetiring.contains(l); // retired, then failed under it (a sender's force-cancel)
+                    }
                     final boolean retiredTimeout = !tornDown && onRetiring
                         && (t.failure() == FailureReason.TIMEOUT || t.failure() == FailureReason.PEER_LOST);
                     if (tornDown || retiredTimeout) {
@@ -538,15 +548,20 @@ final class LeakHunter {
     }
 
     /**
-     * @return whether a write posted on one of {@code r}'s links before {@code r} started lands only after {@code r}'s
-     *         deadline: every flush of {@code r} waits for it, so {@code r} could not commit on that link whatever its
-     *         handling (conservative: a straggler posted after the start, ahead of {@code r}'s flush, is not counted)
+     * @return whether a write posted on one of {@code r}'s links before {@code r}'s last write on it (or, if it wrote
+     *         none there, before it started) lands only after {@code r}'s deadline: {@code r}'s flush on that link comes
+     *         after its last write and waits for every write posted before, so {@code r} could not commit on that link
+     *         whatever its handling (conservative: a straggler posted between {@code r}'s last write and its flush is
+     *         not counted)
      */
     private boolean stalledBehindAFrozenWrite(Request r) {
         final long deadline = r.startedAt + COMPLETION_TIMEOUT_MS * 1_000_000;
-        for (SimLink link : r.links) {
-            for (SimLink.Straggler s : link.stragglers()) {
-                if (s.postedAt() < r.startedAt && s.landAt() > deadline) {
+        for (int k = 0; k < r.links.length; k++) {
+            final io.kvpool.transfer.spi.Registration reg = r.in.registrations != null && k < r.in.registrations.length
+                ? r.in.registrations[k] : null;
+            final long before = Math.max(r.startedAt - 1, reg == null ? Long.MIN_VALUE : SimLink.lastWritePostedAt(reg));
+            for (SimLink.Straggler s : r.links[k].stragglers()) {
+                if (s.postedAt() <= before && s.landAt() > deadline) {
                     return true;
                 }
             }

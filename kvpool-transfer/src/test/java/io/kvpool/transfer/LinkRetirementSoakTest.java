@@ -12,10 +12,11 @@ import static org.junit.jupiter.api.Assertions.*;
  * nothing corrupted and every pool balanced either way.
  *
  * <p>A <em>collateral</em> failure is one of a transfer that was not the suspect: failed {@code PEER_LOST} because the
- * receiver tore its link down, or timed out while its link was RETIRING ({@link LeakHunter.Report#collateral}). A
- * transfer that failed so but could not have committed on its link whatever the handling is counted apart, as
- * <em>stalled</em> ({@link LeakHunter.Report#stalled}): another transfer's write, posted on the link before it started,
- * froze past its deadline, and a flush waits for every write posted before it. Neither policy can save those; only
+ * receiver tore its link down, or timed out or lost its link once the link was RETIRING
+ * ({@link LeakHunter.Report#collateral}). A transfer that failed so but could not have committed on its link whatever
+ * the handling is counted apart, as <em>stalled</em> ({@link LeakHunter.Report#stalled}): another transfer's write,
+ * posted on the link before its own last write, froze past its deadline, and a flush waits for every write posted
+ * before it. Neither policy can save those; only
  * another link (a lane of its own) could.
  *
  * <p>{@code -Dkvpool.soak.transfers=N} sets the length of each run (default 20,000), {@code -Dkvpool.hunter.seed=S}
@@ -43,9 +44,6 @@ class LinkRetirementSoakTest {
             + (retire ? "retired:   " : "torn down: ") + r);
         assertEquals(0, r.leaks + r.corrupted, r::toString);
         assertTrue(r.balanced, r::toString);
-        if (!frozenWrites) {
-            assertEquals(0, r.stalled, () -> "no write froze, yet transfers were counted stalled: " + r);
-        }
         return r;
     }
 

@@ -194,6 +194,17 @@ public final class SimLink implements PeerLink {
         return Collections.unmodifiableList(stragglers);
     }
 
+    /**
+     * {@return when a write into {@code registration} was last posted ({@link SimNetwork#now()}), or
+     * {@link Long#MIN_VALUE} if none was, or if it is not a simulated link's registration} A flush of its writes comes
+     * after that, and so after every straggler posted before it ({@link #stragglers()}).
+     *
+     * @param registration a registration of a simulated link
+     */
+    public static long lastWritePostedAt(Registration registration) {
+        return registration instanceof SimRegistration r ? r.lastPostedAt : Long.MIN_VALUE;
+    }
+
     @Override
     public void putBatch(RemoteRegion region, int[] dst, PageStorage source, int[] src, int off, int count, long firstToken) {
         requireUp();
@@ -214,6 +225,9 @@ public final class SimLink implements PeerLink {
             }
         }
         final int pageBytes = (int) source.layout().bytesPerPage();
+        if (count > 0) {
+            reg.lastPostedAt = net.now();
+        }
         for (int i = 0; i < count; i++) {
             final int dstIndex = dst[off + i];
             final int srcSlot = src[off + i];

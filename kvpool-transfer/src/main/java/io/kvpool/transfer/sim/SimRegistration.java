@@ -13,6 +13,8 @@ final class SimRegistration implements Registration {
     final int[] slots;
     final boolean revocable;
     boolean revoked;
+    /** When a write into it was last posted ({@link SimNetwork#now()}), or {@link Long#MIN_VALUE}. */
+    long lastPostedAt = Long.MIN_VALUE;
 
     SimRegistration(long id, SimLink owner, PageStorage storage, int[] slots, boolean revocable) {
         this.id = id;
