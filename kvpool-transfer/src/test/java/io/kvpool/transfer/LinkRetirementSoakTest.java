@@ -20,7 +20,8 @@ import static org.junit.jupiter.api.Assertions.*;
  * another link (a lane of its own) could.
  *
  * <p>{@code -Dkvpool.soak.transfers=N} sets the length of each run (default 20,000), {@code -Dkvpool.hunter.seed=S}
- * the seed. The numbers in docs/transfer.md: {@code ./dev mvn -o -q -pl kvpool-transfer -am test
+ * the seed, {@code -Dkvpool.soak.noFrameLoss=true} turns off the lost and duplicated control frames. The numbers in
+ * docs/transfer.md: {@code ./dev mvn -o -q -pl kvpool-transfer -am test
  * -Dtest=LinkRetirementSoakTest -Dsurefire.failIfNoSpecifiedTests=false
  * -Dkvpool.test.argLine="-Dkvpool.soak.transfers=100000"}.
  */
@@ -38,6 +39,9 @@ class LinkRetirementSoakTest {
         c.retireSuspectLinks = retire;
         if (!frozenWrites) {
             c.faults = c.faults.withStragglers(0, 0, 0);
+        }
+        if (Boolean.getBoolean("kvpool.soak.noFrameLoss")) { // what is left of the collateral without lost control frames
+            c.faults = c.faults.withFrames(0, 0);
         }
         final LeakHunter.Report r = LeakHunter.hunt(c);
         System.out.println("soak (" + (frozenWrites ? "with" : "no") + " frozen writes), suspect links "
