@@ -287,25 +287,24 @@ public final class TransferReceiver extends TransferEndpoint {
         if (other != null) {
             // A descriptor finds its offer by request id alone: a second transfer of the id could take the first's
             // offer. Its senders get no CANCEL (their offers are the first's); any other sender does
-            t.retryLater = true; // the first transfer of the id ends, one way or another
-            return reject(t, FailureReason.REJECTED, "request " + requestId + " is already receiving (transfer "
+            // Waiting can help: the first transfer of the id ends, one way or another
+            return reject(t, FailureReason.REJECTED, true, "request " + requestId + " is already receiving (transfer "
                 + other.transferId + "/" + other.generation + "): a request id names one transfer at a time",
                 other.senderPeers);
         }
         if (layout.pagesFor(promptTokens) > WireFormat.MAX_ARRAY) {
-            return reject(t, FailureReason.REJECTED, "request " + requestId + " of " + promptTokens + " tokens needs "
+            return reject(t, FailureReason.REJECTED, false, "request " + requestId + " of " + promptTokens + " tokens needs "
                 + layout.pagesFor(promptTokens) + " pages of " + layout.tokensPerPage() + " tokens; one descriptor carries at most "
                 + WireFormat.MAX_ARRAY + " (" + (long) WireFormat.MAX_ARRAY * layout.tokensPerPage() + " tokens)");
         }
         for (int id : senderPeers) {
             if (!peers.get(id).isUp()) {
-                return reject(t, FailureReason.PEER_LOST, "sender " + peers.get(id) + " is not up");
+                return reject(t, FailureReason.PEER_LOST, false, "sender " + peers.get(id) + " is not up");
             }
         }
         final int slot = freeSlot();
         if (slot < 0) {
-            t.retryLater = true;
-            return reject(t, FailureReason.REJECTED, "all " + maxTransfers + " transfer slots are busy; retry later");
+            return reject(t, FailureReason.REJECTED, true, "all " + maxTransfers + " transfer slots are busy; retry later");
         }
         final Sequence seq;
         if (reserved == null) {
@@ -320,13 +319,12 @@ public final class TransferReceiver extends TransferEndpoint {
             }
             t.admissionDecision = a.decision();
             if (!a.admitted()) {
-                t.retryLater = a.decision() == Admission.Decision.RETRY_LATER;
-                return reject(t, FailureReason.REJECTED, a.message());
+                return reject(t, FailureReason.REJECTED, a.decision() == Admission.Decision.RETRY_LATER, a.message());
             }
             seq = a.sequence();
         } else if (reserved.admittedTokens() < promptTokens && !pool.disabledSafeguards().contains(io.kvpool.Safeguard.ADMISSION_REJECTION)) {
             // (with that safeguard off the pool admitted a placeholder, which is taken as below: the incident's case)
-            return reject(t, FailureReason.REJECTED, "request " + requestId + " was admitted for " + reserved.admittedTokens()
+            return reject(t, FailureReason.REJECTED, false, "request " + requestId + " was admitted for " + reserved.admittedTokens()
                 + " tokens, its prompt has " + promptTokens);
         } else {
             t.admissionDecision = Admission.Decision.ADMITTED;
@@ -339,8 +337,7 @@ public final class TransferReceiver extends TransferEndpoint {
             pool.handles().appendPinned(seq, expected); // RECEIVING from the start: all or none
         } catch (PoolExhaustedException e) { // admission's reservation should prevent it; waiting can help if not
             seq.close();
-            t.retryLater = true;
-            return reject(t, FailureReason.REJECTED, "could not allocate " + layout.pagesFor(expected) + " pages for "
+            return reject(t, FailureReason.REJECTED, true, "could not allocate " + layout.pagesFor(expected) + " pages for "
                 + expected + " tokens: " + e.getMessage());
         } catch (RuntimeException e) {
             if (pool.isClosed()) { // closed under us: a shutdown, not a fault; thrown as admit throws it on a closed pool
@@ -443,17 +440,21 @@ public final class TransferReceiver extends TransferEndpoint {
         }
     }
 
-    private IncomingTransfer reject(IncomingTransfer t, FailureReason reason, String message) {
-        return reject(t, reason, message, NO_PEERS);
+    private IncomingTransfer reject(IncomingTransfer t, FailureReason reason, boolean retryLater, String message) {
+        return reject(t, reason, retryLater, message, NO_PEERS);
     }
 
     private static final int[] NO_PEERS = new int[0];
 
-    /** @param spared senders told nothing: their offers of the request are another transfer's */
-    private IncomingTransfer reject(IncomingTransfer t, FailureReason reason, String message, int[] spared) {
+    /**
+     * @param retryLater whether the same request started again later can be received ({@link IncomingTransfer#retryLater()})
+     * @param spared     senders told nothing: their offers of the request are another transfer's
+     */
+    private IncomingTransfer reject(IncomingTransfer t, FailureReason reason, boolean retryLater, String message, int[] spared) {
         metrics.started.increment();
         t.state = IncomingTransfer.State.REJECTED;
         t.failure = reason;
+        t.retryLater = retryLater;
         t.message = message;
         metrics.failures.get(reason).increment();
         // no descriptor went out: without a CANCEL each sender would pin the request's pages until its timeout

@@ -230,7 +230,6 @@ final class LeakHunter {
         OutgoingTransfer[] out;
         IncomingTransfer in;
         SimLink[] links;           // links[k]: the link of sender k, as of the start
-        long startedAt;
         int attempts;
         boolean counted;
         IncomingTransfer.State lastState;
@@ -436,7 +435,6 @@ final class LeakHunter {
             return;
         }
         r.in = t;
-        r.startedAt = net.now();
         r.links = new SimLink[peers.length];
         for (int k = 0; k < peers.length; k++) {
             r.links[k] = prefills[r.prefillNodes[k]].ends[r.decodeNode];
@@ -526,7 +524,7 @@ final class LeakHunter {
 
     /** @return whether a write into one of {@code r}'s pages froze on one of its links (it is the suspect itself) */
     private boolean frozeItself(Request r) {
-        final long deadline = r.startedAt + COMPLETION_TIMEOUT_MS * 1_000_000;
+        final long deadline = r.in.startedAt + COMPLETION_TIMEOUT_MS * 1_000_000;
         final java.util.Set<Integer> mine = new java.util.HashSet<>();
         if (r.in.handles != null) {
             for (long h : r.in.handles) {
@@ -535,7 +533,7 @@ final class LeakHunter {
         }
         for (SimLink link : r.links) {
             for (SimLink.Straggler s : link.stragglers()) {
-                if (s.postedAt() >= r.startedAt && s.postedAt() <= deadline) {
+                if (s.postedAt() >= r.in.startedAt && s.postedAt() <= deadline) {
                     for (int slot : s.slots()) {
                         if (mine.contains(slot)) {
                             return true;
@@ -555,11 +553,11 @@ final class LeakHunter {
      *         not counted)
      */
     private boolean stalledBehindAFrozenWrite(Request r) {
-        final long deadline = r.startedAt + COMPLETION_TIMEOUT_MS * 1_000_000;
+        final long deadline = r.in.startedAt + COMPLETION_TIMEOUT_MS * 1_000_000;
         for (int k = 0; k < r.links.length; k++) {
             final io.kvpool.transfer.spi.Registration reg = r.in.registrations != null && k < r.in.registrations.length
                 ? r.in.registrations[k] : null;
-            final long before = Math.max(r.startedAt - 1, reg == null ? Long.MIN_VALUE : SimLink.lastWritePostedAt(reg));
+            final long before = Math.max(r.in.startedAt - 1, reg == null ? Long.MIN_VALUE : SimLink.lastWritePostedAt(reg));
             for (SimLink.Straggler s : r.links[k].stragglers()) {
                 if (s.postedAt() <= before && s.landAt() > deadline) {
                     return true;
