@@ -117,19 +117,21 @@ public final class ApiError extends Exception {
     }
 
     /**
-     * A transfer that did not commit: 503 when the link or the decode process was lost, or when prefill's sender
-     * aborted it because a write or flush of its failed ({@link DecodeCall.TransferOutcome#retryLater()}: a retry, on
-     * a fresh link if that one was retired, can succeed); 504 on a deadline; else 502 (the pages arrived wrong: a
-     * length, canary or checksum mismatch, a bad completion; decode's own abort; a sender abort for another cause).
+     * A transfer that did not commit: 503 when decode said the same request can succeed later
+     * ({@link DecodeCall.TransferOutcome#retryLater()}: prefill's sender aborted it because a write or flush of its
+     * failed, and a retry, on a fresh link if that one was retired, can succeed) or the link or the decode process was
+     * lost; 504 on a deadline; else 502 (the pages arrived wrong: a length, canary or checksum mismatch, a bad
+     * completion; decode's own abort; a sender abort for another cause).
      */
     public static ApiError transferFailed(long requestId, DecodeCall.TransferOutcome o) {
         final String failure = o.failure() == null ? "unknown" : o.failure().toLowerCase(Locale.ROOT);
         final Map<String, Object> f = Map.of("request_id", requestId);
         final String message = "KV transfer of request " + requestId + " failed (" + failure + "): " + o.message();
+        if (o.retryLater()) {
+            return new ApiError(503, "service_unavailable", failure, message, f, 1);
+        }
         return switch (failure) {
             case "peer_lost", "role_lost" -> new ApiError(503, "service_unavailable", failure, message, f, 1);
-            case "sender_aborted" -> o.retryLater() ? new ApiError(503, "service_unavailable", failure, message, f, 1)
-                : new ApiError(502, "transfer_failed", failure, message, f, 0);
             case "timeout" -> new ApiError(504, "timeout", failure, message, f, 0);
             default -> new ApiError(502, "transfer_failed", failure, message, f, 0);
         };

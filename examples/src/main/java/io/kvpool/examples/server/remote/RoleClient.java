@@ -138,12 +138,12 @@ public final class RoleClient implements AutoCloseable {
         waiting.put(f, sentAt);
         try {
             return f.get(whole, java.util.concurrent.TimeUnit.MILLISECONDS);
-        } catch (java.util.concurrent.CancellationException e) { // failCallsSentBefore: the role was found unreachable
-            throw new RoleLostException(describe() + " is unreachable (" + what + "): " + cutShort, e);
+        } catch (java.util.concurrent.CancellationException e) { // failCallsSentBefore: the role stopped answering
+            throw cutShort(what, e);
         } catch (java.util.concurrent.ExecutionException e) {
             final Throwable c = e.getCause();
             if (c instanceof java.util.concurrent.CancellationException) { // the HttpClient's own cancel, from ours
-                throw new RoleLostException(describe() + " is unreachable (" + what + "): " + cutShort, c);
+                throw cutShort(what, c);
             }
             throw new RoleLostException(describe() + " is unreachable (" + what + "): "
                 + (c instanceof IOException io ? why(io) : String.valueOf(c)), c);
@@ -157,6 +157,11 @@ public final class RoleClient implements AutoCloseable {
         } finally {
             waiting.remove(f);
         }
+    }
+
+    /** @return the exception of a call {@link #failCallsSentBefore} failed, naming why */
+    private RoleLostException cutShort(String what, Throwable cause) {
+        return new RoleLostException(describe() + " is unreachable (" + what + "): " + cutShort, cause);
     }
 
     /**

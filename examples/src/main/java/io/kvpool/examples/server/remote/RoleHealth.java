@@ -136,13 +136,15 @@ final class RoleHealth implements AutoCloseable {
         final RemoteStatus s = RemoteStatus.read(client, role);
         final String why;
         final String mismatch;
+        // no answer for the read's whole timeout, twice in a row: the process is frozen or cut off
+        final boolean silent = !s.status().up() && System.nanoTime() - startedAt >= RoleClient.STATUS_TIMEOUT.toNanos();
+        final boolean silentTwice = silent && lastReadSilent;
+        lastReadSilent = silent;
         if (!s.status().up()) {
             why = s.status().down();
-            // no answer for the read's whole timeout, twice in a row: the process is frozen or cut off, and the calls
-            // sent before this read wait on it in vain; fail them now, not after their own timeout (10 s)
-            final boolean silent = System.nanoTime() - startedAt >= RoleClient.STATUS_TIMEOUT.toNanos();
-            final int cut = silent && lastReadSilent && !closed ? calls.failCallsSentBefore(startedAt, why) : 0;
-            lastReadSilent = silent;
+            // the calls sent before this read wait on a frozen process in vain: fail them now, not after their own
+            // timeout (10 s)
+            final int cut = silentTwice && !closed ? calls.failCallsSentBefore(startedAt, why) : 0;
             if (cut > 0) {
                 LOG.log(System.Logger.Level.WARNING, role + " role gave no answer to two status reads in a row: failed the "
                     + cut + " call(s) to it still waiting for an answer: " + why);
@@ -154,9 +156,6 @@ final class RoleHealth implements AutoCloseable {
                 : ": no prefill link is up; retry later");
         } else {
             why = null;
-        }
-        if (s.status().up()) {
-            lastReadSilent = false;
         }
         return new State(why, startedAt);
     }
