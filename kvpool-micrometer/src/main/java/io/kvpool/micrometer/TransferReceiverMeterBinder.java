@@ -3,6 +3,7 @@ package io.kvpool.micrometer;
 import io.kvpool.transfer.FailureReason;
 import io.kvpool.transfer.ReceiverMetrics;
 import io.kvpool.transfer.TransferReceiver;
+import io.kvpool.transfer.WriteProof;
 import io.micrometer.core.instrument.FunctionCounter;
 import io.micrometer.core.instrument.FunctionTimer;
 import io.micrometer.core.instrument.Gauge;
@@ -107,6 +108,12 @@ public final class TransferReceiverMeterBinder implements MeterBinder, AutoClose
         counter(registry, r, "kvpool.transfer.quarantine.releases",
             "Quarantined transfers released after the transport proved the peer can no longer write",
             ReceiverMetrics::quarantineReleases);
+        for (WriteProof proof : WriteProof.values()) {
+            counter(registry, r, "kvpool.transfer.released.ranks",
+                "Sender ranks of failed transfers whose pages were freed, by what proved the rank could write no more into them "
+                    + "(none: freed unproven, only with a safeguard switched off)",
+                m -> m.releasedRanks(proof), "proof", label(proof));
+        }
         bound.add(registry, FunctionTimer.builder("kvpool.transfer.deferred.hold", r,
                 rx -> rx.metrics().holdsEnded(), rx -> (double) rx.metrics().holdNanosTotal(), TimeUnit.NANOSECONDS)
             .description("How long failed transfers held their pages, for the holds that ended (pages freed)")

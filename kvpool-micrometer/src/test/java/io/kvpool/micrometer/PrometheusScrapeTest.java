@@ -40,6 +40,7 @@ class PrometheusScrapeTest {
         "kvpool_transfer_deferred_held_pages gauge",
         "kvpool_transfer_quarantined_pages gauge",
         "kvpool_transfer_quarantine_releases_total counter",
+        "kvpool_transfer_released_ranks_total counter",
         "kvpool_transfer_deferred_hold_seconds summary",
         "kvpool_transfer_deferred_hold_max_seconds gauge",
         "kvpool_transfer_acks_ignored_total counter",

@@ -55,6 +55,9 @@ class TransferMeterBindersTest {
             expected.add("kvpool.transfer.deferred.held");
             expected.add("kvpool.transfer.quarantined");
             expected.add("kvpool.transfer.quarantine.releases");
+            for (String proof : new String[] {"sender", "revoked", "link_torn_down", "none"}) {
+                expected.add("kvpool.transfer.released.ranks{proof=" + proof + "}");
+            }
             expected.add("kvpool.transfer.deferred.hold");
             expected.add("kvpool.transfer.deferred.hold.max");
             for (String why : new String[] {"before_registration", "stale_generation", "duplicate", "wrong_peer", "inconsistent", "late"}) {
@@ -120,6 +123,8 @@ class TransferMeterBindersTest {
             assertEquals(0, Meters.value(rx.get("kvpool.transfer.failures{reason=checksum_mismatch}")));
             assertEquals(1, Meters.value(rx.get("kvpool.transfer.deferred.releases{outcome=drained}")));
             assertEquals(0, Meters.value(rx.get("kvpool.transfer.deferred.held")), "freed after the sender's DRAINED");
+            assertEquals(1, Meters.value(rx.get("kvpool.transfer.released.ranks{proof=sender}")), "its one rank, proven by the sender");
+            assertEquals(0, Meters.value(rx.get("kvpool.transfer.released.ranks{proof=none}")));
             final FunctionTimer hold = (FunctionTimer) rx.get("kvpool.transfer.deferred.hold");
             assertEquals(1, hold.count());
             final ReceiverMetrics rm = rig.receiver.metrics();
@@ -438,6 +443,10 @@ class TransferMeterBindersTest {
         assertEquals(m.heldPages(), Meters.value(rx.get("kvpool.transfer.deferred.held")));
         assertEquals(m.quarantinedPages(), Meters.value(rx.get("kvpool.transfer.quarantined")));
         assertEquals(m.quarantineReleases(), Meters.value(rx.get("kvpool.transfer.quarantine.releases")));
+        for (io.kvpool.transfer.WriteProof p : io.kvpool.transfer.WriteProof.values()) {
+            assertEquals(m.releasedRanks(p), Meters.value(rx.get("kvpool.transfer.released.ranks{proof=" + p.name().toLowerCase(Locale.ROOT) + "}")),
+                p::name);
+        }
         assertEquals(m.holdsEnded(), Meters.value(rx.get("kvpool.transfer.deferred.hold")));
         assertEquals(m.ackBeforeRegistration(), Meters.value(rx.get("kvpool.transfer.acks.ignored{reason=before_registration}")));
         assertEquals(m.ackStaleGeneration(), Meters.value(rx.get("kvpool.transfer.acks.ignored{reason=stale_generation}")));

@@ -50,6 +50,8 @@ public final class IncomingTransfer {
     boolean[] completed;
     boolean[] confirmed;
     boolean[] suspect;
+    /** Per rank, once the transfer failed: what proved the rank's writes over, {@code null} while nothing has. */
+    WriteProof[] proofs;
     int[] checksums;
     boolean checksumsMissing;
     int[] tokenCounts;
@@ -130,6 +132,20 @@ public final class IncomingTransfer {
     /** {@return the generation of the transfer slot for this transfer} */
     public int generation() {
         return generation;
+    }
+
+    /**
+     * What proved that one sender rank can write nothing more into this failed transfer's pages.
+     *
+     * @param senderRank the rank, from 0 to the number of senders given to {@link TransferReceiver#start} minus 1
+     * @return the proof; {@code null} while the rank has none yet (the pages are still held) and for a transfer that did
+     *         not fail (committed, rejected, or still receiving). Once the transfer is {@link State#RELEASED} every rank
+     *         has one, {@link WriteProof#NONE} only where a safeguard was switched off.
+     * @throws IndexOutOfBoundsException if there is no such rank
+     */
+    public WriteProof writeProof(int senderRank) {
+        java.util.Objects.checkIndex(senderRank, senderPeers.length);
+        return proofs == null ? null : proofs[senderRank];
     }
 
     /** {@return how the deferred release ended, or {@code null} if it did not (or there was none)} */

@@ -30,6 +30,7 @@ public final class ReceiverMetrics {
     final AtomicLong heldPages = new AtomicLong();
     final AtomicLong quarantinedPages = new AtomicLong();
     final LongAdder quarantineReleases = new LongAdder();
+    final EnumMap<WriteProof, LongAdder> releasedRanks = new EnumMap<>(WriteProof.class);
     final LongAdder linksRetired = new LongAdder();
     final LongAdder cancelsSent = new LongAdder();
     final LongAdder allocationFaults = new LongAdder();
@@ -49,6 +50,9 @@ public final class ReceiverMetrics {
         }
         for (Outcome o : Outcome.values()) {
             deferredRelease.put(o, new LongAdder());
+        }
+        for (WriteProof p : WriteProof.values()) {
+            releasedRanks.put(p, new LongAdder());
         }
     }
 
@@ -150,6 +154,20 @@ public final class ReceiverMetrics {
     }
 
     /**
+     * Sender ranks of failed transfers whose pages were freed, by what proved each rank could write nothing more
+     * into them: one per rank of each freed transfer. {@link WriteProof#NONE} counts pages freed while writes could
+     * still land, and stays 0 unless {@link TransferSafeguard#DRAIN_WAIT} or
+     * {@link TransferSafeguard#QUARANTINE_ON_TIMEOUT} is switched off: a deployment check can assert it.
+     *
+     * @param proof the proof
+     * @return the count so far
+     * @throws NullPointerException if {@code proof} is null
+     */
+    public long releasedRanks(WriteProof proof) {
+        return releasedRanks.get(Objects.requireNonNull(proof, "proof")).sum();
+    }
+
+    /**
      * Links retired rather than torn down at once: a write on each was unproven and it could not revoke one
      * registration, so it took no new transfer and was torn down once those in flight on it ended.
      *
@@ -248,7 +266,7 @@ public final class ReceiverMetrics {
     public String toString() {
         return "ReceiverMetrics[started=" + started() + ", committed=" + committed() + ", failures=" + failures
             + ", deferredRelease=" + deferredRelease + ", heldPages=" + heldPages() + ", quarantinedPages=" + quarantinedPages()
-            + ", quarantineReleases=" + quarantineReleases() + ", linksRetired=" + linksRetired() + ", cancelsSent=" + cancelsSent() + ", allocationFaults=" + allocationFaults() + ", holdsEnded=" + holdsEnded() + ", holdNanosTotal=" + holdNanosTotal()
+            + ", quarantineReleases=" + quarantineReleases() + ", releasedRanks=" + releasedRanks + ", linksRetired=" + linksRetired() + ", cancelsSent=" + cancelsSent() + ", allocationFaults=" + allocationFaults() + ", holdsEnded=" + holdsEnded() + ", holdNanosTotal=" + holdNanosTotal()
             + ", holdNanosMax=" + holdNanosMax() + ", ackBeforeRegistration=" + ackBeforeRegistration() + ", ackStaleGeneration="
             + ackStaleGeneration() + ", ackDuplicate=" + ackDuplicate() + ", ackWrongPeer=" + ackWrongPeer() + ", ackInconsistent="
             + ackInconsistent() + ", ackLate=" + ackLate() + "]";

@@ -954,6 +954,7 @@ public final class TransferReceiver extends TransferEndpoint {
                     metrics.ackLate.increment(); // it caused the quarantine: only the transport's proof counts
                 } else {
                     t.confirmed[r] = true;
+                    t.proofs[r] = WriteProof.SENDER;
                     tryReleaseQuarantine(t, clock.nanoTime());
                 }
             }
@@ -963,6 +964,7 @@ public final class TransferReceiver extends TransferEndpoint {
 
     private void confirm(IncomingTransfer t, int rank) {
         t.confirmed[rank] = true;
+        t.proofs[rank] = WriteProof.SENDER;
         for (boolean c : t.confirmed) {
             if (!c) {
                 return;
@@ -981,6 +983,12 @@ public final class TransferReceiver extends TransferEndpoint {
         t.failure = reason;
         t.message = message;
         metrics.failures.get(reason).increment();
+        t.proofs = new WriteProof[t.senderPeers.length];
+        for (int r = 0; r < t.proofs.length; r++) {
+            if (t.confirmed[r]) {
+                t.proofs[r] = WriteProof.SENDER; // its completion or DRAINED came while it was receiving
+            }
+        }
         for (long h : t.handles) {
             pool.handles().beginDrain(h);
         }
@@ -1078,8 +1086,10 @@ public final class TransferReceiver extends TransferEndpoint {
             }
             if (t.registrations[r] != null && t.registrations[r].revoke()) {
                 t.confirmed[r] = true;
+                t.proofs[r] = WriteProof.REVOKED;
             } else if (t.suspect[r] && (p.tornDown || proveUnableToWrite(p))) {
                 t.confirmed[r] = true;
+                t.proofs[r] = WriteProof.LINK_TORN_DOWN;
             } else {
                 all = false;
             }
@@ -1224,6 +1234,12 @@ public final class TransferReceiver extends TransferEndpoint {
     }
 
     private void released(IncomingTransfer t, ReceiverMetrics.Outcome outcome, long now) {
+        for (int r = 0; r < t.proofs.length; r++) {
+            if (t.proofs[r] == null) {
+                t.proofs[r] = WriteProof.NONE; // only a safeguard switched off frees a rank's pages unproven
+            }
+            metrics.releasedRanks.get(t.proofs[r]).increment();
+        }
         if (t.state != IncomingTransfer.State.QUARANTINED) {
             metrics.deferredRelease.get(outcome).increment();
             t.outcome = outcome;

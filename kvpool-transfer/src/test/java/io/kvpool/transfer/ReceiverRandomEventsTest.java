@@ -23,7 +23,8 @@ import static org.junit.jupiter.api.Assertions.assertNull;
  * completions; proven and unproven DRAINEDs; sender aborts and refusals; application aborts; links that fail (their
  * writes may still land) and new links; teardowns proven at once, or only once the sender's process exits later;
  * clock steps past the completion and drain timeouts; suspect links retired or not. After every step no transfer whose
- * pages a sender may still write is COMMITTED or RELEASED. The controls switch {@link TransferSafeguard#DRAIN_WAIT} or
+ * pages a sender may still write is COMMITTED or RELEASED, and each RELEASED one names, per rank, a proof that
+ * happened ({@link IncomingTransfer#writeProof}). The controls switch {@link TransferSafeguard#DRAIN_WAIT} or
  * {@link TransferSafeguard#QUARANTINE_ON_TIMEOUT} off, and the same run catches the pages freed under a sender's writes. {@code -Dkvpool.randomEvents.seeds=N} runs
  * more seeds.
  */
@@ -37,6 +38,8 @@ class ReceiverRandomEventsTest {
         Message.Descriptor d;
         IncomingTransfer t;
         boolean mayWrite = true;
+        /** The sender proved its writes over itself: a completion of its share, a proven DRAINED, or a refusal. */
+        boolean senderProved;
         boolean answered;
         boolean wrote;
         int registration;
@@ -158,6 +161,7 @@ class ReceiverRandomEventsTest {
                                 from, null, to - from, to - from, 0));
                             r.answered = true;
                             r.mayWrite = false;
+                            r.senderProved = true;
                             trace.add("completion " + r.d);
                         }
                     }
@@ -167,6 +171,7 @@ class ReceiverRandomEventsTest {
                             if (rnd.nextBoolean()) {
                                 r.link.inject(new Message.Drained(r.d.transferId(), r.d.generation(), r.d.senderRank(), 3, 3, 0));
                                 r.mayWrite = false;
+                                r.senderProved = true;
                                 trace.add("drained proven " + r.d);
                             } else {
                                 r.link.inject(new Message.Drained(r.d.transferId(), r.d.generation(), r.d.senderRank(), 3, 2, 1));
@@ -214,6 +219,7 @@ class ReceiverRandomEventsTest {
                             r.link.inject(new Message.Drained(r.d.transferId(), r.d.generation(), r.d.senderRank(), 0, 0, 0));
                             r.answered = true;
                             r.mayWrite = false;
+                            r.senderProved = true;
                             trace.add("refuse " + r.d);
                         }
                     }
@@ -252,6 +258,18 @@ class ReceiverRandomEventsTest {
                         || r.t.state() == IncomingTransfer.State.RELEASED)) {
                         return "seed " + seed + ": " + r.t + " ended while rank " + r.d.senderRank() + " (link up " + r.link.up
                             + ") may still write\n" + String.join("\n", trace);
+                    }
+                    // the proof a freed transfer names for the rank is one that happened (the controls free unproven)
+                    if (off.length == 0 && r.t != null && r.t.state() == IncomingTransfer.State.RELEASED) {
+                        final WriteProof p = r.t.writeProof(r.d.senderRank());
+                        final boolean happened = p == WriteProof.SENDER ? r.senderProved
+                            : p == WriteProof.LINK_TORN_DOWN ? r.link.tearDownProves && r.link.tearDowns > flipAt.getOrDefault(r.link, 0)
+                            : p == WriteProof.REVOKED && r.link.revocable;
+                        if (!happened) {
+                            return "seed " + seed + ": " + r.t + " names " + p + " for rank " + r.d.senderRank() + ", which did not happen"
+                                + " (sender proved " + r.senderProved + ", link tearDowns " + r.link.tearDowns + " proving "
+                                + r.link.tearDownProves + ")\n" + String.join("\n", trace);
+                        }
                     }
                 }
             }

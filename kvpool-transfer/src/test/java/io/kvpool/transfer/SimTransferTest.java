@@ -98,10 +98,15 @@ class SimTransferTest {
     }
 
     static int lateWrites(boolean quarantine) {
+        return lateWrites(quarantine, false);
+    }
+
+    /** @param revocable whether the link can revoke one registration (else like UCX over tcp) */
+    static int lateWrites(boolean quarantine, boolean revocable) {
         // every write of a frozen sender lands 60–80 ms after it was posted, long after the receiver's
-        // 20 ms completion and 20 ms drain deadlines; the link cannot revoke (like UCX over tcp)
+        // 20 ms completion and 20 ms drain deadlines
         final SimFaults frozen = SimFaults.NONE.withStragglers(1.0, 60_000_000, 80_000_000);
-        try (Rig rig = new Rig(3, frozen, false, 64, 64,
+        try (Rig rig = new Rig(3, frozen, revocable, 64, 64,
             b -> quarantine ? b : b.unsafeDisable(TransferSafeguard.QUARANTINE_ON_TIMEOUT))) {
             final Sequence src = rig.prefillRequest(1, 16);
             rig.sender.offer(1, src);
@@ -117,7 +122,13 @@ class SimTransferTest {
             rig.run(10);
             assertEquals(IncomingTransfer.State.RELEASED, t.state());
             assertTrue(rig.decode.verifyAccounting().balanced());
-            if (quarantine) {
+            // what let the pages go, per transfer and counted: a proof, or NONE only with the safeguard off
+            final WriteProof proof = !quarantine ? WriteProof.NONE : revocable ? WriteProof.REVOKED : WriteProof.LINK_TORN_DOWN;
+            assertEquals(proof, t.writeProof(0));
+            for (WriteProof p : WriteProof.values()) {
+                assertEquals(p == proof ? 1 : 0, rig.receiver.metrics().releasedRanks(p), p + ": " + rig.receiver.metrics());
+            }
+            if (quarantine && !revocable) {
                 assertEquals(4, rig.net.droppedWrites(), "the torn-down link's late writes must be dropped");
             }
             return freePagesWithData(rig.decode);
@@ -159,6 +170,26 @@ class SimTransferTest {
     @Test
     void aLateWriteAfterTheReceiverGaveUpLandsOnlyWhereNothingCanReadIt() {
         assertEquals(0, lateWrites(true), "a late write landed in a page that was released");
+    }
+
+    @Test
+    void aLateWriteToARevokedRegistrationLandsNowhereAndTheRevocationIsTheProof() {
+        assertEquals(0, lateWrites(true, true), "a late write landed in a page that was released");
+    }
+
+    @Test
+    void aSendersDrainedAcknowledgementIsWhatFreesAnAbortedTransfersPages() {
+        try (Rig rig = new Rig(4, SimFaults.NONE, false, 64, 64, b -> b)) {
+            final IncomingTransfer t = rig.receiver.start(1, 16, 0, rig.peer);
+            rig.receiver.abort(t, "test"); // before the sender offered anything: its DRAINED proves nothing is in flight
+            assertNull(t.writeProof(0), "held until the sender answers");
+            rig.run(50);
+            assertEquals(IncomingTransfer.State.RELEASED, t.state(), t::toString);
+            assertEquals(WriteProof.SENDER, t.writeProof(0));
+            assertEquals(1, rig.receiver.metrics().releasedRanks(WriteProof.SENDER), () -> rig.receiver.metrics().toString());
+            assertEquals(0, rig.receiver.metrics().releasedRanks(WriteProof.NONE));
+            assertThrows(IndexOutOfBoundsException.class, () -> t.writeProof(1));
+        }
     }
 
     @Test
