@@ -22,9 +22,18 @@
 #   - after each heal the roles log the KV link up again within LINK_LIMIT_MS (1 s, the goal), and a probe
 #     through the router completes within RECOVERY_LIMIT_S (3 s); both times are printed. A fault of 5 s or more
 #     must show in the logs as the link lost and up again, or the run fails (the time went unmeasured);
-#   - prefill is frozen only once its status shows transfers in flight.
-# A page freed before its teardown proof, into which a late put of the frozen or cut-off prefill then lands,
-# would surface as a completion whose KV is not its prompt, or as another tenant's marker: the load verdict.
+#   - prefill is frozen only once its status shows transfers in flight;
+#   - no page freed before its proof: decode frees a failed transfer's pages only once prefill proved its writes
+#     over (its acknowledgement) or decode tore the link down and the transport proved it. Decode counts every freed
+#     transfer's sender by that proof (kvpool_transfer_released_ranks_total{proof} on its /metrics): none may be
+#     freed unproven, some must have been freed by a teardown, and while prefill is frozen (it can prove nothing) the
+#     pages decode frees must all be freed by a teardown.
+# A page freed before its proof, into which a late put of the frozen or cut-off prefill then lands, would also
+# surface as a completion whose KV is not its prompt, or as another tenant's marker: the load verdict.
+#
+# CONTROL=1 shows that the proof check can fail: decode runs with its quarantine switched off
+# (--unsafe-quarantine-on-timeout), only the 10 s link-down fault runs, and the script passes only if the proof
+# check caught pages freed unproven (the other checks' verdicts are printed, not judged).
 #
 # Needs root, iproute2, curl and UCX (libucp.so.0). Without them it skips and says why, unless
 # KVPOOL_NETNS_REQUIRED=true (set by .ci/run), when it fails. Everything it creates (namespaces, veths,
@@ -49,8 +58,15 @@ command -v curl >/dev/null || skip "curl is not installed"
 ldconfig -p 2>/dev/null | grep 'libucp\.so\.0' >/dev/null || skip "UCX (libucp.so.0, Debian's libucx0) is not installed"
 
 fast=${FAST:-0}
+control=${CONTROL:-0}
 win() { if [[ $fast == 1 ]]; then echo $(( ($1 + 4) / 5 )); else echo "$1"; fi; }
 WARM=$(win 15); DOWN1=$(win 10); DOWN2=$(win 60); HOLE=$(win 20); FREEZE=$(win 20); AFTER=$(win 50)
+decode_unsafe=()
+if [[ $control == 1 ]]; then
+  # one fault long enough to cost the link (LOSES_LINK_S): decode's transfers on it fail and their pages are freed
+  WARM=5; DOWN1=10; AFTER=10; DOWN2=0; HOLE=0; FREEZE=0
+  decode_unsafe=(--unsafe-quarantine-on-timeout)
+fi
 # The goal is the path back within 1 s of a heal: prefill's UCX endpoints check their peer every 250 ms
 # (--ucx-keepalive-ms; UCX's own 20 s made prefill notice a link decode tore down during the outage up to 16 s after
 # the heal) and each reconnect's TCP connect gives up after 300 ms (--kv-connect-timeout-ms), so no attempt still
@@ -65,7 +81,7 @@ RECOVERY_LIMIT_S=${RECOVERY_LIMIT_S:-3}
 # (0.3 to 1.3 s); the KV link heartbeat (--kv-heartbeat-ms 1000, --kv-heartbeat-timeout-ms 3000) now fails such a
 # link 4 s into the outage, so every fault here longer than that costs the link and comes back like the first kind.
 LINK_LIMIT_MS=${LINK_LIMIT_MS:-1000}
-total=$((WARM + DOWN1 + AFTER + DOWN2 + AFTER + HOLE + AFTER + FREEZE + AFTER))
+if [[ $control == 1 ]]; then total=$((WARM + DOWN1 + AFTER)); else total=$((WARM + DOWN1 + AFTER + DOWN2 + AFTER + HOLE + AFTER + FREEZE + AFTER)); fi
 
 work=$(mktemp -d /tmp/kvpool-fleet.XXXXXX)
 # names from the work directory's random suffix, not the PID: runs in other PID namespaces that share /run/netns
@@ -174,7 +190,7 @@ start() { # start NS NAME [env...] -- args...
   [[ $name == load ]] || disown "$!" # the servers are killed at exit: no job report for them
 }
 start "$D" decode UCX_NET_DEVICES="$KV_D" -- --role decode --host 10.231.2.2 --port 8082 --transport ucx \
-  --kv-address 10.231.3.2:8090 "${pool[@]}"
+  --kv-address 10.231.3.2:8090 "${pool[@]}" "${decode_unsafe[@]}"
 start "$P" prefill UCX_NET_DEVICES="$KV_P" -- --role prefill --host 10.231.1.2 --port 8081 --transport ucx \
   --kv-address 10.231.3.2:8090 "${pool[@]}"
 start "$R" router X=1 -- --role router --port 8080 --prefill-url http://10.231.1.2:8081/ \
@@ -269,8 +285,29 @@ link() {
   else ip -n "$P" link set "$KV_P" down; ip -n "$D" link set "$KV_D" down; fi
 }
 
+# released PROOF: decode's count of failed transfers' sender ranks whose pages it freed on that proof (sender,
+# revoked, link_torn_down, none), from its /metrics; -1 if decode does not answer
+released() {
+  local v
+  v=$(ip netns exec "$R" curl -s -m 3 http://10.231.2.2:8082/metrics \
+    | grep -E "^kvpool_transfer_released_ranks_total\{([^}]*,)?proof=\"$1\"" | head -1 | awk '{print $2}' || true)
+  [[ -n $v ]] && echo "${v%.*}" || echo -1
+}
+proofs() { echo "by prefill's acknowledgement $(released sender), by a link teardown $(released link_torn_down), revoked $(released revoked), unproven $(released none)"; }
+
 pause "$WARM"
 echo "fleet-faults: fault 1: KV link down for ${DOWN1} s"; at=$(now_ms); link down; pause "$DOWN1"; link up; recover "link down ${DOWN1} s" "$at" "$DOWN1"
+if [[ $control == 1 ]]; then
+  wait "$load_pid" || echo "fleet-faults: control: the load generator's verdict: exit $? (not judged)"
+  unproven=$(released none)
+  echo "fleet-faults: control: decode freed failed transfers' pages $(proofs)"
+  if (( unproven > 0 )); then
+    echo "fleet-faults: CONTROL PASSED: with decode's quarantine off the proof check caught $unproven sender rank(s) freed unproven"
+    exit 0
+  fi
+  echo "fleet-faults: FAIL: CONTROL: with decode's quarantine off no page was counted freed unproven: the proof check cannot fail" >&2
+  exit 1
+fi
 echo "fleet-faults: fault 2: KV link down for ${DOWN2} s"; at=$(now_ms); link down; pause "$DOWN2"; link up; recover "link down ${DOWN2} s" "$at" "$DOWN2"
 echo "fleet-faults: fault 3: KV path blackholed for ${HOLE} s"
 at=$(now_ms); ip -n "$P" route add blackhole 10.231.3.2/32; ip -n "$D" route add blackhole 10.231.3.1/32
@@ -293,8 +330,22 @@ for _ in $(seq 1 50); do
   sleep 0.1
 done
 (( queued > 0 )) || { echo "fleet-faults: FAIL: prefill showed no page being written to freeze in 5 s" >&2; fail=1; }
-at=$(now_ms); kill -STOP "$prefill_pid"; pause "$FREEZE"; kill -CONT "$prefill_pid"
-echo "fleet-faults: prefill was frozen with $queued page(s) being written"
+at=$(now_ms); kill -STOP "$prefill_pid"
+# A frozen prefill proves nothing: once what it sent before the freeze was read (1 s), every page decode frees must be
+# freed by a link teardown. The counts are read before the heal.
+pause 1; acked0=$(released sender); torn0=$(released link_torn_down)
+pause "$((FREEZE - 1))"; acked1=$(released sender); torn1=$(released link_torn_down)
+kill -CONT "$prefill_pid"
+echo "fleet-faults: prefill was frozen with $queued page(s) being written; while frozen decode freed pages of" \
+  "$((torn1 - torn0)) sender rank(s) by a link teardown, $((acked1 - acked0)) by prefill's acknowledgement"
+if (( acked0 < 0 || acked1 < 0 || torn0 < 0 || torn1 < 0 )); then
+  echo "fleet-faults: FAIL: decode's /metrics had no kvpool_transfer_released_ranks_total while prefill was frozen" >&2; fail=1
+elif (( acked1 != acked0 )); then
+  echo "fleet-faults: FAIL: decode freed pages on prefill's acknowledgement while prefill was frozen ($acked0 → $acked1)" >&2; fail=1
+elif (( FREEZE >= LOSES_LINK_S && torn1 == torn0 )); then
+  echo "fleet-faults: FAIL: prefill was frozen ${FREEZE} s with transfers in flight and decode freed nothing by a link" \
+    "teardown: the proof went untested" >&2; fail=1
+fi
 recover "prefill frozen ${FREEZE} s" "$at" "$FREEZE"
 
 load_rc=0
@@ -318,8 +369,19 @@ for role in prefill=http://10.231.1.2:8081/ decode=http://10.231.2.2:8082/; do
   echo "fleet-faults: $name pool accounting: $acct"
   [[ $acct == *'"balanced":true'*' 200' ]] || { echo "fleet-faults: FAIL: $name's pool does not balance" >&2; fail=1; }
 done
+# no page freed before its proof, over the whole run; prefill was never stopped for good, so every teardown counted here
+# was proven while it lived
+echo "fleet-faults: decode freed failed transfers' pages $(proofs)"
+if (( $(released none) < 0 )); then
+  echo "fleet-faults: FAIL: decode's /metrics has no kvpool_transfer_released_ranks_total" >&2; fail=1
+elif (( $(released none) != 0 )); then
+  echo "fleet-faults: FAIL: decode freed failed transfers' pages with no proof that prefill's writes were over" >&2; fail=1
+elif (( $(released link_torn_down) < 1 )); then
+  echo "fleet-faults: FAIL: no page was freed by a link teardown: the teardown proof went untested" >&2; fail=1
+fi
+kill -0 "$prefill_pid" 2>/dev/null || { echo "fleet-faults: FAIL: prefill is not running at the end" >&2; fail=1; }
 printf 'fleet-faults: recovery after the heal: %s\n' "${recoveries[@]}"
 if [[ $fail != 0 ]]; then
   exit 1
 fi
-echo "fleet-faults: PASSED: no foreign KV, the path back after every heal, both pools balanced"
+echo "fleet-faults: PASSED: no foreign KV, no page freed before its proof, the path back after every heal, both pools balanced"
