@@ -393,17 +393,17 @@ final class HandleOps {
     RuntimeException refusal(long handle, long code, SlotEvent event) {
         final String what = event == null ? "access" : event.toString();
         if (code == PageHandle.INVALID) {
-            return new StaleHandleException(handle, what + " refused: " + PageHandle.toString(handle)
+            return new StaleHandleException(handle, StaleHandleException.Refusal.INVALID, what + " refused: " + PageHandle.toString(handle)
                 + " is not a page handle of this pool (capacity " + capacity + ")");
         }
         if (code == PageHandle.FOREIGN) {
-            return new StaleHandleException(handle, what + " refused: " + PageHandle.toString(handle)
+            return new StaleHandleException(handle, StaleHandleException.Refusal.FOREIGN, what + " refused: " + PageHandle.toString(handle)
                 + " was issued by pool " + PageHandle.pool(handle) + ", not by this pool (" + poolId + ")");
         }
         final int slot = PageHandle.slot(handle);
         final long now = slots.wordVolatile(slot);
         if (code == PageHandle.STALE) {
-            return new StaleHandleException(handle, what + " refused: stale handle " + PageHandle.toString(handle)
+            return new StaleHandleException(handle, StaleHandleException.Refusal.STALE, what + " refused: stale handle " + PageHandle.toString(handle)
                 + "; slot " + slot + " is now " + SlotStateMachine.describe(now));
         }
         if (code == PageHandle.REFCOUNT_OVERFLOW) {

@@ -504,7 +504,8 @@ public final class KvCopy {
         final int slot = PageHandle.slot(handle);
         final String what = (write ? "copy into" : "copy out of") + " page " + page + " of the sequence refused: ";
         if (code == PageHandle.STALE || code == PageHandle.INVALID) {
-            return new StaleHandleException(handle, what + (code == PageHandle.STALE ? "stale handle " : "invalid handle ")
+            return new StaleHandleException(handle, code == PageHandle.STALE ? StaleHandleException.Refusal.STALE
+                : StaleHandleException.Refusal.INVALID, what + (code == PageHandle.STALE ? "stale handle " : "invalid handle ")
                 + PageHandle.toString(handle) + (code == PageHandle.STALE ? "; slot " + slot + " is now " + pool.stateOfSlot(slot)
                 + " (a reference the sequence held was released elsewhere)" : ""));
         }

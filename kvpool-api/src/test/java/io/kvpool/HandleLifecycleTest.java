@@ -23,6 +23,7 @@ class HandleLifecycleTest {
 
             final StaleHandleException e = assertThrows(StaleHandleException.class, () -> pool.release(first));
             assertEquals(first, e.handle());
+            assertEquals(StaleHandleException.Refusal.STALE, e.refusal());
             assertTrue(e.getMessage().contains("stale handle " + PageHandle.toString(first)) && e.getMessage().contains("OWNED(gen=2"), e.getMessage());
             assertThrows(StaleHandleException.class, () -> pool.retain(first));
             assertThrows(StaleHandleException.class, () -> pool.handles().pinWriter(first));
@@ -43,7 +44,7 @@ class HandleLifecycleTest {
         try (KvPool pool = TestPools.pool(2)) {
             for (long bad : new long[] {0, -1, 5, PageHandle.of(pool.poolId(), 2, 1), PageHandle.of(pool.poolId(), PageHandle.MAX_SLOT, 1)}) {
                 assertEquals(PageHandle.INVALID, pool.validate(bad), PageHandle.toString(bad));
-                assertThrows(StaleHandleException.class, () -> pool.release(bad));
+                assertEquals(StaleHandleException.Refusal.INVALID, assertThrows(StaleHandleException.class, () -> pool.release(bad)).refusal());
             }
             assertThrows(IllegalArgumentException.class, () -> pool.tryTransition(PageHandle.of(0, 1), SlotEvent.ALLOCATE));
             pool.verifyAccounting();

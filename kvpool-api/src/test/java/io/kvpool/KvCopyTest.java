@@ -292,6 +292,7 @@ class KvCopyTest {
             pool.release(s.pageHandle(1)); // a stray release: the page is free again behind the sequence's back
             final MemorySegment src = random(arena, 8 * FP16.bytesPerToken(), new SplittableRandom(6));
             final StaleHandleException e = assertThrows(StaleHandleException.class, () -> copy.copyIn(s, 0, 8, src, 0));
+            assertEquals(StaleHandleException.Refusal.STALE, e.refusal());
             assertEquals(s.pageHandle(1), e.handle());
             assertTrue(e.getMessage().contains("page 1") && e.getMessage().contains("stale"), e.getMessage());
             assertThrows(StaleHandleException.class, () -> copy.copyLayerOut(s, 0, 0, 4, 1, src, 0));

@@ -41,6 +41,8 @@ class PoolIdentityTest {
             assertEquals(PageHandle.FOREIGN, decode.validate(foreign));
             final StaleHandleException e = assertThrows(StaleHandleException.class, () -> decode.page(foreign));
             assertTrue(e.getMessage().contains("issued by pool " + prefill.poolId()), e.getMessage());
+            assertEquals(StaleHandleException.Refusal.FOREIGN, e.refusal(), "told apart from a stale handle without reading the message");
+            assertEquals(foreign, e.handle());
             assertThrows(StaleHandleException.class, () -> decode.release(foreign));
             assertThrows(StaleHandleException.class, () -> decode.retain(foreign));
             assertThrows(StaleHandleException.class, () -> decode.firstCanaryToken(foreign, 0, 1));
