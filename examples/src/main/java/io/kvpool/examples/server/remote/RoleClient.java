@@ -40,6 +40,9 @@ public final class RoleClient implements AutoCloseable {
         new java.util.concurrent.ConcurrentHashMap<>();
     /** Why the last {@link #failCallsSentBefore} failed the calls it did. */
     private volatile String cutShort = "";
+    /** When a call last got its answer ({@link System#nanoTime()}); {@link #NEVER} before the first. */
+    private volatile long lastAnswerAt = NEVER;
+    private static final long NEVER = Long.MIN_VALUE;
 
     public RoleClient(String role, URI base, ObjectMapper json) {
         this.role = Objects.requireNonNull(role, "role");
@@ -137,7 +140,9 @@ public final class RoleClient implements AutoCloseable {
         final java.util.concurrent.CompletableFuture<HttpResponse<T>> f = http.sendAsync(req, handler);
         waiting.put(f, sentAt);
         try {
-            return f.get(whole, java.util.concurrent.TimeUnit.MILLISECONDS);
+            final HttpResponse<T> r = f.get(whole, java.util.concurrent.TimeUnit.MILLISECONDS);
+            lastAnswerAt = System.nanoTime(); // any status: the role (or one process behind its URL) is answering
+            return r;
         } catch (java.util.concurrent.CancellationException e) { // failCallsSentBefore: the role stopped answering
             throw cutShort(what, e);
         } catch (java.util.concurrent.ExecutionException e) {
@@ -181,6 +186,18 @@ public final class RoleClient implements AutoCloseable {
             }
         }
         return failed;
+    }
+
+    /**
+     * Whether a call through this client got an answer (any status) at or after {@code nanos}: behind a balancer, a
+     * process other than the one a status read found silent may be answering the calls. Thread-safe.
+     *
+     * @param nanos a {@link System#nanoTime()} reading
+     * @return whether an answer arrived since
+     */
+    boolean answeredSince(long nanos) {
+        final long at = lastAnswerAt;
+        return at != NEVER && at - nanos >= 0;
     }
 
     /** @return what went wrong, from the exception and its causes (the JDK's ConnectException carries no message) */

@@ -29,6 +29,10 @@ class RoleHealthCallsTest {
 
     /** While {@link System#nanoTime()} is before this, the whole fake role stalls (a GC pause). */
     private volatile long stallUntil;
+    /** While set, the status endpoint answers nothing (a dead process behind a balancer that the probe reaches). */
+    private volatile boolean statusSilent;
+    /** Each call's own delay, by its path's last segment; others use the role's. */
+    private final Map<String, Long> callMsByPath = new java.util.concurrent.ConcurrentHashMap<>();
 
     /** A prefill role that answers its status at once and each other call after {@code callMs}. */
     private HttpFront role(long callMs) throws Exception {
@@ -40,17 +44,24 @@ class RoleHealthCallsTest {
                 Thread.sleep(5);
             }
             if (call.path().equals("/internal/status")) {
+                while (statusSilent) {
+                    Thread.sleep(5);
+                }
                 call.respond(200, "application/json", status);
             } else {
-                Thread.sleep(callMs);
+                Thread.sleep(callMsByPath.getOrDefault(call.path(), callMs));
                 call.respond(200, "application/json", "{\"admitted\":true}".getBytes(StandardCharsets.UTF_8));
             }
         });
     }
 
     private static Object call(RoleClient calls) {
+        return call(calls, "internal/prefill");
+    }
+
+    private static Object call(RoleClient calls, String path) {
         try {
-            return calls.post("internal/prefill", Map.of("x", 1));
+            return calls.post(path, Map.of("x", 1));
         } catch (RuntimeException e) {
             return e;
         }
@@ -93,6 +104,33 @@ class RoleHealthCallsTest {
             assertTrue(r instanceof com.fasterxml.jackson.databind.JsonNode, () -> "the call was failed after " + ms + " ms: " + r);
             assertEquals(true, ((com.fasterxml.jackson.databind.JsonNode) r).path("admitted").asBoolean());
         } finally {
+            role.close();
+        }
+    }
+
+    @Test
+    void behindABalancerASilentProcessDoesNotFailTheCallsAnotherAnswers() throws Exception {
+        // the probe reaches a dead process (its status reads get no answer) while calls reach a live one that answers
+        // them: a slow call sent before the silence is answered, not failed ~4.2 s into it as a frozen role's would be
+        final HttpFront role = role(0);
+        callMsByPath.put("/internal/slow", 6_000L); // past the two silent reads (~4.2 s), within the call timeout (10 s)
+        try (RoleClient calls = new RoleClient("prefill", role.baseUri(), new ObjectMapper());
+             RoleHealth health = new RoleHealth(calls, "prefill", false)) {
+            awaitReady(health);
+            final CompletableFuture<Object> slow = CompletableFuture.supplyAsync(() -> call(calls, "internal/slow"));
+            Thread.sleep(100);
+            statusSilent = true;
+            final long end = System.nanoTime() + TimeUnit.SECONDS.toNanos(7);
+            while (!slow.isDone() && System.nanoTime() - end < 0) {
+                final Object fast = call(calls); // the other process keeps answering calls
+                assertTrue(fast instanceof com.fasterxml.jackson.databind.JsonNode, () -> "a call the live process answers failed: " + fast);
+                Thread.sleep(200);
+            }
+            final Object r = slow.get(20, TimeUnit.SECONDS);
+            assertTrue(r instanceof com.fasterxml.jackson.databind.JsonNode, () -> "the slow call was failed: " + r);
+            assertTrue(health.state() != null && !health.state().ready(), "the probe's reads were silent: the role reads down");
+        } finally {
+            statusSilent = false;
             role.close();
         }
     }
