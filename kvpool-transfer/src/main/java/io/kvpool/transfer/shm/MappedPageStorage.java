@@ -119,7 +119,7 @@ public final class MappedPageStorage implements PageStorage {
         boolean created = false;
         HostPageStorage host = null;
         final long pid = ProcessHandle.current().pid();
-        final Path building = file.resolveSibling("." + file.getFileName() + CREATING + pid + "-"
+        final Path building = file.resolveSibling("." + file.getFileName() + CREATING + pid + PID_NAMESPACE + "-"
             + Long.toHexString(new SecureRandom().nextLong() >>> 1));
         try {
             requirePoolFileOrNothing(file); // before the work, and again before the rename
@@ -185,8 +185,31 @@ public final class MappedPageStorage implements PageStorage {
         }
     }
 
-    /** Infix of the name a pool file is built under: {@code .<name>.creating-<pid>-<random>} next to it. */
+    /**
+     * Infix of the name a pool file is built under, next to it: {@code .<name>.creating-<pid>@<pid namespace>-<random>}
+     * ({@code @<pid namespace>} absent where {@code /proc} does not say, and in names older builds made).
+     */
     private static final String CREATING = ".creating-";
+    /**
+     * {@code @} and this process's pid namespace (the inode number {@code /proc/self/ns/pid} names), or {@code ""} where
+     * it cannot be read: a pid means a process only in the namespace it was read in.
+     */
+    static final String PID_NAMESPACE = pidNamespace();
+    /**
+     * A temporary of a create in another pid namespace is left this long: its pid says nothing here, and a create
+     * finishes or fails in far less (its age is its last modification, which the fill keeps recent).
+     */
+    static final java.time.Duration FOREIGN_TEMPORARY_AGE = java.time.Duration.ofDays(1);
+
+    private static String pidNamespace() {
+        try {
+            final String link = Files.readSymbolicLink(Path.of("/proc/self/ns/pid")).toString(); // "pid:[4026531836]"
+            final int open = link.indexOf('['), close = link.indexOf(']');
+            return open > 0 && close > open + 1 ? "@" + Long.parseLong(link.substring(open + 1, close)) : "";
+        } catch (IOException | RuntimeException e) {
+            return "";
+        }
+    }
 
     private static final System.Logger LOG = System.getLogger("io.kvpool.transfer.shm");
 
@@ -373,7 +396,11 @@ public final class MappedPageStorage implements PageStorage {
         }
     }
 
-    /** Deletes what creates that died left next to {@code file}: temporaries whose process no longer runs. Best effort. */
+    /**
+     * Deletes what creates that died left next to {@code file}: temporaries whose process no longer runs. A temporary
+     * made in another pid namespace (containers sharing the directory) names a pid that means nothing here: it is left
+     * until it is {@link #FOREIGN_TEMPORARY_AGE} old. Best effort.
+     */
     private static void sweepStaleTemporaries(Path file) {
         final Path dir = file.toAbsolutePath().getParent();
         final String prefix = "." + file.getFileName() + CREATING;
@@ -381,9 +408,12 @@ public final class MappedPageStorage implements PageStorage {
             for (Path p : ds) {
                 final String rest = p.getFileName().toString().substring(prefix.length());
                 final int dash = rest.indexOf('-');
+                final String creator = dash < 0 ? rest : rest.substring(0, dash); // "<pid>" or "<pid>@<namespace>"
+                final int at = creator.indexOf('@');
                 try {
-                    final long pid = Long.parseLong(dash < 0 ? rest : rest.substring(0, dash));
-                    if (!runs(pid)) {
+                    final long pid = Long.parseLong(at < 0 ? creator : creator.substring(0, at));
+                    final boolean ours = at < 0 || creator.substring(at).equals(PID_NAMESPACE);
+                    if (ours ? !runs(pid) : olderThan(p, FOREIGN_TEMPORARY_AGE)) {
                         Files.deleteIfExists(p);
                     }
                 } catch (NumberFormatException | IOException ignored) {
@@ -393,6 +423,11 @@ public final class MappedPageStorage implements PageStorage {
         } catch (IOException | RuntimeException ignored) {
             // an unreadable directory: the create itself will say so
         }
+    }
+
+    private static boolean olderThan(Path p, java.time.Duration age) throws IOException {
+        final long modified = Files.getLastModifiedTime(p, LinkOption.NOFOLLOW_LINKS).toMillis();
+        return System.currentTimeMillis() - modified > age.toMillis();
     }
 
     /** @return whether a live process has {@code pid} (in this process's pid namespace) */

@@ -16,6 +16,7 @@ import java.nio.file.Files;
 import java.nio.file.Path;
 
 import static org.junit.jupiter.api.Assertions.*;
+import static org.junit.jupiter.api.Assumptions.assumeTrue;
 
 @Timeout(20)
 class MappedPageStorageTest {
@@ -320,5 +321,28 @@ class MappedPageStorageTest {
         assertFalse(Files.exists(dead), "its process is gone");
         assertTrue(Files.exists(alive), "a create of a running process may still be filling it");
         assertTrue(Files.exists(otherPool), "another path's temporary is not this create's to sweep");
+    }
+
+    @Test
+    void aTemporaryOfAnotherPidNamespaceIsJudgedByItsAgeNotItsPid() throws Exception {
+        assumeTrue(!MappedPageStorage.PID_NAMESPACE.isEmpty(), "this system does not name its pid namespace (/proc/self/ns/pid)");
+        final Path f = dir.resolve("pool");
+        final long dead = aPidThatExited(); // here; in the other namespace it may well be a create still running
+        final Path foreign = Files.createFile(dir.resolve(".pool.creating-" + dead + "@1-4f"));
+        final Path foreignOld = Files.createFile(dir.resolve(".pool.creating-" + dead + "@1-5f"));
+        Files.setLastModifiedTime(foreignOld, java.nio.file.attribute.FileTime.fromMillis(
+            System.currentTimeMillis() - MappedPageStorage.FOREIGN_TEMPORARY_AGE.toMillis() - 60_000));
+        final Path ours = Files.createFile(dir.resolve(".pool.creating-" + dead + MappedPageStorage.PID_NAMESPACE + "-6f"));
+        final Path oursAlive = Files.createFile(dir.resolve(".pool.creating-" + ProcessHandle.current().pid()
+            + MappedPageStorage.PID_NAMESPACE + "-7f"));
+        MappedPageStorage.create(f, LAYOUT, 3).close();
+        assertTrue(Files.exists(foreign), "a pid of another namespace says nothing of its creator here");
+        assertFalse(Files.exists(foreignOld), "a day old: no create takes that long");
+        assertFalse(Files.exists(ours), "this namespace's pid: its process is gone");
+        assertTrue(Files.exists(oursAlive), "this namespace's live process may still be filling it");
+        try (var names = Files.list(dir)) {
+            assertTrue(names.noneMatch(n -> n.getFileName().toString().startsWith(".pool.creating-")
+                && !n.equals(foreign) && !n.equals(oursAlive)), "the create's own temporary is gone");
+        }
     }
 }
