@@ -155,8 +155,8 @@ public final class ReceiverMetrics {
 
     /**
      * Sender ranks of failed transfers whose pages were freed, by what proved each rank could write nothing more
-     * into them: one per rank of each freed transfer. {@link WriteProof#NONE} counts pages freed while writes could
-     * still land, and stays 0 unless {@link TransferSafeguard#DRAIN_WAIT} or
+     * into them: one per rank of each freed transfer. {@link WriteProof#NONE} counts ranks whose pages were freed
+     * while their writes could still land, and stays 0 unless {@link TransferSafeguard#DRAIN_WAIT} or
      * {@link TransferSafeguard#QUARANTINE_ON_TIMEOUT} is switched off: a deployment check can assert it.
      *
      * @param proof the proof
