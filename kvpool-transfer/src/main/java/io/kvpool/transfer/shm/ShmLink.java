@@ -571,17 +571,46 @@ public final class ShmLink implements PeerLink {
         fail(reason);
     }
 
+    /**
+     * Delivers local completions and the peer's frames in rounds: each round the completions queued when it began,
+     * then the frames received. A completion's listener may post more writes, and theirs wait for the next round, after
+     * the peer's frames: a CANCEL or ABORT from the receiver is read between two batches of a transfer, not after all of
+     * them (copies here complete at once, so a transfer's whole pipeline could otherwise run in one poll).
+     */
     @Override
     public int poll(LinkListener listener, int limit) {
         Objects.requireNonNull(listener, "listener");
         int n = 0;
-        while (n < limit && !events.isEmpty()) {
+        while (n < limit) {
+            final int round = n;
+            n += deliverCompletions(listener, limit - n, events.size());
+            if (n >= limit) {
+                return n;
+            }
+            n += deliverFrames(listener, limit - n);
+            if (n == round) {
+                break;
+            }
+        }
+        if (n < limit && failure != null && !failureDelivered && !hasCompleteFrame()) {
+            failureDelivered = true;
+            listener.onLinkFailed(this, describe() + ": " + failure);
+            n++;
+        }
+        return n;
+    }
+
+    /** Delivers at most {@code entries} queued completion entries, each write counting as one event. */
+    private int deliverCompletions(LinkListener listener, int limit, int entries) {
+        int n = 0;
+        while (n < limit && entries > 0 && !events.isEmpty()) {
             final Event e = events.peek();
             if (e.kind == EV_WRITE) {
                 final long first = e.token;
                 final int k = Math.min(e.count, limit - n); // each write counts as one event against the limit
                 if (k == e.count) {
                     events.poll();
+                    entries--;
                 } else {
                     e.token += k;
                     e.count -= k;
@@ -590,13 +619,17 @@ public final class ShmLink implements PeerLink {
                 n += k;
             } else {
                 events.poll();
+                entries--;
                 listener.onFlushDone(this, e.token, e.status == OK);
                 n++;
             }
         }
-        if (n >= limit) {
-            return n;
-        }
+        return n;
+    }
+
+    /** Reads what the peer sent and delivers at most {@code limit} complete frames. */
+    private int deliverFrames(LinkListener listener, int limit) {
+        int n = 0;
         progress();
         while (n < limit && peer != null && !closed) {
             final int avail = in.position() - readPos;
@@ -632,11 +665,6 @@ public final class ShmLink implements PeerLink {
             // nothing more will be read: a partial frame left in the buffer is dropped with the link
         } else {
             compact();
-        }
-        if (n < limit && failure != null && !failureDelivered && !hasCompleteFrame()) {
-            failureDelivered = true;
-            listener.onLinkFailed(this, describe() + ": " + failure);
-            n++;
         }
         return n;
     }

@@ -362,6 +362,40 @@ class ShmLinkTest {
     }
 
     @Test
+    void aFrameFromThePeerIsDeliveredBetweenRoundsOfWritesNotAfterAllOfThem() {
+        // a sender that posts its next batch from each completion (as TransferSender's pump does) runs a whole
+        // transfer in one poll, since copies complete at once: the receiver's ABORT, already in the ring, must be read
+        // after the first round, not after the last write
+        final ShmLink[] p = pair();
+        final Registration reg = p[1].register(pool, new int[] {0, 1, 2, 3});
+        final RemoteRegion region = p[0].attach(reg.key(), 4);
+        final List<String> order = new ArrayList<>();
+        try (HostPageStorage src = HostPageStorage.allocate(LAYOUT, 4)) {
+            final Recorder r = new Recorder() {
+                @Override
+                public void onWritesDone(PeerLink link, long firstToken, int count, int status) {
+                    order.add("write " + firstToken);
+                    if (firstToken < 103 && !order.contains("abort")) {
+                        final int next = (int) (firstToken - 100 + 1);
+                        link.putBatch(region, new int[] {next}, src, new int[] {next}, 0, 1, firstToken + 1);
+                    }
+                }
+
+                @Override
+                public void onFrame(PeerLink link, ByteBuffer frame) {
+                    order.add(WireCodec.decode(frame) instanceof Message.Abort ? "abort" : "frame");
+                }
+            };
+            p[1].send(WireCodec.encode(new Message.Abort(1, 1, Message.Abort.REQUESTED, "client went away")));
+            p[0].putBatch(region, new int[] {0}, src, new int[] {0}, 0, 1, 100);
+            await("the abort and the write posted before it", () -> order.size() >= 3, () -> p[0].poll(r, 100));
+            p[0].poll(r, 100);
+        }
+        // write 101 was posted before the abort was read; nothing after it
+        assertEquals(List.of("write 100", "abort", "write 101"), order, "the abort waited behind the writes completions posted");
+    }
+
+    @Test
     void writesAreReportedInRunsWithinThePollLimit() {
         final ShmLink[] p = pair();
         final Registration reg = p[1].register(pool, new int[] {0, 1, 2, 3, 4});
