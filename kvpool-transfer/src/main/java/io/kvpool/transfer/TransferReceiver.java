@@ -298,8 +298,15 @@ public final class TransferReceiver extends TransferEndpoint {
                 + WireFormat.MAX_ARRAY + " (" + (long) WireFormat.MAX_ARRAY * layout.tokensPerPage() + " tokens)");
         }
         for (int id : senderPeers) {
-            if (!peers.get(id).isUp()) {
-                return reject(t, FailureReason.PEER_LOST, false, "sender " + peers.get(id) + " is not up");
+            final Peer p = peers.get(id);
+            if (p.state() == Peer.State.HANDSHAKE) {
+                // waiting helps: the link comes up once both sides' duty cycles ran the handshake
+                return reject(t, FailureReason.PEER_LOST, true, "sender " + p + " is still in its handshake: run doWork() "
+                    + "until the peer isUp(), then start the request");
+            }
+            if (!p.isUp()) {
+                return reject(t, FailureReason.PEER_LOST, false, "sender " + p + " is not up"
+                    + (p.state() == Peer.State.RETIRING ? ": it is retiring and takes no new transfer; start the request on a fresh link" : ""));
             }
         }
         final int slot = freeSlot();

@@ -77,6 +77,25 @@ class ReceiverRulesTest extends TwoSenderReceiverFixture {
     }
 
     @Test
+    void aStartOnALinkStillInItsHandshakeCanBeRetriedAndOneOnAFailedLinkCannot() {
+        try (KvPool other = Kv.pool(16)) {
+            final TransferReceiver receiver = TransferReceiver.builder(other, Kv.identity()).heartbeat(Heartbeat.OFF)
+                .clock(new ManualClock()).build();
+            final int p = receiver.addPeer(new ScriptedLink()); // says nothing: stays in its handshake
+            receiver.doWork();
+            final IncomingTransfer early = receiver.start(REQ, 8, 0, p);
+            assertEquals(FailureReason.PEER_LOST, early.failure(), early::toString);
+            assertTrue(early.retryLater(), () -> "the handshake ends: " + early);
+            assertTrue(early.message().contains("handshake") && early.message().contains("doWork()"), early::message);
+            receiver.tearDownPeer(p);
+            final IncomingTransfer late = receiver.start(REQ + 1, 8, 0, p);
+            assertEquals(FailureReason.PEER_LOST, late.failure(), late::toString);
+            assertFalse(late.retryLater(), () -> "this link never comes back: " + late);
+            receiver.close();
+        }
+    }
+
+    @Test
     void aSenderAbortForAFailedWriteSaysTheRequestCanBeReceivedLater() {
         final IncomingTransfer written = startOne(8);
         a.inject(new Message.Abort(written.transferId(), written.generation(), Message.Abort.WRITE_FAILED, "write of page 0 failed"));
