@@ -392,6 +392,7 @@ for role in prefill=http://10.231.1.2:8081/ decode=http://10.231.2.2:8082/; do
   acct=$(ip netns exec "$R" curl -s -m 3 -w ' %{http_code}' "${url}internal/accounting" || echo "no answer 000")
   echo "fleet-faults: $name pool accounting: $acct"
   [[ $acct == *'"balanced":true'*' 200' ]] || { echo "fleet-faults: FAIL: $name's pool does not balance" >&2; fail=1; }
+  [[ $acct == *'"idle":true'* ]] || { echo "fleet-faults: FAIL: $name's pool has something outstanding (pages in use, sequences, reservations)" >&2; fail=1; }
 done
 # no page freed before its proof, over the whole run; prefill was never stopped for good, so every teardown counted here
 # was proven while it lived

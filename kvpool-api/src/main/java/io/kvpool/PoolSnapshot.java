@@ -92,10 +92,20 @@ public record PoolSnapshot(
 
     /**
      * {@return whether {@code free + owned + receiving + draining + quarantined + retired == capacity} and
-     * {@code 0 ≤ reserved ≤ free}}
+     * {@code 0 ≤ reserved ≤ free}} The counts' invariant: it holds with pages leaked too (they count as owned). For
+     * "nothing left behind" see {@link #idle()}.
      */
     public boolean balanced() {
         return free + owned + receiving + draining + quarantined + retired == capacity && reserved >= 0 && reserved <= free;
+    }
+
+    /**
+     * {@return whether nothing is outstanding: no page in use (every page FREE or RETIRED), no open sequence or
+     * reservation, nothing reserved} What a pool's close report checks. At a quiescent point after every request
+     * ended, together with {@link #balanced()}, it is an application's leak check.
+     */
+    public boolean idle() {
+        return inUse() == 0 && openSequences == 0 && openReservations == 0 && reserved == 0;
     }
 
     @Override

@@ -86,6 +86,28 @@ class AccountingCheckTest {
     }
 
     @Test
+    void aLeakedPageKeepsThePoolBalancedButNotIdle() {
+        try (KvPool pool = TestPools.pool(8)) {
+            assertTrue(pool.snapshot().idle(), "a new pool");
+            final Sequence s = pool.admit(2 * TPP, 0).sequence();
+            s.append(2 * TPP);
+            assertFalse(pool.snapshot().idle(), "an open sequence");
+            final long h = s.pageHandle(0);
+            pool.retain(h);
+            s.close();
+            final PoolSnapshot leaked = pool.verifyAccounting();
+            assertTrue(leaked.balanced(), "the counts add up with a leak too");
+            assertFalse(leaked.idle(), "a page retained and never released: " + leaked);
+            pool.release(h);
+            assertTrue(pool.verifyAccounting().idle());
+            final long r = pool.tryReserve(TPP, 0);
+            assertFalse(pool.snapshot().idle(), "a reservation");
+            pool.cancelReservation(r);
+            assertTrue(pool.snapshot().idle());
+        }
+    }
+
+    @Test
     void verifyAccountingCatchesACountedStateTheScanDoesNotFind() {
         assertTrue(violation(p -> p.slotTable().counts().receiving.increment()).contains("incremental page counts disagree"));
         assertTrue(violation(p -> p.slotTable().counts().draining.increment()).contains("incremental page counts disagree"));

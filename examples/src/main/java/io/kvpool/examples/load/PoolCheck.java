@@ -54,8 +54,7 @@ public record PoolCheck(boolean ok, List<String> lines) {
         for (int i = 0; i < pools.length; i++) {
             try {
                 final PoolSnapshot s = pools[i].verifyAccounting();
-                final boolean clean = s.balanced() && s.inUse() == 0 && s.free() == s.capacity() - s.retired() && s.reserved() == 0
-                    && s.openSequences() == 0;
+                final boolean clean = s.balanced() && s.idle();
                 ok &= clean;
                 lines.add(String.format(Locale.ROOT, "%-8s %s: %d/%d pages free, %d owned, %d receiving, %d draining, %d quarantined, %d reserved, "
                         + "%d sequences open", names[i], clean ? "balanced" : "NOT CLEAN", s.free(), s.capacity(), s.owned(), s.receiving(),

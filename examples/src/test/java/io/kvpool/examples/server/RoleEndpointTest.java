@@ -87,7 +87,8 @@ class RoleEndpointTest {
             assertFalse(status.path("ready").asBoolean(), "no prefill link yet");
             assertEquals(128, status.path("pool").path("capacity").asInt());
             assertEquals("F".repeat(128), status.path("pool").path("pages").asText());
-            assertTrue(TestClient.JSON.readTree(call(u, "GET", "internal/accounting", null).body()).path("balanced").asBoolean());
+            final JsonNode accounting = TestClient.JSON.readTree(call(u, "GET", "internal/accounting", null).body());
+            assertTrue(accounting.path("balanced").asBoolean() && accounting.path("idle").asBoolean(), accounting::toString);
             final Map<String, Double> m = Metrics.parse(call(u, "GET", "metrics", null).body());
             assertEquals(1.0, m.get("kvpool_role_up{role=\"decode\"}"));
             assertEquals(128.0, m.get("kvpool_pool_pages{role=\"decode\",state=\"free\"}"));

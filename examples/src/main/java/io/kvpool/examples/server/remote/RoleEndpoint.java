@@ -27,7 +27,8 @@ import java.util.function.Supplier;
  *       layout, pool pages, largest safe context);</li>
  *   <li>{@code GET /metrics} — the role's own Prometheus text ({@link ServerMetrics#forRole}: its JVM, pool and engine);</li>
  *   <li>{@code GET /internal/accounting} — checks the pool's accounting invariants ({@link io.kvpool.KvPool#verifyAccounting()};
- *       meaningful only at quiescence): {@code {"balanced":true,"snapshot":"…"}}, or 409 naming the first violation;</li>
+ *       meaningful only at quiescence): {@code {"balanced":true,"idle":true,"snapshot":"…"}} (idle: nothing outstanding,
+ *       {@link io.kvpool.PoolSnapshot#idle()}), or 409 naming the first violation;</li>
  *   <li>{@code POST /internal/abort} {@code {"request_id":7,"why":"…"}} — half of a paired abort; 204 always
  *       (idempotent, unknown ids included);</li>
  *   <li>anything else under {@code /internal/}: {@link #route}; elsewhere 404 naming the router.</li>
@@ -147,7 +148,7 @@ public abstract class RoleEndpoint implements HttpHandler {
                     } catch (IllegalStateException e) {
                         throw ApiError.of(409, "conflict", "accounting_violated", role + " pool: " + e.getMessage());
                     }
-                    Http.sendJson(ex, json, 200, java.util.Map.of("balanced", snap.balanced(), "snapshot", snap.toString()));
+                    Http.sendJson(ex, json, 200, java.util.Map.of("balanced", snap.balanced(), "idle", snap.idle(), "snapshot", snap.toString()));
                 }
                 case "/internal/abort" -> {
                     Http.method(ex, "POST");
