@@ -40,8 +40,11 @@ public final class RoleClient implements AutoCloseable {
         new java.util.concurrent.ConcurrentHashMap<>();
     /** Why the last {@link #failCallsSentBefore} failed the calls it did. */
     private volatile String cutShort = "";
-    /** When a call last got its answer ({@link System#nanoTime()}); {@link #NEVER} before the first. */
-    private volatile long lastAnswerAt = NEVER;
+    /**
+     * When a call's answer last arrived from the role ({@link System#nanoTime()}, the newest kept); {@link #NEVER} before
+     * the first. A 2xx or 4xx only: a balancer in front of the role answers 502, 503 and 504 itself.
+     */
+    private final java.util.concurrent.atomic.AtomicLong lastAnswerAt = new java.util.concurrent.atomic.AtomicLong(NEVER);
     private static final long NEVER = Long.MIN_VALUE;
 
     public RoleClient(String role, URI base, ObjectMapper json) {
@@ -138,11 +141,10 @@ public final class RoleClient implements AutoCloseable {
         final long whole = 2 * req.timeout().orElseThrow().toMillis();
         final long sentAt = System.nanoTime();
         final java.util.concurrent.CompletableFuture<HttpResponse<T>> f = http.sendAsync(req, handler);
+        f.thenAccept(this::answered); // when the answer arrives, not when this thread resumes
         waiting.put(f, sentAt);
         try {
-            final HttpResponse<T> r = f.get(whole, java.util.concurrent.TimeUnit.MILLISECONDS);
-            lastAnswerAt = System.nanoTime(); // any status: the role (or one process behind its URL) is answering
-            return r;
+            return f.get(whole, java.util.concurrent.TimeUnit.MILLISECONDS);
         } catch (java.util.concurrent.CancellationException e) { // failCallsSentBefore: the role stopped answering
             throw cutShort(what, e);
         } catch (java.util.concurrent.ExecutionException e) {
@@ -196,8 +198,17 @@ public final class RoleClient implements AutoCloseable {
      * @return whether an answer arrived since
      */
     boolean answeredSince(long nanos) {
-        final long at = lastAnswerAt;
+        final long at = lastAnswerAt.get();
         return at != NEVER && at - nanos >= 0;
+    }
+
+    /** Records an answer's arrival, if the role itself gave it; keeps the newest of racing arrivals. */
+    private void answered(HttpResponse<?> r) {
+        final int status = r.statusCode();
+        if (status / 100 == 2 || status / 100 == 4) {
+            final long now = System.nanoTime();
+            lastAnswerAt.accumulateAndGet(now, (old, t) -> old == NEVER || t - old > 0 ? t : old);
+        }
     }
 
     /** @return what went wrong, from the exception and its causes (the JDK's ConnectException carries no message) */

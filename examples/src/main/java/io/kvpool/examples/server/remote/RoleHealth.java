@@ -25,7 +25,7 @@ import java.util.concurrent.atomic.AtomicReference;
  * before it began and still waiting ({@link RoleClient#failCallsSentBefore}): a request already under way when its role
  * froze is answered within about two status timeouts and a probe interval (4.2 s), not its call's timeout (10 s). A
  * role that refuses connections (one stopping gracefully finishes the calls it has) or answers late once (a GC pause
- * under 4 s) keeps its calls, and so does one whose calls got an answer since the first of the two silent reads began:
+ * under 4 s) keeps its calls, and so does one whose calls got an answer (2xx or 4xx) while the second silent read waited:
  * behind a balancer the probe may have reached a dead process while others answer, and a call sent to the dead one then
  * waits for its own timeout, as it would without the probe. Thread-safe.
  */
@@ -58,12 +58,8 @@ final class RoleHealth implements AutoCloseable {
     private final AtomicReference<Check> checking = new AtomicReference<>();
     /** The newest reading (null: unknown). A status read replaces only a reading older than the read's start. */
     private final AtomicReference<State> state = new AtomicReference<>();
-    /**
-     * When the last status read began, if it got no answer for its whole timeout; {@link #NOT_SILENT} if it got one
-     * (reads run one at a time: {@link #checking}).
-     */
-    private volatile long silentReadStartedAt = NOT_SILENT;
-    private static final long NOT_SILENT = Long.MIN_VALUE;
+    /** Whether the last status read got no answer for its whole timeout (reads run one at a time: {@link #checking}). */
+    private volatile boolean lastReadSilent;
     private volatile boolean closed;
     private final Thread probe;
 
@@ -144,10 +140,11 @@ final class RoleHealth implements AutoCloseable {
         final String mismatch;
         // no answer for the read's whole timeout, twice in a row: the process is frozen or cut off
         final boolean silent = !s.status().up() && System.nanoTime() - startedAt >= RoleClient.STATUS_TIMEOUT.toNanos();
-        final long previousSilentAt = silentReadStartedAt;
-        silentReadStartedAt = silent ? startedAt : NOT_SILENT;
-        // and no call answered since the first of the two began: behind a balancer another process may be answering them
-        final boolean silentTwice = silent && previousSilentAt != NOT_SILENT && !calls.answeredSince(previousSilentAt);
+        final boolean previousSilent = lastReadSilent;
+        lastReadSilent = silent;
+        // and no call answered while this read waited: behind a balancer another process may be answering them (the
+        // window starts after the first silent read timed out, so an answer given just before a freeze does not count)
+        final boolean silentTwice = silent && previousSilent && !calls.answeredSince(startedAt);
         if (!s.status().up()) {
             why = s.status().down();
             // the calls sent before this read wait on a frozen process in vain: fail them now, not after their own
