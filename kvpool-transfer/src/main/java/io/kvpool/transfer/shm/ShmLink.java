@@ -572,10 +572,11 @@ public final class ShmLink implements PeerLink {
     }
 
     /**
-     * Delivers local completions and the peer's frames in rounds: each round the completions queued when it began,
-     * then the frames received. A completion's listener may post more writes, and theirs wait for the next round, after
-     * the peer's frames: a CANCEL or ABORT from the receiver is read between two batches of a transfer, not after all of
-     * them (copies here complete at once, so a transfer's whole pipeline could otherwise run in one poll).
+     * Delivers the peer's frames and local completions in rounds: each round the frames received, then the completions
+     * queued when the round began. A completion's listener may post more writes, and theirs wait for the next round,
+     * after the peer's frames: a CANCEL or ABORT from the receiver is read before the next batch of a transfer, not after
+     * all of them (copies here complete at once, so a transfer's whole pipeline could otherwise run in one poll), also
+     * when a round's completions fill the limit (the next poll starts with the frames).
      */
     @Override
     public int poll(LinkListener listener, int limit) {
@@ -583,11 +584,11 @@ public final class ShmLink implements PeerLink {
         int n = 0;
         while (n < limit) {
             final int round = n;
-            n += deliverCompletions(listener, limit - n, events.size());
+            n += deliverFrames(listener, limit - n);
             if (n >= limit) {
                 return n;
             }
-            n += deliverFrames(listener, limit - n);
+            n += deliverCompletions(listener, limit - n, events.size());
             if (n == round) {
                 break;
             }
