@@ -106,8 +106,8 @@ public final class IncomingTransfer {
      * transfer, admission answered {@link Admission.Decision#RETRY_LATER}, or the pool could not allocate the pages
      * admission promised; false when it never fits as asked (more pages than one descriptor carries, a reserved
      * sequence admitted for fewer tokens than the prompt, a context too long or a request larger than the pool). For
-     * one refused {@link FailureReason#PEER_LOST} at start: true when a sender was still in its handshake, false when
-     * its link failed or is retiring (a fresh link may take the request; this one will not). For
+     * one refused {@link FailureReason#PEER_LOST} at start: true when every sender not up was still in its handshake,
+     * false when any one's link failed or is retiring (a fresh link may take the request; that one will not). For
      * a {@link FailureReason#SENDER_ABORTED} one: true when the sender said a write or its flush failed (the link's
      * fault; a sender of an older build does not say so), false for any other cause of its abort. False in every other
      * case.

@@ -297,17 +297,20 @@ public final class TransferReceiver extends TransferEndpoint {
                 + layout.pagesFor(promptTokens) + " pages of " + layout.tokensPerPage() + " tokens; one descriptor carries at most "
                 + WireFormat.MAX_ARRAY + " (" + (long) WireFormat.MAX_ARRAY * layout.tokensPerPage() + " tokens)");
         }
+        Peer handshaking = null;
         for (int id : senderPeers) {
             final Peer p = peers.get(id);
             if (p.state() == Peer.State.HANDSHAKE) {
-                // waiting helps: the link comes up once both sides' duty cycles ran the handshake
-                return reject(t, FailureReason.PEER_LOST, true, "sender " + p + " is still in its handshake: run doWork() "
-                    + "until the peer isUp(), then start the request");
-            }
-            if (!p.isUp()) {
+                handshaking = handshaking == null ? p : handshaking;
+            } else if (!p.isUp()) { // failed, refused or retiring: these links never take it, whatever the others do
                 return reject(t, FailureReason.PEER_LOST, false, "sender " + p + " is not up"
                     + (p.state() == Peer.State.RETIRING ? ": it is retiring and takes no new transfer; start the request on a fresh link" : ""));
             }
+        }
+        if (handshaking != null) {
+            // waiting helps: the link comes up once both sides' duty cycles ran the handshake
+            return reject(t, FailureReason.PEER_LOST, true, "sender " + handshaking + " is still in its handshake: run doWork() "
+                + "until the peer isUp(), then start the request");
         }
         final int slot = freeSlot();
         if (slot < 0) {

@@ -87,8 +87,16 @@ class ReceiverRulesTest extends TwoSenderReceiverFixture {
             assertEquals(FailureReason.PEER_LOST, early.failure(), early::toString);
             assertTrue(early.retryLater(), () -> "the handshake ends: " + early);
             assertTrue(early.message().contains("handshake") && early.message().contains("doWork()"), early::message);
+            final int q = receiver.addPeer(new ScriptedLink()); // a second sender, torn down below
+            receiver.doWork();
+            receiver.tearDownPeer(q);
+            for (int[] senders : new int[][] {{p, q}, {q, p}}) { // the answer does not depend on the senders' order
+                final IncomingTransfer mixed = receiver.start(REQ + 1, 8, 0, senders);
+                assertEquals(FailureReason.PEER_LOST, mixed.failure(), mixed::toString);
+                assertFalse(mixed.retryLater(), () -> "one of its links never comes back: " + mixed);
+            }
             receiver.tearDownPeer(p);
-            final IncomingTransfer late = receiver.start(REQ + 1, 8, 0, p);
+            final IncomingTransfer late = receiver.start(REQ + 2, 8, 0, p);
             assertEquals(FailureReason.PEER_LOST, late.failure(), late::toString);
             assertFalse(late.retryLater(), () -> "this link never comes back: " + late);
             receiver.close();
