@@ -101,8 +101,8 @@ public record PoolSnapshot(
 
     /**
      * {@return whether nothing is outstanding: no page in use (every page FREE or RETIRED), no open sequence or
-     * reservation, nothing reserved} What a pool's close report checks. At a quiescent point after every request
-     * ended, together with {@link #balanced()}, it is an application's leak check.
+     * reservation, nothing reserved} What a pool's close report looks for, and nothing reserved besides. At a quiescent
+     * point after every request ended, together with {@link #balanced()}, it is an application's leak check.
      */
     public boolean idle() {
         return inUse() == 0 && openSequences == 0 && openReservations == 0 && reserved == 0;

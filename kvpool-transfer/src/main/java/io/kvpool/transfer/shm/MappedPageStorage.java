@@ -118,6 +118,7 @@ public final class MappedPageStorage implements PageStorage {
         final Arena arena = Arena.ofShared();
         boolean created = false;
         HostPageStorage host = null;
+        FileChannel held = null;
         final long pid = ProcessHandle.current().pid();
         final Path building = file.resolveSibling("." + file.getFileName() + CREATING + pid + PID_NAMESPACE + "-"
             + Long.toHexString(new SecureRandom().nextLong() >>> 1));
@@ -130,6 +131,15 @@ public final class MappedPageStorage implements PageStorage {
                 Files.createFile(building);
             }
             created = true;
+            // Locked until it is renamed into place: the sweep of any process, in any pid namespace, sees the create alive
+            // (the lock dies with this process). One channel for the lock and the mapping: closing another channel of
+            // the file would drop this process's lock on it.
+            held = FileChannel.open(building, StandardOpenOption.READ, StandardOpenOption.WRITE);
+            try {
+                held.lock();
+            } catch (IOException | UnsupportedOperationException e) {
+                // a file system without locks: sweeps there judge by pid or age
+            }
             // The canary fill below writes every page of a sparse file: on a tmpfs without room for them that write
             // faults (an InternalError from mapped memory), so the room is checked first, with the numbers
             // (a file system that reports no size at all, as hugetlbfs without size= and some FUSE mounts do, is not
@@ -141,10 +151,7 @@ public final class MappedPageStorage implements PageStorage {
             }
             // a rename keeps the file (and so its key): the owner's close deletes the path only while it names this file
             final Object fileKey = Objects.requireNonNullElse(Files.readAttributes(building, BasicFileAttributes.class).fileKey(), ANY_FILE);
-            final MemorySegment mapping;
-            try (FileChannel ch = FileChannel.open(building, StandardOpenOption.READ, StandardOpenOption.WRITE)) {
-                mapping = ch.map(FileChannel.MapMode.READ_WRITE, 0, size, arena);
-            }
+            final MemorySegment mapping = held.map(FileChannel.MapMode.READ_WRITE, 0, size, arena);
             final long identity = new SecureRandom().nextLong() | 1; // never 0 (0 means "no pool" in the bootstrap)
             // the header first, all but its magic: after the storage over the pages exists, as little as possible
             // may fault (a late fault of the fill is caught below, and must close that storage too)
@@ -166,50 +173,46 @@ public final class MappedPageStorage implements PageStorage {
             warnIfCreatorRuns(file, requirePoolFileOrNothing(file));
             moveOnto(building, file);
             created = false; // it is the file at the path now
+            closeQuietly(held); // the lock goes with it; the mapping stays
             return new MappedPageStorage(file, true, identity, pid, mapping, host);
         } catch (IOException e) {
             closeQuietly(host, arena);
             deleteIfCreated(created, building);
+            closeQuietly(held);
             throw new UncheckedIOException("cannot create the mapped pool file " + file + " of " + size + " bytes ("
                 + pages + " pages of " + layout.bytesPerPage() + " bytes): " + e.getMessage(), e);
         } catch (InternalError e) { // a fault in mapped memory: the room went to someone else after the check
             closeQuietly(host, arena);
             deleteIfCreated(created, building);
+            closeQuietly(held);
             throw new UncheckedIOException("cannot fill the mapped pool file " + file + " of " + size + " bytes (" + pages
                 + " pages of " + layout.bytesPerPage() + " bytes): a write faulted; is its file system full?",
                 new IOException(e.toString(), e));
         } catch (RuntimeException | Error e) {
             closeQuietly(host, arena);
             deleteIfCreated(created, building);
+            closeQuietly(held);
             throw e;
         }
     }
 
     /**
      * Infix of the name a pool file is built under, next to it: {@code .<name>.creating-<pid>@<pid namespace>-<random>}
-     * ({@code @<pid namespace>} absent where {@code /proc} does not say, and in names older builds made).
+     * ({@code @0} where {@code /proc} does not name the namespace; no {@code @} in names older builds made).
      */
     private static final String CREATING = ".creating-";
+    /** {@code @} and this process's pid namespace ({@link Bootstrap#OWN_PID_NAMESPACE}; 0 where unknown). */
+    static final String PID_NAMESPACE = "@" + Bootstrap.OWN_PID_NAMESPACE;
     /**
-     * {@code @} and this process's pid namespace (the inode number {@code /proc/self/ns/pid} names), or {@code ""} where
-     * it cannot be read: a pid means a process only in the namespace it was read in.
+     * A temporary younger than this is not judged by its lock: its creator takes the lock just after making the file.
+     * Its age is its last modification.
      */
-    static final String PID_NAMESPACE = pidNamespace();
+    static final java.time.Duration LOCK_TEST_MIN_AGE = java.time.Duration.ofSeconds(10);
     /**
-     * A temporary of a create in another pid namespace is left this long: its pid says nothing here, and a create
-     * finishes or fails in far less (its age is its last modification, which the fill keeps recent).
+     * Where locks cannot be tested, a temporary of another pid namespace is left this long: its pid says nothing here,
+     * and a create finishes or fails in far less.
      */
     static final java.time.Duration FOREIGN_TEMPORARY_AGE = java.time.Duration.ofDays(1);
-
-    private static String pidNamespace() {
-        try {
-            final String link = Files.readSymbolicLink(Path.of("/proc/self/ns/pid")).toString(); // "pid:[4026531836]"
-            final int open = link.indexOf('['), close = link.indexOf(']');
-            return open > 0 && close > open + 1 ? "@" + Long.parseLong(link.substring(open + 1, close)) : "";
-        } catch (IOException | RuntimeException e) {
-            return "";
-        }
-    }
 
     private static final System.Logger LOG = System.getLogger("io.kvpool.transfer.shm");
 
@@ -397,13 +400,16 @@ public final class MappedPageStorage implements PageStorage {
     }
 
     /**
-     * Deletes what creates that died left next to {@code file}: temporaries whose process no longer runs. A temporary
-     * made in another pid namespace (containers sharing the directory) names a pid that means nothing here: it is left
-     * until it is {@link #FOREIGN_TEMPORARY_AGE} old. Best effort.
+     * Deletes what creates that died left next to {@code file}. A create holds a lock on its temporary until the rename,
+     * and a lock dies with its process in whatever pid namespace it ran: a temporary at least {@link #LOCK_TEST_MIN_AGE}
+     * old that no process holds is a dead create's. Where the file system cannot lock, a temporary of this pid namespace
+     * is judged by its pid, and one of another (or an unknown) namespace by its age ({@link #FOREIGN_TEMPORARY_AGE}).
+     * A name of an older build (no {@code @}; it took no lock) is judged by its pid. Best effort.
      */
     private static void sweepStaleTemporaries(Path file) {
         final Path dir = file.toAbsolutePath().getParent();
         final String prefix = "." + file.getFileName() + CREATING;
+        final long self = ProcessHandle.current().pid();
         try (DirectoryStream<Path> ds = Files.newDirectoryStream(dir, p -> p.getFileName().toString().startsWith(prefix))) {
             for (Path p : ds) {
                 final String rest = p.getFileName().toString().substring(prefix.length());
@@ -412,8 +418,22 @@ public final class MappedPageStorage implements PageStorage {
                 final int at = creator.indexOf('@');
                 try {
                     final long pid = Long.parseLong(at < 0 ? creator : creator.substring(0, at));
-                    final boolean ours = at < 0 || creator.substring(at).equals(PID_NAMESPACE);
-                    if (ours ? !runs(pid) : olderThan(p, FOREIGN_TEMPORARY_AGE)) {
+                    final boolean dead;
+                    if (at < 0) {
+                        dead = !runs(pid);
+                    } else {
+                        final String ns = creator.substring(at);
+                        final boolean ourNamespace = ns.equals(PID_NAMESPACE) && Bootstrap.OWN_PID_NAMESPACE != 0;
+                        if (ourNamespace && pid == self) {
+                            continue; // another create of this process: testing its lock here would release it (POSIX)
+                        }
+                        if (!olderThan(p, LOCK_TEST_MIN_AGE)) {
+                            continue;
+                        }
+                        final Boolean held = lockHeld(p);
+                        dead = held != null ? !held : ourNamespace ? !runs(pid) : olderThan(p, FOREIGN_TEMPORARY_AGE);
+                    }
+                    if (dead) {
                         Files.deleteIfExists(p);
                     }
                 } catch (NumberFormatException | IOException ignored) {
@@ -422,6 +442,19 @@ public final class MappedPageStorage implements PageStorage {
             }
         } catch (IOException | RuntimeException ignored) {
             // an unreadable directory: the create itself will say so
+        }
+    }
+
+    /** @return whether a process holds a lock on {@code p}; {@code null} if this file system cannot tell */
+    private static Boolean lockHeld(Path p) {
+        try (FileChannel ch = FileChannel.open(p, StandardOpenOption.WRITE)) {
+            try (java.nio.channels.FileLock lock = ch.tryLock()) {
+                return lock == null;
+            } catch (java.nio.channels.OverlappingFileLockException e) {
+                return true; // this JVM holds it
+            }
+        } catch (IOException | UnsupportedOperationException e) {
+            return null;
         }
     }
 
@@ -445,6 +478,17 @@ public final class MappedPageStorage implements PageStorage {
                 Files.deleteIfExists(file);
             } catch (IOException ignored) {
                 // best effort
+            }
+        }
+    }
+
+    /** Closes a channel (and so the lock this process holds through it), if there is one. */
+    private static void closeQuietly(FileChannel ch) {
+        if (ch != null) {
+            try {
+                ch.close();
+            } catch (IOException ignored) {
+                // best effort: the lock dies with the process anyway
             }
         }
     }

@@ -10,6 +10,7 @@ import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
 import org.junit.jupiter.api.io.TempDir;
 
+import java.io.IOException;
 import java.lang.foreign.MemorySegment;
 import java.lang.foreign.ValueLayout;
 import java.nio.file.Files;
@@ -323,26 +324,84 @@ class MappedPageStorageTest {
         assertTrue(Files.exists(otherPool), "another path's temporary is not this create's to sweep");
     }
 
+    /** A python3 process holding a POSIX (fcntl) lock on {@code file}, as a create in another process would. */
+    private static Process lockHolder(Path file) throws IOException {
+        final Process p;
+        try {
+            p = new ProcessBuilder("python3", "-c", "import fcntl,sys\nf=open(sys.argv[1],'r+')\nfcntl.lockf(f,fcntl.LOCK_EX)\n"
+                + "print('locked',flush=True)\nsys.stdin.read()", file.toString()).redirectErrorStream(true).start();
+        } catch (IOException e) {
+            assumeTrue(false, "no python3: " + e);
+            throw e;
+        }
+        final String line = new java.io.BufferedReader(new java.io.InputStreamReader(p.getInputStream())).readLine();
+        assertEquals("locked", line);
+        return p;
+    }
+
+    /** @return whether another process holds a lock on {@code file} (asked of a python3 process) */
+    private static boolean lockedElsewhere(Path file) throws Exception {
+        final Process p = new ProcessBuilder("python3", "-c", "import fcntl,sys\nf=open(sys.argv[1],'r+')\n"
+            + "try:\n  fcntl.lockf(f,fcntl.LOCK_EX|fcntl.LOCK_NB)\n  print('free')\nexcept OSError:\n  print('held')",
+            file.toString()).redirectErrorStream(true).start();
+        final String out = new String(p.getInputStream().readAllBytes()).trim();
+        p.waitFor();
+        assertTrue(out.equals("held") || out.equals("free"), out);
+        return out.equals("held");
+    }
+
+    private static Path aged(Path p) throws IOException {
+        Files.setLastModifiedTime(p, java.nio.file.attribute.FileTime.fromMillis(
+            System.currentTimeMillis() - MappedPageStorage.LOCK_TEST_MIN_AGE.toMillis() - 60_000));
+        return p;
+    }
+
     @Test
-    void aTemporaryOfAnotherPidNamespaceIsJudgedByItsAgeNotItsPid() throws Exception {
-        assumeTrue(!MappedPageStorage.PID_NAMESPACE.isEmpty(), "this system does not name its pid namespace (/proc/self/ns/pid)");
+    void aTemporaryNoProcessHoldsIsADeadCreatesWhateverItsPidNamespace() throws Exception {
         final Path f = dir.resolve("pool");
-        final long dead = aPidThatExited(); // here; in the other namespace it may well be a create still running
-        final Path foreign = Files.createFile(dir.resolve(".pool.creating-" + dead + "@1-4f"));
-        final Path foreignOld = Files.createFile(dir.resolve(".pool.creating-" + dead + "@1-5f"));
-        Files.setLastModifiedTime(foreignOld, java.nio.file.attribute.FileTime.fromMillis(
-            System.currentTimeMillis() - MappedPageStorage.FOREIGN_TEMPORARY_AGE.toMillis() - 60_000));
-        final Path ours = Files.createFile(dir.resolve(".pool.creating-" + dead + MappedPageStorage.PID_NAMESPACE + "-6f"));
-        final Path oursAlive = Files.createFile(dir.resolve(".pool.creating-" + ProcessHandle.current().pid()
-            + MappedPageStorage.PID_NAMESPACE + "-7f"));
+        final long dead = aPidThatExited(); // here; in another namespace it may well be a create still running
+        final Path fresh = Files.createFile(dir.resolve(".pool.creating-" + dead + "@1-4f"));
+        final Path unheld = aged(Files.createFile(dir.resolve(".pool.creating-" + dead + "@1-5f")));
+        final Path heldElsewhere = aged(Files.createFile(dir.resolve(".pool.creating-" + dead + "@1-6f")));
+        final Path oursDead = aged(Files.createFile(dir.resolve(".pool.creating-" + dead + MappedPageStorage.PID_NAMESPACE + "-7f")));
+        final Path oursAlive = aged(Files.createFile(dir.resolve(".pool.creating-" + ProcessHandle.current().pid()
+            + MappedPageStorage.PID_NAMESPACE + "-8f")));
+        final Process holder = lockHolder(heldElsewhere);
+        try {
+            MappedPageStorage.create(f, LAYOUT, 3).close();
+            assertTrue(Files.exists(fresh), "just made: its creator may not hold its lock yet");
+            assertFalse(Files.exists(unheld), "no process holds it: its creator is gone, whatever its pid meant");
+            assertTrue(Files.exists(heldElsewhere), "a live process holds it: a create still filling it");
+            assertFalse(Files.exists(oursDead), "nobody holds it");
+            assertTrue(Files.exists(oursAlive), "this process's: never tested (a test would drop its lock)");
+        } finally {
+            holder.getOutputStream().close();
+            holder.waitFor();
+        }
         MappedPageStorage.create(f, LAYOUT, 3).close();
-        assertTrue(Files.exists(foreign), "a pid of another namespace says nothing of its creator here");
-        assertFalse(Files.exists(foreignOld), "a day old: no create takes that long");
-        assertFalse(Files.exists(ours), "this namespace's pid: its process is gone");
-        assertTrue(Files.exists(oursAlive), "this namespace's live process may still be filling it");
-        try (var names = Files.list(dir)) {
-            assertTrue(names.noneMatch(n -> n.getFileName().toString().startsWith(".pool.creating-")
-                && !n.equals(foreign) && !n.equals(oursAlive)), "the create's own temporary is gone");
+        assertFalse(Files.exists(heldElsewhere), "its holder exited");
+    }
+
+    @Test
+    void aCreateHoldsALockOnItsTemporaryUntilItIsRenamedIntoPlace() throws Exception {
+        final Path f = dir.resolve("pool");
+        final Boolean[] heldWhileFilling = new Boolean[1];
+        MappedPageStorage.afterOverForTests = h -> {
+            try (var names = Files.list(dir)) {
+                final Path building = names.filter(n -> n.getFileName().toString().startsWith(".pool.creating-")).findFirst().orElseThrow();
+                heldWhileFilling[0] = lockedElsewhere(building);
+            } catch (Exception e) {
+                throw new AssertionError(e);
+            }
+        };
+        try {
+            MappedPageStorage.create(f, LAYOUT, 3).close();
+        } finally {
+            MappedPageStorage.afterOverForTests = null;
+        }
+        assertEquals(Boolean.TRUE, heldWhileFilling[0], "a sweep elsewhere would take the create for dead");
+        try (MappedPageStorage again = MappedPageStorage.create(f, LAYOUT, 3)) {
+            assertFalse(lockedElsewhere(f), "the pool file itself is not left locked");
         }
     }
 }
