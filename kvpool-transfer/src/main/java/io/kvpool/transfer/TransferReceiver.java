@@ -709,7 +709,7 @@ public final class TransferReceiver extends TransferEndpoint {
                 + " posted writes (" + c.succeeded() + " succeeded)", now);
             return;
         }
-        t.confirmed[r] = true; // every write it posted was delivered and is over
+        markConfirmed(t, r, WriteProof.SENDER); // every write it posted was delivered and is over
         if (c.tokenCount() >= t.expectedTokens && c.posted() != to - from) {
             fail(t, FailureReason.BAD_COMPLETION, "sender " + r + " claims " + c.tokenCount() + " tokens but wrote "
                 + c.posted() + " of its " + (to - from) + " pages", now);
@@ -947,7 +947,7 @@ public final class TransferReceiver extends TransferEndpoint {
 
     private void drainedFrom(IncomingTransfer t, int r, Message.Drained d) {
         if (t.state == IncomingTransfer.State.RECEIVING) {
-            t.confirmed[r] = true; // first: failing asks only the others, and releases if none is left
+            markConfirmed(t, r, WriteProof.SENDER); // first: failing asks only the others, and releases if none is left
             fail(t, FailureReason.SENDER_ABORTED, "sender " + r + " stopped (posted " + d.posted() + ", " + d.failed()
                 + " failed) without completing", clock.nanoTime());
             return;
@@ -963,8 +963,7 @@ public final class TransferReceiver extends TransferEndpoint {
                 if (t.suspect[r]) {
                     metrics.ackLate.increment(); // it caused the quarantine: only the transport's proof counts
                 } else {
-                    t.confirmed[r] = true;
-                    t.proofs[r] = WriteProof.SENDER;
+                    markConfirmed(t, r, WriteProof.SENDER);
                     tryReleaseQuarantine(t, clock.nanoTime());
                 }
             }
@@ -972,9 +971,19 @@ public final class TransferReceiver extends TransferEndpoint {
         }
     }
 
+    /**
+     * Rank {@code r} can write nothing more into {@code t}'s pages, as {@code proof} shows. The proof is kept once the
+     * transfer failed; {@link #fail} records {@link WriteProof#SENDER} for the ranks confirmed while it was receiving.
+     */
+    private static void markConfirmed(IncomingTransfer t, int r, WriteProof proof) {
+        t.confirmed[r] = true;
+        if (t.proofs != null) {
+            t.proofs[r] = proof;
+        }
+    }
+
     private void confirm(IncomingTransfer t, int rank) {
-        t.confirmed[rank] = true;
-        t.proofs[rank] = WriteProof.SENDER;
+        markConfirmed(t, rank, WriteProof.SENDER);
         for (boolean c : t.confirmed) {
             if (!c) {
                 return;
@@ -1095,11 +1104,9 @@ public final class TransferReceiver extends TransferEndpoint {
                 t.suspect[r] = true;
             }
             if (t.registrations[r] != null && t.registrations[r].revoke()) {
-                t.confirmed[r] = true;
-                t.proofs[r] = WriteProof.REVOKED;
+                markConfirmed(t, r, WriteProof.REVOKED);
             } else if (t.suspect[r] && (p.tornDown || proveUnableToWrite(p))) {
-                t.confirmed[r] = true;
-                t.proofs[r] = WriteProof.LINK_TORN_DOWN;
+                markConfirmed(t, r, WriteProof.LINK_TORN_DOWN);
             } else {
                 all = false;
             }
