@@ -173,26 +173,24 @@ public final class MappedPageStorage implements PageStorage {
             warnIfCreatorRuns(file, requirePoolFileOrNothing(file));
             moveOnto(building, file);
             created = false; // it is the file at the path now
-            closeQuietly(held); // the lock goes with it; the mapping stays
             return new MappedPageStorage(file, true, identity, pid, mapping, host);
         } catch (IOException e) {
             closeQuietly(host, arena);
             deleteIfCreated(created, building);
-            closeQuietly(held);
             throw new UncheckedIOException("cannot create the mapped pool file " + file + " of " + size + " bytes ("
                 + pages + " pages of " + layout.bytesPerPage() + " bytes): " + e.getMessage(), e);
         } catch (InternalError e) { // a fault in mapped memory: the room went to someone else after the check
             closeQuietly(host, arena);
             deleteIfCreated(created, building);
-            closeQuietly(held);
             throw new UncheckedIOException("cannot fill the mapped pool file " + file + " of " + size + " bytes (" + pages
                 + " pages of " + layout.bytesPerPage() + " bytes): a write faulted; is its file system full?",
                 new IOException(e.toString(), e));
         } catch (RuntimeException | Error e) {
             closeQuietly(host, arena);
             deleteIfCreated(created, building);
-            closeQuietly(held);
             throw e;
+        } finally {
+            closeQuietly(held); // the lock goes with it (after a failed create's delete); a mapping stays
         }
     }
 
