@@ -503,11 +503,14 @@ public final class KvCopy {
     private RuntimeException refused(long handle, long code, int page, boolean write) {
         final int slot = PageHandle.slot(handle);
         final String what = (write ? "copy into" : "copy out of") + " page " + page + " of the sequence refused: ";
-        if (code == PageHandle.STALE || code == PageHandle.INVALID) {
-            return new StaleHandleException(handle, code == PageHandle.STALE ? StaleHandleException.Refusal.STALE
-                : StaleHandleException.Refusal.INVALID, what + (code == PageHandle.STALE ? "stale handle " : "invalid handle ")
-                + PageHandle.toString(handle) + (code == PageHandle.STALE ? "; slot " + slot + " is now " + pool.stateOfSlot(slot)
-                + " (a reference the sequence held was released elsewhere)" : ""));
+        if (code == PageHandle.STALE) {
+            return new StaleHandleException(handle, StaleHandleException.Refusal.STALE, what + "stale handle "
+                + PageHandle.toString(handle) + "; slot " + slot + " is now " + pool.stateOfSlot(slot)
+                + " (a reference the sequence held was released elsewhere)");
+        }
+        if (code == PageHandle.INVALID) {
+            return new StaleHandleException(handle, StaleHandleException.Refusal.INVALID, what + "invalid handle "
+                + PageHandle.toString(handle));
         }
         return new IllegalStateException(what + PageHandle.toString(handle) + " is " + pool.stateOfSlot(slot)
             + ", not accessible until its transfer is settled");
