@@ -191,8 +191,8 @@ public final class RoleClient implements AutoCloseable {
     }
 
     /**
-     * Whether a call through this client got an answer (any status) at or after {@code nanos}: behind a balancer, a
-     * process other than the one a status read found silent may be answering the calls. Thread-safe.
+     * Whether a call through this client got an answer from the role (2xx or 4xx) at or after {@code nanos}: behind a
+     * balancer, a process other than the one a status read found silent may be answering the calls. Thread-safe.
      *
      * @param nanos a {@link System#nanoTime()} reading
      * @return whether an answer arrived since
