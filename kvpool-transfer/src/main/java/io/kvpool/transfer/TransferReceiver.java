@@ -200,7 +200,10 @@ public final class TransferReceiver extends TransferEndpoint {
      *         is receiving already), or RECEIVING. A rejection, retryable or not, sends a CANCEL to each sender it can
      *         still reach (links of version 2 and later): their offers of this request end and release their pages, so
      *         trying again later needs the senders to offer the request again. For an id already receiving, the senders
-     *         of that transfer are not told: their offers are its
+     *         of that transfer are not told: their offers are its. A request that can never fit as asked is refused
+     *         as such ({@link IncomingTransfer#retryLater()} false) even while a transient refusal also applies: the
+     *         checks waiting cannot help with, admission's included, run before those it can (id still receiving,
+     *         sender in its handshake, every transfer slot busy), which then carry the admission's decision
      * @throws IllegalArgumentException for {@code promptTokens < 1}, {@code maxNewTokens < 0}, no sender, a peer id
      *                                  never given by {@link #addPeer}, or a peer listed twice (not counted as started)
      * @throws AllocationFaultException if the pool admitted the request but failed to allocate its pages for another
@@ -282,39 +285,30 @@ public final class TransferReceiver extends TransferEndpoint {
             }
         }
         // counted as started where it ends: rejected (reject) or admitted and allocated (below); a call refused for
-        // its arguments above, or one that throws, is not a transfer
+        // its arguments above, or one that throws, is not a transfer.
+        // The refusals waiting cannot help come first, admission's among them, so that a transient refusal (below)
+        // never hides one: retryLater() must not tell a caller to retry what can never fit.
+        // A descriptor finds its offer by request id alone, so while another transfer of this id is receiving, its
+        // senders' offers are that transfer's: every refusal here spares them its CANCEL (other senders get one)
         final IncomingTransfer other = receiving(requestId);
-        if (other != null) {
-            // A descriptor finds its offer by request id alone: a second transfer of the id could take the first's
-            // offer. Its senders get no CANCEL (their offers are the first's); any other sender does
-            // Waiting can help: the first transfer of the id ends, one way or another
-            return reject(t, FailureReason.REJECTED, true, "request " + requestId + " is already receiving (transfer "
-                + other.transferId + "/" + other.generation + "): a request id names one transfer at a time",
-                other.senderPeers);
-        }
+        final int[] spared = other != null ? other.senderPeers : NO_PEERS;
         if (layout.pagesFor(promptTokens) > WireFormat.MAX_ARRAY) {
             return reject(t, FailureReason.REJECTED, false, "request " + requestId + " of " + promptTokens + " tokens needs "
                 + layout.pagesFor(promptTokens) + " pages of " + layout.tokensPerPage() + " tokens; one descriptor carries at most "
-                + WireFormat.MAX_ARRAY + " (" + (long) WireFormat.MAX_ARRAY * layout.tokensPerPage() + " tokens)");
+                + WireFormat.MAX_ARRAY + " (" + (long) WireFormat.MAX_ARRAY * layout.tokensPerPage() + " tokens)", spared);
         }
-        Peer handshaking = null;
+        if (reserved != null && reserved.admittedTokens() < promptTokens
+            && !pool.disabledSafeguards().contains(io.kvpool.Safeguard.ADMISSION_REJECTION)) {
+            // (with that safeguard off the pool admitted a placeholder, which is taken as below: the incident's case)
+            return reject(t, FailureReason.REJECTED, false, "request " + requestId + " was admitted for " + reserved.admittedTokens()
+                + " tokens, its prompt has " + promptTokens, spared);
+        }
         for (int id : senderPeers) {
             final Peer p = peers.get(id);
-            if (p.state() == Peer.State.HANDSHAKE) {
-                handshaking = handshaking == null ? p : handshaking;
-            } else if (!p.isUp()) { // failed, refused or retiring: these links never take it, whatever the others do
+            if (!p.isUp() && !handshaking(p)) { // failed, refused or retiring: never takes it
                 return reject(t, FailureReason.PEER_LOST, false, "sender " + p + " is not up"
-                    + (p.state() == Peer.State.RETIRING ? ": it is retiring and takes no new transfer; start the request on a fresh link" : ""));
+                    + (p.state() == Peer.State.RETIRING ? ": it is retiring and takes no new transfer; start the request on a fresh link" : ""), spared);
             }
-        }
-        if (handshaking != null) {
-            // waiting helps: the link comes up once both sides' duty cycles ran the handshake
-            return reject(t, FailureReason.PEER_LOST, true, "sender " + handshaking + " is still in its handshake: run doWork() "
-                + "until the peer isUp(), then start the request");
-        }
-        final int slot = freeSlot();
-        if (slot < 0) {
-            return reject(t, FailureReason.REJECTED, true, "all " + maxTransfers + " transfer slots are busy; retry later");
         }
         final Sequence seq;
         if (reserved == null) {
@@ -329,16 +323,36 @@ public final class TransferReceiver extends TransferEndpoint {
             }
             t.admissionDecision = a.decision();
             if (!a.admitted()) {
-                return reject(t, FailureReason.REJECTED, a.decision() == Admission.Decision.RETRY_LATER, a.message());
+                return reject(t, FailureReason.REJECTED, a.decision() == Admission.Decision.RETRY_LATER, a.message(), spared);
             }
             seq = a.sequence();
-        } else if (reserved.admittedTokens() < promptTokens && !pool.disabledSafeguards().contains(io.kvpool.Safeguard.ADMISSION_REJECTION)) {
-            // (with that safeguard off the pool admitted a placeholder, which is taken as below: the incident's case)
-            return reject(t, FailureReason.REJECTED, false, "request " + requestId + " was admitted for " + reserved.admittedTokens()
-                + " tokens, its prompt has " + promptTokens);
         } else {
             t.admissionDecision = Admission.Decision.ADMITTED;
             seq = reserved;
+        }
+        // the refusals waiting helps with, last; each gives back what admission just promised
+        Peer handshaking = null;
+        for (int id : senderPeers) {
+            if (handshaking == null && handshaking(peers.get(id))) {
+                handshaking = peers.get(id);
+            }
+        }
+        final int slot = other == null && handshaking == null ? freeSlot() : -1;
+        if (slot < 0 && seq != reserved) {
+            seq.close(); // a reserved sequence is closed by start, which took it over
+        }
+        if (other != null) {
+            // a second transfer of the id could take the first's offers. Waiting can help: the first ends, one way or another
+            return reject(t, FailureReason.REJECTED, true, "request " + requestId + " is already receiving (transfer "
+                + other.transferId + "/" + other.generation + "): a request id names one transfer at a time", spared);
+        }
+        if (handshaking != null) {
+            // waiting helps: the link comes up once both sides' duty cycles ran the handshake
+            return reject(t, FailureReason.PEER_LOST, true, "sender " + handshaking + " is still in its handshake: run doWork() "
+                + "until the peer isUp(), then start the request");
+        }
+        if (slot < 0) {
+            return reject(t, FailureReason.REJECTED, true, "all " + maxTransfers + " transfer slots are busy; retry later");
         }
         // Admission (or, with ADMISSION_REJECTION off, its placeholder) decides what we can take: the
         // placeholder admits one token, and so the receiver expects one (the incident replay's stub).
@@ -448,6 +462,11 @@ public final class TransferReceiver extends TransferEndpoint {
         for (int id : t.senderPeers) {
             cancel(peers.get(id), t.requestId, Message.Cancel.ABORTED, why);
         }
+    }
+
+    /** @return whether a peer is still in its handshake on a link that has not failed: one that may still come up */
+    private static boolean handshaking(Peer p) {
+        return p.state() == Peer.State.HANDSHAKE && p.link.isUp();
     }
 
     private IncomingTransfer reject(IncomingTransfer t, FailureReason reason, boolean retryLater, String message) {

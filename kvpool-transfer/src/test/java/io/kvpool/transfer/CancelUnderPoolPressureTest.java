@@ -423,12 +423,16 @@ class CancelUnderPoolPressureTest {
             assertEquals(IncomingTransfer.State.REJECTED, second.state(), second::toString);
             assertEquals(0, a.sent(Message.Cancel.class).size(), "the first transfer's sender is not told");
             assertEquals(1, c.sent(Message.Cancel.class).size(), "a sender of the second alone is");
-            // checked before the other refusals, which CANCEL every sender: here one of them is down
+            // refused for another reason while the id is receiving (its own sender is down, or it never fits): those
+            // refusals spare the first transfer's senders too
             c.failLink("test: a sender down");
             rx.doWork();
             final IncomingTransfer third = rx.start(ProtocolEdgeCasesTest.REQ, 8, 0, 0, pc);
-            assertTrue(third.message().contains("already receiving"), third::message);
+            assertTrue(third.message().contains("is not up"), third::message);
+            final IncomingTransfer fourth = rx.start(ProtocolEdgeCasesTest.REQ, (int) pool.maxContextTokens() + 1, 0, 1);
+            assertEquals(io.kvpool.Admission.Decision.REJECTED_CONTEXT_TOO_LONG, fourth.admissionDecision(), fourth::toString);
             assertEquals(0, a.sent(Message.Cancel.class).size(), "the first transfer's sender is still not told");
+            assertEquals(0, b.sent(Message.Cancel.class).size(), "nor its other sender");
             rx.abort(first, "test over");
             rx.close();
         }

@@ -5,6 +5,7 @@ import io.kvpool.KvPool;
 import io.kvpool.PageHandle;
 import io.kvpool.SlotState;
 import io.kvpool.transfer.wire.Message;
+import io.kvpool.transfer.wire.WireFormat;
 import org.junit.jupiter.api.Test;
 
 import java.lang.foreign.MemorySegment;
@@ -77,6 +78,47 @@ class ReceiverRulesTest extends TwoSenderReceiverFixture {
     }
 
     @Test
+    void aRequestThatNeverFitsIsNotRetryableWhileATransientRefusalAlsoApplies() {
+        setUp(x -> x.maxTransfers(1));
+        final int tpp = Kv.LAYOUT.tokensPerPage();
+        final IncomingTransfer busy = startOne(tpp); // takes the only transfer slot
+        final long reservedBefore = pool.snapshot().reserved();
+        final IncomingTransfer tooLong = rx.start(REQ + 1, (int) pool.maxContextTokens() + 1, 0, pb);
+        assertEquals(io.kvpool.Admission.Decision.REJECTED_CONTEXT_TOO_LONG, tooLong.admissionDecision(), tooLong::toString);
+        assertFalse(tooLong.retryLater(), () -> "never fits, whatever the slots: " + tooLong);
+        final int overDescriptor = (WireFormat.MAX_ARRAY + 1) * tpp;
+        final IncomingTransfer sameId = rx.start(REQ, overDescriptor, 0, pb); // the id is receiving, too
+        assertFalse(sameId.retryLater(), () -> "more pages than one descriptor carries: " + sameId);
+        try (io.kvpool.Admission small = pool.admit(tpp, 0)) {
+            final IncomingTransfer cut = rx.start(REQ + 2, small.sequence(), 2 * tpp, pb);
+            assertFalse(cut.retryLater(), () -> "admitted for fewer tokens than its prompt: " + cut);
+        }
+        final IncomingTransfer fits = rx.start(REQ + 3, tpp, 0, pb);
+        assertEquals(io.kvpool.Admission.Decision.ADMITTED, fits.admissionDecision(), fits::toString);
+        assertTrue(fits.retryLater(), () -> "admitted, only the slot is short: " + fits);
+        assertTrue(fits.message().contains("slots are busy"), fits::message);
+        assertEquals(reservedBefore, pool.snapshot().reserved(), "the refused start gave its reservation back");
+        assertEquals(IncomingTransfer.State.RECEIVING, busy.state(), busy::toString);
+    }
+
+    @Test
+    void aTooLongRequestOnALinkStillInItsHandshakeIsNotRetryable() {
+        try (KvPool other = Kv.pool(16)) {
+            final TransferReceiver receiver = TransferReceiver.builder(other, Kv.identity()).heartbeat(Heartbeat.OFF)
+                .clock(new ManualClock()).build();
+            final int p = receiver.addPeer(new ScriptedLink()); // says nothing: stays in its handshake
+            receiver.doWork();
+            final IncomingTransfer t = receiver.start(REQ, (int) other.maxContextTokens() + 1, 0, p);
+            assertFalse(t.retryLater(), () -> "never fits, whatever the handshake: " + t);
+            assertTrue(other.snapshot().idle(), () -> "nothing held: " + other.snapshot());
+            final IncomingTransfer fits = receiver.start(REQ + 1, 8, 0, p);
+            assertTrue(fits.retryLater(), () -> "the handshake ends: " + fits);
+            assertEquals(0, other.snapshot().reserved(), "the refused start gave its reservation back");
+            receiver.close();
+        }
+    }
+
+    @Test
     void aStartOnALinkStillInItsHandshakeCanBeRetriedAndOneOnAFailedLinkCannot() {
         try (KvPool other = Kv.pool(16)) {
             final TransferReceiver receiver = TransferReceiver.builder(other, Kv.identity()).heartbeat(Heartbeat.OFF)
@@ -95,6 +137,13 @@ class ReceiverRulesTest extends TwoSenderReceiverFixture {
                 assertEquals(FailureReason.PEER_LOST, mixed.failure(), mixed::toString);
                 assertFalse(mixed.retryLater(), () -> "one of its links never comes back: " + mixed);
             }
+            final ScriptedLink dying = new ScriptedLink();
+            final int d = receiver.addPeer(dying);
+            receiver.doWork();
+            dying.failLink("test: the peer died in its handshake"); // failed, and not yet polled: still HANDSHAKE
+            assertEquals(Peer.State.HANDSHAKE, receiver.peer(d).state());
+            final IncomingTransfer died = receiver.start(REQ + 3, 8, 0, d);
+            assertFalse(died.retryLater(), () -> "its link failed, whatever the peer's state says: " + died);
             receiver.tearDownPeer(p);
             final IncomingTransfer late = receiver.start(REQ + 2, 8, 0, p);
             assertEquals(FailureReason.PEER_LOST, late.failure(), late::toString);

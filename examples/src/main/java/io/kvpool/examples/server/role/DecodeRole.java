@@ -513,7 +513,8 @@ public final class DecodeRole implements DecodeService, MeteredRole, Drains {
     private Rejection rejection(Call c, IncomingTransfer t) {
         final Rejection.Reason reason = reason(t.failure(), t.admissionDecision(), pool.layout().pagesFor(c.promptTokens));
         final Map<String, Long> n = numbers(c);
-        if (t.admissionDecision() == null) { // refused before admission: the transfer slots may be what is short
+        if (t.admissionDecision() == null || t.admissionDecision() == Admission.Decision.ADMITTED) {
+            // refused by the receiver itself, not by admission: the transfer slots may be what is short
             n.put("transfers_under_way", (long) receiver.transfersUnderWay());
             n.put("max_transfers", (long) receiver.maxTransfers());
         }
