@@ -40,13 +40,14 @@ final class SlotTable {
 
     /** @return {@link PageHandle#INVALID} or {@link PageHandle#FOREIGN} if the handle cannot name a slot here, else 0 */
     private long screen(long handle) {
-        if (!PageHandle.isHandle(handle) || PageHandle.slot(handle) >= words.length()) {
+        if (!PageHandle.isHandle(handle)) {
             return PageHandle.INVALID;
         }
+        // the pool before the slot range: another pool's handle is FOREIGN, also when that pool is the larger one
         if (checkPool && PageHandle.pool(handle) != poolId) {
             return PageHandle.FOREIGN;
         }
-        return 0;
+        return PageHandle.slot(handle) >= words.length() ? PageHandle.INVALID : 0;
     }
 
     int capacity() {

@@ -33,6 +33,24 @@ class PoolIdentityTest {
     }
 
     @Test
+    void aHandleOfALargerPoolBeyondThisPoolsSlotsIsForeignNotInvalid() {
+        try (KvPool prefill = TestPools.pool(8); KvPool decode = TestPools.pool(4)) {
+            long h = 0;
+            for (int i = 0; i < 8; i++) {
+                h = prefill.tryAllocate(); // the last is slot 7: beyond decode's four
+            }
+            final long foreign = h;
+            assertTrue(PageHandle.slot(foreign) >= decode.capacity(), "a slot decode does not have");
+            assertEquals(PageHandle.FOREIGN, decode.validate(foreign));
+            final StaleHandleException e = assertThrows(StaleHandleException.class, () -> decode.page(foreign));
+            assertEquals(StaleHandleException.Refusal.FOREIGN, e.refusal(), e::getMessage);
+            assertTrue(e.getMessage().contains("issued by pool " + prefill.poolId()), e.getMessage());
+            assertEquals(2, decode.snapshot().foreignHandlesRefused());
+            assertEquals(PageHandle.INVALID, decode.validate(PageHandle.of(decode.poolId(), 7, 1)), "its own pool's, out of range");
+        }
+    }
+
+    @Test
     void aHandleOfAnotherPoolIsRefusedEverywhereAStaleOneIsAndCounted() {
         try (KvPool prefill = TestPools.pool(4); KvPool decode = TestPools.pool(4)) {
             assertNotEquals(prefill.poolId(), decode.poolId());
