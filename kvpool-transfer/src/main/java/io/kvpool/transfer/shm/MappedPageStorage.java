@@ -125,20 +125,30 @@ public final class MappedPageStorage implements PageStorage {
         try {
             requirePoolFileOrNothing(file); // before the work, and again before the rename
             sweepStaleTemporaries(file);
-            if (FileSystems.getDefault().supportedFileAttributeViews().contains("posix")) {
-                Files.createFile(building, PosixFilePermissions.asFileAttribute(PosixFilePermissions.fromString("rw-------")));
-            } else {
-                Files.createFile(building);
-            }
+            // Made and locked by one channel, and locked until it is renamed into place: the sweep of any process, in any
+            // pid namespace, sees the create alive (the lock dies with this process). One channel for the lock and the
+            // mapping: closing another channel of the file would drop this process's lock on it.
+            final java.util.Set<StandardOpenOption> options =
+                java.util.EnumSet.of(StandardOpenOption.CREATE_NEW, StandardOpenOption.READ, StandardOpenOption.WRITE);
+            held = FileSystems.getDefault().supportedFileAttributeViews().contains("posix")
+                ? FileChannel.open(building, options, PosixFilePermissions.asFileAttribute(PosixFilePermissions.fromString("rw-------")))
+                : FileChannel.open(building, options);
             created = true;
-            // Locked until it is renamed into place: the sweep of any process, in any pid namespace, sees the create alive
-            // (the lock dies with this process). One channel for the lock and the mapping: closing another channel of
-            // the file would drop this process's lock on it.
-            held = FileChannel.open(building, StandardOpenOption.READ, StandardOpenOption.WRITE);
+            final java.util.function.Consumer<Path> stall = beforeLockForTests;
+            if (stall != null) {
+                stall.accept(building);
+            }
             try {
                 held.lock();
             } catch (IOException | UnsupportedOperationException e) {
                 // a file system without locks: sweeps there judge by pid or age
+            }
+            if (!Files.exists(building, LinkOption.NOFOLLOW_LINKS)) {
+                // this create stalled at least LOCK_TEST_MIN_AGE between making the file and locking it, and another
+                // process's sweep took it for a dead create's: the name is unique, so the file there now is ours or none
+                throw new IOException("its temporary " + building.getFileName() + " was deleted before this create locked it "
+                    + "(a stall of " + LOCK_TEST_MIN_AGE.toSeconds() + " s or more let another process's sweep take it for a "
+                    + "dead create's); create it again");
             }
             // The canary fill below writes every page of a sparse file: on a tmpfs without room for them that write
             // faults (an InternalError from mapped memory), so the room is checked first, with the numbers
@@ -405,6 +415,12 @@ public final class MappedPageStorage implements PageStorage {
      * A name of an older build (no {@code @}; it took no lock) is judged by its pid. Best effort.
      */
     private static void sweepStaleTemporaries(Path file) {
+        sweepStaleTemporaries(file, Bootstrap.OWN_PID_NAMESPACE);
+    }
+
+    /** As {@link #sweepStaleTemporaries(Path)}, as a process in pid namespace {@code ownNamespace} (0: unknown) would. */
+    static void sweepStaleTemporaries(Path file, long ownNamespace) {
+        final String ownTag = "@" + ownNamespace;
         final Path dir = file.toAbsolutePath().getParent();
         final String prefix = "." + file.getFileName() + CREATING;
         final long self = ProcessHandle.current().pid();
@@ -421,10 +437,12 @@ public final class MappedPageStorage implements PageStorage {
                         dead = !runs(pid);
                     } else {
                         final String ns = creator.substring(at);
-                        final boolean ourNamespace = ns.equals(PID_NAMESPACE) && Bootstrap.OWN_PID_NAMESPACE != 0;
-                        if (ourNamespace && pid == self) {
-                            continue; // another create of this process: testing its lock here would release it (POSIX)
+                        if (ns.equals(ownTag) && pid == self) {
+                            // another create of this process: testing its lock here would release it (POSIX). Also where
+                            // the namespace is unknown (@0): a namesake in another such namespace is then left, not deleted
+                            continue;
                         }
+                        final boolean ourNamespace = ns.equals(ownTag) && ownNamespace != 0;
                         if (!olderThan(p, LOCK_TEST_MIN_AGE)) {
                             continue;
                         }
@@ -512,6 +530,9 @@ public final class MappedPageStorage implements PageStorage {
             // already closed by the storage, which took it over
         }
     }
+
+    /** Test seam: runs on a create's temporary between its making and its lock; null in production. */
+    static volatile java.util.function.Consumer<Path> beforeLockForTests;
 
     /** Test seam: runs on the storage just made over the mapping, before create or map returns; null in production. */
     static volatile java.util.function.Consumer<HostPageStorage> afterOverForTests;

@@ -13,8 +13,10 @@ import org.junit.jupiter.api.io.TempDir;
 import java.io.IOException;
 import java.lang.foreign.MemorySegment;
 import java.lang.foreign.ValueLayout;
+import java.nio.channels.FileChannel;
 import java.nio.file.Files;
 import java.nio.file.Path;
+import java.nio.file.StandardOpenOption;
 
 import static org.junit.jupiter.api.Assertions.*;
 import static org.junit.jupiter.api.Assumptions.assumeTrue;
@@ -380,6 +382,39 @@ class MappedPageStorageTest {
         }
         MappedPageStorage.create(f, LAYOUT, 3).close();
         assertFalse(Files.exists(heldElsewhere), "its holder exited");
+    }
+
+    @Test
+    void aSweepWherePidNamespacesAreUnknownLeavesThisProcesssOwnCreateLocked() throws Exception {
+        final Path f = dir.resolve("pool");
+        // a create of this process under the name a process with no /proc/self/ns/pid gives it, at least 10 s in
+        final Path ours = aged(Files.createFile(dir.resolve(".pool.creating-" + ProcessHandle.current().pid() + "@0-9f")));
+        try (FileChannel ch = FileChannel.open(ours, StandardOpenOption.READ, StandardOpenOption.WRITE); var lock = ch.lock()) {
+            MappedPageStorage.sweepStaleTemporaries(f, 0);
+            assertTrue(Files.exists(ours), "this process's create is alive");
+            assertTrue(lockedElsewhere(ours), "a test of its lock from this process would have dropped it (POSIX)");
+        }
+    }
+
+    @Test
+    void aCreateWhoseTemporaryASweepDeletedBeforeItsLockFailsSayingSo() {
+        final Path f = dir.resolve("pool");
+        // as if this create stalled 10 s between making the file and locking it, and another process's sweep ran
+        MappedPageStorage.beforeLockForTests = building -> {
+            try {
+                Files.delete(building);
+            } catch (IOException e) {
+                throw new java.io.UncheckedIOException(e);
+            }
+        };
+        try {
+            final var e = assertThrows(java.io.UncheckedIOException.class, () -> MappedPageStorage.create(f, LAYOUT, 3));
+            assertTrue(e.getMessage().contains("was deleted before this create locked it"), e::getMessage);
+        } finally {
+            MappedPageStorage.beforeLockForTests = null;
+        }
+        assertFalse(Files.exists(f), "no pool file");
+        MappedPageStorage.create(f, LAYOUT, 3).close(); // the next create is not hindered
     }
 
     @Test
