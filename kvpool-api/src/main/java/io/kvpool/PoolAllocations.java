@@ -356,10 +356,14 @@ final class PoolAllocations {
         }
     }
 
+    /** {@link #tryReserveForFork}'s answer for a fork no wait can reserve while its parent holds what it holds. */
+    static final long FORK_NEVER_FITS = Long.MIN_VALUE;
+
     /**
      * Reserves pages for a fork: {@code forParent} more for the parent and {@code forChild} for the child.
      *
-     * @return {@code forParent}, or {@code -1 - available} if the pool cannot reserve them (nothing changed)
+     * @return {@code forParent}; or, nothing changed, {@code -1 - available} if the pool cannot reserve them now, and
+     *         {@link #FORK_NEVER_FITS} if it could not even with every page the parent neither holds nor has reserved free
      */
     long tryReserveForFork(Sequence parent, int forParent, int forChild) {
         lock.lock();
@@ -370,7 +374,9 @@ final class PoolAllocations {
                 allocator.reclaimLocked();
                 final long available = unreservedLocked();
                 if (forParent + forChild > available) {
-                    return -1 - Math.max(0, available);
+                    // the most that could ever be free beside the parent: the pages in service it neither holds nor has reserved
+                    final long beside = inService() - parent.pageCount() - parent.reservedPages;
+                    return forParent + forChild > beside ? FORK_NEVER_FITS : -1 - Math.max(0, available);
                 }
             }
             reservations.add(forParent + forChild);
@@ -576,7 +582,8 @@ final class PoolAllocations {
         return reservations.decide(promptTokens, maxNewTokens, allocator.freeLocked(), inService());
     }
 
-    private long inService() {
+    /** @return pages in service: the capacity less the retired slots (read without the lock) */
+    long inService() {
         return slots.capacity() - slots.counts().retired.sum();
     }
 

@@ -9,7 +9,23 @@ package io.kvpool;
 public final class PoolExhaustedException extends IllegalStateException {
     private static final long serialVersionUID = 1L;
 
+    private final boolean retryLater;
+
     PoolExhaustedException(String message) {
+        this(message, true);
+    }
+
+    PoolExhaustedException(String message, boolean retryLater) {
         super(message);
+        this.retryLater = retryLater;
+    }
+
+    /**
+     * {@return whether pages freed elsewhere can make the same call succeed} False only for a {@link Sequence#fork()}
+     * (or {@link Sequence#tryFork()}) that the pool could not reserve even with every page the sequence neither holds
+     * nor has reserved free: no wait helps while the sequence stays as it is.
+     */
+    public boolean retryLater() {
+        return retryLater;
     }
 }

@@ -523,21 +523,26 @@ public final class Sequence implements AutoCloseable {
      * shared last page is partial (whichever appends first copies it).
      *
      * @return the child sequence; the caller owns it and must close it
-     * @throws PoolExhaustedException if that reservation cannot be had now (see {@link #tryFork()} for the
-     *                                exception-free form)
+     * @throws PoolExhaustedException if that reservation cannot be had now ({@link PoolExhaustedException#retryLater()}
+     *                                true; see {@link #tryFork()} for the exception-free form), or ever while this
+     *                                sequence holds and reserves what it does (false)
      * @throws IllegalStateException  if this sequence or the pool is closed, or a page is not OWNED (e.g. still receiving)
      */
     public Sequence fork() {
         final Sequence child = tryFork();
         if (child == null) {
-            final int cowPage = forkCowPage(), growth = forkGrowth();
-            final int parentCredit = forkParentCredit(cowPage, growth);
-            throw new PoolExhaustedException("fork needs " + (parentCredit + growth + cowPage) + " pages reserved: "
-                + (growth + cowPage) + " for the child (" + cowPage + " of them for copy-on-write of the shared last page)"
-                + (parentCredit > 0 ? " and " + parentCredit + " for this sequence's own copy of it" : "") + "; "
-                + lastForkAvailable + " are free and unreserved");
+            throw new PoolExhaustedException(forkNeeds() + "; " + lastForkAvailable + " are free and unreserved");
         }
         return child;
+    }
+
+    /** @return what a fork of this sequence needs reserved, in words with the numbers */
+    private String forkNeeds() {
+        final int cowPage = forkCowPage(), growth = forkGrowth();
+        final int parentCredit = forkParentCredit(cowPage, growth);
+        return "fork needs " + (parentCredit + growth + cowPage) + " pages reserved: " + (growth + cowPage) + " for the child ("
+            + cowPage + " of them for copy-on-write of the shared last page)"
+            + (parentCredit > 0 ? " and " + parentCredit + " for this sequence's own copy of it" : "");
     }
 
     /**
@@ -551,10 +556,14 @@ public final class Sequence implements AutoCloseable {
     /**
      * {@link #fork()} for a hot loop: when the pool cannot reserve the child's pages now it returns {@code null}
      * instead of throwing, allocating nothing and changing nothing (the same condition as admission's
-     * RETRY_LATER: retry when pages are freed, or give up the fork).
+     * RETRY_LATER: retry when pages are freed, or give up the fork). A fork that no freed page can make fit, as
+     * admission's EXCEEDS_POOL, throws instead, so that no loop waits for it.
      *
      * @return the child sequence, or {@code null} when its reservation cannot be had now
-     * @throws IllegalStateException if this sequence or the pool is closed, or a page is not OWNED (e.g. still receiving)
+     * @throws PoolExhaustedException if the pool could not reserve the fork even with every page this sequence neither
+     *                                holds nor has reserved free ({@link PoolExhaustedException#retryLater()} false;
+     *                                nothing changed): it may fit once this sequence has grown, or in a larger pool
+     * @throws IllegalStateException  if this sequence or the pool is closed, or a page is not OWNED (e.g. still receiving)
      */
     public Sequence tryFork() {
         ensureOpen();
@@ -562,6 +571,12 @@ public final class Sequence implements AutoCloseable {
         final int growth = forkGrowth();
         final int parentCredit = forkParentCredit(cowPage, growth);
         final long parentAdded = pool.allocations().tryReserveForFork(this, parentCredit, growth + cowPage);
+        if (parentAdded == PoolAllocations.FORK_NEVER_FITS) {
+            final long inService = pool.allocations().inService();
+            throw new PoolExhaustedException(forkNeeds() + "; at most " + (inService - pageCount - reservedPages) + " can ever be "
+                + "free beside this sequence (the pool's " + inService + " pages in service less its " + pageCount + " held and "
+                + reservedPages + " reserved): no wait helps while it holds them", false);
+        }
         if (parentAdded < 0) {
             lastForkAvailable = -1 - parentAdded; // refused: nothing allocated (a hot loop may retry)
             return null;

@@ -5,12 +5,16 @@ import org.junit.jupiter.api.Test;
 import java.lang.management.ManagementFactory;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertNotNull;
 import static org.junit.jupiter.api.Assertions.assertNull;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
-/** The exception-free fork: a full pool answers null, changes nothing and allocates nothing. */
+/**
+ * The exception-free fork: a full pool answers null, changes nothing and allocates nothing; a fork no freed page can
+ * make fit throws, not retryable.
+ */
 class TryForkTest {
 
     @Test
@@ -32,6 +36,41 @@ class TryForkTest {
             child.close();
             parent.close();
             pool.verifyAccounting();
+        }
+    }
+
+    @Test
+    void aForkNoFreedPageCanMakeFitThrowsSayingNoWaitHelps() {
+        try (KvPool pool = TestPools.pool(8)) { // 8 pages of 4 tokens
+            final Sequence parent = pool.admit(4, 28).sequence(); // all 8 pages reserved
+            parent.append(4);                                      // 1 held, 7 reserved
+            final PoolSnapshot before = pool.snapshot();
+            // the child needs 7 pages for its growth beside the parent's 8: nothing anyone frees makes room
+            final PoolExhaustedException never = assertThrows(PoolExhaustedException.class, parent::tryFork);
+            assertFalse(never.retryLater(), never::getMessage);
+            assertTrue(never.getMessage().contains("at most 0 can ever be free beside this sequence (the pool's 8 pages in "
+                + "service less its 1 held and 7 reserved)"), never::getMessage);
+            assertEquals(before, pool.snapshot(), "a refused tryFork changes nothing");
+            assertFalse(assertThrows(PoolExhaustedException.class, parent::fork).retryLater());
+            parent.append(28); // grown to its admitted length: the child needs no page of its own
+            final Sequence child = parent.fork();
+            child.close();
+            parent.close();
+            pool.verifyAccounting();
+        }
+    }
+
+    @Test
+    void aForkThatPagesFreedElsewhereCanMakeFitIsRetryable() {
+        try (KvPool pool = TestPools.pool(4)) {
+            final Sequence parent = pool.admit(6, 2).sequence();
+            parent.append(6);
+            final Sequence other = pool.admit(8, 0).sequence(); // holds what the child needs
+            assertNull(parent.tryFork());
+            assertTrue(assertThrows(PoolExhaustedException.class, parent::fork).retryLater());
+            other.close();
+            parent.fork().close();
+            parent.close();
         }
     }
 
