@@ -29,7 +29,10 @@ import java.time.Duration;
  * pool calls the protocol makes (retain and release of the source, admission, allocation into RECEIVING, commit
  * and close at decode) with no copy between them, so with caches warm.
  *
- * <pre>java -cp jmh/target/benchmarks.jar io.kvpool.jmh.TransferPhases [iterations]</pre>
+ * With a page count other than {@value TransferProtocolBenchmark#PAGES}, two runs split the fixed cost into a
+ * part per transfer and a part per page (the difference of the two fixed costs over the difference of the counts).
+ *
+ * <pre>java -cp jmh/target/benchmarks.jar io.kvpool.jmh.TransferPhases [iterations [pages]]</pre>
  */
 public final class TransferPhases {
     private TransferPhases() {
@@ -46,7 +49,8 @@ public final class TransferPhases {
 
     public static void main(String[] args) throws IOException {
         final int n = args.length > 0 ? Integer.parseInt(args[0]) : 400_000;
-        final int pages = TransferProtocolBenchmark.PAGES, tokens = TransferProtocolBenchmark.TOKENS;
+        final int pages = args.length > 1 ? Integer.parseInt(args[1]) : TransferProtocolBenchmark.PAGES;
+        final int tokens = pages * TransferProtocolBenchmark.TOKENS_PER_PAGE;
         final KvLayout layout = new KvLayout(1, 4, 64, DType.FP16, TransferProtocolBenchmark.TOKENS_PER_PAGE);
         final Path tmp = Files.createTempDirectory(Files.isDirectory(Path.of("/dev/shm")) ? Path.of("/dev/shm")
             : Path.of(System.getProperty("java.io.tmpdir")), "kvpool-phases");
@@ -129,8 +133,9 @@ public final class TransferPhases {
             }
 
             // the pool's part alone, with no copy between its steps: the same calls the protocol makes on both pools
-            final String[] poolNames = {"  prefill: retain 64 (offer)", "  decode: admit", "  decode: 64 pages allocated RECEIVING",
-                "  decode: commit 64", "  decode: close; prefill: release 64"};
+            final String[] poolNames = {"  prefill: retain " + pages + " (offer)", "  decode: admit",
+                "  decode: " + pages + " pages allocated RECEIVING", "  decode: commit " + pages,
+                "  decode: close; prefill: release " + pages};
             final long[] poolSum = new long[poolNames.length];
             final long[] received = new long[pages];
             for (int it = 0; it < n; it++) {

@@ -39,14 +39,15 @@ import java.time.Duration;
 import java.util.concurrent.TimeUnit;
 
 /**
- * One request of {@value #PAGES} pages (16 KiB or 256 KiB each: 1 MiB or 16 MiB per op) handed from a
+ * One request of {@code pages} pages (by default {@value #PAGES}, 1,024 tokens; 16 KiB or 256 KiB each: 1 MiB or 16 MiB per
+ * op) handed from a
  * prefill pool to a decode pool by the full transfer protocol, against the raw transport in the same run:
  * <ul>
  *   <li>{@code protocol}: {@link TransferSender#offer} + {@link TransferReceiver#start} → both duty cycles
  *       until COMMITTED (descriptor, attach, {@code putBatch}, flush, completion with or without checksums,
  *       length/canary/checksum verification, commit) → the committed sequence is closed (its pages are
  *       freed, and with {@code fill=CANARY} refilled with the canary, as the pool does in production);</li>
- *   <li>{@code raw_putBatch_flush}: the same {@value #PAGES} source pages through the same {@link ShmLink}
+ *   <li>{@code raw_putBatch_flush}: the same source pages through the same {@link ShmLink}
  *       ({@code putBatch} + {@code flush} + {@code poll} until the flush is reported), no protocol;</li>
  *   <li>{@code raw_copy}: the same bytes with {@link MemorySegment#copy} between the same two memories.</li>
  * </ul>
@@ -65,9 +66,17 @@ import java.util.concurrent.TimeUnit;
 @State(Scope.Thread)
 public class TransferProtocolBenchmark {
 
+    /** The default request: 64 pages of 16 tokens. */
     static final int PAGES = 64;
     static final int TOKENS_PER_PAGE = 16;
     static final int TOKENS = PAGES * TOKENS_PER_PAGE;
+
+    /**
+     * Pages per request: 64 (1,024 tokens) by default; {@code -p pages=256} (4,096 tokens) shows how the protocol's cost
+     * per transfer and per page weigh against a copy that no longer fits the core's cache.
+     */
+    @Param({"64"})
+    public int pages;
 
     /** Page size in KiB: 16 (1 layer) or 256 (16 layers) of 4 KV heads × 64 dim × FP16 × 16 tokens. */
     @Param({"16", "256"})
@@ -98,6 +107,7 @@ public class TransferProtocolBenchmark {
     Sequence source;
     long[] sourceHandles;
     long pageBytes, requestId = 1;
+    int tokens;
 
     // the raw baselines: the same source pages, into pages of the decode pool held for them
     Sequence rawTarget;
@@ -114,16 +124,17 @@ public class TransferProtocolBenchmark {
             throw new IllegalStateException(layout + " is not " + pageKiB + " KiB");
         }
         pageBytes = layout.bytesPerPage();
+        tokens = pages * TOKENS_PER_PAGE;
         final Path shm = Path.of("/dev/shm");
         tmp = Files.createTempDirectory(Files.isDirectory(shm) ? shm : Path.of(System.getProperty("java.io.tmpdir")), "kvpool-proto-bench");
         final Path file = tmp.resolve("pool");
-        prefill = KvPool.builder(layout).pages(PAGES + 4).maxContextTokens(TOKENS).build();
-        // exactly two requests' pages: the raw baselines hold one request's, and every protocol op reuses the other 64,
+        prefill = KvPool.builder(layout).pages(pages + 4).maxContextTokens(tokens).build();
+        // exactly two requests' pages: the raw baselines hold one request's, and every protocol op reuses the other half,
         // so both ops write the same amount of distinct memory per op (with more, the protocol rotated through extra pages)
-        decode = KvPool.builder(layout).pages(2 * PAGES).maxContextTokens(TOKENS).fillMode(fill)
+        decode = KvPool.builder(layout).pages(2 * pages).maxContextTokens(tokens).fillMode(fill)
             .storage((l, n) -> MappedPageStorage.create(file, l, n)).build();
         final PeerIdentity identity = PeerIdentity.of(layout, "bench-model@r1", "bench", "1");
-        sender = TransferSender.builder(prefill, identity).checksums(checksums).maxPagesInFlight(PAGES).build();
+        sender = TransferSender.builder(prefill, identity).checksums(checksums).maxPagesInFlight(pages).build();
         receiver = TransferReceiver.builder(decode, identity).checksums(checksums)
             .completionTimeout(Duration.ofSeconds(10)).drainTimeout(Duration.ofSeconds(10)).build();
 
@@ -149,10 +160,10 @@ public class TransferProtocolBenchmark {
             }
         }
 
-        source = prefill.admit(TOKENS, 0).sequence();
-        source.append(TOKENS);
-        sourceHandles = new long[PAGES];
-        for (int i = 0; i < PAGES; i++) {
+        source = prefill.admit(tokens, 0).sequence();
+        source.append(tokens);
+        sourceHandles = new long[pages];
+        for (int i = 0; i < pages; i++) {
             sourceHandles[i] = source.pageHandle(i);
             final MemorySegment p = source.page(i);
             for (long o = 0; o < p.byteSize(); o += 8) {
@@ -161,19 +172,19 @@ public class TransferProtocolBenchmark {
         }
 
         sourceStorage = prefill.storage();
-        rawTarget = decode.admit(TOKENS, 0).sequence();
-        rawTarget.append(TOKENS);
-        rawIdx = new int[PAGES];
-        rawSrc = new int[PAGES];
-        rawDstSlots = new int[PAGES];
-        for (int i = 0; i < PAGES; i++) {
+        rawTarget = decode.admit(tokens, 0).sequence();
+        rawTarget.append(tokens);
+        rawIdx = new int[pages];
+        rawSrc = new int[pages];
+        rawDstSlots = new int[pages];
+        for (int i = 0; i < pages; i++) {
             rawIdx[i] = i;
             rawSrc[i] = PageHandle.slot(sourceHandles[i]);
             rawDstSlots[i] = PageHandle.slot(rawTarget.pageHandle(i));
         }
-        rawRegion = senderLink.attach(receiverLink.register(decode.storage(), rawDstSlots).key(), PAGES);
+        rawRegion = senderLink.attach(receiverLink.register(decode.storage(), rawDstSlots).key(), pages);
         destination = ((MappedPageStorage) decode.storage()).segment(); // page p at p × bytesPerPage
-        System.out.println("\nbytes/op = " + PAGES * pageBytes + " (" + PAGES + " pages of " + pageBytes + " bytes)");
+        System.out.println("\nbytes/op = " + pages * pageBytes + " (" + pages + " pages of " + pageBytes + " bytes)");
     }
 
     @TearDown(Level.Trial)
@@ -196,8 +207,8 @@ public class TransferProtocolBenchmark {
     @Benchmark
     public long protocol(Bytes b) {
         final long id = requestId++;
-        sender.offer(id, sourceHandles, TOKENS);
-        final IncomingTransfer t = receiver.start(id, TOKENS, 0, peer);
+        sender.offer(id, sourceHandles, tokens);
+        final IncomingTransfer t = receiver.start(id, tokens, 0, peer);
         while (t.state() == IncomingTransfer.State.RECEIVING) {
             sender.doWork();
             receiver.doWork();
@@ -206,23 +217,23 @@ public class TransferProtocolBenchmark {
             throw new IllegalStateException(t.toString());
         }
         t.sequence().close();
-        b.bytes += PAGES * pageBytes;
+        b.bytes += pages * pageBytes;
         return id;
     }
 
     @Benchmark
     public long raw_putBatch_flush(Bytes b) {
-        raw.putBatchAndFlush(senderLink, rawRegion, rawIdx, sourceStorage, rawSrc, PAGES);
-        b.bytes += PAGES * pageBytes;
+        raw.putBatchAndFlush(senderLink, rawRegion, rawIdx, sourceStorage, rawSrc, pages);
+        b.bytes += pages * pageBytes;
         return b.bytes;
     }
 
     @Benchmark
     public long raw_copy(Bytes b) {
-        for (int i = 0; i < PAGES; i++) {
+        for (int i = 0; i < pages; i++) {
             MemorySegment.copy(sourceStorage.hostPage(rawSrc[i]), 0, destination, rawDstSlots[i] * pageBytes, pageBytes);
         }
-        b.bytes += PAGES * pageBytes;
+        b.bytes += pages * pageBytes;
         return b.bytes;
     }
 }
