@@ -305,7 +305,7 @@ public final class TransferReceiver extends TransferEndpoint {
         }
         for (int id : senderPeers) {
             final Peer p = peers.get(id);
-            if (!p.isUp() && !handshaking(p)) { // failed, refused or retiring: never takes it
+            if (!p.isUp() && !stillHandshaking(p)) { // failed, refused or retiring: never takes it
                 return reject(t, FailureReason.PEER_LOST, false, "sender " + p + " is not up"
                     + (p.state() == Peer.State.RETIRING ? ": it is retiring and takes no new transfer; start the request on a fresh link" : ""), spared);
             }
@@ -333,7 +333,7 @@ public final class TransferReceiver extends TransferEndpoint {
         // the refusals waiting helps with, last; each gives back what admission just promised
         Peer handshaking = null;
         for (int id : senderPeers) {
-            if (handshaking == null && handshaking(peers.get(id))) {
+            if (handshaking == null && stillHandshaking(peers.get(id))) {
                 handshaking = peers.get(id);
             }
         }
@@ -465,7 +465,7 @@ public final class TransferReceiver extends TransferEndpoint {
     }
 
     /** @return whether a peer is still in its handshake on a link that has not failed: one that may still come up */
-    private static boolean handshaking(Peer p) {
+    private static boolean stillHandshaking(Peer p) {
         return p.state() == Peer.State.HANDSHAKE && p.link.isUp();
     }
 
