@@ -72,7 +72,8 @@ final class InJvmRoleServers implements AutoCloseable {
 
     /** GET ({@code body == null}) or POST (a JSON string, or an object to write as JSON) to a role's endpoint. */
     static HttpResponse<String> send(URI role, String path, Object body) throws Exception {
-        final HttpRequest.Builder q = HttpRequest.newBuilder(role.resolve(path)).timeout(Duration.ofSeconds(10));
+        final HttpRequest.Builder q = HttpRequest.newBuilder(role.resolve(path)).timeout(Duration.ofSeconds(10))
+            .header("Content-Type", "application/json");
         return HTTP.send((body == null ? q.GET() : q.POST(HttpRequest.BodyPublishers.ofString(
             body instanceof String s ? s : TestClient.JSON.writeValueAsString(body)))).build(), HttpResponse.BodyHandlers.ofString());
     }

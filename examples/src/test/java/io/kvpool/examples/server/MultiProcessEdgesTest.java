@@ -131,7 +131,8 @@ class MultiProcessEdgesTest {
         body.put("prompt_tokens", (1L << 32) + 5);
         body.put("max_new_tokens", 2);
         final HttpResponse<InputStream> r = InJvmRoleServers.HTTP.send(HttpRequest.newBuilder(decode.baseUri().resolve("internal/decode"))
-            .timeout(Duration.ofSeconds(10)).POST(HttpRequest.BodyPublishers.ofString(TestClient.JSON.writeValueAsString(body))).build(),
+            .timeout(Duration.ofSeconds(10)).header("Content-Type", "application/json")
+            .POST(HttpRequest.BodyPublishers.ofString(TestClient.JSON.writeValueAsString(body))).build(),
             HttpResponse.BodyHandlers.ofInputStream());
         try (InputStream in = r.body()) {
             final String first = new java.io.BufferedReader(new java.io.InputStreamReader(in, java.nio.charset.StandardCharsets.UTF_8)).readLine();

@@ -175,7 +175,7 @@ class RequestIdsTest {
         final long abortsBefore = status(decode).path("counters").path("abort_requests").asLong();
         // request 88's stream stays open: its KV never comes (nothing offered), so it waits for its transfer
         final HttpResponse<InputStream> first = InJvmRoleServers.HTTP.send(HttpRequest.newBuilder(decode.baseUri().resolve("internal/decode"))
-            .POST(HttpRequest.BodyPublishers.ofString(TestClient.JSON.writeValueAsString(decodeBody(88, "alice", 5, 2)))).build(),
+            .header("Content-Type", "application/json").POST(HttpRequest.BodyPublishers.ofString(TestClient.JSON.writeValueAsString(decodeBody(88, "alice", 5, 2)))).build(),
             HttpResponse.BodyHandlers.ofInputStream());
         try (InputStream in = first.body()) {
             assertEquals(200, first.statusCode());
@@ -226,7 +226,7 @@ class RequestIdsTest {
         try {
             for (int i = 0; i < 4; i++) { // 4 × 32 pages: every page of the 128-page decode pool promised
                 holding.add(InJvmRoleServers.HTTP.send(HttpRequest.newBuilder(decode.baseUri().resolve("internal/decode"))
-                    .POST(HttpRequest.BodyPublishers.ofString(TestClient.JSON.writeValueAsString(decodeBody(200 + i, "alice", 500, 12))))
+                    .header("Content-Type", "application/json").POST(HttpRequest.BodyPublishers.ofString(TestClient.JSON.writeValueAsString(decodeBody(200 + i, "alice", 500, 12))))
                     .build(), HttpResponse.BodyHandlers.ofInputStream()));
             }
             Await.until(() -> status(decode).path("pool").path("counters").path("reserved").asLong()

@@ -105,7 +105,7 @@ final class RoleChild implements AutoCloseable {
     }
 
     JsonNode post(String path, String body) throws IOException, InterruptedException {
-        return send(HttpRequest.newBuilder(uri.resolve(path)).timeout(Duration.ofSeconds(5))
+        return send(HttpRequest.newBuilder(uri.resolve(path)).timeout(Duration.ofSeconds(5)).header("Content-Type", "application/json")
             .POST(HttpRequest.BodyPublishers.ofString(body)).build());
     }
 

@@ -33,9 +33,13 @@ class RoleEndpointTest {
     private final HttpClient http = HttpClient.newBuilder().version(HttpClient.Version.HTTP_1_1).build();
 
     private HttpResponse<String> call(URI base, String method, String path, String body) throws Exception {
-        return http.send(HttpRequest.newBuilder(base.resolve(path)).timeout(Duration.ofSeconds(10))
-            .method(method, body == null ? HttpRequest.BodyPublishers.noBody() : HttpRequest.BodyPublishers.ofString(body)).build(),
-            HttpResponse.BodyHandlers.ofString());
+        return call(base, method, path, body, "application/json");
+    }
+
+    private HttpResponse<String> call(URI base, String method, String path, String body, String contentType) throws Exception {
+        final HttpRequest.Builder b = HttpRequest.newBuilder(base.resolve(path)).timeout(Duration.ofSeconds(10))
+            .method(method, body == null ? HttpRequest.BodyPublishers.noBody() : HttpRequest.BodyPublishers.ofString(body));
+        return http.send((contentType == null ? b : b.header("Content-Type", contentType)).build(), HttpResponse.BodyHandlers.ofString());
     }
 
     private static JsonNode error(HttpResponse<String> r) throws Exception {
@@ -200,6 +204,39 @@ class RoleEndpointTest {
             }
             assertEquals(400, call(u, "POST", "internal/abort", "{\"request_id\":0}").statusCode());
             final JsonNode c = TestClient.JSON.readTree(call(u, "GET", "internal/status", null).body()).path("counters");
+            assertEquals(0, c.path("admitted").asLong() + c.path("rejected").asLong(), "nothing reached the role: " + c);
+        }
+    }
+
+    @Test
+    void internalEndpointsActOnlyOnJsonBodiesAndRefuseOtherMediaTypesWith415() throws Exception {
+        // a browser page may POST text/plain (or form data) to any origin without asking first: an internal endpoint
+        // that acted on it would let any page open on the role's host reserve, prefill or abort
+        try (RoleServer decode = RoleServer.start(role(Topology.Role.DECODE))) {
+            final URI u = decode.baseUri();
+            final String reserve = "{\"request_id\":%d,\"tenant\":\"evil\",\"prompt_tokens\":100,\"max_new_tokens\":28}";
+            int id = 1;
+            for (String type : new String[]{"text/plain", "text/plain;charset=UTF-8", "application/x-www-form-urlencoded",
+                "multipart/form-data; boundary=x", null}) {
+                for (String path : List.of("internal/reserve", "internal/decode", "internal/unreserve", "internal/abort")) {
+                    final HttpResponse<String> r = call(u, "POST", path, reserve.formatted(id++), type);
+                    assertEquals(415, r.statusCode(), () -> type + " " + path + ": " + r.body());
+                    assertEquals("unsupported_media_type", error(r).path("reason").asText(), r::body);
+                }
+            }
+            final JsonNode c = TestClient.JSON.readTree(call(u, "GET", "internal/status", null).body()).path("counters");
+            assertEquals(0, c.path("admitted").asLong() + c.path("rejected").asLong() + c.path("abort_requests").asLong(),
+                "nothing reached the role: " + c);
+            assertTrue(poolFree(u), "no page reserved");
+            final HttpResponse<String> json = call(u, "POST", "internal/reserve", reserve.formatted(id), "Application/JSON; charset=utf-8");
+            assertEquals(200, json.statusCode(), json::body);
+        }
+        try (RoleServer prefill = RoleServer.start(role(Topology.Role.PREFILL))) {
+            final String tokens = TestClient.JSON.writeValueAsString(RemoteFixtures.tokens(EchoTokenizer.encode("Hello")));
+            final HttpResponse<String> r = call(prefill.baseUri(), "POST", "internal/prefill",
+                "{\"request_id\":1,\"tenant\":\"evil\",\"tokens\":" + tokens + "}", "text/plain");
+            assertEquals(415, r.statusCode(), r::body);
+            final JsonNode c = TestClient.JSON.readTree(call(prefill.baseUri(), "GET", "internal/status", null).body()).path("counters");
             assertEquals(0, c.path("admitted").asLong() + c.path("rejected").asLong(), "nothing reached the role: " + c);
         }
     }

@@ -176,8 +176,20 @@ public abstract class RoleEndpoint implements HttpHandler {
     }
 
 
-    /** @return the request body as JSON. @throws IllegalArgumentException if it is not a JSON object */
-    JsonNode body(HttpCall ex) {
+    /**
+     * @return the request body as JSON
+     * @throws ApiError                 415 unless the request says {@code Content-Type: application/json}: a browser
+     *                                  page may post {@code text/plain} to any origin without asking first, and an
+     *                                  internal endpoint must not act on one
+     * @throws IllegalArgumentException if it is not a JSON object
+     */
+    JsonNode body(HttpCall ex) throws ApiError {
+        final String type = ex.header("Content-Type");
+        final String mediaType = type == null ? "" : type.split(";", 2)[0].strip();
+        if (!mediaType.equalsIgnoreCase("application/json")) {
+            throw ApiError.of(415, "invalid_request_error", "unsupported_media_type", "internal " + ex.method() + " " + ex.path()
+                + " takes Content-Type: application/json, got " + (type == null ? "none" : "'" + type + "'"));
+        }
         final byte[] b = ex.body(); // within maxBody: the front refused a larger one with 413
         final JsonNode n;
         try {
