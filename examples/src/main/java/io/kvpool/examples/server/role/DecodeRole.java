@@ -324,6 +324,18 @@ public final class DecodeRole implements DecodeService, MeteredRole, Drains {
                 + promptPages + " pages; one transfer carries at most " + ServerConfig.MAX_PAGES_PER_TRANSFER,
                 numbers(promptTokens, maxNewTokens)));
         }
+        // a reservation promises a transfer slot as well as pages: else prefill computes a request whose start finds
+        // every slot taken (maxTransfers transfers under way or reserved)
+        final int underWay = receiver.transfersUnderWay();
+        if (underWay + reservations.size() >= receiver.maxTransfers()) {
+            final Map<String, Long> n = numbers(promptTokens, maxNewTokens);
+            n.put("transfers_under_way", (long) underWay);
+            n.put("transfers_reserved", (long) reservations.size());
+            n.put("max_transfers", (long) receiver.maxTransfers());
+            return refuseAhead(new Rejection(ROLE, Rejection.Reason.RETRY_LATER, "decode: all " + receiver.maxTransfers()
+                + " transfer slots are taken (" + underWay + " transfers under way, " + reservations.size() + " reserved ahead); "
+                + "retry later", n));
+        }
         final Admission a = pool.admit(promptTokens, maxNewTokens);
         if (!a.admitted()) {
             return refuseAhead(new Rejection(ROLE, reason(FailureReason.REJECTED, a.decision(), promptPages), "decode pool: "

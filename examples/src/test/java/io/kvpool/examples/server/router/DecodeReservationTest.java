@@ -19,6 +19,7 @@ import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertNotNull;
 import static org.junit.jupiter.api.Assertions.assertNull;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
@@ -85,6 +86,26 @@ class DecodeReservationTest {
             Await.until(() -> roles.decodePool().snapshot().openSequences() == 0 && roles.decodePool().snapshot().reserved() == 0,
                 Duration.ofSeconds(10), () -> "the reservation given back: " + roles.decodePool().snapshot());
             assertEquals(0, counter(roles.decode().status(), "reservations_expired"));
+        }
+    }
+
+    @Test
+    void aReservationHoldsATransferSlotSoPrefillNeverComputesForABusyDecode() throws Exception {
+        final ServerConfig cfg = ServerTests.small().decodePages(1100).build(); // more pages than transfer slots
+        try (InJvmRoles roles = InJvmRoles.start(cfg, Duration.ofSeconds(10))) {
+            Await.until(roles.decode()::ready, Duration.ofSeconds(10), () -> "the prefill link");
+            final int slots = 1024; // TransferReceiver's default maxTransfers
+            for (int id = 1; id <= slots; id++) {
+                assertNull(roles.decode().reserve(id, "alice", 8, 0), "reservation " + id);
+            }
+            final Rejection full = roles.decode().reserve(slots + 1, "alice", 8, 0);
+            assertNotNull(full, "every transfer slot is promised: refused before prefill computes, not after");
+            assertEquals(Rejection.Reason.RETRY_LATER, full.reason(), full::message);
+            assertTrue(full.message().contains("all 1024 transfer slots are taken (0 transfers under way, 1024 reserved ahead)"),
+                full::message);
+            assertEquals(1024L, full.numbers().get("transfers_reserved"));
+            roles.decode().unreserve(1, "test", 0);
+            assertNull(roles.decode().reserve(slots + 2, "alice", 8, 0), "a slot given back is free again");
         }
     }
 
