@@ -76,6 +76,7 @@ class SenderRandomEventsTest {
             tx.doWork();
             final List<OutgoingTransfer> transfers = new ArrayList<>();
             final Map<ScriptedLink, Set<Long>> done = new HashMap<>();
+            final Map<ScriptedLink, Set<Long>> flushedOk = new HashMap<>(); // the flush tokens each link answered OK
             int gen = 1;
             final Map<ScriptedLink, List<long[]>> sentDescs = new HashMap<>();
             long nextReq = 1;
@@ -139,8 +140,12 @@ class SenderRandomEventsTest {
                         case 8 -> {
                             if (!link.flushTokens.isEmpty()) {
                                 final long tok = link.flushTokens.remove(0);
-                                link.completeFlush(tok, rnd.nextInt(6) != 0);
-                                trace.add("flush " + Long.toHexString(tok));
+                                final boolean ok = rnd.nextInt(6) != 0;
+                                if (ok) {
+                                    flushedOk.computeIfAbsent(link, k -> new HashSet<>()).add(tok);
+                                }
+                                link.completeFlush(tok, ok);
+                                trace.add("flush " + Long.toHexString(tok) + (ok ? " ok" : " failed"));
                             }
                         }
                         case 9 -> {
@@ -229,6 +234,12 @@ class SenderRandomEventsTest {
                                 if (t.peer != null && t.peer.link == l && dr.transferId() == t.transferId && dr.generation() == t.generation
                                     && dr.posted() != t.posted) {
                                     return "seed " + seed + ": DRAINED " + dr + " but posted " + t.posted + ": " + t + "\n" + trace;
+                                }
+                                // a write is proven delivered only by an OK flush of its transfer (its token's high half)
+                                if (t.peer != null && t.peer.link == l && dr.transferId() == t.transferId && dr.generation() == t.generation
+                                    && dr.succeeded() > 0 && flushedOk.getOrDefault(l, Set.of()).stream().noneMatch(f -> (int) (f >>> 32) == t.serial)) {
+                                    return "seed " + seed + ": DRAINED " + dr + " proves " + dr.succeeded() + " writes without an OK flush: "
+                                        + t + "\n" + trace;
                                 }
                             }
                         }
