@@ -51,6 +51,42 @@ class PoolIdentityTest {
     }
 
     @Test
+    void aSharedPoolIdIsNotHandedToAThirdPoolWhileOneOfItsSharersIsOpen() {
+        final List<KvPool> open = new ArrayList<>();
+        final java.util.Map<Integer, KvPool> byId = new java.util.HashMap<>();
+        try {
+            KvPool sharer = null, first = null;
+            while (sharer == null) { // past 127 open pools an id is shared (a warning says so)
+                final KvPool p = TestPools.pool(1);
+                open.add(p);
+                final KvPool had = byId.putIfAbsent(p.poolId(), p);
+                if (had != null) {
+                    sharer = p;
+                    first = had;
+                }
+            }
+            assertEquals(2, PoolIds.users(sharer.poolId()));
+            first.close(); // the id's first user goes; its sharer stays open
+            open.remove(first);
+            final KvPool stays = sharer;
+            for (int i = 0; i < 2; i++) { // room for a new pool under an id of its own: two pools of unshared ids go
+                final KvPool other = open.stream().filter(p -> p != stays && PoolIds.users(p.poolId()) == 1).findFirst().orElseThrow();
+                other.close();
+                open.remove(other);
+            }
+            assertEquals(1, PoolIds.users(sharer.poolId()), "the sharer still holds its id");
+            final KvPool fresh = TestPools.pool(1);
+            open.add(fresh);
+            assertNotEquals(sharer.poolId(), fresh.poolId(), "the sharer's id was handed out again while the sharer is open");
+            final long theirs = sharer.tryAllocate();
+            assertEquals(PageHandle.FOREIGN, fresh.validate(theirs), "a handle of another open pool is refused");
+            sharer.release(theirs);
+        } finally {
+            open.forEach(KvPool::close);
+        }
+    }
+
+    @Test
     void aHandleOfAnotherPoolIsRefusedEverywhereAStaleOneIsAndCounted() {
         try (KvPool prefill = TestPools.pool(4); KvPool decode = TestPools.pool(4)) {
             assertNotEquals(prefill.poolId(), decode.poolId());
