@@ -434,7 +434,9 @@ public final class Sequence implements AutoCloseable {
      * later append past it may throw {@link PoolExhaustedException}. Truncating pages only this sequence
      * holds never weakens the guarantee (a partial last page it published leaves the prefix cache instead of
      * being copied) — except a page still pinned for a receive: it is not free when the reservation is topped
-     * up, and nothing re-reserves it when its pin ends. A partial last page that another holder still shares is
+     * up, and nothing re-reserves it when its pin ends; and a page whose slot reached its last generation: it
+     * retires instead of returning (the pool has one page fewer), so it too is re-reserved only if another page is
+     * free and unreserved. A partial last page that another holder still shares is
      * copied before the next append writes it, and stays so if it is a published prefix even once the other holder
      * left (the copy keeps the cached prefix whole): that copy needs one more page, reserved now if one is free and
      * unreserved; if none is, the guarantee shrinks by that page too.
