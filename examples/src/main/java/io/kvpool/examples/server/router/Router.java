@@ -132,85 +132,22 @@ public final class Router implements AutoCloseable {
      * {@code server_closing} because {@link #closed} is set. No interrupt from close() survives the call.
      */
     private <T> T roleCall(RoleCall<T> c) throws InterruptedException {
-        try {
-            return roleCall(c, null);
-        } catch (IOException never) { // no client to leave
-            throw new AssertionError(never);
-        }
-    }
-
-    /**
-     * {@link #roleCall(RoleCall)} that the request's client may cut short too: {@link #cutOnClientGone} sets
-     * {@code cut} and interrupts the call, under the same lock as close(), so that it is either interrupted or refused
-     * before it starts. Whatever such a call throws becomes the IOException of a gone client: not a fault of the role.
-     *
-     * @param cut the request's cut, {@code null} for a call no client cuts
-     * @throws IOException if the client left before or during the call
-     */
-    private <T> T roleCall(RoleCall<T> c, ClientCut cut) throws InterruptedException, IOException {
         final Thread me = Thread.currentThread();
         synchronized (inRoleCall) {
             if (closed) { // close() swept the calls already: this one would run in full, to a role being closed
                 throw new InterruptedException("the router is closed");
             }
-            if (cut != null && cut.cut) {
-                throw new IOException("the client closed the connection");
-            }
             inRoleCall.add(me);
         }
         try {
             return c.call();
-        } catch (InterruptedException | RuntimeException e) {
-            if (cut != null && cut.cut && !closed) { // the client's interrupt, not the role's answer or close()'s
-                throw new IOException("the client closed the connection during a call to a role", e);
-            }
-            throw e;
         } finally {
             synchronized (inRoleCall) {
                 inRoleCall.remove(me);
             }
-            if (closed || (cut != null && cut.cut)) {
-                // close() or the client may have interrupted the call as it returned: the request's clean-up must not see it
-                Thread.interrupted();
+            if (closed) {
+                Thread.interrupted(); // close() may have interrupted the call as it returned: the request's clean-up must not see it
             }
-        }
-    }
-
-    /** A client's cut of its request's calls ahead of decode's call. Fields guarded by {@link #inRoleCall}. */
-    private static final class ClientCut {
-        /** Whether the hook may still interrupt: until those calls are over. */
-        boolean armed = true;
-        /** The client left while armed. Read without the lock too. */
-        volatile boolean cut;
-    }
-
-    /**
-     * Makes the request's client leaving interrupt its calls to the roles ahead of decode's call (the reservation, and
-     * prefill's compute), so that its paired aborts go out at once, not when prefill answers. {@link #disarm} ends it:
-     * the hook stays registered with the connection, and must then never interrupt the thread again.
-     *
-     * @return the cut to pass to {@link #roleCall(RoleCall, ClientCut)}
-     */
-    private ClientCut cutOnClientGone(Sink sink) {
-        final ClientCut cut = new ClientCut();
-        final Thread requester = Thread.currentThread();
-        sink.onClientGone(() -> {
-            synchronized (inRoleCall) {
-                if (cut.armed) {
-                    cut.cut = true;
-                    if (inRoleCall.contains(requester)) {
-                        requester.interrupt();
-                    }
-                }
-            }
-        });
-        return cut;
-    }
-
-    /** Ends a request's {@link ClientCut}: from now on its client's leaving interrupts nothing. */
-    private void disarm(ClientCut cut) {
-        synchronized (inRoleCall) {
-            cut.armed = false;
         }
     }
     private volatile boolean closed;
@@ -301,17 +238,14 @@ public final class Router implements AutoCloseable {
         final java.util.concurrent.atomic.AtomicBoolean completed = new java.util.concurrent.atomic.AtomicBoolean();
         boolean askedDecode = false, askedPrefill = false;
         long offeredBy = 0; // the prefill engine that holds the request's offer, once its answer named it
-        ClientCut cut = null;
         try {
-            // set for the calls ahead of decode's; a client that leaves later aborts the decode call (below)
-            cut = cutOnClientGone(sink);
             // the engine the probe read names the one decode must be linked to before prefill computes (the reservation);
             // the decode call names the engine prefill's answer names, which took the offer (behind a balancer, another)
             final long prefillInstance = prefill.instance();
             final Rejection noRoom;
             try {
                 askedDecode = true; // from here a reservation may exist (even if the call fails): the end gives it back
-                noRoom = roleCall(() -> decode.reserve(id, tenant, tokens.size(), maxTokens, prefillInstance), cut);
+                noRoom = roleCall(() -> decode.reserve(id, tenant, tokens.size(), maxTokens, prefillInstance));
             } catch (DuplicateRequestException e) {
                 done = true; // decode reserved nothing under our id: the request decoding there under it is not ours
                 throw unavailable("decode", "duplicate_request_id", e.getMessage());
@@ -333,7 +267,7 @@ public final class Router implements AutoCloseable {
             final PrefillService.Answer answered;
             try {
                 askedPrefill = true;
-                answered = roleCall(() -> prefill.computeAndOffer(id, tenant, tokens), cut);
+                answered = roleCall(() -> prefill.computeAndOffer(id, tenant, tokens));
             } catch (DuplicateRequestException e) {
                 done = true; // nothing was offered under our id: the request in flight there under it is not ours to abort
                 decode.unreserve(id, "prefill refused request " + id + ": " + e.getMessage());
@@ -353,7 +287,6 @@ public final class Router implements AutoCloseable {
                 throw closed ? serverClosing(id) : reject(refused);
             }
             offeredBy = answered.instance() != 0 ? answered.instance() : prefillInstance;
-            disarm(cut); // a client that leaves from here aborts the decode call (its hook below)
             throwIfGone(sink);
             try {
                 final long engine = offeredBy;
@@ -437,9 +370,6 @@ public final class Router implements AutoCloseable {
             counters.aborted.increment();
             throw new ClientGone(id, gone);
         } finally {
-            if (cut != null) {
-                disarm(cut);
-            }
             try {
                 if (!done) {
                     // paired abort: whatever ended this request, neither role keeps anything for it
