@@ -35,8 +35,9 @@ public final class SenderMetrics {
 
     /**
      * CANCELs that ended nothing: the echo of an ABORT that ended the attempt, a request under way or over (another
-     * attempt's), a descriptor waiting for its offer, another receiver's request, too many kept, or a request not
-     * offered within the descriptor timeout after the CANCEL came.
+     * attempt's), a descriptor waiting for its offer, another receiver's request, too many kept, a request not
+     * offered within the descriptor timeout after the CANCEL came, or a link's retirement on a link not up (retired
+     * already).
      *
      * @return the count so far
      */

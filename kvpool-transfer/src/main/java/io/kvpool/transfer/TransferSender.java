@@ -465,6 +465,8 @@ public final class TransferSender extends TransferEndpoint {
                 metrics.linksRetired.increment();
                 LOG.log(System.Logger.Level.WARNING, () -> this + ": " + p + " retired by the receiver (" + c.detail()
                     + "): open a fresh link for new work");
+            } else {
+                metrics.cancelsIgnored.increment(); // retired already, or not up: it ends nothing, and every CANCEL is counted
             }
             return;
         }

@@ -195,6 +195,10 @@ class SenderRulesTest {
         assertFalse(p.isUp(), "the owner sees it takes no new work and opens a fresh link");
         assertEquals(1, tx.metrics().linksRetired());
         assertEquals(0, tx.metrics().cancelsIgnored());
+        link.inject(new Message.Cancel(Message.Cancel.LINK, Message.Cancel.RETIRING, "retired again"));
+        tx.doWork();
+        assertEquals(1, tx.metrics().linksRetired(), "retired once");
+        assertEquals(1, tx.metrics().cancelsIgnored(), "a CANCEL that ended nothing is still counted");
         for (long tok : link.postedTokens) {
             link.completeWrite(tok, PeerLink.OK);
         }
