@@ -481,9 +481,17 @@ public final class DevicePageStorage implements PageStorage {
     }
 
     /**
+     * The largest pitch a 2D copy takes ({@code CU_DEVICE_ATTRIBUTE_MAX_PITCH}: 2<sup>31</sup> − 1 bytes on the
+     * NVIDIA GPUs kvpool targets); a larger one is refused with {@code CUDA_ERROR_INVALID_VALUE}.
+     */
+    static final long MAX_COPY_PITCH = Integer.MAX_VALUE;
+
+    /**
      * As {@link PageStorage#fillTail}: one 2D copy from a host page of the pattern writes the tail of every plane (the
      * planes' tails lie {@code planeBytes} apart here, {@code pageStride} apart in the host page, at the same offsets
-     * within a plane, so the pattern's phase is the host layout's). Returns once the tail is on the device.
+     * within a plane, so the pattern's phase is the host layout's). Where a plane is larger than a 2D copy's pitch
+     * may be ({@link #MAX_COPY_PITCH}: pools past 2 GiB a plane), one copy per plane instead. Returns once the tail is
+     * on the device.
      *
      * @throws CudaException if the driver reports an error
      */
@@ -498,20 +506,32 @@ public final class DevicePageStorage implements PageStorage {
             return;
         }
         final long skip = fromToken * dl.layout().bytesPerTokenVector();
-        final CUDA_MEMCPY2D copy = new CUDA_MEMCPY2D();
-        copy.srcMemoryType = CUmemorytype.CU_MEMORYTYPE_HOST;
-        copy.srcHost = Pointer.to(patternPage(mode)).withByteOffset(skip);
-        copy.srcPitch = dl.pageStride(); // plane q of the host page at q × pageStride (DeviceLayout#hostOffset)
-        copy.dstMemoryType = CUmemorytype.CU_MEMORYTYPE_DEVICE;
-        copy.dstDevice = arena.withByteOffset(page * dl.pageStride() + skip);
-        copy.dstPitch = dl.planeBytes();
-        copy.WidthInBytes = dl.pageStride() - skip;
-        copy.Height = dl.planes();
         current();
-        CudaException.check(CudaException.code(() -> JCudaDriver.cuMemcpy2D(copy)), "cuMemcpy2D(the tail of page " + page
-            + " from token " + fromToken + ", " + dl.planes() + " planes)");
+        if (dl.planeBytes() <= MAX_COPY_PITCH) {
+            copyTail(page, fromToken, mode, skip, 0, dl.planes());
+        } else {
+            for (int q = 0; q < dl.planes(); q++) {
+                copyTail(page, fromToken, mode, skip, q, 1);
+            }
+        }
         // from pageable memory the copy may return once staged: return only when the tail is there (as writePage)
         CudaException.check(CudaException.code(() -> JCudaDriver.cuCtxSynchronize()), "cuCtxSynchronize after fillTail(" + page + ")");
+    }
+
+    /** Copies the tail of planes {@code [plane, plane + planes)} of {@code page} from the pattern; one 2D copy. */
+    private void copyTail(int page, int fromToken, FillMode mode, long skip, int plane, int planes) {
+        final CUDA_MEMCPY2D copy = new CUDA_MEMCPY2D();
+        copy.srcMemoryType = CUmemorytype.CU_MEMORYTYPE_HOST;
+        // plane q of the host page at q × pageStride (DeviceLayout#hostOffset), of this page at q × planeBytes
+        copy.srcHost = Pointer.to(patternPage(mode)).withByteOffset(plane * dl.pageStride() + skip);
+        copy.srcPitch = dl.pageStride();
+        copy.dstMemoryType = CUmemorytype.CU_MEMORYTYPE_DEVICE;
+        copy.dstDevice = arena.withByteOffset(plane * dl.planeBytes() + page * dl.pageStride() + skip);
+        copy.WidthInBytes = dl.pageStride() - skip;
+        copy.dstPitch = planes == 1 ? copy.WidthInBytes : dl.planeBytes(); // one row: no pitch to go past the limit
+        copy.Height = planes;
+        CudaException.check(CudaException.code(() -> JCudaDriver.cuMemcpy2D(copy)), "cuMemcpy2D(the tail of page " + page
+            + " from token " + fromToken + ", planes " + plane + ".." + (plane + planes - 1) + ")");
     }
 
     /** One host page of {@code mode}'s pattern in the host layout, made on first use (owner: this storage's monitor). */

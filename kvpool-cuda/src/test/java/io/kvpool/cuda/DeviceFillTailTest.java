@@ -37,6 +37,37 @@ class DeviceFillTailTest {
         assertTrue(out.contains("no tail: done"), () -> out);
     }
 
+    @Test
+    void aPoolWhosePlanesPass2GiBCopiesTheTailPlaneByPlaneWithinTheDriversPitch() throws Exception {
+        final String out = StubLibcuda.child(stub, BigChild.class, "tail");
+        final String[] copies = out.lines().filter(l -> l.startsWith("memcpy2D")).toArray(String[]::new);
+        final DeviceLayout dl = DeviceLayout.of(BigChild.LAYOUT, BigChild.PAGES);
+        assertTrue(dl.planeBytes() > Integer.MAX_VALUE, "a plane past the driver's largest pitch, 2^31 − 1: " + dl.planeBytes());
+        assertEquals(dl.planes(), copies.length, () -> "one copy per plane:\n" + out);
+        final long arena = Long.decode(out.lines().filter(l -> l.startsWith("alloc")).findFirst().orElseThrow().substring(6));
+        final long skip = 3 * BigChild.LAYOUT.bytesPerTokenVector(), width = dl.pageStride() - skip;
+        for (int q = 0; q < copies.length; q++) {
+            final long dst = arena + q * dl.planeBytes() + 7 * dl.pageStride() + skip;
+            final String at = "memcpy2D dst 0x" + Long.toHexString(dst) + " dstPitch " + width + " srcPitch " + dl.pageStride()
+                + " width " + width + " height 1";
+            final int plane = q;
+            assertTrue(copies[q].startsWith(at), () -> "plane " + plane + ": expected " + at + "\n" + out);
+        }
+    }
+
+    /** A pool of 2^20 + 1 pages of 2 KiB a plane: each plane 2 GiB + 2 KiB (the stub allocates nothing). */
+    public static final class BigChild {
+        static final io.kvpool.KvLayout LAYOUT = new io.kvpool.KvLayout(1, 1, 64, io.kvpool.DType.FP16, 16);
+        static final int PAGES = (1 << 20) + 1;
+
+        public static void main(String[] args) {
+            System.load(args[0]);
+            final DevicePageStorage s = DevicePageStorage.allocate(LAYOUT, PAGES);
+            s.fillTail(7, 3, FillMode.CANARY);
+            s.close();
+        }
+    }
+
     /** The child: loads the stub, fills page 2's tail from token 1 with each pattern, then asks for no tail. */
     public static final class Child {
         public static void main(String[] args) {
