@@ -374,9 +374,7 @@ final class PoolAllocations {
                 allocator.reclaimLocked();
                 final long available = unreservedLocked();
                 if (forParent + forChild > available) {
-                    // the most that could ever be free beside the parent: the pages in service it neither holds nor has reserved
-                    final long beside = inService() - parent.pageCount() - parent.reservedPages;
-                    return forParent + forChild > beside ? FORK_NEVER_FITS : -1 - Math.max(0, available);
+                    return forParent + forChild > pagesEverFreeBeside(parent) ? FORK_NEVER_FITS : -1 - Math.max(0, available);
                 }
             }
             reservations.add(forParent + forChild);
@@ -580,6 +578,14 @@ final class PoolAllocations {
             allocator.reclaimLocked();
         }
         return reservations.decide(promptTokens, maxNewTokens, allocator.freeLocked(), inService());
+    }
+
+    /**
+     * @return the most pages that could ever be free beside {@code seq} while it holds and reserves what it does: the
+     *         pages in service it neither holds nor has reserved
+     */
+    long pagesEverFreeBeside(Sequence seq) {
+        return inService() - seq.pageCount() - seq.reservedPages;
     }
 
     /** @return pages in service: the capacity less the retired slots (read without the lock) */

@@ -574,10 +574,9 @@ public final class Sequence implements AutoCloseable {
         final int parentCredit = forkParentCredit(cowPage, growth);
         final long parentAdded = pool.allocations().tryReserveForFork(this, parentCredit, growth + cowPage);
         if (parentAdded == PoolAllocations.FORK_NEVER_FITS) {
-            final long inService = pool.allocations().inService();
-            throw new PoolExhaustedException(forkNeeds() + "; at most " + (inService - pageCount - reservedPages) + " can ever be "
-                + "free beside this sequence (the pool's " + inService + " pages in service less its " + pageCount + " held and "
-                + reservedPages + " reserved): no wait helps while it holds them", false);
+            throw new PoolExhaustedException(forkNeeds() + "; at most " + pool.allocations().pagesEverFreeBeside(this) + " can ever be "
+                + "free beside this sequence (the pool's " + pool.allocations().inService() + " pages in service less its " + pageCount
+                + " held and " + reservedPages + " reserved): no wait helps while it holds them", false);
         }
         if (parentAdded < 0) {
             lastForkAvailable = -1 - parentAdded; // refused: nothing allocated (a hot loop may retry)
