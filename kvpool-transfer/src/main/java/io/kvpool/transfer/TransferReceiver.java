@@ -333,8 +333,9 @@ public final class TransferReceiver extends TransferEndpoint {
         // the refusals waiting helps with, last; each gives back what admission just promised
         Peer handshaking = null;
         for (int id : senderPeers) {
-            if (handshaking == null && stillHandshaking(peers.get(id))) {
+            if (stillHandshaking(peers.get(id))) {
                 handshaking = peers.get(id);
+                break;
             }
         }
         final int slot = other == null && handshaking == null ? freeSlot() : -1;
