@@ -55,6 +55,11 @@ class ReceiverRulesTest extends TwoSenderReceiverFixture {
         return java.util.Arrays.stream(d.pageHandles()).mapToObj(h -> pool.stateOfSlot(PageHandle.slot(h))).toList();
     }
 
+    /** A receiver of {@code pool} with the heartbeat off and a clock that stands still: a silent peer stays in its handshake. */
+    static TransferReceiver quietReceiver(KvPool pool) {
+        return TransferReceiver.builder(pool, Kv.identity()).heartbeat(Heartbeat.OFF).clock(new ManualClock()).build();
+    }
+
     IncomingTransfer startOne(int tokens) {
         final IncomingTransfer t = rx.start(REQ, tokens, 0, pa);
         assertEquals(IncomingTransfer.State.RECEIVING, t.state(), t::toString);
@@ -104,8 +109,7 @@ class ReceiverRulesTest extends TwoSenderReceiverFixture {
     @Test
     void aTooLongRequestOnALinkStillInItsHandshakeIsNotRetryable() {
         try (KvPool other = Kv.pool(16)) {
-            final TransferReceiver receiver = TransferReceiver.builder(other, Kv.identity()).heartbeat(Heartbeat.OFF)
-                .clock(new ManualClock()).build();
+            final TransferReceiver receiver = quietReceiver(other);
             final int p = receiver.addPeer(new ScriptedLink()); // says nothing: stays in its handshake
             receiver.doWork();
             final IncomingTransfer t = receiver.start(REQ, (int) other.maxContextTokens() + 1, 0, p);
@@ -121,8 +125,7 @@ class ReceiverRulesTest extends TwoSenderReceiverFixture {
     @Test
     void aStartOnALinkStillInItsHandshakeCanBeRetriedAndOneOnAFailedLinkCannot() {
         try (KvPool other = Kv.pool(16)) {
-            final TransferReceiver receiver = TransferReceiver.builder(other, Kv.identity()).heartbeat(Heartbeat.OFF)
-                .clock(new ManualClock()).build();
+            final TransferReceiver receiver = quietReceiver(other);
             final int p = receiver.addPeer(new ScriptedLink()); // says nothing: stays in its handshake
             receiver.doWork();
             final IncomingTransfer early = receiver.start(REQ, 8, 0, p);
