@@ -982,6 +982,9 @@ public final class DevicePageStorage implements PageStorage {
         return (bytes + 15) & ~15L;
     }
 
+    /** <b>Test seam</b>: runs inside every batch's submit, just before its work is enqueued. Null in production. */
+    static volatile Runnable inBatchForTests;
+
     /**
      * The one way a batch goes onto a caller's stream (every {@code submit*} method): a device buffer of the batch's
      * own holding {@code lists} (uploaded with {@code cuMemcpyHtoDAsync} from pageable memory, which the driver
@@ -1008,10 +1011,14 @@ public final class DevicePageStorage implements PageStorage {
                 CudaException.check(CudaException.code(() -> JCudaDriver.cuMemcpyHtoDAsync(buf, Pointer.to(lists.clear()), lists.capacity(), stream)),
                     "cuMemcpyHtoDAsync(" + lists.capacity() + " bytes of batch lists)");
             }
+            final Runnable planted = inBatchForTests;
+            if (planted != null) {
+                planted.run();
+            }
             work.accept(buf);
             CudaException.check(CudaException.code(() -> JCudaDriver.cuEventRecord(done, stream)), "cuEventRecord");
             return new DeviceBatch(context, device, buf, done);
-        } catch (RuntimeException e) {
+        } catch (RuntimeException | Error e) { // an Error too (an OutOfMemoryError making a launch's arguments): nothing stays held
             CudaException.code(() -> JCudaDriver.cuStreamSynchronize(stream));
             if (event) {
                 CudaException.code(() -> JCudaDriver.cuEventDestroy(done));

@@ -12,13 +12,14 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
  * JVM loads it before JCuda's natives; the dynamic linker then satisfies JCuda's {@code DT_NEEDED libcuda.so.1} with it
  * (matched by soname), and only the entry points called are needed (lazy binding). It answers "one device"; a batch
  * is always still running ({@code cuEventQuery}: {@code CUDA_ERROR_NOT_READY}, 600) and {@code cuEventSynchronize} takes
- * 3 s; allocations get distinct fake addresses, and {@code cuMemAlloc}, {@code cuMemFree}, {@code cuIpcCloseMemHandle}
- * and the context release print a line each ({@code alloc 0x...}, {@code free 0x...}), so a test reads what the child
+ * 3 s; allocations get distinct fake addresses, and {@code cuMemAlloc}, {@code cuMemFree}, {@code cuIpcCloseMemHandle},
+ * {@code cuEventDestroy} and the context release print a line each ({@code alloc 0x...}, {@code free 0x...}), so a test reads what the child
  * freed, in order with what the child prints. Kernels launch and copies copy nothing; pinned host memory is plain
- * memory. Built with a context per thread ({@link #build(Path, int, boolean)}), work on a thread without a current
+ * memory. {@code cuStreamSynchronize} succeeds unless the child calls the stub's
+ * {@code stub_set_stream_synchronize_result(int)} (through the FFM linker) for a failure. Built with a context per thread ({@link #build(Path, int, boolean)}), work on a thread without a current
  * context fails, as in the driver. A child keeps the stub out of the surefire JVM.
  */
-final class StubLibcuda {
+public final class StubLibcuda {
 
     private StubLibcuda() {
     }
@@ -99,6 +100,23 @@ final class StubLibcuda {
             if (base) *base = p; if (size) *size = 4096; return 0;
         }
         int cuIpcCloseMemHandle(unsigned long long p) { (void) p; puts("closed mapping"); fflush(stdout); return 0; }
+        /* a batch's completion: events and an asynchronous upload that do nothing, a stream with nothing to wait for */
+        int cuEventCreate(void** e, unsigned flags) { (void) flags; *e = (void*) 3; return 0; }
+        int cuEventRecord(void* e, void* stream) { (void) e; (void) stream; return 0; }
+        int cuEventDestroy(void* e) { (void) e; puts("destroyed event"); fflush(stdout); return 0; }
+        int cuEventDestroy_v2(void* e) { return cuEventDestroy(e); }
+        int cuMemcpyHtoDAsync_v2(unsigned long long dst, const void* src, size_t n, void* stream) {
+            (void) dst; (void) src; (void) n; (void) stream; return need("cuMemcpyHtoDAsync");
+        }
+        /* what cuStreamSynchronize answers: 0 unless a test asks for a failure (stub_set_stream_synchronize_result) */
+        static int stream_synchronize_result;
+        void stub_set_stream_synchronize_result(int r) { stream_synchronize_result = r; }
+        int cuStreamSynchronize(void* stream) { (void) stream; return stream_synchronize_result; }
+        int cuStreamCreate(void** s, unsigned flags) { (void) flags; *s = (void*) 5; return 0; }
+        int cuStreamDestroy(void* s) { (void) s; return 0; }
+        int cuStreamDestroy_v2(void* s) { return cuStreamDestroy(s); }
+        /* every allocation is on device 0 (CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, the one attribute asked) */
+        int cuPointerGetAttribute(void* data, int attribute, unsigned long long p) { (void) attribute; (void) p; *(int*) data = 0; return 0; }
         """;
 
     /**
@@ -107,7 +125,7 @@ final class StubLibcuda {
      * @param driverVersion what {@code cuDriverGetVersion} answers, e.g. 13000 for CUDA 13.0
      * @return the library's absolute path
      */
-    static Path build(Path dir, int driverVersion) throws IOException, InterruptedException {
+    public static Path build(Path dir, int driverVersion) throws IOException, InterruptedException {
         return build(dir, driverVersion, false);
     }
 
@@ -138,7 +156,7 @@ final class StubLibcuda {
      *
      * @return its output, stdout and stderr merged, stripped
      */
-    static String child(Path libcuda, Class<?> main, String scenario, String... jvmOptions) throws InterruptedException {
+    public static String child(Path libcuda, Class<?> main, String scenario, String... jvmOptions) throws InterruptedException {
         final String java = Path.of(System.getProperty("java.home"), "bin", "java").toString();
         final StringBuilder out = new StringBuilder();
         final List<String> cmd = new java.util.ArrayList<>(List.of(java, "--enable-native-access=ALL-UNNAMED"));
