@@ -91,7 +91,9 @@ interface IpcEngine {
 
     /**
      * {@link #drain()}s, then closes every opened mapping ({@code cuIpcCloseMemHandle}: this process can no
-     * longer write into the peers' arenas) and frees everything. Idempotent.
+     * longer write into the peers' arenas) and frees everything. A drain that does not answer {@link #DONE} proves
+     * nothing: the mappings and whatever a queued copy reads stay then, for the process's life (a WARNING says so),
+     * so that such a copy cannot land in memory mapped or allocated there later. Idempotent.
      */
     void close();
 }

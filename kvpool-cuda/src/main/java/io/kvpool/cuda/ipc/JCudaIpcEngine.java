@@ -46,6 +46,8 @@ import java.util.Map;
  */
 final class JCudaIpcEngine implements IpcEngine {
 
+    private static final System.Logger LOG = System.getLogger("io.kvpool.cuda");
+
     private static final int THREADS = 256;
     private static final long MAX_BLOCKS = 65_535L * 16;
     /** Where {@link DeviceIpc}'s handle keeps the exported device's ordinal (its documented format). */
@@ -329,10 +331,19 @@ final class JCudaIpcEngine implements IpcEngine {
         if (closed) {
             return;
         }
-        drain(); // nothing of ours runs after this: only now may the arenas be unmapped
+        final int drained = drain(); // DONE: nothing of ours runs after this, and only then may what it uses go
         closed = true;
-        for (Opened o : opened) {
-            o.arena().close(); // cuIpcCloseMemHandle: this process can no longer write into the peer's arena
+        final boolean idle = drained == DONE;
+        if (idle) {
+            for (Opened o : opened) {
+                o.arena().close(); // cuIpcCloseMemHandle: this process can no longer write into the peer's arena
+            }
+        } else if (!opened.isEmpty() || indices != null) {
+            // A copy may still be queued. Unmapped, a peer's range could be mapped again here and the copy land there;
+            // freed, the index buffer could be reused and the copy write other pages of the peer. So both stay
+            LOG.log(System.Logger.Level.WARNING, "CUDA IPC engine closed without proof that its copies ended (" + describe(drained)
+                + "): its " + opened.size() + " mapping(s) of peer arenas, its index buffer and its module stay until this "
+                + "process exits");
         }
         opened.clear();
         if (context != null) {
@@ -345,11 +356,13 @@ final class JCudaIpcEngine implements IpcEngine {
             }
             inFlight.clear();
             spareEvents.clear();
-            CudaException.code(() -> JCudaDriver.cuStreamDestroy(stream));
-            if (indices != null) {
-                CudaException.code(() -> JCudaDriver.cuMemFree(indices));
+            CudaException.code(() -> JCudaDriver.cuStreamDestroy(stream)); // with work queued, released once it ends
+            if (idle) {
+                if (indices != null) {
+                    CudaException.code(() -> JCudaDriver.cuMemFree(indices));
+                }
+                CudaException.code(() -> JCudaDriver.cuModuleUnload(module));
             }
-            CudaException.code(() -> JCudaDriver.cuModuleUnload(module));
             CudaException.code(() -> JCudaDriver.cuDevicePrimaryCtxRelease(device));
         }
     }
