@@ -139,11 +139,15 @@ final class RemoteDecode extends RemoteRole implements DecodeService {
      * Gives the reservation back ({@code POST /internal/unreserve}, delivered in the background as aborts are:
      * {@link AbortDelivery}). Sent for a request whose reserve call the process answered "reserved", or whose call
      * failed without an answer (the process may have reserved it); not for one it refused or did not reserve (a build
-     * before reservations).
+     * before reservations). A give-back naming a prefill engine is sent even when the reservation went back already:
+     * the process then only tells that engine to end its offer.
      */
     @Override
     public void unreserve(long requestId, String why, long prefillInstance) {
-        if (mayHold.remove(requestId)) {
+        // one give-back per reservation; one that names the offering engine goes out also after it: the router gives a
+        // leaving client's reservation back at once, and learns that engine only later, from prefill's answer
+        // (a build before reservations has no give-back to send it to)
+        if (mayHold.remove(requestId) || (prefillInstance != 0 && System.nanoTime() - noReservationsUntil >= 0)) {
             aborts.send("internal/unreserve", requestId, why, prefillInstance, unreserveGiveUp());
         }
     }

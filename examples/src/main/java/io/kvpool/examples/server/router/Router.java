@@ -36,9 +36,11 @@ import java.util.concurrent.atomic.AtomicLong;
  *     ─ sink.admitted() ─ wait for the transfer (sink.heartbeat() while waiting) ─ sink.committed() ─ generate (sink.token())
  *   any IOException from the sink, or the sink's client gone = the client is gone → decode.abort + prefill.abort → {@link ClientGone}
  * </pre>
- * A client's close is seen as it happens ({@link Sink#onClientGone}): decode's call is aborted at once, which ends
- * whichever wait the request is in; the router then finds {@link Sink#clientGone} and ends the request as the
- * client's abort.
+ * A client's close is seen as it happens ({@link Sink#onClientGone}). While prefill computes, decode's reservation
+ * is given back at once, and the request ends when prefill answers: the answer names the engine that holds the offer,
+ * which decode's give-back then tells (behind a balancer the router's own abort may reach another process). Once
+ * decode's call exists, it is aborted at once, which ends whichever wait the request is in. Either way the router
+ * then finds {@link Sink#clientGone} and ends the request as the client's abort.
  * Thread-safe: one call per request thread.
  */
 public final class Router implements AutoCloseable {
@@ -238,6 +240,9 @@ public final class Router implements AutoCloseable {
         final java.util.concurrent.atomic.AtomicBoolean completed = new java.util.concurrent.atomic.AtomicBoolean();
         boolean askedDecode = false, askedPrefill = false;
         long offeredBy = 0; // the prefill engine that holds the request's offer, once its answer named it
+        // armed while decode's reservation waits for prefill: a client that leaves then gets it back at once (the hook
+        // below); disarmed by whichever comes first, that hook or this thread on its way to decode's call or out
+        final java.util.concurrent.atomic.AtomicBoolean reservationWaits = new java.util.concurrent.atomic.AtomicBoolean();
         try {
             // the engine the probe read names the one decode must be linked to before prefill computes (the reservation);
             // the decode call names the engine prefill's answer names, which took the offer (behind a balancer, another)
@@ -264,7 +269,16 @@ public final class Router implements AutoCloseable {
             if (closed) { // close() ran during the reservation: its sweep of reservedOnly missed us
                 throw serverClosing(id);
             }
+            reservationWaits.set(true);
+            sink.onClientGone(() -> {
+                // Prefill's call is not cut: its answer names the engine that holds the offer, which behind a balancer
+                // only decode's give-back (in the finally below) reaches. Decode's pages need not wait for it.
+                if (reservationWaits.compareAndSet(true, false)) {
+                    decode.unreserve(id, "the client of request " + id + " closed its connection while prefill computed");
+                }
+            });
             final PrefillService.Answer answered;
+            throwIfGone(sink); // prefill computes nothing for a client gone already
             try {
                 askedPrefill = true;
                 answered = roleCall(() -> prefill.computeAndOffer(id, tenant, tokens));
@@ -288,6 +302,9 @@ public final class Router implements AutoCloseable {
             }
             offeredBy = answered.instance() != 0 ? answered.instance() : prefillInstance;
             throwIfGone(sink);
+            if (!reservationWaits.compareAndSet(true, false)) { // its client left, and the reservation went back
+                throw new IOException("the client closed the connection while prefill computed");
+            }
             try {
                 final long engine = offeredBy;
                 call = roleCall(() -> decode.start(id, tenant, tokens.size(), maxTokens, engine));
@@ -370,6 +387,7 @@ public final class Router implements AutoCloseable {
             counters.aborted.increment();
             throw new ClientGone(id, gone);
         } finally {
+            reservationWaits.set(false); // a client that leaves from now on finds the request over, or decode's call to abort
             try {
                 if (!done) {
                     // paired abort: whatever ended this request, neither role keeps anything for it

@@ -62,6 +62,28 @@ class RemoteReservationTest {
     }
 
     @Test
+    void aGiveBackNamingTheOfferingEngineGoesOutAfterTheReservationWentBack() throws Exception {
+        // the router gives a leaving client's reservation back at once, and names the engine holding the offer only when
+        // prefill's answer comes: that second give-back is how the engine hears it, behind a balancer
+        final AtomicInteger calls = new AtomicInteger();
+        try (StubRole decode = stub(200, "{\"admitted\":true}", calls)) {
+            final RemoteDecode d = new RemoteDecode(new RoleClient("decode", decode.base(), new ObjectMapper()), new ObjectMapper(),
+                Duration.ofSeconds(5));
+            assertNull(d.reserve(7, "alice", 5, 8));
+            d.unreserve(7, "test: the client left while prefill computed");
+            d.unreserve(7, "test: prefill answered; the request ended", 0xa1b2L);
+            d.unreserve(7, "test: a give-back naming no engine, after both, posts nothing");
+            d.close();
+            final java.util.List<String> giveBacks = decode.calls().stream().filter(c -> c.startsWith("/internal/unreserve")).toList();
+            assertEquals(2, giveBacks.size(), decode.calls()::toString);
+            // delivered in the background, in either order: one names no engine, the other the offering one
+            final String named = "\"prefill_instance\":\"" + io.kvpool.examples.server.role.RoleStatus.hex(0xa1b2L) + "\"";
+            assertEquals(1, giveBacks.stream().filter(c -> c.contains(named)).count(), giveBacks::toString);
+            assertEquals(1, giveBacks.stream().filter(c -> !c.contains("prefill_instance")).count(), giveBacks::toString);
+        }
+    }
+
+    @Test
     void aReservationWhoseDecodeCallFailedIsStillGivenBack() throws Exception {
         try (StubRole decode = StubRole.start("decode", path -> switch (path) {
             case "/internal/reserve" -> new StubRole.Reply(200, "{\"admitted\":true}");
