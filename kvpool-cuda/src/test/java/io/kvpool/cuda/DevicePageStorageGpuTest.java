@@ -93,6 +93,30 @@ class DevicePageStorageGpuTest {
     }
 
     @Test
+    void aTailFillOnAPoolWhosePlanesPass2GiBLeavesWhatTheHostLeaves() {
+        // one layer of 1 × 64 FP16 × 16 tokens: 2 KiB a plane a page, so 2^20 + 1 pages make each plane 2 GiB + 2 KiB
+        // (4.3 GB in all), past the largest pitch cuMemcpy2D takes (2^31 − 1): the tail goes plane by plane there
+        final KvLayout l = new KvLayout(1, 1, 64, DType.FP16, 16);
+        final int pages = (1 << 20) + 1;
+        final SplittableRandom r = new SplittableRandom(11);
+        try (Arena arena = Arena.ofConfined(); DevicePageStorage dev = DevicePageStorage.allocate(l, pages);
+             HostPageStorage host = HostPageStorage.allocate(l, 2)) {
+            assertTrue(dev.deviceLayout().planeBytes() > Integer.MAX_VALUE, () -> "planes of " + dev.deviceLayout().planeBytes() + " bytes");
+            final int last = pages - 1, before = pages - 2;
+            random(host.hostPage(0), r);
+            random(host.hostPage(1), r);
+            dev.writePage(before, host.hostPage(0));
+            dev.writePage(last, host.hostPage(1));
+            host.fillTail(1, 3, FillMode.CANARY);
+            dev.fillTail(last, 3, FillMode.CANARY);
+            assertEquals(-1, MemorySegment.mismatch(host.hostPage(1), 0, l.bytesPerPage(), read(dev, last, arena), 0, l.bytesPerPage()),
+                "the last page: its first 3 tokens kept, the rest of every plane the canary");
+            assertEquals(-1, MemorySegment.mismatch(host.hostPage(0), 0, l.bytesPerPage(), read(dev, before, arena), 0, l.bytesPerPage()),
+                "the page before it untouched");
+        }
+    }
+
+    @Test
     void theCanaryCheckFindsWhatTheHostFinds() {
         final SplittableRandom r = new SplittableRandom(11);
         for (KvLayout l : LAYOUTS) {
