@@ -136,6 +136,14 @@ public record PeerIdentity(int minVersion, int maxVersion, long layoutFingerprin
      *         {@code "protocol versions: local=[1,2] remote=[3,3]"} for ranges with no version in common; empty if compatible
      */
     public List<String> mismatches(PeerIdentity remote, boolean strictBuild) {
+        return mismatches(remote, strictBuild, Integer.MAX_VALUE);
+    }
+
+    /**
+     * {@link #mismatches(PeerIdentity, boolean)} with each name longer than {@code maxChars} characters cut to its head
+     * and tail around "..": a REFUSE carries at most {@link #MAX_FIELD_BYTES} bytes, and must still name both values.
+     */
+    List<String> mismatches(PeerIdentity remote, boolean strictBuild, int maxChars) {
         final List<String> out = new ArrayList<>();
         if (commonVersion(remote) < 0) {
             out.add("protocol versions: local=" + versions() + " remote=" + remote.versions());
@@ -144,13 +152,13 @@ public record PeerIdentity(int minVersion, int maxVersion, long layoutFingerprin
             out.add("layout fingerprint: local=" + hex(layoutFingerprint) + " remote=" + hex(remote.layoutFingerprint));
         }
         if (!modelId.equals(remote.modelId)) {
-            out.add("model: local=" + modelId + " remote=" + remote.modelId);
+            out.add("model: local=" + cut(modelId, maxChars) + " remote=" + cut(remote.modelId, maxChars));
         }
         if (!environment.equals(remote.environment)) {
-            out.add("environment: local=" + environment + " remote=" + remote.environment);
+            out.add("environment: local=" + cut(environment, maxChars) + " remote=" + cut(remote.environment, maxChars));
         }
         if (strictBuild && !buildVersion.equals(remote.buildVersion)) {
-            out.add("build: local=" + buildVersion + " remote=" + remote.buildVersion);
+            out.add("build: local=" + cut(buildVersion, maxChars) + " remote=" + cut(remote.buildVersion, maxChars));
         }
         return out;
     }
@@ -168,6 +176,15 @@ public record PeerIdentity(int minVersion, int maxVersion, long layoutFingerprin
         if (!m.isEmpty()) {
             throw new PeerMismatchException(this, remote, m);
         }
+    }
+
+    /** @return {@code s}, or its first and last {@code max / 2 - 1} code points around ".." if it has more than {@code max} */
+    private static String cut(String s, int max) {
+        if (s.codePointCount(0, s.length()) <= max) {
+            return s;
+        }
+        final int keep = Math.max(1, max / 2 - 1); // whole code points: never half a surrogate pair
+        return s.substring(0, s.offsetByCodePoints(0, keep)) + ".." + s.substring(s.offsetByCodePoints(s.length(), -keep));
     }
 
     static String hex(long v) {

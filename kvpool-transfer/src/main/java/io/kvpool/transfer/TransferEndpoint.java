@@ -8,6 +8,7 @@ import io.kvpool.transfer.wire.WireCodec;
 import io.kvpool.transfer.wire.WireFormat;
 
 import java.nio.ByteBuffer;
+import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
 import java.util.IdentityHashMap;
 import java.util.List;
@@ -378,6 +379,32 @@ abstract class TransferEndpoint implements AutoCloseable {
         return 1;
     }
 
+    /**
+     * @param maxChars the longest name a line keeps whole (longer ones are cut to head and tail)
+     * @return why this side refuses a peer of identity {@code remote}, one line per reason (empty: it accepts it)
+     */
+    private List<String> refusals(PeerIdentity remote, int maxChars) {
+        final List<String> out = new ArrayList<>(identity.mismatches(remote, strictBuild, maxChars));
+        if (identity.commonVersion(remote) >= 0 && negotiated(remote) < 0) {
+            out.add(0, "protocol versions: local=" + identity.versions() + " remote=" + remote.versions()
+                + " share none with this build's wire format [" + WireFormat.MIN_VERSION + "," + WireFormat.VERSION + "]");
+        }
+        return out;
+    }
+
+    /**
+     * @return the refusal as a REFUSE carries it, at most {@link PeerIdentity#MAX_FIELD_BYTES} bytes: the names cut,
+     *         not the line's end, so that it still names both values (a peer refused for a reason only this side
+     *         checks gets no HELLO: the REFUSE is all it learns)
+     */
+    private String refuseText(PeerIdentity remote, String reason) {
+        String told = reason;
+        for (int max = 96; told.getBytes(StandardCharsets.UTF_8).length > PeerIdentity.MAX_FIELD_BYTES && max >= 8; max /= 2) {
+            told = new PeerMismatchException(identity, remote, refusals(remote, max)).getMessage();
+        }
+        return told;
+    }
+
     private static long ms(long nanos) {
         return nanos / 1_000_000;
     }
@@ -449,11 +476,7 @@ abstract class TransferEndpoint implements AutoCloseable {
                     p.remote = h.identity();
                     p.helloFormat = version;
                     final List<String> common = identity.mismatches(h.identity(), false); // what both sides check
-                    final List<String> mismatches = new ArrayList<>(strictBuild ? identity.mismatches(h.identity(), true) : common);
-                    if (identity.commonVersion(h.identity()) >= 0 && negotiated(h.identity()) < 0) {
-                        mismatches.add(0, "protocol versions: local=" + identity.versions() + " remote=" + h.identity().versions()
-                            + " share none with this build's wire format [" + WireFormat.MIN_VERSION + "," + WireFormat.VERSION + "]");
-                    }
+                    final List<String> mismatches = refusals(h.identity(), Integer.MAX_VALUE);
                     // the HELLO is answered in kind when we accept it, or when the peer refuses ours too (the checks
                     // without strictBuild are the same on both sides) and names its view. A refusal only this side
                     // makes (strictBuild, this build's wire format) sends no HELLO: the peer would go UP on it until
@@ -481,7 +504,7 @@ abstract class TransferEndpoint implements AutoCloseable {
                     } else {
                         final String reason = new PeerMismatchException(identity, h.identity(), mismatches).getMessage();
                         try {
-                            p.link.send(WireCodec.encode(new Message.Refuse(reason), version));
+                            p.link.send(WireCodec.encode(new Message.Refuse(refuseText(h.identity(), reason)), version));
                         } catch (RuntimeException ignored) {
                             // the link is going down anyway
                         }

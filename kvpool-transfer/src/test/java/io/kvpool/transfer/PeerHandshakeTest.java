@@ -164,6 +164,29 @@ class PeerHandshakeTest {
     }
 
     @Test
+    void aRefusalOfLongBuildsNamesBothBuildsInTheRefuseItSends() {
+        // builds may have 256 bytes each, a REFUSE 256 in all: the names are cut, not the line, so the refused side (which
+        // gets no HELLO when only this side checks builds) still learns both
+        final String senderBuild = "2026.11.30-rc2+git." + "3f1e2d4c5b6a7988".repeat(5) + "-sender";
+        final String receiverBuild = "2026.11.30-rc1+git." + "0a1b2c3d4e5f6071".repeat(5) + "-receiver";
+        try (KvPool pool = Kv.pool(8)) {
+            final TransferSender strict = TransferSender.builder(pool, PeerIdentity.of(Kv.LAYOUT, "test-model@r1", "test", senderBuild))
+                .strictBuild(true).build();
+            final ScriptedLink link = new ScriptedLink().hello(PeerIdentity.of(Kv.LAYOUT, "test-model@r1", "test", receiverBuild));
+            strict.addPeer(link);
+            strict.doWork();
+            assertEquals(Peer.State.REFUSED, strict.peer(0).state());
+            final Message.Refuse refuse = assertInstanceOf(Message.Refuse.class, link.sent.get(0), () -> "sent " + link.sent);
+            for (String part : new String[] {"build: local=2026.11.30-rc2+git.", "-sender remote=2026.11.30-rc1+git.", "-receiver"}) {
+                assertTrue(refuse.reason().contains(part), () -> "the REFUSE lacks '" + part + "': '" + refuse.reason() + "'");
+            }
+            assertTrue(strict.peer(0).failure().contains(senderBuild) && strict.peer(0).failure().contains(receiverBuild),
+                () -> "this side's own record keeps both whole: " + strict.peer(0).failure());
+            strict.close();
+        }
+    }
+
+    @Test
     void theReceiverSendsItsHelloFirst() {
         try (Scripted s = new Scripted()) {
             assertEquals(List.of(new Message.Hello(Kv.identity())), s.link.sent);
