@@ -103,6 +103,11 @@ public final class HttpCall {
         return requestHeaders.get(name);
     }
 
+    /** @return every value of request header {@code name} (any case), in order; empty for none */
+    public List<String> headers(String name) {
+        return requestHeaders.getAll(name);
+    }
+
     /** @return the request body (empty for none); within the front's body limit */
     public byte[] body() {
         return body;

@@ -140,6 +140,7 @@ class CompletionApiTest {
         expect(client.post("/v1/completions", "Bearer alice", ok), 401, "authentication_error", "invalid_api_key");
         expect(client.post("/v1/completions", "Bearer sk-" + "a".repeat(65), ok), 401, "authentication_error", "invalid_api_key");
         expect(client.post("/v1/completions", "Bearer sk-al ice", ok), 401, "authentication_error", "invalid_api_key");
+        expect(twoKeys(ok), 401, "authentication_error", "invalid_api_key"); // which one is meant depends on who reads them
         final String key = "Bearer sk-alice";
         expect(client.post("/v1/completions", key, "{\"prompt\": \"hi\", "), 400, "invalid_request_error", "malformed_json");
         expect(client.post("/v1/completions", key, "[1,2]"), 400, "invalid_request_error", "malformed_json");
@@ -191,6 +192,13 @@ class CompletionApiTest {
 
         assertEquals(prefillBefore, server.prefillPool().snapshot(), "bad input changed the prefill pool");
         assertEquals(decodeBefore, server.decodePool().snapshot(), "bad input changed the decode pool");
+    }
+
+    /** A completion request with two API keys, alice's first. */
+    private static TestClient.Response twoKeys(String body) throws java.io.IOException, InterruptedException {
+        return client.send(HttpRequest.newBuilder(server.baseUri().resolve("/v1/completions")).timeout(java.time.Duration.ofSeconds(30))
+            .header("Authorization", "Bearer sk-alice").header("Authorization", "Bearer sk-mallory")
+            .POST(HttpRequest.BodyPublishers.ofString(body)).build());
     }
 
     private static JsonNode expect(TestClient.Response r, int status, String type, String reason) {

@@ -17,6 +17,20 @@ public final class Auth {
     }
 
     /**
+     * @param authorization every {@code Authorization} line of the request
+     * @return the tenant
+     * @throws ApiError 401 if there is none, more than one (two keys: which one is meant depends on who reads them), or
+     *                  the one is not a well-formed key
+     */
+    public static String tenant(java.util.List<String> authorization) throws ApiError {
+        if (authorization.size() > 1) {
+            throw ApiError.of(401, "authentication_error", "invalid_api_key",
+                "more than one Authorization header: send exactly one, Authorization: Bearer sk-<tenant>");
+        }
+        return tenant(authorization.isEmpty() ? null : authorization.get(0));
+    }
+
+    /**
      * @param authorization the {@code Authorization} header, or {@code null}
      * @return the tenant
      * @throws ApiError 401 if the header is missing or not a well-formed key

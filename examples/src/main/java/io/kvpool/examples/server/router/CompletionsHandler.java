@@ -53,7 +53,7 @@ public final class CompletionsHandler implements HttpHandler {
                 throw ApiError.of(404, "not_found", "no_such_path", "no endpoint at " + ex.path() + "; POST " + PATH);
             }
             Http.method(ex, "POST");
-            final String tenant = Auth.tenant(ex.header("Authorization"));
+            final String tenant = Auth.tenant(ex.headers("Authorization"));
             final Router.Request req = parse(ex.body());
             if (req.stream()) {
                 sse = new Sse(ex);
