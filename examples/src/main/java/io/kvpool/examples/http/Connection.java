@@ -75,6 +75,10 @@ final class Connection {
 
     private enum Reading { NONE, HEAD, BODY, REFUSED, DISCARD }
 
+    /** RFC 9110 §7.2 / RFC 3986 §3.2.2: uri-host [ ":" port ], the host an IP-literal or a reg-name (possibly empty). */
+    private static final java.util.regex.Pattern VALID_HOST =
+        java.util.regex.Pattern.compile("(\\[[0-9A-Fa-f:.vV]+]|[A-Za-z0-9\\-._~%!$&'()*+,;=]*)(:[0-9]*)?");
+
     /** Why the server closed a connection (a client's own close is {@link #CLIENT}). */
     enum Close {
         /** the client closed it, or it broke */
@@ -261,10 +265,17 @@ final class Connection {
                 + " is not supported; use HTTP/1.1", Map.of());
             return;
         }
-        final int hosts = r.headers().getAll(HttpHeaderNames.HOST).size();
-        if (r.protocolVersion().minorVersion() == 1 && hosts != 1) { // RFC 9112 §3.2: a server MUST answer 400
-            refuse(400, "invalid_request_error", hosts == 0 ? "missing_host" : "duplicate_host", "an HTTP/1.1 request needs "
-                + "exactly one Host header, this one has " + hosts, Map.of());
+        final java.util.List<String> hostLines = r.headers().getAll(HttpHeaderNames.HOST);
+        final int hosts = hostLines.size();
+        // RFC 9112 §3.2: a server MUST answer 400 to an HTTP/1.1 request without Host, to ANY request with more than one
+        // Host line, and to one whose Host is not a valid host[:port]
+        if (hosts > 1 || (r.protocolVersion().minorVersion() == 1 && hosts == 0)) {
+            refuse(400, "invalid_request_error", hosts == 0 ? "missing_host" : "duplicate_host", "a request carries at most "
+                + "one Host header, an HTTP/1.1 request exactly one; this one has " + hosts, Map.of());
+            return;
+        }
+        if (hosts == 1 && !VALID_HOST.matcher(hostLines.get(0)).matches()) {
+            refuse(400, "invalid_request_error", "invalid_host", "the Host header is not a valid host[:port]", Map.of());
             return;
         }
         final long declared;
@@ -310,6 +321,11 @@ final class Connection {
             return;
         }
         if (c.decoderResult().isFailure()) {
+            if (c.decoderResult().cause() instanceof TooLongHttpHeaderException) { // the trailer section: header fields too
+                refuse(431, "invalid_request_error", "header_too_large", "request trailer fields exceed "
+                    + limits.maxHeaderBytes() + " bytes", Map.of("max_header_bytes", limits.maxHeaderBytes()));
+                return;
+            }
             refuse(400, "invalid_request_error", "malformed_body", "malformed request body: " + c.decoderResult().cause().getMessage(), Map.of());
             return;
         }

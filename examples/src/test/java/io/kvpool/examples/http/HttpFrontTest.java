@@ -191,6 +191,18 @@ class HttpFrontTest {
     }
 
     @Test
+    void trailerFieldsOverTheLimitAre431AsHeaderFieldsAre() throws Exception {
+        start(FAST, ECHO);
+        try (Socket s = connect()) {
+            send(s, "POST /a HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\nX-Pad: " + "a".repeat(8000)
+                + "\r\n\r\n");
+            final String r = readToClose(s);
+            assertTrue(r.startsWith("HTTP/1.1 431 ") && r.contains("\"reason\":\"header_too_large\"")
+                && r.contains("\"max_header_bytes\":4096"), r);
+        }
+    }
+
+    @Test
     void aMalformedChunkSizeIs400() throws Exception {
         start(FAST, ECHO);
         try (Socket s = connect()) {
@@ -786,9 +798,30 @@ class HttpFrontTest {
             assertTrue(answer.startsWith("HTTP/1.1 200"), answer);
             assertTrue(answer.toLowerCase(java.util.Locale.ROOT).contains("\r\ndate: "), "a handler's answer has a Date: " + answer);
         }
-        try (Socket s = connect()) { // HTTP/1.0 has no Host rule
+        try (Socket s = connect()) { // HTTP/1.0 needs no Host
             send(s, "GET /old HTTP/1.0\r\n\r\n");
             assertTrue(readToClose(s).startsWith("HTTP/1.1 200"));
+        }
+    }
+
+    @Test
+    void twoHostLinesOnAnyVersionOrAHostThatIsNoHostIs400() throws Exception {
+        // RFC 9112 §3.2: any request with more than one Host line, and one whose Host is not a valid host[:port]
+        start(FAST, ECHO);
+        for (String[] c : new String[][] {{"GET /a HTTP/1.0\r\nHost: a.example\r\nHost: b.example\r\n\r\n", "duplicate_host"},
+            {"GET /a HTTP/1.1\r\nHost: x y/z\r\nConnection: close\r\n\r\n", "invalid_host"}}) {
+            try (Socket s = connect()) {
+                send(s, c[0]);
+                final String answer = readToClose(s);
+                assertTrue(answer.startsWith("HTTP/1.1 400") && answer.contains("\"reason\":\"" + c[1] + "\""), answer);
+            }
+        }
+        for (String host : new String[] {"a.example:8080", "127.0.0.1", "[::1]:80", "xn--bcher-kva.example"}) {
+            try (Socket s = connect()) {
+                send(s, "GET /ok HTTP/1.1\r\nHost: " + host + "\r\nConnection: close\r\n\r\n");
+                final String answer = readToClose(s);
+                assertTrue(answer.startsWith("HTTP/1.1 200"), () -> host + ": " + answer);
+            }
         }
     }
 
