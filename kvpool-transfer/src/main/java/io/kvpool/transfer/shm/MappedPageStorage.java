@@ -426,6 +426,9 @@ public final class MappedPageStorage implements PageStorage {
         final long self = ProcessHandle.current().pid();
         try (DirectoryStream<Path> ds = Files.newDirectoryStream(dir, p -> p.getFileName().toString().startsWith(prefix))) {
             for (Path p : ds) {
+                if (!Files.isRegularFile(p, LinkOption.NOFOLLOW_LINKS)) {
+                    continue; // a create makes a regular file: a FIFO, device or link here is not one (opening a FIFO blocks)
+                }
                 final String rest = p.getFileName().toString().substring(prefix.length());
                 final int dash = rest.indexOf('-');
                 final String creator = dash < 0 ? rest : rest.substring(0, dash); // "<pid>" or "<pid>@<namespace>"
@@ -463,7 +466,7 @@ public final class MappedPageStorage implements PageStorage {
 
     /** @return whether a process holds a lock on {@code p}; {@code null} if this file system cannot tell */
     private static Boolean lockHeld(Path p) {
-        try (FileChannel ch = FileChannel.open(p, StandardOpenOption.WRITE)) {
+        try (FileChannel ch = FileChannel.open(p, StandardOpenOption.WRITE, LinkOption.NOFOLLOW_LINKS)) {
             try (java.nio.channels.FileLock lock = ch.tryLock()) {
                 return lock == null;
             } catch (java.nio.channels.OverlappingFileLockException e) {

@@ -385,6 +385,27 @@ class MappedPageStorageTest {
     }
 
     @Test
+    void aFifoNamedLikeADeadCreatesTemporaryDoesNotHoldUpACreate() throws Exception {
+        // anyone who can write the pool's directory (/dev/shm) can make one; opening it to test a lock would block
+        final Path f = dir.resolve("pool");
+        final Path fifo = dir.resolve(".pool.creating-1" + MappedPageStorage.PID_NAMESPACE + "-af");
+        assertEquals(0, new ProcessBuilder("mkfifo", fifo.toString()).inheritIO().start().waitFor());
+        // aged without opening it (setLastModifiedTime would block on the FIFO too)
+        assertEquals(0, new ProcessBuilder("touch", "-h", "-d", "1 minute ago", fifo.toString()).inheritIO().start().waitFor());
+        final java.util.concurrent.CompletableFuture<MappedPageStorage> create =
+            java.util.concurrent.CompletableFuture.supplyAsync(() -> MappedPageStorage.create(f, LAYOUT, 2));
+        try {
+            create.get(5, java.util.concurrent.TimeUnit.SECONDS).close();
+        } catch (java.util.concurrent.TimeoutException e) {
+            try (FileChannel reader = FileChannel.open(fifo, StandardOpenOption.READ)) { // lets the stuck open go on
+                create.get(5, java.util.concurrent.TimeUnit.SECONDS).close();
+            }
+            fail("the create blocked 5 s on a FIFO named like a dead create's temporary");
+        }
+        assertTrue(Files.exists(fifo, java.nio.file.LinkOption.NOFOLLOW_LINKS), "not a create's file: left alone");
+    }
+
+    @Test
     void aSweepWherePidNamespacesAreUnknownLeavesThisProcesssOwnCreateLocked() throws Exception {
         final Path f = dir.resolve("pool");
         // a create of this process under the name a process with no /proc/self/ns/pid gives it, at least 10 s in
