@@ -401,6 +401,12 @@ public final class ShmLink implements PeerLink {
             while (in.hasRemaining()) {
                 final int r = channel.read(in);
                 if (r < 0) {
+                    if (peer == null && ownBootstrapSent) {
+                        // a connector before the peer's bootstrap is done: the ring it may name can hold frames the
+                        // peer wrote before it closed; readRing fails the link once that ring is empty
+                        peerEof = true;
+                        return;
+                    }
                     fail("peer closed the socket (EOF)");
                     return;
                 }
@@ -457,6 +463,9 @@ public final class ShmLink implements PeerLink {
         readIn();
         if (peer == null && (failure == null || in.position() > 0)) {
             tryBootstrap();
+        }
+        if (peerEof && ringIn == null && failure == null) {
+            fail("peer closed the socket (EOF)"); // no ring to drain: the EOF fails the link now
         }
     }
 

@@ -69,6 +69,40 @@ class ShmFailureTest {
         pool.close();
     }
 
+    /**
+     * In ring mode the frames the peer put in the ring before it closed are delivered before the failure, also when it
+     * closed right after its answer to the bootstrap, before this side's first poll: a listener that crashed then, played
+     * by a raw one that makes the ring, puts a frame in it, answers and closes its socket.
+     */
+    @Test
+    void aFrameAListenerPutInTheRingBeforeItCrashedIsDeliveredBeforeTheFailure() throws Exception {
+        final Path sock = dir.resolve("raw-sock");
+        try (java.nio.channels.ServerSocketChannel server = java.nio.channels.ServerSocketChannel.open(StandardProtocolFamily.UNIX)) {
+            server.bind(UnixDomainSocketAddress.of(sock));
+            final ShmLink connector = ShmTransport.connect(sock);
+            toClose.add(connector);
+            final ShmRingFile ring = ShmRingFile.create(dir);
+            toClose.add(ring);
+            try (SocketChannel ch = server.accept()) {
+                final ByteBuffer in = ByteBuffer.allocate(Bootstrap.MAX_BYTES);
+                while (Bootstrap.length(in) < 0 || in.position() < Bootstrap.length(in)) {
+                    ch.read(in); // the connector's bootstrap, read as a listener does
+                }
+                final byte[] frame = WireCodec.encode(new Message.Refuse("written before the crash"));
+                assertEquals(frame.length, ring.outgoing(false).write(ByteBuffer.wrap(frame)));
+                final ByteBuffer b = ByteBuffer.wrap(new Bootstrap(ProcessHandle.current().pid(), pool.identity(),
+                    pool.file().toAbsolutePath().toString()).withRing(ring).encode());
+                while (b.hasRemaining()) {
+                    ch.write(b);
+                }
+            } // the crash: the kernel closes the socket
+            final ShmLinkTest.Recorder r = new ShmLinkTest.Recorder();
+            ShmLinkTest.await("failure", () -> !r.failures.isEmpty(), () -> connector.poll(r, 10));
+            assertTrue(connector.usesRings(), "the connector mapped the ring: " + r.failures);
+            assertEquals(List.of(new Message.Refuse("written before the crash")), r.frames, "failure: " + r.failures);
+        }
+    }
+
     /** Collects write completions. */
     static final class Writes implements LinkListener {
         final List<long[]> writes = new ArrayList<>();
