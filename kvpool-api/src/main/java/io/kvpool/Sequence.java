@@ -695,6 +695,8 @@ public final class Sequence implements AutoCloseable {
         final int[] run = pageCount > 0 ? freedRun() : NO_RUN;
         closed = true;
         if (pool.isClosed()) {
+            pageCount = 0; // nothing to release into a closed pool, but nothing named either (BlockTable, pageIndex)
+            tokenCount = 0;
             return;
         }
         Throwable first = null;

@@ -310,4 +310,26 @@ class BlockTableTest {
             assertThrows(IndexOutOfBoundsException.class, () -> bt.set(3, null));
         }
     }
+
+    @Test
+    void aSequenceClosedAfterItsPoolLeavesAnEmptyRow() {
+        // a shutdown with a request still running: the pool first, then the sequence
+        try (Arena arena = Arena.ofConfined()) {
+            final MemorySegment table = arena.allocate(BlockTable.tableBytes(1, 4));
+            final MemorySegment lengths = arena.allocate(BlockTable.lengthsBytes(1));
+            final BlockTable bt = new BlockTable(1, 4, table, lengths);
+            final KvPool pool = TestPools.pool(32);
+            final Sequence a = pool.admit(10, 0).sequence();
+            a.append(10);
+            bt.set(0, a);
+            bt.refresh();
+            pool.close();
+            a.close();
+            bt.refresh();
+            assertEquals(0, lengths.get(INT_LE, 0), "a closed sequence's row has length 0");
+            for (int i = 0; i < 4; i++) {
+                assertEquals(BlockTable.PAD, table.get(INT_LE, 4L * i), "entry " + i + " of a closed sequence's row");
+            }
+        }
+    }
 }
