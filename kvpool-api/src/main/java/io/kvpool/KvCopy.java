@@ -478,6 +478,9 @@ public final class KvCopy {
         if (seq.isClosed()) {
             throw new IllegalStateException("sequence is closed");
         }
+        if (pool.isClosed()) { // also for an empty run, which reaches no validate()
+            throw new IllegalStateException("kvpool is closed");
+        }
         final int count = seq.tokenCount();
         if (fromToken < 0 || tokens < 0 || fromToken > count || tokens > count - fromToken) {
             throw new IndexOutOfBoundsException((write ? "cannot write" : "cannot read") + " tokens [" + fromToken + ", "

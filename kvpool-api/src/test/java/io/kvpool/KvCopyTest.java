@@ -430,4 +430,16 @@ class KvCopyTest {
             b.close();
         }
     }
+
+    @Test
+    void anEmptyCopyOnAClosedPoolThrowsAsAnyCopyDoes() {
+        final KvPool pool = TestPools.pool(8);
+        final KvCopy copy = KvCopy.of(pool);
+        final Sequence s = pool.admit(4, 0).sequence();
+        s.append(4);
+        pool.close();
+        final short[] buf = new short[0];
+        assertThrows(IllegalStateException.class, () -> copy.copyIn(s, 0, 0, buf, 0), "copyIn of 0 tokens, pool closed");
+        assertThrows(IllegalStateException.class, () -> copy.copyOut(s, 0, 0, buf, 0), "copyOut of 0 tokens, pool closed");
+    }
 }
