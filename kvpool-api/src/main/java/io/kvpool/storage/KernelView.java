@@ -96,7 +96,12 @@ public record KernelView(int layer, int kv, long baseAddress, long pageStride, l
                 + " tokens × " + tokenStride + " bytes");
         }
         if (hostSegment.byteSize() != 0) {
-            final long span = (pageCount - 1L) * pageStride + tokensPerPage * tokenStride;
+            long span;
+            try {
+                span = Math.addExact(Math.multiplyExact(pageCount - 1L, pageStride), tokensPerPage * tokenStride);
+            } catch (ArithmeticException overflow) {
+                span = Long.MAX_VALUE; // no segment covers it
+            }
             if (hostSegment.address() != baseAddress || hostSegment.byteSize() < span) {
                 throw new IllegalArgumentException("host segment at 0x" + Long.toHexString(hostSegment.address()) + " of "
                     + hostSegment.byteSize() + " bytes must start at the base address 0x" + Long.toHexString(baseAddress)

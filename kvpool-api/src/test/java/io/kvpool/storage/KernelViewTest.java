@@ -169,4 +169,14 @@ class KernelViewTest {
             assertFalse(KernelView.of(layout, 2, 0, 0, 1L << 40, block, MemorySegment.NULL).hostAccessible());
         }
     }
+
+    @Test
+    void aHostSegmentIsRefusedWhenTheSpanItMustCoverOverflows() {
+        // FP32, 1 head × 4 dim: 16-byte tokens, 4 tokens a page; three pages 2^62 bytes apart span more than a long holds
+        try (Arena arena = Arena.ofConfined()) {
+            final MemorySegment seg = arena.allocate(64);
+            assertThrows(IllegalArgumentException.class, () -> new KernelView(0, 0, seg.address(), 1L << 62, 16, 16,
+                DType.FP32, 3, 4, 1, 4, seg), "a 64-byte host segment cannot cover 3 pages 2^62 bytes apart");
+        }
+    }
 }
