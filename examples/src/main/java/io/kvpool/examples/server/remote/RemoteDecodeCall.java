@@ -149,8 +149,18 @@ final class RemoteDecodeCall implements DecodeCall {
             for (String line; (line = in.readLine()) != null; ) {
                 lastLineNanos = System.nanoTime();
                 if (!line.isBlank() && onEvent(json.readTree(line))) { // the last event: onEvent marked it finished
-                    while (in.readLine() != null) {
-                        // the role ends the stream right after its last event: read to the end so the connection is reused
+                    if (!admission.isDone() || !outcome.isDone()) { // a last event before the admission or the outcome
+                        endWith(client.describe() + " ended request " + requestId + "'s stream with a last event before "
+                            + (admission.isDone() ? "the transfer's outcome" : "its admission"), true);
+                    }
+                    // a process that never ends the stream after its last event keeps neither this thread nor the connection
+                    CompletableFuture.delayedExecutor(DROP_AFTER.toMillis(), TimeUnit.MILLISECONDS).execute(this::dropUnlessEnded);
+                    try {
+                        while (in.readLine() != null) {
+                            // the role ends the stream right after its last event: read to the end so the connection is reused
+                        }
+                    } catch (IOException dropped) {
+                        // dropped after its last event: nothing was pending
                     }
                     return;
                 }

@@ -54,6 +54,11 @@ public final class RoleClient implements AutoCloseable {
         this.http = HttpClient.newBuilder().version(HttpClient.Version.HTTP_1_1).connectTimeout(Duration.ofSeconds(2)).build();
     }
 
+    /** @return the parser this client reads answers with */
+    ObjectMapper json() {
+        return json;
+    }
+
     /** @return the role's base URL */
     URI base() {
         return base;
@@ -105,18 +110,15 @@ public final class RoleClient implements AutoCloseable {
      */
     InputStream stream(String path, Object body) {
         final HttpRequest req = request(path, CALL_TIMEOUT).POST(publish(body)).build(); // the timeout bounds the headers only
-        final HttpResponse<InputStream> r = send(req, HttpResponse.BodyHandlers.ofInputStream());
+        // an error's body is read whole within send's bound, as any call's: a role that stalls mid-body must not hold us
+        final HttpResponse<Object> r = send(req, info -> info.statusCode() == 200
+            ? HttpResponse.BodySubscribers.mapping(HttpResponse.BodySubscribers.ofInputStream(), in -> (Object) in)
+            : HttpResponse.BodySubscribers.mapping(HttpResponse.BodySubscribers.ofByteArray(), b -> (Object) b));
         if (r.statusCode() != 200) {
-            byte[] b;
-            try (InputStream in = r.body()) {
-                b = in.readNBytes(64 * 1024);
-            } catch (IOException e) {
-                b = new byte[0];
-            }
-            answer("POST", path, r.statusCode(), b);
+            answer("POST", path, r.statusCode(), (byte[]) r.body());
             throw new IllegalStateException(describe() + " answered " + r.statusCode() + " to POST /" + path + " instead of a stream");
         }
-        return r.body();
+        return (InputStream) r.body();
     }
 
     private HttpRequest.Builder request(String path, Duration timeout) {

@@ -85,7 +85,8 @@ final class RoleHealth implements AutoCloseable {
         this.recheckWaitNanos = recheckWait.toNanos();
         this.verify = verify;
         this.calls = calls;
-        this.client = new RoleClient(Objects.requireNonNull(role, "role"), calls.base(), new com.fasterxml.jackson.databind.ObjectMapper());
+        // the calls' parser (the router's is strict): a status the router's own reads refuse is not a role that is up
+        this.client = new RoleClient(Objects.requireNonNull(role, "role"), calls.base(), calls.json());
         this.role = Objects.requireNonNull(role, "role");
         this.needsLink = needsLink;
         this.probe = Thread.ofVirtual().name("kvpool-probe-" + role).start(this::probeLoop);
