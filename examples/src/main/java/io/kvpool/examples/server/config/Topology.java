@@ -140,6 +140,9 @@ public record Topology(Role role, Transport transport, URI prefillUrl, URI decod
         if (!"http".equals(u.getScheme()) || u.getHost() == null || u.getPort() < 0) {
             throw new IllegalArgumentException(name + " must be http://HOST:PORT/, was '" + u + "'");
         }
+        if (u.getPort() < 1 || u.getPort() > 65_535) { // java.net.URI takes any digits; no socket has such a port
+            throw new IllegalArgumentException(name + " must be http://HOST:PORT/ with a port in [1, 65535], was '" + u + "'");
+        }
         final String path = u.getPath() == null || u.getPath().isEmpty() ? "/" : u.getPath();
         return URI.create("http://" + u.getRawAuthority() + (path.endsWith("/") ? path : path + "/"));
     }

@@ -146,4 +146,18 @@ class ServerConfigTest {
         assertTrue(ServerConfig.parse("--role", "router", "--prefill-url", "http://10.0.0.2:9001", "--decode-url",
             "http://10.0.0.3:9002", "--clamp-context").clampContext());
     }
+
+    @Test
+    void aRoleUrlWhosePortNoSocketCanHaveIsRefused() {
+        // the router would start, read the role as not up yet, and answer every request 503 for good
+        for (String[] args : new String[][] {
+            {"--role", "router", "--decode-url", "http://127.0.0.1:80820/"},
+            {"--role", "router", "--prefill-url", "http://127.0.0.1:65536/"},
+            {"--role", "router", "--prefill-url", "http://127.0.0.1:0/"}}) {
+            final IllegalArgumentException e = assertThrows(IllegalArgumentException.class, () -> ServerConfig.parse(args),
+                String.join(" ", args));
+            assertTrue(e.getMessage().contains(args[2]) && e.getMessage().contains(args[3]) && e.getMessage().contains("[1, 65535]"),
+                e.getMessage());
+        }
+    }
 }
