@@ -151,6 +151,9 @@ final class HandleOps {
      */
     void retainAll(long[] handles, int from, int to) {
         java.util.Objects.checkFromToIndex(from, to, handles.length);
+        if (from == to && pool.isClosed()) { // an empty range reaches no page's check below; refused as any range is
+            throw new IllegalStateException("kvpool is closed");
+        }
         int i = from;
         long word = 0;
         boolean closed = false;

@@ -254,6 +254,15 @@ class HandleLifecycleTest {
     }
 
     @Test
+    void retainAllOfAnEmptyRangeOnAClosedPoolThrowsAsAnyRangeDoes() {
+        final KvPool pool = TestPools.pool(8);
+        final long[] h = {pool.tryAllocate()};
+        pool.close();
+        final IllegalStateException e = assertThrows(IllegalStateException.class, () -> pool.retainAll(h, 0, 0));
+        assertTrue(e.getMessage().contains("closed"), e.getMessage());
+    }
+
+    @Test
     void aCloseInTheMiddleOfRetainAllDropsWhatItRetained() {
         final CasHookWords[] words = new CasHookWords[1];
         final KvPoolBuilder b = TestPools.builder(8);
