@@ -75,8 +75,9 @@ public final class RoleClient implements AutoCloseable {
      * @throws RoleLostException     if the role cannot be reached or does not answer within {@link #CALL_TIMEOUT}
      * @throws IllegalStateException if it answers with an error status (its message included); a
      *                               {@link DuplicateRequestException} for a 409 {@value DuplicateRequestException#REASON},
-     *                               a {@link RoleRefusedException} for any other 4xx and for a 5xx other than 503,
-     *                               a {@link RoleUnavailableException} for a 503
+     *                               a {@link RoleRefusedException} for any other 4xx but 408 and for a 5xx other than
+     *                               503, a {@link RoleUnavailableException} for a 503 or a 408 (the role's front timed
+     *                               out the call's head or body: a stall on the way, which a later call need not meet)
      */
     JsonNode post(String path, Object body) {
         final HttpResponse<byte[]> r = send(request(path, CALL_TIMEOUT).POST(publish(body)).build(), HttpResponse.BodyHandlers.ofByteArray());
@@ -246,6 +247,9 @@ public final class RoleClient implements AutoCloseable {
         final String msg = describe() + " answered " + status + " to " + method + " /" + path + ": " + what;
         if (status == 409 && n != null && DuplicateRequestException.REASON.equals(n.path("error").path("reason").asText())) {
             throw new DuplicateRequestException(msg);
+        }
+        if (status == 408) { // the role's front gave up on the call's head or body (a stall on the way): waiting can help
+            throw new RoleUnavailableException(msg);
         }
         if (status / 100 == 4) { // the role will never take this call: no retry makes it
             throw new RoleRefusedException(msg, status);
