@@ -395,14 +395,14 @@ public final class Router implements AutoCloseable {
                     if (call != null) {
                         call.abort(why); // always (idempotent): a call started while close() swept may be known to no one else
                     }
-                    if (pairedAbortSent.add(id)) { // close() may have sent these already
-                        if (call == null && askedDecode) {
-                            // and decode tells the engine holding the offer, which the abort below may not reach
-                            decode.unreserve(id, why, offeredBy);
-                        }
-                        if (askedPrefill) {
-                            abortAtPrefill(id, why);
-                        }
+                    final boolean first = pairedAbortSent.add(id); // close() may have sent these already
+                    if (call == null && askedDecode && (first || offeredBy != 0)) {
+                        // and decode tells the engine holding the offer, which the abort below may not reach: also after
+                        // close()'s give-back, which could not name it
+                        decode.unreserve(id, why, offeredBy);
+                    }
+                    if (first && askedPrefill) {
+                        abortAtPrefill(id, why);
                     }
                 }
             } finally { // whatever an abort threw: the request leaves the count, or the cap would shrink for good

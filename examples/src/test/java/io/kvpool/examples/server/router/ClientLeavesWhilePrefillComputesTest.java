@@ -21,7 +21,7 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 /**
  * A client that leaves while prefill computes its request gets decode's reservation back at once, not when prefill
  * answers; the request still waits for that answer, which names the engine holding the offer, and decode's give-back
- * then tells that engine, so the offer ends too.
+ * then tells that engine, so the offer ends too. A router closed once prefill answered names that engine as well.
  */
 @Timeout(value = 60, unit = TimeUnit.SECONDS)
 class ClientLeavesWhilePrefillComputesTest {
@@ -116,6 +116,34 @@ class ClientLeavesWhilePrefillComputesTest {
 
             final Object next = router.complete("alice", new Router.Request("the next client stays", 3, false), NoSink.INSTANCE);
             assertTrue(next instanceof Router.Completion, () -> "the next request is served: " + next);
+        }
+    }
+
+    @Test
+    void aRouterClosedAfterPrefillAnsweredStillNamesTheOfferingEngineToDecode() throws Exception {
+        // close() gives the reservation back without knowing the engine; the request's own end, which does, names it
+        final ServerConfig cfg = ServerTests.small().build();
+        try (InJvmRoles roles = InJvmRoles.start(cfg, Duration.ofSeconds(10))) {
+            Await.until(roles.decode()::ready, Duration.ofSeconds(10), () -> "the prefill link");
+            final RecordingDecode decode = new RecordingDecode(roles.decode());
+            final Router[] router = new Router[1];
+            final ForwardingPrefill prefill = new ForwardingPrefill(roles.prefill()) {
+                @Override
+                public Answer computeAndOffer(long requestId, String tenant, List<byte[]> tokens) {
+                    final Answer a = super.computeAndOffer(requestId, tenant, tokens);
+                    router[0].close(); // the server closes between prefill's answer and decode's call
+                    return a;
+                }
+            };
+            router[0] = new Router(cfg, prefill, decode);
+            final io.kvpool.examples.server.api.ApiError e = org.junit.jupiter.api.Assertions.assertThrows(
+                io.kvpool.examples.server.api.ApiError.class,
+                () -> router[0].complete("alice", new Router.Request("closed after prefill", 3, false), NoSink.INSTANCE));
+            assertEquals(503, e.status(), e::getMessage);
+            assertTrue(decode.giveBacks.contains(roles.prefill().instance()), () -> "a give-back named the engine that offered: "
+                + decode.giveBacks);
+            Await.until(() -> roles.prefill().activeTransfers() == 0 && roles.prefillPool().snapshot().idle(), Duration.ofSeconds(5),
+                () -> "the offer ended: " + roles.prefillPool().snapshot());
         }
     }
 }
