@@ -62,6 +62,7 @@ final class LeakHunter {
         int maxHoldSteps = 1_000; // decode holds a committed sequence up to 10 ms
         boolean decodeSizedByRouter = false; // the incident: decode preallocates for the original request
         FillMode decodeFill = FillMode.CANARY;
+        FillMode prefillFill = FillMode.CANARY; // NONE: a sender pool that does not fill its free pages (partial pages' tails hold old KV)
         boolean checksums = true;
         Boolean revocableLinks = null;  // null: alternate (half like RDMA, half like UCX over tcp)
         long senderDrainDeadlineMs = 30;
@@ -85,6 +86,8 @@ final class LeakHunter {
         long crashes;
         long settleSteps;
         long staleRefused;
+        /** Committed partial last pages whose tail (past the request's tokens) held another request's KV (counted in leaks too). */
+        long tailForeign;
         /**
          * Transfers failed by their link's handling of another transfer's suspect write: PEER_LOST because the receiver
          * tore the link down, or timed out or lost its link once it was RETIRING; not those {@link #stalled}, nor the
@@ -130,7 +133,7 @@ final class LeakHunter {
                 + ") staleRefused=" + staleRefused + " collateral=" + collateral + " (timeouts on a retiring link " + collateralTimeouts + ") stalled=" + stalled
                 + " frozenSuspects=" + frozenSuspects + " frozenWrites=" + frozenWrites + " reconnects=" + reconnects + " retired=" + linksRetired
                 + " failures=" + failures + " deferredRelease=" + outcomes
-                + " crashes=" + crashes + " settle=" + settleSteps + " balanced=" + balanced + " " + accounting + " leaks: " + leakExamples + " examples=" + examples;
+                + " tailForeign=" + tailForeign + " crashes=" + crashes + " settle=" + settleSteps + " balanced=" + balanced + " " + accounting + " leaks: " + leakExamples + " examples=" + examples;
         }
     }
 
@@ -170,7 +173,7 @@ final class LeakHunter {
         }
 
         void boot() {
-            pool = KvPool.builder(Kv.LAYOUT).pages(cfg.prefillPages).maxContextTokens(cfg.prefillPages * 4L)
+            pool = KvPool.builder(Kv.LAYOUT).pages(cfg.prefillPages).maxContextTokens(cfg.prefillPages * 4L).fillMode(cfg.prefillFill)
                 .unsafeDisable(cfg.poolOff.stream().filter(s -> s == Safeguard.ADMISSION_REJECTION).toArray(Safeguard[]::new))
                 .build();
             sender = TransferSender.builder(pool, Kv.identity()).clock(net.clock()).maxPagesInFlight(256)
@@ -634,6 +637,19 @@ final class LeakHunter {
             if (f != Kv.Finding.OK && (worst == Kv.Finding.OK || f == Kv.Finding.FOREIGN)) {
                 worst = f;
                 at = t;
+            }
+        }
+        // the tail of a partial last page, tokens [tokenCount, pageCount × tpp): the transport copied the sender's whole
+        // page, so it may hold another request's KV; only the pool's fill (or this request's own) may be there
+        final int tpp = Kv.LAYOUT.tokensPerPage();
+        for (int t = seq.tokenCount(); t < seq.pageCount() * tpp; t++) {
+            if (Kv.check(seq.page(t / tpp), h.r.id, t) == Kv.Finding.FOREIGN) {
+                report.tailForeign++;
+                if (worst != Kv.Finding.FOREIGN) {
+                    worst = Kv.Finding.FOREIGN;
+                    at = t;
+                }
+                break;
             }
         }
         if (worst != Kv.Finding.OK) {

@@ -192,6 +192,19 @@ class LeakHunterTest {
         assertTrue(on || r.truncated > 0, r::toString);
     }
 
+    @ParameterizedTest(name = "safeguard on: {0}")
+    @ValueSource(booleans = {true, false})
+    void theReceiversTailFillKeepsASendersOldKvOutOfAPartialPage(boolean on) {
+        // last line: a sender pool that does not fill its free pages, so a partial last page's tail holds an earlier
+        // request's KV; decode's free-page fill off also turns the receiver's tail fill off (its pages are written whole
+        // by the transfer, so nothing else changes). No unwritten prefill KV: with NONE it would be foreign in the read range.
+        final LeakHunter.Report r = control(on, c -> {
+            c.prefillFill = FillMode.NONE;
+            c.unwrittenPrefill = 0;
+        }, c -> c.poolOff = EnumSet.of(Safeguard.FREE_PAGE_FILL));
+        assertTrue(on || r.tailForeign > 0, r::toString);
+    }
+
     /** The safeguards the 2026 incident's deployment lacked. */
     static final EnumSet<Safeguard> INCIDENT_POOL = EnumSet.of(Safeguard.ADMISSION_REJECTION, Safeguard.FREE_PAGE_FILL);
     static final EnumSet<TransferSafeguard> INCIDENT_TRANSFER =
