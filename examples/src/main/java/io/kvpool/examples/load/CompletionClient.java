@@ -225,7 +225,7 @@ public final class CompletionClient implements AutoCloseable {
                 return unexpected(s, 200, "too_many_tokens", total, foreign, completionTokens + " completion tokens for max_tokens "
                     + s.maxTokens());
             }
-            final boolean mismatch = !s.prompt().equals(kv.path("kv_text").asText());
+            final boolean mismatch = kvMismatch(s, kv);
             return new Outcome(s, Outcome.Kind.COMPLETED, 200, null, -1, total, completionTokens,
                 foreign, tenants(kv), mismatch, mismatch ? cut(kv.path("kv_text").asText()) : null);
         }
@@ -345,14 +345,14 @@ public final class CompletionClient implements AutoCloseable {
                     final String type = error.path("type").asText();
                     final Outcome.Kind kind = type.equals("rate_limit_error") || type.equals("service_unavailable") ? Outcome.Kind.RETRY_LATER
                         : knownFailure(type, error.path("reason").asText("")) ? Outcome.Kind.FAILED : Outcome.Kind.UNEXPECTED;
-                    return new Outcome(s, kind, 200, error.path("reason").asText("?"), ttft, total, tokens, foreign, List.of(), false,
+                    return new Outcome(s, kind, 200, error.path("reason").asText("?"), ttft, total, tokens, foreign, List.of(), !echoes(s, text, tokens),
                         error.path("message").asText());
                 }
                 final JsonNode kv = last == null ? JSON.missingNode() : last.path("kvpool");
                 if (!kv.isObject()) {
                     return unexpected(s, 200, "no_kvpool_section", total, foreign, raw.toString());
                 }
-                final boolean mismatch = !s.prompt().equals(kv.path("kv_text").asText());
+                final boolean mismatch = kvMismatch(s, kv) || !echoes(s, text, tokens);
                 return new Outcome(s, Outcome.Kind.COMPLETED, 200, null, ttft, total, tokens, foreign, tenants(kv), mismatch,
                     mismatch ? cut(kv.path("kv_text").asText()) : null);
             }
@@ -432,7 +432,32 @@ public final class CompletionClient implements AutoCloseable {
 
     private static Outcome aborted(Shot s, long t0, long ttft, int tokens, CharSequence text) {
         return new Outcome(s, Outcome.Kind.ABORTED, 200, null, ttft, System.nanoTime() - t0, tokens, Markers.foreign(s.tenant(), text),
-            List.of(), false, null);
+            List.of(), !echoes(s, text, tokens), null);
+    }
+
+    /**
+     * @return whether the server's KV read is not exactly the prompt: another text (another request's, of any tenant), or
+     *         the prompt's own tokens at other positions ({@code kv_misplaced_tokens}), which a repeated marker hides from the text
+     */
+    static boolean kvMismatch(Shot s, JsonNode kv) {
+        return !s.prompt().equals(kv.path("kv_text").asText()) || kv.path("kv_misplaced_tokens").asInt(0) != 0;
+    }
+
+    /**
+     * @return whether {@code tokens} streamed tokens are the echo model's: generated token i is the prompt's token
+     *         i mod n. Streams that end early (aborted, failed) have no {@code kvpool} section: this is their KV check, so
+     *         that another request's text of the same tenant is a finding there too
+     */
+    static boolean echoes(Shot s, CharSequence text, int tokens) {
+        final List<byte[]> prompt = io.kvpool.examples.server.echo.EchoTokenizer.encode(s.prompt());
+        if (prompt.isEmpty()) {
+            return tokens == 0;
+        }
+        final StringBuilder want = new StringBuilder();
+        for (int i = 0; i < tokens; i++) {
+            want.append(io.kvpool.examples.server.echo.EchoTokenizer.text(prompt.get(i % prompt.size())));
+        }
+        return want.toString().contentEquals(text);
     }
 
     private static Outcome unexpected(Shot s, int status, String reason, long total, Set<String> foreign, String body) {
