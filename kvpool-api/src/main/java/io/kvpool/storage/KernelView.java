@@ -87,18 +87,21 @@ public record KernelView(int layer, int kv, long baseAddress, long pageStride, l
             throw new IllegalArgumentException("pageCount, tokensPerPage, kvHeads and headDim must be ≥ 1, were " + pageCount + ", "
                 + tokensPerPage + ", " + kvHeads + ", " + headDim);
         }
-        if (headStride != (long) headDim * dtype.bytes() || tokenStride != headStride * kvHeads) {
+        final long packedToken = exactOrMax((long) headDim * dtype.bytes(), kvHeads); // a product past a long: no stride equals it
+        if (headStride != (long) headDim * dtype.bytes() || tokenStride != packedToken) {
             throw new IllegalArgumentException("heads and tokens are packed: headStride must be " + (long) headDim * dtype.bytes()
-                + " and tokenStride " + (long) headDim * dtype.bytes() * kvHeads + ", were " + headStride + " and " + tokenStride);
+                + " and tokenStride " + (packedToken == Long.MAX_VALUE ? "more than " + Long.MAX_VALUE : Long.toString(packedToken))
+                + ", were " + headStride + " and " + tokenStride);
         }
-        if (pageStride < tokenStride * tokensPerPage) {
+        final long block = exactOrMax(tokenStride, tokensPerPage);
+        if (block == Long.MAX_VALUE || pageStride < block) {
             throw new IllegalArgumentException("pageStride of " + pageStride + " bytes is smaller than a block of " + tokensPerPage
                 + " tokens × " + tokenStride + " bytes");
         }
         if (hostSegment.byteSize() != 0) {
             long span;
             try {
-                span = Math.addExact(Math.multiplyExact(pageCount - 1L, pageStride), tokensPerPage * tokenStride);
+                span = Math.addExact(Math.multiplyExact(pageCount - 1L, pageStride), block);
             } catch (ArithmeticException overflow) {
                 span = Long.MAX_VALUE; // no segment covers it
             }
@@ -107,6 +110,15 @@ public record KernelView(int layer, int kv, long baseAddress, long pageStride, l
                     + hostSegment.byteSize() + " bytes must start at the base address 0x" + Long.toHexString(baseAddress)
                     + " and cover " + span + " bytes");
             }
+        }
+    }
+
+    /** @return {@code a × b}, or {@link Long#MAX_VALUE} if it does not fit in a long (both non-negative) */
+    private static long exactOrMax(long a, long b) {
+        try {
+            return Math.multiplyExact(a, b);
+        } catch (ArithmeticException overflow) {
+            return Long.MAX_VALUE;
         }
     }
 

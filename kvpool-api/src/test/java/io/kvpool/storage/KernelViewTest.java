@@ -179,4 +179,15 @@ class KernelViewTest {
                 DType.FP32, 3, 4, 1, 4, seg), "a 64-byte host segment cannot cover 3 pages 2^62 bytes apart");
         }
     }
+
+    @Test
+    void aHostSegmentIsRefusedWhenTheBlockItMustCoverOverflows() {
+        // FP32, 2^30 heads x 2^30 dims: 2^62-byte tokens, 4 a page: the block (4 x 2^62) wraps to 0, and a 64-byte segment
+        // would be taken for a page whose second token lies 2^62 bytes past the base
+        try (Arena arena = Arena.ofConfined()) {
+            final MemorySegment seg = arena.allocate(64);
+            assertThrows(IllegalArgumentException.class, () -> new KernelView(0, 0, seg.address(), 64, 1L << 62, 1L << 32,
+                DType.FP32, 1, 4, 1 << 30, 1 << 30, seg), "a 64-byte host segment cannot cover a block of 4 x 2^62 bytes");
+        }
+    }
 }
