@@ -464,9 +464,13 @@ public final class MappedPageStorage implements PageStorage {
         }
     }
 
-    /** @return whether a process holds a lock on {@code p}; {@code null} if this file system cannot tell */
+    /**
+     * @return whether a process holds a lock on {@code p}; {@code null} if this file system cannot tell. Opened for
+     *         reading and writing: on Linux that open returns at once also for a FIFO put at {@code p} after the sweep
+     *         saw a regular file there, where a write-only open would wait for a reader
+     */
     private static Boolean lockHeld(Path p) {
-        try (FileChannel ch = FileChannel.open(p, StandardOpenOption.WRITE, LinkOption.NOFOLLOW_LINKS)) {
+        try (FileChannel ch = FileChannel.open(p, StandardOpenOption.READ, StandardOpenOption.WRITE, LinkOption.NOFOLLOW_LINKS)) {
             try (java.nio.channels.FileLock lock = ch.tryLock()) {
                 return lock == null;
             } catch (java.nio.channels.OverlappingFileLockException e) {

@@ -406,6 +406,31 @@ class MappedPageStorageTest {
     }
 
     @Test
+    void theLockTestOfASweepDoesNotBlockOnAFifo() throws Exception {
+        // the sweep checks that an entry is a regular file, then opens it to test its lock: an entry swapped for a FIFO
+        // between the two (anyone who can write /dev/shm can loop that swap) must not hold up the create either
+        final Path fifo = dir.resolve(".pool.creating-1" + MappedPageStorage.PID_NAMESPACE + "-swapped");
+        assertEquals(0, new ProcessBuilder("mkfifo", fifo.toString()).inheritIO().start().waitFor());
+        final java.lang.reflect.Method lockHeld = MappedPageStorage.class.getDeclaredMethod("lockHeld", Path.class);
+        lockHeld.setAccessible(true);
+        final java.util.concurrent.CompletableFuture<Object> tested = java.util.concurrent.CompletableFuture.supplyAsync(() -> {
+            try {
+                return lockHeld.invoke(null, fifo);
+            } catch (ReflectiveOperationException e) {
+                throw new IllegalStateException(e);
+            }
+        });
+        try {
+            tested.get(5, java.util.concurrent.TimeUnit.SECONDS);
+        } catch (java.util.concurrent.TimeoutException e) {
+            try (FileChannel reader = FileChannel.open(fifo, StandardOpenOption.READ)) { // lets the stuck open go on
+                tested.get(5, java.util.concurrent.TimeUnit.SECONDS);
+            }
+            fail("the sweep's lock test blocked 5 s opening a FIFO");
+        }
+    }
+
+    @Test
     void aSweepWherePidNamespacesAreUnknownLeavesThisProcesssOwnCreateLocked() throws Exception {
         final Path f = dir.resolve("pool");
         // a create of this process under the name a process with no /proc/self/ns/pid gives it, at least 10 s in
