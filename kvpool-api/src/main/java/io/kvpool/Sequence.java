@@ -684,7 +684,8 @@ public final class Sequence implements AutoCloseable {
 
     /**
      * Releases every page reference (last page first, so the tail of a cached prefix is evicted before
-     * its head) and the unused reservation. Idempotent; does nothing once the pool is closed.
+     * its head) and the unused reservation. Idempotent. Once the pool is closed it releases nothing, but the sequence
+     * still becomes empty: no page and no token, so a block table's row for it reads empty.
      */
     @Override
     public void close() {

@@ -116,7 +116,7 @@ public final class ShmLink implements PeerLink {
     private ShmRingFile ringFile;    // non-null in ring mode
     private ShmRing ringOut, ringIn;
     private boolean ringNameLive;    // listener: the ring file's name exists until the peer's first bytes prove it mapped it
-    private boolean peerEof;         // ring mode: the socket reported EOF; fail once the ring is empty
+    private boolean peerEof;         // the socket reported EOF (ring mode, or a connector before the bootstrap): fail once the ring, if any, is empty
     private long lastSocketCheck = System.nanoTime();
     private final ByteBuffer socketProbe = ByteBuffer.allocate(64);
     private Bootstrap peer;

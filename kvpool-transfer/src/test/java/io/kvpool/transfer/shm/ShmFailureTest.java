@@ -71,11 +71,13 @@ class ShmFailureTest {
 
     /**
      * In ring mode the frames the peer put in the ring before it closed are delivered before the failure, also when it
-     * closed right after its answer to the bootstrap, before this side's first poll: a listener that crashed then, played
-     * by a raw one that makes the ring, puts a frame in it, answers and closes its socket.
+     * closed right after its answer to the bootstrap, before this side's first poll: a listener that refused and closed
+     * its link then, its process still running, played by a raw one that makes the ring, puts a frame in it, answers and
+     * closes its socket. A listener whose process has exited is refused at the bootstrap (its pid names no live process),
+     * and its ring is not read.
      */
     @Test
-    void aFrameAListenerPutInTheRingBeforeItCrashedIsDeliveredBeforeTheFailure() throws Exception {
+    void aFrameAListenerPutInTheRingBeforeItClosedIsDeliveredBeforeTheFailure() throws Exception {
         final Path sock = dir.resolve("raw-sock");
         try (java.nio.channels.ServerSocketChannel server = java.nio.channels.ServerSocketChannel.open(StandardProtocolFamily.UNIX)) {
             server.bind(UnixDomainSocketAddress.of(sock));
@@ -95,7 +97,7 @@ class ShmFailureTest {
                 while (b.hasRemaining()) {
                     ch.write(b);
                 }
-            } // the crash: the kernel closes the socket
+            } // the listener closes its end
             final ShmLinkTest.Recorder r = new ShmLinkTest.Recorder();
             ShmLinkTest.await("failure", () -> !r.failures.isEmpty(), () -> connector.poll(r, 10));
             assertTrue(connector.usesRings(), "the connector mapped the ring: " + r.failures);

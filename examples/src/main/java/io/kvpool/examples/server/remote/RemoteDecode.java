@@ -139,8 +139,8 @@ final class RemoteDecode extends RemoteRole implements DecodeService {
      * Gives the reservation back ({@code POST /internal/unreserve}, delivered in the background as aborts are:
      * {@link AbortDelivery}). Sent for a request whose reserve call the process answered "reserved", or whose call
      * failed without an answer (the process may have reserved it); not for one it refused or did not reserve (a build
-     * before reservations). A give-back naming a prefill engine is sent even when the reservation went back already:
-     * the process then only tells that engine to end its offer.
+     * before reservations). A give-back naming a prefill engine is sent to any process that takes reservations, also
+     * when the reservation went back already or was refused: the process then only tells that engine to end its offer.
      */
     @Override
     public void unreserve(long requestId, String why, long prefillInstance) {

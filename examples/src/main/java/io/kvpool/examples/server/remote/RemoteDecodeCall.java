@@ -42,8 +42,8 @@ import java.util.concurrent.TimeUnit;
  * writes a line at least every {@code --heartbeat-ms}: a stream silent for the call's silence limit then counts as
  * broken (a frozen process, a path that drops packets without a reset), not as a wait to the request's deadline. {@link #abort} tells the process
  * ({@code POST /internal/abort}), which ends the stream; the reader reads it to its end, so the connection goes back
- * to the client's pool whole. A stream not ended {@link #DROP_AFTER} after the abort is dropped, and the process
- * aborts on its own when it sees it gone.
+ * to the client's pool whole. A stream not ended {@link #DROP_AFTER} after the abort, or after its last event, is
+ * dropped; after an abort the process aborts on its own when it sees it gone.
  */
 final class RemoteDecodeCall implements DecodeCall {
 
@@ -72,7 +72,7 @@ final class RemoteDecodeCall implements DecodeCall {
     private volatile AbortDelivery.Closing closing;
 
     /**
-     * How long after {@link #abort} a stream the process has not ended is dropped. Not at once: the JDK client may
+     * How long after {@link #abort}, or after the stream's last event, a stream the process has not ended is dropped. Not at once: the JDK client may
      * already have put the connection back in its pool (the process ended the stream, the reader has not read that
      * far yet), and closing the stream then closes a pooled connection under the next request on it.
      */

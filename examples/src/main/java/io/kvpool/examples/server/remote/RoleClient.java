@@ -106,8 +106,10 @@ public final class RoleClient implements AutoCloseable {
      * {@link #CALL_TIMEOUT}; none on the body: the caller reads it for as long as the role streams, and closing
      * it drops the connection).
      *
-     * @throws RoleLostException     if the role cannot be reached
-     * @throws IllegalStateException if it answers with an error status
+     * An error status's body is read whole, within twice {@link #CALL_TIMEOUT}.
+     *
+     * @throws RoleLostException     if the role cannot be reached, or an error's body does not arrive within that bound
+     * @throws IllegalStateException if it answers with an error status (as {@link #post} maps it)
      */
     InputStream stream(String path, Object body) {
         final HttpRequest req = request(path, CALL_TIMEOUT).POST(publish(body)).build(); // the timeout bounds the headers only
