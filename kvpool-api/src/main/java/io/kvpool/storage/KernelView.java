@@ -87,9 +87,10 @@ public record KernelView(int layer, int kv, long baseAddress, long pageStride, l
             throw new IllegalArgumentException("pageCount, tokensPerPage, kvHeads and headDim must be ≥ 1, were " + pageCount + ", "
                 + tokensPerPage + ", " + kvHeads + ", " + headDim);
         }
-        final long packedToken = exactOrMax((long) headDim * dtype.bytes(), kvHeads); // a product past a long: no stride equals it
-        if (headStride != (long) headDim * dtype.bytes() || tokenStride != packedToken) {
-            throw new IllegalArgumentException("heads and tokens are packed: headStride must be " + (long) headDim * dtype.bytes()
+        final long packedHead = (long) headDim * dtype.bytes();
+        final long packedToken = exactOrMax(packedHead, kvHeads); // a product past a long: no stride equals it
+        if (headStride != packedHead || tokenStride != packedToken) {
+            throw new IllegalArgumentException("heads and tokens are packed: headStride must be " + packedHead
                 + " and tokenStride " + (packedToken == Long.MAX_VALUE ? "more than " + Long.MAX_VALUE : Long.toString(packedToken))
                 + ", were " + headStride + " and " + tokenStride);
         }
@@ -99,18 +100,19 @@ public record KernelView(int layer, int kv, long baseAddress, long pageStride, l
                 + " tokens × " + tokenStride + " bytes");
         }
         if (hostSegment.byteSize() != 0) {
-            long span;
-            try {
-                span = Math.addExact(Math.multiplyExact(pageCount - 1L, pageStride), block);
-            } catch (ArithmeticException overflow) {
-                span = Long.MAX_VALUE; // no segment covers it
-            }
+            final long span = sumOrMax(exactOrMax(pageCount - 1L, pageStride), block); // MAX_VALUE: no segment covers it
             if (hostSegment.address() != baseAddress || hostSegment.byteSize() < span) {
                 throw new IllegalArgumentException("host segment at 0x" + Long.toHexString(hostSegment.address()) + " of "
                     + hostSegment.byteSize() + " bytes must start at the base address 0x" + Long.toHexString(baseAddress)
                     + " and cover " + span + " bytes");
             }
         }
+    }
+
+    /** @return {@code a + b}, or {@link Long#MAX_VALUE} if it does not fit in a long (both non-negative) */
+    private static long sumOrMax(long a, long b) {
+        final long sum = a + b;
+        return sum < 0 ? Long.MAX_VALUE : sum;
     }
 
     /** @return {@code a × b}, or {@link Long#MAX_VALUE} if it does not fit in a long (both non-negative) */
