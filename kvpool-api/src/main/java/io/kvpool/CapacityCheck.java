@@ -28,23 +28,20 @@ final class CapacityCheck {
     private CapacityCheck() {
     }
 
-    /** A builder value not set: no value a caller passes (a negative one is refused with its number). */
-    static final long UNSET = Long.MIN_VALUE;
-
     /**
-     * @param pages      pages asked for, or {@link #UNSET}
-     * @param byteBudget bytes to fill with pages, or {@link #UNSET}
-     * @param context    the advertised max context, or {@link #UNSET}
+     * @param pages      pages asked for, or null if not set
+     * @param byteBudget bytes to fill with pages, or null if not set
+     * @param context    the advertised max context, or null if not set
      * @return the pool's size
      * @throws IllegalArgumentException if the size or max context is missing or out of range
      * @throws PoolCapacityException    if the pool cannot hold the context and the policy is {@link ContextPolicy#FAIL}
      */
-    static Sized resolve(KvLayout layout, long pages, long byteBudget, long context, ContextPolicy policy) {
+    static Sized resolve(KvLayout layout, Long pages, Long byteBudget, Long maxContext, ContextPolicy policy) {
         final long bytesPerPage = layout.bytesPerPage();
         final long n;
-        if (pages != UNSET) {
+        if (pages != null) {
             n = pages;
-        } else if (byteBudget != UNSET) {
+        } else if (byteBudget != null) {
             n = byteBudget / bytesPerPage;
             if (n < 1) {
                 throw new IllegalArgumentException("byte budget of " + byteBudget + " bytes holds no page of " + bytesPerPage
@@ -56,10 +53,12 @@ final class CapacityCheck {
         if (n < 1 || n > PageHandle.MAX_SLOT + 1L) {
             throw new IllegalArgumentException("a pool has 1.." + (PageHandle.MAX_SLOT + 1L) + " pages, asked for " + n);
         }
+        if (maxContext == null) {
+            throw new IllegalArgumentException("set maxContextTokens(n): the context length the deployment advertises");
+        }
+        final long context = maxContext;
         if (context < 1) {
-            throw new IllegalArgumentException(context == UNSET
-                ? "set maxContextTokens(n): the context length the deployment advertises"
-                : "maxContextTokens must be ≥ 1, was " + context);
+            throw new IllegalArgumentException("maxContextTokens must be ≥ 1, was " + context);
         }
         final long allTokens = Math.multiplyExact(n, (long) layout.tokensPerPage());
         final long poolTokens = Math.min(allTokens, Integer.MAX_VALUE); // one request is one sequence, which counts in an int

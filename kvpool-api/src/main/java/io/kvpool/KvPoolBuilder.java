@@ -11,9 +11,10 @@ import java.util.function.BiFunction;
 /** Builds a {@link KvPool}; runs the startup capacity check ({@link CapacityCheck}). Not thread-safe. */
 public final class KvPoolBuilder {
     final KvLayout layout;
-    long pages = CapacityCheck.UNSET;
-    long byteBudget = CapacityCheck.UNSET;
-    long maxContextTokens = CapacityCheck.UNSET;
+    // null: not set. Every long a caller passes is a value, checked with its number by build().
+    Long pages;
+    Long byteBudget;
+    Long maxContextTokens;
     ContextPolicy contextPolicy = ContextPolicy.FAIL;
     ReservationPolicy reservationPolicy = ReservationPolicy.FULL;
     FillMode fillMode = FillMode.CANARY;
@@ -36,7 +37,7 @@ public final class KvPoolBuilder {
      */
     public KvPoolBuilder pages(long pages) {
         this.pages = pages;
-        this.byteBudget = CapacityCheck.UNSET;
+        this.byteBudget = null;
         return this;
     }
 
@@ -48,7 +49,7 @@ public final class KvPoolBuilder {
      */
     public KvPoolBuilder byteBudget(long bytes) {
         this.byteBudget = bytes;
-        this.pages = CapacityCheck.UNSET;
+        this.pages = null;
         return this;
     }
 

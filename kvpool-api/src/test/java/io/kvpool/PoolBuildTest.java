@@ -78,6 +78,14 @@ class PoolBuildTest {
         assertTrue(m.contains("-5"), m);
         m = refusal.apply(() -> KvPool.builder(TINY).pages(4).maxContextTokens(-1));
         assertTrue(m.contains("-1") && !m.contains("set maxContextTokens"), m);
+        // the most negative long is a value too, not "not set"
+        final String min = Long.toString(Long.MIN_VALUE);
+        m = refusal.apply(() -> KvPool.builder(TINY).pages(Long.MIN_VALUE).maxContextTokens(1));
+        assertTrue(m.contains(min), m);
+        m = refusal.apply(() -> KvPool.builder(TINY).byteBudget(Long.MIN_VALUE).maxContextTokens(1));
+        assertTrue(m.contains(min), m);
+        m = refusal.apply(() -> KvPool.builder(TINY).pages(4).maxContextTokens(Long.MIN_VALUE));
+        assertTrue(m.contains(min), m);
         try (KvPool p = KvPool.builder(TINY).byteBudget(1 << 20).pages(3).maxContextTokens(1).build()) {
             assertEquals(3, p.capacity(), "the later pages(n) wins");
         }
