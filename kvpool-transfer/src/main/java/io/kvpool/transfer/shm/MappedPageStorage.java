@@ -18,7 +18,6 @@ import java.nio.ByteBuffer;
 import java.nio.ByteOrder;
 import java.nio.channels.FileChannel;
 import java.nio.file.AtomicMoveNotSupportedException;
-import java.nio.file.DirectoryStream;
 import java.nio.file.FileSystems;
 import java.nio.file.Files;
 import java.nio.file.LinkOption;
@@ -120,11 +119,11 @@ public final class MappedPageStorage implements PageStorage {
         HostPageStorage host = null;
         FileChannel held = null;
         final long pid = ProcessHandle.current().pid();
-        final Path building = file.resolveSibling("." + file.getFileName() + CREATING + pid + PID_NAMESPACE + "-"
+        final Path building = file.resolveSibling("." + file.getFileName() + CREATING + StaleFiles.owner() + "-"
             + Long.toHexString(new SecureRandom().nextLong() >>> 1));
         try {
             requirePoolFileOrNothing(file); // before the work, and again before the rename
-            sweepStaleTemporaries(file);
+            sweepStaleTemporaries(file, Bootstrap.OWN_PID_NAMESPACE);
             // Made and locked by one channel, and locked until it is renamed into place: the sweep of any process, in any
             // pid namespace, sees the create alive (the lock dies with this process). One channel for the lock and the
             // mapping: closing another channel of the file would drop this process's lock on it.
@@ -138,16 +137,12 @@ public final class MappedPageStorage implements PageStorage {
             if (stall != null) {
                 stall.accept(building);
             }
-            try {
-                held.lock();
-            } catch (IOException | UnsupportedOperationException e) {
-                // a file system without locks: sweeps there judge by pid or age
-            }
+            StaleFiles.lockQuietly(held);
             if (!Files.exists(building, LinkOption.NOFOLLOW_LINKS)) {
                 // this create stalled at least LOCK_TEST_MIN_AGE between making the file and locking it, and another
                 // process's sweep took it for a dead create's: the name is unique, so the file there now is ours or none
                 throw new IOException("its temporary " + building.getFileName() + " was deleted before this create locked it "
-                    + "(a stall of " + LOCK_TEST_MIN_AGE.toSeconds() + " s or more let another process's sweep take it for a "
+                    + "(a stall of " + StaleFiles.LOCK_TEST_MIN_AGE.toSeconds() + " s or more let another process's sweep take it for a "
                     + "dead create's); create it again");
             }
             // The canary fill below writes every page of a sparse file: on a tmpfs without room for them that write
@@ -206,21 +201,10 @@ public final class MappedPageStorage implements PageStorage {
 
     /**
      * Infix of the name a pool file is built under, next to it: {@code .<name>.creating-<pid>@<pid namespace>-<random>}
-     * ({@code @0} where {@code /proc} does not name the namespace; no {@code @} in names older builds made).
+     * (no {@code @} in names older builds made). A create locks it until the rename: {@link StaleFiles} sweeps the
+     * temporaries of creates that died.
      */
     private static final String CREATING = ".creating-";
-    /** {@code @} and this process's pid namespace ({@link Bootstrap#OWN_PID_NAMESPACE}; 0 where unknown). */
-    static final String PID_NAMESPACE = "@" + Bootstrap.OWN_PID_NAMESPACE;
-    /**
-     * A temporary younger than this is not judged by its lock: its creator takes the lock just after making the file.
-     * Its age is its last modification.
-     */
-    static final java.time.Duration LOCK_TEST_MIN_AGE = java.time.Duration.ofSeconds(10);
-    /**
-     * Where locks cannot be tested, a temporary of another pid namespace is left this long: its pid says nothing here,
-     * and a create finishes or fails in far less.
-     */
-    static final java.time.Duration FOREIGN_TEMPORARY_AGE = java.time.Duration.ofDays(1);
 
     private static final System.Logger LOG = System.getLogger("io.kvpool.transfer.shm");
 
@@ -390,7 +374,7 @@ public final class MappedPageStorage implements PageStorage {
 
     /** Logs a WARNING if {@code pid}, a pool file's creator about to lose its path, still runs (or was reused). */
     private static void warnIfCreatorRuns(Path file, long pid) {
-        if (runs(pid)) {
+        if (StaleFiles.runs(pid)) {
             LOG.log(System.Logger.Level.WARNING, "replacing the pool file " + file + " of process " + pid + ", which still runs"
                 + (pid == ProcessHandle.current().pid() ? " (this process)" : "") + ": right if it is the receiver this one "
                 + "succeeds and is shutting down; if not, two receivers share one path, and new senders of that one map this "
@@ -407,88 +391,9 @@ public final class MappedPageStorage implements PageStorage {
         }
     }
 
-    /**
-     * Deletes what creates that died left next to {@code file}. A create holds a lock on its temporary until the rename,
-     * and a lock dies with its process in whatever pid namespace it ran: a temporary at least {@link #LOCK_TEST_MIN_AGE}
-     * old that no process holds is a dead create's. Where the file system cannot lock, a temporary of this pid namespace
-     * is judged by its pid, and one of another (or an unknown) namespace by its age ({@link #FOREIGN_TEMPORARY_AGE}).
-     * A name of an older build (no {@code @}; it took no lock) is judged by its pid. Best effort.
-     */
-    private static void sweepStaleTemporaries(Path file) {
-        sweepStaleTemporaries(file, Bootstrap.OWN_PID_NAMESPACE);
-    }
-
-    /** As {@link #sweepStaleTemporaries(Path)}, as a process in pid namespace {@code ownNamespace} (0: unknown) would. */
+    /** Deletes the temporaries that creates of {@code file} which died left next to it ({@link StaleFiles}). */
     static void sweepStaleTemporaries(Path file, long ownNamespace) {
-        final String ownTag = "@" + ownNamespace;
-        final Path dir = file.toAbsolutePath().getParent();
-        final String prefix = "." + file.getFileName() + CREATING;
-        final long self = ProcessHandle.current().pid();
-        try (DirectoryStream<Path> ds = Files.newDirectoryStream(dir, p -> p.getFileName().toString().startsWith(prefix))) {
-            for (Path p : ds) {
-                if (!Files.isRegularFile(p, LinkOption.NOFOLLOW_LINKS)) {
-                    continue; // a create makes a regular file: a FIFO, device or link here is not one (opening a FIFO blocks)
-                }
-                final String rest = p.getFileName().toString().substring(prefix.length());
-                final int dash = rest.indexOf('-');
-                final String creator = dash < 0 ? rest : rest.substring(0, dash); // "<pid>" or "<pid>@<namespace>"
-                final int at = creator.indexOf('@');
-                try {
-                    final long pid = Long.parseLong(at < 0 ? creator : creator.substring(0, at));
-                    final boolean dead;
-                    if (at < 0) {
-                        dead = !runs(pid);
-                    } else {
-                        final String ns = creator.substring(at);
-                        if (ns.equals(ownTag) && pid == self) {
-                            // another create of this process: testing its lock here would release it (POSIX). Also where
-                            // the namespace is unknown (@0): a namesake in another such namespace is then left, not deleted
-                            continue;
-                        }
-                        final boolean ourNamespace = ns.equals(ownTag) && ownNamespace != 0;
-                        if (!olderThan(p, LOCK_TEST_MIN_AGE)) {
-                            continue;
-                        }
-                        final Boolean held = lockHeld(p);
-                        dead = held != null ? !held : ourNamespace ? !runs(pid) : olderThan(p, FOREIGN_TEMPORARY_AGE);
-                    }
-                    if (dead) {
-                        Files.deleteIfExists(p);
-                    }
-                } catch (NumberFormatException | IOException ignored) {
-                    // not one of ours, or gone meanwhile
-                }
-            }
-        } catch (IOException | RuntimeException ignored) {
-            // an unreadable directory: the create itself will say so
-        }
-    }
-
-    /**
-     * @return whether a process holds a lock on {@code p}; {@code null} if this file system cannot tell. Opened for
-     *         reading and writing: on Linux that open returns at once also for a FIFO put at {@code p} after the sweep
-     *         saw a regular file there, where a write-only open would wait for a reader
-     */
-    private static Boolean lockHeld(Path p) {
-        try (FileChannel ch = FileChannel.open(p, StandardOpenOption.READ, StandardOpenOption.WRITE, LinkOption.NOFOLLOW_LINKS)) {
-            try (java.nio.channels.FileLock lock = ch.tryLock()) {
-                return lock == null;
-            } catch (java.nio.channels.OverlappingFileLockException e) {
-                return true; // this JVM holds it
-            }
-        } catch (IOException | UnsupportedOperationException e) {
-            return null;
-        }
-    }
-
-    private static boolean olderThan(Path p, java.time.Duration age) throws IOException {
-        final long modified = Files.getLastModifiedTime(p, LinkOption.NOFOLLOW_LINKS).toMillis();
-        return System.currentTimeMillis() - modified > age.toMillis();
-    }
-
-    /** @return whether a live process has {@code pid} (in this process's pid namespace) */
-    private static boolean runs(long pid) {
-        return pid > 0 && ProcessHandle.of(pid).filter(ProcessHandle::isAlive).isPresent();
+        StaleFiles.sweep(file.toAbsolutePath().getParent(), "." + file.getFileName() + CREATING, ownNamespace);
     }
 
     /** The file key of a file system without file keys: the owner deletes whatever is at the path, as before. */

@@ -30,6 +30,10 @@ import java.security.SecureRandom;
  * Each position sits on its own 128-byte stretch so that the two processes never write to one cache line (nor to
  * a pair that the hardware prefetches together).
  *
+ * <p>The file is named {@code kvpool-ring-<pid>@<pid namespace>-<random>.shm} and its creator holds a lock on it
+ * while the name lives. A listener that dies before its peer maps the file cannot delete the name; the next ring
+ * created in that directory deletes it ({@link StaleFiles}), so a crash leaks no file for good.
+ *
  * <p>Threads: {@link #close()} may be called from any thread, once no ring is in use.
  */
 final class ShmRingFile implements AutoCloseable {
@@ -40,45 +44,52 @@ final class ShmRingFile implements AutoCloseable {
     private static final long NONCE_AT = 8, CAPACITY_AT = 16;
     private static final long C2L_TAIL = 128, C2L_HEAD = 256, L2C_TAIL = 384, L2C_HEAD = 512;
     static final long DATA_AT = 4096;
+    /** How every ring file's name starts; the creator's pid and namespace follow ({@link StaleFiles}). */
+    static final String PREFIX = "kvpool-ring-";
     private static final SecureRandom RANDOM = new SecureRandom();
 
     private final Path file;
     private final long nonce;
     private final Arena arena;
     private final MemorySegment segment;
+    /** The creator's open channel, holding the lock that tells sweeps the name is alive; null once the name is gone. */
+    private FileChannel nameLock;
     private boolean closed;
 
-    private ShmRingFile(Path file, long nonce, Arena arena, MemorySegment segment) {
+    private ShmRingFile(Path file, long nonce, Arena arena, MemorySegment segment, FileChannel nameLock) {
         this.file = file;
         this.nonce = nonce;
         this.arena = arena;
         this.segment = segment;
+        this.nameLock = nameLock;
     }
 
     /**
-     * Creates a ring file ({@code rw-------}) in {@code directory} and maps it.
+     * Creates a ring file ({@code rw-------}) in {@code directory}, locks and maps it, after deleting the ring files
+     * there whose creators died before their peers mapped them.
      *
      * @throws UncheckedIOException if the file cannot be created or mapped (the file is removed again)
      */
     static ShmRingFile create(Path directory) {
+        StaleFiles.sweep(directory, PREFIX, Bootstrap.OWN_PID_NAMESPACE);
         Path file = null;
+        FileChannel ch = null;
         final Arena arena = Arena.ofShared();
         try {
-            file = Files.createTempFile(directory, "kvpool-ring-", ".shm",
+            file = Files.createTempFile(directory, PREFIX + StaleFiles.owner() + "-", ".shm",
                 PosixFilePermissions.asFileAttribute(PosixFilePermissions.fromString("rw-------")));
-            final MemorySegment s;
-            try (FileChannel ch = FileChannel.open(file, StandardOpenOption.READ, StandardOpenOption.WRITE)) {
-                // written, not just sized: a full tmpfs says so here (ENOSPC), not later as SIGBUS in a ring access
-                final java.nio.ByteBuffer zeros = java.nio.ByteBuffer.allocate(64 * 1024);
-                final long size = DATA_AT + 2 * CAPACITY;
-                for (long at = 0; at < size; at += zeros.limit()) {
-                    zeros.clear().limit((int) Math.min(zeros.capacity(), size - at));
-                    while (zeros.hasRemaining()) {
-                        ch.write(zeros, at + zeros.position());
-                    }
+            ch = FileChannel.open(file, StandardOpenOption.READ, StandardOpenOption.WRITE);
+            StaleFiles.lockQuietly(ch);
+            // written, not just sized: a full tmpfs says so here (ENOSPC), not later as SIGBUS in a ring access
+            final java.nio.ByteBuffer zeros = java.nio.ByteBuffer.allocate(64 * 1024);
+            final long size = DATA_AT + 2 * CAPACITY;
+            for (long at = 0; at < size; at += zeros.limit()) {
+                zeros.clear().limit((int) Math.min(zeros.capacity(), size - at));
+                while (zeros.hasRemaining()) {
+                    ch.write(zeros, at + zeros.position());
                 }
-                s = ch.map(FileChannel.MapMode.READ_WRITE, 0, DATA_AT + 2 * CAPACITY, arena);
             }
+            final MemorySegment s = ch.map(FileChannel.MapMode.READ_WRITE, 0, DATA_AT + 2 * CAPACITY, arena);
             long nonce;
             do {
                 nonce = RANDOM.nextLong();
@@ -87,10 +98,11 @@ final class ShmRingFile implements AutoCloseable {
             s.set(ValueLayout.JAVA_INT, 4, VERSION);
             s.set(ValueLayout.JAVA_LONG, NONCE_AT, nonce);
             s.set(ValueLayout.JAVA_LONG, CAPACITY_AT, CAPACITY);
-            return new ShmRingFile(file, nonce, arena, s);
+            return new ShmRingFile(file, nonce, arena, s, ch);
         } catch (IOException | RuntimeException | InternalError e) { // InternalError: SIGBUS on the mapping
             arena.close();
             deleteQuietly(file);
+            closeQuietly(ch); // after the delete: the lock kept sweeps off the name until it was gone
             throw e instanceof IOException io ? new UncheckedIOException("cannot create a control ring in " + directory + ": " + e, io)
                 : e instanceof RuntimeException re ? re : new IllegalStateException("cannot create a control ring in " + directory + ": " + e, e);
         }
@@ -125,7 +137,7 @@ final class ShmRingFile implements AutoCloseable {
                     + version + " nonce 0x" + Long.toHexString(got) + " capacity " + capacity + ", expected 0x"
                     + Integer.toHexString(MAGIC) + ", " + VERSION + ", 0x" + Long.toHexString(nonce) + ", " + CAPACITY);
             }
-            return new ShmRingFile(file, nonce, arena, s);
+            return new ShmRingFile(file, nonce, arena, s, null);
         } catch (IOException e) {
             arena.close();
             throw new UncheckedIOException("cannot map control ring " + file + ": " + e, e);
@@ -167,9 +179,16 @@ final class ShmRingFile implements AutoCloseable {
         return segment;
     }
 
-    /** Removes the file's name; both sides' mappings stay valid. Best effort, idempotent. */
+    /** Removes the file's name, then drops the creator's lock; both sides' mappings stay valid. Best effort, idempotent. */
     void deleteFile() {
         deleteQuietly(file);
+        closeQuietly(nameLock);
+        nameLock = null;
+    }
+
+    /** {@return whether this side still holds the lock that marks the name alive (the creator, until the name goes)} */
+    boolean holdsNameLock() {
+        return nameLock != null;
     }
 
     private static void deleteQuietly(Path file) {
@@ -183,11 +202,26 @@ final class ShmRingFile implements AutoCloseable {
         }
     }
 
-    /** Unmaps the file. Idempotent; no ring of this file may be used afterwards. */
+    private static void closeQuietly(FileChannel ch) {
+        if (ch != null) {
+            try {
+                ch.close();
+            } catch (IOException ignored) {
+                // best effort: the lock dies with the process anyway
+            }
+        }
+    }
+
+    /**
+     * Unmaps the file and drops the creator's lock. The name stays if {@link #deleteFile()} was not called: a creator
+     * that keeps it for a peer still to map it calls that first. Idempotent; no ring of this file may be used afterwards.
+     */
     @Override
     public void close() {
         if (!closed) {
             closed = true;
+            closeQuietly(nameLock);
+            nameLock = null;
             arena.close();
         }
     }

@@ -259,12 +259,6 @@ class MappedPageStorageTest {
             + " for a fault), " + late + " faults reported after map returned: the fault under a map was never reproduced");
     }
 
-    private static long aPidThatExited() throws Exception {
-        final Process p = new ProcessBuilder("true").start();
-        p.waitFor();
-        return p.pid();
-    }
-
     @Test
     void aCreateReplacesOnlyAPoolFileAndNeverShowsAHalfMadeOne() throws Exception {
         final Path f = dir.resolve("pool");
@@ -317,58 +311,26 @@ class MappedPageStorageTest {
     @Test
     void aCreateSweepsTheTemporariesOfCreatesThatDied() throws Exception {
         final Path f = dir.resolve("pool");
-        final Path dead = Files.createFile(dir.resolve(".pool.creating-" + aPidThatExited() + "-1f"));
+        final Path dead = Files.createFile(dir.resolve(".pool.creating-" + FileLockProbe.aPidThatExited() + "-1f"));
         final Path alive = Files.createFile(dir.resolve(".pool.creating-" + ProcessHandle.current().pid() + "-2f"));
-        final Path otherPool = Files.createFile(dir.resolve(".pool2.creating-" + aPidThatExited() + "-3f"));
+        final Path otherPool = Files.createFile(dir.resolve(".pool2.creating-" + FileLockProbe.aPidThatExited() + "-3f"));
         MappedPageStorage.create(f, LAYOUT, 3).close();
         assertFalse(Files.exists(dead), "its process is gone");
         assertTrue(Files.exists(alive), "a create of a running process may still be filling it");
         assertTrue(Files.exists(otherPool), "another path's temporary is not this create's to sweep");
     }
 
-    /** A python3 process holding a POSIX (fcntl) lock on {@code file}, as a create in another process would. */
-    private static Process lockHolder(Path file) throws IOException {
-        final Process p;
-        try {
-            p = new ProcessBuilder("python3", "-c", "import fcntl,sys\nf=open(sys.argv[1],'r+')\nfcntl.lockf(f,fcntl.LOCK_EX)\n"
-                + "print('locked',flush=True)\nsys.stdin.read()", file.toString()).redirectErrorStream(true).start();
-        } catch (IOException e) {
-            assumeTrue(false, "no python3: " + e);
-            throw e;
-        }
-        final String line = new java.io.BufferedReader(new java.io.InputStreamReader(p.getInputStream())).readLine();
-        assertEquals("locked", line);
-        return p;
-    }
-
-    /** @return whether another process holds a lock on {@code file} (asked of a python3 process) */
-    private static boolean lockedElsewhere(Path file) throws Exception {
-        final Process p = new ProcessBuilder("python3", "-c", "import fcntl,sys\nf=open(sys.argv[1],'r+')\n"
-            + "try:\n  fcntl.lockf(f,fcntl.LOCK_EX|fcntl.LOCK_NB)\n  print('free')\nexcept OSError:\n  print('held')",
-            file.toString()).redirectErrorStream(true).start();
-        final String out = new String(p.getInputStream().readAllBytes()).trim();
-        p.waitFor();
-        assertTrue(out.equals("held") || out.equals("free"), out);
-        return out.equals("held");
-    }
-
-    private static Path aged(Path p) throws IOException {
-        Files.setLastModifiedTime(p, java.nio.file.attribute.FileTime.fromMillis(
-            System.currentTimeMillis() - MappedPageStorage.LOCK_TEST_MIN_AGE.toMillis() - 60_000));
-        return p;
-    }
-
     @Test
     void aTemporaryNoProcessHoldsIsADeadCreatesWhateverItsPidNamespace() throws Exception {
         final Path f = dir.resolve("pool");
-        final long dead = aPidThatExited(); // here; in another namespace it may well be a create still running
+        final long dead = FileLockProbe.aPidThatExited(); // here; in another namespace it may well be a create still running
         final Path fresh = Files.createFile(dir.resolve(".pool.creating-" + dead + "@1-4f"));
-        final Path unheld = aged(Files.createFile(dir.resolve(".pool.creating-" + dead + "@1-5f")));
-        final Path heldElsewhere = aged(Files.createFile(dir.resolve(".pool.creating-" + dead + "@1-6f")));
-        final Path oursDead = aged(Files.createFile(dir.resolve(".pool.creating-" + dead + MappedPageStorage.PID_NAMESPACE + "-7f")));
-        final Path oursAlive = aged(Files.createFile(dir.resolve(".pool.creating-" + ProcessHandle.current().pid()
-            + MappedPageStorage.PID_NAMESPACE + "-8f")));
-        final Process holder = lockHolder(heldElsewhere);
+        final Path unheld = FileLockProbe.aged(Files.createFile(dir.resolve(".pool.creating-" + dead + "@1-5f")));
+        final Path heldElsewhere = FileLockProbe.aged(Files.createFile(dir.resolve(".pool.creating-" + dead + "@1-6f")));
+        final Path oursDead = FileLockProbe.aged(Files.createFile(dir.resolve(".pool.creating-" + dead + StaleFiles.PID_NAMESPACE + "-7f")));
+        final Path oursAlive = FileLockProbe.aged(Files.createFile(dir.resolve(".pool.creating-" + ProcessHandle.current().pid()
+            + StaleFiles.PID_NAMESPACE + "-8f")));
+        final Process holder = FileLockProbe.lockHolder(heldElsewhere);
         try {
             MappedPageStorage.create(f, LAYOUT, 3).close();
             assertTrue(Files.exists(fresh), "just made: its creator may not hold its lock yet");
@@ -388,7 +350,7 @@ class MappedPageStorageTest {
     void aFifoNamedLikeADeadCreatesTemporaryDoesNotHoldUpACreate() throws Exception {
         // anyone who can write the pool's directory (/dev/shm) can make one; opening it to test a lock would block
         final Path f = dir.resolve("pool");
-        final Path fifo = dir.resolve(".pool.creating-1" + MappedPageStorage.PID_NAMESPACE + "-af");
+        final Path fifo = dir.resolve(".pool.creating-1" + StaleFiles.PID_NAMESPACE + "-af");
         assertEquals(0, new ProcessBuilder("mkfifo", fifo.toString()).inheritIO().start().waitFor());
         // aged without opening it (setLastModifiedTime would block on the FIFO too)
         assertEquals(0, new ProcessBuilder("touch", "-h", "-d", "1 minute ago", fifo.toString()).inheritIO().start().waitFor());
@@ -409,9 +371,9 @@ class MappedPageStorageTest {
     void theLockTestOfASweepDoesNotBlockOnAFifo() throws Exception {
         // the sweep checks that an entry is a regular file, then opens it to test its lock: an entry swapped for a FIFO
         // between the two (anyone who can write /dev/shm can loop that swap) must not hold up the create either
-        final Path fifo = dir.resolve(".pool.creating-1" + MappedPageStorage.PID_NAMESPACE + "-swapped");
+        final Path fifo = dir.resolve(".pool.creating-1" + StaleFiles.PID_NAMESPACE + "-swapped");
         assertEquals(0, new ProcessBuilder("mkfifo", fifo.toString()).inheritIO().start().waitFor());
-        final java.lang.reflect.Method lockHeld = MappedPageStorage.class.getDeclaredMethod("lockHeld", Path.class);
+        final java.lang.reflect.Method lockHeld = StaleFiles.class.getDeclaredMethod("lockHeld", Path.class);
         lockHeld.setAccessible(true);
         final java.util.concurrent.CompletableFuture<Object> tested = java.util.concurrent.CompletableFuture.supplyAsync(() -> {
             try {
@@ -434,11 +396,11 @@ class MappedPageStorageTest {
     void aSweepWherePidNamespacesAreUnknownLeavesThisProcesssOwnCreateLocked() throws Exception {
         final Path f = dir.resolve("pool");
         // a create of this process under the name a process with no /proc/self/ns/pid gives it, at least 10 s in
-        final Path ours = aged(Files.createFile(dir.resolve(".pool.creating-" + ProcessHandle.current().pid() + "@0-9f")));
+        final Path ours = FileLockProbe.aged(Files.createFile(dir.resolve(".pool.creating-" + ProcessHandle.current().pid() + "@0-9f")));
         try (FileChannel ch = FileChannel.open(ours, StandardOpenOption.READ, StandardOpenOption.WRITE); var lock = ch.lock()) {
             MappedPageStorage.sweepStaleTemporaries(f, 0);
             assertTrue(Files.exists(ours), "this process's create is alive");
-            assertTrue(lockedElsewhere(ours), "a test of its lock from this process would have dropped it (POSIX)");
+            assertTrue(FileLockProbe.lockedElsewhere(ours), "a test of its lock from this process would have dropped it (POSIX)");
         }
     }
 
@@ -470,7 +432,7 @@ class MappedPageStorageTest {
         MappedPageStorage.afterOverForTests = h -> {
             try (var names = Files.list(dir)) {
                 final Path building = names.filter(n -> n.getFileName().toString().startsWith(".pool.creating-")).findFirst().orElseThrow();
-                heldWhileFilling[0] = lockedElsewhere(building);
+                heldWhileFilling[0] = FileLockProbe.lockedElsewhere(building);
             } catch (Exception e) {
                 throw new AssertionError(e);
             }
@@ -482,7 +444,7 @@ class MappedPageStorageTest {
         }
         assertEquals(Boolean.TRUE, heldWhileFilling[0], "a sweep elsewhere would take the create for dead");
         try (MappedPageStorage again = MappedPageStorage.create(f, LAYOUT, 3)) {
-            assertFalse(lockedElsewhere(f), "the pool file itself is not left locked");
+            assertFalse(FileLockProbe.lockedElsewhere(f), "the pool file itself is not left locked");
         }
     }
 }

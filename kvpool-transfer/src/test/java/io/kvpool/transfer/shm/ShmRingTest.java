@@ -166,6 +166,43 @@ class ShmRingTest {
         assertTrue(assertThrows(IllegalArgumentException.class, () -> ShmRingFile.map(shortFile, 1)).getMessage().contains("4096 bytes"));
     }
 
+    @Test
+    void aRingFileIsLockedWhileItsNameLives() throws Exception {
+        try (ShmRingFile created = ShmRingFile.create(dir)) {
+            assertTrue(created.file().getFileName().toString().startsWith(ShmRingFile.PREFIX + StaleFiles.owner() + "-"),
+                created.file()::toString);
+            assertTrue(FileLockProbe.lockedElsewhere(created.file()), "a sweep in another process must see it alive");
+            created.deleteFile();
+            assertFalse(Files.exists(created.file()));
+            assertFalse(created.holdsNameLock());
+        }
+    }
+
+    @Test
+    void aCreateDeletesTheRingFilesOfListenersThatDiedBeforeTheirPeerMappedThem() throws Exception {
+        final long gone = FileLockProbe.aPidThatExited();
+        final String ns = StaleFiles.PID_NAMESPACE;
+        final Path dead = FileLockProbe.aged(Files.createFile(dir.resolve(ShmRingFile.PREFIX + gone + ns + "-1.shm")));
+        final Path deadElsewhere = FileLockProbe.aged(Files.createFile(dir.resolve(ShmRingFile.PREFIX + gone + "@1-2.shm")));
+        final Path fresh = Files.createFile(dir.resolve(ShmRingFile.PREFIX + gone + ns + "-3.shm"));
+        final Path held = FileLockProbe.aged(Files.createFile(dir.resolve(ShmRingFile.PREFIX + gone + "@1-4.shm")));
+        final Path ours = FileLockProbe.aged(Files.createFile(dir.resolve(ShmRingFile.PREFIX + StaleFiles.owner() + "-5.shm")));
+        final Path notARing = FileLockProbe.aged(Files.createFile(dir.resolve("kvpool-other-" + gone + ns + "-6.shm")));
+        final Process holder = FileLockProbe.lockHolder(held);
+        try {
+            ShmRingFile.create(dir).close();
+            assertFalse(Files.exists(dead), "its listener is gone and nobody holds it");
+            assertFalse(Files.exists(deadElsewhere), "no process holds it, whatever its pid namespace");
+            assertTrue(Files.exists(fresh), "just made: its creator may not hold its lock yet");
+            assertTrue(Files.exists(held), "a live listener holds it: its peer has yet to map it");
+            assertTrue(Files.exists(ours), "this process's: never tested (a test would drop its lock)");
+            assertTrue(Files.exists(notARing), "not a ring file");
+        } finally {
+            holder.getOutputStream().close();
+            holder.waitFor();
+        }
+    }
+
     /**
      * Two threads, each through its own mapping of one ring file (as two processes would), move frames of random
      * length whose every byte depends on the frame's number; the consumer checks each byte.
