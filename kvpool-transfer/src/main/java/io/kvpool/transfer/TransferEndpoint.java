@@ -399,7 +399,8 @@ abstract class TransferEndpoint implements AutoCloseable {
      */
     private String refuseText(PeerIdentity remote, String reason) {
         String told = reason;
-        for (int max = 96; told.getBytes(StandardCharsets.UTF_8).length > PeerIdentity.MAX_FIELD_BYTES && max >= 8; max /= 2) {
+        // down to a code point each side of ".." (max 3): six names of 4-byte code points still fit with their labels
+        for (int max = 96; told.getBytes(StandardCharsets.UTF_8).length > PeerIdentity.MAX_FIELD_BYTES && max >= 3; max /= 2) {
             told = new PeerMismatchException(identity, remote, refusals(remote, max)).getMessage();
         }
         return told;

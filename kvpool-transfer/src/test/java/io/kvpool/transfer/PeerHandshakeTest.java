@@ -187,6 +187,30 @@ class PeerHandshakeTest {
     }
 
     @Test
+    void aRefusalOfThreeLongMultiByteNamesStillNamesTheLastField() {
+        // 60 four-byte code points a name (240 bytes, within a field's 256): six of them cut to 12 code points each are
+        // still over the REFUSE's 256 bytes, and the codec's own cut would drop the line's end, the build
+        final String llamas = "\uD83E\uDD99".repeat(60), camels = "\uD83D\uDC2A".repeat(60);
+        try (KvPool pool = Kv.pool(8)) {
+            final TransferSender strict = TransferSender.builder(pool, PeerIdentity.of(Kv.LAYOUT, llamas, llamas, llamas))
+                .strictBuild(true).build();
+            final ScriptedLink link = new ScriptedLink().hello(PeerIdentity.of(Kv.LAYOUT, camels, camels, camels));
+            strict.addPeer(link);
+            strict.doWork();
+            assertEquals(Peer.State.REFUSED, strict.peer(0).state());
+            // the HELLO goes first here: the peer refuses ours too, and names its view
+            final Message.Refuse refuse = assertInstanceOf(Message.Refuse.class, link.sent.get(link.sent.size() - 1), () -> "sent " + link.sent);
+            assertTrue(refuse.reason().getBytes(java.nio.charset.StandardCharsets.UTF_8).length <= PeerIdentity.MAX_FIELD_BYTES,
+                refuse::reason);
+            for (String part : new String[] {"model: local=\uD83E\uDD99", "environment: local=\uD83E\uDD99", "build: local=\uD83E\uDD99"}) {
+                assertTrue(refuse.reason().contains(part), () -> "the REFUSE lacks '" + part + "': '" + refuse.reason() + "'");
+            }
+            assertTrue(refuse.reason().endsWith("\uD83D\uDC2A"), () -> "the line's end was cut: '" + refuse.reason() + "'");
+            strict.close();
+        }
+    }
+
+    @Test
     void theReceiverSendsItsHelloFirst() {
         try (Scripted s = new Scripted()) {
             assertEquals(List.of(new Message.Hello(Kv.identity())), s.link.sent);
