@@ -16,7 +16,7 @@ import java.util.concurrent.atomic.LongAdder;
 /**
  * The router's half of a paired abort to a role process, delivered without making the client wait: {@link #send}
  * returns at once, and a virtual thread posts {@code POST /internal/abort}, retrying (50 ms, doubling to 1 s) until
- * the role takes it (204), refuses it for good (a 4xx), or is declared gone — it has
+ * the role takes it (any 2xx), refuses it for good (a 4xx), or is declared gone — it has
  * not taken it for {@link #GIVE_UP} (a role process gone that long lost what it held with it; one that was only
  * cut off has long dropped the request itself: its transfer deadlines are shorter). At most {@link #MAX_POSTS} posts
  * are under way at once, so the aborts that piled up while a role was gone reach it paced when it is back, not all
@@ -142,7 +142,7 @@ final class AbortDelivery implements AutoCloseable {
             final boolean permit = awaitTurn();
             final boolean last = closing.getCount() == 0; // a try begun once close asked for the last ones is the last
             try {
-                client.post(path, body);
+                client.postAccepted(path, body); // the role's 2xx is all a delivery needs
                 delivered.increment();
                 return;
             } catch (RuntimeException e) {

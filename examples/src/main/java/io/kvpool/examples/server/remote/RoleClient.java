@@ -84,14 +84,16 @@ public final class RoleClient implements AutoCloseable {
         return answer("POST", path, r.statusCode(), r.body());
     }
 
-    /** Like {@link #post} but never throws: for aborts, where a role that is gone has nothing left to abort. @return whether it answered 2xx */
-    boolean postQuietly(String path, Object body) {
-        try {
-            post(path, body);
-            return true;
-        } catch (RuntimeException e) {
-            System.getLogger("io.kvpool.examples.server").log(System.Logger.Level.DEBUG, e.getMessage());
-            return false;
+    /**
+     * POSTs {@code body} where the router needs no answer (an abort, a give-back): any 2xx is taken, whatever its body
+     * (a proxy's or another build's 200 without one included), within {@link #CALL_TIMEOUT}.
+     *
+     * @throws RoleLostException / IllegalStateException for any other status, as {@link #post}
+     */
+    void postAccepted(String path, Object body) {
+        final HttpResponse<byte[]> r = send(request(path, CALL_TIMEOUT).POST(publish(body)).build(), HttpResponse.BodyHandlers.ofByteArray());
+        if (r.statusCode() / 100 != 2) {
+            answer("POST", path, r.statusCode(), r.body());
         }
     }
 

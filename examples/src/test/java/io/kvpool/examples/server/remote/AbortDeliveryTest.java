@@ -159,6 +159,33 @@ class AbortDeliveryTest {
     }
 
     @Test
+    void anAbortAnsweredWithA2xxAndNoBodyIsDelivered() throws Exception {
+        // a proxy in front of the role, or another build, may answer 200 with an empty body: the role took the abort
+        final HttpServer server = HttpServer.create(new InetSocketAddress(InetAddress.getLoopbackAddress(), 0), 0);
+        final AtomicInteger attempts = new AtomicInteger();
+        server.createContext("/internal/abort", ex -> {
+            ex.getRequestBody().readAllBytes();
+            attempts.incrementAndGet();
+            ex.sendResponseHeaders(200, -1);
+            ex.close();
+        });
+        server.start();
+        final RoleClient client = new RoleClient("prefill", URI.create("http://127.0.0.1:" + server.getAddress().getPort() + "/"),
+            new ObjectMapper());
+        try {
+            final AbortDelivery aborts = new AbortDelivery(client, null);
+            aborts.send(7, "the client left");
+            Await.until(() -> aborts.pending() == 0, Duration.ofSeconds(10), () -> "delivered; retries " + aborts.retries());
+            assertEquals(1, aborts.delivered());
+            assertEquals(0, aborts.retries());
+            assertEquals(1, attempts.get());
+        } finally {
+            client.close();
+            server.stop(0);
+        }
+    }
+
+    @Test
     void anAbortTheRoleRefusedWithA4xxIsNotRetried() throws Exception {
         try (Role role = new Role(0, 400)) {
             final RoleClient client = new RoleClient("prefill", role.base(), new ObjectMapper());
