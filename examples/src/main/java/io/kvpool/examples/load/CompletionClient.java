@@ -436,11 +436,13 @@ public final class CompletionClient implements AutoCloseable {
     }
 
     /**
-     * @return whether the server's KV read is not exactly the prompt: another text (another request's, of any tenant), or
-     *         the prompt's own tokens at other positions ({@code kv_misplaced_tokens}), which a repeated marker hides from the text
+     * @return whether the server's KV read is not exactly the prompt: another text (another request's, of any tenant),
+     *         the prompt's own tokens at other positions ({@code kv_misplaced_tokens}), which a repeated marker hides from the
+     *         text, or tokens in the last page past the prompt ({@code kv_tail_tokens}: an earlier tenancy's KV)
      */
     static boolean kvMismatch(Shot s, JsonNode kv) {
-        return !s.prompt().equals(kv.path("kv_text").asText()) || kv.path("kv_misplaced_tokens").asInt(0) != 0;
+        return !s.prompt().equals(kv.path("kv_text").asText()) || kv.path("kv_misplaced_tokens").asInt(0) != 0
+            || kv.path("kv_tail_tokens").asInt(0) != 0;
     }
 
     /**

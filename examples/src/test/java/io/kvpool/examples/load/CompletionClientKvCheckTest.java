@@ -27,7 +27,8 @@ import static org.junit.jupiter.api.Assertions.*;
 /**
  * The load generator's KV check (also replay's): a completed answer's KV must be exactly the prompt, in place (the server
  * counts {@code kv_misplaced_tokens}: a generator prompt repeats one marker, so the request's own pages swapped leave its
- * text unchanged), and a stream that ends early must echo the prompt, so that another request's text of the same
+ * text unchanged) and hold no tokens past the prompt in its last page ({@code kv_tail_tokens}), and a stream that ends
+ * early must echo the prompt, so that another request's text of the same
  * tenant is a finding there too.
  */
 class CompletionClientKvCheckTest {
@@ -112,6 +113,20 @@ class CompletionClientKvCheckTest {
         } finally {
             server.stop(0);
         }
+    }
+
+    @Test
+    void tokensInTheLastPagePastThePromptAreAMismatch() {
+        // an earlier tenancy's KV in the tail of the request's last page: its text is the prompt, its own KV in place
+        final String prompt = Mix.prompt("tenant3", 17, 9);
+        final Shot shot = new Shot(0, "tenant3", Shot.Kind.NORMAL, prompt, EchoTokenizer.encode(prompt).size(), 2, false, -1, null);
+        final com.fasterxml.jackson.databind.node.ObjectNode kv = new ObjectMapper().createObjectNode()
+            .put("kv_text", prompt).put("kv_misplaced_tokens", 0);
+        assertFalse(CompletionClient.kvMismatch(shot, kv), "a decode role of an older build reports no tail");
+        kv.put("kv_tail_tokens", 0);
+        assertFalse(CompletionClient.kvMismatch(shot, kv));
+        kv.put("kv_tail_tokens", 3);
+        assertTrue(CompletionClient.kvMismatch(shot, kv));
     }
 
     /** Text of another request of the same tenant carries no foreign marker; the echo check finds it. */

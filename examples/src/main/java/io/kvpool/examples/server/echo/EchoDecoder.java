@@ -12,7 +12,8 @@ import java.util.Set;
 
 /**
  * The decode half of the echo model. {@link #reconstruct} reads every page of a committed sequence's
- * block table and rebuilds the prompt's text and tenants from the KV alone; {@link #generate} then
+ * block table and rebuilds the prompt's text and tenants from the KV alone, and reads the last page's tail past the
+ * prompt, which must hold no one's tokens; {@link #generate} then
  * produces tokens that are a function of that KV: generated token {@code i} is the token at position
  * {@code i} of the sequence as read back from its pages (so the prompt is echoed, then the echo itself),
  * and each generated token's KV is appended to the sequence as a real decode step would.
@@ -28,9 +29,15 @@ public final class EchoDecoder {
      * @param canary    tokens that still held the free-page canary
      * @param garbage   tokens that decoded to nothing
      * @param misplaced tokens whose record names another position than the one they were read at
+     * @param tail      tokens found in the last page past the prompt: KV of an earlier tenancy of that page, which the
+     *                  receiver's tail fill must have wiped; {@link #TAIL_NOT_READ} where a role of an older build did not
+     *                  read the tail
      */
-    public record Reconstruction(String text, List<String> tenants, int tokens, int canary, int garbage, int misplaced) {
+    public record Reconstruction(String text, List<String> tenants, int tokens, int canary, int garbage, int misplaced, int tail) {
     }
+
+    /** {@link Reconstruction#tail()} of a reconstruction that did not read the tail. */
+    public static final int TAIL_NOT_READ = -1;
 
     /** Receives generated tokens; throws when the client is gone. */
     @FunctionalInterface
@@ -41,6 +48,12 @@ public final class EchoDecoder {
     private EchoDecoder() {
     }
 
+    /**
+     * Reads the prompt back from the sequence's KV, and the last page's tail past it.
+     *
+     * @param promptTokens the prompt's length, at most the sequence's token count
+     * @return what the KV holds
+     */
     public static Reconstruction reconstruct(EchoKv kv, Sequence seq, int promptTokens) {
         final StringBuilder text = new StringBuilder();
         final Set<String> tenants = new LinkedHashSet<>();
@@ -59,7 +72,14 @@ public final class EchoDecoder {
                 case GARBAGE -> garbage++;
             }
         }
-        return new Reconstruction(text.toString(), new ArrayList<>(tenants), promptTokens, canary, garbage, misplaced);
+        int tail = 0;
+        final int end = seq.pageCount() * seq.pool().layout().tokensPerPage();
+        for (int p = promptTokens; p < end; p++) { // a prompt that fills its last page has no tail
+            if (kv.read(seq, p).kind() == EchoKv.Kind.TOKEN) {
+                tail++;
+            }
+        }
+        return new Reconstruction(text.toString(), new ArrayList<>(tenants), promptTokens, canary, garbage, misplaced, tail);
     }
 
     /**

@@ -211,6 +211,7 @@ final class RoleJson {
         m.put("canary", r.canary());
         m.put("garbage", r.garbage());
         m.put("misplaced", r.misplaced());
+        m.put("tail", r.tail());
         return m;
     }
 
@@ -220,7 +221,8 @@ final class RoleJson {
             tenants.add(t.asText());
         }
         return new EchoDecoder.Reconstruction(text(n, "text"), tenants, (int) number(n, "tokens"), (int) number(n, "canary"),
-            (int) number(n, "garbage"), (int) number(n, "misplaced"));
+            (int) number(n, "garbage"), (int) number(n, "misplaced"),
+            n.has("tail") ? (int) number(n, "tail") : EchoDecoder.TAIL_NOT_READ); // a decode role of an older build reads no tail
     }
 
     static JsonNode field(JsonNode n, String name) {

@@ -169,6 +169,9 @@ public final class CompletionsHandler implements HttpHandler {
         k.put("kv_canary_tokens", kv.canary());
         k.put("kv_garbage_tokens", kv.garbage());
         k.put("kv_misplaced_tokens", kv.misplaced());
+        if (kv.tail() != EchoDecoder.TAIL_NOT_READ) {
+            k.put("kv_tail_tokens", kv.tail());
+        }
         return k;
     }
 

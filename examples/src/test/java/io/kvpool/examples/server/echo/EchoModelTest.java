@@ -108,7 +108,35 @@ class EchoModelTest {
             assertEquals(16, r.canary(), r::toString);
             assertEquals(17, r.garbage(), r::toString);
             assertEquals(1, r.misplaced(), r::toString);
+            assertEquals(0, r.tail(), "the tail, 36 to 47, still holds the canary");
             assertTrue(r.text().endsWith(EchoKv.GARBAGE_TEXT + "Evemovedmoved"), r::text);
+        }
+    }
+
+    @Test
+    void tokensOfAnEarlierTenancyInTheLastPagesTailAreCounted() {
+        // one page, no fill on free: the second request's page still holds the first one's KV past its own prompt
+        try (KvPool pool = KvPool.builder(LAYOUT).pages(1).maxContextTokens(LAYOUT.tokensPerPage())
+            .fillMode(io.kvpool.storage.FillMode.NONE).build()) {
+            final EchoKv kv = new EchoKv(LAYOUT);
+            final List<byte[]> earlier = EchoTokenizer.encode("the quick brown fox jumps over the lazy dog again");
+            final int tpp = LAYOUT.tokensPerPage();
+            try (Sequence first = pool.admit(tpp, 0).sequence()) {
+                first.append(tpp);
+                for (int p = 0; p < tpp; p++) {
+                    kv.write(first, p, earlier.get(p % earlier.size()), "eve");
+                }
+                assertEquals(0, EchoDecoder.reconstruct(kv, first, tpp).tail(), "a full page has no tail");
+            }
+            final List<byte[]> prompt = EchoTokenizer.encode("hi there");
+            try (Sequence second = pool.admit(prompt.size(), 0).sequence()) {
+                second.append(prompt.size());
+                kv.writePrompt(second, prompt, prompt.size(), "alice");
+                final EchoDecoder.Reconstruction r = EchoDecoder.reconstruct(kv, second, prompt.size());
+                assertEquals("hi there", r.text(), "the prompt itself reads back whole");
+                assertEquals(List.of("alice"), r.tenants());
+                assertEquals(tpp - prompt.size(), r.tail(), r::toString);
+            }
         }
     }
 
