@@ -15,9 +15,8 @@ import io.kvpool.transfer.shm.ShmLink;
 import io.kvpool.transfer.shm.ShmListener;
 import io.kvpool.transfer.shm.ShmTransport;
 import io.kvpool.storage.PageStorage;
-import io.kvpool.transfer.spi.LinkListener;
+import io.kvpool.transfer.spi.ForwardingPeerLink;
 import io.kvpool.transfer.spi.PeerLink;
-import io.kvpool.transfer.spi.Registration;
 import io.kvpool.transfer.spi.RemoteRegion;
 
 import java.io.IOException;
@@ -52,17 +51,12 @@ public final class TransferPhases {
         allocatedAt[i] = THREADS.getCurrentThreadAllocatedBytes();
     }
 
-    /**
-     * A link that times its {@code putBatch} calls and passes everything else on. An endpoint knows its peer by the
-     * link its listener callbacks name, so the callbacks are passed on naming this link.
-     */
-    private static final class TimedPuts implements PeerLink, LinkListener {
-        private final PeerLink link;
-        private LinkListener listener;
+    /** A link that times its {@code putBatch} calls and passes everything else on, frames as buffers (no copy). */
+    private static final class TimedPuts extends ForwardingPeerLink {
         long nanos, calls;
 
         TimedPuts(PeerLink link) {
-            this.link = link;
+            super(link);
         }
 
         void reset() {
@@ -73,90 +67,14 @@ public final class TransferPhases {
         @Override
         public void putBatch(RemoteRegion region, int[] dst, PageStorage source, int[] src, int off, int count, long firstToken) {
             final long t0 = System.nanoTime();
-            link.putBatch(region, dst, source, src, off, count, firstToken);
+            super.putBatch(region, dst, source, src, off, count, firstToken);
             nanos += System.nanoTime() - t0;
             calls++;
         }
 
         @Override
-        public int poll(LinkListener l, int limit) {
-            listener = l;
-            return link.poll(this, limit);
-        }
-
-        @Override
-        public void onFrame(PeerLink l, ByteBuffer frame) {
-            listener.onFrame(this, frame);
-        }
-
-        @Override
-        public void onWriteDone(PeerLink l, long token, int status) {
-            listener.onWriteDone(this, token, status);
-        }
-
-        @Override
-        public void onWritesDone(PeerLink l, long firstToken, int count, int status) {
-            listener.onWritesDone(this, firstToken, count, status);
-        }
-
-        @Override
-        public void onFlushDone(PeerLink l, long token, boolean ok) {
-            listener.onFlushDone(this, token, ok);
-        }
-
-        @Override
-        public void onLinkFailed(PeerLink l, String reason) {
-            listener.onLinkFailed(this, reason);
-        }
-
-        @Override
-        public String describe() {
-            return link.describe();
-        }
-
-        @Override
-        public boolean isUp() {
-            return link.isUp();
-        }
-
-        @Override
-        public void send(byte[] frame) {
-            link.send(frame);
-        }
-
-        @Override
         public void send(ByteBuffer frame) {
-            link.send(frame);
-        }
-
-        @Override
-        public Registration register(PageStorage storage, int[] slots) {
-            return link.register(storage, slots);
-        }
-
-        @Override
-        public boolean tearDown() {
-            return link.tearDown();
-        }
-
-        @Override
-        public RemoteRegion attach(byte[] regionKey, int pageCount) {
-            return link.attach(regionKey, pageCount);
-        }
-
-        @Override
-        public void flush(long token) {
-            link.flush(token);
-        }
-
-        @Override
-        public void cancelWrites() {
-            link.cancelWrites();
-        }
-
-        @Override
-        public void close() {
-            link.close();
+            delegate().send(frame);
         }
     }
 

@@ -63,14 +63,14 @@ class HeartbeatTest {
         }
 
         @Override
-        void frameArrived(LinkListener listener, ByteBuffer frame) {
+        protected void frameArrived(LinkListener listener, ByteBuffer frame) {
             if (!cut) {
                 listener.onFrame(this, frame);
             }
         }
 
         @Override
-        void linkFailed(LinkListener listener, String reason) {
+        protected void linkFailed(LinkListener listener, String reason) {
             if (!cut) { // the other side's close does not cross a partition
                 listener.onLinkFailed(this, reason);
             }

@@ -3,12 +3,7 @@ package io.kvpool.transfer;
 import io.kvpool.transfer.testkit.Kv;
 import io.kvpool.KvPool;
 import io.kvpool.PoolSnapshot;
-import io.kvpool.storage.PageStorage;
 import io.kvpool.transfer.spi.LinkFailedException;
-import io.kvpool.transfer.spi.LinkListener;
-import io.kvpool.transfer.spi.PeerLink;
-import io.kvpool.transfer.spi.Registration;
-import io.kvpool.transfer.spi.RemoteRegion;
 import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.ValueSource;
 
@@ -23,11 +18,12 @@ import static org.junit.jupiter.api.Assertions.*;
 class ReceiverSendFailureTest {
 
     /** A {@link ScriptedLink} whose next sends throw, as if the transport just found the link dead. */
-    static final class DiesOnSend implements PeerLink {
+    static final class DiesOnSend extends ForwardingLink {
         final ScriptedLink s;
         boolean dieOnSend;
 
         DiesOnSend(ScriptedLink s) {
+            super(s);
             this.s = s;
         }
 
@@ -38,77 +34,6 @@ class ReceiverSendFailureTest {
                 throw new LinkFailedException("connection reset (found while sending)");
             }
             s.send(frame);
-        }
-
-        @Override
-        public String describe() {
-            return s.describe();
-        }
-
-        @Override
-        public boolean isUp() {
-            return s.isUp();
-        }
-
-        @Override
-        public int poll(LinkListener listener, int limit) {
-            final PeerLink self = this; // events must name this link, the one the engine knows
-            return s.poll(new LinkListener() {
-                @Override
-                public void onFrame(PeerLink l, java.nio.ByteBuffer frame) {
-                    listener.onFrame(self, frame);
-                }
-
-                @Override
-                public void onWriteDone(PeerLink l, long token, int status) {
-                    listener.onWriteDone(self, token, status);
-                }
-
-                @Override
-                public void onFlushDone(PeerLink l, long token, boolean ok) {
-                    listener.onFlushDone(self, token, ok);
-                }
-
-                @Override
-                public void onLinkFailed(PeerLink l, String reason) {
-                    listener.onLinkFailed(self, reason);
-                }
-            }, limit);
-        }
-
-        @Override
-        public Registration register(PageStorage storage, int[] slots) {
-            return s.register(storage, slots);
-        }
-
-        @Override
-        public boolean tearDown() {
-            return s.tearDown();
-        }
-
-        @Override
-        public RemoteRegion attach(byte[] regionKey, int pages) {
-            return s.attach(regionKey, pages);
-        }
-
-        @Override
-        public void putBatch(RemoteRegion region, int[] dst, PageStorage source, int[] src, int off, int count, long firstToken) {
-            s.putBatch(region, dst, source, src, off, count, firstToken);
-        }
-
-        @Override
-        public void flush(long token) {
-            s.flush(token);
-        }
-
-        @Override
-        public void cancelWrites() {
-            s.cancelWrites();
-        }
-
-        @Override
-        public void close() {
-            s.close();
         }
     }
 

@@ -4,7 +4,6 @@ import io.kvpool.KvPool;
 import io.kvpool.PoolSnapshot;
 import io.kvpool.Sequence;
 import io.kvpool.SlotState;
-import io.kvpool.storage.PageStorage;
 import io.kvpool.transfer.testkit.ChildProcessDecode;
 import io.kvpool.transfer.FailureReason;
 import io.kvpool.transfer.IncomingTransfer;
@@ -15,10 +14,7 @@ import io.kvpool.transfer.ReceiverMetrics;
 import io.kvpool.transfer.testkit.PrefillChild;
 import io.kvpool.transfer.TransferReceiver;
 import io.kvpool.transfer.TwoProcessProtocolScenarios;
-import io.kvpool.transfer.spi.LinkListener;
-import io.kvpool.transfer.spi.PeerLink;
-import io.kvpool.transfer.spi.Registration;
-import io.kvpool.transfer.spi.RemoteRegion;
+import io.kvpool.transfer.spi.ForwardingPeerLink;
 import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
@@ -66,65 +62,20 @@ class UcxProtocolTwoProcessTest extends TwoProcessProtocolScenarios<UcxProtocolT
     }
 
     /** The receiver's link, delegating to the {@link UcxLink}; notes the pool when it is closed or torn down. */
-    final class Watched implements PeerLink {
+    final class Watched extends ForwardingPeerLink {
         final UcxLink link;
         final Decode d;
         Seen atClose, atTearDown;
         Boolean firstProof;
 
         Watched(UcxLink link, Decode d) {
+            super(link);
             this.link = link;
             this.d = d;
         }
 
         private Seen seen() {
             return new Seen(d.pool.snapshot(), d.watched == null ? null : d.watched.state(), d.child.isAlive());
-        }
-
-        @Override
-        public String describe() {
-            return link.describe();
-        }
-
-        @Override
-        public boolean isUp() {
-            return link.isUp();
-        }
-
-        @Override
-        public void send(byte[] frame) {
-            link.send(frame);
-        }
-
-        @Override
-        public int poll(LinkListener listener, int limit) {
-            // the engine knows its peers by link: events must name this wrapper, not the UcxLink inside
-            return link.poll(new LinkListener() {
-                @Override
-                public void onFrame(PeerLink l, java.nio.ByteBuffer frame) {
-                    listener.onFrame(Watched.this, frame);
-                }
-
-                @Override
-                public void onWriteDone(PeerLink l, long token, int status) {
-                    listener.onWriteDone(Watched.this, token, status);
-                }
-
-                @Override
-                public void onFlushDone(PeerLink l, long token, boolean ok) {
-                    listener.onFlushDone(Watched.this, token, ok);
-                }
-
-                @Override
-                public void onLinkFailed(PeerLink l, String reason) {
-                    listener.onLinkFailed(Watched.this, reason);
-                }
-            }, limit);
-        }
-
-        @Override
-        public Registration register(PageStorage storage, int[] slots) {
-            return link.register(storage, slots);
         }
 
         @Override
@@ -137,26 +88,6 @@ class UcxProtocolTwoProcessTest extends TwoProcessProtocolScenarios<UcxProtocolT
                 firstProof = proven;
             }
             return proven;
-        }
-
-        @Override
-        public RemoteRegion attach(byte[] regionKey, int pages) {
-            return link.attach(regionKey, pages);
-        }
-
-        @Override
-        public void putBatch(RemoteRegion region, int[] dst, PageStorage source, int[] src, int off, int count, long firstToken) {
-            link.putBatch(region, dst, source, src, off, count, firstToken);
-        }
-
-        @Override
-        public void flush(long token) {
-            link.flush(token);
-        }
-
-        @Override
-        public void cancelWrites() {
-            link.cancelWrites();
         }
 
         @Override

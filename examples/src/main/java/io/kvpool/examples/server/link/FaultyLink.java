@@ -1,10 +1,10 @@
 package io.kvpool.examples.server.link;
 
 import io.kvpool.storage.PageStorage;
+import io.kvpool.transfer.spi.ForwardingPeerLink;
 import io.kvpool.transfer.spi.LinkFailedException;
 import io.kvpool.transfer.spi.LinkListener;
 import io.kvpool.transfer.spi.PeerLink;
-import io.kvpool.transfer.spi.Registration;
 import io.kvpool.transfer.spi.RemoteRegion;
 import org.agrona.collections.LongHashSet;
 
@@ -31,7 +31,7 @@ import java.util.SplittableRandom;
  * posted at once (dropped link, revoked grant) is refused with {@link LinkFailedException} before any of
  * its writes is posted. Not thread-safe: one owner thread (the prefill role's duty cycle).
  */
-public final class FaultyLink implements PeerLink {
+public final class FaultyLink extends ForwardingPeerLink {
 
     private static final long MIN_DELAY_NANOS = 1_000_000, MAX_DELAY_NANOS = 20_000_000;
 
@@ -52,7 +52,6 @@ public final class FaultyLink implements PeerLink {
         }
     }
 
-    private final PeerLink delegate;
     private final LocalGrants grants;
     private final FaultPlan faults;
     private final LinkGate gate;
@@ -60,7 +59,6 @@ public final class FaultyLink implements PeerLink {
     private final ArrayDeque<Op> pending = new ArrayDeque<>();
     private final ArrayDeque<long[]> events = new ArrayDeque<>(); // {token, status} of writes; {token, -1 ok / -2 failed} of flushes
     private final LongHashSet failOnCompletion = new LongHashSet();
-    private final LinkRelay relay = new LinkRelay(this, this::rewrite);
     private String dropped;
     private boolean dropDelivered;
     private boolean closed;
@@ -73,7 +71,7 @@ public final class FaultyLink implements PeerLink {
      * @param linkNumber which link of this role this is (0 first); mixed into the seed
      */
     public FaultyLink(PeerLink delegate, LocalGrants grants, FaultPlan faults, LinkGate gate, int linkNumber) {
-        this.delegate = Objects.requireNonNull(delegate, "delegate");
+        super(delegate);
         this.grants = grants;
         this.faults = Objects.requireNonNull(faults, "faults");
         this.gate = gate;
@@ -91,10 +89,10 @@ public final class FaultyLink implements PeerLink {
     public RemoteRegion attach(byte[] regionKey, int pages) {
         ensureUp();
         if (grants == null) {
-            return new Region(null, delegate.attach(regionKey, pages));
+            return new Region(null, delegate().attach(regionKey, pages));
         }
         final LocalGrants.Grant g = grants.find(regionKey);
-        return new Region(g, delegate.attach(LocalGrants.inner(regionKey), pages));
+        return new Region(g, delegate().attach(LocalGrants.inner(regionKey), pages));
     }
 
     @Override
@@ -136,7 +134,7 @@ public final class FaultyLink implements PeerLink {
     public void flush(long token) {
         ensureUp();
         if (pending.isEmpty()) {
-            delegate.flush(token);
+            delegate().flush(token);
         } else {
             pending.add(new Flush(token));
         }
@@ -145,8 +143,8 @@ public final class FaultyLink implements PeerLink {
     @Override
     public void cancelWrites() {
         cancelPending(CANCELED, true);
-        if (delegate.isUp()) {
-            delegate.cancelWrites();
+        if (delegate().isUp()) {
+            delegate().cancelWrites();
         }
     }
 
@@ -162,7 +160,7 @@ public final class FaultyLink implements PeerLink {
             return;
         }
         final LocalGrants.Grant g = p.region.grant;
-        final Runnable copy = () -> delegate.putBatch(p.region.inner, p.dst, p.source, p.src, 0, p.count, p.firstToken);
+        final Runnable copy = () -> delegate().putBatch(p.region.inner, p.dst, p.source, p.src, 0, p.count, p.firstToken);
         try {
             final boolean ran = g == null ? run(copy) : g.write(copy);
             if (!ran) {
@@ -197,8 +195,18 @@ public final class FaultyLink implements PeerLink {
         }
     }
 
-    private int rewrite(long token, int status) {
-        return failOnCompletion.remove(token) ? FAILED : status;
+    /** A write the transport completed: FAILED instead where this link chose to fail a write that landed. */
+    @Override
+    protected void writeDone(LinkListener listener, long token, int status) {
+        super.writeDone(listener, token, failOnCompletion.remove(token) ? FAILED : status);
+    }
+
+    /** A run of writes, each seen alone: any of them may be one to fail. */
+    @Override
+    protected void writesDone(LinkListener listener, long firstToken, int count, int status) {
+        for (int i = 0; i < count; i++) {
+            writeDone(listener, firstToken + i, status);
+        }
     }
 
     /** Releases queued operations in order, as far as the gate and delays allow. */
@@ -222,7 +230,7 @@ public final class FaultyLink implements PeerLink {
                 pending.poll();
                 final Flush f = (Flush) op;
                 if (isUp()) {
-                    delegate.flush(f.token);
+                    delegate().flush(f.token);
                 } else {
                     events.add(new long[] {f.token, -2});
                 }
@@ -263,7 +271,7 @@ public final class FaultyLink implements PeerLink {
             n++;
         }
         if (n < limit) {
-            n += delegate.poll(relay.to(listener), limit - n);
+            n += super.poll(listener, limit - n);
         }
         if (dropped != null && !dropDelivered && n < limit) {
             dropDelivered = true;
@@ -279,19 +287,19 @@ public final class FaultyLink implements PeerLink {
         }
         dropped = reason;
         cancelPending(CANCELED, false);
-        delegate.close(); // the decode side sees the socket close and fails the link too
+        delegate().close(); // the decode side sees the socket close and fails the link too
     }
 
     // ---- the rest ----
 
     @Override
     public String describe() {
-        return delegate.describe() + (faults.active() ? "+faults(" + faults.rate() + ")" : "") + (grants == null ? "" : "+grants");
+        return delegate().describe() + (faults.active() ? "+faults(" + faults.rate() + ")" : "") + (grants == null ? "" : "+grants");
     }
 
     @Override
     public boolean isUp() {
-        return dropped == null && !closed && delegate.isUp();
+        return dropped == null && !closed && delegate().isUp();
     }
 
     private void ensureUp() {
@@ -304,20 +312,15 @@ public final class FaultyLink implements PeerLink {
     }
 
     @Override
-    public void send(byte[] frame) {
+    public void send(byte[] frame) { // frames sent as buffers come here too (PeerLink's default copy)
         ensureUp();
-        delegate.send(frame);
-    }
-
-    @Override
-    public Registration register(PageStorage storage, int[] slots) {
-        return delegate.register(storage, slots);
+        super.send(frame);
     }
 
     @Override
     public boolean tearDown() {
         cancelPending(CANCELED, false);
-        return delegate.tearDown();
+        return delegate().tearDown();
     }
 
     @Override
@@ -327,7 +330,7 @@ public final class FaultyLink implements PeerLink {
         }
         cancelPending(CANCELED, false);
         closed = true;
-        delegate.close();
+        delegate().close();
     }
 
     private static int[] slice(int[] a, int off, int count) {
