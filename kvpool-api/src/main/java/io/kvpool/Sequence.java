@@ -390,9 +390,24 @@ public final class Sequence implements AutoCloseable {
         tokenCount -= n;
     }
 
-    /** Copies the partial last page into the freshly allocated page {@code fresh} (copy-on-write). */
+    /**
+     * Copies the partial last page into the freshly allocated page {@code fresh} (copy-on-write), after checking the last
+     * page's handle: a page released behind this sequence's back may be another request's now, and copying it would hand
+     * that request's KV to this sequence under a current handle.
+     *
+     * @throws StaleHandleException if the last page's handle is stale (or not of this pool); nothing is copied
+     */
     void copyLastPageInto(long fresh) {
-        copyFrom[0] = PageHandle.slot(handles[pageCount - 1]);
+        final long last = handles[pageCount - 1];
+        final long v = pool.validate(last);
+        if (v == PageHandle.STALE || v == PageHandle.INVALID || v == PageHandle.FOREIGN) {
+            throw new StaleHandleException(last, v == PageHandle.STALE ? StaleHandleException.Refusal.STALE
+                : v == PageHandle.FOREIGN ? StaleHandleException.Refusal.FOREIGN : StaleHandleException.Refusal.INVALID,
+                "copy-on-write of page " + (pageCount - 1) + " of the sequence refused: its handle " + PageHandle.toString(last)
+                    + " is no longer current (slot " + PageHandle.slot(last) + " is now " + pool.stateOfSlot(PageHandle.slot(last))
+                    + "): the page was released behind the sequence's back");
+        }
+        copyFrom[0] = PageHandle.slot(last);
         copyTo[0] = PageHandle.slot(fresh);
         pool.storage().copyPages(copyFrom, 0, copyTo, 0, 1);
     }

@@ -1,0 +1,99 @@
+package io.kvpool;
+
+import org.junit.jupiter.api.Test;
+
+import static org.junit.jupiter.api.Assertions.*;
+
+/**
+ * A sequence whose partial last page was released behind its back (a stray release) holds a stale handle to it. Once
+ * the slot belongs to another request, which published it, the sequence's next append finds the page "shared" and
+ * copies it: the copy must refuse the stale handle instead of copying the other request's KV into a fresh page that the
+ * sequence then holds under a current handle, where every check passes.
+ */
+class StaleLastPageCopyTest {
+
+    private static final long A = 1, B = 2;
+    private static final int[] B_PROMPT = {11, 12, 13, 14};
+
+    /**
+     * A pool of 3 pages: A's partial page is slot 0, loose pages take slots 1 and 2, A's page 0 is released behind its
+     * back and B (which publishes it) gets slot 0; then slot 2 is freed for the copy-on-write.
+     *
+     * @return {A, B}
+     */
+    private static Sequence[] aStaleAndBsPublishedPageInItsSlot(KvPool pool) {
+        final Sequence a = pool.admit(2, 0).sequence();
+        a.append(2);
+        TokenTags.writeSequence(a, A, 0, 2);
+        final long loose = pool.tryAllocate(), spare = pool.tryAllocate();
+        assertTrue(loose >= 0 && spare >= 0);
+        pool.release(a.pageHandle(0)); // a stray release: A's reference, dropped by someone else
+        final Sequence b = pool.admit(B_PROMPT, 0, TestPools.SALT).sequence();
+        b.append(4);
+        assertEquals(a.pageIndex(0), b.pageIndex(0), "precondition: B got the slot A's stale handle names");
+        TokenTags.writeSequence(b, B, 0, 4);
+        b.publish(B_PROMPT, TestPools.SALT);
+        pool.release(spare); // the page a copy-on-write of A's last page takes
+        return new Sequence[] {a, b};
+    }
+
+    /** @return whether any page of {@code s} that its handle still names holds one of B's tokens among s's tokens */
+    private static boolean holdsBsKv(KvPool pool, Sequence s) {
+        final int tpp = pool.layout().tokensPerPage();
+        for (int t = 0; t < s.tokenCount(); t++) {
+            final long h = s.pageHandle(t / tpp);
+            if (pool.state(h) == null) {
+                continue; // stale: every read through it is refused
+            }
+            final long tag = TokenTags.read(pool.page(h), pool.layout(), t % tpp);
+            for (int bt = 0; bt < 4; bt++) {
+                if (tag == TokenTags.tag(B, bt)) {
+                    return true;
+                }
+            }
+        }
+        return false;
+    }
+
+    @Test
+    void anAppendNeverCopiesAnotherRequestsPageThroughAStaleLastPageHandle() {
+        try (KvPool pool = TestPools.builder(3).build()) {
+            final Sequence[] ab = aStaleAndBsPublishedPageInItsSlot(pool);
+            final Sequence a = ab[0];
+            final long stale = a.pageHandle(0);
+            assertThrows(StaleHandleException.class, () -> a.append(1));
+            assertFalse(holdsBsKv(pool, a), "A must not read B's KV under a current handle");
+            assertEquals(2, a.tokenCount(), "a refused append changes nothing");
+            assertEquals(stale, a.pageHandle(0));
+            assertEquals(1, pool.metrics().free(), "the copy's page went back");
+        }
+    }
+
+    @Test
+    void withTheGenerationCheckOffTheCopyHandsBsKvToA() {
+        // the control: the check above is what stops the leak, and this test's reading of A's pages sees it when it happens
+        try (KvPool pool = TestPools.builder(3).unsafeDisable(Safeguard.GENERATION_CHECK).build()) {
+            final Sequence[] ab = aStaleAndBsPublishedPageInItsSlot(pool);
+            final Sequence a = ab[0];
+            final long stale = a.pageHandle(0);
+            a.append(1);
+            assertNotEquals(stale, a.pageHandle(0), "A's last page was copied");
+            assertNotEquals(ab[1].pageIndex(0), a.pageIndex(0), "into a page of its own");
+            assertTrue(holdsBsKv(pool, a), "with generations unchecked, A's copy of its last page is B's KV");
+        }
+    }
+
+    @Test
+    void aBatchStepNeverCopiesAnotherRequestsPageThroughAStaleLastPageHandle() {
+        try (KvPool pool = TestPools.builder(3).build()) {
+            final Sequence[] ab = aStaleAndBsPublishedPageInItsSlot(pool);
+            final Sequence a = ab[0];
+            final long stale = a.pageHandle(0);
+            assertThrows(StaleHandleException.class, () -> pool.appendEach(new Sequence[] {a}, 1, 1));
+            assertFalse(holdsBsKv(pool, a), "A must not read B's KV under a current handle");
+            assertEquals(2, a.tokenCount(), "a refused step changes nothing");
+            assertEquals(stale, a.pageHandle(0));
+            assertEquals(1, pool.metrics().free(), "the copy's page went back");
+        }
+    }
+}
