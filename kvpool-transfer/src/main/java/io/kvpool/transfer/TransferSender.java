@@ -216,8 +216,9 @@ public final class TransferSender extends TransferEndpoint {
      * @param requestId the request; the receiver's descriptor names it
      * @param source    the prefill sequence holding the KV of its {@link Sequence#tokenCount()} tokens
      * @return the transfer
-     * @throws IllegalArgumentException if the sequence belongs to another pool
-     * @throws IllegalStateException    if the sender is closed, or the request id is offered already
+     * @throws IllegalArgumentException if the sequence belongs to another pool (the message names both pools)
+     * @throws IllegalStateException    if the sender is closed, the sequence is closed (its KV is gone: nothing is
+     *                                  offered), or the request id is offered already
      * @throws io.kvpool.StaleHandleException if a page of the sequence is no longer its (nothing is retained)
      * @throws io.kvpool.IllegalSlotTransitionException if a page cannot be retained, e.g. one still RECEIVING
      *                                  (nothing is retained)
@@ -225,7 +226,11 @@ public final class TransferSender extends TransferEndpoint {
     public OutgoingTransfer offer(long requestId, Sequence source) {
         ensureOpen();
         if (source.pool() != pool) {
-            throw new IllegalArgumentException("the sequence belongs to another pool");
+            throw new IllegalArgumentException("the sequence belongs to " + source.pool() + ", this sender to " + pool);
+        }
+        if (source.isClosed()) { // a closed sequence reads as empty: offering it would send 0 tokens for this request
+            throw new IllegalStateException("request " + requestId + ": the sequence is closed, its KV is gone; offer it "
+                + "before closing it (offer retains its pages)");
         }
         final long[] handles = new long[source.pageCount()];
         for (int i = 0; i < handles.length; i++) {
