@@ -46,6 +46,12 @@ final class Isolation {
         if (!prompt.equals(kv.path("kv_text").asText())) {
             v.add(tenant + "'s KV holds '" + kv.path("kv_text").asText() + "', the prompt was '" + prompt + "'");
         }
+        if (kv.path("kv_misplaced_tokens").asInt(0) != 0) {
+            v.add(tenant + "'s KV holds " + kv.path("kv_misplaced_tokens") + " of its tokens at other positions");
+        }
+        if (kv.path("kv_tail_tokens").asInt(0) != 0) {
+            v.add(tenant + "'s last page holds " + kv.path("kv_tail_tokens") + " tokens past its prompt (an earlier tenancy's KV)");
+        }
         final String text = response.path("choices").path(0).path("text").asText();
         if (!expectedText(prompt, maxTokens).equals(text)) {
             v.add(tenant + "'s completion is '" + text + "', expected '" + expectedText(prompt, maxTokens) + "'");
