@@ -170,18 +170,26 @@ public final class UcxLink implements PeerLink {
                 if (closeRequest != null) {
                     return;
                 }
-                final String why = "UCX endpoint error " + status + " (" + message + ")";
-                if (inWorkerProgress) {
-                    // the peer's last messages may have come in the same round: they wait in UCX's queue until this
-                    // round's probe, and the failure is queued after them (progress), as the peer sent them first
-                    up = false;
-                    if (endpointError == null) {
-                        endpointError = why;
-                    }
-                } else {
-                    fail(why);
-                }
+                failAfterRound("UCX endpoint error " + status + " (" + message + ")");
             }));
+    }
+
+    /**
+     * UCX thread: fails the link, after the messages of the running progress round when it runs inside one. The peer's
+     * last messages may have come in the same round as the failure: they wait in UCX's queue until this round's probe,
+     * and the failure is queued after them ({@link #progress}), as the peer sent them first. Every failure UCX reports
+     * from inside progress goes this way: the endpoint's error, and the error of a control send or receive that the
+     * endpoint's failure ended (UCX ends those before it calls the error handler).
+     */
+    private void failAfterRound(String why) {
+        if (inWorkerProgress) {
+            up = false;
+            if (endpointError == null) {
+                endpointError = why;
+            }
+        } else {
+            fail(why);
+        }
     }
 
     // ---- PeerLink ----
@@ -223,7 +231,7 @@ public final class UcxLink implements PeerLink {
                     @Override
                     public void onError(int status, String message) {
                         if (closeRequest == null) { // a send canceled by our own close is no failure of the link
-                            fail("control frame of " + frame.length + " bytes not sent: UCX status " + status + " (" + message + ")");
+                            failAfterRound("control frame of " + frame.length + " bytes not sent: UCX status " + status + " (" + message + ")");
                         }
                     }
                 });
@@ -631,7 +639,7 @@ public final class UcxLink implements PeerLink {
         while (!receiving && closeRequest == null && worker != null && !failed && n < MAX_CONTROL_PER_PROGRESS) {
             final UcpTagMessage m;
             try {
-                m = worker.tagProbeNonBlocking(recvTag, -1L, true);
+                m = worker.tagProbeNonBlocking(0, 0, true); // any tag: the worker is this link's own, only the peer sends
             } catch (RuntimeException e) {
                 fail("cannot probe for a control message: " + e.getMessage());
                 return n;
@@ -640,6 +648,12 @@ public final class UcxLink implements PeerLink {
                 return n;
             }
             n++;
+            if (m.getSenderTag() != recvTag) {
+                // taken off UCX's queue by the probe: the worker's close discards it with the rest
+                fail("malformed control message: a message of " + m.getRecvLength() + " bytes on tag " + m.getSenderTag()
+                    + ", this link receives on tag " + recvTag);
+                return n;
+            }
             final long length = m.getRecvLength();
             if (length < WireFormat.HEADER_BYTES || length > MAX_FRAME) {
                 // taken off UCX's queue by the probe: the worker's close discards it with the rest
@@ -661,7 +675,7 @@ public final class UcxLink implements PeerLink {
                     public void onError(int status, String message) {
                         receiving = false;
                         if (closeRequest == null) {
-                            fail("control receive failed: UCX status " + status + " (" + message + ")");
+                            failAfterRound("control receive failed: UCX status " + status + " (" + message + ")");
                         }
                     }
                 });
@@ -768,10 +782,18 @@ public final class UcxLink implements PeerLink {
             LOG.log(System.Logger.Level.WARNING, describe() + ": closing the worker failed, so its teardown is NOT proven: " + e);
         }
         publishWrites(); // completions that fired inside close()
-        for (WriteCallback cb : java.util.List.copyOf(inFlight)) {
-            cb.finish(CANCELED); // the worker is gone: this put will never report; it ends unproven
+        if (closedOk) {
+            for (WriteCallback cb : java.util.List.copyOf(inFlight)) {
+                cb.finish(CANCELED); // the worker is gone: this put will never report; it ends unproven
+            }
+            publishWrites();
+        } else if (!inFlight.isEmpty()) {
+            // the worker may live on: UCX may still read these puts' sources and apply them at the peer, so they are
+            // never reported (PeerLink: a transport that cannot guarantee a write's end never reports it), and the
+            // sender keeps their source pages
+            LOG.log(System.Logger.Level.WARNING, describe() + ": " + inFlight.size() + " writes were in flight on the worker "
+                + "whose close failed: they are never reported ended, and their source pages stay held");
         }
-        publishWrites();
         for (FlushCallback cb : java.util.List.copyOf(flushesPending)) {
             cb.report(FAILED); // nor will this flush: every flush is answered, here not ok
         }

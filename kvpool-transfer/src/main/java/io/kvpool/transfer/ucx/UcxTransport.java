@@ -257,7 +257,7 @@ public final class UcxTransport implements AutoCloseable {
             out.writeInt(myAddress.length);
             out.write(myAddress);
             out.flush();
-            final DataInputStream in = new DataInputStream(socket.getInputStream());
+            final DataInputStream in = new DataInputStream(deadlineStream(socket, System.nanoTime() + timeout.toNanos()));
             final int magic = in.readInt();
             if (magic != MAGIC) {
                 throw new LinkFailedException("UCX bootstrap of '" + label + "': bad magic 0x" + Integer.toHexString(magic)
@@ -296,6 +296,35 @@ public final class UcxTransport implements AutoCloseable {
             links.remove(l);
             l.closeWorkerNow();
         }, () -> closeUnlinked(worker)); // the caller gave up before the link was made: its worker is closed instead
+    }
+
+    /**
+     * The socket's input, each read waiting only for what is left of the time until {@code deadlineNanos}: the
+     * bootstrap's timeout bounds the whole wait for the peer's half, so a peer that trickles it byte by byte, each
+     * within the socket timeout, cannot hold a connect for longer.
+     */
+    private static java.io.InputStream deadlineStream(Socket socket, long deadlineNanos) throws IOException {
+        return new java.io.FilterInputStream(socket.getInputStream()) {
+            private void arm() throws IOException {
+                final long left = deadlineNanos - System.nanoTime();
+                if (left <= 0) {
+                    throw new java.net.SocketTimeoutException("the peer's half did not arrive in time");
+                }
+                socket.setSoTimeout((int) Math.max(1, Math.min(Integer.MAX_VALUE, TimeUnit.NANOSECONDS.toMillis(left))));
+            }
+
+            @Override
+            public int read() throws IOException {
+                arm();
+                return super.read();
+            }
+
+            @Override
+            public int read(byte[] b, int off, int len) throws IOException {
+                arm();
+                return super.read(b, off, len);
+            }
+        };
     }
 
     /** Closes a worker no link took (owner thread). */

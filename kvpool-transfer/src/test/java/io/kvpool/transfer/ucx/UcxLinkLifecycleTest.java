@@ -377,6 +377,174 @@ class UcxLinkLifecycleTest {
     }
 
     /**
+     * As above, with one of this side's control sends still pending when the peer vanishes (a frame large enough for
+     * rendezvous, which the peer never received): the send's failure, reported in the same round as the endpoint's,
+     * must not overtake the peer's last frame nor keep it from being taken.
+     */
+    @Test
+    void aFrameSentJustBeforeThePeerVanishedIsDeliveredBeforeTheFailureOfAPendingSend() throws Exception {
+        try (RawPeer peer = RawPeer.linkedTo(a, "last-frame-pending-send")) {
+            peer.send(io.kvpool.transfer.wire.WireCodec.encode(new io.kvpool.transfer.wire.Message.Ping(1)));
+            final Recorder r = new Recorder();
+            r.pollUntil(peer.link, () -> !r.frames.isEmpty() || !r.failures.isEmpty(), 3_000);
+            assertEquals(java.util.List.of(new io.kvpool.transfer.wire.Message.Ping(1)), r.frames, "the first frame " + r.failures);
+            // a frame of ~480 KB goes by rendezvous: it stays pending, since the raw peer posts no receive for it
+            peer.link.send(io.kvpool.transfer.wire.WireCodec.encode(new io.kvpool.transfer.wire.Message.Descriptor(
+                1, 2, 3, 16, 4, 1, 0, new long[60_000], new byte[] {1, 2, 3, 4})));
+            for (int i = 0; i < 1000; i++) {
+                peer.w.progress();
+            }
+            final CompletableFuture<Object> busy = CompletableFuture.supplyAsync(() -> a.call(() -> {
+                Thread.sleep(1_500);
+                return null;
+            }));
+            Thread.sleep(200);
+            peer.send(io.kvpool.transfer.wire.WireCodec.encode(new io.kvpool.transfer.wire.Message.Ping(2)));
+            for (int i = 0; i < 1000; i++) {
+                peer.w.progress();
+            }
+            peer.vanish();
+            busy.get();
+            r.pollUntil(peer.link, () -> !r.failures.isEmpty(), 10_000);
+            assertEquals(java.util.List.of(new io.kvpool.transfer.wire.Message.Ping(1), new io.kvpool.transfer.wire.Message.Ping(2)),
+                r.frames, "the last frame before the peer vanished, then " + r.failures);
+            assertEquals(1, r.failures.size(), r.failures::toString);
+        }
+    }
+
+    /**
+     * A control message on a tag other than the link's fails the link, naming both tags: the link's worker is its own,
+     * so only the peer can have sent it, and left unreceived it would wait in UCX's queue until the link closed (a peer
+     * sending such messages grew this process's memory without bound, and a peer that swapped the tags saw its frames
+     * vanish without a word).
+     */
+    @Test
+    void aControlMessageOnAnotherTagFailsTheLinkNamingBothTags() throws Exception {
+        try (RawPeer peer = RawPeer.linkedTo(a, "wrong-tag")) {
+            final byte[] ping = io.kvpool.transfer.wire.WireCodec.encode(new io.kvpool.transfer.wire.Message.Ping(1));
+            sendAndWait(peer.w, peer.ep, java.nio.ByteBuffer.allocateDirect(ping.length).put(ping).flip(), peer.linkTag + 1);
+            peer.send(io.kvpool.transfer.wire.WireCodec.encode(new io.kvpool.transfer.wire.Message.Ping(2)));
+            final Recorder r = new Recorder();
+            r.pollUntil(peer.link, () -> !r.failures.isEmpty(), 3_000);
+            assertEquals(1, r.failures.size(), "a message on tag " + (peer.linkTag + 1) + " did not fail the link (tag "
+                + peer.linkTag + "); frames " + r.frames);
+            assertTrue(r.failures.get(0).contains("tag " + (peer.linkTag + 1)) && r.failures.get(0).contains("tag " + peer.linkTag),
+                r.failures.get(0));
+            assertEquals(java.util.List.of(), r.frames, "frames delivered after a message on another tag");
+        }
+    }
+
+    /**
+     * A link whose worker could not be closed (the close threw) has not ended its writes: UCX may still read their
+     * source pages and apply them at the peer. It must not report them CANCELED, or the sender releases those pages
+     * for another request while a put still reads them; it reports them never, as the SPI asks of a transport that
+     * cannot guarantee a write's end. Here the worker's close throws because its native id is hidden for the call.
+     */
+    @Test
+    void writesOfAWorkerWhoseCloseFailedAreNeverReportedEnded() throws Exception {
+        final UcxLink[] p = pair("close-fails");
+        final UcxLink sender = p[0], receiver = p[1];
+        completeWireUp(sender, receiver);
+        final int[] slots = {0, 1, 2, 3, 4, 5, 6, 7};
+        final Registration reg = receiver.register(dst, slots);
+        final RemoteRegion region = sender.attach(reg.key(), slots.length);
+        final java.lang.reflect.Field workerField = UcxLink.class.getDeclaredField("worker");
+        workerField.setAccessible(true);
+        final java.lang.reflect.Field idField = org.openucx.jucx.UcxNativeStruct.class.getDeclaredField("nativeId");
+        idField.setAccessible(true);
+        final org.openucx.jucx.ucp.UcpWorker real = (org.openucx.jucx.ucp.UcpWorker) workerField.get(sender);
+        final long[] inFlight = new long[1];
+        final java.util.concurrent.CountDownLatch thaw = new java.util.concurrent.CountDownLatch(1);
+        b.execute(() -> { // the receiver's UCX thread stalls: 32 MiB of puts overflow the sockets and wait in UCX
+            try {
+                thaw.await();
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+            }
+        });
+        for (int r = 0; r < 256; r++) {
+            sender.putBatch(region, slots, src, slots, 0, slots.length, (long) r * slots.length);
+        }
+        final Recorder rs = new Recorder();
+        try {
+            a.call(() -> {
+                final java.lang.reflect.Field outstanding = UcxLink.class.getDeclaredField("outstandingWrites");
+                outstanding.setAccessible(true);
+                inFlight[0] = outstanding.getLong(sender);
+                final Object id = idField.get(real);
+                idField.set(real, null); // UcpWorker.close() now throws
+                try {
+                    sender.closeWorkerNow();
+                } finally {
+                    idField.set(real, id);
+                }
+                return null;
+            });
+            assertTrue(inFlight[0] > 0, "no write was in flight when the worker's close failed");
+            rs.pollUntil(sender, () -> false, 300);
+            assertEquals(0, rs.canceled + rs.failed, (rs.canceled + rs.failed) + " of " + inFlight[0]
+                + " writes in flight on a worker whose close failed were reported ended (ok " + rs.ok + ")");
+            assertFalse(sender.tearDown(), "a worker whose close failed proves no teardown");
+        } finally {
+            thaw.countDown();
+            a.call(() -> {
+                real.close(); // the test's own clean-up: the worker the link could not close
+                return null;
+            });
+            reg.close();
+            receiver.close();
+        }
+    }
+
+    /**
+     * The bootstrap's timeout bounds the whole wait for the peer's half, not each read: a peer that trickles its worker
+     * address a byte at a time, each within the timeout, held connect (and its caller's thread) for as long as it
+     * liked.
+     */
+    @Test
+    void aPeerThatTricklesItsBootstrapHalfIsCutOffAtTheTimeout() throws Exception {
+        final org.openucx.jucx.ucp.UcpContext ctx = new org.openucx.jucx.ucp.UcpContext(new org.openucx.jucx.ucp.UcpParams()
+            .requestTagFeature().requestRmaFeature().setConfig("TLS", "tcp"));
+        final org.openucx.jucx.ucp.UcpWorker w = ctx.newWorker(new org.openucx.jucx.ucp.UcpWorkerParams());
+        try (ServerSocket ss = new ServerSocket(0, 1, InetAddress.getLoopbackAddress())) {
+            final java.nio.ByteBuffer addr = w.getAddress();
+            final byte[] address = new byte[addr.remaining()];
+            addr.duplicate().get(address);
+            final CompletableFuture<Void> slow = CompletableFuture.runAsync(() -> {
+                try (Socket s = ss.accept()) {
+                    final java.io.DataOutputStream out = new java.io.DataOutputStream(s.getOutputStream());
+                    out.writeInt(0x55435831);
+                    out.writeLong(7);
+                    out.writeInt(address.length);
+                    out.flush();
+                    for (byte x : address) { // one byte every 40 ms: each read is well within the 300 ms timeout
+                        Thread.sleep(40);
+                        out.write(x);
+                        out.flush();
+                    }
+                    s.getInputStream().read(); // until the connector closes its socket
+                } catch (java.io.IOException | InterruptedException e) {
+                    // the connector gave up and closed its socket
+                }
+            });
+            final long start = System.nanoTime();
+            try (Socket sock = new Socket(InetAddress.getLoopbackAddress(), ss.getLocalPort())) {
+                final UcxLink link = a.connect(sock, "trickle", Duration.ofMillis(300));
+                link.close();
+            } catch (io.kvpool.transfer.spi.LinkFailedException e) {
+                assertTrue(e.getMessage().contains("300 ms"), e.getMessage());
+            }
+            final long ms = (System.nanoTime() - start) / 1_000_000;
+            assertTrue(ms < 2_000, "connect with a 300 ms timeout waited " + ms + " ms for a peer that trickled its "
+                + address.length + "-byte address");
+            slow.get();
+        } finally {
+            w.close();
+            ctx.close();
+        }
+    }
+
+    /**
      * A raw UCX worker on the other end of a {@link UcxLink}: it answers the link's bootstrap by hand and sends tagged
      * messages of any content, as a broken peer would.
      */
