@@ -168,16 +168,25 @@ abstract class TransferEndpoint implements AutoCloseable {
      *
      * @param link a link of a transport, owned by this engine from now on
      * @return the peer's id, its index for {@link #peer(int)}
-     * @throws IllegalStateException if the engine is closed
-     * @throws NullPointerException  if {@code link} is null
+     * @throws IllegalStateException    if the engine is closed
+     * @throws IllegalArgumentException if this engine polls the link already, as another peer's (one link's events reach
+     *                                  one peer: a second would wait for frames the first takes, and its failure would
+     *                                  close the first one's link)
+     * @throws NullPointerException     if {@code link} is null
      */
     public int addPeer(PeerLink link) {
         ensureOpen();
-        final Peer p = new Peer(peers.size(), Objects.requireNonNull(link, "link"));
+        Objects.requireNonNull(link, "link");
+        final Peer polling = byLink.get(link);
+        if (polling != null) {
+            throw new IllegalArgumentException(link.describe() + " is peer " + polling.id + "'s link already (" + polling.state
+                + "): add a new link for a new peer");
+        }
+        final Peer p = new Peer(peers.size(), link);
         p.lastHeardNanos = clock.nanoTime(); // the handshake's wait for the peer's HELLO starts now
         peers.add(p);
         polled.add(p);
-        byLink.putIfAbsent(link, p);
+        byLink.put(link, p);
         if (sendsHelloFirst() || identity.maxVersion() < 2) {
             try {
                 sendHello(p, helloFormat());

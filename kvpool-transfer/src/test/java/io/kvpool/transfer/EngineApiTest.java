@@ -36,6 +36,22 @@ class EngineApiTest {
     }
 
     @Test
+    void aLinkAddedTwiceIsRefusedAndItsFirstPeerKeepsIt() {
+        try (KvPool pool = Kv.pool(8)) {
+            final TransferSender sender = TransferSender.builder(pool, Kv.identity()).build();
+            final ScriptedLink link = new ScriptedLink().hello(Kv.identity());
+            assertEquals(0, sender.addPeer(link));
+            final IllegalArgumentException e = assertThrows(IllegalArgumentException.class, () -> sender.addPeer(link));
+            assertTrue(e.getMessage().contains("peer 0"), e.getMessage());
+            assertEquals(1, sender.peers().size(), "nothing was added");
+            sender.doWork();
+            assertTrue(sender.peer(0).isUp(), () -> sender.peer(0).toString());
+            assertTrue(link.isUp(), "the first peer's link is open");
+            sender.close();
+        }
+    }
+
+    @Test
     void eachEngineSwitchesOffOnlyItsOwnSidesSafeguards() {
         try (KvPool pool = Kv.pool(8)) {
             for (TransferSafeguard s : TransferSafeguard.values()) {
