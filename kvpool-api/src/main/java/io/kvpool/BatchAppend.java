@@ -112,7 +112,14 @@ final class BatchAppend {
                 + "each sequence may take part once");
         }
         seq.stepMark = call;
-        final int pages = seq.planAppend(tokens, maxContext, epoch);
+        final int pages;
+        try {
+            pages = seq.planAppend(tokens, maxContext, epoch);
+        } catch (IllegalStateException e) { // a closed sequence: say which one of the batch
+            throw new IllegalStateException("batch[" + index + "]: " + e.getMessage(), e);
+        } catch (IllegalArgumentException e) { // past the max context: say which one of the batch
+            throw new IllegalArgumentException("batch[" + index + "]: " + e.getMessage(), e);
+        }
         return seq.stepCow && othersCopyFirst(pool, head, seq) ? seq.planInPlace() : pages;
     }
 
