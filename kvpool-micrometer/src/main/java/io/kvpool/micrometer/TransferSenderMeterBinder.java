@@ -95,6 +95,8 @@ public final class TransferSenderMeterBinder implements MeterBinder, AutoCloseab
             SenderMetrics::forcedCancels);
         counter(registry, s, "kvpool.transfer.sender.descriptors.duplicate", "Descriptors received again for a known transfer, ignored",
             SenderMetrics::duplicateDescriptors);
+        counter(registry, s, "kvpool.transfer.sender.descriptors.timeout", "Offers dropped because no receiver sent their descriptor "
+            + "within the descriptor timeout: the request never reached decode, and its pages were held that long", SenderMetrics::descriptorTimeouts);
         final String cancels = "CANCEL messages (type 7) received from receivers, by outcome (ended: an offer ended, open or "
             + "made after the CANCEL came; ignored: nothing to end, such as an ABORT's echo, a request under way, or an offer that "
             + "was over or never came within the descriptor timeout; retiring: "

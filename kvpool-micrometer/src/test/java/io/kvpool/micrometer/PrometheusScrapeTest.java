@@ -50,6 +50,7 @@ class PrometheusScrapeTest {
         "kvpool_transfer_sender_writes_failed_total counter",
         "kvpool_transfer_sender_forced_cancels_total counter",
         "kvpool_transfer_sender_descriptors_duplicate_total counter",
+        "kvpool_transfer_sender_descriptors_timeout_total counter",
         "kvpool_transfer_cancels_sent_total counter",
         "kvpool_transfer_allocation_faults_total counter",
         "kvpool_transfer_links_retired_total counter",

@@ -72,7 +72,8 @@ class TransferMeterBindersTest {
             assertEquals(expected, rx.keySet());
             assertEquals(new TreeSet<>(java.util.List.of("kvpool.transfer.sender.completed", "kvpool.transfer.sender.drained",
                 "kvpool.transfer.sender.writes.posted", "kvpool.transfer.sender.writes.failed", "kvpool.transfer.sender.forced.cancels",
-                "kvpool.transfer.sender.descriptors.duplicate", "kvpool.transfer.sender.cancels.received{outcome=ended}",
+                "kvpool.transfer.sender.descriptors.duplicate", "kvpool.transfer.sender.descriptors.timeout",
+                "kvpool.transfer.sender.cancels.received{outcome=ended}",
                 "kvpool.transfer.sender.cancels.received{outcome=ignored}", "kvpool.transfer.sender.cancels.received{outcome=retiring}",
                 "kvpool.peer.info{build=build-1}", "kvpool.peer.links", "kvpool.peer.heartbeat.failures")),
                 tx.keySet());
@@ -142,6 +143,7 @@ class TransferMeterBindersTest {
                 "kvpool.transfer.sender.writes.failed", SenderMetrics::writesFailed,
                 "kvpool.transfer.sender.forced.cancels", SenderMetrics::forcedCancels,
                 "kvpool.transfer.sender.descriptors.duplicate", SenderMetrics::duplicateDescriptors,
+                "kvpool.transfer.sender.descriptors.timeout", SenderMetrics::descriptorTimeouts,
                 "kvpool.transfer.sender.cancels.received{outcome=ended}", SenderMetrics::cancelled,
                 "kvpool.transfer.sender.cancels.received{outcome=ignored}", SenderMetrics::cancelsIgnored,
                 "kvpool.transfer.sender.cancels.received{outcome=retiring}", SenderMetrics::linksRetired);

@@ -18,6 +18,7 @@ public final class SenderMetrics {
     final LongAdder cancelled = new LongAdder();
     final LongAdder cancelsIgnored = new LongAdder();
     final LongAdder linksRetired = new LongAdder();
+    final LongAdder descriptorTimeouts = new LongAdder();
 
     SenderMetrics() {
     }
@@ -53,6 +54,17 @@ public final class SenderMetrics {
      */
     public long linksRetired() {
         return linksRetired.sum();
+    }
+
+    /**
+     * Offers dropped because no descriptor came for them within the descriptor timeout: decode never asked for the
+     * request (it went to another prefill instance, decode gave up before starting it, or its CANCEL was lost). Their
+     * source pages were held until then and released.
+     *
+     * @return the count so far
+     */
+    public long descriptorTimeouts() {
+        return descriptorTimeouts.sum();
     }
 
     /**
@@ -115,6 +127,6 @@ public final class SenderMetrics {
         return "SenderMetrics[completed=" + completed() + ", drainedSent=" + drainedSent() + ", writesPosted=" + writesPosted()
             + ", writesFailed=" + writesFailed() + ", forcedCancels=" + forcedCancels() + ", duplicateDescriptors="
             + duplicateDescriptors() + ", cancelled=" + cancelled() + ", cancelsIgnored=" + cancelsIgnored() + ", linksRetired="
-            + linksRetired() + "]";
+            + linksRetired() + ", descriptorTimeouts=" + descriptorTimeouts() + "]";
     }
 }

@@ -814,6 +814,7 @@ public final class TransferSender extends TransferEndpoint {
         for (int i = 0; i < scratch.size(); i++) {
             final OutgoingTransfer t = scratch.get(i);
             if (t.state == OutgoingTransfer.State.WAITING && now - t.deadline >= 0) {
+                metrics.descriptorTimeouts.increment();
                 endWaiting(t, FailureReason.TIMEOUT, "no descriptor within " + Duration.ofNanos(descriptorTimeoutNanos).toMillis() + " ms");
                 work++;
                 continue;
