@@ -110,7 +110,8 @@ public final class IncomingTransfer {
      * false when any one's link failed or is retiring (a fresh link may take the request; that one will not). For
      * a {@link FailureReason#SENDER_ABORTED} one: true when the sender said a write or its flush failed (the link's
      * fault; a sender of an older build does not say so), false for any other cause of its abort. False in every other
-     * case.
+     * case. A start refused before any descriptor left sends a CANCEL to the senders it can reach, which ends their
+     * offers of the request: a retry then needs prefill to offer it again, from the sequence it kept or recomputed.
      */
     public boolean retryLater() {
         return retryLater;

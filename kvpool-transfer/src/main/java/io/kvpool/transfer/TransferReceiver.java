@@ -323,7 +323,8 @@ public final class TransferReceiver extends TransferEndpoint {
             }
             t.admissionDecision = a.decision();
             if (!a.admitted()) {
-                return reject(t, FailureReason.REJECTED, a.decision() == Admission.Decision.RETRY_LATER, a.message(), spared);
+                return reject(t, FailureReason.REJECTED, a.decision() == Admission.Decision.RETRY_LATER,
+                    "request " + requestId + " refused by admission (" + a.decision() + "): " + a.message(), spared);
             }
             seq = a.sequence();
         } else {

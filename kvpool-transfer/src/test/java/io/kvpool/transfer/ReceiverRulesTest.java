@@ -77,6 +77,7 @@ class ReceiverRulesTest extends TwoSenderReceiverFixture {
         final IncomingTransfer full = rx.start(REQ + 1, 20 * tpp, 0, pb);
         assertEquals(io.kvpool.Admission.Decision.RETRY_LATER, full.admissionDecision(), full::toString);
         assertTrue(full.retryLater(), () -> "fits the pool, not now: " + full);
+        assertTrue(full.message().startsWith("request " + (REQ + 1) + " refused by admission (RETRY_LATER): "), full::message);
         final IncomingTransfer tooLong = rx.start(REQ + 2, (int) pool.maxContextTokens() + 1, 0, pb);
         assertEquals(io.kvpool.Admission.Decision.REJECTED_CONTEXT_TOO_LONG, tooLong.admissionDecision(), tooLong::toString);
         assertFalse(tooLong.retryLater(), () -> "never fits: " + tooLong);
