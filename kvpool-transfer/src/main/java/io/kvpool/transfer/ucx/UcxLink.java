@@ -84,6 +84,8 @@ public final class UcxLink implements PeerLink {
     private UcpEndpoint ep;
     private UcpRequest closeRequest;
     private boolean failed;
+    /** Whether a call of the transport's round into this link has thrown ({@link #failOnBug}). */
+    private boolean bugSeen;
     /** The control receive's buffer (a direct MiB); dropped with the worker, so a closed link an engine keeps holds none. */
     private ByteBuffer recvBuffer = ByteBuffer.allocateDirect(MAX_FRAME);
     /** The receive of the control message last probed, while it runs (a large one completes in a later progress). */
@@ -745,7 +747,6 @@ public final class UcxLink implements PeerLink {
             closeWorkerNow();
             return;
         }
-        remoteKeysClosed = true;
         if (recvRequest != null && !recvRequest.isCompleted()) {
             try {
                 worker.cancelRequest(recvRequest);
@@ -753,10 +754,7 @@ public final class UcxLink implements PeerLink {
                 LOG.log(System.Logger.Level.WARNING, describe() + ": cancel of the control receive failed: " + e);
             }
         }
-        for (UcpRemoteKey k : remoteKeys.values()) {
-            k.close();
-        }
-        remoteKeys.clear();
+        destroyRemoteKeys();
         closedAtNanos = System.nanoTime();
         if (fence) {
             // Only a teardown destroys the worker. cancelWrites() and close() only force-close the endpoint (as
@@ -767,10 +765,51 @@ public final class UcxLink implements PeerLink {
         }
     }
 
+    /**
+     * Owner thread: destroys the remote keys unpacked on this link's endpoint, once. UCX wants each destroyed after the
+     * writes that used it ended and before its endpoint goes. A key whose close throws is logged; the others still go.
+     */
+    private void destroyRemoteKeys() {
+        remoteKeysClosed = true;
+        for (UcpRemoteKey k : remoteKeys.values()) {
+            try {
+                k.close();
+            } catch (RuntimeException e) {
+                LOG.log(System.Logger.Level.WARNING, describe() + ": destroying a remote key failed: " + e);
+            }
+        }
+        remoteKeys.clear();
+    }
+
+    /**
+     * Owner thread: a call of the transport's round into this link threw, a bug. The link fails (its engine gives it
+     * up and closes it).
+     *
+     * @return whether this was the link's first such throw (the transport logs that one)
+     */
+    boolean failOnBug(String what, Throwable t) {
+        fail("the UCX transport failed " + what + ": " + t);
+        final boolean first = !bugSeen;
+        bugSeen = true;
+        return first;
+    }
+
     /** Owner thread, never inside progress(): destroys the worker, its connections and listening sockets. */
     void closeWorkerNow() {
         if (worker == null) {
             return;
+        }
+        if (!remoteKeysClosed) { // the endpoint's close did not finish (it failed, or missed its deadline)
+            if (inFlight.isEmpty()) {
+                destroyRemoteKeys(); // no write uses them, and their endpoint goes with the worker: now or never
+            } else {
+                // writes in flight may still use them, so they are not destroyed; nor may they be after the worker, whose
+                // close takes their memory pool (UCX warns that they were not returned): they are dropped, never closed
+                LOG.log(System.Logger.Level.WARNING, describe() + ": " + remoteKeys.size() + " remote keys left to the "
+                    + "worker's close, " + inFlight.size() + " writes still using them");
+                remoteKeysClosed = true;
+                remoteKeys.clear();
+            }
         }
         final UcpWorker w = worker;
         worker = null;

@@ -496,14 +496,18 @@ public final class UcxTransport implements AutoCloseable {
                 final int progressed = progressOnce();
                 if (progressed > 0) {
                     for (int i = 0; i < links.size(); i++) {
-                        links.get(i).afterProgress();
+                        final UcxLink l = links.get(i);
+                        guarded(l, "finishing its close", l::afterProgress);
                     }
                     links.removeIf(UcxLink::workerClosed);
                 }
                 final long now = System.nanoTime();
                 if (now - lastReap > REAP_INTERVAL_NANOS) {
                     lastReap = now;
-                    links.removeIf(l -> l.reapClosed(now, closedWorkerGraceNanos));
+                    links.removeIf(l -> {
+                        guarded(l, "reaping its worker", () -> l.reapClosed(now, closedWorkerGraceNanos));
+                        return l.workerClosed();
+                    });
                 }
                 work += progressed;
                 if (work == 0) {
@@ -540,6 +544,26 @@ public final class UcxTransport implements AutoCloseable {
         }
     }
 
+    /**
+     * Runs one link's share of a round on the owner thread. What it throws is a bug: it must not end the thread, or the
+     * transport would go on accepting commands that never run and every link on it would hang. The link fails, so
+     * that its engine gives it up, and the first such throw of each link is logged (a call that throws once may throw
+     * every round).
+     */
+    private void guarded(UcxLink l, String what, Runnable r) {
+        try {
+            r.run();
+        } catch (Throwable t) {
+            bug(l, what, t);
+        }
+    }
+
+    private void bug(UcxLink l, String what, Throwable t) {
+        if (l.failOnBug(what, t)) {
+            LOG.log(System.Logger.Level.ERROR, "UCX transport '" + name + "': " + l.describe() + " failed " + what + ": " + t, t);
+        }
+    }
+
     private boolean busy() {
         for (int i = 0; i < links.size(); i++) {
             if (links.get(i).busy()) {
@@ -558,7 +582,12 @@ public final class UcxTransport implements AutoCloseable {
     int progressOnce() {
         int n = 0;
         for (int i = 0; i < links.size(); i++) {
-            n += links.get(i).progress();
+            final UcxLink l = links.get(i);
+            try {
+                n += l.progress();
+            } catch (Throwable t) { // as in guarded()
+                bug(l, "progressing", t);
+            }
         }
         return n;
     }
@@ -592,10 +621,10 @@ public final class UcxTransport implements AutoCloseable {
         }
         final long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(5);
         for (UcxLink l : links) {
-            l.closeOnOwner(deadline);
+            guarded(l, "closing", () -> l.closeOnOwner(deadline));
         }
         for (UcxLink l : links) {
-            l.closeWorkerNow(); // those whose close did not complete in time: the context must not outlive them
+            guarded(l, "closing its worker", l::closeWorkerNow); // those whose close did not complete in time: the context must not outlive them
         }
         links.clear();
         for (UcpWorker w : unlinked) { // a connect the close overtook: its own close of the worker was refused

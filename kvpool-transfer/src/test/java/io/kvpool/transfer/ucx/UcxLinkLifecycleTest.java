@@ -486,6 +486,9 @@ class UcxLinkLifecycleTest {
                 + " writes in flight on a worker whose close failed were reported ended (ok " + rs.ok + ")");
             assertFalse(sender.tearDown(), "a worker whose close failed proves no teardown");
         } finally {
+            // the receiver's worker goes before its thread runs again (commands run before progress): puts of a sender
+            // whose worker is gone, handled mid-stream, make UCX 1.13.1 abort the process in its put handler
+            b.execute(receiver::closeWorkerNow);
             thaw.countDown();
             a.call(() -> {
                 real.close(); // the test's own clean-up: the worker the link could not close
@@ -623,6 +626,146 @@ class UcxLinkLifecycleTest {
                 w.close();
             }
             ctx.close();
+        }
+    }
+
+    /** {@return whether UCX still holds the native remote key (JUCX clears its id when it is destroyed)} */
+    private static boolean nativeKeyAlive(org.openucx.jucx.ucp.UcpRemoteKey k) {
+        return k.getNativeId() != null;
+    }
+
+    /** {@return the remote key of a region from {@link UcxLink#attach}} */
+    private static org.openucx.jucx.ucp.UcpRemoteKey rkeyOf(RemoteRegion region) throws Exception {
+        final java.lang.reflect.Method m = region.getClass().getDeclaredMethod("rkey");
+        m.setAccessible(true);
+        return (org.openucx.jucx.ucp.UcpRemoteKey) m.invoke(region);
+    }
+
+    /**
+     * The assumption {@code closeOnOwner} rests on when it goes on to close the remote keys: a force close ends every
+     * write of the endpoint by the time its close completes (here inside the call, with the receiver stalled so that
+     * the writes wait in UCX), so no put can still be using a remote key once the close is seen completed.
+     */
+    @Test
+    void aForceCloseEndsEveryWriteByTheTimeItsCloseCompletes() throws Exception {
+        final UcxLink[] p = pair("force-close-ends-writes");
+        final UcxLink sender = p[0], receiver = p[1];
+        completeWireUp(sender, receiver);
+        final int[] slots = {0, 1, 2, 3, 4, 5, 6, 7};
+        final Registration reg = receiver.register(dst, slots);
+        final RemoteRegion region = sender.attach(reg.key(), slots.length);
+        final java.util.concurrent.CountDownLatch thaw = new java.util.concurrent.CountDownLatch(1);
+        b.execute(() -> { // the receiver's UCX thread stalls: the puts overflow the sockets and wait in UCX
+            try {
+                thaw.await();
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+            }
+        });
+        try {
+            for (int r = 0; r < 256; r++) {
+                sender.putBatch(region, slots, src, slots, 0, slots.length, (long) r * slots.length);
+            }
+            final long[] outstanding = a.call(() -> {
+                final java.lang.reflect.Field writes = UcxLink.class.getDeclaredField("outstandingWrites");
+                writes.setAccessible(true);
+                final java.lang.reflect.Field request = UcxLink.class.getDeclaredField("closeRequest");
+                request.setAccessible(true);
+                final java.lang.reflect.Method forceClose = UcxLink.class.getDeclaredMethod("forceClose");
+                forceClose.setAccessible(true);
+                final long before = writes.getLong(sender);
+                forceClose.invoke(sender);
+                final org.openucx.jucx.ucp.UcpRequest close = (org.openucx.jucx.ucp.UcpRequest) request.get(sender);
+                assertTrue(a.progressUntil(close::isCompleted, System.nanoTime() + 5_000_000_000L), "the force close did not complete");
+                return new long[] {before, writes.getLong(sender)};
+            });
+            assertTrue(outstanding[0] > 0, "no write was in flight when the endpoint was force-closed");
+            assertEquals(0, outstanding[1], outstanding[1] + " of " + outstanding[0] + " writes still in flight when the force close completed");
+        } finally {
+            thaw.countDown();
+            sender.close();
+            reg.close();
+            receiver.close();
+        }
+    }
+
+    /**
+     * A teardown whose force close of the endpoint fails destroys the link's worker at once (the only other fence).
+     * The remote keys unpacked on it must be destroyed first: UCX wants a remote key destroyed before the endpoint it
+     * was unpacked on, and nothing can destroy it after the worker is gone (its memory pool went with the worker).
+     * Was: closeWorkerNow never destroyed them. Here the force close throws because the endpoint's native id is hidden.
+     */
+    @Test
+    void aWorkerClosedWithoutItsCloseFinishingDestroysItsRemoteKeysFirst() throws Exception {
+        final UcxLink[] p = pair("rkeys-of-a-forced-worker-close");
+        final UcxLink sender = p[0], receiver = p[1];
+        completeWireUp(sender, receiver);
+        final Registration reg = receiver.register(dst, new int[] {0, 1});
+        final org.openucx.jucx.ucp.UcpRemoteKey key = rkeyOf(sender.attach(reg.key(), 2));
+        final java.lang.reflect.Field epField = UcxLink.class.getDeclaredField("ep");
+        epField.setAccessible(true);
+        final java.lang.reflect.Field idField = org.openucx.jucx.UcxNativeStruct.class.getDeclaredField("nativeId");
+        idField.setAccessible(true);
+        try {
+            a.call(() -> {
+                idField.set(epField.get(sender), null); // closeNonBlockingForce() now throws; the worker's close destroys the endpoint
+                return null;
+            });
+            assertTrue(sender.tearDown(), "the worker's close is the teardown's proof");
+            assertTrue(sender.workerClosedForTests());
+            assertFalse(a.call(() -> nativeKeyAlive(key)), "the link's worker is closed and its remote key was never destroyed");
+        } finally {
+            reg.close();
+            receiver.close();
+        }
+    }
+
+    /**
+     * An exception from a link's per-round work on the transport's thread (here a remote key whose close throws, met
+     * when a close that completed in the background is finished after a progress round) must not stop that thread:
+     * the transport would go on accepting commands that never run, and every link on it would hang. The link's other
+     * remote keys are still destroyed. Was: the exception left loop() and the thread ended.
+     */
+    @Test
+    void aRemoteKeyWhoseCloseThrowsDoesNotStopTheTransportsThread() throws Exception {
+        final UcxLink[] p = pair("rkey-close-throws");
+        final UcxLink sender = p[0], receiver = p[1];
+        final UcxLink[] other = pair("bystander");
+        completeWireUp(sender, receiver);
+        completeWireUp(other[0], other[1]);
+        final Registration reg = receiver.register(dst, new int[] {0, 1});
+        final org.openucx.jucx.ucp.UcpRemoteKey key = rkeyOf(sender.attach(reg.key(), 2));
+        final java.lang.reflect.Field keysField = UcxLink.class.getDeclaredField("remoteKeys");
+        keysField.setAccessible(true);
+        final java.lang.reflect.Constructor<org.openucx.jucx.ucp.UcpRemoteKey> bare =
+            org.openucx.jucx.ucp.UcpRemoteKey.class.getDeclaredConstructor();
+        bare.setAccessible(true);
+        a.call(() -> {
+            @SuppressWarnings("unchecked")
+            final java.util.Map<java.nio.ByteBuffer, org.openucx.jucx.ucp.UcpRemoteKey> keys =
+                (java.util.Map<java.nio.ByteBuffer, org.openucx.jucx.ucp.UcpRemoteKey>) keysField.get(sender);
+            for (int i = 0; i < 4; i++) { // keys with no native id: close() throws (a NullPointerException)
+                keys.put(java.nio.ByteBuffer.wrap(new byte[] {(byte) i, 1, 2, 3}), bare.newInstance());
+            }
+            return null;
+        });
+        sender.cancelWrites(); // its close completes in the background, and a progress round then finishes it
+        final Recorder rs = new Recorder();
+        rs.pollUntil(sender, () -> !rs.failures.isEmpty(), 5_000);
+        Thread.sleep(500);
+        a.callTimeout = Duration.ofSeconds(3);
+        try {
+            assertEquals(1, (int) a.call(() -> 1), "the transport's thread runs commands");
+            assertFalse(a.call(() -> nativeKeyAlive(key)), "the link's real remote key was not destroyed");
+            other[0].send(note("still here", 1));
+            final Recorder ro = new Recorder();
+            assertTrue(ro.pollUntil(other[1], () -> ro.frames.size() == 1, 5_000), "another link of the transport hangs");
+        } finally {
+            a.callTimeout = Duration.ofSeconds(10);
+            other[0].close();
+            other[1].close();
+            reg.close();
+            receiver.close();
         }
     }
 
