@@ -31,7 +31,7 @@ final class CapacityCheck {
     /**
      * @param pages      pages asked for, or null if not set
      * @param byteBudget bytes to fill with pages, or null if not set
-     * @param context    the advertised max context, or null if not set
+     * @param maxContext the advertised max context, or null if not set
      * @return the pool's size
      * @throws IllegalArgumentException if the size or max context is missing or out of range
      * @throws PoolCapacityException    if the pool cannot hold the context and the policy is {@link ContextPolicy#FAIL}

@@ -445,6 +445,8 @@ public final class KvPool implements AutoCloseable {
      * @throws IllegalArgumentException  if {@code tokens < 0}, a sequence is null, of another pool or in the batch
      *                                   twice, or an append would exceed the max context
      * @throws IndexOutOfBoundsException if {@code count} is negative or beyond {@code batch.length}
+     * @throws StaleHandleException      if a copy-on-write finds a sequence's last-page handle no longer current (the
+     *                                   page was released behind its back); no sequence changed
      * @throws IllegalStateException     if a sequence or the pool is closed
      */
     public int appendEach(Sequence[] batch, int count, int tokens) {

@@ -230,6 +230,8 @@ public final class Sequence implements AutoCloseable {
      * @param n tokens to add, ≥ 0
      * @throws IllegalArgumentException if {@code n < 0} or the result would exceed the pool's max context
      * @throws PoolExhaustedException   if pages beyond the reservation are needed and none are free
+     * @throws StaleHandleException     if a copy-on-write finds the last page's handle no longer current (the page was
+     *                                  released behind the sequence's back); nothing changed
      * @throws IllegalStateException    if the sequence or pool is closed
      */
     public void append(int n) {
@@ -401,11 +403,14 @@ public final class Sequence implements AutoCloseable {
         final long last = handles[pageCount - 1];
         final long v = pool.validate(last);
         if (v == PageHandle.STALE || v == PageHandle.INVALID || v == PageHandle.FOREIGN) {
+            final int slot = PageHandle.slot(last);
+            // an INVALID or FOREIGN handle may name a slot this pool lacks: its state is read only where there is one
+            final String now = slot < pool.capacity() ? "slot " + slot + " is now " + pool.stateOfSlot(slot)
+                : "slot " + slot + " is outside this pool's " + pool.capacity();
             throw new StaleHandleException(last, v == PageHandle.STALE ? StaleHandleException.Refusal.STALE
                 : v == PageHandle.FOREIGN ? StaleHandleException.Refusal.FOREIGN : StaleHandleException.Refusal.INVALID,
                 "copy-on-write of page " + (pageCount - 1) + " of the sequence refused: its handle " + PageHandle.toString(last)
-                    + " is no longer current (slot " + PageHandle.slot(last) + " is now " + pool.stateOfSlot(PageHandle.slot(last))
-                    + "): the page was released behind the sequence's back");
+                    + " is no longer current (" + now + "): the page was released behind the sequence's back");
         }
         copyFrom[0] = PageHandle.slot(last);
         copyTo[0] = PageHandle.slot(fresh);

@@ -96,4 +96,32 @@ class StaleLastPageCopyTest {
             assertEquals(1, pool.metrics().free(), "the copy's page went back");
         }
     }
+
+    @Test
+    void aLastPageHandleOutsideThePoolIsRefusedAsStaleNotAsAnIndexError() throws Exception {
+        // the refusal names the slot's state: a handle whose slot this pool lacks (INVALID, or FOREIGN from a larger
+        // pool) must still get the StaleHandleException copyLastPageInto documents, not the state lookup's exception
+        try (KvPool pool = TestPools.builder(3).build()) {
+            final Sequence a = pool.admit(2, 0).sequence();
+            a.append(2);
+            final Sequence beam = a.tryFork(); // the partial last page is shared: the next append copies it
+            assertNotNull(beam);
+            final java.lang.reflect.Field f = Sequence.class.getDeclaredField("handles");
+            f.setAccessible(true);
+            final long[] handles = (long[]) f.get(a);
+            final long real = handles[0];
+            handles[0] = PageHandle.of(pool.poolId(), pool.capacity() + 5, PageHandle.generation(real));
+            try {
+                final StaleHandleException e = assertThrows(StaleHandleException.class, () -> a.append(1));
+                assertEquals(StaleHandleException.Refusal.INVALID, e.refusal(), e::getMessage);
+                assertTrue(e.getMessage().contains(Integer.toString(pool.capacity() + 5)), e::getMessage);
+                assertEquals(2, a.tokenCount(), "a refused append changes nothing");
+            } finally {
+                handles[0] = real;
+            }
+            beam.close();
+            a.close();
+            assertTrue(pool.verifyAccounting().idle(), pool.snapshot()::toString);
+        }
+    }
 }
