@@ -102,7 +102,8 @@ class EngineLoopTest {
             final Map<Integer, Long> groupPrefixTag = new HashMap<>();
             final List<Live> decoding = new ArrayList<>();
             final List<IncomingTransfer> aborted = new ArrayList<>();
-            int forks = 0;
+            int stepsRun = 0;
+            int forks = 0, attached = 0, abortedBeforeOffer = 0, rollbacks = 0, abortedMidDecode = 0;
             long nextId = 1;
             for (int round = 0; round < 6; round++) {
                 for (int r = 0; r < 4; r++) {
@@ -122,6 +123,7 @@ class EngineLoopTest {
                     }
                     final int cached = src.tokenCount();
                     if (cached > 0) {
+                        attached++;
                         assertEquals(8, cached);
                         for (int t = 0; t < cached; t++) {
                             tags[t] = groupPrefixTag.get(group);
@@ -136,6 +138,7 @@ class EngineLoopTest {
                     groupPrefixTag.putIfAbsent(group, id);
                     check(arena, pc, src, tags, "prefill " + id);
                     if (id % 11 == 3) { // abort before offer
+                        abortedBeforeOffer++;
                         src.close();
                         continue;
                     }
@@ -168,7 +171,23 @@ class EngineLoopTest {
                 }
 
                 // --- decode: a few appendEach steps over everything running
-                decodeSteps(arena, dc, decode, decoding, 3);
+                stepsRun += decodeSteps(arena, dc, decode, decoding, 3);
+
+                // --- speculative decoding: append 3 draft tokens, accept 1, truncate the rest (before the beam's steps, which
+                // would leave no room for 3 drafts within a sequence's admitted tokens)
+                for (Live l : decoding) {
+                    final int before = l.seq.tokenCount();
+                    if (before + 3 > l.seq.admittedTokens()) {
+                        continue;
+                    }
+                    l.seq.append(3);
+                    dc.copyIn(l.seq, before, 3, kvRun(arena, l.id + 500, before, 3), 0);
+                    l.seq.truncate(before + 1);
+                    rollbacks++;
+                    dc.copyIn(l.seq, before, 1, kvRun(arena, l.id, before, 1), 0);
+                    l.tags[before] = l.id;
+                    check(arena, dc, l.seq, l.tags, "speculative " + l.id);
+                }
 
                 // --- beam search: fork the first request, each beam writes its own tag
                 if (!decoding.isEmpty()) {
@@ -178,26 +197,13 @@ class EngineLoopTest {
                         forks++;
                         final Live beam = new Live(parent.id + 1_000_000, child, parent.tags.clone());
                         decoding.add(beam);
-                        decodeSteps(arena, dc, decode, decoding, 2);
+                        stepsRun += decodeSteps(arena, dc, decode, decoding, 2);
                     }
-                }
-
-                // --- speculative decoding: append 3 draft tokens, accept 1, truncate the rest
-                for (Live l : decoding) {
-                    final int before = l.seq.tokenCount();
-                    if (before + 3 > l.seq.admittedTokens()) {
-                        continue;
-                    }
-                    l.seq.append(3);
-                    dc.copyIn(l.seq, before, 3, kvRun(arena, l.id + 500, before, 3), 0);
-                    l.seq.truncate(before + 1);
-                    dc.copyIn(l.seq, before, 1, kvRun(arena, l.id, before, 1), 0);
-                    l.tags[before] = l.id;
-                    check(arena, dc, l.seq, l.tags, "speculative " + l.id);
                 }
 
                 // --- abort mid-decode: end the oldest
                 if (decoding.size() > 3) {
+                    abortedMidDecode++;
                     decoding.remove(0).seq.close();
                 }
                 rig.run(50);
@@ -215,6 +221,11 @@ class EngineLoopTest {
             assertTrue(m.committed() > 0 && m.failures(FailureReason.REJECTED) > 0 && m.failures(FailureReason.ABORTED) > 0
                 && m.failures(FailureReason.SENDER_ABORTED) > 0, m::toString);
             assertTrue(forks > 0, "no beam was forked");
+            assertTrue(attached > 0, "no prefix was attached from the cache");
+            assertTrue(abortedBeforeOffer > 0, "no request was aborted before its offer");
+            assertTrue(rollbacks > 0, "no speculative rollback ran");
+            assertTrue(abortedMidDecode > 0, "no request was aborted mid-decode");
+            assertTrue(stepsRun > 0, "no appendEach step ran");
             assertEquals(0, rig.receiver.activeTransfers());
             assertEquals(0, rig.sender.activeTransfers(), () -> rig.sender.openTransfers().toString());
             final PoolSnapshot ps = prefill.verifyAccounting(), ds = decode.verifyAccounting();
@@ -225,7 +236,9 @@ class EngineLoopTest {
         }
     }
 
-    static void decodeSteps(Arena arena, KvCopy dc, KvPool decode, List<Live> decoding, int steps) {
+    /** @return the appendEach steps that appended to at least one sequence */
+    static int decodeSteps(Arena arena, KvCopy dc, KvPool decode, List<Live> decoding, int steps) {
+        int ran = 0;
         for (int s = 0; s < steps; s++) {
             final List<Live> batch = new ArrayList<>();
             for (Live l : decoding) {
@@ -238,6 +251,9 @@ class EngineLoopTest {
             if (got < 0) {
                 continue;
             }
+            if (!batch.isEmpty()) {
+                ran++;
+            }
             for (Live l : batch) {
                 final int t = l.seq.tokenCount() - 1;
                 dc.copyIn(l.seq, t, 1, kvRun(arena, l.id, t, 1), 0);
@@ -247,5 +263,6 @@ class EngineLoopTest {
                 check(arena, dc, l.seq, l.tags, "decode " + l.id);
             }
         }
+        return ran;
     }
 }

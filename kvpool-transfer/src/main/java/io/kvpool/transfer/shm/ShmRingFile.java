@@ -213,8 +213,10 @@ final class ShmRingFile implements AutoCloseable {
     }
 
     /**
-     * Unmaps the file and drops the creator's lock. The name stays if {@link #deleteFile()} was not called: a creator
-     * that keeps it for a peer still to map it calls that first. Idempotent; no ring of this file may be used afterwards.
+     * Unmaps the file and drops the creator's lock. The name stays if {@link #deleteFile()} was not called, and without
+     * the lock any process's next ring create may delete it once it is {@link StaleFiles#LOCK_TEST_MIN_AGE} old: a
+     * creator calls {@link #deleteFile()} first, once no peer will map it. Idempotent; no ring of this file may be used
+     * afterwards.
      */
     @Override
     public void close() {

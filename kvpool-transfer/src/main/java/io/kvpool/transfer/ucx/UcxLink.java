@@ -91,9 +91,12 @@ public final class UcxLink implements PeerLink {
     /** The receive of the control message last probed, while it runs (a large one completes in a later progress). */
     private UcpRequest recvRequest;
     private boolean receiving;
-    /** While {@link #progress} runs the worker: an endpoint error then waits for the round's messages ({@link #endpointError}). */
+    /**
+     * While {@link #progress} runs the worker: a failure UCX reports then (the endpoint's error, a control send's or
+     * receive's) waits for the round's messages ({@link #endpointError}).
+     */
     private boolean inWorkerProgress;
-    /** An endpoint error of the running round, failed once its messages were taken. */
+    /** The first failure reported inside the running round ({@link #failAfterRound}), failed once its messages were taken. */
     private String endpointError;
     /**
      * Unpacked remote keys by their packed bytes: one per remote memory registration, not one per attach (a

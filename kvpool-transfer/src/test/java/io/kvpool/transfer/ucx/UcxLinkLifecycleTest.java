@@ -415,8 +415,8 @@ class UcxLinkLifecycleTest {
     /**
      * A control message on a tag other than the link's fails the link, naming both tags: the link's worker is its own,
      * so only the peer can have sent it, and left unreceived it would wait in UCX's queue until the link closed (a peer
-     * sending such messages grew this process's memory without bound, and a peer that swapped the tags saw its frames
-     * vanish without a word).
+     * sending such messages would grow this process's memory without bound, and a peer that swapped the tags would see
+     * its frames vanish without a word).
      */
     @Test
     void aControlMessageOnAnotherTagFailsTheLinkNamingBothTags() throws Exception {
@@ -501,8 +501,7 @@ class UcxLinkLifecycleTest {
 
     /**
      * The bootstrap's timeout bounds the whole wait for the peer's half, not each read: a peer that trickles its worker
-     * address a byte at a time, each within the timeout, held connect (and its caller's thread) for as long as it
-     * liked.
+     * address a byte at a time, each within the timeout, must not hold connect (and its caller's thread) for longer.
      */
     @Test
     void aPeerThatTricklesItsBootstrapHalfIsCutOffAtTheTimeout() throws Exception {
