@@ -89,6 +89,8 @@ public final class DevicePageStorage implements PageStorage {
     /** Exported by {@link DeviceIpc#export}, whose importers nobody tracks: the arena stays until the process ends (guarded by this). */
     private boolean exportedUntracked;
     private volatile boolean arenaFreed; // with the context reference it needs (written under this)
+    /** close()'s cuCtxSynchronize failed: a batch may still run on the arena, so nothing it touches is ever freed (guarded by this). */
+    private boolean keptUnproven;
 
     private DevicePageStorage(KvLayout layout, int pages, int ordinal) {
         Cuda.requireAvailable();
@@ -288,7 +290,7 @@ public final class DevicePageStorage implements PageStorage {
 
     /** Frees the arena and the context reference it needs, unless a process may still map it (caller holds the lock, closed). */
     private void freeArenaIfUnshared() {
-        if (arenaFreed) {
+        if (arenaFreed || keptUnproven) {
             return;
         }
         if ((openLeases > 0 || exportedUntracked) && !unsafeFreeExportedArenaForTests) {
@@ -1094,7 +1096,9 @@ public final class DevicePageStorage implements PageStorage {
      * Frees the module, the scratch buffer, the arena and the primary-context reference. Idempotent. An arena that was
      * exported ({@link DeviceIpc}) stays allocated while another process may map it: until every
      * {@link DeviceIpc.ExportLease} is closed, or, after {@link DeviceIpc#export}, until this process ends. A WARNING says
-     * so with the arena's size.
+     * so with the arena's size. If the wait for the context's work ({@code cuCtxSynchronize}) fails, nothing proves that
+     * submitted batches ended: the module, scratch buffer and arena then stay until this process ends (a WARNING names
+     * the driver's code).
      */
     @Override
     public synchronized void close() {
@@ -1111,7 +1115,17 @@ public final class DevicePageStorage implements PageStorage {
         }
         // batches submitted on callers' streams may still run this module's kernels on the arena: wait for them
         // before both go (submit holds this lock, so no new one starts)
-        CudaException.code(() -> JCudaDriver.cuCtxSynchronize());
+        final int idle = CudaException.code(() -> JCudaDriver.cuCtxSynchronize());
+        if (idle != 0) {
+            // no proof that the batches ended: freed, the arena or scratch buffer could be handed to another allocation
+            // while a queued kernel still writes it. Keep them, the module and the context reference, as the CUDA IPC
+            // engine keeps its mappings after a failed drain
+            keptUnproven = true;
+            LOG.log(System.Logger.Level.WARNING, this + " closed without proof that its batches ended (cuCtxSynchronize failed: "
+                + jcuda.driver.CUresult.stringFor(idle) + " (" + idle + ")): its " + dl.arenaBytes() + "-byte arena, its " + scratchBytes
+                + "-byte scratch buffer and its module stay until this process exits");
+            return;
+        }
         CudaException.code(() -> JCudaDriver.cuModuleUnload(module));
         CudaException.code(() -> JCudaDriver.cuMemFree(scratch));
         freeArenaIfUnshared();

@@ -134,6 +134,8 @@ public final class PinnedPageBuffer implements AutoCloseable {
      *
      * @throws IllegalStateException if a native call still holds one of its pages after about a second: the memory is
      *                               then left allocated rather than freed under that call
+     * @throws CudaException         if the wait for the context's work fails (the memory is then left allocated: a batch
+     *                               may still use it), or the free does
      */
     @Override
     public synchronized void close() {
@@ -145,9 +147,15 @@ public final class PinnedPageBuffer implements AutoCloseable {
                 throw new IllegalStateException("pinned page buffer of " + pages + " pages: a page is still in use by a native "
                     + "call after " + SCOPE_CLOSE_TRIES * 10 + " ms; its memory is left allocated (a leak, not a fault)");
             }
+            CudaException.code(() -> JCudaDriver.cuCtxSetCurrent(context)); // a failure shows in the synchronize below
+            final int idle = CudaException.code(() -> JCudaDriver.cuCtxSynchronize()); // batches still using the memory end first
+            if (idle != 0) {
+                // no proof that they ended: freed, the memory could go to the next allocation while a kernel still writes it
+                // over the bus, so it stays, with the context it is mapped in
+                throw new CudaException("cuCtxSynchronize", idle, "before freeing " + pages + " pinned pages (" + Math.multiplyExact(
+                    layout.bytesPerPage(), (long) pages) + " bytes): a batch may still use them, so they stay allocated (a leak, not a fault)");
+            }
             try {
-                CudaException.code(() -> JCudaDriver.cuCtxSetCurrent(context)); // the free is tried whatever this says
-                CudaException.code(() -> JCudaDriver.cuCtxSynchronize()); // batches still using the memory end first
                 CudaException.check(CudaException.code(() -> JCudaDriver.cuMemFreeHost(host)), "cuMemFreeHost(" + pages + " pinned pages)");
             } finally {
                 CudaException.code(() -> JCudaDriver.cuDevicePrimaryCtxRelease(owner));

@@ -16,7 +16,8 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
  * {@code cuEventDestroy} and the context release print a line each ({@code alloc 0x...}, {@code free 0x...}), so a test reads what the child
  * freed, in order with what the child prints. Kernels launch and copies copy nothing; pinned host memory is plain
  * memory. {@code cuStreamSynchronize} succeeds unless the child calls the stub's
- * {@code stub_set_stream_synchronize_result(int)} (through the FFM linker) for a failure. Built with a context per thread ({@link #build(Path, int, boolean)}), work on a thread without a current
+ * {@code stub_set_stream_synchronize_result(int)} (through the FFM linker) for a failure; {@code cuCtxSynchronize} likewise
+ * ({@code stub_set_ctx_synchronize_result(int)}), and {@code cuMemFreeHost} prints {@code free host 0x...}. Built with a context per thread ({@link #build(Path, int, boolean)}), work on a thread without a current
  * context fails, as in the driver. A child keeps the stub out of the surefire JVM.
  */
 public final class StubLibcuda {
@@ -52,7 +53,10 @@ public final class StubLibcuda {
         int cuDeviceGetCount(int* count) { *count = 1; return 0; }
         int cuDeviceGet(int* dev, int ordinal) { *dev = ordinal; return 0; }
         int cuDeviceGetName(char* name, int len, int dev) { (void) dev; snprintf(name, len, "stub device"); return 0; }
-        int cuCtxSynchronize(void) { return need("cuCtxSynchronize"); }
+        /* what cuCtxSynchronize answers (after the context check): 0 unless a test asks for a failure (stub_set_ctx_synchronize_result) */
+        static int ctx_synchronize_result;
+        void stub_set_ctx_synchronize_result(int r) { ctx_synchronize_result = r; }
+        int cuCtxSynchronize(void) { int r = need("cuCtxSynchronize"); return r ? r : ctx_synchronize_result; }
         int cuEventQuery(void* event) { (void) event; return 600; /* CUDA_ERROR_NOT_READY: still running */ }
         /* a batch that takes 3 s to finish; a test sees a thread inside this call by its stack */
         int cuEventSynchronize(void* event) { (void) event; sleep(3); return 0; }
@@ -91,7 +95,7 @@ public final class StubLibcuda {
         /* pinned host memory: plain memory, its device address the host address */
         int cuMemHostAlloc(void** pp, size_t bytes, unsigned flags) { (void) flags; *pp = calloc(1, bytes); return *pp ? 0 : 2; }
         int cuMemHostGetDevicePointer_v2(unsigned long long* d, void* p, unsigned flags) { (void) flags; *d = (unsigned long long) p; return 0; }
-        int cuMemFreeHost(void* p) { free(p); return 0; }
+        int cuMemFreeHost(void* p) { printf("free host %p\\n", p); fflush(stdout); free(p); return 0; }
         typedef struct { char reserved[64]; } ipc_handle;
         int cuIpcGetMemHandle(ipc_handle* h, unsigned long long p) { memset(h, 0, sizeof *h); memcpy(h->reserved, &p, sizeof p); return 0; }
         int cuIpcOpenMemHandle_v2(unsigned long long* p, ipc_handle h, unsigned flags) { (void) h; (void) flags; *p = 0x700000000ULL; return 0; }

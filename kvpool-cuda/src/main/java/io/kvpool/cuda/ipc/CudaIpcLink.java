@@ -51,9 +51,10 @@ import java.util.function.Supplier;
  *       ({@code cuEventQuery} in {@link #poll}): {@link #OK} (the copy finished: the source may be reused,
  *       and the bytes are in the peer's memory), or {@link #FAILED} if the event reports an error (the copy
  *       may have written all, part or none of the pages) — and a device error takes the link down. A batch
- *       whose kernel was launched but whose event could not be recorded is posted, reports {@link #FAILED}
- *       at once and takes the link down: it may still land, untracked (then {@link #close()} waits for the
- *       stream before it unmaps anything).</li>
+ *       whose kernel was launched but whose event could not be recorded is posted and takes the link down; its
+ *       writes report {@link #FAILED} only once a drain proved the copy ended ({@link #close()} waits for the
+ *       stream before it unmaps anything): until then it may still read its source pages, which a terminal state
+ *       would let the sender reuse.</li>
  *   <li><b>Flush</b> is answered once every batch posted before it has completed; {@code ok} iff all of them
  *       completed without error. On one node that proves delivery: the copy is a kernel on this process's
  *       stream writing the peer's device memory, and an event after it completes only when the kernel's
@@ -160,6 +161,8 @@ public final class CudaIpcLink implements PeerLink {
     private long nextSeq = 1;
     private long retiredSeq;
     private long firstFailedSeq = Long.MAX_VALUE;
+    /** A drain answered DONE: every copy enqueued before it ended, those launched without a marker too. */
+    private boolean drainedAll;
     private int nextRegistration = 1;
     private boolean exported;
     private String failure;          // non-null once the link failed (device or control)
@@ -359,7 +362,9 @@ public final class CudaIpcLink implements PeerLink {
     private void retire() {
         while (!batches.isEmpty()) {
             final Batch b = batches.peek();
-            final int code = b.id < 0 ? b.code : engine.query(b.id);
+            // a batch without a marker ends, as far as anything can tell, only at a drain that answered DONE: until then
+            // its copy may still read the source pages, which a terminal state would hand back to the sender
+            final int code = b.id >= 0 ? engine.query(b.id) : drainedAll ? b.code : IpcEngine.NOT_READY;
             if (code == IpcEngine.NOT_READY) {
                 break;
             }
@@ -565,7 +570,7 @@ public final class CudaIpcLink implements PeerLink {
                 fail("device: a put batch of " + count + " pages was refused: " + e.getMessage());
                 throw new LinkFailedException(describe() + ": put batch of " + count + " pages not launched: " + e.getMessage(), e);
             }
-            // launched, but without a marker: posted, it may land, and nothing will tell when
+            // launched, but without a marker: posted, it may land, and only a drain (close()) tells when it ended
             batches.add(new Batch(nextSeq++, -1, firstToken, count, e.code()));
             writesPosted += count;
             batchesLaunched++;
@@ -641,6 +646,7 @@ public final class CudaIpcLink implements PeerLink {
                     batches.clear();
                 } else {
                     final int drained = engine.drain();
+                    drainedAll = drained == IpcEngine.DONE;
                     retire(); // every batch has an answer now: DONE, or its error
                     while (!batches.isEmpty()) { // still not ready after a drain: unknown, so FAILED (it may land)
                         finish(batches.poll(), drained == IpcEngine.DONE ? IpcEngine.NOT_READY : drained);

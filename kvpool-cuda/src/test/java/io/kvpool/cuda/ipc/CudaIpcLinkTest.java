@@ -455,7 +455,7 @@ class CudaIpcLinkTest {
     }
 
     @Test
-    void aBatchLaunchedWithoutAMarkerIsPostedFailedAndFencedBeforeUnmapping() {
+    void aBatchLaunchedWithoutAMarkerReportsFailedOnlyOnceADrainProvedItsCopyEnded() {
         final Pair p = pair();
         final int[] slots = {0, 1, 2};
         final RemoteRegion r = p.region(slots);
@@ -469,11 +469,14 @@ class CudaIpcLinkTest {
         p.txEngine.runNext();
         p.pump();
         assertEquals(List.of(PeerLink.OK), p.h.statuses.get(1L));
-        assertEquals(List.of(PeerLink.FAILED), p.h.statuses.get(2L), "may land: FAILED, never CANCELED");
-        assertEquals(List.of(PeerLink.FAILED), p.h.statuses.get(3L));
-        assertEquals(1, p.txEngine.queued(), "the untracked copy is still queued on the device");
-        p.tx.close();
+        assertEquals(1, p.txEngine.queued(), "the untracked copy is still queued on the device, reading source pages 1 and 2");
+        assertNull(p.h.statuses.get(2L), "a terminal state would let the sender reuse source page 1 while the copy may read it");
+        assertNull(p.h.statuses.get(3L), "nor source page 2");
+        p.tx.close(); // what the transfer engine does on the failed link
         assertEquals(0, p.txEngine.queued(), "close drained the stream before unmapping");
+        p.pump();
+        assertEquals(List.of(PeerLink.FAILED), p.h.statuses.get(2L), "may have landed: FAILED, never CANCELED");
+        assertEquals(List.of(PeerLink.FAILED), p.h.statuses.get(3L));
         assertTrue(p.h.landed(2) && p.h.landed(3), "and the untracked copy did land: FAILED was the honest answer");
         p.h.finalChecks();
         assertEquals(1, p.h.failures.size());
