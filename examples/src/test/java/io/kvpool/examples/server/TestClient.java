@@ -82,6 +82,11 @@ final class TestClient {
         return send(b.build());
     }
 
+    /** Closes the client's pooled connections (and waits for its exchanges to end). */
+    void closeConnections() {
+        http.close();
+    }
+
     Response get(String path) throws IOException, InterruptedException {
         return send(HttpRequest.newBuilder(base.resolve(path)).timeout(Duration.ofSeconds(30)).GET().build());
     }
