@@ -632,6 +632,8 @@ public final class CudaIpcLink implements PeerLink {
      * opened arenas and frees the engine. If the peer process is gone already, ends this link's exports as a proven
      * {@link #tearDown()} does; otherwise they stay open until it is: a proven {@code tearDown()} ends them, and a
      * daemon thread checks once a second ({@code ExportReaper}). Idempotent.
+     *
+     * @throws RuntimeException what the control channel's close threw, once the rest is done
      */
     @Override
     public void close() {
@@ -639,8 +641,13 @@ public final class CudaIpcLink implements PeerLink {
             return;
         }
         closed = true;
+        RuntimeException controlFailure = null;
         try {
-            control.close();
+            try {
+                control.close();
+            } catch (RuntimeException e) {
+                controlFailure = e; // thrown once the copies are drained: a failed socket close must not leave them unended
+            }
             if (engine != null && !engineClosed) {
                 if (unsafe.contains(Unsafe.CLOSE_FORGETS_PENDING)) {
                     batches.clear();
@@ -668,6 +675,9 @@ public final class CudaIpcLink implements PeerLink {
                     reaper.watch(peerGone, exports.values(), describe());
                 }
             }
+        }
+        if (controlFailure != null) {
+            throw controlFailure;
         }
     }
 

@@ -69,7 +69,12 @@ class CudaIpcLinkTest {
         final Recorder rxEvents = new Recorder();
 
         Pair(Set<CudaIpcLink.Unsafe> unsafe) {
-            tx = new CudaIpcLink(control[0], () -> txEngine, () -> true, unsafe);
+            this(unsafe, java.util.function.UnaryOperator.identity());
+        }
+
+        /** @param txControl wraps prefill's end of the control channel (a test that makes it misbehave) */
+        Pair(Set<CudaIpcLink.Unsafe> unsafe, java.util.function.UnaryOperator<PeerLink> txControl) {
+            tx = new CudaIpcLink(txControl.apply(control[0]), () -> txEngine, () -> true, unsafe);
             rx = new CudaIpcLink(control[1], () -> rxEngine, () -> prefillGone, unsafe);
             rx.reaper = reaper;
             toClose.add(src);
@@ -423,6 +428,33 @@ class CudaIpcLinkTest {
     @Test
     void closeWaitsForTheDeviceAndReportsEveryWrite() {
         checkCloseWaitsForTheDeviceAndReportsEveryWrite();
+    }
+
+    @Test
+    void aControlChannelWhoseCloseThrowsStillHasTheDeviceDrainedAndEveryWriteReported() {
+        final Pair p = new Pair(Set.of(), c -> new io.kvpool.transfer.spi.ForwardingPeerLink(c) {
+            @Override
+            public void close() {
+                super.close();
+                throw new IllegalStateException("socket close failed");
+            }
+        });
+        toClose.add(p.tx);
+        toClose.add(p.rx);
+        final int[] slots = {0, 1};
+        final RemoteRegion r = p.region(slots);
+        p.h.post(r, slots, new int[] {0, 1}, new int[] {0, 1}, 0);
+        p.h.flush(3);
+        final IllegalStateException e = assertThrows(IllegalStateException.class, p.tx::close, "the failure is not hidden");
+        assertTrue(e.getMessage().contains("socket close failed"), e.getMessage());
+        assertTrue(p.txEngine.closed, "the engine is closed all the same");
+        assertEquals(0, p.txEngine.queued(), "after the device drained");
+        for (int i = 0; i < 3; i++) {
+            p.tx.poll(p.h, 1000);
+        }
+        p.h.finalChecks();
+        assertEquals(true, p.h.flushes.get(3L), "the flush posted before close is answered too");
+        p.tx.close(); // idempotent: the failure was thrown once
     }
 
     @Test
