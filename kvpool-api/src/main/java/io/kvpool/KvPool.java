@@ -263,7 +263,8 @@ public final class KvPool implements AutoCloseable {
         return ops.validate(handle);
     }
 
-    private int accessibleSlot(long handle) {
+    /** @return the slot of a current, accessible page; throws the refusal {@link #validate} describes (internal) */
+    int accessibleSlot(long handle) {
         ensureOpen();
         return ops.accessibleSlot(handle);
     }

@@ -401,18 +401,12 @@ public final class Sequence implements AutoCloseable {
      */
     void copyLastPageInto(long fresh) {
         final long last = handles[pageCount - 1];
-        final long v = pool.validate(last);
-        if (v == PageHandle.STALE || v == PageHandle.INVALID || v == PageHandle.FOREIGN) {
-            final int slot = PageHandle.slot(last);
-            // an INVALID or FOREIGN handle may name a slot this pool lacks: its state is read only where there is one
-            final String now = slot < pool.capacity() ? "slot " + slot + " is now " + pool.stateOfSlot(slot)
-                : "slot " + slot + " is outside this pool's " + pool.capacity();
-            throw new StaleHandleException(last, v == PageHandle.STALE ? StaleHandleException.Refusal.STALE
-                : v == PageHandle.FOREIGN ? StaleHandleException.Refusal.FOREIGN : StaleHandleException.Refusal.INVALID,
-                "copy-on-write of page " + (pageCount - 1) + " of the sequence refused: its handle " + PageHandle.toString(last)
-                    + " is no longer current (" + now + "): the page was released behind the sequence's back");
+        try {
+            copyFrom[0] = pool.accessibleSlot(last);
+        } catch (StaleHandleException e) { // the pool's refusal, with where it met this sequence
+            throw new StaleHandleException(last, e.refusal(), "copy-on-write of page " + (pageCount - 1) + " of the sequence: "
+                + e.getMessage() + " (the page was released behind the sequence's back)");
         }
-        copyFrom[0] = PageHandle.slot(last);
         copyTo[0] = PageHandle.slot(fresh);
         pool.storage().copyPages(copyFrom, 0, copyTo, 0, 1);
     }
