@@ -80,7 +80,7 @@ public final class RoleClient implements AutoCloseable {
      *                               out the call's head or body: a stall on the way, which a later call need not meet)
      */
     JsonNode post(String path, Object body) {
-        final HttpResponse<byte[]> r = send(request(path, CALL_TIMEOUT).POST(publish(body)).build(), HttpResponse.BodyHandlers.ofByteArray());
+        final HttpResponse<byte[]> r = postWhole(path, body);
         return answer("POST", path, r.statusCode(), r.body());
     }
 
@@ -91,10 +91,15 @@ public final class RoleClient implements AutoCloseable {
      * @throws RoleLostException / IllegalStateException for any other status, as {@link #post}
      */
     void postAccepted(String path, Object body) {
-        final HttpResponse<byte[]> r = send(request(path, CALL_TIMEOUT).POST(publish(body)).build(), HttpResponse.BodyHandlers.ofByteArray());
+        final HttpResponse<byte[]> r = postWhole(path, body);
         if (r.statusCode() / 100 != 2) {
             answer("POST", path, r.statusCode(), r.body());
         }
+    }
+
+    /** POSTs {@code body}; the answer is read whole within {@link #CALL_TIMEOUT}. */
+    private HttpResponse<byte[]> postWhole(String path, Object body) {
+        return send(request(path, CALL_TIMEOUT).POST(publish(body)).build(), HttpResponse.BodyHandlers.ofByteArray());
     }
 
     /** GETs a JSON answer within {@link #STATUS_TIMEOUT}. @throws RoleLostException / IllegalStateException as {@link #post} */
