@@ -1,5 +1,6 @@
 package io.kvpool.micrometer;
 
+import io.kvpool.transfer.FailureReason;
 import io.kvpool.transfer.SenderMetrics;
 import io.kvpool.transfer.TransferSender;
 import io.micrometer.core.instrument.FunctionCounter;
@@ -13,8 +14,8 @@ import java.util.Objects;
 import java.util.function.ToLongFunction;
 
 /**
- * Binds a {@link TransferSender}'s counters (its {@link SenderMetrics}) to a Micrometer registry: transfers
- * completed, DRAINED confirmations sent, writes posted and failed, forced cancels, duplicate descriptors.
+ * Binds a {@link TransferSender}'s counters (its {@link SenderMetrics}) to a Micrometer registry: offers made,
+ * transfers completed, offers failed by reason, DRAINED confirmations sent, writes posted and failed, forced cancels, duplicate descriptors.
  * The module README lists every meter.
  *
  * <p>Each meter reads one {@link SenderMetrics} getter when the registry asks, from the registry's thread;
@@ -83,8 +84,14 @@ public final class TransferSenderMeterBinder implements MeterBinder, AutoCloseab
 
     /** Registers every meter of {@code s} (through {@link BoundMeters#add}). */
     private void register(MeterRegistry registry, TransferSender s) {
+        counter(registry, s, "kvpool.transfer.sender.offers", "Offers made (their source pages retained)", SenderMetrics::offered);
         counter(registry, s, "kvpool.transfer.sender.completed", "Transfers completed: every write flushed and the COMPLETION sent",
             SenderMetrics::completed);
+        for (FailureReason reason : FailureReason.values()) {
+            counter(registry, s, "kvpool.transfer.sender.failures", "Offers that ended without completing, by reason (counted once "
+                + "their writes ended and their source pages were released)", m -> m.failures(reason), "reason",
+                TransferReceiverMeterBinder.label(reason));
+        }
         counter(registry, s, "kvpool.transfer.sender.drained", "DRAINED confirmations sent for failed or aborted transfers",
             SenderMetrics::drainedSent);
         counter(registry, s, "kvpool.transfer.sender.writes.posted", "One-sided page writes posted", SenderMetrics::writesPosted);

@@ -70,13 +70,17 @@ class TransferMeterBindersTest {
             expected.add("kvpool.peer.links");
             expected.add("kvpool.peer.heartbeat.failures");
             assertEquals(expected, rx.keySet());
-            assertEquals(new TreeSet<>(java.util.List.of("kvpool.transfer.sender.completed", "kvpool.transfer.sender.drained",
+            final TreeSet<String> expectedTx = new TreeSet<>(java.util.List.of("kvpool.transfer.sender.offers",
+                "kvpool.transfer.sender.completed", "kvpool.transfer.sender.drained",
                 "kvpool.transfer.sender.writes.posted", "kvpool.transfer.sender.writes.failed", "kvpool.transfer.sender.forced.cancels",
                 "kvpool.transfer.sender.descriptors.duplicate", "kvpool.transfer.sender.descriptors.timeout",
                 "kvpool.transfer.sender.cancels.received{outcome=ended}",
                 "kvpool.transfer.sender.cancels.received{outcome=ignored}", "kvpool.transfer.sender.cancels.received{outcome=retiring}",
-                "kvpool.peer.info{build=build-1}", "kvpool.peer.links", "kvpool.peer.heartbeat.failures")),
-                tx.keySet());
+                "kvpool.peer.info{build=build-1}", "kvpool.peer.links", "kvpool.peer.heartbeat.failures"));
+            for (FailureReason r : FailureReason.values()) {
+                expectedTx.add("kvpool.transfer.sender.failures{reason=" + r.name().toLowerCase(Locale.ROOT) + "}");
+            }
+            assertEquals(expectedTx, tx.keySet());
             assertEquals(rx.size() + tx.size(), registry.getMeters().size(), "every meter carries the common tag");
             for (Map<String, Meter> meters : java.util.List.of(rx, tx)) {
                 meters.forEach((key, m) -> {
@@ -136,17 +140,21 @@ class TransferMeterBindersTest {
 
             everyMeterReadsItsGetter(rx, rm);
             final SenderMetrics sm = rig.sender.metrics();
-            final Map<String, ToLongFunction<SenderMetrics>> senderGetters = Map.of(
-                "kvpool.transfer.sender.completed", SenderMetrics::completed,
-                "kvpool.transfer.sender.drained", SenderMetrics::drainedSent,
-                "kvpool.transfer.sender.writes.posted", SenderMetrics::writesPosted,
-                "kvpool.transfer.sender.writes.failed", SenderMetrics::writesFailed,
-                "kvpool.transfer.sender.forced.cancels", SenderMetrics::forcedCancels,
-                "kvpool.transfer.sender.descriptors.duplicate", SenderMetrics::duplicateDescriptors,
-                "kvpool.transfer.sender.descriptors.timeout", SenderMetrics::descriptorTimeouts,
-                "kvpool.transfer.sender.cancels.received{outcome=ended}", SenderMetrics::cancelled,
-                "kvpool.transfer.sender.cancels.received{outcome=ignored}", SenderMetrics::cancelsIgnored,
-                "kvpool.transfer.sender.cancels.received{outcome=retiring}", SenderMetrics::linksRetired);
+            final Map<String, ToLongFunction<SenderMetrics>> senderGetters = new java.util.HashMap<>();
+            senderGetters.put("kvpool.transfer.sender.offers", SenderMetrics::offered);
+            senderGetters.put("kvpool.transfer.sender.completed", SenderMetrics::completed);
+            senderGetters.put("kvpool.transfer.sender.drained", SenderMetrics::drainedSent);
+            senderGetters.put("kvpool.transfer.sender.writes.posted", SenderMetrics::writesPosted);
+            senderGetters.put("kvpool.transfer.sender.writes.failed", SenderMetrics::writesFailed);
+            senderGetters.put("kvpool.transfer.sender.forced.cancels", SenderMetrics::forcedCancels);
+            senderGetters.put("kvpool.transfer.sender.descriptors.duplicate", SenderMetrics::duplicateDescriptors);
+            senderGetters.put("kvpool.transfer.sender.descriptors.timeout", SenderMetrics::descriptorTimeouts);
+            senderGetters.put("kvpool.transfer.sender.cancels.received{outcome=ended}", SenderMetrics::cancelled);
+            senderGetters.put("kvpool.transfer.sender.cancels.received{outcome=ignored}", SenderMetrics::cancelsIgnored);
+            senderGetters.put("kvpool.transfer.sender.cancels.received{outcome=retiring}", SenderMetrics::linksRetired);
+            for (FailureReason r : FailureReason.values()) {
+                senderGetters.put("kvpool.transfer.sender.failures{reason=" + r.name().toLowerCase(Locale.ROOT) + "}", m -> m.failures(r));
+            }
             senderGetters.forEach((key, getter) -> assertEquals(getter.applyAsLong(sm), Meters.value(tx.get(key)), key));
         }
     }
@@ -168,6 +176,8 @@ class TransferMeterBindersTest {
             rig.run(50);
             assertEquals(1, Meters.value(rx.get("kvpool.transfer.cancels.sent")));
             assertEquals(1, Meters.value(tx.get("kvpool.transfer.sender.cancels.received{outcome=ended}")));
+            assertEquals(1, Meters.value(tx.get("kvpool.transfer.sender.offers")));
+            assertEquals(1, Meters.value(tx.get("kvpool.transfer.sender.failures{reason=rejected}")), "the refused offer ended, REJECTED");
             assertEquals(0, Meters.value(tx.get("kvpool.transfer.sender.cancels.received{outcome=ignored}")));
             assertEquals(0, rig.sender.activeTransfers(), "the offer ended at once");
             rig.receiver.start(77, 10, 10_000, rig.peer); // not offered: kept, since prefill may still offer it

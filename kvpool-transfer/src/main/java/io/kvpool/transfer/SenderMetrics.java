@@ -1,14 +1,21 @@
 package io.kvpool.transfer;
 
+import java.util.EnumMap;
+import java.util.Objects;
 import java.util.concurrent.atomic.LongAdder;
 
 /**
  * Counters of a {@link TransferSender}. Written by the sender's thread, readable from any thread (e.g. a
  * metrics endpoint or a Micrometer binder). Every value only grows; each is read on its own, so a set of
  * reads is not one atomic cut. Obtain it with {@link TransferSender#metrics()}.
+ *
+ * <p>Offers balance: read on the sender's thread, {@code offered() == completed() + Σ failures(reason) +
+ * activeTransfers()}, every offer counted once, when it ends.
  */
 public final class SenderMetrics {
 
+    final LongAdder offered = new LongAdder();
+    final EnumMap<FailureReason, LongAdder> failures = new EnumMap<>(FailureReason.class);
     final LongAdder completed = new LongAdder();
     final LongAdder drainedSent = new LongAdder();
     final LongAdder writesPosted = new LongAdder();
@@ -21,6 +28,37 @@ public final class SenderMetrics {
     final LongAdder descriptorTimeouts = new LongAdder();
 
     SenderMetrics() {
+        for (FailureReason r : FailureReason.values()) {
+            failures.put(r, new LongAdder());
+        }
+    }
+
+    /**
+     * Offers made: each {@link TransferSender#offer} call that returned a transfer (its pages retained). A call that
+     * throws is not counted.
+     *
+     * @return the count so far
+     */
+    public long offered() {
+        return offered.sum();
+    }
+
+    /**
+     * Offers that ended without completing, for one reason: refused or cancelled by the receiver, aborted, timed
+     * out waiting for a descriptor, lost with their link, or ended by the sender's close. Counted when the offer
+     * ends (its writes terminal, its source pages released).
+     *
+     * @param reason the reason
+     * @return the count so far
+     * @throws NullPointerException if {@code reason} is null
+     */
+    public long failures(FailureReason reason) {
+        return failures.get(Objects.requireNonNull(reason, "reason")).sum();
+    }
+
+    /** Counts an offer that ended without completing. */
+    void failed(FailureReason reason) {
+        failures.get(reason).increment();
     }
 
     /**
@@ -124,7 +162,8 @@ public final class SenderMetrics {
     /** @return every counter by name, for logs and test messages */
     @Override
     public String toString() {
-        return "SenderMetrics[completed=" + completed() + ", drainedSent=" + drainedSent() + ", writesPosted=" + writesPosted()
+        return "SenderMetrics[offered=" + offered() + ", completed=" + completed() + ", failures=" + failures + ", drainedSent=" + drainedSent()
+            + ", writesPosted=" + writesPosted()
             + ", writesFailed=" + writesFailed() + ", forcedCancels=" + forcedCancels() + ", duplicateDescriptors="
             + duplicateDescriptors() + ", cancelled=" + cancelled() + ", cancelsIgnored=" + cancelsIgnored() + ", linksRetired="
             + linksRetired() + ", descriptorTimeouts=" + descriptorTimeouts() + "]";

@@ -266,6 +266,7 @@ public final class TransferSender extends TransferEndpoint {
         }
         pool.retainAll(handles, 0, handles.length); // all or none
         final OutgoingTransfer t = new OutgoingTransfer(requestId, handles.clone(), tokenCount, nextSerial++);
+        metrics.offered.increment();
         offers.put(requestId, t);
         bySerial.put(t.serial, t);
         t.deadline = clock.nanoTime() + descriptorTimeoutNanos;
@@ -772,6 +773,9 @@ public final class TransferSender extends TransferEndpoint {
             return;
         }
         t.finished = true;
+        if (t.state != OutgoingTransfer.State.COMPLETED) { // completed() counted it already
+            metrics.failed(t.failureReason);
+        }
         if (t.peer != null) {
             t.peer.users--;
         }

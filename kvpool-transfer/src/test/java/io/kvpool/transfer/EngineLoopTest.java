@@ -228,6 +228,14 @@ class EngineLoopTest {
             assertTrue(stepsRun > 0, "no appendEach step ran");
             assertEquals(0, rig.receiver.activeTransfers());
             assertEquals(0, rig.sender.activeTransfers(), () -> rig.sender.openTransfers().toString());
+            // the sender's counts balance: every offer completed or failed for a reason, once
+            final SenderMetrics sm = rig.sender.metrics();
+            long senderFailed = 0;
+            for (FailureReason r : FailureReason.values()) {
+                senderFailed += sm.failures(r);
+            }
+            assertEquals(sm.offered(), sm.completed() + senderFailed, sm::toString);
+            assertTrue(sm.completed() > 0 && senderFailed > 0, sm::toString);
             final PoolSnapshot ps = prefill.verifyAccounting(), ds = decode.verifyAccounting();
             assertTrue(ps.balanced() && ds.balanced());
             // prefill keeps published pages cached (FREE), which is allowed

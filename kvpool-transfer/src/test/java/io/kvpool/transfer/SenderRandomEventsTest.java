@@ -30,7 +30,8 @@ import static org.junit.jupiter.api.Assertions.assertNull;
  *   <li>a DRAINED of a rank reports the writes the transfer posted, and DRAINED(−1) ("nothing of mine") never
  *       answers a transfer the sender began;</li>
  * </ul>
- * and after the close, once the transport reported every write, no transfer is left and every source was released.
+ * and the sender's counts balance (every offer is completed, failed for its reason, or active, counted once); after the
+ * close, once the transport reported every write, no transfer is left and every source was released.
  * The control switches {@link TransferSafeguard#SOURCE_HOLD} off, and the same run catches the early release.
  * {@code -Dkvpool.randomEvents.seeds=N} runs more seeds.
  */
@@ -54,6 +55,37 @@ class SenderRandomEventsTest {
         }
         assertNotNull(caught, "SOURCE_HOLD off: " + SEEDS + " seeds never released a source with a write outstanding");
         System.out.println("SOURCE_HOLD off: " + caught.lines().findFirst().orElseThrow());
+    }
+
+    /**
+     * The sender's counts against the transfers it returned: every offer counted once, as completed, as failed for its
+     * own reason once it ended, or as active.
+     *
+     * @return what does not balance, or {@code null}
+     */
+    static String balance(TransferSender tx, List<OutgoingTransfer> transfers) {
+        final SenderMetrics m = tx.metrics();
+        if (m.offered() != transfers.size()) {
+            return "offered() " + m.offered() + " but " + transfers.size() + " offers returned: " + m;
+        }
+        final long completed = transfers.stream().filter(t -> t.state == OutgoingTransfer.State.COMPLETED).count();
+        if (m.completed() != completed) {
+            return "completed() " + m.completed() + " but " + completed + " transfers COMPLETED: " + m;
+        }
+        long failed = 0;
+        for (FailureReason r : FailureReason.values()) {
+            final long ended = transfers.stream()
+                .filter(t -> t.finished && t.state != OutgoingTransfer.State.COMPLETED && t.failureReason == r).count();
+            if (m.failures(r) != ended) {
+                return "failures(" + r + ") " + m.failures(r) + " but " + ended + " offers ended for it: " + m;
+            }
+            failed += ended;
+        }
+        if (m.offered() != completed + failed + tx.activeTransfers()) {
+            return "offered() " + m.offered() + " ≠ completed " + completed + " + failed " + failed + " + active "
+                + tx.activeTransfers() + ": " + m;
+        }
+        return null;
     }
 
     /**
@@ -204,6 +236,10 @@ class SenderRandomEventsTest {
                     }
                 }
                 // invariants
+                final String unbalanced = balance(tx, transfers);
+                if (unbalanced != null) {
+                    return "seed " + seed + " step " + step + ": " + unbalanced + "\n" + trace;
+                }
                 for (ScriptedLink l : links) {
                     final Set<Long> d = done.computeIfAbsent(l, k -> new HashSet<>());
                     for (OutgoingTransfer t : transfers) {
@@ -272,6 +308,10 @@ class SenderRandomEventsTest {
             }
             if (tx.activeTransfers() != 0) {
                 return "seed " + seed + ": after close and every write's end, transfers remain: " + tx.openTransfers() + "\n" + trace;
+            }
+            final String unbalanced = balance(tx, transfers);
+            if (unbalanced != null) {
+                return "seed " + seed + " after close: " + unbalanced + "\n" + trace;
             }
             for (OutgoingTransfer t : transfers) {
                 if (!t.sourceReleased) {
