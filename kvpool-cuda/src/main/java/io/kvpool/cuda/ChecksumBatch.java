@@ -45,7 +45,12 @@ public final class ChecksumBatch implements AutoCloseable {
         return count;
     }
 
-    /** Waits for the batch and frees its device buffer. Idempotent; values already read stay readable. */
+    /**
+     * Waits for the batch and frees its device buffer. Idempotent; values already read stay readable. Without proof that
+     * the batch ended, the buffer stays until this process exits ({@link DeviceBatch#close()}).
+     *
+     * @throws CudaException if the context cannot be made current or the wait fails; the message names the buffer kept
+     */
     @Override
     public void close() {
         batch.close();

@@ -3,7 +3,6 @@ package io.kvpool.cuda;
 import jcuda.Pointer;
 import jcuda.driver.CUcontext;
 import jcuda.driver.CUdevice;
-import jcuda.driver.CUdeviceptr;
 import jcuda.driver.CUevent;
 import jcuda.driver.CUresult;
 import jcuda.driver.JCudaDriver;
@@ -23,7 +22,8 @@ public final class DeviceBatch implements AutoCloseable {
 
     private final CUcontext context;
     private final CUdevice device;
-    private final CUdeviceptr buffer; // null for a batch that needed none
+    private final DevicePageStorage.DevicePtr buffer; // null for a batch that needed none
+    private final long bufferBytes;
     private final CUevent done;
     /** Read: isDone, await, read (any number at once). Write: close. */
     private final ReentrantReadWriteLock lock = new ReentrantReadWriteLock();
@@ -35,11 +35,12 @@ public final class DeviceBatch implements AutoCloseable {
      *
      * @throws CudaException if the context cannot be retained (nothing is taken over then)
      */
-    DeviceBatch(CUcontext context, CUdevice device, CUdeviceptr buffer, CUevent done) {
+    DeviceBatch(CUcontext context, CUdevice device, DevicePageStorage.DevicePtr buffer, long bufferBytes, CUevent done) {
         CudaException.check(CudaException.code(() -> JCudaDriver.cuDevicePrimaryCtxRetain(new CUcontext(), device)), "cuDevicePrimaryCtxRetain");
         this.context = context;
         this.device = device;
         this.buffer = buffer;
+        this.bufferBytes = bufferBytes;
         this.done = done;
     }
 
@@ -97,7 +98,14 @@ public final class DeviceBatch implements AutoCloseable {
         }
     }
 
-    /** Waits for the batch, then frees its device buffer and event and releases its context reference. Idempotent. */
+    /**
+     * Waits for the batch, then frees its device buffer and event and releases its context reference. Idempotent.
+     * Without proof that the batch ended, nothing is freed: a kernel may still read the buffer. The buffer, the event and
+     * the context reference then stay until this process exits.
+     *
+     * @throws CudaException if the context cannot be made current ({@code cuCtxSetCurrent}) or the wait fails
+     *                       ({@code cuEventSynchronize}); the message names the driver's code and the buffer kept
+     */
     @Override
     public void close() {
         lock.writeLock().lock(); // after every poll, wait and read under way
@@ -105,18 +113,31 @@ public final class DeviceBatch implements AutoCloseable {
             if (closed) {
                 return;
             }
-            try {
-                synchronizeHeld();
-            } finally { // also after a (sticky) device error: the event, buffer and context reference go either way
-                closed = true;
-                CudaException.code(() -> JCudaDriver.cuEventDestroy(done));
-                if (buffer != null) {
-                    CudaException.code(() -> JCudaDriver.cuMemFree(buffer));
-                }
-                CudaException.code(() -> JCudaDriver.cuDevicePrimaryCtxRelease(device));
+            closed = true;
+            final int current = CudaException.code(() -> JCudaDriver.cuCtxSetCurrent(context));
+            if (current != CUresult.CUDA_SUCCESS) {
+                // the wait and the frees would act on whatever context is current here, not the batch's
+                throw keptUnproven("cuCtxSetCurrent", current);
             }
+            final int ended = CudaException.code(() -> JCudaDriver.cuEventSynchronize(done));
+            if (ended != CUresult.CUDA_SUCCESS) {
+                // freed, the buffer could go to the next allocation while a queued kernel still reads it
+                throw keptUnproven("cuEventSynchronize", ended);
+            }
+            CudaException.code(() -> JCudaDriver.cuEventDestroy(done));
+            if (buffer != null) {
+                CudaException.code(() -> JCudaDriver.cuMemFree(buffer));
+            }
+            CudaException.code(() -> JCudaDriver.cuDevicePrimaryCtxRelease(device));
         } finally {
             lock.writeLock().unlock();
         }
+    }
+
+    /** {@return the exception for a close that could not prove the batch ended: what stays, with the numbers} */
+    private CudaException keptUnproven(String call, int result) {
+        return new CudaException(call, result, "closing a device batch without proof that it ended: its "
+            + (buffer == null ? "" : bufferBytes + "-byte device buffer at 0x" + Long.toHexString(buffer.address()) + ", its ")
+            + "event and its context reference stay until this process exits (a leak, not a fault)");
     }
 }

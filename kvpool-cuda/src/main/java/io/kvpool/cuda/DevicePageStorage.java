@@ -89,8 +89,11 @@ public final class DevicePageStorage implements PageStorage {
     /** Exported by {@link DeviceIpc#export}, whose importers nobody tracks: the arena stays until the process ends (guarded by this). */
     private boolean exportedUntracked;
     private volatile boolean arenaFreed; // with the context reference it needs (written under this)
-    /** close()'s cuCtxSynchronize failed: a batch may still run on the arena, so nothing it touches is ever freed (guarded by this). */
-    private boolean keptUnproven;
+    /**
+     * close() could not prove the context idle, or a later free could not make it current: nothing a batch touches is ever
+     * freed (written under this).
+     */
+    private volatile boolean keptUnproven;
 
     private DevicePageStorage(KvLayout layout, int pages, int ordinal) {
         Cuda.requireAvailable();
@@ -302,8 +305,16 @@ public final class DevicePageStorage implements PageStorage {
                 + " (CudaIpcLink: its teardown is proven) or this process ends"));
             return;
         }
+        final int current = CudaException.code(() -> JCudaDriver.cuCtxSetCurrent(context));
+        if (current != 0) {
+            // a lease may end on any thread: without the arena's context current, the free would act on another one
+            keptUnproven = true;
+            LOG.log(System.Logger.Level.WARNING, this + ": its " + dl.arenaBytes() + "-byte arena at 0x" + Long.toHexString(base)
+                + " stays until this process exits (cuCtxSetCurrent failed: " + jcuda.driver.CUresult.stringFor(current) + " ("
+                + current + "))");
+            return;
+        }
         arenaFreed = true;
-        CudaException.code(() -> JCudaDriver.cuCtxSetCurrent(context));
         CudaException.code(() -> JCudaDriver.cuMemFree(arena));
         CudaException.code(() -> JCudaDriver.cuDevicePrimaryCtxRelease(device));
     }
@@ -1000,7 +1011,7 @@ public final class DevicePageStorage implements PageStorage {
         ensureOpen();
         current();
         final long bytes = align16(lists.capacity()) + resultBytes;
-        final CUdeviceptr buf = bytes == 0 ? null : new CUdeviceptr();
+        final DevicePtr buf = bytes == 0 ? null : new DevicePtr();
         if (buf != null) {
             CudaException.check(CudaException.code(() -> JCudaDriver.cuMemAlloc(buf, bytes)), "cuMemAlloc(" + bytes + " bytes of batch lists)");
         }
@@ -1019,7 +1030,7 @@ public final class DevicePageStorage implements PageStorage {
             }
             work.accept(buf);
             CudaException.check(CudaException.code(() -> JCudaDriver.cuEventRecord(done, stream)), "cuEventRecord");
-            return new DeviceBatch(context, device, buf, done);
+            return new DeviceBatch(context, device, buf, bytes, done);
         } catch (RuntimeException | Error e) { // an Error too (an OutOfMemoryError making a launch's arguments): nothing stays held
             CudaException.code(() -> JCudaDriver.cuStreamSynchronize(stream));
             if (event) {
@@ -1098,7 +1109,9 @@ public final class DevicePageStorage implements PageStorage {
      * {@link DeviceIpc.ExportLease} is closed, or, after {@link DeviceIpc#export}, until this process ends. A WARNING says
      * so with the arena's size. If the wait for the context's work ({@code cuCtxSynchronize}) fails, nothing proves that
      * submitted batches ended: the module, scratch buffer and arena then stay until this process ends (a WARNING names
-     * the driver's code).
+     * the driver's code). So do they if the storage's context cannot be made current ({@code cuCtxSetCurrent}): the wait
+     * and the frees would act on another context. An arena freed later, at the end of its last lease, stays the same way
+     * if its context cannot be made current then.
      */
     @Override
     public synchronized void close() {
@@ -1106,9 +1119,13 @@ public final class DevicePageStorage implements PageStorage {
             return;
         }
         closed = true;
-        // every free is tried whatever this returns: a close that threw here would keep the arena for good (it is
-        // idempotent, so a second call does nothing)
-        CudaException.code(() -> JCudaDriver.cuCtxSetCurrent(context));
+        final int current = CudaException.code(() -> JCudaDriver.cuCtxSetCurrent(context));
+        if (current != 0) {
+            // the wait below would prove only that whatever context is current here is idle, and the frees would act on
+            // it: no proof that the batches ended, so everything stays, as after a failed wait
+            keepUnproven("cuCtxSetCurrent", current);
+            return;
+        }
         if (ownStream != null) {
             CudaException.code(() -> JCudaDriver.cuStreamSynchronize(ownStream));
             CudaException.code(() -> JCudaDriver.cuStreamDestroy(ownStream));
@@ -1120,10 +1137,7 @@ public final class DevicePageStorage implements PageStorage {
             // no proof that the batches ended: freed, the arena or scratch buffer could be handed to another allocation
             // while a queued kernel still writes it. Keep them, the module and the context reference, as the CUDA IPC
             // engine keeps its mappings after a failed drain
-            keptUnproven = true;
-            LOG.log(System.Logger.Level.WARNING, this + " closed without proof that its batches ended (cuCtxSynchronize failed: "
-                + jcuda.driver.CUresult.stringFor(idle) + " (" + idle + ")): its " + dl.arenaBytes() + "-byte arena, its " + scratchBytes
-                + "-byte scratch buffer and its module stay until this process exits");
+            keepUnproven("cuCtxSynchronize", idle);
             return;
         }
         CudaException.code(() -> JCudaDriver.cuModuleUnload(module));
@@ -1131,9 +1145,17 @@ public final class DevicePageStorage implements PageStorage {
         freeArenaIfUnshared();
     }
 
+    /** Keeps the module, scratch buffer, arena and context reference for good, with a WARNING (caller holds the lock, closed). */
+    private void keepUnproven(String call, int result) {
+        keptUnproven = true;
+        LOG.log(System.Logger.Level.WARNING, this + " closed without proof that its batches ended (" + call + " failed: "
+            + jcuda.driver.CUresult.stringFor(result) + " (" + result + ")): its " + dl.arenaBytes() + "-byte arena at 0x"
+            + Long.toHexString(base) + ", its " + scratchBytes + "-byte scratch buffer and its module stay until this process exits");
+    }
+
     @Override
     public String toString() {
         return "DevicePageStorage[" + dl.pages() + " pages of " + dl.layout() + ", " + dl.arenaBytes() + " bytes"
-            + (closed ? (arenaFreed ? ", closed" : ", closed, arena kept for IPC") : "") + "]";
+            + (closed ? (arenaFreed ? ", closed" : keptUnproven ? ", closed, arena kept without proof" : ", closed, arena kept for IPC") : "") + "]";
     }
 }

@@ -134,8 +134,8 @@ public final class PinnedPageBuffer implements AutoCloseable {
      *
      * @throws IllegalStateException if a native call still holds one of its pages after about a second: the memory is
      *                               then left allocated rather than freed under that call
-     * @throws CudaException         if the wait for the context's work fails (the memory is then left allocated: a batch
-     *                               may still use it), or the free does
+     * @throws CudaException         if the context cannot be made current or the wait for its work fails (the memory is
+     *                               then left allocated: a batch may still use it), or the free does
      */
     @Override
     public synchronized void close() {
@@ -147,7 +147,13 @@ public final class PinnedPageBuffer implements AutoCloseable {
                 throw new IllegalStateException("pinned page buffer of " + pages + " pages: a page is still in use by a native "
                     + "call after " + SCOPE_CLOSE_TRIES * 10 + " ms; its memory is left allocated (a leak, not a fault)");
             }
-            CudaException.code(() -> JCudaDriver.cuCtxSetCurrent(context)); // a failure shows in the synchronize below
+            final int current = CudaException.code(() -> JCudaDriver.cuCtxSetCurrent(context));
+            if (current != 0) {
+                // the synchronize below would wait for whatever context is current here, not the one the memory is mapped in
+                throw new CudaException("cuCtxSetCurrent", current, "before freeing " + pages + " pinned pages (" + Math.multiplyExact(
+                    layout.bytesPerPage(), (long) pages) + " bytes at 0x" + Long.toHexString(host.address())
+                    + "): nothing proves the batches using them ended, so they stay allocated (a leak, not a fault)");
+            }
             final int idle = CudaException.code(() -> JCudaDriver.cuCtxSynchronize()); // batches still using the memory end first
             if (idle != 0) {
                 // no proof that they ended: freed, the memory could go to the next allocation while a kernel still writes it

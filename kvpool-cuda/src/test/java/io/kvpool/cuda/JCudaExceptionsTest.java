@@ -120,7 +120,7 @@ class JCudaExceptionsTest {
                     case "reason" -> System.out.println("reason=" + Cuda.unavailableReason());
                     case "isDoneDefault" -> {
                         Cuda.available();
-                        System.out.println("isDone=" + new DeviceBatch(new CUcontext(), new jcuda.driver.CUdevice(), null, new CUevent()).isDone());
+                        System.out.println("isDone=" + new DeviceBatch(new CUcontext(), new jcuda.driver.CUdevice(), null, 0, new CUevent()).isDone());
                     }
                     case "openOversized" -> { // a handle that claims 64 pages of a layout over a 4 KiB allocation
                         final io.kvpool.KvLayout l = DeviceIpcFormatTest.L;
@@ -129,7 +129,7 @@ class JCudaExceptionsTest {
                     }
                     case "isDoneDuringAwait" -> {
                         Cuda.available();
-                        final DeviceBatch batch = new DeviceBatch(new CUcontext(), new jcuda.driver.CUdevice(), null, new CUevent());
+                        final DeviceBatch batch = new DeviceBatch(new CUcontext(), new jcuda.driver.CUdevice(), null, 0, new CUevent());
                         final Thread waiter = new Thread(batch::await, "waiter");
                         waiter.start();
                         while (!insideEventSynchronize(waiter)) { // the barrier: the waiter is in the driver call
@@ -142,7 +142,7 @@ class JCudaExceptionsTest {
                     case "isDoneAppExceptions" -> {
                         Cuda.available();
                         JCudaDriver.setExceptionsEnabled(true); // the host application's choice, made later
-                        System.out.println("isDone=" + new DeviceBatch(new CUcontext(), new jcuda.driver.CUdevice(), null, new CUevent()).isDone());
+                        System.out.println("isDone=" + new DeviceBatch(new CUcontext(), new jcuda.driver.CUdevice(), null, 0, new CUevent()).isDone());
                     }
                     default -> throw new IllegalArgumentException(args[1]);
                 }

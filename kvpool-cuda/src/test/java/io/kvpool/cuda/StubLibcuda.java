@@ -17,7 +17,9 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
  * freed, in order with what the child prints. Kernels launch and copies copy nothing; pinned host memory is plain
  * memory. {@code cuStreamSynchronize} succeeds unless the child calls the stub's
  * {@code stub_set_stream_synchronize_result(int)} (through the FFM linker) for a failure; {@code cuCtxSynchronize} likewise
- * ({@code stub_set_ctx_synchronize_result(int)}), and {@code cuMemFreeHost} prints {@code free host 0x...}. Built with a context per thread ({@link #build(Path, int, boolean)}), work on a thread without a current
+ * ({@code stub_set_ctx_synchronize_result(int)}), {@code cuCtxSetCurrent} too ({@code stub_set_ctx_set_current_result(int)};
+ * a failed one leaves the current context as it was) and {@code cuEventSynchronize}
+ * ({@code stub_set_event_synchronize_result(int)}: it then fails at once), and {@code cuMemFreeHost} prints {@code free host 0x...}. Built with a context per thread ({@link #build(Path, int, boolean)}), work on a thread without a current
  * context fails, as in the driver. A child keeps the stub out of the surefire JVM.
  */
 public final class StubLibcuda {
@@ -34,6 +36,9 @@ public final class StubLibcuda {
         #ifndef DRIVER_VERSION
         #define DRIVER_VERSION 13000
         #endif
+        /* what cuCtxSetCurrent answers: 0 unless a test asks for a failure (stub_set_ctx_set_current_result); a failed call changes nothing */
+        static int ctx_set_current_result;
+        void stub_set_ctx_set_current_result(int r) { ctx_set_current_result = r; }
         #ifdef CONTEXT_PER_THREAD
         /* as the driver: the current context belongs to the OS thread, and work on a thread without one fails */
         static __thread void* current_ctx;
@@ -42,11 +47,11 @@ public final class StubLibcuda {
             return 0;
         }
         #define PRIMARY_CTX ((void*) 0x1000)
-        int cuCtxSetCurrent(void* ctx) { current_ctx = ctx; return 0; }
+        int cuCtxSetCurrent(void* ctx) { if (ctx_set_current_result) return ctx_set_current_result; current_ctx = ctx; return 0; }
         #else
         static int need(const char* call) { (void) call; return 0; }
         #define PRIMARY_CTX ((void*) 0)
-        int cuCtxSetCurrent(void* ctx) { (void) ctx; return 0; }
+        int cuCtxSetCurrent(void* ctx) { (void) ctx; return ctx_set_current_result; }
         #endif
         int cuInit(unsigned flags) { (void) flags; return 0; }
         int cuDriverGetVersion(int* v) { *v = DRIVER_VERSION; return 0; }
@@ -58,8 +63,11 @@ public final class StubLibcuda {
         void stub_set_ctx_synchronize_result(int r) { ctx_synchronize_result = r; }
         int cuCtxSynchronize(void) { int r = need("cuCtxSynchronize"); return r ? r : ctx_synchronize_result; }
         int cuEventQuery(void* event) { (void) event; return 600; /* CUDA_ERROR_NOT_READY: still running */ }
-        /* a batch that takes 3 s to finish; a test sees a thread inside this call by its stack */
-        int cuEventSynchronize(void* event) { (void) event; sleep(3); return 0; }
+        /* a batch that takes 3 s to finish; a test sees a thread inside this call by its stack. A test may ask for a wait
+           that fails at once instead (stub_set_event_synchronize_result) */
+        static int event_synchronize_result;
+        void stub_set_event_synchronize_result(int r) { event_synchronize_result = r; }
+        int cuEventSynchronize(void* event) { (void) event; if (event_synchronize_result) return event_synchronize_result; sleep(3); return 0; }
         int cuDevicePrimaryCtxRetain(void** ctx, int dev) { (void) dev; *ctx = PRIMARY_CTX; return 0; }
         int cuDevicePrimaryCtxRelease(int dev) { puts("released context"); fflush(stdout); (void) dev; return 0; }
         int cuDevicePrimaryCtxRelease_v2(int dev) { puts("released context"); fflush(stdout); (void) dev; return 0; }
