@@ -72,11 +72,9 @@ public final class CompletionsHandler implements HttpHandler {
             }
         } catch (Router.ClientGone e) {
             LOG.log(System.Logger.Level.DEBUG, e.getMessage());
-        } catch (InterruptedException e) {
-            Thread.currentThread().interrupt();
         } catch (IOException e) {
             LOG.log(System.Logger.Level.DEBUG, "writing a response failed: " + e);
-        } catch (RuntimeException e) {
+        } catch (RuntimeException e) { // the router answers its own; this is one of the handler's
             router.counters().error(500);
             final ApiError internal = ApiError.internal(LOG, "a completion request", e);
             if (sse != null && sse.started) {

@@ -196,14 +196,34 @@ public final class Router implements AutoCloseable {
     }
 
     /**
-     * Runs one completion.
+     * Runs one completion. Every request ends in exactly one counted outcome: completed, aborted, rejected, failed or
+     * timed out. An interrupt of the calling thread (the HTTP front interrupts its handlers as it stops) ends the
+     * request as the server's closing does, 503, and the thread's interrupt status is kept. An unexpected exception (a
+     * bug) is logged with its stack trace and answered 500 {@code internal_error} by an error id, never by its text.
      *
      * @throws ApiError   a typed refusal or failure (nothing of the request is left in either pool, or
      *                    what is left drains on its own)
      * @throws ClientGone the sink failed: the client is gone, both roles were told to abort
      */
-    Completion complete(String tenant, Request req, Sink sink) throws ApiError, ClientGone, InterruptedException {
+    Completion complete(String tenant, Request req, Sink sink) throws ApiError, ClientGone {
         counters.requests.increment();
+        final long[] id = {0}; // the request's id once drawn: 0 before
+        try {
+            return run(tenant, req, sink, id);
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt(); // after the paired abort: whoever interrupted the thread still sees it
+            throw id[0] == 0 ? unavailable("router", "server_closing", "the server is shutting down") : serverClosing(id[0]);
+        } catch (RuntimeException e) {
+            throw internalError(id[0], e);
+        }
+    }
+
+    /**
+     * {@link #complete}, less the answer to an interrupt or an unexpected exception.
+     *
+     * @param drawn where the request's id goes once drawn
+     */
+    private Completion run(String tenant, Request req, Sink sink, long[] drawn) throws ApiError, ClientGone, InterruptedException {
         refuseIfSurelyTooLong(req);
         final List<byte[]> tokens = EchoTokenizer.encode(req.prompt());
         if (tokens.isEmpty()) {
@@ -235,6 +255,7 @@ public final class Router implements AutoCloseable {
         refuseIfKnownDown();
         enterInFlight();
         final long id = ids.incrementAndGet();
+        drawn[0] = id;
         DecodeCall call = null;
         boolean done = false;
         final java.util.concurrent.atomic.AtomicBoolean completed = new java.util.concurrent.atomic.AtomicBoolean();
@@ -374,7 +395,17 @@ public final class Router implements AutoCloseable {
                 if (closed) {
                     throw serverClosing(id);
                 }
-                throw aborted;
+                // or decode's own (its close): nothing was generated, and a retry may find decode back
+                LOG.log(System.Logger.Level.WARNING, "request " + id + ": decode dropped its KV before generation began: "
+                    + aborted.getMessage());
+                counters.failed("role_lost");
+                throw new ApiError(503, "service_unavailable", "role_lost", "request " + id + ": the decode role dropped its KV "
+                    + "before generation began (closed under it); a retry may find decode back", Map.of("request_id", id), 1);
+            } catch (IllegalStateException e) { // a fault of decode's own, or decode closed under the call
+                throw failedAtRole(id, "decode", e, why -> {
+                    counters.failed("role_lost");
+                    return new ApiError(502, "server_error", "role_lost", "request " + id + ": " + why, Map.of("request_id", id), 0);
+                });
             }
             done = true;
             completed.set(true);
@@ -392,17 +423,20 @@ public final class Router implements AutoCloseable {
                 if (!done) {
                     // paired abort: whatever ended this request, neither role keeps anything for it
                     final String why = "request " + id + " ended without a completion";
-                    if (call != null) {
-                        call.abort(why); // always (idempotent): a call started while close() swept may be known to no one else
+                    final DecodeCall started = call;
+                    if (started != null) {
+                        // always (idempotent): a call started while close() swept may be known to no one else
+                        abortHalf(id, "decode's abort", () -> started.abort(why));
                     }
                     final boolean first = pairedAbortSent.add(id); // close() may have sent these already
                     if (call == null && askedDecode && (first || offeredBy != 0)) {
                         // and decode tells the engine holding the offer, which the abort below may not reach: also after
                         // close()'s give-back, which could not name it
-                        decode.unreserve(id, why, offeredBy);
+                        final long engine = offeredBy;
+                        abortHalf(id, "decode's give-back", () -> decode.unreserve(id, why, engine));
                     }
                     if (first && askedPrefill) {
-                        abortAtPrefill(id, why);
+                        abortHalf(id, "prefill's abort", () -> abortAtPrefill(id, why));
                     }
                 }
             } finally { // whatever an abort threw: the request leaves the count, or the cap would shrink for good
@@ -464,6 +498,35 @@ public final class Router implements AutoCloseable {
         if (decodeDown != null) {
             throw decodeUnavailable(decodeDown);
         }
+    }
+
+    /**
+     * Sends half of a paired abort. A failure is logged, not thrown: the other half still goes, and the request keeps
+     * the answer and the outcome it ended with.
+     */
+    private static void abortHalf(long id, String what, Runnable half) {
+        try {
+            half.run();
+        } catch (RuntimeException e) {
+            InternalErrors.log(LOG, what + " of request " + id, e);
+        }
+    }
+
+    /**
+     * 500 {@code internal_error} for an unexpected exception (a bug), counted as a failure for that reason: logged with
+     * its stack trace under a fresh error id, answered with that id and the request's ({@code id}, 0 if none was drawn),
+     * never with the exception's text, which may name other requests, tenants or peers.
+     */
+    private ApiError internalError(long id, RuntimeException e) {
+        counters.failed("internal_error");
+        final String request = id == 0 ? "a completion request" : "request " + id;
+        final String errorId = InternalErrors.log(LOG, request, e);
+        final Map<String, Object> f = new LinkedHashMap<>();
+        f.put("error_id", errorId);
+        if (id != 0) {
+            f.put("request_id", id);
+        }
+        return new ApiError(500, "server_error", "internal_error", request + " failed: " + InternalErrors.message(errorId), f, 0);
     }
 
     /** An interrupt during a call to a role: close()'s (the server's shutdown), or the caller's own, passed on. */

@@ -62,9 +62,10 @@ public final class RouterCounters {
             + "decode) and reason").tags("role", role, "reason", reason).register(registry).increment();
     }
 
-    /** A transfer that did not commit, by failure reason. */
+    /** A request that failed rather than was refused: a transfer that did not commit, a role lost or failed, a bug; by reason. */
     void failed(String reason) {
-        Counter.builder(FAILED).description("Requests whose KV transfer did not commit or whose role was lost, by reason")
+        Counter.builder(FAILED).description("Requests whose KV transfer did not commit, whose role was lost or failed, "
+            + "or that failed for an unexpected error, by reason")
             .tag("reason", reason).register(registry).increment();
     }
 

@@ -17,8 +17,10 @@ import java.util.List;
 import java.util.concurrent.TimeUnit;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertNull;
 import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
 
 /** Every request the router counts has exactly one outcome among completed, aborted, rejected, failed and timed out. */
 @Timeout(value = 60, unit = TimeUnit.SECONDS)
@@ -166,6 +168,193 @@ class RouterCountersTest {
                 "decode was asked to abort a request it had finished");
             router.close();
         }
+    }
+
+    /** Where {@link #failingRoles} fails a request: the order in which the router reaches each place. */
+    private enum FailAt { KNOWN_DOWN_CHECK, DECODE_RESERVE, PREFILL, DECODE_START, COMMITTED_TRANSFER }
+
+    /**
+     * @return a router over {@code roles} whose request fails at {@code at[0]} with what {@code failure} gives (a
+     *         RuntimeException or an InterruptedException), as a role or decode call would throw it
+     */
+    private static Router failingRoles(ServerConfig cfg, InJvmRoles roles, FailAt[] at, java.util.function.Supplier<Exception> failure) {
+        return new Router(cfg, new ForwardingPrefill(roles.prefill()) {
+            @Override
+            public Rejection prefill(long requestId, String tenant, List<byte[]> tokens) {
+                if (at[0] == FailAt.PREFILL) {
+                    throw (RuntimeException) failure.get();
+                }
+                return super.prefill(requestId, tenant, tokens);
+            }
+        }, new ForwardingDecode(roles.decode()) {
+            @Override
+            public String unavailable(long untilNanos) throws InterruptedException {
+                if (at[0] == FailAt.KNOWN_DOWN_CHECK) {
+                    throw sneaky(failure.get());
+                }
+                return super.unavailable(untilNanos);
+            }
+
+            @Override
+            public Rejection reserve(long requestId, String tenant, int promptTokens, int maxNewTokens, long prefillInstance)
+                throws InterruptedException {
+                if (at[0] == FailAt.DECODE_RESERVE) {
+                    throw sneaky(failure.get());
+                }
+                return super.reserve(requestId, tenant, promptTokens, maxNewTokens, prefillInstance);
+            }
+
+            @Override
+            public DecodeCall start(long requestId, String tenant, int promptTokens, int maxNewTokens, long prefillInstance) {
+                if (at[0] == FailAt.DECODE_START) { // prefill holds the offer, decode the reservation
+                    throw (RuntimeException) failure.get();
+                }
+                return new ForwardingDecodeCall(super.start(requestId, tenant, promptTokens, maxNewTokens, prefillInstance)) {
+                    @Override
+                    public TransferOutcome awaitTransfer(Duration timeout) throws InterruptedException {
+                        if (at[0] != FailAt.COMMITTED_TRANSFER) {
+                            return real.awaitTransfer(timeout);
+                        }
+                        TransferOutcome o;
+                        while ((o = real.awaitTransfer(timeout)) == null) {
+                            Thread.onSpinWait();
+                        }
+                        assertTrue(o.committed(), o::toString); // decode holds the committed sequence: only an abort frees it
+                        throw sneaky(failure.get());
+                    }
+                };
+            }
+        });
+    }
+
+    /** @return {@code e} thrown as is, checked or not */
+    @SuppressWarnings("unchecked")
+    private static <E extends Exception> E sneaky(Exception e) throws E {
+        throw (E) e;
+    }
+
+    @Test
+    void anUnexpectedExceptionIsAnswered500InternalErrorAndCountedOnce() throws Exception {
+        final ServerConfig cfg = ServerTests.small().build();
+        try (InJvmRoles roles = InJvmRoles.start(cfg, Duration.ofSeconds(10))) {
+            Await.until(roles.decode()::ready, Duration.ofSeconds(10), () -> "the prefill link");
+            final FailAt[] at = new FailAt[1];
+            final Router router = failingRoles(cfg, roles, at, () -> new UnsupportedOperationException("injected bug, tenant bob"));
+            long requests = 0;
+            for (FailAt where : FailAt.values()) {
+                at[0] = where;
+                final ApiError e = refused(router, "a prompt");
+                assertEquals(500, e.status(), () -> where + ": " + e.body());
+                assertEquals("server_error", e.type(), where::name);
+                assertEquals("internal_error", e.reason(), where::name);
+                assertEquals(0, e.retryAfterSeconds(), where::name);
+                assertTrue(e.fields().containsKey("error_id"), () -> where + ": " + e.body());
+                assertEquals(where != FailAt.KNOWN_DOWN_CHECK, e.fields().containsKey("request_id"), () -> where + ": " + e.body());
+                assertFalse(e.getMessage().contains("injected"), () -> where + ": the exception's text goes to the log: " + e.body());
+                assertAccounted(router.counters(), ++requests);
+                awaitNothingLeft(roles, where); // the paired abort reached both roles
+            }
+            assertEquals(FailAt.values().length, router.counters().registry().find(RouterCounters.FAILED)
+                .tags("reason", "internal_error").counter().count(), "each as a failure for its reason");
+            at[0] = null;
+            router.complete("alice", new Router.Request("a prompt", 2, false), NoSink.INSTANCE); // nothing stuck
+            assertAccounted(router.counters(), ++requests);
+            router.close();
+        }
+    }
+
+    @Test
+    void anInterruptWhileTheRouterIsOpenIsAnswered503ServerClosingAndCountedOnce() throws Exception {
+        final ServerConfig cfg = ServerTests.small().build();
+        try (InJvmRoles roles = InJvmRoles.start(cfg, Duration.ofSeconds(10))) {
+            Await.until(roles.decode()::ready, Duration.ofSeconds(10), () -> "the prefill link");
+            final FailAt[] at = new FailAt[1];
+            final Router router = failingRoles(cfg, roles, at, () -> new InterruptedException("the request's thread is stopped"));
+            long requests = 0;
+            for (FailAt where : new FailAt[] {FailAt.KNOWN_DOWN_CHECK, FailAt.DECODE_RESERVE, FailAt.COMMITTED_TRANSFER}) {
+                at[0] = where;
+                final ApiError e;
+                try {
+                    e = refused(router, "a prompt");
+                } finally {
+                    Thread.interrupted(); // the test's thread goes on either way
+                }
+                assertEquals(503, e.status(), () -> where + ": " + e.body());
+                // before the request drew its id, as the router's own refusal when it is closed
+                assertEquals(where == FailAt.KNOWN_DOWN_CHECK ? "unavailable" : "server_closing", e.reason(), where::name);
+                assertEquals(1, e.retryAfterSeconds(), where::name);
+                assertEquals(where != FailAt.KNOWN_DOWN_CHECK, e.fields().containsKey("request_id"), () -> where + ": " + e.body());
+                assertAccounted(router.counters(), ++requests);
+                awaitNothingLeft(roles, where);
+            }
+            assertEquals(1.0, router.counters().registry().find(RouterCounters.REJECTED).tags("role", "router",
+                "reason", "server_closing").counter().count());
+            assertEquals(2.0, router.counters().registry().find(RouterCounters.FAILED).tags("reason", "server_closing").counter().count());
+            at[0] = null;
+            router.complete("alice", new Router.Request("a prompt", 2, false), NoSink.INSTANCE);
+            assertAccounted(router.counters(), ++requests);
+            router.close();
+        }
+    }
+
+    @Test
+    void anInterruptedRequestKeepsItsThreadsInterruptStatus() throws Exception {
+        final ServerConfig cfg = ServerTests.small().build();
+        try (InJvmRoles roles = InJvmRoles.start(cfg, Duration.ofSeconds(10))) {
+            Await.until(roles.decode()::ready, Duration.ofSeconds(10), () -> "the prefill link");
+            final Router router = failingRoles(cfg, roles, new FailAt[] {FailAt.COMMITTED_TRANSFER},
+                () -> new InterruptedException("the request's thread is stopped"));
+            final boolean interrupted;
+            try {
+                refused(router, "a prompt");
+            } finally {
+                interrupted = Thread.interrupted();
+            }
+            assertTrue(interrupted, "whoever interrupted the thread still sees it, once the request is answered");
+            awaitNothingLeft(roles, FailAt.COMMITTED_TRANSFER);
+            router.close();
+        }
+    }
+
+    @Test
+    void anAbortTheRouterDidNotSendIsAnswered503RoleLostAndCountedOnce() throws Exception {
+        final ServerConfig cfg = ServerTests.small().build();
+        try (InJvmRoles roles = InJvmRoles.start(cfg, Duration.ofSeconds(10))) {
+            Await.until(roles.decode()::ready, Duration.ofSeconds(10), () -> "the prefill link");
+            final Router router = new Router(cfg, roles.prefill(), new ForwardingDecode(roles.decode()) {
+                @Override
+                public DecodeCall start(long requestId, String tenant, int promptTokens, int maxNewTokens, long prefillInstance) {
+                    return new ForwardingDecodeCall(super.start(requestId, tenant, promptTokens, maxNewTokens, prefillInstance)) {
+                        @Override
+                        public Generation generate(int maxTokens, io.kvpool.examples.server.echo.EchoDecoder.TokenSink s)
+                            throws java.io.IOException, InterruptedException {
+                            // decode drops the committed KV itself (as its close does), with client and router still there
+                            real.abort("decode dropped the request");
+                            Await.until(() -> roles.decodePool().snapshot().openSequences() == 0, Duration.ofSeconds(10),
+                                () -> "the abort's release: " + roles.decodePool().snapshot());
+                            return real.generate(maxTokens, s);
+                        }
+                    };
+                }
+            });
+            final ApiError e = refused(router, "a prompt");
+            assertEquals(503, e.status(), () -> e.body().toString());
+            assertEquals("service_unavailable", e.type());
+            assertEquals("role_lost", e.reason());
+            assertEquals(1, e.retryAfterSeconds());
+            assertTrue(e.fields().containsKey("request_id"), () -> e.body().toString());
+            assertAccounted(router.counters(), 1);
+            assertEquals(1.0, router.counters().registry().find(RouterCounters.FAILED).tags("reason", "role_lost").counter().count());
+            awaitNothingLeft(roles, "after the abort");
+            router.close();
+        }
+    }
+
+    private static void awaitNothingLeft(InJvmRoles roles, Object after) throws InterruptedException {
+        Await.until(() -> roles.prefill().activeTransfers() == 0 && roles.decodePool().snapshot().inUse() == 0
+                && roles.prefillPool().snapshot().inUse() == 0 && roles.decodePool().snapshot().openSequences() == 0
+                && roles.decodePool().snapshot().reserved() == 0, Duration.ofSeconds(10),
+            () -> after + ": pools after: prefill " + roles.prefillPool().snapshot() + ", decode " + roles.decodePool().snapshot());
     }
 
     private static ApiError refused(Router router, String prompt) {

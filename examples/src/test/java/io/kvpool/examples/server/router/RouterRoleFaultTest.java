@@ -127,6 +127,32 @@ class RouterRoleFaultTest {
         }
     }
 
+    @Test
+    void aDecodeFaultDuringGenerationIsA502RoleError() throws Exception {
+        final ServerConfig cfg = ServerTests.small().build();
+        try (InJvmRoles roles = InJvmRoles.start(cfg, Duration.ofSeconds(10))) {
+            Await.until(roles.decode()::ready, Duration.ofSeconds(10), () -> "the prefill link");
+            final ApiError fault = answer(cfg, roles.prefill(), new ForwardingDecode(roles.decode()) {
+                @Override
+                public DecodeCall start(long requestId, String tenant, int promptTokens, int maxNewTokens, long prefillInstance) {
+                    return new ForwardingDecodeCall(super.start(requestId, tenant, promptTokens, maxNewTokens, prefillInstance)) {
+                        @Override
+                        public Generation generate(int maxTokens, io.kvpool.examples.server.echo.EchoDecoder.TokenSink sink) {
+                            throw new IllegalStateException("decode role: injected fault while generating");
+                        }
+                    };
+                }
+            });
+            assertEquals(502, fault.status(), fault::getMessage);
+            assertEquals("role_error", fault.reason());
+            assertEquals(0, fault.retryAfterSeconds());
+            assertTrue(fault.fields().containsKey("error_id") && !fault.getMessage().contains("injected"), fault::getMessage);
+            Await.until(() -> roles.prefill().activeTransfers() == 0 && roles.decodePool().snapshot().inUse() == 0
+                && roles.decodePool().snapshot().openSequences() == 0, Duration.ofSeconds(10),
+                () -> "the committed sequence given back: " + roles.decodePool().snapshot());
+        }
+    }
+
     /** @return what a router over these roles answers a request */
     private static ApiError answer(ServerConfig cfg, PrefillService prefill, DecodeService decode) {
         final Router router = new Router(cfg, prefill, decode);
