@@ -1003,7 +1003,9 @@ public final class DevicePageStorage implements PageStorage {
      * own holding {@code lists} (uploaded with {@code cuMemcpyHtoDAsync} from pageable memory, which the driver
      * stages before returning, so the Java buffer may go) and then, at a 16-byte boundary, {@code resultBytes}; the
      * batch's work, which {@code work} enqueues given that buffer ({@code null} when the batch needs none); and the
-     * completion event. On failure everything is released (after waiting for the stream) and the exception thrown.
+     * completion event. On failure everything is released after waiting for the stream, and the exception thrown; if
+     * the wait fails, what the batch queued may still read its buffer, so the buffer and the event are kept (until this
+     * process exits) and a suppressed {@link CudaException} says so, with the code and the buffer.
      */
     private synchronized DeviceBatch submit(CUstream stream, ByteBuffer lists, long resultBytes, Consumer<CUdeviceptr> work) {
         // under the storage's lock, open checked again: close() cannot unload the module or free the arena between
@@ -1032,7 +1034,14 @@ public final class DevicePageStorage implements PageStorage {
             CudaException.check(CudaException.code(() -> JCudaDriver.cuEventRecord(done, stream)), "cuEventRecord");
             return new DeviceBatch(context, device, buf, bytes, done);
         } catch (RuntimeException | Error e) { // an Error too (an OutOfMemoryError making a launch's arguments): nothing stays held
-            CudaException.code(() -> JCudaDriver.cuStreamSynchronize(stream));
+            final int waited = CudaException.code(() -> JCudaDriver.cuStreamSynchronize(stream));
+            if (waited != jcuda.driver.CUresult.CUDA_SUCCESS) {
+                // a copy or kernel the batch queued before it failed may still run: freed, its buffer could be reused under it
+                e.addSuppressed(new CudaException("cuStreamSynchronize", waited, "a failed batch's "
+                    + (buf == null ? "" : bytes + "-byte device buffer at 0x" + Long.toHexString(buf.address()) + " and its ")
+                    + "event stay until this process exits: what it queued could not be awaited"));
+                throw e;
+            }
             if (event) {
                 CudaException.code(() -> JCudaDriver.cuEventDestroy(done));
             }
