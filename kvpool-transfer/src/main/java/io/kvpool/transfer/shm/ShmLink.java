@@ -48,7 +48,8 @@ import java.util.Optional;
  *       not create the file, keeps the frames on the socket. Frames sent before the bootstrap exchange is
  *       done wait in this link until it is. In ring mode the socket is read at most every
  *       {@value #SOCKET_CHECK_MICROS} µs, for its EOF: the frames the peer put in the ring before it closed
- *       are all delivered before the failure is.</li>
+ *       are all delivered before the failure is. A listener that closes before the connector mapped the ring
+ *       leaves the ring's name for it when frames wait there.</li>
  *   <li><b>Writes</b> ({@link #putBatch}) are synchronous {@link MemorySegment#copy} calls from the source
  *       page into the mapped destination page: truly one-sided (the receiver does nothing). Each reaches
  *       its terminal state ({@link #OK}, or {@link #FAILED} if the copy itself threw) before
@@ -259,10 +260,16 @@ public final class ShmLink implements PeerLink {
             return;
         }
         failure = reason;
-        closeChannel();
+        closeChannel(false); // the peer is gone or broken: no one will map the ring from now on
     }
 
-    private void closeChannel() {
+    /**
+     * Closes the socket and drops the frames not yet sent. The ring file's name goes too, unless {@code forPeer} and the
+     * peer has the bootstrap that names it and frames wait in the ring for it: then the name stays, without this side's
+     * lock, so that the peer maps it, reads them and deletes it (or a later ring create's sweep does).
+     */
+    private void closeChannel(boolean forPeer) {
+        final boolean leave = forPeer && framesWaitForUnmappedPeer();
         try {
             channel.close();
         } catch (IOException ignored) {
@@ -270,7 +277,24 @@ public final class ShmLink implements PeerLink {
         }
         out.clear();
         bootstrapOut = null;
-        deleteRingName(); // no peer will map it from now on
+        if (leave) {
+            ringNameLive = false;
+            ringFile.leaveName();
+        } else {
+            deleteRingName();
+        }
+    }
+
+    /** {@return whether the peer was sent this side's whole bootstrap naming the ring, and has unread frames in it} */
+    private boolean framesWaitForUnmappedPeer() {
+        if (!ringNameLive || bootstrapOut != null) {
+            return false;
+        }
+        try {
+            return ringOut.unread() > 0;
+        } catch (ShmRing.CorruptRingException | InternalError e) {
+            return false; // a broken ring: nothing in it is worth keeping
+        }
     }
 
     private void deleteRingName() {
@@ -775,7 +799,7 @@ public final class ShmLink implements PeerLink {
     public boolean tearDown() {
         if (!tornDown) {
             tornDown = true;
-            closeChannel();
+            closeChannel(true);
         }
         if (local == null) {
             return true;
@@ -991,7 +1015,8 @@ public final class ShmLink implements PeerLink {
 
     /**
      * Closes the socket and this side's mapping of the peer's pool file. Idempotent. Queued completions
-     * (all writes are already terminal) are still delivered by {@link #poll}.
+     * (all writes are already terminal) are still delivered by {@link #poll}. Frames already in the ring stay readable
+     * by the peer, also one that has not mapped it yet.
      */
     @Override
     public void close() {
@@ -999,7 +1024,7 @@ public final class ShmLink implements PeerLink {
             return;
         }
         closed = true;
-        closeChannel();
+        closeChannel(true);
         if (remote != null) {
             remote.close();
         }

@@ -158,6 +158,20 @@ final class ShmRing {
         LONG.setRelease(positions, at, position);
     }
 
+    /**
+     * @return bytes this producer published that the consumer has not read yet (producer side)
+     * @throws CorruptRingException if the consumer's head is not within one capacity behind this tail
+     */
+    long unread() {
+        final long head = (long) LONG.getAcquire(positions, headAt);
+        final long used = own - head;
+        if (used < 0 || used > capacity) {
+            throw new CorruptRingException("control ring: the reader's position " + head + " is not within " + capacity
+                + " bytes behind the writer's " + own);
+        }
+        return used;
+    }
+
     /** @return the capacity in bytes */
     long capacity() {
         return capacity;

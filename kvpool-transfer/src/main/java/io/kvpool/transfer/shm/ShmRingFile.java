@@ -31,8 +31,9 @@ import java.security.SecureRandom;
  * a pair that the hardware prefetches together).
  *
  * <p>The file is named {@code kvpool-ring-<pid>@<pid namespace>-<random>.shm} and its creator holds a lock on it
- * while the name lives. A listener that dies before its peer maps the file cannot delete the name; the next ring
- * created in that directory deletes it ({@link StaleFiles}), so a crash leaks no file for good.
+ * while the name lives. A listener that dies before its peer maps the file cannot delete the name, and one that closes
+ * its link with frames in the ring for the peer leaves it ({@link #leaveName()}); the next ring created in that
+ * directory deletes it once no process holds it ({@link StaleFiles}), so neither leaks a file for good.
  *
  * <p>Threads: {@link #close()} may be called from any thread, once no ring is in use.
  */
@@ -182,6 +183,16 @@ final class ShmRingFile implements AutoCloseable {
     /** Removes the file's name, then drops the creator's lock; both sides' mappings stay valid. Best effort, idempotent. */
     void deleteFile() {
         deleteQuietly(file);
+        closeQuietly(nameLock);
+        nameLock = null;
+    }
+
+    /**
+     * Drops the creator's lock and leaves the name for the peer, which deletes it once it mapped the file; if it never
+     * does, the next ring create in the directory deletes it once it is {@link StaleFiles#LOCK_TEST_MIN_AGE} old.
+     * Idempotent; the mappings stay valid.
+     */
+    void leaveName() {
         closeQuietly(nameLock);
         nameLock = null;
     }

@@ -301,6 +301,37 @@ class ShmLinkTest {
     }
 
     @Test
+    void aFrameTheListenerSentBeforeItClosedReachesAConnectorThatHadNotMappedTheRingYet() throws IOException {
+        // the listener answers, puts a frame in the ring and closes its link before the connector's next poll: on the
+        // socket that frame would arrive before the EOF, and through the ring it must too
+        final ShmLink sender = ShmTransport.connect(dir.resolve("sock"));
+        toClose.add(sender);
+        final ShmLink[] receiver = new ShmLink[1];
+        await("accept", () -> receiver[0] != null, () -> receiver[0] = listener.accept());
+        assertTrue(receiver[0].usesRings());
+        final Path ring = receiver[0].ringFile();
+        receiver[0].send(WireCodec.encode(new Message.Refuse("sent before the close")));
+        receiver[0].close();
+        final Recorder r = new Recorder();
+        await("failure", () -> !r.failures.isEmpty(), () -> sender.poll(r, 10));
+        assertEquals(List.of(new Message.Refuse("sent before the close")), r.frames, "failure: " + r.failures);
+        assertTrue(r.failures.get(0).contains("EOF"), r.failures.get(0));
+        assertFalse(java.nio.file.Files.exists(ring), "the connector deleted the ring's name once it mapped it: " + ring);
+    }
+
+    @Test
+    void aListenerThatClosesWithNothingInTheRingDeletesItsName() {
+        final ShmLink sender = ShmTransport.connect(dir.resolve("sock"));
+        toClose.add(sender);
+        final ShmLink[] receiver = new ShmLink[1];
+        await("accept", () -> receiver[0] != null, () -> receiver[0] = listener.accept());
+        final Path ring = receiver[0].ringFile();
+        receiver[0].tearDown();
+        receiver[0].close();
+        assertFalse(java.nio.file.Files.exists(ring), "no frame waits in it for the peer: " + ring);
+    }
+
+    @Test
     void aListenerThatCannotCreateARingKeepsTheFramesOnTheSocket() {
         listener.ringDirectory = dir.resolve("no-such-directory");
         final ShmLink[] p = pair();
