@@ -74,12 +74,7 @@ final class ShmRing {
      * @throws CorruptRingException if the consumer's head is not within one capacity behind this tail
      */
     int write(ByteBuffer src) {
-        final long head = (long) LONG.getAcquire(positions, headAt);
-        final long used = own - head;
-        if (used < 0 || used > capacity) {
-            throw new CorruptRingException("control ring: the reader's position " + head + " is not within " + capacity
-                + " bytes behind the writer's " + own);
-        }
+        final long used = unread();
         final int n = (int) Math.min(src.remaining(), capacity - used);
         if (n == 0) {
             return 0;
