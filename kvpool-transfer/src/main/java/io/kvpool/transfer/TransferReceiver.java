@@ -1024,9 +1024,15 @@ public final class TransferReceiver extends TransferEndpoint {
         t.message = message;
         metrics.failures.get(reason).increment();
         t.proofs = new WriteProof[t.senderPeers.length];
+        final boolean[] unregistered = new boolean[t.senderPeers.length];
         for (int r = 0; r < t.proofs.length; r++) {
             if (t.confirmed[r]) {
                 t.proofs[r] = WriteProof.SENDER; // its completion or DRAINED came while it was receiving
+            } else if (t.registrations[r] == null) {
+                // its register failed, or came after one that did (start stops there): no descriptor went to it, so it
+                // has no key to write the pages with. Nothing to wait for, and no link to retire for its silence
+                unregistered[r] = true;
+                markConfirmed(t, r, WriteProof.REVOKED);
             }
         }
         for (long h : t.handles) {
@@ -1041,6 +1047,8 @@ public final class TransferReceiver extends TransferEndpoint {
             if (!t.confirmed[r]) {
                 send(peers.get(t.senderPeers[r]), new Message.Abort(t.transferId, t.generation,
                     reason == FailureReason.ABORTED ? Message.Abort.REQUESTED : Message.Abort.RECEIVER_FAILED, message));
+            }
+            if (!t.confirmed[r] || unregistered[r]) {
                 // and by request: a sender whose descriptor was lost (or never sent) still holds a waiting offer
                 cancel(peers.get(t.senderPeers[r]), t.requestId, Message.Cancel.ABORTED, message);
             }

@@ -14,7 +14,11 @@ public enum WriteProof {
      * and is over (a flush confirmed them).
      */
     SENDER,
-    /** The rank's registration of the pages was revoked: the transport refuses any write to them from now on. */
+    /**
+     * The rank's registration of the pages was revoked: the transport refuses any write to them from now on. Also the
+     * proof for a rank whose registration was never made (its register failed, or the start ended at a lower rank):
+     * no descriptor went to it, so it holds no key to the pages.
+     */
     REVOKED,
     /**
      * The receiver tore the sender's link down, and the transport proved the teardown: nothing the peer sends on it
