@@ -53,7 +53,8 @@ public final class IncomingTransfer {
     /** Per rank, once the transfer failed: what proved the rank's writes over, {@code null} while nothing has. */
     WriteProof[] proofs;
     int[] checksums;
-    boolean checksumsMissing;
+    /** The first rank whose completion carried no checksums, or -1. */
+    int noChecksumsRank = -1;
     int[] tokenCounts;
     long deadline;
     long holdStartedAt;

@@ -742,7 +742,9 @@ public final class TransferReceiver extends TransferEndpoint {
             return;
         }
         if (c.checksums() == null) {
-            t.checksumsMissing = true;
+            if (t.noChecksumsRank < 0) {
+                t.noChecksumsRank = r;
+            }
         } else if (c.checksums().length > to - from) {
             fail(t, FailureReason.BAD_COMPLETION, "sender " + r + " sent " + c.checksums().length + " checksums for "
                 + (to - from) + " pages", now);
@@ -867,8 +869,12 @@ public final class TransferReceiver extends TransferEndpoint {
             }
         }
         if (checksums && on(TransferSafeguard.CHECKSUM)) {
-            if (t.checksumsMissing) {
-                fail(t, FailureReason.BAD_COMPLETION, "a sender sent no checksums and this receiver requires them", now);
+            if (t.noChecksumsRank >= 0) {
+                final int r = t.noChecksumsRank;
+                final int n = t.senderPeers.length;
+                fail(t, FailureReason.BAD_COMPLETION, "sender " + r + " sent no checksums for its "
+                    + (TransferPlan.firstPage(t.handles.length, n, r + 1) - TransferPlan.firstPage(t.handles.length, n, r))
+                    + " pages and this receiver requires them", now);
                 return false;
             }
             final int[] got = new int[t.handles.length];
@@ -1323,7 +1329,7 @@ public final class TransferReceiver extends TransferEndpoint {
             switch (t.state) {
                 case RECEIVING -> {
                     if (now - t.deadline >= 0) {
-                        fail(t, FailureReason.TIMEOUT, "no completion from every sender within "
+                        fail(t, FailureReason.TIMEOUT, "no completion from " + notCompleted(t) + " within "
                             + Duration.ofNanos(completionTimeoutNanos).toMillis() + " ms", now);
                         work++;
                     }
@@ -1340,6 +1346,18 @@ public final class TransferReceiver extends TransferEndpoint {
             }
         }
         return work + retireIdle(now);
+    }
+
+    /** @return the ranks of a RECEIVING transfer whose completion has not come, with their peers: "sender 1 (peer 3) of 2" */
+    private static String notCompleted(IncomingTransfer t) {
+        final StringBuilder ranks = new StringBuilder();
+        int missing = 0;
+        for (int r = 0; r < t.senderPeers.length; r++) {
+            if (!t.completed[r]) {
+                ranks.append(missing++ == 0 ? "" : ", ").append(r).append(" (peer ").append(t.senderPeers[r]).append(')');
+            }
+        }
+        return (missing == 1 ? "sender " : "senders ") + ranks + " of " + t.senderPeers.length;
     }
 
     @Override

@@ -337,6 +337,28 @@ class ReceiverRulesTest extends TwoSenderReceiverFixture {
     }
 
     @Test
+    void aTimeoutNamesTheSendersWhoseCompletionDidNotCome() {
+        final IncomingTransfer t = rx.start(REQ, 16, 0, pa, pb);
+        a.inject(completion(t, 0, 16, 0, deliver(pool, a, 0, 0, 16)));
+        rx.doWork();
+        clock.advanceMillis(100);
+        rx.doWork();
+        assertEquals(FailureReason.TIMEOUT, t.failure(), t::toString);
+        assertTrue(t.message().contains("sender 1 (peer " + pb + ") of 2") && t.message().contains("100 ms"), t::message);
+    }
+
+    @Test
+    void aMissingChecksumFailureNamesTheSenderThatSentNone() {
+        final IncomingTransfer t = rx.start(REQ, 16, 0, pa, pb);
+        a.inject(completion(t, 0, 16, 0, deliver(pool, a, 0, 0, 16)));
+        deliver(pool, b, 0, 2, 16);
+        b.inject(new Message.Completion(t.transferId(), t.generation(), 1, 16, 2, null, 2, 2, 0));
+        rx.doWork();
+        assertEquals(FailureReason.BAD_COMPLETION, t.failure(), t::toString);
+        assertTrue(t.message().contains("sender 1 sent no checksums for its 2 pages"), t::message);
+    }
+
+    @Test
     void anAckBeforeRegistrationIsIgnoredAndCounted() {
         a.inject(new Message.Drained(0, 1, 0, 0, 0, 0)); // slot 0 was never registered
         rx.doWork();
