@@ -105,6 +105,7 @@ class LinkRetirementTest extends TwoSenderReceiverFixture {
         rx.doWork();
         assertEquals(IncomingTransfer.State.QUARANTINED, s.state(), s::toString);
         assertTrue(old.tearDowns > 0, "torn down at once");
+        assertEquals(0, rx.malformedFrames(), () -> "the sender's frames are its version's: " + rx.peer(po).failure());
         assertEquals(0, rx.metrics().linksRetired());
         assertEquals(FailureReason.PEER_LOST, inFlight.failure(), inFlight::toString);
         assertTrue(rx.peer(pa).isUp(), "the other links are untouched");

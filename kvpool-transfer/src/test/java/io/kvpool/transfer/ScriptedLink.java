@@ -77,14 +77,21 @@ final class ScriptedLink implements PeerLink {
     /** {@link #hello(PeerIdentity)} announcing the given instance id. */
     ScriptedLink hello(PeerIdentity id, long instance) {
         inject(new Message.Hello(id));
+        version = Math.min(id.maxVersion(), io.kvpool.transfer.wire.WireFormat.VERSION);
         if (id.maxVersion() >= io.kvpool.transfer.wire.WireFormat.INSTANCE_VERSION) {
             inject(new Message.Instance(instance));
         }
         return this;
     }
 
+    /**
+     * The version frames from the test's side are framed in: the highest its HELLO shares with this code (the
+     * engine's range is this code's), the latest until {@link #hello} ran. A frame of another version fails a link.
+     */
+    int version = io.kvpool.transfer.wire.WireFormat.VERSION;
+
     ScriptedLink inject(Message m) {
-        inbound.add(ByteBuffer.wrap(WireCodec.encode(m)));
+        inbound.add(ByteBuffer.wrap(m instanceof Message.Hello ? WireCodec.encode(m) : WireCodec.encode(m, version)));
         return this;
     }
 
