@@ -115,25 +115,30 @@ final class Reservations {
         long needed = layout.pagesFor(admittedTokens);
         // below zero while a truncate's pages, reserved ahead, are still on their way to the free structures
         final long available = Math.max(0, free - reserved);
+        // each Grant is made before its count changes: an OutOfMemoryError making it leaves nothing reserved or counted
         if (tokens > maxContextTokens || needed > inService) {
             if (rejectOverCapacity) {
                 if (tokens > maxContextTokens) {
+                    final Grant refused = new Grant(Admission.CONTEXT_TOO_LONG, needed, available, admittedTokens);
                     rejectedContextTooLong++;
-                    return new Grant(Admission.CONTEXT_TOO_LONG, needed, available, admittedTokens);
+                    return refused;
                 }
+                final Grant refused = new Grant(Admission.EXCEEDS_POOL, needed, available, admittedTokens);
                 rejectedExceedsPool++;
-                return new Grant(Admission.EXCEEDS_POOL, needed, available, admittedTokens);
+                return refused;
             }
             // Safeguard.ADMISSION_REJECTION disabled: admit a one-token placeholder (the incident replay's case).
             needed = 1;
             admittedTokens = 1;
         }
         if (needed > available) {
+            final Grant refused = new Grant(Admission.RETRY_LATER, needed, available, admittedTokens);
             retryLater++;
-            return new Grant(Admission.RETRY_LATER, needed, available, admittedTokens);
+            return refused;
         }
+        final Grant granted = new Grant(needed, needed, available, admittedTokens);
         reserved += needed;
-        return new Grant(needed, needed, available, admittedTokens);
+        return granted;
     }
 
     /** @return whether a request that fits the pool would find too few free unreserved pages in {@code free} now */

@@ -12,6 +12,8 @@ import java.util.List;
 final class OomRecoveryMain {
 
     static List<Object> filler;
+    /** Heap the filler's list cannot take (its growth fails first): a chain that needs no growth. */
+    static Object[] chain;
     static int fills, fillsThrown;
 
     /** Fills the heap down to objects of 16 bytes: the next allocation of any size fails. */
@@ -48,6 +50,10 @@ final class OomRecoveryMain {
         }
         if (what.equals("retainAll")) {
             retainAll();
+            return;
+        }
+        if (what.equals("tryReserve")) {
+            tryReserve();
             return;
         }
         final int tpp = TestPools.SMALL.tokensPerPage();
@@ -191,6 +197,35 @@ final class OomRecoveryMain {
             System.out.println("refcount of the current page after the refused retainAll="
                 + pool.refcountOfSlot(PageHandle.slot(current)) + " (1: all or none)");
             pool.release(current);
+            report(pool, thrown);
+        }
+    }
+
+    /** tryReserve with the heap full: a decision whose record cannot be made must leave nothing reserved. */
+    private static void tryReserve() {
+        final int tpp = TestPools.SMALL.tokensPerPage();
+        try (KvPool pool = TestPools.pool(8)) {
+            pool.cancelReservation(pool.tryReserve(2 * tpp, 0)); // warm-up: every class of the path loaded
+            exhaust();
+            try {
+                while (true) {
+                    chain = new Object[] {chain}; // the last bytes the list could not take
+                }
+            } catch (OutOfMemoryError e) {
+                // full
+            }
+            Throwable thrown = null;
+            long id = 0;
+            try {
+                id = pool.tryReserve(2 * tpp, 0);
+            } catch (Throwable t) {
+                thrown = t;
+            }
+            chain = null;
+            release();
+            if (id > 0) {
+                pool.cancelReservation(id);
+            }
             report(pool, thrown);
         }
     }

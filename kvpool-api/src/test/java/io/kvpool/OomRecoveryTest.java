@@ -1,5 +1,6 @@
 package io.kvpool;
 
+import org.junit.jupiter.api.Test;
 import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.ValueSource;
 
@@ -22,6 +23,7 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
  *   evictMany an append that evicts 100,000 cached pages: the copy of their fill list fails, every page taken
  *   retainAll a refused retainAll: its refusal is built after the references it took are dropped
  * </pre>
+ * A {@code tryReserve} with the heap full leaves nothing reserved: its decision is made before it is counted.
  * {@code evictMany} needs a 64 MiB heap for its pool of 100,008 pages.
  */
 class OomRecoveryTest {
@@ -29,6 +31,20 @@ class OomRecoveryTest {
     @ParameterizedTest
     @ValueSource(strings = {"close", "truncate", "evict", "evictMany", "retainAll"})
     void anOutOfMemoryErrorMidOperationLeavesNoPageOwnedByNobody(String what) throws Exception {
+        final String out = runChild(what);
+        assertTrue(out.contains("thrown=java.lang.OutOfMemoryError"), "the operation did not meet the OutOfMemoryError: " + out);
+        assertTrue(out.contains("RESULT owned=0 "), "pages stay OWNED with no holder after the OutOfMemoryError: " + out);
+    }
+
+    @Test
+    void anOutOfMemoryErrorInTryReserveLeavesNothingReserved() throws Exception {
+        final String out = runChild("tryReserve");
+        assertTrue(out.contains("thrown=java.lang.OutOfMemoryError"), "tryReserve did not meet the OutOfMemoryError: " + out);
+        assertTrue(out.contains(" reserved=0 "), "a tryReserve that threw left pages reserved for nobody: " + out);
+    }
+
+    /** @return what {@link OomRecoveryMain} printed for {@code what}, after checking it exited normally */
+    private static String runChild(String what) throws Exception {
         final String javaBin = Path.of(System.getProperty("java.home"), "bin", "java").toString();
         final String cp = Path.of("target", "classes").toAbsolutePath() + java.io.File.pathSeparator
             + Path.of("target", "test-classes").toAbsolutePath();
@@ -37,7 +53,6 @@ class OomRecoveryTest {
         final String out = new String(p.getInputStream().readAllBytes(), StandardCharsets.UTF_8);
         assertEquals(0, p.waitFor(), out);
         System.out.println("[" + what + "]\n" + out);
-        assertTrue(out.contains("thrown=java.lang.OutOfMemoryError"), "the operation did not meet the OutOfMemoryError: " + out);
-        assertTrue(out.contains("RESULT owned=0 "), "pages stay OWNED with no holder after the OutOfMemoryError: " + out);
+        return out;
     }
 }
