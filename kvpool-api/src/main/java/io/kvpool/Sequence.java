@@ -94,7 +94,7 @@ public final class Sequence implements AutoCloseable {
     private long[] pageDigestLo;
     /** Scratch for the handles of one allocation, reused so that append allocates nothing. */
     long[] allocated = new long[2];
-    /** Scratch for releasing pages in runs (truncate, close), made on first use. */
+    /** The scratch for the slots of one run of released pages (KvPool#releaseAll); made with the page tables. */
     private int[] freedRun;
     /** The scratch of a release of no page: nothing is ever written into it. */
     private static final int[] NO_RUN = new int[1];
@@ -120,6 +120,7 @@ public final class Sequence implements AutoCloseable {
         this.hasSalt = hasSalt;
         this.handles = initialPages == 0 ? NO_LONGS : new long[initialPages];
         this.blockTable = initialPages == 0 ? NO_INTS : new int[initialPages];
+        this.freedRun = initialPages == 0 ? null : new int[FREED_RUN]; // with the tables: see ensureRoom
     }
 
     // ---- queries ----
@@ -467,8 +468,7 @@ public final class Sequence implements AutoCloseable {
         final int keep = (int) pool.layout().pagesFor(n);
         final int dropped = pageCount - keep;
         final long regrowth = Math.max(0, pool.layout().pagesFor(admittedTokens) - keep); // pages the admission still owes
-        // before anything changes: with the heap full, an allocation after the handles are dropped would lose the pages
-        final int[] run = dropped > 0 ? freedRun() : null;
+        final int[] run = dropped > 0 ? freedRun : null; // made with the first page: nothing is allocated here
         unsharedAtEpoch = -1;
         if (dropped > 0) {
             structureVersion++;
@@ -523,14 +523,6 @@ public final class Sequence implements AutoCloseable {
             throw e;
         }
         throw (RuntimeException) t;
-    }
-
-    /** @return the scratch for the slots of one run of released pages (see KvPool#releaseAll) */
-    private int[] freedRun() {
-        if (freedRun == null) {
-            freedRun = new int[FREED_RUN];
-        }
-        return freedRun;
     }
 
     /**
@@ -706,8 +698,7 @@ public final class Sequence implements AutoCloseable {
         if (closed) {
             return;
         }
-        // before the sequence counts as closed: with the heap full this throws, and a later close still frees the pages
-        final int[] run = pageCount > 0 ? freedRun() : NO_RUN;
+        final int[] run = pageCount > 0 ? freedRun : NO_RUN; // made with the first page: nothing is allocated here
         closed = true;
         if (pool.isClosed()) {
             pageCount = 0; // nothing to release into a closed pool, but nothing named either (BlockTable, pageIndex)
@@ -766,6 +757,9 @@ public final class Sequence implements AutoCloseable {
             final long admittedPages = pool.layout().pagesFor(admittedTokens) + 1;
             final int n = (int) Math.max(Math.max(Math.max(8, handles.length * 2L), pages),
                 Math.min(admittedPages, PageHandle.MAX_SLOT + 1L));
+            // the release scratch with the first page: a close or truncate then allocates nothing, so one called to undo
+            // a failed admission with the heap full (an OutOfMemoryError mid-attach) still frees what was attached
+            final int[] run = freedRun != null ? freedRun : new int[FREED_RUN];
             final long[] grownHandles = Arrays.copyOf(handles, n);
             final int[] grownTable = Arrays.copyOf(blockTable, n);
             if (pageDigestHi != null) {
@@ -775,6 +769,7 @@ public final class Sequence implements AutoCloseable {
             }
             handles = grownHandles; // last: an allocation that failed above leaves the tables as they were
             blockTable = grownTable;
+            freedRun = run;
         }
     }
 

@@ -91,6 +91,21 @@ final class OomRecoveryMain {
                     release();
                     seq.close(); // a close that threw before it changed anything is tried again; after one that did, a no-op
                 }
+                case "forkClose" -> {
+                    seq = pool.admit(2 * tpp, 0).sequence();
+                    seq.append(2 * tpp);
+                    final Sequence child = seq.fork();
+                    exhaust();
+                    try {
+                        child.close();
+                        seq.close();
+                    } catch (Throwable t) {
+                        thrown = t;
+                    }
+                    release();
+                    child.close();
+                    seq.close();
+                }
                 case "truncate" -> {
                     seq = pool.admit(2 * tpp, 0).sequence();
                     seq.append(2 * tpp);

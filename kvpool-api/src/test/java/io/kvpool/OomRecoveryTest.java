@@ -16,8 +16,9 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
  * {@link OomRecoveryMain} in a child JVM with a 32 MiB heap, fills it, runs the operation, frees the heap and reads
  * the pool: once every sequence is closed no page may be OWNED.
  * <pre>
- *   close    Sequence.close(): the release's scratch is made before the sequence counts as closed
- *   truncate Sequence.truncate(): the same, before the dropped handles are forgotten
+ *   close     Sequence.close() allocates nothing (its release scratch is made with the first page), so it succeeds
+ *   truncate  Sequence.truncate(): the same
+ *   forkClose a fork's close and its parent's: the same for a sequence made with its page tables
  *   evict     an append whose fill of an evicted prefix page throws, after every page of the step was taken: its undo
  *             runs in the catch block itself, with no lambda to allocate
  *   evictMany an append that evicts 100,000 cached pages: the copy of their fill list fails, every page taken
@@ -29,7 +30,15 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 class OomRecoveryTest {
 
     @ParameterizedTest
-    @ValueSource(strings = {"close", "truncate", "evict", "evictMany", "retainAll"})
+    @ValueSource(strings = {"close", "truncate", "forkClose"})
+    void aCloseOrTruncateWithTheHeapFullAllocatesNothingAndFreesThePages(String what) throws Exception {
+        final String out = runChild(what);
+        assertTrue(out.contains("thrown=null"), "it allocated: a close that undoes a failed admission would then free nothing: " + out);
+        assertTrue(out.contains("RESULT owned=0 "), "pages stay OWNED after the sequences were closed: " + out);
+    }
+
+    @ParameterizedTest
+    @ValueSource(strings = {"evict", "evictMany", "retainAll"})
     void anOutOfMemoryErrorMidOperationLeavesNoPageOwnedByNobody(String what) throws Exception {
         final String out = runChild(what);
         assertTrue(out.contains("thrown=java.lang.OutOfMemoryError"), "the operation did not meet the OutOfMemoryError: " + out);
