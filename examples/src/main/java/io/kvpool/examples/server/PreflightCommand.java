@@ -1,6 +1,7 @@
 package io.kvpool.examples.server;
 
 import com.fasterxml.jackson.databind.ObjectMapper;
+import io.kvpool.examples.server.api.Json;
 import io.kvpool.examples.server.config.Cli;
 import io.kvpool.examples.server.config.ServerConfig;
 import io.kvpool.examples.server.config.ServerOptions;
@@ -59,7 +60,7 @@ final class PreflightCommand implements Subcommand {
             err.print(usage());
             return 2;
         }
-        final ObjectMapper json = new ObjectMapper();
+        final ObjectMapper json = Json.strict(); // the router's parser: a status it refuses is a role it never serves
         Preflight f;
         try (RoleClient p = new RoleClient(PrefillRole.ROLE, cfg.topology().prefillUrl(), json);
              RoleClient d = new RoleClient(DecodeRole.ROLE, cfg.topology().decodeUrl(), json)) {
