@@ -27,14 +27,19 @@ public record PeerIdentity(int minVersion, int maxVersion, long layoutFingerprin
     public static final int MAX_FIELD_BYTES = 256;
 
     /**
-     * Validates the fields: strings non-null, non-blank, at most {@link #MAX_FIELD_BYTES} bytes of UTF-8.
+     * Validates the fields: a version range from 1 up, not empty; strings non-null, non-blank, at most
+     * {@link #MAX_FIELD_BYTES} bytes of UTF-8.
      *
      * @throws NullPointerException     if a string field is null
-     * @throws IllegalArgumentException if a string field is blank or too long
+     * @throws IllegalArgumentException if the version range is empty or starts below 1, or a string field is blank or
+     *                                  too long
      */
     public PeerIdentity {
         if (minVersion > maxVersion) {
             throw new IllegalArgumentException("version range [" + minVersion + ", " + maxVersion + "] is empty");
+        }
+        if (minVersion < 1) { // a HELLO's range is what the peer speaks: no version below 1 was ever spoken
+            throw new IllegalArgumentException("version range [" + minVersion + ", " + maxVersion + "] starts below 1");
         }
         check("modelId", modelId);
         check("environment", environment);

@@ -27,7 +27,7 @@ class WireCodecTest {
         out.add(new Message.Cancel(42, Message.Cancel.REJECTED, "admission: RETRY_LATER"));
         out.add(new Message.Cancel(-1, Integer.MIN_VALUE, ""));
         out.add(new Message.Hello(ID));
-        out.add(new Message.Hello(new PeerIdentity(-7, Long.MIN_VALUE, MAX_STR, "a".repeat(256), "€".repeat(85) + "x")));
+        out.add(new Message.Hello(new PeerIdentity(1, Long.MIN_VALUE, MAX_STR, "a".repeat(256), "€".repeat(85) + "x")));
         out.add(new Message.Hello(new PeerIdentity(Integer.MAX_VALUE, -1L, "m", "e", "😀 build")));
         out.add(new Message.Refuse("environment: local=production remote=staging"));
         out.add(new Message.Refuse(""));
@@ -444,6 +444,19 @@ class WireCodecTest {
         final byte[] f = frame(new Message.Completion(1, 1, 0, 8, 0, new int[] {5, 6}, 2, 2, 0));
         f[HEADER_BYTES + 24] = 0;
         malformed(f, "2 checksums but checksumsPresent=0");
+    }
+
+    @Test
+    void aHelloWhoseVersionRangeStartsBelowOneIsNamed() {
+        final byte[] f = WireCodec.encode(new Message.Hello(ID.withVersions(MIN_VERSION, VERSION)));
+        ByteBuffer.wrap(f).order(ByteOrder.LITTLE_ENDIAN).putInt(HEADER_BYTES, -5); // the range's first field
+        malformed(f, "type 1", "version range [-5, " + VERSION + "] starts below 1");
+        final ByteBuffer v1 = body(4 + 8 + 3 * 3);
+        v1.putInt(0).putLong(1);
+        for (String s : new String[] {"m", "e", "b"}) {
+            v1.putShort((short) 1).put(s.getBytes(StandardCharsets.UTF_8));
+        }
+        malformed(raw(HELLO, v1.array()), "type 1", "version range [0, 0] starts below 1");
     }
 
     @Test
