@@ -27,10 +27,10 @@ class PoolContractTest {
     }
 
     /**
-     * Truncate's Javadoc: "Truncating pages only this sequence holds never weakens the guarantee." Was: a page this
-     * sequence alone holds but has published is immutable, so truncating into it made the next append copy it: one
-     * page more than the admission reserved, and the top-up found none in a full pool. Now such a page leaves the
-     * prefix cache instead.
+     * Truncate's Javadoc: "Truncating pages only this sequence holds never weakens the guarantee." A page this
+     * sequence alone holds but has published is immutable while cached: truncating into it must not make the next
+     * append copy it, one page more than the admission reserved, for which the top-up finds none in a full pool. Such
+     * a page leaves the prefix cache instead.
      */
     @Test
     void truncatingIntoOwnPublishedPageKeepsTheFullAdmissionGuarantee() {
@@ -50,9 +50,9 @@ class PoolContractTest {
     }
 
     /**
-     * ContextPolicy.CLAMP: "Clamp the max context to what fits and log a warning". Was: on a pool holding more than
-     * Integer.MAX_VALUE tokens it clamped to the pool's tokens, which build() then refused (a sequence counts at
-     * most Integer.MAX_VALUE tokens): the opt-in that exists so a deployment starts anyway does not start.
+     * ContextPolicy.CLAMP: "Clamp the max context to what fits and log a warning". On a pool holding more than
+     * Integer.MAX_VALUE tokens it must not clamp to the pool's tokens, which build() refuses (a sequence counts at
+     * most Integer.MAX_VALUE tokens): the opt-in that exists so a deployment starts anyway would not start.
      */
     @Test
     void clampOnAPoolHoldingMoreThanASequenceCanCountStillBuilds() {
@@ -80,8 +80,8 @@ class PoolContractTest {
     }
 
     /**
-     * Was: Admission.message() for ADMITTED said "N pages reserved" with N = pagesNeeded(), but admit(ids, ...) hands
-     * back the reservation of every page it attaches: the sequence and the pool held fewer.
+     * Admission.message() for ADMITTED must not say "N pages reserved" with N = pagesNeeded(): admit(ids, ...) hands
+     * back the reservation of every page it attaches, so the sequence and the pool hold fewer.
      */
     @Test
     void anAdmittedMessageDoesNotClaimReservedPagesItAttached() {

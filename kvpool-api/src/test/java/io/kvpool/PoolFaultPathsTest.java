@@ -356,7 +356,7 @@ class PoolFaultPathsTest {
 
     @Test
     void aContextBeyondWhatASequenceCanCountIsRefusedAtBuild() {
-        // was: accepted, and a sequence's int tokenCount wrapped negative past Integer.MAX_VALUE tokens
+        // accepting it would let a sequence's int tokenCount wrap negative past Integer.MAX_VALUE tokens
         final KvLayout big = new KvLayout(1, 1, 1, DType.FP8, 1 << 20);
         final KvPoolBuilder b = KvPool.builder(big).pages(2049).maxContextTokens(2049L << 20).storage(NoBytes::new);
         final PoolCapacityException e = assertThrows(PoolCapacityException.class, b::build);
@@ -494,7 +494,7 @@ class PoolFaultPathsTest {
 
     @Test
     void aClosedPoolKeepsItsReadOnlyViewsAndRefusesTheRest() {
-        // was: close()'s Javadoc said every other operation throws, while the views deliberately keep working
+        // close()'s Javadoc must not say every other operation throws: the views deliberately keep working
         final KvPool pool = TestPools.pool(2);
         pool.close();
         assertEquals(0, pool.snapshot().inUse());
@@ -511,7 +511,7 @@ class PoolFaultPathsTest {
 
     @Test
     void aFreedPageIsNeverLostWhenItsFillFails() {
-        // was: the exception left release() after the CAS to FREE, before the page reached a free structure
+        // the exception must not leave release() after the CAS to FREE, before the page reaches a free structure
         final FailingCopyStorage[] storage = new FailingCopyStorage[1];
         try (KvPool pool = TestPools.builder(2).storage((l, n) -> storage[0] = new FailingCopyStorage(l, n)).build()) {
             final long h = pool.tryAllocate();

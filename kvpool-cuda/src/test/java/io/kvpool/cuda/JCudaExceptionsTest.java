@@ -43,10 +43,10 @@ class JCudaExceptionsTest {
     }
 
     /**
-     * Was: {@code Cuda}'s probe called {@code JCudaDriver.setExceptionsEnabled(false)} — a JVM-wide JCuda switch.
+     * {@code Cuda}'s probe must not call {@code JCudaDriver.setExceptionsEnabled(false)}: a JVM-wide JCuda switch.
      * A host application that embeds kvpool and uses JCuda itself (the README: the pool shares the primary context with
-     * "a host application's own CUDA code") and turned JCuda's exceptions on finds them silently off once kvpool's
-     * {@code Cuda} class initialises: its own failing driver calls then return codes it never checks.
+     * "a host application's own CUDA code") and turned JCuda's exceptions on would find them silently off once
+     * kvpool's {@code Cuda} class initialises: its own failing driver calls would then return codes it never checks.
      * Control first: with kvpool not involved the app's setting holds (the driver call throws).
      */
     @Test
@@ -57,11 +57,12 @@ class JCudaExceptionsTest {
     }
 
     /**
-     * Was: kvpool read JCuda return codes and so worked only with JCuda's exceptions off. A host application that
-     * turns them on after kvpool initialised (JCuda's own samples start with {@code setExceptionsEnabled(true)}) makes
-     * {@link DeviceBatch#isDone()} throw {@code jcuda.CudaException: CUDA_ERROR_NOT_READY} for a batch that is simply
-     * still running, instead of returning {@code false} (and every other return-code path: close()'s ignored codes, the
-     * constructor's cleanup, CudaException's messages with the numbers, is bypassed the same way).
+     * kvpool must work whatever JCuda's exception setting: reading JCuda return codes alone works only with JCuda's
+     * exceptions off. A host application that turns them on after kvpool initialised (JCuda's own samples start with
+     * {@code setExceptionsEnabled(true)}) would make {@link DeviceBatch#isDone()} throw
+     * {@code jcuda.CudaException: CUDA_ERROR_NOT_READY} for a batch that is simply still running, instead of returning
+     * {@code false} (and would bypass every other return-code path the same way: close()'s ignored codes, the
+     * constructor's cleanup, CudaException's messages with the numbers).
      */
     @Test
     void isDoneOfARunningBatchIsFalseWhatEverTheHostApplicationsJCudaSetting() throws InterruptedException {
@@ -71,8 +72,8 @@ class JCudaExceptionsTest {
 
     /**
      * A thread waiting for a batch ({@code await()}, inside {@code cuEventSynchronize}) does not hold up another
-     * thread's poll: {@code isDone()} answers while the wait is still under way. It held the batch's monitor before, so
-     * an event loop polling a batch stalled behind any thread that awaited it.
+     * thread's poll: {@code isDone()} answers while the wait is still under way. Were the batch's monitor held during
+     * the wait, an event loop polling a batch would stall behind any thread that awaits it.
      */
     @Test
     void aPollIsAnsweredWhileAnotherThreadAwaitsTheBatch() throws InterruptedException {

@@ -77,8 +77,8 @@ class ProtocolEdgeCasesTest {
 
     @Test
     void aDescriptorDuplicatedAfterTheEndChangesNothing() {
-        // was: the late copy overwrote the record with "nothing posted" (a later ABORT got DRAINED(0, 0, 0)
-        // though a write was unproven), and a re-offer of the request started writing into the old region
+        // the late copy must not overwrite the record with "nothing posted" (a later ABORT would get DRAINED(0, 0, 0)
+        // though a write is unproven), nor make a re-offer of the request start writing into the old region
         final KvPool pool = Kv.pool(32);
         final ScriptedLink link = hello();
         final TransferSender tx = senderOn(pool, link);
@@ -110,9 +110,9 @@ class ProtocolEdgeCasesTest {
 
     @Test
     void aCompletionWhoseSendFailsEndsTheTransferOnce() {
-        // was: the failed send took the peer down re-entrantly, which finished the transfer; then the flush
-        // handler finished it again: the link's user count dropped to 0 while another transfer still owed a
-        // terminal state, so that link was never polled again and its source page stayed OWNED forever
+        // the failed send takes the peer down re-entrantly, which finishes the transfer; the flush handler must not
+        // finish it again: the link's user count would drop to 0 while another transfer still owes a terminal
+        // state, so that link would never be polled again and its source page would stay OWNED forever
         final ManualClock clock = new ManualClock();
         final KvPool pool = Kv.pool(32);
         final TransferSender tx = sender(pool, clock);
@@ -142,7 +142,8 @@ class ProtocolEdgeCasesTest {
 
     @Test
     void closingASenderWithAFlushPendingReleasesItsSources() {
-        // was: close() stopped all work, so a transfer waiting for its flush's answer kept its sources forever
+        // close() must keep working for a transfer waiting for its flush's answer: stopping all work would keep
+        // its sources forever
         final KvPool pool = Kv.pool(32);
         final ScriptedLink link = hello();
         final TransferSender tx = senderOn(pool, link);
@@ -161,7 +162,7 @@ class ProtocolEdgeCasesTest {
 
     @Test
     void aQuarantineDoesNotTearDownAHealthyCoSender() {
-        // was: rank 0's unproven DRAINED tore down rank 1's healthy link at once, and rank 1's proof was ignored
+        // rank 0's unproven DRAINED must not tear down rank 1's healthy link at once, nor may rank 1's proof be ignored
         final ManualClock clock = new ManualClock();
         final KvPool pool = Kv.pool(32);
         final TransferReceiver rx = slowReceiver(pool, clock);
@@ -210,8 +211,8 @@ class ProtocolEdgeCasesTest {
 
     @Test
     void aValidDrainedCountsEvenWhenAnotherRanksLinkIsDown() {
-        // was: failing the transfer quarantined it (rank 1 down) before rank 0's proof was recorded, and
-        // rank 0 was torn down to prove what it had just proven
+        // rank 0's proof must be recorded before failing the transfer quarantines it (rank 1 down): else
+        // rank 0 is torn down to prove what it has just proven
         final ManualClock clock = new ManualClock();
         final KvPool pool = Kv.pool(32);
         final TransferReceiver rx = TransferReceiver.builder(pool, Kv.identity()).clock(clock).build();
@@ -232,7 +233,7 @@ class ProtocolEdgeCasesTest {
 
     @Test
     void negativeRanksAndCountsAreIgnoredNotThrown() {
-        // was: ArrayIndexOutOfBoundsException out of doWork(), skipping the rest of the duty cycle
+        // an ArrayIndexOutOfBoundsException out of doWork() would skip the rest of the duty cycle
         final ManualClock clock = new ManualClock();
         final KvPool pool = Kv.pool(32);
         final TransferReceiver rx = TransferReceiver.builder(pool, Kv.identity()).clock(clock).build();
@@ -248,7 +249,7 @@ class ProtocolEdgeCasesTest {
 
     @Test
     void theUnverifiedSequenceIsNotReachableBeforeCommit() {
-        // was: IncomingTransfer.admission().sequence() handed out the RECEIVING pages
+        // IncomingTransfer.admission().sequence() must not hand out the RECEIVING pages
         final KvPool pool = Kv.pool(32);
         final TransferReceiver rx = TransferReceiver.builder(pool, Kv.identity()).clock(new ManualClock()).build();
         final ScriptedLink a = hello();
@@ -318,8 +319,8 @@ class ProtocolEdgeCasesTest {
 
     @Test
     void aDescriptorWithNegativeTokensIsRefusedNotThrownOutOfTheDutyCycle() {
-        // was: layout.pagesFor(-1) threw IllegalArgumentException out of doWork(): the cycle skipped the other
-        // peers and the deadlines, and the receiver waited out its completion timeout
+        // layout.pagesFor(-1) must not throw IllegalArgumentException out of doWork(): the cycle would skip the other
+        // peers and the deadlines, and the receiver would wait out its completion timeout
         final KvPool pool = Kv.pool(32);
         final ScriptedLink bad = hello();
         final TransferSender tx = senderOn(pool, bad);
@@ -389,8 +390,8 @@ class ProtocolEdgeCasesTest {
 
     @Test
     void aCoSenderHoldingNoneOfItsShareSaysHowManyTokensItHasAtOnce() {
-        // was: rank 1 of 2 of a 16-token request (pages [2, 4)) holding 4 tokens (1 page) posted nothing, never
-        // flushed, never sent COMPLETION: it sat in WRITING with its source pages until the receiver's timeout
+        // rank 1 of 2 of a 16-token request (pages [2, 4)) holding 4 tokens (1 page) posts nothing, but must still
+        // flush and send COMPLETION: else it sits in WRITING with its source pages until the receiver's timeout
         final KvPool pool = Kv.pool(32);
         final ScriptedLink link = hello();
         final TransferSender tx = senderOn(pool, link);
@@ -410,8 +411,8 @@ class ProtocolEdgeCasesTest {
 
     @Test
     void theSlotRecordsOfAGoneLinkAreDropped() {
-        // was: one map of per-slot records per link that ever carried a descriptor, kept forever (a server that
-        // reconnects grew by one per reconnect), and every dead link stayed in the frame lookup
+        // the map of per-slot records of a link that carried a descriptor must not be kept forever (a server that
+        // reconnects would grow by one per reconnect), nor may a dead link stay in the frame lookup
         final KvPool pool = Kv.pool(32);
         final TransferSender tx = sender(pool, new ManualClock());
         for (int i = 0; i < 20; i++) {
@@ -460,7 +461,7 @@ class ProtocolEdgeCasesTest {
 
     @Test
     void startCountsOnlyTransfersThatGetAnOutcome() {
-        // was: started was counted before the argument checks, so a start() that threw was counted too
+        // started must not be counted before the argument checks, or a start() that throws is counted too
         final KvPool pool = Kv.pool(8);
         try (TransferReceiver rx = TransferReceiver.builder(pool, Kv.identity()).clock(new ManualClock()).build()) {
             assertThrows(IllegalArgumentException.class, () -> rx.start(REQ, 4, 0, 7));
@@ -478,8 +479,8 @@ class ProtocolEdgeCasesTest {
 
     @Test
     void aRequestTooLongForOneDescriptorIsRejectedBeforeAnythingIsHeld() {
-        // was: admitted, appended, pinned, registered and put in a slot; then encoding the descriptor threw out of
-        // start(): no IncomingTransfer to abort, every page pinned until the completion timeout
+        // it must not be admitted, appended, pinned, registered and put in a slot first: encoding the descriptor would
+        // then throw out of start(), with no IncomingTransfer to abort and every page pinned until the completion timeout
         final int pages = io.kvpool.transfer.wire.WireFormat.MAX_ARRAY + 1;
         final KvPool pool = Kv.pool(pages + 4);
         try (TransferReceiver rx = TransferReceiver.builder(pool, Kv.identity()).clock(new ManualClock()).checksums(false).build()) {
@@ -504,9 +505,9 @@ class ProtocolEdgeCasesTest {
 
     @Test
     void theSimTransportRefusesABadSourcePageBeforePostingAnyOfTheBatch() {
-        // was: only destinations were checked first; a bad source index threw mid-batch after the writes before
-        // it were posted — while a sender counts a thrown batch as never posted (PeerLink's contract), so it
-        // could say DRAINED(0 posted) with those writes still to land
+        // sources must be checked first too, not only destinations: a bad source index would throw mid-batch after
+        // the writes before it were posted — while a sender counts a thrown batch as never posted (PeerLink's
+        // contract), so it could say DRAINED(0 posted) with those writes still to land
         final io.kvpool.transfer.sim.SimNetwork net = new io.kvpool.transfer.sim.SimNetwork(1, io.kvpool.transfer.sim.SimFaults.NONE);
         final io.kvpool.transfer.sim.SimLink[] ends = net.connect("prefill", "decode", false);
         final KvPool src = Kv.pool(8);

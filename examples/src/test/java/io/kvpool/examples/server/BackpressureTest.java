@@ -76,7 +76,7 @@ class BackpressureTest {
             assertEquals("decode", e.path("role").asText());
             ServerTests.assertBalanced(server);
             // the router knew decode could not take the KV: prefill computed nothing, so there was nothing to abort
-            // (was: prefill admitted and computed it, then the paired abort threw it away — 1 abort request)
+            // (not: prefill admits and computes it, then the paired abort throws it away — 1 abort request)
             assertEquals(admitted, server.roles().prefill().status().counters().get("admitted"));
             assertEquals(0, server.roles().prefill().status().counters().get("abort_requests"));
         }

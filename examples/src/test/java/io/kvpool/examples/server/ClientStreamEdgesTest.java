@@ -89,9 +89,9 @@ class ClientStreamEdgesTest {
 
     /**
      * README: "The tokenizer cuts the prompt into word pieces of at most 8 UTF-8 bytes (any text round-trips)".
-     * Was: EchoTokenizer tested {@code Character.isSurrogate((char) cp)} on the <em>code point</em>: for a supplementary
-     * code point whose low 16 bits fall in D800..DFFF (U+1D800 SIGNWRITING HAND-FIST INDEX, U+2D800 a CJK
-     * ideograph of Extension F, ...) the cast truncates it to a surrogate and the character becomes '?'.
+     * EchoTokenizer must not test {@code Character.isSurrogate((char) cp)} on the <em>code point</em>: for a
+     * supplementary code point whose low 16 bits fall in D800..DFFF (U+1D800 SIGNWRITING HAND-FIST INDEX, U+2D800 a
+     * CJK ideograph of Extension F, ...) the cast truncates it to a surrogate and the character would become '?'.
      */
     @Test
     void aSupplementaryCharacterWhoseLow16BitsLookLikeASurrogateRoundTrips() {

@@ -26,8 +26,8 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 /**
  * Failing fast: the router answers a request for a role known down at once (503, Retry-After), has
  * prefill compute nothing for a decode that cannot take the KV, and sends its paired aborts without making the
- * client wait — and still delivers them. Was: with prefill's link down each request waited ~4 s for its 503, with
- * prefill frozen ~20 s, and a partition prefilled (and threw away) every request.
+ * client wait — and still delivers them. It guards against each request waiting ~4 s for its 503 with prefill's
+ * link down, ~20 s with prefill frozen, and against a partition prefilling (and throwing away) every request.
  *
  * <p>The goal is 100 ms: the median of each run of answers must meet it (they measure ~10 ms on 2 cores); a single
  * answer may take up to 1 s, since a loaded 2-core CI machine stalls a thread now and then.

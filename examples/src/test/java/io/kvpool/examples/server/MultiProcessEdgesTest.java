@@ -82,9 +82,9 @@ class MultiProcessEdgesTest {
      * Finding (a), end to end. The router's {@code POST /internal/prefill} is delayed on the network longer than
      * {@link RoleClient#CALL_TIMEOUT} (a partition that heals, a stalled process); the router answers 503 and
      * sends its paired abort on a fresh connection, which the prefill process handles first: unknown id, nothing
-     * to do. Then the delayed prefill arrives, is admitted and offered — an offer nobody will ever ask for (the
+     * to do. Then the delayed prefill arrives. Admitted and offered, it would be an offer nobody will ever ask for (the
      * router never starts decode for that id), holding prefill's pages, a transfer and the id until the sender's
-     * descriptor timeout (--transfer-timeout-ms). Now an abort that came first is remembered, and the late prefill
+     * descriptor timeout (--transfer-timeout-ms). An abort that came first is remembered, and the late prefill
      * is refused before anything is admitted.
      */
     @Test
@@ -120,8 +120,8 @@ class MultiProcessEdgesTest {
     }
 
     /**
-     * Was: the decode endpoint read prompt_tokens and max_new_tokens as longs and cast them to int: a number beyond
-     * int was silently taken modulo 2^32 (2^32 + 5 prompt tokens became 5) instead of being refused with 400.
+     * The decode endpoint must refuse prompt_tokens or max_new_tokens beyond int with 400: read as longs and cast to
+     * int, such a number would silently be taken modulo 2^32 (2^32 + 5 prompt tokens would become 5).
      */
     @Test
     void decodeRefusesPromptTokensBeyondIntInsteadOfTruncatingThem() throws Exception {

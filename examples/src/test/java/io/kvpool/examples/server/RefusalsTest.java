@@ -75,7 +75,7 @@ class RefusalsTest {
                 decode.base())).build())) {
             for (int i = 0; i < 2; i++) { // the second alike (RoleFailureHealthTest: the role is not marked down)
                 final TestClient.Response r = new TestClient(router).complete("alice", "hello", 2, false);
-                assertEquals(502, r.status(), r::body); // was 503 + Retry-After: 1, and the role marked down
+                assertEquals(502, r.status(), r::body); // not 503 + Retry-After: 1, nor the role marked down
                 assertNull(r.retryAfter(), r::body);
                 assertEquals("role_error", r.error().path("reason").asText(), r::body);
                 assertEquals(500, r.error().path("role_status").asInt(), r::body);
@@ -131,7 +131,7 @@ class RefusalsTest {
             .withUrls(prefill.base(),
                 decode.base())).build())) {
             final TestClient.Response r = new TestClient(router).complete("alice", "hello", 2, false);
-            assertEquals(502, r.status(), r::body); // was 503 + Retry-After: 1, for a call the role will never take
+            assertEquals(502, r.status(), r::body); // not 503 + Retry-After: 1: the role will never take the call
             assertNull(r.retryAfter(), r::body);
             assertEquals("role_refused", r.error().path("reason").asText(), r::body);
             assertEquals(404, r.error().path("role_status").asInt(), r::body);

@@ -202,9 +202,9 @@ class RequestIdsTest {
     }
 
     /**
-     * A call decode can never take is answered at once. Was: 0 prompt tokens started the call, and the decode pool's
-     * admission threw on the role's thread — a 200 stream with an {@code error} event, which the router took for a
-     * 503 (retry). Now the endpoint refuses it with 400 before it starts anything, and the
+     * A call decode can never take is answered at once. 0 prompt tokens must not start the call: the decode pool's
+     * admission would throw on the role's thread — a 200 stream with an {@code error} event, which the router takes
+     * for a 503 (retry). The endpoint refuses it with 400 before it starts anything, and the
      * router gets a {@link RoleRefusedException} (a 502 without Retry-After) from {@code start} itself.
      */
     @Test

@@ -154,9 +154,9 @@ class IpcTeardownProofTest {
 
     /**
      * The pid in the bootstrap names the process whose death ends the proof, so it must mean the process on the
-     * socket. Was: any live pid was accepted — an honest prefill in another pid namespace (a container sharing
-     * the socket and the GPU) reports its namespace-local pid, which here is some unrelated process: tearDown()
-     * later proved that one's death, not the importer's. Now a pid whose start time here differs from the one
+     * socket. Any live pid must not be accepted: an honest prefill in another pid namespace (a container sharing
+     * the socket and the GPU) reports its namespace-local pid, which here is some unrelated process, and tearDown()
+     * would later prove that one's death, not the importer's. A pid whose start time here differs from the one
      * the peer reports, and a peer from another pid namespace, are refused before any link exists.
      */
     @Test

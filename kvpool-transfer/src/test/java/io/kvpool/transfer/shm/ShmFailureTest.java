@@ -208,9 +208,9 @@ class ShmFailureTest {
 
     /**
      * The pid a peer names is what its teardown proof waits for, so it must mean the process on the socket.
-     * Was: any live pid was accepted — a peer in another pid namespace (a container) names its own namespace's
-     * pid, which here is some unrelated process (or pid 1): when that one exits, tearDown "proves" the real
-     * writer gone. Now the peer's pid namespace and start time are checked against this host's view.
+     * Any live pid must not be accepted: a peer in another pid namespace (a container) names its own namespace's
+     * pid, which here is some unrelated process (or pid 1): when that one exits, tearDown would "prove" the real
+     * writer gone. The peer's pid namespace and start time are checked against this host's view.
      */
     @Test
     void aPeerWhosePidMeansAnotherProcessHereIsRefused() throws Exception {
@@ -302,9 +302,9 @@ class ShmFailureTest {
     /**
      * "A batch that is refused throws before any of its writes is posted", and every posted write reports
      * exactly one terminal state. If the pool file shrinks under the sender's mapping, the copy faults
-     * (SIGBUS); the JVM turns that into java.lang.InternalError, an Error that putBatch's
-     * catch (RuntimeException) does not catch: putBatch throws after it already queued OK for the earlier
-     * writes of the batch (and the faulting write never reported). Now the faulting write reports FAILED.
+     * (SIGBUS); the JVM turns that into java.lang.InternalError, an Error that a
+     * catch (RuntimeException) does not catch: escaping, it would make putBatch throw after it already queued OK for
+     * the earlier writes of the batch (and the faulting write would never report). The faulting write reports FAILED.
      */
     @Test
     void aFaultingCopyReportsFailedInsteadOfEscapingPutBatch() throws Exception {
@@ -415,8 +415,8 @@ class ShmFailureTest {
     }
 
     /**
-     * Was: a connection that never sent its bootstrap stayed in the listener's pending list (with its socket)
-     * for ever. Now it is dropped after the bootstrap timeout, named in lastRejection.
+     * A connection that never sends its bootstrap must not stay in the listener's pending list (with its socket)
+     * for ever: it is dropped after the bootstrap timeout, named in lastRejection.
      */
     @Test
     void aConnectionThatNeverSaysWhoItIsIsDroppedAfterTheBootstrapTimeout() throws Exception {
@@ -437,8 +437,8 @@ class ShmFailureTest {
     }
 
     /**
-     * Was: a peer that stops reading made the sender queue control frames without end (the socket is
-     * non-blocking, so send never blocks, and nothing bounded the queue). Now the link fails past 64 MiB.
+     * A peer that stops reading must not make the sender queue control frames without end (the socket is
+     * non-blocking, so send never blocks): the queue is bounded, and the link fails past 64 MiB.
      */
     @Test
     void aPeerThatReadsNothingFailsTheLinkInsteadOfGrowingItsQueueForEver() throws Exception {

@@ -84,8 +84,8 @@ class UcxLinkLifecycleTest {
 
 
     /**
-     * Was: every attach() unpacked a UcpRemoteKey kept until the link closed; TransferSender attaches once per
-     * transfer on a long-lived link, so a sender held one native rkey per transfer, without bound.
+     * The UcpRemoteKey an attach() unpacks must not be kept until the link closes: TransferSender attaches once per
+     * transfer on a long-lived link, so a sender would hold one native rkey per transfer, without bound.
      */
     @Test
     void attachOnALongLivedLinkKeepsOneNativeRkeyPerTransferForever() throws Exception {
@@ -111,9 +111,9 @@ class UcxLinkLifecycleTest {
     }
 
     /**
-     * Was: close() (what TransferEndpoint.fail() and closeLinks() call) force-closed the endpoint but kept the
+     * close() (what TransferEndpoint.fail() and closeLinks() call) force-closes the endpoint; it must not keep the
      * link's worker, its sockets and its place in the progress loop until tearDown() or the transport's close,
-     * which a sender never calls: every closed link leaked a worker with its file descriptors. Now the worker
+     * which a sender never calls: every closed link would leak a worker with its file descriptors. The worker
      * goes once the close finished and a grace passed (shortened here).
      */
     @Test
@@ -177,8 +177,8 @@ class UcxLinkLifecycleTest {
     }
 
     /**
-     * Was: cancelWrites() on a link that was close()d (not failed) queued fail(), so the closed link later
-     * reported onLinkFailed — a failure of a link that never failed, after its close.
+     * cancelWrites() on a link that was close()d (not failed) must not queue fail(): the closed link would later
+     * report onLinkFailed — a failure of a link that never failed, after its close.
      */
     @Test
     void cancelWritesAfterCloseReportsALinkFailureOfAClosedLink() throws Exception {
@@ -195,9 +195,9 @@ class UcxLinkLifecycleTest {
     }
 
     /**
-     * Was: connect() added the link to the progress list before start(); when start() threw (the peer's worker
-     * address unreachable over tcp, here a worker of a shared-memory-only context) the link stayed there with its
-     * worker open and no handle for the caller to close it; and the exception was a raw UcxException.
+     * connect() must not add the link to the progress list before start(): when start() throws (the peer's worker
+     * address unreachable over tcp, here a worker of a shared-memory-only context) the link would stay there with its
+     * worker open and no handle for the caller to close it. Nor may the exception be a raw UcxException.
      */
     @Test
     void aConnectWhoseEndpointCannotBeCreatedLeaksTheLinksWorker() throws Exception {
@@ -684,7 +684,7 @@ class UcxLinkLifecycleTest {
      * A teardown whose force close of the endpoint fails destroys the link's worker at once (the only other fence).
      * The remote keys unpacked on it must be destroyed first: UCX wants a remote key destroyed before the endpoint it
      * was unpacked on, and nothing can destroy it after the worker is gone (its memory pool went with the worker).
-     * Was: closeWorkerNow never destroyed them. Here the force close throws because the endpoint's native id is hidden.
+     * closeWorkerNow must destroy them. Here the force close throws because the endpoint's native id is hidden.
      */
     @Test
     void aWorkerClosedWithoutItsCloseFinishingDestroysItsRemoteKeysFirst() throws Exception {
@@ -715,7 +715,7 @@ class UcxLinkLifecycleTest {
      * An exception from a link's per-round work on the transport's thread (here a remote key whose close throws, met
      * when a close that completed in the background is finished after a progress round) must not stop that thread:
      * the transport would go on accepting commands that never run, and every link on it would hang. The link's other
-     * remote keys are still destroyed. Was: the exception left loop() and the thread ended.
+     * remote keys are still destroyed. The exception must not leave loop(): the thread would end.
      */
     @Test
     void aRemoteKeyWhoseCloseThrowsDoesNotStopTheTransportsThread() throws Exception {

@@ -114,7 +114,7 @@ class RoleFailureHealthTest {
                 reads.add(readers.submit(prefill::status));
             }
             for (java.util.concurrent.Future<io.kvpool.examples.server.role.RoleStatus> r : reads) {
-                final io.kvpool.examples.server.role.RoleStatus s = r.get(30, TimeUnit.SECONDS); // was: never
+                final io.kvpool.examples.server.role.RoleStatus s = r.get(30, TimeUnit.SECONDS); // must not hang
                 assertFalse(s.up(), s::toString);
             }
         } finally {

@@ -89,7 +89,7 @@ class DecodeAllocationFaultTest {
 
     @Test
     void anErrorOnTheDutyThreadAnswersTheCallAtOnce() throws Exception {
-        // the caller used to wait out its whole admission timeout for a future nobody would complete
+        // the caller must not wait out its whole admission timeout for a future nobody will complete
         withFaultyDecode(true, (decode, decodePool) -> {
             final DecodeCall call = decode.start(7, "alice", (int) decodePool.maxContextTokens(), 0);
             final IllegalStateException e = assertThrows(IllegalStateException.class, () -> call.awaitAdmission(Duration.ofSeconds(20)));

@@ -110,7 +110,7 @@ class RouterRoleFaultTest {
                 // DecodeCall.await's shapes: a fault of the role, and a role closed under the call
                 final ApiError fault = answer(cfg, roles.prefill(), failingWhileAwaited(roles.decode(), atAdmission,
                     new IllegalStateException("decode role: request 1 failed: injected fault")));
-                assertEquals(502, fault.status(), where + ": " + fault.getMessage()); // was 503 + Retry-After: retried forever
+                assertEquals(502, fault.status(), where + ": " + fault.getMessage()); // not 503 + Retry-After: retried forever
                 assertEquals("role_error", fault.reason(), where);
                 assertEquals(0, fault.retryAfterSeconds(), where);
                 assertTrue(fault.fields().containsKey("error_id") && !fault.getMessage().contains("injected"), fault::getMessage);
