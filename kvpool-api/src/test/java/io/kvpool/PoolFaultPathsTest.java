@@ -149,8 +149,8 @@ class PoolFaultPathsTest {
     }
 
     // ---------------------------------------------------------------------------------------------
-    // F2: Sequence.append promises "All or nothing: on an exception nothing changed", but when the
-    // copy-on-write copy fails it releases the fresh pages and keeps the reservation they consumed.
+    // Sequence.append promises "All or nothing: on an exception nothing changed": when the copy-on-write copy
+    // fails, the fresh pages go back and so does the reservation they consumed.
 
     /** Host storage whose next copyPages throws (a device copy failing, say). */
     static final class FailingCopyStorage implements io.kvpool.storage.PageStorage {
@@ -368,10 +368,9 @@ class PoolFaultPathsTest {
     }
 
     // ---------------------------------------------------------------------------------------------
-    // F5: close() counts the pinned pages slot by slot (snapshotLocked) and only then SETs
-    // pinnedAfterClose. An unpin whose CAS lands after the scan read its slot but before the set()
-    // decrements the old value (0 -> -1), which set() then overwrites: the count runs BEHIND by one,
-    // the last real unpin leaves it at 1, no scan runs, and the storage kept at close is never released.
+    // close() counts the pinned pages slot by slot (snapshotLocked), then sets pinnedAfterClose. An unpin whose
+    // CAS lands after the scan read its slot and before the set must not make the count run BEHIND by one: the
+    // last real unpin would leave it at 1, no scan would run, and the storage kept at close would never go.
     // (afterCloseTransition's Javadoc: "the count can run ahead, never behind, and the last unpin always
     // triggers the scan".)
 
@@ -490,7 +489,7 @@ class PoolFaultPathsTest {
     }
 
     // ---------------------------------------------------------------------------------------------
-    // F6 (doc): KvPool.close() says "Every other operation on a closed pool throws IllegalStateException".
+    // KvPool.close()'s Javadoc and its behaviour agree: the read-only views keep working, the rest throws.
 
     @Test
     void aClosedPoolKeepsItsReadOnlyViewsAndRefusesTheRest() {
@@ -505,9 +504,9 @@ class PoolFaultPathsTest {
     }
 
     // ---------------------------------------------------------------------------------------------
-    // F7: onBecameFree fills the page AFTER the CAS that made it FREE; if the storage's fill throws (a
-    // device storage's kernel or driver error) the exception escapes release() and the page is FREE but
-    // in no free structure: lost to allocation forever, and verifyAccounting() fails.
+    // onBecameFree fills the page AFTER the CAS that made it FREE. A fill that throws (a device storage's kernel
+    // or driver error) must not leave the page FREE in no free structure: lost to allocation forever, and
+    // verifyAccounting() failing.
 
     @Test
     void aFreedPageIsNeverLostWhenItsFillFails() {
@@ -727,10 +726,10 @@ class PoolFaultPathsTest {
     }
 
     // ---------------------------------------------------------------------------------------------
-    // C2 (MEDIUM): "a second failure is the allocator's to throw" — but allocateFor/tryAllocate throw AFTER
-    // the pages were taken and the reservation consumed: the pages stay OWNED with no holder (lost until
-    // close) and Sequence.append's "All or nothing: on an exception nothing changed" is broken (its
-    // reservation is gone, so the admitted request can no longer grow).
+    // "A second failure is the allocator's to throw": allocateFor/tryAllocate must not throw after the pages were
+    // taken and the reservation consumed. The pages would stay OWNED with no holder (lost until close), and
+    // Sequence.append's "All or nothing: on an exception nothing changed" would break (its reservation gone, the
+    // admitted request could no longer grow).
 
     @Test
     void aFailedFillOfAnUnfilledPageAtAllocationLosesNeitherThePageNorTheReservation() {
@@ -830,10 +829,10 @@ class PoolFaultPathsTest {
     }
 
     // ---------------------------------------------------------------------------------------------
-    // C4 (MINOR, suspected (b)): reservation ids carry a 31-bit generation per index; the free index stack is
-    // LIFO, so a scheduler that reserves and opens one request at a time reuses index 0 every time, and after
-    // 2^31 - 1 reservations a stale id (a double cancel/open by a buggy caller) is accepted again and cancels
-    // another request's reservation. The id is a long: the generation could use 32+ more bits.
+    // Reservation ids carry a generation per index, and the free index stack is LIFO: a scheduler that reserves
+    // and opens one request at a time reuses index 0 every time. With a 31-bit generation, after 2^31 - 1
+    // reservations a stale id (a double cancel/open by a buggy caller) would be accepted again and cancel another
+    // request's reservation. The id is a long, with room for a wider generation.
 
     @Test
     void aStaleReservationIdIsNeverAcceptedAgain() throws Exception {
@@ -873,9 +872,9 @@ class PoolFaultPathsTest {
     }
 
     // ---------------------------------------------------------------------------------------------
-    // C6 (MINOR): close() keeps verifyAccounting() as a read-only view, but a page a late unpin frees after close
-    // (storage retained for a pinned page) skips onBecameFree's push ("nothing will allocate again"): it is FREE
-    // in no free structure, and verifyAccounting() then reports a broken pool that is not broken.
+    // close() keeps verifyAccounting() as a read-only view. A page a late unpin frees after close (storage retained
+    // for a pinned page) skips onBecameFree's push ("nothing will allocate again"), so it is FREE in no free
+    // structure: verifyAccounting() must not report that pool as broken.
 
     @Test
     void verifyAccountingHoldsAfterALateUnpinFreesAPageOfAClosedPool() {

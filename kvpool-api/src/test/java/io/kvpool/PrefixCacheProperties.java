@@ -18,9 +18,8 @@ import java.lang.foreign.MemorySegment;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 
 /**
- * Minimal cases for what the stateful properties found in the prefix cache and copy-on-write, each
- * stated as the behaviour the API documents; kept as regression tests (all three bugs are fixed:
- * copy-on-write is decided at write time, and returned pages are drained oldest first).
+ * Minimal cases for the prefix cache and copy-on-write, each stated as the behaviour the API documents:
+ * copy-on-write is decided at write time, and returned pages are drained oldest first.
  */
 @AddLifecycleHook(PropsTries.class)
 class PrefixCacheProperties {

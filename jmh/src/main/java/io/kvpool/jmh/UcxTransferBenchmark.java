@@ -61,12 +61,11 @@ import java.util.stream.IntStream;
  *       policy (over tcp the receiver must progress for puts to land); the sender-side thread spins and then
  *       yields while it waits, as the transport's owner thread does with requests in flight. The {@code ucxLink} benchmark thread
  *       only polls for events and yields while there are none, as an engine's duty cycle idles, so that on
- *       2 cores it does not take a core from the two progressing threads (it used to busy-spin: a third busy
- *       thread on 2 cores).</li>
+ *       2 cores it does not take a core from the two progressing threads (a busy-spinning third thread would).</li>
  *   <li><b>Only one side runs at a time:</b> each benchmark has its own {@link State} ({@link LinkSide},
- *       {@link RawSide}), so a fork measuring one does not also run the other's threads (it used to set up
- *       both: the {@code rawJucx} fork ran two idle transport threads, waking every ~50 µs, beside it, and the
- *       {@code ucxLink} fork the raw receiver's thread).</li>
+ *       {@link RawSide}), so a fork measuring one does not also run the other's threads (a shared state would
+ *       run two idle transport threads, waking every ~50 µs, beside the {@code rawJucx} fork, and the raw
+ *       receiver's thread beside the {@code ucxLink} fork).</li>
  * </ul>
  * On 2 cores expect ±20 % noise (see docs/dependencies.md, "UCX from Java"); note the machine's load alongside any figure.
  */
