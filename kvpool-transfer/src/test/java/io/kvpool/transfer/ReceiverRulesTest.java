@@ -648,6 +648,31 @@ class ReceiverRulesTest extends TwoSenderReceiverFixture {
     }
 
     @Test
+    void aProvenDrainedFromTheSuspectOfAQuarantineIsNoProofEither() {
+        // the suspect said a write may still land; a later DRAINED claiming every write delivered cannot take that back:
+        // only the transport's proof (a revocation, a proven teardown) frees the pages that write may land in
+        setUp(x -> x.tearDownOnTimeout(false)); // the suspect's link stays up, so it can send again
+        final IncomingTransfer t = startOne(10);
+        final Message.Descriptor d = a.sent(Message.Descriptor.class).getFirst();
+        a.inject(new Message.Drained(t.transferId(), t.generation(), 0, 3, 2, 1)); // rank 0: a write unproven
+        rx.doWork();
+        assertEquals(IncomingTransfer.State.QUARANTINED, t.state());
+        final long late = rx.metrics().ackLate();
+        a.inject(new Message.Drained(t.transferId(), t.generation(), 0, 3, 3, 0)); // the suspect now claims all delivered
+        rx.doWork();
+        assertEquals(List.of(SlotState.QUARANTINED, SlotState.QUARANTINED, SlotState.QUARANTINED), states(t, d),
+            () -> "the suspect's DRAINED freed the pages its unproven write may still land in: " + t);
+        assertEquals(29, pool.snapshot().free(), "none of the three pages may reach another tenant");
+        assertEquals(IncomingTransfer.State.QUARANTINED, t.state());
+        assertEquals(late + 1, rx.metrics().ackLate(), "the suspect's DRAINED is counted late: " + rx.metrics());
+        a.tearDownProves = true;
+        assertTrue(rx.tearDownPeer(pa));
+        assertEquals(IncomingTransfer.State.RELEASED, t.state());
+        assertEquals(WriteProof.LINK_TORN_DOWN, t.writeProof(0), "the transport's proof, not the sender's word, released them");
+        assertTrue(pool.verifyAccounting().balanced());
+    }
+
+    @Test
     void metricsCountAnAbortedTransferAndTheDrainedThatReleasedItsPages() {
         final IncomingTransfer t = startOne(10);
         rx.abort(t, "x");
