@@ -112,6 +112,11 @@ final class LeakHunter {
         long linksRetired;
         final java.util.EnumMap<FailureReason, Long> failures = new java.util.EnumMap<>(FailureReason.class);
         final java.util.EnumMap<ReceiverMetrics.Outcome, Long> outcomes = new java.util.EnumMap<>(ReceiverMetrics.Outcome.class);
+        /**
+         * What each committed sequence's read found at its worst (FOREIGN before the rest), by finding: which harm a control
+         * caught, where {@link #corrupted} lumps canary, zeros, misplaced KV and stale handles served together.
+         */
+        final java.util.EnumMap<Kv.Finding, Long> committedReads = new java.util.EnumMap<>(Kv.Finding.class);
         long lateWritesLanded;
         long lateWritesDropped;
         boolean balanced;
@@ -132,7 +137,7 @@ final class LeakHunter {
                 + " LEAKS=" + leaks + " CORRUPTED=" + corrupted + " (stale served " + staleServed + ", truncated " + truncated
                 + ") staleRefused=" + staleRefused + " collateral=" + collateral + " (timeouts on a retiring link " + collateralTimeouts + ") stalled=" + stalled
                 + " frozenSuspects=" + frozenSuspects + " frozenWrites=" + frozenWrites + " reconnects=" + reconnects + " retired=" + linksRetired
-                + " failures=" + failures + " deferredRelease=" + outcomes
+                + " committedReads=" + committedReads + " failures=" + failures + " deferredRelease=" + outcomes
                 + " tailForeign=" + tailForeign + " crashes=" + crashes + " settle=" + settleSteps + " balanced=" + balanced + " " + accounting + " leaks: " + leakExamples + " examples=" + examples;
         }
     }
@@ -653,6 +658,7 @@ final class LeakHunter {
             }
         }
         if (worst != Kv.Finding.OK) {
+            report.committedReads.merge(worst, 1L, Long::sum);
             final MemorySegment pg = seq.page(at / Kv.LAYOUT.tokensPerPage());
             final long off = Kv.LAYOUT.offset(0, 0, at % Kv.LAYOUT.tokensPerPage());
             record(worst, "request " + h.r.id + " token " + at + " of " + n + ": " + worst + " (holds request "

@@ -2,6 +2,7 @@ package io.kvpool.transfer;
 
 import io.kvpool.Safeguard;
 import io.kvpool.storage.FillMode;
+import io.kvpool.transfer.testkit.Kv;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.EnumSource;
@@ -93,6 +94,22 @@ class LeakHunterTest {
         return r;
     }
 
+    /**
+     * With the safeguard off, the harm it is there to stop must be what was found: {@code expected} in a committed
+     * sequence's read, not just any corrupted read (a stale handle served, a truncated context, another finding) that
+     * some other fault of the setup could cause.
+     */
+    static void assertHarm(boolean on, LeakHunter.Report r, Kv.Finding... expected) {
+        if (!on) {
+            long found = 0;
+            for (Kv.Finding f : expected) {
+                found += r.committedReads.getOrDefault(f, 0L);
+            }
+            assertTrue(found > 0, () -> "the control caught something, but no committed read found any of "
+                + java.util.Arrays.toString(expected) + ": " + r);
+        }
+    }
+
     @ParameterizedTest(name = "safeguard on: {0}")
     @ValueSource(booleans = {true, false})
     void theGenerationCheckKeepsAStaleHandleFromAnotherTenantsPage(boolean on) {
@@ -105,12 +122,13 @@ class LeakHunterTest {
     @ValueSource(booleans = {true, false})
     void theDrainWaitKeepsLateWritesFromTheNextTenant(boolean on) {
         // last line: writes still in flight when a transfer fails (slow writes make the window wide)
-        control(on, c -> {
+        final LeakHunter.Report r = control(on, c -> {
             c.faults = c.faults.withStragglers(0.02, 1_000_000, 5_000_000);
             c.routerAbort = 0.2;
             c.decodePages = 256;
             c.revocableLinks = false;
         }, c -> c.transferOff = EnumSet.of(TransferSafeguard.DRAIN_WAIT));
+        assertHarm(on, r, Kv.Finding.FOREIGN); // a late write landed in the next tenant's page
     }
 
     @ParameterizedTest(name = "safeguard on: {0}")
@@ -118,13 +136,14 @@ class LeakHunterTest {
     void quarantineKeepsAFrozenPeersWritesFromLandingAfterTheTimeout(boolean on) {
         // last line: writes of a frozen peer that outlive the completion and drain deadlines, on links that
         // cannot revoke, while the peer's link stays up
-        control(on, c -> {
+        final LeakHunter.Report r = control(on, c -> {
             c.faults = c.faults.withStragglers(0.005, 30_000_000, 80_000_000);
             c.revocableLinks = false;
             c.decodePages = 256; // a busy decode pool: a freed page soon holds another tenant's committed KV
             c.maxHoldSteps = 4_000; // decode holds sequences up to 40 ms, as long as a straggler can be late
             c.senderDrainDeadlineMs = 200; // the frozen sender does not give up (or crash) first: its link stays up
         }, c -> c.transferOff = EnumSet.of(TransferSafeguard.QUARANTINE_ON_TIMEOUT));
+        assertHarm(on, r, Kv.Finding.FOREIGN); // a frozen peer's write landed in the next tenant's page
     }
 
     @ParameterizedTest(name = "safeguard on: {0}")
@@ -132,20 +151,24 @@ class LeakHunterTest {
     void theLengthCheckStopsAShortTransfer(boolean on) {
         // last line: no checksums (they are keyed by the token count, so they would stop it too), ZERO fill at decode
         // (the canary check has nothing to find in the unwritten pages), and no other fault that either would catch
-        control(on, c -> {
+        final LeakHunter.Report r = control(on, c -> {
             c.checksums = false;
             c.decodeFill = FillMode.ZERO;
             c.truncatedPrefill = 0.01;
             c.unwrittenPrefill = 0;
             c.faults = c.faults.withWrites(c.faults.writeFail(), 0, 0, 0);
         }, c -> c.transferOff = EnumSet.of(TransferSafeguard.LENGTH_CHECK));
+        // the tokens the short sender never held: its own canary (it copies whole pages) or decode's ZERO fill
+        assertHarm(on, r, Kv.Finding.CANARY, Kv.Finding.MISPLACED);
+        assertTrue(on || r.truncated == 0, r::toString); // a full-length context, not admission's placeholder
     }
 
     @ParameterizedTest(name = "safeguard on: {0}")
     @ValueSource(booleans = {true, false})
     void theCanaryCheckKeepsKvThatWasNeverWrittenFromDecode(boolean on) {
         // last line: a prefill that never wrote some KV; its checksums describe the unwritten bytes faithfully
-        control(on, c -> c.unwrittenPrefill = 0.01, c -> c.transferOff = EnumSet.of(TransferSafeguard.CANARY_CHECK));
+        final LeakHunter.Report r = control(on, c -> c.unwrittenPrefill = 0.01, c -> c.transferOff = EnumSet.of(TransferSafeguard.CANARY_CHECK));
+        assertHarm(on, r, Kv.Finding.CANARY);
     }
 
     @Test
@@ -164,8 +187,9 @@ class LeakHunterTest {
     @ValueSource(booleans = {true, false})
     void checksumsKeepCorruptedWritesFromDecode(boolean on) {
         // last line: a byte flipped in flight (no canary, right length)
-        control(on, c -> c.faults = c.faults.withWrites(0.002, 0, 0, 0.01),
+        final LeakHunter.Report r = control(on, c -> c.faults = c.faults.withWrites(0.002, 0, 0, 0.01),
             c -> c.transferOff = EnumSet.of(TransferSafeguard.CHECKSUM));
+        assertHarm(on, r, Kv.Finding.MISPLACED); // a flipped byte: this request's KV, wrong
     }
 
     @ParameterizedTest(name = "safeguard on: {0}")
