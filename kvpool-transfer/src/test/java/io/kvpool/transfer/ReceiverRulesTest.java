@@ -359,6 +359,23 @@ class ReceiverRulesTest extends TwoSenderReceiverFixture {
     }
 
     @Test
+    void aSenderThatCoveredAnotherShareThanItsOwnIsNeverCommitted() {
+        // checksums off (they are keyed by position and would catch it too): only the share check sees rank 1 write pages
+        // 0 and 1's KV into its share, pages 2 and 3, and say so in its completion's first page
+        setUp(x -> x.checksums(false));
+        final IncomingTransfer t = rx.start(REQ, 16, 0, pa, pb);
+        deliver(pool, a, 0, 0, 16);
+        a.inject(new Message.Completion(t.transferId(), t.generation(), 0, 16, 0, null, 2, 2, 0));
+        deliver(pool, b, 0, 0, 16); // rank 1 writes as if its share began at page 0
+        b.inject(new Message.Completion(t.transferId(), t.generation(), 1, 16, 0, null, 2, 2, 0));
+        rx.doWork();
+        assertNotEquals(IncomingTransfer.State.COMMITTED, t.state(), () -> "committed, and decode reads "
+            + io.kvpool.transfer.testkit.Kv.check(t.sequence(), REQ, 16) + " KV at tokens 8 to 15: " + t);
+        assertEquals(FailureReason.BAD_COMPLETION, t.failure(), t::toString);
+        assertTrue(t.message().contains("sender 1 covered pages from 0, its share is [2, 4)"), t::message);
+    }
+
+    @Test
     void anAckBeforeRegistrationIsIgnoredAndCounted() {
         a.inject(new Message.Drained(0, 1, 0, 0, 0, 0)); // slot 0 was never registered
         rx.doWork();
