@@ -201,6 +201,28 @@ class CompletionApiTest {
             .POST(HttpRequest.BodyPublishers.ofString(body)).build());
     }
 
+    /**
+     * JSON between systems is UTF-8 (RFC 8259 §8.1): a body in UTF-16 or UTF-32 is malformed, not another spelling of a
+     * request. A parser that guessed the encoding would act on bytes that every UTF-8 reader (a proxy's filter, a log
+     * scanner) sees as NULs and garbage.
+     */
+    @Test
+    void aBodyInUtf16OrUtf32IsMalformedJsonNotARequestInAnotherEncoding() throws Exception {
+        final String ok = TestClient.body("hi", 1, false);
+        assertEquals(200, client.post("/v1/completions", "Bearer sk-alice", ok).status(), "the control: the same request in UTF-8");
+        final PoolSnapshot prefillBefore = server.prefillPool().snapshot();
+        for (java.nio.charset.Charset cs : List.of(java.nio.charset.StandardCharsets.UTF_16BE, java.nio.charset.StandardCharsets.UTF_16LE,
+            java.nio.charset.StandardCharsets.UTF_16, java.nio.charset.Charset.forName("UTF-32BE"), java.nio.charset.Charset.forName("UTF-32LE"))) {
+            final TestClient.Response r = client.send(HttpRequest.newBuilder(server.baseUri().resolve("/v1/completions"))
+                .timeout(java.time.Duration.ofSeconds(30)).header("Authorization", "Bearer sk-alice")
+                .header("Content-Type", "application/json").POST(HttpRequest.BodyPublishers.ofByteArray(ok.getBytes(cs))).build());
+            final JsonNode e = expect(r, 400, "invalid_request_error", "malformed_json");
+            assertTrue(e.path("message").asText().contains("UTF-8"), () -> cs + ": " + r.body());
+        }
+        assertEquals(prefillBefore.allocations(), server.prefillPool().snapshot().allocations(), "nothing reached a pool");
+        ServerTests.assertBalanced(server);
+    }
+
     private static JsonNode expect(TestClient.Response r, int status, String type, String reason) {
         assertEquals(status, r.status(), r::body);
         assertTrue(r.contentType().startsWith("application/json"), r::contentType);

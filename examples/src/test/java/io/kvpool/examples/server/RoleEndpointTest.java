@@ -241,6 +241,35 @@ class RoleEndpointTest {
         }
     }
 
+    /**
+     * A body in UTF-16 or UTF-32 is malformed (RFC 8259 §8.1: JSON between systems is UTF-8), not a call in another
+     * encoding: a parser that guessed would reserve pages for bytes every UTF-8 reader sees as NULs.
+     */
+    @Test
+    void internalEndpointsRefuseABodyThatIsNotUtf8With400AndReserveNothing() throws Exception {
+        try (RoleServer decode = RoleServer.start(role(Topology.Role.DECODE))) {
+            final URI u = decode.baseUri();
+            final String reserve = "{\"request_id\":%d,\"tenant\":\"alice\",\"prompt_tokens\":100,\"max_new_tokens\":28}";
+            int id = 1;
+            for (java.nio.charset.Charset cs : List.of(java.nio.charset.StandardCharsets.UTF_16BE, java.nio.charset.StandardCharsets.UTF_16LE,
+                java.nio.charset.StandardCharsets.UTF_16, java.nio.charset.Charset.forName("UTF-32BE"), java.nio.charset.Charset.forName("UTF-32LE"))) {
+                for (String path : List.of("internal/reserve", "internal/abort")) {
+                    final HttpResponse<String> r = http.send(HttpRequest.newBuilder(u.resolve(path)).timeout(Duration.ofSeconds(10))
+                        .header("Content-Type", "application/json")
+                        .POST(HttpRequest.BodyPublishers.ofByteArray(reserve.formatted(id++).getBytes(cs))).build(),
+                        HttpResponse.BodyHandlers.ofString());
+                    assertEquals(400, r.statusCode(), () -> cs + " " + path + ": " + r.body());
+                    assertEquals("malformed_internal_request", error(r).path("reason").asText(), r::body);
+                    assertTrue(error(r).path("message").asText().contains("UTF-8"), r::body);
+                }
+            }
+            final JsonNode c = TestClient.JSON.readTree(call(u, "GET", "internal/status", null).body()).path("counters");
+            assertEquals(0, c.path("admitted").asLong() + c.path("reserved_ahead").asLong() + c.path("rejected").asLong()
+                + c.path("abort_requests").asLong(), "nothing reached the role: " + c);
+            assertTrue(poolFree(u), "no page reserved");
+        }
+    }
+
     private boolean poolFree(URI u) {
         try {
             final JsonNode c = TestClient.JSON.readTree(call(u, "GET", "internal/status", null).body()).path("pool").path("counters");

@@ -2,6 +2,7 @@ package io.kvpool.examples.server.remote;
 
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
+import io.kvpool.examples.server.api.Json;
 import io.kvpool.examples.server.role.DuplicateRequestException;
 import io.kvpool.examples.server.role.RoleLostException;
 import io.kvpool.examples.server.role.RoleRefusedException;
@@ -244,7 +245,7 @@ public final class RoleClient implements AutoCloseable {
         }
         JsonNode n;
         try {
-            n = body.length == 0 ? null : json.readTree(body);
+            n = body.length == 0 ? null : Json.read(json, body);
         } catch (IOException e) {
             n = null;
         }

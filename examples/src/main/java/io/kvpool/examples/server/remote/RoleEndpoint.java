@@ -7,6 +7,7 @@ import io.kvpool.examples.http.HttpHandler;
 import io.kvpool.examples.server.api.ApiError;
 import io.kvpool.examples.server.api.Auth;
 import io.kvpool.examples.server.api.Http;
+import io.kvpool.examples.server.api.Json;
 import io.kvpool.examples.server.config.ServerConfig;
 import io.kvpool.examples.server.metrics.ServerMetrics;
 import io.kvpool.examples.server.role.PrefillRole;
@@ -193,7 +194,7 @@ public abstract class RoleEndpoint implements HttpHandler {
         final byte[] b = ex.body(); // within maxBody: the front refused a larger one with 413
         final JsonNode n;
         try {
-            n = json.readTree(b);
+            n = Json.read(json, b);
         } catch (IOException e) {
             throw new IllegalArgumentException("internal request body is not JSON: " + e.getMessage());
         }

@@ -8,6 +8,7 @@ import io.kvpool.examples.http.HttpHandler;
 import io.kvpool.examples.server.api.ApiError;
 import io.kvpool.examples.server.api.Auth;
 import io.kvpool.examples.server.api.Http;
+import io.kvpool.examples.server.api.Json;
 import io.kvpool.examples.server.echo.EchoDecoder;
 
 import java.io.IOException;
@@ -89,7 +90,7 @@ public final class CompletionsHandler implements HttpHandler {
     Router.Request parse(byte[] body) throws ApiError {
         final JsonNode root;
         try {
-            root = json.readTree(body);
+            root = Json.read(json, body);
         } catch (JacksonException e) {
             throw ApiError.badRequest("malformed_json", "request body is not valid JSON: " + e.getOriginalMessage());
         } catch (IOException e) {
