@@ -52,6 +52,8 @@ public final class OutgoingTransfer {
     boolean sourceReleased;
     /** Checksums taken before the source was released early ({@link TransferSafeguard#SOURCE_HOLD} off); else null. */
     int[] checksumsAtRelease;
+    /** A DRAINED went out before every write ended ({@link TransferSafeguard#DRAINED_AFTER_WRITES_END} off). */
+    boolean drainedEarly;
     boolean finished;
 
     OutgoingTransfer(long requestId, long[] sourceHandles, int tokenCount, int serial) {

@@ -61,6 +61,8 @@ public final class TransferSender extends TransferEndpoint {
     private final PageChecksums checksummer;
     /** {@link TransferSafeguard#SOURCE_HOLD}; false only in a test that shows the hold is what stops a leak */
     private final boolean holdSource;
+    /** {@link TransferSafeguard#DRAINED_AFTER_WRITES_END}; false only in a test that shows the wait is what stops a leak */
+    private final boolean drainAfterWritesEnd;
     private final long drainDeadlineNanos;
     private final long descriptorTimeoutNanos;
     private final Long2ObjectHashMap<OutgoingTransfer> offers = new Long2ObjectHashMap<>();
@@ -160,7 +162,8 @@ public final class TransferSender extends TransferEndpoint {
         this.descriptorTimeoutNanos = b.descriptorTimeout.toNanos();
         this.nextEarlyCancelPurge = clock.nanoTime(); // not 0: nanoTime's origin may lie in the future
         this.holdSource = !b.disabled.contains(TransferSafeguard.SOURCE_HOLD);
-        if (!holdSource) {
+        this.drainAfterWritesEnd = !b.disabled.contains(TransferSafeguard.DRAINED_AFTER_WRITES_END);
+        if (!b.disabled.isEmpty()) {
             LOG.log(System.Logger.Level.ERROR, "UNSAFE transfer sender built with safeguards DISABLED: " + b.disabled
                 + " — for tests only; it can send one request's KV as another's");
         }
@@ -168,7 +171,14 @@ public final class TransferSender extends TransferEndpoint {
 
     /** {@return the safeguards switched off (empty in production)} */
     public Set<TransferSafeguard> disabledSafeguards() {
-        return holdSource ? Set.of() : Set.of(TransferSafeguard.SOURCE_HOLD);
+        final java.util.EnumSet<TransferSafeguard> off = java.util.EnumSet.noneOf(TransferSafeguard.class);
+        if (!holdSource) {
+            off.add(TransferSafeguard.SOURCE_HOLD);
+        }
+        if (!drainAfterWritesEnd) {
+            off.add(TransferSafeguard.DRAINED_AFTER_WRITES_END);
+        }
+        return java.util.Collections.unmodifiableSet(off);
     }
 
     /**
@@ -733,9 +743,17 @@ public final class TransferSender extends TransferEndpoint {
      * Sends DRAINED once every posted write is terminal — after a flush, so that the writes that completed
      * OK are proven delivered and cannot land later. DRAINED's {@code succeeded} counts only proven writes;
      * {@code failed} counts the rest (failed, cancelled, or OK but unproven), which may still land: the
-     * receiver must not free the pages on such a DRAINED.
+     * receiver must not free the pages on such a DRAINED. With {@link TransferSafeguard#DRAINED_AFTER_WRITES_END} off, one
+     * DRAINED goes out as soon as the transfer fails instead, and none at the end.
      */
     private void maybeDrained(OutgoingTransfer t) {
+        if (!drainAfterWritesEnd && t.state == OutgoingTransfer.State.FAILING && !t.drainedEarly && t.peer != null) {
+            // UNSAFE (DRAINED_AFTER_WRITES_END off): every write not known to have failed is reported proven, now
+            t.drainedEarly = true;
+            if (send(t.peer, new Message.Drained(t.transferId, t.generation, t.rank, t.posted, t.posted - t.failed, t.failed))) {
+                metrics.drainedSent.increment();
+            }
+        }
         if (t.flushPending && (t.peer == null || !t.peer.carries())) {
             t.flushPending = false; // a link that is down proves nothing; do not wait for its answer
             t.flushed = false;
@@ -757,7 +775,8 @@ public final class TransferSender extends TransferEndpoint {
         if (t.peer != null) {
             seen(t.peer, t.transferId, t.generation, t.rank, true, t.posted, proven);
         }
-        if (t.peer != null && send(t.peer, new Message.Drained(t.transferId, t.generation, t.rank, t.posted, proven, t.posted - proven))) {
+        if (t.peer != null && !t.drainedEarly
+            && send(t.peer, new Message.Drained(t.transferId, t.generation, t.rank, t.posted, proven, t.posted - proven))) {
             metrics.drainedSent.increment();
         }
         t.state = OutgoingTransfer.State.DRAINED;
@@ -907,7 +926,7 @@ public final class TransferSender extends TransferEndpoint {
     @Override
     public String toString() {
         return "TransferSender[" + identity.environment() + ", " + peers.size() + " peers, " + offers.size() + " offered"
-            + (holdSource ? "" : ", UNSAFE: disabled " + disabledSafeguards()) + "]";
+            + (holdSource && drainAfterWritesEnd ? "" : ", UNSAFE: disabled " + disabledSafeguards()) + "]";
     }
 
     /** Builds a {@link TransferSender}. */

@@ -70,6 +70,11 @@ class EngineApiTest {
             assertEquals(Set.of(TransferSafeguard.SOURCE_HOLD), sender.disabledSafeguards());
             assertTrue(sender.toString().contains("UNSAFE: disabled [SOURCE_HOLD]"), sender::toString);
             sender.close();
+            final TransferSender early = TransferSender.builder(pool, Kv.identity())
+                .unsafeDisable(TransferSafeguard.DRAINED_AFTER_WRITES_END).build();
+            assertEquals(Set.of(TransferSafeguard.DRAINED_AFTER_WRITES_END), early.disabledSafeguards());
+            assertTrue(early.toString().contains("UNSAFE: disabled [DRAINED_AFTER_WRITES_END]"), early::toString);
+            early.close();
             final TransferSender safe = TransferSender.builder(pool, Kv.identity()).build();
             assertEquals(Set.of(), safe.disabledSafeguards());
             safe.close();

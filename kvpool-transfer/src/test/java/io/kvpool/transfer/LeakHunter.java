@@ -23,7 +23,8 @@ import java.util.SplittableRandom;
 /**
  * The leak hunter: a disaggregated cluster (prefill nodes → decode nodes) on a {@link SimNetwork}, where
  * many tenants' requests move KV that embeds their request id and position ({@link Kv}), through random
- * aborts, failed, lost, misdirected, corrupted and straggling writes, lost and duplicated control frames,
+ * aborts, failed, lost, misdirected, corrupted and straggling writes, writes that land long after they were reported
+ * ended (where a control asks for them), lost and duplicated control frames,
  * link failures, prefill crashes and over-capacity requests. Decode reads every token of every committed
  * sequence before releasing it, and some readers keep using their handles after release (an abort racing
  * a decode step). Everything is deterministic under the seed.
@@ -107,6 +108,8 @@ final class LeakHunter {
         long frozenSuspects;
         /** Writes that froze (straggled), on every link of the run. */
         long frozenWrites;
+        /** Writes reported ended on time that landed late ({@link SimFaults#lateLanding()}), on every link of the run. */
+        long lateLandings;
         /** Fresh links opened: for a failed link, or beside a RETIRING one. */
         long reconnects;
         long linksRetired;
@@ -136,7 +139,7 @@ final class LeakHunter {
             return "transfers=" + transfers + " committed=" + committed + " rejected=" + rejected + " reads=" + readsVerified
                 + " LEAKS=" + leaks + " CORRUPTED=" + corrupted + " (stale served " + staleServed + ", truncated " + truncated
                 + ") staleRefused=" + staleRefused + " collateral=" + collateral + " (timeouts on a retiring link " + collateralTimeouts + ") stalled=" + stalled
-                + " frozenSuspects=" + frozenSuspects + " frozenWrites=" + frozenWrites + " reconnects=" + reconnects + " retired=" + linksRetired
+                + " frozenSuspects=" + frozenSuspects + " frozenWrites=" + frozenWrites + " lateLandings=" + lateLandings + " reconnects=" + reconnects + " retired=" + linksRetired
                 + " committedReads=" + committedReads + " failures=" + failures + " deferredRelease=" + outcomes
                 + " tailForeign=" + tailForeign + " crashes=" + crashes + " settle=" + settleSteps + " balanced=" + balanced + " " + accounting + " leaks: " + leakExamples + " examples=" + examples;
         }
@@ -720,6 +723,7 @@ final class LeakHunter {
         report.lateWritesDropped = net.droppedWrites();
         for (SimLink l : allLinks) {
             report.frozenWrites += l.stragglers().size();
+            report.lateLandings += l.lateLandings();
         }
         boolean balanced = true;
         final StringBuilder acc = new StringBuilder();

@@ -209,6 +209,22 @@ class LeakHunterTest {
 
     @ParameterizedTest(name = "safeguard on: {0}")
     @ValueSource(booleans = {true, false})
+    void aSenderThatSaysDrainedOnlyOnceItsWritesEndKeepsLateWritesFromTheNextTenant(boolean on) {
+        // last line: writes reported ended on time that land 1–5 ms later (a flush still waits for them), on links that
+        // cannot revoke, so a freed registration still takes them; many aborts mid-transfer, and a busy decode pool whose
+        // freed pages soon hold another tenant's committed KV
+        final LeakHunter.Report r = control(on, c -> {
+            c.faults = c.faults.withLateLandings(0.02, 1_000_000, 5_000_000);
+            c.routerAbort = 0.2;
+            c.senderAbort = 0.05;
+            c.decodePages = 256;
+            c.revocableLinks = false;
+        }, c -> c.transferOff = EnumSet.of(TransferSafeguard.DRAINED_AFTER_WRITES_END));
+        assertHarm(on, r, Kv.Finding.FOREIGN); // a write still in flight past DRAINED landed in the next tenant's page
+    }
+
+    @ParameterizedTest(name = "safeguard on: {0}")
+    @ValueSource(booleans = {true, false})
     void admissionRejectionKeepsAnOverCapacityRequestFromBecomingAOneTokenPlaceholder(boolean on) {
         // last line: the placeholder's length is what prefill announces, so every later check agrees with it
         final LeakHunter.Report r = control(on, c -> c.overCapacity = 0.01,

@@ -18,6 +18,7 @@ import java.util.SplittableRandom;
 
 import static org.junit.jupiter.api.Assertions.assertNotNull;
 import static org.junit.jupiter.api.Assertions.assertNull;
+import static org.junit.jupiter.api.Assertions.assertTrue;
 
 /**
  * A sender under random receiver frames and transport events, one seed at a time: offers; descriptors (repeated,
@@ -32,7 +33,8 @@ import static org.junit.jupiter.api.Assertions.assertNull;
  * </ul>
  * and the sender's counts balance (every offer is completed, failed for its reason, or active, counted once); after the
  * close, once the transport reported every write, no transfer is left and every source was released.
- * The control switches {@link TransferSafeguard#SOURCE_HOLD} off, and the same run catches the early release.
+ * The controls switch {@link TransferSafeguard#SOURCE_HOLD} off, and the same run catches the early release, and
+ * {@link TransferSafeguard#DRAINED_AFTER_WRITES_END}, and it catches the early DRAINED.
  * {@code -Dkvpool.randomEvents.seeds=N} runs more seeds.
  */
 class SenderRandomEventsTest {
@@ -42,7 +44,7 @@ class SenderRandomEventsTest {
     @Test
     void noSourceReleasedNorDrainClaimedBeforeEveryWriteEnds() {
         for (long seed = 1; seed <= SEEDS; seed++) {
-            final String broken = run(seed, true);
+            final String broken = run(seed, null);
             assertNull(broken, broken);
         }
     }
@@ -51,10 +53,22 @@ class SenderRandomEventsTest {
     void withoutTheSourceHoldAnEarlyReleaseIsCaught() {
         String caught = null;
         for (long seed = 1; seed <= SEEDS && caught == null; seed++) {
-            caught = run(seed, false);
+            caught = run(seed, TransferSafeguard.SOURCE_HOLD);
         }
         assertNotNull(caught, "SOURCE_HOLD off: " + SEEDS + " seeds never released a source with a write outstanding");
+        assertTrue(caught.contains("source released with"), caught);
         System.out.println("SOURCE_HOLD off: " + caught.lines().findFirst().orElseThrow());
+    }
+
+    @Test
+    void withoutTheWaitForEveryWriteToEndAnEarlyDrainedIsCaught() {
+        String caught = null;
+        for (long seed = 1; seed <= SEEDS && caught == null; seed++) {
+            caught = run(seed, TransferSafeguard.DRAINED_AFTER_WRITES_END);
+        }
+        assertNotNull(caught, "DRAINED_AFTER_WRITES_END off: " + SEEDS + " seeds never sent DRAINED with a write outstanding");
+        assertTrue(caught.lines().findFirst().orElseThrow().contains("DRAINED"), caught); // not the source's release
+        System.out.println("DRAINED_AFTER_WRITES_END off: " + caught.lines().findFirst().orElseThrow());
     }
 
     /**
@@ -91,16 +105,16 @@ class SenderRandomEventsTest {
     /**
      * One seed's 400 random steps.
      *
-     * @param sourceHold whether the sender holds its source pages until its writes end ({@link TransferSafeguard#SOURCE_HOLD})
+     * @param off        the sender's safeguard switched off, or {@code null} for none
      * @return the first invariant broken, with the seed and the steps that led there; {@code null} if none was
      */
-    static String run(long seed, boolean sourceHold) {
+    static String run(long seed, TransferSafeguard off) {
         final SplittableRandom rnd = new SplittableRandom(seed);
         final ManualClock clock = new ManualClock();
         try (KvPool pool = Kv.pool(64)) {
             final TransferSender.Builder b = TransferSender.builder(pool, Kv.identity()).clock(clock).maxPagesInFlight(3)
                 .heartbeat(Heartbeat.OFF).drainDeadline(Duration.ofMillis(50)).descriptorTimeout(Duration.ofMillis(200));
-            final TransferSender tx = (sourceHold ? b : b.unsafeDisable(TransferSafeguard.SOURCE_HOLD)).build();
+            final TransferSender tx = (off == null ? b : b.unsafeDisable(off)).build();
             final List<ScriptedLink> links = new ArrayList<>();
             ScriptedLink link = new ScriptedLink().hello(Kv.identity());
             links.add(link);

@@ -21,21 +21,31 @@ package io.kvpool.transfer.sim;
  *                            known: a duplicated CANCEL, stored as coming before its offer, ends the request's next
  *                            offer if one comes within the sender's descriptor timeout.
  * @param maxFrameDelayNanos  control frames take up to this long (in order per direction)
+ * @param lateLanding         a write (not a straggler) completes at the usual time, OK or FAILED as drawn, and lands
+ *                            between {@code lateLandingMinNanos} and {@code lateLandingMaxNanos} after posting: the
+ *                            transport said it ended long before its bytes arrive, as a one-sided RDMA write's local
+ *                            completion can. A flush on its end still answers only after it lands (a flush proves
+ *                            delivery); a write that ended FAILED or CANCELED proves nothing and may land after
+ *                            anything its sender did since
+ * @param lateLandingMinNanos see {@code lateLanding}
+ * @param lateLandingMaxNanos see {@code lateLanding}
  */
 public record SimFaults(long minWriteDelayNanos, long maxWriteDelayNanos, double writeFail, double lostWrite,
                         double misdirectedWrite, double corruptedWrite, double stragglerWrite, long stragglerMinNanos,
-                        long stragglerMaxNanos, double frameLoss, double frameDuplicate, long maxFrameDelayNanos) {
+                        long stragglerMaxNanos, double frameLoss, double frameDuplicate, long maxFrameDelayNanos,
+                        double lateLanding, long lateLandingMinNanos, long lateLandingMaxNanos) {
 
     /** A perfect network: writes land within 1–50 µs, frames within 20 µs. */
-    public static final SimFaults NONE = new SimFaults(1_000, 50_000, 0, 0, 0, 0, 0, 0, 0, 0, 0, 20_000);
+    public static final SimFaults NONE = new SimFaults(1_000, 50_000, 0, 0, 0, 0, 0, 0, 0, 0, 0, 20_000, 0, 0, 0);
 
     /** Validates ranges. */
     public SimFaults {
         if (minWriteDelayNanos < 0 || maxWriteDelayNanos < minWriteDelayNanos || stragglerMaxNanos < stragglerMinNanos
-            || maxFrameDelayNanos < 0) {
+            || maxFrameDelayNanos < 0 || lateLandingMinNanos < 0 || lateLandingMaxNanos < lateLandingMinNanos) {
             throw new IllegalArgumentException("bad delays: " + this);
         }
-        for (double p : new double[] {writeFail, lostWrite, misdirectedWrite, corruptedWrite, stragglerWrite, frameLoss, frameDuplicate}) {
+        for (double p : new double[] {writeFail, lostWrite, misdirectedWrite, corruptedWrite, stragglerWrite, frameLoss, frameDuplicate,
+            lateLanding}) {
             if (p < 0 || p > 1) {
                 throw new IllegalArgumentException("probabilities must be in [0, 1]: " + this);
             }
@@ -53,7 +63,8 @@ public record SimFaults(long minWriteDelayNanos, long maxWriteDelayNanos, double
      */
     public SimFaults withWrites(double fail, double lost, double misdirected, double corrupted) {
         return new SimFaults(minWriteDelayNanos, maxWriteDelayNanos, fail, lost, misdirected, corrupted, stragglerWrite,
-            stragglerMinNanos, stragglerMaxNanos, frameLoss, frameDuplicate, maxFrameDelayNanos);
+            stragglerMinNanos, stragglerMaxNanos, frameLoss, frameDuplicate, maxFrameDelayNanos, lateLanding, lateLandingMinNanos,
+            lateLandingMaxNanos);
     }
 
     /**
@@ -66,7 +77,7 @@ public record SimFaults(long minWriteDelayNanos, long maxWriteDelayNanos, double
      */
     public SimFaults withStragglers(double p, long minNanos, long maxNanos) {
         return new SimFaults(minWriteDelayNanos, maxWriteDelayNanos, writeFail, lostWrite, misdirectedWrite, corruptedWrite, p,
-            minNanos, maxNanos, frameLoss, frameDuplicate, maxFrameDelayNanos);
+            minNanos, maxNanos, frameLoss, frameDuplicate, maxFrameDelayNanos, lateLanding, lateLandingMinNanos, lateLandingMaxNanos);
     }
 
     /**
@@ -78,6 +89,20 @@ public record SimFaults(long minWriteDelayNanos, long maxWriteDelayNanos, double
      */
     public SimFaults withFrames(double loss, double duplicate) {
         return new SimFaults(minWriteDelayNanos, maxWriteDelayNanos, writeFail, lostWrite, misdirectedWrite, corruptedWrite,
-            stragglerWrite, stragglerMinNanos, stragglerMaxNanos, loss, duplicate, maxFrameDelayNanos);
+            stragglerWrite, stragglerMinNanos, stragglerMaxNanos, loss, duplicate, maxFrameDelayNanos, lateLanding, lateLandingMinNanos,
+            lateLandingMaxNanos);
+    }
+
+    /**
+     * {@return a copy with late landings}
+     *
+     * @param p        probability that a write completes at the usual time and lands late ({@link #lateLanding()})
+     * @param minNanos least time from posting to a late write's landing
+     * @param maxNanos most time from posting to a late write's landing
+     * @throws IllegalArgumentException if {@code p} is outside [0, 1], {@code minNanos < 0} or {@code maxNanos < minNanos}
+     */
+    public SimFaults withLateLandings(double p, long minNanos, long maxNanos) {
+        return new SimFaults(minWriteDelayNanos, maxWriteDelayNanos, writeFail, lostWrite, misdirectedWrite, corruptedWrite,
+            stragglerWrite, stragglerMinNanos, stragglerMaxNanos, frameLoss, frameDuplicate, maxFrameDelayNanos, p, minNanos, maxNanos);
     }
 }

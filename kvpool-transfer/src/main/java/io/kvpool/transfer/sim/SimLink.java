@@ -35,6 +35,7 @@ public final class SimLink implements PeerLink {
     private Window window = new Window();
     private long windowLastLanding;
     private final List<Straggler> stragglers = new ArrayList<>();
+    private long lateLandings;
 
     /**
      * A write that landed very late ({@link SimFaults#stragglerWrite()}): every flush on its end issued before it lands
@@ -194,6 +195,11 @@ public final class SimLink implements PeerLink {
         return Collections.unmodifiableList(stragglers);
     }
 
+    /** {@return the writes posted on this end that complete on time and land late ({@link SimFaults#lateLanding()})} */
+    public long lateLandings() {
+        return lateLandings;
+    }
+
     /**
      * {@return when a write into {@code registration} was last posted ({@link SimNetwork#now()}), or
      * {@link Long#MIN_VALUE} if none was, or if it is not a simulated link's registration} A flush of its writes comes
@@ -239,12 +245,18 @@ public final class SimLink implements PeerLink {
             final boolean misdirect = !fail && !lost && r < (edge += f.misdirectedWrite());
             final boolean corrupt = !fail && !lost && !misdirect && r < (edge += f.corruptedWrite());
             final boolean straggle = net.random().nextDouble() < f.stragglerWrite();
+            // no draw while lateLanding is 0: the other faults' draws, so a seed's run, are then a network's without this fault
+            final boolean late = !straggle && f.lateLanding() > 0 && net.random().nextDouble() < f.lateLanding();
             final long landAt;
             final long doneAt;
             if (straggle) {
                 landAt = net.now() + f.stragglerMinNanos() + net.delay(f.stragglerMaxNanos() - f.stragglerMinNanos());
                 doneAt = landAt;
                 stragglers.add(new Straggler(net.now(), landAt, reg.slots));
+            } else if (late) {
+                landAt = net.now() + f.lateLandingMinNanos() + net.delay(f.lateLandingMaxNanos() - f.lateLandingMinNanos());
+                doneAt = net.now() + net.writeDelay(); // reported ended on time; a flush still waits for landAt
+                lateLandings++;
             } else {
                 landAt = net.now() + net.writeDelay();
                 doneAt = net.now() + net.writeDelay(); // completion is not delivery: either may come first

@@ -15,8 +15,8 @@ import java.util.SplittableRandom;
 /**
  * An in-JVM network for tests: links whose one-sided writes really land in the target pool's memory, at
  * a time the network picks — possibly after the receiver gave up, exactly as RDMA would — with injected
- * delays, reordering, failed, lost, misdirected and corrupted writes, lost and duplicated control frames,
- * and peer crashes ({@link SimFaults}).
+ * delays, reordering, failed, lost, misdirected and corrupted writes, writes that land long after their transport
+ * reported them ended, lost and duplicated control frames, and peer crashes ({@link SimFaults}).
  *
  * <p>Deterministic: one seeded random source and a virtual clock ({@link #clock()}) that moves only when
  * {@link #advance} is called; events due at the same instant run in the order they were scheduled.

@@ -19,7 +19,7 @@ import java.util.Set;
  * {@code pool-identity-check}, {@code free-page-fill}, {@code admission-rejection}, {@code shared-page-read-only}) on
  * both pools, the transfer's {@link TransferSafeguard}s
  * ({@code drain-wait}, {@code quarantine-on-timeout}, {@code length-check}, {@code canary-check}, {@code checksum}) on the
- * decode side, and {@code source-hold} on the prefill side. {@code --unsafe-placeholder-on-overflow} reproduces the 2026 incident's mechanism: the prefill pool may be
+ * decode side, and {@code source-hold} and {@code drained-after-writes-end} on the prefill side. {@code --unsafe-placeholder-on-overflow} reproduces the 2026 incident's mechanism: the prefill pool may be
  * smaller than the advertised context (the startup check only warns), and a request it cannot hold is not rejected but
  * becomes a one-token placeholder transfer while decode is told the full length. {@code --unsafe-incident} is
  * {@link #INCIDENT}. With any of them the server prints {@link #printBanner a loud banner} at startup.
