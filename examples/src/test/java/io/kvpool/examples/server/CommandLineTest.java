@@ -160,6 +160,34 @@ public class CommandLineTest {
         assertRefused("--port is out of range: 99999999999", "--port", "99999999999");
     }
 
+    /**
+     * A duration option takes at most 365 days: every one is turned into nanoseconds somewhere (a deadline, a
+     * scheduled task), and a long of nanoseconds holds 292 years. A larger value is refused at parse time, naming the
+     * option and the value, never by an overflow once the pools are built.
+     */
+    @Test
+    void everyDurationOptionRefusesMoreThanAYearNamingTheOptionAndTheValue() throws Exception {
+        final String huge = Long.toString(Long.MAX_VALUE);
+        int checked = 0;
+        for (Cli.Flag f : ServerOptions.serve().flags()) {
+            if (!f.name().endsWith("-ms")) {
+                continue;
+            }
+            final IllegalArgumentException e = assertThrows(IllegalArgumentException.class, () -> ServerConfig.parse(f.name(), huge),
+                f.name());
+            assertTrue(e.getMessage().contains(f.name()) && e.getMessage().contains(huge), e::getMessage);
+            checked++;
+        }
+        assertTrue(checked >= 13, "duration options: " + checked);
+        assertEquals(Duration.ofDays(365), ServerConfig.parse("--request-timeout-ms", "31_536_000_000").requestTimeout());
+
+        final ByteArrayOutputStream err = new ByteArrayOutputStream();
+        assertEquals(2, KvServerMain.run(new String[] {"--port", "0", "--transfer-timeout-ms", huge}, new PrintStream(new ByteArrayOutputStream(),
+            true, StandardCharsets.UTF_8), new PrintStream(err, true, StandardCharsets.UTF_8)));
+        assertTrue(err.toString(StandardCharsets.UTF_8).startsWith("error: --transfer-timeout-ms must be at most 365 days (31536000000 ms), was "
+            + huge), err::toString);
+    }
+
     private static void assertRefused(String expected, String... args) {
         final IllegalArgumentException e = assertThrows(IllegalArgumentException.class, () -> ServerConfig.parse(args));
         assertEquals(expected, e.getMessage());

@@ -24,6 +24,30 @@ final class Checks {
         return d;
     }
 
+    /**
+     * The longest duration an option takes: a year, far beyond any deadline or pause, and far below the 292 years a
+     * {@code long} of nanoseconds holds, into which every duration is turned somewhere (a deadline, a scheduled task).
+     */
+    static final Duration LONGEST = Duration.ofDays(365);
+
+    /** @throws IllegalArgumentException {@code "<option> must be at most 365 days (31536000000 ms), was <ms>"} */
+    static Duration atMostAYear(String option, Duration d) {
+        if (d != null && d.compareTo(LONGEST) > 0) {
+            throw new IllegalArgumentException(option + " must be at most " + LONGEST.toDays() + " days (" + LONGEST.toMillis()
+                + " ms), was " + millis(d));
+        }
+        return d;
+    }
+
+    /** @return {@code d} in milliseconds, or as {@link Duration#toString()} where that overflows a {@code long} */
+    private static String millis(Duration d) {
+        try {
+            return Long.toString(d.toMillis());
+        } catch (ArithmeticException e) {
+            return d.toString();
+        }
+    }
+
     /** @throws IllegalArgumentException unless {@code d} is zero or longer; the message gives it in milliseconds */
     static Duration nonNegative(String name, Duration d) {
         if (d == null || d.isNegative()) {

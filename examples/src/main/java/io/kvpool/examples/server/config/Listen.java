@@ -4,7 +4,8 @@ import java.time.Duration;
 import java.util.Objects;
 
 /**
- * Where the HTTP server listens and the limits it holds every connection to.
+ * Where the HTTP server listens and the limits it holds every connection to. Each duration is at most 365 days
+ * ({@link Checks#LONGEST}).
  *
  * @param host           the address to bind ({@code --host})
  * @param port           the port, 0 for any free one ({@code --port}, 0..65535)
@@ -38,5 +39,9 @@ public record Listen(String host, int port, int maxBodyBytes, int maxConnections
         if (shutdownGrace.isNegative()) {
             throw new IllegalArgumentException("shutdown grace must be ≥ 0 ms, was " + shutdownGrace.toMillis() + " ms");
         }
+        Checks.atMostAYear("--header-timeout-ms", headerTimeout);
+        Checks.atMostAYear("--idle-timeout-ms", idleTimeout);
+        Checks.atMostAYear("--stall-timeout-ms", stallTimeout);
+        Checks.atMostAYear("--shutdown-grace-ms", shutdownGrace);
     }
 }

@@ -1,11 +1,11 @@
 package io.kvpool.examples.server.config;
 
-import io.kvpool.transfer.Heartbeat;
-
 import java.time.Duration;
 
 /**
  * The server's deadlines and pauses, other than the HTTP connection limits of {@link Listen}.
+ *
+ * <p>Each is at most 365 days ({@link Checks#LONGEST}).
  *
  * @param requestTimeout   how long a request may wait for its KV transfer ({@code --request-timeout-ms})
  * @param tokenDelay       the pause after each generated token, standing in for a model step ({@code --token-delay-ms}, may be 0)
@@ -36,15 +36,13 @@ public record Timing(Duration requestTimeout, Duration tokenDelay, Duration hear
         if (ucxKeepalive.toMillis() < 10 || ucxKeepalive.compareTo(Duration.ofHours(1)) > 0) {
             throw new IllegalArgumentException("--ucx-keepalive-ms must be 10 ms to 1 hour, was " + ucxKeepalive.toMillis());
         }
-        atMostHeartbeatsLongest("--kv-heartbeat-ms", kvHeartbeat);
-        atMostHeartbeatsLongest("--kv-heartbeat-timeout-ms", kvHeartbeatTimeout);
-    }
-
-    /** Heartbeat.every's own limit, checked here so that the message names the option. */
-    private static void atMostHeartbeatsLongest(String option, Duration d) {
-        if (d.compareTo(Heartbeat.LONGEST) > 0) {
-            throw new IllegalArgumentException(option + " must be at most " + Heartbeat.LONGEST.toDays() + " days ("
-                + Heartbeat.LONGEST.toMillis() + " ms), was " + d.toMillis());
-        }
+        Checks.atMostAYear("--request-timeout-ms", requestTimeout);
+        Checks.atMostAYear("--token-delay-ms", tokenDelay);
+        Checks.atMostAYear("--heartbeat-ms", heartbeat);
+        Checks.atMostAYear("--transfer-timeout-ms", transferTimeout);
+        Checks.atMostAYear("--reconnect-ms", reconnectDelay);
+        Checks.atMostAYear("--kv-connect-timeout-ms", kvConnectTimeout);
+        Checks.atMostAYear("--kv-heartbeat-ms", kvHeartbeat); // Heartbeat.every's own limit too, named here by the option
+        Checks.atMostAYear("--kv-heartbeat-timeout-ms", kvHeartbeatTimeout);
     }
 }
