@@ -82,7 +82,7 @@ public final class HttpFront implements AutoCloseable {
      * Binds {@code host:port} and starts serving.
      *
      * @param port 0 for any free port ({@link #port()} says which)
-     * @throws IOException if the port cannot be bound (nothing is left behind)
+     * @throws IOException if the host has no address or the port cannot be bound (nothing is left behind)
      */
     public static HttpFront start(String host, int port, HttpLimits limits, HttpHandler handler) throws IOException {
         Objects.requireNonNull(host, "host");
@@ -137,8 +137,12 @@ public final class HttpFront implements AutoCloseable {
                         .addLast("calls", c.new Messages());
                 }
             });
+        final InetSocketAddress address = new InetSocketAddress(host, port);
+        if (address.isUnresolved()) { // Netty's bind would throw UnresolvedAddressException, whose message is null
+            throw new java.net.UnknownHostException("cannot resolve host '" + host + "'");
+        }
         try {
-            listener = b.bind(new InetSocketAddress(host, port)).sync().channel();
+            listener = b.bind(address).sync().channel();
         } catch (InterruptedException e) {
             Thread.currentThread().interrupt();
             throw new IOException("interrupted while binding " + host + ":" + port, e);

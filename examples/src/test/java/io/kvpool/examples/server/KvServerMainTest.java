@@ -61,6 +61,13 @@ class KvServerMainTest {
         assertTrue(err().contains("--device cuda needs the roles in separate processes") && err().contains("cannot open its own CUDA IPC handle"), err());
     }
 
+    /** An address the HTTP front cannot resolve is refused with the address, not an exception's empty message. */
+    @Test
+    void aHostWithoutAnAddressRefusesToStartNamingTheHost() throws Exception {
+        assertEquals(1, run("--port", "0", "--host", "[::1"));
+        assertTrue(err().contains("refusing to start: cannot serve HTTP on [::1:0: ") && err().contains("cannot resolve host '[::1'"), err());
+    }
+
     @Test
     void aRoleThatCannotRunAsConfiguredSaysWhy() throws Exception {
         assertEquals(2, run("--role", "prefill"));
