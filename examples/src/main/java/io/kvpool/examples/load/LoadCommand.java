@@ -139,7 +139,7 @@ public final class LoadCommand implements Subcommand {
         }
     }
 
-    /** @throws IllegalArgumentException unless an {@code http://host:port/} URL */
+    /** @throws IllegalArgumentException unless an {@code http://host:port/} URL whose port, if given, is in [1, 65535] */
     static URI url(String s) {
         final URI u;
         try {
@@ -149,6 +149,9 @@ public final class LoadCommand implements Subcommand {
         }
         if (!"http".equals(u.getScheme()) || u.getHost() == null) {
             throw new IllegalArgumentException("--url must be http://host:port/, was '" + s + "'");
+        }
+        if (u.getPort() == 0 || u.getPort() > 65_535) { // java.net.URI takes any digits; no socket has such a port
+            throw new IllegalArgumentException("--url must be http://host:port/ with a port in [1, 65535], was '" + s + "'");
         }
         return u;
     }

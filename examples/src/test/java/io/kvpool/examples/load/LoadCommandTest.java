@@ -50,6 +50,12 @@ class LoadCommandTest {
         assertEquals(2, run("--stream-ratio", "2"));
         assertEquals(2, run("--url", "ftp://127.0.0.1/"));
         assertTrue(err.toString(StandardCharsets.UTF_8).contains("--url must be http://host:port/"), err::toString);
+        for (String port : new String[] {"0", "65536", "99999"}) { // refused here, not by every request failing later
+            final String url = "http://127.0.0.1:" + port + "/";
+            assertEquals(2, run("--url", url, "--requests", "1"), url);
+            assertTrue(err.toString(StandardCharsets.UTF_8).contains("--url must be http://host:port/ with a port in [1, 65535], was '"
+                + url + "'"), err::toString);
+        }
         assertEquals(0, run("--help"));
         assertTrue(out.toString(StandardCharsets.UTF_8).contains("--abort-ratio"));
         assertEquals(1, run("--requests", "1", "--context", "4096", "--prefill-pages", "8"));
