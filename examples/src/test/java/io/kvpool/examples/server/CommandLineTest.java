@@ -130,30 +130,30 @@ public class CommandLineTest {
             .idleTimeout(Duration.ofMillis(5000)).maxHeaderBytes(1024).stallTimeout(Duration.ofMillis(1)).shutdownGrace(Duration.ZERO)
             .build().listen());
 
-        assertRefused("max connections must be in [1, 1000000], was 0", "--max-connections", "0");
-        assertRefused("max connections must be in [1, 1000000], was 1000001", "--max-connections", "1000001");
+        assertRefused("--max-connections must be in [1, 1000000], was 0", "--max-connections", "0");
+        assertRefused("--max-connections must be in [1, 1000000], was 1000001", "--max-connections", "1000001");
         assertRefused("--max-connections needs a whole number, was 'many'", "--max-connections", "many");
-        assertRefused("max header bytes must be in [1024, 1048576], was 1023", "--max-header-bytes", "1023");
-        assertRefused("max header bytes must be in [1024, 1048576], was 1048577", "--max-header-bytes", "1048577");
-        assertRefused("header timeout must be positive, was 0 ms", "--header-timeout-ms", "0");
-        assertRefused("idle timeout must be positive, was -5 ms", "--idle-timeout-ms", "-5");
-        assertRefused("stall timeout must be positive, was 0 ms", "--stall-timeout-ms", "0");
-        assertRefused("shutdown grace must be ≥ 0 ms, was -1 ms", "--shutdown-grace-ms", "-1");
+        assertRefused("--max-header-bytes must be in [1024, 1048576], was 1023", "--max-header-bytes", "1023");
+        assertRefused("--max-header-bytes must be in [1024, 1048576], was 1048577", "--max-header-bytes", "1048577");
+        assertRefused("--header-timeout-ms must be positive, was 0 ms", "--header-timeout-ms", "0");
+        assertRefused("--idle-timeout-ms must be positive, was -5 ms", "--idle-timeout-ms", "-5");
+        assertRefused("--stall-timeout-ms must be positive, was 0 ms", "--stall-timeout-ms", "0");
+        assertRefused("--shutdown-grace-ms must be ≥ 0, was -1 ms", "--shutdown-grace-ms", "-1");
         assertRefused("Missing required parameter for option '--stall-timeout-ms' (N)", "--stall-timeout-ms");
     }
 
     @Test
     void eachRangeErrorCarriesItsNumbers() {
-        assertRefused("port must be in [0, 65535], was 70000", "--port", "70000");
-        assertRefused("max body bytes must be in [64, 2147483646], was 10", "--max-body-bytes", "10");
-        assertRefused("context must be in [1, 2147483647], was 0", "--context", "0");
-        assertRefused("prefill pages must be in [1, 16777216], was 0", "--prefill-pages", "0");
-        assertRefused("tokens per page must be in [1, 4096], was 5000", "--tokens-per-page", "5000");
-        assertRefused("request timeout must be positive, was 0 ms", "--request-timeout-ms", "0");
-        assertRefused("token delay must be ≥ 0, was -1 ms", "--token-delay-ms", "-1");
+        assertRefused("--port must be in [0, 65535], was 70000", "--port", "70000");
+        assertRefused("--max-body-bytes must be in [64, 2147483646], was 10", "--max-body-bytes", "10");
+        assertRefused("--context must be in [1, 2147483647], was 0", "--context", "0");
+        assertRefused("--prefill-pages (or --pages) must be in [1, 16777216], was 0", "--prefill-pages", "0");
+        assertRefused("--tokens-per-page must be in [1, 4096], was 5000", "--tokens-per-page", "5000");
+        assertRefused("--request-timeout-ms must be positive, was 0 ms", "--request-timeout-ms", "0");
+        assertRefused("--token-delay-ms must be ≥ 0, was -1 ms", "--token-delay-ms", "-1");
         assertRefused("--ucx-keepalive-ms must be 10 ms to 1 hour, was 5", "--ucx-keepalive-ms", "5");
-        assertRefused("KV heartbeat must be ≥ 0, was -1 ms", "--kv-heartbeat-ms", "-1");
-        assertRefused("KV heartbeat timeout must be positive, was 0 ms", "--kv-heartbeat-timeout-ms", "0");
+        assertRefused("--kv-heartbeat-ms must be ≥ 0, was -1 ms", "--kv-heartbeat-ms", "-1");
+        assertRefused("--kv-heartbeat-timeout-ms must be positive, was 0 ms", "--kv-heartbeat-timeout-ms", "0");
         assertRefused("--kv-heartbeat-ms must be at most 365 days (31536000000 ms), was 31536000001", "--kv-heartbeat-ms", "31536000001");
         assertRefused("--kv-heartbeat-timeout-ms must be at most 365 days (31536000000 ms), was 31536000001",
             "--kv-heartbeat-timeout-ms", "31536000001");
@@ -186,6 +186,20 @@ public class CommandLineTest {
             true, StandardCharsets.UTF_8), new PrintStream(err, true, StandardCharsets.UTF_8)));
         assertTrue(err.toString(StandardCharsets.UTF_8).startsWith("error: --transfer-timeout-ms must be at most 365 days (31536000000 ms), was "
             + huge), err::toString);
+    }
+
+    /** A value out of range is refused naming the option given and the value, whichever record checks it. */
+    @Test
+    void aValueOutOfRangeIsRefusedNamingTheOptionGivenAndTheValue() {
+        for (String[] args : new String[][] {{"--pages", "0"}, {"--prefill-pages", "16777217"}, {"--decode-pages", "-1"},
+            {"--tokens-per-page", "0"}, {"--context", "3000000000"}, {"--layers", "0"}, {"--kv-heads", "2000"}, {"--head-dim", "0"},
+            {"--port", "70000"}, {"--max-body-bytes", "10"}, {"--max-connections", "0"}, {"--max-header-bytes", "1023"},
+            {"--header-timeout-ms", "0"}, {"--idle-timeout-ms", "-5"}, {"--stall-timeout-ms", "0"}, {"--shutdown-grace-ms", "-1"},
+            {"--request-timeout-ms", "0"}, {"--token-delay-ms", "-1"}, {"--heartbeat-ms", "0"}, {"--transfer-timeout-ms", "0"},
+            {"--reconnect-ms", "0"}, {"--kv-connect-timeout-ms", "0"}, {"--kv-heartbeat-ms", "-1"}, {"--kv-heartbeat-timeout-ms", "0"}}) {
+            final IllegalArgumentException e = assertThrows(IllegalArgumentException.class, () -> ServerConfig.parse(args), args[0]);
+            assertTrue(e.getMessage().contains(args[0]) && e.getMessage().contains(args[1]), e::getMessage);
+        }
     }
 
     private static void assertRefused(String expected, String... args) {

@@ -28,13 +28,13 @@ public record Capacity(long contextTokens, int prefillPages, int decodePages, in
      *                                  the echo model cannot use; or for a context one transfer descriptor cannot carry
      */
     public Capacity {
-        Checks.range("context", contextTokens, 1, Integer.MAX_VALUE);
-        Checks.range("prefill pages", prefillPages, 1, 1 << 24);
-        Checks.range("decode pages", decodePages, 1, 1 << 24);
-        Checks.range("tokens per page", tokensPerPage, 1, 4096);
-        Checks.range("layers", layers, 1, 1024);
-        Checks.range("kv heads", kvHeads, 1, 1024);
-        Checks.range("head dim", headDim, 1, 65_536);
+        Checks.range("--context", contextTokens, 1, Integer.MAX_VALUE);
+        Checks.range("--prefill-pages (or --pages)", prefillPages, 1, 1 << 24);
+        Checks.range("--decode-pages (or --pages)", decodePages, 1, 1 << 24);
+        Checks.range("--tokens-per-page", tokensPerPage, 1, 4096);
+        Checks.range("--layers", layers, 1, 1024);
+        Checks.range("--kv-heads", kvHeads, 1, 1024);
+        Checks.range("--head-dim", headDim, 1, 65_536);
         final KvLayout layout = new KvLayout(layers, kvHeads, headDim, DType.FP16, tokensPerPage);
         EchoKv.requireFits(layout);
         checkDescriptor(contextTokens, tokensPerPage, layout);

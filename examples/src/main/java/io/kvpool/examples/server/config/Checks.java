@@ -2,7 +2,7 @@ package io.kvpool.examples.server.config;
 
 import java.time.Duration;
 
-/** The range checks of the configuration records: each message names the setting and carries the numbers. */
+/** The range checks of the configuration records: each message names the option and carries the numbers. */
 final class Checks {
 
     private Checks() {

@@ -28,16 +28,16 @@ public record Listen(String host, int port, int maxBodyBytes, int maxConnections
     /** @throws IllegalArgumentException naming the first value out of range, with the range and the value */
     public Listen {
         Objects.requireNonNull(host, "host");
-        Checks.range("port", port, 0, 65_535);
-        Checks.range("max body bytes", maxBodyBytes, 64, Integer.MAX_VALUE - 1);
-        Checks.range("max connections", maxConnections, 1, 1_000_000);
-        Checks.positive("header timeout", headerTimeout);
-        Checks.positive("idle timeout", idleTimeout);
-        Checks.range("max header bytes", maxHeaderBytes, 1024, 1 << 20);
-        Checks.positive("stall timeout", stallTimeout);
+        Checks.range("--port", port, 0, 65_535);
+        Checks.range("--max-body-bytes", maxBodyBytes, 64, Integer.MAX_VALUE - 1);
+        Checks.range("--max-connections", maxConnections, 1, 1_000_000);
+        Checks.positive("--header-timeout-ms", headerTimeout);
+        Checks.positive("--idle-timeout-ms", idleTimeout);
+        Checks.range("--max-header-bytes", maxHeaderBytes, 1024, 1 << 20);
+        Checks.positive("--stall-timeout-ms", stallTimeout);
         Objects.requireNonNull(shutdownGrace, "shutdownGrace");
         if (shutdownGrace.isNegative()) {
-            throw new IllegalArgumentException("shutdown grace must be ≥ 0 ms, was " + shutdownGrace.toMillis() + " ms");
+            throw new IllegalArgumentException("--shutdown-grace-ms must be ≥ 0, was " + shutdownGrace.toMillis() + " ms");
         }
         Checks.atMostAYear("--header-timeout-ms", headerTimeout);
         Checks.atMostAYear("--idle-timeout-ms", idleTimeout);

@@ -24,15 +24,15 @@ public record Timing(Duration requestTimeout, Duration tokenDelay, Duration hear
 
     /** @throws IllegalArgumentException naming the first value out of range, with the value */
     public Timing {
-        Checks.positive("request timeout", requestTimeout);
-        Checks.nonNegative("token delay", tokenDelay);
-        Checks.positive("heartbeat", heartbeat);
-        Checks.positive("transfer timeout", transferTimeout);
-        Checks.positive("reconnect delay", reconnectDelay);
-        Checks.positive("UCX keepalive", ucxKeepalive);
-        Checks.positive("KV connect timeout", kvConnectTimeout);
-        Checks.nonNegative("KV heartbeat", kvHeartbeat);
-        Checks.positive("KV heartbeat timeout", kvHeartbeatTimeout);
+        Checks.positive("--request-timeout-ms", requestTimeout);
+        Checks.nonNegative("--token-delay-ms", tokenDelay);
+        Checks.positive("--heartbeat-ms", heartbeat);
+        Checks.positive("--transfer-timeout-ms", transferTimeout);
+        Checks.positive("--reconnect-ms", reconnectDelay);
+        Checks.positive("--ucx-keepalive-ms", ucxKeepalive);
+        Checks.positive("--kv-connect-timeout-ms", kvConnectTimeout);
+        Checks.nonNegative("--kv-heartbeat-ms", kvHeartbeat);
+        Checks.positive("--kv-heartbeat-timeout-ms", kvHeartbeatTimeout);
         if (ucxKeepalive.toMillis() < 10 || ucxKeepalive.compareTo(Duration.ofHours(1)) > 0) {
             throw new IllegalArgumentException("--ucx-keepalive-ms must be 10 ms to 1 hour, was " + ucxKeepalive.toMillis());
         }

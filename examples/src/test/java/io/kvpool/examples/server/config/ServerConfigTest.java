@@ -84,7 +84,7 @@ class ServerConfigTest {
         assertMessage("Unknown option: '--nope'", "--nope");
         assertMessage("Missing required parameter for option '--port' (N)", "--port");
         assertMessage("--port needs a whole number, was 'x'", "--port", "x");
-        assertMessage("port must be in [0, 65535], was 70000", "--port", "70000");
+        assertMessage("--port must be in [0, 65535], was 70000", "--port", "70000");
         assertMessage("Unknown option: '--unsafe-everything'", "--unsafe-everything");
         assertMessage("--device is host or cuda, was 'tpu'", "--device", "tpu");
         assertMessage("fault rate must be in [0, 1], was 2.0", "--fault-rate", "2");
