@@ -112,7 +112,8 @@ public record PoolSnapshot(
     public String toString() {
         return "capacity=" + capacity + " free=" + free + " (cached " + cachedFree + ") owned=" + owned
             + " receiving=" + receiving + " draining=" + draining + " quarantined=" + quarantined + " retired=" + retired
-            + " reserved=" + reserved + " sequences=" + openSequences + " reservations=" + openReservations
+            + " reserved=" + reserved + " publishedPrefixes=" + publishedPrefixes + " sequences=" + openSequences
+            + " reservations=" + openReservations
             + " | allocations=" + allocations + " prefixHits=" + prefixHits + " evictions=" + evictions
             + " rejected{contextTooLong=" + rejectedContextTooLong + ", exceedsPool=" + rejectedExceedsPool
             + ", retryLater=" + retryLater + "} staleRefused=" + staleHandlesRefused + " foreignRefused=" + foreignHandlesRefused

@@ -282,8 +282,8 @@ class AccountingCheckTest {
         assertTrue(report.contains("12 of 20 in use (owned 6, receiving 3, draining 2, quarantined 1), 1 open sequences, "
             + "2 open reservations, 4 pages reserved; 6 pages are pinned"), report);
         assertEquals("free=5 owned=6 receiving=3 draining=2 quarantined=1 retired=3", s.pageCountsString());
-        assertEquals("capacity=20 free=5 (cached 2) owned=6 receiving=3 draining=2 quarantined=1 retired=3 reserved=4 sequences=1"
-            + " reservations=2 | allocations=40 prefixHits=9 evictions=8 rejected{contextTooLong=11, exceedsPool=12,"
+        assertEquals("capacity=20 free=5 (cached 2) owned=6 receiving=3 draining=2 quarantined=1 retired=3 reserved=4"
+            + " publishedPrefixes=7 sequences=1 reservations=2 | allocations=40 prefixHits=9 evictions=8 rejected{contextTooLong=11, exceedsPool=12,"
             + " retryLater=13} staleRefused=14 foreignRefused=15 quarantineEvents=16", s.toString());
         assertEquals(new PoolSnapshot(20, 1, 2, 3, 4, 5, 6, 4, 2, 7, 1, 2, 40, 9, 8, 11, 12, 13, 14, 15, 16),
             s.withPageCounts(1, 2, 3, 4, 5, 6), "only the page counts are replaced");

@@ -71,4 +71,25 @@ class PoolMetricsReadTest {
             assertTrue(bad == null, "read " + reads + ": " + bad + " (no page is ever OWNED)");
         }
     }
+
+    @Test
+    void aSnapshotsToStringShowsEveryComponent() {
+        // every component its own value, so that a component toString leaves out is missing from it
+        final java.lang.reflect.RecordComponent[] components = PoolSnapshot.class.getRecordComponents();
+        final Object[] values = new Object[components.length];
+        final Class<?>[] types = new Class<?>[components.length];
+        for (int i = 0; i < components.length; i++) {
+            values[i] = 1001L + i;
+            types[i] = components[i].getType();
+        }
+        final String text;
+        try {
+            text = PoolSnapshot.class.getDeclaredConstructor(types).newInstance(values).toString();
+        } catch (ReflectiveOperationException e) {
+            throw new AssertionError(e);
+        }
+        for (int i = 0; i < components.length; i++) {
+            assertTrue(text.matches("(?s).*\\b" + values[i] + "\\b.*"), components[i].getName() + " (" + values[i] + ") missing from " + text);
+        }
+    }
 }
