@@ -145,7 +145,6 @@ public final class PoolMetrics {
      * may be missed or counted in two states ({@link KvPool#snapshot()} at a quiescent point is exact).
      */
     public PoolSnapshot read() {
-        final long allocations = allocator.allocations();
         // the pinned phases against the direction pages move through them (PageCounts#pinnedAtMostOnce), so that one move
         // during the read does not show a page in both; a page that goes round (DRAINING → FREE → RECEIVING) still may
         final long quarantined = counts.quarantined.sum();
@@ -155,6 +154,8 @@ public final class PoolMetrics {
         final long receiving = counts.receiving.sum();
         final long retired = counts.retired.sum();
         final long free = allocator.freeNow();
+        // after the page counts: every page they show in use was allocated by then, so pagesFreed() never reads below 0
+        final long allocations = allocator.allocations();
         // a page freed after its pinned phase was read shows twice, once there and once free: owned never reads below 0
         final long owned = Math.max(0, capacity - free - retired - receiving - draining - quarantined);
         return new PoolSnapshot(capacity, free, owned, receiving,

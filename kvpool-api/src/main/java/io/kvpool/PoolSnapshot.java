@@ -84,10 +84,11 @@ public record PoolSnapshot(
 
     /**
      * {@return tenancies ended so far: every allocation not still in use (exact at quiescence)} A page is FREE again
-     * after its tenancy, or RETIRED if it was its slot's last generation (after 2^32 tenancies of one slot).
+     * after its tenancy, or RETIRED if it was its slot's last generation (after 2^32 tenancies of one slot). Never
+     * below 0, also from a read while pages are allocated ({@link PoolMetrics#read()}).
      */
     public long pagesFreed() {
-        return allocations - inUse();
+        return Math.max(0, allocations - inUse());
     }
 
     /**

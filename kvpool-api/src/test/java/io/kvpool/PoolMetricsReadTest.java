@@ -73,6 +73,24 @@ class PoolMetricsReadTest {
     }
 
     @Test
+    void pagesFreedNeverReadsBelowZeroWhenAPageIsAllocatedDuringTheRead() {
+        // a fresh pool has freed nothing: a page allocated while read() runs must not show as -1 pages freed
+        try (KvPool pool = TestPools.pool(4)) {
+            final long[] taken = {-1};
+            pool.slotTable().counts().betweenMetricReads = () -> {
+                if (taken[0] < 0) {
+                    taken[0] = pool.tryAllocate();
+                }
+            };
+            final PoolSnapshot s = pool.metrics().read();
+            pool.slotTable().counts().betweenMetricReads = null;
+            assertTrue(taken[0] >= 0, "the seam allocated a page");
+            assertTrue(s.pagesFreed() >= 0, "pagesFreed " + s.pagesFreed() + " in " + s);
+            pool.release(taken[0]);
+        }
+    }
+
+    @Test
     void aSnapshotsToStringShowsEveryComponent() {
         // every component its own value, so that a component toString leaves out is missing from it
         final java.lang.reflect.RecordComponent[] components = PoolSnapshot.class.getRecordComponents();
