@@ -36,7 +36,10 @@ public final class PoolMetrics {
         return capacity;
     }
 
-    /** {@return FREE pages, including cached free pages that still hold a published prefix; a gauge} */
+    /**
+     * {@return FREE pages, including cached free pages that still hold a published prefix; a gauge} Never above the
+     * capacity less the retired pages.
+     */
     public long free() {
         return now().free();
     }
@@ -153,7 +156,9 @@ public final class PoolMetrics {
         counts.betweenMetricReads();
         final long receiving = counts.receiving.sum();
         final long retired = counts.retired.sum();
-        final long free = allocator.freeNow();
+        // the free structures are read one after another: a page read in one, then allocated and freed into one read
+        // after it, is counted twice, so free is capped at the pages in service (free + retired never exceeds capacity)
+        final long free = Math.min(capacity - retired, allocator.freeNow());
         // after the page counts: every page they show in use was allocated by then, so pagesFreed() never reads below 0
         final long allocations = allocator.allocations();
         // a page freed after its pinned phase was read shows twice, once there and once free: owned never reads below 0
