@@ -288,12 +288,29 @@ public final class DeviceIpc {
             CudaException.check(CudaException.code(() -> JCudaDriver.cuCtxSynchronize()), "cuCtxSynchronize");
         }
 
-        /** Closes this process's mapping: after it returns, this process can no longer write. Idempotent. */
+        /**
+         * Closes this process's mapping: after it returns, this process can no longer write. Idempotent: a second call
+         * does nothing, whatever the first did. The caller proves first that no copy or kernel of its own still writes
+         * through the mapping.
+         *
+         * <p>The mapping belongs to the context it was opened in, and {@code cuIpcCloseMemHandle} acts in the calling
+         * thread's current context. If that context cannot be made current, the mapping and the context reference stay
+         * until this process exits (a leak, not a fault) rather than being closed in whatever context the thread has,
+         * or none, where the call would fail silently and leave it mapped anyway.
+         *
+         * @throws CudaException if the context cannot be made current ({@code cuCtxSetCurrent}); the message names the
+         *                       driver's code and the mapping kept (address and size)
+         */
         @Override
         public synchronized void close() {
             if (!closed) {
                 closed = true;
-                CudaException.code(() -> JCudaDriver.cuCtxSetCurrent(context));
+                final int current = CudaException.code(() -> JCudaDriver.cuCtxSetCurrent(context));
+                if (current != 0) {
+                    throw new CudaException("cuCtxSetCurrent", current, "closing an opened IPC mapping: its "
+                        + layout.arenaBytes() + "-byte mapping at 0x" + Long.toHexString(arena.address())
+                        + " and its context reference stay until this process exits (a leak, not a fault)");
+                }
                 CudaException.code(() -> JCudaDriver.cuIpcCloseMemHandle(arena));
                 CudaException.code(() -> JCudaDriver.cuDevicePrimaryCtxRelease(device));
             }

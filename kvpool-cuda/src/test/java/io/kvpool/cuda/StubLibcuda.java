@@ -17,7 +17,8 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
  * freed, in order with what the child prints. Kernels launch and copies copy nothing; pinned host memory is plain
  * memory. {@code cuStreamSynchronize} succeeds unless the child calls the stub's
  * {@code stub_set_stream_synchronize_result(int)} (through the FFM linker) for a failure; {@code cuCtxSynchronize} likewise
- * ({@code stub_set_ctx_synchronize_result(int)}), {@code cuCtxSetCurrent} too ({@code stub_set_ctx_set_current_result(int)};
+ * ({@code stub_set_ctx_synchronize_result(int)}), {@code cuCtxSetCurrent} too ({@code stub_set_ctx_set_current_result(int)},
+ * or {@code stub_fail_ctx_set_current_after(int n, int result)} for only the call after the next {@code n};
  * a failed one leaves the current context as it was) and {@code cuEventSynchronize}
  * ({@code stub_set_event_synchronize_result(int)}: it then fails at once), and {@code cuMemFreeHost} prints {@code free host 0x...}. Built with a context per thread ({@link #build(Path, int, boolean)}), work on a thread without a current
  * context fails, as in the driver. A child keeps the stub out of the surefire JVM.
@@ -39,6 +40,16 @@ public final class StubLibcuda {
         /* what cuCtxSetCurrent answers: 0 unless a test asks for a failure (stub_set_ctx_set_current_result); a failed call changes nothing */
         static int ctx_set_current_result;
         void stub_set_ctx_set_current_result(int r) { ctx_set_current_result = r; }
+        /* or only one call fails: the next n calls succeed, the one after answers r, later ones succeed again
+           (stub_fail_ctx_set_current_after) */
+        static int ctx_set_current_fail_after = -1;
+        static int ctx_set_current_fail_result;
+        void stub_fail_ctx_set_current_after(int n, int r) { ctx_set_current_fail_after = n; ctx_set_current_fail_result = r; }
+        static int ctx_set_current_answer(void) {
+            if (ctx_set_current_result) return ctx_set_current_result;
+            if (ctx_set_current_fail_after >= 0 && ctx_set_current_fail_after-- == 0) return ctx_set_current_fail_result;
+            return 0;
+        }
         #ifdef CONTEXT_PER_THREAD
         /* as the driver: the current context belongs to the OS thread, and work on a thread without one fails */
         static __thread void* current_ctx;
@@ -47,11 +58,11 @@ public final class StubLibcuda {
             return 0;
         }
         #define PRIMARY_CTX ((void*) 0x1000)
-        int cuCtxSetCurrent(void* ctx) { if (ctx_set_current_result) return ctx_set_current_result; current_ctx = ctx; return 0; }
+        int cuCtxSetCurrent(void* ctx) { int r = ctx_set_current_answer(); if (r) return r; current_ctx = ctx; return 0; }
         #else
         static int need(const char* call) { (void) call; return 0; }
         #define PRIMARY_CTX ((void*) 0)
-        int cuCtxSetCurrent(void* ctx) { (void) ctx; return ctx_set_current_result; }
+        int cuCtxSetCurrent(void* ctx) { (void) ctx; return ctx_set_current_answer(); }
         #endif
         int cuInit(unsigned flags) { (void) flags; return 0; }
         int cuDriverGetVersion(int* v) { *v = DRIVER_VERSION; return 0; }

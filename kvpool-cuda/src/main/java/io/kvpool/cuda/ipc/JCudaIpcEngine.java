@@ -65,6 +65,13 @@ final class JCudaIpcEngine implements IpcEngine {
         }
     }
 
+    /** The index buffer's pointer, whose address a WARNING names (JCuda keeps it protected). */
+    private static final class IndexPtr extends CUdeviceptr {
+        long address() {
+            return getNativePointer();
+        }
+    }
+
     private final List<Opened> opened = new ArrayList<>();
     private final Map<Long, CUevent> inFlight = new HashMap<>();
     private final Map<PageStorage, Integer> sourceOrdinals = new java.util.IdentityHashMap<>();
@@ -76,7 +83,7 @@ final class JCudaIpcEngine implements IpcEngine {
     private CUmodule module;
     private CUfunction putPages;
     private CUstream stream;
-    private CUdeviceptr indices;
+    private IndexPtr indices;
     private int indexCapacity; // pages whose two index lists fit
     private ByteBuffer staging;
     private boolean closed;
@@ -284,7 +291,7 @@ final class JCudaIpcEngine implements IpcEngine {
             indices = null;
             indexCapacity = 0;
         }
-        final CUdeviceptr p = new CUdeviceptr();
+        final IndexPtr p = new IndexPtr();
         final int r = CudaException.code(() -> JCudaDriver.cuMemAlloc(p, 8L * cap));
         if (r != CUresult.CUDA_SUCCESS) {
             throw new SubmitException("cuMemAlloc(" + 8L * cap + " bytes of index lists) failed: " + describe(r), r, false);
@@ -326,6 +333,14 @@ final class JCudaIpcEngine implements IpcEngine {
         return CUresult.stringFor(code) + " (" + code + ")";
     }
 
+    /**
+     * {@inheritDoc}
+     *
+     * <p>Every free happens in the engine's context, made current again after the drain (the calling virtual thread may
+     * have moved to another OS thread since). If it cannot be made current, the index buffer, module, stream, events and
+     * context reference stay until this process exits, with a WARNING naming the driver's code and the buffer; a mapping
+     * whose own close fails likewise stays, with a WARNING, and the rest is freed.
+     */
     @Override
     public void close() {
         if (closed) {
@@ -336,7 +351,11 @@ final class JCudaIpcEngine implements IpcEngine {
         final boolean idle = drained == DONE;
         if (idle) {
             for (Opened o : opened) {
-                o.arena().close(); // cuIpcCloseMemHandle: this process can no longer write into the peer's arena
+                try {
+                    o.arena().close(); // cuIpcCloseMemHandle: this process can no longer write into the peer's arena
+                } catch (CudaException e) { // its context could not be made current: the mapping stays, the rest goes on
+                    LOG.log(System.Logger.Level.WARNING, "CUDA IPC engine close: " + e.getMessage());
+                }
             }
         } else if (!opened.isEmpty() || indices != null) {
             // A copy may still be queued. Unmapped, a peer's range could be mapped again here and the copy land there;
@@ -347,7 +366,19 @@ final class JCudaIpcEngine implements IpcEngine {
         }
         opened.clear();
         if (context != null) {
-            CudaException.code(() -> JCudaDriver.cuCtxSetCurrent(context));
+            // drain() made it current, but a virtual thread may go on on another OS thread since (the arenas' closes lock)
+            final int current = CudaException.code(() -> JCudaDriver.cuCtxSetCurrent(context));
+            if (current != CUresult.CUDA_SUCCESS) {
+                // the frees and the unload would act in whatever context this thread has, or none
+                LOG.log(System.Logger.Level.WARNING, "CUDA IPC engine closed while its context could not be made current "
+                    + "(cuCtxSetCurrent: " + describe(current) + "): its "
+                    + (indices == null ? "" : 8L * indexCapacity + "-byte index buffer at 0x" + Long.toHexString(indices.address()) + ", its ")
+                    + "module, stream, " + (inFlight.size() + spareEvents.size()) + " event(s) and its context reference stay until "
+                    + "this process exits (a leak, not a fault)");
+                inFlight.clear();
+                spareEvents.clear();
+                return;
+            }
             for (CUevent ev : inFlight.values()) {
                 CudaException.code(() -> JCudaDriver.cuEventDestroy(ev));
             }
