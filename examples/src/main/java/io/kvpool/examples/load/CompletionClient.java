@@ -220,7 +220,15 @@ public final class CompletionClient implements AutoCloseable {
             if (!kv.isObject()) {
                 return unexpected(s, 200, "no_kvpool_section", total, foreign, body);
             }
-            final int completionTokens = root.path("usage").path("completion_tokens").asInt();
+            final String malformed = kvMalformed(kv);
+            if (malformed != null) {
+                return unexpected(s, 200, "malformed_kvpool_section", total, foreign, malformed + ": " + body);
+            }
+            final JsonNode count = root.path("usage").path("completion_tokens");
+            if (!count.isIntegralNumber() || !count.canConvertToInt() || count.intValue() < 0) {
+                return unexpected(s, 200, "malformed_usage", total, foreign, "usage.completion_tokens is " + count + ": " + body);
+            }
+            final int completionTokens = count.intValue();
             if (completionTokens > s.maxTokens()) { // past the reservation the request was admitted for
                 return unexpected(s, 200, "too_many_tokens", total, foreign, completionTokens + " completion tokens for max_tokens "
                     + s.maxTokens());
@@ -352,6 +360,10 @@ public final class CompletionClient implements AutoCloseable {
                 if (!kv.isObject()) {
                     return unexpected(s, 200, "no_kvpool_section", total, foreign, raw.toString());
                 }
+                final String malformed = kvMalformed(kv);
+                if (malformed != null) {
+                    return unexpected(s, 200, "malformed_kvpool_section", total, foreign, malformed + ": " + raw);
+                }
                 final boolean mismatch = kvMismatch(s, kv) || !echoes(s, text, tokens);
                 return new Outcome(s, Outcome.Kind.COMPLETED, 200, null, ttft, total, tokens, foreign, tenants(kv), mismatch,
                     mismatch ? cut(kv.path("kv_text").asText()) : null);
@@ -441,8 +453,41 @@ public final class CompletionClient implements AutoCloseable {
      *         text, or tokens in the last page past the prompt ({@code kv_tail_tokens}: an earlier tenancy's KV)
      */
     static boolean kvMismatch(Shot s, JsonNode kv) {
-        return !s.prompt().equals(kv.path("kv_text").asText()) || kv.path("kv_misplaced_tokens").asInt(0) != 0
-            || kv.path("kv_tail_tokens").asInt(0) != 0;
+        return !kv.path("kv_text").isTextual() || !s.prompt().equals(kv.path("kv_text").asText()) || !zero(kv.path("kv_misplaced_tokens"))
+            || kv.has("kv_tail_tokens") && !zero(kv.path("kv_tail_tokens"));
+    }
+
+    /** @return whether {@code n} is the JSON integer 0, whatever its size: a missing, null, fractional or text count is not */
+    private static boolean zero(JsonNode n) {
+        return n.isIntegralNumber() && n.bigIntegerValue().signum() == 0;
+    }
+
+    /**
+     * @return what is wrong with the form of a completion's {@code kvpool} section, or {@code null} if it is as the server
+     *         writes it: {@code kv_text} a string, {@code kv_tenants} a non-empty list of names (the only check that sees
+     *         tokens whose text every tenant's prompt shares, such as {@code " SECRET-"}), {@code kv_misplaced_tokens} an
+     *         integer, and {@code kv_tail_tokens} an integer where present (a decode role of an older build leaves it out).
+     *         A check field that is not there, or not a count, proves nothing about the KV
+     */
+    static String kvMalformed(JsonNode kv) {
+        if (!kv.path("kv_text").isTextual()) {
+            return "kv_text is " + kv.path("kv_text");
+        }
+        final JsonNode tenants = kv.path("kv_tenants");
+        boolean names = tenants.isArray() && !tenants.isEmpty();
+        for (JsonNode t : tenants) {
+            names &= t.isTextual();
+        }
+        if (!names) {
+            return "kv_tenants is " + tenants;
+        }
+        if (!kv.path("kv_misplaced_tokens").isIntegralNumber()) {
+            return "kv_misplaced_tokens is " + kv.path("kv_misplaced_tokens");
+        }
+        if (kv.has("kv_tail_tokens") && !kv.path("kv_tail_tokens").isIntegralNumber()) {
+            return "kv_tail_tokens is " + kv.path("kv_tail_tokens");
+        }
+        return null;
     }
 
     /**

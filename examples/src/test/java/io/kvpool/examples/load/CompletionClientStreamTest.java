@@ -31,7 +31,7 @@ class CompletionClientStreamTest {
             call.startStream(200, "text/event-stream");
             call.write("data: {\"choices\":[{\"text\":\"x\",\"finish_reason\":null}]}\n\n");
             call.write("data: {\"choices\":[{\"text\":\"\",\"finish_reason\":\"length\"}],\"kvpool\":{\"kv_text\":\"" + PROMPT
-                + "\",\"kv_tenants\":[\"t1\"]}}\n\n");
+                + "\",\"kv_tenants\":[\"t1\"],\"kv_misplaced_tokens\":0}}\n\n");
             call.write("data: [DONE]\n\n" + after);
             Thread.sleep(pauseMillis); // the end comes late: a client that closes at [DONE] closes before it
             call.endStream();
@@ -93,7 +93,7 @@ class CompletionClientStreamTest {
                     call.write(stray + "\n");
                     call.write("data: {\"choices\":[{\"text\":\"x\",\"finish_reason\":null}]}\n\n");
                     call.write("data: {\"choices\":[{\"text\":\"\",\"finish_reason\":\"length\"}],\"kvpool\":{\"kv_text\":\"" + PROMPT
-                        + "\",\"kv_tenants\":[\"t1\"]}}\n\n");
+                        + "\",\"kv_tenants\":[\"t1\"],\"kv_misplaced_tokens\":0}}\n\n");
                     call.write("data: [DONE]\n\n");
                     call.endStream();
                 });
