@@ -233,7 +233,8 @@ public final class CompletionClient implements AutoCloseable {
                 return unexpected(s, 200, "too_many_tokens", total, foreign, completionTokens + " completion tokens for max_tokens "
                     + s.maxTokens());
             }
-            final boolean mismatch = kvMismatch(s, kv);
+            // the text is the echo model's, as a stream's is: another request's text of the same tenant holds no foreign marker
+            final boolean mismatch = kvMismatch(s, kv) || !echoes(s, root.path("choices").path(0).path("text").asText(""), completionTokens);
             return new Outcome(s, Outcome.Kind.COMPLETED, 200, null, -1, total, completionTokens,
                 foreign, tenants(kv), mismatch, mismatch ? cut(kv.path("kv_text").asText()) : null);
         }

@@ -19,7 +19,8 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 /**
  * A completion passes the load generator's checks only when its {@code kvpool} section says, in the form the server writes
  * it, that the KV was the prompt's own: a check field that is missing, {@code null}, not a number or too large for the
- * client's counters proves nothing and is a finding; so is a token count that is not one.
+ * client's counters proves nothing and is a finding; so is a token count that is not one. And a whole (not
+ * streamed) completion's text must be the echo of its prompt, as a streamed one's must.
  */
 class KvCheckFieldsTest {
 
@@ -105,5 +106,13 @@ class KvCheckFieldsTest {
     void aCompletionTokenCountThatIsMissingOrOverflowingIsNotClean() throws Exception {
         assertFalse(clean(b -> ((ObjectNode) b.get("usage")).remove("completion_tokens")), "missing");
         assertFalse(clean(b -> ((ObjectNode) b.get("usage")).put("completion_tokens", (1L << 32) + TOKENS)), "2^32 + 2, which an int cast reads as 2");
+    }
+
+    /** Another request's text of the same tenant holds no foreign marker: the echo check is what sees it, streamed or not. */
+    @Test
+    void aWholeCompletionWhoseTextIsNotTheEchoOfItsPromptIsNotClean() throws Exception {
+        final List<byte[]> other = EchoTokenizer.encode(Mix.prompt(TENANT, 25, 9));
+        assertFalse(clean(b -> ((ObjectNode) b.get("choices").get(0)).put("text",
+            EchoTokenizer.text(other.get(0)) + EchoTokenizer.text(other.get(1)))), "request 25's text in request 17's answer");
     }
 }
