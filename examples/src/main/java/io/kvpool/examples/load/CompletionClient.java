@@ -342,14 +342,12 @@ public final class CompletionClient implements AutoCloseable {
             if (data.equals("[DONE]")) {
                 final long total = System.nanoTime() - t0;
                 final AfterDone after = rest(r, in, s.tenant());
-                if (after != null) {
-                    // what came after [DONE] was read for markers too: another tenant's there is a leak, not only a protocol fault
-                    final Set<String> foreign = new java.util.TreeSet<>(Markers.foreign(s.tenant(), raw.append(text)));
-                    foreign.addAll(after.foreign());
+                // what came after [DONE], comments included, was read for markers too: another tenant's there is a leak
+                final Set<String> foreign = new java.util.TreeSet<>(Markers.foreign(s.tenant(), raw.append(text)));
+                foreign.addAll(after.foreign());
+                if (after.reason() != null) {
                     return unexpected(s, 200, after.reason(), total, foreign, cut(after.detail()));
                 }
-                raw.append(text);
-                final Set<String> foreign = Markers.foreign(s.tenant(), raw);
                 if (error != null) {
                     final String type = error.path("type").asText();
                     final Outcome.Kind kind = type.equals("rate_limit_error") || type.equals("service_unavailable") ? Outcome.Kind.RETRY_LATER
@@ -398,8 +396,8 @@ public final class CompletionClient implements AutoCloseable {
     }
 
     /**
-     * What was wrong past {@code [DONE]}: {@code reason} for the outcome, {@code detail} (its first 1,000 characters)
-     * for its message, and every other tenant's marker in all of it.
+     * What came past {@code [DONE]}: {@code reason} for the outcome and {@code detail} (its first 1,000 characters) for its
+     * message if it was wrong, else both {@code null}; and every other tenant's marker in all of it, comments included.
      */
     private record AfterDone(String reason, String detail, Set<String> foreign) {
     }
@@ -409,8 +407,8 @@ public final class CompletionClient implements AutoCloseable {
      * comment). The wait is bounded by the client's timeout (the request's own timeout ends with the headers): a
      * stream not ended by then is closed.
      *
-     * @return {@code null} if nothing but blank and comment lines followed; else {@code data_after_done} with what
-     *         did, or {@code no_end_after_done} with why the read ended
+     * @return no reason if nothing but blank and comment lines followed; else {@code data_after_done} with what did, or
+     *         {@code no_end_after_done} with why the read ended. Comment lines are no data, but are read for markers
      */
     private AfterDone rest(BufferedReader r, InputStream in, String tenant) {
         final Thread guard = Thread.ofVirtual().start(() -> {
@@ -426,9 +424,9 @@ public final class CompletionClient implements AutoCloseable {
         boolean data = false;
         try {
             for (String more; (more = r.readLine()) != null; ) {
+                foreign.addAll(Markers.foreign(tenant, more));
                 if (!more.isEmpty() && !more.startsWith(":")) {
                     data = true;
-                    foreign.addAll(Markers.foreign(tenant, more));
                     if (after.length() < 1000) {
                         after.append(more).append('\n');
                     }
@@ -440,7 +438,7 @@ public final class CompletionClient implements AutoCloseable {
         } finally {
             guard.interrupt();
         }
-        return data ? new AfterDone("data_after_done", after.toString(), foreign) : null;
+        return data ? new AfterDone("data_after_done", after.toString(), foreign) : new AfterDone(null, null, foreign);
     }
 
     private static Outcome aborted(Shot s, long t0, long ttft, int tokens, CharSequence text) {

@@ -84,6 +84,16 @@ class CompletionClientStreamTest {
         }
     }
 
+    /** A comment after {@code [DONE]} is no data, but it is read for markers as a comment before it is: a leak is a leak. */
+    @Test
+    void anotherTenantsMarkerInACommentAfterDoneIsALeak() throws Exception {
+        try (HttpFront front = server(": SECRET-tenant9-4\n\n");
+             CompletionClient client = new CompletionClient(front.baseUri(), Duration.ofSeconds(10), 1 << 20)) {
+            final Outcome o = client.send(streamed(0));
+            assertTrue(o.leaked(), () -> "tenant9's marker in a comment after [DONE] was not counted: " + o);
+        }
+    }
+
     /** A line of the stream that is not data (an SSE field or comment, or a stray line) is read for markers too. */
     @Test
     void anotherTenantsMarkerOnALineThatIsNotDataIsALeak() throws Exception {
