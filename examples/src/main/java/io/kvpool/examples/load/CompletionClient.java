@@ -330,7 +330,7 @@ public final class CompletionClient implements AutoCloseable {
                 guard.progress(); // not the heartbeat comments: they keep the connection alive, the answer does not move
             }
             if (line.startsWith(": admitted") && s.abortAfter() == 0) {
-                return aborted(s, t0, ttft, tokens, text);
+                return aborted(s, t0, ttft, tokens, text, raw);
             }
             if (!line.startsWith("data: ")) {
                 if (!line.isEmpty()) { // not the documented stream's, but read for markers all the same: a leak is a leak
@@ -385,7 +385,7 @@ public final class CompletionClient implements AutoCloseable {
                         Markers.foreign(s.tenant(), raw.append(text)), tokens + " tokens streamed for max_tokens " + s.maxTokens());
                 }
                 if (tokens == s.abortAfter()) {
-                    return aborted(s, t0, ttft, tokens, text);
+                    return aborted(s, t0, ttft, tokens, text, raw);
                 }
             } else {
                 last = chunk;
@@ -441,9 +441,10 @@ public final class CompletionClient implements AutoCloseable {
         return data ? new AfterDone("data_after_done", after.toString(), foreign) : new AfterDone(null, null, foreign);
     }
 
-    private static Outcome aborted(Shot s, long t0, long ttft, int tokens, CharSequence text) {
-        return new Outcome(s, Outcome.Kind.ABORTED, 200, null, ttft, System.nanoTime() - t0, tokens, Markers.foreign(s.tenant(), text),
-            List.of(), !echoes(s, text, tokens), null);
+    /** A stream the client ended: {@code text} its tokens' text, {@code raw} every other line it read, both read for markers. */
+    private static Outcome aborted(Shot s, long t0, long ttft, int tokens, CharSequence text, CharSequence raw) {
+        return new Outcome(s, Outcome.Kind.ABORTED, 200, null, ttft, System.nanoTime() - t0, tokens,
+            Markers.foreign(s.tenant(), new StringBuilder(raw).append(text)), List.of(), !echoes(s, text, tokens), null);
     }
 
     /**

@@ -13,6 +13,7 @@ import java.util.concurrent.Executors;
 import java.util.concurrent.Future;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertTimeoutPreemptively;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
@@ -81,6 +82,30 @@ class CompletionClientStreamTest {
             assertEquals(Outcome.Kind.UNEXPECTED, o.kind(), o.toString());
             assertEquals("data_after_done", o.reason(), o.toString());
             assertTrue(o.leaked(), () -> "tenant9's marker after [DONE] was not counted: " + o);
+        }
+    }
+
+    /**
+     * A stream the client aborts is read for markers as a completed one is: in its stray lines too, not only in its tokens'
+     * text. An abort whose tokens echo its prompt is otherwise clean: a run of such aborts is judged by its pools alone.
+     */
+    @Test
+    void anotherTenantsMarkerOnALineThatIsNotDataIsALeakAlsoInAnAbortedStream() throws Exception {
+        final String first = io.kvpool.examples.server.echo.EchoTokenizer.text(io.kvpool.examples.server.echo.EchoTokenizer.encode(PROMPT).get(0));
+        for (String stray : new String[] {"event: SECRET-tenant9-4", ": SECRET-tenant9-4", "SECRET-tenant9-4"}) {
+            try (HttpFront front = HttpFront.start("127.0.0.1", 0, HttpLimits.DEFAULTS, call -> {
+                    call.startStream(200, "text/event-stream");
+                    call.write(": admitted\n\n" + stray + "\n");
+                    call.write("data: {\"choices\":[{\"text\":\"" + first + "\",\"finish_reason\":null}]}\n\n");
+                    Thread.sleep(2_000); // the client aborts here
+                    call.endStream();
+                });
+                 CompletionClient client = new CompletionClient(front.baseUri(), Duration.ofSeconds(10), 1 << 20)) {
+                final Outcome o = client.send(new Shot(0, "t1", Shot.Kind.NORMAL, PROMPT, 4, 2, true, 1, null));
+                assertEquals(Outcome.Kind.ABORTED, o.kind(), o::toString);
+                assertTrue(o.leaked(), () -> "tenant9's marker on '" + stray + "' of an aborted stream was not counted: " + o);
+                assertFalse(LoadReport.clean(new LoadGenerator.Result(List.of(o), 1_000_000L, 1), new PoolCheck(true, List.of())), o::toString);
+            }
         }
     }
 
