@@ -16,7 +16,9 @@ import java.util.function.Function;
  * {@code kvpool.peer.links}: how many links are UP or RETIRING. The rows follow the engine's {@code peerBuilds()}: each read of
  * {@code kvpool.peer.links} (every scrape reads it) brings them up to date, so a build that came or went shows in
  * the rows from the next scrape on. {@code kvpool.peer.heartbeat.failures}: links the engine failed because the peer
- * answered no PING in time. Holds the engine weakly, as every binder's meter does.
+ * answered no PING in time; {@code kvpool.peer.refused}, {@code kvpool.peer.frames.malformed},
+ * {@code kvpool.peer.hellos.duplicate}: handshakes refused, frames that failed a link, HELLOs ignored as copies. Holds the
+ * engine weakly, as every binder's meter does.
  */
 final class PeerInfo {
 
@@ -27,17 +29,28 @@ final class PeerInfo {
         "Links failed because the peer sent nothing within the heartbeat timeout after a PING, or did not finish the handshake "
             + "(HELLO, then INSTANCE on version 4) within the idle time plus the timeout of the link's start (a partition, a stopped peer)";
 
+    static final String REFUSED_DESCRIPTION = "Links refused in the handshake, by either side: another model, layout "
+        + "fingerprint or environment, another build under strictBuild, or no protocol version both speak";
+    static final String MALFORMED_DESCRIPTION =
+        "Frames that did not decode, or decoded but broke the protocol (a frame before the handshake, a version the link "
+            + "does not speak, a second HELLO with another identity); each failed its link";
+    static final String DUPLICATE_HELLOS_DESCRIPTION = "Copies of a peer's HELLO that came after it passed, ignored";
+
     private PeerInfo() {
     }
 
-    /** Registers the three meters for {@code engine} under {@code tags}, recorded in {@code bound}, which removes them. */
-    static <E> void bind(MeterRegistry registry, E engine, Function<E, Map<String, Integer>> builds,
-                         java.util.function.ToDoubleFunction<E> heartbeatFailures, Tags tags, BoundMeters bound) {
-        bound.add(registry, io.micrometer.core.instrument.FunctionCounter.builder("kvpool.peer.heartbeat.failures", engine,
-                heartbeatFailures)
-            .description(HEARTBEAT_DESCRIPTION)
-            .tags(tags)
-            .register(registry)); // a function counter holds its object weakly
+    /** What an engine counts about its links, read by the meters {@link #bind} registers. */
+    record LinkCounts<E>(java.util.function.ToDoubleFunction<E> heartbeatFailures, java.util.function.ToDoubleFunction<E> refused,
+                         java.util.function.ToDoubleFunction<E> malformedFrames, java.util.function.ToDoubleFunction<E> duplicateHellos) {
+    }
+
+    /** Registers the peer meters for {@code engine} under {@code tags}, recorded in {@code bound}, which removes them. */
+    static <E> void bind(MeterRegistry registry, E engine, Function<E, Map<String, Integer>> builds, LinkCounts<E> counts,
+                         Tags tags, BoundMeters bound) {
+        counter(registry, engine, "kvpool.peer.heartbeat.failures", HEARTBEAT_DESCRIPTION, counts.heartbeatFailures(), tags, bound);
+        counter(registry, engine, "kvpool.peer.refused", REFUSED_DESCRIPTION, counts.refused(), tags, bound);
+        counter(registry, engine, "kvpool.peer.frames.malformed", MALFORMED_DESCRIPTION, counts.malformedFrames(), tags, bound);
+        counter(registry, engine, "kvpool.peer.hellos.duplicate", DUPLICATE_HELLOS_DESCRIPTION, counts.duplicateHellos(), tags, bound);
         final MultiGauge info = MultiGauge.builder("kvpool.peer.info").description(INFO_DESCRIPTION).tags(tags).register(registry);
         final WeakReference<E> ref = new WeakReference<>(engine);
         final Refresh<E> refresh = new Refresh<>(info, ref, builds);
@@ -51,6 +64,14 @@ final class PeerInfo {
             .description(LINKS_DESCRIPTION)
             .tags(tags)
             .register(registry));
+    }
+
+    private static <E> void counter(MeterRegistry registry, E engine, String name, String description,
+                                    java.util.function.ToDoubleFunction<E> value, Tags tags, BoundMeters bound) {
+        bound.add(registry, io.micrometer.core.instrument.FunctionCounter.builder(name, engine, value)
+            .description(description)
+            .tags(tags)
+            .register(registry)); // a function counter holds its object weakly
     }
 
     private static final class Refresh<E> {

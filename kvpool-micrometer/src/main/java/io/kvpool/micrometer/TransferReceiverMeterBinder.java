@@ -141,7 +141,8 @@ public final class TransferReceiverMeterBinder implements MeterBinder, AutoClose
         counter(registry, r, "kvpool.transfer.links.retired",
             "Links retired after an unproven write (no revocable registration): no new transfer on them, torn down once "
                 + "those in flight ended", ReceiverMetrics::linksRetired);
-        PeerInfo.bind(registry, r, TransferReceiver::peerBuilds, e -> e.heartbeatFailures(), tags, bound);
+        PeerInfo.bind(registry, r, TransferReceiver::peerBuilds, new PeerInfo.LinkCounts<>(e -> e.heartbeatFailures(), e -> e.refusedPeers(),
+            e -> e.malformedFrames(), e -> e.duplicateHellos()), tags, bound);
     }
 
     /**

@@ -111,7 +111,8 @@ public final class TransferSenderMeterBinder implements MeterBinder, AutoCloseab
         counter(registry, s, "kvpool.transfer.sender.cancels.received", cancels, SenderMetrics::cancelled, "outcome", "ended");
         counter(registry, s, "kvpool.transfer.sender.cancels.received", cancels, SenderMetrics::cancelsIgnored, "outcome", "ignored");
         counter(registry, s, "kvpool.transfer.sender.cancels.received", cancels, SenderMetrics::linksRetired, "outcome", "retiring");
-        PeerInfo.bind(registry, s, TransferSender::peerBuilds, e -> e.heartbeatFailures(), tags, bound);
+        PeerInfo.bind(registry, s, TransferSender::peerBuilds, new PeerInfo.LinkCounts<>(e -> e.heartbeatFailures(), e -> e.refusedPeers(),
+            e -> e.malformedFrames(), e -> e.duplicateHellos()), tags, bound);
     }
 
     /**

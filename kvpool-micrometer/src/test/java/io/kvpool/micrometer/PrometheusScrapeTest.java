@@ -59,7 +59,10 @@ class PrometheusScrapeTest {
         "kvpool_transfer_sender_cancels_received_total counter",
         "kvpool_peer_info gauge",
         "kvpool_peer_links gauge",
-        "kvpool_peer_heartbeat_failures_total counter"));
+        "kvpool_peer_heartbeat_failures_total counter",
+        "kvpool_peer_refused_total counter",
+        "kvpool_peer_frames_malformed_total counter",
+        "kvpool_peer_hellos_duplicate_total counter"));
 
     @Test
     void aScrapeHasEveryFamilyWithHelpAndTheExpectedNamesLabelsAndValuesInAnyDefaultLocale() {

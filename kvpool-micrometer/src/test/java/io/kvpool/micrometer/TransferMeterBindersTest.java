@@ -69,6 +69,9 @@ class TransferMeterBindersTest {
             expected.add("kvpool.peer.info{build=build-1}");
             expected.add("kvpool.peer.links");
             expected.add("kvpool.peer.heartbeat.failures");
+            expected.add("kvpool.peer.refused");
+            expected.add("kvpool.peer.frames.malformed");
+            expected.add("kvpool.peer.hellos.duplicate");
             assertEquals(expected, rx.keySet());
             final TreeSet<String> expectedTx = new TreeSet<>(java.util.List.of("kvpool.transfer.sender.offers",
                 "kvpool.transfer.sender.completed", "kvpool.transfer.sender.drained",
@@ -76,7 +79,8 @@ class TransferMeterBindersTest {
                 "kvpool.transfer.sender.descriptors.duplicate", "kvpool.transfer.sender.descriptors.timeout",
                 "kvpool.transfer.sender.cancels.received{outcome=ended}",
                 "kvpool.transfer.sender.cancels.received{outcome=ignored}", "kvpool.transfer.sender.cancels.received{outcome=retiring}",
-                "kvpool.peer.info{build=build-1}", "kvpool.peer.links", "kvpool.peer.heartbeat.failures"));
+                "kvpool.peer.info{build=build-1}", "kvpool.peer.links", "kvpool.peer.heartbeat.failures", "kvpool.peer.refused",
+                "kvpool.peer.frames.malformed", "kvpool.peer.hellos.duplicate"));
             for (FailureReason r : FailureReason.values()) {
                 expectedTx.add("kvpool.transfer.sender.failures{reason=" + r.name().toLowerCase(Locale.ROOT) + "}");
             }
@@ -93,8 +97,8 @@ class TransferMeterBindersTest {
             assertInstanceOf(FunctionTimer.class, rx.get("kvpool.transfer.deferred.hold"));
             assertInstanceOf(TimeGauge.class, rx.get("kvpool.transfer.deferred.hold.max"));
             assertEquals(Meter.Type.COUNTER, rx.get("kvpool.transfer.failures{reason=aborted}").getId().getType());
-            tx.forEach((key, m) -> assertEquals(key.startsWith("kvpool.peer.") && !key.endsWith(".failures") ? Meter.Type.GAUGE
-                : Meter.Type.COUNTER, m.getId().getType(), key));
+            tx.forEach((key, m) -> assertEquals(key.startsWith("kvpool.peer.info") || key.equals("kvpool.peer.links")
+                ? Meter.Type.GAUGE : Meter.Type.COUNTER, m.getId().getType(), key));
             assertEquals(Meter.Type.COUNTER, rx.get("kvpool.peer.heartbeat.failures").getId().getType());
             assertEquals(Meter.Type.GAUGE, rx.get("kvpool.peer.info{build=build-1}").getId().getType());
         }
@@ -222,6 +226,36 @@ class TransferMeterBindersTest {
             rx = Meters.byKey(registry, "pool", "decode");
             assertNull(rx.get("kvpool.peer.info{build=build-2}"), "a build with no link UP has no row");
             assertEquals(1, Meters.value(rx.get("kvpool.peer.info{build=build-1}")));
+            pool2.close();
+        }
+    }
+
+    @Test
+    void aHandshakeRefusedForItsEnvironmentIsCountedOnBothEnginesMeters() {
+        try (SimRig rig = new SimRig()) {
+            final SimpleMeterRegistry registry = new SimpleMeterRegistry();
+            new TransferReceiverMeterBinder(rig.receiver, Tags.of("pool", "decode")).bindTo(registry);
+            final io.kvpool.KvPool pool2 = io.kvpool.transfer.testkit.Kv.pool(8);
+            // a prefill deployed against the wrong environment: the 2023 outage's mismatch, refused and now visible
+            final TransferSender staging = TransferSender.builder(pool2, io.kvpool.transfer.PeerIdentity.of(
+                io.kvpool.transfer.testkit.Kv.LAYOUT, "test-model@r1", "staging", "build-1")).clock(rig.net.clock()).build();
+            new TransferSenderMeterBinder(staging, Tags.of("pool", "staging-prefill")).bindTo(registry);
+            final io.kvpool.transfer.sim.SimLink[] l = rig.net.connect("prefill-2", "decode", true);
+            staging.addPeer(l[0]);
+            rig.receiver.addPeer(l[1]);
+            for (int i = 0; i < 20; i++) {
+                rig.run(1);
+                staging.doWork();
+            }
+            final Map<String, Meter> rx = Meters.byKey(registry, "pool", "decode");
+            final Map<String, Meter> tx = Meters.byKey(registry, "pool", "staging-prefill");
+            assertEquals(1, rig.receiver.refusedPeers(), "decode refused the link");
+            assertEquals(rig.receiver.refusedPeers(), Meters.value(rx.get("kvpool.peer.refused")));
+            assertTrue(staging.refusedPeers() >= 1, "the sender counts its refused link too");
+            assertEquals(staging.refusedPeers(), Meters.value(tx.get("kvpool.peer.refused")));
+            assertEquals(rig.receiver.malformedFrames(), Meters.value(rx.get("kvpool.peer.frames.malformed")));
+            assertEquals(rig.receiver.duplicateHellos(), Meters.value(rx.get("kvpool.peer.hellos.duplicate")));
+            staging.close();
             pool2.close();
         }
     }

@@ -249,18 +249,18 @@ abstract class TransferEndpoint implements AutoCloseable {
     /**
      * @return frames that did not decode, or that decoded but broke the protocol (a frame before the handshake, a
      *         version the link does not speak, a second HELLO with another identity, one the engine could not act
-     *         on); each failed its link
+     *         on); each failed its link. Readable from any thread.
      */
     public long malformedFrames() {
         return malformedFrames.sum();
     }
 
-    /** @return links refused in the handshake (by either side) */
+    /** @return links refused in the handshake (by either side). Readable from any thread. */
     public long refusedPeers() {
         return refusedPeers.sum();
     }
 
-    /** @return copies of the peer's HELLO that arrived after it passed (ignored, not an error) */
+    /** @return copies of the peer's HELLO that arrived after it passed (ignored, not an error). Readable from any thread. */
     public long duplicateHellos() {
         return duplicateHellos.sum();
     }
