@@ -303,7 +303,12 @@ public final class CompletionClient implements AutoCloseable {
         }
     }
 
-    /** A stream: comments, one chunk per token, a last chunk with {@code usage} and {@code kvpool}, {@code [DONE]}. */
+    /**
+     * A stream: comments, one chunk per token ({@code finish_reason} null, no {@code kvpool}), one final chunk (a
+     * {@code finish_reason}, with {@code usage} and {@code kvpool}), {@code [DONE]}; or an error event for the final chunk.
+     * Any other chunk (no {@code finish_reason} key, a second final chunk, a token after the final one, a {@code kvpool}
+     * section on a token chunk) makes the answer {@code malformed_chunk}: its text or KV would escape the checks.
+     */
     private Outcome stream(Shot s, InputStream in, long t0) throws IOException {
         final StallGuard guard = new StallGuard(in, s.maxTokens());
         try (guard) {
@@ -325,6 +330,7 @@ public final class CompletionClient implements AutoCloseable {
         int tokens = 0;
         JsonNode last = null;
         JsonNode error = null;
+        String offShape = null; // the first chunk out of the stream's shape; the stream is still read to [DONE]
         for (String line; (line = r.readLine()) != null; ) {
             if (line.startsWith("data: ") || line.startsWith(": admitted")) {
                 guard.progress(); // not the heartbeat comments: they keep the connection alive, the answer does not move
@@ -347,6 +353,9 @@ public final class CompletionClient implements AutoCloseable {
                 foreign.addAll(after.foreign());
                 if (after.reason() != null) {
                     return unexpected(s, 200, after.reason(), total, foreign, cut(after.detail()));
+                }
+                if (offShape != null) {
+                    return unexpected(s, 200, "malformed_chunk", total, foreign, offShape);
                 }
                 if (error != null) {
                     final String type = error.path("type").asText();
@@ -374,7 +383,18 @@ public final class CompletionClient implements AutoCloseable {
                 continue;
             }
             final JsonNode choice = chunk.path("choices").path(0);
-            if (choice.path("finish_reason").isNull()) {
+            final JsonNode finish = choice.path("finish_reason");
+            final String wrong = finish.isMissingNode() ? "a chunk without a finish_reason"
+                : !finish.isNull() && !finish.isTextual() ? "a chunk whose finish_reason is " + finish
+                : last != null ? "a chunk after the final chunk"
+                : finish.isNull() && chunk.has("kvpool") ? "a kvpool section on a token chunk" : null;
+            if (wrong != null) {
+                if (offShape == null) {
+                    offShape = wrong + ": " + cut(data);
+                }
+                continue;
+            }
+            if (finish.isNull()) {
                 if (ttft < 0) {
                     ttft = System.nanoTime() - t0;
                 }

@@ -150,6 +150,83 @@ class CompletionClientStreamTest {
         }
     }
 
+    /** The prompt of the shots below: request 17 of tenant3, 9 tokens. */
+    private static final String MINE = Mix.prompt("tenant3", 17, 9);
+
+    /** A stream of these data lines, each its own event, then {@code [DONE]} and the end. */
+    private static HttpFront serving(String... data) throws Exception {
+        return HttpFront.start("127.0.0.1", 0, HttpLimits.DEFAULTS, call -> {
+            call.startStream(200, "text/event-stream");
+            call.write(": admitted\n\n");
+            for (String d : data) {
+                call.write("data: " + d + "\n\n");
+            }
+            call.write("data: [DONE]\n\n");
+            call.endStream();
+        });
+    }
+
+    /** A token chunk of MINE's token {@code i}: {@code finish_reason} null, as the server writes it. */
+    private static String token(int i) {
+        final String text = io.kvpool.examples.server.echo.EchoTokenizer.text(io.kvpool.examples.server.echo.EchoTokenizer.encode(MINE).get(i));
+        return "{\"choices\":[{\"index\":0,\"text\":\"" + text + "\",\"finish_reason\":null}]}";
+    }
+
+    /** A final chunk with a {@code kvpool} section whose KV text is {@code kvText}, all of tenant3. */
+    private static String last(String kvText) {
+        return "{\"choices\":[{\"index\":0,\"text\":\"\",\"finish_reason\":\"length\"}],\"kvpool\":{\"kv_text\":\"" + kvText
+            + "\",\"kv_tenants\":[\"tenant3\"],\"kv_misplaced_tokens\":0}}";
+    }
+
+    /** {@return the outcome of one 4-token shot of MINE against this stream, asserting that the run's verdict is FAIL} */
+    private static Outcome failsTheRun(String... data) throws Exception {
+        try (HttpFront front = serving(data);
+             CompletionClient client = new CompletionClient(front.baseUri(), Duration.ofSeconds(10), 1 << 20)) {
+            final Outcome o = client.send(new Shot(0, "tenant3", Shot.Kind.NORMAL, MINE, 9, 4, true, -1, null));
+            assertFalse(LoadReport.clean(new LoadGenerator.Result(List.of(o), 1_000_000L, 1), new PoolCheck(true, List.of())),
+                () -> "judged clean: " + o);
+            return o;
+        }
+    }
+
+    /** The same stream as the server writes it is clean: the cases below differ from it in one chunk. */
+    @Test
+    void theServersStreamShapeIsClean() throws Exception {
+        try (HttpFront front = serving(token(0), token(1), last(MINE));
+             CompletionClient client = new CompletionClient(front.baseUri(), Duration.ofSeconds(10), 1 << 20)) {
+            final Outcome o = client.send(new Shot(0, "tenant3", Shot.Kind.NORMAL, MINE, 9, 4, true, -1, null));
+            assertEquals(Outcome.Kind.COMPLETED, o.kind(), o::toString);
+            assertTrue(LoadReport.clean(new LoadGenerator.Result(List.of(o), 1_000_000L, 1), new PoolCheck(true, List.of())), o::toString);
+        }
+    }
+
+    /**
+     * A chunk with no {@code finish_reason} key is neither a token chunk ({@code null}) nor the final chunk (a reason): its
+     * text, here not the prompt's echo, must not go unread by the echo check.
+     */
+    @Test
+    void aChunkWithoutAFinishReasonKeyIsUnexpected() throws Exception {
+        final Outcome o = failsTheRun(token(0), "{\"choices\":[{\"index\":0,\"text\":\" not the echo\"}]}", token(1), last(MINE));
+        assertEquals(Outcome.Kind.UNEXPECTED, o.kind(), o::toString);
+        assertEquals("malformed_chunk", o.reason(), o::toString);
+    }
+
+    /**
+     * A stream has one {@code kvpool} section, on its one final chunk: a second final chunk, or a section on a token chunk,
+     * would leave one section (here another request's KV of the same tenant, which holds no foreign marker) unchecked.
+     */
+    @Test
+    void aSecondKvpoolSectionIsUnexpected() throws Exception {
+        final String other = Mix.prompt("tenant3", 18, 9);
+        final String tokenWithKv = token(1).replace("\"finish_reason\":null}]", "\"finish_reason\":null}],\"kvpool\":{\"kv_text\":\""
+            + other + "\",\"kv_tenants\":[\"tenant3\"],\"kv_misplaced_tokens\":0}");
+        for (String[] stream : new String[][] {{token(0), token(1), last(other), last(MINE)}, {token(0), tokenWithKv, last(MINE)}}) {
+            final Outcome o = failsTheRun(stream);
+            assertEquals(Outcome.Kind.UNEXPECTED, o.kind(), o::toString);
+            assertEquals("malformed_chunk", o.reason(), o::toString);
+        }
+    }
+
     /** A comment line after {@code [DONE]} is not data; a stream that does not end is given up after the client's timeout. */
     @Test
     void aStreamThatDoesNotEndAfterDoneIsGivenUpAfterTheTimeout() throws Exception {
