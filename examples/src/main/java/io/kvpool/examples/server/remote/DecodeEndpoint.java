@@ -24,15 +24,16 @@ import java.util.concurrent.ConcurrentHashMap;
  * The decode role process's internal endpoints (besides {@link RoleEndpoint}'s):
  * {@code POST /internal/reserve} {@code {"request_id":7,"tenant":"alice","prompt_tokens":5,"max_new_tokens":8}}
  * admits the request ahead of prefill ({@link DecodeRole#reserve}) and answers {@code {"admitted":true}} or
- * {@code {"admitted":false,"rejection":{…}}}, or 409 for an id decoding here; {@code POST /internal/unreserve}
- * {@code {"request_id":7}} gives a reservation back (204 for any id, known or not; it never touches a call under way,
- * which may be another router's request under a reused id).
+ * {@code {"admitted":false,"rejection":{…}}}, or 409 for an id decoding here or reserving in another call;
+ * {@code POST /internal/unreserve} {@code {"request_id":7}} gives a reservation back (204 for any id, known or not; it
+ * never touches a call under way, which may be another router's request under a reused id).
  * {@code POST /internal/decode} {@code {"request_id":7,"tenant":"alice","prompt_tokens":5,"max_new_tokens":8}}
  * starts the request on the {@link DecodeRole} and answers 200 at once (so the router's abort that may
  * follow finds the call), then streams its events, one JSON object per line, as {@link RemoteDecodeCall}
  * reads them: heartbeats while admission and the transfer are pending, the admission, the transfer's
- * outcome, then — if the KV committed — the generated tokens and the result. An id already decoding here is
- * refused with 409 ({@value DuplicateRequestException#REASON}) <b>before</b> the role starts anything for it.
+ * outcome, then — if the KV committed — the generated tokens and the result. An id already decoding here, or
+ * whose reserve call is under way, is refused with 409 ({@value DuplicateRequestException#REASON}) <b>before</b> the
+ * role starts anything for it.
  *
  * <p>Both calls may name the prefill engine that computes the request, {@code "prefill_instance":"a1b2c3d4e5f60718"}
  * (16 hex digits, its status's {@code instance}): decode then reserves only while a link to that engine is up and starts
@@ -50,6 +51,11 @@ public final class DecodeEndpoint extends RoleEndpoint {
     private final DecodeRole role;
     private final Duration heartbeat;
     private final ConcurrentHashMap<Long, Slot> calls = new ConcurrentHashMap<>();
+    /**
+     * <b>Test hook</b>: runs in a {@code /internal/reserve} call, with its request id, between its duplicate check and
+     * its admission; {@code null} outside tests.
+     */
+    volatile java.util.function.LongConsumer beforeReserve;
 
     public DecodeEndpoint(DecodeRole role, ObjectMapper json, ServerConfig config) {
         Objects.requireNonNull(role, "role"); // before the method references below, for the message
@@ -113,17 +119,31 @@ public final class DecodeEndpoint extends RoleEndpoint {
             throw ApiError.badRequest("bad_field", "prefill_instance: " + e.getMessage());
         }
         if (reserve) {
-            if (calls.containsKey(id)) { // a reused id: its reservation would be taken by no call of ours
-                throw ApiError.of(new DuplicateRequestException("decode: request id " + id + " is already decoding here (two "
-                    + "routers, or a restarted one, reusing an id); not reserved"));
+            // the id is claimed for the admission, as a decode call claims it: a reserve and a decode call of one id never
+            // both pass, whichever claims first; the claim goes before the answer, so the router's decode call that
+            // follows finds the id free (and the reservation, which the role keeps by id)
+            final Slot claim = new Slot();
+            if (calls.putIfAbsent(id, claim) != null) { // a reused id: its reservation would be taken by no call of ours
+                throw ApiError.of(new DuplicateRequestException("decode: request id " + id + " is already decoding or reserving "
+                    + "here (two routers, or a restarted one, reusing an id); not reserved"));
             }
-            reserve(ex, id, tenant, prompt, maxNew, prefillInstance);
+            final Rejection r;
+            try {
+                final java.util.function.LongConsumer hook = beforeReserve;
+                if (hook != null) {
+                    hook.accept(id);
+                }
+                r = reserve(id, tenant, prompt, maxNew, prefillInstance);
+            } finally {
+                calls.remove(id, claim);
+            }
+            Http.sendJson(ex, json, 200, RoleJson.admission(r));
             return true;
         }
         final Slot slot = new Slot();
         if (calls.putIfAbsent(id, slot) != null) { // claimed before the role starts anything: a duplicate sends no descriptor
-            throw ApiError.of(new DuplicateRequestException("decode: request id " + id + " is already decoding here (two routers,"
-                + " or a restarted one, reusing an id); refused without touching the request in flight"));
+            throw ApiError.of(new DuplicateRequestException("decode: request id " + id + " is already decoding or reserving here "
+                + "(two routers, or a restarted one, reusing an id); refused without touching the request in flight"));
         }
         try {
             final DecodeCall call;
@@ -140,18 +160,16 @@ public final class DecodeEndpoint extends RoleEndpoint {
         return true;
     }
 
-    private void reserve(HttpCall ex, long id, String tenant, int prompt, int maxNew, long prefillInstance)
-        throws ApiError, IOException {
-        final Rejection r;
+    /** @return the role's refusal, or {@code null} once the pages are promised */
+    private Rejection reserve(long id, String tenant, int prompt, int maxNew, long prefillInstance) throws ApiError {
         try {
-            r = role.reserve(id, tenant, prompt, maxNew, prefillInstance);
+            return role.reserve(id, tenant, prompt, maxNew, prefillInstance);
         } catch (InterruptedException e) {
             Thread.currentThread().interrupt();
             throw closed("decode role: interrupted");
         } catch (IllegalStateException e) {
             throw unavailableOr(e, role.isClosed(), "decode role: " + e.getMessage());
         }
-        Http.sendJson(ex, json, 200, RoleJson.admission(r));
     }
 
     private void stream(HttpCall ex, long id, DecodeCall call, int maxNew) {
@@ -221,7 +239,8 @@ public final class DecodeEndpoint extends RoleEndpoint {
         }
     }
 
-    /** A request id claimed here: its call once started, and an abort that came before it. */
+    /** A request id claimed here: its call once started, and an abort that came before it (a reserve's claim never has a
+     * call: an abort it records goes with it, as one finding no claim would). */
     private static final class Slot {
         private DecodeCall call;
         private String abortedBecause;
