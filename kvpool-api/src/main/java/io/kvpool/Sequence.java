@@ -401,15 +401,23 @@ public final class Sequence implements AutoCloseable {
      * @throws StaleHandleException if the last page's handle is stale (or not of this pool); nothing is copied
      */
     void copyLastPageInto(long fresh) {
-        final long last = handles[pageCount - 1];
-        try {
-            copyFrom[0] = pool.accessibleSlot(last);
-        } catch (StaleHandleException e) { // the pool's refusal, with where it met this sequence
-            throw new StaleHandleException(last, e.refusal(), "copy-on-write of page " + (pageCount - 1) + " of the sequence: "
-                + e.getMessage() + " (the page was released behind the sequence's back)");
-        }
+        copyFrom[0] = checkedSlot(pageCount - 1, "copy-on-write of page " + (pageCount - 1) + " of the sequence");
         copyTo[0] = PageHandle.slot(fresh);
         pool.storage().copyPages(copyFrom, 0, copyTo, 0, 1);
+    }
+
+    /**
+     * @return the slot of page {@code i}, after checking that its handle is still current
+     * @throws StaleHandleException if it is not (or not of this pool), naming {@code where} it was met
+     */
+    private int checkedSlot(int i, String where) {
+        final long h = handles[i];
+        try {
+            return pool.accessibleSlot(h);
+        } catch (StaleHandleException e) { // the pool's refusal, with where it met this sequence
+            throw new StaleHandleException(h, e.refusal(), where + ": " + e.getMessage()
+                + " (the page was released behind the sequence's back)");
+        }
     }
 
     /**
@@ -459,6 +467,8 @@ public final class Sequence implements AutoCloseable {
      * @param n tokens to keep, {@code 0 ≤ n ≤ tokenCount()}
      * @throws IllegalArgumentException if {@code n < 0} or {@code n > tokenCount()}
      * @throws IllegalStateException    if the sequence or pool is closed
+     * @throws StaleHandleException     if the page that becomes the partial last one was released behind the sequence's
+     *                                  back (its handle is stale); nothing changed
      */
     public void truncate(int n) {
         ensureOpen();
@@ -466,6 +476,11 @@ public final class Sequence implements AutoCloseable {
             throw new IllegalArgumentException("truncate to " + n + " tokens: must be in 0.." + tokenCount);
         }
         final int keep = (int) pool.layout().pagesFor(n);
+        if (n % tokensPerPage != 0) {
+            // a partial last page is unpublished below if the cache holds it and only its holder does: through a stale
+            // handle that would take another request's page out of the cache (and leave it to be written in place)
+            checkedSlot(keep - 1, "truncate to " + n + " tokens, whose last page is page " + (keep - 1));
+        }
         final int dropped = pageCount - keep;
         final long regrowth = Math.max(0, pool.layout().pagesFor(admittedTokens) - keep); // pages the admission still owes
         final int[] run = dropped > 0 ? freedRun : null; // made with the first page: nothing is allocated here

@@ -8,7 +8,8 @@ import static org.junit.jupiter.api.Assertions.*;
  * A sequence whose partial last page was released behind its back (a stray release) holds a stale handle to it. Once
  * the slot belongs to another request, which published it, the sequence's next append finds the page "shared" and
  * copies it: the copy must refuse the stale handle instead of copying the other request's KV into a fresh page that the
- * sequence then holds under a current handle, where every check passes.
+ * sequence then holds under a current handle, where every check passes. A truncate whose new partial last page is
+ * such a page must refuse it too, rather than take the other request's published page out of the prefix cache.
  */
 class StaleLastPageCopyTest {
 
@@ -94,6 +95,61 @@ class StaleLastPageCopyTest {
             assertEquals(2, a.tokenCount(), "a refused step changes nothing");
             assertEquals(stale, a.pageHandle(0));
             assertEquals(1, pool.metrics().free(), "the copy's page went back");
+        }
+    }
+
+    /**
+     * A pool of 4 pages: A holds slots 0 (full) and 1 (partial), loose pages take slots 2 and 3, A's page 0 is released
+     * behind its back and B takes slot 0 and publishes it; the loose pages go back.
+     *
+     * @return {A, B}
+     */
+    private static Sequence[] aStaleFirstPageAndBsPublishedPageInItsSlot(KvPool pool) {
+        final int tpp = pool.layout().tokensPerPage();
+        final Sequence a = pool.admit(tpp + 2, 0).sequence();
+        a.append(tpp + 2);
+        final long loose = pool.tryAllocate(), spare = pool.tryAllocate();
+        assertTrue(loose >= 0 && spare >= 0);
+        pool.release(a.pageHandle(0)); // a stray release
+        final Sequence b = pool.admit(B_PROMPT, 0, TestPools.SALT).sequence();
+        b.append(4);
+        assertEquals(a.pageIndex(0), b.pageIndex(0), "precondition: B got the slot A's stale handle names");
+        TokenTags.writeSequence(b, B, 0, 4);
+        b.publish(B_PROMPT, TestPools.SALT);
+        pool.release(loose);
+        pool.release(spare);
+        return new Sequence[] {a, b};
+    }
+
+    /** @return tokens a new request of B's prompt (and one more token) attaches from the cache */
+    private static int cachedForBsPrompt(KvPool pool) {
+        try (Sequence probe = pool.admit(new int[] {11, 12, 13, 14, 15}, 0, TestPools.SALT).sequence()) {
+            return probe.tokenCount();
+        }
+    }
+
+    @Test
+    void aTruncateThroughAStaleLastPageHandleLeavesAnotherRequestsPublishedPageInTheCache() {
+        try (KvPool pool = TestPools.builder(4).build()) {
+            final Sequence a = aStaleFirstPageAndBsPublishedPageInItsSlot(pool)[0];
+            final int tokens = a.tokenCount();
+            assertEquals(4, cachedForBsPrompt(pool), "precondition: B's page is in the cache");
+            final StaleHandleException e = assertThrows(StaleHandleException.class, () -> a.truncate(2));
+            assertTrue(e.getMessage().contains("truncate to 2 tokens"), e::getMessage);
+            assertEquals(tokens, a.tokenCount(), "a refused truncate changes nothing");
+            assertEquals(2, a.pageCount());
+            assertEquals(4, cachedForBsPrompt(pool), "B's published page stays in the cache");
+        }
+    }
+
+    @Test
+    void withTheGenerationCheckOffATruncateTakesAnotherRequestsPageOutOfTheCache() {
+        // the control: the check above is what keeps B's page cached, and the probe sees it when it is lost
+        try (KvPool pool = TestPools.builder(4).unsafeDisable(Safeguard.GENERATION_CHECK).build()) {
+            final Sequence a = aStaleFirstPageAndBsPublishedPageInItsSlot(pool)[0];
+            assertEquals(4, cachedForBsPrompt(pool), "precondition: B's page is in the cache");
+            a.truncate(2);
+            assertEquals(0, cachedForBsPrompt(pool), "with generations unchecked, A's truncate unpublished B's page");
         }
     }
 
