@@ -25,7 +25,6 @@ public final class SenderMetrics {
     final LongAdder cancelled = new LongAdder();
     final LongAdder cancelsIgnored = new LongAdder();
     final LongAdder linksRetired = new LongAdder();
-    final LongAdder descriptorTimeouts = new LongAdder();
 
     SenderMetrics() {
         for (FailureReason r : FailureReason.values()) {
@@ -97,12 +96,12 @@ public final class SenderMetrics {
     /**
      * Offers dropped because no descriptor came for them within the descriptor timeout: decode never asked for the
      * request (it went to another prefill instance, decode gave up before starting it, or its CANCEL was lost). Their
-     * source pages were held until then and released.
+     * source pages were held until then and released. The same count as {@code failures(TIMEOUT)}.
      *
      * @return the count so far
      */
     public long descriptorTimeouts() {
-        return descriptorTimeouts.sum();
+        return failures(FailureReason.TIMEOUT); // the one way an offer times out at the sender
     }
 
     /**

@@ -63,6 +63,8 @@ public final class TransferSender extends TransferEndpoint {
     private final boolean holdSource;
     /** {@link TransferSafeguard#DRAINED_AFTER_WRITES_END}; false only in a test that shows the wait is what stops a leak */
     private final boolean drainAfterWritesEnd;
+    /** The safeguards switched off (empty in production): the two flags above, as a set. */
+    private final Set<TransferSafeguard> disabled;
     private final long drainDeadlineNanos;
     private final long descriptorTimeoutNanos;
     private final Long2ObjectHashMap<OutgoingTransfer> offers = new Long2ObjectHashMap<>();
@@ -163,22 +165,16 @@ public final class TransferSender extends TransferEndpoint {
         this.nextEarlyCancelPurge = clock.nanoTime(); // not 0: nanoTime's origin may lie in the future
         this.holdSource = !b.disabled.contains(TransferSafeguard.SOURCE_HOLD);
         this.drainAfterWritesEnd = !b.disabled.contains(TransferSafeguard.DRAINED_AFTER_WRITES_END);
-        if (!b.disabled.isEmpty()) {
-            LOG.log(System.Logger.Level.ERROR, "UNSAFE transfer sender built with safeguards DISABLED: " + b.disabled
+        this.disabled = b.disabled.isEmpty() ? Set.of() : Set.copyOf(b.disabled);
+        if (!disabled.isEmpty()) {
+            LOG.log(System.Logger.Level.ERROR, "UNSAFE transfer sender built with safeguards DISABLED: " + disabled
                 + " — for tests only; it can send one request's KV as another's");
         }
     }
 
     /** {@return the safeguards switched off (empty in production)} */
     public Set<TransferSafeguard> disabledSafeguards() {
-        final java.util.EnumSet<TransferSafeguard> off = java.util.EnumSet.noneOf(TransferSafeguard.class);
-        if (!holdSource) {
-            off.add(TransferSafeguard.SOURCE_HOLD);
-        }
-        if (!drainAfterWritesEnd) {
-            off.add(TransferSafeguard.DRAINED_AFTER_WRITES_END);
-        }
-        return java.util.Collections.unmodifiableSet(off);
+        return disabled;
     }
 
     /**
@@ -837,7 +833,6 @@ public final class TransferSender extends TransferEndpoint {
         for (int i = 0; i < scratch.size(); i++) {
             final OutgoingTransfer t = scratch.get(i);
             if (t.state == OutgoingTransfer.State.WAITING && now - t.deadline >= 0) {
-                metrics.descriptorTimeouts.increment();
                 endWaiting(t, FailureReason.TIMEOUT, "no descriptor within " + Duration.ofNanos(descriptorTimeoutNanos).toMillis() + " ms");
                 work++;
                 continue;
@@ -926,7 +921,7 @@ public final class TransferSender extends TransferEndpoint {
     @Override
     public String toString() {
         return "TransferSender[" + identity.environment() + ", " + peers.size() + " peers, " + offers.size() + " offered"
-            + (holdSource && drainAfterWritesEnd ? "" : ", UNSAFE: disabled " + disabledSafeguards()) + "]";
+            + (disabled.isEmpty() ? "" : ", UNSAFE: disabled " + disabled) + "]";
     }
 
     /** Builds a {@link TransferSender}. */
