@@ -349,7 +349,7 @@ final class HandleOps {
     private long tryPinWriter(long handle) {
         lock.lock();
         try {
-            return pinWriterLocked(handle, null);
+            return pinWriterLocked(handle, slots.counts().now);
         } finally {
             lock.unlock();
         }
@@ -358,8 +358,8 @@ final class HandleOps {
     /** Most pages pinned under one hold of the lock, so that allocation elsewhere waits no longer than that. */
     private static final int PINS_PER_LOCK = 64;
 
-    /** PIN_WRITER with the lock held, its phase move counted in {@code delta} (or at once if null). */
-    private long pinWriterLocked(long handle, PageCounts.Delta delta) {
+    /** PIN_WRITER with the lock held, its phase move counted in {@code sink} (the lock's delta, or at once). */
+    private long pinWriterLocked(long handle, PageCounts.Sink sink) {
         pool.ensureOpen();
         final long slot = slots.validate(handle);
         if (slot < 0) {
@@ -369,7 +369,7 @@ final class HandleOps {
         if (prefix.isPublished((int) slot)) {
             return PageHandle.ILLEGAL_STATE;
         }
-        final long word = slots.apply(handle, SlotEvent.PIN_WRITER, delta);
+        final long word = slots.apply(handle, SlotEvent.PIN_WRITER, sink);
         countRefusal(word);
         return word;
     }
@@ -434,7 +434,7 @@ final class HandleOps {
             java.util.Objects.checkFromToIndex(from, to, handles.length);
             int i = from;
             long word = 0;
-            final PageCounts.Delta delta = new PageCounts.Delta();
+            final PageCounts.Delta delta = slots.counts().locked; // touched only with the lock held
             try {
                 while (i < to && word >= 0) {
                     final int end = Math.min(to, i + PINS_PER_LOCK);

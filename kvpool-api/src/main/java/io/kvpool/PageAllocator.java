@@ -281,16 +281,16 @@ final class PageAllocator {
 
     /** @return the handle of a freshly allocated page (OWNED, refcount 1), or -1 if no page is left */
     long takeFreePageLocked() {
-        return takeFreePageLocked(false, null);
+        return takeFreePageLocked(false, slots.counts().now);
     }
 
     /**
      * @param pinned whether the page starts pinned for its writer (RECEIVING(1), see
-     *               {@link SlotTable#allocate(int, boolean, PageCounts.Delta)})
-     * @param delta  where its phase move is counted, or {@code null}: at once
+     *               {@link SlotTable#allocate(int, boolean, PageCounts.Sink)})
+     * @param sink   where its phase move is counted: the lock holder's delta, or {@link PageCounts#now}
      * @return the handle of a freshly allocated page (OWNED(1), or RECEIVING(1) if pinned), or -1 if no page is left
      */
-    long takeFreePageLocked(boolean pinned, PageCounts.Delta delta) {
+    long takeFreePageLocked(boolean pinned, PageCounts.Sink sink) {
         while (true) {
             // room for this page in the fill list first: once a slot is popped nothing may throw before it is allocated
             if (toFillCount == toFill.length) {
@@ -312,7 +312,7 @@ final class PageAllocator {
                 fill = fillMode != FillMode.NONE; // filled by the caller after the lock is released, before the handle escapes
             }
             fill |= unfilled[slot]; // its fill at free failed: filled like an evicted page, before the handle escapes
-            final long word = slots.allocate(slot, pinned, delta);
+            final long word = slots.allocate(slot, pinned, sink);
             if (word < 0) {
                 // not ours (an allocator bug, a corrupt word): never queue it for a fill, which could overwrite a page in use
                 throw new IllegalStateException("internal: free list held slot " + slot + " in state "

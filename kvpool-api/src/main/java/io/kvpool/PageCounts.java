@@ -33,14 +33,23 @@ final class PageCounts {
     final LongAdder quarantineEvents = new LongAdder();
     final LongAdder retired = new LongAdder();
 
-    /** Where a phase move is counted: these adders, or a batch's {@link Delta}. */
+    /**
+     * Where a phase move is counted: these adders ({@link #now}), or a batch's {@link Delta}. One small method a
+     * count, so that a batch's calls inline whatever the call site's profile and its delta can stay in registers.
+     */
     interface Sink {
-        /** Adds {@code n} to count {@code which} (one of the indices below). */
-        void count(int which, long n);
-    }
+        void receiving(long n);
 
-    // the counts a phase move changes, by index
-    private static final int RECEIVING = 0, DRAINING = 1, QUARANTINED = 2, QUARANTINE_EVENTS = 3, RETIRED = 4, COUNTS = 5;
+        void draining(long n);
+
+        void quarantined(long n);
+
+        /** One more entry into QUARANTINED. */
+        void quarantineEvent();
+
+        /** One more slot out of service. */
+        void retired();
+    }
 
     /**
      * Counts that a successful CAS moved a slot from phase {@code from} to phase {@code to} (both SlotStateMachine
@@ -51,18 +60,18 @@ final class PageCounts {
             return;
         }
         switch (from) {
-            case SlotStateMachine.RECEIVING -> sink.count(RECEIVING, -1);
-            case SlotStateMachine.DRAINING -> sink.count(DRAINING, -1);
-            case SlotStateMachine.QUARANTINED -> sink.count(QUARANTINED, -1);
+            case SlotStateMachine.RECEIVING -> sink.receiving(-1);
+            case SlotStateMachine.DRAINING -> sink.draining(-1);
+            case SlotStateMachine.QUARANTINED -> sink.quarantined(-1);
             default -> { }
         }
         switch (to) {
-            case SlotStateMachine.RETIRED -> sink.count(RETIRED, 1);
-            case SlotStateMachine.RECEIVING -> sink.count(RECEIVING, 1);
-            case SlotStateMachine.DRAINING -> sink.count(DRAINING, 1);
+            case SlotStateMachine.RETIRED -> sink.retired();
+            case SlotStateMachine.RECEIVING -> sink.receiving(1);
+            case SlotStateMachine.DRAINING -> sink.draining(1);
             case SlotStateMachine.QUARANTINED -> {
-                sink.count(QUARANTINED, 1);
-                sink.count(QUARANTINE_EVENTS, 1);
+                sink.quarantined(1);
+                sink.quarantineEvent();
             }
             default -> { }
         }
@@ -74,7 +83,7 @@ final class PageCounts {
     /**
      * The pages in a pinned phase, read while they may move between those phases (a transport ending its receives as
      * the pool closes), counting each at most once. Moves go RECEIVING → DRAINING → QUARANTINED, and every move
-     * decrements its old count before it increments its new one ({@link #moved}, and {@link #add} in index order), so
+     * decrements its old count before it increments its new one ({@link #moved}, and {@link #add} in that order), so
      * counts read against that direction may miss a page that moved meanwhile but never count it twice. Read along it,
      * a page could be seen in RECEIVING and then again in DRAINING.
      *
@@ -107,36 +116,96 @@ final class PageCounts {
     }
 
     /** The counts themselves as a sink: every move lands at once. */
-    final Sink now = (which, n) -> adder(which).add(n);
-
-    private LongAdder adder(int which) {
-        return switch (which) {
-            case RECEIVING -> receiving;
-            case DRAINING -> draining;
-            case QUARANTINED -> quarantined;
-            case QUARANTINE_EVENTS -> quarantineEvents;
-            case RETIRED -> retired;
-            default -> throw new IllegalArgumentException("no count " + which);
-        };
-    }
-
-    /** Phase moves of one batch, in plain fields of the thread that runs it; {@link #add} hands them over. */
-    static final class Delta implements Sink {
-        private final long[] n = new long[COUNTS];
+    final Sink now = new Sink() {
+        @Override
+        public void receiving(long n) {
+            receiving.add(n);
+        }
 
         @Override
-        public void count(int which, long k) {
-            n[which] += k;
+        public void draining(long n) {
+            draining.add(n);
+        }
+
+        @Override
+        public void quarantined(long n) {
+            quarantined.add(n);
+        }
+
+        @Override
+        public void quarantineEvent() {
+            quarantineEvents.increment();
+        }
+
+        @Override
+        public void retired() {
+            retired.increment();
+        }
+    };
+
+    /**
+     * The delta of the batches that run under the pool lock (a pinned allocation, a pin of many pages): only its
+     * holder touches it, and it {@link #add}s it before it lets the lock go, so it is zero whenever the lock is free
+     * and no such batch allocates one of its own.
+     */
+    final Delta locked = new Delta();
+
+    /**
+     * Phase moves of one batch, in plain fields of the thread that runs it; {@link #add} hands them over. Fields, not
+     * an array: a batch whose calls inline names each field outright, so the JIT can keep its delta in registers
+     * instead of allocating it (an array indexed by a variable it cannot).
+     */
+    static final class Delta implements Sink {
+        private long receiving, draining, quarantined, quarantineEvents, retired;
+
+        @Override
+        public void receiving(long n) {
+            receiving += n;
+        }
+
+        @Override
+        public void draining(long n) {
+            draining += n;
+        }
+
+        @Override
+        public void quarantined(long n) {
+            quarantined += n;
+        }
+
+        @Override
+        public void quarantineEvent() {
+            quarantineEvents++;
+        }
+
+        @Override
+        public void retired() {
+            retired++;
         }
     }
 
     /** Adds a batch's moves (one adder call per count that changed) and zeroes the delta. */
     void add(Delta d) {
-        for (int i = 0; i < COUNTS; i++) {
-            if (d.n[i] != 0) {
-                adder(i).add(d.n[i]);
-                d.n[i] = 0;
-            }
+        // in the order of the moves (see pinnedAtMostOnce): an earlier phase's count lands before a later one's
+        if (d.receiving != 0) {
+            receiving.add(d.receiving);
+            d.receiving = 0;
+        }
+        if (d.draining != 0) {
+            draining.add(d.draining);
+            d.draining = 0;
+        }
+        if (d.quarantined != 0) {
+            quarantined.add(d.quarantined);
+            d.quarantined = 0;
+        }
+        if (d.quarantineEvents != 0) {
+            quarantineEvents.add(d.quarantineEvents);
+            d.quarantineEvents = 0;
+        }
+        if (d.retired != 0) {
+            retired.add(d.retired);
+            d.retired = 0;
         }
     }
 }

@@ -45,13 +45,13 @@ final class PoolAllocations {
      * @param total  the sum of the planned pages, {@code > 0}
      * @param beyond the sum over the sequences of the planned pages their reservations do not cover
      * @param pinned whether the pages start pinned for a writer, RECEIVING(1), before their handles leave the
-     *               allocating thread (one store each, {@link SlotTable#allocate(int, boolean, PageCounts.Delta)}); else OWNED(1)
+     *               allocating thread (one store each, {@link SlotTable#allocate(int, boolean, PageCounts.Sink)}); else OWNED(1)
      * @return {@code total}; or {@code -short} when the pool has {@code short} too few free unreserved pages for
      *         {@code beyond} (nothing is allocated then)
      */
     long tryAllocateEach(Sequence head, int total, long beyond, boolean pinned) {
         final int[] toFill;
-        final PageCounts.Delta delta = pinned ? new PageCounts.Delta() : null; // RECEIVING counted once, not per page
+        final PageCounts.Delta delta = slots.counts().locked; // RECEIVING counted once, not per page; the lock's own
         lock.lock();
         try {
             pool.ensureOpen();
@@ -101,9 +101,7 @@ final class PoolAllocations {
             }
             reservations.remove(fromReservations);
         } finally {
-            if (delta != null) {
-                slots.counts().add(delta); // under the lock: close counts the pinned pages under it
-            }
+            slots.counts().add(delta); // under the lock: close counts the pinned pages under it
             lock.unlock();
         }
         try {
@@ -146,9 +144,7 @@ final class PoolAllocations {
      */
     private int releaseTakenLocked(Sequence head, Sequence failed, int k, int total, boolean pinned, PageCounts.Delta delta) {
         allocator.clearToFillLocked(); // released below: the free path fills them
-        if (delta != null) {
-            slots.counts().add(delta); // the pinned pages counted in, before their unpins below count them out
-        }
+        slots.counts().add(delta); // the pinned pages counted in, before their unpins below count them out
         int taken = k;
         Error error = failed == null ? null : unpinAndReleaseLocked(failed.allocated, k, pinned, null);
         for (Sequence seq = head; seq != failed; seq = seq.stepNext) {

@@ -66,14 +66,15 @@ final class SlotTable {
      *         for a handle of another pool)
      */
     long apply(long handle, SlotEvent event) {
-        return apply(handle, event, null);
+        return apply(handle, event, counts.now);
     }
 
     /**
-     * As {@link #apply(long, SlotEvent)}, the phase move counted in {@code delta} (a batch's, added to the counts
-     * at its end) or, if it is {@code null}, in the counts at once.
+     * As {@link #apply(long, SlotEvent)}, the phase move counted in {@code sink}: a batch's {@link PageCounts.Delta},
+     * added to the counts at its end, or {@link PageCounts#now}. Never null: a batch's delta that reaches here
+     * unmerged with another sink can be kept in registers by the JIT.
      */
-    long apply(long handle, SlotEvent event, PageCounts.Delta delta) {
+    long apply(long handle, SlotEvent event, PageCounts.Sink sink) {
         final long refused = screen(handle);
         if (refused < 0) {
             return refused;
@@ -88,7 +89,7 @@ final class SlotTable {
                 return next;
             }
             if (words.compareAndSet(slot, word, next)) {
-                PageCounts.moved(SlotStateMachine.phase(word), SlotStateMachine.phase(next), delta == null ? counts.now : delta);
+                PageCounts.moved(SlotStateMachine.phase(word), SlotStateMachine.phase(next), sink);
                 return next;
             }
         }
@@ -105,7 +106,7 @@ final class SlotTable {
      *         {@link PageHandle#ILLEGAL_STATE} if the slot was not FREE (an allocator bug)
      */
     long allocate(int slot) {
-        return allocate(slot, false, null);
+        return allocate(slot, false, counts.now);
     }
 
     /**
@@ -113,11 +114,11 @@ final class SlotTable {
      * PIN_WRITER, FREE → RECEIVING(1), in the same one store. Nobody else holds the new handle, so no event can
      * come between the two, with the generation check disabled (a test's safeguard switch) too.
      *
-     * @param delta where the phase move is counted (a batch's, added under the same lock), or {@code null}: at once
+     * @param sink  where the phase move is counted: a batch's delta (added under the same lock), or {@link PageCounts#now}
      * @return the new state word (RECEIVING(1) when pinned, unless the slot retired), or
      *         {@link PageHandle#ILLEGAL_STATE} if the slot was not FREE
      */
-    long allocate(int slot, boolean pinned, PageCounts.Delta delta) {
+    long allocate(int slot, boolean pinned, PageCounts.Sink sink) {
         final long word = words.getVolatile(slot);
         long next = SlotStateMachine.next(word, 0, SlotEvent.ALLOCATE);
         if (pinned && next >= 0 && SlotStateMachine.phase(next) == SlotStateMachine.OWNED) {
@@ -126,7 +127,7 @@ final class SlotTable {
         if (next >= 0) {
             words.setRelease(slot, next);
             // RETIRED at the last generation
-            PageCounts.moved(SlotStateMachine.FREE, SlotStateMachine.phase(next), delta == null ? counts.now : delta);
+            PageCounts.moved(SlotStateMachine.FREE, SlotStateMachine.phase(next), sink);
         }
         return next;
     }
