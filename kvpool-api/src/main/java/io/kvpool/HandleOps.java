@@ -253,23 +253,23 @@ final class HandleOps {
 
     /**
      * RELEASE of {@code handles[from .. to)}, last first: what {@code transition(h, RELEASE)} on each would do, except
-     * that the pages that become FREE reach the return stack in runs of up to {@code run.length}, one CAS a run. A
+     * that the pages that become FREE reach the return stack in runs of up to {@value #RELEASE_RUN}, one CAS a run. A
      * refusal does not stop it: every other page is released, then the first refusal is thrown. Nor does an Error of a
      * freed page's fill: that page goes to the return stack unfilled (filled before reuse), and the Error is thrown
-     * after the rest.
+     * after the rest. Allocates nothing but a refusal: a run is linked through the return stack, not kept in an array
+     * (a sequence's close and truncate allocate nothing, see OomRecoveryTest).
      *
-     * @param run the caller's scratch, at least one entry
      * @return how many of the pages became FREE and reached a free structure (the return stack or the owner's cache)
      * @throws IllegalStateException if the pool is closed and keeps no pinned pages
      */
-    int releaseAll(long[] handles, int from, int to, int[] run) {
+    int releaseAll(long[] handles, int from, int to) {
         final boolean closed = pool.isClosed();
         if (closed && !lifetime.retained()) {
             throw new IllegalStateException("kvpool is closed");
         }
         RuntimeException first = null;
         Error error = null;
-        int n = 0, freed = 0;
+        int n = 0, bottom = -1, top = -1, freed = 0; // the run: n pages linked from bottom up to top
         try {
             for (int i = to - 1; i >= from; i--) {
                 final long handle = handles[i];
@@ -300,9 +300,14 @@ final class HandleOps {
                     }
                     freed++;
                     if (toStack) {
-                        run[n++] = slot;
-                        if (n == run.length) {
-                            allocator.returnRun(run, n, closed);
+                        if (n == 0) {
+                            bottom = slot;
+                        } else {
+                            allocator.linkRun(top, slot);
+                        }
+                        top = slot;
+                        if (++n == RELEASE_RUN) {
+                            allocator.returnRun(bottom, top, n, closed);
                             n = 0;
                         }
                     }
@@ -311,7 +316,7 @@ final class HandleOps {
                 }
             }
         } finally {
-            allocator.returnRun(run, n, closed); // a FREE page never stays out of the free structures
+            allocator.returnRun(bottom, top, n, closed); // a FREE page never stays out of the free structures
         }
         if (error != null) {
             if (first != null) {
@@ -324,6 +329,9 @@ final class HandleOps {
         }
         return freed;
     }
+
+    /** Most freed pages {@link #releaseAll} holds out of the free structures before it pushes them, with one CAS. */
+    static final int RELEASE_RUN = 64;
 
     /** A page that just RETIRED leaves the prefix index, if it was there (pool lock): it can never be attached again. */
     private void unpublishRetired(int slot) {

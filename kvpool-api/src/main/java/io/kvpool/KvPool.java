@@ -236,7 +236,7 @@ public final class KvPool implements AutoCloseable {
      */
     public void releaseAll(long[] handles, int from, int to) {
         java.util.Objects.checkFromToIndex(from, to, handles.length);
-        ops.releaseAll(handles, from, to, new int[Math.min(64, Math.max(1, to - from))]);
+        ops.releaseAll(handles, from, to);
     }
 
     /**
@@ -481,7 +481,8 @@ public final class KvPool implements AutoCloseable {
 
     // internal: the allocations Sequence makes through the pool lock; raw transitions, for tests
     PoolAllocations allocations() { return allocations; }
-    int releaseAll(long[] handles, int from, int to, int[] run) { return ops.releaseAll(handles, from, to, run); }
+    /** @return how many pages became FREE: {@link #releaseAll(long[], int, int)} with no range check, for Sequence */
+    int releaseFreeing(long[] handles, int from, int to) { return ops.releaseAll(handles, from, to); }
     long tryTransition(long handle, SlotEvent event) { return ops.tryTransition(handle, event); }
 
 

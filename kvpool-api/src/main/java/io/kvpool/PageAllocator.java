@@ -162,7 +162,8 @@ final class PageAllocator {
 
     /**
      * {@link #onBecameFree} for a run of pages (a sequence's truncate or close): fills {@code slot} and keeps it in
-     * the owner's cache when it can; otherwise the caller adds it to a run it hands to {@link #returnRun}.
+     * the owner's cache when it can; otherwise the caller adds it to a run ({@link #linkRun}) it hands to
+     * {@link #returnRun}.
      *
      * @return whether the page must still go to the return stack
      * @throws Error an Error of the fill other than InternalError, after the page was marked unfilled: the caller
@@ -212,10 +213,18 @@ final class PageAllocator {
         return unfilled[slot];
     }
 
-    /** Puts the pages {@link #prepareFree} left for the return stack there, with one CAS. */
-    void returnRun(int[] slots, int n, boolean closed) {
+    /**
+     * Adds {@code slot}, which {@link #prepareFree} left for the return stack, to the top of a run of the caller's:
+     * linked through the return stack itself (see {@link ReturnStack#link}), so a run needs no scratch array.
+     */
+    void linkRun(int top, int slot) {
+        returned.link(top, slot);
+    }
+
+    /** Puts a run of {@code n} pages linked by {@link #linkRun}, from {@code bottom} up to {@code top}, on the return stack with one CAS. */
+    void returnRun(int bottom, int top, int n, boolean closed) {
         if (n > 0) {
-            returned.pushAll(slots, n);
+            returned.pushRun(bottom, top, n);
             afterReturned(closed);
         }
     }

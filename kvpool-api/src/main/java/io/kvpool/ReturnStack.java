@@ -12,7 +12,7 @@ import java.lang.invoke.VarHandle;
  * <pre>
  *  head (one long):  [ count (32 bits) | top slot + 1 (32 bits, 0 = empty) ]
  *  next[slot]:       the slot below it, or -1
- *  pushAll:          links a run below its last slot first, then swings the head with one CAS
+ *  pushAll, pushRun: a run is linked below its top slot first (link), then the head swings to it with one CAS
  * </pre>
  * Keeping the count in the head makes {@link #sizeVolatile()} exact at every linearization point.
  */
@@ -58,15 +58,34 @@ final class ReturnStack {
      */
     void pushAll(int[] slots, int n) {
         for (int i = 1; i < n; i++) {
-            next[slots[i]] = slots[i - 1]; // plain stores, published by the CAS below
+            link(slots[i - 1], slots[i]);
         }
-        final int bottom = slots[0];
+        pushRun(slots[0], slots[n - 1], n);
+    }
+
+    /**
+     * Puts {@code slot} above {@code below} in a run the caller is building, to push with {@link #pushRun}: a plain
+     * store, published by that push's CAS. Both slots must be FREE pages the caller holds out of every free structure
+     * (only a slot's pusher writes its link, and the stack reads it only once the slot is pushed), so that nothing
+     * but the caller's scratch-free run needs to remember them meanwhile.
+     */
+    void link(int below, int slot) {
+        next[slot] = below;
+    }
+
+    /**
+     * Pushes a run of {@code n} slots linked by {@link #link} from {@code bottom} up to {@code top} with one CAS, as
+     * {@code n} pushes from the bottom up would. Thread-safe, lock-free.
+     *
+     * @param n slots in the run, ≥ 1
+     */
+    void pushRun(int bottom, int top, int n) {
         final long add = (long) n << 32;
-        final long top = slots[n - 1] + 1L;
+        final long topWord = top + 1L;
         while (true) {
             final long h = (long) HEAD.getVolatile(this);
-            next[bottom] = (int) h - 1;
-            if (HEAD.compareAndSet(this, h, ((h & 0xFFFF_FFFF_0000_0000L) + add) | top)) {
+            next[bottom] = (int) h - 1; // plain store, published by the CAS below
+            if (HEAD.compareAndSet(this, h, ((h & 0xFFFF_FFFF_0000_0000L) + add) | topWord)) {
                 return;
             }
         }

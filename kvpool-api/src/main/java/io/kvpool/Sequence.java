@@ -94,11 +94,6 @@ public final class Sequence implements AutoCloseable {
     private long[] pageDigestLo;
     /** Scratch for the handles of one allocation, reused so that append allocates nothing. */
     long[] allocated = new long[2];
-    /** The scratch for the slots of one run of released pages (KvPool#releaseAll); made with the page tables. */
-    private int[] freedRun;
-    /** The scratch of a release of no page: nothing is ever written into it. */
-    private static final int[] NO_RUN = new int[1];
-    private static final int FREED_RUN = 32;
     private int[] copyFrom = new int[1];
     private int[] copyTo = new int[1];
 
@@ -120,7 +115,6 @@ public final class Sequence implements AutoCloseable {
         this.hasSalt = hasSalt;
         this.handles = initialPages == 0 ? NO_LONGS : new long[initialPages];
         this.blockTable = initialPages == 0 ? NO_INTS : new int[initialPages];
-        this.freedRun = initialPages == 0 ? null : new int[FREED_RUN]; // with the tables: see ensureRoom
     }
 
     // ---- queries ----
@@ -483,7 +477,6 @@ public final class Sequence implements AutoCloseable {
         }
         final int dropped = pageCount - keep;
         final long regrowth = Math.max(0, pool.layout().pagesFor(admittedTokens) - keep); // pages the admission still owes
-        final int[] run = dropped > 0 ? freedRun : null; // made with the first page: nothing is allocated here
         unsharedAtEpoch = -1;
         if (dropped > 0) {
             structureVersion++;
@@ -501,7 +494,7 @@ public final class Sequence implements AutoCloseable {
             final int end = pageCount;
             pageCount = keep;
             try {
-                freed = pool.releaseAll(handles, keep, end, run); // last page first, one return-stack CAS a run
+                freed = pool.releaseFreeing(handles, keep, end); // last page first, one return-stack CAS a run; allocates nothing
             } catch (RuntimeException | Error e) {
                 failed = e; // every page was released but the refused ones: finish the bookkeeping, then throw
             }
@@ -713,7 +706,6 @@ public final class Sequence implements AutoCloseable {
         if (closed) {
             return;
         }
-        final int[] run = pageCount > 0 ? freedRun : NO_RUN; // made with the first page: nothing is allocated here
         closed = true;
         if (pool.isClosed()) {
             pageCount = 0; // nothing to release into a closed pool, but nothing named either (BlockTable, pageIndex)
@@ -722,7 +714,7 @@ public final class Sequence implements AutoCloseable {
         }
         Throwable first = null;
         try {
-            pool.releaseAll(handles, 0, pageCount, run); // last page first: a cached prefix's tail is evicted first
+            pool.releaseFreeing(handles, 0, pageCount); // last page first: a cached prefix's tail is evicted first; allocates nothing
         } catch (RuntimeException | Error e) { // every page was released but the refused ones: the reservation goes too
             first = e;
         }
@@ -772,9 +764,6 @@ public final class Sequence implements AutoCloseable {
             final long admittedPages = pool.layout().pagesFor(admittedTokens) + 1;
             final int n = (int) Math.max(Math.max(Math.max(8, handles.length * 2L), pages),
                 Math.min(admittedPages, PageHandle.MAX_SLOT + 1L));
-            // the release scratch with the first page: a close or truncate then allocates nothing, so one called to undo
-            // a failed admission with the heap full (an OutOfMemoryError mid-attach) still frees what was attached
-            final int[] run = freedRun != null ? freedRun : new int[FREED_RUN];
             final long[] grownHandles = Arrays.copyOf(handles, n);
             final int[] grownTable = Arrays.copyOf(blockTable, n);
             if (pageDigestHi != null) {
@@ -784,7 +773,6 @@ public final class Sequence implements AutoCloseable {
             }
             handles = grownHandles; // last: an allocation that failed above leaves the tables as they were
             blockTable = grownTable;
-            freedRun = run;
         }
     }
 

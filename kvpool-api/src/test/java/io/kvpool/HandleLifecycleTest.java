@@ -208,6 +208,31 @@ class HandleLifecycleTest {
         }
     }
 
+    @Test
+    void releaseAllAllocatesNothing() {
+        final com.sun.management.ThreadMXBean threads =
+            (com.sun.management.ThreadMXBean) java.lang.management.ManagementFactory.getThreadMXBean();
+        final int pages = 2 * HandleOps.RELEASE_RUN + 8; // more than one run of freed pages a call
+        try (KvPool pool = TestPools.pool(pages)) {
+            final long[] h = new long[pages];
+            final int calls = 2_000, warmup = 500;
+            long allocated = 0;
+            threads.getCurrentThreadAllocatedBytes();
+            for (int c = 0; c < calls; c++) {
+                for (int i = 0; i < pages; i++) {
+                    h[i] = pool.tryAllocate();
+                }
+                final long before = threads.getCurrentThreadAllocatedBytes();
+                pool.releaseAll(h, 0, pages); // every page freed
+                if (c >= warmup) {
+                    allocated += threads.getCurrentThreadAllocatedBytes() - before;
+                }
+            }
+            assertEquals(pages, pool.verifyAccounting().free());
+            assertTrue(allocated < calls - warmup, allocated + " bytes allocated by " + (calls - warmup) + " releaseAll calls");
+        }
+    }
+
     /** Slot words that run a hook once, on the current thread, just before the CAS on one slot. */
     static final class CasHookWords extends ForwardingSlotWords {
         volatile int slot = -1;

@@ -16,7 +16,7 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
  * {@link OomRecoveryMain} in a child JVM with a 32 MiB heap, fills it, runs the operation, frees the heap and reads
  * the pool: once every sequence is closed no page may be OWNED.
  * <pre>
- *   close     Sequence.close() allocates nothing (its release scratch is made with the first page), so it succeeds
+ *   close     Sequence.close() allocates nothing (a run of freed pages is linked through the return stack), so it succeeds
  *   truncate  Sequence.truncate(): the same
  *   forkClose a fork's close and its parent's: the same for a sequence made with its page tables
  *   evict     an append whose fill of an evicted prefix page throws, after every page of the step was taken: its undo
