@@ -37,7 +37,7 @@ final class PoolAllocations {
 
     /**
      * Allocates the pages planned for the sequences listed from {@code head} through {@code Sequence#stepNext}
-     * (each one's {@code stepPages}, into its {@code allocated} scratch) under one acquisition of the lock: each
+     * (each one's {@code stepPages}, into its {@code stepOut()}) under one acquisition of the lock: each
      * sequence's pages come first from its reservation (as far as its plan's {@code stepCoverable} says), the rest from
      * unreserved free pages. All or nothing.
      * Evicted prefix pages are filled after the lock is released, before this returns.
@@ -67,6 +67,8 @@ final class PoolAllocations {
             int fromReservations = 0;
             for (Sequence seq = head; seq != null; seq = seq.stepNext) {
                 final int pages = seq.stepPages;
+                final long[] out = seq.stepOut();
+                final int at = seq.stepOutFrom();
                 for (int k = 0; k < pages; k++) {
                     final long handle;
                     try {
@@ -82,7 +84,7 @@ final class PoolAllocations {
                     if (handle < 0) { // only possible when slots retired under us
                         return -releaseTakenLocked(head, seq, k, total, pinned, delta);
                     }
-                    seq.allocated[k] = handle;
+                    out[at + k] = handle;
                 }
                 final int fromReservation = seq.stepCoverable; // ≤ pages and ≤ its reservation (Sequence#planAppend)
                 seq.stepFromReservation = fromReservation;
@@ -146,9 +148,9 @@ final class PoolAllocations {
         allocator.clearToFillLocked(); // released below: the free path fills them
         slots.counts().add(delta); // the pinned pages counted in, before their unpins below count them out
         int taken = k;
-        Error error = failed == null ? null : unpinAndReleaseLocked(failed.allocated, k, pinned, null);
+        Error error = failed == null ? null : unpinAndReleaseLocked(failed.stepOut(), failed.stepOutFrom(), k, pinned, null);
         for (Sequence seq = head; seq != failed; seq = seq.stepNext) {
-            error = unpinAndReleaseLocked(seq.allocated, seq.stepPages, pinned, error);
+            error = unpinAndReleaseLocked(seq.stepOut(), seq.stepOutFrom(), seq.stepPages, pinned, error);
             taken += seq.stepPages;
             seq.reservedPages += seq.stepFromReservation;
         }
@@ -163,23 +165,23 @@ final class PoolAllocations {
      * {@link #release}, after ending the pins of pages allocated pinned. Under the lock of an allocation that found the
      * pool open (and close takes the lock), so ending a pin never reaches the kept-storage release, which takes it too.
      */
-    private Error unpinAndReleaseLocked(long[] handles, int count, boolean pinned, Error error) {
+    private Error unpinAndReleaseLocked(long[] handles, int from, int count, boolean pinned, Error error) {
         if (pinned) {
-            ops.unpinUnwritten(handles, 0, count);
+            ops.unpinUnwritten(handles, from, from + count);
         }
-        return release(handles, count, error);
+        return release(handles, from, count, error);
     }
 
     /**
-     * Releases the first {@code count} fresh pages of {@code handles}, unpinned and unshared: each goes FREE. An Error
+     * Releases the {@code count} fresh pages of {@code handles} from {@code from}, unpinned and unshared: each goes FREE. An Error
      * of a freed page's fill does not stop it (that page still reaches the free pages, to be filled before reuse): the
      * undo's bookkeeping must still run, so the Error is handed back for the caller to throw after it.
      *
      * @param error the first Error of the undo so far, or {@code null}
      * @return {@code error}, or else the first Error of these releases, or {@code null}
      */
-    private Error release(long[] handles, int count, Error error) {
-        for (int j = 0; j < count; j++) {
+    private Error release(long[] handles, int from, int count, Error error) {
+        for (int j = from; j < from + count; j++) {
             try {
                 ops.tryTransition(handles[j], SlotEvent.RELEASE);
             } catch (Error e) {
@@ -204,7 +206,7 @@ final class PoolAllocations {
     void undoEach(Sequence head, boolean pinned) {
         if (pinned) {
             for (Sequence seq = head; seq != null; seq = seq.stepNext) {
-                ops.unpinUnwritten(seq.allocated, 0, seq.stepPages); // no writer was given them: nothing to wait for
+                ops.unpinUnwritten(seq.stepOut(), seq.stepOutFrom(), seq.stepOutFrom() + seq.stepPages); // no writer was given them: nothing to wait for
             }
         }
         Error error = null;
@@ -212,7 +214,7 @@ final class PoolAllocations {
         try {
             int fromReservations = 0;
             for (Sequence seq = head; seq != null; seq = seq.stepNext) {
-                error = release(seq.allocated, seq.stepPages, error);
+                error = release(seq.stepOut(), seq.stepOutFrom(), seq.stepPages, error);
                 seq.reservedPages += seq.stepFromReservation;
                 fromReservations += seq.stepFromReservation;
             }

@@ -92,8 +92,12 @@ public final class Sequence implements AutoCloseable {
      */
     private long[] pageDigestHi;
     private long[] pageDigestLo;
-    /** Scratch for the handles of one allocation, reused so that append allocates nothing. */
-    long[] allocated = new long[2];
+    /**
+     * Scratch for the pages of a step with a copy-on-write (the copy first), reused so that append allocates nothing;
+     * made by the first such step. A step with no copy needs none: its pages go straight into the page table's tail
+     * (see {@link #stepOut}).
+     */
+    long[] allocated = NO_LONGS;
     private int[] copyFrom = new int[1];
     private int[] copyTo = new int[1];
 
@@ -277,7 +281,8 @@ public final class Sequence implements AutoCloseable {
 
     // ---- an append in four steps, shared with KvPool#appendEach ----
     //   planAppend   checks and decides the pages (changes nothing but the plan's fields; grows the tables for them)
-    //   the pool     allocates stepPages pages into `allocated` (PoolAllocations#tryAllocateEach), fills evicted ones
+    //   the pool     allocates stepPages pages into stepOut() from stepOutFrom() (PoolAllocations#tryAllocateEach):
+    //                the page table's tail, or with a copy the `allocated` scratch; fills evicted ones
     //   copy         copyLastPageInto, when stepCow (the only step that can fail after the allocation: undoEach)
     //   applyAppend  puts the pages in the block table and counts the tokens (cannot fail)
     //   release      the shared page a copy-on-write replaced: its other holder may have let go meanwhile, and then
@@ -323,8 +328,8 @@ public final class Sequence implements AutoCloseable {
         if (allocate != 0) {
             stepCoverable = coverable(newPages);
         }
-        if (allocate != 0 && allocated.length < allocate) { // the array's header is another cache line: only when needed
-            allocated = new long[Math.max(allocate, allocated.length * 2)];
+        if (stepCow && allocated.length < allocate) { // the array's header is another cache line: only when needed
+            allocated = new long[Math.max(allocate, Math.max(2, allocated.length * 2))];
         }
         // the tables grow here, before anything is allocated, not in applyAppend: an OutOfMemoryError there would leave
         // pages taken and recorded nowhere (an append past the admitted tokens, every decode step under PROMPT_ONLY)
@@ -346,6 +351,22 @@ public final class Sequence implements AutoCloseable {
         }
         unsharedAtEpoch = epoch;
         return false;
+    }
+
+    /**
+     * Where the pool puts the pages of the planned step ({@link #stepPages} of them, from {@link #stepOutFrom()}): with
+     * a copy-on-write, the {@link #allocated} scratch, the copy first (the page it replaces stays in the table until
+     * {@link #applyAppend}); else the page table's tail past the last page, which {@link #planAppend} grew for them and
+     * which nothing reads before {@link #applyAppend} counts them in. Pages an undo gives back may stay written there,
+     * past {@link #pageCount()}, as in the scratch.
+     */
+    long[] stepOut() {
+        return stepCow ? allocated : handles;
+    }
+
+    /** @return the index in {@link #stepOut()} of the planned step's first page */
+    int stepOutFrom() {
+        return stepCow ? 0 : pageCount;
     }
 
     /**
@@ -415,7 +436,7 @@ public final class Sequence implements AutoCloseable {
     }
 
     /**
-     * Completes an append planned by {@link #planAppend} whose {@link #stepPages} pages are in {@link #allocated}.
+     * Completes an append planned by {@link #planAppend} whose {@link #stepPages} pages are in {@link #stepOut()}.
      * Cannot fail. The caller releases the page a copy-on-write replaced, once every sequence of its step is complete.
      *
      * @return the handle of the replaced shared page, still referenced for the caller to release; or
@@ -423,20 +444,23 @@ public final class Sequence implements AutoCloseable {
      */
     long applyAppend(int n) {
         final int allocate = stepPages;
-        long replaced = PageHandle.NONE;
-        int k = 0;
-        if (stepCow) {
-            final long fresh = allocated[k++];
-            replaced = handles[pageCount - 1];
-            handles[pageCount - 1] = fresh;
-            blockTable[pageCount - 1] = PageHandle.slot(fresh);
-            unsharedAtEpoch = -1;
-            structureVersion++;
-            if (publishedPages > pageCount - 1) {
-                publishedPages = pageCount - 1;
+        if (!stepCow) {
+            for (int k = 0; k < allocate; k++) {
+                addPage(handles[pageCount]); // already in place: the allocation wrote the table's tail (stepOut)
             }
+            tokenCount += n;
+            return PageHandle.NONE;
         }
-        for (; k < allocate; k++) {
+        final long fresh = allocated[0];
+        final long replaced = handles[pageCount - 1];
+        handles[pageCount - 1] = fresh;
+        blockTable[pageCount - 1] = PageHandle.slot(fresh);
+        unsharedAtEpoch = -1;
+        structureVersion++;
+        if (publishedPages > pageCount - 1) {
+            publishedPages = pageCount - 1;
+        }
+        for (int k = 1; k < allocate; k++) {
             addPage(allocated[k]);
         }
         tokenCount += n;
