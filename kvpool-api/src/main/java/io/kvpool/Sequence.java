@@ -98,8 +98,8 @@ public final class Sequence implements AutoCloseable {
      * (see {@link #stepOut}).
      */
     long[] allocated = NO_LONGS;
-    private int[] copyFrom = new int[1];
-    private int[] copyTo = new int[1];
+    /** The source and destination slots of a copy-on-write, for the storage's copy; made by the first such step. */
+    private int[] copySlots = NO_INTS;
 
     private static final long[] NO_LONGS = new long[0];
     private static final int[] NO_INTS = new int[0];
@@ -331,6 +331,9 @@ public final class Sequence implements AutoCloseable {
         if (stepCow && allocated.length < allocate) { // the array's header is another cache line: only when needed
             allocated = new long[Math.max(allocate, Math.max(2, allocated.length * 2))];
         }
+        if (stepCow && copySlots.length == 0) {
+            copySlots = new int[2];
+        }
         // the tables grow here, before anything is allocated, not in applyAppend: an OutOfMemoryError there would leave
         // pages taken and recorded nowhere (an append past the admitted tokens, every decode step under PROMPT_ONLY)
         ensureRoom(pageCount + newPages);
@@ -416,9 +419,9 @@ public final class Sequence implements AutoCloseable {
      * @throws StaleHandleException if the last page's handle is stale (or not of this pool); nothing is copied
      */
     void copyLastPageInto(long fresh) {
-        copyFrom[0] = checkedSlot(pageCount - 1, "copy-on-write of page " + (pageCount - 1) + " of the sequence");
-        copyTo[0] = PageHandle.slot(fresh);
-        pool.storage().copyPages(copyFrom, 0, copyTo, 0, 1);
+        copySlots[0] = checkedSlot(pageCount - 1, "copy-on-write of page " + (pageCount - 1) + " of the sequence");
+        copySlots[1] = PageHandle.slot(fresh);
+        pool.storage().copyPages(copySlots, 0, copySlots, 1, 1); // made by planAppend with the plan's copy
     }
 
     /**
