@@ -419,20 +419,24 @@ public final class Sequence implements AutoCloseable {
      * @throws StaleHandleException if the last page's handle is stale (or not of this pool); nothing is copied
      */
     void copyLastPageInto(long fresh) {
-        copySlots[0] = checkedSlot(pageCount - 1, "copy-on-write of page " + (pageCount - 1) + " of the sequence");
+        copySlots[0] = checkedSlot(pageCount - 1, -1);
         copySlots[1] = PageHandle.slot(fresh);
         pool.storage().copyPages(copySlots, 0, copySlots, 1, 1); // made by planAppend with the plan's copy
     }
 
     /**
+     * @param truncateTo the tokens of the truncate that checks, or -1 for a copy-on-write: where the page was met, put
+     *                   into words only for a refusal, so that a check that passes allocates nothing
      * @return the slot of page {@code i}, after checking that its handle is still current
-     * @throws StaleHandleException if it is not (or not of this pool), naming {@code where} it was met
+     * @throws StaleHandleException if it is not (or not of this pool), naming where it was met
      */
-    private int checkedSlot(int i, String where) {
+    private int checkedSlot(int i, int truncateTo) {
         final long h = handles[i];
         try {
             return pool.accessibleSlot(h);
         } catch (StaleHandleException e) { // the pool's refusal, with where it met this sequence
+            final String where = truncateTo < 0 ? "copy-on-write of page " + i + " of the sequence"
+                : "truncate to " + truncateTo + " tokens, whose last page is page " + i;
             throw new StaleHandleException(h, e.refusal(), where + ": " + e.getMessage()
                 + " (the page was released behind the sequence's back)");
         }
@@ -500,7 +504,7 @@ public final class Sequence implements AutoCloseable {
         if (n % tokensPerPage != 0) {
             // a partial last page is unpublished below if the cache holds it and only its holder does: through a stale
             // handle that would take another request's page out of the cache (and leave it to be written in place)
-            checkedSlot(keep - 1, "truncate to " + n + " tokens, whose last page is page " + (keep - 1));
+            checkedSlot(keep - 1, n);
         }
         final int dropped = pageCount - keep;
         final long regrowth = Math.max(0, pool.layout().pagesFor(admittedTokens) - keep); // pages the admission still owes
