@@ -307,8 +307,8 @@ final class HandleOps {
                         }
                         top = slot;
                         if (++n == RELEASE_RUN) {
-                            allocator.returnRun(bottom, top, n, closed);
-                            n = 0;
+                            n = 0; // first: the finally below must not push the run again if what follows the push throws
+                            allocator.returnRun(bottom, top, RELEASE_RUN, closed);
                         }
                     }
                 } else if (phase == SlotStateMachine.RETIRED) {
