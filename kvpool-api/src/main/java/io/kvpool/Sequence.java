@@ -452,8 +452,14 @@ public final class Sequence implements AutoCloseable {
     long applyAppend(int n) {
         final int allocate = stepPages;
         if (!stepCow) {
-            for (int k = 0; k < allocate; k++) {
-                addPage(handles[pageCount]); // already in place: the allocation wrote the table's tail (stepOut)
+            // the handles are in place (the allocation wrote the table's tail, stepOut) and the table has room (planAppend)
+            final int end = pageCount + allocate;
+            for (int i = pageCount; i < end; i++) {
+                blockTable[i] = PageHandle.slot(handles[i]);
+            }
+            if (allocate > 0) {
+                pageCount = end;
+                unsharedAtEpoch = -1;
             }
             tokenCount += n;
             return PageHandle.NONE;
