@@ -305,15 +305,18 @@ abstract class TransferEndpoint implements AutoCloseable {
         // A peer that is down (FAILED and REFUSED are final) and owes no write's terminal state (users only
         // grow on an UP peer) will never be polled again: drop it, so reconnects do not slow the cycle.
         // Its link's late events then find no peer (as a down peer's are ignored anyway), and the subclass drops
-        // what it kept for the peer.
-        polled.removeIf(p -> {
+        // what it kept for the peer. An index loop, not removeIf: its predicate would capture this engine, an
+        // allocation every cycle.
+        for (int i = 0; i < polled.size(); ) {
+            final Peer p = polled.get(i);
             if ((p.state == Peer.State.FAILED || p.state == Peer.State.REFUSED) && p.users == 0) {
+                polled.remove(i);
                 byLink.remove(p.link, p);
                 onPeerGone(p);
-                return true;
+            } else {
+                i++;
             }
-            return false;
-        });
+        }
         if (heartbeat.isOn() && !closed) {
             work += heartbeats(now);
         }

@@ -1322,8 +1322,12 @@ public final class TransferReceiver extends TransferEndpoint {
     @Override
     int onDuty(long now) {
         int work = 0;
+        // releasing one transfer can end others (a teardown): iterate a copy, made element by element (addAll would
+        // allocate an array every cycle)
         scratch.clear();
-        scratch.addAll(active); // releasing one transfer can end others (a teardown): iterate a copy
+        for (int i = 0; i < active.size(); i++) {
+            scratch.add(active.get(i));
+        }
         for (int i = 0; i < scratch.size(); i++) {
             final IncomingTransfer t = scratch.get(i);
             switch (t.state) {

@@ -828,8 +828,12 @@ public final class TransferSender extends TransferEndpoint {
             });
             abortedEarly.values().removeIf(ab -> now - ab.expires() >= 0);
         }
+        // a copy: ending one transfer can end others (a failed send takes its peer down). Copied element by element:
+        // addAll would allocate an array every cycle
         scratch.clear();
-        scratch.addAll(active);
+        for (int i = 0; i < active.size(); i++) {
+            scratch.add(active.get(i));
+        }
         for (int i = 0; i < scratch.size(); i++) {
             final OutgoingTransfer t = scratch.get(i);
             if (t.state == OutgoingTransfer.State.WAITING && now - t.deadline >= 0) {
