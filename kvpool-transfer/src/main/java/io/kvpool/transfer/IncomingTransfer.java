@@ -49,6 +49,7 @@ public final class IncomingTransfer {
     Registration[] registrations;
     boolean[] completed;
     boolean[] confirmed;
+    /** Per rank, once the transfer failed: whether it is a suspect (only the transport's proof confirms it); {@code null} before. */
     boolean[] suspect;
     /** Per rank, once the transfer failed: what proved the rank's writes over, {@code null} while nothing has. */
     WriteProof[] proofs;

@@ -377,8 +377,14 @@ public final class TransferReceiver extends TransferEndpoint {
         }
         metrics.started.increment();
         final long[] handles = new long[seq.pageCount()];
+        final int n = senderPeers.length;
+        // one sender registers every page: its slots are read with the handles, in one pass
+        final int[] slotsOf = n == 1 ? new int[handles.length] : null;
         for (int i = 0; i < handles.length; i++) {
             handles[i] = seq.pageHandle(i);
+            if (slotsOf != null) {
+                slotsOf[i] = PageHandle.slot(handles[i]);
+            }
         }
         t.sequence = seq;
         t.structureVersion = seq.structureVersion();
@@ -387,25 +393,19 @@ public final class TransferReceiver extends TransferEndpoint {
         t.transferId = slot;
         t.generation = ++slotGeneration[slot];
         slots[slot] = t;
-        final int n = senderPeers.length;
         t.registrations = new Registration[n];
         t.completed = new boolean[n];
         t.confirmed = new boolean[n];
-        t.suspect = new boolean[n];
         t.tokenCounts = new int[n];
         t.state = IncomingTransfer.State.RECEIVING;
         t.deadline = now + completionTimeoutNanos;
         active.add(t);
-        final int[] slotsOf = new int[handles.length];
-        for (int i = 0; i < handles.length; i++) {
-            slotsOf[i] = PageHandle.slot(handles[i]);
-        }
         for (int r = 0; r < n; r++) {
             final Peer p = peers.get(senderPeers[r]);
             final int from = TransferPlan.firstPage(handles.length, n, r);
             final int to = TransferPlan.firstPage(handles.length, n, r + 1);
             try {
-                t.registrations[r] = p.link.register(pool.storage(), n == 1 ? slotsOf : Arrays.copyOfRange(slotsOf, from, to));
+                t.registrations[r] = p.link.register(pool.storage(), n == 1 ? slotsOf : slotsOf(handles, from, to));
             } catch (LinkFailedException e) { // the link went down: another link may take the request
                 fail(t, FailureReason.PEER_LOST, "could not register " + (to - from) + " pages on " + p + ": " + e.getMessage(), now);
                 return t;
@@ -424,6 +424,15 @@ public final class TransferReceiver extends TransferEndpoint {
             }
         }
         return t;
+    }
+
+    /** @return the slots of {@code handles[from, to)}: one sender's share, which its link registers */
+    private static int[] slotsOf(long[] handles, int from, int to) {
+        final int[] slots = new int[to - from];
+        for (int i = from; i < to; i++) {
+            slots[i - from] = PageHandle.slot(handles[i]);
+        }
+        return slots;
     }
 
     /**
@@ -1030,6 +1039,7 @@ public final class TransferReceiver extends TransferEndpoint {
         t.message = message;
         metrics.failures.get(reason).increment();
         t.proofs = new WriteProof[t.senderPeers.length];
+        t.suspect = new boolean[t.senderPeers.length]; // read from DRAINING on, which only this method enters
         final boolean[] unregistered = new boolean[t.senderPeers.length];
         for (int r = 0; r < t.proofs.length; r++) {
             if (t.confirmed[r]) {
