@@ -82,6 +82,11 @@ abstract class TransferEndpoint implements AutoCloseable {
     /** The clock at the last heartbeat check (at construction before the first): a long gap is this engine's own stall. */
     private long lastHeartbeatCycleNanos;
     boolean closed;
+    /**
+     * The time {@link #doWork()} read before its polls, which the handlers of the events those polls deliver take as
+     * theirs rather than reading the clock again (owner thread).
+     */
+    long cycleNanos;
     /** The buffer {@link #send} encodes frames into, reused from message to message (owner thread). */
     private ByteBuffer sendBuffer = ByteBuffer.allocate(4096);
     /** Frames up to this size leave their buffer for the next; a larger one (a descriptor of thousands of pages) does not. */
@@ -292,6 +297,7 @@ abstract class TransferEndpoint implements AutoCloseable {
         // backlogged), so a link judged silent at this time was silent. Read after them, a frame arriving on a link
         // already polled while a later poll ran would go unread at a time past its deadline.
         final long now = clock.nanoTime();
+        cycleNanos = now;
         int work = 0;
         for (int i = 0; i < polled.size(); i++) {
             final Peer p = polled.get(i);

@@ -729,7 +729,7 @@ public final class TransferReceiver extends TransferEndpoint {
             }
             return;
         }
-        final long now = clock.nanoTime();
+        final long now = cycleNanos; // a completion comes from doWork's polls
         final int pages = t.handles.length;
         final int from = TransferPlan.firstPage(pages, t.senderPeers.length, r);
         final int to = TransferPlan.firstPage(pages, t.senderPeers.length, r + 1);

@@ -275,11 +275,12 @@ public final class TransferSender extends TransferEndpoint {
         metrics.offered.increment();
         offers.put(requestId, t);
         bySerial.put(t.serial, t);
-        t.deadline = clock.nanoTime() + descriptorTimeoutNanos;
+        final long now = clock.nanoTime();
+        t.deadline = now + descriptorTimeoutNanos;
         active.add(t);
         abortedEarly.remove(requestId); // offered again: a descriptor for it is this offer's
         final EarlyCancel ec = cancelledEarly.remove(requestId);
-        if (ec != null && clock.nanoTime() - ec.expires() >= 0) {
+        if (ec != null && now - ec.expires() >= 0) {
             metrics.cancelsIgnored.increment(); // expired, not purged yet: as if it had been
         } else if (ec != null) { // the receiver refused the request before we offered it: release now, not at the timeout
             metrics.cancelled.increment();
