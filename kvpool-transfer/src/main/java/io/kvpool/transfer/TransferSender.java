@@ -133,8 +133,12 @@ public final class TransferSender extends TransferEndpoint {
         return r;
     }
 
-    /** Notes a descriptor seen; {@code over} with counts when nothing of it can be in flight. */
-    private void seen(Peer p, long transferId, int generation, int rank, boolean over, long posted, long proven) {
+    /**
+     * Notes a descriptor seen; {@code over} with counts when nothing of it can be in flight.
+     *
+     * @return the slot's record
+     */
+    private SlotRecord seen(Peer p, long transferId, int generation, int rank, boolean over, long posted, long proven) {
         final SlotRecord r = record(p, transferId, true);
         if (generation > r.generation || generation == r.generation && (!r.over || posted >= r.posted)) {
             if (generation > r.generation) {
@@ -146,6 +150,7 @@ public final class TransferSender extends TransferEndpoint {
             r.posted = posted;
             r.proven = proven;
         }
+        return r;
     }
 
     private TransferSender(Builder b) {
@@ -398,8 +403,7 @@ public final class TransferSender extends TransferEndpoint {
     private void begin(OutgoingTransfer t, Peer p, Message.Descriptor d) {
         t.peer = p;
         p.users++;
-        seen(p, d.transferId(), d.generation(), d.senderRank(), false, 0, 0);
-        final SlotRecord begun = record(p, d.transferId(), false);
+        final SlotRecord begun = seen(p, d.transferId(), d.generation(), d.senderRank(), false, 0, 0);
         begun.begun = true;
         begun.requestId = t.requestId;
         t.transferId = d.transferId();
