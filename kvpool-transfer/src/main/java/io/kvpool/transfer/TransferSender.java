@@ -247,7 +247,7 @@ public final class TransferSender extends TransferEndpoint {
         for (int i = 0; i < handles.length; i++) {
             handles[i] = source.pageHandle(i);
         }
-        return offer(requestId, handles, source.tokenCount());
+        return offer(requestId, handles, source.tokenCount(), false); // our own array: the transfer keeps it
     }
 
     /**
@@ -267,6 +267,11 @@ public final class TransferSender extends TransferEndpoint {
      *                                  (nothing is retained)
      */
     public OutgoingTransfer offer(long requestId, long[] handles, int tokenCount) {
+        return offer(requestId, handles, tokenCount, true);
+    }
+
+    /** @param copy whether {@code handles} is the caller's, which it may reuse: the transfer keeps a copy */
+    private OutgoingTransfer offer(long requestId, long[] handles, int tokenCount, boolean copy) {
         ensureOpen();
         if (offers.containsKey(requestId)) {
             throw new IllegalStateException("request " + requestId + " is already offered");
@@ -276,7 +281,7 @@ public final class TransferSender extends TransferEndpoint {
                 + handles.length);
         }
         pool.retainAll(handles, 0, handles.length); // all or none
-        final OutgoingTransfer t = new OutgoingTransfer(requestId, handles.clone(), tokenCount, nextSerial++);
+        final OutgoingTransfer t = new OutgoingTransfer(requestId, copy ? handles.clone() : handles, tokenCount, nextSerial++);
         metrics.offered.increment();
         offers.put(requestId, t);
         bySerial.put(t.serial, t);
