@@ -96,9 +96,8 @@ public final class WireCodec {
                 }
                 body.putLong(d.requestId()).putLong(d.transferId()).putInt(d.generation()).putInt(d.expectedTokens())
                     .putLong(d.layoutFingerprint()).putInt(d.senders()).putInt(d.senderRank()).putInt(d.pageHandles().length);
-                for (long h : d.pageHandles()) {
-                    body.putLong(h);
-                }
+                body.asLongBuffer().put(d.pageHandles()); // one bulk copy, in the body's (little-endian) order
+                body.position(body.position() + 8 * d.pageHandles().length);
                 body.putInt(d.regionKey().length).put(d.regionKey());
             }
             case Message.Completion c -> {
@@ -107,9 +106,8 @@ public final class WireCodec {
                 final int[] cs = c.checksums() == null ? NO_CHECKSUMS : c.checksums();
                 requireArray("checksums", cs.length);
                 body.putInt(cs.length);
-                for (int x : cs) {
-                    body.putInt(x);
-                }
+                body.asIntBuffer().put(cs); // one bulk copy, in the body's (little-endian) order
+                body.position(body.position() + 4 * cs.length);
                 body.putLong(c.posted()).putLong(c.succeeded()).putLong(c.failed());
             }
             case Message.Abort a -> {
@@ -276,9 +274,8 @@ public final class WireCodec {
                     final int senders = b.getInt();
                     final int rank = b.getInt();
                     final long[] handles = new long[count(b, "pageHandles", MAX_ARRAY, 8)];
-                    for (int i = 0; i < handles.length; i++) {
-                        handles[i] = b.getLong();
-                    }
+                    b.asLongBuffer().get(handles); // one bulk copy, in the frame's (little-endian) order
+                    b.position(b.position() + 8 * handles.length);
                     final byte[] key = new byte[count(b, "regionKey", MAX_KEY_BYTES, 1)];
                     b.get(key);
                     yield new Message.Descriptor(requestId, transferId, generation, tokens, fp, senders, rank, handles, key);
@@ -298,8 +295,9 @@ public final class WireCodec {
                         throw new MalformedMessageException("completion: " + n + " checksums but checksumsPresent=0");
                     }
                     final int[] cs = present == 0 ? null : new int[n];
-                    for (int i = 0; i < n; i++) {
-                        cs[i] = b.getInt();
+                    if (cs != null) {
+                        b.asIntBuffer().get(cs); // one bulk copy, in the frame's (little-endian) order
+                        b.position(b.position() + 4 * n);
                     }
                     yield new Message.Completion(transferId, generation, rank, tokens, firstPage, cs, b.getLong(), b.getLong(), b.getLong());
                 }
