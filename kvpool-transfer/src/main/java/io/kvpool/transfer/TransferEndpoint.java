@@ -478,7 +478,8 @@ abstract class TransferEndpoint implements AutoCloseable {
         final int version;
         try {
             version = WireCodec.version(frame);
-            m = WireCodec.decode(frame);
+            // no engine reads a descriptor's page handles (a sender needs their count, a receiver refuses descriptors)
+            m = WireCodec.decode(frame, false);
         } catch (MalformedMessageException e) {
             malformedFrames.increment();
             fail(p, Peer.State.FAILED, "malformed frame: " + e.getMessage());

@@ -363,8 +363,8 @@ public final class TransferSender extends TransferEndpoint {
             ? "rank " + d.senderRank() + " of " + d.senders() + " senders"
             : d.expectedTokens() < 0
             ? d.expectedTokens() + " tokens"
-            : d.pageHandles().length == 0 || d.pageHandles().length != layout.pagesFor(d.expectedTokens())
-            ? d.pageHandles().length + " pages for " + d.expectedTokens() + " tokens" : null;
+            : d.pages() == 0 || d.pages() != layout.pagesFor(d.expectedTokens())
+            ? d.pages() + " pages for " + d.expectedTokens() + " tokens" : null;
         if (bad != null) {
             refuse(p, d.transferId(), d.generation(), d.senderRank(), "bad descriptor: " + bad);
             return;
@@ -415,7 +415,7 @@ public final class TransferSender extends TransferEndpoint {
         t.generation = d.generation();
         t.rank = d.senderRank();
         t.senders = d.senders();
-        final int pages = d.pageHandles().length;
+        final int pages = d.pages();
         t.firstPage = TransferPlan.firstPage(pages, d.senders(), d.senderRank());
         t.endPage = TransferPlan.firstPage(pages, d.senders(), d.senderRank() + 1);
         t.nextPage = t.firstPage;

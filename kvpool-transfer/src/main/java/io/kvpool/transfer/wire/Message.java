@@ -64,19 +64,52 @@ public sealed interface Message {
      * @param senders           how many senders write into this transfer (each covers a page range, see
      *                          {@link io.kvpool.transfer.TransferPlan#firstPage})
      * @param senderRank        which of them this descriptor is for
-     * @param pageHandles       the destination pages' generation-tagged handles, in logical order
+     * @param pageHandles       the destination pages' generation-tagged handles, in logical order; empty in a
+     *                          descriptor decoded without them ({@link WireCodec#decode(java.nio.ByteBuffer, boolean)})
      * @param regionKey         transport-specific bytes that let the sender address the pages
+     * @param pages             how many destination pages the descriptor names: {@code pageHandles.length} unless the
+     *                          handles were not decoded
      */
     record Descriptor(long requestId, long transferId, int generation, int expectedTokens, long layoutFingerprint,
-                      int senders, int senderRank, long[] pageHandles, byte[] regionKey) implements Message {
+                      int senders, int senderRank, long[] pageHandles, byte[] regionKey, int pages) implements Message {
         /**
          * Creates the message; it keeps the arrays, not copies.
          *
-         * @throws NullPointerException if {@code pageHandles} or {@code regionKey} is null
+         * @throws NullPointerException     if {@code pageHandles} or {@code regionKey} is null
+         * @throws IllegalArgumentException if {@code pages} is negative, or {@code pageHandles} is neither empty nor
+         *                                  {@code pages} long
          */
         public Descriptor {
             Objects.requireNonNull(pageHandles, "pageHandles");
             Objects.requireNonNull(regionKey, "regionKey");
+            if (pages < 0 || pageHandles.length != pages && pageHandles.length != 0) {
+                throw new IllegalArgumentException(pageHandles.length + " page handles for " + pages + " pages");
+            }
+        }
+
+        /**
+         * Creates the message with its page handles ({@code pages} is their count); it keeps the arrays, not copies.
+         *
+         * @param requestId         the request
+         * @param transferId        the receiver's transfer slot
+         * @param generation        the slot's generation
+         * @param expectedTokens    the exact number of tokens the receiver will accept
+         * @param layoutFingerprint the receiver pool's layout
+         * @param senders           how many senders write into this transfer
+         * @param senderRank        which of them this descriptor is for
+         * @param pageHandles       the destination pages' handles, in logical order
+         * @param regionKey         transport-specific bytes that let the sender address the pages
+         * @throws NullPointerException if {@code pageHandles} or {@code regionKey} is null
+         */
+        public Descriptor(long requestId, long transferId, int generation, int expectedTokens, long layoutFingerprint,
+                          int senders, int senderRank, long[] pageHandles, byte[] regionKey) {
+            this(requestId, transferId, generation, expectedTokens, layoutFingerprint, senders, senderRank, pageHandles,
+                regionKey, Objects.requireNonNull(pageHandles, "pageHandles").length);
+        }
+
+        /** {@return whether {@link #pageHandles()} holds every page's handle (false once decoded without them)} */
+        public boolean hasPageHandles() {
+            return pageHandles.length == pages;
         }
 
         @Override
@@ -89,19 +122,20 @@ public sealed interface Message {
             return o instanceof Descriptor d && requestId == d.requestId && transferId == d.transferId
                 && generation == d.generation && expectedTokens == d.expectedTokens
                 && layoutFingerprint == d.layoutFingerprint && senders == d.senders && senderRank == d.senderRank
-                && Arrays.equals(pageHandles, d.pageHandles) && Arrays.equals(regionKey, d.regionKey);
+                && Arrays.equals(pageHandles, d.pageHandles) && Arrays.equals(regionKey, d.regionKey) && pages == d.pages;
         }
 
         @Override
         public int hashCode() {
             return Objects.hash(requestId, transferId, generation, expectedTokens, layoutFingerprint, senders, senderRank,
-                Arrays.hashCode(pageHandles), Arrays.hashCode(regionKey));
+                Arrays.hashCode(pageHandles), Arrays.hashCode(regionKey), pages);
         }
 
         @Override
         public String toString() {
             return "Descriptor[request=" + requestId + ", transfer=" + transferId + "/" + generation + ", tokens="
-                + expectedTokens + ", pages=" + pageHandles.length + ", rank=" + senderRank + "/" + senders + "]";
+                + expectedTokens + ", pages=" + pages + (hasPageHandles() ? "" : " (handles not decoded)") + ", rank="
+                + senderRank + "/" + senders + "]";
         }
     }
 

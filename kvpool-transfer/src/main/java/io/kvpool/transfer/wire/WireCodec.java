@@ -38,7 +38,8 @@ public final class WireCodec {
      *                a single version)
      * @return the frame for a message, as a new array
      * @throws IllegalArgumentException for a version this code does not speak, a message that version lacks, a
-     *                                  version-1 HELLO of a range, or a HELLO in a version that is not a HELLO layout
+     *                                  version-1 HELLO of a range, a HELLO in a version that is not a HELLO layout, or a
+     *                                  descriptor decoded without its page handles
      */
     public static byte[] encode(Message m, int version) {
         return encode(m, version, null).array(); // a buffer of exactly the frame's size
@@ -66,6 +67,9 @@ public final class WireCodec {
         }
         if (m instanceof Message.Hello && version > HELLO_FORMAT) {
             throw new IllegalArgumentException("a HELLO's header names its body layout, 1 or " + HELLO_FORMAT + ", not " + version);
+        }
+        if (m instanceof Message.Descriptor d && !d.hasPageHandles()) {
+            throw new IllegalArgumentException("a descriptor decoded without its page handles cannot be encoded: " + d);
         }
         final boolean v1Hello = version == 1 && m instanceof Message.Hello;
         if (v1Hello && ((Message.Hello) m).identity().minVersion() != ((Message.Hello) m).identity().maxVersion()) {
@@ -156,7 +160,7 @@ public final class WireCodec {
             case Message.Hello h -> 4 + 4 + 8 + strLen(h.identity().modelId()) + strLen(h.identity().environment())
                 + strLen(h.identity().buildVersion());
             case Message.Refuse r -> strLen(truncate(r.reason()));
-            case Message.Descriptor d -> 8 + 8 + 4 + 4 + 8 + 4 + 4 + 4 + 8 * d.pageHandles().length + 4 + d.regionKey().length;
+            case Message.Descriptor d -> 8 + 8 + 4 + 4 + 8 + 4 + 4 + 4 + 8 * d.pages() + 4 + d.regionKey().length;
             case Message.Completion c -> 8 + 4 + 4 + 4 + 4 + 1 + 4 + 4 * (c.checksums() == null ? 0 : c.checksums().length) + 24;
             case Message.Abort a -> 8 + 4 + 4 + strLen(truncate(a.detail()));
             case Message.Drained d -> 8 + 4 + 4 + 24;
@@ -240,19 +244,36 @@ public final class WireCodec {
      * @throws MalformedMessageException if the bytes are not exactly one valid frame
      */
     public static Message decode(ByteBuffer frame) {
+        return decode(frame, true);
+    }
+
+    /**
+     * Decodes exactly one frame as {@link #decode(ByteBuffer)} does, with every check it makes, for a reader that may
+     * not need a descriptor's page handles: the engines (a sender needs only how many there are, a receiver refuses
+     * descriptors), which then allocate no array of them per descriptor.
+     *
+     * @param frame       the frame, between position and limit
+     * @param pageHandles whether a DESCRIPTOR's page handles are read; if not, its {@link Message.Descriptor#pageHandles()}
+     *                    is empty, {@link Message.Descriptor#pages()} counts them, and it cannot be encoded again
+     * @return the message
+     * @throws MalformedMessageException if the bytes are not exactly one valid frame
+     */
+    public static Message decode(ByteBuffer frame, boolean pageHandles) {
         final int start = frame.position();
         final ByteOrder order = frame.order();
         try {
             // the caller's buffer itself, not a slice: deep in a duty cycle's inlining, escape analysis could not remove
             // a slice, and each frame cost an allocation
-            return decode(frame.order(ByteOrder.LITTLE_ENDIAN), start);
+            return decode(frame.order(ByteOrder.LITTLE_ENDIAN), start, pageHandles);
         } finally {
             frame.order(order).position(start);
         }
     }
 
-    /** {@link #decode(ByteBuffer)} of the frame at {@code start}, in little-endian order. */
-    private static Message decode(ByteBuffer b, int start) {
+    private static final long[] NO_HANDLES = new long[0];
+
+    /** {@link #decode(ByteBuffer, boolean)} of the frame at {@code start}, in little-endian order. */
+    private static Message decode(ByteBuffer b, int start, boolean pageHandles) {
         final int len = bodyLength(b);
         final int version = b.get(start + 2) & 0xFF;
         final int type = b.get(start + 3) & 0xFF;
@@ -273,12 +294,13 @@ public final class WireCodec {
                     final long fp = b.getLong();
                     final int senders = b.getInt();
                     final int rank = b.getInt();
-                    final long[] handles = new long[count(b, "pageHandles", MAX_ARRAY, 8)];
+                    final int pages = count(b, "pageHandles", MAX_ARRAY, 8);
+                    final long[] handles = pageHandles && pages > 0 ? new long[pages] : NO_HANDLES;
                     b.asLongBuffer().get(handles); // one bulk copy, in the frame's (little-endian) order
-                    b.position(b.position() + 8 * handles.length);
+                    b.position(b.position() + 8 * pages);
                     final byte[] key = new byte[count(b, "regionKey", MAX_KEY_BYTES, 1)];
                     b.get(key);
-                    yield new Message.Descriptor(requestId, transferId, generation, tokens, fp, senders, rank, handles, key);
+                    yield new Message.Descriptor(requestId, transferId, generation, tokens, fp, senders, rank, handles, key, pages);
                 }
                 case COMPLETION -> {
                     final long transferId = b.getLong();

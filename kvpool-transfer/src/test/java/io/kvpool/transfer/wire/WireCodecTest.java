@@ -277,6 +277,10 @@ class WireCodecTest {
         for (String f : fragments) {
             assertTrue(e.getMessage().contains(f), () -> "message '" + e.getMessage() + "' does not name '" + f + "'");
         }
+        // the engines' decode, which skips a descriptor's handles, refuses it for the same reason
+        final MalformedMessageException skipping = assertThrows(MalformedMessageException.class,
+            () -> WireCodec.decode(ByteBuffer.wrap(frame), false), () -> "decoded without handles " + HexFormat.of().formatHex(frame));
+        assertEquals(e.getMessage(), skipping.getMessage());
     }
 
     static byte[] frame(Message m) {
@@ -504,6 +508,28 @@ class WireCodecTest {
             () -> WireCodec.encode(new Message.Descriptor(1, 0, 1, 4, 0, 1, 0, new long[1], new byte[MAX_KEY_BYTES + 1])));
         assertThrows(IllegalArgumentException.class,
             () -> WireCodec.encode(new Message.Completion(1, 0, 0, 4, 0, new int[MAX_ARRAY + 1], 0, 0, 0)));
+    }
+
+    @Test
+    void aDescriptorDecodedWithoutItsHandlesKeepsTheirCountAndEveryOtherField() {
+        for (Message m : samples()) {
+            final Message back = WireCodec.decode(ByteBuffer.wrap(WireCodec.encode(m)), false);
+            if (!(m instanceof Message.Descriptor d)) {
+                assertEquals(m, back, "only a descriptor decodes otherwise");
+                continue;
+            }
+            final Message.Descriptor b = (Message.Descriptor) back;
+            final int pages = d.pageHandles().length;
+            assertEquals(new Message.Descriptor(d.requestId(), d.transferId(), d.generation(), d.expectedTokens(),
+                d.layoutFingerprint(), d.senders(), d.senderRank(), new long[0], d.regionKey(), pages), b);
+            assertEquals(pages, b.pages());
+            assertEquals(pages == 0, b.hasPageHandles(), "no handle is missing from a descriptor of no page");
+            if (pages > 0) {
+                assertThrows(IllegalArgumentException.class, () -> WireCodec.encode(b), "its handles are not there to send");
+            }
+        }
+        assertThrows(IllegalArgumentException.class, () -> new Message.Descriptor(1, 0, 1, 4, 0, 1, 0, new long[2], new byte[0], 3));
+        assertThrows(IllegalArgumentException.class, () -> new Message.Descriptor(1, 0, 1, 4, 0, 1, 0, new long[0], new byte[0], -1));
     }
 
     @Test
