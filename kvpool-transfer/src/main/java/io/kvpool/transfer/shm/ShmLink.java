@@ -47,7 +47,8 @@ import java.util.Optional;
  *       answer; the connector maps it and deletes its name. A version-2 connector, or a listener that could
  *       not create the file, keeps the frames on the socket. Frames sent before the bootstrap exchange is
  *       done wait in this link until it is. In ring mode the socket is read at most every
- *       {@value #SOCKET_CHECK_MICROS} µs, for its EOF: the frames the peer put in the ring before it closed
+ *       {@value #SOCKET_CHECK_MICROS} µs, for its EOF, by a {@link #poll} whose first ring read finds nothing (an
+ *       EOF matters only once the ring is empty): the frames the peer put in the ring before it closed
  *       are all delivered before the failure is. A listener that closes before the connector mapped the ring
  *       leaves the ring's name for it when frames wait there.</li>
  *   <li><b>Writes</b> ({@link #putBatch}) are synchronous {@link MemorySegment#copy} calls from the source
@@ -413,12 +414,17 @@ public final class ShmLink implements PeerLink {
         return "the control ring " + ringFile.file() + " faulted (truncated under its mapping?): " + e.getMessage();
     }
 
-    private void readIn() {
+    /**
+     * Reads what the peer sent into {@code in}.
+     *
+     * @param probe in ring mode, whether this read may check the socket for the peer's EOF (the first read of a poll)
+     */
+    private void readIn(boolean probe) {
         if (failure != null || closed || tornDown) {
             return;
         }
         if (ringIn != null) {
-            readRing();
+            readRing(probe);
             return;
         }
         try {
@@ -445,16 +451,22 @@ public final class ShmLink implements PeerLink {
 
     /**
      * Ring mode: moves what the peer published into {@code in}, and reads the socket — for its EOF only — at
-     * most every {@value #SOCKET_CHECK_MICROS} µs. After the EOF the link fails once the ring is empty, so that
-     * every frame the peer wrote before it closed is delivered first.
+     * most every {@value #SOCKET_CHECK_MICROS} µs, and only when {@code probe} and the ring gave nothing. After the
+     * EOF the link fails once the ring is empty, so that every frame the peer wrote before it closed is delivered first.
+     *
+     * @param probe whether this read may check the socket: the first of a poll, so that the clock is read at most once
+     *              per poll (and not at all while the ring delivers)
      */
-    private void readRing() {
+    private void readRing(boolean probe) {
         try {
             final int n = ringIn.read(in);
             if (n > 0 && ringNameLive) {
                 deleteRingName(); // the peer wrote into the ring, so it has mapped it: the name is no longer needed
             }
             if (!peerEof) {
+                if (!probe || n > 0) {
+                    return; // the EOF matters only once the ring is empty: a later poll that finds it empty checks
+                }
                 final long now = System.nanoTime();
                 if (now - lastSocketCheck < SOCKET_CHECK_MICROS * 1_000) {
                     return;
@@ -483,8 +495,13 @@ public final class ShmLink implements PeerLink {
 
     /** Sends queued bytes, reads what arrived and completes the bootstrap if it can. Never blocks. */
     void progress() {
+        progress(true);
+    }
+
+    /** As {@link #progress()}; {@code probe} as {@link #readIn}'s. */
+    private void progress(boolean probe) {
         flushOut();
-        readIn();
+        readIn(probe);
         if (peer == null && (failure == null || in.position() > 0)) {
             tryBootstrap();
         }
@@ -617,7 +634,7 @@ public final class ShmLink implements PeerLink {
         int n = 0;
         while (n < limit) {
             final int round = n;
-            n += deliverFrames(listener, limit - n);
+            n += deliverFrames(listener, limit - n, round == 0); // a later round follows one that delivered: no probe
             if (n >= limit) {
                 return n;
             }
@@ -661,10 +678,14 @@ public final class ShmLink implements PeerLink {
         return n;
     }
 
-    /** Reads what the peer sent and delivers at most {@code limit} complete frames. */
-    private int deliverFrames(LinkListener listener, int limit) {
+    /**
+     * Reads what the peer sent and delivers at most {@code limit} complete frames.
+     *
+     * @param probe whether its first read may check the socket ({@link #readRing}); the reads after a frame do not
+     */
+    private int deliverFrames(LinkListener listener, int limit, boolean probe) {
         int n = 0;
-        progress();
+        progress(probe);
         while (n < limit && peer != null && !closed) {
             final int avail = in.position() - readPos;
             if (avail < WireFormat.HEADER_BYTES) {
@@ -681,7 +702,7 @@ public final class ShmLink implements PeerLink {
             if (avail < frameBytes) {
                 if (frameBytes > in.capacity() - readPos) {
                     grow(frameBytes);
-                    readIn();
+                    readIn(false);
                     continue;
                 }
                 break;
@@ -692,7 +713,7 @@ public final class ShmLink implements PeerLink {
             n++;
             if (avail - frameBytes < WireFormat.HEADER_BYTES && failure == null && !closed && !tornDown) {
                 compact();
-                readIn();
+                readIn(false);
             }
         }
         if (failure != null || closed || tornDown) {
