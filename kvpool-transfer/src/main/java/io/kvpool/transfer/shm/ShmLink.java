@@ -6,7 +6,6 @@ import io.kvpool.transfer.TransferException;
 import io.kvpool.transfer.spi.LinkFailedException;
 import io.kvpool.transfer.spi.LinkListener;
 import io.kvpool.transfer.spi.PeerLink;
-import io.kvpool.transfer.spi.FixedRegistration;
 import io.kvpool.transfer.spi.Registration;
 import io.kvpool.transfer.spi.RemoteRegion;
 import io.kvpool.transfer.spi.SlotChecks;
@@ -16,6 +15,7 @@ import io.kvpool.transfer.wire.WireFormat;
 
 import java.io.IOException;
 import java.lang.foreign.MemorySegment;
+import java.lang.invoke.MethodHandles;
 import java.lang.invoke.VarHandle;
 import java.nio.ByteBuffer;
 import java.nio.ByteOrder;
@@ -74,6 +74,9 @@ public final class ShmLink implements PeerLink {
 
     private static final int KEY_MAGIC = 0x4B4D4853; // "SHMK"
     private static final int KEY_FIXED_BYTES = 4 + 8 + 4 + 4;
+    /** A region key's fields, little-endian: magic at 0, pool file identity at 4, registration id at 12, count at 16, slots from 20. */
+    private static final VarHandle KEY_INT = MethodHandles.byteArrayViewVarHandle(int[].class, ByteOrder.LITTLE_ENDIAN);
+    private static final VarHandle KEY_LONG = MethodHandles.byteArrayViewVarHandle(long[].class, ByteOrder.LITTLE_ENDIAN);
     /** Most slots one registration can list (its key must fit {@link WireFormat#MAX_KEY_BYTES}). */
     public static final int MAX_REGISTERED_SLOTS = (WireFormat.MAX_KEY_BYTES - KEY_FIXED_BYTES) / 4;
 
@@ -801,12 +804,50 @@ public final class ShmLink implements PeerLink {
         }
         SlotChecks.requireDistinct(slots, local.pageCount(), "registered twice");
         final int id = nextRegistration++;
-        final ByteBuffer key = ByteBuffer.allocate(KEY_FIXED_BYTES + 4 * slots.length).order(ByteOrder.LITTLE_ENDIAN);
-        key.putInt(KEY_MAGIC).putLong(local.identity()).putInt(id).putInt(slots.length);
-        for (int s : slots) {
-            key.putInt(s);
+        final byte[] key = new byte[KEY_FIXED_BYTES + 4 * slots.length];
+        KEY_INT.set(key, 0, KEY_MAGIC);
+        KEY_LONG.set(key, 4, local.identity());
+        KEY_INT.set(key, 12, id);
+        KEY_INT.set(key, 16, slots.length);
+        for (int i = 0; i < slots.length; i++) {
+            KEY_INT.set(key, KEY_FIXED_BYTES + 4 * i, slots[i]);
         }
-        return FixedRegistration.of(key.array()); // the peer maps the whole pool file: nothing to revoke
+        return new KeyOnly(key); // the peer maps the whole pool file: nothing to revoke
+    }
+
+    /**
+     * A registration of slots of this side's pool file: only its key, since the peer maps the whole file (nothing to
+     * revoke, nothing to release). It keeps the array {@link #register} wrote, which no one else holds, and hands out
+     * copies of it.
+     */
+    private static final class KeyOnly implements Registration {
+        private final byte[] key;
+
+        KeyOnly(byte[] key) {
+            this.key = key;
+        }
+
+        /** @return a copy of the key */
+        @Override
+        public byte[] key() {
+            return key.clone();
+        }
+
+        /** @return {@code false}, always: the peer's mapping cannot be taken back (only {@link ShmLink#tearDown()} proves an end) */
+        @Override
+        public boolean revoke() {
+            return false;
+        }
+
+        /** Does nothing: the mapping is the whole pool file, owned by the storage, not by this registration. Idempotent. */
+        @Override
+        public void close() {
+        }
+
+        @Override
+        public String toString() {
+            return "shm registration[" + key.length + " key bytes]";
+        }
     }
 
     /**
@@ -892,13 +933,12 @@ public final class ShmLink implements PeerLink {
         if (remote == null) {
             throw new LinkFailedException(describe() + ": the peer exposes no pool to write into");
         }
-        final ByteBuffer k = ByteBuffer.wrap(regionKey).order(ByteOrder.LITTLE_ENDIAN);
-        if (regionKey.length < KEY_FIXED_BYTES || k.getInt() != KEY_MAGIC) {
+        if (regionKey.length < KEY_FIXED_BYTES || (int) KEY_INT.get(regionKey, 0) != KEY_MAGIC) {
             throw new LinkFailedException(describe() + ": region key of " + regionKey.length + " bytes is not a shm key");
         }
-        final long identity = k.getLong();
-        final int id = k.getInt();
-        final int count = k.getInt();
+        final long identity = (long) KEY_LONG.get(regionKey, 4);
+        final int id = (int) KEY_INT.get(regionKey, 12);
+        final int count = (int) KEY_INT.get(regionKey, 16);
         if (identity != remote.identity()) {
             throw new LinkFailedException(describe() + ": region key " + id + " is for pool file identity 0x" + Long.toHexString(identity)
                 + ", this link maps 0x" + Long.toHexString(remote.identity()) + " (" + remote.file() + ")");
@@ -912,7 +952,7 @@ public final class ShmLink implements PeerLink {
         }
         final int[] slots = new int[count];
         for (int i = 0; i < count; i++) {
-            slots[i] = k.getInt();
+            slots[i] = (int) KEY_INT.get(regionKey, KEY_FIXED_BYTES + 4 * i);
             if (slots[i] < 0 || slots[i] >= remote.pageCount()) {
                 throw new LinkFailedException(describe() + ": region key " + id + " lists slot " + slots[i] + ", the pool file has "
                     + remote.pageCount() + " pages");
