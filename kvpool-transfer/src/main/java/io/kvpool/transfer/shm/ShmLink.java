@@ -817,8 +817,9 @@ public final class ShmLink implements PeerLink {
 
     /**
      * A registration of slots of this side's pool file: only its key, since the peer maps the whole file (nothing to
-     * revoke, nothing to release). It keeps the array {@link #register} wrote, which no one else holds, and hands out
-     * copies of it.
+     * revoke, nothing to release). It keeps the array {@link #register} wrote and hands out that array itself, as
+     * {@link Registration#key()} allows: nothing in this link reads it again (a sender checks every slot a key names
+     * when it attaches), so a caller that changed it would change only what it later reads from this registration.
      */
     private static final class KeyOnly implements Registration {
         private final byte[] key;
@@ -827,10 +828,10 @@ public final class ShmLink implements PeerLink {
             this.key = key;
         }
 
-        /** @return a copy of the key */
+        /** @return the key itself, not a copy (read it, do not modify it) */
         @Override
         public byte[] key() {
-            return key.clone();
+            return key;
         }
 
         /** @return {@code false}, always: the peer's mapping cannot be taken back (only {@link ShmLink#tearDown()} proves an end) */

@@ -3,7 +3,11 @@ package io.kvpool.transfer.spi;
 /** Pages a receiver exposed to one peer for one transfer ({@link PeerLink#register}). */
 public interface Registration extends AutoCloseable {
 
-    /** {@return transport-specific bytes that let the peer address the pages (goes into the descriptor)} */
+    /**
+     * {@return transport-specific bytes that let the peer address the pages (goes into the descriptor)} The array may
+     * be the registration's own rather than a copy per call (a key is made once per transfer and read once): callers
+     * read it and do not modify it.
+     */
     byte[] key();
 
     /**

@@ -707,7 +707,7 @@ class ShmLinkTest {
             assertEquals(3, r.writes.size(), "refused batches post nothing");
         }
         assertTrue(assertThrows(LinkFailedException.class, () -> sender.attach(reg.key(), 4)).getMessage().contains("3 pages"));
-        final byte[] forged = reg.key();
+        final byte[] forged = reg.key().clone(); // the registration's own array: a forgery changes a copy
         forged[5] ^= 1; // file identity
         assertTrue(assertThrows(LinkFailedException.class, () -> sender.attach(forged, 3)).getMessage().contains("identity"));
         assertThrows(IllegalArgumentException.class, () -> receiver.register(pool, new int[] {1, 1}));
