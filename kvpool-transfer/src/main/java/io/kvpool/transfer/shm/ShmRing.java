@@ -88,11 +88,15 @@ final class ShmRing {
         if (src.hasArray()) { // a heap buffer: copied from its array, with no segment made for it
             final int from = src.arrayOffset() + src.position();
             MemorySegment.copy(src.array(), from, data, ValueLayout.JAVA_BYTE, at, first);
-            MemorySegment.copy(src.array(), from + first, data, ValueLayout.JAVA_BYTE, 0, n - first);
+            if (n > first) { // the bytes that wrap around to the ring's start
+                MemorySegment.copy(src.array(), from + first, data, ValueLayout.JAVA_BYTE, 0, n - first);
+            }
         } else {
             final MemorySegment from = MemorySegment.ofBuffer(src); // covers [position, limit)
             MemorySegment.copy(from, 0, data, at, first);
-            MemorySegment.copy(from, first, data, 0, n - first);
+            if (n > first) {
+                MemorySegment.copy(from, first, data, 0, n - first);
+            }
         }
         publish(tailAt, own); // the bytes above become visible no later than the tail that covers them
         src.position(src.position() + n);
@@ -116,11 +120,15 @@ final class ShmRing {
         if (dst.hasArray()) { // a heap buffer: copied into its array, with no segment made for it
             final int to = dst.arrayOffset() + dst.position();
             MemorySegment.copy(data, ValueLayout.JAVA_BYTE, at, dst.array(), to, first);
-            MemorySegment.copy(data, ValueLayout.JAVA_BYTE, 0, dst.array(), to + first, n - first);
+            if (n > first) { // the bytes that wrapped around to the ring's start
+                MemorySegment.copy(data, ValueLayout.JAVA_BYTE, 0, dst.array(), to + first, n - first);
+            }
         } else {
             final MemorySegment to = MemorySegment.ofBuffer(dst); // covers [position, limit)
             MemorySegment.copy(data, at, to, 0, first);
-            MemorySegment.copy(data, 0, to, first, n - first);
+            if (n > first) {
+                MemorySegment.copy(data, 0, to, first, n - first);
+            }
         }
         own += n;
         publish(headAt, own); // after the copy: the producer may overwrite these bytes from now on
