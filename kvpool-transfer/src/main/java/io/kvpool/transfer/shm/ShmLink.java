@@ -90,19 +90,19 @@ public final class ShmLink implements PeerLink {
     /** How often, at most, a link in ring mode reads its socket to see whether the peer closed it. */
     static final long SOCKET_CHECK_MICROS = 1_000;
 
-    /** A flush, or a run of {@code count} writes with consecutive tokens from {@code token} and one status. */
+    /**
+     * A flush, or a run of {@code count} writes with consecutive tokens from {@code token} and one status. Reused: one
+     * taken off {@link #events} goes to the free list once its fields are read, before the listener hears of it.
+     */
     private static final class Event {
-        final int kind, status;
+        int kind, status;
         long token;
         int count;
-
-        Event(int kind, long token, int count, int status) {
-            this.kind = kind;
-            this.token = token;
-            this.count = count;
-            this.status = status;
-        }
+        Event nextFree;
     }
+
+    /** Most events the free list keeps: a batch and a flush per transfer in flight need few, and none is kept for ever. */
+    private static final int MAX_FREE_EVENTS = 16;
 
     private final SocketChannel channel;
     private final String socketName;
@@ -111,6 +111,8 @@ public final class ShmLink implements PeerLink {
     private final ArrayDeque<ByteBuffer> out = new ArrayDeque<>();
     private long queuedBytes; // of out's buffers
     private final ArrayDeque<Event> events = new ArrayDeque<>();
+    private Event freeEvents; // a stack linked by nextFree, of freeEventCount events that no one reads
+    private int freeEventCount;
     private ByteBuffer in = ByteBuffer.allocate(64 * 1024);
     private int readPos;
     private ByteBuffer inView, inViewOf; // frameView()'s view, and the buffer it views
@@ -659,26 +661,56 @@ public final class ShmLink implements PeerLink {
         int n = 0;
         while (n < limit && entries > 0 && !events.isEmpty()) {
             final Event e = events.peek();
+            final long token = e.token;
+            final int status = e.status;
             if (e.kind == EV_WRITE) {
-                final long first = e.token;
                 final int k = Math.min(e.count, limit - n); // each write counts as one event against the limit
                 if (k == e.count) {
                     events.poll();
+                    free(e); // read above: the listener may post writes that take it
                     entries--;
                 } else {
-                    e.token += k;
+                    e.token += k; // stays queued with the rest of its run
                     e.count -= k;
                 }
-                listener.onWritesDone(this, first, k, e.status);
+                listener.onWritesDone(this, token, k, status);
                 n += k;
             } else {
                 events.poll();
+                free(e);
                 entries--;
-                listener.onFlushDone(this, e.token, e.status == OK);
+                listener.onFlushDone(this, token, status == OK);
                 n++;
             }
         }
         return n;
+    }
+
+    /** Queues a completion entry, on an event from the free list when it has one. */
+    private Event queueEvent(int kind, long token, int count, int status) {
+        Event e = freeEvents;
+        if (e != null) {
+            freeEvents = e.nextFree;
+            e.nextFree = null;
+            freeEventCount--;
+        } else {
+            e = new Event();
+        }
+        e.kind = kind;
+        e.token = token;
+        e.count = count;
+        e.status = status;
+        events.add(e);
+        return e;
+    }
+
+    /** Puts an event that is off {@link #events}, and whose fields were read, on the free list (unless it is full). */
+    private void free(Event e) {
+        if (freeEventCount < MAX_FREE_EVENTS) {
+            e.nextFree = freeEvents;
+            freeEvents = e;
+            freeEventCount++;
+        }
     }
 
     /**
@@ -1027,8 +1059,7 @@ public final class ShmLink implements PeerLink {
                 if (run != null && run.status == status) {
                     run.count++;
                 } else {
-                    run = new Event(EV_WRITE, firstToken + i, 1, status);
-                    events.add(run);
+                    run = queueEvent(EV_WRITE, firstToken + i, 1, status);
                     runs++;
                 }
                 if (lateFault != null) {
@@ -1042,9 +1073,9 @@ public final class ShmLink implements PeerLink {
             // landed in part), and putBatch returns normally, its writes posted. A fault reported only at this
             // method's return escapes it; nothing here can catch that one.
             for (; runs > 0; runs--) {
-                events.pollLast();
+                free(events.pollLast());
             }
-            events.add(new Event(EV_WRITE, firstToken, count, FAILED));
+            queueEvent(EV_WRITE, firstToken, count, FAILED);
         }
     }
 
@@ -1066,7 +1097,7 @@ public final class ShmLink implements PeerLink {
     public void flush(long token) {
         ensureUp();
         VarHandle.fullFence();
-        events.add(new Event(EV_FLUSH, token, 1, OK));
+        queueEvent(EV_FLUSH, token, 1, OK);
     }
 
     /** Nothing to cancel: every write completed inside {@link #putBatch} and its terminal state is already queued. */

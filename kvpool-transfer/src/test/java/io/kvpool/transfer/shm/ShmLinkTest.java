@@ -427,6 +427,56 @@ class ShmLinkTest {
     }
 
     @Test
+    void completionsPostedFromCompletionsKeepTheirOwnTokensAndStatuses() {
+        // each completion posts the next batch and flush from its listener, on the events the link just freed: every
+        // write and flush must still report once, with its own token and status (a closed source makes writes FAILED)
+        final ShmLink[] p = pair();
+        final Registration reg = p[1].register(pool, new int[] {0, 1});
+        final RemoteRegion region = p[0].attach(reg.key(), 2);
+        final List<String> got = new ArrayList<>(), expected = new ArrayList<>();
+        try (HostPageStorage open = HostPageStorage.allocate(LAYOUT, 2)) {
+            final HostPageStorage closed = HostPageStorage.allocate(LAYOUT, 2);
+            closed.close();
+            final long[] next = {100};
+            final Runnable post = () -> {
+                final long first = next[0];
+                final boolean fail = (first / 10) % 2 == 1;
+                p[0].putBatch(region, new int[] {0, 1}, fail ? closed : open, new int[] {0, 1}, 0, 2, first);
+                p[0].flush(first + 2);
+                expected.add("write " + first + " " + (fail ? PeerLink.FAILED : PeerLink.OK));
+                expected.add("write " + (first + 1) + " " + (fail ? PeerLink.FAILED : PeerLink.OK));
+                expected.add("flush " + (first + 2));
+                next[0] += 10;
+            };
+            final LinkListener r = new Recorder() {
+                @Override
+                public void onWritesDone(PeerLink link, long firstToken, int count, int status) {
+                    for (int i = 0; i < count; i++) {
+                        got.add("write " + (firstToken + i) + " " + status);
+                    }
+                    if (next[0] < 300) {
+                        post.run();
+                    }
+                }
+
+                @Override
+                public void onFlushDone(PeerLink link, long token, boolean ok) {
+                    got.add("flush " + token);
+                    if (next[0] < 300) {
+                        post.run();
+                    }
+                }
+            };
+            post.run();
+            // completions are queued at once: polls alone deliver the 60 (4 a poll: some runs are cut at the limit)
+            for (int polls = 0; polls < 100; polls++) {
+                p[0].poll(r, 4);
+            }
+        }
+        assertEquals(expected, got);
+    }
+
+    @Test
     void writesAreReportedInRunsWithinThePollLimit() {
         final ShmLink[] p = pair();
         final Registration reg = p[1].register(pool, new int[] {0, 1, 2, 3, 4});
