@@ -244,12 +244,21 @@ class ShmRingTest {
                         Thread.onSpinWait();
                     }
                     in.flip();
-                    while (in.remaining() >= 8 && in.remaining() >= in.getInt(in.position())) {
+                    while (in.remaining() >= 8) {
                         final int len = in.getInt(in.position());
-                        if (len < 12 || len > maxFrameBytes || !matches(in, f, len)) {
+                        if (len < 12 || len > maxFrameBytes) {
+                            // judged as soon as the length is read: a stale length larger than the buffer would
+                            // otherwise wait for bytes that never come
                             bad.incrementAndGet();
-                            if (untilFirstBad || len < 12 || len > maxFrameBytes) {
-                                return bad.get(); // the stream lost its framing: nothing after it can be read
+                            return bad.get(); // the stream lost its framing: nothing after it can be read
+                        }
+                        if (in.remaining() < len) {
+                            break;
+                        }
+                        if (!matches(in, f, len)) {
+                            bad.incrementAndGet();
+                            if (untilFirstBad) {
+                                return bad.get();
                             }
                         }
                         in.position(in.position() + len);
