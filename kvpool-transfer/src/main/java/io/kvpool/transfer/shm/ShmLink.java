@@ -3,6 +3,7 @@ package io.kvpool.transfer.shm;
 import io.kvpool.storage.HostPageStorage;
 import io.kvpool.storage.PageStorage;
 import io.kvpool.transfer.TransferException;
+import io.kvpool.transfer.spi.FixedRegistration;
 import io.kvpool.transfer.spi.LinkFailedException;
 import io.kvpool.transfer.spi.LinkListener;
 import io.kvpool.transfer.spi.PeerLink;
@@ -844,43 +845,9 @@ public final class ShmLink implements PeerLink {
         for (int i = 0; i < slots.length; i++) {
             KEY_INT.set(key, KEY_FIXED_BYTES + 4 * i, slots[i]);
         }
-        return new KeyOnly(key); // the peer maps the whole pool file: nothing to revoke
-    }
-
-    /**
-     * A registration of slots of this side's pool file: only its key, since the peer maps the whole file (nothing to
-     * revoke, nothing to release). It keeps the array {@link #register} wrote and hands out that array itself, as
-     * {@link Registration#key()} allows: nothing in this link reads it again (a sender checks every slot a key names
-     * when it attaches), so a caller that changed it would change only what it later reads from this registration.
-     */
-    private static final class KeyOnly implements Registration {
-        private final byte[] key;
-
-        KeyOnly(byte[] key) {
-            this.key = key;
-        }
-
-        /** @return the key itself, not a copy (read it, do not modify it) */
-        @Override
-        public byte[] key() {
-            return key;
-        }
-
-        /** @return {@code false}, always: the peer's mapping cannot be taken back (only {@link ShmLink#tearDown()} proves an end) */
-        @Override
-        public boolean revoke() {
-            return false;
-        }
-
-        /** Does nothing: the mapping is the whole pool file, owned by the storage, not by this registration. Idempotent. */
-        @Override
-        public void close() {
-        }
-
-        @Override
-        public String toString() {
-            return "shm registration[" + key.length + " key bytes]";
-        }
+        // the peer maps the whole pool file: nothing to revoke. The key is handed out without a copy: nothing in this
+        // link reads it again (a sender checks every slot a key names when it attaches)
+        return FixedRegistration.taking(key);
     }
 
     /**

@@ -6,13 +6,17 @@ package io.kvpool.transfer.spi;
  * one transfer's registration is just the bytes that name its pages, and only the link's
  * {@link PeerLink#tearDown()} can prove that the peer's access ended.
  * <p>
- * Immutable and thread-safe; {@link #key()} returns a copy.
+ * Thread-safe. One made by {@link #of} is immutable: it copies its key in and {@link #key()} hands out copies. One
+ * made by {@link #taking} keeps the caller's array and hands out that array itself, as {@link Registration#key()}
+ * allows: for a transport that makes a fresh key per registration and never reads it again.
  */
 public final class FixedRegistration implements Registration {
     private final byte[] key;
+    private final boolean handsOutOwn;
 
-    private FixedRegistration(byte[] key) {
-        this.key = key.clone();
+    private FixedRegistration(byte[] key, boolean handsOutOwn) {
+        this.key = key;
+        this.handsOutOwn = handsOutOwn;
     }
 
     /**
@@ -23,13 +27,25 @@ public final class FixedRegistration implements Registration {
      * @throws NullPointerException if {@code key} is null
      */
     public static FixedRegistration of(byte[] key) {
-        return new FixedRegistration(key);
+        return new FixedRegistration(key.clone(), false);
     }
 
-    /** @return a copy of the key */
+    /**
+     * Wraps a key the caller made for this registration alone, without copying it: the caller gives the array up, and
+     * {@link #key()} returns the array itself (read it, do not modify it).
+     *
+     * @param key the transport's bytes that let the peer address the pages (kept, not copied)
+     * @return a registration that {@link #revoke() cannot be revoked} and releases nothing on {@link #close()}
+     * @throws NullPointerException if {@code key} is null
+     */
+    public static FixedRegistration taking(byte[] key) {
+        return new FixedRegistration(java.util.Objects.requireNonNull(key, "key"), true);
+    }
+
+    /** @return a copy of the key, or the key itself for a registration made by {@link #taking} */
     @Override
     public byte[] key() {
-        return key.clone();
+        return handsOutOwn ? key : key.clone();
     }
 
     /** @return {@code false}, always: the peer's mapping cannot be taken back (only {@link PeerLink#tearDown()} proves an end) */

@@ -21,4 +21,16 @@ class FixedRegistrationTest {
         assertArrayEquals(new byte[] {1, 2, 3}, r.key());
         assertThrows(NullPointerException.class, () -> FixedRegistration.of(null));
     }
+
+    @Test
+    void oneMadeByTakingKeepsAndHandsOutTheCallersArray() {
+        final byte[] key = {1, 2, 3};
+        final FixedRegistration r = FixedRegistration.taking(key);
+        assertSame(key, r.key(), "no copy in or out");
+        assertSame(r.key(), r.key());
+        assertFalse(r.revoke());
+        r.close();
+        r.close(); // idempotent
+        assertThrows(NullPointerException.class, () -> FixedRegistration.taking(null));
+    }
 }
