@@ -378,13 +378,8 @@ public final class TransferReceiver extends TransferEndpoint {
         metrics.started.increment();
         final long[] handles = new long[seq.pageCount()];
         final int n = senderPeers.length;
-        // one sender registers every page: its slots are read with the handles, in one pass
-        final int[] slotsOf = n == 1 ? new int[handles.length] : null;
         for (int i = 0; i < handles.length; i++) {
             handles[i] = seq.pageHandle(i);
-            if (slotsOf != null) {
-                slotsOf[i] = PageHandle.slot(handles[i]);
-            }
         }
         t.sequence = seq;
         t.structureVersion = seq.structureVersion();
@@ -405,7 +400,7 @@ public final class TransferReceiver extends TransferEndpoint {
             final int from = TransferPlan.firstPage(handles.length, n, r);
             final int to = TransferPlan.firstPage(handles.length, n, r + 1);
             try {
-                t.registrations[r] = p.link.register(pool.storage(), n == 1 ? slotsOf : slotsOf(handles, from, to));
+                t.registrations[r] = p.link.register(pool.storage(), slotsOf(handles, from, to));
             } catch (LinkFailedException e) { // the link went down: another link may take the request
                 fail(t, FailureReason.PEER_LOST, "could not register " + (to - from) + " pages on " + p + ": " + e.getMessage(), now);
                 return t;
@@ -426,7 +421,7 @@ public final class TransferReceiver extends TransferEndpoint {
         return t;
     }
 
-    /** @return the slots of {@code handles[from, to)}: one sender's share, which its link registers */
+    /** @return the slots of {@code handles[from, to)}: one sender's share (every page for one sender), which its link registers */
     private static int[] slotsOf(long[] handles, int from, int to) {
         final int[] slots = new int[to - from];
         for (int i = from; i < to; i++) {
